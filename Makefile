@@ -1,0 +1,74 @@
+# torch_tpu build: the C runtime (libtpurt), its C unit tests (also under
+# ASan+UBSan), and the thin C++ layer built against the installed torch.
+PY ?= .venv/bin/python
+CC ?= gcc
+CXX ?= g++
+BUILD ?= build
+
+# -march=native: the runtime is built on the machine that runs it (README).
+OPT ?= -O3 -march=native -fno-math-errno -fno-trapping-math
+WARN = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -fPIC -pthread -fvisibility=hidden $(WARN) -Iruntime/include -Iruntime
+LIBS = -lopenblas -lm -pthread -ldl
+
+RT_SRCS := $(shell find runtime -name '*.c' -not -path 'runtime/tests/*' | sort)
+RT_OBJS := $(RT_SRCS:%.c=$(BUILD)/obj/%.o)
+ASAN_OBJS := $(RT_SRCS:%.c=$(BUILD)/asan/%.o)
+TEST_SRCS := $(wildcard runtime/tests/test_*.c)
+TESTS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/tests/%)
+ASAN_TESTS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/asan-tests/%)
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+.PHONY: all runtime ext test-c test-c-asan clean
+all: runtime ext
+
+runtime: torch_tpu/lib/libtpurt.so
+
+$(BUILD)/obj/%.o: %.c $(shell find runtime -name '*.h')
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(OPT) -c $< -o $@
+
+$(BUILD)/asan/%.o: %.c $(shell find runtime -name '*.h')
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -O1 -g -march=native $(SANFLAGS) -c $< -o $@
+
+$(BUILD)/libtpurt.so: $(RT_OBJS)
+	$(CC) -shared -o $@ $(RT_OBJS) $(LIBS)
+
+torch_tpu/lib/libtpurt.so: $(BUILD)/libtpurt.so
+	@mkdir -p torch_tpu/lib
+	cp $< $@
+
+$(BUILD)/tests/%: runtime/tests/%.c $(RT_OBJS) runtime/tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -fvisibility=default $(OPT) $< $(RT_OBJS) -o $@ $(LIBS)
+
+$(BUILD)/asan-tests/%: runtime/tests/%.c $(ASAN_OBJS) runtime/tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -fvisibility=default -O1 -g -march=native $(SANFLAGS) $< $(ASAN_OBJS) -o $@ $(LIBS)
+
+test-c: $(TESTS)
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
+
+test-c-asan: $(ASAN_TESTS)
+	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; \
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $$t; done
+
+# ---- the C++ layer (torch_tpu/_C.so) against the installed torch ----
+CXX_SRCS := $(wildcard torch_tpu/csrc/*.cpp)
+CXX_OBJS := $(CXX_SRCS:%.cpp=$(BUILD)/obj/%.o)
+$(BUILD)/torch_flags.mk: $(PY)
+	@mkdir -p $(BUILD)
+	$(PY) scripts/torch_flags.py > $@
+-include $(BUILD)/torch_flags.mk
+
+$(BUILD)/obj/torch_tpu/csrc/%.o: torch_tpu/csrc/%.cpp $(wildcard torch_tpu/csrc/*.h) runtime/include/tpurt/*.h $(BUILD)/torch_flags.mk
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -fPIC $(TORCH_CXXFLAGS) -Iruntime/include -Itorch_tpu/csrc -c $< -o $@
+
+ext: torch_tpu/_C$(PY_EXT_SUFFIX)
+torch_tpu/_C$(PY_EXT_SUFFIX): $(CXX_OBJS) torch_tpu/lib/libtpurt.so
+	$(CXX) -shared -o $@ $(CXX_OBJS) -Ltorch_tpu/lib -ltpurt $(TORCH_LDFLAGS) -Wl,-rpath,'$$ORIGIN/lib'
+
+clean:
+	rm -rf $(BUILD) torch_tpu/lib torch_tpu/_C*.so

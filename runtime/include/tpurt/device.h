@@ -1,0 +1,142 @@
+/* tpurt devices: chips, their memory (a caching allocator over the chip's own
+ * HBM region), queues (streams), events and the eager execution mode.
+ *
+ * One process drives the chips it was given (normally one: TPU_VISIBLE_CHIPS /
+ * the launcher decide). Device memory is a region of its own (memfd-backed,
+ * so peers in other processes can map it later), never the host heap:
+ * tpurt_memory_is_device_ptr tells the two apart.
+ *
+ * Stream-ordered memory: a block freed by the host may be handed out again at
+ * once to work on the same queue, because that queue runs in order. Copies
+ * from/to host memory wait for the queue first, so a host buffer is never read
+ * or written while queued work still uses it.
+ *
+ * Environment (read by tpurt_init):
+ *   TORCH_TPU_HBM_BYTES     capacity per chip (default 16 GiB, at most 3/4 of RAM);
+ *                           accepts a plain byte count or K/M/G suffixes
+ *   TORCH_TPU_NUM_THREADS   compute threads per chip (default: this chip's share of cores)
+ *   TORCH_TPU_NUM_CHIPS     chips visible to this process (default 1)
+ *   TPU_LAUNCH_BLOCKING=1   start in Debug mode (synchronous)
+ */
+#ifndef TPURT_DEVICE_H_
+#define TPURT_DEVICE_H_
+
+#include "tpurt/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpurt_device_t tpurt_device_t;
+typedef struct tpurt_queue_t tpurt_queue_t;
+typedef struct tpurt_event_t tpurt_event_t;
+
+/* ---- process-wide ---- */
+TPURT_API tpurt_status_t tpurt_init(void);  /* idempotent, thread-safe */
+TPURT_API int tpurt_device_count(void);
+TPURT_API tpurt_status_t tpurt_device_get(int index, tpurt_device_t** out_device); /* borrowed */
+
+typedef struct tpurt_device_info_t {
+  char name[32];          /* "vtpu" */
+  int index;
+  uint64_t hbm_bytes;     /* capacity */
+  int num_threads;        /* compute threads */
+} tpurt_device_info_t;
+TPURT_API tpurt_status_t tpurt_device_query(tpurt_device_t* device, tpurt_device_info_t* out_info);
+
+/* ---- execution mode ---- */
+typedef enum tpurt_exec_mode_e {
+  TPURT_EXEC_STRICT = 0,         /* async, one op at a time (default) */
+  TPURT_EXEC_DEBUG = 1,          /* synchronous, bounds-checked */
+  TPURT_EXEC_DEFER_AND_FUSE = 2, /* record, fuse, run at sync points */
+} tpurt_exec_mode_t;
+TPURT_API void tpurt_exec_mode_set(tpurt_exec_mode_t mode);
+TPURT_API tpurt_exec_mode_t tpurt_exec_mode_get(void);
+
+/* ---- memory ---- */
+typedef struct tpurt_memory_stats_t {
+  uint64_t allocated_bytes;      /* held by live allocations */
+  uint64_t peak_allocated_bytes;
+  uint64_t reserved_bytes;       /* taken from HBM by the caching allocator */
+  uint64_t peak_reserved_bytes;
+  uint64_t capacity_bytes;       /* the HBM limit */
+  uint64_t num_allocs;           /* allocation calls served */
+  uint64_t num_frees;
+  uint64_t num_ooms;             /* allocation calls that failed */
+  uint64_t num_segments;         /* HBM segments held */
+} tpurt_memory_stats_t;
+
+/* Allocates `bytes` (0 allowed: returns a unique non-NULL pointer of 0 bytes)
+ * for use on `queue` (NULL: the default queue). RESOURCE_EXHAUSTED names the
+ * requested and free bytes; the device stays usable. */
+TPURT_API tpurt_status_t tpurt_memory_allocate(tpurt_device_t* device, tpurt_queue_t* queue,
+                                               size_t bytes, void** out_ptr);
+/* Stream-ordered free (see above). Freeing NULL does nothing. */
+TPURT_API void tpurt_memory_free(tpurt_device_t* device, void* ptr);
+/* The block is also in use by `queue` (record_stream): it is not reused until
+ * that queue has passed this point. */
+TPURT_API tpurt_status_t tpurt_memory_record_queue(tpurt_device_t* device, void* ptr,
+                                                   tpurt_queue_t* queue);
+TPURT_API bool tpurt_memory_is_device_ptr(tpurt_device_t* device, const void* ptr);
+TPURT_API tpurt_status_t tpurt_memory_stats(tpurt_device_t* device, tpurt_memory_stats_t* out_stats);
+TPURT_API void tpurt_memory_reset_peak(tpurt_device_t* device);
+/* Waits for the device, then returns cached free segments to HBM. */
+TPURT_API tpurt_status_t tpurt_memory_empty_cache(tpurt_device_t* device);
+/* Free and total HBM bytes (free = capacity - reserved + cached free). */
+TPURT_API tpurt_status_t tpurt_memory_get_info(tpurt_device_t* device, uint64_t* out_free,
+                                               uint64_t* out_total);
+
+/* Host <-> device copies. They wait for `queue` (NULL: default) first, then
+ * copy on the calling thread, so they are complete on return. */
+TPURT_API tpurt_status_t tpurt_memcpy_h2d(tpurt_device_t* device, tpurt_queue_t* queue, void* dst,
+                                          const void* src, size_t bytes);
+TPURT_API tpurt_status_t tpurt_memcpy_d2h(tpurt_device_t* device, tpurt_queue_t* queue, void* dst,
+                                          const void* src, size_t bytes);
+
+/* ---- queues (streams) ---- */
+TPURT_API tpurt_queue_t* tpurt_device_default_queue(tpurt_device_t* device); /* borrowed */
+TPURT_API tpurt_status_t tpurt_queue_create(tpurt_device_t* device, int priority,
+                                            tpurt_queue_t** out_queue);
+TPURT_API void tpurt_queue_retain(tpurt_queue_t* queue);
+TPURT_API void tpurt_queue_release(tpurt_queue_t* queue);
+TPURT_API tpurt_device_t* tpurt_queue_device(tpurt_queue_t* queue);
+TPURT_API uint64_t tpurt_queue_id(tpurt_queue_t* queue); /* 0 for the default queue */
+
+/* Queues one kernel. The call record (args, lists, strings, tensor
+ * descriptors) is copied, so the caller's may go away at once. Strict mode:
+ * returns at once; an error the kernel returns is kept and surfaces at the
+ * next synchronize of this queue, prefixed with the op's name. Debug mode:
+ * runs it before returning and returns its status. */
+TPURT_API tpurt_status_t tpurt_queue_submit_kernel(tpurt_queue_t* queue, const tpurt_op_def_t* op,
+                                                   const tpurt_op_call_t* call);
+/* Device-to-device copy, queued. */
+TPURT_API tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* queue, void* dst, const void* src,
+                                                 size_t bytes);
+/* Runs fn(user) on the queue's thread in order with the kernels. */
+TPURT_API tpurt_status_t tpurt_queue_submit_host_fn(tpurt_queue_t* queue, void (*fn)(void* user),
+                                                    void* user);
+/* Waits until everything queued so far has run; returns (and clears) the
+ * first kernel error recorded since the last synchronize. */
+TPURT_API tpurt_status_t tpurt_queue_synchronize(tpurt_queue_t* queue);
+TPURT_API bool tpurt_queue_is_idle(tpurt_queue_t* queue);
+TPURT_API tpurt_status_t tpurt_device_synchronize(tpurt_device_t* device); /* every queue */
+
+/* ---- events ---- */
+enum { TPURT_EVENT_TIMING = 1u << 0 };
+TPURT_API tpurt_status_t tpurt_event_create(tpurt_device_t* device, uint32_t flags,
+                                            tpurt_event_t** out_event);
+TPURT_API void tpurt_event_release(tpurt_event_t* event);
+/* Marks the point in `queue` reached by everything submitted so far. */
+TPURT_API tpurt_status_t tpurt_event_record(tpurt_event_t* event, tpurt_queue_t* queue);
+/* Work submitted to `queue` after this waits for the event. */
+TPURT_API tpurt_status_t tpurt_queue_wait_event(tpurt_queue_t* queue, tpurt_event_t* event);
+TPURT_API tpurt_status_t tpurt_event_synchronize(tpurt_event_t* event);
+TPURT_API bool tpurt_event_query(tpurt_event_t* event); /* true when reached (or never recorded) */
+/* Milliseconds between two reached events recorded with TPURT_EVENT_TIMING. */
+TPURT_API tpurt_status_t tpurt_event_elapsed_ms(tpurt_event_t* start, tpurt_event_t* end,
+                                                float* out_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPURT_DEVICE_H_ */

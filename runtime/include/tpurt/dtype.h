@@ -1,0 +1,103 @@
+/* tpurt dtypes: one traits entry per dtype, type promotion, and the packed
+ * 16-bit float conversions every kernel uses. */
+#ifndef TPURT_DTYPE_H_
+#define TPURT_DTYPE_H_
+
+#include <string.h>
+
+#include "tpurt/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpurt_dtype_e {
+  TPURT_DTYPE_BOOL = 0,
+  TPURT_DTYPE_UINT8,
+  TPURT_DTYPE_INT8,
+  TPURT_DTYPE_INT16,
+  TPURT_DTYPE_INT32,
+  TPURT_DTYPE_INT64,
+  TPURT_DTYPE_FLOAT16,
+  TPURT_DTYPE_BFLOAT16,
+  TPURT_DTYPE_FLOAT32,
+  TPURT_DTYPE_FLOAT64,
+  TPURT_DTYPE_COUNT,
+  TPURT_DTYPE_INVALID = -1,
+} tpurt_dtype_t;
+
+typedef uint16_t tpurt_bf16_t; /* storage type: raw bits */
+typedef uint16_t tpurt_f16_t;  /* storage type: raw bits (IEEE binary16) */
+_Static_assert(sizeof(tpurt_bf16_t) == 2, "bf16 is 2 bytes");
+_Static_assert(sizeof(tpurt_f16_t) == 2, "f16 is 2 bytes");
+
+typedef struct tpurt_dtype_traits_t {
+  const char* name;  /* "float32", matching torch's dtype names */
+  uint8_t size;      /* bytes per element */
+  bool is_floating;  /* float16/bfloat16/float32/float64 */
+  bool is_integral;  /* integer types, bool excluded */
+  bool is_signed;
+} tpurt_dtype_traits_t;
+
+TPURT_API extern const tpurt_dtype_traits_t tpurt_dtype_traits[TPURT_DTYPE_COUNT];
+
+static inline size_t tpurt_dtype_size(tpurt_dtype_t dtype) {
+  return tpurt_dtype_traits[dtype].size;
+}
+static inline bool tpurt_dtype_is_floating(tpurt_dtype_t dtype) {
+  return tpurt_dtype_traits[dtype].is_floating;
+}
+static inline bool tpurt_dtype_is_integral(tpurt_dtype_t dtype) {  /* bool excluded */
+  return tpurt_dtype_traits[dtype].is_integral;
+}
+static inline const char* tpurt_dtype_name(tpurt_dtype_t dtype) {
+  return (dtype >= 0 && dtype < TPURT_DTYPE_COUNT) ? tpurt_dtype_traits[dtype].name : "invalid";
+}
+
+/* PyTorch's promote_types for two tensor dtypes (uint8+int8 -> int16,
+ * float16+bfloat16 -> float32, int+float16 -> float16, ...). */
+TPURT_API tpurt_dtype_t tpurt_dtype_promote(tpurt_dtype_t a, tpurt_dtype_t b);
+
+/* ---- 16-bit floats. Round-to-nearest-even on narrowing, as PyTorch does. ---- */
+static inline float tpurt_bf16_to_f32(tpurt_bf16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+static inline tpurt_bf16_t tpurt_f32_to_bf16(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (tpurt_bf16_t)((bits >> 16) | 0x40); /* quiet NaN */
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return (tpurt_bf16_t)(bits >> 16);
+}
+TPURT_API float tpurt_f16_to_f32_slow(tpurt_f16_t h);
+TPURT_API tpurt_f16_t tpurt_f32_to_f16_slow(float f);
+#if defined(__F16C__)
+#include <immintrin.h>
+static inline float tpurt_f16_to_f32(tpurt_f16_t h) { return _cvtsh_ss(h); }
+static inline tpurt_f16_t tpurt_f32_to_f16(float f) {
+  return (tpurt_f16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+#else
+static inline float tpurt_f16_to_f32(tpurt_f16_t h) { return tpurt_f16_to_f32_slow(h); }
+static inline tpurt_f16_t tpurt_f32_to_f16(float f) { return tpurt_f32_to_f16_slow(f); }
+#endif
+
+/* Generic scalar load/store through double / int64 (slow paths, tests,
+ * scalars). Storing a double into an integer type truncates toward zero as a C
+ * cast does; into bool stores (v != 0). */
+TPURT_API double tpurt_dtype_load_f64(tpurt_dtype_t dtype, const void* p);
+TPURT_API int64_t tpurt_dtype_load_i64(tpurt_dtype_t dtype, const void* p);
+TPURT_API void tpurt_dtype_store_f64(tpurt_dtype_t dtype, void* p, double v);
+TPURT_API void tpurt_dtype_store_i64(tpurt_dtype_t dtype, void* p, int64_t v);
+
+/* Bulk conversion of n contiguous elements (the cast-copy inner loop). */
+TPURT_API void tpurt_dtype_convert(tpurt_dtype_t dst_dtype, void* dst, tpurt_dtype_t src_dtype,
+                                   const void* src, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPURT_DTYPE_H_ */

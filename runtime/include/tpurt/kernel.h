@@ -1,0 +1,125 @@
+/* tpurt kernel ABI: how one op call reaches a C kernel, the table each kernel
+ * family registers, and the services a kernel may use while it runs.
+ *
+ * The PyTorch layer turns every ATen call into a tpurt_op_call_t: the schema's
+ * arguments in order (out= arguments removed) and the output tensors, already
+ * allocated with the shapes/strides/dtypes PyTorch's meta functions computed.
+ * A kernel never allocates its outputs and never resizes them. For an in-place
+ * op (add_) outputs[0] aliases args[0]; for an out= op, outputs are the out=
+ * tensors. Kernels whose outputs may alias inputs without harm carry
+ * TPURT_OP_ALIAS_SAFE; for the others the caller gives fresh outputs and
+ * copies back.
+ *
+ * Lookup: the PyTorch layer asks for "name.overload" first, then "name", with
+ * the trailing "_" of an in-place name removed ("add_.Tensor" -> "add.Tensor"
+ * -> "add"; "add.out" -> "add"). A kernel registered under a base name handles
+ * all overloads with the same meaning and tells them apart by
+ * call->overload, call->num_args and the argument kinds.
+ */
+#ifndef TPURT_KERNEL_H_
+#define TPURT_KERNEL_H_
+
+#include "tpurt/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpurt_arg_kind_e {
+  TPURT_ARG_NONE = 0,     /* an optional argument that was None */
+  TPURT_ARG_TENSOR,       /* v.tensor */
+  TPURT_ARG_INT,          /* v.i  (int, SymInt, also Scalar holding an int) */
+  TPURT_ARG_DOUBLE,       /* v.d  (float, Scalar holding a float) */
+  TPURT_ARG_BOOL,         /* v.b  (bool, Scalar holding a bool) */
+  TPURT_ARG_DTYPE,        /* v.i  holds a tpurt_dtype_t (ScalarType arguments) */
+  TPURT_ARG_INT_LIST,     /* v.ints[count] */
+  TPURT_ARG_DOUBLE_LIST,  /* v.doubles[count] */
+  TPURT_ARG_BOOL_LIST,    /* v.bools[count] */
+  TPURT_ARG_TENSOR_LIST,  /* v.tensors[count]; an entry is NULL for None (Tensor?[]) */
+  TPURT_ARG_STRING,       /* v.s (NUL-terminated) */
+  TPURT_ARG_RNG,          /* v.rng: Philox key and counter offset reserved for this call */
+  TPURT_ARG_OTHER,        /* layout/device/memory_format/...: v.i holds the raw enum value */
+} tpurt_arg_kind_t;
+
+typedef struct tpurt_rng_t {
+  uint64_t seed;    /* Philox key */
+  uint64_t offset;  /* first counter value reserved for this call */
+} tpurt_rng_t;
+
+typedef struct tpurt_arg_t {
+  tpurt_arg_kind_t kind;
+  int32_t count; /* element count for list kinds */
+  union {
+    int64_t i;
+    double d;
+    bool b;
+    const tpurt_tensor_t* tensor;
+    const int64_t* ints;
+    const double* doubles;
+    const bool* bools;
+    const tpurt_tensor_t* const* tensors;
+    const char* s;
+    tpurt_rng_t rng;
+  } v;
+} tpurt_arg_t;
+
+typedef struct tpurt_op_call_t {
+  const char* name;      /* "add", the base name without the in-place underscore */
+  const char* overload;  /* "Tensor", "out", "" */
+  int32_t num_args;
+  const tpurt_arg_t* args;
+  int32_t num_outputs;
+  const tpurt_tensor_t* outputs;
+} tpurt_op_call_t;
+
+typedef struct tpurt_kernel_ctx_t tpurt_kernel_ctx_t;
+typedef tpurt_status_t (*tpurt_kernel_fn_t)(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+
+enum {
+  TPURT_OP_ALIAS_SAFE = 1u << 0,  /* outputs may alias inputs element-for-element */
+};
+
+typedef struct tpurt_op_def_t {
+  const char* name;             /* "add" or "sum.dim_IntList" */
+  tpurt_kernel_fn_t fn;         /* the optimized kernel */
+  tpurt_kernel_fn_t reference;  /* a plain reference kernel; tests compare the two */
+  uint32_t flags;
+} tpurt_op_def_t;
+
+/* Each kernel family exports one table, terminated by an entry whose name is
+ * NULL; ops/registry.c lists the families. */
+#define TPURT_OP_TABLE_END {NULL, NULL, NULL, 0}
+
+/* Exact-name lookup ("add", "sum.dim_IntList"); NULL if absent. Thread-safe. */
+TPURT_API const tpurt_op_def_t* tpurt_op_lookup(const char* name);
+TPURT_API size_t tpurt_op_count(void);
+TPURT_API const tpurt_op_def_t* tpurt_op_at(size_t index);
+
+/* ---- services for kernels ---- */
+
+/* fn(user, begin, end, tid) covers [0, n) in chunks of at least `grain`
+ * elements across the chip's compute threads; tid is in
+ * [0, tpurt_kernel_num_threads(ctx)). Returns when every chunk is done. Runs
+ * inline when n <= grain or only one thread is available. */
+typedef void (*tpurt_range_fn_t)(void* user, int64_t begin, int64_t end, int tid);
+TPURT_API void tpurt_parallel_for(tpurt_kernel_ctx_t* ctx, int64_t n, int64_t grain,
+                                  tpurt_range_fn_t fn, void* user);
+TPURT_API int tpurt_kernel_num_threads(const tpurt_kernel_ctx_t* ctx);
+
+/* Host scratch memory, 64-byte aligned, valid until the kernel returns.
+ * NULL when it cannot be had (return RESOURCE_EXHAUSTED then). */
+TPURT_API void* tpurt_kernel_scratch(tpurt_kernel_ctx_t* ctx, size_t bytes);
+
+/* True in Debug mode: kernels bounds-check every index they read and return
+ * OUT_OF_RANGE naming the bad index. (Kernels check indices always when the
+ * check is cheap; Debug adds the expensive ones.) */
+TPURT_API bool tpurt_kernel_debug(const tpurt_kernel_ctx_t* ctx);
+
+/* Runs one kernel synchronously on the calling thread plus the default
+ * device's compute threads (tests, and the synchronous Debug path). */
+TPURT_API tpurt_status_t tpurt_kernel_run(tpurt_kernel_fn_t fn, const tpurt_op_call_t* call);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPURT_KERNEL_H_ */

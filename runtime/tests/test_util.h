@@ -1,0 +1,39 @@
+/* Minimal C test harness: CHECK macros and a closing "N passed, N failed" line. */
+#ifndef TPURT_TEST_UTIL_H_
+#define TPURT_TEST_UTIL_H_
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tpurt/tpurt.h"
+
+static int g_test_passed, g_test_failed;
+
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (cond) ++g_test_passed;                                               \
+    else { ++g_test_failed; fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } \
+  } while (0)
+
+#define CHECK_OK(expr)                                                       \
+  do {                                                                       \
+    tpurt_status_t s_ = (expr);                                              \
+    if (!s_) ++g_test_passed;                                                \
+    else { ++g_test_failed; fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, \
+                                    tpurt_status_code_name(tpurt_status_code(s_)), tpurt_status_message(s_)); \
+           tpurt_status_free(s_); } \
+  } while (0)
+
+#define CHECK_STATUS(expr, code)                                             \
+  do {                                                                       \
+    tpurt_status_t s_ = (expr);                                              \
+    if (tpurt_status_code(s_) == TPURT_STATUS_##code) ++g_test_passed;       \
+    else { ++g_test_failed; fprintf(stderr, "%s:%d: %s -> %s, expected %s\n", __FILE__, __LINE__, #expr, \
+                                    tpurt_status_code_name(tpurt_status_code(s_)), #code); } \
+    tpurt_status_free(s_);                                                   \
+  } while (0)
+
+static inline int test_finish(const char* name) {
+  printf("%s: %d passed, %d failed\n", name, g_test_passed, g_test_failed);
+  return g_test_failed ? 1 : 0;
+}
+#endif
