@@ -20,6 +20,7 @@ ASAN_TESTS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/asan-tests/%)
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 .PHONY: all runtime ext test-c test-c-asan clean
+.SECONDARY:
 all: runtime ext
 
 runtime: torch_tpu/lib/libtpurt.so

@@ -77,6 +77,13 @@ typedef tpurt_status_t (*tpurt_kernel_fn_t)(tpurt_kernel_ctx_t* ctx, const tpurt
 
 enum {
   TPURT_OP_ALIAS_SAFE = 1u << 0,  /* outputs may alias inputs element-for-element */
+  /* The kernel draws random numbers. Its Generator? argument (None included)
+   * arrives as TPURT_ARG_RNG; a schema without one (native_dropout) gets a
+   * TPURT_ARG_RNG appended after its last argument. The PyTorch layer reserves
+   * ceil(max numel of the call's tensors / 4) * 4 + 4 counter values for it.
+   * Random streams must depend only on (seed, offset, element index), never
+   * on the thread count. */
+  TPURT_OP_RANDOM = 1u << 1,
 };
 
 typedef struct tpurt_op_def_t {
