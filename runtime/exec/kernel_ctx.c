@@ -1,40 +1,117 @@
-/* Kernel context: the services a running kernel may use (parallel_for,
- * scratch memory, the Debug flag).
- * PLACEHOLDER: serial; the runtime-core work replaces this with the chip's
- * compute thread pool. */
+/* Kernel services: parallel_for over the chip's compute pool, per-queue
+ * scratch memory reused across kernels (no malloc once warm), the Debug flag,
+ * and tpurt_kernel_run for synchronous calls. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "tpurt/device.h"
+#include "exec/exec_internal.h"
 
-struct tpurt_kernel_ctx_t {
-  int num_threads;
-  bool debug;
-  void* scratch[8];
-  int num_scratch;
-};
+/* Scratch kept between kernels is capped so one huge temporary does not pin
+ * host memory forever. */
+#define SCRATCH_KEEP_MAX ((size_t)256 << 20)
+#define SCRATCH_ALIGN 64u
+
+void tpurt_scratch_init(tpurt_scratch_t* s) {
+  memset(s, 0, sizeof(*s));
+  pthread_mutex_init(&s->lock, NULL);
+}
+
+void tpurt_scratch_reset(tpurt_scratch_t* s) {
+  size_t high = s->used + s->overflow_bytes;
+  while (s->overflow) {
+    void* next = *(void**)s->overflow;
+    free(s->overflow);
+    s->overflow = next;
+  }
+  if (s->overflow_bytes && high <= SCRATCH_KEEP_MAX) {
+    /* Grow the kept buffer to this kernel's total so next time one piece serves. */
+    void* nb = NULL;
+    size_t ns = (high + 4095) & ~(size_t)4095;
+    if (posix_memalign(&nb, SCRATCH_ALIGN, ns) == 0) {
+      free(s->base);
+      s->base = nb;
+      s->size = ns;
+    }
+  }
+  s->used = 0;
+  s->overflow_bytes = 0;
+}
+
+void tpurt_scratch_deinit(tpurt_scratch_t* s) {
+  tpurt_scratch_reset(s);
+  free(s->base);
+  pthread_mutex_destroy(&s->lock);
+  memset(s, 0, sizeof(*s));
+}
+
+void* tpurt_kernel_scratch(tpurt_kernel_ctx_t* ctx, size_t bytes) {
+  if (!ctx || !ctx->scratch) return NULL;
+  tpurt_scratch_t* s = ctx->scratch;
+  if (bytes > ((size_t)1 << 62)) return NULL;
+  size_t need = (bytes + SCRATCH_ALIGN - 1) & ~(size_t)(SCRATCH_ALIGN - 1);
+  if (need == 0) need = SCRATCH_ALIGN;
+  void* p = NULL;
+  pthread_mutex_lock(&s->lock);
+  if (s->size - s->used >= need) {
+    p = s->base + s->used;
+    s->used += need;
+  } else {
+    void* chunk = NULL;
+    if (posix_memalign(&chunk, SCRATCH_ALIGN, need + SCRATCH_ALIGN) == 0) {
+      *(void**)chunk = s->overflow;
+      s->overflow = chunk;
+      s->overflow_bytes += need;
+      p = (uint8_t*)chunk + SCRATCH_ALIGN;
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  return p;
+}
 
 void tpurt_parallel_for(tpurt_kernel_ctx_t* ctx, int64_t n, int64_t grain, tpurt_range_fn_t fn,
                         void* user) {
-  (void)ctx;
-  (void)grain;
-  if (n > 0) fn(user, 0, n, 0);
+  if (n <= 0) return;
+  if (!ctx || !ctx->pool || ctx->num_threads <= 1) {
+    fn(user, 0, n, 0);
+    return;
+  }
+  tpurt_pool_parallel_for(ctx->pool, n, grain, fn, user);
 }
 
-int tpurt_kernel_num_threads(const tpurt_kernel_ctx_t* ctx) { return ctx ? ctx->num_threads : 1; }
-
-void* tpurt_kernel_scratch(tpurt_kernel_ctx_t* ctx, size_t bytes) {
-  if (ctx->num_scratch == 8) return NULL;
-  void* p = NULL;
-  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
-  ctx->scratch[ctx->num_scratch++] = p;
-  return p;
+int tpurt_kernel_num_threads(const tpurt_kernel_ctx_t* ctx) {
+  return (ctx && ctx->pool && ctx->num_threads > 1) ? ctx->num_threads : 1;
 }
 
 bool tpurt_kernel_debug(const tpurt_kernel_ctx_t* ctx) { return ctx && ctx->debug; }
 
+tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
+                                       const tpurt_op_call_t* call) {
+  tpurt_status_t s = fn(ctx, call);
+  if (ctx->scratch) tpurt_scratch_reset(ctx->scratch);
+  if (TPURT_UNLIKELY(s != NULL)) {
+    const char* name = call->name ? call->name : "?";
+    if (call->overload && call->overload[0])
+      s = tpurt_status_annotate(s, "aten::%s.%s", name, call->overload);
+    else
+      s = tpurt_status_annotate(s, "aten::%s", name);
+  }
+  return s;
+}
+
 tpurt_status_t tpurt_kernel_run(tpurt_kernel_fn_t fn, const tpurt_op_call_t* call) {
-  tpurt_kernel_ctx_t ctx = {.num_threads = 1, .debug = false};
+  if (!fn || !call) return TPURT_STATUS(INVALID_ARGUMENT, "tpurt_kernel_run: NULL kernel or call");
+  tpurt_device_t* dev = tpurt_device_default();
+  tpurt_scratch_t scratch;
+  tpurt_scratch_init(&scratch);
+  tpurt_kernel_ctx_t ctx = {
+      .pool = dev ? dev->pool : NULL,
+      .num_threads = dev ? dev->num_threads : 1,
+      .debug = tpurt_exec_mode_get() == TPURT_EXEC_DEBUG,
+      .scratch = &scratch,
+  };
+  /* Unannotated: callers (tests, ops) see the kernel's own message. */
   tpurt_status_t s = fn(&ctx, call);
-  for (int i = 0; i < ctx.num_scratch; ++i) free(ctx.scratch[i]);
+  tpurt_scratch_deinit(&scratch);
   return s;
 }

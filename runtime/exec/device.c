@@ -1,0 +1,220 @@
+/* Process-wide runtime state: tpurt_init reads the environment and creates
+ * the chips this process drives (each: a HAL device, its compute pool, its
+ * caching allocator and default queue); the execution mode; host<->device
+ * copies. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "exec/exec_internal.h"
+
+#define DEFAULT_HBM_BYTES ((uint64_t)16 << 30)
+#define MAX_CHIPS 64
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static tpurt_status_t g_init_status; /* kept; callers get copies */
+static tpurt_device_t* g_devices[MAX_CHIPS];
+static int g_num_devices;
+static _Atomic int g_exec_mode = TPURT_EXEC_STRICT;
+/* Set in a child forked after init: it has no queue threads and shares the
+ * parent's HBM mapping, so it must not touch the device (as with CUDA). */
+_Atomic bool tpurt_forked_child;
+
+static void on_fork_child(void) { atomic_store(&tpurt_forked_child, true); }
+
+tpurt_status_t tpurt_fork_check(void) {
+  return TPURT_STATUS(FAILED_PRECONDITION,
+                      "the vTPU runtime was initialized before fork(); a forked child cannot use "
+                      "the device (use the 'spawn' start method)");
+}
+
+static int host_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static uint64_t host_ram(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : DEFAULT_HBM_BYTES;
+}
+
+static tpurt_status_t env_int(const char* name, int lo, int hi, int* out) {
+  const char* v = getenv(name);
+  if (!v || !*v) return TPURT_OK;
+  char* end = NULL;
+  long x = strtol(v, &end, 10);
+  if (*end || x < lo || x > hi)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s=%s: expected an integer in [%d, %d]", name, v, lo, hi);
+  *out = (int)x;
+  return TPURT_OK;
+}
+
+static tpurt_status_t device_create(int index, uint64_t hbm_bytes, int num_threads,
+                                    tpurt_device_t** out) {
+  const char* drv_name = getenv("TORCH_TPU_DRIVER");
+  const tpurt_hal_driver_t* drv = tpurt_hal_driver_find(drv_name);
+  if (!drv) return TPURT_STATUS(NOT_FOUND, "TORCH_TPU_DRIVER=%s: no such device driver", drv_name);
+  tpurt_device_t* d = calloc(1, sizeof(*d));
+  if (!d) return TPURT_STATUS(RESOURCE_EXHAUSTED, "out of host memory");
+  d->index = index;
+  d->driver = drv;
+  pthread_mutex_init(&d->queues_lock, NULL);
+  tpurt_hal_device_params_t params = {.index = index, .hbm_bytes = hbm_bytes};
+  tpurt_status_t s = drv->device_create(&params, &d->hal);
+  if (!s) s = drv->device_query(d->hal, &d->props);
+  if (s) goto fail;
+  d->hbm_base = d->props.hbm_base;
+  d->hbm_bytes = d->props.hbm_bytes;
+  d->num_threads = num_threads;
+  s = tpurt_pool_create(num_threads, &d->pool);
+  if (s) goto fail;
+  s = tpurt_allocator_create(d, &d->allocator);
+  if (s) goto fail;
+  s = tpurt_queue_create_internal(d, 0, 0, &d->default_queue);
+  if (s) goto fail;
+  *out = d;
+  return TPURT_OK;
+fail:
+  /* Only reached before the default queue exists. */
+  tpurt_allocator_destroy(d->allocator);
+  tpurt_pool_destroy(d->pool);
+  if (d->hal) drv->device_destroy(d->hal);
+  pthread_mutex_destroy(&d->queues_lock);
+  free(d);
+  return tpurt_status_annotate(s, "creating vTPU chip %d", index);
+}
+
+static void init_once(void) {
+  tpurt_status_t s = TPURT_OK;
+  pthread_atfork(NULL, NULL, on_fork_child);
+  const char* blocking = getenv("TPU_LAUNCH_BLOCKING");
+  if (blocking && blocking[0] == '1') atomic_store(&g_exec_mode, TPURT_EXEC_DEBUG);
+
+  int num_chips = 1;
+  s = env_int("TORCH_TPU_NUM_CHIPS", 1, MAX_CHIPS, &num_chips);
+  if (s) goto done;
+  int cores = host_cores();
+  int threads = cores / num_chips > 0 ? cores / num_chips : 1;
+  s = env_int("TORCH_TPU_NUM_THREADS", 1, 1024, &threads);
+  if (s) goto done;
+
+  /* Capacity is a limit, not a commitment (pages are committed on touch), but
+   * keep it within 3/4 of RAM across the chips so a full chip cannot take the
+   * host down. */
+  uint64_t ram_cap = host_ram() / 4 * 3 / (uint64_t)num_chips;
+  uint64_t hbm = DEFAULT_HBM_BYTES < ram_cap ? DEFAULT_HBM_BYTES : ram_cap;
+  const char* hv = getenv("TORCH_TPU_HBM_BYTES");
+  if (hv && *hv) {
+    if (!tpurt_bytes_parse(hv, &hbm) || hbm == 0) {
+      s = TPURT_STATUS(INVALID_ARGUMENT,
+                       "TORCH_TPU_HBM_BYTES=%s: expected a byte count such as 17179869184 or 16G", hv);
+      goto done;
+    }
+    if (hbm > ram_cap) {
+      TPURT_LOG(WARNING, "TORCH_TPU_HBM_BYTES=%s exceeds 3/4 of host RAM per chip; using %llu bytes",
+                hv, (unsigned long long)ram_cap);
+      hbm = ram_cap;
+    }
+  }
+  hbm &= ~(uint64_t)511;
+  for (int i = 0; i < num_chips; ++i) {
+    s = device_create(i, hbm, threads, &g_devices[i]);
+    if (s) goto done;
+    g_num_devices = i + 1;
+  }
+done:
+  g_init_status = s;
+}
+
+tpurt_status_t tpurt_init(void) {
+  pthread_once(&g_once, init_once);
+  if (TPURT_UNLIKELY(atomic_load_explicit(&tpurt_forked_child, memory_order_relaxed)))
+    return tpurt_fork_check();
+  if (!g_init_status) return TPURT_OK;
+  return tpurt_status_make(tpurt_status_code(g_init_status), NULL, 0, "tpurt_init: %s",
+                           tpurt_status_message(g_init_status));
+}
+
+tpurt_device_t* tpurt_device_default(void) {
+  pthread_once(&g_once, init_once);
+  return g_num_devices > 0 ? g_devices[0] : NULL;
+}
+
+int tpurt_device_count(void) {
+  pthread_once(&g_once, init_once);
+  return g_num_devices;
+}
+
+tpurt_status_t tpurt_device_get(int index, tpurt_device_t** out_device) {
+  if (!out_device) return TPURT_STATUS(INVALID_ARGUMENT, "device_get: NULL out_device");
+  *out_device = NULL;
+  TPURT_RETURN_IF_ERROR(tpurt_init());
+  TPURT_RETURN_IF_FORKED();
+  if (index < 0 || index >= g_num_devices)
+    return TPURT_STATUS(INVALID_ARGUMENT, "device_get: chip %d out of range (this process has %d)",
+                        index, g_num_devices);
+  *out_device = g_devices[index];
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_device_query(tpurt_device_t* d, tpurt_device_info_t* out) {
+  if (!d || !out) return TPURT_STATUS(INVALID_ARGUMENT, "device_query: NULL argument");
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "%s", d->props.name);
+  out->index = d->index;
+  out->hbm_bytes = d->hbm_bytes;
+  out->num_threads = d->num_threads;
+  return TPURT_OK;
+}
+
+tpurt_queue_t* tpurt_device_default_queue(tpurt_device_t* d) { return d ? d->default_queue : NULL; }
+
+void tpurt_exec_mode_set(tpurt_exec_mode_t mode) {
+  if (mode >= TPURT_EXEC_STRICT && mode <= TPURT_EXEC_DEFER_AND_FUSE) atomic_store(&g_exec_mode, mode);
+}
+
+tpurt_exec_mode_t tpurt_exec_mode_get(void) { return (tpurt_exec_mode_t)atomic_load(&g_exec_mode); }
+
+/* ---- host <-> device copies ---- */
+
+static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, const void* src,
+                                size_t bytes, bool to_device) {
+  const char* what = to_device ? "memcpy_h2d" : "memcpy_d2h";
+  if (!d) return TPURT_STATUS(INVALID_ARGUMENT, "%s: NULL device", what);
+  if (!q) q = d->default_queue;
+  if (q->device != d) return TPURT_STATUS(INVALID_ARGUMENT, "%s: queue is on another chip", what);
+  TPURT_RETURN_IF_FORKED();
+  if (bytes == 0) return TPURT_OK;
+  if (!dst || !src) return TPURT_STATUS(INVALID_ARGUMENT, "%s: NULL pointer", what);
+  const void* dev_ptr = to_device ? dst : src;
+  if (!tpurt_device_range_ok(d, dev_ptr, bytes))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: [%p, +%zu bytes) is not inside chip %d's memory", what,
+                        dev_ptr, bytes, d->index);
+  if (tpurt_queue_current() == q)
+    return TPURT_STATUS(FAILED_PRECONDITION, "%s from the queue's own thread", what);
+  /* Queued work may still read/write these bytes: wait for it. A kernel error
+   * kept by the queue surfaces here, as at any sync point. */
+  tpurt_queue_wait_point(q, tpurt_queue_point(q));
+  TPURT_RETURN_IF_ERROR(tpurt_queue_take_error(q));
+  memcpy(dst, src, bytes);
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_memcpy_h2d(tpurt_device_t* d, tpurt_queue_t* q, void* dst, const void* src,
+                                size_t bytes) {
+  return host_copy(d, q, dst, src, bytes, true);
+}
+
+tpurt_status_t tpurt_memcpy_d2h(tpurt_device_t* d, tpurt_queue_t* q, void* dst, const void* src,
+                                size_t bytes) {
+  return host_copy(d, q, dst, src, bytes, false);
+}

@@ -1,0 +1,467 @@
+/* The elementwise engine: broadcast inputs against the output shape, reorder
+ * dimensions so the innermost one has the smallest output stride, coalesce
+ * dimensions that are contiguous for every operand, cast operands whose dtype
+ * differs from the loop dtype through small per-thread buffers, and hand
+ * contiguous runs to the op's inner loop across threads. Also the strided
+ * dtype converters (the heart of copy_) and PyTorch's result_type rules. */
+#include "ops/elementwise/elementwise.h"
+
+#include <string.h>
+
+/* Elements per cast chunk: small enough that every buffer stays in L1/L2. */
+#define EW_CHUNK 1024
+#define EW_DEFAULT_GRAIN 32768
+
+/* ------------------------------------------------------------------------ */
+/* Converters: one function per (dst, src) dtype pair, generated.             */
+
+typedef void (*ew_convert_fn_t)(char* dst, int64_t ds, const char* src, int64_t ss, int64_t n);
+
+/* storage type, and how a stored value becomes an arithmetic one */
+#define CT_b uint8_t
+#define CT_u8 uint8_t
+#define CT_i8 int8_t
+#define CT_i16 int16_t
+#define CT_i32 int32_t
+#define CT_i64 int64_t
+#define CT_f16 uint16_t
+#define CT_bf16 uint16_t
+#define CT_f32 float
+#define CT_f64 double
+#define FROM_b(x) ((x) != 0)
+#define FROM_u8(x) (x)
+#define FROM_i8(x) (x)
+#define FROM_i16(x) (x)
+#define FROM_i32(x) (x)
+#define FROM_i64(x) (x)
+#define FROM_f16(x) tpurt_f16_to_f32(x)
+#define FROM_bf16(x) tpurt_bf16_to_f32(x)
+#define FROM_f32(x) (x)
+#define FROM_f64(x) (x)
+/* Narrow integers go through int64 as PyTorch's uint8 cast does (a float
+ * cast straight to a narrow type is undefined in C). */
+#define TO_b(v) ((uint8_t)((v) != 0))
+#define TO_u8(v) ((uint8_t)(int64_t)(v))
+#define TO_i8(v) ((int8_t)(int64_t)(v))
+#define TO_i16(v) ((int16_t)(int64_t)(v))
+#define TO_i32(v) ((int32_t)(int64_t)(v))
+#define TO_i64(v) ((int64_t)(v))
+#define TO_f16(v) tpurt_f32_to_f16((float)(v))
+#define TO_bf16(v) tpurt_f32_to_bf16((float)(v))
+#define TO_f32(v) ((float)(v))
+#define TO_f64(v) ((double)(v))
+
+#define DEF_CONVERT(D, S)                                                                  \
+  static void ew_convert_##D##_##S(char* dst, int64_t ds, const char* src, int64_t ss,    \
+                                   int64_t n) {                                            \
+    if (ds == (int64_t)sizeof(CT_##D) && ss == (int64_t)sizeof(CT_##S)) {                  \
+      CT_##D* d = (CT_##D*)dst;                                                            \
+      const CT_##S* s = (const CT_##S*)src;                                                \
+      _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i) d[i] = TO_##D(FROM_##S(s[i]));  \
+    } else {                                                                               \
+      for (int64_t i = 0; i < n; ++i)                                                      \
+        *(CT_##D*)(dst + i * ds) = TO_##D(FROM_##S(*(const CT_##S*)(src + i * ss)));       \
+    }                                                                                      \
+  }
+#define DEF_CONVERT_ROW(D)                                                                 \
+  DEF_CONVERT(D, b) DEF_CONVERT(D, u8) DEF_CONVERT(D, i8) DEF_CONVERT(D, i16)              \
+  DEF_CONVERT(D, i32) DEF_CONVERT(D, i64) DEF_CONVERT(D, f16) DEF_CONVERT(D, bf16)         \
+  DEF_CONVERT(D, f32) DEF_CONVERT(D, f64)
+DEF_CONVERT_ROW(b)
+DEF_CONVERT_ROW(u8)
+DEF_CONVERT_ROW(i8)
+DEF_CONVERT_ROW(i16)
+DEF_CONVERT_ROW(i32)
+DEF_CONVERT_ROW(i64)
+DEF_CONVERT_ROW(f16)
+DEF_CONVERT_ROW(bf16)
+DEF_CONVERT_ROW(f32)
+DEF_CONVERT_ROW(f64)
+
+#define CONVERT_ROW(D)                                                                       \
+  {ew_convert_##D##_b,   ew_convert_##D##_u8,  ew_convert_##D##_i8,   ew_convert_##D##_i16, \
+   ew_convert_##D##_i32, ew_convert_##D##_i64, ew_convert_##D##_f16,  ew_convert_##D##_bf16, \
+   ew_convert_##D##_f32, ew_convert_##D##_f64}
+/* indexed [dst][src] in tpurt_dtype_t order */
+static const ew_convert_fn_t kConvert[TPURT_DTYPE_COUNT][TPURT_DTYPE_COUNT] = {
+    CONVERT_ROW(b),   CONVERT_ROW(u8),  CONVERT_ROW(i8),   CONVERT_ROW(i16), CONVERT_ROW(i32),
+    CONVERT_ROW(i64), CONVERT_ROW(f16), CONVERT_ROW(bf16), CONVERT_ROW(f32), CONVERT_ROW(f64),
+};
+
+/* Same dtype: a byte copy by element size (bool bytes are copied as they are,
+ * as PyTorch does). */
+static void ew_copy_same(char* dst, int64_t ds, const char* src, int64_t ss, int64_t n, size_t size) {
+  if (ds == (int64_t)size && ss == (int64_t)size) {
+    memmove(dst, src, (size_t)n * size);
+    return;
+  }
+  switch (size) {
+    case 1: for (int64_t i = 0; i < n; ++i) *(uint8_t*)(dst + i * ds) = *(const uint8_t*)(src + i * ss); break;
+    case 2: for (int64_t i = 0; i < n; ++i) *(uint16_t*)(dst + i * ds) = *(const uint16_t*)(src + i * ss); break;
+    case 4: for (int64_t i = 0; i < n; ++i) *(uint32_t*)(dst + i * ds) = *(const uint32_t*)(src + i * ss); break;
+    default: for (int64_t i = 0; i < n; ++i) *(uint64_t*)(dst + i * ds) = *(const uint64_t*)(src + i * ss); break;
+  }
+}
+
+void tpurt_ew_convert_strided(tpurt_dtype_t dst_dtype, void* dst, int64_t dst_stride, tpurt_dtype_t src_dtype,
+                              const void* src, int64_t src_stride, int64_t n) {
+  if (n <= 0) return;
+  if (dst_dtype == src_dtype && dst_dtype != TPURT_DTYPE_BOOL) {
+    ew_copy_same((char*)dst, dst_stride, (const char*)src, src_stride, n, tpurt_dtype_size(dst_dtype));
+    return;
+  }
+  kConvert[dst_dtype][src_dtype]((char*)dst, dst_stride, (const char*)src, src_stride, n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* result_type                                                                */
+
+static tpurt_dtype_t promote_skip(tpurt_dtype_t a, tpurt_dtype_t b) {
+  if (a == TPURT_DTYPE_INVALID) return b;
+  if (b == TPURT_DTYPE_INVALID) return a;
+  return tpurt_dtype_promote(a, b);
+}
+
+static tpurt_dtype_t combine_categories(tpurt_dtype_t higher, tpurt_dtype_t lower) {
+  if (higher != TPURT_DTYPE_INVALID && tpurt_dtype_is_floating(higher)) return higher;
+  if (higher == TPURT_DTYPE_BOOL || (lower != TPURT_DTYPE_INVALID && tpurt_dtype_is_floating(lower)))
+    return promote_skip(higher, lower);
+  return higher != TPURT_DTYPE_INVALID ? higher : lower;
+}
+
+tpurt_dtype_t tpurt_ew_result_type(const tpurt_arg_t* const* operands, int n) {
+  tpurt_dtype_t dim = TPURT_DTYPE_INVALID, zero = TPURT_DTYPE_INVALID, wrapped = TPURT_DTYPE_INVALID;
+  for (int k = 0; k < n; ++k) {
+    const tpurt_arg_t* a = operands[k];
+    if (!a) continue;
+    switch (a->kind) {
+      case TPURT_ARG_TENSOR:
+        if (!a->v.tensor) break;
+        if (a->v.tensor->ndim > 0) dim = promote_skip(dim, a->v.tensor->dtype);
+        else zero = promote_skip(zero, a->v.tensor->dtype);
+        break;
+      case TPURT_ARG_INT: wrapped = promote_skip(wrapped, TPURT_DTYPE_INT64); break;
+      case TPURT_ARG_DOUBLE: wrapped = promote_skip(wrapped, TPURT_DTYPE_FLOAT32); break;
+      case TPURT_ARG_BOOL: wrapped = promote_skip(wrapped, TPURT_DTYPE_BOOL); break;
+      default: break;
+    }
+  }
+  return combine_categories(dim, combine_categories(zero, wrapped));
+}
+
+const tpurt_tensor_t* tpurt_ew_arg_as_tensor(const tpurt_arg_t* arg, tpurt_tensor_t* t, void* storage8) {
+  if (!arg) return NULL;
+  switch (arg->kind) {
+    case TPURT_ARG_TENSOR: return arg->v.tensor;
+    case TPURT_ARG_INT: memcpy(storage8, &arg->v.i, 8); t->dtype = TPURT_DTYPE_INT64; break;
+    case TPURT_ARG_DOUBLE: memcpy(storage8, &arg->v.d, 8); t->dtype = TPURT_DTYPE_FLOAT64; break;
+    case TPURT_ARG_BOOL: *(uint8_t*)storage8 = arg->v.b ? 1 : 0; t->dtype = TPURT_DTYPE_BOOL; break;
+    default: return NULL;
+  }
+  t->data = storage8;
+  t->ndim = 0;
+  return t;
+}
+
+double tpurt_ew_arg_double(const tpurt_arg_t* arg) {
+  switch (arg->kind) {
+    case TPURT_ARG_INT: return (double)arg->v.i;
+    case TPURT_ARG_DOUBLE: return arg->v.d;
+    case TPURT_ARG_BOOL: return arg->v.b ? 1.0 : 0.0;
+    case TPURT_ARG_TENSOR: return arg->v.tensor ? tpurt_dtype_load_f64(arg->v.tensor->dtype, arg->v.tensor->data) : 0.0;
+    default: return 0.0;
+  }
+}
+
+int64_t tpurt_ew_arg_int(const tpurt_arg_t* arg) {
+  switch (arg->kind) {
+    case TPURT_ARG_INT: return arg->v.i;
+    case TPURT_ARG_DOUBLE: return (int64_t)arg->v.d;
+    case TPURT_ARG_BOOL: return arg->v.b ? 1 : 0;
+    case TPURT_ARG_TENSOR: return arg->v.tensor ? tpurt_dtype_load_i64(arg->v.tensor->dtype, arg->v.tensor->data) : 0;
+    default: return 0;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The iterator                                                               */
+
+typedef struct ew_iter_t {
+  const tpurt_ew_config_t* cfg;
+  int nops;
+  int ndim;                                             /* >= 1 */
+  int64_t shape[TPURT_MAX_DIMS];                        /* innermost first */
+  int64_t strides[TPURT_EW_MAX_OPERANDS][TPURT_MAX_DIMS]; /* bytes */
+  char* data[TPURT_EW_MAX_OPERANDS];
+  tpurt_dtype_t dtypes[TPURT_EW_MAX_OPERANDS];          /* as stored */
+  bool cast[TPURT_EW_MAX_OPERANDS];
+  bool any_cast;
+  char* scratch;                                        /* per thread: nops * EW_CHUNK * 8 */
+  _Alignas(8) char scalar_buf[TPURT_EW_MAX_OPERANDS][8]; /* broadcast inputs, pre-cast */
+} ew_iter_t;
+
+/* Broadcast against outputs[0]; fills it->shape/strides in natural order
+ * (outermost first) for `full_ndim` dims. */
+static tpurt_status_t ew_broadcast(const tpurt_ew_config_t* cfg, int64_t* shape, int* out_ndim,
+                                   int64_t strides[][TPURT_MAX_DIMS]) {
+  const tpurt_tensor_t* o0 = cfg->tensors[0];
+  int nd = o0->ndim;
+  if (nd < 0 || nd > TPURT_MAX_DIMS) return TPURT_STATUS(INVALID_ARGUMENT, "%s: bad ndim %d", cfg->op, nd);
+  for (int d = 0; d < nd; ++d) shape[d] = o0->sizes[d];
+  int nops = cfg->num_outputs + cfg->num_inputs;
+  for (int k = 0; k < nops; ++k) {
+    const tpurt_tensor_t* t = cfg->tensors[k];
+    if (!t) return TPURT_STATUS(INVALID_ARGUMENT, "%s: operand %d is missing", cfg->op, k);
+    size_t es = tpurt_dtype_size(t->dtype);
+    if (k < cfg->num_outputs) {
+      bool same = t->ndim == nd;
+      for (int d = 0; same && d < nd; ++d) same = t->sizes[d] == shape[d];
+      if (!same) return TPURT_STATUS(INVALID_ARGUMENT, "%s: outputs differ in shape", cfg->op);
+      for (int d = 0; d < nd; ++d) strides[k][d] = t->strides[d] * (int64_t)es;
+      continue;
+    }
+    if (t->ndim > nd)
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: input %d has %d dims, output has %d", cfg->op,
+                          k - cfg->num_outputs, t->ndim, nd);
+    int off = nd - t->ndim;
+    for (int d = 0; d < nd; ++d) {
+      int di = d - off;
+      if (di < 0 || t->sizes[di] == 1) {
+        strides[k][d] = 0;
+      } else if (t->sizes[di] == shape[d]) {
+        strides[k][d] = t->strides[di] * (int64_t)es;
+      } else {
+        return TPURT_STATUS(INVALID_ARGUMENT,
+                            "%s: input %d of size %lld at dim %d does not broadcast to output size %lld",
+                            cfg->op, k - cfg->num_outputs, (long long)t->sizes[di], di,
+                            (long long)shape[d]);
+      }
+    }
+  }
+  *out_ndim = nd;
+  return TPURT_OK;
+}
+
+/* PyTorch's reorder rule: dim a goes inside dim b when the first operand
+ * whose strides in both are nonzero has the smaller stride there. */
+static int ew_should_swap(const ew_iter_t* it, const int64_t strides[][TPURT_MAX_DIMS], const int64_t* shape,
+                          int d0, int d1) {
+  for (int k = 0; k < it->nops; ++k) {
+    int64_t s0 = strides[k][d0], s1 = strides[k][d1];
+    if (s0 == 0 || s1 == 0) continue;
+    if (s0 < s1) return -1;
+    if (s0 > s1) return 1;
+    if (shape[d0] > shape[d1]) return 1;
+  }
+  return 0;
+}
+
+static tpurt_status_t ew_iter_init(ew_iter_t* it, const tpurt_ew_config_t* cfg, int64_t* out_numel) {
+  memset(it, 0, sizeof(*it));
+  it->cfg = cfg;
+  it->nops = cfg->num_outputs + cfg->num_inputs;
+  if (cfg->num_outputs < 1 || cfg->num_inputs < 0 || it->nops > TPURT_EW_MAX_OPERANDS)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: bad operand count", cfg->op);
+  int64_t shape[TPURT_MAX_DIMS];
+  int64_t strides[TPURT_EW_MAX_OPERANDS][TPURT_MAX_DIMS];
+  int nd = 0;
+  TPURT_RETURN_IF_ERROR(ew_broadcast(cfg, shape, &nd, strides));
+  int64_t numel = 1;
+  for (int d = 0; d < nd; ++d) numel *= shape[d];
+  *out_numel = numel;
+  for (int k = 0; k < it->nops; ++k) {
+    const tpurt_tensor_t* t = cfg->tensors[k];
+    it->data[k] = (char*)t->data;
+    it->dtypes[k] = t->dtype;
+    if (cfg->loop_dtypes[k] < 0 || cfg->loop_dtypes[k] >= TPURT_DTYPE_COUNT || t->dtype < 0 ||
+        t->dtype >= TPURT_DTYPE_COUNT)
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: bad dtype for operand %d", cfg->op, k);
+    it->cast[k] = t->dtype != cfg->loop_dtypes[k];
+  }
+  if (numel == 0) return TPURT_OK;
+  /* Inputs broadcast everywhere (scalars): cast once, here. */
+  for (int k = cfg->num_outputs; k < it->nops; ++k) {
+    bool all0 = true;
+    for (int d = 0; d < nd; ++d) all0 = all0 && (strides[k][d] == 0 || shape[d] == 1);
+    if (all0 && it->cast[k]) {
+      tpurt_ew_convert_strided(cfg->loop_dtypes[k], it->scalar_buf[k], 0, it->dtypes[k], it->data[k], 0, 1);
+      it->data[k] = it->scalar_buf[k];
+      it->dtypes[k] = cfg->loop_dtypes[k];
+      it->cast[k] = false;
+    }
+    if (all0)
+      for (int d = 0; d < nd; ++d) strides[k][d] = 0;
+  }
+  for (int k = 0; k < it->nops; ++k) it->any_cast = it->any_cast || it->cast[k];
+  /* Drop size-1 dims; order the rest innermost first. */
+  int perm[TPURT_MAX_DIMS], n = 0;
+  for (int d = nd - 1; d >= 0; --d)
+    if (shape[d] != 1) perm[n++] = d;
+  for (int i = 1; i < n; ++i) {
+    int d1 = i;
+    for (int d0 = i - 1; d0 >= 0; --d0) {
+      int c = ew_should_swap(it, (const int64_t(*)[TPURT_MAX_DIMS])strides, shape, perm[d0], perm[d1]);
+      if (c > 0) {
+        int tmp = perm[d0];
+        perm[d0] = perm[d1];
+        perm[d1] = tmp;
+        d1 = d0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  if (n == 0) {
+    it->ndim = 1;
+    it->shape[0] = 1;
+    for (int k = 0; k < it->nops; ++k) it->strides[k][0] = 0;
+    return TPURT_OK;
+  }
+  /* Coalesce neighbours that are one run for every operand. */
+  int m = 0;
+  it->shape[0] = shape[perm[0]];
+  for (int k = 0; k < it->nops; ++k) it->strides[k][0] = strides[k][perm[0]];
+  for (int i = 1; i < n; ++i) {
+    int d = perm[i];
+    bool can = true;
+    for (int k = 0; k < it->nops && can; ++k) can = it->strides[k][m] * it->shape[m] == strides[k][d];
+    if (can) {
+      it->shape[m] *= shape[d];
+    } else {
+      ++m;
+      it->shape[m] = shape[d];
+      for (int k = 0; k < it->nops; ++k) it->strides[k][m] = strides[k][d];
+    }
+  }
+  it->ndim = m + 1;
+  return TPURT_OK;
+}
+
+static void ew_segment(const ew_iter_t* it, char** ptrs, int64_t len, int tid) {
+  const tpurt_ew_config_t* cfg = it->cfg;
+  int64_t inner[TPURT_EW_MAX_OPERANDS];
+  for (int k = 0; k < it->nops; ++k) inner[k] = it->strides[k][0];
+  if (!it->any_cast) {
+    cfg->loop(ptrs, inner, len, cfg->user);
+    return;
+  }
+  char* bufs = it->scratch + (size_t)tid * it->nops * EW_CHUNK * 8;
+  char* lp[TPURT_EW_MAX_OPERANDS];
+  int64_t ls[TPURT_EW_MAX_OPERANDS];
+  for (int64_t c = 0; c < len; c += EW_CHUNK) {
+    int64_t m = len - c < EW_CHUNK ? len - c : EW_CHUNK;
+    for (int k = 0; k < it->nops; ++k) {
+      char* p = ptrs[k] + c * inner[k];
+      if (!it->cast[k]) {
+        lp[k] = p;
+        ls[k] = inner[k];
+        continue;
+      }
+      lp[k] = bufs + (size_t)k * EW_CHUNK * 8;
+      ls[k] = (int64_t)tpurt_dtype_size(cfg->loop_dtypes[k]);
+      if (k >= cfg->num_outputs)
+        tpurt_ew_convert_strided(cfg->loop_dtypes[k], lp[k], ls[k], it->dtypes[k], p, inner[k], m);
+    }
+    cfg->loop(lp, ls, m, cfg->user);
+    for (int k = 0; k < cfg->num_outputs; ++k)
+      if (it->cast[k])
+        tpurt_ew_convert_strided(it->dtypes[k], ptrs[k] + c * inner[k], inner[k], cfg->loop_dtypes[k], lp[k],
+                                 ls[k], m);
+  }
+}
+
+static void ew_range(void* user, int64_t begin, int64_t end, int tid) {
+  const ew_iter_t* it = (const ew_iter_t*)user;
+  int64_t idx[TPURT_MAX_DIMS];
+  int64_t rem = begin;
+  for (int d = 0; d < it->ndim; ++d) {
+    idx[d] = rem % it->shape[d];
+    rem /= it->shape[d];
+  }
+  char* ptrs[TPURT_EW_MAX_OPERANDS];
+  int64_t pos = begin;
+  while (pos < end) {
+    int64_t len = it->shape[0] - idx[0];
+    if (len > end - pos) len = end - pos;
+    for (int k = 0; k < it->nops; ++k) {
+      char* p = it->data[k];
+      for (int d = 0; d < it->ndim; ++d) p += idx[d] * it->strides[k][d];
+      ptrs[k] = p;
+    }
+    ew_segment(it, ptrs, len, tid);
+    pos += len;
+    idx[0] += len;
+    for (int d = 0; d < it->ndim - 1 && idx[d] >= it->shape[d]; ++d) {
+      idx[d] = 0;
+      ++idx[d + 1];
+    }
+  }
+}
+
+tpurt_status_t tpurt_ew_run(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg) {
+  ew_iter_t it;
+  int64_t numel = 0;
+  TPURT_RETURN_IF_ERROR(ew_iter_init(&it, cfg, &numel));
+  if (numel == 0) return TPURT_OK;
+  if (it.any_cast) {
+    int nt = tpurt_kernel_num_threads(ctx);
+    if (nt < 1) nt = 1;
+    it.scratch = (char*)tpurt_kernel_scratch(ctx, (size_t)nt * it.nops * EW_CHUNK * 8);
+    if (!it.scratch) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch memory for casts", cfg->op);
+  }
+  int64_t grain = cfg->grain > 0 ? cfg->grain : EW_DEFAULT_GRAIN;
+  tpurt_parallel_for(ctx, numel, grain, ew_range, &it);
+  return TPURT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reference: one element at a time through tpurt_dtype_load/store.          */
+
+static void ref_cast1(tpurt_dtype_t dst_dtype, void* dst, tpurt_dtype_t src_dtype, const void* src) {
+  if (!tpurt_dtype_is_floating(dst_dtype) && !tpurt_dtype_is_floating(src_dtype))
+    tpurt_dtype_store_i64(dst_dtype, dst, tpurt_dtype_load_i64(src_dtype, src));
+  else
+    tpurt_dtype_store_f64(dst_dtype, dst, tpurt_dtype_load_f64(src_dtype, src));
+}
+
+tpurt_status_t tpurt_ew_run_reference(const tpurt_ew_config_t* cfg, tpurt_ew_ref_fn_t fn, void* user) {
+  int64_t shape[TPURT_MAX_DIMS];
+  int64_t strides[TPURT_EW_MAX_OPERANDS][TPURT_MAX_DIMS];
+  int nd = 0;
+  int nops = cfg->num_outputs + cfg->num_inputs;
+  if (cfg->num_outputs < 1 || nops > TPURT_EW_MAX_OPERANDS)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: bad operand count", cfg->op);
+  TPURT_RETURN_IF_ERROR(ew_broadcast(cfg, shape, &nd, strides));
+  int64_t numel = 1;
+  for (int d = 0; d < nd; ++d) numel *= shape[d];
+  int64_t idx[TPURT_MAX_DIMS] = {0};
+  for (int64_t e = 0; e < numel; ++e) {
+    tpurt_ew_value_t in[TPURT_EW_MAX_OPERANDS], out[TPURT_EW_MAX_OPERANDS];
+    char* ptr[TPURT_EW_MAX_OPERANDS];
+    for (int k = 0; k < nops; ++k) {
+      ptr[k] = (char*)cfg->tensors[k]->data;
+      for (int d = 0; d < nd; ++d) ptr[k] += idx[d] * strides[k][d];
+    }
+    for (int k = cfg->num_outputs; k < nops; ++k) {
+      _Alignas(8) char tmp[8];
+      tpurt_dtype_t ld = cfg->loop_dtypes[k];
+      ref_cast1(ld, tmp, cfg->tensors[k]->dtype, ptr[k]);
+      in[k - cfg->num_outputs].d = tpurt_dtype_load_f64(ld, tmp);
+      in[k - cfg->num_outputs].i = tpurt_dtype_load_i64(ld, tmp);
+    }
+    memset(out, 0, sizeof(out));
+    fn(out, in, user);
+    for (int k = 0; k < cfg->num_outputs; ++k) {
+      _Alignas(8) char tmp[8];
+      tpurt_dtype_t ld = cfg->loop_dtypes[k];
+      if (tpurt_dtype_is_floating(ld)) tpurt_dtype_store_f64(ld, tmp, out[k].d);
+      else tpurt_dtype_store_i64(ld, tmp, out[k].i);
+      ref_cast1(cfg->tensors[k]->dtype, ptr[k], ld, tmp);
+    }
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return TPURT_OK;
+}

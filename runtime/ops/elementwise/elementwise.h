@@ -1,0 +1,97 @@
+/* The elementwise engine (a small TensorIterator): broadcasting, dimension
+ * reordering and coalescing, dtype casts in chunks, thread splitting, and the
+ * inner-loop contract every elementwise kernel (and the reductions, if they
+ * like) is written against. Also PyTorch's result_type rules and the strided
+ * dtype converters that copy_ is built on. */
+#ifndef TPURT_OPS_ELEMENTWISE_H_
+#define TPURT_OPS_ELEMENTWISE_H_
+
+#include "tpurt/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPURT_EW_MAX_OPERANDS 8
+
+/* The inner loop: n elements; data[k] and strides[k] (bytes, may be 0) for
+ * operand k, outputs first. Every operand is already in the loop dtype the
+ * caller asked for. Loops check for the contiguous case themselves (strides
+ * equal to the element size) and vectorize it. */
+typedef void (*tpurt_ew_loop_fn_t)(char** data, const int64_t* strides, int64_t n, void* user);
+
+/* Scalar (double / int64) used by reference kernels: `d` for floating loop
+ * dtypes, `i` for integer and bool ones. */
+typedef struct tpurt_ew_value_t {
+  double d;
+  int64_t i;
+} tpurt_ew_value_t;
+/* A reference computation of one element: in[k] are the inputs in their loop
+ * dtypes, out[k] the outputs (write `d` when that output's loop dtype is
+ * floating, else `i`). */
+typedef void (*tpurt_ew_ref_fn_t)(tpurt_ew_value_t* out, const tpurt_ew_value_t* in, void* user);
+
+typedef struct tpurt_ew_config_t {
+  const char* op;   /* op name for error messages */
+  int num_outputs;
+  int num_inputs;
+  /* outputs first, then inputs; inputs are broadcast against outputs[0]'s shape */
+  const tpurt_tensor_t* tensors[TPURT_EW_MAX_OPERANDS];
+  /* the dtype the loop sees each operand in; the engine casts the rest.
+   * (float16/bfloat16 loop dtypes are allowed but slow; use float32.) */
+  tpurt_dtype_t loop_dtypes[TPURT_EW_MAX_OPERANDS];
+  tpurt_ew_loop_fn_t loop;
+  void* user;
+  /* Smallest number of elements worth a thread: about 32K for cheap ops,
+   * less for expensive ones (0 = default). */
+  int64_t grain;
+} tpurt_ew_config_t;
+
+/* Runs `cfg.loop` over every output element. Returns INVALID_ARGUMENT when an
+ * input does not broadcast to the output shape or outputs disagree in shape. */
+TPURT_API tpurt_status_t tpurt_ew_run(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg);
+
+/* The plain reference of tpurt_ew_run: one element at a time, no threads, no
+ * coalescing, values through double/int64 (rounded to each loop dtype). */
+TPURT_API tpurt_status_t tpurt_ew_run_reference(const tpurt_ew_config_t* cfg, tpurt_ew_ref_fn_t fn,
+                                                void* user);
+
+/* ---- dtype helpers ---- */
+
+/* The dtype loops compute in for a compute dtype: float16/bfloat16 -> float32
+ * (rounded once on store), the rest unchanged. */
+static inline tpurt_dtype_t tpurt_ew_loop_dtype(tpurt_dtype_t compute) {
+  return (compute == TPURT_DTYPE_FLOAT16 || compute == TPURT_DTYPE_BFLOAT16) ? TPURT_DTYPE_FLOAT32
+                                                                             : compute;
+}
+
+/* Converts n elements between any two dtypes with byte strides (0 allowed for
+ * the source). PyTorch's cast rules: float -> bool is (v != 0) (NaN is true),
+ * float -> uint8 goes through int64, narrowing floats round to nearest even. */
+TPURT_API void tpurt_ew_convert_strided(tpurt_dtype_t dst_dtype, void* dst, int64_t dst_stride,
+                                        tpurt_dtype_t src_dtype, const void* src, int64_t src_stride,
+                                        int64_t n);
+
+/* PyTorch's result_type over operands: tensors with ndim > 0 outrank 0-d
+ * tensors, which outrank Python scalars, but a lower class can raise the
+ * category (bool < integer < floating): int32 tensor + 2.5 -> float32,
+ * bool tensor + 3 -> int64, float16 tensor + 0-d float64 tensor -> float16.
+ * An operand is a tensor (ndim decides its class) or a scalar arg
+ * (TPURT_ARG_INT -> int64, _DOUBLE -> float32 default, _BOOL -> bool).
+ * Args of other kinds (NONE) are skipped. */
+TPURT_API tpurt_dtype_t tpurt_ew_result_type(const tpurt_arg_t* const* operands, int n);
+
+/* Wraps a Scalar argument (INT/DOUBLE/BOOL) or a tensor argument as a tensor:
+ * a scalar becomes a 0-d tensor (int64/float64/bool) whose data lives in
+ * `storage` (8 bytes). Returns NULL for other kinds. */
+TPURT_API const tpurt_tensor_t* tpurt_ew_arg_as_tensor(const tpurt_arg_t* arg, tpurt_tensor_t* storage_tensor,
+                                                       void* storage8);
+
+/* Scalar args as numbers (INT/DOUBLE/BOOL; a 0-d tensor arg is read too). */
+TPURT_API double tpurt_ew_arg_double(const tpurt_arg_t* arg);
+TPURT_API int64_t tpurt_ew_arg_int(const tpurt_arg_t* arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPURT_OPS_ELEMENTWISE_H_ */

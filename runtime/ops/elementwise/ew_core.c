@@ -1,0 +1,296 @@
+/* The generic elementwise op driver (promotion, dtype checks, scalars) and
+ * the ops that do not fit one expression: copy_, fill_, zero_, where,
+ * masked_fill_, clamp (Scalar and Tensor bounds, either optional). */
+#include <tgmath.h>
+
+#include "ops/elementwise/ew_list.h"
+#include "ops/elementwise/ew_ops.h"
+
+tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const ew_op_t* op,
+                                      const tpurt_arg_t* const* ins, ew_params_t* p, bool reference) {
+  if (call->num_outputs < op->nout)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected %d outputs, got %d", op->name, op->nout,
+                        call->num_outputs);
+  tpurt_dtype_t compute;
+  switch (op->promote) {
+    case EW_P_BOOL: compute = TPURT_DTYPE_BOOL; break;
+    case EW_P_FIRST: compute = tpurt_ew_result_type(ins, 1); break;
+    default: compute = tpurt_ew_result_type(ins, op->nin); break;
+  }
+  if (compute == TPURT_DTYPE_INVALID)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: inputs must be tensors or numbers", op->name);
+  if (op->promote == EW_P_FLOAT && !tpurt_dtype_is_floating(compute)) compute = TPURT_DTYPE_FLOAT32;
+  tpurt_dtype_t ld = tpurt_ew_loop_dtype(compute);
+  if (!(op->allow & (1u << compute)) || !op->loops[ld])
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for dtype %s", op->name, tpurt_dtype_name(compute));
+  tpurt_dtype_t out_ld = op->out == EW_O_BOOL ? TPURT_DTYPE_BOOL : ld;
+  p->compute = compute;
+  p->bits = 8 * (int)tpurt_dtype_size(compute);
+  p->loop_float = tpurt_dtype_is_floating(ld);
+  p->out_float = tpurt_dtype_is_floating(out_ld);
+  p->err = 0;
+  if (op->setup) TPURT_RETURN_IF_ERROR(op->setup(call, p));
+
+  tpurt_ew_config_t cfg = {.op = op->name, .num_outputs = op->nout, .num_inputs = op->nin,
+                           .user = p, .grain = op->grain, .loop = op->loops[ld]};
+  tpurt_tensor_t wrapped[4];
+  _Alignas(8) char storage[4][8];
+  for (int k = 0; k < op->nout; ++k) {
+    cfg.tensors[k] = &call->outputs[k];
+    cfg.loop_dtypes[k] = out_ld;
+  }
+  for (int k = 0; k < op->nin; ++k) {
+    const tpurt_tensor_t* t = tpurt_ew_arg_as_tensor(ins[k], &wrapped[k], storage[k]);
+    if (!t) return TPURT_STATUS(INVALID_ARGUMENT, "%s: input %d is not a tensor or number", op->name, k);
+    cfg.tensors[op->nout + k] = t;
+    cfg.loop_dtypes[op->nout + k] = op->promote == EW_P_BOOL ? TPURT_DTYPE_BOOL : ld;
+  }
+  tpurt_status_t s = reference ? tpurt_ew_run_reference(&cfg, op->ref, p) : tpurt_ew_run(ctx, &cfg);
+  if (s) return s;
+  if (p->err) return TPURT_STATUS(INVALID_ARGUMENT, "%s: ZeroDivisionError (integer division by zero)", op->name);
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_ew_op_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const ew_op_t* op,
+                               bool reference) {
+  const tpurt_arg_t* ins[4];
+  for (int k = 0; k < op->nin; ++k) {
+    int a = op->in_arg[k];
+    if (a >= call->num_args)
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected at least %d args, got %d", op->name, a + 1,
+                          call->num_args);
+    ins[k] = &call->args[a];
+  }
+  ew_params_t p;
+  memset(&p, 0, sizeof(p));
+  return tpurt_ew_op_run_inputs(ctx, call, op, ins, &p, reference);
+}
+
+/* ------------------------------------------------------------------------ */
+/* copy_(self, src, non_blocking) -> self: strided copy with a dtype cast.    */
+
+typedef struct copy_user_t {
+  tpurt_dtype_t dst, src;
+} copy_user_t;
+
+static void copy_loop(char** d, const int64_t* s, int64_t n, void* u) {
+  const copy_user_t* c = (const copy_user_t*)u;
+  tpurt_ew_convert_strided(c->dst, d[0], s[0], c->src, d[1], s[1], n);
+}
+
+static void copy_ref(tpurt_ew_value_t* out, const tpurt_ew_value_t* in, void* u) { out[0] = in[0]; }
+
+static tpurt_status_t copy_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  if (call->num_outputs < 1 || call->num_args < 2 || call->args[1].kind != TPURT_ARG_TENSOR)
+    return TPURT_STATUS(INVALID_ARGUMENT, "copy_: expected (self, src) and one output");
+  const tpurt_tensor_t* dst = &call->outputs[0];
+  const tpurt_tensor_t* src = call->args[1].v.tensor;
+  copy_user_t u = {dst->dtype, src->dtype};
+  tpurt_ew_config_t cfg = {.op = "copy_", .num_outputs = 1, .num_inputs = 1, .loop = copy_loop, .user = &u,
+                           .grain = 65536};
+  cfg.tensors[0] = dst;
+  cfg.tensors[1] = src;
+  if (reference) {
+    /* through the loop dtype of the destination, one element at a time */
+    cfg.loop_dtypes[0] = cfg.loop_dtypes[1] = dst->dtype;
+    return tpurt_ew_run_reference(&cfg, copy_ref, NULL);
+  }
+  cfg.loop_dtypes[0] = dst->dtype;
+  cfg.loop_dtypes[1] = src->dtype;
+  return tpurt_ew_run(ctx, &cfg);
+}
+tpurt_status_t tpurt_ew_k_copy(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return copy_run(ctx, call, false);
+}
+tpurt_status_t tpurt_ew_r_copy(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return copy_run(ctx, call, true);
+}
+
+/* ------------------------------------------------------------------------ */
+/* fill_(self, value) / zero_(self): value is a Scalar or a 0-d tensor.       */
+
+static void fill_loop(char** d, const int64_t* s, int64_t n, void* u) {
+  size_t es = *(const size_t*)u;
+  char* o = d[0];
+  const char* v = d[1];
+  if (s[0] == (int64_t)es) {
+    switch (es) {
+      case 1: memset(o, *(const uint8_t*)v, (size_t)n); return;
+      case 2: { uint16_t x = *(const uint16_t*)v; uint16_t* q = (uint16_t*)o; for (int64_t i = 0; i < n; ++i) q[i] = x; return; }
+      case 4: { uint32_t x = *(const uint32_t*)v; uint32_t* q = (uint32_t*)o; for (int64_t i = 0; i < n; ++i) q[i] = x; return; }
+      default: { uint64_t x = *(const uint64_t*)v; uint64_t* q = (uint64_t*)o; for (int64_t i = 0; i < n; ++i) q[i] = x; return; }
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) memcpy(o + i * s[0], v, es);
+}
+
+static tpurt_status_t fill_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const tpurt_arg_t* value,
+                               bool reference) {
+  if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "fill_: expected one output");
+  const tpurt_tensor_t* dst = &call->outputs[0];
+  tpurt_tensor_t wrapped;
+  _Alignas(8) char storage[8];
+  const tpurt_tensor_t* v = tpurt_ew_arg_as_tensor(value, &wrapped, storage);
+  if (!v) return TPURT_STATUS(INVALID_ARGUMENT, "fill_: value must be a number or a tensor");
+  if (v->ndim != 0 && tpurt_tensor_numel(v) != 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "fill_: value tensor must be 0-dimensional, has %d dims", v->ndim);
+  /* a 1-element tensor of any rank: read its one element as a 0-d tensor */
+  tpurt_tensor_t v0 = *v;
+  v0.ndim = 0;
+  size_t es = tpurt_dtype_size(dst->dtype);
+  tpurt_ew_config_t cfg = {.op = "fill_", .num_outputs = 1, .num_inputs = 1, .loop = fill_loop, .user = &es,
+                           .grain = 65536};
+  cfg.tensors[0] = dst;
+  cfg.tensors[1] = &v0;
+  cfg.loop_dtypes[0] = cfg.loop_dtypes[1] = dst->dtype;
+  if (reference) return tpurt_ew_run_reference(&cfg, copy_ref, NULL);
+  return tpurt_ew_run(ctx, &cfg);
+}
+static tpurt_status_t fill_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  if (call->num_args < 2) return TPURT_STATUS(INVALID_ARGUMENT, "fill_: expected (self, value)");
+  return fill_run(ctx, call, &call->args[1], reference);
+}
+tpurt_status_t tpurt_ew_k_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return fill_args(ctx, call, false);
+}
+tpurt_status_t tpurt_ew_r_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return fill_args(ctx, call, true);
+}
+static const tpurt_arg_t kZeroArg = {.kind = TPURT_ARG_INT, .v.i = 0};
+tpurt_status_t tpurt_ew_k_zero(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return fill_run(ctx, call, &kZeroArg, false);
+}
+tpurt_status_t tpurt_ew_r_zero(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return fill_run(ctx, call, &kZeroArg, true);
+}
+
+/* ------------------------------------------------------------------------ */
+/* where(cond, self, other); masked_fill_(self, mask, value) = where(mask, value, self) */
+
+#define WHERE_LOOP(NAME, T)                                                                  \
+  static void NAME(char** d, const int64_t* s, int64_t n, void* u) {                       \
+    if (s[0] == sizeof(T) && s[1] == 1 && s[2] == sizeof(T) && s[3] == sizeof(T)) {          \
+      T* o = (T*)d[0];                                                                       \
+      const bool* c = (const bool*)d[1];                                                     \
+      const T *x = (const T*)d[2], *y = (const T*)d[3];                                      \
+      _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : y[i];        \
+    } else if (s[0] == sizeof(T) && s[1] == 1 && s[2] == 0 && s[3] == sizeof(T)) {           \
+      T* o = (T*)d[0];                                                                       \
+      const bool* c = (const bool*)d[1];                                                     \
+      const T xv = *(const T*)d[2], *y = (const T*)d[3];                                     \
+      _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? xv : y[i];          \
+    } else {                                                                                 \
+      for (int64_t i = 0; i < n; ++i)                                                        \
+        *(T*)(d[0] + i * s[0]) = *(const bool*)(d[1] + i * s[1]) ? *(const T*)(d[2] + i * s[2]) \
+                                                                 : *(const T*)(d[3] + i * s[3]); \
+    }                                                                                        \
+  }
+/* where only moves bits, so one loop per element size serves every dtype */
+WHERE_LOOP(where_1, uint8_t)
+WHERE_LOOP(where_2, uint16_t)
+WHERE_LOOP(where_4, uint32_t)
+WHERE_LOOP(where_8, uint64_t)
+
+static void where_ref(tpurt_ew_value_t* out, const tpurt_ew_value_t* in, void* u) {
+  out[0] = in[0].i ? in[1] : in[2];
+}
+
+/* inputs: cond, x, y; compute dtype given */
+static tpurt_status_t where_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* name,
+                                const tpurt_arg_t* const* ins, tpurt_dtype_t compute, bool reference) {
+  if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected one output", name);
+  if (compute == TPURT_DTYPE_INVALID) return TPURT_STATUS(INVALID_ARGUMENT, "%s: bad input dtypes", name);
+  tpurt_ew_config_t cfg = {.op = name, .num_outputs = 1, .num_inputs = 3};
+  tpurt_tensor_t wrapped[3];
+  _Alignas(8) char storage[3][8];
+  cfg.tensors[0] = &call->outputs[0];
+  cfg.loop_dtypes[0] = compute;
+  for (int k = 0; k < 3; ++k) {
+    cfg.tensors[1 + k] = tpurt_ew_arg_as_tensor(ins[k], &wrapped[k], storage[k]);
+    if (!cfg.tensors[1 + k]) return TPURT_STATUS(INVALID_ARGUMENT, "%s: input %d is not a tensor", name, k);
+    cfg.loop_dtypes[1 + k] = k == 0 ? TPURT_DTYPE_BOOL : compute;
+  }
+  if (reference) return tpurt_ew_run_reference(&cfg, where_ref, NULL);
+  switch (tpurt_dtype_size(compute)) {
+    case 1: cfg.loop = where_1; break;
+    case 2: cfg.loop = where_2; break;
+    case 4: cfg.loop = where_4; break;
+    default: cfg.loop = where_8; break;
+  }
+  return tpurt_ew_run(ctx, &cfg);
+}
+
+static tpurt_status_t where_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  if (call->num_args < 3) return TPURT_STATUS(INVALID_ARGUMENT, "where: expected (condition, self, other)");
+  const tpurt_arg_t* ins[3] = {&call->args[0], &call->args[1], &call->args[2]};
+  return where_run(ctx, call, "where", ins, tpurt_ew_result_type(ins + 1, 2), reference);
+}
+tpurt_status_t tpurt_ew_k_where(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return where_args(ctx, call, false);
+}
+tpurt_status_t tpurt_ew_r_where(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return where_args(ctx, call, true);
+}
+
+static tpurt_status_t masked_fill_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  if (call->num_args < 3 || call->num_outputs < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "masked_fill_: expected (self, mask, value)");
+  const tpurt_arg_t* v = &call->args[2];
+  if (v->kind == TPURT_ARG_TENSOR && v->v.tensor->ndim != 0)
+    return TPURT_STATUS(INVALID_ARGUMENT,
+                        "masked_fill_: only supports a 0-dimensional value tensor, got %d dims", v->v.tensor->ndim);
+  if (call->args[1].kind != TPURT_ARG_TENSOR || call->args[1].v.tensor->dtype != TPURT_DTYPE_BOOL)
+    return TPURT_STATUS(INVALID_ARGUMENT, "masked_fill_: mask must be a bool tensor");
+  const tpurt_arg_t* ins[3] = {&call->args[1], v, &call->args[0]};
+  return where_run(ctx, call, "masked_fill_", ins, call->outputs[0].dtype, reference);
+}
+tpurt_status_t tpurt_ew_k_masked_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return masked_fill_args(ctx, call, false);
+}
+tpurt_status_t tpurt_ew_r_masked_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return masked_fill_args(ctx, call, true);
+}
+
+/* ------------------------------------------------------------------------ */
+/* clamp(self, min?, max?), clamp_min(self, min), clamp_max(self, max).      */
+/* PyTorch: min(max(x, lo), hi) where max/min propagate NaN from either side. */
+
+#define EW_MAXN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x))))
+#define EW_MINN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((y) < (x) ? (y) : (x))))
+#define CLAMP_LOHI_F(a, b, c) EW_MINN(EW_MAXN(a, b), c)
+#define CLAMP_LOHI_I(a, b, c) ((c) < ((a) < (b) ? (b) : (a)) ? (c) : ((a) < (b) ? (b) : (a)))
+EW_OP_FI(clamp_lohi, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1, 2),
+         CLAMP_LOHI_F(a, b, c), CLAMP_LOHI_I(a, b, c))
+EW_OP_FI(clamp_lo, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), EW_MAXN(a, b),
+         ((a) < (b) ? (b) : (a)))
+EW_OP_FI(clamp_hi, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), EW_MINN(a, b),
+         ((b) < (a) ? (b) : (a)))
+
+static tpurt_status_t clamp_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, int which,
+                                 bool reference) {
+  /* which: 0 clamp(self, min?, max?), 1 clamp_min(self, min), 2 clamp_max(self, max) */
+  if (call->num_args < 2) return TPURT_STATUS(INVALID_ARGUMENT, "clamp: expected (self, bound...)");
+  const tpurt_arg_t* lo = NULL;
+  const tpurt_arg_t* hi = NULL;
+  if (which == 1) lo = &call->args[1];
+  else if (which == 2) hi = &call->args[1];
+  else {
+    if (ew_arg_present(call, 1)) lo = &call->args[1];
+    if (ew_arg_present(call, 2)) hi = &call->args[2];
+  }
+  if (!lo && !hi) return TPURT_STATUS(INVALID_ARGUMENT, "clamp: at least one of 'min' or 'max' must not be None");
+  ew_params_t p;
+  memset(&p, 0, sizeof(p));
+  if (lo && hi) {
+    const tpurt_arg_t* ins[3] = {&call->args[0], lo, hi};
+    return tpurt_ew_op_run_inputs(ctx, call, &clamp_lohi_desc, ins, &p, reference);
+  }
+  const tpurt_arg_t* ins[2] = {&call->args[0], lo ? lo : hi};
+  return tpurt_ew_op_run_inputs(ctx, call, lo ? &clamp_lo_desc : &clamp_hi_desc, ins, &p, reference);
+}
+tpurt_status_t tpurt_ew_k_clamp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 0, false); }
+tpurt_status_t tpurt_ew_r_clamp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 0, true); }
+tpurt_status_t tpurt_ew_k_clamp_min(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 1, false); }
+tpurt_status_t tpurt_ew_r_clamp_min(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 1, true); }
+tpurt_status_t tpurt_ew_k_clamp_max(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 2, false); }
+tpurt_status_t tpurt_ew_r_clamp_max(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 2, true); }

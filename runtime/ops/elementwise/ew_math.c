@@ -1,0 +1,646 @@
+/* Elementwise math ops, each written once as an expression over a, b, c (the
+ * inputs in the loop type T) and p (scalar params); ew_ops.h turns it into
+ * typed vectorizable loops plus a double/int64 reference. Semantics follow
+ * PyTorch's CPU kernels (NaN propagation, integer division, shifts, pow). */
+#include <float.h>
+#include <tgmath.h>
+
+#include "ops/elementwise/ew_list.h"
+#include "ops/elementwise/ew_ops.h"
+
+/* integer helpers (T is the loop type); arithmetic wraps like PyTorch's */
+#define EW_NEG(x) ((x) < (T)1 && (x) != (T)0) /* x < 0 without a type-limits warning */
+#define EW_SIGNED (((T)-1) < (T)1 && ((T)-1) != (T)1)
+#define EW_ABSU(x) (EW_NEG(x) ? (uint64_t)0 - (uint64_t)(x) : (uint64_t)(x))
+#define WADD(x, y) ((T)((uint64_t)(x) + (uint64_t)(y)))
+#define WSUB(x, y) ((T)((uint64_t)(x) - (uint64_t)(y)))
+/* a function, not an expression, so bool instantiations do not warn */
+static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
+#define WMUL(x, y) ((T)ew_mulu((uint64_t)(x), (uint64_t)(y)))
+#define EW_SNUM (EW_FLOATS | EW_M(INT8) | EW_M(INT16) | EW_M(INT32) | EW_M(INT64))
+
+/* ---- setups: scalar args into p ---- */
+static tpurt_status_t setup_alpha2(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 2, 1.0);
+  return TPURT_OK;
+}
+static tpurt_status_t setup_value3(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 3, 1.0);
+  return TPURT_OK;
+}
+
+/* ---- arithmetic ---- */
+EW_OP_FI(add, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, setup_alpha2, EW_IN(0, 1),
+         a + (T)p.d[0] * b, WADD(a, WMUL(p.i[0], b)))
+EW_OP_FI(sub, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_alpha2, EW_IN(0, 1),
+         a - (T)p.d[0] * b, WSUB(a, WMUL(p.i[0], b)))
+EW_OP_FI(add_relu, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_alpha2, EW_IN(0, 1),
+         ({ T s_ = a + (T)p.d[0] * b; s_ < 0 ? (T)0 : s_; }),
+         ({ T s_ = WADD(a, WMUL(p.i[0], b)); EW_NEG(s_) ? (T)0 : s_; }))
+EW_OP_FI(mul, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), a * b, WMUL(a, b))
+/* rsub(self, other, alpha) = other - alpha * self: sub with the inputs swapped */
+static const ew_op_t rsub_desc = {"rsub", 2, 1, {1, 0}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_alpha2,
+                                  sub_loops, sub_ref, 0};
+
+EW_OP_F(div_true, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), a / b)
+#define IDIV_TRUNC                                                  \
+  ({                                                                \
+    T r_;                                                           \
+    if (b == 0) { *err_ = 1; r_ = 0; }                              \
+    else if (EW_SIGNED && b == (T)-1) r_ = (T)((uint64_t)0 - (uint64_t)a); \
+    else r_ = (T)(a / b);                                           \
+    r_;                                                             \
+  })
+EW_OP_FI(div_trunc, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), trunc(a / b), IDIV_TRUNC)
+#define FDIV_FLOOR                                                  \
+  ({                                                                \
+    T r_;                                                           \
+    if (b == 0) r_ = a / b;                                         \
+    else {                                                          \
+      T m_ = fmod(a, b);                                            \
+      T dv_ = (a - m_) / b;                                         \
+      if (m_ != 0 && ((b < 0) != (m_ < 0))) dv_ -= 1;               \
+      if (dv_ != 0) {                                               \
+        r_ = floor(dv_);                                            \
+        if (dv_ - r_ > (T)0.5) r_ += 1;                             \
+      } else r_ = copysign((T)0, a / b);                            \
+    }                                                               \
+    r_;                                                             \
+  })
+#define IDIV_FLOOR                                                  \
+  ({                                                                \
+    T r_;                                                           \
+    if (b == 0) { *err_ = 1; r_ = 0; }                              \
+    else if (EW_SIGNED && b == (T)-1) r_ = (T)((uint64_t)0 - (uint64_t)a); \
+    else {                                                          \
+      r_ = (T)(a / b);                                              \
+      if ((T)(a % b) != 0 && (EW_NEG(a) != EW_NEG(b))) r_ = (T)(r_ - 1); \
+    }                                                               \
+    r_;                                                             \
+  })
+EW_OP_FI(div_floor, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), FDIV_FLOOR, IDIV_FLOOR)
+#define FREM                                                        \
+  ({                                                                \
+    T m_ = fmod(a, b);                                              \
+    if (m_ != 0 && ((b < 0) != (m_ < 0))) m_ += b;                  \
+    m_;                                                             \
+  })
+#define IREM                                                        \
+  ({                                                                \
+    T r_;                                                           \
+    if (b == 0) { *err_ = 1; r_ = 0; }                              \
+    else if (EW_SIGNED && b == (T)-1) r_ = 0;                       \
+    else {                                                          \
+      r_ = (T)(a % b);                                              \
+      if (r_ != 0 && (EW_NEG(r_) != EW_NEG(b))) r_ = (T)(r_ + b);   \
+    }                                                               \
+    r_;                                                             \
+  })
+EW_OP_FI(remainder, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), FREM, IREM)
+#define IFMOD                                                       \
+  ({                                                                \
+    T r_;                                                           \
+    if (b == 0) { *err_ = 1; r_ = 0; }                              \
+    else if (EW_SIGNED && b == (T)-1) r_ = 0;                       \
+    else r_ = (T)(a % b);                                           \
+    r_;                                                             \
+  })
+EW_OP_FI(fmod, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), fmod(a, b), IFMOD)
+#define IPOW                                                        \
+  ({                                                                \
+    T r_;                                                           \
+    if (EW_NEG(b)) {                                                \
+      r_ = (a == 1) ? (T)1 : ((EW_SIGNED && a == (T)-1) ? (((uint64_t)b & 1u) ? (T)-1 : (T)1) : (T)0); \
+    } else {                                                        \
+      uint64_t base_ = (uint64_t)a, acc_ = 1, e_ = (uint64_t)b;     \
+      while (e_) {                                                  \
+        if (e_ & 1u) acc_ *= base_;                                 \
+        base_ *= base_;                                             \
+        e_ >>= 1;                                                   \
+      }                                                             \
+      r_ = (T)acc_;                                                 \
+    }                                                               \
+    r_;                                                             \
+  })
+EW_OP_FI(pow, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), pow(a, b), IPOW)
+EW_OP_F(atan2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), atan2(a, b))
+EW_OP_F(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), hypot(a, b))
+EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b))
+EW_OP_F(nextafter, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_M(FLOAT32) | EW_M(FLOAT64), NULL, EW_IN(0, 1),
+        nextafter(a, b))
+EW_OP_F(xlogy, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+        (b != b) ? b : (a == 0 ? (T)0 : a * log(b)))
+EW_OP_F(xlog1py, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+        (b != b) ? b : (a == 0 ? (T)0 : a * log1p(b)))
+EW_OP_F(logaddexp, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+        (isinf(a) && a == b) ? a : ((a < b ? b : a) + log1p(exp(-fabs(a - b)))))
+EW_OP_F(logaddexp2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+        (isinf(a) && a == b) ? a : ((a < b ? b : a) + log1p(exp2(-fabs(a - b))) * (T)1.4426950408889634))
+EW_OP_FI(heaviside, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), a == 0 ? b : (T)(a > 0),
+         a == 0 ? b : (T)(a > 0))
+#define EW_MAXN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x))))
+#define EW_MINN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((y) < (x) ? (y) : (x))))
+EW_OP_FI(maximum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b), a < b ? b : a)
+EW_OP_FI(minimum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b), b < a ? b : a)
+EW_OP_FI(fmax, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), fmax(a, b), a < b ? b : a)
+EW_OP_FI(fmin, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), fmin(a, b), b < a ? b : a)
+#define IGCD                                                        \
+  ({                                                                \
+    uint64_t x_ = EW_ABSU(a), y_ = EW_ABSU(b);                      \
+    while (y_) { uint64_t t_ = x_ % y_; x_ = y_; y_ = t_; }        \
+    (T)x_;                                                          \
+  })
+EW_OP_I(gcd, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1), IGCD)
+EW_OP_I(lcm, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
+        ({ T g_ = IGCD; T r_ = g_ == 0 ? (T)0 : ({ int64_t m_ = (int64_t)(a / g_ * b); (T)(m_ < 0 ? (uint64_t)0 - (uint64_t)m_ : (uint64_t)m_); }); r_; }))
+
+/* ---- comparisons, logical, bitwise ---- */
+#define EW_CMP(name, OPX)                                                                      \
+  EW_OP_FI(name, 2, EW_L2B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0, 1), a OPX b, a OPX b)
+EW_CMP(eq, ==)
+EW_CMP(ne, !=)
+EW_CMP(lt, <)
+EW_CMP(le, <=)
+EW_CMP(gt, >)
+EW_CMP(ge, >=)
+EW_OP_I(logical_and, 2, EW_L2B, EW_P_BOOL, EW_O_BOOL, EW_M(BOOL), NULL, EW_IN(0, 1), a && b)
+EW_OP_I(logical_or, 2, EW_L2B, EW_P_BOOL, EW_O_BOOL, EW_M(BOOL), NULL, EW_IN(0, 1), a || b)
+EW_OP_I(logical_xor, 2, EW_L2B, EW_P_BOOL, EW_O_BOOL, EW_M(BOOL), NULL, EW_IN(0, 1), (a != 0) != (b != 0))
+EW_OP_I(logical_not, 1, EW_L1B, EW_P_BOOL, EW_O_BOOL, EW_M(BOOL), NULL, EW_IN(0), !a)
+EW_OP_I(bitwise_and, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0, 1), a & b)
+EW_OP_I(bitwise_or, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0, 1), a | b)
+EW_OP_I(bitwise_xor, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0, 1), a ^ b)
+EW_OP_I(bitwise_not, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0), p.compute == TPURT_DTYPE_BOOL ? (T)!a : (T)~(uint64_t)a)
+/* shift counts out of [0, bits) give 0 (left) or the sign fill (right); a
+ * uint8 count reads as int8, as PyTorch does */
+#define SHIFT_COUNT (p.compute == TPURT_DTYPE_UINT8 ? (int64_t)(int8_t)(uint8_t)b : (int64_t)b)
+EW_OP_I(lshift, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
+        ({ int64_t c_ = SHIFT_COUNT; (c_ < 0 || c_ >= p.bits) ? (T)0 : (T)((uint64_t)a << c_); }))
+EW_OP_I(rshift, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
+        ({ int64_t c_ = SHIFT_COUNT; (c_ < 0 || c_ >= p.bits) ? (T)(a >> (p.bits - 1)) : (T)(a >> c_); }))
+
+/* ---- unary ---- */
+EW_OP_FI(neg, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), -a, (T)((uint64_t)0 - (uint64_t)a))
+EW_OP_FI(abs, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), fabs(a), (T)EW_ABSU(a))
+EW_OP_FI(sign, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), (T)((0 < a) - (a < 0)),
+         (T)((a > 0) - EW_NEG(a)))
+EW_OP_F(reciprocal, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), 1 / a)
+#define EW_UF(name, EXPR) EW_OP_F(name, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), EXPR)
+EW_UF(sqrt, sqrt(a))
+EW_UF(rsqrt, 1 / sqrt(a))
+EW_UF(exp, exp(a))
+EW_UF(exp2, exp2(a))
+EW_UF(expm1, expm1(a))
+EW_UF(log, log(a))
+EW_UF(log2, log2(a))
+EW_UF(log10, log10(a))
+EW_UF(log1p, log1p(a))
+EW_UF(sin, sin(a))
+EW_UF(cos, cos(a))
+EW_UF(tan, tan(a))
+EW_UF(tanh, tanh(a))
+EW_UF(sinh, sinh(a))
+EW_UF(cosh, cosh(a))
+EW_UF(asin, asin(a))
+EW_UF(acos, acos(a))
+EW_UF(atan, atan(a))
+EW_UF(asinh, asinh(a))
+EW_UF(acosh, acosh(a))
+EW_UF(atanh, atanh(a))
+EW_UF(sigmoid, 1 / (1 + exp(-a)))
+EW_UF(erf, erf(a))
+EW_UF(erfc, erfc(a))
+EW_UF(lgamma, lgamma(a))
+EW_UF(sinc, a == 0 ? (T)1 : sin((T)M_PI * a) / ((T)M_PI * a))
+EW_UF(special_entr, (a != a) ? a : (a > 0 ? -a * log(a) : (a == 0 ? (T)0 : -(T)INFINITY)))
+EW_UF(angle, (a != a) ? a : (a < 0 ? (T)M_PI : (T)0))
+
+/* erfinv: Giles' single-precision-style rational start refined by two Newton
+ * steps in double (PyTorch's calc_erfinv does the same refinement). */
+static double ew_erfinv(double y) {
+  if (y != y || y < -1 || y > 1) return NAN;
+  if (y == 1) return INFINITY;
+  if (y == -1) return -INFINITY;
+  double w = -log((1.0 - y) * (1.0 + y)), x;
+  if (w < 6.25) {
+    w -= 3.125;
+    x = -3.6444120640178196996e-21;
+    x = -1.685059138182016589e-19 + x * w;
+    x = 1.2858480715256400167e-18 + x * w;
+    x = 1.115787767802518096e-17 + x * w;
+    x = -1.333171662854620906e-16 + x * w;
+    x = 2.0972767875968561637e-17 + x * w;
+    x = 6.6376381343583238325e-15 + x * w;
+    x = -4.0545662729752068639e-14 + x * w;
+    x = -8.1519341976054721522e-14 + x * w;
+    x = 2.6335093153082322977e-12 + x * w;
+    x = -1.2975133253453532498e-11 + x * w;
+    x = -5.4154120542946279317e-11 + x * w;
+    x = 1.051212273321532285e-09 + x * w;
+    x = -4.1126339803469836976e-09 + x * w;
+    x = -2.9070369957882005086e-08 + x * w;
+    x = 4.2347877827932403518e-07 + x * w;
+    x = -1.3654692000834678645e-06 + x * w;
+    x = -1.3882523362786468719e-05 + x * w;
+    x = 0.0001867342080340571352 + x * w;
+    x = -0.00074070253416626697512 + x * w;
+    x = -0.0060336708714301490533 + x * w;
+    x = 0.24015818242558961693 + x * w;
+    x = 1.6536545626831027356 + x * w;
+  } else if (w < 16.0) {
+    w = sqrt(w) - 3.25;
+    x = 2.2137376921775787049e-09;
+    x = 9.0756561938885390979e-08 + x * w;
+    x = -2.7517406297064545428e-07 + x * w;
+    x = 1.8239629214389227755e-08 + x * w;
+    x = 1.5027403968909827627e-06 + x * w;
+    x = -4.013867526981545969e-06 + x * w;
+    x = 2.9234449089955446044e-06 + x * w;
+    x = 1.2475304481671778723e-05 + x * w;
+    x = -4.7318229009055733981e-05 + x * w;
+    x = 6.8284851459573175448e-05 + x * w;
+    x = 2.4031110387097893999e-05 + x * w;
+    x = -0.0003550375203628474796 + x * w;
+    x = 0.00095328937973738049703 + x * w;
+    x = -0.0016882755560235047313 + x * w;
+    x = 0.0024914420961078508066 + x * w;
+    x = -0.0037512085075692412107 + x * w;
+    x = 0.005370914553590063617 + x * w;
+    x = 1.0052589676941592334 + x * w;
+    x = 3.0838856104922207635 + x * w;
+  } else {
+    w = sqrt(w) - 5.0;
+    x = -2.7109920616438573243e-11;
+    x = -2.5556418169965252055e-10 + x * w;
+    x = 1.5076572693500548083e-09 + x * w;
+    x = -3.7894654401267369937e-09 + x * w;
+    x = 7.6157012080783393804e-09 + x * w;
+    x = -1.4960026627149240478e-08 + x * w;
+    x = 2.9147953450901080826e-08 + x * w;
+    x = -6.7711997758452339498e-08 + x * w;
+    x = 2.2900482228026654717e-07 + x * w;
+    x = -9.9298272942317002539e-07 + x * w;
+    x = 4.5260625972231537039e-06 + x * w;
+    x = -1.9681778105531670567e-05 + x * w;
+    x = 7.5995277030017761139e-05 + x * w;
+    x = -0.00021503011930044477347 + x * w;
+    x = -0.00013871931833623122026 + x * w;
+    x = 1.0103004648645343977 + x * w;
+    x = 4.8499064014085844221 + x * w;
+  }
+  x *= y;
+  /* Newton on erf(x) - y */
+  for (int i = 0; i < 2; ++i) x -= (erf(x) - y) / (M_2_SQRTPI * exp(-x * x));
+  return x;
+}
+EW_UF(erfinv, (T)ew_erfinv((double)a))
+
+/* digamma (PyTorch's calc_digamma: reflection, recurrence, asymptotic series) */
+static double ew_digamma(double x) {
+  if (x == 0) return copysign(INFINITY, -x);
+  if (x < 0) {
+    if (x == trunc(x)) return NAN;
+    double q, r = modf(x, &q);
+    return ew_digamma(1 - x) - M_PI / tan(M_PI * r);
+  }
+  double result = 0;
+  while (x < 10) { result -= 1 / x; x += 1; }
+  if (x == 10) return result + 2.25175258906672110764;
+  static const double A[] = {8.33333333333333333333E-2, -2.10927960927960927961E-2, 7.57575757575757575758E-3,
+                             -4.16666666666666666667E-3, 3.96825396825396825397E-3, -8.33333333333333333333E-3,
+                             8.33333333333333333333E-2};
+  double y = 0;
+  if (x < 1.0e17) {
+    double z = 1 / (x * x), poly = 0;
+    for (int i = 0; i < 7; ++i) poly = poly * z + A[i];
+    y = z * poly;
+  }
+  return result + log(x) - 0.5 / x - y;
+}
+EW_UF(digamma, (T)ew_digamma((double)a))
+
+EW_OP_FI(floor, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), floor(a), a)
+EW_OP_FI(ceil, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), ceil(a), a)
+EW_OP_FI(trunc, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), trunc(a), a)
+EW_OP_FI(round, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), nearbyint(a), a)
+static tpurt_status_t setup_decimals(const tpurt_op_call_t* c, ew_params_t* p) {
+  int64_t dec = ew_arg_present(c, 1) ? tpurt_ew_arg_int(&c->args[1]) : 0;
+  p->i[0] = dec;
+  p->d[1] = pow(10.0, (double)(dec < 0 ? -dec : dec));
+  return TPURT_OK;
+}
+EW_OP_F(round_decimals, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_decimals, EW_IN(0),
+        p.i[0] < 0 ? nearbyint(a / (T)p.d[1]) * (T)p.d[1] : nearbyint(a * (T)p.d[1]) / (T)p.d[1])
+EW_OP_F(frac, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a - trunc(a))
+EW_OP_FI(isnan, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0), a != a, 0)
+EW_OP_FI(isposinf, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0), a == (T)INFINITY, 0)
+EW_OP_FI(isneginf, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0), a == -(T)INFINITY, 0)
+EW_OP_FI(signbit, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0), signbit(a) != 0, EW_NEG(a))
+static tpurt_status_t setup_nan_to_num(const tpurt_op_call_t* c, ew_params_t* p) {
+  double mx;
+  switch (p->compute) {
+    case TPURT_DTYPE_FLOAT16: mx = 65504.0; break;
+    case TPURT_DTYPE_BFLOAT16: mx = 3.3895313892515355e38; break;
+    case TPURT_DTYPE_FLOAT32: mx = FLT_MAX; break;
+    default: mx = DBL_MAX; break;
+  }
+  p->d[0] = ew_arg_present(c, 1) ? tpurt_ew_arg_double(&c->args[1]) : 0.0;
+  p->d[1] = ew_arg_present(c, 2) ? tpurt_ew_arg_double(&c->args[2]) : mx;
+  p->d[2] = ew_arg_present(c, 3) ? tpurt_ew_arg_double(&c->args[3]) : -mx;
+  return TPURT_OK;
+}
+EW_OP_FI(nan_to_num, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, setup_nan_to_num, EW_IN(0),
+         a != a ? (T)p.d[0] : (a == (T)INFINITY ? (T)p.d[1] : (a == -(T)INFINITY ? (T)p.d[2] : a)), a)
+static tpurt_status_t setup_eps1(const tpurt_op_call_t* c, ew_params_t* p) {
+  /* eps None -> -1 (PyTorch's "no clamping" marker) */
+  p->d[0] = ew_arg_present(c, 1) ? tpurt_ew_arg_double(&c->args[1]) : -1.0;
+  return TPURT_OK;
+}
+EW_OP_F(logit, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, setup_eps1, EW_IN(0),
+        ({ T x_ = a; if (p.d[0] >= 0) { T lo_ = (T)p.d[0], hi_ = 1 - lo_; x_ = x_ < lo_ ? lo_ : (x_ > hi_ ? hi_ : x_); } log(x_ / (1 - x_)); }))
+
+/* ---- activations ---- */
+EW_OP_FI(relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), a < 0 ? (T)0 : a, EW_NEG(a) ? (T)0 : a)
+static tpurt_status_t setup_gelu(const tpurt_op_call_t* c, ew_params_t* p) {
+  p->i[0] = 0;
+  if (c->num_args > 1 && c->args[1].kind == TPURT_ARG_STRING) {
+    if (strcmp(c->args[1].v.s, "tanh") == 0) p->i[0] = 1;
+    else if (strcmp(c->args[1].v.s, "none") != 0)
+      return TPURT_STATUS(INVALID_ARGUMENT, "gelu: approximate must be 'none' or 'tanh', got '%s'", c->args[1].v.s);
+  }
+  return TPURT_OK;
+}
+#define GELU_BETA ((T)(M_SQRT2 * M_2_SQRTPI * 0.5))
+#define GELU_KAPPA ((T)0.044715)
+EW_OP_F(gelu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
+        p.i[0] ? (T)0.5 * a * (1 + tanh(GELU_BETA * (a + GELU_KAPPA * a * a * a)))
+               : a * (T)0.5 * (1 + erf(a * (T)M_SQRT1_2)))
+EW_OP_F(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a / (1 + exp(-a)))
+EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * tanh(log1p(exp(a))))
+#define HSIG(x) ({ T v_ = (x) + 3; v_ = v_ < 0 ? (T)0 : v_; v_ = 6 < v_ ? (T)6 : v_; v_ / 6; })
+EW_OP_F(hardsigmoid, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), HSIG(a))
+EW_OP_F(hardswish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * HSIG(a))
+static tpurt_status_t setup_elu(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 1, 1.0); /* alpha */
+  ew_param_arg(p, 1, c, 2, 1.0); /* scale */
+  ew_param_arg(p, 2, c, 3, 1.0); /* input_scale */
+  return TPURT_OK;
+}
+EW_OP_F(elu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_elu, EW_IN(0),
+        a <= 0 ? expm1(a * (T)p.d[2]) * (T)(p.d[0] * p.d[1]) : a * (T)p.d[1])
+static tpurt_status_t setup_slope1(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 1, 0.01);
+  return TPURT_OK;
+}
+EW_OP_F(leaky_relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_slope1, EW_IN(0),
+        a > 0 ? a : a * (T)p.d[0])
+static tpurt_status_t setup_hardtanh(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 1, -1.0);
+  ew_param_arg(p, 1, c, 2, 1.0);
+  return TPURT_OK;
+}
+EW_OP_FI(hardtanh, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_SNUM, setup_hardtanh, EW_IN(0),
+         ({ T v_ = a < (T)p.d[0] ? (T)p.d[0] : a; (T)p.d[1] < v_ ? (T)p.d[1] : v_; }),
+         ({ T v_ = a < (T)p.i[0] ? (T)p.i[0] : a; (T)p.i[1] < v_ ? (T)p.i[1] : v_; }))
+static tpurt_status_t setup_softplus(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 1, 1.0);
+  ew_param_arg(p, 1, c, 2, 20.0);
+  return TPURT_OK;
+}
+EW_OP_F(softplus, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_softplus, EW_IN(0),
+        a * (T)p.d[0] > (T)p.d[1] ? a : log1p(exp(a * (T)p.d[0])) / (T)p.d[0])
+static tpurt_status_t setup_threshold(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 1, 0.0);
+  ew_param_arg(p, 1, c, 2, 0.0);
+  return TPURT_OK;
+}
+EW_OP_FI(threshold, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_SNUM, setup_threshold, EW_IN(0),
+         a <= (T)p.d[0] ? (T)p.d[1] : a, a <= (T)p.i[0] ? (T)p.i[1] : a)
+static tpurt_status_t setup_lambd1(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 1, 0.5);
+  return TPURT_OK;
+}
+EW_OP_F(hardshrink, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_lambd1, EW_IN(0),
+        (a >= -(T)p.d[0] && a <= (T)p.d[0]) ? (T)0 : a)
+EW_OP_F(softshrink, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_lambd1, EW_IN(0),
+        a > (T)p.d[0] ? a - (T)p.d[0] : (a < -(T)p.d[0] ? a + (T)p.d[0] : a * 0))
+
+/* ---- backward of activations: a = grad, b = input or result ---- */
+static tpurt_status_t setup_arg2(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 2, 0.0);
+  return TPURT_OK;
+}
+static tpurt_status_t setup_arg23(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 2, 0.0);
+  ew_param_arg(p, 1, c, 3, 0.0);
+  return TPURT_OK;
+}
+#define EW_BW(name, ALLOW, SETUP, EXPR) \
+  EW_OP_F(name, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, ALLOW, SETUP, EW_IN(0, 1), EXPR)
+EW_OP_FI(threshold_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_SNUM, setup_arg2, EW_IN(0, 1),
+         b <= (T)p.d[0] ? (T)0 : a, b <= (T)p.i[0] ? (T)0 : a)
+EW_BW(sigmoid_backward, EW_FLOATS, NULL, a * (1 - b) * b)
+EW_BW(tanh_backward, EW_FLOATS, NULL, a * (1 - b * b))
+EW_BW(silu_backward, EW_FLOATS, NULL, ({ T s_ = 1 / (1 + exp(-b)); a * s_ * (1 + b * (1 - s_)); }))
+static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
+  p->i[0] = 0;
+  if (c->num_args > 2 && c->args[2].kind == TPURT_ARG_STRING && strcmp(c->args[2].v.s, "tanh") == 0) p->i[0] = 1;
+  return TPURT_OK;
+}
+#define GELU_BW_TANH                                                                       \
+  ({                                                                                       \
+    T xsq_ = b * b, inner_ = GELU_BETA * (b + GELU_KAPPA * xsq_ * b), th_ = tanh(inner_);  \
+    T left_ = (T)0.5 * b, right_ = 1 + th_;                                                \
+    T ld_ = (T)0.5 * right_;                                                               \
+    T rd_ = left_ * (1 - th_ * th_) * GELU_BETA * (1 + 3 * GELU_KAPPA * xsq_);             \
+    a * (ld_ + rd_);                                                                       \
+  })
+#define GELU_BW_ERF                                                                        \
+  ({                                                                                       \
+    T cdf_ = (T)0.5 * (1 + erf(b * (T)M_SQRT1_2));                                         \
+    T pdf_ = exp((T)-0.5 * b * b) * (T)(M_2_SQRTPI * M_SQRT1_2 * 0.5);                     \
+    a * (cdf_ + b * pdf_);                                                                 \
+  })
+EW_BW(gelu_backward, EW_FLOATS, setup_gelu_bw, p.i[0] ? GELU_BW_TANH : GELU_BW_ERF)
+EW_BW(hardsigmoid_backward, EW_FLOATS, NULL, (b > -3 && b < 3) ? a / 6 : (T)0)
+EW_BW(hardswish_backward, EW_FLOATS, NULL, b < -3 ? (T)0 : (b <= 3 ? a * (b / 3 + (T)0.5) : a))
+EW_OP_FI(hardtanh_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_SNUM, setup_arg23, EW_IN(0, 1),
+         (b <= (T)p.d[0] || b >= (T)p.d[1]) ? (T)0 : a, (b <= (T)p.i[0] || b >= (T)p.i[1]) ? (T)0 : a)
+EW_BW(leaky_relu_backward, EW_FLOATS, setup_arg2, b > 0 ? a : a * (T)p.d[0])
+static tpurt_status_t setup_elu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
+  ew_param_arg(p, 0, c, 1, 1.0);
+  ew_param_arg(p, 1, c, 2, 1.0);
+  ew_param_arg(p, 2, c, 3, 1.0);
+  p->i[3] = ew_arg_present(c, 4) ? tpurt_ew_arg_int(&c->args[4]) : 0;
+  return TPURT_OK;
+}
+/* elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result) */
+#define ELU_NEG ((T)(p.d[0] * p.d[1]))
+EW_OP_F(elu_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_elu_bw, EW_IN(0, 5),
+        p.i[3] ? (b <= 0 ? a * (T)p.d[2] * (b + ELU_NEG) : a * (T)p.d[1])
+               : (b <= 0 ? a * (T)p.d[2] * ELU_NEG * exp(b * (T)p.d[2]) : a * (T)p.d[1]))
+EW_BW(softplus_backward, EW_FLOATS, setup_arg23,
+      ({ T z_ = exp(b * (T)p.d[0]); (b * (T)p.d[0]) > (T)p.d[1] ? a : a * z_ / (z_ + 1); }))
+static tpurt_status_t setup_eps2(const tpurt_op_call_t* c, ew_params_t* p) {
+  p->d[0] = ew_arg_present(c, 2) ? tpurt_ew_arg_double(&c->args[2]) : -1.0;
+  return TPURT_OK;
+}
+EW_BW(logit_backward, EW_FLOATS, setup_eps2,
+      p.d[0] < 0 ? ((b < 0 || b > 1) ? (T)NAN : a / (b * (1 - b)))
+                 : ((b < (T)p.d[0] || b > 1 - (T)p.d[0]) ? (T)0 : a / (b * (1 - b))))
+EW_BW(hardshrink_backward, EW_FLOATS, setup_arg2, (b >= -(T)p.d[0] && b <= (T)p.d[0]) ? (T)0 : a)
+EW_BW(softshrink_backward, EW_FLOATS, setup_arg2, (b >= -(T)p.d[0] && b <= (T)p.d[0]) ? (T)0 : a)
+EW_OP_F(log_sigmoid_backward, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1, 2),
+        a * ((b < 0 ? (T)1 : (T)0) - (b < 0 ? (T)1 : (T)-1) * (c / (1 + c))))
+
+/* ---- ternary ---- */
+EW_OP_F(lerp, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1, 2),
+        fabs(c) < (T)0.5 ? a + c * (b - a) : b - (b - a) * (1 - c))
+EW_OP_FI(addcmul, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_value3, EW_IN(0, 1, 2),
+         a + (T)p.d[0] * b * c, WADD(a, WMUL(WMUL(p.i[0], b), c)))
+EW_OP_F(addcdiv, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_value3, EW_IN(0, 1, 2),
+        a + (T)p.d[0] * b / c)
+
+/* ---- kernels with more than one descriptor ---- */
+EW_KERNELS(add, add_desc)
+EW_KERNELS(sub, sub_desc)
+EW_KERNELS(rsub, rsub_desc)
+EW_KERNELS(add_relu, add_relu_desc)
+EW_KERNELS(mul, mul_desc)
+EW_KERNELS(remainder, remainder_desc)
+EW_KERNELS(fmod, fmod_desc)
+EW_KERNELS(floor_divide, div_floor_desc)
+EW_KERNELS(pow, pow_desc)
+EW_KERNELS(atan2, atan2_desc)
+EW_KERNELS(hypot, hypot_desc)
+EW_KERNELS(copysign, copysign_desc)
+EW_KERNELS(nextafter, nextafter_desc)
+EW_KERNELS(xlogy, xlogy_desc)
+EW_KERNELS(xlog1py, xlog1py_desc)
+EW_KERNELS(logaddexp, logaddexp_desc)
+EW_KERNELS(logaddexp2, logaddexp2_desc)
+EW_KERNELS(heaviside, heaviside_desc)
+EW_KERNELS(maximum, maximum_desc)
+EW_KERNELS(minimum, minimum_desc)
+EW_KERNELS(fmax, fmax_desc)
+EW_KERNELS(fmin, fmin_desc)
+EW_KERNELS(gcd, gcd_desc)
+EW_KERNELS(lcm, lcm_desc)
+EW_KERNELS(eq, eq_desc)
+EW_KERNELS(ne, ne_desc)
+EW_KERNELS(lt, lt_desc)
+EW_KERNELS(le, le_desc)
+EW_KERNELS(gt, gt_desc)
+EW_KERNELS(ge, ge_desc)
+EW_KERNELS(logical_and, logical_and_desc)
+EW_KERNELS(logical_or, logical_or_desc)
+EW_KERNELS(logical_xor, logical_xor_desc)
+EW_KERNELS(logical_not, logical_not_desc)
+EW_KERNELS(bitwise_and, bitwise_and_desc)
+EW_KERNELS(bitwise_or, bitwise_or_desc)
+EW_KERNELS(bitwise_xor, bitwise_xor_desc)
+EW_KERNELS(bitwise_not, bitwise_not_desc)
+EW_KERNELS(lshift, lshift_desc)
+EW_KERNELS(rshift, rshift_desc)
+EW_KERNELS(neg, neg_desc)
+EW_KERNELS(abs, abs_desc)
+EW_KERNELS(sign, sign_desc)
+EW_KERNELS(reciprocal, reciprocal_desc)
+EW_KERNELS(sqrt, sqrt_desc)
+EW_KERNELS(rsqrt, rsqrt_desc)
+EW_KERNELS(exp, exp_desc)
+EW_KERNELS(exp2, exp2_desc)
+EW_KERNELS(expm1, expm1_desc)
+EW_KERNELS(log, log_desc)
+EW_KERNELS(log2, log2_desc)
+EW_KERNELS(log10, log10_desc)
+EW_KERNELS(log1p, log1p_desc)
+EW_KERNELS(sin, sin_desc)
+EW_KERNELS(cos, cos_desc)
+EW_KERNELS(tan, tan_desc)
+EW_KERNELS(tanh, tanh_desc)
+EW_KERNELS(sinh, sinh_desc)
+EW_KERNELS(cosh, cosh_desc)
+EW_KERNELS(asin, asin_desc)
+EW_KERNELS(acos, acos_desc)
+EW_KERNELS(atan, atan_desc)
+EW_KERNELS(asinh, asinh_desc)
+EW_KERNELS(acosh, acosh_desc)
+EW_KERNELS(atanh, atanh_desc)
+EW_KERNELS(sigmoid, sigmoid_desc)
+EW_KERNELS(erf, erf_desc)
+EW_KERNELS(erfc, erfc_desc)
+EW_KERNELS(erfinv, erfinv_desc)
+EW_KERNELS(lgamma, lgamma_desc)
+EW_KERNELS(digamma, digamma_desc)
+EW_KERNELS(sinc, sinc_desc)
+EW_KERNELS(special_entr, special_entr_desc)
+EW_KERNELS(angle, angle_desc)
+EW_KERNELS(floor, floor_desc)
+EW_KERNELS(ceil, ceil_desc)
+EW_KERNELS(trunc, trunc_desc)
+EW_KERNELS(frac, frac_desc)
+EW_KERNELS(isnan, isnan_desc)
+EW_KERNELS(isposinf, isposinf_desc)
+EW_KERNELS(isneginf, isneginf_desc)
+EW_KERNELS(signbit, signbit_desc)
+EW_KERNELS(nan_to_num, nan_to_num_desc)
+EW_KERNELS(logit, logit_desc)
+EW_KERNELS(relu, relu_desc)
+EW_KERNELS(gelu, gelu_desc)
+EW_KERNELS(silu, silu_desc)
+EW_KERNELS(mish, mish_desc)
+EW_KERNELS(hardsigmoid, hardsigmoid_desc)
+EW_KERNELS(hardswish, hardswish_desc)
+EW_KERNELS(elu, elu_desc)
+EW_KERNELS(leaky_relu, leaky_relu_desc)
+EW_KERNELS(hardtanh, hardtanh_desc)
+EW_KERNELS(softplus, softplus_desc)
+EW_KERNELS(threshold, threshold_desc)
+EW_KERNELS(hardshrink, hardshrink_desc)
+EW_KERNELS(softshrink, softshrink_desc)
+EW_KERNELS(threshold_backward, threshold_backward_desc)
+EW_KERNELS(sigmoid_backward, sigmoid_backward_desc)
+EW_KERNELS(tanh_backward, tanh_backward_desc)
+EW_KERNELS(silu_backward, silu_backward_desc)
+EW_KERNELS(gelu_backward, gelu_backward_desc)
+EW_KERNELS(hardsigmoid_backward, hardsigmoid_backward_desc)
+EW_KERNELS(hardswish_backward, hardswish_backward_desc)
+EW_KERNELS(hardtanh_backward, hardtanh_backward_desc)
+EW_KERNELS(leaky_relu_backward, leaky_relu_backward_desc)
+EW_KERNELS(elu_backward, elu_backward_desc)
+EW_KERNELS(softplus_backward, softplus_backward_desc)
+EW_KERNELS(logit_backward, logit_backward_desc)
+EW_KERNELS(hardshrink_backward, hardshrink_backward_desc)
+EW_KERNELS(softshrink_backward, softshrink_backward_desc)
+EW_KERNELS(log_sigmoid_backward, log_sigmoid_backward_desc)
+EW_KERNELS(lerp, lerp_desc)
+EW_KERNELS(addcmul, addcmul_desc)
+EW_KERNELS(addcdiv, addcdiv_desc)
+
+/* div(self, other, rounding_mode?) */
+static tpurt_status_t div_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  const ew_op_t* d = &div_true_desc;
+  if (call->num_args > 2 && call->args[2].kind == TPURT_ARG_STRING) {
+    const char* m = call->args[2].v.s;
+    if (strcmp(m, "trunc") == 0) d = &div_trunc_desc;
+    else if (strcmp(m, "floor") == 0) d = &div_floor_desc;
+    else return TPURT_STATUS(INVALID_ARGUMENT, "div: rounding_mode must be None, 'trunc' or 'floor', got '%s'", m);
+  }
+  return tpurt_ew_op_run(ctx, call, d, reference);
+}
+tpurt_status_t tpurt_ew_k_div(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return div_run(ctx, call, false); }
+tpurt_status_t tpurt_ew_r_div(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return div_run(ctx, call, true); }
+
+/* round(self) / round.decimals(self, *, decimals) */
+static tpurt_status_t round_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  bool dec = call->num_args > 1 && call->args[1].kind == TPURT_ARG_INT;
+  if (dec && call->args[1].v.i == 0) dec = false;
+  return tpurt_ew_op_run(ctx, call, dec ? &round_decimals_desc : &round_desc, reference);
+}
+tpurt_status_t tpurt_ew_k_round(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return round_run(ctx, call, false); }
+tpurt_status_t tpurt_ew_r_round(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return round_run(ctx, call, true); }
+
+/* conj_physical on real tensors: a copy */
+EW_OP_FI(identity, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), a, a)
+EW_KERNELS(identity, identity_desc)

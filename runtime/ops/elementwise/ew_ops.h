@@ -1,0 +1,225 @@
+/* Internal to the elementwise family: the op descriptor, the generic driver
+ * that turns an op call into an engine run (type promotion, dtype checks,
+ * scalar params), and the macros that generate each op's typed inner loops
+ * and its reference from one expression. */
+#ifndef TPURT_OPS_EW_OPS_H_
+#define TPURT_OPS_EW_OPS_H_
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/elementwise/elementwise.h"
+
+/* Scalar parameters an op's expressions read as `p.d[k]` / `p.i[k]`. */
+typedef struct ew_params_t {
+  double d[6];
+  int64_t i[6];
+  int bits;              /* bit width of the compute dtype (shifts) */
+  tpurt_dtype_t compute; /* the compute dtype (float16 stays float16 here) */
+  bool loop_float;       /* the loop computes in a floating type */
+  bool out_float;        /* output 0's loop dtype is floating (references) */
+  int err;               /* set by loops: 1 = integer division by zero */
+} ew_params_t;
+
+enum {
+  EW_P_COMMON = 0, /* result_type of the inputs */
+  EW_P_FLOAT,      /* result_type, integers/bool -> float32 (true division, sqrt, ...) */
+  EW_P_FIRST,      /* dtype of the first input */
+  EW_P_BOOL,       /* every input read as bool (logical ops) */
+};
+enum { EW_O_COMPUTE = 0, EW_O_BOOL };
+
+#define EW_M(dt) (1u << TPURT_DTYPE_##dt)
+#define EW_FLOATS (EW_M(FLOAT16) | EW_M(BFLOAT16) | EW_M(FLOAT32) | EW_M(FLOAT64))
+#define EW_INTS (EW_M(UINT8) | EW_M(INT8) | EW_M(INT16) | EW_M(INT32) | EW_M(INT64))
+#define EW_NUM (EW_FLOATS | EW_INTS)
+#define EW_ALL (EW_NUM | EW_M(BOOL))
+#define EW_INTB (EW_INTS | EW_M(BOOL))
+
+typedef tpurt_status_t (*ew_setup_fn_t)(const tpurt_op_call_t* call, ew_params_t* p);
+
+typedef struct ew_op_t {
+  const char* name;
+  int8_t nin, nout;
+  int8_t in_arg[4];   /* arg index of each input (a Tensor or a Scalar arg) */
+  uint8_t promote;    /* EW_P_* */
+  uint8_t out;        /* EW_O_*: loop dtype of the outputs */
+  uint16_t allow;     /* compute dtypes supported */
+  ew_setup_fn_t setup; /* may be NULL */
+  const tpurt_ew_loop_fn_t* loops; /* by loop dtype */
+  tpurt_ew_ref_fn_t ref;
+  int64_t grain;
+} ew_op_t;
+
+/* Type promotion + checks + engine (or reference) run for a described op. */
+tpurt_status_t tpurt_ew_op_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const ew_op_t* op,
+                               bool reference);
+/* Same with explicit inputs (already chosen tensors) and params. */
+tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const ew_op_t* op,
+                                      const tpurt_arg_t* const* inputs, ew_params_t* params, bool reference);
+
+/* Helpers for setup functions. */
+static inline bool ew_arg_present(const tpurt_op_call_t* call, int i) {
+  return i < call->num_args && call->args[i].kind != TPURT_ARG_NONE;
+}
+static inline void ew_param_set(ew_params_t* p, int k, const tpurt_arg_t* a) {
+  p->d[k] = tpurt_ew_arg_double(a);
+  p->i[k] = tpurt_ew_arg_int(a);
+}
+/* p->{d,i}[k] = arg i if present, else dflt */
+static inline void ew_param_arg(ew_params_t* p, int k, const tpurt_op_call_t* call, int i, double dflt) {
+  if (ew_arg_present(call, i)) ew_param_set(p, k, &call->args[i]);
+  else { p->d[k] = dflt; p->i[k] = (int64_t)dflt; }
+}
+
+/* ---- loop generators: NAME, T (loop type), EXPR in a/b/c, T, p ---- */
+
+#define EW_LOOP_PRE                                  \
+  const ew_params_t p = *(const ew_params_t*)u_;     \
+  int* err_ = &((ew_params_t*)u_)->err;              \
+  (void)p; (void)err_;
+
+#define EW_L1_(NAME, T_, TO, EXPR)                                                               \
+  static void NAME(char** d_, const int64_t* s_, int64_t n_, void* u_) {                       \
+    EW_LOOP_PRE typedef T_ T;                                                                    \
+    if (s_[0] == (int64_t)sizeof(TO) && s_[1] == (int64_t)sizeof(T)) {                           \
+      TO* o_ = (TO*)d_[0];                                                                       \
+      const T* x_ = (const T*)d_[1];                                                             \
+      _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
+        const T a = x_[i_];                                                                      \
+        (void)a;                                                                                 \
+        o_[i_] = (TO)(EXPR);                                                                     \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (int64_t i_ = 0; i_ < n_; ++i_) {                                                      \
+        const T a = *(const T*)(d_[1] + i_ * s_[1]);                                             \
+        (void)a;                                                                                 \
+        *(TO*)(d_[0] + i_ * s_[0]) = (TO)(EXPR);                                                 \
+      }                                                                                          \
+    }                                                                                            \
+  }
+#define EW_L2_(NAME, T_, TO, EXPR)                                                               \
+  static void NAME(char** d_, const int64_t* s_, int64_t n_, void* u_) {                       \
+    EW_LOOP_PRE typedef T_ T;                                                                    \
+    TO* o_ = (TO*)d_[0];                                                                         \
+    const T* x_ = (const T*)d_[1];                                                               \
+    const T* y_ = (const T*)d_[2];                                                               \
+    const int64_t so_ = (int64_t)sizeof(TO), st_ = (int64_t)sizeof(T);                           \
+    if (s_[0] == so_ && s_[1] == st_ && s_[2] == st_) {                                          \
+      _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
+        const T a = x_[i_], b = y_[i_];                                                          \
+        o_[i_] = (TO)(EXPR);                                                                     \
+      }                                                                                          \
+    } else if (s_[0] == so_ && s_[1] == st_ && s_[2] == 0) {                                     \
+      const T b = *y_;                                                                           \
+      _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
+        const T a = x_[i_];                                                                      \
+        o_[i_] = (TO)(EXPR);                                                                     \
+      }                                                                                          \
+    } else if (s_[0] == so_ && s_[1] == 0 && s_[2] == st_) {                                     \
+      const T a = *x_;                                                                           \
+      _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
+        const T b = y_[i_];                                                                      \
+        o_[i_] = (TO)(EXPR);                                                                     \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (int64_t i_ = 0; i_ < n_; ++i_) {                                                      \
+        const T a = *(const T*)(d_[1] + i_ * s_[1]);                                             \
+        const T b = *(const T*)(d_[2] + i_ * s_[2]);                                             \
+        *(TO*)(d_[0] + i_ * s_[0]) = (TO)(EXPR);                                                 \
+      }                                                                                          \
+    }                                                                                            \
+  }
+#define EW_L3_(NAME, T_, TO, EXPR)                                                               \
+  static void NAME(char** d_, const int64_t* s_, int64_t n_, void* u_) {                       \
+    EW_LOOP_PRE typedef T_ T;                                                                    \
+    const int64_t so_ = (int64_t)sizeof(TO), st_ = (int64_t)sizeof(T);                           \
+    if (s_[0] == so_ && s_[1] == st_ && s_[2] == st_ && s_[3] == st_) {                          \
+      TO* o_ = (TO*)d_[0];                                                                       \
+      const T *x_ = (const T*)d_[1], *y_ = (const T*)d_[2], *z_ = (const T*)d_[3];               \
+      _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
+        const T a = x_[i_], b = y_[i_], c = z_[i_];                                              \
+        o_[i_] = (TO)(EXPR);                                                                     \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (int64_t i_ = 0; i_ < n_; ++i_) {                                                      \
+        const T a = *(const T*)(d_[1] + i_ * s_[1]);                                             \
+        const T b = *(const T*)(d_[2] + i_ * s_[2]);                                             \
+        const T c = *(const T*)(d_[3] + i_ * s_[3]);                                             \
+        *(TO*)(d_[0] + i_ * s_[0]) = (TO)(EXPR);                                                 \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+/* Output in the loop type, or bool. */
+#define EW_L1(NAME, T, EXPR) EW_L1_(NAME, T, T, EXPR)
+#define EW_L1B(NAME, T, EXPR) EW_L1_(NAME, T, bool, EXPR)
+#define EW_L2(NAME, T, EXPR) EW_L2_(NAME, T, T, EXPR)
+#define EW_L2B(NAME, T, EXPR) EW_L2_(NAME, T, bool, EXPR)
+#define EW_L3(NAME, T, EXPR) EW_L3_(NAME, T, T, EXPR)
+
+#define EW_GEN_F(GEN, name, EXPR) GEN(name##_f32, float, EXPR) GEN(name##_f64, double, EXPR)
+#define EW_GEN_I(GEN, name, EXPR)                                                               \
+  GEN(name##_u8, uint8_t, EXPR) GEN(name##_i8, int8_t, EXPR) GEN(name##_i16, int16_t, EXPR)     \
+  GEN(name##_i32, int32_t, EXPR) GEN(name##_i64, int64_t, EXPR) GEN(name##_b, bool, EXPR)
+#define EW_TAB_F(name) [TPURT_DTYPE_FLOAT32] = name##_f32, [TPURT_DTYPE_FLOAT64] = name##_f64
+#define EW_TAB_I(name)                                                                           \
+  [TPURT_DTYPE_UINT8] = name##_u8, [TPURT_DTYPE_INT8] = name##_i8, [TPURT_DTYPE_INT16] = name##_i16, \
+  [TPURT_DTYPE_INT32] = name##_i32, [TPURT_DTYPE_INT64] = name##_i64, [TPURT_DTYPE_BOOL] = name##_b
+
+/* Reference of one element from the same expressions, in double / int64. */
+#define EW_REF_STORE(EXPR)                          \
+  if (p.out_float) out[0].d = (double)(EXPR);       \
+  else out[0].i = (int64_t)(EXPR);
+#define EW_DEF_REF(name, N, FEXPR, IEXPR)                                                        \
+  static void name##_ref(tpurt_ew_value_t* out, const tpurt_ew_value_t* in, void* u_) {        \
+    EW_LOOP_PRE                                                                                  \
+    if (p.loop_float) {                                                                          \
+      typedef double T;                                                                          \
+      const T a = in[0].d, b = N > 1 ? in[1].d : 0, c = N > 2 ? in[2].d : 0;                     \
+      (void)a; (void)b; (void)c;                                                                 \
+      EW_REF_STORE(FEXPR)                                                                        \
+    } else {                                                                                     \
+      typedef int64_t T;                                                                         \
+      const T a = in[0].i, b = N > 1 ? in[1].i : 0, c = N > 2 ? in[2].i : 0;                     \
+      (void)a; (void)b; (void)c;                                                                 \
+      EW_REF_STORE(IEXPR)                                                                        \
+    }                                                                                            \
+  }
+
+/* Kernel entry points for a described op, as named in ew_list.h. */
+#define EW_KERNELS(name, desc)                                                                   \
+  tpurt_status_t tpurt_ew_k_##name(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {      \
+    return tpurt_ew_op_run(ctx, call, &desc, false);                                             \
+  }                                                                                              \
+  tpurt_status_t tpurt_ew_r_##name(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {      \
+    return tpurt_ew_op_run(ctx, call, &desc, true);                                              \
+  }
+
+/* Float-only op (N inputs; GEN is EW_L1/EW_L2/EW_L3 or a bool-out variant). */
+#define EW_OP_F(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR)                            \
+  EW_GEN_F(GEN, name, FEXPR)                                                                     \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
+  EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
+  static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
+                                      name##_loops, name##_ref, 0};
+/* Float and integer/bool op. */
+#define EW_OP_FI(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, IEXPR)                    \
+  EW_GEN_F(GEN, name, FEXPR)                                                                     \
+  EW_GEN_I(GEN, name, IEXPR)                                                                     \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name), EW_TAB_I(name)}; \
+  EW_DEF_REF(name, N, FEXPR, IEXPR)                                                              \
+  static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
+                                      name##_loops, name##_ref, 0};
+/* Integer/bool-only op. */
+#define EW_OP_I(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, IEXPR)                            \
+  EW_GEN_I(GEN, name, IEXPR)                                                                     \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_I(name)};            \
+  EW_DEF_REF(name, N, 0, IEXPR)                                                                  \
+  static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
+                                      name##_loops, name##_ref, 0};
+
+#define EW_IN(...) {__VA_ARGS__}
+
+#endif /* TPURT_OPS_EW_OPS_H_ */

@@ -1,0 +1,644 @@
+/* The strided GEMM entry (see gemm.h): OpenBLAS for fp32, and our own
+ * BLIS-style GEMM for the other dtypes: B is packed into NR-column panels, A
+ * into MR-row panels (converted to the accumulation type while packing, so
+ * bf16/f16 run the fp32 microkernel), and a register-blocked microkernel
+ * computes MR x NR tiles. One generic blocked driver is instantiated per
+ * accumulation type by macro. */
+#include "ops/linalg/gemm.h"
+
+#include <cblas.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define GEMM_AVX2 1
+#endif
+
+/* Blocking: KC x NR panels of B stay in L1, an MC x KC block of A in L2, a
+ * KC x NC block of B in L3. MCH bounds how many rows of A are packed at once. */
+enum { KC = 256, NC = 1024, MC = 144, MCH = 2304, NCSUB = 256 };
+/* Where C's dtype is not the accumulation type (bf16/f16/int C), C is
+ * accumulated in a row-major workspace this many elements at most, so the
+ * value is rounded once on store. */
+enum { WS_ELEMS = 4 << 20 };
+
+static atomic_bool g_fp32_own;
+void tpurt_gemm_set_fp32_own(bool own) { atomic_store(&g_fp32_own, own); }
+
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+static inline size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* Runs inline when ctx is NULL (a serial GEMM inside a batch-parallel loop). */
+static void run_range(tpurt_kernel_ctx_t* ctx, int64_t n, int64_t grain, tpurt_range_fn_t fn,
+                      void* user) {
+  if (n <= 0) return;
+  if (!ctx) fn(user, 0, n, 0);
+  else tpurt_parallel_for(ctx, n, grain, fn, user);
+}
+
+/* ---- packing: rows x depth block -> panels of `panel` rows, each [depth][panel] ---- */
+typedef void (*pack_fn_t)(const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t depth,
+                          int panel, void* dst);
+
+#define DEFINE_PACK(NAME, T_IN, T_ACC, CONV)                                                   \
+  static void NAME(const void* src_, int64_t rs, int64_t cs, int64_t rows, int64_t depth,      \
+                   int panel, void* dst_) {                                                    \
+    const T_IN* src = (const T_IN*)src_;                                                       \
+    T_ACC* dst = (T_ACC*)dst_;                                                                 \
+    for (int64_t i0 = 0; i0 < rows; i0 += panel) {                                             \
+      int pr = (int)imin(panel, rows - i0);                                                    \
+      const T_IN* s0 = src + i0 * rs;                                                          \
+      if (rs == 1 && pr == panel) {                                                            \
+        for (int64_t p = 0; p < depth; ++p, dst += panel)                                      \
+          for (int r = 0; r < panel; ++r) dst[r] = CONV(s0[p * cs + r]);                       \
+      } else {                                                                                 \
+        for (int64_t p = 0; p < depth; ++p, dst += panel) {                                    \
+          const T_IN* s = s0 + p * cs;                                                         \
+          int r = 0;                                                                           \
+          for (; r < pr; ++r) dst[r] = CONV(s[r * rs]);                                        \
+          for (; r < panel; ++r) dst[r] = 0;                                                   \
+        }                                                                                      \
+      }                                                                                        \
+    }                                                                                          \
+  }
+
+#define CONV_ID(x) (x)
+#define CONV_BF16(x) tpurt_bf16_to_f32(x)
+#define CONV_F16(x) tpurt_f16_to_f32(x)
+#define CONV_I64(x) ((int64_t)(x))
+DEFINE_PACK(pack_f32, float, float, CONV_ID)
+DEFINE_PACK(pack_bf16, tpurt_bf16_t, float, CONV_BF16)
+DEFINE_PACK(pack_f16, tpurt_f16_t, float, CONV_F16)
+DEFINE_PACK(pack_f64, double, double, CONV_ID)
+DEFINE_PACK(pack_u8, uint8_t, int64_t, CONV_I64)
+DEFINE_PACK(pack_i8, int8_t, int64_t, CONV_I64)
+DEFINE_PACK(pack_i16, int16_t, int64_t, CONV_I64)
+DEFINE_PACK(pack_i32, int32_t, int64_t, CONV_I64)
+DEFINE_PACK(pack_i64, int64_t, int64_t, CONV_I64)
+
+/* ---- microkernels: C[mr x nr] = beta * C + alpha * (A panel x B panel) ---- */
+/* beta == 0 writes without reading C. */
+#define UKR_STORE_TAIL(T, MR, NR, tmp)                                                          \
+  for (int r = 0; r < mr; ++r)                                                                 \
+    for (int j = 0; j < nr; ++j) {                                                             \
+      T* cp = c + r * rs + j * cs;                                                             \
+      *cp = beta == 0 ? alpha * tmp[r][j] : beta * *cp + alpha * tmp[r][j];                    \
+    }
+
+/* Generic microkernel (ints, and float types without AVX2); the compiler
+ * vectorizes the j loop. */
+#define DEFINE_UKR_GENERIC(NAME, T, MR, NR)                                                     \
+  static void NAME(int64_t kc, const T* restrict a, const T* restrict b, T* c, int64_t rs,     \
+                   int64_t cs, T alpha, T beta, int mr, int nr) {                              \
+    T acc[MR][NR];                                                                             \
+    memset(acc, 0, sizeof(acc));                                                               \
+    for (int64_t p = 0; p < kc; ++p, a += MR, b += NR)                                         \
+      for (int r = 0; r < MR; ++r)                                                             \
+        for (int j = 0; j < NR; ++j) acc[r][j] += a[r] * b[j];                                 \
+    UKR_STORE_TAIL(T, MR, NR, acc)                                                             \
+  }
+
+DEFINE_UKR_GENERIC(ukr_i64, int64_t, 4, 4)
+enum { MR_I64 = 4, NR_I64 = 4 };
+
+#ifdef GEMM_AVX2
+/* 6 x 16 fp32 (12 accumulators) and 6 x 8 fp64, broadcast-A / load-B form. */
+#define DEFINE_UKR_AVX2(NAME, T, VT, W, LOAD, LOADU, STOREU, SET1, BCAST, FMA, MUL, ZERO)       \
+  static void NAME(int64_t kc, const T* restrict a, const T* restrict b, T* c, int64_t rs,     \
+                   int64_t cs, T alpha, T beta, int mr, int nr) {                              \
+    VT c00 = ZERO(), c01 = ZERO(), c10 = ZERO(), c11 = ZERO(), c20 = ZERO(), c21 = ZERO();     \
+    VT c30 = ZERO(), c31 = ZERO(), c40 = ZERO(), c41 = ZERO(), c50 = ZERO(), c51 = ZERO();     \
+    for (int64_t p = 0; p < kc; ++p, a += 6, b += 2 * W) {                                     \
+      VT b0 = LOAD(b), b1 = LOAD(b + W), ar;                                                   \
+      ar = BCAST(a + 0); c00 = FMA(ar, b0, c00); c01 = FMA(ar, b1, c01);                        \
+      ar = BCAST(a + 1); c10 = FMA(ar, b0, c10); c11 = FMA(ar, b1, c11);                        \
+      ar = BCAST(a + 2); c20 = FMA(ar, b0, c20); c21 = FMA(ar, b1, c21);                        \
+      ar = BCAST(a + 3); c30 = FMA(ar, b0, c30); c31 = FMA(ar, b1, c31);                        \
+      ar = BCAST(a + 4); c40 = FMA(ar, b0, c40); c41 = FMA(ar, b1, c41);                        \
+      ar = BCAST(a + 5); c50 = FMA(ar, b0, c50); c51 = FMA(ar, b1, c51);                        \
+    }                                                                                          \
+    VT acc[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};   \
+    VT va = SET1(alpha);                                                                       \
+    if (mr == 6 && nr == 2 * W && cs == 1) {                                                   \
+      if (beta == 0) {                                                                         \
+        for (int r = 0; r < 6; ++r) {                                                          \
+          STOREU(c + r * rs, MUL(va, acc[r][0]));                                              \
+          STOREU(c + r * rs + W, MUL(va, acc[r][1]));                                          \
+        }                                                                                      \
+      } else {                                                                                 \
+        VT vb = SET1(beta);                                                                    \
+        for (int r = 0; r < 6; ++r) {                                                          \
+          STOREU(c + r * rs, FMA(va, acc[r][0], MUL(vb, LOADU(c + r * rs))));                  \
+          STOREU(c + r * rs + W, FMA(va, acc[r][1], MUL(vb, LOADU(c + r * rs + W))));          \
+        }                                                                                      \
+      }                                                                                        \
+      return;                                                                                  \
+    }                                                                                          \
+    T tmp[6][2 * W];                                                                           \
+    for (int r = 0; r < 6; ++r) {                                                              \
+      STOREU(&tmp[r][0], acc[r][0]);                                                           \
+      STOREU(&tmp[r][W], acc[r][1]);                                                           \
+    }                                                                                          \
+    UKR_STORE_TAIL(T, 6, 2 * W, tmp)                                                           \
+  }
+DEFINE_UKR_AVX2(ukr_f32, float, __m256, 8, _mm256_load_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+                _mm256_set1_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_mul_ps,
+                _mm256_setzero_ps)
+DEFINE_UKR_AVX2(ukr_f64, double, __m256d, 4, _mm256_load_pd, _mm256_loadu_pd, _mm256_storeu_pd,
+                _mm256_set1_pd, _mm256_broadcast_sd, _mm256_fmadd_pd, _mm256_mul_pd,
+                _mm256_setzero_pd)
+enum { MR_F32 = 6, NR_F32 = 16, MR_F64 = 6, NR_F64 = 8 };
+#else
+DEFINE_UKR_GENERIC(ukr_f32, float, 6, 16)
+DEFINE_UKR_GENERIC(ukr_f64, double, 6, 8)
+enum { MR_F32 = 6, NR_F32 = 16, MR_F64 = 6, NR_F64 = 8 };
+#endif
+
+/* ---- the blocked driver, one instance per accumulation type ---- */
+typedef struct core_args_t {
+  int64_t m, n, k;
+  const void* a;
+  int64_t a_rs, a_cs; /* in elements of the A/B dtype */
+  const void* b;
+  int64_t b_rs, b_cs;
+  void* c; /* accumulation type */
+  int64_t c_rs, c_cs;
+  double alpha, beta;
+  size_t in_size; /* bytes per A/B element */
+  pack_fn_t pack;
+  void* pa; /* packed A: round_up(min(m, MCH), MR) x KC */
+  void* pb; /* packed B: round_up(min(n, NC), NR) x KC */
+  /* per-block state, set by the driver */
+  int64_t jc, nc, pc, kc, ic, mch, ntile_n;
+  double beta_eff;
+} core_args_t;
+
+#define DEFINE_CORE(SUF, T, MR, NR, UKR)                                                          \
+  static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
+    core_args_t* s = (core_args_t*)u;                                                           \
+    const char* src = (const char*)s->b +                                                       \
+                      (size_t)((s->pc * s->b_rs + (s->jc + b0 * NR) * s->b_cs) * (int64_t)s->in_size); \
+    s->pack(src, s->b_cs, s->b_rs, imin(s->nc - b0 * NR, (b1 - b0) * NR), s->kc, NR,           \
+            (T*)s->pb + b0 * NR * s->kc);                                                       \
+  }                                                                                             \
+  static void SUF##_pack_a(void* u, int64_t b0, int64_t b1, int tid) {                          \
+    core_args_t* s = (core_args_t*)u;                                                           \
+    const char* src = (const char*)s->a +                                                       \
+                      (size_t)(((s->ic + b0 * MR) * s->a_rs + s->pc * s->a_cs) * (int64_t)s->in_size); \
+    s->pack(src, s->a_rs, s->a_cs, imin(s->mch - b0 * MR, (b1 - b0) * MR), s->kc, MR,          \
+            (T*)s->pa + b0 * MR * s->kc);                                                       \
+  }                                                                                             \
+  static void SUF##_tiles(void* u, int64_t t0, int64_t t1, int tid) {                           \
+    core_args_t* s = (core_args_t*)u;                                                           \
+    T alpha = (T)s->alpha, beta = (T)s->beta_eff;                                               \
+    for (int64_t t = t0; t < t1; ++t) {                                                         \
+      int64_t i0 = (t / s->ntile_n) * MC, j0 = (t % s->ntile_n) * NCSUB;                        \
+      int64_t i1 = imin(i0 + MC, s->mch), j1 = imin(j0 + NCSUB, s->nc);                          \
+      for (int64_t j = j0; j < j1; j += NR) {                                                   \
+        const T* bp = (const T*)s->pb + j * s->kc;                                              \
+        for (int64_t i = i0; i < i1; i += MR) {                                                 \
+          T* cp = (T*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;                     \
+          UKR(s->kc, (const T*)s->pa + i * s->kc, bp, cp, s->c_rs, s->c_cs, alpha, beta,        \
+              (int)imin(MR, i1 - i), (int)imin(NR, j1 - j));                                    \
+        }                                                                                       \
+      }                                                                                         \
+    }                                                                                           \
+  }                                                                                             \
+  static void SUF##_core(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                             \
+    for (s->jc = 0; s->jc < s->n; s->jc += NC) {                                                \
+      s->nc = imin(NC, s->n - s->jc);                                                           \
+      for (s->pc = 0; s->pc < s->k; s->pc += KC) {                                              \
+        s->kc = imin(KC, s->k - s->pc);                                                         \
+        s->beta_eff = s->pc == 0 ? s->beta : 1.0;                                               \
+        run_range(ctx, (s->nc + NR - 1) / NR, 4, SUF##_pack_b, s);                              \
+        for (s->ic = 0; s->ic < s->m; s->ic += MCH) {                                           \
+          s->mch = imin(MCH, s->m - s->ic);                                                     \
+          run_range(ctx, (s->mch + MR - 1) / MR, 8, SUF##_pack_a, s);                           \
+          s->ntile_n = (s->nc + NCSUB - 1) / NCSUB;                                             \
+          run_range(ctx, ((s->mch + MC - 1) / MC) * s->ntile_n, 1, SUF##_tiles, s);             \
+        }                                                                                       \
+      }                                                                                         \
+    }                                                                                           \
+  }
+
+DEFINE_CORE(f32, float, MR_F32, NR_F32, ukr_f32)
+DEFINE_CORE(f64, double, MR_F64, NR_F64, ukr_f64)
+DEFINE_CORE(i64, int64_t, MR_I64, NR_I64, ukr_i64)
+
+/* ---- dtype plumbing ---- */
+typedef enum { ACC_F32, ACC_F64, ACC_I64, ACC_NONE } acc_kind_t;
+
+static acc_kind_t acc_kind(tpurt_dtype_t ab, tpurt_dtype_t c) {
+  switch (ab) {
+    case TPURT_DTYPE_FLOAT32: return c == ab ? ACC_F32 : ACC_NONE;
+    case TPURT_DTYPE_BFLOAT16:
+    case TPURT_DTYPE_FLOAT16:
+      return (c == ab || c == TPURT_DTYPE_FLOAT32) ? ACC_F32 : ACC_NONE;
+    case TPURT_DTYPE_FLOAT64: return c == ab ? ACC_F64 : ACC_NONE;
+    case TPURT_DTYPE_BOOL:
+    case TPURT_DTYPE_UINT8:
+    case TPURT_DTYPE_INT8:
+    case TPURT_DTYPE_INT16:
+    case TPURT_DTYPE_INT32:
+    case TPURT_DTYPE_INT64:
+      return (c == ab || tpurt_dtype_is_integral(c)) ? ACC_I64 : ACC_NONE;
+    default: return ACC_NONE;
+  }
+}
+
+static pack_fn_t pack_for(tpurt_dtype_t ab) {
+  switch (ab) {
+    case TPURT_DTYPE_FLOAT32: return pack_f32;
+    case TPURT_DTYPE_BFLOAT16: return pack_bf16;
+    case TPURT_DTYPE_FLOAT16: return pack_f16;
+    case TPURT_DTYPE_FLOAT64: return pack_f64;
+    case TPURT_DTYPE_BOOL:
+    case TPURT_DTYPE_UINT8: return pack_u8;
+    case TPURT_DTYPE_INT8: return pack_i8;
+    case TPURT_DTYPE_INT16: return pack_i16;
+    case TPURT_DTYPE_INT32: return pack_i32;
+    case TPURT_DTYPE_INT64: return pack_i64;
+    default: return NULL;
+  }
+}
+
+static size_t acc_size(acc_kind_t k) { return k == ACC_F32 ? 4 : 8; }
+static int acc_mr(acc_kind_t k) { return k == ACC_F32 ? MR_F32 : k == ACC_F64 ? MR_F64 : MR_I64; }
+static int acc_nr(acc_kind_t k) { return k == ACC_F32 ? NR_F32 : k == ACC_F64 ? NR_F64 : NR_I64; }
+static tpurt_dtype_t acc_dtype(acc_kind_t k) {
+  return k == ACC_F32 ? TPURT_DTYPE_FLOAT32 : k == ACC_F64 ? TPURT_DTYPE_FLOAT64 : TPURT_DTYPE_INT64;
+}
+
+/* A matrix (rows x cols, rs, cs) as a BLAS operand: row-major (trans=false)
+ * or column-major (trans=true), with its leading dimension. A size-1 dim's
+ * stride is meaningless, so it does not disqualify a layout. */
+static bool rowmajor_ld(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t* ld) {
+  int64_t min_ld = cols > 1 ? cols : 1;
+  if (cols > 1 && cs != 1) return false;
+  if (rows == 1) {
+    *ld = min_ld;
+    return true;
+  }
+  if (rs < min_ld) return false;
+  *ld = rs;
+  return true;
+}
+static bool blas_operand(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool* trans,
+                         int64_t* ld) {
+  if (rowmajor_ld(rows, cols, rs, cs, ld)) {
+    *trans = false;
+    return true;
+  }
+  if (rowmajor_ld(cols, rows, cs, rs, ld)) {
+    *trans = true;
+    return true;
+  }
+  return false;
+}
+
+/* Whether C is accumulated directly (its dtype is the accumulation type). */
+static bool c_direct(const tpurt_gemm_t* g, acc_kind_t k) { return g->c_dtype == acc_dtype(k); }
+
+static bool use_blas(const tpurt_gemm_t* g) {
+  return g->ab_dtype == TPURT_DTYPE_FLOAT32 && g->c_dtype == TPURT_DTYPE_FLOAT32 &&
+         !atomic_load(&g_fp32_own);
+}
+
+/* Columns of C accumulated per pass in the workspace (non-direct C). */
+static int64_t ws_cols(const tpurt_gemm_t* g, int nr) {
+  int64_t w = WS_ELEMS / (g->m > 0 ? g->m : 1);
+  w = w / nr * nr;
+  if (w < nr) w = nr;
+  return imin(w, round_up(g->n, nr));
+}
+
+/* Workspace of one serial-or-parallel GEMM of one matrix. */
+static size_t single_ws_bytes(const tpurt_gemm_t* g) {
+  if (g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
+  if (use_blas(g)) {
+    bool t;
+    int64_t ld;
+    size_t bytes = 0;
+    if (!blas_operand(g->m, g->k, g->a_rs, g->a_cs, &t, &ld)) bytes += align64(g->m * g->k * 4);
+    if (!blas_operand(g->k, g->n, g->b_rs, g->b_cs, &t, &ld)) bytes += align64(g->k * g->n * 4);
+    if (!blas_operand(g->m, g->n, g->c_rs, g->c_cs, &t, &ld)) bytes += align64(g->m * g->n * 4);
+    return bytes;
+  }
+  acc_kind_t k = acc_kind(g->ab_dtype, g->c_dtype);
+  if (k == ACC_NONE) return 0;
+  int mr = acc_mr(k), nr = acc_nr(k);
+  size_t es = acc_size(k);
+  size_t bytes = align64(round_up(imin(g->m, MCH), mr) * imin(g->k, KC) * es) +
+                 align64(round_up(imin(g->n, NC), nr) * imin(g->k, KC) * es);
+  if (!c_direct(g, k)) bytes += align64(g->m * ws_cols(g, nr) * es);
+  return bytes;
+}
+
+static int64_t nbatch(const tpurt_gemm_t* g) { return g->batch > 0 ? g->batch : 1; }
+
+/* Small products in a batch run one per thread instead of each across all threads. */
+static bool batch_parallel(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
+  int nt = tpurt_kernel_num_threads(ctx);
+  return ctx && nt > 1 && nbatch(g) > 1 &&
+         (g->m * g->n * g->k <= (int64_t)1 << 21 || nbatch(g) >= 4 * nt);
+}
+
+size_t tpurt_gemm_workspace_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
+  if (batch_parallel(ctx, g)) {
+    tpurt_gemm_t s = *g;
+    if (use_blas(&s)) {
+      /* batch-parallel fp32 uses our own kernel (OpenBLAS threads itself) */
+      acc_kind_t k = ACC_F32;
+      size_t bytes = align64(round_up(imin(g->m, MCH), acc_mr(k)) * imin(g->k, KC) * 4) +
+                     align64(round_up(imin(g->n, NC), acc_nr(k)) * imin(g->k, KC) * 4);
+      return bytes * (size_t)tpurt_kernel_num_threads(ctx);
+    }
+    return single_ws_bytes(&s) * (size_t)tpurt_kernel_num_threads(ctx);
+  }
+  return single_ws_bytes(g);
+}
+
+/* ---- element-wise helpers on C (O(m*n), off the hot path) ---- */
+typedef struct cfill_t {
+  const tpurt_gemm_t* g;
+  tpurt_dtype_t dst_dtype;
+  void* dst;
+  int64_t d_rs, d_cs;
+  tpurt_dtype_t src_dtype;
+  const void* src; /* NULL: fill with zero */
+  int64_t s_rs, s_cs;
+  double scale; /* dst = scale * src (floats), or (int64)scale * src (ints) */
+  int64_t j0, cols;
+} cfill_t;
+
+static void cfill_rows(void* u, int64_t r0, int64_t r1, int tid) {
+  cfill_t* f = (cfill_t*)u;
+  size_t ds = tpurt_dtype_size(f->dst_dtype), ss = f->src ? tpurt_dtype_size(f->src_dtype) : 0;
+  bool integral = f->dst_dtype == TPURT_DTYPE_BOOL || tpurt_dtype_is_integral(f->dst_dtype);
+  int64_t iscale = (int64_t)f->scale;
+  for (int64_t i = r0; i < r1; ++i) {
+    for (int64_t j = 0; j < f->cols; ++j) {
+      char* d = (char*)f->dst + (size_t)(i * f->d_rs + j * f->d_cs) * ds;
+      if (!f->src || f->scale == 0) {
+        tpurt_dtype_store_i64(f->dst_dtype, d, 0);
+        continue;
+      }
+      const char* s = (const char*)f->src + (size_t)(i * f->s_rs + (f->j0 + j) * f->s_cs) * ss;
+      if (integral) {
+        int64_t v = tpurt_dtype_load_i64(f->src_dtype, s);
+        tpurt_dtype_store_i64(f->dst_dtype, d, iscale == 1 ? v : v * iscale);
+      } else {
+        double v = tpurt_dtype_load_f64(f->src_dtype, s);
+        tpurt_dtype_store_f64(f->dst_dtype, d, f->scale == 1 ? v : f->scale * v);
+      }
+    }
+  }
+}
+
+/* Stores the accumulation workspace (rows x cols, row-major) into C[:, j0:j0+cols]. */
+static void cstore_rows(void* u, int64_t r0, int64_t r1, int tid) {
+  cfill_t* f = (cfill_t*)u;
+  size_t ds = tpurt_dtype_size(f->dst_dtype), ss = tpurt_dtype_size(f->src_dtype);
+  for (int64_t i = r0; i < r1; ++i) {
+    const char* s = (const char*)f->src + (size_t)(i * f->s_rs) * ss;
+    char* d = (char*)f->dst + (size_t)(i * f->d_rs + f->j0 * f->d_cs) * ds;
+    if (f->d_cs == 1) {
+      tpurt_dtype_convert(f->dst_dtype, d, f->src_dtype, s, f->cols);
+    } else {
+      for (int64_t j = 0; j < f->cols; ++j)
+        tpurt_dtype_convert(f->dst_dtype, d + (size_t)(j * f->d_cs) * ds, f->src_dtype,
+                            s + (size_t)j * ss, 1);
+    }
+  }
+}
+
+/* C = beta * C_in (alpha == 0 or k == 0). */
+static void scale_c(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
+  bool same = !g->c_in || (g->c_in == g->c && g->c_in_rs == g->c_rs && g->c_in_cs == g->c_cs);
+  if (same && g->beta == 1) return;
+  cfill_t f = {.g = g, .dst_dtype = g->c_dtype, .dst = g->c, .d_rs = g->c_rs, .d_cs = g->c_cs,
+               .src_dtype = g->c_dtype, .src = g->c_in ? g->c_in : g->c,
+               .s_rs = g->c_in ? g->c_in_rs : g->c_rs, .s_cs = g->c_in ? g->c_in_cs : g->c_cs,
+               .scale = g->beta, .j0 = 0, .cols = g->n};
+  run_range(ctx, g->m, 64, cfill_rows, &f);
+}
+
+/* Copies C_in into C when they differ (so the backend can apply beta in place). */
+static void c_in_to_c(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
+  if (!g->c_in || g->beta == 0) return;
+  if (g->c_in == g->c && g->c_in_rs == g->c_rs && g->c_in_cs == g->c_cs) return;
+  cfill_t f = {.g = g, .dst_dtype = g->c_dtype, .dst = g->c, .d_rs = g->c_rs, .d_cs = g->c_cs,
+               .src_dtype = g->c_dtype, .src = g->c_in, .s_rs = g->c_in_rs, .s_cs = g->c_in_cs,
+               .scale = 1.0, .j0 = 0, .cols = g->n};
+  run_range(ctx, g->m, 64, cfill_rows, &f);
+}
+
+/* Dense row-major copy of a strided fp32 matrix (operands BLAS cannot take). */
+typedef struct dense_t {
+  const float* src;
+  int64_t rs, cs, cols;
+  float* dst;
+} dense_t;
+static void dense_rows(void* u, int64_t r0, int64_t r1, int tid) {
+  dense_t* d = (dense_t*)u;
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t j = 0; j < d->cols; ++j) d->dst[i * d->cols + j] = d->src[i * d->rs + j * d->cs];
+}
+static void dense_back(void* u, int64_t r0, int64_t r1, int tid) {
+  dense_t* d = (dense_t*)u; /* dst is the strided one here */
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t j = 0; j < d->cols; ++j) d->dst[i * d->rs + j * d->cs] = d->src[i * d->cols + j];
+}
+
+static atomic_int g_blas_threads = -1;
+
+static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
+  int nt = ctx ? tpurt_kernel_num_threads(ctx) : 1;
+  /* OpenBLAS keeps one global thread count; set it to the chip's compute
+   * threads and call it from this one thread: it runs its own pool while
+   * our compute threads are idle in this kernel. */
+  if (atomic_exchange(&g_blas_threads, nt) != nt) openblas_set_num_threads(nt);
+  const float* a = (const float*)g->a;
+  const float* b = (const float*)g->b;
+  bool ta, tb, tc;
+  int64_t lda, ldb, ldc;
+  if (!blas_operand(g->m, g->k, g->a_rs, g->a_cs, &ta, &lda)) {
+    float* d = (float*)ws;
+    ws += align64(g->m * g->k * 4);
+    dense_t dd = {a, g->a_rs, g->a_cs, g->k, d};
+    run_range(ctx, g->m, 64, dense_rows, &dd);
+    a = d, ta = false, lda = g->k;
+  }
+  if (!blas_operand(g->k, g->n, g->b_rs, g->b_cs, &tb, &ldb)) {
+    float* d = (float*)ws;
+    ws += align64(g->k * g->n * 4);
+    dense_t dd = {b, g->b_rs, g->b_cs, g->n, d};
+    run_range(ctx, g->k, 64, dense_rows, &dd);
+    b = d, tb = false, ldb = g->n;
+  }
+  c_in_to_c(ctx, g);
+  float* c = (float*)g->c;
+  float* tmp = NULL;
+  if (!blas_operand(g->m, g->n, g->c_rs, g->c_cs, &tc, &ldc)) {
+    tmp = (float*)ws;
+    if (g->beta != 0) {
+      dense_t dd = {c, g->c_rs, g->c_cs, g->n, tmp};
+      run_range(ctx, g->m, 64, dense_rows, &dd);
+    }
+    c = tmp, tc = false, ldc = g->n;
+  }
+  const CBLAS_TRANSPOSE T = CblasTrans, N = CblasNoTrans;
+  if (!tc)
+    cblas_sgemm(CblasRowMajor, ta ? T : N, tb ? T : N, (int)g->m, (int)g->n, (int)g->k,
+                (float)g->alpha, a, (int)lda, b, (int)ldb, (float)g->beta, c, (int)ldc);
+  else /* C^T = B^T A^T with C^T row-major */
+    cblas_sgemm(CblasRowMajor, tb ? N : T, ta ? N : T, (int)g->n, (int)g->m, (int)g->k,
+                (float)g->alpha, b, (int)ldb, a, (int)lda, (float)g->beta, c, (int)ldc);
+  if (tmp) {
+    dense_t dd = {tmp, g->c_rs, g->c_cs, g->n, (float*)g->c};
+    run_range(ctx, g->m, 64, dense_back, &dd);
+  }
+}
+
+static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
+  acc_kind_t kind = acc_kind(g->ab_dtype, g->c_dtype);
+  int mr = acc_mr(kind), nr = acc_nr(kind);
+  size_t es = acc_size(kind);
+  core_args_t s = {.m = g->m, .n = g->n, .k = g->k, .a = g->a, .a_rs = g->a_rs,
+                   .a_cs = g->a_cs, .b = g->b, .b_rs = g->b_rs, .b_cs = g->b_cs,
+                   .alpha = g->alpha, .beta = g->beta, .in_size = tpurt_dtype_size(g->ab_dtype),
+                   .pack = pack_for(g->ab_dtype)};
+  s.pa = ws;
+  ws += align64(round_up(imin(g->m, MCH), mr) * imin(g->k, KC) * es);
+  s.pb = ws;
+  ws += align64(round_up(imin(g->n, NC), nr) * imin(g->k, KC) * es);
+  void (*core)(tpurt_kernel_ctx_t*, core_args_t*) =
+      kind == ACC_F32 ? f32_core : kind == ACC_F64 ? f64_core : i64_core;
+  if (c_direct(g, kind)) {
+    c_in_to_c(ctx, g);
+    s.c = g->c, s.c_rs = g->c_rs, s.c_cs = g->c_cs;
+    core(ctx, &s);
+    return;
+  }
+  /* C in another dtype: accumulate column blocks of C in the workspace, then
+   * round once on store. */
+  int64_t w = ws_cols(g, nr);
+  tpurt_dtype_t ad = acc_dtype(kind);
+  const void* c_in = g->c_in ? g->c_in : g->c;
+  int64_t cin_rs = g->c_in ? g->c_in_rs : g->c_rs, cin_cs = g->c_in ? g->c_in_cs : g->c_cs;
+  for (int64_t j0 = 0; j0 < g->n; j0 += w) {
+    int64_t cols = imin(w, g->n - j0);
+    cfill_t f = {.g = g, .dst_dtype = ad, .dst = ws, .d_rs = cols, .d_cs = 1,
+                 .src_dtype = g->c_dtype, .src = g->beta != 0 ? c_in : NULL, .s_rs = cin_rs,
+                 .s_cs = cin_cs, .scale = g->beta, .j0 = j0, .cols = cols};
+    run_range(ctx, g->m, 64, cfill_rows, &f);
+    s.n = cols;
+    s.b = (const char*)g->b + (size_t)(j0 * g->b_cs) * s.in_size;
+    s.c = ws, s.c_rs = cols, s.c_cs = 1, s.beta = 1.0;
+    core(ctx, &s);
+    cfill_t st = {.g = g, .dst_dtype = g->c_dtype, .dst = g->c, .d_rs = g->c_rs, .d_cs = g->c_cs,
+                  .src_dtype = ad, .src = ws, .s_rs = cols, .s_cs = 1, .j0 = j0, .cols = cols};
+    run_range(ctx, g->m, 64, cstore_rows, &st);
+  }
+}
+
+static void gemm_single(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws, bool own) {
+  if (g->m <= 0 || g->n <= 0) return;
+  if (g->k <= 0 || g->alpha == 0) {
+    scale_c(ctx, g);
+    return;
+  }
+  if (!own && use_blas(g)) gemm_blas(ctx, g, ws);
+  else gemm_own(ctx, g, ws);
+}
+
+static tpurt_gemm_t batch_slice(const tpurt_gemm_t* g, int64_t i) {
+  tpurt_gemm_t s = *g;
+  size_t abs = tpurt_dtype_size(g->ab_dtype), cs = tpurt_dtype_size(g->c_dtype);
+  s.a = (const char*)g->a + (size_t)(i * g->a_bs) * abs;
+  s.b = (const char*)g->b + (size_t)(i * g->b_bs) * abs;
+  s.c = (char*)g->c + (size_t)(i * g->c_bs) * cs;
+  if (g->c_in) s.c_in = (const char*)g->c_in + (size_t)(i * g->c_in_bs) * cs;
+  s.batch = 1;
+  return s;
+}
+
+typedef struct batch_task_t {
+  const tpurt_gemm_t* g;
+  char* ws;
+  size_t ws_each;
+} batch_task_t;
+
+static void batch_run(void* u, int64_t b0, int64_t b1, int tid) {
+  batch_task_t* t = (batch_task_t*)u;
+  for (int64_t i = b0; i < b1; ++i) {
+    tpurt_gemm_t s = batch_slice(t->g, i);
+    gemm_single(NULL, &s, t->ws + t->ws_each * (size_t)tid, true);
+  }
+}
+
+tpurt_status_t tpurt_gemm(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, void* workspace) {
+  if (acc_kind(g->ab_dtype, g->c_dtype) == ACC_NONE)
+    return TPURT_STATUS(UNIMPLEMENTED, "gemm: A/B dtype %s with C dtype %s is not supported",
+                        tpurt_dtype_name(g->ab_dtype), tpurt_dtype_name(g->c_dtype));
+  if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0)
+    return TPURT_STATUS(INVALID_ARGUMENT, "gemm: negative size m=%lld n=%lld k=%lld",
+                        (long long)g->m, (long long)g->n, (long long)g->k);
+  if (g->m == 0 || g->n == 0) return TPURT_OK;
+  if (use_blas(g) && (g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX))
+    return TPURT_STATUS(INVALID_ARGUMENT, "gemm: size exceeds BLAS int range");
+  size_t bytes = tpurt_gemm_workspace_bytes(ctx, g);
+  if (!workspace && bytes) {
+    workspace = ctx ? tpurt_kernel_scratch(ctx, bytes) : NULL;
+    if (!workspace)
+      return TPURT_STATUS(RESOURCE_EXHAUSTED, "gemm: cannot get %zu bytes of scratch", bytes);
+  }
+  if (batch_parallel(ctx, g)) {
+    batch_task_t t = {g, (char*)workspace, bytes / (size_t)tpurt_kernel_num_threads(ctx)};
+    tpurt_parallel_for(ctx, nbatch(g), 1, batch_run, &t);
+    return TPURT_OK;
+  }
+  for (int64_t i = 0; i < nbatch(g); ++i) {
+    tpurt_gemm_t s = batch_slice(g, i);
+    gemm_single(ctx, &s, (char*)workspace, false);
+  }
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_gemm_reference(const tpurt_gemm_t* g) {
+  acc_kind_t kind = acc_kind(g->ab_dtype, g->c_dtype);
+  if (kind == ACC_NONE)
+    return TPURT_STATUS(UNIMPLEMENTED, "gemm: A/B dtype %s with C dtype %s is not supported",
+                        tpurt_dtype_name(g->ab_dtype), tpurt_dtype_name(g->c_dtype));
+  size_t abs = tpurt_dtype_size(g->ab_dtype), cs = tpurt_dtype_size(g->c_dtype);
+  for (int64_t bi = 0; bi < nbatch(g); ++bi) {
+    tpurt_gemm_t s = batch_slice(g, bi);
+    const char* cin = s.c_in ? (const char*)s.c_in : (const char*)s.c;
+    int64_t cin_rs = s.c_in ? s.c_in_rs : s.c_rs, cin_cs = s.c_in ? s.c_in_cs : s.c_cs;
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        const char* ci = cin + (size_t)(i * cin_rs + j * cin_cs) * cs;
+        char* co = (char*)s.c + (size_t)(i * s.c_rs + j * s.c_cs) * cs;
+        if (kind == ACC_I64) {
+          int64_t acc = 0; /* alpha == 0: A and B are not read (BLAS convention) */
+          for (int64_t p = 0; p < (s.alpha != 0 ? s.k : 0); ++p)
+            acc += tpurt_dtype_load_i64(s.ab_dtype, (const char*)s.a + (size_t)(i * s.a_rs + p * s.a_cs) * abs) *
+                   tpurt_dtype_load_i64(s.ab_dtype, (const char*)s.b + (size_t)(p * s.b_rs + j * s.b_cs) * abs);
+          int64_t v = (int64_t)s.alpha * acc;
+          if (s.beta != 0) v += (int64_t)s.beta * tpurt_dtype_load_i64(s.c_dtype, ci);
+          tpurt_dtype_store_i64(s.c_dtype, co, v);
+        } else {
+          double acc = 0;
+          for (int64_t p = 0; p < (s.alpha != 0 ? s.k : 0); ++p)
+            acc += tpurt_dtype_load_f64(s.ab_dtype, (const char*)s.a + (size_t)(i * s.a_rs + p * s.a_cs) * abs) *
+                   tpurt_dtype_load_f64(s.ab_dtype, (const char*)s.b + (size_t)(p * s.b_rs + j * s.b_cs) * abs);
+          double v = s.alpha * acc;
+          if (s.beta != 0) v += s.beta * tpurt_dtype_load_f64(s.c_dtype, ci);
+          tpurt_dtype_store_f64(s.c_dtype, co, v);
+        }
+      }
+  }
+  return TPURT_OK;
+}

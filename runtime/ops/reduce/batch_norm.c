@@ -1,0 +1,257 @@
+/* Batch norm over (N, C, *spatial), per channel: native_batch_norm,
+ * _native_batch_norm_legit (+ no_stats), _batch_norm_with_update /
+ * _batch_norm_no_update, batch_norm_update_stats, and the backward
+ * (native_batch_norm_backward, batch_norm_backward). Channels split across
+ * threads; a channel is walked one (n, c) row of spatial elements at a time
+ * into a double buffer. Running stats are updated in place (training) with
+ * the unbiased variance, as PyTorch does. */
+#include <string.h>
+
+#include "ops/reduce/reduce_ops.h"
+
+typedef struct bn_view_t {
+  const tpurt_tensor_t* t;
+  int64_t sN, sC, ss; /* ss: spatial stride when the spatial dims coalesce */
+  bool coal;
+} bn_view_t;
+
+static void bn_view(bn_view_t* v, const tpurt_tensor_t* t) {
+  v->t = t;
+  v->sN = t->ndim > 0 ? t->strides[0] : 0;
+  v->sC = t->ndim > 1 ? t->strides[1] : 0;
+  v->coal = true;
+  v->ss = 0;
+  int64_t expect = -1;
+  for (int d = t->ndim - 1; d >= 2; --d) {
+    if (t->sizes[d] == 1) continue;
+    if (expect < 0) { v->ss = t->strides[d]; expect = t->strides[d] * t->sizes[d]; continue; }
+    if (t->strides[d] != expect) { v->coal = false; break; }
+    expect *= t->sizes[d];
+  }
+}
+
+static int64_t bn_sp_off(const bn_view_t* v, int64_t s) {
+  if (v->coal) return s * v->ss;
+  int64_t off = 0;
+  for (int d = v->t->ndim - 1; d >= 2; --d) {
+    off += (s % v->t->sizes[d]) * v->t->strides[d];
+    s /= v->t->sizes[d];
+  }
+  return off;
+}
+
+static void bn_load(const bn_view_t* v, int64_t n, int64_t c, int64_t S, double* buf) {
+  const char* base = tpurt_tensor_at(v->t, n * v->sN + c * v->sC);
+  if (v->coal) { tpurt_row_load_f64(v->t->dtype, base, v->ss, S, buf); return; }
+  size_t isz = tpurt_dtype_size(v->t->dtype);
+  for (int64_t s = 0; s < S; ++s) buf[s] = tpurt_dtype_load_f64(v->t->dtype, base + bn_sp_off(v, s) * (int64_t)isz);
+}
+
+static void bn_store(const bn_view_t* v, int64_t n, int64_t c, int64_t S, const double* buf) {
+  char* base = tpurt_tensor_at(v->t, n * v->sN + c * v->sC);
+  if (v->coal) { tpurt_row_store_f64(v->t->dtype, base, v->ss, S, buf); return; }
+  size_t isz = tpurt_dtype_size(v->t->dtype);
+  for (int64_t s = 0; s < S; ++s) tpurt_dtype_store_f64(v->t->dtype, base + bn_sp_off(v, s) * (int64_t)isz, buf[s]);
+}
+
+static double vec_get(const tpurt_tensor_t* t, int64_t c, double dflt) {
+  if (!t) return dflt;
+  return tpurt_dtype_load_f64(t->dtype, tpurt_tensor_at(t, tpurt_tensor_offset_of(t, c, -1)));
+}
+static void vec_set(const tpurt_tensor_t* t, int64_t c, double v) {
+  if (t) tpurt_dtype_store_f64(t->dtype, tpurt_tensor_at(t, tpurt_tensor_offset_of(t, c, -1)), v);
+}
+
+typedef struct bn_job_t {
+  bool backward, training, normalize;
+  int64_t N, C, S;
+  double eps, momentum;
+  bn_view_t x, dy, out;
+  const tpurt_tensor_t *w, *b, *rm, *rv;          /* inputs (rm/rv updated in training) */
+  const tpurt_tensor_t *save_mean, *save_invstd;  /* forward: outputs; backward: inputs */
+  const tpurt_tensor_t *out_mean, *out_var;       /* batch_norm_update_stats outputs */
+  const tpurt_tensor_t *gw, *gb;                  /* backward outputs (NULL if masked) */
+  bool want_gi;
+  double* buf; /* per thread 2S */
+} bn_job_t;
+
+static void bn_channels(void* user, int64_t cb, int64_t ce, int tid) {
+  const bn_job_t* j = user;
+  double* x = j->buf + (size_t)tid * 2 * (size_t)j->S;
+  double* g = x + j->S;
+  double cnt = (double)j->N * (double)j->S;
+  for (int64_t c = cb; c < ce; ++c) {
+    double mean, invstd;
+    if (!j->backward) {
+      if (j->training) {
+        double sum = 0, sq = 0;
+        for (int64_t n = 0; n < j->N; ++n) {
+          bn_load(&j->x, n, c, j->S, x);
+          for (int64_t s = 0; s < j->S; ++s) sum += x[s];
+        }
+        mean = sum / cnt;
+        for (int64_t n = 0; n < j->N; ++n) {
+          bn_load(&j->x, n, c, j->S, x);
+          for (int64_t s = 0; s < j->S; ++s) { double d = x[s] - mean; sq += d * d; }
+        }
+        double var = sq / cnt;
+        invstd = 1.0 / sqrt(var + j->eps);
+        if (j->rm) vec_set(j->rm, c, (1 - j->momentum) * vec_get(j->rm, c, 0) + j->momentum * mean);
+        if (j->rv) {
+          double unbiased = cnt > 1 ? sq / (cnt - 1) : NAN;
+          vec_set(j->rv, c, (1 - j->momentum) * vec_get(j->rv, c, 1) + j->momentum * unbiased);
+        }
+        vec_set(j->out_mean, c, mean);
+        vec_set(j->out_var, c, var);
+      } else {
+        mean = vec_get(j->rm, c, 0);
+        invstd = 1.0 / sqrt(vec_get(j->rv, c, 1) + j->eps);
+      }
+      vec_set(j->save_mean, c, mean);
+      vec_set(j->save_invstd, c, invstd);
+      if (!j->normalize) continue;
+      double w = vec_get(j->w, c, 1), b = vec_get(j->b, c, 0);
+      double scale = invstd * w, shift = b - mean * scale;
+      for (int64_t n = 0; n < j->N; ++n) {
+        bn_load(&j->x, n, c, j->S, x);
+        for (int64_t s = 0; s < j->S; ++s) x[s] = x[s] * scale + shift;
+        bn_store(&j->out, n, c, j->S, x);
+      }
+      continue;
+    }
+    if (j->training) {
+      mean = vec_get(j->save_mean, c, 0);
+      invstd = vec_get(j->save_invstd, c, 1);
+    } else {
+      mean = vec_get(j->rm, c, 0);
+      invstd = 1.0 / sqrt(vec_get(j->rv, c, 1) + j->eps);
+    }
+    double w = vec_get(j->w, c, 1);
+    double sdy = 0, sdyx = 0;
+    for (int64_t n = 0; n < j->N; ++n) {
+      bn_load(&j->x, n, c, j->S, x);
+      bn_load(&j->dy, n, c, j->S, g);
+      for (int64_t s = 0; s < j->S; ++s) { sdy += g[s]; sdyx += g[s] * (x[s] - mean); }
+    }
+    vec_set(j->gb, c, sdy);
+    vec_set(j->gw, c, sdyx * invstd);
+    if (!j->want_gi) continue;
+    double k1 = sdy / cnt, k2 = sdyx * invstd * invstd / cnt;
+    for (int64_t n = 0; n < j->N; ++n) {
+      bn_load(&j->dy, n, c, j->S, g);
+      if (j->training) {
+        bn_load(&j->x, n, c, j->S, x);
+        for (int64_t s = 0; s < j->S; ++s) g[s] = (g[s] - k1 - (x[s] - mean) * k2) * invstd * w;
+      } else {
+        for (int64_t s = 0; s < j->S; ++s) g[s] = g[s] * invstd * w;
+      }
+      bn_store(&j->out, n, c, j->S, g);
+    }
+  }
+}
+
+static bool bn_out_ok(const tpurt_op_call_t* c, int i, int64_t numel) {
+  return i < c->num_outputs && c->outputs[i].data && tpurt_tensor_numel(&c->outputs[i]) == numel;
+}
+
+typedef enum { BN_NATIVE, BN_LEGIT, BN_WITH_UPDATE, BN_NO_UPDATE, BN_UPDATE_STATS, BN_BACKWARD } bn_kind_t;
+
+static tpurt_status_t bn_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bn_kind_t kind, bool ref) {
+  bn_job_t j = {.normalize = true};
+  int xi = kind == BN_BACKWARD ? 1 : 0;
+  const tpurt_tensor_t* in = tpurt_arg_tensor(c, xi);
+  if (!in || in->ndim < 2)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected an input of at least 2 dims (N, C, ...)", c->name);
+  if (!tpurt_dtype_is_floating(in->dtype)) return TPURT_REDUCE_UNSUPPORTED(c->name, in->dtype);
+  j.N = in->sizes[0];
+  j.C = in->sizes[1];
+  j.S = 1;
+  for (int d = 2; d < in->ndim; ++d) j.S *= in->sizes[d];
+  bn_view(&j.x, in);
+  switch (kind) {
+    case BN_NATIVE: case BN_LEGIT:
+      /* (input, w, b, rm, rv, training, momentum, eps) or no_stats (input, w, b, training, momentum, eps) */
+      j.w = tpurt_arg_tensor(c, 1);
+      j.b = tpurt_arg_tensor(c, 2);
+      if (c->num_args >= 8) {
+        j.rm = tpurt_arg_tensor(c, 3); j.rv = tpurt_arg_tensor(c, 4);
+        j.training = tpurt_arg_bool(c, 5, true);
+        j.momentum = tpurt_arg_double(c, 6, 0.1); j.eps = tpurt_arg_double(c, 7, 1e-5);
+      } else {
+        j.training = tpurt_arg_bool(c, 3, true);
+        j.momentum = tpurt_arg_double(c, 4, 0.1); j.eps = tpurt_arg_double(c, 5, 1e-5);
+      }
+      break;
+    case BN_WITH_UPDATE: case BN_NO_UPDATE: /* (input, w, b, rm, rv, momentum, eps) */
+      j.w = tpurt_arg_tensor(c, 1); j.b = tpurt_arg_tensor(c, 2);
+      j.rm = tpurt_arg_tensor(c, 3); j.rv = tpurt_arg_tensor(c, 4);
+      j.momentum = tpurt_arg_double(c, 5, 0.1); j.eps = tpurt_arg_double(c, 6, 1e-5);
+      j.training = kind == BN_WITH_UPDATE;
+      break;
+    case BN_UPDATE_STATS: /* (input, rm?, rv?, momentum) -> (mean, var) */
+      j.rm = tpurt_arg_tensor(c, 1); j.rv = tpurt_arg_tensor(c, 2);
+      j.momentum = tpurt_arg_double(c, 3, 0.1);
+      j.training = true;
+      j.normalize = false;
+      if (c->num_outputs < 2) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (mean, var) outputs", c->name);
+      j.out_mean = &c->outputs[0];
+      j.out_var = &c->outputs[1];
+      break;
+    case BN_BACKWARD: {
+      /* (grad_out, input, weight?, rm?, rv?, save_mean?, save_invstd?, train, eps, output_mask[, reserve]) */
+      j.backward = true;
+      const tpurt_tensor_t* dy = tpurt_arg_tensor(c, 0);
+      if (!dy) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing grad_out", c->name);
+      bn_view(&j.dy, dy);
+      j.w = tpurt_arg_tensor(c, 2);
+      j.rm = tpurt_arg_tensor(c, 3); j.rv = tpurt_arg_tensor(c, 4);
+      j.save_mean = tpurt_arg_tensor(c, 5); j.save_invstd = tpurt_arg_tensor(c, 6);
+      j.training = tpurt_arg_bool(c, 7, true);
+      j.eps = tpurt_arg_double(c, 8, 1e-5);
+      bool mask[3] = {true, true, true};
+      if (tpurt_arg_is(c, 9, TPURT_ARG_BOOL_LIST))
+        for (int i = 0; i < c->args[9].count && i < 3; ++i) mask[i] = c->args[9].v.bools[i];
+      if (j.training && (!j.save_mean || !j.save_invstd))
+        return TPURT_STATUS(INVALID_ARGUMENT, "%s: training backward needs save_mean and save_invstd", c->name);
+      if (!j.training && (!j.rm || !j.rv))
+        return TPURT_STATUS(INVALID_ARGUMENT, "%s: eval backward needs running_mean and running_var", c->name);
+      j.want_gi = mask[0] && bn_out_ok(c, 0, tpurt_tensor_numel(in));
+      if (j.want_gi) bn_view(&j.out, &c->outputs[0]);
+      j.gw = mask[1] && bn_out_ok(c, 1, j.C) ? &c->outputs[1] : NULL;
+      j.gb = mask[2] && bn_out_ok(c, 2, j.C) ? &c->outputs[2] : NULL;
+      break;
+    }
+  }
+  if (!j.backward && j.normalize) {
+    if (c->num_outputs < 3) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected 3 outputs", c->name);
+    bn_view(&j.out, &c->outputs[0]);
+    j.save_mean = bn_out_ok(c, 1, j.C) ? &c->outputs[1] : NULL;
+    j.save_invstd = bn_out_ok(c, 2, j.C) ? &c->outputs[2] : NULL;
+    if (!j.training && (!j.rm || !j.rv))
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: eval mode needs running_mean and running_var", c->name);
+  }
+  if (j.training && !j.backward && j.N * j.S == 0)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: training needs more than 0 values per channel", c->name);
+  if (j.C == 0) return TPURT_OK;
+  int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
+  j.buf = tpurt_kernel_scratch(ctx, sizeof(double) * 2 * (size_t)(j.S ? j.S : 1) * (size_t)nt);
+  if (!j.buf) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
+  if (ref) bn_channels(&j, 0, j.C, 0);
+  else tpurt_parallel_for(ctx, j.C, 1 + 16384 / (j.N * j.S + 1), bn_channels, &j);
+  return TPURT_OK;
+}
+
+#define BN_PAIR(name, kind)                                                                   \
+  tpurt_status_t tpurt_kernel_##name(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) {      \
+    return bn_impl(x, c, kind, false);                                                        \
+  }                                                                                           \
+  tpurt_status_t tpurt_kernel_##name##_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { \
+    return bn_impl(x, c, kind, true);                                                         \
+  }
+BN_PAIR(native_batch_norm, BN_NATIVE)
+BN_PAIR(native_batch_norm_legit, BN_LEGIT)
+BN_PAIR(batch_norm_with_update, BN_WITH_UPDATE)
+BN_PAIR(batch_norm_no_update, BN_NO_UPDATE)
+BN_PAIR(batch_norm_update_stats, BN_UPDATE_STATS)
+BN_PAIR(native_batch_norm_backward, BN_BACKWARD)
+BN_PAIR(batch_norm_backward, BN_BACKWARD)

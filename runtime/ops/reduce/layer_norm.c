@@ -1,0 +1,294 @@
+/* Layer norm and RMS norm over the trailing `normalized_shape` dims, forward
+ * and backward: native_layer_norm(_backward), _fused_rms_norm(_backward).
+ * Rows (the leading dims) split across threads; each row is gathered into a
+ * double buffer (statistics in double whatever the dtype), and weight/bias
+ * gradients are summed into per-thread partials, then added in thread order. */
+#include <float.h>
+#include <string.h>
+
+#include "ops/reduce/reduce_ops.h"
+
+/* A tensor seen as rows x cols, split before dim k. */
+typedef struct mat_t {
+  const tpurt_tensor_t* t;
+  int k;
+  bool coal;   /* the trailing dims walk with a single stride cs */
+  int64_t cs;
+} mat_t;
+
+static void mat_init(mat_t* m, const tpurt_tensor_t* t, int k) {
+  m->t = t;
+  m->k = k;
+  m->coal = true;
+  m->cs = 1;
+  int64_t expect = -1;
+  for (int d = t->ndim - 1; d >= k; --d) {
+    if (t->sizes[d] == 1) continue;
+    if (expect < 0) { m->cs = t->strides[d]; expect = t->strides[d] * t->sizes[d]; continue; }
+    if (t->strides[d] != expect) { m->coal = false; break; }
+    expect *= t->sizes[d];
+  }
+}
+
+static int64_t mat_row_off(const mat_t* m, int64_t row) {
+  int64_t off = 0;
+  for (int d = m->k - 1; d >= 0; --d) {
+    off += (row % m->t->sizes[d]) * m->t->strides[d];
+    row /= m->t->sizes[d];
+  }
+  return off;
+}
+
+static int64_t mat_col_off(const mat_t* m, int64_t col) {
+  if (m->coal) return col * m->cs;
+  int64_t off = 0;
+  for (int d = m->t->ndim - 1; d >= m->k; --d) {
+    off += (col % m->t->sizes[d]) * m->t->strides[d];
+    col /= m->t->sizes[d];
+  }
+  return off;
+}
+
+static void mat_load(const mat_t* m, int64_t row, int64_t n, double* out) {
+  const char* base = tpurt_tensor_at(m->t, mat_row_off(m, row));
+  if (m->coal) { tpurt_row_load_f64(m->t->dtype, base, m->cs, n, out); return; }
+  size_t isz = tpurt_dtype_size(m->t->dtype);
+  for (int64_t j = 0; j < n; ++j) out[j] = tpurt_dtype_load_f64(m->t->dtype, base + mat_col_off(m, j) * (int64_t)isz);
+}
+
+static void mat_store(const mat_t* m, int64_t row, int64_t n, const double* in) {
+  char* base = tpurt_tensor_at(m->t, mat_row_off(m, row));
+  if (m->coal) { tpurt_row_store_f64(m->t->dtype, base, m->cs, n, in); return; }
+  size_t isz = tpurt_dtype_size(m->t->dtype);
+  for (int64_t j = 0; j < n; ++j) tpurt_dtype_store_f64(m->t->dtype, base + mat_col_off(m, j) * (int64_t)isz, in[j]);
+}
+
+/* Loads a whole (small) tensor, flattened, into doubles; NULL tensor -> fill. */
+static void load_flat(const tpurt_tensor_t* t, int64_t n, double fill, double* out) {
+  for (int64_t j = 0; j < n; ++j)
+    out[j] = t ? tpurt_dtype_load_f64(t->dtype, tpurt_tensor_at(t, tpurt_tensor_offset_of(t, j, -1))) : fill;
+}
+static void store_flat(const tpurt_tensor_t* t, int64_t n, const double* in) {
+  for (int64_t j = 0; j < n; ++j)
+    tpurt_dtype_store_f64(t->dtype, tpurt_tensor_at(t, tpurt_tensor_offset_of(t, j, -1)), in[j]);
+}
+
+typedef enum { LN_FWD, LN_BWD, RMS_FWD, RMS_BWD } ln_mode_t;
+
+typedef struct ln_job_t {
+  ln_mode_t mode;
+  int64_t M, N;
+  double eps;
+  mat_t x, dy, out;           /* out = y (forward) or grad_input (backward) */
+  const tpurt_tensor_t *mean, *rstd; /* forward: outputs; backward: inputs */
+  const double *w, *b;        /* flattened weight/bias (NULL if absent) */
+  bool want_gi;
+  double* partial;            /* backward: per thread [2N] (dw, db) */
+  bool* touched;
+  double* buf;                /* per thread 3N */
+} ln_job_t;
+
+static void ln_rows(void* user, int64_t rb, int64_t re, int tid) {
+  const ln_job_t* j = user;
+  int64_t N = j->N;
+  double* x = j->buf + (size_t)tid * 3 * (size_t)N;
+  double* g = x + N;
+  double* y = g + N;
+  double* dw = j->partial ? j->partial + (size_t)tid * 2 * (size_t)N : NULL;
+  double* db = dw ? dw + N : NULL;
+  if (dw && !j->touched[tid]) {
+    memset(dw, 0, sizeof(double) * 2 * (size_t)N);
+    j->touched[tid] = true;
+  }
+  bool rms = j->mode == RMS_FWD || j->mode == RMS_BWD;
+  for (int64_t r = rb; r < re; ++r) {
+    mat_load(&j->x, r, N, x);
+    if (j->mode == LN_FWD || j->mode == RMS_FWD) {
+      double mean = 0, var = 0;
+      if (!rms) {
+        for (int64_t i = 0; i < N; ++i) mean += x[i];
+        mean /= (double)N;
+      }
+      for (int64_t i = 0; i < N; ++i) { double d = x[i] - mean; var += d * d; }
+      var /= (double)N;
+      double rstd = 1.0 / sqrt(var + j->eps);
+      for (int64_t i = 0; i < N; ++i) {
+        double v = (x[i] - mean) * rstd;
+        if (j->w) v *= j->w[i];
+        if (j->b) v += j->b[i];
+        y[i] = v;
+      }
+      mat_store(&j->out, r, N, y);
+      if (j->mean) tpurt_dtype_store_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)), mean);
+      if (j->rstd) tpurt_dtype_store_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)), rstd);
+      continue;
+    }
+    mat_load(&j->dy, r, N, g);
+    double mean = rms ? 0 : tpurt_dtype_load_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)));
+    double rstd = tpurt_dtype_load_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)));
+    double s1 = 0, s2 = 0; /* sum(g*w), sum(g*w*xhat) */
+    for (int64_t i = 0; i < N; ++i) {
+      double xh = (x[i] - mean) * rstd;
+      double gw = j->w ? g[i] * j->w[i] : g[i];
+      s1 += gw;
+      s2 += gw * xh;
+      if (dw) { dw[i] += g[i] * xh; db[i] += g[i]; }
+      x[i] = xh;
+      g[i] = gw;
+    }
+    if (!j->want_gi) continue;
+    double m1 = rms ? 0 : s1 / (double)N, m2 = s2 / (double)N;
+    for (int64_t i = 0; i < N; ++i) y[i] = rstd * (g[i] - m1 - x[i] * m2);
+    mat_store(&j->out, r, N, y);
+  }
+}
+
+/* Reference: the same formulas, one row at a time, plain scalar loops with the
+ * generic loaders, no threads, no partials. */
+static void ln_reference(const ln_job_t* j, double* dwb) {
+  int64_t N = j->N;
+  bool rms = j->mode == RMS_FWD || j->mode == RMS_BWD;
+  for (int64_t r = 0; r < j->M; ++r) {
+    int64_t xo = mat_row_off(&j->x, r);
+#define X(i) tpurt_dtype_load_f64(j->x.t->dtype, tpurt_tensor_at(j->x.t, xo + mat_col_off(&j->x, (i))))
+    if (j->mode == LN_FWD || j->mode == RMS_FWD) {
+      double mean = 0, var = 0;
+      if (!rms) { for (int64_t i = 0; i < N; ++i) mean += X(i); mean /= (double)N; }
+      for (int64_t i = 0; i < N; ++i) var += (X(i) - mean) * (X(i) - mean);
+      double rstd = 1.0 / sqrt(var / (double)N + j->eps);
+      int64_t oo = mat_row_off(&j->out, r);
+      for (int64_t i = 0; i < N; ++i) {
+        double v = (X(i) - mean) * rstd * (j->w ? j->w[i] : 1.0) + (j->b ? j->b[i] : 0.0);
+        tpurt_dtype_store_f64(j->out.t->dtype, tpurt_tensor_at(j->out.t, oo + mat_col_off(&j->out, i)), v);
+      }
+      if (j->mean) tpurt_dtype_store_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)), mean);
+      if (j->rstd) tpurt_dtype_store_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)), rstd);
+      continue;
+    }
+    int64_t go = mat_row_off(&j->dy, r);
+#define G(i) tpurt_dtype_load_f64(j->dy.t->dtype, tpurt_tensor_at(j->dy.t, go + mat_col_off(&j->dy, (i))))
+    double mean = rms ? 0 : tpurt_dtype_load_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)));
+    double rstd = tpurt_dtype_load_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)));
+    double s1 = 0, s2 = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      double xh = (X(i) - mean) * rstd, gw = G(i) * (j->w ? j->w[i] : 1.0);
+      s1 += gw; s2 += gw * xh;
+      dwb[i] += G(i) * xh;
+      dwb[N + i] += G(i);
+    }
+    if (!j->want_gi) continue;
+    int64_t oo = mat_row_off(&j->out, r);
+    for (int64_t i = 0; i < N; ++i) {
+      double xh = (X(i) - mean) * rstd, gw = G(i) * (j->w ? j->w[i] : 1.0);
+      double v = rstd * (gw - (rms ? 0 : s1 / (double)N) - xh * s2 / (double)N);
+      tpurt_dtype_store_f64(j->out.t->dtype, tpurt_tensor_at(j->out.t, oo + mat_col_off(&j->out, i)), v);
+    }
+#undef X
+#undef G
+  }
+}
+
+static bool out_ok(const tpurt_op_call_t* c, int i, int64_t numel) {
+  return i < c->num_outputs && c->outputs[i].data != NULL && tpurt_tensor_numel(&c->outputs[i]) == numel;
+}
+
+static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, ln_mode_t mode, bool ref) {
+  ln_job_t j = {.mode = mode};
+  bool bwd = mode == LN_BWD || mode == RMS_BWD;
+  bool rms = mode == RMS_FWD || mode == RMS_BWD;
+  int xi = bwd ? 1 : 0, shape_i = bwd ? 2 : 1;
+  const tpurt_tensor_t* in = tpurt_arg_tensor(c, xi);
+  if (!in || !tpurt_arg_is(c, shape_i, TPURT_ARG_INT_LIST))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (input, normalized_shape, ...)", c->name);
+  if (!tpurt_dtype_is_floating(in->dtype)) return TPURT_REDUCE_UNSUPPORTED(c->name, in->dtype);
+  int nd = c->args[shape_i].count;
+  int k = in->ndim - nd;
+  if (k < 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: normalized_shape has %d dims, input only %d", c->name, nd, (int)in->ndim);
+  for (int d = 0; d < nd; ++d)
+    if (c->args[shape_i].v.ints[d] != in->sizes[k + d])
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: normalized_shape[%d]=%lld does not match input size %lld", c->name, d,
+                          (long long)c->args[shape_i].v.ints[d], (long long)in->sizes[k + d]);
+  j.M = 1;
+  j.N = 1;
+  for (int d = 0; d < in->ndim; ++d) *(d < k ? &j.M : &j.N) *= in->sizes[d];
+  mat_init(&j.x, in, k);
+  const tpurt_tensor_t *w = NULL, *b = NULL;
+  if (!bwd) {
+    if (c->num_outputs < (rms ? 2 : 3)) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing outputs", c->name);
+    w = tpurt_arg_tensor(c, 2);
+    if (rms) {
+      j.eps = tpurt_arg_is(c, 3, TPURT_ARG_NONE) || c->num_args < 4
+                  ? (in->dtype == TPURT_DTYPE_FLOAT64 ? DBL_EPSILON : FLT_EPSILON)
+                  : tpurt_arg_double(c, 3, 1e-5);
+      j.rstd = &c->outputs[1];
+    } else {
+      b = tpurt_arg_tensor(c, 3);
+      j.eps = tpurt_arg_double(c, 4, 1e-5);
+      j.mean = &c->outputs[1];
+      j.rstd = &c->outputs[2];
+    }
+    mat_init(&j.out, &c->outputs[0], k);
+  } else {
+    const tpurt_tensor_t* dy = tpurt_arg_tensor(c, 0);
+    if (!dy) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing grad_out", c->name);
+    mat_init(&j.dy, dy, k);
+    int mask_i;
+    if (rms) { j.rstd = tpurt_arg_tensor(c, 3); w = tpurt_arg_tensor(c, 4); mask_i = 5; }
+    else { j.mean = tpurt_arg_tensor(c, 3); j.rstd = tpurt_arg_tensor(c, 4); w = tpurt_arg_tensor(c, 5); mask_i = 7; }
+    if (!j.rstd || (!rms && !j.mean)) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing mean/rstd", c->name);
+    bool mask[3] = {true, true, true};
+    if (tpurt_arg_is(c, mask_i, TPURT_ARG_BOOL_LIST))
+      for (int i = 0; i < c->args[mask_i].count && i < 3; ++i) mask[i] = c->args[mask_i].v.bools[i];
+    j.want_gi = mask[0] && out_ok(c, 0, j.M * j.N);
+    if (j.want_gi) mat_init(&j.out, &c->outputs[0], k);
+  }
+  if (j.M == 0 || j.N == 0) return TPURT_OK;
+  int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
+  /* one scratch block: weight, bias, row buffers, partials */
+  size_t doubles = 2 * (size_t)j.N + 3 * (size_t)j.N * (size_t)nt + (bwd ? 2 * (size_t)j.N * (size_t)nt : 0);
+  double* s = tpurt_kernel_scratch(ctx, sizeof(double) * doubles + (size_t)nt);
+  if (!s) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
+  double* wbuf = s;
+  double* bbuf = s + j.N;
+  if (w) { load_flat(w, j.N, 1, wbuf); j.w = wbuf; }
+  if (b) { load_flat(b, j.N, 0, bbuf); j.b = bbuf; }
+  j.buf = s + 2 * j.N;
+  if (bwd) {
+    j.partial = j.buf + 3 * (size_t)j.N * (size_t)nt;
+    j.touched = (bool*)(j.partial + 2 * (size_t)j.N * (size_t)nt);
+    memset(j.touched, 0, (size_t)nt);
+  }
+  if (ref) {
+    if (bwd) memset(j.partial, 0, sizeof(double) * 2 * (size_t)j.N);
+    ln_reference(&j, j.partial);
+    if (bwd) j.touched[0] = true;
+  } else {
+    tpurt_parallel_for(ctx, j.M, 1 + 16384 / (j.N + 1), ln_rows, &j);
+  }
+  if (bwd) {
+    /* add per-thread partials in thread order into the first touched one */
+    double* acc = NULL;
+    for (int t = 0; t < nt; ++t) {
+      if (!j.touched[t]) continue;
+      double* p = j.partial + (size_t)t * 2 * (size_t)j.N;
+      if (!acc) { acc = p; continue; }
+      for (int64_t i = 0; i < 2 * j.N; ++i) acc[i] += p[i];
+    }
+    bool mask[3] = {true, true, true};
+    int mask_i = rms ? 5 : 7;
+    if (tpurt_arg_is(c, mask_i, TPURT_ARG_BOOL_LIST))
+      for (int i = 0; i < c->args[mask_i].count && i < 3; ++i) mask[i] = c->args[mask_i].v.bools[i];
+    if (acc && mask[1] && out_ok(c, 1, j.N)) store_flat(&c->outputs[1], j.N, acc);
+    if (acc && !rms && mask[2] && out_ok(c, 2, j.N)) store_flat(&c->outputs[2], j.N, acc + j.N);
+  }
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_kernel_native_layer_norm(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return ln_impl(x, c, LN_FWD, false); }
+tpurt_status_t tpurt_kernel_native_layer_norm_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return ln_impl(x, c, LN_FWD, true); }
+tpurt_status_t tpurt_kernel_native_layer_norm_backward(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return ln_impl(x, c, LN_BWD, false); }
+tpurt_status_t tpurt_kernel_native_layer_norm_backward_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return ln_impl(x, c, LN_BWD, true); }
+tpurt_status_t tpurt_kernel_fused_rms_norm(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return ln_impl(x, c, RMS_FWD, false); }
+tpurt_status_t tpurt_kernel_fused_rms_norm_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return ln_impl(x, c, RMS_FWD, true); }
+tpurt_status_t tpurt_kernel_fused_rms_norm_backward(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return ln_impl(x, c, RMS_BWD, false); }
+tpurt_status_t tpurt_kernel_fused_rms_norm_backward_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return ln_impl(x, c, RMS_BWD, true); }

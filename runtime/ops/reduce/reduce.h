@@ -1,0 +1,137 @@
+/* The reduction engine shared by the reduce/norm/loss kernels: reduce one input
+ * over a set of dims into an output whose shape PyTorch's meta already chose
+ * (keepdim or not), plus small helpers every kernel of this family uses
+ * (argument access, dim normalization, row load/store through float/double).
+ * Internal to runtime/ops/reduce; not an ABI. */
+#ifndef TPURT_OPS_REDUCE_REDUCE_H_
+#define TPURT_OPS_REDUCE_REDUCE_H_
+
+#include <math.h>
+
+#include "tpurt/kernel.h"
+
+/* ---- argument helpers ---- */
+
+static inline bool tpurt_arg_is(const tpurt_op_call_t* c, int i, tpurt_arg_kind_t k) {
+  return i < c->num_args && c->args[i].kind == k;
+}
+static inline const tpurt_tensor_t* tpurt_arg_tensor(const tpurt_op_call_t* c, int i) {
+  return tpurt_arg_is(c, i, TPURT_ARG_TENSOR) ? c->args[i].v.tensor : NULL;
+}
+static inline int64_t tpurt_arg_int(const tpurt_op_call_t* c, int i, int64_t dflt) {
+  if (i >= c->num_args) return dflt;
+  const tpurt_arg_t* a = &c->args[i];
+  if (a->kind == TPURT_ARG_INT) return a->v.i;
+  if (a->kind == TPURT_ARG_BOOL) return a->v.b;
+  if (a->kind == TPURT_ARG_DOUBLE) return (int64_t)a->v.d;
+  return dflt;
+}
+static inline double tpurt_arg_double(const tpurt_op_call_t* c, int i, double dflt) {
+  if (i >= c->num_args) return dflt;
+  const tpurt_arg_t* a = &c->args[i];
+  if (a->kind == TPURT_ARG_DOUBLE) return a->v.d;
+  if (a->kind == TPURT_ARG_INT) return (double)a->v.i;
+  if (a->kind == TPURT_ARG_BOOL) return a->v.b;
+  return dflt;
+}
+static inline bool tpurt_arg_bool(const tpurt_op_call_t* c, int i, bool dflt) {
+  if (i >= c->num_args) return dflt;
+  const tpurt_arg_t* a = &c->args[i];
+  if (a->kind == TPURT_ARG_BOOL) return a->v.b;
+  if (a->kind == TPURT_ARG_INT) return a->v.i != 0;
+  return dflt;
+}
+
+/* Normalizes a possibly negative dim against ndim (a 0-d tensor accepts 0 and
+ * -1, as PyTorch's maybe_wrap_dim does). */
+tpurt_status_t tpurt_reduce_wrap_dim(const char* op, int64_t dim, int32_t ndim, int32_t* out_dim);
+
+/* Fills out_mask[ndim] from a dim argument: an int, an int list, or None / []
+ * (= every dim). */
+tpurt_status_t tpurt_reduce_dims_from_arg(const char* op, const tpurt_arg_t* arg, int32_t ndim,
+                                          bool out_mask[TPURT_MAX_DIMS]);
+
+/* ---- the reduction engine ---- */
+
+typedef enum tpurt_reduce_op_e {
+  TPURT_REDUCE_SUM = 0,
+  TPURT_REDUCE_NANSUM,
+  TPURT_REDUCE_PROD,
+  TPURT_REDUCE_MAX,      /* NaN propagates */
+  TPURT_REDUCE_MIN,
+  TPURT_REDUCE_ARGMAX,   /* value and first index of the max (NaN counts as max) */
+  TPURT_REDUCE_ARGMIN,
+  TPURT_REDUCE_ALL,
+  TPURT_REDUCE_ANY,
+  TPURT_REDUCE_COUNT_NZ,
+  TPURT_REDUCE_ABS_POW,  /* sum |x|^p (p = spec.p); p == 1, 2 special-cased */
+  TPURT_REDUCE_ABS_MAX,  /* max |x| (ord inf), NaN propagates */
+  TPURT_REDUCE_ABS_MIN,  /* min |x| (ord -inf) */
+  TPURT_REDUCE_SQDEV,    /* sum (x - param[m])^2 */
+  TPURT_REDUCE_EXPSUM,   /* sum exp(x - param[m]) */
+} tpurt_reduce_op_t;
+
+/* What is stored from the accumulated value. */
+typedef enum tpurt_reduce_post_e {
+  TPURT_REDUCE_POST_NONE = 0,
+  TPURT_REDUCE_POST_MEAN,      /* v / K */
+  TPURT_REDUCE_POST_VAR,       /* v / max(K - correction, 0) */
+  TPURT_REDUCE_POST_STD,       /* sqrt of VAR */
+  TPURT_REDUCE_POST_ROOT,      /* v^(1/p) (p-norms); sqrt for p == 2 */
+  TPURT_REDUCE_POST_LOG_PARAM, /* log(v) + param[m] (logsumexp second pass) */
+} tpurt_reduce_post_t;
+
+typedef struct tpurt_reduce_spec_t {
+  const char* op_name;          /* for error messages */
+  const tpurt_tensor_t* in;
+  bool mask[TPURT_MAX_DIMS];    /* reduced dims of `in` */
+  tpurt_reduce_op_t op;
+  tpurt_reduce_post_t post;
+  double p;                     /* ABS_POW exponent / ROOT */
+  double correction;            /* VAR/STD */
+  const double* param;          /* per-output value (SQDEV/EXPSUM/LOG_PARAM), in output order */
+  /* Destinations; any may be NULL. `out` keeps the input's rank (keepdim) or
+   * drops the reduced dims. out_index receives int64 indices (ARG ops). */
+  const tpurt_tensor_t* out;
+  const tpurt_tensor_t* out_index;
+  double* out_f64;              /* per-output finalized value, output order (len M) */
+} tpurt_reduce_spec_t;
+
+/* The optimized engine and the plain reference one (tests compare the two). */
+tpurt_status_t tpurt_reduce_run(tpurt_kernel_ctx_t* ctx, const tpurt_reduce_spec_t* spec);
+tpurt_status_t tpurt_reduce_run_reference(tpurt_kernel_ctx_t* ctx, const tpurt_reduce_spec_t* spec);
+
+/* Number of output elements / reduced elements of a spec. */
+int64_t tpurt_reduce_num_outputs(const tpurt_reduce_spec_t* spec);
+int64_t tpurt_reduce_num_reduced(const tpurt_reduce_spec_t* spec);
+
+/* ---- row helpers for the row-wise kernels (softmax, norms, losses, scans) ---- */
+
+/* Loads n elements at p (element stride `stride`) of dtype into float/double. */
+void tpurt_row_load_f32(tpurt_dtype_t dt, const void* p, int64_t stride, int64_t n, float* out);
+void tpurt_row_load_f64(tpurt_dtype_t dt, const void* p, int64_t stride, int64_t n, double* out);
+void tpurt_row_store_f32(tpurt_dtype_t dt, void* p, int64_t stride, int64_t n, const float* in);
+void tpurt_row_store_f64(tpurt_dtype_t dt, void* p, int64_t stride, int64_t n, const double* in);
+
+/* Offset (in elements) of the linear row-major index `lin` of t's shape,
+ * skipping dim `skip` (or -1 for none): used to walk "all rows along dim". */
+static inline int64_t tpurt_tensor_offset_of(const tpurt_tensor_t* t, int64_t lin, int32_t skip) {
+  int64_t off = 0;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    if (d == skip) continue;
+    int64_t s = t->sizes[d];
+    off += (lin % s) * t->strides[d];
+    lin /= s;
+  }
+  return off;
+}
+
+static inline char* tpurt_tensor_at(const tpurt_tensor_t* t, int64_t off_elems) {
+  return (char*)t->data + off_elems * (int64_t)tpurt_dtype_size(t->dtype);
+}
+
+/* UNIMPLEMENTED naming op and dtype. */
+#define TPURT_REDUCE_UNSUPPORTED(op, dt) \
+  TPURT_STATUS(UNIMPLEMENTED, "%s: dtype %s is not supported", (op), tpurt_dtype_name(dt))
+
+#endif /* TPURT_OPS_REDUCE_REDUCE_H_ */

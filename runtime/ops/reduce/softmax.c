@@ -1,0 +1,197 @@
+/* Softmax family along one dim: _softmax, _log_softmax and their backward
+ * (_softmax_backward_data, _log_softmax_backward_data). Rows are independent
+ * and split across threads. 16-bit and float32 inputs compute in float32 with
+ * a vectorizable exp (Cephes polynomial, ~1 ulp); float64 computes in double
+ * with libm. A row holding a NaN gives NaN everywhere, as PyTorch's does. */
+#include <string.h>
+
+#include "ops/reduce/reduce_ops.h"
+
+/* exp(x) for float, written so the compiler vectorizes it. Inputs below
+ * -87.3 give 0 (PyTorch would give a subnormal), above 88.7 give inf. */
+static inline float tpurt_expf_fast(float x) {
+  float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+  float n = __builtin_rintf(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, 4);
+  float y = p * scale;
+  y = x < -87.3f ? 0.0f : y;
+  y = x > 88.7f ? __builtin_inff() : y;
+  return x != x ? x : y;
+}
+
+/* Lane-split reductions: 16 independent lanes so the compiler vectorizes
+ * without reassociating a single accumulator. */
+#define LANES 16
+static float ROW_MAX_float(const float* x, int64_t n) {
+  float l[LANES];
+  int nl[LANES] = {0};
+  for (int k = 0; k < LANES; ++k) l[k] = -INFINITY;
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int k = 0; k < LANES; ++k) { float v = x[i + k]; nl[k] |= v != v; l[k] = v > l[k] ? v : l[k]; }
+  float m = -INFINITY;
+  int nan = 0;
+  for (; i < n; ++i) { nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }
+  for (int k = 0; k < LANES; ++k) { nan |= nl[k]; m = l[k] > m ? l[k] : m; }
+  return nan ? NAN : m;
+}
+static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
+  float l[LANES] = {0};
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int k = 0; k < LANES; ++k) { float v = tpurt_expf_fast(x[i + k] - mx); y[i + k] = v; l[k] += v; }
+  float s = 0;
+  for (; i < n; ++i) { y[i] = tpurt_expf_fast(x[i] - mx); s += y[i]; }
+  for (int k = 0; k < LANES; ++k) s += l[k];
+  return s;
+}
+static double ROW_MAX_double(const double* x, int64_t n) {
+  double m = -INFINITY;
+  int nan = 0;
+  for (int64_t i = 0; i < n; ++i) { nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }
+  return nan ? NAN : m;
+}
+static double ROW_EXPSUM_double(const double* x, double* y, int64_t n, double mx) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) { y[i] = exp(x[i] - mx); s += y[i]; }
+  return s;
+}
+
+typedef struct sm_job_t {
+  const tpurt_tensor_t *a, *b, *out; /* forward: a = input; backward: a = grad, b = output */
+  int32_t dim;
+  int64_t n, rows;
+  bool log, backward, ref;
+  float* fbuf;   /* per thread 3n floats */
+  double* dbuf;  /* per thread 3n doubles */
+} sm_job_t;
+
+static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, const char** p, int64_t* stride) {
+  *p = (const char*)t->data + tpurt_tensor_offset_of(t, row, j->dim) * (int64_t)tpurt_dtype_size(t->dtype);
+  *stride = j->dim >= 0 ? t->strides[j->dim] : 0;
+}
+
+#define SM_ROWS(T, EXP, LOG, LOADER, STORER, BUF)                                          \
+  do {                                                                                     \
+    int64_t n = j->n;                                                                      \
+    T* x = (T*)j->BUF + (size_t)tid * 3 * (size_t)n;                                       \
+    T* y = x + n;                                                                          \
+    for (int64_t row = b; row < e; ++row) {                                                \
+      const char* pa; int64_t sa;                                                          \
+      row_ptrs(j, j->a, row, &pa, &sa);                                                    \
+      char* po; int64_t so;                                                                \
+      row_ptrs(j, j->out, row, (const char**)&po, &so);                                    \
+      LOADER(j->a->dtype, pa, sa, n, x);                                                   \
+      if (!j->backward) {                                                                  \
+        T mx = ROW_MAX_##T(x, n);                                                          \
+        T sum = ROW_EXPSUM_##T(x, y, n, mx);                                               \
+        if (j->log) {                                                                      \
+          T ls = LOG(sum);                                                                 \
+          for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mx - ls;                           \
+        } else {                                                                           \
+          T inv = (T)1 / sum;                                                              \
+          for (int64_t i = 0; i < n; ++i) y[i] *= inv;                                     \
+        }                                                                                  \
+      } else {                                                                             \
+        const char* pb; int64_t sb;                                                        \
+        row_ptrs(j, j->b, row, &pb, &sb);                                                  \
+        T* o = y + n;                                                                      \
+        LOADER(j->b->dtype, pb, sb, n, o);                                                 \
+        if (j->log) {                                                                      \
+          T s = 0;                                                                         \
+          for (int64_t i = 0; i < n; ++i) s += x[i];                                       \
+          for (int64_t i = 0; i < n; ++i) y[i] = x[i] - EXP(o[i]) * s;                     \
+        } else {                                                                           \
+          T s = 0;                                                                         \
+          for (int64_t i = 0; i < n; ++i) s += x[i] * o[i];                                \
+          for (int64_t i = 0; i < n; ++i) y[i] = o[i] * (x[i] - s);                        \
+        }                                                                                  \
+      }                                                                                    \
+      STORER(j->out->dtype, po, so, n, y);                                                 \
+    }                                                                                      \
+  } while (0)
+
+static void sm_rows(void* user, int64_t b, int64_t e, int tid) {
+  const sm_job_t* j = user;
+  if (j->out->dtype == TPURT_DTYPE_FLOAT64 || j->a->dtype == TPURT_DTYPE_FLOAT64)
+    SM_ROWS(double, exp, log, tpurt_row_load_f64, tpurt_row_store_f64, dbuf);
+  else
+    SM_ROWS(float, tpurt_expf_fast, logf, tpurt_row_load_f32, tpurt_row_store_f32, fbuf);
+}
+
+/* Reference: one element at a time in double through the scalar loaders. */
+static void sm_reference(const sm_job_t* j) {
+  for (int64_t row = 0; row < j->rows; ++row) {
+    const char *pa, *pb = NULL; int64_t sa, sb = 0, so;
+    char* po;
+    row_ptrs(j, j->a, row, &pa, &sa);
+    if (j->backward) row_ptrs(j, j->b, row, &pb, &sb);
+    row_ptrs(j, j->out, row, (const char**)&po, &so);
+    size_t asz = tpurt_dtype_size(j->a->dtype), osz = tpurt_dtype_size(j->out->dtype);
+    size_t bsz = j->backward ? tpurt_dtype_size(j->b->dtype) : 0;
+#define A(i) tpurt_dtype_load_f64(j->a->dtype, pa + (i) * sa * (int64_t)asz)
+#define B(i) tpurt_dtype_load_f64(j->b->dtype, pb + (i) * sb * (int64_t)bsz)
+#define OUT(i, v) tpurt_dtype_store_f64(j->out->dtype, po + (i) * so * (int64_t)osz, (v))
+    if (!j->backward) {
+      double mx = -INFINITY;
+      for (int64_t i = 0; i < j->n; ++i) mx = (isnan(A(i)) || isnan(mx)) ? NAN : (A(i) > mx ? A(i) : mx);
+      double sum = 0;
+      for (int64_t i = 0; i < j->n; ++i) sum += exp(A(i) - mx);
+      for (int64_t i = 0; i < j->n; ++i) OUT(i, j->log ? A(i) - mx - log(sum) : exp(A(i) - mx) / sum);
+    } else {
+      double s = 0;
+      for (int64_t i = 0; i < j->n; ++i) s += j->log ? A(i) : A(i) * B(i);
+      for (int64_t i = 0; i < j->n; ++i) OUT(i, j->log ? A(i) - exp(B(i)) * s : B(i) * (A(i) - s));
+    }
+#undef A
+#undef B
+#undef OUT
+  }
+}
+
+/* forward: (self, dim, half_to_float) ; backward: (grad_output, output, dim, input_dtype) */
+static tpurt_status_t sm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool log, bool backward, bool ref) {
+  sm_job_t j = {.log = log, .backward = backward, .ref = ref};
+  j.a = tpurt_arg_tensor(c, 0);
+  j.b = backward ? tpurt_arg_tensor(c, 1) : NULL;
+  if (!j.a || (backward && !j.b) || c->num_outputs < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected tensor inputs and one output", c->name);
+  j.out = &c->outputs[0];
+  for (const tpurt_tensor_t* t = j.a; t; t = (t == j.a ? j.b : NULL))
+    if (!tpurt_dtype_is_floating(t->dtype)) return TPURT_REDUCE_UNSUPPORTED(c->name, t->dtype);
+  if (!tpurt_dtype_is_floating(j.out->dtype)) return TPURT_REDUCE_UNSUPPORTED(c->name, j.out->dtype);
+  TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim(c->name, tpurt_arg_int(c, backward ? 2 : 1, -1), j.a->ndim, &j.dim));
+  if (j.a->ndim == 0) j.dim = -1;
+  int64_t numel = tpurt_tensor_numel(j.a);
+  if (numel == 0) return TPURT_OK;
+  j.n = j.dim >= 0 ? j.a->sizes[j.dim] : 1;
+  j.rows = numel / j.n;
+  if (ref) { sm_reference(&j); return TPURT_OK; }
+  int nt = tpurt_kernel_num_threads(ctx);
+  size_t bytes = sizeof(double) * 3 * (size_t)j.n * (size_t)nt;
+  void* buf = tpurt_kernel_scratch(ctx, bytes);
+  if (!buf) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for %zu bytes", c->name, bytes);
+  j.fbuf = buf;
+  j.dbuf = buf;
+  tpurt_parallel_for(ctx, j.rows, 1 + 16384 / (j.n + 1), sm_rows, &j);
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_kernel_softmax(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return sm_impl(x, c, false, false, false); }
+tpurt_status_t tpurt_kernel_softmax_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return sm_impl(x, c, false, false, true); }
+tpurt_status_t tpurt_kernel_log_softmax(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return sm_impl(x, c, true, false, false); }
+tpurt_status_t tpurt_kernel_log_softmax_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return sm_impl(x, c, true, false, true); }
+tpurt_status_t tpurt_kernel_softmax_backward_data(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return sm_impl(x, c, false, true, false); }
+tpurt_status_t tpurt_kernel_softmax_backward_data_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return sm_impl(x, c, false, true, true); }
+tpurt_status_t tpurt_kernel_log_softmax_backward_data(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return sm_impl(x, c, true, true, false); }
+tpurt_status_t tpurt_kernel_log_softmax_backward_data_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return sm_impl(x, c, true, true, true); }

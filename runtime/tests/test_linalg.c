@@ -1,0 +1,246 @@
+/* GEMM entry and matmul-family kernels: optimized vs reference across dtypes,
+ * strides (transposed, padded, broadcast), batches, k = 0 and empty shapes;
+ * then GFLOP/s figures (printed, never asserted). */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops/linalg/gemm.h"
+#include "linalg_test_common.h"
+
+typedef struct gemm_case_t {
+  tpurt_gemm_t g;
+  void* ws;
+} gemm_case_t;
+
+static tpurt_status_t run_gemm_kernel(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  gemm_case_t* gc = (gemm_case_t*)(uintptr_t)call->args[0].v.i;
+  return tpurt_gemm(ctx, &gc->g, gc->ws);
+}
+static tpurt_status_t gemm_via_ctx(tpurt_gemm_t* g) {
+  gemm_case_t gc = {*g, NULL};
+  tpurt_arg_t arg = {.kind = TPURT_ARG_INT, .v.i = (int64_t)(uintptr_t)&gc};
+  tpurt_op_call_t call = {.name = "gemm", .overload = "", .num_args = 1, .args = &arg};
+  return tpurt_kernel_run(run_gemm_kernel, &call);
+}
+
+/* One GEMM case: layouts chosen by flags; C_in separate when sep_cin. */
+static void gemm_case(tpurt_dtype_t ab, tpurt_dtype_t cd, int64_t batch, int64_t m, int64_t n,
+                      int64_t k, bool ta, bool tb, bool tc, int pad, bool sep_cin, bool bcast_cin,
+                      double alpha, double beta, bool own) {
+  int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = (tc ? m : n) + pad;
+  int64_t sa = (ta ? k : m) * lda, sb = (tb ? n : k) * ldb, sc = (tc ? n : m) * ldc;
+  void* A = rand_buf(ab, batch * sa);
+  void* B = rand_buf(ab, batch * sb);
+  void* C0 = rand_buf(cd, batch * sc);
+  void* C1 = malloc((size_t)(batch * sc > 0 ? batch * sc : 1) * tpurt_dtype_size(cd));
+  memcpy(C1, C0, (size_t)(batch * sc) * tpurt_dtype_size(cd));
+  void* Cin = rand_buf(cd, batch * (n + 1) * (m + 1));
+  tpurt_gemm_t g = {.m = m, .n = n, .k = k, .ab_dtype = ab, .c_dtype = cd,
+                    .a = A, .a_rs = ta ? 1 : lda, .a_cs = ta ? lda : 1,
+                    .b = B, .b_rs = tb ? 1 : ldb, .b_cs = tb ? ldb : 1,
+                    .c = C0, .c_rs = tc ? 1 : ldc, .c_cs = tc ? ldc : 1,
+                    .alpha = alpha, .beta = beta, .batch = batch,
+                    .a_bs = sa, .b_bs = sb, .c_bs = sc};
+  if (sep_cin) {
+    g.c_in = Cin;
+    g.c_in_rs = bcast_cin ? 0 : n + 1;
+    g.c_in_cs = 1;
+    g.c_in_bs = bcast_cin ? 0 : (n + 1) * (m + 1);
+  }
+  tpurt_gemm_set_fp32_own(own);
+  CHECK_OK(gemm_via_ctx(&g));
+  tpurt_gemm_set_fp32_own(false);
+  g.c = C1;
+  CHECK_OK(tpurt_gemm_reference(&g));
+  double err = max_err(cd, C0, C1, batch * sc, 1.0 + sqrt((double)k));
+  bool ok = err <= tol_for(cd);
+  if (!ok)
+    fprintf(stderr, "gemm %s->%s b=%lld m=%lld n=%lld k=%lld ta=%d tb=%d tc=%d pad=%d own=%d: err %g\n",
+            tpurt_dtype_name(ab), tpurt_dtype_name(cd), (long long)batch, (long long)m,
+            (long long)n, (long long)k, ta, tb, tc, pad, own, err);
+  CHECK(ok);
+  free(A), free(B), free(C0), free(C1), free(Cin);
+}
+
+static void test_gemm(void) {
+  const tpurt_dtype_t dts[] = {TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT64, TPURT_DTYPE_BFLOAT16,
+                               TPURT_DTYPE_FLOAT16, TPURT_DTYPE_INT64,   TPURT_DTYPE_INT32,
+                               TPURT_DTYPE_INT16,   TPURT_DTYPE_INT8,    TPURT_DTYPE_UINT8,
+                               TPURT_DTYPE_BOOL};
+  const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3},   {13, 17, 19}, {6, 16, 256},
+                               {37, 70, 300}, {0, 5, 3}, {4, 0, 3},   {5, 4, 0}, {150, 33, 9}};
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); ++d)
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
+      for (int lay = 0; lay < 8; ++lay) {
+        bool ta = lay & 1, tb = lay & 2, tc = lay & 4;
+        double beta = (s % 3 == 0) ? 0.0 : (s % 3 == 1 ? 1.0 : -0.5);
+        if (tpurt_dtype_is_integral(dts[d]) || dts[d] == TPURT_DTYPE_BOOL) beta = beta < 0 ? 2 : beta;
+        double alpha = tpurt_dtype_is_floating(dts[d]) ? 1.5 : 3;
+        if (dts[d] == TPURT_DTYPE_BOOL) alpha = 1, beta = beta != 0;
+        gemm_case(dts[d], dts[d], 1, shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, tc,
+                  lay % 3, false, false, alpha, beta, false);
+        if (dts[d] == TPURT_DTYPE_FLOAT32)
+          gemm_case(dts[d], dts[d], 1, shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, tc,
+                    lay % 3, false, false, alpha, beta, true);
+      }
+  /* separate / broadcast C_in, batched, mixed C dtypes */
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]) - 1; ++d) {
+    gemm_case(dts[d], dts[d], 3, 9, 20, 11, false, true, false, 1, true, false, 2, 1, false);
+    gemm_case(dts[d], dts[d], 3, 9, 20, 11, true, false, true, 0, true, true, 1, 2, false);
+    gemm_case(dts[d], dts[d], 40, 5, 6, 7, false, false, false, 0, true, false, 1, 1, false);
+  }
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32, 2, 30, 40, 50, true, false, false, 0, false,
+            false, 1, 0, false);
+  gemm_case(TPURT_DTYPE_FLOAT16, TPURT_DTYPE_FLOAT32, 1, 30, 40, 600, false, true, true, 1, false,
+            false, 1, 1, false);
+  gemm_case(TPURT_DTYPE_INT8, TPURT_DTYPE_INT32, 1, 17, 33, 64, false, true, false, 0, false,
+            false, 1, 0, false);
+  /* larger: several K blocks, N blocks and M chunks */
+  gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 1, 2400, 70, 600, false, false, false, 0,
+            false, false, 1, 0.5, true);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 70, 1100, 520, true, false, false, 0,
+            false, false, 1, 1, false);
+  gemm_case(TPURT_DTYPE_FLOAT64, TPURT_DTYPE_FLOAT64, 1, 300, 1030, 300, false, true, false, 0,
+            true, true, 1, 1, false);
+  /* beta = 0 ignores NaN in C */
+  {
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
+    for (int own = 0; own < 2; ++own) {
+      for (int i = 0; i < 4; ++i) c[i] = NAN;
+      tpurt_gemm_t g = {.m = 2, .n = 2, .k = 2, .ab_dtype = TPURT_DTYPE_FLOAT32,
+                        .c_dtype = TPURT_DTYPE_FLOAT32, .a = a, .a_rs = 2, .a_cs = 1, .b = b,
+                        .b_rs = 2, .b_cs = 1, .c = c, .c_rs = 2, .c_cs = 1, .alpha = 1, .beta = 0};
+      tpurt_gemm_set_fp32_own(own);
+      CHECK_OK(gemm_via_ctx(&g));
+      CHECK(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4);
+    }
+    tpurt_gemm_set_fp32_own(false);
+  }
+  /* unsupported dtype pair */
+  tpurt_gemm_t bad = {.m = 1, .n = 1, .k = 1, .ab_dtype = TPURT_DTYPE_FLOAT32,
+                      .c_dtype = TPURT_DTYPE_FLOAT64};
+  CHECK_STATUS(gemm_via_ctx(&bad), UNIMPLEMENTED);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Prints GFLOP/s of a square GEMM (median of 3). No threshold. */
+static void bench_one(const char* label, tpurt_dtype_t dt, int64_t n, bool own) {
+  void* A = rand_buf(dt, n * n);
+  void* B = rand_buf(dt, n * n);
+  void* C = rand_buf(dt, n * n);
+  tpurt_gemm_t g = {.m = n, .n = n, .k = n, .ab_dtype = dt, .c_dtype = dt, .a = A, .a_rs = n,
+                    .a_cs = 1, .b = B, .b_rs = n, .b_cs = 1, .c = C, .c_rs = n, .c_cs = 1,
+                    .alpha = 1, .beta = 0};
+  tpurt_gemm_set_fp32_own(own);
+  double t[3];
+  for (int r = 0; r < 3; ++r) {
+    double t0 = now_s();
+    tpurt_status_t s = gemm_via_ctx(&g);
+    t[r] = now_s() - t0;
+    tpurt_status_free(s);
+  }
+  tpurt_gemm_set_fp32_own(false);
+  for (int i = 0; i < 3; ++i)
+    for (int j = i + 1; j < 3; ++j)
+      if (t[j] < t[i]) { double x = t[i]; t[i] = t[j]; t[j] = x; }
+  printf("  gemm %-22s %lldx%lld: %7.1f GFLOP/s\n", label, (long long)n, (long long)n,
+         2.0 * n * n * n / t[1] * 1e-9);
+  free(A), free(B), free(C);
+}
+
+static void bench_gemm(void) {
+  if (getenv("TPURT_NO_BENCH")) return;
+  int64_t n = getenv("TPURT_BENCH_N") ? atoll(getenv("TPURT_BENCH_N")) : 1024;
+  printf("GEMM figures (threads of the default chip's kernel context):\n");
+  bench_one("fp32 OpenBLAS", TPURT_DTYPE_FLOAT32, n, false);
+  bench_one("fp32 own kernel", TPURT_DTYPE_FLOAT32, n, true);
+  bench_one("bf16 own (fp32 acc)", TPURT_DTYPE_BFLOAT16, n, false);
+  bench_one("f16 own (fp32 acc)", TPURT_DTYPE_FLOAT16, n, false);
+  bench_one("f64 own", TPURT_DTYPE_FLOAT64, n, false);
+}
+
+static void test_linalg_ops(void);
+
+int main(void) {
+  test_gemm();
+  test_linalg_ops();
+  bench_gemm();
+  return test_finish("test_linalg");
+}
+
+static void test_linalg_ops(void) {
+  const tpurt_dtype_t dts[] = {TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT64, TPURT_DTYPE_BFLOAT16,
+                               TPURT_DTYPE_FLOAT16, TPURT_DTYPE_INT64, TPURT_DTYPE_INT32};
+  for (size_t di = 0; di < sizeof(dts) / sizeof(dts[0]); ++di) {
+    tpurt_dtype_t dt = dts[di];
+    double tol = tol_for(dt) * 10;
+    bool fl = tpurt_dtype_is_floating(dt);
+    for (int v = 0; v < 3; ++v) {
+      int64_t m = v == 2 ? 0 : 23, k = v == 1 ? 0 : 19, n = 31;
+      tbuf_t a = mk(dt, 2, (int64_t[]){m, k}, v == 0, 0), b = mk(dt, 2, (int64_t[]){k, n}, false, 2);
+      tbuf_t o = mk(dt, 2, (int64_t[]){m, n}, v == 1, 0);
+      tbuf_t self1 = mk(dt, 1, (int64_t[]){n}, false, 0);
+      tpurt_arg_t args[6] = {targ(&a), targ(&b)};
+      check_op("mm", "out", args, 2, &o, 1, tol);
+      args[0] = targ(&self1), args[1] = targ(&a), args[2] = targ(&b);
+      args[3] = fl ? darg(0.5) : iarg(2), args[4] = fl ? darg(-1.5) : iarg(3);
+      check_op("addmm", "out", args, 5, &o, 1, tol);
+      args[5] = barg(false);
+      check_op("_addmm_activation", "out", args, 6, &o, 1, tol);
+      if (fl) {
+        args[5] = barg(true);
+        check_op("_addmm_activation", "out", args, 6, &o, 1, tol);
+      }
+      /* batched */
+      int64_t bs = v == 2 ? 0 : 5;
+      tbuf_t ba = mk(dt, 3, (int64_t[]){bs, m + 1, k}, v == 1, 0);
+      tbuf_t bb = mk(dt, 3, (int64_t[]){bs, k, n}, v == 0, 1);
+      tbuf_t bo = mk(dt, 3, (int64_t[]){bs, m + 1, n}, false, 0);
+      tbuf_t bself = mk(dt, 2, (int64_t[]){1, n}, false, 0);
+      tbuf_t ao = mk(dt, 2, (int64_t[]){m + 1, n}, false, 0);
+      args[0] = targ(&ba), args[1] = targ(&bb);
+      check_op("bmm", "out", args, 2, &bo, 1, tol);
+      args[0] = targ(&bself), args[1] = targ(&ba), args[2] = targ(&bb);
+      check_op("baddbmm", "out", args, 5, &bo, 1, tol);
+      check_op("addbmm", "out", args, 5, &ao, 1, tol);
+      /* vectors */
+      tbuf_t vec = mk(dt, 1, (int64_t[]){k}, false, 0), vm = mk(dt, 1, (int64_t[]){m}, false, 0);
+      tbuf_t vo = mk(dt, 1, (int64_t[]){m}, false, 0), so = mk(dt, 0, NULL, false, 0);
+      tbuf_t vn = mk(dt, 1, (int64_t[]){n}, false, 0);
+      args[0] = targ(&vm), args[1] = targ(&a), args[2] = targ(&vec);
+      check_op("addmv", "out", args, 5, &vo, 1, tol);
+      args[0] = targ(&a), args[1] = targ(&vec);
+      check_op("mv", "out", args, 2, &vo, 1, tol);
+      args[0] = targ(&vec), args[1] = targ(&vec);
+      check_op("dot", "", args, 2, &so, 1, tol);
+      check_op("vdot", "", args, 2, &so, 1, tol);
+      tbuf_t o2 = mk(dt, 2, (int64_t[]){m, n}, false, 0);
+      args[0] = targ(&o2), args[1] = targ(&vm), args[2] = targ(&vn);
+      check_op("addr", "out", args, 5, &o, 1, tol);
+      free(o2.mem);
+      args[0] = targ(&o);
+      tbuf_t to = mk(fl ? dt : TPURT_DTYPE_INT64, 0, NULL, false, 0);
+      check_op("trace", "", args, 1, &to, 1, tol);
+      tbuf_t* all[] = {&a, &b, &o, &self1, &ba, &bb, &bo, &bself, &ao, &vec, &vm, &vo, &so, &vn, &to};
+      for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); ++i) free(all[i]->mem);
+    }
+  }
+  /* _int_mm */
+  {
+    tbuf_t a = mk(TPURT_DTYPE_INT8, 2, (int64_t[]){17, 40}, false, 0);
+    tbuf_t b = mk(TPURT_DTYPE_INT8, 2, (int64_t[]){40, 24}, true, 0);
+    tbuf_t o = mk(TPURT_DTYPE_INT32, 2, (int64_t[]){17, 24}, false, 0);
+    tpurt_arg_t args[2] = {targ(&a), targ(&b)};
+    check_op("_int_mm", "out", args, 2, &o, 1, 0);
+    /* bad shapes name the op */
+    tpurt_op_call_t c = {"mm", "out", 2, args, 1, &o.t};
+    CHECK_STATUS(tpurt_kernel_run(tpurt_op_lookup("mm")->fn, &c), INVALID_ARGUMENT);
+    free(a.mem), free(b.mem), free(o.mem);
+  }
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The demonstration: set up, then the issue's example on the vTPU and a short GPT training run on tpu
+# with per-step progress, compared at the end with the same run on the CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+echo
+echo "== examples/hello_tpu.py"
+.venv/bin/python examples/hello_tpu.py
+echo
+echo "== examples/train_gpt.py"
+.venv/bin/python examples/train_gpt.py "$@"

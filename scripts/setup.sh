@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sets up this checkout on a fresh machine, and is cheap to re-run: system packages, the virtualenv
+# (.venv) with the pinned torch, the native build (`make`), and the editable install that registers
+# the `torch.backends` entry point (so `import torch` enables the tpu device).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+# OpenBLAS serves fp32 GEMM in the runtime (README: dependencies).
+if ! dpkg-query -W -f='${Status}' libopenblas-dev 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup: installing libopenblas-dev"
+  if ! $SUDO apt-get install -y -q libopenblas-dev; then
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q libopenblas-dev
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $PYTHON"
+  "$PYTHON" -m venv .venv
+fi
+
+# torch is pinned exactly: the C++ layer is built against this version's headers and ABI.
+# pip finds it as a local wheel; nothing is asked of pip when everything is already there.
+if ! .venv/bin/python - <<'PY' 2>/dev/null
+import importlib.metadata as md
+assert md.version("torch").split("+")[0] == "2.13.0"
+for pkg in ("numpy", "pytest", "setuptools"):
+    md.version(pkg)
+assert tuple(int(x) for x in md.version("setuptools").split(".")[:2]) >= (70, 1)
+PY
+then
+  echo "setup: installing torch==2.13.0 numpy pytest into .venv"
+  .venv/bin/python -m pip install -q torch==2.13.0 numpy pytest "setuptools>=70.1"
+fi
+
+# The runtime (libtpurt) and the C++ layer (torch_tpu/_C*.so). Autoload stays off while building:
+# the build imports torch to read its flags, and a stale or half-built extension must not get in the way.
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 make -j2
+
+# Editable install: registers the entry point and points at this checkout; --no-build-isolation and
+# --no-deps keep pip from building in an isolated environment that would download another torch.
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
+
+# Fails here, with the reason, if the device does not come up.
+.venv/bin/python -c "import torch; assert torch.accelerator.current_accelerator().type == 'tpu'; \
+print('setup: ok, torch', torch.__version__, '+ tpu device', torch.tpu.get_device_name(0), \
+'x', torch.tpu.device_count())"

@@ -1,0 +1,86 @@
+"""torch_tpu: PyTorch on a TPU-architecture device (the vTPU, emulated on host CPU cores by a C runtime).
+
+`import torch` alone enables the device: the `torch.backends` entry point calls _autoload(), which
+renames PyTorch's PrivateUse1 backend to "tpu", loads the C++ layer (torch_tpu._C: allocator, device
+guard, generator, the boxed fallback into the C op table), installs torch.tpu and the Tensor/Module
+.tpu() methods, and registers decompositions for ops with no C kernel. `import torch_tpu` does the same.
+"""
+# Everything _autoload needs is defined before `import torch`: when a program imports torch_tpu first,
+# `import torch` below runs the entry point, which finds this module half-imported.
+import os
+
+__version__ = "0.1.0"
+__all__ = ["__version__"]
+
+_registered = False
+_load_error = None  # why the device is unavailable, when autoload could not load the build
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    import torch
+
+    name = torch._C._get_privateuse1_backend_name()
+    if name == "privateuseone":
+        torch.utils.rename_privateuse1_backend("tpu")
+    elif name != "tpu":
+        raise RuntimeError(f"torch_tpu: PyTorch's PrivateUse1 backend is already registered as '{name}' by "
+                           f"another extension; a process can host only one (disable the other or set "
+                           f"TORCH_DEVICE_BACKEND_AUTOLOAD=0)")
+
+    from torch_tpu import _C  # loads libtpurt and registers the C++ allocator, guard, hooks, fallback
+    from torch_tpu import tpu as device_module
+    device_module.init()
+    if not hasattr(torch, "tpu"):
+        torch._register_device_module("tpu", device_module)
+    if not hasattr(torch.Tensor, "tpu"):
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True)
+
+    if os.environ.get("TORCH_TPU_CPU_FALLBACK", "0") not in ("", "0"):
+        _C._set_cpu_fallback(True)
+    from torch_tpu._internal import execution_mode
+    execution_mode._init_from_env()
+    from torch_tpu import amp, decompositions
+    decompositions.register()
+    amp.register()
+    _registered = True
+
+
+def _torch_is_importing() -> bool:
+    import sys
+    spec = getattr(sys.modules.get("torch"), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def _register_or_warn() -> None:
+    """Registers. Under autoload a device that cannot come up (a missing or stale build, a bad
+    environment variable) must not break `import torch` for every program of the environment (the
+    build itself imports torch): autoload only warns, and `import torch_tpu` raises."""
+    global _load_error
+    if _registered or _load_error is not None:
+        return
+    try:
+        _register()
+    except Exception as err:  # noqa: BLE001 - reported, and raised again by an explicit import
+        if not _torch_is_importing():
+            raise
+        _load_error = err
+        import warnings
+        warnings.warn(f"torch_tpu: the tpu device is not available ({err}); build it with `make` or "
+                      f"scripts/setup.sh", RuntimeWarning, stacklevel=2)
+
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: `import torch` calls it."""
+    _register_or_warn()
+
+
+import torch  # noqa: E402  (may run _autoload above)
+
+if _load_error is not None and not _torch_is_importing():
+    # `import torch_tpu` asked for the device explicitly: the failed autoload is an error now.
+    raise ImportError(f"torch_tpu: the tpu device is not available: {_load_error}") from _load_error
+_register_or_warn()

@@ -1,0 +1,412 @@
+// Native ATen registrations for the tpu (PrivateUse1) key: only the ops the
+// generic boxed fallback cannot serve — tensor creation, metadata-only views,
+// storage resizing, host<->device copies, reading a scalar, and the ops whose
+// output shape depends on the data (nonzero and what is built on it).
+#include <cstring>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/all.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/count_nonzero.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/index.h>
+#include <ATen/ops/nonzero.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/library.h>
+
+#include "tpu_common.h"
+
+namespace torch_tpu {
+
+at::Tensor empty_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype) {
+  return at::detail::empty_strided_generic(sizes, strides, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+}
+
+at::Tensor empty_tpu_contiguous(c10::IntArrayRef sizes, c10::ScalarType dtype) {
+  return at::detail::empty_generic(sizes, device_allocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype, std::nullopt);
+}
+
+// ================================== copies ==================================
+
+namespace {
+
+const tpurt_op_def_t* copy_kernel() {
+  static const tpurt_op_def_t* def = tpurt_op_lookup("copy");
+  return def;
+}
+
+// Elements from the first to the last one the view touches (strides >= 0).
+int64_t span_elems(const at::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) n += (t.size(d) - 1) * t.stride(d);
+  return n;
+}
+
+char* storage_bytes(const at::Tensor& t) {
+  return static_cast<char*>(const_cast<void*>(t.storage().data())) + t.storage_offset() * t.element_size();
+}
+
+bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes().equals(b.sizes()) && a.strides().equals(b.strides()) &&
+         a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense();
+}
+
+void submit_copy_kernel(const at::Tensor& dst, const at::Tensor& src, const char* op) {
+  tpurt_tensor_t d, s;
+  fill_tensor_desc(dst, &d, op);
+  fill_tensor_desc(src, &s, op);
+  tpurt_arg_t a[3];
+  std::memset(a, 0, sizeof(a));
+  a[0].kind = TPURT_ARG_TENSOR;
+  a[0].v.tensor = &d;
+  a[1].kind = TPURT_ARG_TENSOR;
+  a[1].v.tensor = &s;
+  a[2].kind = TPURT_ARG_BOOL;
+  a[2].v.b = false;
+  tpurt_op_call_t call{"copy", "", 3, a, 1, &d};
+  check_status(tpurt_queue_submit_kernel(current_queue(), copy_kernel(), &call), op);
+}
+
+void copy_d2h(const at::Tensor& dst, const at::Tensor& src);
+
+// CPU -> tpu. The host side does dtype conversion, broadcasting and strides;
+// the device side gets one contiguous byte copy.
+void copy_h2d(const at::Tensor& dst, const at::Tensor& src) {
+  DeviceScope scope(dst.device().index());
+  tpurt_device_t* dev = get_device(-1);
+  tpurt_queue_t* q = current_queue();
+  if (same_dense_layout(dst, src)) {
+    check_status(tpurt_memcpy_h2d(dev, q, dst.data_ptr(), src.const_data_ptr(), dst.numel() * dst.element_size()),
+                 "copy to tpu");
+    return;
+  }
+  if (dst.is_non_overlapping_and_dense()) {
+    at::Tensor stage = at::empty_strided(dst.sizes(), dst.strides(), src.options().dtype(dst.scalar_type()));
+    stage.copy_(src);
+    check_status(tpurt_memcpy_h2d(dev, q, dst.data_ptr(), stage.const_data_ptr(), dst.numel() * dst.element_size()),
+                 "copy to tpu");
+    return;
+  }
+  if (copy_kernel()) {  // a strided view: fill a dense temporary, then scatter on the device
+    at::Tensor tmp = empty_tpu_contiguous(dst.sizes(), dst.scalar_type());
+    copy_h2d(tmp, src);
+    submit_device_copy(dst, tmp, "copy to tpu");
+    return;
+  }
+  // No copy kernel: rewrite the span of storage the view covers.
+  int64_t n = span_elems(dst);
+  at::Tensor host = at::empty({n}, src.options().dtype(dst.scalar_type()));
+  size_t bytes = n * dst.element_size();
+  check_status(tpurt_memcpy_d2h(dev, q, host.data_ptr(), storage_bytes(dst), bytes), "copy to tpu");
+  host.as_strided(dst.sizes(), dst.strides(), 0).copy_(src);
+  check_status(tpurt_memcpy_h2d(dev, q, storage_bytes(dst), host.const_data_ptr(), bytes), "copy to tpu");
+}
+
+// tpu -> CPU: one byte copy of the span the source covers, then the host does
+// dtype conversion and strides.
+void copy_d2h(const at::Tensor& dst, const at::Tensor& src) {
+  DeviceScope scope(src.device().index());
+  tpurt_device_t* dev = get_device(-1);
+  tpurt_queue_t* q = current_queue();
+  if (same_dense_layout(dst, src)) {
+    check_status(tpurt_memcpy_d2h(dev, q, dst.data_ptr(), src.const_data_ptr(), src.numel() * src.element_size()),
+                 "copy from tpu");
+    return;
+  }
+  at::Tensor s = src;
+  if (copy_kernel() && span_elems(src) > 2 * src.numel() + 4096) {
+    s = empty_tpu_contiguous(src.sizes(), src.scalar_type());  // gather the sparse view first
+    submit_copy_kernel(s, src, "copy from tpu");
+  }
+  int64_t n = span_elems(s);
+  at::Tensor host = at::empty({n}, dst.options().dtype(s.scalar_type()));
+  check_status(tpurt_memcpy_d2h(dev, q, host.data_ptr(), storage_bytes(s), n * s.element_size()),
+               "copy from tpu");
+  dst.copy_(host.as_strided(s.sizes(), s.strides(), 0));
+}
+
+}  // namespace
+
+void submit_device_copy(const at::TensorBase& dst_base, const at::TensorBase& src_base, const char* op) {
+  at::Tensor dst(dst_base), src(src_base);
+  if (dst.numel() == 0) return;
+  DeviceScope scope(dst.device().index());
+  if (const tpurt_op_def_t* def = copy_kernel()) {
+    if (!(def->flags & TPURT_OP_ALIAS_SAFE) && dst.storage().is_alias_of(src.storage())) {
+      if (dst.data_ptr() == src.data_ptr() && dst.scalar_type() == src.scalar_type() &&
+          dst.sizes().equals(src.sizes()) && dst.strides().equals(src.strides()))
+        return;  // copying a view onto itself
+      at::Tensor tmp = empty_tpu_contiguous(src.sizes(), src.scalar_type());
+      submit_copy_kernel(tmp, src, op);
+      submit_copy_kernel(dst, tmp, op);
+      return;
+    }
+    submit_copy_kernel(dst, src, op);
+    return;
+  }
+  if (same_dense_layout(dst, src)) {
+    check_status(tpurt_queue_submit_copy(current_queue(), dst.data_ptr(), src.const_data_ptr(),
+                                         dst.numel() * dst.element_size()),
+                 op);
+    return;
+  }
+  // No copy kernel and the layouts differ: through the host.
+  at::Tensor host = at::empty(src.sizes(), src.options().device(c10::kCPU));
+  copy_d2h(host, src);
+  copy_h2d(dst, host);
+}
+
+// ============================= native registrations =============================
+
+namespace {
+
+c10::Device tpu_device_or_current(std::optional<c10::Device> device) {
+  c10::Device d = device.value_or(c10::Device(kTpu, current_device_index()));
+  TORCH_CHECK(d.type() == kTpu, "expected a tpu device, got ", d);
+  return d;
+}
+
+at::Tensor tpu_empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                     std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  c10::Device d = tpu_device_or_current(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "tpu tensors support only the strided layout, got ", c10::layout_or_default(layout));
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "only CPU tensors can be pinned");
+  DeviceScope scope(d.index());
+  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                             std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                             std::optional<bool> pin_memory) {
+  c10::Device d = tpu_device_or_current(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "tpu tensors support only the strided layout, got ", c10::layout_or_default(layout));
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "only CPU tensors can be pinned");
+  DeviceScope scope(d.index());
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor tpu_as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                          std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor tpu_view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
+
+at::Tensor tpu_reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+// Sets sizes (and strides) and grows the storage when it is too small, as
+// resize_impl_cpu_ does, but with a stream-ordered device copy.
+void resize_impl(c10::TensorImpl* self, c10::IntArrayRef size, std::optional<c10::IntArrayRef> stride) {
+  if (self->sizes().equals(size) && (!stride || self->strides().equals(*stride))) return;
+  size_t itemsize = self->dtype().itemsize();
+  size_t offset = self->storage_offset();
+  size_t need;
+  if (stride) {
+    self->set_sizes_and_strides(size, *stride);
+    need = at::detail::computeStorageNbytes(size, *stride, itemsize, offset);
+  } else {
+    self->set_sizes_contiguous(size);
+    need = at::detail::computeStorageNbytesContiguous(size, itemsize, offset);
+  }
+  if (self->numel() == 0) return;
+  c10::StorageImpl* storage = self->unsafe_storage().unsafeGetStorageImpl();
+  TORCH_CHECK(storage, "cannot resize a tpu tensor without storage");
+  if (need > storage->nbytes()) resize_storage_bytes(storage, need);
+}
+
+const at::Tensor& tpu_resize_(const at::Tensor& self, c10::IntArrayRef size,
+                              std::optional<c10::MemoryFormat> memory_format) {
+  for (int64_t s : size) TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
+  DeviceScope scope(self.device().index());
+  resize_impl(self.unsafeGetTensorImpl(), size, std::nullopt);
+  if (memory_format) {
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format ", *memory_format);
+    self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Tensor& tpu_set_storage(at::Tensor& self, c10::Storage source, int64_t storage_offset, c10::IntArrayRef size,
+                            c10::IntArrayRef stride) {
+  at::native::checkSetStorage(self, source, storage_offset, size, stride);
+  self.unsafeGetTensorImpl()->set_storage_offset(storage_offset);
+  std::optional<c10::IntArrayRef> st = stride.data() != nullptr ? std::optional<c10::IntArrayRef>(stride)
+                                                                 : std::nullopt;
+  DeviceScope scope(self.device().index());
+  resize_impl(self.unsafeGetTensorImpl(), size, st);
+  return self;
+}
+
+at::Tensor& tpu_set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return tpu_set_storage(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& tpu_set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.is_same(source)) return self;
+  return tpu_set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& tpu_set_empty(at::Tensor& self) {
+  DeviceScope scope(self.device().index());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  return tpu_set_storage(self, std::move(storage), 0, {0}, {});
+}
+
+at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  // Host<->device copies complete before returning, so non_blocking only
+  // affects device-to-device copies (which are always queued).
+  (void)non_blocking;
+  if (dst.numel() == 0) return dst;
+  bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
+  if (src_tpu && dst_tpu) {
+    if (self.device() == dst.device()) {
+      submit_device_copy(dst, self, "aten::copy_");
+    } else {
+      at::Tensor host = at::empty(self.sizes(), self.options().device(c10::kCPU));
+      copy_d2h(host, self);
+      copy_h2d(dst, host);
+    }
+  } else if (dst_tpu && self.is_cpu()) {
+    copy_h2d(dst, self);
+  } else if (src_tpu && dst.is_cpu()) {
+    copy_d2h(dst, self);
+  } else {
+    TORCH_CHECK(false, "copy between ", self.device(), " and ", dst.device(), " is not supported by the tpu backend");
+  }
+  return dst;
+}
+
+at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  tpu_resize_(dst, self.sizes(), std::nullopt);
+  return tpu_copy_from(self, dst, false);
+}
+
+at::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
+  DeviceScope scope(self.device().index());
+  at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
+  check_status(tpurt_memcpy_d2h(get_device(-1), current_queue(), host.data_ptr(), self.const_data_ptr(),
+                                self.element_size()),
+               "aten::_local_scalar_dense");
+  return host.item();
+}
+
+void tpu_record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kTpu, "record_stream: expected a tpu stream, got ", stream);
+  const void* ptr = self.storage().data();
+  if (!ptr) return;
+  check_status(tpurt_memory_record_queue(get_device(stream.device_index()), const_cast<void*>(ptr),
+                                         queue_for_stream(stream)),
+               "record_stream");
+}
+
+// ---- ops whose output size depends on the data: count, wait, allocate, fill ----
+
+at::Tensor tpu_nonzero(const at::Tensor& self) {
+  static const tpurt_op_def_t* def = tpurt_op_lookup("nonzero");
+  if (!def) {
+    TORCH_CHECK_NOT_IMPLEMENTED(cpu_fallback_enabled(),
+                                "The operator 'aten::nonzero' is not implemented for the tpu device yet. Set "
+                                "TORCH_TPU_CPU_FALLBACK=1 to run unsupported operators on the CPU (slow).");
+    TORCH_WARN_ONCE("aten::nonzero runs on the CPU for the tpu device (TORCH_TPU_CPU_FALLBACK=1)");
+    return at::nonzero(self.cpu()).to(self.device());
+  }
+  TORCH_CHECK(self.dim() <= TPURT_MAX_DIMS, "nonzero: at most ", TPURT_MAX_DIMS, " dimensions");
+  int64_t count = at::count_nonzero(self).item<int64_t>();
+  DeviceScope scope(self.device().index());
+  at::Tensor out = empty_tpu_contiguous({count, self.dim()}, c10::kLong);
+  if (count == 0) return out;
+  tpurt_tensor_t in_desc, out_desc;
+  fill_tensor_desc(self, &in_desc, "aten::nonzero");
+  fill_tensor_desc(out, &out_desc, "aten::nonzero");
+  tpurt_arg_t a;
+  std::memset(&a, 0, sizeof(a));
+  a.kind = TPURT_ARG_TENSOR;
+  a.v.tensor = &in_desc;
+  tpurt_op_call_t call{"nonzero", "", 1, &a, 1, &out_desc};
+  check_status(tpurt_queue_submit_kernel(current_queue(), def, &call), "aten::nonzero");
+  return out;
+}
+
+at::Tensor& tpu_nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  at::Tensor r = tpu_nonzero(self);
+  TORCH_CHECK(out.scalar_type() == c10::kLong, "nonzero: expected out to be of dtype int64, got ", out.scalar_type());
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+at::Tensor tpu_masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == c10::kBool, "masked_select: expected BoolTensor for mask");
+  auto expanded = at::expand_outplace(self, mask);
+  at::Tensor s = std::get<0>(expanded)->reshape(-1);
+  at::Tensor m = std::get<1>(expanded)->reshape(-1);
+  at::Tensor idx = tpu_nonzero(m).select(1, 0);
+  c10::List<std::optional<at::Tensor>> indices;
+  indices.push_back(idx);
+  return at::index(s, indices);
+}
+
+at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  at::Tensor r = tpu_masked_select(self, mask);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+bool tpu_equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
+              self.device(), " and ", other.device());
+  if (!self.sizes().equals(other.sizes())) return false;
+  if (self.numel() == 0) return true;
+  return at::eq(self, other).all().item<bool>();
+}
+
+bool tpu_is_set_to(const at::Tensor& self, const at::Tensor& other) {
+  return self.storage().unsafeGetStorageImpl() == other.storage().unsafeGetStorageImpl() &&
+         self.storage_offset() == other.storage_offset() && self.sizes().equals(other.sizes()) &&
+         self.strides().equals(other.strides());
+}
+
+}  // namespace
+}  // namespace torch_tpu
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace torch_tpu;
+  m.impl("empty.memory_format", TORCH_FN(tpu_empty));
+  m.impl("empty_strided", TORCH_FN(tpu_empty_strided));
+  m.impl("as_strided", TORCH_FN(tpu_as_strided));
+  m.impl("view", TORCH_FN(tpu_view));
+  m.impl("_reshape_alias", TORCH_FN(tpu_reshape_alias));
+  m.impl("resize_", TORCH_FN(tpu_resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(tpu_set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(tpu_set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(tpu_set_source_tensor));
+  m.impl("set_", TORCH_FN(tpu_set_empty));
+  m.impl("_copy_from", TORCH_FN(tpu_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(tpu_local_scalar_dense));
+  m.impl("record_stream", TORCH_FN(tpu_record_stream));
+  m.impl("nonzero", TORCH_FN(tpu_nonzero));
+  m.impl("nonzero.out", TORCH_FN(tpu_nonzero_out));
+  m.impl("masked_select", TORCH_FN(tpu_masked_select));
+  m.impl("masked_select.out", TORCH_FN(tpu_masked_select_out));
+  m.impl("equal", TORCH_FN(tpu_equal));
+  m.impl("is_set_to", TORCH_FN(tpu_is_set_to));
+}

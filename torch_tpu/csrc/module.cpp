@@ -1,0 +1,122 @@
+// The Python module torch_tpu._C: the few runtime functions the Python
+// package calls (init, device queries, synchronize, memory statistics, the
+// default generator, the op table, CPU fallback switch). Importing it only
+// registers the C++ pieces with PyTorch; it never starts the runtime.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "tpu_common.h"
+
+namespace py = pybind11;
+
+namespace {
+
+tpurt_device_t* device_arg(int64_t index) {
+  return torch_tpu::get_device(static_cast<c10::DeviceIndex>(index));
+}
+
+py::dict memory_stats(int64_t device) {
+  tpurt_memory_stats_t s{};
+  torch_tpu::check_status(tpurt_memory_stats(device_arg(device), &s), "tpu memory_stats");
+  py::dict d;
+  d["allocated_bytes"] = s.allocated_bytes;
+  d["peak_allocated_bytes"] = s.peak_allocated_bytes;
+  d["reserved_bytes"] = s.reserved_bytes;
+  d["peak_reserved_bytes"] = s.peak_reserved_bytes;
+  d["capacity_bytes"] = s.capacity_bytes;
+  d["num_allocs"] = s.num_allocs;
+  d["num_frees"] = s.num_frees;
+  d["num_ooms"] = s.num_ooms;
+  d["num_segments"] = s.num_segments;
+  return d;
+}
+
+py::dict device_info(int64_t device) {
+  tpurt_device_info_t info{};
+  torch_tpu::check_status(tpurt_device_query(device_arg(device), &info), "tpu device_info");
+  py::dict d;
+  d["name"] = std::string(info.name, strnlen(info.name, sizeof(info.name)));
+  d["hbm_bytes"] = info.hbm_bytes;
+  d["num_threads"] = info.num_threads;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_tpu C++ layer: PrivateUse1 registrations over the tpurt runtime";
+
+  m.def("_init", [] { torch_tpu::ensure_init(); });
+  m.def("_device_count", [] { return torch_tpu::device_count_noexcept(); });
+  m.def(
+      "_synchronize",
+      [](int64_t device) {
+        tpurt_device_t* dev = device_arg(device);
+        tpurt_status_t s;
+        {
+          py::gil_scoped_release no_gil;
+          s = tpurt_device_synchronize(dev);
+        }
+        torch_tpu::check_status(s, "tpu synchronize");
+      },
+      py::arg("device") = -1);
+  m.def("_get_exec_mode", [] { return static_cast<int>(tpurt_exec_mode_get()); });
+  m.def("_set_exec_mode", [](int mode) {
+    TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "tpu execution mode must be 0 (strict), 1 (debug) or 2 (defer), got ",
+                      mode);
+    tpurt_exec_mode_set(static_cast<tpurt_exec_mode_t>(mode));
+  });
+  m.def("_memory_stats", &memory_stats, py::arg("device") = -1);
+  m.def("_reset_peak_memory_stats", [](int64_t device) { tpurt_memory_reset_peak(device_arg(device)); },
+        py::arg("device") = -1);
+  m.def(
+      "_empty_cache",
+      [](int64_t device) {
+        tpurt_device_t* dev = device_arg(device);
+        tpurt_status_t s;
+        {
+          py::gil_scoped_release no_gil;
+          s = tpurt_memory_empty_cache(dev);
+        }
+        torch_tpu::check_status(s, "tpu empty_cache");
+      },
+      py::arg("device") = -1);
+  m.def(
+      "_mem_get_info",
+      [](int64_t device) {
+        uint64_t free_bytes = 0, total = 0;
+        torch_tpu::check_status(tpurt_memory_get_info(device_arg(device), &free_bytes, &total), "tpu mem_get_info");
+        return py::make_tuple(free_bytes, total);
+      },
+      py::arg("device") = -1);
+  m.def(
+      "_get_default_generator",
+      [](int64_t device) {
+        const at::Generator& gen = torch_tpu::default_generator(static_cast<c10::DeviceIndex>(device));
+        return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
+      },
+      py::arg("device") = -1);
+  m.def("_has_kernel", [](const std::string& name) { return tpurt_op_lookup(name.c_str()) != nullptr; });
+  m.def("_kernel_names", [] {
+    py::list names;
+    for (size_t i = 0, n = tpurt_op_count(); i < n; ++i) names.append(tpurt_op_at(i)->name);
+    return names;
+  });
+  m.def("_set_cpu_fallback", [](bool on) { torch_tpu::set_cpu_fallback_enabled(on); });
+  m.def("_get_cpu_fallback", [] { return torch_tpu::cpu_fallback_enabled(); });
+  m.def("_is_device_ptr", [](uint64_t ptr) {
+    int n = torch_tpu::device_count_noexcept();
+    for (int i = 0; i < n; ++i)
+      if (tpurt_memory_is_device_ptr(device_arg(i), reinterpret_cast<const void*>(ptr))) return true;
+    return false;
+  });
+  m.def("_meta_cache_stats", [] {
+    torch_tpu::MetaCacheStats s = torch_tpu::meta_cache_stats();
+    py::dict d;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["size"] = s.size;
+    return d;
+  });
+  m.def("_device_info", &device_info, py::arg("device") = -1);
+}

@@ -1,0 +1,168 @@
+"""Ops with no C kernel reach the device through PyTorch's own decompositions (DESIGN.md §2.3).
+
+At import, every ATen op that only has backend kernels (no CompositeImplicit/Explicit kernel: such an
+op would otherwise land in the C++ boxed fallback), has no C kernel in the runtime's op table, and has
+an entry in torch._decomp.decomposition_table gets that decomposition registered as its PrivateUse1
+kernel. The decomposition calls ops we do have; autograd is unaffected (it sits above PrivateUse1).
+Views and factory functions are the C++ layer's and are never decomposed here.
+TORCH_TPU_DECOMPOSITIONS=0 turns this off (to see which ops truly lack a kernel).
+"""
+import os
+import threading
+
+import torch
+
+_COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                   "CompositeExplicitAutogradNonFunctional")
+_lib = None           # the torch.library.Library holding the registrations; kept alive for the process
+_registered = []      # "aten::name.overload" of each registered decomposition
+_tls = threading.local()
+
+
+def _qualified_name(op) -> str:
+    name = op._schema.name
+    return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+
+
+def kernel_lookup_names(op) -> "list[str]":
+    """Names the C++ fallback looks up in the C op table for `op`: "base.overload" then "base", with an
+    in-place op's trailing "_" dropped (kernel.h); dunders ("__ilshift__") keep theirs."""
+    base = op._schema.name.split("::", 1)[1]
+    if base.endswith("_") and not base.endswith("__"):
+        base = base[:-1]
+    if op._overloadname == "default":
+        return [base]
+    return [f"{base}.{op._overloadname}", base]
+
+
+def _has_tensor_argument(op) -> bool:
+    for arg in op._schema.arguments:
+        t = arg.type
+        if isinstance(t, torch.OptionalType):
+            t = t.getElementType()
+        if isinstance(t, torch.ListType):
+            t = t.getElementType()
+            if isinstance(t, torch.OptionalType):
+                t = t.getElementType()
+        if isinstance(t, torch.TensorType):
+            return True
+    return False
+
+
+def candidates(has_kernel) -> "list[tuple[object, object]]":
+    """(OpOverload, decomposition) pairs to register, given has_kernel(name) for the C op table."""
+    from torch._decomp import decomposition_table
+
+    has_key = torch._C._dispatch_has_kernel_for_dispatch_key
+    out = []
+    for op, decomp in decomposition_table.items():
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+            continue
+        name = _qualified_name(op)
+        if any(has_key(name, k) for k in _COMPOSITE_KEYS):
+            continue  # PyTorch itself decomposes it above the backend
+        if has_key(name, "PrivateUse1"):
+            continue  # the C++ layer has a dedicated kernel (views, factories, copies)
+        if op.is_view or not _has_tensor_argument(op):
+            continue  # views and factory functions are handled natively
+        if any(has_kernel(n) for n in kernel_lookup_names(op)):
+            continue  # a C kernel exists: the boxed fallback reaches it
+        out.append((op, decomp))
+    return out
+
+
+_warned_cpu = set()
+
+
+def _cpu_fallback(op, name, args, kwargs):
+    """Runs `op` on the CPU for the opted-in fallback: tpu tensors are copied in, written (aliased)
+    arguments copied back, new results moved to tpu. Only reached when a decomposition loops back to
+    its own op (e.g. a reference implementation that maps onto the same aten op)."""
+    import warnings
+    from torch.utils._pytree import tree_map
+
+    if name not in _warned_cpu:
+        _warned_cpu.add(name)
+        warnings.warn(f"torch_tpu: {name} has no tpu kernel; running it on the CPU "
+                      f"(TORCH_TPU_CPU_FALLBACK=1). Shown once per op.", UserWarning, stacklevel=3)
+
+    def to_cpu(x):
+        return x.cpu() if isinstance(x, torch.Tensor) and x.device.type == "tpu" else x
+
+    cpu_args, cpu_kwargs = tree_map(to_cpu, args), tree_map(to_cpu, kwargs)
+    result = op(*cpu_args, **cpu_kwargs)
+    schema = op._schema
+    written = {}  # alias set -> (tpu tensor, cpu tensor) for arguments the op writes
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        orig = kwargs[arg.name] if arg.name in kwargs else (args[i] if i < len(args) else None)
+        new = cpu_kwargs[arg.name] if arg.name in cpu_kwargs else (cpu_args[i] if i < len(cpu_args) else None)
+        if isinstance(orig, torch.Tensor) and orig.device.type == "tpu":
+            if orig.shape != new.shape:
+                orig.resize_(new.shape)
+            orig.copy_(new)
+            written[id(new)] = orig
+    results = result if isinstance(result, tuple) else (result,)
+    moved = tuple(written.get(id(r), r.to(args_device(args, kwargs)) if isinstance(r, torch.Tensor) else r)
+                  for r in results)
+    return moved if isinstance(result, tuple) else moved[0]
+
+
+def args_device(args, kwargs):
+    from torch.utils._pytree import tree_leaves
+    for x in tree_leaves((args, kwargs)):
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            return x.device
+    return torch.device("tpu")
+
+
+def _make_kernel(op, decomp):
+    name = _qualified_name(op)
+
+    def kernel(*args, **kwargs):
+        active = getattr(_tls, "active", None)
+        if active is None:
+            active = _tls.active = set()
+        if name in active:
+            # The decomposition reached the op it decomposes (it maps onto the same aten op): there is
+            # no kernel underneath. Do what the C++ fallback does for an op without a kernel.
+            from torch_tpu import _C
+            if _C._get_cpu_fallback():
+                return _cpu_fallback(op, name, args, kwargs)
+            raise NotImplementedError(
+                f"torch_tpu: the operator '{name}' has no kernel for the tpu device (its PyTorch "
+                f"decomposition maps back onto it). Set TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU "
+                f"(slow: copies to host and back).")
+        active.add(name)
+        try:
+            return decomp(*args, **kwargs)
+        finally:
+            active.discard(name)
+
+    kernel.__name__ = f"tpu_decomposition_{name.replace('::', '_').replace('.', '_')}"
+    return kernel
+
+
+def register(has_kernel=None) -> int:
+    """Registers the decompositions (once per process); returns how many were registered."""
+    global _lib
+    if _lib is not None:
+        return len(_registered)
+    if os.environ.get("TORCH_TPU_DECOMPOSITIONS", "1") == "0":
+        _lib = torch.library.Library("aten", "IMPL")
+        return 0
+    if has_kernel is None:
+        from torch_tpu import _C
+        has_kernel = _C._has_kernel
+    lib = torch.library.Library("aten", "IMPL")
+    for op, decomp in candidates(has_kernel):
+        lib.impl(op, _make_kernel(op, decomp), "PrivateUse1")
+        _registered.append(_qualified_name(op))
+    _lib = lib
+    return len(_registered)
+
+
+def registered_ops() -> "list[str]":
+    """The ops running through a decomposition on tpu in this process."""
+    return list(_registered)
