@@ -73,8 +73,11 @@ def load_device(name):
     dev_type = name.split(":")[0]
     if dev_type != "cpu" and not hasattr(torch, dev_type):
         import sys
-        sys.path.insert(0, str(ROOT))
-        import torch_tpu  # noqa: F401
+        try:
+            import torch_tpu  # noqa: F401  (on PYTHONPATH)
+        except ImportError:
+            sys.path.insert(0, str(ROOT))
+            import torch_tpu  # noqa: F401
 
 
 @pytest.fixture(scope="session")

@@ -177,6 +177,26 @@ def test_module_round_trip(device):
     assert all(t.dtype == torch.float64 for t in m.parameters())
 
 
+def test_module_to_keeps_tied_weights(device):
+    """GPT-2/Llama tie the LM head to the embedding; .to(device) must keep one
+    Parameter (PyTorch keeps it by swapping data in place, set_data)."""
+    m = nn.Module()
+    m.emb, m.head = nn.Embedding(10, 4), nn.Linear(4, 10, bias=False)
+    m.head.weight = m.emb.weight
+    m.to(device)
+    tied = m.head.weight is m.emb.weight
+    assert tied, "module.to(device) split a tied Parameter in two (set_data across devices refused?)"
+    assert len(list(m.parameters())) == 1
+    m.cpu()
+    assert m.head.weight is m.emb.weight, "module.cpu() split a tied Parameter"
+
+
+def test_param_data_assignment_across_devices(device):
+    p = nn.Parameter(torch.ones(3))
+    p.data = torch.full((3,), 2.0, device=device)
+    assert p.device.type == torch.device(device).type and p.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
 def test_requires_grad_survives_to(device):
     a = torch.randn(3, requires_grad=True)
     b = a.to(device)

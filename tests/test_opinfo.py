@@ -72,6 +72,11 @@ SKIP = {
     "sparse.sampled_addmm": "sparse CSR input; the device holds strided tensors",
 }
 
+# (op name, dtype) pairs excluded, with the reason.
+SKIP_DTYPE = {
+    ("polygamma", "float64"): "PyTorch CPU's own float64 polygamma takes minutes on these samples",
+}
+
 DEFAULT_DTYPES = ["float32", "bfloat16", "int64", "bool"]
 FULL_DTYPES = ["float32", "bfloat16", "float16", "float64", "int64", "int32", "int16", "int8",
                "uint8", "bool"]
@@ -103,6 +108,9 @@ ACCUMULATING = ("matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "m
 # when the values agree and the indices point at those values.
 TIE_OPS = {"sort", "argsort", "topk", "kthvalue", "median", "nanmedian", "mode",
            "max.reduction_with_dim", "min.reduction_with_dim", "msort"}
+
+# Ops whose tensor arguments (other than the input) PyTorch requires on the CPU.
+HOST_ARGS = {"tensor_split"}
 
 MAX_SAMPLES = 4
 MAX_SAMPLES_FULL = 12
@@ -256,6 +264,39 @@ def _tie_ok(key, sample_cpu, out_dev, out_cpu, dtype):
     return torch.equal(got, val_c) or torch.allclose(got, val_c, equal_nan=True)
 
 
+def _as_good_as_cpu(op, s, out_dev, out_cpu, dtype):
+    """For bf16/fp16: CPU rounds intermediates to 16 bits in some kernels where
+    the device computes in float32 and rounds once. Accept the device's result
+    when it is no farther from the float64 result than CPU's is (plus one
+    tolerance)."""
+    if torch.float64 not in op.supported_dtypes("cpu"):
+        return False
+    up = lambda t: t.detach().double() if t.dtype == dtype else t.detach()  # noqa: E731
+    s64 = _with(s, up)
+    kw = {k: (torch.float64 if v == dtype else v) for k, v in s64.kwargs.items()}
+    try:
+        ref = op(s64.input, *s64.args, **kw)
+    except Exception:  # noqa: BLE001 - no float64 reference: cannot judge
+        return False
+    rtol, atol = LOOSE[dtype]
+    ref_l, dev_l, cpu_l = _flat(ref, []), _flat(out_dev, []), _flat(out_cpu, [])
+    if not (len(ref_l) == len(dev_l) == len(cpu_l)):
+        return False
+    for r, d, c in zip(ref_l, dev_l, cpu_l):
+        if not isinstance(c, torch.Tensor) or not c.dtype.is_floating_point:
+            if isinstance(c, torch.Tensor) and not torch.equal(d.cpu(), c):
+                return False
+            continue
+        r, d, c = r.double(), d.detach().cpu().double(), c.detach().double()
+        if r.shape != d.shape:
+            return False
+        err_d, err_c = (d - r).abs(), (c - r).abs()
+        ok = (err_d <= err_c + atol + rtol * r.abs()) | (d.isnan() & c.isnan()) | (d == c)
+        if not bool(ok.all()):
+            return False
+    return True
+
+
 def _sample_ok(key, sample):
     """Deterministic samples only for ops that are random in training mode."""
     if key.startswith("nn.functional.dropout") or key == "nn.functional.feature_alpha_dropout.without_train":
@@ -278,7 +319,7 @@ def _grad_check(key, op, s_cpu, s_dev, out_cpu, out_dev, dtype):
         return False
     g = torch.Generator().manual_seed(1234)
     gc = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in oc]
-    gd = [t.to(DEVICE) for t in gc]
+    gd = [t.to(o.device) for t, o in zip(gc, od)]  # an output may be on CPU (Tensor.to("cpu"))
     grads_c = torch.autograd.grad(oc, ic, gc, allow_unused=True)
     grads_d = torch.autograd.grad(od, idv, gd, allow_unused=True)
     _close(list(grads_d), list(grads_c), dtype, key, "grad", loose=True)
@@ -315,6 +356,8 @@ def run_one(op, dtype, max_samples):
                 break
             s_cpu = _with(s, lambda t: _leaf(t))
             s_dev = _with(s, lambda t: _move(t, DEVICE), dev=DEVICE)
+            if key in HOST_ARGS:  # PyTorch requires these arguments on the host
+                s_dev.args = s_cpu.args
             try:
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(0)
@@ -328,7 +371,12 @@ def run_one(op, dtype, max_samples):
                 try:
                     _close(out_dev, out_cpu, dtype, key, "output")
                 except Mismatch:
-                    if key not in TIE_OPS or not _tie_ok(key, s_cpu, out_dev, out_cpu, dtype):
+                    if key in TIE_OPS and _tie_ok(key, s_cpu, out_dev, out_cpu, dtype):
+                        pass
+                    elif dtype in (torch.bfloat16, torch.float16) and \
+                            _as_good_as_cpu(op, s, out_dev, out_cpu, dtype):
+                        res["note"] = "16-bit: differs from CPU, not farther from float64 than CPU"
+                    else:
                         raise
                 # inputs the op mutated (running stats, out-of-place ops with side effects)
                 _close(_flat_tensors((s_dev.input, s_dev.args, s_dev.kwargs), []),
@@ -374,8 +422,13 @@ def _inplace_check(key, op, s, dtype):
     except Exception:  # not valid in place on CPU (promotion, broadcasting of self)
         return False
     out_dev = op.inplace_variant(s_dev.input, *s_dev.args, **s_dev.kwargs)
-    _close(out_dev, out_cpu, dtype, key, "in-place result")
-    _close(s_dev.input, s_cpu.input, dtype, key, "in-place self")
+    try:
+        _close(out_dev, out_cpu, dtype, key, "in-place result")
+    except Mismatch:
+        if dtype not in (torch.bfloat16, torch.float16) or \
+                not _as_good_as_cpu(op, s, out_dev, out_cpu, dtype):
+            raise
+    _close(s_dev.input, out_dev, dtype, key, "in-place self vs its result")
     return True
 
 
@@ -411,8 +464,11 @@ def _load_device(device):
     checkout without `pip install -e .`, import torch_tpu from the tree."""
     dev_type = device.split(":")[0]
     if dev_type != "cpu" and not hasattr(torch, dev_type):
-        sys.path.insert(0, str(ROOT))
-        import torch_tpu  # noqa: F401
+        try:
+            import torch_tpu  # noqa: F401  (on PYTHONPATH)
+        except ImportError:
+            sys.path.insert(0, str(ROOT))
+            import torch_tpu  # noqa: F401
 
 
 def worker_main(argv):
@@ -468,14 +524,15 @@ def run_sweep(device, keys, dtypes, max_samples, workdir):
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "opinfo_results.jsonl"
     out.write_text("")
-    todo = [f"{k}|{d}" for k in keys for d in dtypes]
+    todo = [f"{k}|{d}" for k in keys for d in dtypes
+            if (k.split(".")[0], d) not in SKIP_DTYPE and (k, d) not in SKIP_DTYPE]
     results = {}
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     while todo:
         ops_file = workdir / "opinfo_todo.txt"
         ops_file.write_text("\n".join(todo) + "\n")
-        cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", "--device", device,
+        cmd = [sys.executable, "-X", "faulthandler", str(pathlib.Path(__file__).resolve()), "--worker", "--device", device,
                "--dtypes", ",".join(dtypes), "--max-samples", str(max_samples),
                "--ops", str(ops_file), "--out", str(out)]
         log = open(workdir / "opinfo_worker.log", "ab")
@@ -581,6 +638,9 @@ def opinfo_results(request, device, full):
         if want_all or any(k == c or k.startswith(c + ".") for c in wanted_core):
             keys.append(k)
     dtypes = FULL_DTYPES if full else DEFAULT_DTYPES
+    for (name, dt), why in SKIP_DTYPE.items():
+        if dt in dtypes and any(k == name or k.startswith(name + ".") for k in keys):
+            skipped[f"{name} ({dt})"] = why
     t0 = time.time()
     results = run_sweep(device, keys, dtypes, MAX_SAMPLES_FULL if full else MAX_SAMPLES,
                         ROOT / "build")
@@ -602,7 +662,7 @@ def test_core_op(name, opinfo_results):
     ran = 0
     for k in mine:
         for d in dtypes:
-            r = results[(k, d)]
+            r = results.get((k, d), {"status": "na"})  # absent: excluded (SKIP_DTYPE)
             if r["status"] == "na":
                 continue
             ran += 1
@@ -619,7 +679,8 @@ def test_opinfo_report(opinfo_results):
     written. Non-core failures are reported, not asserted."""
     results, keys, dtypes = opinfo_results
     assert len(keys) > 500
-    missing = [(k, d) for k in keys for d in dtypes if (k, d) not in results]
+    missing = [(k, d) for k in keys for d in dtypes if (k, d) not in results
+               and (k.split(".")[0], d) not in SKIP_DTYPE]
     assert not missing, f"not classified: {missing[:10]}"
     assert REPORT.exists()
     ran = sum(1 for r in results.values() if r["status"] not in ("na",))

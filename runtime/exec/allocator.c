@@ -194,12 +194,15 @@ static void bin_remove(bin_pool_t* p, block_t* b) {
   b->bin_prev = b->bin_next = NULL;
 }
 
-/* Smallest free block >= size in `list` (ties: lowest address). */
+/* Smallest free block >= size in `list`; an exact fit ends the scan (bins
+ * of many same-size blocks are common: a model's activations). */
 static block_t* best_in(block_t* list, uint64_t size) {
   block_t* best = NULL;
-  for (block_t* b = list; b; b = b->bin_next)
-    if (b->size >= size && (!best || b->size < best->size || (b->size == best->size && b->addr < best->addr)))
-      best = b;
+  for (block_t* b = list; b; b = b->bin_next) {
+    if (b->size < size || (best && b->size >= best->size)) continue;
+    best = b;
+    if (b->size == size) break;
+  }
   return best;
 }
 
@@ -352,13 +355,17 @@ static void process_pending(tpurt_allocator_t* a) {
   }
 }
 
-/* Releases whole free segments (all queues). Call after the queues are idle. */
+/* Releases whole free segments (and, with `trim`, free segment ends). Call
+ * after waiting for the queues; a segment whose queue has taken new work
+ * since (another thread) is skipped, as its free blocks may be in use. */
 static void release_cached(tpurt_allocator_t* a, bool trim) {
   process_pending(a);
   for (segment_t* seg = a->segments; seg;) {
     segment_t* next = seg->next;
-    if (segment_is_free(seg)) segment_release(a, seg);
-    else if (trim) segment_trim(a, seg);
+    if (tpurt_queue_is_idle(seg->queue)) {
+      if (segment_is_free(seg)) segment_release(a, seg);
+      else if (trim) segment_trim(a, seg);
+    }
     seg = next;
   }
 }

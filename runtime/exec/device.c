@@ -75,7 +75,7 @@ static tpurt_status_t device_create(int index, uint64_t hbm_bytes, int num_threa
   d->hbm_base = d->props.hbm_base;
   d->hbm_bytes = d->props.hbm_bytes;
   d->num_threads = num_threads;
-  s = tpurt_pool_create(num_threads, &d->pool);
+  s = tpurt_pool_create(index, num_threads, &d->pool);
   if (s) goto fail;
   s = tpurt_allocator_create(d, &d->allocator);
   if (s) goto fail;
@@ -178,11 +178,17 @@ tpurt_status_t tpurt_device_query(tpurt_device_t* d, tpurt_device_info_t* out) {
 
 tpurt_queue_t* tpurt_device_default_queue(tpurt_device_t* d) { return d ? d->default_queue : NULL; }
 
+/* Both initialize first, so TPU_LAUNCH_BLOCKING cannot later override an
+ * explicit choice (nor be missed by an early query). */
 void tpurt_exec_mode_set(tpurt_exec_mode_t mode) {
+  pthread_once(&g_once, init_once);
   if (mode >= TPURT_EXEC_STRICT && mode <= TPURT_EXEC_DEFER_AND_FUSE) atomic_store(&g_exec_mode, mode);
 }
 
-tpurt_exec_mode_t tpurt_exec_mode_get(void) { return (tpurt_exec_mode_t)atomic_load(&g_exec_mode); }
+tpurt_exec_mode_t tpurt_exec_mode_get(void) {
+  pthread_once(&g_once, init_once);
+  return (tpurt_exec_mode_t)atomic_load_explicit(&g_exec_mode, memory_order_relaxed);
+}
 
 /* ---- host <-> device copies ---- */
 

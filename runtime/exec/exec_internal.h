@@ -14,7 +14,7 @@
 typedef struct tpurt_pool_t tpurt_pool_t;
 /* num_threads counts the caller of parallel_for as thread 0, so the pool
  * starts num_threads - 1 threads of its own. */
-tpurt_status_t tpurt_pool_create(int num_threads, tpurt_pool_t** out_pool);
+tpurt_status_t tpurt_pool_create(int chip, int num_threads, tpurt_pool_t** out_pool);
 void tpurt_pool_destroy(tpurt_pool_t* pool);
 void tpurt_pool_parallel_for(tpurt_pool_t* pool, int64_t n, int64_t grain, tpurt_range_fn_t fn,
                              void* user);

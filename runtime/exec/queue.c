@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/futex.h"
+#include "base/thread.h"
 #include "exec/exec_internal.h"
 
 #define RING_BYTES ((uint64_t)2 << 20)
@@ -251,10 +252,17 @@ static cmd_t* reserve(tpurt_queue_t* q, uint64_t bytes, uint64_t* out_pad) {
 }
 
 static uint64_t publish(tpurt_queue_t* q, cmd_t* c, uint64_t bytes, uint64_t pad) {
-  uint64_t point = atomic_fetch_add(&q->submitted, 1) + 1;
-  atomic_fetch_add_explicit(&q->tail, bytes + pad, memory_order_release);
-  atomic_fetch_add(&q->work_word, 1);
-  if (atomic_load(&q->worker_sleeping)) tpurt_futex_wake(&q->work_word, 1);
+  /* submit_lock makes this thread the only writer of submitted/tail, so plain
+   * stores do; the tail store is seq_cst because it must be ordered before
+   * the load of worker_sleeping (the worker does the mirror image: store
+   * sleeping, then re-check tail), so one side always sees the other. */
+  uint64_t point = atomic_load_explicit(&q->submitted, memory_order_relaxed) + 1;
+  atomic_store_explicit(&q->submitted, point, memory_order_release);
+  atomic_store(&q->tail, atomic_load_explicit(&q->tail, memory_order_relaxed) + bytes + pad);
+  if (atomic_load(&q->worker_sleeping)) {
+    atomic_fetch_add(&q->work_word, 1);
+    tpurt_futex_wake(&q->work_word, 1);
+  }
   return point;
 }
 
@@ -526,7 +534,9 @@ tpurt_status_t tpurt_queue_create_internal(tpurt_device_t* device, uint64_t id, 
   tpurt_scratch_init(&q->scratch);
   tpurt_status_t s = tpurt_allocator_queue_attach(device->allocator, q);
   if (s) goto fail;
-  if (pthread_create(&q->thread, NULL, worker_main, q) != 0) {
+  char name[48]; /* cut to 15 characters by the thread helper */
+  snprintf(name, sizeof(name), "tpu%d-q%llu", device->index, (unsigned long long)id);
+  if (tpurt_thread_start(&q->thread, worker_main, q, name) != 0) {
     tpurt_allocator_queue_detach(device->allocator, q);
     s = TPURT_STATUS(RESOURCE_EXHAUSTED, "cannot start a queue thread");
     goto fail;

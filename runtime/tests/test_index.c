@@ -148,11 +148,13 @@ static void test_gather(void) {
   int64_t s22[2] = {2, 2};
   T x = tnew(TPURT_DTYPE_FLOAT32, 2, s22), i = tnew(TPURT_DTYPE_INT64, 2, s22), o = tnew(TPURT_DTYPE_FLOAT32, 2, s22);
   for (int k = 0; k < 4; ++k) set_f(&x, k, k + 1);
-  set_i(&i, 0, 0); set_i(&i, 1, 0); set_i(&i, 2, 1); set_i(&i, 3, -2);
+  set_i(&i, 0, 0); set_i(&i, 1, 0); set_i(&i, 2, 1); set_i(&i, 3, 0);
   tpurt_arg_t a[] = {A_T(&x), A_I(1), A_T(&i), A_B(false)};
   CHECK_OK(run("gather", false, a, 4, &o));
   CHECK(get_f(&o, 0) == 1 && get_f(&o, 1) == 1 && get_f(&o, 2) == 4 && get_f(&o, 3) == 3);
   /* bad index -> OUT_OF_RANGE with PyTorch's wording */
+  set_i(&i, 3, -1); /* gather rejects negative indices, as PyTorch does */
+  CHECK_STATUS(run("gather", false, a, 4, &o), OUT_OF_RANGE);
   set_i(&i, 3, 2);
   tpurt_status_t s = run("gather", false, a, 4, &o);
   CHECK(tpurt_status_code(s) == TPURT_STATUS_OUT_OF_RANGE);
@@ -168,7 +170,7 @@ static void test_gather(void) {
         T self = tnew_l(kAll[di], 3, ss, layout), idx = tnew_l(TPURT_DTYPE_INT64, 3, is, layout == 1 ? 1 : 0);
         T out = tnew_l(kAll[di], 3, is, layout == 2 ? 2 : 0);
         tfill(&self);
-        tfill_idx(&idx, -ss[dim], ss[dim]);
+        tfill_idx(&idx, 0, ss[dim]);
         tpurt_arg_t g[] = {A_T(&self), A_I(dim), A_T(&idx), A_B(false)};
         BOTH("gather", g, &out);
         tfree(&self); tfree(&idx); tfree(&out);
@@ -180,7 +182,7 @@ static void test_scatter(void) {
   int64_t s5[1] = {5}, s8[1] = {8};
   T self = tnew(TPURT_DTYPE_FLOAT32, 1, s5), idx = tnew(TPURT_DTYPE_INT64, 1, s8), src = tnew(TPURT_DTYPE_FLOAT32, 1, s8);
   T out = tnew(TPURT_DTYPE_FLOAT32, 1, s5);
-  int64_t iv[8] = {0, 1, 0, 4, 4, 4, -1, 2};
+  int64_t iv[8] = {0, 1, 0, 4, 4, 4, 4, 2};
   for (int k = 0; k < 8; ++k) { set_i(&idx, k, iv[k]); set_f(&src, k, k + 1); }
   for (int k = 0; k < 5; ++k) set_f(&self, k, 100);
   tpurt_arg_t a[] = {A_T(&self), A_I(0), A_T(&idx), A_T(&src)};
@@ -207,7 +209,7 @@ static void test_scatter(void) {
         T sf = tnew_l(kAll[di], 2, ss, layout), ix = tnew(TPURT_DTYPE_INT64, 2, is), sr = tnew_l(kAll[di], 2, is, layout);
         T o = tnew_l(kAll[di], 2, ss, layout == 1 ? 0 : layout);
         tfill(&sf); tfill(&sr);
-        tfill_idx(&ix, -ss[dim], ss[dim]);
+        tfill_idx(&ix, 0, ss[dim]);
         tpurt_arg_t sc[] = {A_T(&sf), A_I(dim), A_T(&ix), A_T(&sr)};
         BOTH("scatter", sc, &o);
         BOTH("scatter_add", sc, &o);
@@ -262,7 +264,7 @@ static void test_index_dim(void) {
         int64_t ss[3] = {4, 5, 3}, n = 7;
         T self = tnew_l(kAll[di], 3, ss, layout), idx = tnew(TPURT_DTYPE_INT64, 1, &n);
         tfill(&self);
-        tfill_idx(&idx, -ss[dim], ss[dim]);
+        tfill_idx(&idx, 0, ss[dim]);
         int64_t os[3] = {4, 5, 3};
         os[dim] = n;
         T out = tnew_l(kAll[di], 3, os, layout == 2 ? 1 : 0);

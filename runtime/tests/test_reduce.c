@@ -235,6 +235,7 @@ static void test_random_reductions(void) {
             check_pair("kthvalue", kv, 4, q1, q2, 2, 0);
             tpurt_arg_t md[3] = {A_T(&x.t), A_I(dimsets[ds][0]), A_B(keep)};
             check_pair("median", md, 3, q1, q2, 2, 0);
+            check_pair("mode", md, 3, q1, q2, 2, 0);
             for (int i = 0; i < 2; ++i) { tt_free(&q1[i]); tt_free(&q2[i]); }
           }
         }

@@ -26,7 +26,7 @@ def grad_check(fn, inputs, device, dtype, scale=1.0, seed=7):
     """fn(*inputs) on CPU and on the device; compares outputs and the gradients of every input
     (a random upstream gradient, so each output element matters)."""
     cpu_in = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
-    dev_in = [t.to(device).requires_grad_(t.is_floating_point()) for t in inputs]
+    dev_in = [t.detach().clone().to(device).requires_grad_(t.is_floating_point()) for t in inputs]
     yc, yd = fn(*cpu_in), fn(*dev_in)
     yc = yc[0] if isinstance(yc, tuple) else yc
     yd = yd[0] if isinstance(yd, tuple) else yd
@@ -98,7 +98,7 @@ def test_conv_module_channels_last_no_bias(conv_routed):
     dev.load_state_dict(cpu.state_dict())
     dev = dev.to(device)
     x = make((2, 3, 12, 11), torch.float32).to(memory_format=torch.channels_last)
-    xc, xd = x.clone().requires_grad_(), x.to(device).requires_grad_()
+    xc, xd = x.clone().requires_grad_(), x.clone().to(device).requires_grad_()
     yc, yd = cpu(xc), dev(xd)
     torch.testing.assert_close(yd.cpu(), yc, rtol=1e-4, atol=1e-4)
     yc.sum().backward()
@@ -190,7 +190,7 @@ def test_pool_modules_in_a_model(device):
                               torch.nn.AdaptiveAvgPool2d((3, 3)), torch.nn.Flatten(), torch.nn.Linear(36, 2))
     dev = copy.deepcopy(cpu).to(device)
     x = make((2, 4, 8, 8), torch.float32)
-    xc, xd = x.clone().requires_grad_(), x.to(device).requires_grad_()
+    xc, xd = x.clone().requires_grad_(), x.clone().to(device).requires_grad_()
     yc, yd = cpu(xc), dev(xd)
     torch.testing.assert_close(yd.cpu(), yc, rtol=1e-4, atol=1e-5)
     yc.sum().backward()

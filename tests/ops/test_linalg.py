@@ -80,7 +80,7 @@ def test_addmm_beta0_ignores_nan_and_inplace_out(device):
     torch.testing.assert_close(got, a @ b)
     # in place and out=
     c = make((4, 5), torch.float32, 2)
-    ct = c.to(device)
+    ct = c.clone().to(device)
     ct.addmm_(a.to(device), b.to(device), alpha=2)
     torch.testing.assert_close(ct.cpu(), c.addmm(a, b, alpha=2))
     out = torch.empty(4, 5, device=device)
@@ -172,7 +172,7 @@ def test_linear_autograd(device, dtype):
     dev.load_state_dict(cpu.state_dict())
     dev = dev.to(device)
     x = make((4, 6, 13), dtype)
-    xc, xd = x.clone().requires_grad_(), x.to(device).requires_grad_()
+    xc, xd = x.clone().requires_grad_(), x.clone().to(device).requires_grad_()
     yc, yd = cpu(xc), dev(xd)
     torch.testing.assert_close(yd.cpu(), yc, **tol(dtype, 13))
     yc.square().sum().backward()

@@ -103,6 +103,8 @@ struct OpInfo {
   bool random = false;
   bool has_generator_arg = false;
   bool alias_safe = false;
+  // Ops PyTorch gives no meta function take their shapes from a twin op.
+  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward } meta_via = MetaVia::kSelf;
 };
 
 ArgClass classify(const c10::TypePtr& real) {
@@ -204,6 +206,9 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   }
   info->all_views = any_view && all_view;
   if (any_view && !all_view) info->unsupported_ret = true;
+  if (info->full_name == "aten::convolution_overrideable") info->meta_via = OpInfo::MetaVia::kConvolution;
+  if (info->full_name == "aten::convolution_backward_overrideable")
+    info->meta_via = OpInfo::MetaVia::kConvolutionBackward;
   info->bool_index_arg1 = (base == "index" || base == "index_put" || base == "_index_put_impl") &&
                           args.size() > 1 && info->arg_class[1] == ArgClass::kOptTensorList;
   return info;
@@ -408,10 +413,26 @@ struct NoMeta {
 std::shared_ptr<const MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo& info,
                                           at::ArrayRef<c10::IValue> args) {
   torch::jit::Stack meta_stack;
-  meta_stack.reserve(args.size());
+  meta_stack.reserve(args.size() + 1);
   for (const auto& a : args) meta_stack.push_back(ivalue_to_meta(a));
+  const c10::OperatorHandle* meta_op = &op;
+  if (info.meta_via == OpInfo::MetaVia::kConvolution) {
+    // convolution_overrideable(input, weight, bias, ...) has convolution's arguments.
+    static const c10::OperatorHandle conv = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+    meta_op = &conv;
+  } else if (info.meta_via == OpInfo::MetaVia::kConvolutionBackward) {
+    // convolution_backward adds bias_sizes after weight: [out_channels].
+    static const c10::OperatorHandle conv_bwd =
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+    meta_op = &conv_bwd;
+    const at::Tensor& w = args[2].toTensor();
+    bool transposed = args[6].toBool();
+    int64_t groups = args[8].toInt();
+    int64_t out_channels = transposed ? w.size(1) * groups : w.size(0);
+    meta_stack.insert(meta_stack.begin() + 3, c10::IValue(std::vector<int64_t>{out_channels}));
+  }
   try {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+    meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
   } catch (const c10::NotImplementedError& e) {
     throw NoMeta{e.what_without_backtrace()};
   } catch (const c10::Error& e) {
@@ -522,6 +543,17 @@ at::Tensor scalar_to_tpu(const at::Tensor& cpu, const char* op) {
                  op);
   }
   return t;
+}
+
+// A view of `base`'s storage with meta's layout; dtype-changing views
+// (view_as_complex, view_as_real) get a TensorImpl of meta's dtype.
+at::Tensor make_view(const at::Tensor& base, const OutMeta& m) {
+  if (!m.defined) return at::Tensor();
+  if (m.dtype == base.scalar_type()) return at::native::as_strided_tensorimpl(base, m.sizes, m.strides, m.offset);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
+                                                   base.key_set(), c10::scalarTypeToTypeMeta(m.dtype));
+  impl->set_sizes_and_strides(m.sizes, m.strides, m.offset);
+  return at::Tensor(std::move(impl));
 }
 
 bool shares_storage(const at::Tensor& a, const at::Tensor& b) {
@@ -686,11 +718,11 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (ri.is_list) {
         c10::List<at::Tensor> views;
         for (const OutMeta& m : metas)
-          views.push_back(at::native::as_strided_tensorimpl(base, m.sizes, m.strides, m.offset));
+          views.push_back(make_view(base, m));
         results.push_back(std::move(views));
       } else {
         const OutMeta& m = metas[0];
-        results.push_back(at::native::as_strided_tensorimpl(base, m.sizes, m.strides, m.offset));
+        results.push_back(make_view(base, m));
       }
     } else {  // fresh
       if (ri.is_list) {
@@ -960,4 +992,12 @@ MetaCacheStats meta_cache_stats() {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
+}
+
+// Ops whose CompositeExplicitAutograd kernel only throws for other backends:
+// they need an explicit PrivateUse1 entry to reach the generic path.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
 }

@@ -30,6 +30,19 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   p->out_float = tpurt_dtype_is_floating(out_ld);
   p->err = 0;
   if (op->setup) TPURT_RETURN_IF_ERROR(op->setup(call, p));
+  if (!p->loop_float) {
+    /* integer params must fit the compute dtype, as PyTorch's checked
+     * Scalar.to<scalar_t>() requires (threshold -1 on uint8 is an error) */
+    for (int k = 0; k < 6; ++k) {
+      _Alignas(8) char tmp[8];
+      tpurt_dtype_store_i64(compute, tmp, p->i[k]);
+      int64_t v = tpurt_dtype_load_i64(compute, tmp);
+      if (v != p->i[k] && compute != TPURT_DTYPE_BOOL)
+        return TPURT_STATUS(INVALID_ARGUMENT, "%s: value %lld cannot be converted to type %s without overflow",
+                            op->name, (long long)p->i[k], tpurt_dtype_name(compute));
+      p->i[k] = v;
+    }
+  }
 
   tpurt_ew_config_t cfg = {.op = op->name, .num_outputs = op->nout, .num_inputs = op->nin,
                            .user = p, .grain = op->grain, .loop = op->loops[ld]};
@@ -259,11 +272,11 @@ tpurt_status_t tpurt_ew_r_masked_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 #define EW_MINN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((y) < (x) ? (y) : (x))))
 #define CLAMP_LOHI_F(a, b, c) EW_MINN(EW_MAXN(a, b), c)
 #define CLAMP_LOHI_I(a, b, c) ((c) < ((a) < (b) ? (b) : (a)) ? (c) : ((a) < (b) ? (b) : (a)))
-EW_OP_FI(clamp_lohi, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1, 2),
+EW_OP_FI(clamp_lohi, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1, 2),
          CLAMP_LOHI_F(a, b, c), CLAMP_LOHI_I(a, b, c))
-EW_OP_FI(clamp_lo, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), EW_MAXN(a, b),
+EW_OP_FI(clamp_lo, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b),
          ((a) < (b) ? (b) : (a)))
-EW_OP_FI(clamp_hi, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), EW_MINN(a, b),
+EW_OP_FI(clamp_hi, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b),
          ((b) < (a) ? (b) : (a)))
 
 static tpurt_status_t clamp_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, int which,

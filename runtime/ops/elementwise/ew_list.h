@@ -57,7 +57,7 @@
   EW_X(softshrink_backward, "softshrink_backward")                          \
   EW_X(log_sigmoid_backward, "log_sigmoid_backward")                        \
   EW_X(lerp, "lerp") EW_X(addcmul, "addcmul") EW_X(addcdiv, "addcdiv")      \
-  EW_X(identity, "conj_physical")
+  EW_X(identity, "conj_physical") EW_X(log_sigmoid_forward, "log_sigmoid_forward")
 
 #define EW_DECLARE(k, name)                                                                 \
   tpurt_status_t tpurt_ew_k_##k(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);      \

@@ -17,7 +17,6 @@
 /* a function, not an expression, so bool instantiations do not warn */
 static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 #define WMUL(x, y) ((T)ew_mulu((uint64_t)(x), (uint64_t)(y)))
-#define EW_SNUM (EW_FLOATS | EW_M(INT8) | EW_M(INT16) | EW_M(INT32) | EW_M(INT64))
 
 /* ---- setups: scalar args into p ---- */
 static tpurt_status_t setup_alpha2(const tpurt_op_call_t* c, ew_params_t* p) {
@@ -399,7 +398,7 @@ static tpurt_status_t setup_hardtanh(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 1, c, 2, 1.0);
   return TPURT_OK;
 }
-EW_OP_FI(hardtanh, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_SNUM, setup_hardtanh, EW_IN(0),
+EW_OP_FI(hardtanh, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_hardtanh, EW_IN(0),
          ({ T v_ = a < (T)p.d[0] ? (T)p.d[0] : a; (T)p.d[1] < v_ ? (T)p.d[1] : v_; }),
          ({ T v_ = a < (T)p.i[0] ? (T)p.i[0] : a; (T)p.i[1] < v_ ? (T)p.i[1] : v_; }))
 static tpurt_status_t setup_softplus(const tpurt_op_call_t* c, ew_params_t* p) {
@@ -414,7 +413,7 @@ static tpurt_status_t setup_threshold(const tpurt_op_call_t* c, ew_params_t* p) 
   ew_param_arg(p, 1, c, 2, 0.0);
   return TPURT_OK;
 }
-EW_OP_FI(threshold, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_SNUM, setup_threshold, EW_IN(0),
+EW_OP_FI(threshold, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_threshold, EW_IN(0),
          a <= (T)p.d[0] ? (T)p.d[1] : a, a <= (T)p.i[0] ? (T)p.i[1] : a)
 static tpurt_status_t setup_lambd1(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 0.5);
@@ -437,7 +436,7 @@ static tpurt_status_t setup_arg23(const tpurt_op_call_t* c, ew_params_t* p) {
 }
 #define EW_BW(name, ALLOW, SETUP, EXPR) \
   EW_OP_F(name, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, ALLOW, SETUP, EW_IN(0, 1), EXPR)
-EW_OP_FI(threshold_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_SNUM, setup_arg2, EW_IN(0, 1),
+EW_OP_FI(threshold_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_arg2, EW_IN(0, 1),
          b <= (T)p.d[0] ? (T)0 : a, b <= (T)p.i[0] ? (T)0 : a)
 EW_BW(sigmoid_backward, EW_FLOATS, NULL, a * (1 - b) * b)
 EW_BW(tanh_backward, EW_FLOATS, NULL, a * (1 - b * b))
@@ -463,8 +462,9 @@ static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
   })
 EW_BW(gelu_backward, EW_FLOATS, setup_gelu_bw, p.i[0] ? GELU_BW_TANH : GELU_BW_ERF)
 EW_BW(hardsigmoid_backward, EW_FLOATS, NULL, (b > -3 && b < 3) ? a / 6 : (T)0)
-EW_BW(hardswish_backward, EW_FLOATS, NULL, b < -3 ? (T)0 : (b <= 3 ? a * (b / 3 + (T)0.5) : a))
-EW_OP_FI(hardtanh_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_SNUM, setup_arg23, EW_IN(0, 1),
+/* PyTorch's vectorized kernel (most elements) passes grad through at x >= 3 */
+EW_BW(hardswish_backward, EW_FLOATS, NULL, b < -3 ? (T)0 : (b < 3 ? a * (b / 3 + (T)0.5) : a))
+EW_OP_FI(hardtanh_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_arg23, EW_IN(0, 1),
          (b <= (T)p.d[0] || b >= (T)p.d[1]) ? (T)0 : a, (b <= (T)p.i[0] || b >= (T)p.i[1]) ? (T)0 : a)
 EW_BW(leaky_relu_backward, EW_FLOATS, setup_arg2, b > 0 ? a : a * (T)p.d[0])
 static tpurt_status_t setup_elu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
@@ -644,3 +644,26 @@ tpurt_status_t tpurt_ew_r_round(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
 /* conj_physical on real tensors: a copy */
 EW_OP_FI(identity, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), a, a)
 EW_KERNELS(identity, identity_desc)
+
+/* log_sigmoid_forward(self) -> (output, buffer): output = min(x, 0) - log1p(exp(-|x|)),
+ * buffer = exp(-|x|) (what PyTorch's CPU kernel saves for the backward). */
+#define LOGSIG_LOOP(NAME, T)                                                              \
+  static void NAME(char** d, const int64_t* s, int64_t n, void* u) {                    \
+    for (int64_t i = 0; i < n; ++i) {                                                     \
+      T x = *(const T*)(d[2] + i * s[2]);                                                 \
+      T z = exp(-fabs(x));                                                                \
+      *(T*)(d[0] + i * s[0]) = (x < 0 ? x : (T)0) - log1p(z);                             \
+      *(T*)(d[1] + i * s[1]) = z;                                                         \
+    }                                                                                     \
+  }
+LOGSIG_LOOP(log_sigmoid_f32, float)
+LOGSIG_LOOP(log_sigmoid_f64, double)
+static void log_sigmoid_ref(tpurt_ew_value_t* out, const tpurt_ew_value_t* in, void* u) {
+  double x = in[0].d, z = exp(-fabs(x));
+  out[0].d = (x < 0 ? x : 0.0) - log1p(z);
+  out[1].d = z;
+}
+static const tpurt_ew_loop_fn_t log_sigmoid_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(log_sigmoid)};
+static const ew_op_t log_sigmoid_desc = {"log_sigmoid_forward", 1, 2, {0}, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS,
+                                         NULL, log_sigmoid_loops, log_sigmoid_ref, 8192};
+EW_KERNELS(log_sigmoid_forward, log_sigmoid_desc)

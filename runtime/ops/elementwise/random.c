@@ -6,6 +6,7 @@
  * (seed, offset, i) and never on the thread count; the PyTorch layer reserves
  * >= numel + 4 counters per call, more than any kernel here uses. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/elementwise/elementwise.h"
@@ -403,3 +404,112 @@ tpurt_status_t tpurt_rnd_k_native_dropout_backward(tpurt_kernel_ctx_t* ctx, cons
 tpurt_status_t tpurt_rnd_r_native_dropout_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return tpurt_ew_op_run(ctx, call, &dropout_bw_desc, true);
 }
+
+/* multinomial(self, num_samples, replacement, generator): self is 1-D or 2-D
+ * (rows of non-negative weights). With replacement: inverse CDF per draw;
+ * without: the exponential race (smallest -log(u)/w win), which samples
+ * without replacement in proportion to the weights. Row r, draw j uses
+ * uniform number r * max(num_samples, ncat) + j. */
+typedef struct mn_key_t {
+  double key;
+  int64_t idx;
+} mn_key_t;
+
+static int mn_cmp(const void* a, const void* b) {
+  double x = ((const mn_key_t*)a)->key, y = ((const mn_key_t*)b)->key;
+  return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+typedef struct mn_job_t {
+  rnd_job_t r;
+  const tpurt_tensor_t* p;
+  int64_t ncat, ns, per_row;
+  bool replacement;
+  char* scratch; /* per thread: ncat * sizeof(mn_key_t) */
+  int err;       /* 1: bad weights, 2: not enough categories */
+} mn_job_t;
+
+static void mn_rows(void* user, int64_t begin, int64_t end, int tid) {
+  mn_job_t* m = (mn_job_t*)user;
+  const tpurt_tensor_t* p = m->p;
+  const tpurt_tensor_t* o = m->r.out;
+  int64_t ps = p->ndim == 2 ? p->strides[0] : 0, pc = p->strides[p->ndim - 1];
+  int64_t os = o->ndim == 2 ? o->strides[0] : 0, oc = o->strides[o->ndim - 1];
+  size_t pes = tpurt_dtype_size(p->dtype);
+  mn_key_t* keys = (mn_key_t*)(m->scratch + (size_t)tid * m->ncat * sizeof(mn_key_t));
+  for (int64_t r = begin; r < end; ++r) {
+    const char* row = (const char*)p->data + r * ps * (int64_t)pes;
+    double total = 0;
+    int64_t nonzero = 0;
+    for (int64_t c = 0; c < m->ncat; ++c) {
+      double w = tpurt_dtype_load_f64(p->dtype, row + c * pc * (int64_t)pes);
+      if (!(w >= 0) || isinf(w)) { m->err = 1; return; }
+      total += w;
+      nonzero += w > 0;
+      keys[c].key = total; /* cumulative, for the replacement case */
+      keys[c].idx = c;
+    }
+    if (!(total > 0)) { m->err = 1; return; }
+    int64_t* out = (int64_t*)o->data + r * os;
+    int64_t base = r * m->per_row;
+    if (m->replacement) {
+      for (int64_t j = 0; j < m->ns; ++j) {
+        double u = rnd_unit(&m->r, base + j) * total;
+        int64_t lo = 0, hi = m->ncat - 1;
+        while (lo < hi) { /* first c with cum[c] > u */
+          int64_t mid = (lo + hi) / 2;
+          if (keys[mid].key > u) hi = mid;
+          else lo = mid + 1;
+        }
+        while (lo > 0 && keys[lo].key == keys[lo - 1].key) --lo; /* never a zero-weight category */
+        out[j * oc] = lo;
+      }
+    } else {
+      if (nonzero < m->ns) { m->err = 2; return; }
+      for (int64_t c = 0; c < m->ncat; ++c) {
+        double w = tpurt_dtype_load_f64(p->dtype, row + c * pc * (int64_t)pes);
+        double u = rnd_unit(&m->r, base + c);
+        keys[c].key = w > 0 ? -log1p(-u) / w : INFINITY;
+        keys[c].idx = c;
+      }
+      qsort(keys, (size_t)m->ncat, sizeof(mn_key_t), mn_cmp);
+      for (int64_t j = 0; j < m->ns; ++j) out[j * oc] = keys[j].idx;
+    }
+  }
+}
+
+static tpurt_status_t multinomial_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  mn_job_t m;
+  memset(&m, 0, sizeof(m));
+  TPURT_RETURN_IF_ERROR(rnd_begin(call, "multinomial", &m.r, RK_UNIFORM));
+  if (call->num_args < 2 || call->args[0].kind != TPURT_ARG_TENSOR || call->args[1].kind != TPURT_ARG_INT)
+    return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: expected (self, num_samples, replacement)");
+  m.p = call->args[0].v.tensor;
+  m.ns = call->args[1].v.i;
+  m.replacement = call->num_args > 2 && call->args[2].kind == TPURT_ARG_BOOL && call->args[2].v.b;
+  if (m.p->ndim < 1 || m.p->ndim > 2)
+    return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: prob_dist must be 1 or 2 dim, got %d", m.p->ndim);
+  if (m.r.out->dtype != TPURT_DTYPE_INT64 || m.r.out->ndim != m.p->ndim)
+    return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: output must be int64 with the input's rank");
+  m.ncat = m.p->sizes[m.p->ndim - 1];
+  int64_t rows = m.p->ndim == 2 ? m.p->sizes[0] : 1;
+  if (m.ns <= 0) return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: cannot sample n_sample <= 0 samples");
+  if (!m.replacement && m.ns > m.ncat)
+    return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  if (m.ncat == 0) return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: number of categories cannot be zero");
+  if (rows == 0) return TPURT_OK;
+  m.per_row = m.ns > m.ncat ? m.ns : m.ncat;
+  m.r.dbl = true;
+  int nt = reference ? 1 : tpurt_kernel_num_threads(ctx);
+  if (nt < 1) nt = 1;
+  m.scratch = (char*)tpurt_kernel_scratch(ctx, (size_t)nt * m.ncat * sizeof(mn_key_t));
+  if (!m.scratch) return TPURT_STATUS(RESOURCE_EXHAUSTED, "multinomial: no scratch for %lld categories", (long long)m.ncat);
+  if (reference) mn_rows(&m, 0, rows, 0);
+  else tpurt_parallel_for(ctx, rows, 1, mn_rows, &m);
+  if (m.err == 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: probability tensor contains either inf, nan or element < 0, or rows sum to 0");
+  if (m.err == 2)
+    return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)");
+  return TPURT_OK;
+}
+RND_KERNELS(multinomial, multinomial_run)

@@ -15,7 +15,8 @@
   RND_X(cauchy, "cauchy", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)                 \
   RND_X(log_normal, "log_normal", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)         \
   RND_X(native_dropout, "native_dropout", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE) \
-  RND_X(native_dropout_backward, "native_dropout_backward", TPURT_OP_ALIAS_SAFE)
+  RND_X(native_dropout_backward, "native_dropout_backward", TPURT_OP_ALIAS_SAFE) \
+  RND_X(multinomial, "multinomial", TPURT_OP_RANDOM)
 
 #define RND_DECLARE(k, name, flags)                                                          \
   tpurt_status_t tpurt_rnd_k_##k(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);      \

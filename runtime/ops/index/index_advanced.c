@@ -48,21 +48,13 @@ static tpurt_status_t adv_plan(tpurt_kernel_ctx_t* ctx, const char* op, const tp
           return TPURT_STATUS(INVALID_ARGUMENT, "%s: the shape of the mask at index %d does not match the shape "
                               "of the indexed tensor (mask size %" PRId64 " vs %" PRId64 " at dim %d)",
                               op, e, t->sizes[e], self->sizes[d + e], d + e);
-      int64_t n = tpurt_tensor_numel(t), cnt = 0;
-      const uint8_t* m = (const uint8_t*)t->data;
-      for (int64_t l = 0; l < n; ++l) cnt += m[tpurt_index_offset(t, l)] != 0;
+      tpurt_index_nz_t nz;
+      int64_t cnt;
+      TPURT_RETURN_IF_ERROR(tpurt_index_nz_count(ctx, t, &nz, &cnt));
       int64_t* coords = tpurt_kernel_scratch(ctx, (size_t)(cnt * k + 1) * sizeof(int64_t));
       if (!coords) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for mask coordinates", op);
-      int64_t c = 0;
-      for (int64_t l = 0; l < n; ++l) {
-        if (!m[tpurt_index_offset(t, l)]) continue;
-        int64_t rem = l;
-        for (int32_t e = k - 1; e >= 0; --e) {
-          coords[e * cnt + c] = rem % t->sizes[e];
-          rem /= t->sizes[e];
-        }
-        ++c;
-      }
+      /* coordinate e of the c-th true element at coords[e*cnt + c] */
+      tpurt_index_nz_write(ctx, &nz, coords, 1, cnt, cnt);
       for (int32_t e = 0; e < k; ++e, ++d) {
         tpurt_index_make_contig(&mask_coords[d], coords + e * cnt, TPURT_DTYPE_INT64, 1, &cnt);
         per_dim[d] = &mask_coords[d];
@@ -123,7 +115,7 @@ static tpurt_status_t adv_plan(tpurt_kernel_ctx_t* ctx, const char* op, const tp
   memset(p->off, 0, (size_t)p->nB * sizeof(int64_t));
   for (int32_t e = 0; e < p->D; ++e) {
     if (!per_dim[e]) continue;
-    TPURT_RETURN_IF_ERROR(tpurt_index_load(op, per_dim[e], p->nb, p->bsizes, e, self->sizes[e], tmp));
+    TPURT_RETURN_IF_ERROR(tpurt_index_load(op, per_dim[e], p->nb, p->bsizes, e, self->sizes[e], true, tmp));
     for (int64_t b = 0; b < p->nB; ++b) p->off[b] += tmp[b] * strides[e];
   }
   return TPURT_OK;

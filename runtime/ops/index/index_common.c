@@ -375,7 +375,7 @@ bool tpurt_index_is_index_dtype(tpurt_dtype_t dt) {
 }
 
 tpurt_status_t tpurt_index_load(const char* op, const tpurt_tensor_t* idx, int nd, const int64_t* sizes,
-                                int64_t dim, int64_t dim_size, int64_t* out) {
+                                int64_t dim, int64_t dim_size, bool wrap, int64_t* out) {
   if (!tpurt_index_is_index_dtype(idx->dtype))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: indices must be int64 or int32, got %s", op,
                         tpurt_dtype_name(idx->dtype));
@@ -385,12 +385,48 @@ tpurt_status_t tpurt_index_load(const char* op, const tpurt_tensor_t* idx, int n
   int64_t n = 1;
   for (int d = 0; d < nd; ++d) n *= sizes[d];
   if (n == 0) return TPURT_OK;
+  bool i64 = idx->dtype == TPURT_DTYPE_INT64;
+  int64_t lo = wrap ? -dim_size : 0;
+  bool flat = true; /* strides walk the index tensor contiguously at this shape */
+  for (int d = nd - 1, expect = 1; d >= 0; --d) {
+    if (sizes[d] != 1 && st[d] != expect) flat = false;
+    expect *= sizes[d];
+  }
+  if (flat) {
+    int64_t bad = -1;
+    if (i64) {
+      const int64_t* p = (const int64_t*)idx->data;
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t v = p[i];
+        bad = (v < lo || v >= dim_size) && bad < 0 ? i : bad;
+        out[i] = v < 0 ? v + dim_size : v;
+      }
+      if (bad >= 0) {
+        int64_t v = p[bad];
+        return TPURT_STATUS(OUT_OF_RANGE, "%s: index %" PRId64 " is out of bounds for dimension %" PRId64
+                            " with size %" PRId64, op, v, dim, dim_size);
+      }
+    } else {
+      const int32_t* p = (const int32_t*)idx->data;
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t v = p[i];
+        bad = (v < lo || v >= dim_size) && bad < 0 ? i : bad;
+        out[i] = v < 0 ? v + dim_size : v;
+      }
+      if (bad >= 0) {
+        int64_t v = p[bad];
+        return TPURT_STATUS(OUT_OF_RANGE, "%s: index %" PRId64 " is out of bounds for dimension %" PRId64
+                            " with size %" PRId64, op, v, dim, dim_size);
+      }
+    }
+    return TPURT_OK;
+  }
   int64_t pos[TPURT_MAX_DIMS] = {0};
   int64_t off = 0;
-  bool i64 = idx->dtype == TPURT_DTYPE_INT64;
+
   for (int64_t i = 0; i < n; ++i) {
     int64_t v = i64 ? ((const int64_t*)idx->data)[off] : ((const int32_t*)idx->data)[off];
-    if (TPURT_UNLIKELY(v < -dim_size || v >= dim_size))
+    if (TPURT_UNLIKELY(v < lo || v >= dim_size))
       return TPURT_STATUS(OUT_OF_RANGE, "%s: index %" PRId64 " is out of bounds for dimension %" PRId64
                           " with size %" PRId64, op, v, dim, dim_size);
     out[i] = v < 0 ? v + dim_size : v;
@@ -609,15 +645,39 @@ static void scatter_row(void* user, const int64_t* offs, int64_t n) {
       memcpy(out + off[jj * j->off_j] * es, src + jj * j->src_j * es, (size_t)(n * es));
     return;
   }
-  for (int64_t jj = 0; jj < j->J; ++jj) {
-    const char* sj = src + jj * j->src_j * es;
-    const int64_t* xj = off + jj * j->off_j;
-    for (int64_t q = 0; q < n; ++q) {
-      int64_t d = q * os + xj[q * xs];
-      j->fn(out + d * es, sj + q * ss * es, j->alpha_d, j->alpha_i);
-      if (j->counts) j->counts[offs[0] + d - j->count_base]++;
+  /* Each destination lies in one fiber and sees its updates in j order
+   * whichever loop is outer; walk j innermost when it is the contiguous
+   * direction (scatter along the last dim), fibers innermost otherwise. */
+  int64_t sj_ = j->src_j < 0 ? -j->src_j : j->src_j, ss_ = ss < 0 ? -ss : ss;
+  bool j_inner = n > 1 && sj_ < ss_;
+  bool f32sum = j->dtype == TPURT_DTYPE_FLOAT32 && (j->red == TPURT_INDEX_RED_SUM || j->red == TPURT_INDEX_RED_MEAN) &&
+                j->alpha_d == 1.0;
+  int64_t* counts = j->counts ? j->counts + offs[0] - j->count_base : NULL;
+  if (f32sum && !counts && xs == 0 && os == 1 && ss == 1) {
+    /* whole contiguous rows added: index_put(accumulate) / embedding backward */
+    for (int64_t jj = 0; jj < j->J; ++jj) {
+      float* d = (float*)(out + off[jj * j->off_j] * es);
+      const float* sr = (const float*)(src + jj * j->src_j * es);
+      for (int64_t q = 0; q < n; ++q) d[q] += sr[q];
     }
+    return;
   }
+#define SCATTER_APPLY(q, jj)                                                         \
+  do {                                                                               \
+    int64_t d_ = (q) * os + off[(q) * xs + (jj) * j->off_j];                         \
+    const char* s_ = src + ((q) * ss + (jj) * j->src_j) * es;                        \
+    if (f32sum) *(float*)(out + d_ * es) += *(const float*)s_;                       \
+    else j->fn(out + d_ * es, s_, j->alpha_d, j->alpha_i);                           \
+    if (counts) counts[d_]++;                                                        \
+  } while (0)
+  if (j_inner) {
+    for (int64_t q = 0; q < n; ++q)
+      for (int64_t jj = 0; jj < j->J; ++jj) SCATTER_APPLY(q, jj);
+  } else {
+    for (int64_t jj = 0; jj < j->J; ++jj)
+      for (int64_t q = 0; q < n; ++q) SCATTER_APPLY(q, jj);
+  }
+#undef SCATTER_APPLY
 }
 
 typedef struct {
@@ -667,4 +727,125 @@ tpurt_status_t tpurt_index_scatter_run(tpurt_kernel_ctx_t* ctx, tpurt_index_scat
     tpurt_index_space_parallel(ctx, &sp, 1 << 14, mean_row, &mj);
   }
   return TPURT_OK;
+}
+
+/* ---- nonzero coordinates ---- */
+
+#define NZ_CHUNK 65536
+
+static uint64_t nz_mask(tpurt_dtype_t dt) {
+  switch (dt) {
+    case TPURT_DTYPE_FLOAT16: case TPURT_DTYPE_BFLOAT16: return 0x7fffu;
+    case TPURT_DTYPE_FLOAT32: return 0x7fffffffu;
+    case TPURT_DTYPE_FLOAT64: return 0x7fffffffffffffffull;
+    default: return ~0ull;
+  }
+}
+
+static inline bool elem_nz(const char* p, size_t es, uint64_t mask) {
+  switch (es) {
+    case 1: return (*(const uint8_t*)p & mask) != 0;
+    case 2: return (*(const uint16_t*)p & mask) != 0;
+    case 4: return (*(const uint32_t*)p & mask) != 0;
+    default: return (*(const uint64_t*)p & mask) != 0;
+  }
+}
+
+/* Walks elements [b, e) of t in row-major order with an incremental
+ * position; calls body with the element pointer and pos[]. */
+#define NZ_SCAN(t, b, e, BODY)                                                        \
+  do {                                                                                \
+    int32_t nd_ = (t)->ndim;                                                          \
+    size_t es_ = tpurt_dtype_size((t)->dtype);                                        \
+    int64_t pos[TPURT_MAX_DIMS], off_ = 0, rem_ = (b);                                \
+    for (int32_t d_ = nd_ - 1; d_ >= 0; --d_) {                                       \
+      pos[d_] = rem_ % (t)->sizes[d_];                                                \
+      rem_ /= (t)->sizes[d_];                                                         \
+      off_ += pos[d_] * (t)->strides[d_];                                             \
+    }                                                                                 \
+    for (int64_t l_ = (b); l_ < (e); ++l_) {                                          \
+      const char* p = (const char*)(t)->data + off_ * (int64_t)es_;                   \
+      BODY;                                                                           \
+      int32_t d_ = nd_ - 1;                                                           \
+      if (d_ < 0) continue;                                                           \
+      ++pos[d_];                                                                      \
+      off_ += (t)->strides[d_];                                                       \
+      while (d_ > 0 && pos[d_] == (t)->sizes[d_]) {                                   \
+        off_ -= pos[d_] * (t)->strides[d_];                                           \
+        pos[d_] = 0;                                                                  \
+        --d_;                                                                         \
+        ++pos[d_];                                                                    \
+        off_ += (t)->strides[d_];                                                     \
+      }                                                                               \
+    }                                                                                 \
+  } while (0)
+
+static void nz_count_chunks(void* user, int64_t begin, int64_t end, int tid) {
+  tpurt_index_nz_t* j = (tpurt_index_nz_t*)user;
+  size_t es = tpurt_dtype_size(j->t->dtype);
+  for (int64_t c = begin; c < end; ++c) {
+    int64_t b = c * NZ_CHUNK, e = b + NZ_CHUNK < j->n ? b + NZ_CHUNK : j->n, cnt = 0;
+    if (tpurt_tensor_is_contiguous(j->t)) {
+      const char* base = (const char*)j->t->data;
+      for (int64_t l = b; l < e; ++l) cnt += elem_nz(base + l * (int64_t)es, es, j->mask);
+    } else {
+      NZ_SCAN(j->t, b, e, cnt += elem_nz(p, es, j->mask));
+    }
+    j->counts[c] = cnt;
+  }
+}
+
+tpurt_status_t tpurt_index_nz_count(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* t, tpurt_index_nz_t* job,
+                                    int64_t* out_total) {
+  memset(job, 0, sizeof(*job));
+  job->t = t;
+  job->n = tpurt_tensor_numel(t);
+  job->mask = nz_mask(t->dtype);
+  job->chunks = (job->n + NZ_CHUNK - 1) / NZ_CHUNK;
+  job->counts = tpurt_kernel_scratch(ctx, (size_t)(job->chunks + 1) * sizeof(int64_t));
+  if (!job->counts) return TPURT_STATUS(RESOURCE_EXHAUSTED, "nonzero: no scratch");
+  tpurt_parallel_for(ctx, job->chunks, 1, nz_count_chunks, job);
+  int64_t total = 0;
+  for (int64_t c = 0; c < job->chunks; ++c) {
+    int64_t k = job->counts[c];
+    job->counts[c] = total;
+    total += k;
+  }
+  *out_total = total;
+  return TPURT_OK;
+}
+
+static void nz_write_chunks(void* user, int64_t begin, int64_t end, int tid) {
+  tpurt_index_nz_t* j = (tpurt_index_nz_t*)user;
+  const tpurt_tensor_t* t = j->t;
+  size_t es = tpurt_dtype_size(t->dtype);
+  int32_t nd = t->ndim;
+  for (int64_t c = begin; c < end; ++c) {
+    int64_t row = j->counts[c];
+    if (row >= j->limit) continue;
+    int64_t b = c * NZ_CHUNK, e = b + NZ_CHUNK < j->n ? b + NZ_CHUNK : j->n;
+    if (nd == 1 && t->strides[0] == 1) {
+      const char* base = (const char*)t->data;
+      for (int64_t l = b; l < e && row < j->limit; ++l)
+        if (elem_nz(base + l * (int64_t)es, es, j->mask)) j->out[row++ * j->rs] = l;
+      continue;
+    }
+    NZ_SCAN(t, b, e, {
+      if (row >= j->limit) break;
+      if (elem_nz(p, es, j->mask)) {
+        int64_t* o = j->out + row * j->rs;
+        for (int32_t d = 0; d < nd; ++d) o[d * j->cs] = pos[d];
+        ++row;
+      }
+    });
+  }
+}
+
+void tpurt_index_nz_write(tpurt_kernel_ctx_t* ctx, tpurt_index_nz_t* job, int64_t* out, int64_t rs, int64_t cs,
+                          int64_t limit) {
+  job->out = out;
+  job->rs = rs;
+  job->cs = cs;
+  job->limit = limit;
+  if (limit > 0) tpurt_parallel_for(ctx, job->chunks, 1, nz_write_chunks, job);
 }

@@ -95,11 +95,12 @@ void tpurt_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* dst, const 
 
 /* ---- indices ---- */
 /* Reads an int64/int32 index tensor broadcast to (nd, sizes) in row-major
- * order into out[] (numel of that shape), wrapping negatives against dim_size;
- * an index outside [-dim_size, dim_size) gives OUT_OF_RANGE naming op, the
- * value, dim and size. */
+ * order into out[] (numel of that shape). With `wrap`, negatives count from
+ * the end (advanced indexing, take, put_, index_fill); without, PyTorch
+ * rejects them (gather, scatter, index_select/add/copy/reduce). An index out
+ * of range gives OUT_OF_RANGE naming op, the value, dim and size. */
 tpurt_status_t tpurt_index_load(const char* op, const tpurt_tensor_t* idx, int nd, const int64_t* sizes,
-                                int64_t dim, int64_t dim_size, int64_t* out);
+                                int64_t dim, int64_t dim_size, bool wrap, int64_t* out);
 bool tpurt_index_is_index_dtype(tpurt_dtype_t dt);
 
 /* ---- accumulation ---- */
@@ -123,6 +124,23 @@ void tpurt_index_red_identity(tpurt_dtype_t dtype, tpurt_index_red_t red, void* 
 int tpurt_index_red_parse(const char* s);
 /* elem /= count (floor division for integers, as PyTorch's mean does). */
 void tpurt_index_div_count(tpurt_dtype_t dtype, char* elem, int64_t count);
+
+/* ---- nonzero coordinates (deterministic: fixed chunks of elements) ----
+ * Nonzero = raw bits with a float's sign ignored (-0.0 is zero, NaN is not). */
+typedef struct tpurt_index_nz_t {
+  const tpurt_tensor_t* t;
+  int64_t n, chunks;
+  int64_t* counts; /* per chunk, exclusive prefix after count */
+  uint64_t mask;
+  int64_t* out;
+  int64_t rs, cs, limit;
+} tpurt_index_nz_t;
+tpurt_status_t tpurt_index_nz_count(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* t, tpurt_index_nz_t* job,
+                                    int64_t* out_total);
+/* Coordinate d of the r-th nonzero (row-major order) goes to out[r*rs + d*cs]
+ * for r < limit. */
+void tpurt_index_nz_write(tpurt_kernel_ctx_t* ctx, tpurt_index_nz_t* job, int64_t* out, int64_t rs, int64_t cs,
+                          int64_t limit);
 
 #endif /* TPURT_OPS_INDEX_COMMON_H_ */
 

@@ -17,11 +17,11 @@ static void contig_strides(int32_t nd, const int64_t* sizes, int64_t* st) {
 
 /* Loads the whole index tensor (own shape) into scratch, checked against dim_size. */
 static tpurt_status_t load_all(tpurt_kernel_ctx_t* ctx, const char* op, const tpurt_tensor_t* idx, int64_t dim,
-                               int64_t dim_size, int64_t** out) {
+                               int64_t dim_size, bool wrap, int64_t** out) {
   int64_t n = tpurt_tensor_numel(idx);
   *out = tpurt_kernel_scratch(ctx, (size_t)(n + 1) * sizeof(int64_t));
   if (!*out) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for %" PRId64 " indices", op, n);
-  return tpurt_index_load(op, idx, idx->ndim, idx->sizes, dim, dim_size, *out);
+  return tpurt_index_load(op, idx, idx->ndim, idx->sizes, dim, dim_size, wrap, *out);
 }
 
 /* A source that may alias the destination is read from a private copy. */
@@ -60,7 +60,7 @@ static tpurt_status_t gather_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   int64_t n = tpurt_tensor_numel(&idx);
   if (n == 0) return TPURT_OK;
   int64_t* off;
-  TPURT_RETURN_IF_ERROR(load_all(ctx, "gather", &idx, dim, self.sizes[dim], &off));
+  TPURT_RETURN_IF_ERROR(load_all(ctx, "gather", &idx, dim, self.sizes[dim], false, &off));
   size_t es = tpurt_dtype_size(self.dtype);
   if (reference) {
     for (int64_t l = 0; l < n; ++l) {
@@ -146,7 +146,7 @@ static tpurt_status_t scatter_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
                           ") at dimension %d", op, idx.sizes[d], src.sizes[d], d);
   }
   int64_t* off = NULL;
-  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, op, &idx, dim, self.sizes[dim], &off));
+  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, op, &idx, dim, self.sizes[dim], false, &off));
   TPURT_RETURN_IF_ERROR(tpurt_index_copy(ctx, &out, &self));
   if (n == 0) return TPURT_OK;
   size_t es = tpurt_dtype_size(self.dtype);
@@ -275,7 +275,7 @@ static tpurt_status_t index_select_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_
     if (n == 0) return TPURT_OK;
   }
   int64_t* off;
-  TPURT_RETURN_IF_ERROR(load_all(ctx, "index_select", idx, dim, self.sizes[dim], &off));
+  TPURT_RETURN_IF_ERROR(load_all(ctx, "index_select", idx, dim, self.sizes[dim], false, &off));
   if (tpurt_tensor_numel(&out) == 0) return TPURT_OK;
   size_t es = tpurt_dtype_size(self.dtype);
   if (reference) {
@@ -313,7 +313,8 @@ tpurt_status_t tpurt_index_r_index_select(tpurt_kernel_ctx_t* ctx, const tpurt_o
  * out = self; for j in order: out.select(dim, index[j]) (red)= source.select(dim, j). */
 static tpurt_status_t index_along_dim(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op,
                                       const tpurt_tensor_t* src0, const void* scalar, tpurt_index_red_t red,
-                                      bool include_self, double alpha_d, int64_t alpha_i, bool reference) {
+                                      bool include_self, double alpha_d, int64_t alpha_i, bool wrap,
+                                      bool reference) {
   const tpurt_tensor_t* s0 = tpurt_index_arg_tensor(call, 0);
   const tpurt_tensor_t* idx = tpurt_index_arg_tensor(call, 2);
   if (!s0 || !idx) return TPURT_STATUS(INVALID_ARGUMENT, "%s: self and index must be tensors", op);
@@ -345,7 +346,7 @@ static tpurt_status_t index_along_dim(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
     for (int32_t d = 0; d < self.ndim; ++d) src.sizes[d] = d == dim ? n : self.sizes[d];
   }
   int64_t* off = NULL;
-  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, op, idx, dim, self.sizes[dim], &off));
+  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, op, idx, dim, self.sizes[dim], wrap, &off));
   TPURT_RETURN_IF_ERROR(tpurt_index_copy(ctx, &out, &self));
   int64_t fibers = 1;
   for (int32_t d = 0; d < self.ndim; ++d)
@@ -422,7 +423,7 @@ static tpurt_status_t index_add_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
     return TPURT_STATUS(INVALID_ARGUMENT, "index_add: a float alpha (%g) with integral self %s", ad,
                         tpurt_dtype_name(s0->dtype));
   return index_along_dim(ctx, call, "index_add", tpurt_index_arg_tensor(call, 3), NULL, TPURT_INDEX_RED_SUM, true, ad,
-                         ai, reference);
+                         ai, false, reference);
 }
 tpurt_status_t tpurt_index_k_index_add(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return index_add_impl(ctx, call, false);
@@ -435,7 +436,7 @@ static tpurt_status_t index_copy_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 4, 1));
   const tpurt_tensor_t* src = tpurt_index_arg_tensor(call, 3);
   if (!src) return TPURT_STATUS(INVALID_ARGUMENT, "index_copy: source must be a tensor");
-  return index_along_dim(ctx, call, "index_copy", src, NULL, TPURT_INDEX_RED_COPY, true, 1.0, 1, reference);
+  return index_along_dim(ctx, call, "index_copy", src, NULL, TPURT_INDEX_RED_COPY, true, 1.0, 1, false, reference);
 }
 tpurt_status_t tpurt_index_k_index_copy(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return index_copy_impl(ctx, call, false);
@@ -455,7 +456,7 @@ static tpurt_status_t index_fill_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
                         vt->ndim);
   uint64_t scalar = 0;
   TPURT_RETURN_IF_ERROR(tpurt_index_arg_scalar_store(call, 3, s0->dtype, &scalar));
-  return index_along_dim(ctx, call, "index_fill", NULL, &scalar, TPURT_INDEX_RED_COPY, true, 1.0, 1, reference);
+  return index_along_dim(ctx, call, "index_fill", NULL, &scalar, TPURT_INDEX_RED_COPY, true, 1.0, 1, true, reference);
 }
 tpurt_status_t tpurt_index_k_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return index_fill_impl(ctx, call, false);
@@ -475,7 +476,7 @@ static tpurt_status_t index_reduce_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_
   const tpurt_tensor_t* src = tpurt_index_arg_tensor(call, 3);
   if (!src) return TPURT_STATUS(INVALID_ARGUMENT, "index_reduce: source must be a tensor");
   return index_along_dim(ctx, call, "index_reduce", src, NULL, (tpurt_index_red_t)r,
-                         tpurt_index_arg_bool(call, 5, true), 1.0, 1, reference);
+                         tpurt_index_arg_bool(call, 5, true), 1.0, 1, false, reference);
 }
 tpurt_status_t tpurt_index_k_index_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return index_reduce_impl(ctx, call, false);
@@ -497,7 +498,7 @@ static tpurt_status_t take_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   int64_t n = tpurt_tensor_numel(idx);
   if (n == 0) return TPURT_OK;
   int64_t* off;
-  TPURT_RETURN_IF_ERROR(load_all(ctx, "take", idx, 0, tpurt_tensor_numel(self), &off));
+  TPURT_RETURN_IF_ERROR(load_all(ctx, "take", idx, 0, tpurt_tensor_numel(self), true, &off));
   size_t es = tpurt_dtype_size(self->dtype);
   for (int64_t l = 0; l < n; ++l) off[l] = tpurt_index_offset(self, off[l]);
   if (reference) {
@@ -542,7 +543,7 @@ static tpurt_status_t put_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
     return TPURT_STATUS(INVALID_ARGUMENT, "put_: expected source to have %" PRId64 " elements, got %" PRId64, n,
                         tpurt_tensor_numel(s0));
   int64_t* off = NULL;
-  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, "put_", idx, 0, tpurt_tensor_numel(self), &off));
+  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, "put_", idx, 0, tpurt_tensor_numel(self), true, &off));
   /* source read in row-major order: keep a contiguous private copy unless it already is one */
   tpurt_tensor_t src = *s0;
   if (!tpurt_tensor_is_contiguous(s0) || tpurt_index_may_overlap(s0, out)) {
@@ -604,7 +605,7 @@ static tpurt_status_t embedding_bwd_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op
   tpurt_index_fill(ctx, out, zero);
   if (N == 0 || D == 0) return TPURT_OK;
   int64_t* off;
-  TPURT_RETURN_IF_ERROR(load_all(ctx, op, idx, 0, num_weights, &off));
+  TPURT_RETURN_IF_ERROR(load_all(ctx, op, idx, 0, num_weights, false, &off));
   /* grad rows: [N, D] row-major; a non-contiguous grad is read from a contiguous copy */
   tpurt_tensor_t g = *g0;
   if (!tpurt_tensor_is_contiguous(g0)) {

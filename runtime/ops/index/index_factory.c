@@ -66,15 +66,13 @@ tpurt_status_t tpurt_index_r_range(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
  * both ends are exact. Floats compute in the output's precision (float for
  * 16-bit), integers in double. */
 static tpurt_status_t linspace_impl(const tpurt_op_call_t* call, bool log) {
-  const char* op = log ? "logspace" : "linspace";
   TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 3, 1));
   const tpurt_tensor_t* out = &call->outputs[0];
   int64_t steps = tpurt_tensor_numel(out);
   double a = tpurt_index_arg_double(call, 0, 0), b = tpurt_index_arg_double(call, 1, 0);
   double base = log ? tpurt_index_arg_double(call, 3, 10.0) : 0;
   if (steps == 0) return TPURT_OK;
-  bool use_f32 = out->dtype == TPURT_DTYPE_FLOAT32 || out->dtype == TPURT_DTYPE_FLOAT16 ||
-                 out->dtype == TPURT_DTYPE_BFLOAT16;
+  bool use_f32 = out->dtype == TPURT_DTYPE_FLOAT32;
   if (steps == 1) {
     double v = log ? pow(base, a) : a;
     if (tpurt_dtype_is_floating(out->dtype)) tpurt_dtype_store_f64(out->dtype, elem_at(out, 0), v);
@@ -82,21 +80,60 @@ static tpurt_status_t linspace_impl(const tpurt_op_call_t* call, bool log) {
     return TPURT_OK;
   }
   int64_t half = steps / 2;
+  bool h16 = out->dtype == TPURT_DTYPE_FLOAT16 || out->dtype == TPURT_DTYPE_BFLOAT16;
+  bool integral = !tpurt_dtype_is_floating(out->dtype);
+  unsigned char tmp[8];
+#define R16(x) (tpurt_dtype_store_f64(out->dtype, tmp, (x)), (float)tpurt_dtype_load_f64(out->dtype, tmp))
+  /* start/end first become the output type, as Scalar::to<scalar_t> does */
+  if (integral) { a = trunc(a); b = trunc(b); }
+  if (log) {
+    /* PyTorch's logspace_out: a double step, pow(base, start + step * i) with
+     * i counted in the output type; no fma (built for the baseline ISA) */
+    double sa = h16 ? R16(a) : use_f32 ? (double)(float)a : a;
+    double sb = h16 ? R16(b) : use_f32 ? (double)(float)b : b;
+    /* scalar_end - scalar_start is taken in the output type */
+    volatile double step = (h16 ? (double)R16(sb - sa) : use_f32 ? (double)(float)(sb - sa) : sb - sa) / (double)(steps - 1);
+    float is16 = 0;
+    for (int64_t i = 0; i < steps; ++i) {
+      double is = h16 ? (double)is16 : (double)i;
+      volatile double prod;
+      double x;
+      if (i < half) {
+        prod = step * is;
+        x = sa + prod;
+      } else {
+        double c = (double)(steps - i - 1);
+        if (h16) c = R16(c);
+        prod = step * c;
+        x = sb - prod;
+      }
+      double v = pow(base, x);
+      if (tpurt_dtype_is_floating(out->dtype)) tpurt_dtype_store_f64(out->dtype, elem_at(out, i), v);
+      else tpurt_dtype_store_i64(out->dtype, elem_at(out, i), (int64_t)v);
+      if (h16) is16 = R16(is16 + 1.0f);
+    }
+    return TPURT_OK;
+  }
   for (int64_t i = 0; i < steps; ++i) {
     double v;
-    if (use_f32) {
-      float step = ((float)b - (float)a) / (float)(steps - 1);
-      float x = i < half ? (float)a + step * (float)i : (float)b - step * (float)(steps - i - 1);
-      v = log ? (double)powf((float)base, x) : x;
+    /* PyTorch's CPU linspace kernel is built with FMA: start + step*i is an
+     * fma; 16-bit floats round after every operation (c10 Half/BFloat16) */
+    if (h16) {
+      float fa = R16(a), fb = R16(b);
+      float step = R16(R16(fb - fa) / (float)(steps - 1));
+      v = i < half ? R16(fa + R16(step * R16((float)i))) : R16(fb - R16(step * R16((float)(steps - i - 1))));
+    } else if (use_f32) {
+      float fa = (float)a, fb = (float)b;
+      float step = (fb - fa) / (float)(steps - 1);
+      v = i < half ? fmaf(step, (float)i, fa) : fmaf(-step, (float)(steps - i - 1), fb);
     } else {
       double step = (b - a) / (double)(steps - 1);
-      double x = i < half ? a + step * (double)i : b - step * (double)(steps - i - 1);
-      v = log ? pow(base, x) : x;
+      v = i < half ? fma(step, (double)i, a) : fma(-step, (double)(steps - i - 1), b);
     }
-    if (tpurt_dtype_is_floating(out->dtype)) tpurt_dtype_store_f64(out->dtype, elem_at(out, i), v);
+    if (!integral) tpurt_dtype_store_f64(out->dtype, elem_at(out, i), v);
     else tpurt_dtype_store_i64(out->dtype, elem_at(out, i), (int64_t)v);
   }
-  (void)op;
+#undef R16
   return TPURT_OK;
 }
 tpurt_status_t tpurt_index_k_linspace(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {

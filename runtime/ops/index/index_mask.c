@@ -4,102 +4,10 @@
  * protocol) and masked_scatter_. Chunks are fixed by element count, not
  * thread count, so the output order never depends on threading. */
 #include <inttypes.h>
+#include <math.h>
 
 #include "ops/index/index_common.h"
 #include "ops/index/index_kernels.h"
-
-/* "nonzero" for any dtype: the raw bits with a float's sign bit ignored (so
- * -0.0 is zero and NaN is nonzero, as in PyTorch). */
-static uint64_t nz_mask(tpurt_dtype_t dt) {
-  switch (dt) {
-    case TPURT_DTYPE_FLOAT16: case TPURT_DTYPE_BFLOAT16: return 0x7fffu;
-    case TPURT_DTYPE_FLOAT32: return 0x7fffffffu;
-    case TPURT_DTYPE_FLOAT64: return 0x7fffffffffffffffull;
-    default: return ~0ull;
-  }
-}
-static inline bool elem_nz(const char* p, size_t es, uint64_t mask) {
-  uint64_t v = 0;
-  memcpy(&v, p, es);
-  return (v & mask) != 0;
-}
-
-#define NZ_CHUNK 65536
-
-typedef struct {
-  const tpurt_tensor_t* t;
-  int64_t n;
-  int64_t* counts; /* per chunk */
-  uint64_t mask;
-  /* write pass */
-  const tpurt_tensor_t* out;
-  int64_t limit; /* rows of out to fill */
-} nz_job_t;
-
-static int64_t count_range(const tpurt_tensor_t* t, int64_t b, int64_t e, uint64_t mask) {
-  size_t es = tpurt_dtype_size(t->dtype);
-  const char* base = (const char*)t->data;
-  int64_t c = 0;
-  if (tpurt_tensor_is_contiguous(t)) {
-    for (int64_t l = b; l < e; ++l) c += elem_nz(base + l * (int64_t)es, es, mask);
-    return c;
-  }
-  for (int64_t l = b; l < e; ++l) c += elem_nz(base + tpurt_index_offset(t, l) * (int64_t)es, es, mask);
-  return c;
-}
-
-static void nz_count_chunks(void* user, int64_t begin, int64_t end, int tid) {
-  nz_job_t* j = (nz_job_t*)user;
-  for (int64_t c = begin; c < end; ++c) {
-    int64_t b = c * NZ_CHUNK, e = b + NZ_CHUNK < j->n ? b + NZ_CHUNK : j->n;
-    j->counts[c] = count_range(j->t, b, e, j->mask);
-  }
-}
-
-static void nz_write_chunks(void* user, int64_t begin, int64_t end, int tid) {
-  nz_job_t* j = (nz_job_t*)user;
-  const tpurt_tensor_t* t = j->t;
-  const tpurt_tensor_t* out = j->out;
-  size_t es = tpurt_dtype_size(t->dtype);
-  int64_t* o = (int64_t*)out->data;
-  int64_t rs = out->strides[0], cs = out->ndim > 1 ? out->strides[1] : 0;
-  for (int64_t c = begin; c < end; ++c) {
-    int64_t row = j->counts[c]; /* exclusive prefix */
-    if (row >= j->limit) continue;
-    int64_t b = c * NZ_CHUNK, e = b + NZ_CHUNK < j->n ? b + NZ_CHUNK : j->n;
-    for (int64_t l = b; l < e && row < j->limit; ++l) {
-      if (!elem_nz((const char*)t->data + tpurt_index_offset(t, l) * (int64_t)es, es, j->mask)) continue;
-      int64_t rem = l;
-      for (int32_t d = t->ndim - 1; d >= 0; --d) {
-        o[row * rs + d * cs] = rem % t->sizes[d];
-        rem /= t->sizes[d];
-      }
-      ++row;
-    }
-  }
-}
-
-/* Counts nonzeros of t (any strides) deterministically; fills per-chunk
- * exclusive prefix sums in *out_prefix when asked. */
-static tpurt_status_t nz_count(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* t, int64_t* out_total,
-                               nz_job_t* job) {
-  memset(job, 0, sizeof(*job));
-  job->t = t;
-  job->n = tpurt_tensor_numel(t);
-  job->mask = nz_mask(t->dtype);
-  int64_t chunks = (job->n + NZ_CHUNK - 1) / NZ_CHUNK;
-  job->counts = tpurt_kernel_scratch(ctx, (size_t)(chunks + 1) * sizeof(int64_t));
-  if (!job->counts) return TPURT_STATUS(RESOURCE_EXHAUSTED, "nonzero: no scratch");
-  tpurt_parallel_for(ctx, chunks, 1, nz_count_chunks, job);
-  int64_t total = 0;
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t k = job->counts[c];
-    job->counts[c] = total;
-    total += k;
-  }
-  *out_total = total;
-  return TPURT_OK;
-}
 
 /* count_nonzero itself lives in the reduce family (ops/reduce/reduce_ops.c). */
 
@@ -114,24 +22,40 @@ static tpurt_status_t nonzero_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   if (!self) return TPURT_STATUS(INVALID_ARGUMENT, "nonzero: self must be a tensor");
   if (out->dtype != TPURT_DTYPE_INT64 || out->ndim != 2 || out->sizes[1] != self->ndim)
     return TPURT_STATUS(INVALID_ARGUMENT, "nonzero: out must be int64 [count, %d]", self->ndim);
-  nz_job_t job;
+  tpurt_index_nz_t job;
   int64_t total;
-  TPURT_RETURN_IF_ERROR(nz_count(ctx, self, &total, &job));
+  TPURT_RETURN_IF_ERROR(tpurt_index_nz_count(ctx, self, &job, &total));
   int64_t rows = out->sizes[0];
   if (!is_static && rows != total)
     return TPURT_STATUS(FAILED_PRECONDITION, "nonzero: out has %" PRId64 " rows but the input has %" PRId64
                         " nonzero elements", rows, total);
-  job.out = out;
-  job.limit = total < rows ? total : rows;
-  if (self->ndim > 0 && job.limit > 0) {
-    int64_t chunks = (job.n + NZ_CHUNK - 1) / NZ_CHUNK;
-    if (reference) nz_write_chunks(&job, 0, chunks, 0);
-    else tpurt_parallel_for(ctx, chunks, 1, nz_write_chunks, &job);
+  int64_t limit = total < rows ? total : rows;
+  if (self->ndim > 0 && limit > 0) {
+    if (reference) {
+      /* plain row-major scan */
+      int64_t n = tpurt_tensor_numel(self), r = 0, pos[TPURT_MAX_DIMS];
+      size_t es = tpurt_dtype_size(self->dtype);
+      unsigned char zero[8] = {0};
+      int64_t* o = (int64_t*)out->data;
+      for (int64_t l = 0; l < n && r < limit; ++l) {
+        const char* p = (const char*)self->data + tpurt_index_offset(self, l) * (int64_t)es;
+        bool nz;
+        if (tpurt_dtype_is_floating(self->dtype)) nz = tpurt_dtype_load_f64(self->dtype, p) != 0.0 || isnan(tpurt_dtype_load_f64(self->dtype, p));
+        else nz = memcmp(p, zero, es) != 0;
+        if (!nz) continue;
+        int64_t rem = l;
+        for (int32_t d = self->ndim - 1; d >= 0; --d) { pos[d] = rem % self->sizes[d]; rem /= self->sizes[d]; }
+        for (int32_t d = 0; d < self->ndim; ++d) o[r * out->strides[0] + d * out->strides[1]] = pos[d];
+        ++r;
+      }
+    } else {
+      tpurt_index_nz_write(ctx, &job, (int64_t*)out->data, out->strides[0], out->strides[1], limit);
+    }
   }
-  if (is_static && rows > job.limit && self->ndim > 0) {
+  if (is_static && rows > limit && self->ndim > 0) {
     int64_t fill = tpurt_index_arg_int(call, 2, -1);
     int64_t* o = (int64_t*)out->data;
-    for (int64_t r = job.limit; r < rows; ++r)
+    for (int64_t r = limit; r < rows; ++r)
       for (int32_t d = 0; d < self->ndim; ++d) o[r * out->strides[0] + d * out->strides[1]] = fill;
   }
   return TPURT_OK;
@@ -176,9 +100,9 @@ static tpurt_status_t masked_select_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op
   memcpy(m.sizes, sizes, sizeof(int64_t) * nd);
   tpurt_index_broadcast_strides(self, nd, sizes, s.strides);
   tpurt_index_broadcast_strides(mask, nd, sizes, m.strides);
-  nz_job_t job;
+  tpurt_index_nz_t job;
   int64_t total;
-  TPURT_RETURN_IF_ERROR(nz_count(ctx, &m, &total, &job));
+  TPURT_RETURN_IF_ERROR(tpurt_index_nz_count(ctx, &m, &job, &total));
   if (out->sizes[0] != total)
     return TPURT_STATUS(FAILED_PRECONDITION, "masked_select: out has %" PRId64 " elements but the mask selects %" PRId64,
                         out->sizes[0], total);
@@ -227,9 +151,9 @@ static tpurt_status_t masked_scatter_impl(tpurt_kernel_ctx_t* ctx, const tpurt_o
     tpurt_index_make_contig(&src, buf, src0->dtype, src0->ndim, src0->sizes);
     TPURT_RETURN_IF_ERROR(tpurt_index_copy(ctx, &src, src0));
   }
-  nz_job_t job;
+  tpurt_index_nz_t job;
   int64_t total;
-  TPURT_RETURN_IF_ERROR(nz_count(ctx, &m, &total, &job));
+  TPURT_RETURN_IF_ERROR(tpurt_index_nz_count(ctx, &m, &job, &total));
   if (total > tpurt_tensor_numel(&src))
     return TPURT_STATUS(INVALID_ARGUMENT, "masked_scatter: the mask selects %" PRId64 " elements but source has only %"
                         PRId64, total, tpurt_tensor_numel(&src));

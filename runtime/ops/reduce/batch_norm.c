@@ -255,3 +255,149 @@ BN_PAIR(batch_norm_no_update, BN_NO_UPDATE)
 BN_PAIR(batch_norm_update_stats, BN_UPDATE_STATS)
 BN_PAIR(native_batch_norm_backward, BN_BACKWARD)
 BN_PAIR(batch_norm_backward, BN_BACKWARD)
+
+/* ---------------- group norm ----------------
+ * native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd)
+ * native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask)
+ * Work splits over the N*group (sample, group) blocks; each block is D = C/group
+ * channels of HxW elements, walked one (n, c) row at a time like batch norm.
+ * The backward keeps per-(n, c) sums of dy*x and dy in scratch so the weight
+ * and bias gradients are summed over n afterwards, in order. */
+
+typedef struct gn_job_t {
+  bool backward, want_gi;
+  int64_t N, C, S, G, D;
+  double eps;
+  bn_view_t x, dy, out;
+  const tpurt_tensor_t *w, *b, *mean, *rstd; /* mean/rstd: (N, G) outputs (fwd) or inputs (bwd) */
+  double* ds; /* bwd: [N*C] sum dy*x */
+  double* db; /* bwd: [N*C] sum dy */
+  double* buf; /* per thread 2S */
+} gn_job_t;
+
+static void gn_blocks(void* user, int64_t bb, int64_t be, int tid) {
+  const gn_job_t* j = user;
+  double* x = j->buf + (size_t)tid * 2 * (size_t)j->S;
+  double* g = x + j->S;
+  double cnt = (double)j->D * (double)j->S;
+  for (int64_t blk = bb; blk < be; ++blk) {
+    int64_t n = blk / j->G, grp = blk % j->G, c0 = grp * j->D;
+    if (!j->backward) {
+      double sum = 0, sq = 0;
+      for (int64_t c = c0; c < c0 + j->D; ++c) {
+        bn_load(&j->x, n, c, j->S, x);
+        for (int64_t s = 0; s < j->S; ++s) sum += x[s];
+      }
+      double mean = sum / cnt;
+      for (int64_t c = c0; c < c0 + j->D; ++c) {
+        bn_load(&j->x, n, c, j->S, x);
+        for (int64_t s = 0; s < j->S; ++s) { double d = x[s] - mean; sq += d * d; }
+      }
+      double rstd = 1.0 / sqrt(sq / cnt + j->eps);
+      vec_set(j->mean, blk, mean);
+      vec_set(j->rstd, blk, rstd);
+      for (int64_t c = c0; c < c0 + j->D; ++c) {
+        double scale = rstd * vec_get(j->w, c, 1), shift = vec_get(j->b, c, 0) - mean * scale;
+        bn_load(&j->x, n, c, j->S, x);
+        for (int64_t s = 0; s < j->S; ++s) x[s] = x[s] * scale + shift;
+        bn_store(&j->out, n, c, j->S, x);
+      }
+      continue;
+    }
+    double mean = vec_get(j->mean, blk, 0), rstd = vec_get(j->rstd, blk, 1);
+    double s1 = 0, s2 = 0; /* sum_c ds*w, sum_c db*w */
+    for (int64_t c = c0; c < c0 + j->D; ++c) {
+      bn_load(&j->x, n, c, j->S, x);
+      bn_load(&j->dy, n, c, j->S, g);
+      double a = 0, b = 0;
+      for (int64_t s = 0; s < j->S; ++s) { a += g[s] * x[s]; b += g[s]; }
+      j->ds[n * j->C + c] = a;
+      j->db[n * j->C + c] = b;
+      double w = vec_get(j->w, c, 1);
+      s1 += a * w;
+      s2 += b * w;
+    }
+    if (!j->want_gi) continue;
+    double c2 = (s2 * mean - s1) * rstd * rstd * rstd / cnt;
+    double c3 = -c2 * mean - s2 * rstd / cnt;
+    for (int64_t c = c0; c < c0 + j->D; ++c) {
+      double c1 = rstd * vec_get(j->w, c, 1);
+      bn_load(&j->x, n, c, j->S, x);
+      bn_load(&j->dy, n, c, j->S, g);
+      for (int64_t s = 0; s < j->S; ++s) g[s] = c1 * g[s] + c2 * x[s] + c3;
+      bn_store(&j->out, n, c, j->S, g);
+    }
+  }
+}
+
+static tpurt_status_t gn_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool backward, bool ref) {
+  gn_job_t j = {.backward = backward};
+  const tpurt_tensor_t* in = tpurt_arg_tensor(c, backward ? 1 : 0);
+  if (!in || in->ndim < 2) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected an input of at least 2 dims", c->name);
+  if (!tpurt_dtype_is_floating(in->dtype)) return TPURT_REDUCE_UNSUPPORTED(c->name, in->dtype);
+  int a = backward ? 5 : 3; /* index of N */
+  j.N = tpurt_arg_int(c, a, in->sizes[0]);
+  j.C = tpurt_arg_int(c, a + 1, in->sizes[1]);
+  j.S = tpurt_arg_int(c, a + 2, 1);
+  j.G = tpurt_arg_int(c, a + 3, 1);
+  if (j.G <= 0 || j.C % j.G != 0)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: %lld channels do not split into %lld groups", c->name, (long long)j.C, (long long)j.G);
+  if (j.N != in->sizes[0] || j.C != in->sizes[1] || j.N * j.C * j.S != tpurt_tensor_numel(in))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: N=%lld C=%lld HxW=%lld do not match the input", c->name, (long long)j.N,
+                        (long long)j.C, (long long)j.S);
+  j.D = j.C / j.G;
+  bn_view(&j.x, in);
+  bool mask[3] = {true, true, true};
+  if (!backward) {
+    j.w = tpurt_arg_tensor(c, 1);
+    j.b = tpurt_arg_tensor(c, 2);
+    j.eps = tpurt_arg_double(c, 7, 1e-5);
+    if (c->num_outputs < 3) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected 3 outputs", c->name);
+    bn_view(&j.out, &c->outputs[0]);
+    j.mean = &c->outputs[1];
+    j.rstd = &c->outputs[2];
+  } else {
+    const tpurt_tensor_t* dy = tpurt_arg_tensor(c, 0);
+    j.mean = tpurt_arg_tensor(c, 2);
+    j.rstd = tpurt_arg_tensor(c, 3);
+    j.w = tpurt_arg_tensor(c, 4);
+    if (!dy || !j.mean || !j.rstd) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing grad_out/mean/rstd", c->name);
+    bn_view(&j.dy, dy);
+    if (tpurt_arg_is(c, 9, TPURT_ARG_BOOL_LIST))
+      for (int i = 0; i < c->args[9].count && i < 3; ++i) mask[i] = c->args[9].v.bools[i];
+    j.want_gi = mask[0] && bn_out_ok(c, 0, tpurt_tensor_numel(in));
+    if (j.want_gi) bn_view(&j.out, &c->outputs[0]);
+  }
+  if (j.N * j.C == 0) return TPURT_OK;
+  int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
+  size_t doubles = 2 * (size_t)(j.S ? j.S : 1) * (size_t)nt + (backward ? 2 * (size_t)(j.N * j.C) : 0);
+  j.buf = tpurt_kernel_scratch(ctx, sizeof(double) * doubles);
+  if (!j.buf) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
+  if (backward) {
+    j.ds = j.buf + 2 * (size_t)(j.S ? j.S : 1) * (size_t)nt;
+    j.db = j.ds + j.N * j.C;
+  }
+  if (ref) gn_blocks(&j, 0, j.N * j.G, 0);
+  else tpurt_parallel_for(ctx, j.N * j.G, 1 + 16384 / (j.D * j.S + 1), gn_blocks, &j);
+  if (backward) {
+    const tpurt_tensor_t* gw = mask[1] && bn_out_ok(c, 1, j.C) ? &c->outputs[1] : NULL;
+    const tpurt_tensor_t* gb = mask[2] && bn_out_ok(c, 2, j.C) ? &c->outputs[2] : NULL;
+    for (int64_t ch = 0; ch < j.C; ++ch) {
+      double sw = 0, sb = 0;
+      for (int64_t n = 0; n < j.N; ++n) {
+        int64_t blk = n * j.G + ch / j.D;
+        double mean = vec_get(j.mean, blk, 0), rstd = vec_get(j.rstd, blk, 1);
+        sw += (j.ds[n * j.C + ch] - j.db[n * j.C + ch] * mean) * rstd;
+        sb += j.db[n * j.C + ch];
+      }
+      vec_set(gw, ch, sw);
+      vec_set(gb, ch, sb);
+    }
+  }
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_kernel_native_group_norm(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return gn_impl(x, c, false, false); }
+tpurt_status_t tpurt_kernel_native_group_norm_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return gn_impl(x, c, false, true); }
+tpurt_status_t tpurt_kernel_native_group_norm_backward(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return gn_impl(x, c, true, false); }
+tpurt_status_t tpurt_kernel_native_group_norm_backward_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return gn_impl(x, c, true, true); }

@@ -21,6 +21,8 @@ const tpurt_op_def_t tpurt_ops_norm[] = {
     OP("batch_norm_update_stats", batch_norm_update_stats),
     OP("native_batch_norm_backward", native_batch_norm_backward),
     OP("batch_norm_backward", batch_norm_backward),
+    OP("native_group_norm", native_group_norm),
+    OP("native_group_norm_backward", native_group_norm_backward),
     OP("nll_loss_forward", nll_loss_forward),
     OP("nll_loss_backward", nll_loss_backward),
     OP("nll_loss2d_forward", nll_loss_forward),

@@ -12,13 +12,13 @@
 #define TPURT_REDUCE_KERNELS(X) \
   X(sum) X(nansum) X(mean) X(prod) X(amax) X(amin) X(max) X(min) X(argmax) X(argmin) X(all) X(any) \
   X(count_nonzero) X(var) X(std) X(var_mean) X(std_mean) X(linalg_vector_norm) X(norm) X(logsumexp) \
-  X(aminmax) X(cumsum) X(cumprod) X(logcumsumexp) X(sort) X(topk) X(kthvalue) X(median) X(nanmedian)
+  X(aminmax) X(cumsum) X(cumprod) X(logcumsumexp) X(sort) X(topk) X(kthvalue) X(median) X(nanmedian) X(mode)
 
 #define TPURT_NORM_KERNELS(X) \
   X(softmax) X(log_softmax) X(softmax_backward_data) X(log_softmax_backward_data) \
   X(native_layer_norm) X(native_layer_norm_backward) X(fused_rms_norm) X(fused_rms_norm_backward) \
   X(native_batch_norm) X(native_batch_norm_legit) X(batch_norm_with_update) X(batch_norm_no_update) X(native_batch_norm_backward) \
-  X(batch_norm_backward) X(batch_norm_update_stats) \
+  X(batch_norm_backward) X(batch_norm_update_stats) X(native_group_norm) X(native_group_norm_backward) \
   X(nll_loss_forward) X(nll_loss_backward) X(mse_loss) X(mse_loss_backward) X(huber_loss) \
   X(huber_loss_backward) X(smooth_l1_loss) X(smooth_l1_loss_backward) X(l1_loss) \
   X(binary_cross_entropy) X(binary_cross_entropy_backward)

@@ -36,5 +36,6 @@ const tpurt_op_def_t tpurt_ops_reduce[] = {
     OP("kthvalue", kthvalue),
     OP("median", median),
     OP("nanmedian", nanmedian),
+    OP("mode", mode),
     TPURT_OP_TABLE_END,
 };

@@ -212,7 +212,7 @@ static void kv_sort_ref(const order_t* o, kv_t* v, int64_t n) {
   }
 }
 
-typedef enum { SEL_SORT, SEL_TOPK, SEL_KTH, SEL_MEDIAN, SEL_NANMEDIAN } sel_kind_t;
+typedef enum { SEL_SORT, SEL_TOPK, SEL_KTH, SEL_MEDIAN, SEL_NANMEDIAN, SEL_MODE } sel_kind_t;
 
 typedef struct sel_job_t {
   const tpurt_tensor_t* in;
@@ -259,6 +259,20 @@ static void sel_rows(void* user, int64_t b, int64_t e, int tid) {
     int64_t* xd = (int64_t*)j->idxs.data + tpurt_tensor_offset_of(&j->idxs, row, j->r.dim);
     int64_t count = j->kind == SEL_SORT ? n : j->kind == SEL_TOPK ? j->k : 1;
     int64_t start = 0;
+    if (j->kind == SEL_MODE) {
+      /* the most frequent value; ties -> the smallest value; its index is the
+       * last occurrence (PyTorch CPU's choice after its sort) */
+      int64_t best = 0, best_run = 0;
+      for (int64_t i = 0; i < n;) {
+        int64_t e2 = i + 1;
+        while (e2 < n && (j->o.is_int ? v[e2].k == v[i].k
+                                      : (v[e2].f == v[i].f || (isnan(v[e2].f) && isnan(v[i].f)))))
+          ++e2;
+        if (e2 - i > best_run) { best_run = e2 - i; best = e2 - 1; }
+        i = e2;
+      }
+      start = best;
+    }
     if (j->kind == SEL_KTH) start = j->k - 1;
     if (j->kind == SEL_MEDIAN || j->kind == SEL_NANMEDIAN) {
       if (m == 0) {
@@ -307,6 +321,9 @@ static tpurt_status_t sel_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
       j.k = tpurt_arg_int(c, 1, 1);
       dim = tpurt_arg_int(c, 2, -1);
       keepdim = tpurt_arg_bool(c, 3, false);
+      break;
+    case SEL_MODE: /* (self, dim, keepdim) */
+      dim = tpurt_arg_int(c, 1, -1);
       break;
     case SEL_MEDIAN: case SEL_NANMEDIAN: /* (self) or (self, dim, keepdim) */
       if (c->num_args >= 2 && c->args[1].kind == TPURT_ARG_INT) {
@@ -361,7 +378,7 @@ static tpurt_status_t sel_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   if (kind == SEL_KTH && (j.k < 1 || j.k > j.r.n))
     return TPURT_STATUS(OUT_OF_RANGE, "kthvalue: k=%lld out of range for a dimension of size %lld",
                         (long long)j.k, (long long)j.r.n);
-  if ((kind == SEL_MEDIAN || kind == SEL_NANMEDIAN) && j.r.n == 0)
+  if ((kind == SEL_MEDIAN || kind == SEL_NANMEDIAN || kind == SEL_MODE) && j.r.n == 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: cannot reduce over a zero-size dimension", c->name);
   if (j.r.rows == 0 || j.r.n == 0 || (kind == SEL_TOPK && j.k == 0)) return TPURT_OK;
   if (in->ndim == 0) {
@@ -392,3 +409,4 @@ SEL_PAIR(topk, SEL_TOPK)
 SEL_PAIR(kthvalue, SEL_KTH)
 SEL_PAIR(median, SEL_MEDIAN)
 SEL_PAIR(nanmedian, SEL_NANMEDIAN)
+SEL_PAIR(mode, SEL_MODE)

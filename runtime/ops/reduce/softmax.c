@@ -8,9 +8,11 @@
 #include "ops/reduce/reduce_ops.h"
 
 /* exp(x) for float, written so the compiler vectorizes it. Inputs below
- * -87.3 give 0 (PyTorch would give a subnormal), above 88.7 give inf. */
+ * -87.3 give 0 (PyTorch would give a subnormal) and above 88.7 inf; between
+ * 88.0 and 88.7 the result is exp(88) (softmax only feeds x <= 0 here). */
 static inline float tpurt_expf_fast(float x) {
-  float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+  float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+  xc = x != x ? 0.0f : xc; /* keep the integer conversion below defined */
   float n = __builtin_rintf(xc * 1.44269504088896341f);
   float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -20,7 +22,7 @@ static inline float tpurt_expf_fast(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
+  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
   float scale;
   memcpy(&scale, &bits, 4);
   float y = p * scale;
@@ -81,17 +83,34 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
   *stride = j->dim >= 0 ? t->strides[j->dim] : 0;
 }
 
-#define SM_ROWS(T, EXP, LOG, LOADER, STORER, BUF)                                          \
+/* sum over i_ in [0, n) of EXPR, in 8 independent lanes (vectorizable). */
+#define LANE_SUM(T, EXPR)                                                                  \
+  ({                                                                                       \
+    T l_[8] = {0}, s_ = 0;                                                                 \
+    int64_t i_ = 0;                                                                        \
+    for (int64_t b_ = 0; b_ + 8 <= n; b_ += 8)                                             \
+      for (int k_ = 0; k_ < 8; ++k_) { i_ = b_ + k_; l_[k_] += (EXPR); }                   \
+    for (i_ = n & ~(int64_t)7; i_ < n; ++i_) s_ += (EXPR);                                 \
+    for (int k_ = 0; k_ < 8; ++k_) s_ += l_[k_];                                           \
+    s_;                                                                                    \
+  })
+
+/* Rows that are contiguous in the compute type are read / written in place
+ * (DT = that dtype); others go through the per-thread buffers. */
+#define SM_ROWS(T, DT, EXP, LOG, LOADER, STORER, BUF)                                      \
   do {                                                                                     \
     int64_t n = j->n;                                                                      \
-    T* x = (T*)j->BUF + (size_t)tid * 3 * (size_t)n;                                       \
-    T* y = x + n;                                                                          \
+    T* xbuf = (T*)j->BUF + (size_t)tid * 3 * (size_t)n;                                    \
+    T* ybuf = xbuf + n;                                                                    \
     for (int64_t row = b; row < e; ++row) {                                                \
       const char* pa; int64_t sa;                                                          \
       row_ptrs(j, j->a, row, &pa, &sa);                                                    \
       char* po; int64_t so;                                                                \
       row_ptrs(j, j->out, row, (const char**)&po, &so);                                    \
-      LOADER(j->a->dtype, pa, sa, n, x);                                                   \
+      const T* x = (const T*)pa;                                                           \
+      if (!(j->a->dtype == DT && (sa == 1 || n == 1))) { LOADER(j->a->dtype, pa, sa, n, xbuf); x = xbuf; } \
+      bool direct = j->out->dtype == DT && (so == 1 || n == 1) && po != pa;               \
+      T* y = direct ? (T*)po : ybuf;                                                       \
       if (!j->backward) {                                                                  \
         T mx = ROW_MAX_##T(x, n);                                                          \
         T sum = ROW_EXPSUM_##T(x, y, n, mx);                                               \
@@ -105,28 +124,26 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       } else {                                                                             \
         const char* pb; int64_t sb;                                                        \
         row_ptrs(j, j->b, row, &pb, &sb);                                                  \
-        T* o = y + n;                                                                      \
+        T* o = xbuf + 2 * n;                                                               \
         LOADER(j->b->dtype, pb, sb, n, o);                                                 \
         if (j->log) {                                                                      \
-          T s = 0;                                                                         \
-          for (int64_t i = 0; i < n; ++i) s += x[i];                                       \
+          T s = LANE_SUM(T, x[i_]);                                                        \
           for (int64_t i = 0; i < n; ++i) y[i] = x[i] - EXP(o[i]) * s;                     \
         } else {                                                                           \
-          T s = 0;                                                                         \
-          for (int64_t i = 0; i < n; ++i) s += x[i] * o[i];                                \
+          T s = LANE_SUM(T, x[i_] * o[i_]);                                                \
           for (int64_t i = 0; i < n; ++i) y[i] = o[i] * (x[i] - s);                        \
         }                                                                                  \
       }                                                                                    \
-      STORER(j->out->dtype, po, so, n, y);                                                 \
+      if (!direct) STORER(j->out->dtype, po, so, n, y);                                    \
     }                                                                                      \
   } while (0)
 
 static void sm_rows(void* user, int64_t b, int64_t e, int tid) {
   const sm_job_t* j = user;
   if (j->out->dtype == TPURT_DTYPE_FLOAT64 || j->a->dtype == TPURT_DTYPE_FLOAT64)
-    SM_ROWS(double, exp, log, tpurt_row_load_f64, tpurt_row_store_f64, dbuf);
+    SM_ROWS(double, TPURT_DTYPE_FLOAT64, exp, log, tpurt_row_load_f64, tpurt_row_store_f64, dbuf);
   else
-    SM_ROWS(float, tpurt_expf_fast, logf, tpurt_row_load_f32, tpurt_row_store_f32, fbuf);
+    SM_ROWS(float, TPURT_DTYPE_FLOAT32, tpurt_expf_fast, logf, tpurt_row_load_f32, tpurt_row_store_f32, fbuf);
 }
 
 /* Reference: one element at a time in double through the scalar loaders. */
