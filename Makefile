@@ -38,7 +38,7 @@ $(BUILD)/libtpurt.so: $(RT_OBJS)
 
 torch_tpu/lib/libtpurt.so: $(BUILD)/libtpurt.so
 	@mkdir -p torch_tpu/lib
-	cp $< $@
+	cp $< $@.tmp && mv -f $@.tmp $@  # rename: running processes keep the old file
 
 $(BUILD)/tests/%: runtime/tests/%.c $(RT_OBJS) runtime/tests/test_util.h
 	@mkdir -p $(dir $@)
@@ -69,7 +69,7 @@ $(BUILD)/obj/torch_tpu/csrc/%.o: torch_tpu/csrc/%.cpp $(wildcard torch_tpu/csrc/
 
 ext: torch_tpu/_C$(PY_EXT_SUFFIX)
 torch_tpu/_C$(PY_EXT_SUFFIX): $(CXX_OBJS) torch_tpu/lib/libtpurt.so
-	$(CXX) -shared -o $@ $(CXX_OBJS) -Ltorch_tpu/lib -ltpurt $(TORCH_LDFLAGS) -Wl,-rpath,'$$ORIGIN/lib'
+	$(CXX) -shared -o $@.tmp $(CXX_OBJS) -Ltorch_tpu/lib -ltpurt $(TORCH_LDFLAGS) -Wl,-rpath,'$$ORIGIN/lib' && mv $@.tmp $@
 
 clean:
 	rm -rf $(BUILD) torch_tpu/lib torch_tpu/_C*.so

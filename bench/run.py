@@ -23,6 +23,18 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the small GPT is the one tests train
 
 
+def load_device(device):
+    """Autoload (an installed torch_tpu) normally registered the device; from a
+    checkout without `pip install -e .`, import torch_tpu from the tree."""
+    dev_type = device.split(":")[0]
+    if dev_type != "cpu" and not hasattr(torch, dev_type):
+        try:
+            import torch_tpu  # noqa: F401
+        except ImportError:
+            sys.path.insert(0, str(HERE.parent))
+            import torch_tpu  # noqa: F401
+
+
 def sync(device):
     dev = torch.device(device)
     if dev.type != "cpu":
@@ -133,6 +145,7 @@ def main(argv=None):
     p.add_argument("--only", default="", help="comma-separated benchmark names")
     p.add_argument("--out", default=str(HERE / "results.json"))
     a = p.parse_args(argv)
+    load_device(a.device)
     names = [n for n in BENCHES if not a.only or n in a.only.split(",")]
     results = []
     t_start = time.time()

@@ -28,13 +28,13 @@ fi
 if ! .venv/bin/python - <<'PY' 2>/dev/null
 import importlib.metadata as md
 assert md.version("torch").split("+")[0] == "2.13.0"
-for pkg in ("numpy", "pytest", "setuptools"):
+for pkg in ("numpy", "pytest", "expecttest", "setuptools"):
     md.version(pkg)
 assert tuple(int(x) for x in md.version("setuptools").split(".")[:2]) >= (70, 1)
 PY
 then
-  echo "setup: installing torch==2.13.0 numpy pytest into .venv"
-  .venv/bin/python -m pip install -q torch==2.13.0 numpy pytest "setuptools>=70.1"
+  echo "setup: installing torch==2.13.0 numpy pytest expecttest into .venv"
+  .venv/bin/python -m pip install -q torch==2.13.0 numpy pytest expecttest "setuptools>=70.1"
 fi
 
 # The runtime (libtpurt) and the C++ layer (torch_tpu/_C*.so). Autoload stays off while building:

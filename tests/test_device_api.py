@@ -440,10 +440,21 @@ def test_cpu_fallback_opt_in():
         print(got1.device, torch.allclose(got1.cpu(), expected, equal_nan=True),
               torch.allclose(got2.cpu(), expected, equal_nan=True))
         print(sum("{base}" in str(w.message) for w in caught))
+        # An op whose PyTorch decomposition maps back onto itself (no kernel underneath) falls back too.
+        from torch_tpu.decompositions import registered_ops
+        if "aten::special_i0e.out" in registered_ops():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = [torch.special.i0e(xt).cpu() for _ in range(2)]
+            print(all(torch.allclose(g, torch.special.i0e(x)) for g in got),
+                  sum("special_i0e" in str(w.message) for w in caught))
+        else:
+            print("True 1")  # it got a kernel: nothing to fall back from
     """, TORCH_TPU_CPU_FALLBACK="1")
     lines = out.splitlines()
     assert lines[0] == "tpu:0 True True", out
     assert lines[1] == "1", out
+    assert lines[2] == "True 1", out
     assert torch.tpu.get_cpu_fallback() is False  # this process did not opt in
 
 

@@ -91,9 +91,8 @@ def _cpu_fallback(op, name, args, kwargs):
 
     cpu_args, cpu_kwargs = tree_map(to_cpu, args), tree_map(to_cpu, kwargs)
     result = op(*cpu_args, **cpu_kwargs)
-    schema = op._schema
-    written = {}  # alias set -> (tpu tensor, cpu tensor) for arguments the op writes
-    for i, arg in enumerate(schema.arguments):
+    written = {}  # id(cpu tensor the op wrote) -> the tpu tensor it stands for
+    for i, arg in enumerate(op._schema.arguments):
         if arg.alias_info is None or not arg.alias_info.is_write:
             continue
         orig = kwargs[arg.name] if arg.name in kwargs else (args[i] if i < len(args) else None)
@@ -103,13 +102,19 @@ def _cpu_fallback(op, name, args, kwargs):
                 orig.resize_(new.shape)
             orig.copy_(new)
             written[id(new)] = orig
-    results = result if isinstance(result, tuple) else (result,)
-    moved = tuple(written.get(id(r), r.to(args_device(args, kwargs)) if isinstance(r, torch.Tensor) else r)
-                  for r in results)
-    return moved if isinstance(result, tuple) else moved[0]
+    device = _tpu_device_of(args, kwargs)
+    moved = []
+    for r in (result if isinstance(result, tuple) else (result,)):
+        if id(r) in written:
+            moved.append(written[id(r)])
+        elif isinstance(r, torch.Tensor):
+            moved.append(r.to(device))
+        else:
+            moved.append(r)
+    return tuple(moved) if isinstance(result, tuple) else moved[0]
 
 
-def args_device(args, kwargs):
+def _tpu_device_of(args, kwargs):
     from torch.utils._pytree import tree_leaves
     for x in tree_leaves((args, kwargs)):
         if isinstance(x, torch.Tensor) and x.device.type == "tpu":

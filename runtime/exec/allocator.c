@@ -441,7 +441,8 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   if (fits) {
     process_pending(a);
     b = try_allocate(a, q, size);
-    if (!b) {
+    /* Waiting cannot help a request larger than all unallocated memory. */
+    if (!b && size <= a->stats.capacity_bytes - a->stats.allocated_bytes) {
       /* Cached memory may be in use by queued work: wait for the device
        * (without the lock: workers free memory too), then give it back. */
       pthread_mutex_unlock(&a->lock);

@@ -227,6 +227,35 @@ static void test_scatter(void) {
           }
         tfree(&sf); tfree(&ix); tfree(&sr); tfree(&o);
       }
+  /* large enough to split across threads: duplicates must stay deterministic */
+  for (int dim = 0; dim < 2; ++dim) {
+    int64_t ss[2] = {64, 512}, is[2] = {64, 512};
+    is[dim] = 300;
+    T sf = tnew(TPURT_DTYPE_FLOAT32, 2, ss), ix = tnew(TPURT_DTYPE_INT64, 2, is), sr = tnew(TPURT_DTYPE_FLOAT32, 2, is);
+    T o = tnew(TPURT_DTYPE_FLOAT32, 2, ss);
+    tfill(&sf); tfill(&sr);
+    for (int64_t l = 0; l < numel(&sr); ++l) set_f(&sr, l, get_f(&sr, l) + 1.0 / 3.0); /* rounding-sensitive */
+    tfill_idx(&ix, 0, 7); /* heavy duplication */
+    tpurt_arg_t sc[] = {A_T(&sf), A_I(dim), A_T(&ix), A_T(&sr)};
+    BOTH("scatter_add", sc, &o);
+    tpurt_arg_t rr[] = {A_T(&sf), A_I(dim), A_T(&ix), A_T(&sr), A_S("mean"), A_B(false)};
+    BOTH("scatter_reduce", rr, &o);
+    tfree(&sf); tfree(&ix); tfree(&sr); tfree(&o);
+  }
+  {
+    int64_t ss[2] = {50, 4096}, is[1] = {5000}, vs[2] = {5000, 4096};
+    T sf = tnew(TPURT_DTYPE_FLOAT32, 2, ss), ix = tnew(TPURT_DTYPE_INT64, 1, is), v = tnew(TPURT_DTYPE_FLOAT32, 2, vs);
+    T o = tnew(TPURT_DTYPE_FLOAT32, 2, ss);
+    tfill(&sf); tfill(&v);
+    tfill_idx(&ix, -50, 50);
+    const tpurt_tensor_t* l[] = {&ix.t};
+    tpurt_arg_t p[] = {A_T(&sf), A_TL(l, 1), A_T(&v), A_B(true), A_B(false)};
+    BOTH("_index_put_impl", p, &o);
+    tpurt_arg_t eb[] = {A_T(&v), A_T(&ix), A_I(50), A_I(-1), A_B(false)};
+    for (int64_t k = 0; k < 5000; ++k) set_i(&ix, k, get_i(&ix, k) < 0 ? get_i(&ix, k) + 50 : get_i(&ix, k));
+    BOTH("embedding_dense_backward", eb, &o);
+    tfree(&sf); tfree(&ix); tfree(&v); tfree(&o);
+  }
   /* empty index: out = self */
   int64_t s0[2] = {0, 3}, s23[2] = {2, 3};
   T e_self = tnew(TPURT_DTYPE_FLOAT32, 2, s23), e_idx = tnew(TPURT_DTYPE_INT64, 2, s0), e_src = tnew(TPURT_DTYPE_FLOAT32, 2, s0);

@@ -129,6 +129,13 @@ static void block_queue(tpurt_queue_t* q) {
   CHECK_OK(tpurt_queue_submit_kernel(q, &op_gate, &call));
 }
 
+static void* open_gate_later(void* arg) {
+  struct timespec ts = {0, 20000000};
+  nanosleep(&ts, NULL);
+  atomic_store(&g_gate, 1);
+  return NULL;
+}
+
 static void test_reuse_split_merge(void) {
   CHECK_OK(tpurt_memory_empty_cache(g_dev));
   tpurt_memory_stats_t s0 = stats();
@@ -248,6 +255,19 @@ static void test_queue_pools(void) {
   CHECK_OK(tpurt_memory_allocate(g_dev, dq, 2 * MiB + 1, &p4));
   CHECK(p4 == p3); /* now cached for the default queue */
   tpurt_memory_free(g_dev, p4);
+
+  /* Memory cached by another queue is given back when this one needs it
+   * (after that queue has finished its work). */
+  CHECK_OK(tpurt_memory_allocate(g_dev, q2, 40 * MiB, &p4));
+  block_queue(q2);
+  tpurt_memory_free(g_dev, p4); /* cached for q2, maybe in use by its queued work */
+  pthread_t opener;
+  pthread_create(&opener, NULL, open_gate_later, NULL);
+  void* p5 = NULL;
+  CHECK_OK(tpurt_memory_allocate(g_dev, dq, 40 * MiB, &p5)); /* waits for q2 */
+  CHECK(atomic_load(&g_gate) == 1);
+  pthread_join(opener, NULL);
+  tpurt_memory_free(g_dev, p5);
   tpurt_queue_release(q2);
   CHECK_OK(tpurt_memory_empty_cache(g_dev));
   CHECK(stats().allocated_bytes == 0 && stats().reserved_bytes == 0);

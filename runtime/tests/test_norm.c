@@ -262,6 +262,36 @@ static void test_batch_norm(void) {
   }
 }
 
+static void test_group_norm(void) {
+  const int64_t sh[4] = {2, 6, 4, 5}, c6[1] = {6}, ng[2] = {2, 3};
+  for (int di = 0; di < 4; ++di) {
+    tpurt_dtype_t dt = kFloat[di];
+    for (int tr = 0; tr < 2; ++tr) {
+      tt_t x = tt_make(dt, 4, sh, tr), dy = tt_make(dt, 4, sh, false);
+      tt_fill(&x, -2, 3);
+      tt_fill(&dy, -1, 1);
+      tt_t w = tt_make(dt, 1, c6, false), b = tt_make(dt, 1, c6, false);
+      tt_fill(&w, 0.5, 1.5);
+      tt_fill(&b, -1, 1);
+      tt_t o1[3] = {tt_make(dt, 4, sh, false), tt_make(dt, 2, ng, false), tt_make(dt, 2, ng, false)};
+      tt_t o2[3] = {tt_make(dt, 4, sh, false), tt_make(dt, 2, ng, false), tt_make(dt, 2, ng, false)};
+      tpurt_arg_t a[8] = {A_T(&x.t), A_T(&w.t), A_T(&b.t), A_I(2), A_I(6), A_I(20), A_I(3), A_D(1e-5)};
+      CHECK_PAIR("native_group_norm", a, 8, o1, o2, 3, tol_of(dt) * 2);
+      bool mask[3] = {true, true, true};
+      tt_t g1[3] = {tt_make(dt, 4, sh, false), tt_make(dt, 1, c6, false), tt_make(dt, 1, c6, false)};
+      tt_t g2[3] = {tt_make(dt, 4, sh, false), tt_make(dt, 1, c6, false), tt_make(dt, 1, c6, false)};
+      tpurt_arg_t ba[10] = {A_T(&dy.t), A_T(&x.t), A_T(&o2[1].t), A_T(&o2[2].t), A_T(&w.t),
+                            A_I(2), A_I(6), A_I(20), A_I(3), A_BL(mask, 3)};
+      CHECK_PAIR("native_group_norm_backward", ba, 10, g1, g2, 3, tol_of(dt) * 8);
+      /* 4 groups of 6 channels is an error */
+      a[6] = A_I(4);
+      CHECK_STATUS(call(tpurt_op_lookup("native_group_norm")->fn, "native_group_norm", a, 8, (tpurt_tensor_t[]){o1[0].t, o1[1].t, o1[2].t}, 3), INVALID_ARGUMENT);
+      for (int i = 0; i < 3; ++i) { tt_free(&o1[i]); tt_free(&o2[i]); tt_free(&g1[i]); tt_free(&g2[i]); }
+      tt_free(&x); tt_free(&dy); tt_free(&w); tt_free(&b);
+    }
+  }
+}
+
 static void test_losses(void) {
   const int64_t sh[2] = {6, 7};
   for (int di = 0; di < 4; ++di) {
@@ -360,6 +390,7 @@ int main(void) {
   test_softmax();
   test_layer_norm();
   test_batch_norm();
+  test_group_norm();
   test_losses();
   bench_softmax();
   return test_finish("test_norm");

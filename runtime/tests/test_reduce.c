@@ -338,6 +338,14 @@ static void test_known_answers(void) {
   CHECK_OK(call(tpurt_op_lookup("sort")->fn, "sort", sa, 4, outs, 2));
   const int64_t want[5] = {1, 2, 4, 0, 3};
   for (int i = 0; i < 5; ++i) CHECK(((int64_t*)iv.t.data)[i] == want[i]);
+  /* cummax: ties take the later index, NaN sticks */
+  const double cv[5] = {1, 3, 3, NAN, 2};
+  for (int i = 0; i < 5; ++i) tt_set(&x, i, cv[i]);
+  tpurt_arg_t ca[4] = {A_T(&x.t), A_T(&v.t), A_T(&iv.t), A_I(0)};
+  CHECK_OK(call(tpurt_op_lookup("_cummax_helper")->fn, "_cummax_helper", ca, 4, NULL, 0));
+  const int64_t wi[5] = {0, 1, 2, 3, 3};
+  for (int i = 0; i < 5; ++i) CHECK(((int64_t*)iv.t.data)[i] == wi[i]);
+  CHECK(tt_get(&v, 2) == 3 && isnan(tt_get(&v, 4)));
   tt_free(&x); tt_free(&v); tt_free(&iv);
 }
 

@@ -182,6 +182,14 @@ def test_interpolate(device, dtype, cfg):
     grad_check(lambda t: F.interpolate(t, **cfg), [make((2, 3, 6, 8), dtype)], device, dtype)
 
 
+@pytest.mark.parametrize("cfg", [dict(scale_factor=2, mode="nearest"), dict(size=11, mode="nearest"),
+                                 dict(scale_factor=1.5, mode="linear"), dict(size=4, mode="linear", align_corners=True)],
+                         ids=["near2x", "near-size", "lin1.5", "lin-ac"])
+def test_interpolate_1d(device, cfg):
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        grad_check(lambda t: F.interpolate(t, **cfg), [make((2, 3, 7), dtype)], device, dtype)
+
+
 def test_pool_modules_in_a_model(device):
     import copy
     torch.manual_seed(0)

@@ -116,7 +116,7 @@ UNARY = {
     "clamp": lambda x: torch.clamp(x, -1, 2), "clamp_min": lambda x: torch.clamp(x, min=0.5),
     "clamp_max": lambda x: torch.clamp(x, max=0.5), "logsigmoid": F.logsigmoid,
 }
-UNARY_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.bool]
+UNARY_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool]
 
 
 @pytest.mark.parametrize("dtype", UNARY_DTYPES, ids=str)
@@ -162,7 +162,7 @@ BINARY = {
     "hardshrink_backward": lambda g, x: torch.ops.aten.hardshrink_backward(g, x, 0.5),
     "softshrink_backward": lambda g, x: torch.ops.aten.softshrink_backward(g, x, 0.5),
 }
-BINARY_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int8, torch.uint8, torch.bool]
+BINARY_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int8, torch.bool]
 NONZERO_B = {"div", "div_trunc", "div_floor", "remainder", "fmod", "floor_divide"}
 
 
@@ -191,9 +191,8 @@ def test_binary_mixed_dtypes(device, name, pair):
     run_both(BINARY[name], a, b, device=device)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.uint8, torch.bool],
-                         ids=str)
-@pytest.mark.parametrize("scalar", [2, 2.5, True, -3], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool], ids=str)
+@pytest.mark.parametrize("scalar", [-3, 2.5, True], ids=str)
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "pow", "lt", "eq", "remainder", "maximum0d"])
 def test_scalar_promotion(device, op, dtype, scalar):
     if op == "pow" and dtype == torch.bool:

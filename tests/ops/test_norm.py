@@ -177,3 +177,14 @@ def test_bce_rejects_out_of_range(device):
     x = torch.tensor([0.5, 1.5]).to(device)
     with pytest.raises(Exception):
         F.binary_cross_entropy(x, torch.tensor([0.0, 1.0], device=device)).cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_group_norm(device, dtype):
+    x = make((2, 6, 4, 5), dtype, scale=2) + 0.5
+    w = make((6,), dtype, 1) * 0.5 + 1
+    b = make((6,), dtype, 2)
+    grad_check(lambda t, w, b: F.group_norm(t, 3, w, b, 1e-5), [x, w, b], device, dtype)
+    grad_check(lambda t: F.group_norm(t, 2), [x], device, dtype)
+    x3 = make((3, 4, 7), dtype)
+    grad_check(lambda t: F.group_norm(t, 4), [x3], device, dtype)

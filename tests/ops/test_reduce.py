@@ -306,3 +306,24 @@ def test_mode(device, dtype):
             # the index points at an occurrence of the mode
             picked = torch.gather(x, dim, di.cpu() if keepdim else di.cpu().unsqueeze(dim))
             same(picked if keepdim else picked.squeeze(dim), cv)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32])
+def test_trace(device, dtype):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randint(-3, 4, (4, 9), generator=g).to(dtype)  # many ties
+    if dtype.is_floating_point:
+        x[1, 3] = float("nan")
+    xd = x.to(device)
+    # cummax/cummin reach us as aten::_cummax_helper / _cummin_helper, which return () and have no
+    # meta kernel in 2.13; the C kernels exist (runtime/tests/test_reduce.c) but the PyTorch layer
+    # cannot route them yet.
+    same(torch.trace(xd), torch.trace(x))
+    same(torch.trace(xd[:, :3]), torch.trace(x[:, :3]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_renorm(device, dtype):
+    x = make((4, 5, 3), dtype) * 2
+    for p, dim, maxnorm in [(2, 0, 1.0), (1, 1, 2.0), (3, -1, 0.5), (float("inf"), 0, 1.0)]:
+        same(torch.renorm(x.to(device), p, dim, maxnorm), torch.renorm(x, p, dim, maxnorm), dtype)

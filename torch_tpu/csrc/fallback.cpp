@@ -512,19 +512,47 @@ const tpurt_op_def_t* fill_kernel() {
 }
 
 // A 0-d CPU tensor (a wrapped Python number, or a CPU scalar tensor) as a tpu
-// tensor, written in queue order (the "fill" kernel) so nothing waits.
+// tensor, written in queue order (the "fill" kernel) so nothing waits. The
+// device copies are cached per (queue, dtype, value): kernels only read them,
+// and a queue runs in order, so `x * 0.5` in a loop fills once.
+struct ScalarKey {
+  tpurt_queue_t* queue;
+  int64_t dtype;
+  uint64_t bits;
+  bool operator==(const ScalarKey& o) const { return queue == o.queue && dtype == o.dtype && bits == o.bits; }
+};
+struct ScalarKeyHash {
+  size_t operator()(const ScalarKey& k) const {
+    return std::hash<uint64_t>()(k.bits * 31 + static_cast<uint64_t>(k.dtype)) ^
+           std::hash<const void*>()(k.queue);
+  }
+};
+constexpr size_t kScalarCacheMax = 256;
+std::mutex g_scalar_mu;
+// Leaked on purpose: its device tensors must not be freed during static
+// destruction, after the runtime may have shut down.
+auto& g_scalars = *new std::unordered_map<ScalarKey, at::Tensor, ScalarKeyHash>();
+
 at::Tensor scalar_to_tpu(const at::Tensor& cpu, const char* op) {
+  tpurt_queue_t* queue = current_queue();
+  ScalarKey key{queue, static_cast<int64_t>(cpu.scalar_type()), 0};
+  size_t itemsize = cpu.element_size();
+  if (itemsize <= sizeof(key.bits)) {
+    std::memcpy(&key.bits, cpu.const_data_ptr(), itemsize);
+    std::lock_guard<std::mutex> lock(g_scalar_mu);
+    auto it = g_scalars.find(key);
+    if (it != g_scalars.end()) return it->second;
+  }
   at::Tensor t = empty_tpu_contiguous({}, cpu.scalar_type());
   const tpurt_op_def_t* fill = fill_kernel();
   if (fill) {
     tpurt_tensor_t desc;
     fill_tensor_desc(t, &desc, op);
     tpurt_arg_t a[2];
+    std::memset(a, 0, sizeof(a));
     a[0].kind = TPURT_ARG_TENSOR;
-    a[0].count = 0;
     a[0].v.tensor = &desc;
     c10::Scalar s = cpu.item();
-    a[1].count = 0;
     if (s.isBoolean()) {
       a[1].kind = TPURT_ARG_BOOL;
       a[1].v.b = s.toBool();
@@ -536,11 +564,14 @@ at::Tensor scalar_to_tpu(const at::Tensor& cpu, const char* op) {
       a[1].v.d = s.toDouble();
     }
     tpurt_op_call_t call{"fill", "Scalar", 2, a, 1, &desc};
-    check_status(tpurt_queue_submit_kernel(current_queue(), fill, &call), op);
+    check_status(tpurt_queue_submit_kernel(queue, fill, &call), op);
   } else {
-    check_status(tpurt_memcpy_h2d(get_device(-1), current_queue(), t.data_ptr(), cpu.const_data_ptr(),
-                                  cpu.element_size()),
-                 op);
+    check_status(tpurt_memcpy_h2d(get_device(-1), queue, t.data_ptr(), cpu.const_data_ptr(), itemsize), op);
+  }
+  if (itemsize <= sizeof(key.bits)) {
+    std::lock_guard<std::mutex> lock(g_scalar_mu);
+    if (g_scalars.size() >= kScalarCacheMax) g_scalars.clear();
+    g_scalars.emplace(key, t);
   }
   return t;
 }

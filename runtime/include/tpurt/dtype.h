@@ -28,8 +28,13 @@ typedef enum tpurt_dtype_e {
 
 typedef uint16_t tpurt_bf16_t; /* storage type: raw bits */
 typedef uint16_t tpurt_f16_t;  /* storage type: raw bits (IEEE binary16) */
+#ifdef __cplusplus
+static_assert(sizeof(tpurt_bf16_t) == 2, "bf16 is 2 bytes");
+static_assert(sizeof(tpurt_f16_t) == 2, "f16 is 2 bytes");
+#else
 _Static_assert(sizeof(tpurt_bf16_t) == 2, "bf16 is 2 bytes");
 _Static_assert(sizeof(tpurt_f16_t) == 2, "f16 is 2 bytes");
+#endif
 
 typedef struct tpurt_dtype_traits_t {
   const char* name;  /* "float32", matching torch's dtype names */

@@ -33,5 +33,9 @@ const tpurt_op_def_t tpurt_ops_conv[] = {
     OP("upsample_nearest2d_backward", upsample_nearest2d_backward),
     OP("upsample_bilinear2d", upsample_bilinear2d),
     OP("upsample_bilinear2d_backward", upsample_bilinear2d_backward),
+    OP("upsample_nearest1d", upsample_nearest1d),
+    OP("upsample_nearest1d_backward", upsample_nearest1d_backward),
+    OP("upsample_linear1d", upsample_linear1d),
+    OP("upsample_linear1d_backward", upsample_linear1d_backward),
     TPURT_OP_TABLE_END,
 };

@@ -42,5 +42,9 @@ TPURT_LINALG_DECLARE(upsample_nearest2d)
 TPURT_LINALG_DECLARE(upsample_nearest2d_backward)
 TPURT_LINALG_DECLARE(upsample_bilinear2d)
 TPURT_LINALG_DECLARE(upsample_bilinear2d_backward)
+TPURT_LINALG_DECLARE(upsample_nearest1d)
+TPURT_LINALG_DECLARE(upsample_nearest1d_backward)
+TPURT_LINALG_DECLARE(upsample_linear1d)
+TPURT_LINALG_DECLARE(upsample_linear1d_backward)
 
 #endif /* TPURT_OPS_LINALG_LINALG_H_ */

@@ -455,27 +455,18 @@ static void upsample_planes(void* u, int64_t p0, int64_t p1, int tid) {
   }
 }
 
-/* upsample_nearest2d(self, output_size, scales_h?, scales_w?)
- * upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?)
- * upsample_bilinear2d(self, output_size, align_corners, scales_h?, scales_w?)
- * upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h?, scales_w?) */
-static tpurt_status_t upsample_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool bilinear,
-                                    bool backward, bool ref) {
-  const tpurt_tensor_t *src = NULL, *dst = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &src));
-  TPURT_RETURN_IF_ERROR(out0(call, 0, &dst));
+static tpurt_status_t upsample_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const tpurt_tensor_t* src,
+                                   const tpurt_tensor_t* dst, bool bilinear, bool backward, bool align,
+                                   bool has_sh, double sh, bool has_sw, double sw, bool ref) {
   upsample_t a = {src, dst};
   TPURT_RETURN_IF_ERROR(check_planes(call, src, dst, &a.ps, &a.pd));
   if (src->dtype != dst->dtype || (!dt_float(dst->dtype) && (bilinear || backward)))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(dst->dtype));
-  a.bilinear = bilinear, a.backward = backward;
+  a.bilinear = bilinear, a.backward = backward, a.align_corners = align;
+  a.has_sh = has_sh, a.scale_h = sh, a.has_sw = has_sw, a.scale_w = sw;
   const plane_t* in_plane = backward ? &a.pd : &a.ps;
   const plane_t* out_plane = backward ? &a.ps : &a.pd;
   a.H = in_plane->H, a.W = in_plane->W, a.OH = out_plane->H, a.OW = out_plane->W;
-  int next = backward ? 3 : 2;
-  if (bilinear) a.align_corners = bool_arg(call, next++, false);
-  a.has_sh = opt_double(call, next, &a.scale_h);
-  a.has_sw = opt_double(call, next + 1, &a.scale_w);
   if (tpurt_tensor_numel(dst) == 0) return TPURT_OK;
   if (a.H == 0 || a.W == 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: empty input plane", call->name);
   if (backward) {
@@ -485,6 +476,48 @@ static tpurt_status_t upsample_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   }
   run_planes(ctx, ref, a.pd.count, upsample_planes, &a);
   return TPURT_OK;
+}
+
+/* upsample_nearest2d(self, output_size, scales_h?, scales_w?)
+ * upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?)
+ * upsample_bilinear2d(self, output_size, align_corners, scales_h?, scales_w?)
+ * upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h?, scales_w?) */
+static tpurt_status_t upsample_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool bilinear,
+                                    bool backward, bool ref) {
+  const tpurt_tensor_t *src = NULL, *dst = NULL;
+  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &src));
+  TPURT_RETURN_IF_ERROR(out0(call, 0, &dst));
+  int next = backward ? 3 : 2;
+  bool align = bilinear ? bool_arg(call, next++, false) : false;
+  double sh = 0, sw = 0;
+  bool has_sh = opt_double(call, next, &sh), has_sw = opt_double(call, next + 1, &sw);
+  return upsample_run(ctx, call, src, dst, bilinear, backward, align, has_sh, sh, has_sw, sw, ref);
+}
+
+/* A 3-D [N, C, W] tensor as [N, C, 1, W]. */
+static tpurt_tensor_t with_unit_h(const tpurt_tensor_t* t) {
+  tpurt_tensor_t v = *t;
+  v.ndim = 4;
+  v.sizes[3] = t->sizes[2], v.strides[3] = t->strides[2];
+  v.sizes[2] = 1, v.strides[2] = 0;
+  return v;
+}
+
+/* upsample_nearest1d(self, output_size, scales?) / _backward(grad_output, output_size, input_size, scales?)
+ * upsample_linear1d(self, output_size, align_corners, scales?) / _backward(..., input_size, align_corners, scales?)
+ * run as the 2-D kernels on [N, C, 1, W]. */
+static tpurt_status_t upsample1d_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool linear,
+                                      bool backward, bool ref) {
+  const tpurt_tensor_t *src = NULL, *dst = NULL;
+  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, 3, &src));
+  TPURT_RETURN_IF_ERROR(out0(call, 0, &dst));
+  if (dst->ndim != 3) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a 3-D output", call->name);
+  int next = backward ? 3 : 2;
+  bool align = linear ? bool_arg(call, next++, false) : false;
+  double sw = 0;
+  bool has_sw = opt_double(call, next, &sw);
+  tpurt_tensor_t s4 = with_unit_h(src), d4 = with_unit_h(dst);
+  return upsample_run(ctx, call, &s4, &d4, linear, backward, align, false, 0, has_sw, sw, ref);
 }
 
 #define POOL_PAIR(NAME, EXPR)                                                                       \
@@ -508,3 +541,7 @@ POOL_PAIR(upsample_nearest2d, upsample_impl(ctx, call, false, false, ref))
 POOL_PAIR(upsample_nearest2d_backward, upsample_impl(ctx, call, false, true, ref))
 POOL_PAIR(upsample_bilinear2d, upsample_impl(ctx, call, true, false, ref))
 POOL_PAIR(upsample_bilinear2d_backward, upsample_impl(ctx, call, true, true, ref))
+POOL_PAIR(upsample_nearest1d, upsample1d_impl(ctx, call, false, false, ref))
+POOL_PAIR(upsample_nearest1d_backward, upsample1d_impl(ctx, call, false, true, ref))
+POOL_PAIR(upsample_linear1d, upsample1d_impl(ctx, call, true, false, ref))
+POOL_PAIR(upsample_linear1d_backward, upsample1d_impl(ctx, call, true, true, ref))

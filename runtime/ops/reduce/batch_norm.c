@@ -368,7 +368,12 @@ static tpurt_status_t gn_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     j.want_gi = mask[0] && bn_out_ok(c, 0, tpurt_tensor_numel(in));
     if (j.want_gi) bn_view(&j.out, &c->outputs[0]);
   }
-  if (j.N * j.C == 0) return TPURT_OK;
+  if (j.N * j.C == 0) {
+    for (int i = 1; backward && i <= 2; ++i)
+      if (mask[i] && bn_out_ok(c, i, j.C))
+        for (int64_t ch = 0; ch < j.C; ++ch) vec_set(&c->outputs[i], ch, 0);
+    return TPURT_OK;
+  }
   int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
   size_t doubles = 2 * (size_t)(j.S ? j.S : 1) * (size_t)nt + (backward ? 2 * (size_t)(j.N * j.C) : 0);
   j.buf = tpurt_kernel_scratch(ctx, sizeof(double) * doubles);

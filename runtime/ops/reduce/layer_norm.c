@@ -242,7 +242,15 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     j.want_gi = mask[0] && out_ok(c, 0, j.M * j.N);
     if (j.want_gi) mat_init(&j.out, &c->outputs[0], k);
   }
-  if (j.M == 0 || j.N == 0) return TPURT_OK;
+  if (j.N == 0) return TPURT_OK;
+  if (j.M == 0) {
+    /* no rows: the weight/bias gradients are sums over nothing */
+    for (int i = 1; bwd && i <= (rms ? 1 : 2); ++i)
+      if (out_ok(c, i, j.N))
+        for (int64_t k = 0; k < j.N; ++k)
+          tpurt_dtype_store_f64(c->outputs[i].dtype, tpurt_tensor_at(&c->outputs[i], tpurt_tensor_offset_of(&c->outputs[i], k, -1)), 0);
+    return TPURT_OK;
+  }
   int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
   /* one scratch block: weight, bias, row buffers, partials */
   size_t doubles = 2 * (size_t)j.N + 3 * (size_t)j.N * (size_t)nt + (bwd ? 2 * (size_t)j.N * (size_t)nt : 0);

@@ -285,3 +285,61 @@ KERNEL_PAIR(linalg_vector_norm)
 KERNEL_PAIR(norm)
 KERNEL_PAIR(logsumexp)
 KERNEL_PAIR(aminmax)
+
+/* trace(self) -> 0-d: sum of the main diagonal of a 2-d tensor (ints -> int64). */
+static tpurt_status_t trace_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, engine_fn run) {
+  (void)ctx; (void)run;
+  const tpurt_tensor_t* in;
+  TPURT_RETURN_IF_ERROR(need_in_out(c, 1, &in));
+  if (in->ndim != 2) return TPURT_STATUS(INVALID_ARGUMENT, "trace: expected a 2-d tensor, got %d-d", (int)in->ndim);
+  int64_t n = in->sizes[0] < in->sizes[1] ? in->sizes[0] : in->sizes[1];
+  const tpurt_tensor_t* out = &c->outputs[0];
+  if (!tpurt_dtype_is_floating(out->dtype)) {
+    uint64_t s = 0;
+    for (int64_t i = 0; i < n; ++i) s += (uint64_t)tpurt_dtype_load_i64(in->dtype, tpurt_tensor_at(in, i * (in->strides[0] + in->strides[1])));
+    tpurt_dtype_store_i64(out->dtype, out->data, (int64_t)s);
+  } else {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += tpurt_dtype_load_f64(in->dtype, tpurt_tensor_at(in, i * (in->strides[0] + in->strides[1])));
+    tpurt_dtype_store_f64(out->dtype, out->data, s);
+  }
+  return TPURT_OK;
+}
+
+/* renorm(self, p, dim, maxnorm) -> out: each slice along dim whose p-norm
+ * exceeds maxnorm is scaled by maxnorm / (norm + 1e-7). */
+static tpurt_status_t renorm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, engine_fn run) {
+  const tpurt_tensor_t* in;
+  TPURT_RETURN_IF_ERROR(need_in_out(c, 1, &in));
+  if (!tpurt_dtype_is_floating(in->dtype)) return TPURT_REDUCE_UNSUPPORTED(c->name, in->dtype);
+  double p = tpurt_arg_double(c, 1, 2), maxnorm = tpurt_arg_double(c, 3, 1);
+  int32_t dim;
+  TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim(c->name, tpurt_arg_int(c, 2, 0), in->ndim, &dim));
+  if (in->ndim == 0) return TPURT_STATUS(INVALID_ARGUMENT, "renorm: needs at least one dim");
+  if (p <= 0) return TPURT_STATUS(INVALID_ARGUMENT, "renorm: non-positive norm %g not supported", p);
+  tpurt_reduce_spec_t s;
+  memset(&s, 0, sizeof(s));
+  s.op_name = c->name;
+  s.in = in;
+  for (int d = 0; d < in->ndim; ++d) s.mask[d] = d != dim;
+  s.p = p;
+  if (isinf(p)) s.op = TPURT_REDUCE_ABS_MAX;
+  else { s.op = TPURT_REDUCE_ABS_POW; if (p != 1) s.post = TPURT_REDUCE_POST_ROOT; }
+  int64_t M = in->sizes[dim];
+  double* f = tpurt_kernel_scratch(ctx, sizeof(double) * (size_t)(M ? M : 1));
+  if (!f) return TPURT_STATUS(RESOURCE_EXHAUSTED, "renorm: no scratch");
+  s.out_f64 = f;
+  TPURT_RETURN_IF_ERROR(run(ctx, &s));
+  for (int64_t m = 0; m < M; ++m) f[m] = f[m] > maxnorm ? maxnorm / (f[m] + 1e-7) : 1.0;
+  const tpurt_tensor_t* out = &c->outputs[0];
+  int64_t n = tpurt_tensor_numel(in), inner = 1;
+  for (int d = dim + 1; d < in->ndim; ++d) inner *= in->sizes[d];
+  for (int64_t i = 0; i < n; ++i) {
+    double x = tpurt_dtype_load_f64(in->dtype, tpurt_tensor_at(in, tpurt_tensor_offset_of(in, i, -1)));
+    tpurt_dtype_store_f64(out->dtype, tpurt_tensor_at(out, tpurt_tensor_offset_of(out, i, -1)), x * f[(i / inner) % M]);
+  }
+  return TPURT_OK;
+}
+
+KERNEL_PAIR(trace)
+KERNEL_PAIR(renorm)

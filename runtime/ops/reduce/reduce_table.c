@@ -37,5 +37,9 @@ const tpurt_op_def_t tpurt_ops_reduce[] = {
     OP("median", median),
     OP("nanmedian", nanmedian),
     OP("mode", mode),
+    OP("_cummax_helper", cummax_helper),
+    OP("_cummin_helper", cummin_helper),
+    OP("trace", trace),
+    OP("renorm", renorm),
     TPURT_OP_TABLE_END,
 };

@@ -410,3 +410,45 @@ SEL_PAIR(kthvalue, SEL_KTH)
 SEL_PAIR(median, SEL_MEDIAN)
 SEL_PAIR(nanmedian, SEL_NANMEDIAN)
 SEL_PAIR(mode, SEL_MODE)
+
+/* ---------------- cummax / cummin ----------------
+ * _cummax_helper(self, values, indices, dim) -> (): values/indices are written
+ * in place. Ties take the later index and NaN sticks (each later NaN takes its
+ * index), as ATen's CPU kernel does. */
+static tpurt_status_t cumext_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool mx) {
+  (void)ctx;
+  const tpurt_tensor_t *in = tpurt_arg_tensor(c, 0), *vals = tpurt_arg_tensor(c, 1), *idx = tpurt_arg_tensor(c, 2);
+  if (!in || !vals || !idx) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, values, indices, dim)", c->name);
+  if (idx->dtype != TPURT_DTYPE_INT64) return TPURT_STATUS(INVALID_ARGUMENT, "%s: indices must be int64", c->name);
+  rows_t r;
+  TPURT_RETURN_IF_ERROR(rows_of(c->name, in, tpurt_arg_int(c, 3, 0), &r));
+  if (tpurt_tensor_numel(in) == 0) return TPURT_OK;
+  bool is_int = !tpurt_dtype_is_floating(in->dtype);
+  size_t isz = tpurt_dtype_size(in->dtype), vsz = tpurt_dtype_size(vals->dtype);
+  int64_t vs = r.dim >= 0 ? vals->strides[r.dim] : 0, xs = r.dim >= 0 ? idx->strides[r.dim] : 0;
+  for (int64_t row = 0; row < r.rows; ++row) {
+    const char* src = tpurt_tensor_at(in, tpurt_tensor_offset_of(in, row, r.dim));
+    char* vd = tpurt_tensor_at(vals, tpurt_tensor_offset_of(vals, row, r.dim));
+    int64_t* xd = (int64_t*)idx->data + tpurt_tensor_offset_of(idx, row, r.dim);
+    double best = 0;
+    int64_t ibest = 0, bi = 0;
+    for (int64_t i = 0; i < r.n; ++i) {
+      const char* p = src + i * r.in_stride * (int64_t)isz;
+      if (is_int) {
+        int64_t x = tpurt_dtype_load_i64(in->dtype, p);
+        if (i == 0 || (mx ? x >= ibest : x <= ibest)) { ibest = x; bi = i; }
+        tpurt_dtype_store_i64(vals->dtype, vd + i * vs * (int64_t)vsz, ibest);
+      } else {
+        double x = tpurt_dtype_load_f64(in->dtype, p);
+        if (i == 0 || isnan(x) || (!isnan(best) && (mx ? x >= best : x <= best))) { best = x; bi = i; }
+        tpurt_dtype_store_f64(vals->dtype, vd + i * vs * (int64_t)vsz, best);
+      }
+      xd[i * xs] = bi;
+    }
+  }
+  return TPURT_OK;
+}
+tpurt_status_t tpurt_kernel_cummax_helper(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cumext_impl(x, c, true); }
+tpurt_status_t tpurt_kernel_cummax_helper_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cumext_impl(x, c, true); }
+tpurt_status_t tpurt_kernel_cummin_helper(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cumext_impl(x, c, false); }
+tpurt_status_t tpurt_kernel_cummin_helper_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cumext_impl(x, c, false); }
