@@ -43,9 +43,10 @@ def _register() -> None:
         _C._set_cpu_fallback(True)
     from torch_tpu._internal import execution_mode
     execution_mode._init_from_env()
-    from torch_tpu import amp, decompositions
+    from torch_tpu import amp, decompositions, shallow_copy
     decompositions.register()
     amp.register()
+    shallow_copy.register()
     _registered = True
 
 
