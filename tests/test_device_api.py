@@ -207,24 +207,17 @@ def test_memory_stats_keys_agree():
     del t
 
 
-def _accelerator_memory_api_works():
-    try:
-        torch.accelerator.memory_allocated()
-        return True
-    except RuntimeError:  # the C++ allocator is a c10::Allocator, not yet a c10::DeviceAllocator
-        return False
-
-
-@pytest.mark.xfail(not _accelerator_memory_api_works(), strict=False,
-                   reason="torch.accelerator's memory API needs the tpu allocator to be a c10::DeviceAllocator")
 def test_accelerator_memory_api_agrees():
     _settle()
     t = torch.empty(MiB, device="tpu")
     assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated()
+    assert torch.accelerator.memory_allocated() >= MiB
     assert torch.accelerator.max_memory_allocated() == torch.tpu.max_memory_allocated()
     assert torch.accelerator.memory_reserved() == torch.tpu.memory_reserved()
     del t
     torch.accelerator.empty_cache()
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()
 
 
 def test_out_of_memory_is_recoverable():

@@ -9,6 +9,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/CachingHostAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -182,7 +183,9 @@ void free_device_memory(void* ptr) {
   }
 }
 
-struct TpuAllocator final : public c10::Allocator {
+// A c10::DeviceAllocator so torch.accelerator.memory_allocated / empty_cache /
+// max_memory_allocated / reset_peak_memory_stats reach the runtime's counters.
+struct TpuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex index = t_current_device;
     tpurt_device_t* dev = get_device(index);
@@ -197,6 +200,48 @@ struct TpuAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     if (count == 0) return;
     check_status(tpurt_queue_submit_copy(current_queue(), dest, src, count), "tpu copy_data");
+  }
+
+  bool initialized() override { return is_initialized(); }
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    if (!is_initialized()) return;
+    for (int i = 0; i < g_device_count; ++i)
+      check_status(tpurt_memory_empty_cache(get_device(static_cast<c10::DeviceIndex>(i))), "tpu empty_cache");
+  }
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (ptr.get_deleter() != &free_device_memory || !ptr.get()) return;
+    check_status(tpurt_memory_record_queue(get_device(stream.device_index()), ptr.get(), queue_for_stream(stream)),
+                 "tpu record_stream");
+  }
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    tpurt_memory_stats_t ms;
+    check_status(tpurt_memory_stats(get_device(device), &ms), "tpu memory stats");
+    c10::CachingDeviceAllocator::DeviceStats st;
+    auto set = [](c10::CachingAllocator::StatArray& a, int64_t cur, int64_t peak, int64_t alloc, int64_t freed) {
+      for (auto& x : a) {
+        x.current = cur;
+        x.peak = peak;
+        x.allocated = alloc;
+        x.freed = freed;
+      }
+    };
+    int64_t base_alloc = static_cast<int64_t>(ms.allocated_bytes);
+    set(st.allocated_bytes, base_alloc, static_cast<int64_t>(ms.peak_allocated_bytes), 0, 0);
+    set(st.active_bytes, base_alloc, static_cast<int64_t>(ms.peak_allocated_bytes), 0, 0);
+    set(st.requested_bytes, base_alloc, static_cast<int64_t>(ms.peak_allocated_bytes), 0, 0);
+    set(st.reserved_bytes, static_cast<int64_t>(ms.reserved_bytes), static_cast<int64_t>(ms.peak_reserved_bytes), 0, 0);
+    int64_t live = static_cast<int64_t>(ms.num_allocs) - static_cast<int64_t>(ms.num_frees);
+    set(st.allocation, live, live, static_cast<int64_t>(ms.num_allocs), static_cast<int64_t>(ms.num_frees));
+    set(st.segment, static_cast<int64_t>(ms.num_segments), static_cast<int64_t>(ms.num_segments), 0, 0);
+    st.num_ooms = static_cast<int64_t>(ms.num_ooms);
+    return st;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex /*device*/) override {}
+  void resetPeakStats(c10::DeviceIndex device) override { tpurt_memory_reset_peak(get_device(device)); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    uint64_t free_b = 0, total_b = 0;
+    check_status(tpurt_memory_get_info(get_device(device), &free_b, &total_b), "tpu mem_get_info");
+    return {static_cast<size_t>(free_b), static_cast<size_t>(total_b)};
   }
 };
 TpuAllocator g_allocator;

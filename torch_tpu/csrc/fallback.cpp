@@ -14,7 +14,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/_fused_rms_norm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/nonzero.h>
@@ -104,7 +106,9 @@ struct OpInfo {
   bool has_generator_arg = false;
   bool alias_safe = false;
   // Ops PyTorch gives no meta function take their shapes from a twin op.
-  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward } meta_via = MetaVia::kSelf;
+  // kLikeSelf: ops whose output is empty_like(self) (contiguous) but have no meta.
+  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut } meta_via = MetaVia::kSelf;
+  bool repeat_interleave = false;  // repeat_interleave.Tensor: output_size from the data
 };
 
 ArgClass classify(const c10::TypePtr& real) {
@@ -209,6 +213,16 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   if (info->full_name == "aten::convolution_overrideable") info->meta_via = OpInfo::MetaVia::kConvolution;
   if (info->full_name == "aten::convolution_backward_overrideable")
     info->meta_via = OpInfo::MetaVia::kConvolutionBackward;
+  // "Meta by rule": ops PyTorch 2.13 gives no meta function whose output is
+  // simply empty_like(self).
+  static const char* const kLikeSelfOps[] = {"aten::_logcumsumexp"};
+  for (const char* n : kLikeSelfOps)
+    if (info->full_name == n) info->meta_via = OpInfo::MetaVia::kLikeSelf;
+  // pow.Tensor_Scalar_out: its Python meta (torch._refs.pow) types
+  // bool ** True as int64 and refuses the bool out tensor that the C++
+  // structured meta (and CPU) chose; only the out layout is needed here.
+  if (info->full_name == "aten::pow.Tensor_Scalar_out") info->meta_via = OpInfo::MetaVia::kPowScalarOut;
+  info->repeat_interleave = info->full_name == "aten::repeat_interleave.Tensor";
   info->bool_index_arg1 = (base == "index" || base == "index_put" || base == "_index_put_impl") &&
                           args.size() > 1 && info->arg_class[1] == ArgClass::kOptTensorList;
   return info;
@@ -353,9 +367,11 @@ bool key_ivalue(std::vector<int64_t>& k, const c10::IValue& v) {
 }
 
 at::Tensor to_meta(const at::Tensor& t) {
-  // CPU 0-d tensors (wrapped Python numbers included) stay as they are: meta
-  // functions accept CPU scalars, and type promotion depends on the wrapped flag.
-  if (!t.defined() || t.is_cpu()) return t;
+  // Wrapped Python numbers stay as they are (type promotion depends on the
+  // wrapped flag). Other CPU 0-d tensors become meta tensors: many meta
+  // functions (index_fill, index_put, ...) reject mixed devices, and the
+  // kernel gets them as device tensors anyway.
+  if (!t.defined() || (t.is_cpu() && t.unsafeGetTensorImpl()->is_wrapped_number())) return t;
   auto opts = at::TensorOptions().dtype(t.scalar_type()).device(c10::kMeta);
   at::Tensor m;
   if (t.storage_offset() == 0) {
@@ -420,6 +436,11 @@ std::shared_ptr<const MetaEntry> run_meta(const c10::OperatorHandle& op, const O
     // convolution_overrideable(input, weight, bias, ...) has convolution's arguments.
     static const c10::OperatorHandle conv = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
     meta_op = &conv;
+  } else if (info.meta_via == OpInfo::MetaVia::kPowScalarOut) {
+    static const c10::OperatorHandle pow_ts =
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::pow", "Tensor_Scalar");
+    meta_op = &pow_ts;
+    meta_stack.pop_back();  // the out argument
   } else if (info.meta_via == OpInfo::MetaVia::kConvolutionBackward) {
     // convolution_backward adds bias_sizes after weight: [out_channels].
     static const c10::OperatorHandle conv_bwd =
@@ -430,6 +451,23 @@ std::shared_ptr<const MetaEntry> run_meta(const c10::OperatorHandle& op, const O
     int64_t groups = args[8].toInt();
     int64_t out_channels = transposed ? w.size(1) * groups : w.size(0);
     meta_stack.insert(meta_stack.begin() + 3, c10::IValue(std::vector<int64_t>{out_channels}));
+  }
+  if (info.meta_via == OpInfo::MetaVia::kLikeSelf) {
+    auto entry = std::make_shared<MetaEntry>();
+    const at::Tensor& self = args[0].toTensor();
+    OutMeta m;
+    m.defined = true;
+    m.dtype = self.scalar_type();
+    m.sizes.assign(self.sizes().begin(), self.sizes().end());
+    m.strides.resize(m.sizes.size());
+    int64_t st = 1;
+    for (int64_t d = static_cast<int64_t>(m.sizes.size()) - 1; d >= 0; --d) {
+      m.strides[d] = st;
+      st *= std::max<int64_t>(m.sizes[d], 1);
+    }
+    m.offset = 0;
+    for (size_t r = 0; r < info.rets.size(); ++r) entry->rets.push_back({m});
+    return entry;
   }
   try {
     meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
@@ -680,6 +718,31 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (device < 0) device = current_device_index();
   DeviceScope device_scope(device);
 
+  if (info.meta_via == OpInfo::MetaVia::kPowScalarOut && nargs == 3) {
+    // As ATen's pow_out: x ** 0 fills 1 and x ** 1 copies, for every dtype
+    // (bool ** True is bool, no kernel runs).
+    const c10::IValue& e = (*stack)[first + 1];
+    bool zero = (e.isBool() && !e.toBool()) || (e.isInt() && e.toInt() == 0) || (e.isDouble() && e.toDouble() == 0.0);
+    bool one = (e.isBool() && e.toBool()) || (e.isInt() && e.toInt() == 1) || (e.isDouble() && e.toDouble() == 1.0);
+    if (zero || one) {
+      at::Tensor self = (*stack)[first].toTensor();
+      at::Tensor out = (*stack)[first + 2].toTensor();
+      at::native::resize_output(out, self.sizes());
+      if (zero) out.fill_(1);
+      else out.copy_(self);
+      torch::jit::drop(*stack, nargs);
+      stack->push_back(std::move(out));
+      return;
+    }
+  }
+  if (info.repeat_interleave && nargs == 2 && (*stack)[first + 1].isNone() && (*stack)[first].isTensor()) {
+    // The output size depends on the data: sum the repeats on the device,
+    // wait for it, and continue with an explicit output_size.
+    const at::Tensor& rep = (*stack)[first].toTensor();
+    int64_t total = rep.numel() == 0 ? 0 : rep.sum().item<int64_t>();
+    (*stack)[first + 1] = c10::IValue(total);
+  }
+
   BufScope scope;
   CallBuf& b = *scope.buf;
   at::ArrayRef<c10::IValue> args(stack->data() + first, nargs);
@@ -708,10 +771,17 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     try {
       fresh = run_meta(op, info, args);
     } catch (const NoMeta& e) {
-      if (cpu_fallback_enabled()) return run_on_cpu(op, stack, info, "has output shapes that depend on the data");
-      TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": the tpu device cannot run this operator because its output "
-                                  "shape cannot be computed without the data (", e.why, "). Set "
-                                  "TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow).");
+      // An op that returns nothing and only writes its arguments (for
+      // example _cummax_helper(self, values!, indices!, dim)): its callers
+      // have sized the written tensors already, so no shapes are needed.
+      if (info.rets.empty()) {
+        fresh = std::make_shared<MetaEntry>();
+      } else {
+        if (cpu_fallback_enabled()) return run_on_cpu(op, stack, info, "has output shapes that depend on the data");
+        TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": the tpu device cannot run this operator because its output "
+                                    "shape cannot be computed without the data (", e.why, "). Set "
+                                    "TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow).");
+      }
     }
     if (cacheable) {
       auto entry = std::const_pointer_cast<MetaEntry>(fresh);
@@ -796,7 +866,30 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       a.kind = TPURT_ARG_NONE;
       switch (info.arg_class[i]) {
         case ArgClass::kTensor:
-          if (v.isTensor() && v.toTensor().defined()) {
+          if (info.alias_safe && v.isTensor() && v.toTensor().is_cpu() &&
+              v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+            // A Python number keeps its category: the elementwise engine
+            // promotes scalar args as PyTorch does (int32 + 2.5 -> float32).
+            const at::Tensor& w = v.toTensor();
+            switch (w.scalar_type()) {
+              case c10::ScalarType::Bool:
+                a.kind = TPURT_ARG_BOOL;
+                a.v.b = *w.const_data_ptr<bool>();
+                break;
+              case c10::ScalarType::Long:
+                a.kind = TPURT_ARG_INT;
+                a.v.i = *w.const_data_ptr<int64_t>();
+                break;
+              case c10::ScalarType::Double:
+                a.kind = TPURT_ARG_DOUBLE;
+                a.v.d = *w.const_data_ptr<double>();
+                break;
+              default:
+                a.kind = TPURT_ARG_TENSOR;
+                a.v.i = add_tensor(w);
+                break;
+            }
+          } else if (v.isTensor() && v.toTensor().defined()) {
             a.kind = TPURT_ARG_TENSOR;
             a.v.i = add_tensor(v.toTensor());
           }
@@ -1014,6 +1107,11 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 bool cpu_fallback_enabled() { return g_cpu_fallback.load(std::memory_order_relaxed); }
 void set_cpu_fallback_enabled(bool enabled) { g_cpu_fallback.store(enabled); }
 
+at::Tensor rms_norm_tpu(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                       const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  return std::get<0>(at::_fused_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps));
+}
+
 MetaCacheStats meta_cache_stats() {
   std::lock_guard<std::mutex> lock(g_meta_mu);
   return {g_meta_hits.load(), g_meta_misses.load(), g_meta.size()};
@@ -1031,4 +1129,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
   m.impl("convolution_backward_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
+  // A direct registration (not the backend fallback) so AutogradPrivateUse1
+  // uses _fused_rms_norm's autograd formula (-> _fused_rms_norm_backward)
+  // instead of its CompositeImplicitAutograd decomposition.
+  m.impl("_fused_rms_norm", torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
+  m.impl("rms_norm", TORCH_FN(torch_tpu::rms_norm_tpu));
+}
+
+// rms_norm is CompositeImplicitAutograd and would decompose into pow / mean /
+// rsqrt / mul on a non-CUDA device; the autograd-key registration routes it
+// to the fused kernel while autograd still records _fused_rms_norm.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("rms_norm", TORCH_FN(torch_tpu::rms_norm_tpu));
 }

@@ -1,0 +1,205 @@
+# Regression tests for the generic fallback (torch_tpu/csrc/fallback.cpp):
+# ops that only write their arguments, ops without a meta function, data-
+# dependent output sizes, wrapped Python numbers, CPU 0-d tensor arguments,
+# the DeviceAllocator memory API and the fused rms_norm. All compare with CPU.
+import pytest
+import torch
+
+DEV = "tpu"
+
+
+def same(cpu, tpu, exact=True, atol=1e-5, rtol=1e-5):
+    tpu = tpu.cpu()
+    assert cpu.dtype == tpu.dtype, (cpu.dtype, tpu.dtype)
+    assert cpu.shape == tpu.shape, (cpu.shape, tpu.shape)
+    if exact:
+        torch.testing.assert_close(tpu, cpu, atol=0, rtol=0, equal_nan=True)
+    else:
+        torch.testing.assert_close(tpu, cpu, atol=atol, rtol=rtol, equal_nan=True)
+
+
+# ---- 1. ops whose schema returns nothing and writes arguments ----
+@pytest.mark.parametrize("fn", [torch.cummax, torch.cummin])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16, torch.int32])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cummax_cummin(fn, dtype, dim):
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 6, generator=g) * 5).to(dtype)
+    x[1, 2] = x[1, 1]  # ties take the later index
+    v, i = fn(x, dim)
+    vt, it = fn(x.to(DEV), dim)
+    same(v, vt)
+    same(i, it)
+
+
+def test_cummax_nan_0d_empty_and_out():
+    x = torch.tensor([1.0, float("nan"), 3.0, 0.0])
+    v, i = torch.cummax(x, 0)
+    vt, it = torch.cummax(x.to(DEV), 0)
+    same(v, vt, exact=False)
+    same(i, it)
+    s = torch.tensor(2.5)
+    same(torch.cummin(s, 0)[0], torch.cummin(s.to(DEV), 0)[0])
+    e = torch.empty(0, 3)
+    same(torch.cummax(e, 0)[1], torch.cummax(e.to(DEV), 0)[1])
+    ov, oi = torch.empty(0).to(DEV), torch.empty(0, dtype=torch.long).to(DEV)
+    torch.cummax(x.to(DEV), 0, out=(ov, oi))
+    same(v, ov, exact=False)
+    same(i, oi)
+
+
+# ---- 2. meta by rule: _logcumsumexp ----
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logcumsumexp(dtype):
+    x = torch.randn(3, 5, dtype=dtype)
+    for dim in (0, 1):
+        same(torch.logcumsumexp(x, dim), torch.logcumsumexp(x.to(DEV), dim), exact=False)
+    xt = x.t()  # non-contiguous input
+    same(torch.logcumsumexp(xt, 1), torch.logcumsumexp(xt.to(DEV), 1), exact=False)
+
+
+# ---- 3. repeat_interleave without output_size ----
+def test_repeat_interleave_data_dependent():
+    x = torch.randn(5, 3)
+    r = torch.tensor([1, 0, 3, 2, 1])
+    same(torch.repeat_interleave(x, r, dim=0), torch.repeat_interleave(x.to(DEV), r.to(DEV), dim=0))
+    same(torch.repeat_interleave(r), torch.repeat_interleave(r.to(DEV)))
+    r32 = torch.tensor([2, 1, 0], dtype=torch.int32)
+    same(torch.repeat_interleave(r32), torch.repeat_interleave(r32.to(DEV)))
+    y = torch.arange(6.0)
+    same(torch.repeat_interleave(y, torch.tensor(2)), torch.repeat_interleave(y.to(DEV), torch.tensor(2).to(DEV)))
+    z = torch.zeros(3, dtype=torch.long)
+    same(torch.repeat_interleave(z), torch.repeat_interleave(z.to(DEV)))
+
+
+# ---- 4. wrapped Python numbers keep their category ----
+_DTYPES = [torch.int32, torch.int64, torch.uint8, torch.int8, torch.bool, torch.float16, torch.bfloat16,
+           torch.float32]
+_SCALARS = [2, -3, 2.5, 0.1, True, False]
+_OPS = {
+    "add": lambda a, s: a + s,
+    "radd": lambda a, s: s + a,
+    "sub": lambda a, s: a - s,
+    "mul": lambda a, s: a * s,
+    "rmul": lambda a, s: s * a,
+    "div": lambda a, s: a / s,
+    "rdiv": lambda a, s: s / a,
+    "lt": lambda a, s: a < s,
+    "eq": lambda a, s: a == s,
+    "ge": lambda a, s: a >= s,
+    "where": lambda a, s: torch.where(a.bool(), a, s),
+}
+
+
+def _operand(dtype):
+    if dtype == torch.bool:
+        return torch.tensor([True, False, True, True])
+    return (torch.arange(-4, 5) * 1.37).to(dtype)
+
+
+@pytest.mark.parametrize("op", list(_OPS))
+@pytest.mark.parametrize("dtype", _DTYPES)
+def test_wrapped_number_promotion(op, dtype):
+    f = _OPS[op]
+    a = _operand(dtype)
+    for s in _SCALARS:
+        try:
+            c = f(a, s)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                f(a.to(DEV), s).cpu()
+            continue
+        same(c, f(a.to(DEV), s))
+
+
+def test_int_tensor_times_float_computes_in_float32():
+    a = torch.arange(-5000, 5000, dtype=torch.int32)
+    for s in (0.1, 1 / 3, 2.7):
+        same(a * s, a.to(DEV) * s)
+        same(a / s, a.to(DEV) / s)
+        same(a + s, a.to(DEV) + s)
+        same(s - a, s - a.to(DEV))
+    h = torch.randn(4000).half()
+    for s in (0.1, 1 / 3, 2.7):
+        same(h * s, h.to(DEV) * s)
+
+
+# ---- 5. bool ** bool (CompositeExplicitAutogradNonFunctional -> pow.Tensor_Scalar_out) ----
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.uint8, torch.float16, torch.float32])
+def test_pow_scalar_matches_cpu(dtype):
+    a = torch.tensor([1, 0, 1]).to(dtype)
+    for e in (True, False, 0, 1, 2, 2.5, -1, 0.0, 1.0):
+        try:
+            c = a ** e
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                (a.to(DEV) ** e).cpu()
+            continue
+        same(c, a.to(DEV) ** e)
+    out = torch.empty(0, dtype=torch.bool).to(DEV)
+    torch.pow(torch.tensor([True, False]).to(DEV), True, out=out)
+    same(torch.tensor([True, False]), out)
+
+
+# ---- 6. CPU 0-d tensors (not wrapped numbers) reach meta functions on the device ----
+def test_cpu_scalar_tensor_args():
+    x = torch.zeros(3, 4)
+    idx = torch.tensor([0, 2])
+    v = torch.tensor(3.5)
+    same(x.clone().index_fill_(1, idx, v), x.to(DEV).index_fill_(1, idx.to(DEV), v))
+    same(x.index_fill(0, idx, v), x.to(DEV).index_fill(0, idx.to(DEV), v))
+    y = torch.arange(12.0).reshape(3, 4)
+    m = y > 5
+    same(y.clone().masked_fill_(m, torch.tensor(-1.0)), y.to(DEV).masked_fill_(m.to(DEV), torch.tensor(-1.0)))
+    # a CPU 0-d tensor in arithmetic still promotes as a 0-d tensor
+    i = torch.arange(5, dtype=torch.int32)
+    same(i + torch.tensor(2), i.to(DEV) + torch.tensor(2))
+    same(i * torch.tensor(2.5), i.to(DEV) * torch.tensor(2.5))
+
+
+# ---- 7. torch.accelerator memory API over the DeviceAllocator ----
+def test_accelerator_memory_api():
+    torch.accelerator.synchronize()
+    before = torch.accelerator.memory_allocated()
+    t = torch.empty(1 << 20, dtype=torch.uint8, device=DEV)
+    assert torch.accelerator.memory_allocated() >= before + (1 << 20)
+    assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated()
+    assert torch.accelerator.max_memory_allocated() >= torch.accelerator.memory_allocated()
+    assert torch.accelerator.memory_reserved() >= torch.accelerator.memory_allocated()
+    del t
+    torch.accelerator.empty_cache()
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()
+
+
+# ---- 8. nn.RMSNorm through _fused_rms_norm, forward and backward ----
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_rms_norm_forward_backward(dtype, tol, affine):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 8, generator=g).to(dtype)
+    m = torch.nn.RMSNorm([3, 8], eps=1e-6, elementwise_affine=affine).to(dtype)
+    if affine:
+        with torch.no_grad():
+            m.weight.copy_(torch.rand(3, 8, generator=g).to(dtype) + 0.5)
+    mt = torch.nn.RMSNorm([3, 8], eps=1e-6, elementwise_affine=affine).to(dtype).to(DEV)
+    if affine:
+        with torch.no_grad():
+            mt.weight.copy_(m.weight.to(DEV))
+    xc = x.clone().requires_grad_()
+    xt = x.to(DEV).requires_grad_()
+    grad = torch.randn(2, 3, 8, generator=g).to(dtype)
+    y = m(xc)
+    yt = mt(xt)
+    assert "FusedRmsNorm" in type(yt.grad_fn).__name__
+    same(y.detach(), yt.detach(), exact=False, atol=tol, rtol=tol)
+    y.backward(grad)
+    yt.backward(grad.to(DEV))
+    same(xc.grad, xt.grad, exact=False, atol=tol * 4, rtol=tol * 4)
+    if affine:
+        same(m.weight.grad, mt.weight.grad, exact=False, atol=tol * 4, rtol=tol * 4)
+
+
+def test_rms_norm_default_eps():
+    x = torch.randn(4, 16)
+    same(torch.nn.functional.rms_norm(x, [16]), torch.nn.functional.rms_norm(x.to(DEV), [16]), exact=False)
