@@ -49,13 +49,46 @@ def _has_tensor_argument(op) -> bool:
     return False
 
 
+def _replication_pad_backward(grad_output, self, padding):
+    """replication_pad{1,2,3}d_backward (PyTorch has no decomposition for it): each padded position
+    adds its gradient to the clamped source index, one dimension at a time (the map is separable).
+    16-bit floats accumulate in float32 and round once."""
+    g = grad_output
+    if g.dtype in (torch.bfloat16, torch.float16):
+        g = g.float()
+    for i in range(len(padding) // 2):
+        dim = self.dim() - 1 - i
+        size = self.shape[dim]
+        idx = torch.arange(-padding[2 * i], g.shape[dim] - padding[2 * i], device=g.device)
+        idx = torch.clamp(idx, 0, size - 1)
+        shape = list(g.shape)
+        shape[dim] = size
+        g = g.new_zeros(shape).index_add_(dim, idx, g)
+    return g.to(grad_output.dtype)
+
+
+def _extra_decompositions() -> dict:
+    """Decompositions of ours for ops PyTorch's table lacks, keyed like decomposition_table."""
+    extra = {}
+    for n in (1, 2, 3):
+        packet = getattr(torch.ops.aten, f"replication_pad{n}d_backward")
+        extra[packet.default] = _replication_pad_backward
+        extra[packet.grad_input] = _replication_pad_backward  # adapted to out= by _make_kernel
+    return extra
+
+
+def _all_decompositions() -> dict:
+    from torch._decomp import decomposition_table
+    table = dict(_extra_decompositions())
+    table.update(decomposition_table)  # PyTorch's own win where both exist
+    return table
+
+
 def candidates(has_kernel) -> "list[tuple[object, object]]":
     """(OpOverload, decomposition) pairs to register, given has_kernel(name) for the C op table."""
-    from torch._decomp import decomposition_table
-
     has_key = torch._C._dispatch_has_kernel_for_dispatch_key
     out = []
-    for op, decomp in decomposition_table.items():
+    for op, decomp in _all_decompositions().items():
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             continue
         name = _qualified_name(op)
@@ -122,8 +155,60 @@ def _tpu_device_of(args, kwargs):
     return torch.device("tpu")
 
 
+def _out_arg_names(op) -> "list[str]":
+    return [a.name for a in op._schema.arguments if a.is_out]
+
+
+def _functional_overload(op):
+    """The overload of `op`'s packet whose arguments are `op`'s minus its out= arguments (e.g.
+    reflection_pad1d.default for reflection_pad1d.out), or None."""
+    want = [(a.name, str(a.type)) for a in op._schema.arguments if not a.is_out]
+    packet = getattr(torch.ops.aten, op._schema.name.split("::", 1)[1], None)
+    if packet is None:
+        return None
+    for overload_name in packet.overloads():
+        cand = getattr(packet, overload_name)
+        if cand is op or _out_arg_names(cand):
+            continue
+        if [(a.name, str(a.type)) for a in cand._schema.arguments] == want:
+            return cand
+    return None
+
+
+def _adapt_out_overload(op, decomp):
+    """For an out= overload, a decomposition that computes the functional result and copies it into
+    the out tensors (resizing them as PyTorch's resize_output does). PyTorch's out= decompositions are
+    written for tracing: e.g. pw_cast_for_opmath wrapped around out_wrapper casts a bf16 `out` to a
+    float32 copy, writes that copy and never the caller's tensor (bf16 reflection_pad1d.out returned
+    uninitialised memory), and some are registered under the functional signature (no grad_input=).
+    Returns `decomp` unchanged for a functional op or when no functional decomposition exists."""
+    out_names = _out_arg_names(op)
+    if not out_names:
+        return decomp
+    functional = _functional_overload(op)
+    fdecomp = _all_decompositions().get(functional) if functional is not None else None
+    if fdecomp is None or len(functional._schema.returns) != len(out_names):
+        return decomp
+
+    def out_kernel(*args, **kwargs):
+        outs = [kwargs.pop(n) for n in out_names]
+        result = fdecomp(*args, **kwargs)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        if len(results) != len(outs):
+            raise RuntimeError(f"torch_tpu: decomposition of {_qualified_name(op)} returned "
+                               f"{len(results)} results for {len(outs)} out= tensors")
+        for o, r in zip(outs, results):
+            if o.shape != r.shape:
+                o.resize_(r.shape)
+            o.copy_(r)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    return out_kernel
+
+
 def _make_kernel(op, decomp):
     name = _qualified_name(op)
+    decomp = _adapt_out_overload(op, decomp)
 
     def kernel(*args, **kwargs):
         active = getattr(_tls, "active", None)

@@ -158,22 +158,32 @@ bool is_tensor_type(const c10::TypePtr& t, bool* is_list) {
   return false;
 }
 
+// "aten::add_" -> "add": the namespace goes, and an in-place name loses one
+// trailing "_" (dunders keep theirs).
+std::string kernel_base_name(const c10::OperatorName& name) {
+  std::string base = name.name;
+  if (base.rfind("aten::", 0) == 0) base = base.substr(6);
+  if (base.size() > 1 && base.back() == '_' && !(base.size() > 2 && base.compare(base.size() - 2, 2, "__") == 0))
+    base.pop_back();
+  return base;
+}
+
+// The C kernel for an op: "base.overload", then "base" (tpurt/kernel.h).
+const tpurt_op_def_t* find_kernel(const std::string& base, const std::string& overload) {
+  const tpurt_op_def_t* def = overload.empty() ? nullptr : tpurt_op_lookup((base + "." + overload).c_str());
+  return def ? def : tpurt_op_lookup(base.c_str());
+}
+
 std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   auto info = std::make_unique<OpInfo>();
   const c10::FunctionSchema& schema = op.schema();
   const c10::OperatorName& name = op.operator_name();
   info->handle = &op;
   info->full_name = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
-  std::string base = name.name;
-  if (base.rfind("aten::", 0) == 0) base = base.substr(6);
-  // An in-place name loses one trailing "_" (add_ -> add), dunders keep theirs.
-  if (base.size() > 1 && base.back() == '_' && !(base.size() > 2 && base.compare(base.size() - 2, 2, "__") == 0))
-    base.pop_back();
+  std::string base = kernel_base_name(name);
   info->base = base;
   info->overload = name.overload_name;
-  std::string with_overload = base + (name.overload_name.empty() ? "" : "." + name.overload_name);
-  info->def = tpurt_op_lookup(with_overload.c_str());
-  if (!info->def) info->def = tpurt_op_lookup(base.c_str());
+  info->def = find_kernel(base, name.overload_name);
   info->random = info->def && (info->def->flags & TPURT_OP_RANDOM);
   info->alias_safe = info->def && (info->def->flags & TPURT_OP_ALIAS_SAFE);
 

@@ -4,6 +4,7 @@
  * the gather or scatter engine of index_common.c; each reference kernel is a
  * plain loop over the index elements in row-major order. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "ops/index/index_common.h"
@@ -669,4 +670,93 @@ tpurt_status_t tpurt_index_k_embedding_dense_backward(tpurt_kernel_ctx_t* ctx, c
 }
 tpurt_status_t tpurt_index_r_embedding_dense_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return embedding_bwd_impl(ctx, call, true);
+}
+
+/* ---- embedding_renorm_(self, indices, max_norm, norm_type) ----
+ * Each distinct row self[indices[i]] whose p-norm exceeds max_norm is scaled by
+ * max_norm / (norm + 1e-7), as PyTorch CPU does: the norm is rounded to self's
+ * dtype first (CPU takes row.norm(p).item()), the scale multiplies in float for
+ * float32 and 16-bit rows (opmath of row *= scale) and in double for float64.
+ * Rows are independent, so the optimized kernel runs them in parallel. */
+typedef struct renorm_t {
+  const tpurt_tensor_t* out;
+  const int64_t* rows; /* distinct row numbers */
+  double max_norm, p;
+} renorm_t;
+
+static void renorm_rows(void* u, int64_t r0, int64_t r1, int tid) {
+  const renorm_t* t = u;
+  const tpurt_tensor_t* o = t->out;
+  tpurt_dtype_t dt = o->dtype;
+  size_t es = tpurt_dtype_size(dt);
+  int64_t D = o->sizes[1];
+  for (int64_t r = r0; r < r1; ++r) {
+    char* base = (char*)o->data + t->rows[r] * o->strides[0] * (int64_t)es;
+    double acc = 0;
+    for (int64_t c = 0; c < D; ++c) {
+      double a = fabs(tpurt_dtype_load_f64(dt, base + c * o->strides[1] * (int64_t)es));
+      if (isinf(t->p)) acc = t->p > 0 ? (c == 0 || a > acc ? a : acc) : (c == 0 || a < acc ? a : acc);
+      else if (t->p == 0) acc += a != 0;
+      else if (t->p == 1) acc += a;
+      else if (t->p == 2) acc += a * a;
+      else acc += pow(a, t->p);
+    }
+    double norm = isinf(t->p) || t->p == 0 || t->p == 1 ? acc : t->p == 2 ? sqrt(acc) : pow(acc, 1.0 / t->p);
+    unsigned char tmp[8];
+    tpurt_dtype_store_f64(dt, tmp, norm); /* rounded to self's dtype */
+    norm = tpurt_dtype_load_f64(dt, tmp);
+    if (!(norm > t->max_norm)) continue;
+    double scale = t->max_norm / (norm + 1e-7);
+    for (int64_t c = 0; c < D; ++c) {
+      char* e = base + c * o->strides[1] * (int64_t)es;
+      double v = tpurt_dtype_load_f64(dt, e);
+      tpurt_dtype_store_f64(dt, e, dt == TPURT_DTYPE_FLOAT64 ? v * scale : (double)((float)v * (float)scale));
+    }
+  }
+}
+
+static tpurt_status_t embedding_renorm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  const char* op = "embedding_renorm_";
+  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 4, 1));
+  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
+  const tpurt_tensor_t* idx = tpurt_index_arg_tensor(call, 1);
+  const tpurt_tensor_t* out = &call->outputs[0];
+  if (!self || !idx) return TPURT_STATUS(INVALID_ARGUMENT, "%s: self and indices must be tensors", op);
+  const tpurt_arg_t* a2 = &call->args[2];
+  const tpurt_arg_t* a3 = &call->args[3];
+  double max_norm = a2->kind == TPURT_ARG_DOUBLE ? a2->v.d : a2->kind == TPURT_ARG_INT ? (double)a2->v.i : NAN;
+  double p = a3->kind == TPURT_ARG_DOUBLE ? a3->v.d : a3->kind == TPURT_ARG_INT ? (double)a3->v.i : NAN;
+  if (isnan(max_norm) || isnan(p)) return TPURT_STATUS(INVALID_ARGUMENT, "%s: max_norm and norm_type must be numbers", op);
+  if (!tpurt_dtype_is_floating(self->dtype))
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: dtype %s (floating point supported)", op, tpurt_dtype_name(self->dtype));
+  if (self->ndim != 2 || out->ndim != 2 || out->dtype != self->dtype || out->sizes[0] != self->sizes[0] ||
+      out->sizes[1] != self->sizes[1])
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: self must be a 2-D matrix (got %d-D) and out must match it", op,
+                        (int)self->ndim);
+  if (idx->dtype != TPURT_DTYPE_INT64 && idx->dtype != TPURT_DTYPE_INT32)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: indices must be int64 or int32, got %s", op,
+                        tpurt_dtype_name(idx->dtype));
+  TPURT_RETURN_IF_ERROR(tpurt_index_copy(ctx, out, self));
+  int64_t n = tpurt_tensor_numel(idx), R = self->sizes[0];
+  if (n == 0 || tpurt_tensor_numel(self) == 0) return TPURT_OK;
+  int64_t* off;
+  TPURT_RETURN_IF_ERROR(load_all(ctx, op, idx, 0, R, false, &off));
+  /* distinct rows, first occurrence order (each row is renormed once) */
+  unsigned char* seen = tpurt_kernel_scratch(ctx, (size_t)R);
+  int64_t* rows = tpurt_kernel_scratch(ctx, (size_t)n * sizeof(int64_t));
+  if (!seen || !rows) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", op);
+  memset(seen, 0, (size_t)R);
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (!seen[off[i]]) seen[off[i]] = 1, rows[m++] = off[i];
+  renorm_t t = {out, rows, max_norm, p};
+  if (reference) renorm_rows(&t, 0, m, 0);
+  else tpurt_parallel_for(ctx, m, 16, renorm_rows, &t);
+  return TPURT_OK;
+}
+tpurt_status_t tpurt_index_k_embedding_renorm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return embedding_renorm_impl(ctx, call, false);
+}
+tpurt_status_t tpurt_index_r_embedding_renorm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return embedding_renorm_impl(ctx, call, true);
 }

@@ -24,6 +24,7 @@
   X("take", take, 0) \
   X("put", put, TPURT_OP_ALIAS_SAFE) \
   X("embedding_dense_backward", embedding_dense_backward, 0) \
+  X("embedding_renorm", embedding_renorm, TPURT_OP_ALIAS_SAFE) \
   X("nonzero", nonzero, 0) \
   X("nonzero_static", nonzero, 0) \
   X("masked_select", masked_select, 0) \

@@ -454,15 +454,20 @@ typedef struct conv_params_t {
   bool transposed;
 } conv_params_t;
 
+/* allow_int: integer dtypes are accepted (the forward, non-transposed convolution only: CPU has
+ * integer convolution forward and no integer gradients). */
 static tpurt_status_t geometry(const tpurt_op_call_t* call, const conv_params_t* prm, const tpurt_tensor_t* img,
-                               const tpurt_tensor_t* colt, const tpurt_tensor_t* w, conv_t* cv, int* out_nsp) {
+                               const tpurt_tensor_t* colt, const tpurt_tensor_t* w, bool allow_int, conv_t* cv,
+                               int* out_nsp) {
   int64_t groups = prm->groups;
   int nsp = w->ndim - 2;
   if (nsp < 1 || nsp > 3 || img->ndim != w->ndim || colt->ndim != w->ndim)
     return TPURT_STATUS(UNIMPLEMENTED, "%s: %d-D input with %d-D weight (1-3 spatial dims, batched, are supported)",
                         call->name, (int)img->ndim, (int)w->ndim);
-  if (!tpurt_dtype_is_floating(w->dtype) || img->dtype != w->dtype || colt->dtype != w->dtype)
-    return TPURT_STATUS(UNIMPLEMENTED, "%s: dtypes %s/%s/%s (floating point, all equal, supported)",
+  bool dtype_ok = tpurt_dtype_is_floating(w->dtype) || (allow_int && tpurt_dtype_is_integral(w->dtype));
+  if (!dtype_ok || img->dtype != w->dtype || colt->dtype != w->dtype)
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: dtypes %s/%s/%s (all equal and floating point, or integer for a "
+                        "non-transposed forward, supported)",
                         call->name, tpurt_dtype_name(img->dtype), tpurt_dtype_name(w->dtype),
                         tpurt_dtype_name(colt->dtype));
   memset(cv, 0, sizeof(*cv));
@@ -595,6 +600,48 @@ static void ref_conv(const conv_t* cv, int mode, const tpurt_tensor_t* xt, ncs_t
   free(acc);
 }
 
+/* Integer Y = conv(X) + bias, the obviously-correct loop with int64 accumulation (wraps like
+ * PyTorch CPU's integer convolution on overflow; unsigned arithmetic avoids signed-overflow UB). */
+static tpurt_status_t ref_conv_int(const conv_t* cv, const tpurt_tensor_t* xt, ncs_t x, const tpurt_tensor_t* yt,
+                                   ncs_t y, const tpurt_tensor_t* w, const tpurt_tensor_t* bias) {
+  int64_t Cxg = cv->Cx / cv->G, Cyg = cv->Cy / cv->G;
+  size_t xes = tpurt_dtype_size(xt->dtype), yes = tpurt_dtype_size(yt->dtype), wes = tpurt_dtype_size(w->dtype);
+  int lead = 3 - (w->ndim - 2);
+  for (int64_t n = 0; n < cv->N; ++n)
+    for (int64_t co = 0; co < cv->Cy; ++co) {
+      int64_t g = co / Cyg;
+      uint64_t b = bias ? (uint64_t)tpurt_dtype_load_i64(bias->dtype, (const char*)bias->data +
+                                                         (size_t)(co * bias->strides[0]) * tpurt_dtype_size(bias->dtype))
+                        : 0;
+      for (int64_t oz = 0; oz < cv->ys[0]; ++oz)
+        for (int64_t oy = 0; oy < cv->ys[1]; ++oy)
+          for (int64_t ox = 0; ox < cv->ys[2]; ++ox) {
+            uint64_t acc = b;
+            for (int64_t ic = 0; ic < Cxg; ++ic)
+              for (int64_t kz = 0; kz < cv->k[0]; ++kz)
+                for (int64_t ky = 0; ky < cv->k[1]; ++ky)
+                  for (int64_t kx = 0; kx < cv->k[2]; ++kx) {
+                    int64_t iz = oz * cv->st[0] - cv->pad[0] + kz * cv->dil[0];
+                    int64_t iy = oy * cv->st[1] - cv->pad[1] + ky * cv->dil[1];
+                    int64_t ix = ox * cv->st[2] - cv->pad[2] + kx * cv->dil[2];
+                    if (iz < 0 || iz >= cv->xs[0] || iy < 0 || iy >= cv->xs[1] || ix < 0 || ix >= cv->xs[2])
+                      continue;
+                    int64_t kk[3] = {kz, ky, kx}, woff = co * w->strides[0] + ic * w->strides[1];
+                    for (int d = lead; d < 3; ++d) woff += kk[d] * w->strides[2 + d - lead];
+                    int64_t wv = tpurt_dtype_load_i64(w->dtype, (const char*)w->data + (size_t)woff * wes);
+                    int64_t xv = tpurt_dtype_load_i64(
+                        xt->dtype, x.data + (size_t)(n * x.sn + (g * Cxg + ic) * x.sc + iz * x.ss[0] + iy * x.ss[1] +
+                                                     ix * x.ss[2]) * xes);
+                    acc += (uint64_t)wv * (uint64_t)xv;
+                  }
+            tpurt_dtype_store_i64(yt->dtype, y.data + (size_t)(n * y.sn + co * y.sc + oz * y.ss[0] + oy * y.ss[1] +
+                                                               ox * y.ss[2]) * yes,
+                                  (int64_t)acc);
+          }
+    }
+  return TPURT_OK;
+}
+
 /* ---- the ops ---- */
 static tpurt_status_t parse_params(const tpurt_op_call_t* call, int nsp, int i_st, int i_pad, int i_dil,
                                    int i_tr, int i_groups, conv_params_t* prm) {
@@ -620,8 +667,10 @@ static tpurt_status_t forward_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
                         (long long)out->sizes[1], tpurt_dtype_name(w->dtype));
   conv_t cv;
   int nsp;
-  TPURT_RETURN_IF_ERROR(geometry(call, prm, img, colt, w, &cv, &nsp));
+  TPURT_RETURN_IF_ERROR(geometry(call, prm, img, colt, w, !prm->transposed, &cv, &nsp));
   ncs_t x = ncs_of(img, nsp), y = ncs_of(colt, nsp);
+  if (tpurt_dtype_is_integral(cv.dtype) && (ref || tpurt_tensor_numel(in) == 0 || cv.K == 0))
+    return ref_conv_int(&cv, img, x, colt, y, w, bias);
   if (ref || tpurt_tensor_numel(in) == 0 || cv.K == 0) { /* (empty sums: out = bias or 0) */
     ref_conv(&cv, prm->transposed ? 1 : 0, img, x, colt, y, w, bias);
     return TPURT_OK;
@@ -640,7 +689,7 @@ static tpurt_status_t backward_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   const tpurt_tensor_t* colt = transposed ? in : go;
   conv_t cv;
   int nsp;
-  TPURT_RETURN_IF_ERROR(geometry(call, prm, img, colt, w, &cv, &nsp));
+  TPURT_RETURN_IF_ERROR(geometry(call, prm, img, colt, w, false, &cv, &nsp));
   ncs_t x = ncs_of(img, nsp), y = ncs_of(colt, nsp);
   bool empty = cv.N == 0 || cv.Lx == 0 || cv.Ly == 0 || cv.K == 0 || cv.Cx == 0 || cv.Cy == 0;
   if (gi && tpurt_tensor_numel(gi) > 0) {
