@@ -5,6 +5,7 @@
 #include <float.h>
 #include <tgmath.h>
 
+#include "ops/elementwise/ew_expf.h"
 #include "ops/elementwise/ew_list.h"
 #include "ops/elementwise/ew_ops.h"
 
@@ -18,33 +19,8 @@
 static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 #define WMUL(x, y) ((T)ew_mulu((uint64_t)(x), (uint64_t)(y)))
 
-/* expf in plain arithmetic (Cephes' range reduction and polynomial, about
- * 1 ulp) so float loops auto-vectorize; glibc's expf is a call per element.
- * 2^n is applied as two factors so results near overflow/underflow stay right. */
-static inline float ew_expf(float x) {
-  float xc = x != x ? 0.0f : (x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x));
-  float n = nearbyintf(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float q = 1.9875691500E-4f;
-  q = q * r + 1.3981999507E-3f;
-  q = q * r + 8.3334519073E-3f;
-  q = q * r + 4.1665795894E-2f;
-  q = q * r + 1.6666665459E-1f;
-  q = q * r + 5.0000001201E-1f;
-  float y = q * r * r + r + 1.0f;
-  int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-  uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
-  float s1, s2;
-  memcpy(&s1, &b1, 4);
-  memcpy(&s2, &b2, 4);
-  float v = y * s1 * s2;
-  v = x > 88.72283935546875f ? INFINITY : v;
-  v = x < -103.972084045410f ? 0.0f : v;
-  return x != x ? x : v;
-}
 /* exp in the loop type: the vectorizable one for float, libm's for double */
-#define EW_EXP(x) (sizeof(T) == 4 ? (T)ew_expf((float)(x)) : (T)exp((double)(x)))
+#define EW_EXP(x) (sizeof(T) == 4 ? (T)tpurt_ew_expf((float)(x)) : (T)exp((double)(x)))
 
 /* ---- setups: scalar args into p ---- */
 static tpurt_status_t setup_alpha2(const tpurt_op_call_t* c, ew_params_t* p) {

@@ -35,7 +35,7 @@ tpurt_status_t tpurt_reduce_dims_from_arg(const char* op, const tpurt_arg_t* arg
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: dim argument has unexpected kind %d", op, (int)arg->kind);
   for (int32_t k = 0; k < count; ++k) {
     int64_t dim = arg->kind == TPURT_ARG_INT ? arg->v.i : arg->v.ints[k];
-    int32_t d;
+    int32_t d = 0;
     TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim(op, dim, ndim, &d));
     if (ndim > 0) {
       if (out_mask[d])

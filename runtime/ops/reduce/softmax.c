@@ -1,59 +1,37 @@
 /* Softmax family along one dim: _softmax, _log_softmax and their backward
  * (_softmax_backward_data, _log_softmax_backward_data). Rows are independent
  * and split across threads. 16-bit and float32 inputs compute in float32 with
- * a vectorizable exp (Cephes polynomial, ~1 ulp); float64 computes in double
+ * a vectorizable exp (ops/elementwise/ew_expf.h, shared with exp); float64 computes in double
  * with libm. A row holding a NaN gives NaN everywhere, as PyTorch's does. */
 #include <string.h>
 
+#include "ops/elementwise/ew_expf.h"
 #include "ops/reduce/reduce_ops.h"
-
-/* exp(x) for float, written so the compiler vectorizes it. Inputs below
- * -87.3 give 0 (PyTorch would give a subnormal) and above 88.7 inf; between
- * 88.0 and 88.7 the result is exp(88) (softmax only feeds x <= 0 here). */
-static inline float tpurt_expf_fast(float x) {
-  float xc = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
-  xc = x != x ? 0.0f : xc; /* keep the integer conversion below defined */
-  float n = __builtin_rintf(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, 4);
-  float y = p * scale;
-  y = x < -87.3f ? 0.0f : y;
-  y = x > 88.7f ? __builtin_inff() : y;
-  return x != x ? x : y;
-}
 
 /* Lane-split reductions: 16 independent lanes so the compiler vectorizes
  * without reassociating a single accumulator. */
 #define LANES 16
+/* Max ignoring NaN (a plain compare-select, so it becomes vmaxps): a NaN in
+ * the row still makes the row all NaN, because exp(NaN - mx) poisons the sum
+ * every output is scaled by (or, for log_softmax, log(sum) is subtracted). */
 static float ROW_MAX_float(const float* x, int64_t n) {
   float l[LANES];
-  int nl[LANES] = {0};
   for (int k = 0; k < LANES; ++k) l[k] = -INFINITY;
   int64_t i = 0;
   for (; i + LANES <= n; i += LANES)
-    for (int k = 0; k < LANES; ++k) { float v = x[i + k]; nl[k] |= v != v; l[k] = v > l[k] ? v : l[k]; }
+    for (int k = 0; k < LANES; ++k) { float v = x[i + k]; l[k] = v > l[k] ? v : l[k]; }
   float m = -INFINITY;
-  int nan = 0;
-  for (; i < n; ++i) { nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }
-  for (int k = 0; k < LANES; ++k) { nan |= nl[k]; m = l[k] > m ? l[k] : m; }
-  return nan ? NAN : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int k = 0; k < LANES; ++k) m = l[k] > m ? l[k] : m;
+  return m;
 }
 static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
   float l[LANES] = {0};
   int64_t i = 0;
   for (; i + LANES <= n; i += LANES)
-    for (int k = 0; k < LANES; ++k) { float v = tpurt_expf_fast(x[i + k] - mx); y[i + k] = v; l[k] += v; }
+    for (int k = 0; k < LANES; ++k) { float v = tpurt_ew_expf(x[i + k] - mx); y[i + k] = v; l[k] += v; }
   float s = 0;
-  for (; i < n; ++i) { y[i] = tpurt_expf_fast(x[i] - mx); s += y[i]; }
+  for (; i < n; ++i) { y[i] = tpurt_ew_expf(x[i] - mx); s += y[i]; }
   for (int k = 0; k < LANES; ++k) s += l[k];
   return s;
 }
@@ -143,7 +121,7 @@ static void sm_rows(void* user, int64_t b, int64_t e, int tid) {
   if (j->out->dtype == TPURT_DTYPE_FLOAT64 || j->a->dtype == TPURT_DTYPE_FLOAT64)
     SM_ROWS(double, TPURT_DTYPE_FLOAT64, exp, log, tpurt_row_load_f64, tpurt_row_store_f64, dbuf);
   else
-    SM_ROWS(float, TPURT_DTYPE_FLOAT32, tpurt_expf_fast, logf, tpurt_row_load_f32, tpurt_row_store_f32, fbuf);
+    SM_ROWS(float, TPURT_DTYPE_FLOAT32, tpurt_ew_expf, logf, tpurt_row_load_f32, tpurt_row_store_f32, fbuf);
 }
 
 /* Reference: one element at a time in double through the scalar loaders. */
