@@ -8,11 +8,7 @@
 
 #include "test_util.h"
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static inline double rnd(void) { /* uniform in [-1, 1) */
-  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) / (double)(1ull << 52) - 1.0;
-}
+static inline double rnd(void) { return 2.0 * test_rand_unit() - 1.0; } /* uniform in [-1, 1) */
 
 static inline void* rand_buf(tpurt_dtype_t dt, int64_t n) {
   size_t es = tpurt_dtype_size(dt);

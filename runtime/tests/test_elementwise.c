@@ -9,14 +9,6 @@
 #include "ops/elementwise/elementwise.h"
 #include "test_util.h"
 
-static uint64_t g_rng = 88172645463325252ull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
 /* A tensor over its own buffer; `layout` 0 contiguous, 1 transposed (last two
  * dims swapped in memory), 2 every other element of the last dim. */
@@ -59,14 +51,14 @@ static void tt_fill_random(tt_t* x, int kind) {
     for (int d = 0; d < x->t.ndim; ++d) off += idx[d] * x->t.strides[d];
     char* p = (char*)x->t.data + off * (int64_t)es;
     if (tpurt_dtype_is_floating(x->t.dtype)) {
-      double v = rnd_unit() * 6 - 3;
-      if (kind == 2) v = rnd_unit() * 3 + 0.01;
+      double v = test_rand_unit() * 6 - 3;
+      if (kind == 2) v = test_rand_unit() * 3 + 0.01;
       if (kind == 1 && fabs(v) < 0.1) v = 0.5;
       tpurt_dtype_store_f64(x->t.dtype, p, v);
     } else {
-      int64_t v = (int64_t)(rnd() % 41) - 20;
-      if (x->t.dtype == TPURT_DTYPE_UINT8 || kind == 2) v = (int64_t)(rnd() % 40) + (kind == 2 ? 1 : 0);
-      if (x->t.dtype == TPURT_DTYPE_BOOL) v = (int64_t)(rnd() & 1);
+      int64_t v = (int64_t)(test_rand_u64() % 41) - 20;
+      if (x->t.dtype == TPURT_DTYPE_UINT8 || kind == 2) v = (int64_t)(test_rand_u64() % 40) + (kind == 2 ? 1 : 0);
+      if (x->t.dtype == TPURT_DTYPE_BOOL) v = (int64_t)(test_rand_u64() & 1);
       if (kind == 1 && v == 0) v = 3;
       tpurt_dtype_store_i64(x->t.dtype, p, v);
     }

@@ -12,12 +12,8 @@ typedef struct {
   void* mem;
 } T;
 
-static uint64_t g_rng = 88172645463325252ull;
 static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi) */
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return lo + (int64_t)(g_rng % (uint64_t)(hi - lo));
+  return lo + (int64_t)(test_rand_u64() % (uint64_t)(hi - lo));
 }
 
 /* layout 0: contiguous; 1: last two dims transposed in memory; 2: every other

@@ -14,12 +14,6 @@ typedef struct tt_t {
   void* mem;
 } tt_t;
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static double urand(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
 /* transposed != 0 swaps the storage order of the last two dims */
 static tt_t tt_make(tpurt_dtype_t dt, int ndim, const int64_t* sizes, bool transposed) {
@@ -50,9 +44,9 @@ static double tt_get(const tt_t* x, int64_t i) {
 static void tt_fill(tt_t* x, double lo, double hi) {
   int64_t n = tpurt_tensor_numel(&x->t);
   for (int64_t i = 0; i < n; ++i) {
-    if (tpurt_dtype_is_floating(x->t.dtype)) tt_set(x, i, lo + urand() * (hi - lo));
+    if (tpurt_dtype_is_floating(x->t.dtype)) tt_set(x, i, lo + test_rand_unit() * (hi - lo));
     else tpurt_dtype_store_i64(x->t.dtype, tpurt_tensor_at(&x->t, tpurt_tensor_offset_of(&x->t, i, -1)),
-                               (int64_t)floor(lo + urand() * (hi - lo)));
+                               (int64_t)floor(lo + test_rand_unit() * (hi - lo)));
   }
 }
 static void tt_free(tt_t* x) { free(x->mem); x->mem = NULL; }

@@ -18,12 +18,6 @@ typedef struct tt_t {
   void* mem;
 } tt_t;
 
-static uint64_t g_rng = 88172645463325252ull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static double urand(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
 /* A tensor of the given logical sizes; transposed swaps the storage order of
  * the last two dims; strided takes every other element of the last dim. */
@@ -55,9 +49,9 @@ static void tt_fill(tt_t* x, double lo, double hi) {
   int64_t n = tpurt_tensor_numel(&x->t);
   for (int64_t i = 0; i < n; ++i) {
     void* p = tpurt_tensor_at(&x->t, tpurt_tensor_offset_of(&x->t, i, -1));
-    if (x->t.dtype == TPURT_DTYPE_BOOL) tpurt_dtype_store_i64(x->t.dtype, p, rnd() & 1);
-    else if (!tpurt_dtype_is_floating(x->t.dtype)) tpurt_dtype_store_i64(x->t.dtype, p, (int64_t)floor(lo + urand() * (hi - lo)));
-    else tpurt_dtype_store_f64(x->t.dtype, p, lo + urand() * (hi - lo));
+    if (x->t.dtype == TPURT_DTYPE_BOOL) tpurt_dtype_store_i64(x->t.dtype, p, test_rand_u64() & 1);
+    else if (!tpurt_dtype_is_floating(x->t.dtype)) tpurt_dtype_store_i64(x->t.dtype, p, (int64_t)floor(lo + test_rand_unit() * (hi - lo)));
+    else tpurt_dtype_store_f64(x->t.dtype, p, lo + test_rand_unit() * (hi - lo));
   }
 }
 

@@ -8,6 +8,17 @@
 
 static int g_test_passed, g_test_failed;
 
+/* The tests' one random source: xorshift64, fixed seed, so every run sees the same data. */
+static uint64_t g_test_rng = 88172645463325252ull;
+static inline uint64_t test_rand_u64(void) {
+  g_test_rng ^= g_test_rng << 13;
+  g_test_rng ^= g_test_rng >> 7;
+  g_test_rng ^= g_test_rng << 17;
+  return g_test_rng;
+}
+/* Uniform in [0, 1) with 53 random bits. */
+static inline double test_rand_unit(void) { return (double)(test_rand_u64() >> 11) / 9007199254740992.0; }
+
 #define CHECK(cond)                                                          \
   do {                                                                       \
     if (cond) ++g_test_passed;                                               \

@@ -28,7 +28,8 @@ namespace torch_tpu {
 
 // ================================ dtypes ================================
 
-tpurt_dtype_t to_tpurt_dtype(c10::ScalarType type, const char* op) {
+// The one ScalarType -> tpurt dtype table; TPURT_DTYPE_INVALID for the others.
+static tpurt_dtype_t map_dtype(c10::ScalarType type) {
   switch (type) {
     case c10::ScalarType::Bool: return TPURT_DTYPE_BOOL;
     case c10::ScalarType::Byte: return TPURT_DTYPE_UINT8;
@@ -40,22 +41,18 @@ tpurt_dtype_t to_tpurt_dtype(c10::ScalarType type, const char* op) {
     case c10::ScalarType::BFloat16: return TPURT_DTYPE_BFLOAT16;
     case c10::ScalarType::Float: return TPURT_DTYPE_FLOAT32;
     case c10::ScalarType::Double: return TPURT_DTYPE_FLOAT64;
-    default:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, op, ": dtype ", type, " is not supported on the tpu device");
+    default: return TPURT_DTYPE_INVALID;
   }
 }
 
-static bool is_supported_dtype(c10::ScalarType type) {
-  switch (type) {
-    case c10::ScalarType::Bool: case c10::ScalarType::Byte: case c10::ScalarType::Char:
-    case c10::ScalarType::Short: case c10::ScalarType::Int: case c10::ScalarType::Long:
-    case c10::ScalarType::Half: case c10::ScalarType::BFloat16: case c10::ScalarType::Float:
-    case c10::ScalarType::Double:
-      return true;
-    default:
-      return false;
-  }
+tpurt_dtype_t to_tpurt_dtype(c10::ScalarType type, const char* op) {
+  tpurt_dtype_t d = map_dtype(type);
+  TORCH_CHECK_NOT_IMPLEMENTED(d != TPURT_DTYPE_INVALID, op, ": dtype ", type,
+                              " is not supported on the tpu device");
+  return d;
 }
+
+static bool is_supported_dtype(c10::ScalarType type) { return map_dtype(type) != TPURT_DTYPE_INVALID; }
 
 void fill_tensor_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* op) {
   int64_t ndim = t.dim();
