@@ -138,6 +138,19 @@ BENCHES = {
 }
 
 
+def _plugin_benches():
+    """Other parts of the project add benchmarks as bench/bench_<part>.py modules
+    exposing a BENCHES dict in the format above; they run after the core set."""
+    import importlib.util
+    found = {}
+    for path in sorted(HERE.glob("bench_*.py")):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        found.update(getattr(mod, "BENCHES", {}))
+    return found
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default=os.environ.get("TORCH_TPU_BENCH_DEVICE", "tpu"))
@@ -146,6 +159,7 @@ def main(argv=None):
     p.add_argument("--out", default=str(HERE / "results.json"))
     a = p.parse_args(argv)
     load_device(a.device)
+    BENCHES.update(_plugin_benches())
     names = [n for n in BENCHES if not a.only or n in a.only.split(",")]
     results = []
     t_start = time.time()
