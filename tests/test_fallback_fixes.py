@@ -203,3 +203,30 @@ def test_rms_norm_forward_backward(dtype, tol, affine):
 def test_rms_norm_default_eps():
     x = torch.randn(4, 16)
     same(torch.nn.functional.rms_norm(x, [16]), torch.nn.functional.rms_norm(x.to(DEV), [16]), exact=False)
+
+
+def test_direct_structured_ops_keep_cpu_checks(device):
+    """Structured ops (add.Tensor, sub_.Tensor, ...) reach the C kernels without
+    PyTorch's composite wrapper; its C++ meta checks still apply to every new
+    signature, and a rejected signature is never cached."""
+    from torch_tpu import _C
+    assert _C._direct_structured_op_count() > 100
+    i = torch.arange(6, device=device).reshape(2, 3)
+    ic = i.cpu()
+    torch.testing.assert_close(torch.add(i, i, alpha=2).cpu(), torch.add(ic, ic, alpha=2))
+    for _ in range(2):  # the second time would hit a cache entry if one had been made
+        with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
+            torch.add(i, i, alpha=1.5)
+        b = torch.ones(3, device=device, dtype=torch.bool)
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with two bool tensors"):
+            b - b
+        f = torch.ones(2, 3, device=device)
+        with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+            i.add_(f)
+    # the same signatures keep working (and now hit the cache)
+    for _ in range(3):
+        x = torch.randn(2, 3, device=device)
+        xc = x.cpu()
+        torch.testing.assert_close((x * 2 + x).cpu(), xc * 2 + xc)
+        x.mul_(0.5)
+        torch.testing.assert_close(x.cpu(), xc * 0.5)

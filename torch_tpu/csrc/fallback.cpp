@@ -106,6 +106,9 @@ struct OpInfo {
   // kLikeSelf: ops whose output is empty_like(self) (contiguous) but have no meta.
   enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut } meta_via = MetaVia::kSelf;
   bool repeat_interleave = false;  // repeat_interleave.Tensor: output_size from the data
+  // Registered directly for PrivateUse1 in place of PyTorch's structured
+  // CompositeExplicitAutogradNonFunctional wrapper (see "direct structured ops").
+  bool direct = false;
 };
 
 ArgClass classify(const c10::TypePtr& real) {
@@ -236,17 +239,31 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
 }
 
 std::mutex g_ops_mu;
-std::unordered_map<const void*, std::unique_ptr<OpInfo>> g_ops;
+std::unordered_map<const void*, std::unique_ptr<OpInfo>> g_ops;  // never erased: entries live for the process
+std::unordered_set<const void*> g_direct_ops;                     // schemas of the direct structured ops
+
+// A small direct-mapped per-thread cache in front of g_ops, so the hot path
+// takes no lock.
+struct OpInfoSlot {
+  const void* key = nullptr;
+  const OpInfo* info = nullptr;
+};
+thread_local OpInfoSlot t_op_slots[128];
 
 const OpInfo& get_op_info(const c10::OperatorHandle& op) {
   const void* key = &op.schema();
+  OpInfoSlot& slot = t_op_slots[(reinterpret_cast<uintptr_t>(key) >> 4) & 127];
+  if (TPURT_LIKELY(slot.key == key)) return *slot.info;
   std::lock_guard<std::mutex> lock(g_ops_mu);
   auto it = g_ops.find(key);
-  if (TPURT_LIKELY(it != g_ops.end())) return *it->second;
-  auto info = build_op_info(op);
-  const OpInfo& ref = *info;
-  g_ops.emplace(key, std::move(info));
-  return ref;
+  if (it == g_ops.end()) {
+    auto info = build_op_info(op);
+    info->direct = g_direct_ops.count(key) != 0;
+    it = g_ops.emplace(key, std::move(info)).first;
+  }
+  slot.key = key;
+  slot.info = it->second.get();
+  return *slot.info;
 }
 
 // ============================== CPU fallback ==============================
@@ -296,6 +313,9 @@ constexpr size_t kMetaCacheMax = 8192;
 std::mutex g_meta_mu;
 std::unordered_map<uint64_t, std::shared_ptr<const MetaEntry>> g_meta;
 std::atomic<uint64_t> g_meta_hits{0}, g_meta_misses{0};
+// Per-thread direct-mapped front of g_meta (entries are immutable; a slot
+// keeps its entry alive after g_meta drops it).
+thread_local std::shared_ptr<const MetaEntry> t_meta_slots[256];
 
 uint64_t hash_words(const std::vector<int64_t>& w) {
   uint64_t h = 0x243F6A8885A308D3ull ^ w.size();
@@ -766,12 +786,37 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   uint64_t h = 0;
   if (cacheable) {
     h = hash_words(b.key);
-    std::lock_guard<std::mutex> lock(g_meta_mu);
-    auto it = g_meta.find(h);
-    if (it != g_meta.end() && it->second->key == b.key) meta = it->second;
+    std::shared_ptr<const MetaEntry>& slot = t_meta_slots[h & 255];
+    if (slot && slot->key == b.key) {
+      meta = slot;
+    } else {
+      std::lock_guard<std::mutex> lock(g_meta_mu);
+      auto it = g_meta.find(h);
+      if (it != g_meta.end() && it->second->key == b.key) meta = it->second;
+      if (meta) slot = meta;
+    }
   }
   if (meta) {
     g_meta_hits.fetch_add(1, std::memory_order_relaxed);
+  } else if (info.direct) {
+    // First call with this signature: run PyTorch's own structured wrapper
+    // (C++ meta with all its checks, allocation, then our .out kernel), and
+    // remember the output layout only if it succeeded.
+    g_meta_misses.fetch_add(1, std::memory_order_relaxed);
+    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *stack);
+    if (cacheable) {
+      auto entry = std::make_shared<MetaEntry>();
+      entry->key = b.key;
+      const size_t nrets = info.rets.size();
+      for (size_t r = 0; r < nrets; ++r) {
+        const c10::IValue& v = (*stack)[stack->size() - nrets + r];
+        entry->rets.push_back({out_meta(v.isTensor() ? v.toTensor() : at::Tensor())});
+      }
+      std::lock_guard<std::mutex> lock(g_meta_mu);
+      if (g_meta.size() >= kMetaCacheMax) g_meta.clear();
+      g_meta[h] = entry;
+    }
+    return;
   } else {
     g_meta_misses.fetch_add(1, std::memory_order_relaxed);
     std::shared_ptr<const MetaEntry> fresh;
@@ -1117,6 +1162,76 @@ void set_cpu_fallback_enabled(bool enabled) { g_cpu_fallback.store(enabled); }
 at::Tensor rms_norm_tpu(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                        const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   return std::get<0>(at::_fused_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps));
+}
+
+// ============================ direct structured ops ============================
+// PyTorch serves a structured op's functional and in-place forms (add.Tensor,
+// mul_.Tensor, ...) on a new backend through a CompositeExplicitAutogradNonFunctional
+// wrapper: C++ meta (TensorIterator), allocation, then a second dispatch of the
+// .out form. That wrapper costs as much as the whole rest of our path. For the
+// ops with a C kernel we register the fallback directly, so a call is one
+// dispatch and one cached layout lookup. The checks the wrapper's C++ meta
+// makes are kept: the first call of each signature (arguments' dtypes, sizes,
+// strides and scalar values) runs the wrapper itself, and only a signature
+// that succeeded is cached. (PyTorch's Python meta registrations, which the
+// ordinary path would consult, skip some of those checks: sub on bool, ...)
+
+namespace {
+
+bool qualifies_direct(const c10::OperatorHandle& op) {
+  if (!op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) return false;
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) return false;
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.is_mutable() && !schema.is_mutable({c10::SchemaArgType::input, 0})) return false;
+  for (const auto& a : schema.arguments())
+    if (a.is_out()) return false;
+  const c10::OperatorName& name = op.operator_name();
+  std::string base = kernel_base_name(name);
+  // copy: ours is native; pow: x ** 0 / ** 1 are special-cased on the .out path.
+  if (base == "copy" || base == "pow" || base == "index" || base == "index_put") return false;
+  const tpurt_op_def_t* def = find_kernel(base, name.overload_name);
+  if (!def) return false;
+  if (def->flags & TPURT_OP_RANDOM) return false;
+  if (schema.returns().empty()) return false;
+  for (const auto& r : schema.returns()) {
+    bool is_list = false;
+    if (!is_tensor_type(r.type(), &is_list) || is_list) return false;
+    if (r.alias_info() && !r.alias_info()->isWrite()) return false;  // a view
+  }
+  return true;
+}
+
+std::unique_ptr<torch::Library> g_direct_lib;
+
+}  // namespace
+
+// Called once from the module's init, after every static registration of this
+// library (ours in other files included) is in place.
+void register_direct_structured_ops() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (const char* e = std::getenv("TORCH_TPU_DIRECT_STRUCTURED"); e && std::strcmp(e, "0") == 0) return;
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                           __LINE__);
+    auto& d = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : d.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = d.findOp(name);
+      if (!op || !qualifies_direct(*op)) continue;
+      {
+        std::lock_guard<std::mutex> lock(g_ops_mu);
+        g_direct_ops.insert(&op->schema());
+      }
+      std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+      lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+    }
+    g_direct_lib = std::move(lib);
+  });
+}
+
+size_t direct_structured_op_count() {
+  std::lock_guard<std::mutex> lock(g_ops_mu);
+  return g_direct_ops.size();
 }
 
 MetaCacheStats meta_cache_stats() {

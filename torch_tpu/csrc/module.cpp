@@ -45,6 +45,8 @@ py::dict device_info(int64_t device) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu C++ layer: PrivateUse1 registrations over the tpurt runtime";
+  torch_tpu::register_direct_structured_ops();
+  m.def("_direct_structured_op_count", [] { return torch_tpu::direct_structured_op_count(); });
 
   m.def("_init", [] { torch_tpu::ensure_init(); });
   m.def("_device_count", [] { return torch_tpu::device_count_noexcept(); });

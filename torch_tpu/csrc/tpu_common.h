@@ -98,6 +98,9 @@ struct MetaCacheStats {
   uint64_t hits, misses, size;
 };
 MetaCacheStats meta_cache_stats();
+// Registers the fallback directly for structured ops with a C kernel (fallback.cpp).
+void register_direct_structured_ops();
+size_t direct_structured_op_count();
 
 // Maps a tpu dtype; throws NotImplementedError naming `op` for others.
 tpurt_dtype_t to_tpurt_dtype(c10::ScalarType type, const char* op);
