@@ -230,3 +230,17 @@ def test_direct_structured_ops_keep_cpu_checks(device):
         torch.testing.assert_close((x * 2 + x).cpu(), xc * 2 + xc)
         x.mul_(0.5)
         torch.testing.assert_close(x.cpu(), xc * 0.5)
+
+
+@pytest.mark.parametrize("fn", [lambda v: v.pow_(2), lambda v: v.square_(), lambda v: v.pow_(3.0),
+                                lambda v: torch.pow(v, 2, out=v)])
+def test_written_strided_view_keeps_its_layout(device, fn):
+    """An in-place/out= op on a strided view writes through the view; its
+    strides are not replaced by the contiguous layout meta reports."""
+    x = torch.arange(10.0, device=device)
+    xc = torch.arange(10.0)
+    v, vc = x[::2], xc[::2]
+    fn(v)
+    fn(vc)
+    assert v.stride() == vc.stride()
+    torch.testing.assert_close(x.cpu(), xc)

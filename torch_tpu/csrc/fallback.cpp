@@ -560,11 +560,14 @@ struct BufScope {
   ~BufScope() { --t_depth; }
 };
 
-// Places meta's sizes/strides on a written output (an out= tensor of another
-// shape is resized, as at::native::resize_output does).
+// Places meta's sizes/strides on a written output whose shape differs (an
+// out= tensor of another shape is resized, as at::native::resize_output does).
+// A written tensor of the right shape keeps its strides: it may be a strided
+// view, and meta (or the functional twin used for pow's out=) may report a
+// contiguous layout for it.
 void apply_layout(const at::Tensor& t, const OutMeta& m) {
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  if (impl->sizes().equals(m.sizes) && impl->strides().equals(m.strides)) return;
+  if (impl->sizes().equals(m.sizes)) return;
   size_t need = at::detail::computeStorageNbytes(m.sizes, m.strides, t.element_size(), t.storage_offset());
   c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
   if (need > st->nbytes()) resize_storage_bytes(st, need);
