@@ -371,11 +371,9 @@ def test_execution_modes():
     finally:
         em.eager_mode = em.EagerMode.STRICT
     assert _C._get_exec_mode() == 0
-    with pytest.raises(NotImplementedError, match="DEFER_AND_FUSE is not built yet"):
-        em.eager_mode = em.EagerMode.DEFER_AND_FUSE
-    with pytest.raises(NotImplementedError):
-        with em.set_eager_mode(em.EagerMode.DEFER_AND_FUSE):
-            pass
+    with em.set_eager_mode(em.EagerMode.DEFER_AND_FUSE):
+        assert _C._get_exec_mode() == 2 and em.eager_mode is em.EagerMode.DEFER_AND_FUSE
+        assert (torch.ones(3, device="tpu") * 2 + 1).cpu().tolist() == [3, 3, 3]
     assert em.eager_mode is em.EagerMode.STRICT
     with pytest.raises(ValueError):
         em.eager_mode = "fastest"

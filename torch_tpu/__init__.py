@@ -10,7 +10,7 @@ guard, generator, the boxed fallback into the C op table), installs torch.tpu an
 import os
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+__all__ = ["__version__", "EagerMode", "eager_mode", "get_eager_mode", "set_eager_mode"]
 
 _registered = False
 _load_error = None  # why the device is unavailable, when autoload could not load the build
@@ -77,6 +77,30 @@ def _register_or_warn() -> None:
 def _autoload() -> None:
     """Entry point of the `torch.backends` group: `import torch` calls it."""
     _register_or_warn()
+
+
+# ---- eager modes (torch_tpu/_internal/execution_mode.py has the rules) ----
+from torch_tpu._internal.execution_mode import EagerMode  # noqa: E402  (stdlib only: safe before torch)
+
+
+def set_eager_mode(mode) -> None:
+    """Switches the eager mode of this process: "strict" (default, asynchronous), "debug" (synchronous,
+    checked) or "defer_and_fuse" (or an EagerMode). Waits for pending work first."""
+    from torch_tpu._internal import execution_mode
+    execution_mode._set(mode)
+
+
+def get_eager_mode():
+    """The eager mode in force (an EagerMode: STRICT, DEBUG or DEFER_AND_FUSE)."""
+    from torch_tpu._internal import execution_mode
+    return execution_mode.get_eager_mode()
+
+
+def eager_mode(mode):
+    """Context manager (or decorator) running its body in `mode`, then restoring the previous mode:
+    `with torch_tpu.eager_mode("debug"): ...`"""
+    from torch_tpu._internal import execution_mode
+    return execution_mode.eager_mode_scope(mode)
 
 
 import torch  # noqa: E402  (may run _autoload above)

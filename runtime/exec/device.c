@@ -10,6 +10,7 @@
 
 #include "base/bytes.h"
 #include "base/log.h"
+#include "exec/debug.h"
 #include "exec/exec_internal.h"
 
 #define DEFAULT_HBM_BYTES ((uint64_t)16 << 30)
@@ -97,7 +98,10 @@ static void init_once(void) {
   tpurt_status_t s = TPURT_OK;
   pthread_atfork(NULL, NULL, on_fork_child);
   const char* blocking = getenv("TPU_LAUNCH_BLOCKING");
-  if (blocking && blocking[0] == '1') atomic_store(&g_exec_mode, TPURT_EXEC_DEBUG);
+  if (blocking && blocking[0] == '1') {
+    atomic_store(&g_exec_mode, TPURT_EXEC_DEBUG);
+    tpurt_debug_set_protecting(true); /* no buffers yet: only the flag */
+  }
 
   int num_chips = 1;
   s = env_int("TORCH_TPU_NUM_CHIPS", 1, MAX_CHIPS, &num_chips);
@@ -182,7 +186,15 @@ tpurt_queue_t* tpurt_device_default_queue(tpurt_device_t* d) { return d ? d->def
  * explicit choice (nor be missed by an early query). */
 void tpurt_exec_mode_set(tpurt_exec_mode_t mode) {
   pthread_once(&g_once, init_once);
-  if (mode >= TPURT_EXEC_STRICT && mode <= TPURT_EXEC_DEFER_AND_FUSE) atomic_store(&g_exec_mode, mode);
+  if (mode < TPURT_EXEC_STRICT || mode > TPURT_EXEC_DEFER_AND_FUSE) return;
+  int old = atomic_exchange(&g_exec_mode, mode);
+  if ((old == TPURT_EXEC_DEBUG) == (mode == TPURT_EXEC_DEBUG)) return;
+  /* Debug mode keeps live guarded buffers inaccessible outside the runtime's
+   * own windows (exec/debug.c rule 5). Entering it: work queued before may
+   * still use them, so the chips go idle first; leaving it opens them all. */
+  if (mode == TPURT_EXEC_DEBUG)
+    for (int i = 0; i < g_num_devices; ++i) tpurt_device_wait_idle(g_devices[i]);
+  tpurt_debug_set_protecting(mode == TPURT_EXEC_DEBUG);
 }
 
 tpurt_exec_mode_t tpurt_exec_mode_get(void) {
@@ -211,6 +223,17 @@ static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
    * kept by the queue surfaces here, as at any sync point. */
   tpurt_queue_wait_point(q, tpurt_queue_point(q));
   TPURT_RETURN_IF_ERROR(tpurt_queue_take_error(q));
+  if (TPURT_UNLIKELY(tpurt_exec_mode_get() == TPURT_EXEC_DEBUG || tpurt_debug_protecting())) {
+    /* Debug mode: a stray touch of device memory by host code since the
+     * last op is reported here (a sync point); then the copy opens its
+     * buffer for exactly its memcpy (exec/debug.c rule 5). */
+    tpurt_status_t v = tpurt_debug_take_violation();
+    if (v) return tpurt_status_annotate(v, "%s", what);
+    uintptr_t w = tpurt_debug_access_begin(dev_ptr);
+    memcpy(dst, src, bytes);
+    tpurt_debug_access_end(w);
+    return TPURT_OK;
+  }
   memcpy(dst, src, bytes);
   return TPURT_OK;
 }

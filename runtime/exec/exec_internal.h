@@ -76,6 +76,10 @@ struct tpurt_queue_t {
   struct tpurt_queue_t* next; /* device's queue list, under device->queues_lock */
   struct tpurt_queue_t* prev;
   void* alloc_pools; /* the caching allocator's free-block pools for this queue */
+  /* DeferAndFuse (queue.c / fuse.c): the pending graph, under submit_lock,
+   * and how many queue points it holds (read without the lock: 0 = none). */
+  void* defer;
+  _Atomic uint64_t defer_points;
 };
 
 tpurt_status_t tpurt_queue_create_internal(tpurt_device_t* device, uint64_t id, int priority,
@@ -96,6 +100,10 @@ void tpurt_device_wait_idle(tpurt_device_t* d);
 tpurt_status_t tpurt_queue_take_error(tpurt_queue_t* q);
 /* The queue whose worker is the calling thread, or NULL. */
 tpurt_queue_t* tpurt_queue_current(void);
+/* DeferAndFuse: the host freed the block [ptr, ptr + bytes) owned by `q`;
+ * a pending graph on q learns that it is dead from here on (allocator.c
+ * calls this before the block can be handed out again). */
+void tpurt_queue_defer_note_free(tpurt_queue_t* q, void* ptr, size_t bytes);
 /* Queues an event-record command and points the event at it (queue, point).
  * The worker stamps the event's time (under event->lock) when it gets there. */
 tpurt_status_t tpurt_queue_push_record(tpurt_queue_t* q, tpurt_event_t* event);

@@ -6,14 +6,20 @@
  * Strict mode: submit returns at once; the first kernel error is kept and
  * returned (and cleared) by the next synchronize / host copy. Debug mode: the
  * queue is drained, then the kernel runs on the calling thread and its status
- * is returned. DeferAndFuse behaves as Strict until the fusion engine lands. */
+ * is returned. DeferAndFuse: kernels (and device copies) are recorded into the
+ * queue's pending graph instead (exec/fuse.h), which counts as submitted (its
+ * records hold queue points) and is flushed into the ring as one command
+ * whenever anything else is queued or anyone waits for the queue, and at a
+ * size limit; the worker then plans and runs it (fuse.c, with fusion). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/futex.h"
 #include "base/thread.h"
+#include "exec/debug.h" /* run_debug's checked runner (issue 4) */
 #include "exec/exec_internal.h"
+#include "exec/fuse.h"
 
 #define RING_BYTES ((uint64_t)2 << 20)
 #define CMD_ALIGN 64u
@@ -34,12 +40,14 @@ typedef enum cmd_kind_e {
   CMD_HOST_FN,
   CMD_EVENT_RECORD,
   CMD_EVENT_WAIT,
+  CMD_PROGRAM, /* a flushed DeferAndFuse pending graph */
 } cmd_kind_t;
 
 typedef struct cmd_t {
   uint32_t kind;
   uint32_t external; /* kernel payload malloc'd (free after running) */
   uint64_t size;     /* ring bytes this command occupies */
+  uint64_t points;   /* queue points it completes (1; a program: its records') */
   union {
     struct {
       tpurt_kernel_fn_t fn;
@@ -63,6 +71,9 @@ typedef struct cmd_t {
       tpurt_queue_t* src;
       uint64_t point;
     } wait;
+    struct {
+      tpurt_defer_list_t* list;
+    } program;
   } u;
 } cmd_t;
 
@@ -75,8 +86,19 @@ tpurt_queue_t* tpurt_queue_current(void) { return tls_queue; }
 
 /* ---- waiting ---- */
 
+static void defer_flush_locked(tpurt_queue_t* q);
+
+/* Someone is about to wait for q: pending deferred work must reach the ring. */
+static void defer_flush(tpurt_queue_t* q) {
+  if (TPURT_LIKELY(atomic_load_explicit(&q->defer_points, memory_order_acquire) == 0)) return;
+  pthread_mutex_lock(&q->submit_lock);
+  defer_flush_locked(q);
+  pthread_mutex_unlock(&q->submit_lock);
+}
+
 void tpurt_queue_wait_point(tpurt_queue_t* q, uint64_t point) {
   if (tpurt_queue_point_reached(q, point) || tls_queue == q) return;
+  defer_flush(q);
   uint64_t t0 = tpurt_now_ns();
   for (unsigned i = 1; i < 4096; ++i) {
     tpurt_spin_step();
@@ -157,9 +179,14 @@ static void execute(tpurt_queue_t* q, cmd_t* c) {
       if (c->external) free(c->u.kernel.payload);
       break;
     }
-    case CMD_COPY:
+    case CMD_COPY: {
+      /* Debug mode (issue 4, exec/debug.c rule 5): the copy opens its buffers; else a no-op. */
+      uintptr_t w0 = tpurt_debug_access_begin(c->u.copy.dst), w1 = tpurt_debug_access_begin(c->u.copy.src);
       device_copy(q->device, c->u.copy.dst, c->u.copy.src, c->u.copy.bytes);
+      tpurt_debug_access_end(w1);
+      tpurt_debug_access_end(w0);
       break;
+    }
     case CMD_HOST_FN:
       c->u.host.fn(c->u.host.user);
       break;
@@ -176,6 +203,15 @@ static void execute(tpurt_queue_t* q, cmd_t* c) {
       tpurt_queue_wait_point(c->u.wait.src, c->u.wait.point);
       tpurt_queue_release(c->u.wait.src);
       break;
+    case CMD_PROGRAM: {
+      tpurt_kernel_ctx_t ctx = {.pool = q->device->pool,
+                                .num_threads = q->device->num_threads,
+                                .debug = false,
+                                .scratch = &q->scratch};
+      tpurt_defer_list_run(q, c->u.program.list, &ctx, device_copy, set_error);
+      tpurt_defer_list_free(c->u.program.list);
+      break;
+    }
     default:
       break;
   }
@@ -197,7 +233,7 @@ static void* worker_main(void* arg) {
       head += size;
       atomic_store_explicit(&q->head, head, memory_order_release);
       if (counts) {
-        atomic_fetch_add(&q->completed, 1);
+        atomic_fetch_add(&q->completed, c->points);
         atomic_fetch_add(&q->done_word, 1);
         if (atomic_load(&q->done_waiters)) tpurt_futex_wake_all(&q->done_word);
       }
@@ -247,16 +283,26 @@ static cmd_t* reserve(tpurt_queue_t* q, uint64_t bytes, uint64_t* out_pad) {
   cmd_t* c = (cmd_t*)(q->ring + pos);
   c->size = bytes;
   c->external = 0;
+  c->points = 1;
   *out_pad = total - bytes; /* published together with the command */
   return c;
 }
 
+static uint64_t publish_points(tpurt_queue_t* q, cmd_t* c, uint64_t bytes, uint64_t pad,
+                               uint64_t new_points);
 static uint64_t publish(tpurt_queue_t* q, cmd_t* c, uint64_t bytes, uint64_t pad) {
+  return publish_points(q, c, bytes, pad, 1);
+}
+
+/* Publishes c, adding new_points to the submitted count (0 for a program
+ * whose records were counted when they were deferred). */
+static uint64_t publish_points(tpurt_queue_t* q, cmd_t* c, uint64_t bytes, uint64_t pad,
+                               uint64_t new_points) {
   /* submit_lock makes this thread the only writer of submitted/tail, so plain
    * stores do; the tail store is seq_cst because it must be ordered before
    * the load of worker_sleeping (the worker does the mirror image: store
    * sleeping, then re-check tail), so one side always sees the other. */
-  uint64_t point = atomic_load_explicit(&q->submitted, memory_order_relaxed) + 1;
+  uint64_t point = atomic_load_explicit(&q->submitted, memory_order_relaxed) + new_points;
   atomic_store_explicit(&q->submitted, point, memory_order_release);
   atomic_store(&q->tail, atomic_load_explicit(&q->tail, memory_order_relaxed) + bytes + pad);
   if (atomic_load(&q->worker_sleeping)) {
@@ -270,6 +316,7 @@ static uint64_t publish(tpurt_queue_t* q, cmd_t* c, uint64_t bytes, uint64_t pad
 static uint64_t push_simple(tpurt_queue_t* q, const cmd_t* proto) {
   uint64_t bytes = ALIGN_UP(sizeof(cmd_t), CMD_ALIGN);
   pthread_mutex_lock(&q->submit_lock);
+  defer_flush_locked(q);
   uint64_t pad;
   cmd_t* c = reserve(q, bytes, &pad);
   c->kind = proto->kind;
@@ -420,9 +467,94 @@ static tpurt_status_t run_debug(tpurt_queue_t* q, const tpurt_op_def_t* op,
                             .num_threads = q->device->num_threads,
                             .debug = true,
                             .scratch = &scratch};
-  tpurt_status_t s = tpurt_kernel_ctx_invoke(&ctx, op->fn, call);
+  /* Debug mode's checks (guards, NaN/Inf) around the kernel: exec/debug.c. */
+  tpurt_status_t s = tpurt_debug_run_kernel(&ctx, op->fn, call);
   tpurt_scratch_deinit(&scratch);
   return s;
+}
+
+/* ---- DeferAndFuse recording ---- */
+
+/* Size limit of a pending graph: past DEFER_SOFT_POINTS it is flushed at the
+ * next record that cannot join a fused chain (so the cut falls at the same
+ * place every training step and never splits a chain); past
+ * DEFER_HARD_POINTS or DEFER_MAX_BYTES it is flushed at once. Small enough
+ * that the device starts while the host is still recording. */
+#define DEFER_SOFT_POINTS 64
+#define DEFER_HARD_POINTS 1024
+#define DEFER_MAX_BYTES ((uint64_t)8 << 20)
+
+/* Hands the pending graph to the worker as one ring command. submit_lock held. */
+static void defer_flush_locked(tpurt_queue_t* q) {
+  tpurt_defer_list_t* list = q->defer;
+  if (!list) return;
+  q->defer = NULL;
+  uint64_t points = list->points;
+  if (points == 0) { /* free markers only: nothing to run */
+    tpurt_defer_list_free(list);
+    return;
+  }
+  uint64_t bytes = ALIGN_UP(sizeof(cmd_t), CMD_ALIGN);
+  uint64_t pad;
+  cmd_t* c = reserve(q, bytes, &pad);
+  c->kind = CMD_PROGRAM;
+  c->points = points;
+  c->u.program.list = list;
+  publish_points(q, c, bytes, pad, 0);
+  atomic_store_explicit(&q->defer_points, 0, memory_order_release);
+}
+
+/* The list to record into (created on first use), or NULL without memory. submit_lock held. */
+static tpurt_defer_list_t* defer_list(tpurt_queue_t* q) {
+  if (!q->defer) q->defer = tpurt_defer_list_new();
+  return q->defer;
+}
+
+/* A record now stands for one more queue point. submit_lock held. */
+static void defer_count_point(tpurt_queue_t* q, tpurt_defer_list_t* list, bool fusable) {
+  list->points++;
+  atomic_store_explicit(&q->submitted, atomic_load_explicit(&q->submitted, memory_order_relaxed) + 1,
+                        memory_order_release);
+  atomic_store_explicit(&q->defer_points, list->points, memory_order_release);
+  if ((list->points >= DEFER_SOFT_POINTS && !fusable) || list->points >= DEFER_HARD_POINTS ||
+      list->arena_bytes >= DEFER_MAX_BYTES)
+    defer_flush_locked(q);
+}
+
+static tpurt_status_t defer_kernel(tpurt_queue_t* q, const tpurt_op_def_t* op,
+                                   const tpurt_op_call_t* call) {
+  uint64_t payload = call_payload_size(call);
+  pthread_mutex_lock(&q->submit_lock);
+  tpurt_defer_list_t* list = defer_list(q);
+  uint8_t* buf = list ? tpurt_defer_list_alloc(list, payload) : NULL;
+  tpurt_defer_rec_t* r = buf ? tpurt_defer_list_push(list) : NULL;
+  if (!r) {
+    pthread_mutex_unlock(&q->submit_lock);
+    return TPURT_STATUS(RESOURCE_EXHAUSTED, "submit_kernel %s: out of host memory recording it",
+                        call->name ? call->name : "?");
+  }
+  r->kind = TPURT_DEFER_KERNEL;
+  r->op = op;
+  call_copy(call, buf, &r->call);
+  list->num_kernels++;
+  tpurt_fuse_note_recorded();
+  defer_count_point(q, list, tpurt_fuse_op_fusable(op));
+  pthread_mutex_unlock(&q->submit_lock);
+  return TPURT_OK;
+}
+
+void tpurt_queue_defer_note_free(tpurt_queue_t* q, void* ptr, size_t bytes) {
+  /* Only a pending graph on q can care; none is the common case. */
+  if (!q || atomic_load_explicit(&q->defer_points, memory_order_acquire) == 0) return;
+  pthread_mutex_lock(&q->submit_lock);
+  tpurt_defer_list_t* list = q->defer;
+  tpurt_defer_rec_t* r = list && list->points ? tpurt_defer_list_push(list) : NULL;
+  if (r) { /* without memory for the marker the block just stays "live": safe */
+    r->kind = TPURT_DEFER_FREE;
+    r->dst = ptr;
+    r->bytes = bytes;
+  }
+  pthread_mutex_unlock(&q->submit_lock);
 }
 
 tpurt_status_t tpurt_queue_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t* op,
@@ -431,7 +563,10 @@ tpurt_status_t tpurt_queue_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t*
     return TPURT_STATUS(INVALID_ARGUMENT, "submit_kernel: NULL queue, op, kernel or call");
   TPURT_RETURN_IF_FORKED();
   TPURT_RETURN_IF_ERROR(validate_call(call));
-  if (tpurt_exec_mode_get() == TPURT_EXEC_DEBUG) return run_debug(q, op, call);
+  tpurt_exec_mode_t mode = tpurt_exec_mode_get();
+  if (mode == TPURT_EXEC_DEFER_AND_FUSE) return defer_kernel(q, op, call);
+  defer_flush(q); /* work deferred before a mode switch runs first */
+  if (mode == TPURT_EXEC_DEBUG) return run_debug(q, op, call);
 
   uint64_t payload = call_payload_size(call);
   bool external = payload > RING_MAX_INLINE;
@@ -465,6 +600,21 @@ tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* q, void* dst, const void* 
     return TPURT_STATUS(INVALID_ARGUMENT,
                         "submit_copy: [%p, +%zu) -> [%p, +%zu) is not inside device memory", src,
                         bytes, dst, bytes);
+  if (tpurt_exec_mode_get() == TPURT_EXEC_DEFER_AND_FUSE) {
+    pthread_mutex_lock(&q->submit_lock);
+    tpurt_defer_list_t* list = defer_list(q);
+    tpurt_defer_rec_t* r = list ? tpurt_defer_list_push(list) : NULL;
+    if (r) {
+      r->kind = TPURT_DEFER_COPY;
+      r->dst = dst;
+      r->src = src;
+      r->bytes = bytes;
+      defer_count_point(q, list, false);
+    }
+    pthread_mutex_unlock(&q->submit_lock);
+    if (r) return TPURT_OK;
+    /* no host memory for a record: queue it directly (push_simple flushes first) */
+  }
   cmd_t proto = {.kind = CMD_COPY, .u.copy = {dst, src, bytes}};
   push_simple(q, &proto);
   return TPURT_OK;
@@ -483,6 +633,7 @@ tpurt_status_t tpurt_queue_push_record(tpurt_queue_t* q, tpurt_event_t* event) {
   tpurt_queue_retain(q);
   uint64_t bytes = ALIGN_UP(sizeof(cmd_t), CMD_ALIGN);
   pthread_mutex_lock(&q->submit_lock);
+  defer_flush_locked(q);
   uint64_t pad;
   cmd_t* c = reserve(q, bytes, &pad);
   uint64_t point = atomic_load(&q->submitted) + 1; /* this command's, once published */
@@ -580,6 +731,7 @@ static void queue_free(tpurt_queue_t* q) {
   if (q->next) q->next->prev = q->prev;
   pthread_mutex_unlock(&d->queues_lock);
   tpurt_allocator_queue_detach(d->allocator, q);
+  tpurt_defer_list_free(q->defer); /* free markers at most: waiting flushed the rest */
   tpurt_status_free(q->error);
   tpurt_scratch_deinit(&q->scratch);
   pthread_mutex_destroy(&q->submit_lock);
@@ -636,11 +788,22 @@ tpurt_status_t tpurt_queue_synchronize(tpurt_queue_t* q) {
     return TPURT_STATUS(FAILED_PRECONDITION,
                         "queue_synchronize called from the queue's own thread (a host_fn)");
   tpurt_queue_wait_point(q, tpurt_queue_point(q));
-  return take_error(q);
+  tpurt_status_t s = take_error(q);
+  /* Debug mode (issue 4, exec/debug.c rule 5): host code's stray touch of device memory is reported here. */
+  if (!s && TPURT_UNLIKELY(tpurt_debug_protecting())) s = tpurt_debug_take_violation();
+  return s;
 }
 
 bool tpurt_queue_is_idle(tpurt_queue_t* q) {
-  return !q || tpurt_queue_point_reached(q, tpurt_queue_point(q));
+  if (!q) return true;
+  /* A poller must see deferred work start; trylock: the allocator asks while
+   * holding its own lock, and a submitter holding ours will flush anyway. */
+  if (atomic_load_explicit(&q->defer_points, memory_order_acquire) && tls_queue != q &&
+      pthread_mutex_trylock(&q->submit_lock) == 0) {
+    defer_flush_locked(q);
+    pthread_mutex_unlock(&q->submit_lock);
+  }
+  return tpurt_queue_point_reached(q, tpurt_queue_point(q));
 }
 
 /* Retains every live queue of the device into *out (local storage or malloc'd);

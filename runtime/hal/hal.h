@@ -42,7 +42,24 @@ typedef struct tpurt_hal_driver_t {
   /* Optional (NULL: unknown, treated as 0): the largest range memory_alloc
    * could return now. */
   uint64_t (*memory_largest_free)(tpurt_hal_device_t* device);
+  /* Optional (NULL: not supported; Debug mode then runs without memory
+   * guards). Sets how host code may access a page-aligned range of device
+   * memory (TPURT_HAL_ACCESS_* bits; 0 = no access: a touch faults). With
+   * TPURT_HAL_ACCESS_DISCARD the contents are no longer needed and the
+   * physical pages may be released (they read as zero afterwards); with
+   * TPURT_HAL_ACCESS_REMAP the device's own pages are mapped over the range
+   * again first (undoing a page something else mapped there).
+   * Appended for Debug mode's guard pages (exec/debug.c). Thread-safe. */
+  tpurt_status_t (*memory_protect)(tpurt_hal_device_t* device, void* ptr, uint64_t bytes,
+                                   uint32_t access);
 } tpurt_hal_driver_t;
+
+enum {
+  TPURT_HAL_ACCESS_READ = 1u << 0,
+  TPURT_HAL_ACCESS_WRITE = 1u << 1,
+  TPURT_HAL_ACCESS_DISCARD = 1u << 2,
+  TPURT_HAL_ACCESS_REMAP = 1u << 3,
+};
 
 /* Drivers compiled in, by name ("vtpu", "null"); NULL if absent. */
 const tpurt_hal_driver_t* tpurt_hal_driver_find(const char* name);

@@ -1,13 +1,25 @@
-"""The eager execution modes of the tpu device: STRICT (async, default), DEBUG (synchronous, checked),
-DEFER_AND_FUSE (record, fuse, run at sync points; not built yet).
+"""The eager execution modes of the tpu device and how a program selects them.
 
-Spelled as TorchTPU spells it, so ported code works unchanged:
+Modes: STRICT (default: ops queued one by one, asynchronously), DEBUG (synchronous and checked: every
+index bounds-checked, device memory guarded, optional NaN/Inf check; see runtime/exec/debug.c),
+DEFER_AND_FUSE (ops recorded, fused and run at sync points; accepted once the runtime provides it).
+
+Selecting a mode:
+    TORCH_TPU_EAGER_MODE=strict|debug|defer_and_fuse     per process, read at start-up
+    TPU_LAUNCH_BLOCKING=1                                 the same as TORCH_TPU_EAGER_MODE=debug
+    torch_tpu.set_eager_mode("debug")                     for the process, from Python
+    with torch_tpu.eager_mode("debug"): ...               for a scope (also a decorator;
+                                                          em.eager_mode_scope here)
+    torch_tpu.get_eager_mode()                            -> EagerMode.STRICT / DEBUG / DEFER_AND_FUSE
+TorchTPU's spellings work unchanged:
     from torch_tpu._internal import execution_mode as em
     em.eager_mode = em.EagerMode.DEBUG          # switches the mode of this process
     with em.set_eager_mode(em.EagerMode.DEBUG):  # switches it for a scope
         ...
-The mode itself lives in the C runtime (_C._get_exec_mode / _C._set_exec_mode); this module only
-names it. TPU_LAUNCH_BLOCKING=1 selects DEBUG at start-up.
+A switch first waits for the work queued under the old mode (on every chip), so no op runs under
+rules it was not issued with; a kernel error still pending surfaces there. The mode itself lives in
+the C runtime (_C._get_exec_mode / _C._set_exec_mode); this module names and switches it. The mode is
+process-wide (as the device is): a scope set in one thread is seen by the others.
 """
 import contextlib
 import enum
@@ -18,7 +30,7 @@ import warnings
 
 
 class EagerMode(enum.IntEnum):
-    # Values are the C runtime's mode numbers (_C._set_exec_mode).
+    # Values are the C runtime's mode numbers (_C._set_exec_mode, tpurt_exec_mode_t).
     STRICT = 0
     DEBUG = 1
     DEFER_AND_FUSE = 2
@@ -28,7 +40,9 @@ class EagerMode(enum.IntEnum):
 
 
 # Flipped to True by the DeferAndFuse implementation once the C runtime runs deferred graphs.
-_DEFER_AND_FUSE_AVAILABLE = False
+_DEFER_AND_FUSE_AVAILABLE = True
+
+ENV_MODE = "TORCH_TPU_EAGER_MODE"
 
 
 def _c():
@@ -36,11 +50,18 @@ def _c():
     return _C
 
 
+def _defer_and_fuse_available():
+    """The one place that decides whether DEFER_AND_FUSE is accepted (see _DEFER_AND_FUSE_AVAILABLE)."""
+    return _DEFER_AND_FUSE_AVAILABLE
+
+
 def _coerce(mode):
     if isinstance(mode, EagerMode):
         return mode
     if isinstance(mode, str):
         key = mode.strip().upper().replace("-", "_")
+        if key.startswith("EAGERMODE."):
+            key = key[len("EAGERMODE."):]
         aliases = {"DEFERANDFUSE": "DEFER_AND_FUSE", "DEFER": "DEFER_AND_FUSE", "FUSE": "DEFER_AND_FUSE"}
         key = aliases.get(key, key)
         if key in EagerMode.__members__:
@@ -50,8 +71,8 @@ def _coerce(mode):
             return EagerMode(mode)
         except ValueError:
             pass
-    raise ValueError(f"unknown eager mode {mode!r}; expected one of "
-                     f"{', '.join('EagerMode.' + m.name for m in EagerMode)}")
+    raise ValueError(f"unknown eager mode {mode!r}; expected one of 'strict', 'debug', 'defer_and_fuse' "
+                     f"(or {', '.join('EagerMode.' + m.name for m in EagerMode)})")
 
 
 def get_eager_mode():
@@ -59,41 +80,116 @@ def get_eager_mode():
     return EagerMode(_c()._get_exec_mode())
 
 
+def _synchronize_all(c):
+    import torch  # noqa: F401  (the C++ layer needs torch loaded)
+    for index in range(c._device_count()):
+        c._synchronize(index)
+
+
 def _set(mode):
     mode = _coerce(mode)
-    if mode is EagerMode.DEFER_AND_FUSE and not _DEFER_AND_FUSE_AVAILABLE:
+    if mode is EagerMode.DEFER_AND_FUSE and not _defer_and_fuse_available():
         raise NotImplementedError(
             "torch_tpu: eager mode DEFER_AND_FUSE is not built yet; use EagerMode.STRICT (default, "
             "asynchronous) or EagerMode.DEBUG (synchronous, checked)")
-    # Pending work was queued under the old mode's rules; finish it before switching.
-    import torch
     c = _c()
-    c._synchronize(torch._C._accelerator_getDeviceIndex())
+    if mode == c._get_exec_mode():
+        return
+    # Pending work was queued under the old mode's rules; finish it before switching. If it failed,
+    # its error is raised here and the mode stays as it was.
+    _synchronize_all(c)
     c._set_exec_mode(int(mode))
 
 
+class set_eager_mode:
+    """Switches the eager mode of the process at once; used as a context manager (`with
+    em.set_eager_mode(...)`), it restores the previous mode on exit, as torch.set_grad_enabled does."""
+
+    def __init__(self, mode):
+        self.previous = get_eager_mode()
+        self.mode = _coerce(mode)
+        _set(self.mode)
+
+    def __enter__(self):
+        return self.mode
+
+    def __exit__(self, *exc):
+        _restore(self.previous)
+        return False
+
+    def __repr__(self):
+        return f"set_eager_mode({self.mode})"
+
+
+def _restore(previous):
+    """Back to `previous` at the end of a scope: the switch happens even when the scope's pending
+    work failed (that error is raised after switching), so a failed scope cannot leak its mode."""
+    try:
+        _set(previous)
+    except Exception:
+        _c()._set_exec_mode(int(previous))
+        raise
+
+
 @contextlib.contextmanager
-def set_eager_mode(mode):
-    """Context manager: run the enclosed code in `mode`, then restore the previous mode."""
+def eager_mode_scope(mode):
+    """Context manager (and decorator): run the enclosed code in `mode`, then restore the previous
+    mode. `with torch_tpu.eager_mode("debug"): ...`"""
     previous = get_eager_mode()
     _set(mode)
     try:
-        yield
+        yield _coerce(mode)
     finally:
-        _set(previous)
+        _restore(previous)
+
+
+def _mode_from_env():
+    """The mode the environment asks for, or None. TORCH_TPU_EAGER_MODE wins over the older switches
+    (TPU_LAUNCH_BLOCKING=1, TORCH_TPU_DEFER_AND_FUSE=1); a conflict is warned about."""
+    blocking = os.environ.get("TPU_LAUNCH_BLOCKING", "0") == "1"
+    explicit = os.environ.get(ENV_MODE, "").strip()
+    if explicit:
+        try:
+            mode = _coerce(explicit)
+        except ValueError:
+            # Raising would leave the device half-registered under autoload; say it and go on.
+            warnings.warn(f"torch_tpu: {ENV_MODE}={explicit!r} ignored: expected strict, debug or "
+                          f"defer_and_fuse", RuntimeWarning, stacklevel=3)
+            return EagerMode.DEBUG if blocking else None
+        if blocking and mode is not EagerMode.DEBUG:
+            warnings.warn(f"torch_tpu: TPU_LAUNCH_BLOCKING=1 ignored: {ENV_MODE}={explicit} selects "
+                          f"{mode}", RuntimeWarning, stacklevel=3)
+        return mode
+    if blocking:
+        return EagerMode.DEBUG
+    if os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") == "1":
+        return EagerMode.DEFER_AND_FUSE
+    return None
 
 
 def _init_from_env():
-    """Applies TPU_LAUNCH_BLOCKING / TORCH_TPU_DEFER_AND_FUSE at start-up (called by torch_tpu)."""
-    if os.environ.get("TPU_LAUNCH_BLOCKING", "0") == "1":
-        _set(EagerMode.DEBUG)
-    elif os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") == "1":
-        if _DEFER_AND_FUSE_AVAILABLE:
-            _set(EagerMode.DEFER_AND_FUSE)
-        else:
-            # Failing here would fail `import torch` itself (autoload); say it and stay STRICT.
-            warnings.warn("torch_tpu: TORCH_TPU_DEFER_AND_FUSE=1 ignored: eager mode DEFER_AND_FUSE is "
-                          "not built yet; running in STRICT mode", RuntimeWarning, stacklevel=2)
+    """Applies TORCH_TPU_EAGER_MODE / TPU_LAUNCH_BLOCKING / TORCH_TPU_DEFER_AND_FUSE at start-up
+    (called by torch_tpu). A bad value is warned about and ignored."""
+    mode = _mode_from_env()
+    if mode is None:
+        return
+    if mode is EagerMode.DEFER_AND_FUSE and not _defer_and_fuse_available():
+        # Failing here would fail `import torch` itself (autoload); say it and stay STRICT.
+        warnings.warn("torch_tpu: eager mode DEFER_AND_FUSE requested by the environment is not built "
+                      "yet; running in STRICT mode", RuntimeWarning, stacklevel=2)
+        _set(EagerMode.STRICT)
+        return
+    _set(mode)
+
+
+def fusion_stats():
+    """DeferAndFuse counters since start (or fusion_stats_reset()): ops recorded, flushes, kernels
+    launched, fused kernels, kernels built, cache hits (memory / disk), stores skipped, fallbacks."""
+    return dict(_c()._fusion_stats())
+
+
+def fusion_stats_reset():
+    _c()._fusion_stats_reset()
 
 
 class _ExecutionModeModule(types.ModuleType):
@@ -110,4 +206,5 @@ class _ExecutionModeModule(types.ModuleType):
 
 sys.modules[__name__].__class__ = _ExecutionModeModule
 
-__all__ = ["EagerMode", "eager_mode", "get_eager_mode", "set_eager_mode"]
+__all__ = ["EagerMode", "eager_mode", "eager_mode_scope", "fusion_stats", "fusion_stats_reset",
+           "get_eager_mode", "set_eager_mode"]

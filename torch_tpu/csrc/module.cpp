@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include "tpu_common.h"
+#include "tpurt/debug.h"
 
 namespace py = pybind11;
 
@@ -121,4 +122,72 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("_device_info", &device_info, py::arg("device") = -1);
+
+  // ---- Debug mode (runtime/exec/debug.c) ----
+  m.def("_debug_set_nan_check", [](int mode) { tpurt_debug_set_nan_check(mode); });
+  m.def("_debug_get_nan_check", [] { return tpurt_debug_nan_check(); });
+  m.def("_debug_stats", [] {
+    tpurt_debug_stats_t s{};
+    tpurt_debug_stats(&s);
+    py::dict d;
+    d["violations"] = s.violations;
+    d["patched_pages"] = s.patched_pages;
+    d["guarded_allocs"] = s.guarded_allocs;
+    d["quarantined_bytes"] = s.quarantined_bytes;
+    return d;
+  });
+  // Raises the device memory violation host code caused since the last op, if any.
+  m.def("_debug_check_violation", [] { torch_tpu::check_status(tpurt_debug_take_violation(), "tpu debug"); });
+  // Tests of the guards: runs the deliberately faulty "_debug_touch" kernel over
+  // `nbytes` bytes at device address `ptr` (reads them, or adds 1 to each).
+  m.def(
+      "_debug_touch",
+      [](uint64_t ptr, int64_t nbytes, bool write) {
+        tpurt_tensor_t t{};
+        t.data = reinterpret_cast<void*>(ptr);
+        t.dtype = TPURT_DTYPE_UINT8;
+        t.ndim = 1;
+        t.sizes[0] = nbytes;
+        t.strides[0] = 1;
+        tpurt_arg_t args[2]{};
+        args[0].kind = TPURT_ARG_TENSOR;
+        args[0].v.tensor = &t;
+        args[1].kind = TPURT_ARG_BOOL;
+        args[1].v.b = write;
+        tpurt_op_call_t call{};
+        call.name = "_debug_touch";
+        call.overload = "";
+        call.num_args = 2;
+        call.args = args;
+        tpurt_status_t s;
+        {
+          py::gil_scoped_release no_gil;
+          s = tpurt_queue_submit_kernel(torch_tpu::current_queue(), tpurt_debug_touch_op(), &call);
+          if (!s) s = tpurt_queue_synchronize(torch_tpu::current_queue());
+        }
+        torch_tpu::check_status(s, "aten::_debug_touch");
+      },
+      py::arg("ptr"), py::arg("nbytes"), py::arg("write") = false);
+  // DeferAndFuse statistics and switches (runtime/exec/fuse.c).
+  m.def("_fusion_stats", [] {
+    tpurt_fuse_stats_t st;
+    tpurt_fuse_stats_get(&st);
+    py::dict d;
+    d["ops_recorded"] = st.ops_recorded;
+    d["flushes"] = st.flushes;
+    d["kernels_launched"] = st.kernels_launched;
+    d["fused_kernels"] = st.fused_groups;
+    d["fused_ops"] = st.fused_ops;
+    d["fused_built"] = st.fused_built;
+    d["cache_hits"] = st.cache_hits;
+    d["disk_hits"] = st.disk_hits;
+    d["stores_skipped"] = st.stores_skipped;
+    d["bytes_skipped"] = st.bytes_skipped;
+    d["fallbacks"] = st.fallbacks;
+    return d;
+  });
+  m.def("_fusion_stats_reset", [] { tpurt_fuse_stats_reset(); });
+  m.def("_fusion_set_enabled", [](bool on) { tpurt_fuse_set_enabled(on); });
+  m.def("_fusion_enabled", [] { return tpurt_fuse_enabled(); });
+  m.def("_fusion_cache_clear", [] { tpurt_fuse_cache_clear(); });
 }

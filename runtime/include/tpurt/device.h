@@ -136,6 +136,31 @@ TPURT_API bool tpurt_event_query(tpurt_event_t* event); /* true when reached (or
 TPURT_API tpurt_status_t tpurt_event_elapsed_ms(tpurt_event_t* start, tpurt_event_t* end,
                                                 float* out_ms);
 
+/* ---- DeferAndFuse (exec/fuse.c) ---- */
+/* Counters since the process started (or the last reset). */
+typedef struct tpurt_fuse_stats_t {
+  uint64_t ops_recorded;     /* kernels deferred instead of queued */
+  uint64_t flushes;          /* pending graphs materialized */
+  uint64_t kernels_launched; /* kernels run at materialization: one per fused group + unfused ones */
+  uint64_t fused_groups;     /* fused kernels run (each counts once in kernels_launched) */
+  uint64_t fused_ops;        /* ops that ran inside fused kernels */
+  uint64_t fused_built;      /* fused kernels built (new signatures planned and stored) */
+  uint64_t cache_hits;       /* fused kernels found in the cache (memory or disk) */
+  uint64_t disk_hits;        /* ... of which were read from the disk cache */
+  uint64_t stores_skipped;   /* intermediate results never written to device memory */
+  uint64_t bytes_skipped;    /* their bytes */
+  uint64_t fallbacks;        /* fused groups rerun unfused (capture did not go as planned) */
+} tpurt_fuse_stats_t;
+TPURT_API void tpurt_fuse_stats_get(tpurt_fuse_stats_t* out_stats);
+TPURT_API void tpurt_fuse_stats_reset(void);
+/* Fusion on (default; TORCH_TPU_FUSE=0 turns it off: records are still
+ * deferred, then run one by one). Tests compare the two. */
+TPURT_API void tpurt_fuse_set_enabled(bool enabled);
+TPURT_API bool tpurt_fuse_enabled(void);
+/* Forgets the in-memory fused-kernel cache (the disk cache stays). */
+TPURT_API void tpurt_fuse_cache_clear(void);
+
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 /* vTPU driver: HBM = one memfd of the chip's capacity, mapped MAP_SHARED and
- * carved by a first-fit coalescing range allocator. */
+ * carved by a first-fit coalescing range allocator; page protection on request
+ * (Debug mode's guard pages). */
 #include "hal/drivers/vtpu/vtpu_driver.h"
 
 #include <errno.h>
@@ -124,6 +125,40 @@ static uint64_t vtpu_memory_largest_free(tpurt_hal_device_t* d) {
   return r;
 }
 
+/* Debug mode's guards (exec/debug.c): mprotect; REMAP maps the memfd's pages
+ * over the range again, undoing a private page the fault handler put there. */
+static tpurt_status_t vtpu_memory_protect(tpurt_hal_device_t* d, void* ptr, uint64_t bytes,
+                                          uint32_t access) {
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t off = (uint64_t)((uint8_t*)ptr - d->base);
+  if ((uint8_t*)ptr < d->base || off % page || bytes % page || off > d->bytes || bytes > d->bytes - off)
+    return TPURT_STATUS(INVALID_ARGUMENT, "vtpu: memory_protect [%p, +%llu) is not a page-aligned "
+                        "range of HBM", ptr, (unsigned long long)bytes);
+  if (d->fd < 0)
+    return TPURT_STATUS(UNIMPLEMENTED, "vtpu: memory guards need memfd-backed HBM");
+  if (bytes == 0) return TPURT_OK;
+  if ((access & TPURT_HAL_ACCESS_DISCARD) &&
+      fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)bytes) != 0)
+    madvise(ptr, bytes, MADV_REMOVE);
+  int prot = ((access & TPURT_HAL_ACCESS_READ) ? PROT_READ : 0) |
+             ((access & TPURT_HAL_ACCESS_WRITE) ? PROT_READ | PROT_WRITE : 0);
+  int rc = 0;
+  if (access & TPURT_HAL_ACCESS_REMAP) {
+    rc = mmap(ptr, bytes, prot, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, d->fd, (off_t)off) == MAP_FAILED
+             ? -1 : 0;
+  } else {
+    rc = mprotect(ptr, bytes, prot);
+  }
+  if (rc != 0) {
+    int e = errno;
+    /* ENOMEM is the process's mapping limit (vm.max_map_count): every
+     * protected range splits the mapping, and many guarded ranges reach it. */
+    return TPURT_STATUS(RESOURCE_EXHAUSTED, "vtpu: cannot set protection of [%p, +%llu): %s", ptr,
+                        (unsigned long long)bytes, strerror(e));
+  }
+  return TPURT_OK;
+}
+
 const tpurt_hal_driver_t tpurt_vtpu_driver = {
     .struct_size = sizeof(tpurt_hal_driver_t),
     .version = TPURT_HAL_VERSION,
@@ -134,4 +169,5 @@ const tpurt_hal_driver_t tpurt_vtpu_driver = {
     .memory_alloc = vtpu_memory_alloc,
     .memory_free = vtpu_memory_free,
     .memory_largest_free = vtpu_memory_largest_free,
+    .memory_protect = vtpu_memory_protect,
 };

@@ -1,0 +1,162 @@
+"""DeferAndFuse benchmarks (runtime/exec/fuse.c), loaded by bench/run.py (BENCHES below), or run alone:
+    python bench/bench_fusion.py [--runs 5]
+which also prints the achieved bytes/s of the fused chain as a fraction of the copy bandwidth measured
+in the same run (a device-to-device copy of the same bytes).
+
+The chain: 10 elementwise ops over 2^24 float32 (one input, one output): a pass over memory reads
+4*N bytes and writes 4*N, so bytes = 8*N, the same as a copy of the tensor.
+"""
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+N = 1 << 24
+STRICT, DEFER = 0, 2
+
+
+def chain10(x):
+    y = x * 0.5
+    y = y + 1.0
+    y = y.exp()
+    y = y - 1.0
+    y = y / 3.0
+    y = y.sigmoid()
+    y = y * x
+    y = y.tanh()
+    y = y + 0.5
+    return y.relu()
+
+
+def _set_mode(device, mode):
+    """Sets the tpu eager mode without a sync (the harness syncs after fn: that is the flush)."""
+    if torch.device(device).type == "cpu":
+        return
+    from torch_tpu import _C
+    _C._set_exec_mode(mode)
+
+
+def _chain_setup(mode):
+    def setup(device):
+        x = torch.randn(N, device=device)
+
+        def fn():
+            _set_mode(device, mode)
+            try:
+                return chain10(x)
+            finally:
+                _set_mode(device, STRICT)
+        return fn, lambda s: 8 * N / s / 1e9
+    return setup
+
+
+def _gpt_setup(mode):
+    def setup(device):
+        from test_models import GPT, _lm_batch, _lm_loss
+        torch.manual_seed(0)
+        model = GPT(vocab=256, d=128, heads=4, layers=2, seq=32).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        x, y = _lm_batch(256, 8, 32)(torch.Generator().manual_seed(1))
+        x, y = x.to(device), y.to(device)
+
+        def fn():
+            _set_mode(device, mode)
+            try:
+                opt.zero_grad(set_to_none=True)
+                loss = _lm_loss(model(x), y)
+                loss.backward()
+                opt.step()
+            finally:
+                _set_mode(device, STRICT)
+        return fn, lambda s: s * 1e3
+    return setup
+
+
+def _sync(device):
+    if torch.device(device).type != "cpu":
+        getattr(torch, torch.device(device).type).synchronize()
+
+
+def _median_s(fn, device, runs):
+    fn()
+    _sync(device)
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def copy_bandwidth(device, runs=5):
+    """Bytes/s of a copy of 2^24 float32 on `device` (read + write = 8*N bytes)."""
+    src = torch.randn(N, device=device)
+    dst = torch.empty(N, device=device)
+    return 8 * N / _median_s(lambda: dst.copy_(src), device, runs)
+
+
+def _copy_fraction_setup(mode):
+    """The chain's bytes/s in percent of the same device's copy bandwidth (measured at setup)."""
+    def setup(device):
+        bw = copy_bandwidth(device, runs=3)
+        fn, _ = _chain_setup(mode)(device)
+        return fn, lambda s: 100.0 * (8 * N / s) / bw
+    return setup
+
+
+BENCHES = {
+    # name: (setup, unit, higher_is_better, what) -- the format of bench/run.py
+    "fuse_chain10_defer": (_chain_setup(DEFER), "GB/s", True,
+                           "10-op elementwise chain over 2^24 fp32, DeferAndFuse vs CPU eager; bytes = 8*N"),
+    "fuse_chain10_strict": (_chain_setup(STRICT), "GB/s", True,
+                            "the same chain, Strict vs CPU eager"),
+    "fuse_chain10_copyfrac": (_copy_fraction_setup(DEFER), "% copy", True,
+                              "the chain's bytes/s as % of the same device's copy bandwidth (ours: "
+                              "DeferAndFuse on tpu; cpu: PyTorch CPU eager)"),
+    "fuse_gpt_step_defer": (_gpt_setup(DEFER), "ms/step", False,
+                            "small GPT AdamW step (as gpt_train_step) in DeferAndFuse vs CPU"),
+}
+
+
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=5)
+    a = p.parse_args(argv)
+    sys.path.insert(0, str(HERE.parent))
+    import torch_tpu  # noqa: F401
+    from torch_tpu import _C
+    dev = "tpu"
+    x_cpu, x_dev = torch.randn(N), torch.randn(N, device=dev)
+    runs = a.runs
+    bw_dev, bw_cpu = copy_bandwidth(dev, runs), copy_bandwidth("cpu", runs)
+    t_cpu = _median_s(lambda: chain10(x_cpu), "cpu", runs)
+    f_strict, _ = _chain_setup(STRICT)(dev)
+    f_defer, _ = _chain_setup(DEFER)(dev)
+    t_strict = _median_s(f_strict, dev, runs)
+    _C._fusion_stats_reset()
+    t_defer = _median_s(f_defer, dev, runs)
+    st = _C._fusion_stats()
+    gb = lambda t: 8 * N / t / 1e9
+    print(f"copy bandwidth: tpu {bw_dev / 1e9:.2f} GB/s, cpu {bw_cpu / 1e9:.2f} GB/s")
+    print(f"chain10 CPU eager   {t_cpu * 1e3:8.2f} ms  {gb(t_cpu):6.2f} GB/s  {100 * 8 * N / t_cpu / bw_cpu:5.1f}% of cpu copy")
+    print(f"chain10 Strict      {t_strict * 1e3:8.2f} ms  {gb(t_strict):6.2f} GB/s  {t_cpu / t_strict:5.2f}x CPU")
+    print(f"chain10 DeferAndFuse{t_defer * 1e3:8.2f} ms  {gb(t_defer):6.2f} GB/s  {t_cpu / t_defer:5.2f}x CPU  "
+          f"{t_strict / t_defer:5.2f}x Strict  {100 * 8 * N / t_defer / bw_dev:5.1f}% of tpu copy bandwidth")
+    print(f"  kernels per chain: {st['kernels_launched'] / max(1, st['flushes']):.1f} (stats {st})")
+    g_cpu, _ = _gpt_setup(STRICT)("cpu")
+    g_strict, _ = _gpt_setup(STRICT)(dev)
+    g_defer, _ = _gpt_setup(DEFER)(dev)
+    tc, ts, td = (_median_s(g_cpu, "cpu", runs), _median_s(g_strict, dev, runs), _median_s(g_defer, dev, runs))
+    print(f"gpt step: CPU {tc * 1e3:.1f} ms, Strict {ts * 1e3:.1f} ms, DeferAndFuse {td * 1e3:.1f} ms "
+          f"({tc / td:.2f}x CPU, {ts / td:.2f}x Strict)")
+
+
+if __name__ == "__main__":
+    main()

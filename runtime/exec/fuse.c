@@ -1,0 +1,1057 @@
+/* DeferAndFuse: plans a queue's pending graph into fused elementwise chains
+ * and runs it on the queue's worker, with exactly Strict's results.
+ *
+ * THE RULES (the only place they are written; tests/test_defer_fuse.py and
+ * runtime/tests/test_fuse.c assert the kernel counts they give):
+ *
+ *  Materialize (queue.c): at every sync point (synchronize, host copies,
+ *  events, anything else queued, is_idle polls), and at a size limit: past
+ *  64 records at the next record that cannot join a chain (so the cut falls
+ *  at the same place every training step), past 1024 records or 8 MiB at once.
+ *
+ *  Which ops fuse: elementwise kernels (the tpurt_ops_elementwise table; each
+ *  runs through tpurt_ew_run exactly once) with one output of >0 elements,
+ *  no tensor-list argument, every tensor argument broadcastable to the
+ *  output, an output whose elements never share memory (no expanded or
+ *  overlapping as_strided view: an in-place pass over one depends on element
+ *  order), and no partial overlap between an op's output and its own inputs.
+ *
+ *  A chain (one kernel) gathers, in graph order from its first op, up to
+ *  FUSE_MAX_OPS such ops over one output shape, looking at most FUSE_WINDOW
+ *  records ahead. The chain runs where its first op stood, so every record
+ *  it passes over runs after it. A record is passed over (left for later):
+ *   1. if it cannot fuse (reductions, matmuls, random ops, copies, ...);
+ *   2. if its output shape differs;
+ *   3. in place / aliasing: if its output overlaps any tensor the chain
+ *      already reads or writes, or an input overlaps a chain output, unless
+ *      the two are the very same view (data, dtype, sizes, strides); views of
+ *      one storage that are not identical never fuse. (Identical views are
+ *      the in-place case x.add_(1) that a tile-by-tile pass still runs in
+ *      Strict's order.) A block the host freed inside the chain may return
+ *      as a new buffer with another layout; that is no clash when the old
+ *      values lived only in tiles;
+ *   4. repeated op subsequences: if it reads nothing the chain produced and
+ *      repeats the chain's first op, it starts a chain of its own, so a loop
+ *      over parameters (an optimizer's foreach ops) gives one identical kernel
+ *      per parameter, and the same kernels every step;
+ *   6. independence: if it shares a byte with a record already passed over
+ *      (moving it ahead of that record would change what either sees).
+ *   5. size: FUSE_MAX_OPS ops per chain.
+ *  Several consumers: a value read by several ops of the chain stays in the
+ *  tile for all of them (no recomputation, so no reason to cut); it is
+ *  written to memory exactly when the liveness rule below says so.
+ *
+ *  Liveness: a chain's intermediate result is not written to device memory
+ *  only when it is dead: looking forward in the pending graph, the host freed
+ *  its block (a free marker from the allocator), or a later op of the same
+ *  chain overwrites the identical view, before any record outside the chain
+ *  touches those bytes. Anything still live at the end of the pending graph
+ *  (a tensor Python still holds) is written.
+ *
+ *  Running a chain: each kernel is called as in Strict, but its tpurt_ew_run
+ *  is captured (exec/fuse_hook.h) with the kernel's frame still live, so
+ *  promotion, scalars and loops are the kernel's own; the innermost capture
+ *  then runs every loop per tile of FUSE_TILE elements (L1/L2-sized), with
+ *  intermediates kept in per-thread tile buffers. Values and dtypes are the
+ *  ones Strict would store (a float16 intermediate is rounded to float16),
+ *  so results are bit-identical for contiguous operands. Anything unexpected
+ *  during capture reruns the chain unfused, before anything was written.
+ *
+ *  Cache: a chain's signature (ops, dtypes, operand sources, broadcast
+ *  pattern, stores; no sizes) names its plan in memory and on disk
+ *  ($TORCH_TPU_FUSE_CACHE_DIR, else ~/.cache/torch_tpu/fused). A new
+ *  signature runs through the generic path at once; its plan is then stored.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec/fuse.h"
+#include "exec/fuse_hook.h"
+
+#define FUSE_MAX_OPS 16
+#define FUSE_WINDOW 96                 /* records a chain may look past */
+#define FUSE_TILE 2048                 /* elements per tile (8 KiB of float32 per operand) */
+#define FUSE_GRAIN ((int64_t)32768)    /* elements per thread at least */
+#define FUSE_SLOT_BYTES (FUSE_TILE * 8) /* a tile of the widest dtype */
+#define FUSE_MAX_OPERANDS TPURT_EW_MAX_OPERANDS
+
+extern const tpurt_op_def_t tpurt_ops_elementwise[];
+
+/* ------------------------------------------------------------------------ */
+/* Pending lists.                                                            */
+
+#define CHUNK_BYTES ((size_t)64 << 10)
+
+struct tpurt_defer_chunk_t {
+  tpurt_defer_chunk_t* next;
+  size_t size, used;
+  _Alignas(16) uint8_t data[];
+};
+
+tpurt_defer_list_t* tpurt_defer_list_new(void) { return calloc(1, sizeof(tpurt_defer_list_t)); }
+
+void tpurt_defer_list_free(tpurt_defer_list_t* list) {
+  if (!list) return;
+  for (tpurt_defer_chunk_t* c = list->chunks; c;) {
+    tpurt_defer_chunk_t* n = c->next;
+    free(c);
+    c = n;
+  }
+  free(list->recs);
+  free(list);
+}
+
+void* tpurt_defer_list_alloc(tpurt_defer_list_t* list, size_t bytes) {
+  bytes = (bytes + 7) & ~(size_t)7;
+  if (bytes == 0) bytes = 8;
+  tpurt_defer_chunk_t* c = list->chunks;
+  if (!c || c->size - c->used < bytes) {
+    size_t size = bytes > CHUNK_BYTES ? bytes : CHUNK_BYTES;
+    tpurt_defer_chunk_t* n = malloc(sizeof(*n) + size);
+    if (!n) return NULL;
+    n->size = size;
+    n->used = 0;
+    n->next = c;
+    list->chunks = c = n;
+    list->arena_bytes += size;
+  }
+  void* p = c->data + c->used;
+  c->used += bytes;
+  return p;
+}
+
+tpurt_defer_rec_t* tpurt_defer_list_push(tpurt_defer_list_t* list) {
+  if (list->num_recs == list->cap_recs) {
+    int32_t cap = list->cap_recs ? list->cap_recs * 2 : 64;
+    tpurt_defer_rec_t* r = realloc(list->recs, sizeof(*r) * (size_t)cap);
+    if (!r) return NULL;
+    list->recs = r;
+    list->cap_recs = cap;
+  }
+  tpurt_defer_rec_t* r = &list->recs[list->num_recs++];
+  memset(r, 0, sizeof(*r));
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Statistics and switches.                                                  */
+
+static struct {
+  _Atomic uint64_t ops_recorded, flushes, kernels_launched, fused_groups, fused_ops, fused_built,
+      cache_hits, disk_hits, stores_skipped, bytes_skipped, fallbacks;
+} g_stats;
+
+#define STAT_ADD(f, v) atomic_fetch_add_explicit(&g_stats.f, (v), memory_order_relaxed)
+
+void tpurt_fuse_stats_get(tpurt_fuse_stats_t* o) {
+  o->ops_recorded = atomic_load(&g_stats.ops_recorded);
+  o->flushes = atomic_load(&g_stats.flushes);
+  o->kernels_launched = atomic_load(&g_stats.kernels_launched);
+  o->fused_groups = atomic_load(&g_stats.fused_groups);
+  o->fused_ops = atomic_load(&g_stats.fused_ops);
+  o->fused_built = atomic_load(&g_stats.fused_built);
+  o->cache_hits = atomic_load(&g_stats.cache_hits);
+  o->disk_hits = atomic_load(&g_stats.disk_hits);
+  o->stores_skipped = atomic_load(&g_stats.stores_skipped);
+  o->bytes_skipped = atomic_load(&g_stats.bytes_skipped);
+  o->fallbacks = atomic_load(&g_stats.fallbacks);
+}
+
+void tpurt_fuse_stats_reset(void) {
+  atomic_store(&g_stats.ops_recorded, 0);
+  atomic_store(&g_stats.flushes, 0);
+  atomic_store(&g_stats.kernels_launched, 0);
+  atomic_store(&g_stats.fused_groups, 0);
+  atomic_store(&g_stats.fused_ops, 0);
+  atomic_store(&g_stats.fused_built, 0);
+  atomic_store(&g_stats.cache_hits, 0);
+  atomic_store(&g_stats.disk_hits, 0);
+  atomic_store(&g_stats.stores_skipped, 0);
+  atomic_store(&g_stats.bytes_skipped, 0);
+  atomic_store(&g_stats.fallbacks, 0);
+}
+
+void tpurt_fuse_note_recorded(void) { STAT_ADD(ops_recorded, 1); }
+
+/* -1 unset (read TORCH_TPU_FUSE on first use), 0 off, 1 on */
+static _Atomic int g_enabled = -1;
+
+bool tpurt_fuse_enabled(void) {
+  int e = atomic_load_explicit(&g_enabled, memory_order_relaxed);
+  if (e < 0) {
+    const char* v = getenv("TORCH_TPU_FUSE");
+    e = !(v && v[0] == '0');
+    atomic_store(&g_enabled, e);
+  }
+  return e != 0;
+}
+
+void tpurt_fuse_set_enabled(bool enabled) { atomic_store(&g_enabled, enabled ? 1 : 0); }
+
+/* ------------------------------------------------------------------------ */
+/* Which ops fuse.                                                           */
+
+static const tpurt_op_def_t* g_ew_end; /* one past the elementwise table's last entry */
+static pthread_once_t g_ew_once = PTHREAD_ONCE_INIT;
+static void ew_table_init(void) {
+  const tpurt_op_def_t* e = tpurt_ops_elementwise;
+  while (e->name) ++e;
+  g_ew_end = e;
+}
+
+bool tpurt_fuse_op_fusable(const tpurt_op_def_t* op) {
+  pthread_once(&g_ew_once, ew_table_init);
+  return op && op >= tpurt_ops_elementwise && op < g_ew_end;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensors as byte ranges.                                                   */
+
+static int64_t t_numel(const tpurt_tensor_t* t) { return tpurt_tensor_numel(t); }
+
+/* [lo, hi) of the bytes t touches; false when it touches none. */
+static bool t_range(const tpurt_tensor_t* t, uintptr_t* lo, uintptr_t* hi) {
+  if (!t || !t->data) return false;
+  int64_t span = 0;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] == 0) return false;
+    span += (t->sizes[d] - 1) * (t->strides[d] < 0 ? -t->strides[d] : t->strides[d]);
+  }
+  size_t is = tpurt_dtype_size(t->dtype);
+  *lo = (uintptr_t)t->data;
+  *hi = *lo + (uintptr_t)(span + 1) * is;
+  return true;
+}
+
+static bool ranges_overlap(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) {
+  return a0 < b1 && b0 < a1;
+}
+
+static bool t_overlap(const tpurt_tensor_t* a, const tpurt_tensor_t* b) {
+  uintptr_t a0, a1, b0, b1;
+  return t_range(a, &a0, &a1) && t_range(b, &b0, &b1) && ranges_overlap(a0, a1, b0, b1);
+}
+
+/* The very same view: element i of one is element i of the other. */
+static bool t_same(const tpurt_tensor_t* a, const tpurt_tensor_t* b) {
+  if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; ++d) {
+    if (a->sizes[d] != b->sizes[d]) return false;
+    if (a->sizes[d] != 1 && a->strides[d] != b->strides[d]) return false;
+  }
+  return true;
+}
+
+static bool t_same_shape(const tpurt_tensor_t* a, const tpurt_tensor_t* b) {
+  if (a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] != b->sizes[d]) return false;
+  return true;
+}
+
+/* t broadcasts to shape s (right-aligned, 1 or equal). */
+static bool t_broadcasts_to(const tpurt_tensor_t* t, const tpurt_tensor_t* s) {
+  if (t->ndim > s->ndim) return false;
+  int off = s->ndim - t->ndim;
+  for (int d = 0; d < t->ndim; ++d)
+    if (t->sizes[d] != 1 && t->sizes[d] != s->sizes[off + d]) return false;
+  return true;
+}
+
+/* Two elements of t may share memory (an expanded or as_strided output):
+ * with dims sorted by stride, each stride must pass the span of the ones
+ * inside it. An in-place pass over such a view depends on element order,
+ * which a fused pass would change. */
+static bool t_self_overlapping(const tpurt_tensor_t* t) {
+  int64_t st[TPURT_MAX_DIMS], sz[TPURT_MAX_DIMS];
+  int n = 0;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] <= 1) continue;
+    int64_t s = t->strides[d] < 0 ? -t->strides[d] : t->strides[d];
+    int k = n++;
+    while (k > 0 && st[k - 1] > s) {
+      st[k] = st[k - 1];
+      sz[k] = sz[k - 1];
+      --k;
+    }
+    st[k] = s;
+    sz[k] = t->sizes[d];
+  }
+  int64_t span = 0; /* largest offset the inner dims reach */
+  for (int k = 0; k < n; ++k) {
+    if (st[k] <= span) return true;
+    span += (sz[k] - 1) * st[k];
+  }
+  return false;
+}
+
+/* Calls fn on every tensor a record reads or writes (copies as byte ranges). */
+static bool rec_touches(const tpurt_defer_rec_t* r, uintptr_t lo, uintptr_t hi) {
+  if (r->kind == TPURT_DEFER_COPY) {
+    uintptr_t d = (uintptr_t)r->dst, s = (uintptr_t)r->src;
+    return ranges_overlap(lo, hi, d, d + r->bytes) || ranges_overlap(lo, hi, s, s + r->bytes);
+  }
+  if (r->kind != TPURT_DEFER_KERNEL) return false;
+  const tpurt_op_call_t* c = &r->call;
+  uintptr_t a, b;
+  for (int32_t i = 0; i < c->num_outputs; ++i)
+    if (t_range(&c->outputs[i], &a, &b) && ranges_overlap(lo, hi, a, b)) return true;
+  for (int32_t i = 0; i < c->num_args; ++i) {
+    const tpurt_arg_t* g = &c->args[i];
+    if (g->kind == TPURT_ARG_TENSOR) {
+      if (t_range(g->v.tensor, &a, &b) && ranges_overlap(lo, hi, a, b)) return true;
+    } else if (g->kind == TPURT_ARG_TENSOR_LIST) {
+      for (int32_t k = 0; k < g->count; ++k)
+        if (g->v.tensors[k] && t_range(g->v.tensors[k], &a, &b) && ranges_overlap(lo, hi, a, b))
+          return true;
+    }
+  }
+  return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Planning.                                                                 */
+
+/* May this record join a chain at all (on its own terms)? */
+static bool rec_eligible(const tpurt_defer_rec_t* r) {
+  if (r->kind != TPURT_DEFER_KERNEL || !tpurt_fuse_op_fusable(r->op)) return false;
+  const tpurt_op_call_t* c = &r->call;
+  if (c->num_outputs != 1) return false;
+  const tpurt_tensor_t* o = &c->outputs[0];
+  if (t_numel(o) <= 0 || t_self_overlapping(o) || !o->data) return false;
+  int ntensors = 0;
+  for (int32_t i = 0; i < c->num_args; ++i) {
+    const tpurt_arg_t* g = &c->args[i];
+    if (g->kind == TPURT_ARG_TENSOR_LIST) return false;
+    if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor) continue;
+    const tpurt_tensor_t* t = g->v.tensor;
+    if (++ntensors >= FUSE_MAX_OPERANDS) return false;
+    if (!t_broadcasts_to(t, o)) return false;
+    if (t_overlap(t, o) && !t_same(t, o)) return false;
+  }
+  return true;
+}
+
+/* Does record r read a tensor identical to an output of members[0..n)? */
+static bool rec_reads_group(const tpurt_defer_list_t* l, const int32_t* members, int n,
+                            const tpurt_defer_rec_t* r) {
+  const tpurt_op_call_t* c = &r->call;
+  for (int32_t i = 0; i < c->num_args; ++i) {
+    if (c->args[i].kind != TPURT_ARG_TENSOR || !c->args[i].v.tensor) continue;
+    for (int m = 0; m < n; ++m)
+      if (t_same(c->args[i].v.tensor, &l->recs[members[m]].call.outputs[0])) return true;
+  }
+  return false;
+}
+
+/* Same op (name, overload, argument kinds and dtypes) as another record. */
+static bool rec_same_op(const tpurt_defer_rec_t* a, const tpurt_defer_rec_t* b) {
+  if (a->op != b->op || a->call.num_args != b->call.num_args) return false;
+  if (a->call.outputs[0].dtype != b->call.outputs[0].dtype) return false;
+  for (int32_t i = 0; i < a->call.num_args; ++i) {
+    const tpurt_arg_t *x = &a->call.args[i], *y = &b->call.args[i];
+    if (x->kind != y->kind) return false;
+    if (x->kind == TPURT_ARG_TENSOR && x->v.tensor && y->v.tensor && x->v.tensor->dtype != y->v.tensor->dtype)
+      return false;
+  }
+  return true;
+}
+
+/* Was t's block freed by a marker between records a and b (exclusive)? */
+static bool freed_between(const tpurt_defer_list_t* l, int32_t a, int32_t b, const tpurt_tensor_t* t) {
+  uintptr_t lo, hi;
+  if (!t_range(t, &lo, &hi)) return false;
+  for (int32_t i = a + 1; i < b; ++i) {
+    const tpurt_defer_rec_t* r = &l->recs[i];
+    if (r->kind == TPURT_DEFER_FREE && ranges_overlap(lo, hi, (uintptr_t)r->dst, (uintptr_t)r->dst + r->bytes))
+      return true;
+  }
+  return false;
+}
+
+/* Rule 3: does record ri's memory clash with the chain so far? A block the
+ * host freed inside the chain may come back as a new buffer with another
+ * layout: the old values there were produced and read inside the chain (so
+ * they live in tiles, never in memory) and do not clash; an old value the
+ * chain read from memory still does. */
+static bool rec_conflicts(const tpurt_defer_list_t* l, const int32_t* members, int n, int32_t ri) {
+  const tpurt_defer_rec_t* r = &l->recs[ri];
+  const tpurt_tensor_t* o = &r->call.outputs[0];
+  for (int m = 0; m < n; ++m) {
+    const tpurt_op_call_t* c = &l->recs[members[m]].call;
+    const tpurt_tensor_t* mo = &c->outputs[0];
+    bool mo_dead = freed_between(l, members[m], ri, mo);
+    if (!mo_dead && t_overlap(o, mo) && !t_same(o, mo)) return true;
+    for (int32_t i = 0; i < c->num_args; ++i) {
+      const tpurt_arg_t* g = &c->args[i];
+      if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor || !t_overlap(o, g->v.tensor) || t_same(o, g->v.tensor))
+        continue;
+      bool from_chain = false;
+      for (int j = 0; j < m && !from_chain; ++j)
+        from_chain = t_same(g->v.tensor, &l->recs[members[j]].call.outputs[0]);
+      if (!(from_chain && freed_between(l, members[m], ri, g->v.tensor))) return true;
+    }
+    if (mo_dead) continue; /* r's inputs there are the new buffer's */
+    for (int32_t i = 0; i < r->call.num_args; ++i) {
+      const tpurt_arg_t* g = &r->call.args[i];
+      if (g->kind == TPURT_ARG_TENSOR && g->v.tensor && t_overlap(g->v.tensor, mo) && !t_same(g->v.tensor, mo))
+        return true;
+    }
+  }
+  return false;
+}
+
+/* TORCH_TPU_FUSE_TRACE=1: one line per chain on stderr, with the rule that cut it. */
+static bool fuse_trace(void) {
+  static int t = -1;
+  if (t < 0) {
+    const char* v = getenv("TORCH_TPU_FUSE_TRACE");
+    t = v && v[0] == '1';
+  }
+  return t;
+}
+
+/* A record's bytes as one interval (the hull of its tensors), so that most
+ * independence checks are one comparison. */
+typedef struct hull_t {
+  uintptr_t lo, hi;
+} hull_t;
+
+static hull_t rec_hull(const tpurt_defer_rec_t* r) {
+  hull_t h = {UINTPTR_MAX, 0};
+  uintptr_t a, b;
+#define HULL_ADD(t) if (t_range((t), &a, &b)) { if (a < h.lo) h.lo = a; if (b > h.hi) h.hi = b; }
+  if (r->kind == TPURT_DEFER_COPY) {
+    uintptr_t d = (uintptr_t)r->dst, s = (uintptr_t)r->src;
+    h.lo = d < s ? d : s;
+    h.hi = (d > s ? d : s) + r->bytes;
+  } else if (r->kind == TPURT_DEFER_KERNEL) {
+    const tpurt_op_call_t* c = &r->call;
+    for (int32_t i = 0; i < c->num_outputs; ++i) HULL_ADD(&c->outputs[i]);
+    for (int32_t i = 0; i < c->num_args; ++i) {
+      const tpurt_arg_t* g = &c->args[i];
+      if (g->kind == TPURT_ARG_TENSOR && g->v.tensor) {
+        HULL_ADD(g->v.tensor);
+      } else if (g->kind == TPURT_ARG_TENSOR_LIST) {
+        for (int32_t k = 0; k < g->count; ++k)
+          if (g->v.tensors[k]) HULL_ADD(g->v.tensors[k]);
+      }
+    }
+  }
+#undef HULL_ADD
+  return h;
+}
+
+/* Do an eligible record r and any record s share a byte? */
+static bool recs_share(const tpurt_defer_rec_t* r, const hull_t* hr, const tpurt_defer_rec_t* s,
+                       const hull_t* hs) {
+  if (!ranges_overlap(hr->lo, hr->hi, hs->lo, hs->hi)) return false;
+  uintptr_t a, b;
+  const tpurt_op_call_t* c = &r->call;
+  if (t_range(&c->outputs[0], &a, &b) && rec_touches(s, a, b)) return true;
+  for (int32_t i = 0; i < c->num_args; ++i) {
+    const tpurt_arg_t* g = &c->args[i];
+    if (g->kind == TPURT_ARG_TENSOR && g->v.tensor && t_range(g->v.tensor, &a, &b) && rec_touches(s, a, b))
+      return true;
+  }
+  return false;
+}
+
+/* The chain starting at record `start`: its record indices into members;
+ * returns how many (1 = run alone). Records it passes over (rule 6) go on
+ * after it, so a member may not share a byte with any of them. */
+static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* members, const bool* done,
+                      const hull_t* hulls) {
+  members[0] = start;
+  int n = 1;
+  const tpurt_defer_rec_t* first = &l->recs[start];
+  if (!rec_eligible(first)) {
+    if (fuse_trace()) fprintf(stderr, "[fuse] %s runs alone (rule 1)\n", first->call.name);
+    return 1;
+  }
+  const tpurt_tensor_t* shape = &first->call.outputs[0];
+  int32_t passed[FUSE_WINDOW];
+  int np = 0;
+  int counts[7] = {0};
+  for (int32_t i = start + 1; i < l->num_recs && i - start <= FUSE_WINDOW && n < FUSE_MAX_OPS; ++i) {
+    const tpurt_defer_rec_t* r = &l->recs[i];
+    if (r->kind == TPURT_DEFER_FREE || done[i]) continue;
+    int why = 0;
+    if (!rec_eligible(r)) why = 1;
+    else if (!t_same_shape(&r->call.outputs[0], shape)) why = 2;
+    else if (rec_conflicts(l, members, n, i)) why = 3;
+    else if (rec_same_op(r, first) && !rec_reads_group(l, members, n, r)) why = 4;
+    else
+      for (int k = 0; k < np && !why; ++k)
+        if (recs_share(r, &hulls[i], &l->recs[passed[k]], &hulls[passed[k]])) why = 6;
+    if (why) {
+      counts[why]++;
+      passed[np++] = i;
+    } else {
+      members[n++] = i;
+    }
+  }
+  if (fuse_trace())
+    fprintf(stderr, "[fuse] chain of %d from %s; passed over: rule1 %d, rule2 %d, rule3 %d, rule4 %d, rule6 %d\n",
+            n, first->call.name, counts[1], counts[2], counts[3], counts[4], counts[6]);
+  return n;
+}
+
+/* Liveness: must member `m`'s output be written to memory? */
+static bool member_stores(const tpurt_defer_list_t* l, const int32_t* members, int n, int m) {
+  const tpurt_tensor_t* o = &l->recs[members[m]].call.outputs[0];
+  uintptr_t lo, hi;
+  if (!t_range(o, &lo, &hi)) return true;
+  int next = m + 1;
+  for (int32_t i = members[m] + 1; i < l->num_recs; ++i) {
+    const tpurt_defer_rec_t* r = &l->recs[i];
+    if (r->kind == TPURT_DEFER_FREE) {
+      uintptr_t f = (uintptr_t)r->dst;
+      if (ranges_overlap(lo, hi, f, f + r->bytes)) return false; /* the host let it go */
+      continue;
+    }
+    if (next < n && i == members[next]) {
+      ++next;
+      if (t_same(&r->call.outputs[0], o)) return false; /* overwritten in the same tile */
+      continue;                                         /* reads it from the tile */
+    }
+    if (rec_touches(r, lo, hi)) return true; /* used outside the chain */
+  }
+  return true; /* still live when the graph ends: the host may read it */
+}
+
+/* ------------------------------------------------------------------------ */
+/* The fused-kernel cache.                                                   */
+
+#define CACHE_SLOTS 4096
+
+typedef struct cache_entry_t {
+  uint64_t hash;
+  char* sig;
+} cache_entry_t;
+
+static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static cache_entry_t g_cache[CACHE_SLOTS];
+
+void tpurt_fuse_cache_clear(void) {
+  pthread_mutex_lock(&g_cache_lock);
+  for (int i = 0; i < CACHE_SLOTS; ++i) {
+    free(g_cache[i].sig);
+    g_cache[i].sig = NULL;
+    g_cache[i].hash = 0;
+  }
+  pthread_mutex_unlock(&g_cache_lock);
+}
+
+static uint64_t fnv1a(const char* s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+  return h ? h : 1;
+}
+
+typedef struct sigbuf_t {
+  char* p;
+  size_t n, cap;
+} sigbuf_t;
+
+static void sig_put(sigbuf_t* b, const char* fmt, ...) TPURT_PRINTF(2, 3);
+static void sig_put(sigbuf_t* b, const char* fmt, ...) {
+  if (b->cap - b->n < 128) {
+    size_t nc = b->cap ? b->cap * 2 : 1024;
+    char* np = realloc(b->p, nc);
+    if (!np) return;
+    b->p = np;
+    b->cap = nc;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+  va_end(ap);
+  if (w > 0) b->n += (size_t)w < b->cap - b->n ? (size_t)w : b->cap - b->n - 1;
+}
+
+/* The shape-independent signature: ops, dtypes, where each tensor operand
+ * comes from, which of its dims broadcast, and which results are stored. */
+static char* chain_signature(const tpurt_defer_list_t* l, const int32_t* members, int n,
+                             const bool* store, size_t* out_len) {
+  sigbuf_t b = {0};
+  const tpurt_tensor_t* s = &l->recs[members[0]].call.outputs[0];
+  sig_put(&b, "v1 nd%d", s->ndim);
+  for (int m = 0; m < n; ++m) {
+    const tpurt_op_call_t* c = &l->recs[members[m]].call;
+    /* the kernel, not the overload's spelling: add.Tensor and add.out are one op */
+    sig_put(&b, "|%s>%s%s:", l->recs[members[m]].op->name, tpurt_dtype_name(c->outputs[0].dtype),
+            store[m] ? "!" : "");
+    for (int32_t i = 0; i < c->num_args; ++i) {
+      const tpurt_arg_t* g = &c->args[i];
+      if (g->kind == TPURT_ARG_STRING) {
+        sig_put(&b, "s%.32s,", g->v.s ? g->v.s : "");
+        continue;
+      }
+      if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor) {
+        sig_put(&b, "%d,", (int)g->kind);
+        continue;
+      }
+      const tpurt_tensor_t* t = g->v.tensor;
+      int src = -1;
+      for (int j = m - 1; j >= 0 && src < 0; --j)
+        if (t_same(t, &l->recs[members[j]].call.outputs[0])) src = j;
+      unsigned bmask = 0;
+      int off = s->ndim - t->ndim;
+      for (int d = 0; d < s->ndim; ++d)
+        if (d < off || (t->sizes[d - off] == 1 && s->sizes[d] != 1)) bmask |= 1u << d;
+      sig_put(&b, "t%s@%d/%x,", tpurt_dtype_name(t->dtype), src, bmask);
+    }
+  }
+  *out_len = b.n;
+  return b.p;
+}
+
+static const char* cache_dir(char* buf, size_t cap) {
+  const char* d = getenv("TORCH_TPU_FUSE_CACHE_DIR");
+  if (d) return d[0] ? d : NULL; /* set but empty: no disk cache */
+  const char* x = getenv("XDG_CACHE_HOME");
+  const char* h = getenv("HOME");
+  if (x && x[0]) snprintf(buf, cap, "%s/torch_tpu/fused", x);
+  else if (h && h[0]) snprintf(buf, cap, "%s/.cache/torch_tpu/fused", h);
+  else return NULL;
+  return buf;
+}
+
+static void mkdirs(const char* path) {
+  char tmp[1024];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char* p = tmp + 1; *p; ++p) {
+    if (*p != '/') continue;
+    *p = 0;
+    mkdir(tmp, 0700);
+    *p = '/';
+  }
+  mkdir(tmp, 0700);
+}
+
+static const char kPlanHeader[] = "torch_tpu fused plan v1\n";
+
+/* True when the disk holds this plan (verified: same signature, our file). */
+static bool disk_lookup(const char* dir, uint64_t h, const char* sig, size_t len) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/%016llx.plan", dir, (unsigned long long)h);
+  FILE* f = fopen(path, "rb");
+  if (!f) return false;
+  struct stat st;
+  bool ok = fstat(fileno(f), &st) == 0 && st.st_uid == getuid() && !(st.st_mode & 022) &&
+            (size_t)st.st_size == sizeof(kPlanHeader) - 1 + len + 1;
+  char* buf = ok ? malloc((size_t)st.st_size) : NULL;
+  ok = buf && fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size &&
+       memcmp(buf, kPlanHeader, sizeof(kPlanHeader) - 1) == 0 &&
+       memcmp(buf + sizeof(kPlanHeader) - 1, sig, len) == 0;
+  free(buf);
+  fclose(f);
+  if (!ok) unlink(path); /* a corrupt or foreign entry is discarded and rebuilt */
+  return ok;
+}
+
+static void disk_store(const char* dir, uint64_t h, const char* sig, size_t len) {
+  mkdirs(dir);
+  char path[1200], tmp[1300];
+  snprintf(path, sizeof path, "%s/%016llx.plan", dir, (unsigned long long)h);
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+  FILE* f = fopen(tmp, "wb");
+  if (!f) return;
+  fchmod(fileno(f), 0600);
+  bool ok = fwrite(kPlanHeader, 1, sizeof(kPlanHeader) - 1, f) == sizeof(kPlanHeader) - 1 &&
+            fwrite(sig, 1, len, f) == len && fputc('\n', f) != EOF;
+  ok = (fclose(f) == 0) && ok;
+  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+}
+
+/* Looks the chain up; builds (records) it when new. */
+static void cache_touch(const tpurt_defer_list_t* l, const int32_t* members, int n, const bool* store) {
+  size_t len = 0;
+  char* sig = chain_signature(l, members, n, store, &len);
+  if (!sig) return;
+  uint64_t h = fnv1a(sig, len);
+  pthread_mutex_lock(&g_cache_lock);
+  size_t i = h & (CACHE_SLOTS - 1);
+  bool found = false;
+  for (size_t probe = 0; probe < CACHE_SLOTS; ++probe, i = (i + 1) & (CACHE_SLOTS - 1)) {
+    if (!g_cache[i].sig) break;
+    if (g_cache[i].hash == h && strcmp(g_cache[i].sig, sig) == 0) {
+      found = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_cache_lock);
+  if (found) {
+    STAT_ADD(cache_hits, 1);
+    free(sig);
+    return;
+  }
+  char dbuf[1024];
+  const char* dir = cache_dir(dbuf, sizeof dbuf);
+  if (dir && disk_lookup(dir, h, sig, len)) {
+    STAT_ADD(cache_hits, 1);
+    STAT_ADD(disk_hits, 1);
+  } else {
+    STAT_ADD(fused_built, 1);
+    if (dir) disk_store(dir, h, sig, len);
+  }
+  pthread_mutex_lock(&g_cache_lock);
+  i = h & (CACHE_SLOTS - 1);
+  for (size_t probe = 0; probe < CACHE_SLOTS; ++probe, i = (i + 1) & (CACHE_SLOTS - 1)) {
+    if (!g_cache[i].sig) {
+      g_cache[i].hash = h;
+      g_cache[i].sig = sig;
+      sig = NULL;
+      break;
+    }
+    if (g_cache[i].hash == h && strcmp(g_cache[i].sig, sig) == 0) break; /* raced */
+  }
+  pthread_mutex_unlock(&g_cache_lock);
+  free(sig); /* a full table just forgets */
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running a chain: capture each kernel's configuration, then one pass.      */
+
+typedef struct chain_t {
+  tpurt_kernel_ctx_t* ctx;
+  const tpurt_defer_list_t* list;
+  const int32_t* members;
+  int n;
+  bool store[FUSE_MAX_OPS];
+  const tpurt_ew_config_t* cfg[FUSE_MAX_OPS];
+  int level;      /* next kernel expected to capture */
+  bool executed;  /* the fused pass ran (outputs written) */
+  bool fallback;  /* capture went off plan: rerun unfused */
+  int err_level;  /* deepest kernel that returned an error after the pass */
+
+  /* the pass */
+  int src[FUSE_MAX_OPS][FUSE_MAX_OPERANDS]; /* input k: producing member, or -1: memory */
+  int slot[FUSE_MAX_OPS];                   /* tile buffer of each member's value, -1: none */
+  bool direct[FUSE_MAX_OPS];                /* stored without a cast: loop writes memory */
+  int nd;                                   /* coalesced dims, innermost first */
+  int64_t shape[TPURT_MAX_DIMS];
+  int64_t strides[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][TPURT_MAX_DIMS]; /* bytes */
+  int num_slots;
+  size_t per_thread;
+  uint8_t* scratch;
+} chain_t;
+
+_Thread_local void* tpurt_fuse_tls_capture;
+
+static tpurt_status_t chain_level(chain_t* ch, int k);
+static tpurt_status_t chain_pass(chain_t* ch);
+
+static tpurt_status_t off_plan(chain_t* ch) {
+  ch->fallback = true;
+  return TPURT_STATUS(ABORTED, "fuse: chain capture went off plan (rerun unfused)");
+}
+
+tpurt_status_t tpurt_fuse_capture(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg) {
+  chain_t* ch = tpurt_fuse_tls_capture;
+  int k = ch->level;
+  if (k >= ch->n || ch->cfg[k] || ctx != ch->ctx || ch->fallback) return off_plan(ch);
+  const tpurt_defer_rec_t* r = &ch->list->recs[ch->members[k]];
+  /* The configuration must be the planned one: this op's own output, inputs
+   * broadcasting to it. */
+  if (cfg->num_outputs != 1 || cfg->num_inputs < 0 || cfg->num_inputs + 1 > FUSE_MAX_OPERANDS ||
+      cfg->tensors[0] != &r->call.outputs[0])
+    return off_plan(ch);
+  for (int i = 1; i <= cfg->num_inputs; ++i)
+    if (!cfg->tensors[i] || !t_broadcasts_to(cfg->tensors[i], cfg->tensors[0])) return off_plan(ch);
+  ch->cfg[k] = cfg;
+  ch->level = k + 1;
+  if (k + 1 < ch->n) return chain_level(ch, k + 1);
+  /* Innermost: every configuration is live on the stack; run them all. */
+  tpurt_fuse_tls_capture = NULL;
+  tpurt_status_t s = chain_pass(ch);
+  tpurt_fuse_tls_capture = ch;
+  if (s) {
+    tpurt_status_free(s);
+    return off_plan(ch);
+  }
+  ch->executed = true;
+  return TPURT_OK;
+}
+
+static tpurt_status_t chain_level(chain_t* ch, int k) {
+  const tpurt_defer_rec_t* r = &ch->list->recs[ch->members[k]];
+  tpurt_status_t s = r->op->fn(ch->ctx, &r->call);
+  if (!ch->cfg[k]) ch->fallback = true; /* returned without running its loop */
+  if (s && ch->executed && ch->err_level < 0) ch->err_level = k;
+  return s;
+}
+
+static void chain_range(void* user, int64_t begin, int64_t end, int tid);
+
+/* Plans the pass over the captured configurations and runs it. */
+static tpurt_status_t chain_pass(chain_t* ch) {
+  const tpurt_tensor_t* out0 = ch->cfg[0]->tensors[0];
+  int snd = out0->ndim;
+  /* Operand sources: an input identical to an earlier member's output reads
+   * that member's value (the latest one). */
+  for (int k = 0; k < ch->n; ++k) {
+    const tpurt_ew_config_t* c = ch->cfg[k];
+    for (int i = 1; i <= c->num_inputs; ++i) {
+      ch->src[k][i] = -1;
+      for (int j = k - 1; j >= 0; --j)
+        if (t_same(c->tensors[i], ch->cfg[j]->tensors[0])) {
+          ch->src[k][i] = j;
+          break;
+        }
+    }
+    ch->direct[k] = ch->store[k] && c->loop_dtypes[0] == c->tensors[0]->dtype;
+  }
+  /* Tile slots, reused once a value's last reader is past. */
+  int last_use[FUSE_MAX_OPS];
+  for (int k = 0; k < ch->n; ++k) last_use[k] = k;
+  for (int k = 0; k < ch->n; ++k)
+    for (int i = 1; i <= ch->cfg[k]->num_inputs; ++i)
+      if (ch->src[k][i] >= 0) last_use[ch->src[k][i]] = k;
+  int slot_owner[FUSE_MAX_OPS];
+  ch->num_slots = 0;
+  for (int k = 0; k < ch->n; ++k) {
+    ch->slot[k] = -1;
+    if (ch->direct[k]) continue;
+    int s = -1;
+    for (int j = 0; j < ch->num_slots && s < 0; ++j)
+      if (slot_owner[j] < 0 || last_use[slot_owner[j]] < k) s = j;
+    if (s < 0) s = ch->num_slots++;
+    slot_owner[s] = k;
+    ch->slot[k] = s;
+  }
+  /* Broadcast strides (bytes) over the output shape, then drop size-1 dims
+   * and coalesce dims that are one run for every memory operand. */
+  int64_t full[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][TPURT_MAX_DIMS];
+  memset(full, 0, sizeof(full));
+  for (int k = 0; k < ch->n; ++k) {
+    const tpurt_ew_config_t* c = ch->cfg[k];
+    for (int i = 0; i <= c->num_inputs; ++i) {
+      const tpurt_tensor_t* t = c->tensors[i];
+      int off = snd - t->ndim;
+      int64_t is = (int64_t)tpurt_dtype_size(t->dtype);
+      for (int d = 0; d < t->ndim; ++d)
+        full[k][i][off + d] = t->sizes[d] == 1 ? 0 : t->strides[d] * is;
+    }
+  }
+  int nd = 0;
+  for (int d = snd - 1; d >= 0; --d) {
+    if (out0->sizes[d] == 1) continue;
+    bool merge = nd > 0;
+    for (int k = 0; k < ch->n && merge; ++k)
+      for (int i = 0; i <= ch->cfg[k]->num_inputs && merge; ++i)
+        merge = ch->strides[k][i][nd - 1] * ch->shape[nd - 1] == full[k][i][d];
+    if (merge) {
+      ch->shape[nd - 1] *= out0->sizes[d];
+    } else {
+      for (int k = 0; k < ch->n; ++k)
+        for (int i = 0; i <= ch->cfg[k]->num_inputs; ++i) ch->strides[k][i][nd] = full[k][i][d];
+      ch->shape[nd++] = out0->sizes[d];
+    }
+  }
+  if (nd == 0) {
+    ch->shape[0] = 1;
+    for (int k = 0; k < ch->n; ++k)
+      for (int i = 0; i <= ch->cfg[k]->num_inputs; ++i) ch->strides[k][i][0] = 0;
+    nd = 1;
+  }
+  ch->nd = nd;
+  int64_t numel = 1;
+  for (int d = 0; d < nd; ++d) numel *= ch->shape[d];
+  /* Per thread: the value slots and one cast buffer per operand. */
+  int nt = tpurt_kernel_num_threads(ch->ctx);
+  ch->per_thread = (size_t)(ch->num_slots + FUSE_MAX_OPERANDS) * FUSE_SLOT_BYTES;
+  ch->scratch = tpurt_kernel_scratch(ch->ctx, ch->per_thread * (size_t)nt);
+  if (!ch->scratch) return TPURT_STATUS(RESOURCE_EXHAUSTED, "fuse: no scratch for a fused chain");
+  tpurt_parallel_for(ch->ctx, numel, FUSE_GRAIN, chain_range, ch);
+  return TPURT_OK;
+}
+
+/* One run of `len` (<= FUSE_TILE) elements along the innermost dim through
+ * every member, memory operands starting at idx. */
+static void chain_tile(chain_t* ch, const int64_t* idx, int64_t len, uint8_t* bufs) {
+  char* vptr[FUSE_MAX_OPS];
+  int64_t vstride[FUSE_MAX_OPS];
+  uint8_t* castb = bufs + (size_t)ch->num_slots * FUSE_SLOT_BYTES;
+  for (int k = 0; k < ch->n; ++k) {
+    const tpurt_ew_config_t* c = ch->cfg[k];
+    char* data[FUSE_MAX_OPERANDS];
+    int64_t st[FUSE_MAX_OPERANDS];
+    char* mem[FUSE_MAX_OPERANDS];
+    for (int i = 0; i <= c->num_inputs; ++i) {
+      char* p = (char*)c->tensors[i]->data;
+      for (int d = 0; d < ch->nd; ++d) p += idx[d] * ch->strides[k][i][d];
+      mem[i] = p;
+    }
+    for (int i = 1; i <= c->num_inputs; ++i) {
+      tpurt_dtype_t dt = c->tensors[i]->dtype, ld = c->loop_dtypes[i];
+      char* p;
+      int64_t s;
+      int j = ch->src[k][i];
+      if (j >= 0) {
+        p = vptr[j];
+        s = vstride[j];
+      } else {
+        p = mem[i];
+        s = ch->strides[k][i][0];
+      }
+      if (ld == dt) {
+        data[i] = p;
+        st[i] = s;
+      } else if (s == 0) { /* a broadcast scalar: cast one element, keep stride 0 */
+        data[i] = (char*)castb + (size_t)i * FUSE_SLOT_BYTES;
+        st[i] = 0;
+        tpurt_ew_convert_strided(ld, data[i], 0, dt, p, 0, 1);
+      } else {
+        data[i] = (char*)castb + (size_t)i * FUSE_SLOT_BYTES;
+        st[i] = (int64_t)tpurt_dtype_size(ld);
+        tpurt_ew_convert_strided(ld, data[i], st[i], dt, p, s, len);
+      }
+    }
+    const tpurt_tensor_t* o = c->tensors[0];
+    int64_t osz = (int64_t)tpurt_dtype_size(o->dtype);
+    char* tile = ch->slot[k] >= 0 ? (char*)bufs + (size_t)ch->slot[k] * FUSE_SLOT_BYTES : NULL;
+    bool cast = c->loop_dtypes[0] != o->dtype;
+    if (ch->direct[k]) {
+      data[0] = mem[0];
+      st[0] = ch->strides[k][0][0];
+    } else if (!cast) {
+      data[0] = tile;
+      st[0] = osz;
+    } else {
+      data[0] = (char*)castb;
+      st[0] = (int64_t)tpurt_dtype_size(c->loop_dtypes[0]);
+    }
+    c->loop(data, st, len, c->user);
+    if (ch->direct[k]) {
+      vptr[k] = mem[0];
+      vstride[k] = ch->strides[k][0][0];
+      continue;
+    }
+    if (cast) /* Strict stores in the tensor's dtype: so does the tile */
+      tpurt_ew_convert_strided(o->dtype, tile, osz, c->loop_dtypes[0], data[0], st[0], len);
+    vptr[k] = tile;
+    vstride[k] = osz;
+    if (ch->store[k]) tpurt_ew_convert_strided(o->dtype, mem[0], ch->strides[k][0][0], o->dtype, tile, osz, len);
+  }
+}
+
+static void chain_range(void* user, int64_t begin, int64_t end, int tid) {
+  chain_t* ch = user;
+  uint8_t* bufs = ch->scratch + ch->per_thread * (size_t)tid;
+  int64_t idx[TPURT_MAX_DIMS];
+  int64_t rem = begin;
+  for (int d = 0; d < ch->nd; ++d) {
+    idx[d] = rem % ch->shape[d];
+    rem /= ch->shape[d];
+  }
+  int64_t pos = begin;
+  while (pos < end) {
+    int64_t len = ch->shape[0] - idx[0];
+    if (len > end - pos) len = end - pos;
+    if (len > FUSE_TILE) len = FUSE_TILE;
+    chain_tile(ch, idx, len, bufs);
+    pos += len;
+    idx[0] += len;
+    for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
+      idx[d] = 0;
+      ++idx[d + 1];
+    }
+  }
+}
+
+static tpurt_status_t annotate(tpurt_status_t s, const tpurt_op_call_t* call) {
+  const char* name = call->name ? call->name : "?";
+  if (call->overload && call->overload[0]) return tpurt_status_annotate(s, "aten::%s.%s", name, call->overload);
+  return tpurt_status_annotate(s, "aten::%s", name);
+}
+
+/* Runs members[0..n) as one kernel; false when it must be rerun unfused
+ * (nothing was written then). */
+static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32_t* members, int n,
+                      tpurt_kernel_ctx_t* ctx, tpurt_defer_error_fn_t on_error) {
+  chain_t* ch = calloc(1, sizeof(*ch));
+  if (!ch) return false;
+  ch->ctx = ctx;
+  ch->list = l;
+  ch->members = members;
+  ch->n = n;
+  ch->err_level = -1;
+  uint64_t skipped = 0, skipped_bytes = 0;
+  for (int m = 0; m < n; ++m) {
+    ch->store[m] = member_stores(l, members, n, m);
+    if (!ch->store[m]) {
+      const tpurt_tensor_t* o = &l->recs[members[m]].call.outputs[0];
+      ++skipped;
+      skipped_bytes += (uint64_t)t_numel(o) * tpurt_dtype_size(o->dtype);
+    }
+  }
+  void* saved = tpurt_fuse_tls_capture;
+  tpurt_fuse_tls_capture = ch;
+  tpurt_status_t s = chain_level(ch, 0);
+  tpurt_fuse_tls_capture = saved;
+  if (ctx->scratch) tpurt_scratch_reset(ctx->scratch);
+  bool ok = ch->executed;
+  if (!ok) {
+    tpurt_status_free(s);
+    STAT_ADD(fallbacks, 1);
+  } else {
+    if (s) {
+      int lvl = ch->err_level >= 0 ? ch->err_level : 0;
+      on_error(q, annotate(s, &l->recs[members[lvl]].call));
+    }
+    STAT_ADD(fused_groups, 1);
+    STAT_ADD(fused_ops, (uint64_t)n);
+    STAT_ADD(kernels_launched, 1);
+    STAT_ADD(stores_skipped, skipped);
+    STAT_ADD(bytes_skipped, skipped_bytes);
+    cache_touch(l, members, n, ch->store);
+  }
+  free(ch);
+  return ok;
+}
+
+static void run_one(tpurt_queue_t* q, const tpurt_defer_rec_t* r, tpurt_kernel_ctx_t* ctx,
+                    tpurt_defer_copy_fn_t copy, tpurt_defer_error_fn_t on_error) {
+  if (r->kind == TPURT_DEFER_COPY) {
+    copy(q->device, r->dst, r->src, r->bytes);
+    return;
+  }
+  if (r->kind != TPURT_DEFER_KERNEL) return;
+  STAT_ADD(kernels_launched, 1);
+  tpurt_status_t s = tpurt_kernel_ctx_invoke(ctx, r->op->fn, &r->call);
+  if (TPURT_UNLIKELY(s != NULL)) on_error(q, s);
+}
+
+void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_ctx_t* ctx,
+                          tpurt_defer_copy_fn_t copy, tpurt_defer_error_fn_t on_error) {
+  STAT_ADD(flushes, 1);
+  bool* done = NULL;
+  hull_t* hulls = NULL;
+  if (tpurt_fuse_enabled() && l->num_kernels >= 2) {
+    done = calloc((size_t)l->num_recs, sizeof(bool));
+    hulls = malloc(sizeof(hull_t) * (size_t)l->num_recs);
+    if (hulls)
+      for (int32_t i = 0; i < l->num_recs; ++i) hulls[i] = rec_hull(&l->recs[i]);
+  }
+  bool fuse = done && hulls;
+  int32_t members[FUSE_MAX_OPS];
+  for (int32_t i = 0; i < l->num_recs; ++i) {
+    if (fuse && done[i]) continue;
+    const tpurt_defer_rec_t* r = &l->recs[i];
+    int n = fuse && r->kind == TPURT_DEFER_KERNEL ? plan_chain(l, i, members, done, hulls) : 1;
+    if (n >= 2 && run_chain(q, l, members, n, ctx, on_error)) {
+      for (int m = 0; m < n; ++m) done[members[m]] = true;
+      continue;
+    }
+    /* alone, or the chain fell back: this record now, the rest plan again */
+    run_one(q, r, ctx, copy, on_error);
+  }
+  free(done);
+  free(hulls);
+}

@@ -1,0 +1,325 @@
+/* DeferAndFuse (exec/fuse.c): a fused chain gives exactly the unfused (Strict)
+ * results; dead intermediates are skipped and live ones written; views that
+ * alias without being identical cut the chain; errors surface at sync. */
+#include <math.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static tpurt_device_t* g_dev;
+
+static tpurt_tensor_t vec(void* data, int64_t n, tpurt_dtype_t dt) {
+  tpurt_tensor_t t;
+  memset(&t, 0, sizeof(t));
+  t.data = data;
+  t.dtype = dt;
+  t.ndim = 1;
+  t.sizes[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+static void* dalloc(size_t bytes) {
+  void* p = NULL;
+  tpurt_status_t s = tpurt_memory_allocate(g_dev, NULL, bytes, &p);
+  CHECK(s == NULL);
+  tpurt_status_free(s);
+  return p;
+}
+
+/* out = a <op> b (b a tensor, or a double scalar when bt is NULL) */
+static void binary(const char* op, const tpurt_tensor_t* out, const tpurt_tensor_t* a,
+                   const tpurt_tensor_t* bt, double b) {
+  tpurt_arg_t args[3];
+  memset(args, 0, sizeof(args));
+  args[0].kind = TPURT_ARG_TENSOR;
+  args[0].v.tensor = a;
+  if (bt) {
+    args[1].kind = TPURT_ARG_TENSOR;
+    args[1].v.tensor = bt;
+  } else {
+    args[1].kind = TPURT_ARG_DOUBLE;
+    args[1].v.d = b;
+  }
+  args[2].kind = TPURT_ARG_INT;
+  args[2].v.i = 1; /* alpha (add/sub) */
+  int nargs = (strcmp(op, "add") == 0 || strcmp(op, "sub") == 0) ? 3 : 2;
+  tpurt_op_call_t call = {op, "Tensor", nargs, args, 1, out};
+  CHECK_OK(tpurt_queue_submit_kernel(tpurt_device_default_queue(g_dev), tpurt_op_lookup(op), &call));
+}
+
+static void unary(const char* op, const tpurt_tensor_t* out, const tpurt_tensor_t* a) {
+  tpurt_arg_t arg;
+  memset(&arg, 0, sizeof(arg));
+  arg.kind = TPURT_ARG_TENSOR;
+  arg.v.tensor = a;
+  tpurt_op_call_t call = {op, "", 1, &arg, 1, out};
+  CHECK_OK(tpurt_queue_submit_kernel(tpurt_device_default_queue(g_dev), tpurt_op_lookup(op), &call));
+}
+
+/* A 10-op chain over x into a fresh output; intermediates freed as Python
+ * would free temporaries (right after their consumer is queued). Returns the
+ * output's device pointer. */
+static void* chain10(void* x, void* b, int64_t n, bool keep_third, void** out_third) {
+  size_t bytes = (size_t)n * 4;
+  tpurt_tensor_t tx = vec(x, n, TPURT_DTYPE_FLOAT32), tb = vec(b, n, TPURT_DTYPE_FLOAT32);
+  void* prev = NULL;
+  tpurt_tensor_t cur = tx;
+  for (int k = 0; k < 10; ++k) {
+    void* o = dalloc(bytes);
+    tpurt_tensor_t to = vec(o, n, TPURT_DTYPE_FLOAT32);
+    switch (k) {
+      case 0: binary("mul", &to, &cur, NULL, 2.0); break;
+      case 1: binary("add", &to, &cur, &tb, 0); break;
+      case 2: unary("exp", &to, &cur); break;
+      case 3: binary("sub", &to, &cur, NULL, 1.0); break;
+      case 4: binary("div", &to, &cur, NULL, 3.0); break;
+      case 5: unary("sigmoid", &to, &cur); break;
+      case 6: binary("mul", &to, &cur, &tx, 0); break;
+      case 7: unary("tanh", &to, &cur); break;
+      case 8: binary("add", &to, &cur, NULL, 0.5); break;
+      default: unary("relu", &to, &cur); break;
+    }
+    if (prev && !(keep_third && k == 3)) tpurt_memory_free(g_dev, prev);
+    if (keep_third && k == 2) *out_third = o;
+    prev = o;
+    cur = to;
+  }
+  return prev;
+}
+
+static void test_chain(int64_t n) {
+  size_t bytes = (size_t)n * 4;
+  float* hx = malloc(bytes);
+  float* hb = malloc(bytes);
+  float* r_strict = malloc(bytes);
+  float* r_fused = malloc(bytes);
+  float* r_plain = malloc(bytes);
+  float* third = malloc(bytes);
+  float* third_s = malloc(bytes);
+  for (int64_t i = 0; i < n; ++i) {
+    hx[i] = (float)(test_rand_unit() * 4 - 2);
+    hb[i] = (float)(test_rand_unit() - 0.5);
+  }
+  void* x = dalloc(bytes);
+  void* b = dalloc(bytes);
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, hx, bytes));
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, b, hb, bytes));
+
+  tpurt_exec_mode_set(TPURT_EXEC_STRICT);
+  void* t3 = NULL;
+  void* o = chain10(x, b, n, true, &t3);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, r_strict, o, bytes));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, third_s, t3, bytes));
+  tpurt_memory_free(g_dev, o);
+  tpurt_memory_free(g_dev, t3);
+
+  /* Fused, every intermediate dead: one kernel, nine stores skipped. */
+  tpurt_exec_mode_set(TPURT_EXEC_DEFER_AND_FUSE);
+  tpurt_fuse_stats_reset();
+  o = chain10(x, b, n, false, NULL);
+  CHECK_OK(tpurt_device_synchronize(g_dev));
+  tpurt_fuse_stats_t st;
+  tpurt_fuse_stats_get(&st);
+  CHECK(st.ops_recorded == 10);
+  CHECK(st.kernels_launched == 1);
+  CHECK(st.fused_groups == 1 && st.fused_ops == 10);
+  CHECK(st.stores_skipped == 9);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, r_fused, o, bytes));
+  CHECK(memcmp(r_fused, r_strict, bytes) == 0);
+  tpurt_memory_free(g_dev, o);
+
+  /* Liveness: the third result stays referenced -> written, and exact. */
+  tpurt_fuse_stats_reset();
+  t3 = NULL;
+  o = chain10(x, b, n, true, &t3);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, r_fused, o, bytes));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, third, t3, bytes));
+  tpurt_fuse_stats_get(&st);
+  CHECK(st.kernels_launched == 1 && st.stores_skipped == 8);
+  CHECK(memcmp(r_fused, r_strict, bytes) == 0);
+  CHECK(memcmp(third, third_s, bytes) == 0);
+  tpurt_memory_free(g_dev, o);
+  tpurt_memory_free(g_dev, t3);
+
+  /* Fusion off: still deferred, ten kernels, same bytes. */
+  tpurt_fuse_set_enabled(false);
+  tpurt_fuse_stats_reset();
+  o = chain10(x, b, n, false, NULL);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, r_plain, o, bytes));
+  tpurt_fuse_stats_get(&st);
+  CHECK(st.kernels_launched == 10 && st.fused_groups == 0);
+  CHECK(memcmp(r_plain, r_strict, bytes) == 0);
+  tpurt_memory_free(g_dev, o);
+  tpurt_fuse_set_enabled(true);
+
+  tpurt_exec_mode_set(TPURT_EXEC_STRICT);
+  tpurt_memory_free(g_dev, x);
+  tpurt_memory_free(g_dev, b);
+  free(hx);
+  free(hb);
+  free(r_strict);
+  free(r_fused);
+  free(r_plain);
+  free(third);
+  free(third_s);
+}
+
+/* x[0:n-1] and x[1:n] alias without being the same view: the in-place op on
+ * one after reading the other must not be fused (tiles would reorder it). */
+static void run_alias(tpurt_exec_mode_t mode, float* result, int64_t n, uint64_t* out_kernels) {
+  size_t bytes = (size_t)n * 4;
+  float* h = malloc(bytes);
+  for (int64_t i = 0; i < n; ++i) h[i] = (float)i * 0.25f;
+  void* x = dalloc(bytes);
+  void* y = dalloc(bytes);
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, h, bytes));
+  tpurt_exec_mode_set(mode);
+  tpurt_fuse_stats_reset();
+  tpurt_tensor_t lo = vec(x, n - 1, TPURT_DTYPE_FLOAT32);
+  tpurt_tensor_t hi = vec((float*)x + 1, n - 1, TPURT_DTYPE_FLOAT32);
+  tpurt_tensor_t ty = vec(y, n - 1, TPURT_DTYPE_FLOAT32);
+  binary("mul", &ty, &lo, NULL, 3.0);  /* y = x[:-1] * 3 */
+  binary("add", &hi, &hi, &ty, 0);     /* x[1:] += y   (overlaps x[:-1]) */
+  binary("mul", &lo, &lo, &hi, 0);     /* x[:-1] *= x[1:] */
+  unary("exp", &ty, &ty);              /* y = exp(y) in place */
+  CHECK_OK(tpurt_device_synchronize(g_dev));
+  tpurt_fuse_stats_t st;
+  tpurt_fuse_stats_get(&st);
+  *out_kernels = st.kernels_launched;
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, result, x, bytes));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, h, y, bytes - 4));
+  for (int64_t i = 0; i < n - 1; ++i) result[n + i] = h[i];
+  tpurt_exec_mode_set(TPURT_EXEC_STRICT);
+  tpurt_memory_free(g_dev, x);
+  tpurt_memory_free(g_dev, y);
+  free(h);
+}
+
+static void test_aliasing(void) {
+  int64_t n = 10000;
+  float* a = malloc((size_t)n * 8);
+  float* b = malloc((size_t)n * 8);
+  uint64_t k_strict = 0, k_fused = 0;
+  run_alias(TPURT_EXEC_STRICT, a, n, &k_strict);
+  run_alias(TPURT_EXEC_DEFER_AND_FUSE, b, n, &k_fused);
+  CHECK(memcmp(a, b, (size_t)(2 * n - 1) * 4) == 0);
+  /* the overlapping views cut: nothing may fuse across them, except that
+   * exp(y) in place joins no one either (its input y was read by a cut op) */
+  CHECK(k_fused >= 3);
+  free(a);
+  free(b);
+}
+
+/* Identical views are in-place chains: x.mul_(2); x.add_(1); x.exp_() fuse. */
+static void test_in_place_identical(void) {
+  int64_t n = 5000;
+  size_t bytes = (size_t)n * 4;
+  float* h = malloc(bytes);
+  float* r0 = malloc(bytes);
+  float* r1 = malloc(bytes);
+  for (int m = 0; m < 2; ++m) {
+    for (int64_t i = 0; i < n; ++i) h[i] = (float)((i % 97) * 0.01);
+    void* x = dalloc(bytes);
+    CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, h, bytes));
+    tpurt_exec_mode_set(m ? TPURT_EXEC_DEFER_AND_FUSE : TPURT_EXEC_STRICT);
+    tpurt_fuse_stats_reset();
+    tpurt_tensor_t t = vec(x, n, TPURT_DTYPE_FLOAT32);
+    binary("mul", &t, &t, NULL, 2.0);
+    binary("add", &t, &t, NULL, 1.0);
+    unary("exp", &t, &t);
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, m ? r1 : r0, x, bytes));
+    if (m) {
+      tpurt_fuse_stats_t st;
+      tpurt_fuse_stats_get(&st);
+      CHECK(st.kernels_launched == 1 && st.fused_ops == 3);
+    }
+    tpurt_exec_mode_set(TPURT_EXEC_STRICT);
+    tpurt_memory_free(g_dev, x);
+  }
+  CHECK(memcmp(r0, r1, bytes) == 0);
+  free(h);
+  free(r0);
+  free(r1);
+}
+
+/* An integer division by zero inside a fused chain surfaces at the sync. */
+static void test_error_at_sync(void) {
+  int64_t n = 64;
+  size_t bytes = (size_t)n * 8;
+  int64_t* h = calloc((size_t)n, 8);
+  void* a = dalloc(bytes);
+  void* z = dalloc(bytes);
+  void* o1 = dalloc(bytes);
+  void* o2 = dalloc(bytes);
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, z, h, bytes));
+  for (int64_t i = 0; i < n; ++i) h[i] = i;
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, a, h, bytes));
+  tpurt_exec_mode_set(TPURT_EXEC_DEFER_AND_FUSE);
+  tpurt_tensor_t ta = vec(a, n, TPURT_DTYPE_INT64), tz = vec(z, n, TPURT_DTYPE_INT64);
+  tpurt_tensor_t t1 = vec(o1, n, TPURT_DTYPE_INT64), t2 = vec(o2, n, TPURT_DTYPE_INT64);
+  binary("add", &t1, &ta, NULL, 1);
+  tpurt_arg_t args[2];
+  memset(args, 0, sizeof(args));
+  args[0].kind = TPURT_ARG_TENSOR;
+  args[0].v.tensor = &t1;
+  args[1].kind = TPURT_ARG_TENSOR;
+  args[1].v.tensor = &tz;
+  tpurt_op_call_t call = {"remainder", "Tensor", 2, args, 1, &t2};
+  CHECK_OK(tpurt_queue_submit_kernel(tpurt_device_default_queue(g_dev), tpurt_op_lookup("remainder"), &call));
+  tpurt_status_t s = tpurt_device_synchronize(g_dev);
+  CHECK(s != NULL);
+  if (s) CHECK(strstr(tpurt_status_message(s), "remainder") != NULL);
+  tpurt_status_free(s);
+  tpurt_exec_mode_set(TPURT_EXEC_STRICT);
+  tpurt_memory_free(g_dev, a);
+  tpurt_memory_free(g_dev, z);
+  tpurt_memory_free(g_dev, o1);
+  tpurt_memory_free(g_dev, o2);
+  free(h);
+}
+
+/* Device copies and events are recorded/flushed in order with the kernels. */
+static void test_copy_and_event_order(void) {
+  int64_t n = 3000;
+  size_t bytes = (size_t)n * 4;
+  float* h = malloc(bytes);
+  for (int64_t i = 0; i < n; ++i) h[i] = (float)i;
+  void* x = dalloc(bytes);
+  void* y = dalloc(bytes);
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, h, bytes));
+  tpurt_exec_mode_set(TPURT_EXEC_DEFER_AND_FUSE);
+  tpurt_tensor_t tx = vec(x, n, TPURT_DTYPE_FLOAT32), ty = vec(y, n, TPURT_DTYPE_FLOAT32);
+  binary("mul", &tx, &tx, NULL, 2.0);
+  CHECK_OK(tpurt_queue_submit_copy(tpurt_device_default_queue(g_dev), y, x, bytes));
+  binary("add", &ty, &ty, NULL, 1.0);
+  tpurt_event_t* e = NULL;
+  CHECK_OK(tpurt_event_create(g_dev, 0, &e));
+  CHECK_OK(tpurt_event_record(e, tpurt_device_default_queue(g_dev)));
+  CHECK_OK(tpurt_event_synchronize(e));
+  CHECK(tpurt_event_query(e));
+  tpurt_event_release(e);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, h, y, bytes));
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok = ok && h[i] == (float)i * 2 + 1;
+  CHECK(ok);
+  CHECK(tpurt_queue_is_idle(tpurt_device_default_queue(g_dev)));
+  tpurt_exec_mode_set(TPURT_EXEC_STRICT);
+  tpurt_memory_free(g_dev, x);
+  tpurt_memory_free(g_dev, y);
+  free(h);
+}
+
+int main(void) {
+  CHECK_OK(tpurt_init());
+  CHECK_OK(tpurt_device_get(0, &g_dev));
+  setenv("TORCH_TPU_FUSE_CACHE_DIR", "", 1); /* no disk cache from unit tests */
+  test_chain(1);
+  test_chain(1000);
+  test_chain(100003);
+  test_aliasing();
+  test_in_place_identical();
+  test_error_at_sync();
+  test_copy_and_event_order();
+  return test_finish("test_fuse");
+}
