@@ -168,3 +168,16 @@ def test_embedding_renorm_bad_index(device):
     with pytest.raises((IndexError, RuntimeError)):
         torch.embedding_renorm_(w, torch.tensor([5], device=device), 1.0, 2.0)
         w.cpu()
+
+
+@pytest.mark.parametrize("offset", [0, 1, 5])
+def test_large_elementwise_streaming_stores(device, offset):
+    """Outputs at least the last-level cache in size are written with
+    non-temporal stores; check values there, with a misaligned output."""
+    n = 9 << 20  # 36 MiB of float32: above a 32 MiB LLC
+    torch.manual_seed(0)
+    a, b = torch.randn(n), torch.randn(n)
+    out = torch.empty(n + offset, device=device)[offset:]
+    torch.add(a.to(device), b.to(device), out=out)
+    torch.testing.assert_close(out.cpu(), a + b, rtol=0, atol=0)
+    torch.testing.assert_close(torch.mul(a.to(device), 3.0).cpu(), a * 3.0, rtol=0, atol=0)

@@ -8,6 +8,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "ops/elementwise/elementwise.h"
 
@@ -73,6 +76,47 @@ static inline void ew_param_arg(ew_params_t* p, int k, const tpurt_op_call_t* ca
   else { p->d[k] = dflt; p->i[k] = (int64_t)dflt; }
 }
 
+/* ---- streaming stores ----
+ * Set by the engine (elementwise.c) on the thread running a range whose
+ * output is contiguous and larger than the last-level cache; read by the
+ * contiguous paths below, which then store whole 64-byte blocks with
+ * non-temporal stores: no read-for-ownership of lines that would be evicted
+ * unread anyway. The engine fences after the range. Values are unchanged. */
+extern _Thread_local bool tpurt_ew_stream_active;
+#define EW_STREAM_MIN_N 256 /* elements per loop call worth the aligned-block split */
+#if defined(__AVX__)
+#define EW_STREAM_ON(n) ((n) >= EW_STREAM_MIN_N && tpurt_ew_stream_active)
+/* Elements before the first 64-byte boundary of o (n when o is not element-aligned). */
+static inline int64_t ew_stream_head(const void* o, size_t es, int64_t n) {
+  size_t h = (64 - ((uintptr_t)o & 63)) & 63;
+  if (h % es) return n;
+  return (int64_t)(h / es) < n ? (int64_t)(h / es) : n;
+}
+static inline void ew_stream_store64(void* dst, const void* src) {
+  _mm256_stream_ps((float*)dst, _mm256_load_ps((const float*)src));
+  _mm256_stream_ps((float*)dst + 8, _mm256_load_ps((const float*)src + 8));
+}
+/* The contiguous loop over [0, n_) with output o_ of type TO, streamed; the
+ * variadic part is the statement(s) computing element i_ into `r_`. */
+#define EW_CONTIG_STREAM(TO, ...)                                                                 \
+  if (EW_STREAM_ON(n_)) {                                                                         \
+    const int64_t h_ = ew_stream_head(o_, sizeof(TO), n_), B_ = 64 / (int64_t)sizeof(TO);         \
+    int64_t j_ = 0;                                                                               \
+    for (; j_ < h_; ++j_) { const int64_t i_ = j_; TO r_; __VA_ARGS__; o_[i_] = r_; }             \
+    for (; j_ + B_ <= n_; j_ += B_) {                                                             \
+      _Alignas(64) TO t_[64 / sizeof(TO)];                                                        \
+      _Pragma("GCC ivdep") for (int64_t k_ = 0; k_ < B_; ++k_) {                                  \
+        const int64_t i_ = j_ + k_; TO r_; __VA_ARGS__; t_[k_] = r_;                              \
+      }                                                                                           \
+      ew_stream_store64(o_ + j_, t_);                                                             \
+    }                                                                                             \
+    for (; j_ < n_; ++j_) { const int64_t i_ = j_; TO r_; __VA_ARGS__; o_[i_] = r_; }             \
+    return;                                                                                       \
+  }
+#else
+#define EW_CONTIG_STREAM(TO, ...)
+#endif
+
 /* ---- loop generators: NAME, T (loop type), EXPR in a/b/c, T, p ---- */
 
 #define EW_LOOP_PRE                                  \
@@ -86,6 +130,7 @@ static inline void ew_param_arg(ew_params_t* p, int k, const tpurt_op_call_t* ca
     if (s_[0] == (int64_t)sizeof(TO) && s_[1] == (int64_t)sizeof(T)) {                           \
       TO* o_ = (TO*)d_[0];                                                                       \
       const T* x_ = (const T*)d_[1];                                                             \
+      EW_CONTIG_STREAM(TO, { const T a = x_[i_]; (void)a; r_ = (TO)(EXPR); })                    \
       _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
         const T a = x_[i_];                                                                      \
         (void)a;                                                                                 \
@@ -107,6 +152,7 @@ static inline void ew_param_arg(ew_params_t* p, int k, const tpurt_op_call_t* ca
     const T* y_ = (const T*)d_[2];                                                               \
     const int64_t so_ = (int64_t)sizeof(TO), st_ = (int64_t)sizeof(T);                           \
     if (s_[0] == so_ && s_[1] == st_ && s_[2] == st_) {                                          \
+      EW_CONTIG_STREAM(TO, { const T a = x_[i_], b = y_[i_]; r_ = (TO)(EXPR); })                 \
       _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
         const T a = x_[i_], b = y_[i_];                                                          \
         o_[i_] = (TO)(EXPR);                                                                     \
@@ -138,6 +184,7 @@ static inline void ew_param_arg(ew_params_t* p, int k, const tpurt_op_call_t* ca
     if (s_[0] == so_ && s_[1] == st_ && s_[2] == st_ && s_[3] == st_) {                          \
       TO* o_ = (TO*)d_[0];                                                                       \
       const T *x_ = (const T*)d_[1], *y_ = (const T*)d_[2], *z_ = (const T*)d_[3];               \
+      EW_CONTIG_STREAM(TO, { const T a = x_[i_], b = y_[i_], c = z_[i_]; r_ = (TO)(EXPR); })     \
       _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
         const T a = x_[i_], b = y_[i_], c = z_[i_];                                              \
         o_[i_] = (TO)(EXPR);                                                                     \
