@@ -67,6 +67,105 @@ def _replication_pad_backward(grad_output, self, padding):
     return g.to(grad_output.dtype)
 
 
+# ---- coverage: data-dependent shapes and the long tail (issue 3) ----
+
+def _unique_sorted_flat(flat, sorted_vals=None):
+    """(values, perm, first-of-run mask) for a 1-D tensor: a stable sort, then the run starts."""
+    vals, perm = flat.sort(stable=True) if sorted_vals is None else (sorted_vals, None)
+    mask = torch.ones(vals.shape, dtype=torch.bool, device=vals.device)
+    if vals.numel() > 1:
+        mask[1:] = vals[1:] != vals[:-1]
+    return vals, perm, mask
+
+
+def _run_counts(mask, n):
+    starts = mask.nonzero().flatten()
+    ends = torch.cat([starts[1:], torch.full((1,), n, dtype=starts.dtype, device=starts.device)])
+    return ends - starts
+
+
+def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    """_unique2 / _unique: sorted unique values of the flattened input; inverse maps every input
+    element to its value's position (input-shaped), counts the run lengths."""
+    flat = self.reshape(-1)
+    n = flat.numel()
+    vals, perm, mask = _unique_sorted_flat(flat)
+    out = vals[mask]
+    long = dict(dtype=torch.long, device=self.device)
+    inverse = torch.empty(0, **long)
+    if return_inverse:
+        inverse = torch.empty(n, **long)
+        inverse[perm] = mask.long().cumsum(0) - 1
+        inverse = inverse.reshape(self.shape)
+    counts = _run_counts(mask, n) if return_counts else torch.empty(0, **long)
+    return out, inverse, counts
+
+
+def _unique(self, sorted=True, return_inverse=False):
+    out, inverse, _ = _unique2(self, sorted, return_inverse, False)
+    return out, inverse
+
+
+def _unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    """Collapses runs of equal consecutive elements (dim=None: of the flattened input; else of
+    slices along dim)."""
+    long = dict(dtype=torch.long, device=self.device)
+    if dim is None:
+        flat = self.reshape(-1)
+        n = flat.numel()
+        _, _, mask = _unique_sorted_flat(flat, sorted_vals=flat)
+        out = flat[mask]
+        inverse = (mask.long().cumsum(0) - 1).reshape(self.shape) if return_inverse else torch.empty(0, **long)
+    else:
+        dim = dim % max(self.dim(), 1)
+        n = self.shape[dim]
+        mask = torch.ones(n, dtype=torch.bool, device=self.device)
+        if n > 1:
+            a, b = self.narrow(dim, 1, n - 1), self.narrow(dim, 0, n - 1)
+            diff = (a != b).movedim(dim, 0).reshape(n - 1, -1)
+            mask[1:] = diff.any(1) if diff.shape[1] else False
+        out = self.index_select(dim, mask.nonzero().flatten())
+        inverse = (mask.long().cumsum(0) - 1) if return_inverse else torch.empty(0, **long)
+    counts = _run_counts(mask, n) if return_counts else torch.empty(0, **long)
+    return out, inverse, counts
+
+
+def _matrix_exp(self):
+    """linalg_matrix_exp: scaling and squaring with a [13/13] Pade approximant (Higham 2005),
+    through matmul and linalg.solve; 16-bit floats compute in float32."""
+    a = self.float() if self.dtype in (torch.bfloat16, torch.float16) else self
+    if a.shape[-1] == 0:
+        return self.clone()
+    b = [64764752532480000., 32382376266240000., 7771770303897600., 1187353796428800.,
+         129060195264000., 10559470521600., 670442572800., 33522128640., 1323241920.,
+         40840800., 960960., 16380., 182., 1.]
+    norm = a.abs().sum(-2).amax(-1)  # 1-norm of each matrix
+    theta13 = 5.371920351148152
+    s = torch.clamp(torch.ceil(torch.log2(norm / theta13)), min=0).nan_to_num(0)
+    a = a / torch.pow(2.0, s).to(a.dtype)[..., None, None]
+    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand_as(a)
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a4 @ a2
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye)
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    r = torch.linalg.solve(v - u, v + u)
+    smax = int(s.max().item()) if s.numel() else 0
+    for i in range(smax):  # square each matrix s times (those needing fewer keep their value)
+        r = torch.where((s > i)[..., None, None], r @ r, r)
+    return r.to(self.dtype)
+
+
+def _coverage_decompositions() -> dict:
+    aten = torch.ops.aten
+    return {
+        aten._unique2.default: _unique2,
+        aten._unique.default: _unique,
+        aten.unique_consecutive.default: _unique_consecutive,
+        aten.linalg_matrix_exp.default: _matrix_exp,
+    }
+
+
 def _extra_decompositions() -> dict:
     """Decompositions of ours for ops PyTorch's table lacks, keyed like decomposition_table."""
     extra = {}
@@ -74,6 +173,7 @@ def _extra_decompositions() -> dict:
         packet = getattr(torch.ops.aten, f"replication_pad{n}d_backward")
         extra[packet.default] = _replication_pad_backward
         extra[packet.grad_input] = _replication_pad_backward  # adapted to out= by _make_kernel
+    extra.update(_coverage_decompositions())
     return extra
 
 

@@ -14,10 +14,14 @@ extern const tpurt_op_def_t tpurt_ops_norm[];
 extern const tpurt_op_def_t tpurt_ops_linalg[];
 extern const tpurt_op_def_t tpurt_ops_conv[];
 extern const tpurt_op_def_t tpurt_ops_index[];
+extern const tpurt_op_def_t tpurt_ops_special[];
+extern const tpurt_op_def_t tpurt_ops_dense[];
+extern const tpurt_op_def_t tpurt_ops_pool3d[];
 
 static const tpurt_op_def_t* const kFamilies[] = {
     tpurt_ops_elementwise, tpurt_ops_random, tpurt_ops_reduce, tpurt_ops_norm,
     tpurt_ops_linalg,      tpurt_ops_conv,   tpurt_ops_index,
+    tpurt_ops_special,     tpurt_ops_dense,  tpurt_ops_pool3d,
 };
 
 /* Open-addressing hash of op names; sized to a power of two >= 2x entries. */

@@ -8,6 +8,7 @@
 #include "ops/elementwise/ew_expf.h"
 #include "ops/elementwise/ew_list.h"
 #include "ops/elementwise/ew_ops.h"
+#include "ops/elementwise/ew_vmath.h"
 
 /* integer helpers (T is the loop type); arithmetic wraps like PyTorch's */
 #define EW_NEG(x) ((x) < (T)1 && (x) != (T)0) /* x < 0 without a type-limits warning */
@@ -21,6 +22,12 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 
 /* exp in the loop type: the vectorizable one for float, libm's for double */
 #define EW_EXP(x) (sizeof(T) == 4 ? (T)tpurt_ew_expf((float)(x)) : (T)exp((double)(x)))
+/* tanh, erf and log1p (of x >= 0) likewise (ew_vmath.h): float loops (and
+ * float16/bfloat16, which compute in float) vectorize; double loops and the
+ * references (T = double) stay on libm */
+#define EW_TANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanhf((float)(x)) : (T)tanh((double)(x)))
+#define EW_ERF(x) (sizeof(T) == 4 ? (T)tpurt_vm_erff((float)(x)) : (T)erf((double)(x)))
+#define EW_LOG1P_POS(x) (sizeof(T) == 4 ? (T)tpurt_vm_log1p_posf((float)(x)) : (T)log1p((double)(x)))
 
 /* ---- setups: scalar args into p ---- */
 static tpurt_status_t setup_alpha2(const tpurt_op_call_t* c, ew_params_t* p) {
@@ -125,7 +132,59 @@ EW_OP_FI(fmod, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), f
     }                                                               \
     r_;                                                             \
   })
-EW_OP_FI(pow, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), pow(a, b), IPOW)
+/* pow: pow.Tensor_Scalar's exponent (a Scalar arg, broadcast as stride 0) of
+ * 2, 3, 0.5, -0.5, -1 or -2 is computed as PyTorch's CPU kernel computes it
+ * (a*a, a*a*a, sqrt, 1/sqrt, 1/a, 1/(a*a)): the same results, vectorized.
+ * PyTorch does not do this for float16 (std::pow per element) nor for tensor
+ * exponents (Tensor_Tensor, even 0-d), whose results differ at +-inf/-0
+ * (pow(-inf, 0.5) = inf, sqrt(-inf) = NaN), so neither do we; those and other
+ * exponents use libm's pow. The reference is libm's pow in double throughout.
+ * p.i[0] = 1: the exponent is a Scalar and the specializations apply. */
+static tpurt_status_t setup_pow(const tpurt_op_call_t* c, ew_params_t* p) {
+  p->i[0] = p->loop_float && p->compute != TPURT_DTYPE_FLOAT16 && c->num_args > 1 &&
+            c->args[0].kind == TPURT_ARG_TENSOR &&
+            (c->args[1].kind == TPURT_ARG_INT || c->args[1].kind == TPURT_ARG_DOUBLE);
+  return TPURT_OK;
+}
+EW_L2(pow_gen_f32, float, pow(a, b))
+EW_L2(pow_gen_f64, double, pow(a, b))
+#define EW_POW_APPLY(EXPR)                                                                       \
+  do {                                                                                           \
+    T* o_ = (T*)d_[0];                                                                           \
+    const T* x_ = (const T*)d_[1];                                                               \
+    if (s_[0] == (int64_t)sizeof(T) && s_[1] == (int64_t)sizeof(T)) {                            \
+      _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
+        const T a = x_[i_];                                                                      \
+        o_[i_] = (EXPR);                                                                         \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (int64_t i_ = 0; i_ < n_; ++i_) {                                                      \
+        const T a = *(const T*)(d_[1] + i_ * s_[1]);                                             \
+        *(T*)(d_[0] + i_ * s_[0]) = (EXPR);                                                      \
+      }                                                                                          \
+    }                                                                                            \
+    return;                                                                                      \
+  } while (0)
+#define EW_POW_LOOP(NAME, T_, GEN)                                                                 \
+  static void NAME(char** d_, const int64_t* s_, int64_t n_, void* u_) {                       \
+    typedef T_ T;                                                                                \
+    if (s_[2] == 0 && ((const ew_params_t*)u_)->i[0]) {                                         \
+      const T e_ = *(const T*)d_[2];                                                             \
+      if (e_ == 2) EW_POW_APPLY(a * a);                                                          \
+      if (e_ == 3) EW_POW_APPLY(a * a * a);                                                      \
+      if (e_ == (T)0.5) EW_POW_APPLY(sqrt(a));                                                   \
+      if (e_ == (T)-0.5) EW_POW_APPLY(1 / sqrt(a));                                              \
+      if (e_ == -1) EW_POW_APPLY(1 / a);                                                         \
+      if (e_ == -2) EW_POW_APPLY(1 / (a * a));                                                   \
+    }                                                                                            \
+    GEN(d_, s_, n_, u_);                                                                         \
+  }
+EW_POW_LOOP(pow_f32, float, pow_gen_f32)
+EW_POW_LOOP(pow_f64, double, pow_gen_f64)
+EW_GEN_I(EW_L2, pow, IPOW)
+static const tpurt_ew_loop_fn_t pow_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(pow), EW_TAB_I(pow)};
+EW_DEF_REF(pow, 2, pow(a, b), IPOW)
+static const ew_op_t pow_desc = {"pow", 2, 1, {0, 1}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_pow, pow_loops, pow_ref, 0};
 EW_OP_F(atan2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), atan2(a, b))
 EW_OP_F(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), hypot(a, b))
 EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b))
@@ -201,7 +260,7 @@ EW_UF(log1p, log1p(a))
 EW_UF(sin, sin(a))
 EW_UF(cos, cos(a))
 EW_UF(tan, tan(a))
-EW_UF(tanh, tanh(a))
+EW_UF(tanh, EW_TANH(a))
 EW_UF(sinh, sinh(a))
 EW_UF(cosh, cosh(a))
 EW_UF(asin, asin(a))
@@ -211,7 +270,7 @@ EW_UF(asinh, asinh(a))
 EW_UF(acosh, acosh(a))
 EW_UF(atanh, atanh(a))
 EW_UF(sigmoid, 1 / (1 + EW_EXP(-a)))
-EW_UF(erf, erf(a))
+EW_UF(erf, EW_ERF(a))
 EW_UF(erfc, erfc(a))
 EW_UF(lgamma, lgamma(a))
 EW_UF(sinc, a == 0 ? (T)1 : sin((T)M_PI * a) / ((T)M_PI * a))
@@ -376,10 +435,10 @@ static tpurt_status_t setup_gelu(const tpurt_op_call_t* c, ew_params_t* p) {
 #define GELU_BETA ((T)(M_SQRT2 * M_2_SQRTPI * 0.5))
 #define GELU_KAPPA ((T)0.044715)
 EW_OP_F(gelu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
-        p.i[0] ? (T)0.5 * a * (1 + tanh(GELU_BETA * (a + GELU_KAPPA * a * a * a)))
-               : a * (T)0.5 * (1 + erf(a * (T)M_SQRT1_2)))
+        p.i[0] ? (T)0.5 * a * (1 + EW_TANH(GELU_BETA * (a + GELU_KAPPA * a * a * a)))
+               : a * (T)0.5 * (1 + EW_ERF(a * (T)M_SQRT1_2)))
 EW_OP_F(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a / (1 + EW_EXP(-a)))
-EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * tanh(log1p(exp(a))))
+EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_TANH(EW_LOG1P_POS(EW_EXP(a))))
 #define HSIG(x) ({ T v_ = (x) + 3; v_ = v_ < 0 ? (T)0 : v_; v_ = 6 < v_ ? (T)6 : v_; v_ / 6; })
 EW_OP_F(hardsigmoid, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), HSIG(a))
 EW_OP_F(hardswish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * HSIG(a))
@@ -411,7 +470,7 @@ static tpurt_status_t setup_softplus(const tpurt_op_call_t* c, ew_params_t* p) {
   return TPURT_OK;
 }
 EW_OP_F(softplus, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_softplus, EW_IN(0),
-        a * (T)p.d[0] > (T)p.d[1] ? a : log1p(exp(a * (T)p.d[0])) / (T)p.d[0])
+        a * (T)p.d[0] > (T)p.d[1] ? a : EW_LOG1P_POS(EW_EXP(a * (T)p.d[0])) / (T)p.d[0])
 static tpurt_status_t setup_threshold(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 0.0);
   ew_param_arg(p, 1, c, 2, 0.0);
@@ -452,7 +511,7 @@ static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
 }
 #define GELU_BW_TANH                                                                       \
   ({                                                                                       \
-    T xsq_ = b * b, inner_ = GELU_BETA * (b + GELU_KAPPA * xsq_ * b), th_ = tanh(inner_);  \
+    T xsq_ = b * b, inner_ = GELU_BETA * (b + GELU_KAPPA * xsq_ * b), th_ = EW_TANH(inner_);\
     T left_ = (T)0.5 * b, right_ = 1 + th_;                                                \
     T ld_ = (T)0.5 * right_;                                                               \
     T rd_ = left_ * (1 - th_ * th_) * GELU_BETA * (1 + 3 * GELU_KAPPA * xsq_);             \
@@ -460,8 +519,8 @@ static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
   })
 #define GELU_BW_ERF                                                                        \
   ({                                                                                       \
-    T cdf_ = (T)0.5 * (1 + erf(b * (T)M_SQRT1_2));                                         \
-    T pdf_ = exp((T)-0.5 * b * b) * (T)(M_2_SQRTPI * M_SQRT1_2 * 0.5);                     \
+    T cdf_ = (T)0.5 * (1 + EW_ERF(b * (T)M_SQRT1_2));                                      \
+    T pdf_ = EW_EXP((T)-0.5 * b * b) * (T)(M_2_SQRTPI * M_SQRT1_2 * 0.5);                  \
     a * (cdf_ + b * pdf_);                                                                 \
   })
 EW_BW(gelu_backward, EW_FLOATS, setup_gelu_bw, p.i[0] ? GELU_BW_TANH : GELU_BW_ERF)
@@ -482,9 +541,9 @@ static tpurt_status_t setup_elu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
 #define ELU_NEG ((T)(p.d[0] * p.d[1]))
 EW_OP_F(elu_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_elu_bw, EW_IN(0, 5),
         p.i[3] ? (b <= 0 ? a * (T)p.d[2] * (b + ELU_NEG) : a * (T)p.d[1])
-               : (b <= 0 ? a * (T)p.d[2] * ELU_NEG * exp(b * (T)p.d[2]) : a * (T)p.d[1]))
+               : (b <= 0 ? a * (T)p.d[2] * ELU_NEG * EW_EXP(b * (T)p.d[2]) : a * (T)p.d[1]))
 EW_BW(softplus_backward, EW_FLOATS, setup_arg23,
-      ({ T z_ = exp(b * (T)p.d[0]); (b * (T)p.d[0]) > (T)p.d[1] ? a : a * z_ / (z_ + 1); }))
+      ({ T z_ = EW_EXP(b * (T)p.d[0]); (b * (T)p.d[0]) > (T)p.d[1] ? a : a * z_ / (z_ + 1); }))
 static tpurt_status_t setup_eps2(const tpurt_op_call_t* c, ew_params_t* p) {
   p->d[0] = ew_arg_present(c, 2) ? tpurt_ew_arg_double(&c->args[2]) : -1.0;
   return TPURT_OK;

@@ -1,0 +1,41 @@
+/* Scalar special functions (Bessel, incomplete gamma, zeta, orthogonal
+ * polynomials, ...) in double precision, shared by the special kernel family
+ * and its tests. Edge cases (poles, domain errors, +-inf) follow PyTorch CPU. */
+#ifndef TPURT_OPS_SPECIAL_MATH_H_
+#define TPURT_OPS_SPECIAL_MATH_H_
+
+double tpurt_sp_i0(double x);
+double tpurt_sp_i0e(double x);
+double tpurt_sp_i1(double x);
+double tpurt_sp_i1e(double x);
+double tpurt_sp_k0(double x);
+double tpurt_sp_k1(double x);
+double tpurt_sp_k0e(double x);
+double tpurt_sp_k1e(double x);
+double tpurt_sp_j0(double x);
+double tpurt_sp_j1(double x);
+double tpurt_sp_y0(double x);
+double tpurt_sp_y1(double x);
+double tpurt_sp_airy_ai(double x);
+double tpurt_sp_spherical_j0(double x);
+double tpurt_sp_erfcx(double x);
+double tpurt_sp_ndtri(double p);
+double tpurt_sp_zeta(double x, double q);
+double tpurt_sp_digamma(double x);
+double tpurt_sp_polygamma(double n, double x);
+double tpurt_sp_igamma(double a, double x);
+double tpurt_sp_igammac(double a, double x);
+double tpurt_sp_cheb_t(double x, double n);
+double tpurt_sp_cheb_u(double x, double n);
+double tpurt_sp_cheb_v(double x, double n);
+double tpurt_sp_cheb_w(double x, double n);
+double tpurt_sp_shifted_cheb_t(double x, double n);
+double tpurt_sp_shifted_cheb_u(double x, double n);
+double tpurt_sp_shifted_cheb_v(double x, double n);
+double tpurt_sp_shifted_cheb_w(double x, double n);
+double tpurt_sp_hermite_h(double x, double n);
+double tpurt_sp_hermite_he(double x, double n);
+double tpurt_sp_laguerre_l(double x, double n);
+double tpurt_sp_legendre_p(double x, double n);
+
+#endif /* TPURT_OPS_SPECIAL_MATH_H_ */

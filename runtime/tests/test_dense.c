@@ -1,0 +1,226 @@
+/* Dense linalg kernels (ops/linalg/cov_dense.c) through the op table: each
+ * factorization is checked by what defines it (P L U = A, A A^-1 = I,
+ * L L^T = A, Q R = A with Q orthonormal, A V = V diag(w), U S Vh = A), on
+ * float64 and float32, row- and column-major layouts and a batch; plus bad
+ * pivots and unsupported dtypes returning a status. */
+#include <math.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static tpurt_tensor_t mat(tpurt_dtype_t dt, void* data, int nd, const int64_t* sizes, bool colmajor) {
+  tpurt_tensor_t t;
+  memset(&t, 0, sizeof(t));
+  t.data = data;
+  t.dtype = dt;
+  t.ndim = nd;
+  int64_t s = 1;
+  for (int d = nd - 1; d >= 0; --d) t.sizes[d] = sizes[d];
+  if (colmajor && nd >= 2) {
+    t.strides[nd - 2] = 1;
+    t.strides[nd - 1] = sizes[nd - 2];
+    s = sizes[nd - 2] * sizes[nd - 1];
+    for (int d = nd - 3; d >= 0; --d) t.strides[d] = s, s *= sizes[d];
+  } else {
+    for (int d = nd - 1; d >= 0; --d) t.strides[d] = s, s *= sizes[d];
+  }
+  return t;
+}
+static double at(const tpurt_tensor_t* t, int64_t b, int64_t i, int64_t j) {
+  int nd = t->ndim;
+  int64_t off = (nd > 2 ? b * t->strides[0] : 0) + i * t->strides[nd - 2] + j * t->strides[nd - 1];
+  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
+}
+static double at1(const tpurt_tensor_t* t, int64_t b, int64_t i) {
+  int nd = t->ndim;
+  int64_t off = (nd > 1 ? b * t->strides[0] : 0) + i * t->strides[nd - 1];
+  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
+}
+
+static tpurt_status_t call_op(const char* name, tpurt_arg_t* args, int nargs, tpurt_tensor_t* outs, int nout) {
+  const tpurt_op_def_t* def = tpurt_op_lookup(name);
+  if (!def) return TPURT_STATUS(NOT_FOUND, "no op %s", name);
+  tpurt_op_call_t call = {.name = name, .overload = "", .num_args = nargs, .args = args,
+                          .num_outputs = nout, .outputs = outs};
+  return tpurt_kernel_run(def->fn, &call);
+}
+static tpurt_arg_t targ(const tpurt_tensor_t* t) { return (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = t}; }
+static tpurt_arg_t barg(bool b) { return (tpurt_arg_t){.kind = TPURT_ARG_BOOL, .v.b = b}; }
+
+enum { B = 2, N = 5 };
+
+static void fill(tpurt_tensor_t* t, int64_t b, int64_t r, int64_t c, bool spd) {
+  double tmp[N][N];
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) tmp[i][j] = 2.0 * test_rand_unit() - 1.0;
+  int nd = t->ndim;
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      double v = tmp[i][j];
+      if (spd) { /* A^T A + n I */
+        v = i == j ? (double)r : 0.0;
+        for (int64_t k = 0; k < r; ++k) v += tmp[k][i] * tmp[k][j];
+      }
+      int64_t off = b * t->strides[0] + i * t->strides[nd - 2] + j * t->strides[nd - 1];
+      tpurt_dtype_store_f64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
+    }
+}
+
+static void test_lu_inv_det(tpurt_dtype_t dt, bool colmajor) {
+  double tol = dt == TPURT_DTYPE_FLOAT64 ? 1e-12 : 1e-4;
+  size_t es = tpurt_dtype_size(dt);
+  const int64_t s3[3] = {B, N, N}, s2[2] = {B, N}, s1[1] = {B};
+  char *ma = malloc(B * N * N * es), *mlu = malloc(B * N * N * es), *minv = malloc(B * N * N * es);
+  char *mp = malloc(B * N * N * es), *ml = malloc(B * N * N * es), *mu = malloc(B * N * N * es);
+  int32_t piv[B * N], info[B], info2[B];
+  char* mdet = malloc(B * es);
+  tpurt_tensor_t A = mat(dt, ma, 3, s3, colmajor), LU = mat(dt, mlu, 3, s3, true);
+  tpurt_tensor_t PV = mat(TPURT_DTYPE_INT32, piv, 2, s2, false), I = mat(TPURT_DTYPE_INT32, info, 1, s1, false);
+  for (int b = 0; b < B; ++b) fill(&A, b, N, N, false);
+  tpurt_arg_t args[3] = {targ(&A), barg(true), barg(false)};
+  tpurt_tensor_t outs[3] = {LU, PV, I};
+  CHECK_OK(call_op("linalg_lu_factor_ex", args, 3, outs, 3));
+  CHECK(info[0] == 0 && info[1] == 0);
+  /* P L U = A via linalg_lu */
+  tpurt_tensor_t P = mat(dt, mp, 3, s3, false), L = mat(dt, ml, 3, s3, false), U = mat(dt, mu, 3, s3, false);
+  tpurt_tensor_t plu[3] = {P, L, U};
+  CHECK_OK(call_op("linalg_lu", args, 2, plu, 3));
+  double worst = 0;
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int k = 0; k < N; ++k)
+          for (int q = 0; q < N; ++q) s += at(&P, b, i, k) * at(&L, b, k, q) * at(&U, b, q, j);
+        worst = fmax(worst, fabs(s - at(&A, b, i, j)));
+      }
+  CHECK(worst < tol);
+  /* A A^-1 = I */
+  tpurt_tensor_t X = mat(dt, minv, 3, s3, true), I2 = mat(TPURT_DTYPE_INT32, info2, 1, s1, false);
+  tpurt_tensor_t io[2] = {X, I2};
+  CHECK_OK(call_op("linalg_inv_ex", args, 2, io, 2));
+  worst = 0;
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int k = 0; k < N; ++k) s += at(&A, b, i, k) * at(&X, b, k, j);
+        worst = fmax(worst, fabs(s - (i == j)));
+      }
+  CHECK(worst < tol * 10);
+  /* det = prod(diag U) * sign(P) */
+  tpurt_tensor_t D = mat(dt, mdet, 1, s1, false);
+  tpurt_tensor_t dout[3] = {D, LU, PV};
+  CHECK_OK(call_op("_linalg_det", args, 1, dout, 3));
+  for (int b = 0; b < B; ++b) {
+    double d = 1;
+    for (int i = 0; i < N; ++i) d *= at(&U, b, i, i);
+    double sgn = 1; /* det(P) by counting the permutation's inversions */
+    int perm[N];
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < N; ++j)
+        if (at(&P, b, i, j) == 1.0) perm[i] = j;
+    for (int i = 0; i < N; ++i)
+      for (int j = i + 1; j < N; ++j)
+        if (perm[i] > perm[j]) sgn = -sgn;
+    CHECK(fabs(at1(&D, 0, b) - sgn * d) < tol * (1 + fabs(d)));
+  }
+  /* a pivot out of range is refused */
+  piv[0] = 99;
+  tpurt_arg_t sargs[3] = {targ(&LU), targ(&PV), targ(&A)};
+  tpurt_tensor_t sout = mat(dt, minv, 3, s3, false);
+  CHECK_STATUS(call_op("linalg_lu_solve", sargs, 3, &sout, 1), INVALID_ARGUMENT);
+  free(ma), free(mlu), free(minv), free(mp), free(ml), free(mu), free(mdet);
+}
+
+static void test_chol_qr_eigh_svd(tpurt_dtype_t dt) {
+  double tol = dt == TPURT_DTYPE_FLOAT64 ? 1e-11 : 1e-4;
+  size_t es = tpurt_dtype_size(dt);
+  const int64_t s3[3] = {B, N, N}, s2[2] = {B, N}, s1[1] = {B};
+  char *ma = malloc(B * N * N * es), *m1 = malloc(B * N * N * es), *m2 = malloc(B * N * N * es);
+  char* mv = malloc(B * N * es);
+  int32_t info[B];
+  tpurt_tensor_t A = mat(dt, ma, 3, s3, false);
+  for (int b = 0; b < B; ++b) fill(&A, b, N, N, true);
+  /* Cholesky: L L^T = A, L lower */
+  tpurt_tensor_t L = mat(dt, m1, 3, s3, true), I = mat(TPURT_DTYPE_INT32, info, 1, s1, false);
+  tpurt_arg_t args[3] = {targ(&A), barg(false), barg(false)};
+  tpurt_tensor_t co[2] = {L, I};
+  CHECK_OK(call_op("linalg_cholesky_ex", args, 3, co, 2));
+  double worst = 0;
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int k = 0; k < N; ++k) s += at(&L, b, i, k) * at(&L, b, j, k);
+        worst = fmax(worst, fabs(s - at(&A, b, i, j)));
+        if (j > i) worst = fmax(worst, fabs(at(&L, b, i, j)));
+      }
+  CHECK(worst < tol * N);
+  /* QR: Q^T Q = I, Q R = A, R upper */
+  tpurt_tensor_t Q = mat(dt, m1, 3, s3, true), R = mat(dt, m2, 3, s3, false);
+  tpurt_arg_t qargs[2] = {targ(&A), {.kind = TPURT_ARG_STRING, .v.s = "reduced"}};
+  tpurt_tensor_t qo[2] = {Q, R};
+  CHECK_OK(call_op("linalg_qr", qargs, 2, qo, 2));
+  worst = 0;
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = 0, o = 0;
+        for (int k = 0; k < N; ++k) s += at(&Q, b, i, k) * at(&R, b, k, j), o += at(&Q, b, k, i) * at(&Q, b, k, j);
+        worst = fmax(worst, fmax(fabs(s - at(&A, b, i, j)), fabs(o - (i == j))));
+        if (i > j) worst = fmax(worst, fabs(at(&R, b, i, j)));
+      }
+  CHECK(worst < tol * N);
+  /* eigh: A v_k = w_k v_k, w ascending */
+  tpurt_tensor_t W = mat(dt, mv, 2, s2, false), V = mat(dt, m1, 3, s3, true);
+  tpurt_arg_t eargs[3] = {targ(&A), {.kind = TPURT_ARG_STRING, .v.s = "L"}, barg(true)};
+  tpurt_tensor_t eo[2] = {W, V};
+  CHECK_OK(call_op("_linalg_eigh", eargs, 3, eo, 2));
+  worst = 0;
+  for (int b = 0; b < B; ++b)
+    for (int k = 0; k < N; ++k) {
+      if (k) CHECK(at1(&W, b, k - 1) <= at1(&W, b, k));
+      for (int i = 0; i < N; ++i) {
+        double s = 0;
+        for (int j = 0; j < N; ++j) s += at(&A, b, i, j) * at(&V, b, j, k);
+        worst = fmax(worst, fabs(s - at1(&W, b, k) * at(&V, b, i, k)));
+      }
+    }
+  CHECK(worst < tol * N * N);
+  /* SVD of a wide 3 x 5 slice: U S Vh = A, S descending */
+  const int64_t w3[3] = {B, 3, N}, u3[3] = {B, 3, 3}, sv[2] = {B, 3};
+  tpurt_tensor_t Aw = mat(dt, ma, 3, w3, false);
+  for (int b = 0; b < B; ++b) fill(&Aw, b, 3, N, false);
+  tpurt_tensor_t U = mat(dt, m1, 3, u3, true), S = mat(dt, mv, 2, sv, false), Vh = mat(dt, m2, 3, w3, true);
+  tpurt_arg_t sargs[3] = {targ(&Aw), barg(false), barg(true)};
+  tpurt_tensor_t so[3] = {U, S, Vh};
+  CHECK_OK(call_op("_linalg_svd", sargs, 3, so, 3));
+  worst = 0;
+  for (int b = 0; b < B; ++b) {
+    for (int k = 1; k < 3; ++k) CHECK(at1(&S, b, k - 1) >= at1(&S, b, k));
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int k = 0; k < 3; ++k) s += at(&U, b, i, k) * at1(&S, b, k) * at(&Vh, b, k, j);
+        worst = fmax(worst, fabs(s - at(&Aw, b, i, j)));
+      }
+  }
+  CHECK(worst < tol * N);
+  /* integer input: a status, not garbage */
+  int64_t ia[N * N] = {0};
+  const int64_t s2d[2] = {N, N};
+  tpurt_tensor_t IA = mat(TPURT_DTYPE_INT64, ia, 2, s2d, false);
+  tpurt_arg_t iargs[3] = {targ(&IA), barg(false), barg(false)};
+  CHECK_STATUS(call_op("linalg_cholesky_ex", iargs, 3, co, 2), UNIMPLEMENTED);
+  free(ma), free(m1), free(m2), free(mv);
+}
+
+int main(void) {
+  test_lu_inv_det(TPURT_DTYPE_FLOAT64, false);
+  test_lu_inv_det(TPURT_DTYPE_FLOAT64, true);
+  test_lu_inv_det(TPURT_DTYPE_FLOAT32, false);
+  test_chol_qr_eigh_svd(TPURT_DTYPE_FLOAT64);
+  test_chol_qr_eigh_svd(TPURT_DTYPE_FLOAT32);
+  return test_finish("test_dense");
+}

@@ -1,0 +1,157 @@
+"""Dense linear algebra on the device (runtime/ops/linalg/cov_dense.c) against PyTorch CPU: LU (factor,
+solve with left/adjoint, unpack, inverse, det, slogdet), Cholesky (factor, inverse, solve), triangular
+solves, QR (geqrf conventions, householder_product, ormqr), symmetric eigen and SVD (values against
+CPU, vectors by reconstruction since their signs are not unique), batched and broadcast, float32 and
+float64, plus gradients through the autograd formulas that use these kernels."""
+import pytest
+import torch
+
+LA = torch.linalg
+DTYPES = [torch.float32, torch.float64]
+
+
+def tol(dtype):
+    return dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-9)
+
+
+def rnd(*shape, dtype=torch.float64, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+def spd(*shape, dtype=torch.float64, seed=0):
+    a = rnd(*shape, dtype=torch.float64, seed=seed)
+    return (a @ a.mT + shape[-1] * torch.eye(shape[-1], dtype=torch.float64)).to(dtype)
+
+
+def same(fn, args, device, dtype, **kw):
+    expect = fn(*args, **kw)
+    got = fn(*[a.to(device) if isinstance(a, torch.Tensor) else a for a in args], **kw)
+    if not isinstance(expect, (tuple, list)):
+        expect, got = (expect,), (got,)
+    for e, g in zip(expect, got):
+        assert g.device.type == torch.device(device).type
+        if e.dtype.is_floating_point:
+            torch.testing.assert_close(g.cpu(), e, **tol(dtype))
+        else:
+            assert torch.equal(g.cpu(), e)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 1, 3, 3), (6, 4), (3, 6)])
+def test_lu_family(device, dtype, shape):
+    a = rnd(*shape, dtype=dtype)
+    same(LA.lu_factor_ex, [a], device, dtype)
+    same(LA.lu, [a], device, dtype)
+    same(lambda x: torch.lu_unpack(*LA.lu_factor(x)), [a], device, dtype)
+    same(LA.lu_factor, [a.mT], device, dtype)  # column-major input
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [True, False])
+def test_lu_solve(device, dtype, left, adjoint):
+    a = rnd(2, 4, 4, dtype=dtype)
+    b = rnd(2, 4, 3, dtype=dtype, seed=1) if left else rnd(2, 3, 4, dtype=dtype, seed=1)
+    same(lambda x, y: LA.lu_solve(*LA.lu_factor(x), y, left=left, adjoint=adjoint), [a, b], device, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_solve_inv_det(device, dtype):
+    a = rnd(3, 4, 4, dtype=dtype)
+    same(LA.solve, [a, rnd(3, 4, 2, dtype=dtype, seed=1)], device, dtype)
+    same(LA.solve, [a, rnd(4, dtype=dtype, seed=1)], device, dtype)  # vector rhs, broadcast
+    same(LA.solve, [a[0], rnd(5, 4, 2, dtype=dtype, seed=1)], device, dtype)  # A broadcast over B's batch
+    same(lambda x, y: LA.solve(x, y, left=False), [a, rnd(3, 2, 4, dtype=dtype, seed=1)], device, dtype)
+    same(LA.inv, [a], device, dtype)
+    same(LA.det, [a], device, dtype)
+    same(LA.slogdet, [a], device, dtype)
+    same(LA.det, [a.mT], device, dtype)
+    sing = torch.zeros(3, 3, dtype=dtype)
+    same(LA.det, [sing], device, dtype)
+    same(LA.slogdet, [sing], device, dtype)
+    half = torch.tensor([[1.0, 0], [0, 0]], dtype=dtype)  # the inverse's content is unspecified, info is not
+    assert LA.inv_ex(half.to(device)).info.item() == LA.inv_ex(half).info.item() == 2
+    with pytest.raises(RuntimeError):
+        LA.inv(sing.to(device))
+        torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_family(device, dtype, upper):
+    a = spd(2, 5, 5, dtype=dtype)
+    same(lambda x: LA.cholesky(x, upper=upper), [a], device, dtype)
+    same(lambda x: torch.cholesky_inverse(LA.cholesky(x, upper=upper), upper=upper), [a], device, dtype)
+    same(lambda x, b: torch.cholesky_solve(b, LA.cholesky(x, upper=upper), upper=upper),
+         [a, rnd(2, 5, 3, dtype=dtype, seed=2)], device, dtype)
+    bad = -torch.eye(3, dtype=dtype)
+    assert LA.cholesky_ex(bad.to(device)).info.item() == 1
+    with pytest.raises(RuntimeError):
+        LA.cholesky(bad.to(device))
+        torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("unit", [False, True])
+def test_triangular(device, dtype, upper, left, unit):
+    t = rnd(2, 4, 4, dtype=dtype) + 4 * torch.eye(4, dtype=dtype)
+    t = t.triu() if upper else t.tril()
+    b = rnd(2, 4, 3, dtype=dtype, seed=3) if left else rnd(2, 3, 4, dtype=dtype, seed=3)
+    same(lambda x, y: LA.solve_triangular(x, y, upper=upper, left=left, unitriangular=unit), [t, b], device, dtype)
+    if left:
+        same(lambda y, x: torch.triangular_solve(y, x, upper=upper, transpose=unit, unitriangular=unit),
+             [b, t], device, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 4)])
+def test_qr_family(device, dtype, shape):
+    a = rnd(*shape, dtype=dtype)
+    for mode in ("reduced", "complete", "r"):
+        same(lambda x: LA.qr(x, mode=mode), [a], device, dtype)
+    q, tau = torch.geqrf(a)  # on CPU: geqrf's meta function needs the data (see README)
+    same(LA.householder_product, [q[..., :, : min(shape[-2:])] if shape[-2] >= shape[-1] else q[..., :, : shape[-2]],
+                                  tau], device, dtype)
+    c = rnd(*shape[:-2], shape[-2], 2, dtype=dtype, seed=4)
+    for left, trans in [(True, False), (True, True)]:
+        same(lambda v, t, y: torch.ormqr(v, t, y, left=left, transpose=trans), [q, tau, c], device, dtype)
+    c2 = rnd(*shape[:-2], 2, shape[-2], dtype=dtype, seed=5)
+    same(lambda v, t, y: torch.ormqr(v, t, y, left=False, transpose=True), [q, tau, c2], device, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eigh_svd(device, dtype):
+    a = rnd(3, 5, 5, dtype=dtype)
+    s = a + a.mT
+    w, v = LA.eigh(s.to(device))
+    torch.testing.assert_close(w.cpu(), LA.eigvalsh(s), **tol(dtype))
+    torch.testing.assert_close((v @ torch.diag_embed(w) @ v.mT).cpu(), s, **tol(dtype))
+    torch.testing.assert_close(LA.eigvalsh(s.to(device), UPLO="U").cpu(), LA.eigvalsh(s, UPLO="U"), **tol(dtype))
+    for shape in [(3, 5, 5), (4, 6), (6, 4)]:
+        m = rnd(*shape, dtype=dtype, seed=7)
+        for full in (False, True):
+            u, sv, vh = LA.svd(m.to(device), full_matrices=full)
+            torch.testing.assert_close(sv.cpu(), LA.svdvals(m), **tol(dtype))
+            k = sv.shape[-1]
+            rec = (u[..., :, :k] * sv.unsqueeze(-2)) @ vh[..., :k, :]
+            torch.testing.assert_close(rec.cpu(), m, **tol(dtype))
+            eye_u = torch.eye(u.shape[-1], dtype=dtype).expand_as(u.mT @ u)
+            torch.testing.assert_close((u.mT @ u).cpu(), eye_u, **tol(dtype))
+    same(LA.pinv, [rnd(4, 6, dtype=dtype)], device, dtype)
+    same(LA.matrix_rank, [rnd(4, 6, dtype=dtype)], device, dtype)
+
+
+def test_gradients(device):
+    a = rnd(3, 4, 4, dtype=torch.float64)
+    b = rnd(3, 4, 2, dtype=torch.float64, seed=1)
+    for fn in (lambda x: LA.det(x).sum(), lambda x: LA.slogdet(x).logabsdet.sum(),
+               lambda x: LA.inv(x).sum(), lambda x: LA.solve(x, b.to(x.device)).pow(2).sum(),
+               lambda x: LA.svdvals(x).sum(), lambda x: LA.qr(x).R.abs().sum(),
+               lambda x: LA.cholesky(x @ x.mT + 4 * torch.eye(4, dtype=x.dtype, device=x.device)).sum()):
+        xc = a.clone().requires_grad_()
+        xd = a.to(device).requires_grad_()
+        fn(xc).backward()
+        fn(xd).backward()
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-8, atol=1e-8)

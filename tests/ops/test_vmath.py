@@ -1,0 +1,95 @@
+"""The vectorized float transcendental paths (tanh, erf, gelu, gelu_backward,
+softplus, mish, sigmoid/silu, pow with special scalar exponents) against
+PyTorch CPU with OpInfo's default tolerances, over wide ranges and the special
+values (+-inf, NaN, -0.0, denormals, saturation)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import sync  # noqa: F401  (tests/conftest.py)
+
+TOL = {torch.float32: dict(rtol=1.3e-6, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-5),
+       torch.float16: dict(rtol=1e-3, atol=1e-5), torch.float64: dict(rtol=1e-7, atol=1e-7)}
+DTYPES = list(TOL)
+SPECIALS = [0.0, -0.0, 1e-40, -1e-45, 1e-30, float("inf"), -float("inf"), float("nan"), 0.625, -0.625,
+            0.921875, 2.0, -3.9192059, 4.0, 9.0, -9.1, 44.0, 89.0, -104.0, 1e30, -1e30]
+
+
+def values(dtype):
+    g = torch.Generator().manual_seed(0)
+    parts = [torch.linspace(-12, 12, 20001, dtype=torch.float64),
+             torch.randn(20000, generator=g, dtype=torch.float64) * 3,
+             torch.tensor(SPECIALS, dtype=torch.float64)]
+    return torch.cat(parts).to(dtype)
+
+
+def check(fn, dtype, *inputs):
+    exp = fn(*inputs)
+    got = fn(*[t.to("tpu") for t in inputs]).cpu()
+    torch.testing.assert_close(got, exp, equal_nan=True, **TOL[dtype])
+
+
+UNARY = {
+    "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid, "silu": F.silu, "mish": F.mish,
+    "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "softplus": F.softplus, "softplus_b2": lambda x: F.softplus(x, beta=2.0, threshold=30.0),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary(name, dtype):
+    check(UNARY[name], dtype, values(dtype))
+
+
+def test_tanh_saturates_exactly():
+    x = torch.tensor([9.5, 20.0, 1e4, float("inf"), -9.5, -1e4, -float("inf")])
+    y = torch.tanh(x.to("tpu")).cpu()
+    assert torch.equal(y, torch.tensor([1.0, 1, 1, 1, -1, -1, -1]))
+    z = torch.tanh(torch.tensor([-0.0]).to("tpu")).cpu()
+    assert z.item() == 0 and torch.signbit(z).item()
+
+
+BACKWARD = {
+    "gelu_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x),
+    "gelu_backward_tanh": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
+    "softplus_backward": lambda g, x: torch.ops.aten.softplus_backward(g, x, 1.0, 20.0),
+    "silu_backward": lambda g, x: torch.ops.aten.silu_backward(g, x),
+    "elu_backward": lambda g, x: torch.ops.aten.elu_backward(g, 1.0, 1.0, 1.0, False, x),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(BACKWARD))
+def test_backward(name, dtype):
+    x = values(dtype)
+    x = x[x.abs() < 1e20]  # grad * huge products overflow differently in 16-bit
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    check(BACKWARD[name], dtype, g, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("e", [2, 3, 0.5, -0.5, -1, -2, 2.5, 0, 1, -3])
+def test_pow_scalar(e, dtype):
+    x = values(dtype)
+    x = x[x.abs() < 1e4]  # keep finite cubes in float16
+    if isinstance(e, float) and e != int(e):
+        x = torch.cat([x, x.abs()])
+    x = torch.cat([x, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan")], dtype=dtype)])
+    check(lambda t: torch.pow(t, e), dtype, x)
+    check(lambda t: t ** e, dtype, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("e", [2.0, 0.5, -0.5, -1.0])
+def test_pow_tensor_exponent_0d(e, dtype):
+    x = torch.cat([values(dtype)[:2000], torch.tensor([-0.0, float("inf"), -float("inf")], dtype=dtype)])
+    check(lambda t, s: torch.pow(t, s), dtype, x, torch.tensor(e, dtype=dtype))
+
+
+def test_pow_noncontiguous_and_out():
+    x = torch.randn(64, 33) * 3
+    check(lambda t: torch.pow(t.t(), 3), torch.float32, x)
+    out = torch.empty(33, 64, device="tpu")
+    torch.pow(x.t().to("tpu"), -2, out=out)
+    torch.testing.assert_close(out.cpu(), torch.pow(x.t(), -2), **TOL[torch.float32])
