@@ -1,7 +1,7 @@
 """The eager modes (issue 4): selecting them (environment, process, scope), switching synchronizes,
 and Debug mode's checks: every index op raises IndexError at the Python line that issued it, device
 memory guards catch a kernel writing past its buffer / reading freed memory and host code reading
-freed device memory (naming the op), and the opt-in NaN/Inf check names the first op producing one.
+freed or live device memory (naming the op, or host code), and the opt-in NaN/Inf check names the first op producing one.
 Programs give the same results in Strict and Debug."""
 import ctypes
 import os

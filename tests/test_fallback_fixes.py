@@ -244,3 +244,17 @@ def test_written_strided_view_keeps_its_layout(device, fn):
     fn(vc)
     assert v.stride() == vc.stride()
     torch.testing.assert_close(x.cpu(), xc)
+
+
+def test_geqrf_shapes_without_meta(device):
+    """geqrf has no meta function in PyTorch 2.13: its layout (a column-major,
+    tau [..., min(m, n)]) comes from a rule; values match CPU."""
+    x = torch.randn(2, 5, 3, dtype=torch.float64)
+    a, tau = torch.geqrf(x)
+    a2, tau2 = torch.geqrf(x.to(device))
+    assert a2.stride() == a.stride() and tau2.shape == tau.shape
+    torch.testing.assert_close(a2.cpu(), a)
+    torch.testing.assert_close(tau2.cpu(), tau)
+    oa, ot = torch.empty(0, device=device, dtype=x.dtype), torch.empty(0, device=device, dtype=x.dtype)
+    torch.geqrf(x.to(device), out=(oa, ot))
+    torch.testing.assert_close(oa.cpu(), a)

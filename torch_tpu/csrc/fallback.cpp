@@ -104,7 +104,7 @@ struct OpInfo {
   bool alias_safe = false;
   // Ops PyTorch gives no meta function take their shapes from a twin op.
   // kLikeSelf: ops whose output is empty_like(self) (contiguous) but have no meta.
-  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut } meta_via = MetaVia::kSelf;
+  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut, kGeqrf } meta_via = MetaVia::kSelf;
   bool repeat_interleave = false;  // repeat_interleave.Tensor: output_size from the data
   // Registered directly for PrivateUse1 in place of PyTorch's structured
   // CompositeExplicitAutogradNonFunctional wrapper (see "direct structured ops").
@@ -232,6 +232,8 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   // bool ** True as int64 and refuses the bool out tensor that the C++
   // structured meta (and CPU) chose; only the out layout is needed here.
   if (info->full_name == "aten::pow.Tensor_Scalar_out") info->meta_via = OpInfo::MetaVia::kPowScalarOut;
+  // geqrf has no meta function in PyTorch 2.13; its shapes follow from the input's.
+  if (info->full_name == "aten::geqrf" || info->full_name == "aten::geqrf.a") info->meta_via = OpInfo::MetaVia::kGeqrf;
   info->repeat_interleave = info->full_name == "aten::repeat_interleave.Tensor";
   info->bool_index_arg1 = (base == "index" || base == "index_put" || base == "_index_put_impl") &&
                           args.size() > 1 && info->arg_class[1] == ArgClass::kOptTensorList;
@@ -478,6 +480,38 @@ std::shared_ptr<const MetaEntry> run_meta(const c10::OperatorHandle& op, const O
     int64_t groups = args[8].toInt();
     int64_t out_channels = transposed ? w.size(1) * groups : w.size(0);
     meta_stack.insert(meta_stack.begin() + 3, c10::IValue(std::vector<int64_t>{out_channels}));
+  }
+  if (info.meta_via == OpInfo::MetaVia::kGeqrf) {
+    // As LAPACK (and CPU) lays them out: a is input-shaped with each matrix
+    // column-major, tau is [..., min(m, n)] contiguous.
+    const at::Tensor& self = args[0].toTensor();
+    TORCH_CHECK(self.dim() >= 2, "geqrf: input must have at least 2 dimensions.");
+    auto entry = std::make_shared<MetaEntry>();
+    int64_t nd = self.dim(), m = self.size(nd - 2), n = self.size(nd - 1);
+    OutMeta a, tau;
+    a.defined = tau.defined = true;
+    a.dtype = tau.dtype = self.scalar_type();
+    a.offset = tau.offset = 0;
+    a.sizes.assign(self.sizes().begin(), self.sizes().end());
+    a.strides.resize(nd);
+    a.strides[nd - 2] = 1;
+    a.strides[nd - 1] = std::max<int64_t>(m, 1);
+    int64_t st = std::max<int64_t>(m * n, 1);
+    for (int64_t d = nd - 3; d >= 0; --d) {
+      a.strides[d] = st;
+      st *= std::max<int64_t>(self.size(d), 1);
+    }
+    tau.sizes.assign(self.sizes().begin(), self.sizes().end() - 2);
+    tau.sizes.push_back(std::min(m, n));
+    tau.strides.resize(tau.sizes.size());
+    st = 1;
+    for (int64_t d = static_cast<int64_t>(tau.sizes.size()) - 1; d >= 0; --d) {
+      tau.strides[d] = st;
+      st *= std::max<int64_t>(tau.sizes[d], 1);
+    }
+    entry->rets.push_back({a});
+    entry->rets.push_back({tau});
+    return entry;
   }
   if (info.meta_via == OpInfo::MetaVia::kLikeSelf) {
     auto entry = std::make_shared<MetaEntry>();
