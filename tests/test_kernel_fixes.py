@@ -181,3 +181,16 @@ def test_large_elementwise_streaming_stores(device, offset):
     torch.add(a.to(device), b.to(device), out=out)
     torch.testing.assert_close(out.cpu(), a + b, rtol=0, atol=0)
     torch.testing.assert_close(torch.mul(a.to(device), 3.0).cpu(), a * 3.0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("args", [(2.1, -2.9, -1.0), (0.5, 5.5, 1.5), (-3.5, 3, 1.2), (0, 10, 3)])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
+def test_arange_integral_dtype_truncates_start_and_step(device, args, dtype):
+    """As CPU: an integral arange casts start and step to int64 before stepping."""
+    assert torch.equal(torch.arange(*args, dtype=dtype, device=device).cpu(), torch.arange(*args, dtype=dtype))
+
+
+def test_gather_empty_index_of_other_rank(device):
+    x = torch.arange(5.0)
+    idx = torch.empty(0, 0, dtype=torch.long)
+    assert torch.gather(x.to(device), 0, idx.to(device)).shape == torch.gather(x, 0, idx).shape

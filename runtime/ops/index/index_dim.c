@@ -49,6 +49,7 @@ static tpurt_status_t gather_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   tpurt_index_as_1d(&call->outputs[0], &out);
   int32_t dim;
   TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("gather", tpurt_index_arg_int(call, 1, 0), s0->ndim, &dim));
+  if (tpurt_tensor_numel(&idx) == 0) return TPURT_OK; /* as CPU: an empty index of any rank gives an empty out */
   if (idx.ndim != self.ndim || out.ndim != idx.ndim || out.dtype != self.dtype)
     return TPURT_STATUS(INVALID_ARGUMENT, "gather: index (%d dims), self (%d dims) and out must agree", idx.ndim,
                         self.ndim);

@@ -16,18 +16,23 @@ static bool arg_is_integral(const tpurt_op_call_t* call, int i) {
 }
 
 /* ---- arange(start, end, step) / range(start, end, step): out[i] = start + i*step.
- * Computed in double (float for 16-bit outputs, int64 for integral outputs
- * with integral arguments), rounded once on store, as PyTorch's CPU kernel. */
+ * Computed in double (float for 16-bit outputs, int64 for integral outputs),
+ * rounded once on store, as PyTorch's CPU kernel. */
 static tpurt_status_t arange_fill(const tpurt_op_call_t* call, const char* op) {
   TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
   const tpurt_tensor_t* out = &call->outputs[0];
   int64_t n = tpurt_tensor_numel(out);
   double step = call->num_args > 2 ? tpurt_index_arg_double(call, 2, 1.0) : 1.0;
   if (step == 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: step must be nonzero", op);
-  bool ints = !tpurt_dtype_is_floating(out->dtype) && arg_is_integral(call, 0) &&
-              (call->num_args < 3 || arg_is_integral(call, 2));
-  if (ints) {
-    int64_t s = tpurt_index_arg_int(call, 0, 0), st = call->num_args > 2 ? tpurt_index_arg_int(call, 2, 1) : 1;
+  if (!tpurt_dtype_is_floating(out->dtype)) {
+    /* As CPU: an integral output computes in int64 from start and step each
+     * cast (truncated) to int64 first: arange(2.1, -2.9, -1.0) -> 2, 1, 0, -1. */
+    int64_t s = arg_is_integral(call, 0) ? tpurt_index_arg_int(call, 0, 0)
+                                         : (int64_t)tpurt_index_arg_double(call, 0, 0.0);
+    int64_t st = call->num_args < 3        ? 1
+                 : arg_is_integral(call, 2) ? tpurt_index_arg_int(call, 2, 1)
+                                            : (int64_t)step;
+    if (st == 0 && n > 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: step must be nonzero (%g truncates to 0 for an integral dtype)", op, step);
     for (int64_t i = 0; i < n; ++i) tpurt_dtype_store_i64(out->dtype, elem_at(out, i), s + i * st);
     return TPURT_OK;
   }
@@ -35,8 +40,7 @@ static tpurt_status_t arange_fill(const tpurt_op_call_t* call, const char* op) {
   bool f16 = out->dtype == TPURT_DTYPE_FLOAT16 || out->dtype == TPURT_DTYPE_BFLOAT16;
   for (int64_t i = 0; i < n; ++i) {
     double v = f16 ? (double)((float)s + (float)step * (float)i) : s + step * (double)i;
-    if (tpurt_dtype_is_floating(out->dtype)) tpurt_dtype_store_f64(out->dtype, elem_at(out, i), v);
-    else tpurt_dtype_store_i64(out->dtype, elem_at(out, i), (int64_t)v);
+    tpurt_dtype_store_f64(out->dtype, elem_at(out, i), v);
   }
   return TPURT_OK;
 }
