@@ -194,3 +194,13 @@ def test_gather_empty_index_of_other_rank(device):
     x = torch.arange(5.0)
     idx = torch.empty(0, 0, dtype=torch.long)
     assert torch.gather(x.to(device), 0, idx.to(device)).shape == torch.gather(x, 0, idx).shape
+
+
+def test_unfold_backward_of_0d_input(device):
+    """A 0-d tensor unfolds as 1-d of size 1; its gradient flows back."""
+    grads = []
+    for dev in ("cpu", device):
+        x = torch.tensor(3.0, device=dev, requires_grad=True)
+        (x.unfold(0, 1, 1) * 5.0).sum().backward()
+        grads.append(x.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])

@@ -380,6 +380,22 @@ static tpurt_status_t unfold_backward_impl(tpurt_kernel_ctx_t* ctx, const tpurt_
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!g) return TPURT_STATUS(INVALID_ARGUMENT, "unfold_backward: grad_in must be a tensor");
   int64_t size = tpurt_index_arg_int(call, 3, 1), step = tpurt_index_arg_int(call, 4, 1);
+  tpurt_tensor_t out1, g1;
+  if (out->ndim == 0 && g->ndim == 1) {
+    /* A 0-d input unfolds as if it were 1-d of size 1 (as CPU): grad [size] -> [1, size]. */
+    out1 = *out;
+    out1.ndim = 1;
+    out1.sizes[0] = 1;
+    out1.strides[0] = 1;
+    g1 = *g;
+    g1.ndim = 2;
+    g1.sizes[1] = g->sizes[0];
+    g1.strides[1] = g->strides[0];
+    g1.sizes[0] = 1;
+    g1.strides[0] = 0;
+    out = &out1;
+    g = &g1;
+  }
   if (out->ndim == 0 || g->ndim != out->ndim + 1 || out->dtype != g->dtype || step <= 0)
     return TPURT_STATUS(UNIMPLEMENTED, "unfold_backward: %d-d input (needs >= 1-d, grad one dim more)", out->ndim);
   int32_t dim;
