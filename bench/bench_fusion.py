@@ -44,37 +44,28 @@ def _set_mode(device, mode):
 def _chain_setup(mode):
     def setup(device):
         x = torch.randn(N, device=device)
+        return (lambda: chain10(x)), lambda s: 8 * N / s / 1e9
+    return _in_mode(mode, setup)
+
+
+def _in_mode(mode, setup):
+    """A bench/run.py setup whose step runs in the given eager mode."""
+    def wrapped(device):
+        step, conv = setup(device)
 
         def fn():
             _set_mode(device, mode)
             try:
-                return chain10(x)
+                return step()
             finally:
                 _set_mode(device, STRICT)
-        return fn, lambda s: 8 * N / s / 1e9
-    return setup
+        return fn, conv
+    return wrapped
 
 
 def _gpt_setup(mode):
-    def setup(device):
-        from test_models import GPT, _lm_batch, _lm_loss
-        torch.manual_seed(0)
-        model = GPT(vocab=256, d=128, heads=4, layers=2, seq=32).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        x, y = _lm_batch(256, 8, 32)(torch.Generator().manual_seed(1))
-        x, y = x.to(device), y.to(device)
-
-        def fn():
-            _set_mode(device, mode)
-            try:
-                opt.zero_grad(set_to_none=True)
-                loss = _lm_loss(model(x), y)
-                loss.backward()
-                opt.step()
-            finally:
-                _set_mode(device, STRICT)
-        return fn, lambda s: s * 1e3
-    return setup
+    from run import bench_gpt_step  # the same model, data and optimizer as gpt_train_step
+    return _in_mode(mode, bench_gpt_step)
 
 
 def _sync(device):
