@@ -68,6 +68,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -553,36 +554,10 @@ int tpurt_debug_nan_check(void) {
   return atomic_load(&g_nan_mode);
 }
 
-/* 0: finite; 1: NaN; 2: Inf. From the bits: an all-ones exponent. */
+/* 0: finite; 1: NaN; 2: Inf. Widening to double keeps NaN and Inf. */
 static int classify(tpurt_dtype_t dt, const char* p) {
-  switch (dt) {
-    case TPURT_DTYPE_FLOAT32: {
-      uint32_t b;
-      memcpy(&b, p, 4);
-      if ((b & 0x7f800000u) != 0x7f800000u) return 0;
-      return (b & 0x007fffffu) ? 1 : 2;
-    }
-    case TPURT_DTYPE_FLOAT64: {
-      uint64_t b;
-      memcpy(&b, p, 8);
-      if ((b & 0x7ff0000000000000ull) != 0x7ff0000000000000ull) return 0;
-      return (b & 0x000fffffffffffffull) ? 1 : 2;
-    }
-    case TPURT_DTYPE_FLOAT16: {
-      uint16_t b;
-      memcpy(&b, p, 2);
-      if ((b & 0x7c00u) != 0x7c00u) return 0;
-      return (b & 0x03ffu) ? 1 : 2;
-    }
-    case TPURT_DTYPE_BFLOAT16: {
-      uint16_t b;
-      memcpy(&b, p, 2);
-      if ((b & 0x7f80u) != 0x7f80u) return 0;
-      return (b & 0x007fu) ? 1 : 2;
-    }
-    default:
-      return 0;
-  }
+  double v = tpurt_dtype_load_f64(dt, p);
+  return isnan(v) ? 1 : isinf(v) ? 2 : 0;
 }
 
 /* First non-finite element of t (strided walk); 0 if none. */

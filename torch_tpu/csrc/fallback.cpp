@@ -319,6 +319,14 @@ std::atomic<uint64_t> g_meta_hits{0}, g_meta_misses{0};
 // keeps its entry alive after g_meta drops it).
 thread_local std::shared_ptr<const MetaEntry> t_meta_slots[256];
 
+// Adds an entry (its key filled in) to the shared cache; the whole cache is
+// dropped when full (signatures in a steady program are few).
+void remember_layout(uint64_t h, std::shared_ptr<const MetaEntry> entry) {
+  std::lock_guard<std::mutex> lock(g_meta_mu);
+  if (g_meta.size() >= kMetaCacheMax) g_meta.clear();
+  g_meta[h] = std::move(entry);
+}
+
 uint64_t hash_words(const std::vector<int64_t>& w) {
   uint64_t h = 0x243F6A8885A308D3ull ^ w.size();
   for (int64_t v : w) {
@@ -849,9 +857,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         const c10::IValue& v = (*stack)[stack->size() - nrets + r];
         entry->rets.push_back({out_meta(v.isTensor() ? v.toTensor() : at::Tensor())});
       }
-      std::lock_guard<std::mutex> lock(g_meta_mu);
-      if (g_meta.size() >= kMetaCacheMax) g_meta.clear();
-      g_meta[h] = entry;
+      remember_layout(h, std::move(entry));
     }
     return;
   } else {
@@ -873,11 +879,8 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
     }
     if (cacheable) {
-      auto entry = std::const_pointer_cast<MetaEntry>(fresh);
-      entry->key = b.key;
-      std::lock_guard<std::mutex> lock(g_meta_mu);
-      if (g_meta.size() >= kMetaCacheMax) g_meta.clear();
-      g_meta[h] = fresh;
+      std::const_pointer_cast<MetaEntry>(fresh)->key = b.key;
+      remember_layout(h, fresh);
     }
     meta = std::move(fresh);
   }
