@@ -33,6 +33,20 @@ def chain10(x):
     return y.relu()
 
 
+def arith10(x):
+    """10 cheap elementwise ops (no transcendental): memory-bound once fused."""
+    y = x * 0.5
+    y = y + 1.0
+    y = y * y
+    y = y - x
+    y = y / 3.0
+    y = y.abs()
+    y = y * x
+    y = y.clamp(-2.0, 2.0)
+    y = y + 0.5
+    return y.relu()
+
+
 def _set_mode(device, mode):
     """Sets the tpu eager mode without a sync (the harness syncs after fn: that is the flush)."""
     if torch.device(device).type == "cpu":
@@ -41,10 +55,25 @@ def _set_mode(device, mode):
     _C._set_exec_mode(mode)
 
 
-def _chain_setup(mode):
+def _chain_setup(mode, chain=None, n=N):
+    chain = chain or chain10
+
     def setup(device):
-        x = torch.randn(N, device=device)
-        return (lambda: chain10(x)), lambda s: 8 * N / s / 1e9
+        x = torch.randn(n, device=device)
+        return (lambda: chain(x)), lambda s: 8 * n / s / 1e9
+    return _in_mode(mode, setup)
+
+
+def mse(x, y):
+    """An elementwise chain ending in a reduction (rule 7 of fuse.c): one pass reading x and y."""
+    d = x - y
+    return (d * d).mean()
+
+
+def _mse_setup(mode):
+    def setup(device):
+        x, y = torch.randn(N, device=device), torch.randn(N, device=device)
+        return (lambda: mse(x, y)), lambda s: 8 * N / s / 1e9
     return _in_mode(mode, setup)
 
 
@@ -66,6 +95,15 @@ def _in_mode(mode, setup):
 def _gpt_setup(mode):
     from run import bench_gpt_step  # the same model, data and optimizer as gpt_train_step
     return _in_mode(mode, bench_gpt_step)
+
+
+def _defer_call(fn):
+    from torch_tpu import _C
+    _C._set_exec_mode(DEFER)
+    try:
+        return fn()
+    finally:
+        _C._set_exec_mode(STRICT)
 
 
 def _sync(device):
@@ -92,11 +130,11 @@ def copy_bandwidth(device, runs=5):
     return 8 * N / _median_s(lambda: dst.copy_(src), device, runs)
 
 
-def _copy_fraction_setup(mode):
+def _copy_fraction_setup(mode, chain=None):
     """The chain's bytes/s in percent of the same device's copy bandwidth (measured at setup)."""
     def setup(device):
         bw = copy_bandwidth(device, runs=3)
-        fn, _ = _chain_setup(mode)(device)
+        fn, _ = _chain_setup(mode, chain)(device)
         return fn, lambda s: 100.0 * (8 * N / s) / bw
     return setup
 
@@ -110,6 +148,17 @@ BENCHES = {
     "fuse_chain10_copyfrac": (_copy_fraction_setup(DEFER), "% copy", True,
                               "the chain's bytes/s as % of the same device's copy bandwidth (ours: "
                               "DeferAndFuse on tpu; cpu: PyTorch CPU eager)"),
+    "fuse_chain10_incache": (_chain_setup(DEFER, chain10, 1 << 20), "GB/s", True,
+                             "the chain over 2^20 fp32 (in the last-level cache): its compute ceiling"),
+    "fuse_arith10_defer": (_chain_setup(DEFER, arith10), "GB/s", True,
+                           "10 cheap elementwise ops (mul, add, sub, div, abs, clamp, relu) over 2^24 fp32, "
+                           "DeferAndFuse vs CPU eager; bytes = 8*N"),
+    "fuse_arith10_copyfrac": (_copy_fraction_setup(DEFER, arith10), "% copy", True,
+                              "that chain's bytes/s as % of the same device's copy bandwidth"),
+    "fuse_mse_defer": (_mse_setup(DEFER), "GB/s", True,
+                       "((x - y) * (x - y)).mean() over 2^24 fp32 (chain into a reduction), DeferAndFuse "
+                       "vs CPU eager; bytes = 8*N"),
+    "fuse_mse_strict": (_mse_setup(STRICT), "GB/s", True, "the same, Strict vs CPU eager"),
     "fuse_gpt_step_defer": (_gpt_setup(DEFER), "ms/step", False,
                             "small GPT AdamW step (as gpt_train_step) in DeferAndFuse vs CPU"),
 }
@@ -141,6 +190,20 @@ def main(argv=None):
     print(f"chain10 DeferAndFuse{t_defer * 1e3:8.2f} ms  {gb(t_defer):6.2f} GB/s  {t_cpu / t_defer:5.2f}x CPU  "
           f"{t_strict / t_defer:5.2f}x Strict  {100 * 8 * N / t_defer / bw_dev:5.1f}% of tpu copy bandwidth")
     print(f"  kernels per chain: {st['kernels_launched'] / max(1, st['flushes']):.1f} (stats {st})")
+    x_small = torch.randn(1 << 20, device=dev)
+    t_small = _median_s(lambda: _defer_call(lambda: chain10(x_small)), dev, runs)
+    print(f"chain10 DeferAndFuse on 2^20 (in cache): {8 * (1 << 20) / t_small / 1e9:.2f} GB/s: the chain's "
+          f"compute ceiling (transcendentals), against {gb(t_defer):.2f} GB/s from memory")
+    a_cpu = _median_s(lambda: arith10(x_cpu), "cpu", runs)
+    a_strict = _median_s(_chain_setup(STRICT, arith10)(dev)[0], dev, runs)
+    a_defer = _median_s(_chain_setup(DEFER, arith10)(dev)[0], dev, runs)
+    print(f"arith10: CPU {gb(a_cpu):.2f} GB/s, Strict {gb(a_strict):.2f} GB/s, DeferAndFuse {gb(a_defer):.2f} GB/s "
+          f"({a_cpu / a_defer:.2f}x CPU, {a_strict / a_defer:.2f}x Strict, "
+          f"{100 * 8 * N / a_defer / bw_dev:.1f}% of tpu copy bandwidth)")
+    m_cpu, m_strict, m_defer = _mse_setup(STRICT)("cpu")[0], _mse_setup(STRICT)(dev)[0], _mse_setup(DEFER)(dev)[0]
+    tc, ts, td = (_median_s(m_cpu, "cpu", runs), _median_s(m_strict, dev, runs), _median_s(m_defer, dev, runs))
+    print(f"mse (chain into mean): CPU {gb(tc):.2f} GB/s, Strict {gb(ts):.2f} GB/s, DeferAndFuse {gb(td):.2f} GB/s "
+          f"({tc / td:.2f}x CPU, {ts / td:.2f}x Strict, {100 * 8 * N / td / bw_dev:.1f}% of tpu copy bandwidth)")
     g_cpu, _ = _gpt_setup(STRICT)("cpu")
     g_strict, _ = _gpt_setup(STRICT)(dev)
     g_defer, _ = _gpt_setup(DEFER)(dev)

@@ -333,3 +333,87 @@ def test_self_overlapping_in_place_matches_strict(view):
     with _mode(DEFER):
         out = f()
     assert torch.equal(out, strict)
+
+
+# Rule 7: a chain ends in a reduction of one of its values -> one pass, the value never in memory.
+_REDUCTIONS = {
+    "mul_sum": (lambda x, y: (x * y).sum(), 2),
+    "sqdiff_mean_last": (lambda x, y: ((x - y) * 1.5).square().mean(-1), 4),
+    "relu_amax_keepdim": (lambda x, y: (x + 1).relu().amax(1, keepdim=True), 3),
+    "gt_count": (lambda x, y: (x > y).sum(), 2),
+    "var_last": (lambda x, y: (x * 2 + y).var(-1), 3),
+    "vector_norm": (lambda x, y: torch.linalg.vector_norm(x + y), 2),
+    "max_dim": (lambda x, y: (x * y).max(1), 2),
+    "sum_dtype": (lambda x, y: (x * y).sum(1, dtype=torch.float64), 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_REDUCTIONS))
+def test_chain_into_reduction_is_one_kernel(name):
+    f, nops = _REDUCTIONS[name]
+    x, y = torch.randn(64, 1000), torch.randn(64, 1000)
+    xd, yd = x.to("tpu"), y.to("tpu")
+    as_list = lambda r: [t.cpu() for t in (r if isinstance(r, tuple) else (r,))]
+    with _mode(STRICT):
+        strict = as_list(f(xd, yd))
+    with _mode(DEFER):
+        out, st = _stats_delta(lambda: as_list(f(xd, yd)))
+    assert st["kernels_launched"] == 1 and st["fused_ops"] == nops and st["fallbacks"] == 0, st
+    ref = as_list(f(x, y))
+    for o, s, r in zip(out, strict, ref):
+        torch.testing.assert_close(o, s, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-4)
+
+
+def test_large_chain_into_sum_splits_over_threads():
+    x = torch.randn(1 << 21)
+    xd = x.to("tpu")
+    f = lambda t: (t * 0.5 + 1).abs().sum()
+    with _mode(STRICT):
+        strict = f(xd).cpu()
+    with _mode(DEFER):
+        out, st = _stats_delta(lambda: f(xd).cpu())
+    assert st["kernels_launched"] == 1, st
+    torch.testing.assert_close(out, strict, rtol=1e-6, atol=0)
+    torch.testing.assert_close(out, f(x.double()).float(), rtol=1e-5, atol=0)
+
+
+def test_reduction_over_outer_dim_runs_unfused():
+    """The engine takes a chain's value only as contiguous runs: a sum over dim 0 runs unfused, correctly."""
+    x = torch.randn(300, 70)
+    xd = x.to("tpu")
+    with _mode(STRICT):
+        strict = xd.exp().sum(0).cpu()
+    with _mode(DEFER):
+        out, st = _stats_delta(lambda: xd.exp().sum(0).cpu())
+    assert st["kernels_launched"] == 2, st
+    assert torch.equal(out, strict)
+    torch.testing.assert_close(out, x.exp().sum(0))
+
+
+def test_live_value_feeding_a_reduction_is_written():
+    x = torch.randn(50, 40)
+    xd = x.to("tpu")
+    with _mode(DEFER):
+        def run():
+            t = xd * 3 + 1
+            return t, t.sum(-1)
+        (t, s), st = _stats_delta(lambda: tuple(v.cpu() for v in run()))
+    assert st["kernels_launched"] == 1 and st["stores_skipped"] == 1, st  # only x*3 died
+    assert torch.equal(t, x * 3 + 1)
+    torch.testing.assert_close(s, (x * 3 + 1).sum(-1))
+
+
+def test_in_place_chain_into_reduction_matches_strict():
+    """A chain that writes memory it also reads never ends in a reduction (var reads its input twice)."""
+    base = torch.randn(20, 30)
+    def f():
+        x = base.to("tpu")
+        v = x.mul_(2).add_(1).var(-1)
+        return x.cpu(), v.cpu()
+    with _mode(STRICT):
+        strict = f()
+    with _mode(DEFER):
+        out = f()
+    assert torch.equal(out[0], strict[0]) and torch.equal(out[1], strict[1])
+    torch.testing.assert_close(out[1], (base * 2 + 1).var(-1))

@@ -34,9 +34,21 @@
  *      repeats the chain's first op, it starts a chain of its own, so a loop
  *      over parameters (an optimizer's foreach ops) gives one identical kernel
  *      per parameter, and the same kernels every step;
+ *   5. size: FUSE_MAX_OPS ops per chain;
  *   6. independence: if it shares a byte with a record already passed over
  *      (moving it ahead of that record would change what either sees).
- *   5. size: FUSE_MAX_OPS ops per chain.
+ *  A reduction ends the chain (rule 7) instead of being passed over when it
+ *  is a kernel of the reduction engine (sum, mean, amax/amin, max/min over a
+ *  dim, prod, all/any, count_nonzero, var/std(_mean), norms, logsumexp)
+ *  whose one tensor input is the very view of a member's output
+ *  (contiguous), unless a member writes memory the chain reads (in place:
+ *  var reads its input twice and both passes must see the same values), its
+ *  outputs touch the chain's tensors, or rule 6 holds for it. The engine then
+ *  reads that value tile by tile from the chain instead of from memory
+ *  (exec/fuse_hook.h), so it is written only if live. The engine takes it
+ *  only as one contiguous run per output, so only reductions over innermost
+ *  dims join (a sum over dim 0 is passed over); should the engine still
+ *  decline, it does so before reading and the chain reruns unfused.
  *  Several consumers: a value read by several ops of the chain stays in the
  *  tile for all of them (no recomputation, so no reason to cut); it is
  *  written to memory exactly when the liveness rule below says so.
@@ -68,6 +80,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "exec/fuse.h"
 #include "exec/fuse_hook.h"
@@ -206,6 +221,28 @@ static void ew_table_init(void) {
 bool tpurt_fuse_op_fusable(const tpurt_op_def_t* op) {
   pthread_once(&g_ew_once, ew_table_init);
   return op && op >= tpurt_ops_elementwise && op < g_ew_end;
+}
+
+/* Reductions that may end a chain: the kernels of tpurt_ops_reduce that read
+ * their one tensor input only through the reduction engine (ops/reduce). */
+extern const tpurt_op_def_t tpurt_ops_reduce[];
+static const char* const kChainReductions[] = {
+    "sum", "nansum", "mean", "prod", "amax", "amin", "max", "min", "all", "any", "count_nonzero",
+    "var", "std", "var_mean", "std_mean", "linalg_vector_norm", "norm", "logsumexp", NULL};
+static const tpurt_op_def_t* g_red_end;
+static pthread_once_t g_red_once = PTHREAD_ONCE_INIT;
+static void red_table_init(void) {
+  const tpurt_op_def_t* e = tpurt_ops_reduce;
+  while (e->name) ++e;
+  g_red_end = e;
+}
+
+static bool op_is_chain_reduction(const tpurt_op_def_t* op) {
+  pthread_once(&g_red_once, red_table_init);
+  if (!op || op < tpurt_ops_reduce || op >= g_red_end) return false;
+  for (const char* const* n = kChainReductions; *n; ++n)
+    if (strcmp(op->name, *n) == 0) return true;
+  return false;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -461,11 +498,102 @@ static bool recs_share(const tpurt_defer_rec_t* r, const hull_t* hr, const tpurt
   return false;
 }
 
+/* Does reduction call c over `in` reduce only innermost dims (one contiguous
+ * run per output, the only way the engine takes a chain's value)? The dim
+ * argument is the first after self (after ord/p for the norms); absent,
+ * None or [] mean every dim. */
+static bool red_dims_innermost(const tpurt_op_call_t* c, const tpurt_tensor_t* in) {
+  int di = (strcmp(c->name, "linalg_vector_norm") == 0 || strcmp(c->name, "norm") == 0) ? 2 : 1;
+  bool mask[TPURT_MAX_DIMS] = {false};
+  const tpurt_arg_t* g = di < c->num_args ? &c->args[di] : NULL;
+  int nd = in->ndim;
+  if (!g || g->kind == TPURT_ARG_NONE || (g->kind == TPURT_ARG_INT_LIST && g->count == 0)) return true;
+  if (g->kind == TPURT_ARG_INT || g->kind == TPURT_ARG_INT_LIST) {
+    int cnt = g->kind == TPURT_ARG_INT ? 1 : g->count;
+    for (int k = 0; k < cnt; ++k) {
+      int64_t d = g->kind == TPURT_ARG_INT ? g->v.i : g->v.ints[k];
+      if (nd == 0) return true;
+      if (d < 0) d += nd;
+      if (d < 0 || d >= nd) return false; /* the kernel reports it */
+      mask[d] = true;
+    }
+  } else {
+    return true; /* a form without dims (sum(self, dtype)): every dim */
+  }
+  bool seen_reduced = false;
+  for (int d = 0; d < nd; ++d) {
+    if (in->sizes[d] == 1) continue;
+    if (mask[d]) seen_reduced = true;
+    else if (seen_reduced) return false; /* a kept dim inside the reduced ones */
+  }
+  return true;
+}
+
+/* May record ri, a reduction, end the chain members[0..n) (reading one
+ * member's value from the tiles instead of memory)? Returns that member, or
+ * -1. Its one tensor input must be a member's output (contiguous), no member
+ * may write memory the chain also reads (a value produced twice must not
+ * change: the engine reads it once per pass and var/std make two passes),
+ * its outputs must not touch the chain, and it must share no byte with a
+ * record the chain passed over (rule 6). */
+static int reduction_source(const tpurt_defer_list_t* l, const int32_t* members, int n, int32_t ri,
+                            const int32_t* passed, int np, const hull_t* hulls) {
+  const tpurt_defer_rec_t* r = &l->recs[ri];
+  if (r->kind != TPURT_DEFER_KERNEL || !op_is_chain_reduction(r->op)) return -1;
+  const tpurt_op_call_t* c = &r->call;
+  const tpurt_tensor_t* in = NULL;
+  for (int32_t i = 0; i < c->num_args; ++i) {
+    const tpurt_arg_t* g = &c->args[i];
+    if (g->kind == TPURT_ARG_TENSOR_LIST) return -1;
+    if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor) continue;
+    if (in) return -1;
+    in = g->v.tensor;
+  }
+  if (!in || t_numel(in) <= 0 || !tpurt_tensor_is_contiguous(in) || c->num_outputs < 1 ||
+      !red_dims_innermost(c, in))
+    return -1;
+  int src = -1;
+  for (int m = n - 1; m >= 0 && src < 0; --m)
+    if (t_same(in, &l->recs[members[m]].call.outputs[0])) src = m;
+  if (src < 0) return -1;
+  for (int m = 0; m < n; ++m) {
+    const tpurt_op_call_t* mc = &l->recs[members[m]].call;
+    for (int32_t i = 0; i < mc->num_args; ++i) {
+      const tpurt_arg_t* g = &mc->args[i];
+      if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor) continue;
+      bool from_chain = false;
+      for (int j = 0; j < m && !from_chain; ++j)
+        from_chain = t_same(g->v.tensor, &l->recs[members[j]].call.outputs[0]);
+      if (from_chain) continue;
+      for (int j = 0; j < n; ++j) /* memory the chain reads and writes: in place */
+        if (t_overlap(g->v.tensor, &l->recs[members[j]].call.outputs[0])) return -1;
+      for (int32_t o = 0; o < c->num_outputs; ++o)
+        if (t_overlap(&c->outputs[o], g->v.tensor)) return -1;
+    }
+    /* a member's block the host freed before the reduction may hold its
+     * output: that value lived only in tiles (the liveness rule) */
+    for (int32_t o = 0; o < c->num_outputs; ++o)
+      if (t_overlap(&c->outputs[o], &mc->outputs[0]) && !freed_between(l, members[m], ri, &mc->outputs[0]))
+        return -1;
+  }
+  for (int k = 0; k < np; ++k) {
+    const tpurt_defer_rec_t* q = &l->recs[passed[k]];
+    if (!ranges_overlap(hulls[ri].lo, hulls[ri].hi, hulls[passed[k]].lo, hulls[passed[k]].hi)) continue;
+    uintptr_t a, b;
+    if (t_range(in, &a, &b) && rec_touches(q, a, b)) return -1;
+    for (int32_t o = 0; o < c->num_outputs; ++o)
+      if (t_range(&c->outputs[o], &a, &b) && rec_touches(q, a, b)) return -1;
+  }
+  return src;
+}
+
 /* The chain starting at record `start`: its record indices into members;
  * returns how many (1 = run alone). Records it passes over (rule 6) go on
  * after it, so a member may not share a byte with any of them. */
 static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* members, const bool* done,
-                      const hull_t* hulls) {
+                      const hull_t* hulls, int32_t* out_red, int* out_red_src) {
+  *out_red = -1;
+  *out_red_src = -1;
   members[0] = start;
   int n = 1;
   const tpurt_defer_rec_t* first = &l->recs[start];
@@ -481,8 +609,15 @@ static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* membe
     const tpurt_defer_rec_t* r = &l->recs[i];
     if (r->kind == TPURT_DEFER_FREE || done[i]) continue;
     int why = 0;
-    if (!rec_eligible(r)) why = 1;
-    else if (!t_same_shape(&r->call.outputs[0], shape)) why = 2;
+    if (!rec_eligible(r)) {
+      int src = reduction_source(l, members, n, i, passed, np, hulls);
+      if (src >= 0) { /* rule 7: the chain ends in this reduction */
+        *out_red = i;
+        *out_red_src = src;
+        break;
+      }
+      why = 1;
+    } else if (!t_same_shape(&r->call.outputs[0], shape)) why = 2;
     else if (rec_conflicts(l, members, n, i)) why = 3;
     else if (rec_same_op(r, first) && !rec_reads_group(l, members, n, r)) why = 4;
     else
@@ -496,8 +631,9 @@ static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* membe
     }
   }
   if (fuse_trace())
-    fprintf(stderr, "[fuse] chain of %d from %s; passed over: rule1 %d, rule2 %d, rule3 %d, rule4 %d, rule6 %d\n",
-            n, first->call.name, counts[1], counts[2], counts[3], counts[4], counts[6]);
+    fprintf(stderr, "[fuse] chain of %d from %s%s%s; passed over: rule1 %d, rule2 %d, rule3 %d, rule4 %d, rule6 %d\n",
+            n, first->call.name, *out_red >= 0 ? " into " : "", *out_red >= 0 ? l->recs[*out_red].call.name : "",
+            counts[1], counts[2], counts[3], counts[4], counts[6]);
   return n;
 }
 
@@ -590,6 +726,12 @@ static char* chain_signature(const tpurt_defer_list_t* l, const int32_t* members
       const tpurt_arg_t* g = &c->args[i];
       if (g->kind == TPURT_ARG_STRING) {
         sig_put(&b, "s%.32s,", g->v.s ? g->v.s : "");
+        continue;
+      }
+      if (g->kind == TPURT_ARG_INT_LIST) { /* a reduction's dims */
+        sig_put(&b, "[");
+        for (int32_t k = 0; k < g->count && k < 16; ++k) sig_put(&b, "%lld,", (long long)g->v.ints[k]);
+        sig_put(&b, "],");
         continue;
       }
       if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor) {
@@ -723,29 +865,38 @@ typedef struct chain_t {
   const tpurt_defer_list_t* list;
   const int32_t* members;
   int n;
-  bool store[FUSE_MAX_OPS];
+  bool store[FUSE_MAX_OPS + 1];
   const tpurt_ew_config_t* cfg[FUSE_MAX_OPS];
   int level;      /* next kernel expected to capture */
   bool executed;  /* the fused pass ran (outputs written) */
   bool fallback;  /* capture went off plan: rerun unfused */
   int err_level;  /* deepest kernel that returned an error after the pass */
+  int32_t red;    /* record of the reduction ending the chain, or -1 */
+  int red_src;    /* the member whose value it reduces */
+  bool red_used;  /* the reduction engine took the chain as its source */
+  tpurt_status_t red_status; /* what the reduction kernel returned */
 
   /* the pass */
   int src[FUSE_MAX_OPS][FUSE_MAX_OPERANDS]; /* input k: producing member, or -1: memory */
   int slot[FUSE_MAX_OPS];                   /* tile buffer of each member's value, -1: none */
   bool direct[FUSE_MAX_OPS];                /* stored without a cast: loop writes memory */
+  bool stream[FUSE_MAX_OPS];                /* ... with non-temporal stores (bigger than the LLC) */
+  bool any_stream;
   int nd;                                   /* coalesced dims, innermost first */
   int64_t shape[TPURT_MAX_DIMS];
   int64_t strides[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][TPURT_MAX_DIMS]; /* bytes */
   int num_slots;
   size_t per_thread;
   uint8_t* scratch;
+  int64_t numel;
 } chain_t;
 
 _Thread_local void* tpurt_fuse_tls_capture;
 
 static tpurt_status_t chain_level(chain_t* ch, int k);
+static tpurt_status_t chain_prepare(chain_t* ch);
 static tpurt_status_t chain_pass(chain_t* ch);
+static void chain_reduce(chain_t* ch);
 
 static tpurt_status_t off_plan(chain_t* ch) {
   ch->fallback = true;
@@ -767,14 +918,18 @@ tpurt_status_t tpurt_fuse_capture(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config
   ch->cfg[k] = cfg;
   ch->level = k + 1;
   if (k + 1 < ch->n) return chain_level(ch, k + 1);
-  /* Innermost: every configuration is live on the stack; run them all. */
+  /* Innermost: every configuration is live on the stack; run them all
+   * (through the reduction kernel when one ends the chain). */
   tpurt_fuse_tls_capture = NULL;
-  tpurt_status_t s = chain_pass(ch);
+  tpurt_status_t s = chain_prepare(ch);
+  if (!s && ch->red < 0) s = chain_pass(ch);
+  else if (!s) chain_reduce(ch);
   tpurt_fuse_tls_capture = ch;
   if (s) {
     tpurt_status_free(s);
     return off_plan(ch);
   }
+  if (ch->red >= 0 && !ch->red_used) return off_plan(ch); /* nothing was produced */
   ch->executed = true;
   return TPURT_OK;
 }
@@ -789,8 +944,8 @@ static tpurt_status_t chain_level(chain_t* ch, int k) {
 
 static void chain_range(void* user, int64_t begin, int64_t end, int tid);
 
-/* Plans the pass over the captured configurations and runs it. */
-static tpurt_status_t chain_pass(chain_t* ch) {
+/* Plans the pass over the captured configurations. */
+static tpurt_status_t chain_prepare(chain_t* ch) {
   const tpurt_tensor_t* out0 = ch->cfg[0]->tensors[0];
   int snd = out0->ndim;
   /* Operand sources: an input identical to an earlier member's output reads
@@ -807,12 +962,26 @@ static tpurt_status_t chain_pass(chain_t* ch) {
     }
     ch->direct[k] = ch->store[k] && c->loop_dtypes[0] == c->tensors[0]->dtype;
   }
+#if defined(__AVX__)
+  /* A contiguous output bigger than the last-level cache is streamed, as
+   * Strict's engine does: its lines would be read for ownership and evicted
+   * unread. (Tiles stay in cache: only direct stores stream.) */
+  ch->any_stream = false;
+  for (int k = 0; k < ch->n; ++k) {
+    const tpurt_tensor_t* o = ch->cfg[k]->tensors[0];
+    int64_t es = (int64_t)tpurt_dtype_size(o->dtype);
+    ch->stream[k] = ch->direct[k] && tpurt_tensor_is_contiguous(o) &&
+                    t_numel(o) * es >= tpurt_ew_stream_min_bytes();
+    ch->any_stream |= ch->stream[k];
+  }
+#endif
   /* Tile slots, reused once a value's last reader is past. */
   int last_use[FUSE_MAX_OPS];
   for (int k = 0; k < ch->n; ++k) last_use[k] = k;
   for (int k = 0; k < ch->n; ++k)
     for (int i = 1; i <= ch->cfg[k]->num_inputs; ++i)
       if (ch->src[k][i] >= 0) last_use[ch->src[k][i]] = k;
+  if (ch->red >= 0) last_use[ch->red_src] = ch->n; /* the reduction reads it after the last member */
   int slot_owner[FUSE_MAX_OPS];
   ch->num_slots = 0;
   for (int k = 0; k < ch->n; ++k) {
@@ -863,20 +1032,26 @@ static tpurt_status_t chain_pass(chain_t* ch) {
   ch->nd = nd;
   int64_t numel = 1;
   for (int d = 0; d < nd; ++d) numel *= ch->shape[d];
-  /* Per thread: the value slots and one cast buffer per operand. */
+  /* Per thread: the value slots, one cast buffer per operand, and the run a
+   * reduction reads (a tile of the widest dtype). */
   int nt = tpurt_kernel_num_threads(ch->ctx);
-  ch->per_thread = (size_t)(ch->num_slots + FUSE_MAX_OPERANDS) * FUSE_SLOT_BYTES;
+  ch->per_thread = (size_t)(ch->num_slots + FUSE_MAX_OPERANDS + 1) * FUSE_SLOT_BYTES;
   ch->scratch = tpurt_kernel_scratch(ch->ctx, ch->per_thread * (size_t)nt);
   if (!ch->scratch) return TPURT_STATUS(RESOURCE_EXHAUSTED, "fuse: no scratch for a fused chain");
-  tpurt_parallel_for(ch->ctx, numel, FUSE_GRAIN, chain_range, ch);
+  ch->numel = numel;
+  return TPURT_OK;
+}
+
+/* Runs the planned pass over every element. */
+static tpurt_status_t chain_pass(chain_t* ch) {
+  tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, chain_range, ch);
   return TPURT_OK;
 }
 
 /* One run of `len` (<= FUSE_TILE) elements along the innermost dim through
  * every member, memory operands starting at idx. */
-static void chain_tile(chain_t* ch, const int64_t* idx, int64_t len, uint8_t* bufs) {
-  char* vptr[FUSE_MAX_OPS];
-  int64_t vstride[FUSE_MAX_OPS];
+static void chain_tile(chain_t* ch, const int64_t* idx, int64_t len, uint8_t* bufs, char** vptr,
+                       int64_t* vstride) {
   uint8_t* castb = bufs + (size_t)ch->num_slots * FUSE_SLOT_BYTES;
   for (int k = 0; k < ch->n; ++k) {
     const tpurt_ew_config_t* c = ch->cfg[k];
@@ -927,7 +1102,13 @@ static void chain_tile(chain_t* ch, const int64_t* idx, int64_t len, uint8_t* bu
       data[0] = (char*)castb;
       st[0] = (int64_t)tpurt_dtype_size(c->loop_dtypes[0]);
     }
-    c->loop(data, st, len, c->user);
+    if (ch->stream[k]) {
+      tpurt_ew_stream_active = true;
+      c->loop(data, st, len, c->user);
+      tpurt_ew_stream_active = false;
+    } else {
+      c->loop(data, st, len, c->user);
+    }
     if (ch->direct[k]) {
       vptr[k] = mem[0];
       vstride[k] = ch->strides[k][0][0];
@@ -955,7 +1136,9 @@ static void chain_range(void* user, int64_t begin, int64_t end, int tid) {
     int64_t len = ch->shape[0] - idx[0];
     if (len > end - pos) len = end - pos;
     if (len > FUSE_TILE) len = FUSE_TILE;
-    chain_tile(ch, idx, len, bufs);
+    char* vptr[FUSE_MAX_OPS];
+    int64_t vstride[FUSE_MAX_OPS];
+    chain_tile(ch, idx, len, bufs, vptr, vstride);
     pos += len;
     idx[0] += len;
     for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
@@ -963,7 +1146,68 @@ static void chain_range(void* user, int64_t begin, int64_t end, int tid) {
       ++idx[d + 1];
     }
   }
+#if defined(__AVX__)
+  if (ch->any_stream) _mm_sfence(); /* weakly ordered stores visible before the range is done */
+#endif
 }
+
+/* The reduction's source (exec/fuse_hook.h): elements [lin, lin + n) of
+ * member red_src's value, computed tile by tile (the chain's stores happen
+ * on the way), gathered into this thread's run buffer unless one tile
+ * already holds them contiguously. */
+static const void* chain_produce(void* user, int64_t lin, int64_t n, int tid) {
+  chain_t* ch = user;
+  uint8_t* bufs = ch->scratch + ch->per_thread * (size_t)tid;
+  uint8_t* run = bufs + (size_t)(ch->num_slots + FUSE_MAX_OPERANDS) * FUSE_SLOT_BYTES;
+  const tpurt_tensor_t* o = ch->cfg[ch->red_src]->tensors[0];
+  size_t es = tpurt_dtype_size(o->dtype);
+  int64_t idx[TPURT_MAX_DIMS], rem = lin;
+  for (int d = 0; d < ch->nd; ++d) {
+    idx[d] = rem % ch->shape[d];
+    rem /= ch->shape[d];
+  }
+  const void* result = run;
+  int64_t pos = 0;
+  while (pos < n) {
+    int64_t len = ch->shape[0] - idx[0];
+    if (len > n - pos) len = n - pos;
+    if (len > FUSE_TILE) len = FUSE_TILE;
+    char* vptr[FUSE_MAX_OPS];
+    int64_t vstride[FUSE_MAX_OPS];
+    chain_tile(ch, idx, len, bufs, vptr, vstride);
+    char* v = vptr[ch->red_src];
+    if (len == n && vstride[ch->red_src] == (int64_t)es) {
+      result = v; /* the whole run in one tile (or in memory, stored) */
+    } else {
+      tpurt_ew_convert_strided(o->dtype, run + (size_t)pos * es, (int64_t)es, o->dtype, v,
+                               vstride[ch->red_src], len);
+    }
+    pos += len;
+    idx[0] += len;
+    for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
+      idx[d] = 0;
+      ++idx[d + 1];
+    }
+  }
+#if defined(__AVX__)
+  if (ch->any_stream) _mm_sfence();
+#endif
+  return result;
+}
+
+static void chain_accepted(void* user) { ((chain_t*)user)->red_used = true; }
+
+/* Runs the reduction ending the chain with the chain as its input's source. */
+static void chain_reduce(chain_t* ch) {
+  const tpurt_defer_rec_t* r = &ch->list->recs[ch->red];
+  tpurt_fuse_source_t src = {.data = ch->cfg[ch->red_src]->tensors[0]->data, .max_run = FUSE_TILE,
+                             .produce = chain_produce, .accepted = chain_accepted, .user = ch};
+  tpurt_fuse_tls_source = &src;
+  ch->red_status = r->op->fn(ch->ctx, &r->call);
+  tpurt_fuse_tls_source = NULL;
+}
+
+_Thread_local const tpurt_fuse_source_t* tpurt_fuse_tls_source;
 
 static tpurt_status_t annotate(tpurt_status_t s, const tpurt_op_call_t* call) {
   const char* name = call->name ? call->name : "?";
@@ -974,7 +1218,7 @@ static tpurt_status_t annotate(tpurt_status_t s, const tpurt_op_call_t* call) {
 /* Runs members[0..n) as one kernel; false when it must be rerun unfused
  * (nothing was written then). */
 static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32_t* members, int n,
-                      tpurt_kernel_ctx_t* ctx, tpurt_defer_error_fn_t on_error) {
+                      int32_t red, int red_src, tpurt_kernel_ctx_t* ctx, tpurt_defer_error_fn_t on_error) {
   chain_t* ch = calloc(1, sizeof(*ch));
   if (!ch) return false;
   ch->ctx = ctx;
@@ -982,9 +1226,13 @@ static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32
   ch->members = members;
   ch->n = n;
   ch->err_level = -1;
+  ch->red = red;
+  ch->red_src = red_src;
+  /* members[n] is the reduction, when there is one: a reader inside the chain */
+  int nm = red >= 0 ? n + 1 : n;
   uint64_t skipped = 0, skipped_bytes = 0;
   for (int m = 0; m < n; ++m) {
-    ch->store[m] = member_stores(l, members, n, m);
+    ch->store[m] = member_stores(l, members, nm, m);
     if (!ch->store[m]) {
       const tpurt_tensor_t* o = &l->recs[members[m]].call.outputs[0];
       ++skipped;
@@ -999,18 +1247,20 @@ static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32
   bool ok = ch->executed;
   if (!ok) {
     tpurt_status_free(s);
+    tpurt_status_free(ch->red_status);
     STAT_ADD(fallbacks, 1);
   } else {
     if (s) {
       int lvl = ch->err_level >= 0 ? ch->err_level : 0;
       on_error(q, annotate(s, &l->recs[members[lvl]].call));
     }
+    if (ch->red_status) on_error(q, annotate(ch->red_status, &l->recs[red].call));
     STAT_ADD(fused_groups, 1);
-    STAT_ADD(fused_ops, (uint64_t)n);
+    STAT_ADD(fused_ops, (uint64_t)nm);
     STAT_ADD(kernels_launched, 1);
     STAT_ADD(stores_skipped, skipped);
     STAT_ADD(bytes_skipped, skipped_bytes);
-    cache_touch(l, members, n, ch->store);
+    cache_touch(l, members, nm, ch->store);
   }
   free(ch);
   return ok;
@@ -1040,13 +1290,17 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
       for (int32_t i = 0; i < l->num_recs; ++i) hulls[i] = rec_hull(&l->recs[i]);
   }
   bool fuse = done && hulls;
-  int32_t members[FUSE_MAX_OPS];
+  int32_t members[FUSE_MAX_OPS + 1];
   for (int32_t i = 0; i < l->num_recs; ++i) {
     if (fuse && done[i]) continue;
     const tpurt_defer_rec_t* r = &l->recs[i];
-    int n = fuse && r->kind == TPURT_DEFER_KERNEL ? plan_chain(l, i, members, done, hulls) : 1;
-    if (n >= 2 && run_chain(q, l, members, n, ctx, on_error)) {
+    int32_t red = -1;
+    int red_src = -1;
+    int n = fuse && r->kind == TPURT_DEFER_KERNEL ? plan_chain(l, i, members, done, hulls, &red, &red_src) : 1;
+    if (red >= 0) members[n] = red;
+    if ((n >= 2 || red >= 0) && run_chain(q, l, members, n, red, red_src, ctx, on_error)) {
       for (int m = 0; m < n; ++m) done[members[m]] = true;
+      if (red >= 0) done[red] = true;
       continue;
     }
     /* alone, or the chain fell back: this record now, the rest plan again */

@@ -310,6 +310,69 @@ static void test_copy_and_event_order(void) {
   free(h);
 }
 
+/* out = sum(a, dims, keepdim=false) */
+static void sum_dims(const tpurt_tensor_t* out, const tpurt_tensor_t* a, const int64_t* dims, int ndims) {
+  tpurt_arg_t args[4];
+  memset(args, 0, sizeof(args));
+  args[0].kind = TPURT_ARG_TENSOR;
+  args[0].v.tensor = a;
+  args[1].kind = TPURT_ARG_INT_LIST;
+  args[1].count = ndims;
+  args[1].v.ints = dims;
+  args[2].kind = TPURT_ARG_BOOL;
+  args[2].v.b = false;
+  args[3].kind = TPURT_ARG_NONE;
+  tpurt_op_call_t call = {"sum", "dim_IntList", 4, args, 1, out};
+  CHECK_OK(tpurt_queue_submit_kernel(tpurt_device_default_queue(g_dev), tpurt_op_lookup("sum"), &call));
+}
+
+/* Rule 7: mul -> exp -> sum over the rows of a (rows, cols) matrix is one
+ * kernel whose intermediates never reach memory, equal to Strict; a sum over
+ * dim 0 (not one contiguous run per output) is left out of the chain. */
+static void test_chain_into_reduction(int64_t rows, int64_t cols, int64_t dim) {
+  int64_t n = rows * cols, nout = dim == 1 ? rows : cols;
+  float* h = malloc((size_t)n * 4);
+  float* r[2] = {malloc((size_t)nout * 4), malloc((size_t)nout * 4)};
+  for (int64_t i = 0; i < n; ++i) h[i] = (float)((i % 89) * 0.01 - 0.4);
+  tpurt_fuse_stats_t st = {0};
+  for (int m = 0; m < 2; ++m) {
+    void* x = dalloc((size_t)n * 4);
+    void* o = dalloc((size_t)nout * 4);
+    CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, h, (size_t)n * 4));
+    tpurt_exec_mode_set(m ? TPURT_EXEC_DEFER_AND_FUSE : TPURT_EXEC_STRICT);
+    tpurt_fuse_stats_reset();
+    tpurt_tensor_t tx = vec(x, n, TPURT_DTYPE_FLOAT32);
+    tx.ndim = 2;
+    tx.sizes[0] = rows, tx.sizes[1] = cols, tx.strides[0] = cols, tx.strides[1] = 1;
+    void* t1 = dalloc((size_t)n * 4);
+    void* t2 = dalloc((size_t)n * 4);
+    tpurt_tensor_t a = tx, b = tx, to = vec(o, nout, TPURT_DTYPE_FLOAT32);
+    a.data = t1, b.data = t2;
+    binary("mul", &a, &tx, NULL, 0.5);
+    unary("exp", &b, &a);
+    tpurt_memory_free(g_dev, t1);
+    int64_t d = dim;
+    sum_dims(&to, &b, &d, 1);
+    tpurt_memory_free(g_dev, t2);
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, r[m], o, (size_t)nout * 4));
+    if (m) tpurt_fuse_stats_get(&st);
+    tpurt_exec_mode_set(TPURT_EXEC_STRICT);
+    tpurt_memory_free(g_dev, x);
+    tpurt_memory_free(g_dev, o);
+  }
+  bool close = true;
+  for (int64_t i = 0; i < nout; ++i) close = close && fabsf(r[0][i] - r[1][i]) <= 1e-6f * fabsf(r[0][i]);
+  CHECK(close);
+  if (dim == 1) {
+    CHECK(st.kernels_launched == 1 && st.fused_ops == 3 && st.stores_skipped == 2 && st.fallbacks == 0);
+  } else {
+    CHECK(st.kernels_launched == 2 && st.fused_ops == 2 && st.fallbacks == 0); /* mul+exp, then sum */
+  }
+  free(h);
+  free(r[0]);
+  free(r[1]);
+}
+
 int main(void) {
   CHECK_OK(tpurt_init());
   CHECK_OK(tpurt_device_get(0, &g_dev));
@@ -321,5 +384,9 @@ int main(void) {
   test_in_place_identical();
   test_error_at_sync();
   test_copy_and_event_order();
+  test_chain_into_reduction(7, 5003, 1);
+  test_chain_into_reduction(300, 4096, 1);
+  test_chain_into_reduction(2, 1 << 20, 1); /* few outputs: the reduced range splits over threads */
+  test_chain_into_reduction(300, 70, 0);
   return test_finish("test_fuse");
 }

@@ -39,7 +39,17 @@ UNARY = {
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(UNARY))
 def test_unary(name, dtype):
-    check(UNARY[name], dtype, values(dtype))
+    v = values(dtype)
+    if name == "gelu":
+        # PyTorch CPU's float32 gelu at +-inf depends on the vector ISA it dispatches to (both NaN on
+        # AVX-512); ours follows its float64 kernel there, checked on its own below.
+        v = v[~v.isinf()]
+    check(UNARY[name], dtype, v)
+
+
+def test_gelu_at_infinity_matches_float64_cpu():
+    x = torch.tensor([float("inf"), -float("inf")])
+    torch.testing.assert_close(F.gelu(x.to("tpu")).cpu(), F.gelu(x.double()).float(), equal_nan=True)
 
 
 def test_tanh_saturates_exactly():

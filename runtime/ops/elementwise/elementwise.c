@@ -406,7 +406,7 @@ static int64_t ew_llc_bytes(void) {
   return llc > 0 ? (int64_t)llc : 0;
 }
 
-static int64_t ew_stream_min_bytes(void) {
+int64_t tpurt_ew_stream_min_bytes(void) {
   static _Atomic int64_t cached;
   int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v) return v;
@@ -417,6 +417,8 @@ static int64_t ew_stream_min_bytes(void) {
   return v;
 }
 
+#else
+int64_t tpurt_ew_stream_min_bytes(void) { return INT64_MAX; }
 #endif
 
 static void ew_segment(const ew_iter_t* it, char** ptrs, int64_t len, int tid) {
@@ -508,7 +510,7 @@ tpurt_status_t tpurt_ew_run(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cf
   {
     int64_t es = (int64_t)tpurt_dtype_size(it.dtypes[0]);
     it.stream = !it.cast[0] && cfg->num_outputs == 1 && it.ndim == 1 && it.strides[0][0] == es &&
-                numel * es >= ew_stream_min_bytes();
+                numel * es >= tpurt_ew_stream_min_bytes();
   }
 #endif
   int64_t grain = cfg->grain > 0 ? cfg->grain : EW_DEFAULT_GRAIN;

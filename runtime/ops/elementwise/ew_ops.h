@@ -92,23 +92,36 @@ static inline int64_t ew_stream_head(const void* o, size_t es, int64_t n) {
   if (h % es) return n;
   return (int64_t)(h / es) < n ? (int64_t)(h / es) : n;
 }
+/* One whole line per store where the ISA has one: write-combining flushes a
+ * line early when its halves are written apart (the compiler may interleave
+ * the halves of many lines), and a partial line costs a read. */
 static inline void ew_stream_store64(void* dst, const void* src) {
+#if defined(__AVX512F__)
+  _mm512_stream_ps((float*)dst, _mm512_load_ps((const float*)src));
+#else
   _mm256_stream_ps((float*)dst, _mm256_load_ps((const float*)src));
   _mm256_stream_ps((float*)dst + 8, _mm256_load_ps((const float*)src + 8));
+#endif
 }
 /* The contiguous loop over [0, n_) with output o_ of type TO, streamed; the
  * variadic part is the statement(s) computing element i_ into `r_`. */
+/* Blocks of EW_STREAM_BLOCK bytes are computed into an aligned buffer by a
+ * loop the compiler vectorizes as it does the plain one (a 64-byte block is
+ * unrolled into scalar code instead), then streamed out 64 bytes at a time. */
+#define EW_STREAM_BLOCK 1024
 #define EW_CONTIG_STREAM(TO, ...)                                                                 \
   if (EW_STREAM_ON(n_)) {                                                                         \
-    const int64_t h_ = ew_stream_head(o_, sizeof(TO), n_), B_ = 64 / (int64_t)sizeof(TO);         \
+    const int64_t h_ = ew_stream_head(o_, sizeof(TO), n_);                                        \
+    const int64_t B_ = EW_STREAM_BLOCK / (int64_t)sizeof(TO);                                     \
     int64_t j_ = 0;                                                                               \
     for (; j_ < h_; ++j_) { const int64_t i_ = j_; TO r_; __VA_ARGS__; o_[i_] = r_; }             \
+    _Alignas(64) TO t_[EW_STREAM_BLOCK / sizeof(TO)];                                             \
     for (; j_ + B_ <= n_; j_ += B_) {                                                             \
-      _Alignas(64) TO t_[64 / sizeof(TO)];                                                        \
       _Pragma("GCC ivdep") for (int64_t k_ = 0; k_ < B_; ++k_) {                                  \
         const int64_t i_ = j_ + k_; TO r_; __VA_ARGS__; t_[k_] = r_;                              \
       }                                                                                           \
-      ew_stream_store64(o_ + j_, t_);                                                             \
+      for (int q_ = 0; q_ < EW_STREAM_BLOCK; q_ += 64)                                            \
+        ew_stream_store64((char*)(o_ + j_) + q_, (const char*)t_ + q_);                           \
     }                                                                                             \
     for (; j_ < n_; ++j_) { const int64_t i_ = j_; TO r_; __VA_ARGS__; o_[i_] = r_; }             \
     return;                                                                                       \
@@ -188,6 +201,23 @@ static inline void ew_stream_store64(void* dst, const void* src) {
       _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                                \
         const T a = x_[i_], b = y_[i_], c = z_[i_];                                              \
         o_[i_] = (TO)(EXPR);                                                                     \
+      }                                                                                          \
+    } else if (s_[0] == so_ && s_[1] == st_ && s_[3] == 0 && (s_[2] == st_ || s_[2] == 0)) {     \
+      /* a trailing scalar (lerp's weight, clamp's bounds): hoisted, so the loop vectorizes */  \
+      TO* o_ = (TO*)d_[0];                                                                       \
+      const T *x_ = (const T*)d_[1], *y_ = (const T*)d_[2];                                      \
+      const T c = *(const T*)d_[3];                                                              \
+      if (s_[2] == 0) {                                                                          \
+        const T b = *y_;                                                                         \
+        _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                              \
+          const T a = x_[i_];                                                                    \
+          o_[i_] = (TO)(EXPR);                                                                   \
+        }                                                                                        \
+      } else {                                                                                   \
+        _Pragma("GCC ivdep") for (int64_t i_ = 0; i_ < n_; ++i_) {                              \
+          const T a = x_[i_], b = y_[i_];                                                        \
+          o_[i_] = (TO)(EXPR);                                                                   \
+        }                                                                                        \
       }                                                                                          \
     } else {                                                                                     \
       for (int64_t i_ = 0; i_ < n_; ++i_) {                                                      \

@@ -378,7 +378,30 @@ static void cfill_rows(void* u, int64_t r0, int64_t r1, int tid) {
   size_t ds = tpurt_dtype_size(f->dst_dtype), ss = f->src ? tpurt_dtype_size(f->src_dtype) : 0;
   bool integral = f->dst_dtype == TPURT_DTYPE_BOOL || tpurt_dtype_is_integral(f->dst_dtype);
   int64_t iscale = (int64_t)f->scale;
+  bool zero = !f->src || f->scale == 0;
+  bool rowwise = f->d_cs == 1 && (zero || f->s_cs == 1);
   for (int64_t i = r0; i < r1; ++i) {
+    if (rowwise) {
+      /* Dense rows (a bias broadcast over C's rows, beta * C): whole-row
+       * copies and float loops; every other layout goes element by element. */
+      char* d = (char*)f->dst + (size_t)(i * f->d_rs) * ds;
+      const char* s = zero ? NULL : (const char*)f->src + (size_t)(i * f->s_rs + f->j0) * ss;
+      if (zero) {
+        memset(d, 0, (size_t)f->cols * ds);
+        continue;
+      }
+      if (f->src_dtype == f->dst_dtype && f->scale == 1) {
+        memmove(d, s, (size_t)f->cols * ds);
+        continue;
+      }
+      if (f->src_dtype == f->dst_dtype && f->dst_dtype == TPURT_DTYPE_FLOAT32) {
+        float* o = (float*)d;
+        const float* x = (const float*)s;
+        double sc = f->scale;
+        for (int64_t j = 0; j < f->cols; ++j) o[j] = (float)(sc * (double)x[j]);
+        continue;
+      }
+    }
     for (int64_t j = 0; j < f->cols; ++j) {
       char* d = (char*)f->dst + (size_t)(i * f->d_rs + j * f->d_cs) * ds;
       if (!f->src || f->scale == 0) {

@@ -8,6 +8,8 @@
  * float32 input), which is at least as accurate as PyTorch's cascade sum. */
 #include "ops/reduce/reduce.h"
 
+#include "exec/fuse_hook.h"
+
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
@@ -451,10 +453,9 @@ static bool row_fast_f32(const tpurt_reduce_spec_t* s, acc_t* a, const float* x,
   return false;
 }
 
-/* Reduces one strided row of n elements starting at element offset `off`. */
-static void row_update(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* a, int64_t off,
-                       int64_t stride, int64_t n, int64_t idx0, double param) {
-  const char* base = (const char*)s->in->data + off * (int64_t)p->isz;
+/* Reduces one strided row of n elements at base. */
+static void row_update_at(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* a, const char* base,
+                          int64_t stride, int64_t n, int64_t idx0, double param) {
   if (p->dt == TPURT_DTYPE_FLOAT32 && stride == 1 && !p->int_load &&
       row_fast_f32(s, a, (const float*)base, n))
     return;
@@ -479,6 +480,22 @@ static void row_update(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* a, 
   }
 }
 
+/* Reduces one strided row of n elements starting at element offset `off`;
+ * from a fused chain's source (exec/fuse_hook.h) when there is one. */
+static void row_update(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* a, int64_t off,
+                       int64_t stride, int64_t n, int64_t idx0, double param,
+                       const tpurt_fuse_source_t* src, int tid) {
+  if (TPURT_UNLIKELY(src != NULL)) {
+    for (int64_t b = 0; b < n; b += src->max_run) {
+      int64_t m = n - b < src->max_run ? n - b : src->max_run;
+      const char* q = src->produce(src->user, off + b, m, tid);
+      row_update_at(s, p, a, q, 1, m, idx0 + b, param);
+    }
+    return;
+  }
+  row_update_at(s, p, a, (const char*)s->in->data + off * (int64_t)p->isz, stride, n, idx0, param);
+}
+
 /* Offsets of output m: input base, value-output and index-output offsets. */
 static void out_offsets(const plan_t* p, int64_t m, int64_t* in_off, int64_t* out_off, int64_t* idx_off) {
   int64_t a = 0, b = 0, c = 0;
@@ -492,7 +509,7 @@ static void out_offsets(const plan_t* p, int64_t m, int64_t* in_off, int64_t* ou
 
 /* Reduces linear reduced indices [rb, re) of the output whose input base is in_off. */
 static void reduce_range(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* a, int64_t in_off,
-                         int64_t rb, int64_t re, double param) {
+                         int64_t rb, int64_t re, double param, const tpurt_fuse_source_t* src, int tid) {
   int last = p->nr - 1;
   int64_t n0 = p->rsize[last], s0 = p->rin[last];
   if (n0 == 0) return;
@@ -507,7 +524,7 @@ static void reduce_range(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* a
       off += q * p->rin[k];
       idx += q * p->rmul[k];
     }
-    row_update(s, p, a, off, s0, len, idx, param);
+    row_update(s, p, a, off, s0, len, idx, param, src, tid);
     r += len;
   }
 }
@@ -551,6 +568,7 @@ typedef struct job_t {
   int64_t m, in_off;
   acc_t* partials;
   bool* touched;
+  const tpurt_fuse_source_t* src; /* the input comes from a fused chain */
   /* vertical strategy */
   int64_t vblocks_per_row, vC;
 } job_t;
@@ -562,7 +580,7 @@ static void per_output_fn(void* user, int64_t b, int64_t e, int tid) {
     out_offsets(j->p, m, &io, &oo, &xo);
     acc_t a;
     acc_init(j->s, &a);
-    reduce_range(j->s, j->p, &a, io, 0, j->p->K, j->s->param ? j->s->param[m] : 0);
+    reduce_range(j->s, j->p, &a, io, 0, j->p->K, j->s->param ? j->s->param[m] : 0, j->src, tid);
     finalize(j->s, j->p, m, oo, xo, &a);
   }
 }
@@ -571,7 +589,7 @@ static void split_fn(void* user, int64_t b, int64_t e, int tid) {
   const job_t* j = user;
   acc_t a;
   acc_init(j->s, &a);
-  reduce_range(j->s, j->p, &a, j->in_off, b, e, j->s->param ? j->s->param[j->m] : 0);
+  reduce_range(j->s, j->p, &a, j->in_off, b, e, j->s->param ? j->s->param[j->m] : 0, j->src, tid);
   if (!j->touched[tid]) { j->partials[tid] = a; j->touched[tid] = true; }
   else acc_merge(j->s, j->p, &j->partials[tid], &a);
 }
@@ -670,6 +688,16 @@ tpurt_status_t tpurt_reduce_run(tpurt_kernel_ctx_t* ctx, const tpurt_reduce_spec
   TPURT_RETURN_IF_ERROR(plan_build(s, &p));
   if (p.M == 0) return TPURT_OK;
   job_t j = {.s = s, .p = &p};
+  const tpurt_fuse_source_t* src = tpurt_fuse_tls_source;
+  if (TPURT_UNLIKELY(src != NULL) && src->data == s->in->data) {
+    /* A fused chain's value (exec/fuse_hook.h): only as contiguous runs, one
+     * per output (the reduced dims innermost), so never the vertical path. */
+    if (!tpurt_tensor_is_contiguous(s->in) || p.nr != 1 || p.rin[0] != 1 || p.K == 0)
+      return TPURT_STATUS(ABORTED, "%s: a fused chain's value is reduced only over its innermost dims",
+                          s->op_name);
+    src->accepted(src->user);
+    j.src = src;
+  }
   int nt = tpurt_kernel_num_threads(ctx);
   if (p.M < 2 * (int64_t)nt && p.K >= g_split_min_k && (nt > 1 || g_split_min_k < 65536)) {
     acc_t* partials = tpurt_kernel_scratch(ctx, sizeof(acc_t) * (size_t)nt);
@@ -692,7 +720,7 @@ tpurt_status_t tpurt_reduce_run(tpurt_kernel_ctx_t* ctx, const tpurt_reduce_spec
     }
     return TPURT_OK;
   }
-  if (vertical_ok(s, &p)) {
+  if (!j.src && vertical_ok(s, &p)) {
     j.vC = p.ksize[p.nk - 1];
     j.vblocks_per_row = (j.vC + VB - 1) / VB;
     int64_t nblk = (p.M / j.vC) * j.vblocks_per_row;
