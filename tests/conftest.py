@@ -114,6 +114,28 @@ def full(pytestconfig) -> bool:
     return is_full(pytestconfig)
 
 
+EAGER_MODES = ("strict", "debug", "defer_and_fuse")
+
+
+@pytest.fixture(params=EAGER_MODES)
+def eager_mode(request, device):
+    """Runs the test in each of the three eager modes (issue 4): the model-level tests use it, so every
+    model trains and generates in Strict, Debug and DeferAndFuse against the same CPU reference.
+    Switching synchronizes first; the previous mode comes back after the test."""
+    if device == "cpu" and request.param != "strict":
+        pytest.skip("eager modes are the tpu's")
+    if device == "cpu":
+        yield request.param
+        return
+    import torch_tpu
+    prev = torch_tpu.get_eager_mode()
+    torch_tpu.set_eager_mode(request.param)
+    try:
+        yield request.param
+    finally:
+        torch_tpu.set_eager_mode(prev)
+
+
 @pytest.fixture
 def synchronize(device):
     return lambda: sync(device)

@@ -38,6 +38,10 @@ INIT_FACTOR = 1.5
 VOCAB = 128
 
 
+# Every check runs in Strict, Debug and DeferAndFuse (tests/conftest.py: eager_mode).
+pytestmark = pytest.mark.usefixtures("eager_mode")
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _one_cpu_thread():
     """The CPU references run on one thread: these models are tiny, and on a loaded 2-core machine

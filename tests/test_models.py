@@ -20,6 +20,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+# Every model-level test runs in Strict, Debug and DeferAndFuse (tests/conftest.py: eager_mode).
+pytestmark = pytest.mark.usefixtures("eager_mode")
+
 RTOL, ATOL = 1e-4, 1e-5          # per-step losses
 P_RTOL, P_ATOL = 1e-4, 1e-5      # final parameters after SGD
 ADAM_LR = 3e-3
