@@ -1122,15 +1122,20 @@ static void chain_tile(chain_t* ch, const int64_t* idx, int64_t len, uint8_t* bu
   }
 }
 
-static void chain_range(void* user, int64_t begin, int64_t end, int tid) {
-  chain_t* ch = user;
+/* Runs the chain over linear elements [begin, end) of its shape, tile by
+ * tile, on pool thread tid. With `run` (a reduction reading member red_src's
+ * value), returns where those values lie as one contiguous run: in the tile
+ * itself when one tile holds them all, else gathered into `run`. */
+static const void* chain_walk(chain_t* ch, int64_t begin, int64_t end, int tid, uint8_t* run) {
   uint8_t* bufs = ch->scratch + ch->per_thread * (size_t)tid;
+  size_t es = run ? tpurt_dtype_size(ch->cfg[ch->red_src]->tensors[0]->dtype) : 0;
   int64_t idx[TPURT_MAX_DIMS];
   int64_t rem = begin;
   for (int d = 0; d < ch->nd; ++d) {
     idx[d] = rem % ch->shape[d];
     rem /= ch->shape[d];
   }
+  const void* result = run;
   int64_t pos = begin;
   while (pos < end) {
     int64_t len = ch->shape[0] - idx[0];
@@ -1139,6 +1144,15 @@ static void chain_range(void* user, int64_t begin, int64_t end, int tid) {
     char* vptr[FUSE_MAX_OPS];
     int64_t vstride[FUSE_MAX_OPS];
     chain_tile(ch, idx, len, bufs, vptr, vstride);
+    if (run) {
+      char* v = vptr[ch->red_src];
+      tpurt_dtype_t dt = ch->cfg[ch->red_src]->tensors[0]->dtype;
+      if (len == end - begin && vstride[ch->red_src] == (int64_t)es)
+        result = v; /* the whole run in one tile (or in memory, stored) */
+      else
+        tpurt_ew_convert_strided(dt, run + (size_t)(pos - begin) * es, (int64_t)es, dt, v, vstride[ch->red_src],
+                                 len);
+    }
     pos += len;
     idx[0] += len;
     for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
@@ -1149,50 +1163,20 @@ static void chain_range(void* user, int64_t begin, int64_t end, int tid) {
 #if defined(__AVX__)
   if (ch->any_stream) _mm_sfence(); /* weakly ordered stores visible before the range is done */
 #endif
+  return result;
+}
+
+static void chain_range(void* user, int64_t begin, int64_t end, int tid) {
+  chain_walk(user, begin, end, tid, NULL);
 }
 
 /* The reduction's source (exec/fuse_hook.h): elements [lin, lin + n) of
- * member red_src's value, computed tile by tile (the chain's stores happen
- * on the way), gathered into this thread's run buffer unless one tile
- * already holds them contiguously. */
+ * member red_src's value; the chain's stores happen on the way. */
 static const void* chain_produce(void* user, int64_t lin, int64_t n, int tid) {
   chain_t* ch = user;
-  uint8_t* bufs = ch->scratch + ch->per_thread * (size_t)tid;
-  uint8_t* run = bufs + (size_t)(ch->num_slots + FUSE_MAX_OPERANDS) * FUSE_SLOT_BYTES;
-  const tpurt_tensor_t* o = ch->cfg[ch->red_src]->tensors[0];
-  size_t es = tpurt_dtype_size(o->dtype);
-  int64_t idx[TPURT_MAX_DIMS], rem = lin;
-  for (int d = 0; d < ch->nd; ++d) {
-    idx[d] = rem % ch->shape[d];
-    rem /= ch->shape[d];
-  }
-  const void* result = run;
-  int64_t pos = 0;
-  while (pos < n) {
-    int64_t len = ch->shape[0] - idx[0];
-    if (len > n - pos) len = n - pos;
-    if (len > FUSE_TILE) len = FUSE_TILE;
-    char* vptr[FUSE_MAX_OPS];
-    int64_t vstride[FUSE_MAX_OPS];
-    chain_tile(ch, idx, len, bufs, vptr, vstride);
-    char* v = vptr[ch->red_src];
-    if (len == n && vstride[ch->red_src] == (int64_t)es) {
-      result = v; /* the whole run in one tile (or in memory, stored) */
-    } else {
-      tpurt_ew_convert_strided(o->dtype, run + (size_t)pos * es, (int64_t)es, o->dtype, v,
-                               vstride[ch->red_src], len);
-    }
-    pos += len;
-    idx[0] += len;
-    for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
-      idx[d] = 0;
-      ++idx[d + 1];
-    }
-  }
-#if defined(__AVX__)
-  if (ch->any_stream) _mm_sfence();
-#endif
-  return result;
+  uint8_t* run = ch->scratch + ch->per_thread * (size_t)tid +
+                 (size_t)(ch->num_slots + FUSE_MAX_OPERANDS) * FUSE_SLOT_BYTES;
+  return chain_walk(ch, lin, lin + n, tid, run);
 }
 
 static void chain_accepted(void* user) { ((chain_t*)user)->red_used = true; }
