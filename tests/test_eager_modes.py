@@ -420,3 +420,13 @@ def test_strict_and_debug_train_identically():
     assert l0 == pytest.approx(l1, rel=1e-6, abs=1e-7)
     for a, b in zip(p0, p1):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_debug_resize_keeps_data():
+    """resize_ queues a copy out of the old block and frees it at once: in Debug mode the copy must
+    still see the block live (its access window), and the data survives."""
+    with torch_tpu.eager_mode("debug"):
+        s = torch.arange(3.0, device=DEV)
+        s.resize_((5, 10))
+        assert s.shape == (5, 10)
+        assert s.view(-1)[:3].cpu().tolist() == [0.0, 1.0, 2.0]

@@ -481,12 +481,15 @@ static void* guarded_allocate(tpurt_allocator_t* a, size_t bytes) {
 static void guarded_free(tpurt_allocator_t* a, const tpurt_debug_region_t* r) {
   tpurt_device_t* d = a->device;
   tpurt_debug_canary_check(r, "memory_free");
-  tpurt_debug_region_set_state(r->start, TPURT_DEBUG_REGION_FREED); /* a second free is ignored */
   a->stats.allocated_bytes -= r->span;
   a->stats.num_frees++;
+  /* Queued work may still read or write the block (a copy the host queued
+   * just before freeing its source, as resize_ does): it runs while the block
+   * is still live, so its access window opens. */
   pthread_mutex_unlock(&a->lock);
   tpurt_device_wait_idle(d);
   pthread_mutex_lock(&a->lock);
+  tpurt_debug_region_set_state(r->start, TPURT_DEBUG_REGION_FREED); /* a second free is ignored */
   uint64_t bytes = r->end - r->start;
   quarantine_t* q = NULL;
   if (tpurt_exec_mode_get() == TPURT_EXEC_DEBUG && a->quarantine_budget > 0 &&
