@@ -258,3 +258,82 @@ def test_geqrf_shapes_without_meta(device):
     oa, ot = torch.empty(0, device=device, dtype=x.dtype), torch.empty(0, device=device, dtype=x.dtype)
     torch.geqrf(x.to(device), out=(oa, ot))
     torch.testing.assert_close(oa.cpu(), a)
+
+
+
+_SHARED = {  # name: (fn(target, x), CPU refuses it)
+    "out_add": (lambda t, x: torch.add(x, x, out=t), True),
+    "out_cat": (lambda t, x: torch.cat([x[:3], x[3:]], out=t), True),
+    "out_index_select": (lambda t, x: torch.index_select(x, 0, torch.arange(6, device=x.device), out=t), True),
+    "inplace_add": (lambda t, x: t.add_(1), True),
+    "inplace_uniform": (lambda t, x: t.uniform_(), True),
+    "inplace_fill": (lambda t, x: t.fill_(3), False),
+    "inplace_zero": (lambda t, x: t.zero_(), False),
+    "out_sum": (lambda t, x: torch.sum(x.reshape(6, 1), 1, out=t), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SHARED))
+def test_written_tensor_with_shared_elements_as_on_cpu(case):
+    """An out= or in-place target whose elements share memory (an expanded view): where CPU raises
+    RuntimeError ("more than one element of the written-to tensor refers to a single memory
+    location"), tpu raises it too and leaves the target as it was; where CPU allows it, so does tpu."""
+    fn, refused = _SHARED[case]
+
+    def run(dev):
+        x = torch.arange(6.0, device=dev)
+        base = torch.zeros(1, device=dev)
+        if refused:
+            with pytest.raises(RuntimeError, match="single memory location"):
+                fn(base.expand(6), x)
+        else:
+            fn(base.expand(6), x)
+        return base.cpu()
+    cpu = run("cpu")
+    if case != "out_sum":  # CPU's sum writes the shared element six times; the last write wins
+        assert torch.equal(run("tpu"), cpu)
+    else:
+        run("tpu")
+
+
+@pytest.mark.parametrize("case", ["cat", "index_select", "take", "add_partial", "add_identical"])
+def test_out_overlapping_an_input_as_on_cpu(case):
+    """out= overlapping an input: cat/index_select/take/gather refuse any overlap (CPU's
+    assert_no_overlap), elementwise ops refuse a partial one but take out= identical to an input."""
+    def run(dev):
+        x = torch.arange(12.0, device=dev)
+        fns = {"cat": lambda: torch.cat([x[:6], x[6:]], out=x),
+               "index_select": lambda: torch.index_select(x, 0, torch.arange(12, device=dev), out=x),
+               "take": lambda: torch.take(x, torch.arange(12, device=dev), out=x),
+               "add_partial": lambda: torch.add(x[1:], 1, out=x[:-1]),
+               "add_identical": lambda: torch.add(x, 1, out=x)}
+        if case == "add_identical":
+            fns[case]()
+        else:
+            with pytest.raises(RuntimeError, match="single memory location"):
+                fns[case]()
+        return x.cpu()
+    assert torch.equal(run("tpu"), run("cpu"))
+
+
+def test_rms_norm_argument_errors_as_on_cpu():
+    x = torch.randn(2, 2, 3)
+    for args in [([], None), ([2, 3], torch.ones(1, 2)), ([2, 2], None)]:
+        with pytest.raises(RuntimeError) as cpu:
+            torch.nn.functional.rms_norm(x, args[0], args[1])
+        w = args[1].to("tpu") if args[1] is not None else None
+        with pytest.raises(RuntimeError) as dev:
+            torch.nn.functional.rms_norm(x.to("tpu"), args[0], w)
+        assert str(dev.value).split("\n")[0] == str(cpu.value).split("\n")[0]
+
+
+def test_masked_scatter_refuses_uint8_mask_as_on_cpu():
+    x, src = torch.zeros(3), torch.ones(3)
+    mask = torch.tensor([1, 0, 1], dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="boolean masks"):
+        x.masked_scatter(mask, src)
+    with pytest.raises(RuntimeError, match="boolean masks"):
+        x.to("tpu").masked_scatter(mask.to("tpu"), src.to("tpu"))
+        torch.tpu.synchronize()
+    assert torch.equal(x.to("tpu").masked_scatter(mask.bool().to("tpu"), src.to("tpu")).cpu(),
+                       x.masked_scatter(mask.bool(), src))

@@ -576,6 +576,8 @@ def run_one(op, dtype, max_samples, reference=False):
     except Exception as e:  # noqa: BLE001 - sample generation itself failed
         fwd_problem("fail", f"harness: {type(e).__name__}: {_short(e)}")
         bwd_problem("fail", f"harness: {type(e).__name__}: {_short(e)}")
+    if dtype == torch.float32:
+        res["err_status"], res["err_msg"], res["errors"] = _check_errors(op)
     res["seconds"] = round(time.time() - t0, 3)
 
     # forward: the first failure, else unsupported, else pass (na when no sample ran on CPU)
@@ -598,6 +600,52 @@ def run_one(op, dtype, max_samples, reference=False):
         elif res["cpu_bwd"] == 0:
             res["bwd_status"], res["bwd_msg"] = "na", "no sample has a CPU backward"
     return res
+
+
+MAX_ERROR_INPUTS = 32
+
+
+def _check_errors(op):
+    """The OpInfo's error_inputs (wrong shapes, dtypes, out-of-range arguments), built by the same
+    generator on CPU and on the device: each one CPU rejects must raise on the device too, an
+    exception of CPU's type (NotImplementedError does not count), and the process goes on. Returns
+    (status, first problem, inputs checked): pass / fail / na (no error inputs that CPU rejects)."""
+    if getattr(op, "error_inputs_func", None) is None:
+        return "na", "no error_inputs", 0
+    n = 0
+    try:
+        pairs = zip(op.error_inputs("cpu"), op.error_inputs(DEVICE))
+        for i, (ec, ed) in enumerate(pairs):
+            if i >= MAX_ERROR_INPUTS:
+                break
+            sc, sd = ec.sample_input, ed.sample_input
+            try:
+                op(sc.input, *sc.args, **sc.kwargs)
+                continue  # CPU accepts it (some error inputs are another device's)
+            except Exception as e:  # noqa: BLE001 - the point
+                cpu_type = type(e)
+            where = f"error input {i} {_describe(sc)}: CPU raises {cpu_type.__name__}"
+            try:
+                op(sd.input, *sd.args, **sd.kwargs)
+                _sync()
+            except Exception as e:  # noqa: BLE001
+                if not isinstance(e, cpu_type) or (isinstance(e, NotImplementedError) and
+                                                   not issubclass(cpu_type, NotImplementedError)):
+                    return "fail", f"{where}, {DEVICE_TYPE} {type(e).__name__}: {_short(e)}", n
+                n += 1
+                continue
+            return "fail", f"{where}, {DEVICE_TYPE} raises nothing", n
+    except Exception as e:  # noqa: BLE001 - the generator itself failed (CPU- or device-side)
+        _sync_quietly()
+        return ("pass" if n else "na"), f"error_inputs stopped: {type(e).__name__}: {_short(e)[:100]}", n
+    return ("pass" if n else "na"), "", n
+
+
+def _sync_quietly():
+    try:
+        _sync()
+    except Exception:  # noqa: BLE001 - an error left by an error input, already judged
+        pass
 
 
 def _samples(op, dtype, requires_grad, reference, res):
@@ -867,6 +915,14 @@ def goals(results):
             "bfloat16 forward": dict(_share(results, "bfloat16", "status"), aim=90)}
 
 
+def error_share(results):
+    """Ops whose error_inputs raise on the device the exception type CPU raises."""
+    den = [r for (k, d), r in results.items() if d == "float32" and r.get("err_status") in ("pass", "fail")]
+    num = sum(1 for r in den if r["err_status"] == "pass")
+    return {"pass": num, "of": len(den), "inputs": sum(r.get("errors", 0) for r in den),
+            "failing": sorted(r["op"] for r in den if r["err_status"] == "fail")}
+
+
 def cause(msg):
     """A failure message reduced to its cause, so that (op, dtype) entries group."""
     m = re.search(r"operator '(aten::[\w.]+)' is not implemented", msg)
@@ -922,9 +978,13 @@ def format_report(results, device, dtypes, seconds, mode):
     totals = summarize(results, dtypes)
     g = goals(results)
     causes = failure_causes(results)
+    errs = error_share(results)
     data = {"device": device, "mode": mode, "dtypes": dtypes, "ops": len(ops),
-            "seconds": round(seconds, 1), "totals": totals, "goals": g, "top_causes": causes,
-            "results": [results[k] for k in sorted(results)]}
+            "seconds": round(seconds, 1), "totals": totals, "goals": g, "error_inputs": errs,
+            "top_causes": causes, "results": [results[k] for k in sorted(results)]}
+    err_line = (f"error inputs (OpInfo error_inputs, float32 row): {errs['pass']}/{errs['of']} ops raise "
+                f"CPU's exception type on every one of {errs['inputs']} inputs"
+                + (f"; not yet: {', '.join(errs['failing'][:12])}" if errs["failing"] else ""))
 
     def cell(r):
         return r.get("status", "-") if r else "-"
@@ -938,6 +998,7 @@ def format_report(results, device, dtypes, seconds, mode):
              "Re-run: `.venv/bin/python tests/test_opinfo.py` (or `pytest tests/test_opinfo.py --full`).",
              "", "Of the ops that run on CPU, share passing on the device:", ""]
     lines += [f"- {goal_line(n, v)}" for n, v in g.items()]
+    lines += ["", f"- {err_line}"]
     lines += ["", f"(op, dtype) forward: {fmt(totals['forward'])}",
               f"float32 backward: {fmt(totals['backward_float32'])}", "",
               "| dtype | " + " | ".join(STATUSES) + " |", "|---|" + "---|" * len(STATUSES)]
@@ -963,12 +1024,16 @@ def format_report(results, device, dtypes, seconds, mode):
             if d == "float32" and r.get("bwd_status") not in ("pass", "na", None):
                 msg = f"float32 backward: {r.get('bwd_msg', '')}"
                 break
+            if d == "float32" and r.get("err_status") == "fail":
+                msg = f"error inputs: {r.get('err_msg', '')}"
+                break
         lines.append(f"| {k} | {'yes' if is_core(k) else ''} | {cell(f32)} | "
                      f"{f32.get('bwd_status') or '-'} | " +
                      " | ".join(cell(row[d]) for d in dtypes if d != "float32") +
                      f" | {msg.replace('|', '/')[:300]} |")
     short = [lines[0], lines[2], "Of the ops that run on CPU, share passing on the device:"]
     short += [f"  {goal_line(n, v)}" for n, v in g.items()]
+    short += [f"  {err_line}"]
     short += [f"(op, dtype) forward: {fmt(totals['forward'])}",
               f"float32 backward: {fmt(totals['backward_float32'])}",
               "most common failure causes (ops, entries):"]

@@ -16,6 +16,7 @@ _COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
                    "CompositeExplicitAutogradNonFunctional")
 _lib = None           # the torch.library.Library holding the registrations; kept alive for the process
 _registered = []      # "aten::name.overload" of each registered decomposition
+_explicit = []        # "aten::name.overload" of each explicit Python kernel (_decomp_more.register_kernels)
 _tls = threading.local()
 
 
@@ -174,6 +175,8 @@ def _extra_decompositions() -> dict:
         extra[packet.default] = _replication_pad_backward
         extra[packet.grad_input] = _replication_pad_backward  # adapted to out= by _make_kernel
     extra.update(_coverage_decompositions())
+    from torch_tpu import _decomp_more
+    extra.update(_decomp_more.decompositions())
     return extra
 
 
@@ -181,6 +184,8 @@ def _all_decompositions() -> dict:
     from torch._decomp import decomposition_table
     table = dict(_extra_decompositions())
     table.update(decomposition_table)  # PyTorch's own win where both exist
+    from torch_tpu import _decomp_more
+    table.update(_decomp_more.overrides())  # except where theirs differs from eager CPU
     return table
 
 
@@ -349,6 +354,8 @@ def register(has_kernel=None) -> int:
     for op, decomp in candidates(has_kernel):
         lib.impl(op, _make_kernel(op, decomp), "PrivateUse1")
         _registered.append(_qualified_name(op))
+    from torch_tpu import _decomp_more
+    _explicit.extend(_decomp_more.register_kernels(lib))
     _lib = lib
     return len(_registered)
 
@@ -356,3 +363,9 @@ def register(has_kernel=None) -> int:
 def registered_ops() -> "list[str]":
     """The ops running through a decomposition on tpu in this process."""
     return list(_registered)
+
+
+def explicit_ops() -> "list[str]":
+    """The ops with a Python kernel of their own on tpu (eager CPU semantics the boxed path cannot
+    give: addbmm_ resizing a broadcast self, ...), registered with the decompositions."""
+    return list(_explicit)

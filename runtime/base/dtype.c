@@ -14,25 +14,30 @@ const tpurt_dtype_traits_t tpurt_dtype_traits[TPURT_DTYPE_COUNT] = {
     [TPURT_DTYPE_BFLOAT16] = {.name = "bfloat16", .size = 2, .is_floating = true, .is_signed = true},
     [TPURT_DTYPE_FLOAT32] = {.name = "float32", .size = 4, .is_floating = true, .is_signed = true},
     [TPURT_DTYPE_FLOAT64] = {.name = "float64", .size = 8, .is_floating = true, .is_signed = true},
+    [TPURT_DTYPE_COMPLEX64] = {.name = "complex64", .size = 8, .is_signed = true, .is_complex = true},
+    [TPURT_DTYPE_COMPLEX128] = {.name = "complex128", .size = 16, .is_signed = true, .is_complex = true},
 };
 
 tpurt_dtype_t tpurt_dtype_promote(tpurt_dtype_t a, tpurt_dtype_t b) {
   /* PyTorch's promotion lattice restricted to our dtypes. */
   enum { b1 = TPURT_DTYPE_BOOL, u1 = TPURT_DTYPE_UINT8, i1 = TPURT_DTYPE_INT8, i2 = TPURT_DTYPE_INT16,
          i4 = TPURT_DTYPE_INT32, i8 = TPURT_DTYPE_INT64, f2 = TPURT_DTYPE_FLOAT16, bf = TPURT_DTYPE_BFLOAT16,
-         f4 = TPURT_DTYPE_FLOAT32, f8 = TPURT_DTYPE_FLOAT64 };
+         f4 = TPURT_DTYPE_FLOAT32, f8 = TPURT_DTYPE_FLOAT64, c8 = TPURT_DTYPE_COMPLEX64,
+         c16 = TPURT_DTYPE_COMPLEX128 };
   static const signed char kTable[TPURT_DTYPE_COUNT][TPURT_DTYPE_COUNT] = {
-      /*        b1  u1  i1  i2  i4  i8  f2  bf  f4  f8 */
-      /* b1 */ {b1, u1, i1, i2, i4, i8, f2, bf, f4, f8},
-      /* u1 */ {u1, u1, i2, i2, i4, i8, f2, bf, f4, f8},
-      /* i1 */ {i1, i2, i1, i2, i4, i8, f2, bf, f4, f8},
-      /* i2 */ {i2, i2, i2, i2, i4, i8, f2, bf, f4, f8},
-      /* i4 */ {i4, i4, i4, i4, i4, i8, f2, bf, f4, f8},
-      /* i8 */ {i8, i8, i8, i8, i8, i8, f2, bf, f4, f8},
-      /* f2 */ {f2, f2, f2, f2, f2, f2, f2, f4, f4, f8},
-      /* bf */ {bf, bf, bf, bf, bf, bf, f4, bf, f4, f8},
-      /* f4 */ {f4, f4, f4, f4, f4, f4, f4, f4, f4, f8},
-      /* f8 */ {f8, f8, f8, f8, f8, f8, f8, f8, f8, f8},
+      /*        b1  u1  i1  i2  i4  i8  f2  bf  f4  f8   c8   c16 */
+      /* b1 */ {b1, u1, i1, i2, i4, i8, f2, bf, f4, f8,  c8,  c16},
+      /* u1 */ {u1, u1, i2, i2, i4, i8, f2, bf, f4, f8,  c8,  c16},
+      /* i1 */ {i1, i2, i1, i2, i4, i8, f2, bf, f4, f8,  c8,  c16},
+      /* i2 */ {i2, i2, i2, i2, i4, i8, f2, bf, f4, f8,  c8,  c16},
+      /* i4 */ {i4, i4, i4, i4, i4, i8, f2, bf, f4, f8,  c8,  c16},
+      /* i8 */ {i8, i8, i8, i8, i8, i8, f2, bf, f4, f8,  c8,  c16},
+      /* f2 */ {f2, f2, f2, f2, f2, f2, f2, f4, f4, f8,  c8,  c16},
+      /* bf */ {bf, bf, bf, bf, bf, bf, f4, bf, f4, f8,  c8,  c16},
+      /* f4 */ {f4, f4, f4, f4, f4, f4, f4, f4, f4, f8,  c8,  c16},
+      /* f8 */ {f8, f8, f8, f8, f8, f8, f8, f8, f8, f8,  c16, c16},
+      /* c8 */ {c8, c8, c8, c8, c8, c8, c8, c8, c8, c16, c8,  c16},
+      /* c16*/ {c16, c16, c16, c16, c16, c16, c16, c16, c16, c16, c16, c16},
   };
   if (a < 0 || a >= TPURT_DTYPE_COUNT || b < 0 || b >= TPURT_DTYPE_COUNT) return TPURT_DTYPE_INVALID;
   return (tpurt_dtype_t)kTable[a][b];
@@ -97,6 +102,8 @@ double tpurt_dtype_load_f64(tpurt_dtype_t dtype, const void* p) {
     case TPURT_DTYPE_BFLOAT16: return tpurt_bf16_to_f32(*(const uint16_t*)p);
     case TPURT_DTYPE_FLOAT32: return *(const float*)p;
     case TPURT_DTYPE_FLOAT64: return *(const double*)p;
+    case TPURT_DTYPE_COMPLEX64: return *(const float*)p;
+    case TPURT_DTYPE_COMPLEX128: return *(const double*)p;
     default: return 0.0;
   }
 }
@@ -125,6 +132,8 @@ void tpurt_dtype_store_f64(tpurt_dtype_t dtype, void* p, double v) {
     case TPURT_DTYPE_BFLOAT16: *(uint16_t*)p = tpurt_f32_to_bf16((float)v); break;
     case TPURT_DTYPE_FLOAT32: *(float*)p = (float)v; break;
     case TPURT_DTYPE_FLOAT64: *(double*)p = v; break;
+    case TPURT_DTYPE_COMPLEX64: ((float*)p)[0] = (float)v; ((float*)p)[1] = 0.0f; break;
+    case TPURT_DTYPE_COMPLEX128: ((double*)p)[0] = v; ((double*)p)[1] = 0.0; break;
     default: break;
   }
 }
@@ -143,13 +152,36 @@ void tpurt_dtype_store_i64(tpurt_dtype_t dtype, void* p, int64_t v) {
 
 void tpurt_dtype_convert(tpurt_dtype_t dst_dtype, void* dst, tpurt_dtype_t src_dtype, const void* src,
                          int64_t n) {
+  if (src_dtype < 0 || src_dtype >= TPURT_DTYPE_COUNT || dst_dtype < 0 || dst_dtype >= TPURT_DTYPE_COUNT) return;
   size_t ds = tpurt_dtype_size(dst_dtype), ss = tpurt_dtype_size(src_dtype);
   if (dst_dtype == src_dtype) {
     memmove(dst, src, (size_t)n * ds);
     return;
   }
-  /* Integer sources go through int64 so large values keep every bit. */
-  bool via_int = !tpurt_dtype_is_floating(src_dtype) && !tpurt_dtype_is_floating(dst_dtype);
+  if (tpurt_dtype_is_complex(src_dtype) && tpurt_dtype_is_complex(dst_dtype)) {
+    for (int64_t i = 0; i < n; ++i) {
+      double re, im;
+      if (src_dtype == TPURT_DTYPE_COMPLEX64) {
+        re = ((const float*)src)[2 * i];
+        im = ((const float*)src)[2 * i + 1];
+      } else {
+        re = ((const double*)src)[2 * i];
+        im = ((const double*)src)[2 * i + 1];
+      }
+      if (dst_dtype == TPURT_DTYPE_COMPLEX64) {
+        ((float*)dst)[2 * i] = (float)re;
+        ((float*)dst)[2 * i + 1] = (float)im;
+      } else {
+        ((double*)dst)[2 * i] = re;
+        ((double*)dst)[2 * i + 1] = im;
+      }
+    }
+    return;
+  }
+  /* Integer sources go through int64 so large values keep every bit;
+   * complex -> real keeps the real part, real -> complex has a zero imaginary part. */
+  bool via_int = !tpurt_dtype_is_floating(src_dtype) && !tpurt_dtype_is_floating(dst_dtype) &&
+                 !tpurt_dtype_is_complex(src_dtype) && !tpurt_dtype_is_complex(dst_dtype);
   for (int64_t i = 0; i < n; ++i) {
     const char* s = (const char*)src + i * ss;
     char* d = (char*)dst + i * ds;

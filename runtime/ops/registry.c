@@ -17,11 +17,18 @@ extern const tpurt_op_def_t tpurt_ops_index[];
 extern const tpurt_op_def_t tpurt_ops_special[];
 extern const tpurt_op_def_t tpurt_ops_dense[];
 extern const tpurt_op_def_t tpurt_ops_pool3d[];
+extern const tpurt_op_def_t tpurt_ops_complex[];
+extern const tpurt_op_def_t tpurt_ops_fft[];
+extern const tpurt_op_def_t tpurt_ops_linalg_complex[];
+extern const tpurt_op_def_t tpurt_ops_index_complex[];
+extern const tpurt_op_def_t tpurt_ops_more[];
 
 static const tpurt_op_def_t* const kFamilies[] = {
     tpurt_ops_elementwise, tpurt_ops_random, tpurt_ops_reduce, tpurt_ops_norm,
     tpurt_ops_linalg,      tpurt_ops_conv,   tpurt_ops_index,
     tpurt_ops_special,     tpurt_ops_dense,  tpurt_ops_pool3d,
+    tpurt_ops_complex,     tpurt_ops_fft,    tpurt_ops_linalg_complex, tpurt_ops_index_complex,
+    tpurt_ops_more,
 };
 
 /* Open-addressing hash of op names; sized to a power of two >= 2x entries. */

@@ -59,7 +59,19 @@ bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
          a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense();
 }
 
+// The real-dtype copy kernel never sees complex tensors (TPURT_OP_COMPLEX, tpurt/kernel.h).
+const tpurt_op_def_t* complex_copy_kernel() {
+  static const tpurt_op_def_t* def = tpurt_op_lookup("complex::copy");
+  return def;
+}
+
 void submit_copy_kernel(const at::Tensor& dst, const at::Tensor& src, const char* op) {
+  const tpurt_op_def_t* def = copy_kernel();
+  if (dst.is_complex() || src.is_complex()) {
+    def = complex_copy_kernel();
+    TORCH_CHECK_NOT_IMPLEMENTED(def, op, ": dtype ", dst.is_complex() ? dst.scalar_type() : src.scalar_type(),
+                                " is not supported on the tpu device");
+  }
   tpurt_tensor_t d, s;
   fill_tensor_desc(dst, &d, op);
   fill_tensor_desc(src, &s, op);
@@ -72,7 +84,7 @@ void submit_copy_kernel(const at::Tensor& dst, const at::Tensor& src, const char
   a[2].kind = TPURT_ARG_BOOL;
   a[2].v.b = false;
   tpurt_op_call_t call{"copy", "", 3, a, 1, &d};
-  check_status(tpurt_queue_submit_kernel(current_queue(), copy_kernel(), &call), op);
+  check_status(tpurt_queue_submit_kernel(current_queue(), def, &call), op);
 }
 
 void copy_d2h(const at::Tensor& dst, const at::Tensor& src);
@@ -269,19 +281,57 @@ at::Tensor& tpu_set_empty(at::Tensor& self) {
   return tpu_set_storage(self, std::move(storage), 0, {0}, {});
 }
 
+// t <- kernel(t) in place with a unary kernel ("conj_physical", "neg"): settles
+// the math bits of a device-to-device copy.
+void submit_inplace_unary(const at::Tensor& t, const char* kernel, const char* op) {
+  std::string name = t.is_complex() ? std::string("complex::") + kernel : std::string(kernel);
+  const tpurt_op_def_t* def = tpurt_op_lookup(name.c_str());
+  TORCH_CHECK_NOT_IMPLEMENTED(def, op, ": no ", kernel, " kernel for dtype ", t.scalar_type(), " on the tpu device");
+  tpurt_tensor_t d;
+  fill_tensor_desc(t, &d, op);
+  tpurt_arg_t a[1];
+  std::memset(a, 0, sizeof(a));
+  a[0].kind = TPURT_ARG_TENSOR;
+  a[0].v.tensor = &d;
+  tpurt_op_call_t call{kernel, "", 1, a, 1, &d};
+  check_status(tpurt_queue_submit_kernel(current_queue(), def, &call), op);
+}
+
 at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   // Host<->device copies complete before returning, so non_blocking only
   // affects device-to-device copies (which are always queued).
   (void)non_blocking;
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
+  // Math bits (a lazy conj(), the negative view imag(conj(x)) gives) are
+  // settled here, not by PyTorch's fallbacks (registered below): the stored
+  // values are copied, then conjugated / negated where the bits differ.
+  const bool flip_conj = self.is_conj() != dst.is_conj(), flip_neg = self.is_neg() != dst.is_neg();
+  if (dst_tpu && self.is_cpu() && (flip_conj || flip_neg)) {
+    at::Tensor v = self.resolve_conj().resolve_neg();  // the values, then as dst stores them
+    if (dst.is_conj()) v = v.conj().resolve_conj();
+    if (dst.is_neg()) v = v.neg();
+    copy_h2d(dst, v);
+    return dst;
+  }
+  if (src_tpu && dst.is_cpu() && (self.is_conj() || self.is_neg())) {
+    at::Tensor host = at::empty(self.sizes(), self.options().device(c10::kCPU));
+    copy_d2h(host, self);  // the stored values; the host copy_ below applies both tensors' bits
+    if (self.is_conj()) host = host.conj();
+    if (self.is_neg()) host = host._neg_view();
+    dst.copy_(host);
+    return dst;
+  }
   if (src_tpu && dst_tpu) {
     if (self.device() == dst.device()) {
       submit_device_copy(dst, self, "aten::copy_");
+      DeviceScope scope(dst.device().index());
+      if (flip_conj) submit_inplace_unary(dst, "conj_physical", "aten::copy_");
+      if (flip_neg) submit_inplace_unary(dst, "neg", "aten::copy_");
     } else {
       at::Tensor host = at::empty(self.sizes(), self.options().device(c10::kCPU));
-      copy_d2h(host, self);
-      copy_h2d(dst, host);
+      tpu_copy_from(self, host, false);  // the values, math bits applied
+      tpu_copy_from(host, dst, false);
     }
   } else if (dst_tpu && self.is_cpu()) {
     copy_h2d(dst, self);
@@ -386,6 +436,18 @@ bool tpu_is_set_to(const at::Tensor& self, const at::Tensor& other) {
 
 }  // namespace
 }  // namespace torch_tpu
+
+// _copy_from settles conj/neg bits itself (tpu_copy_from): the math-bit
+// fallbacks would resolve them with a clone, which copies through _copy_from
+// again, forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace torch_tpu;

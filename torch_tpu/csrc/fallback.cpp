@@ -11,15 +11,18 @@
 #include <unordered_set>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/layer_norm.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/_fused_rms_norm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/nonzero.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <torch/library.h>
 
 #include "tpu_common.h"
@@ -41,6 +44,8 @@ static tpurt_dtype_t map_dtype(c10::ScalarType type) {
     case c10::ScalarType::BFloat16: return TPURT_DTYPE_BFLOAT16;
     case c10::ScalarType::Float: return TPURT_DTYPE_FLOAT32;
     case c10::ScalarType::Double: return TPURT_DTYPE_FLOAT64;
+    case c10::ScalarType::ComplexFloat: return TPURT_DTYPE_COMPLEX64;
+    case c10::ScalarType::ComplexDouble: return TPURT_DTYPE_COMPLEX128;
     default: return TPURT_DTYPE_INVALID;
   }
 }
@@ -92,9 +97,15 @@ struct OpInfo {
   std::string base;       // "add"
   std::string overload;   // "Tensor"
   const tpurt_op_def_t* def = nullptr;
+  // The kernel for calls with a complex tensor: "complex::<name>", else def
+  // when it takes complex (TPURT_OP_COMPLEX, tpurt/kernel.h); may be null.
+  const tpurt_op_def_t* cdef = nullptr;
   size_t num_args = 0;
   std::vector<ArgClass> arg_class;
   std::vector<bool> arg_is_out;  // out= arguments leave the kernel's args
+  std::vector<bool> arg_written; // out= arguments and self of an in-place op
+  bool refuse_overlap = false;   // CPU refuses a written tensor whose elements share memory
+  bool refuse_alias = false;     // ... any overlap of a written tensor with an input (else only a partial one)
   std::vector<RetInfo> rets;
   bool all_views = false;     // a view op: metadata only, no kernel
   bool unsupported_ret = false;
@@ -184,6 +195,8 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   info->base = base;
   info->overload = name.overload_name;
   info->def = find_kernel(base, name.overload_name);
+  info->cdef = find_kernel("complex::" + base, name.overload_name);
+  if (!info->cdef && info->def && (info->def->flags & TPURT_OP_COMPLEX)) info->cdef = info->def;
   info->random = info->def && (info->def->flags & TPURT_OP_RANDOM);
   info->alias_safe = info->def && (info->def->flags & TPURT_OP_ALIAS_SAFE);
 
@@ -192,6 +205,7 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   for (const auto& a : args) {
     info->arg_class.push_back(classify(a.real_type()));
     info->arg_is_out.push_back(a.is_out());
+    info->arg_written.push_back(a.alias_info() != nullptr && a.alias_info()->isWrite());
     if (info->arg_class.back() == ArgClass::kGenerator) info->has_generator_arg = true;
   }
   bool any_view = false, all_view = !schema.returns().empty();
@@ -234,6 +248,23 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   if (info->full_name == "aten::pow.Tensor_Scalar_out") info->meta_via = OpInfo::MetaVia::kPowScalarOut;
   // geqrf has no meta function in PyTorch 2.13; its shapes follow from the input's.
   if (info->full_name == "aten::geqrf" || info->full_name == "aten::geqrf.a") info->meta_via = OpInfo::MetaVia::kGeqrf;
+  // The ops whose CPU kernels refuse to write a tensor whose elements share
+  // memory (at::assert_no_internal_overlap): the TensorIterator ones (our
+  // elementwise and random families) but fill/zero/masked_fill/index_fill,
+  // which CPU allows, and these others. Reductions, index_put, resize_ allow it.
+  static const char* const kRefuseOverlap[] = {"cat", "gather", "index_select", "masked_select", "take", "mm",
+                                               "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv"};
+  static const char* const kAllowOverlap[] = {"fill", "zero", "masked_fill", "index_fill"};
+  info->refuse_overlap = info->alias_safe || info->random;
+  for (const char* n : kAllowOverlap)
+    if (base == n) info->refuse_overlap = false;
+  for (const char* n : kRefuseOverlap)
+    if (base == n) info->refuse_overlap = true;
+  // ... and of these, an out= that overlaps an input at all (at::assert_no_overlap);
+  // TensorIterator ops take out= identical to an input but not a partial overlap.
+  static const char* const kRefuseAlias[] = {"cat", "gather", "index_select", "take", "kthvalue"};
+  for (const char* n : kRefuseAlias)
+    if (base == n) info->refuse_alias = info->refuse_overlap = true;
   info->repeat_interleave = info->full_name == "aten::repeat_interleave.Tensor";
   info->bool_index_arg1 = (base == "index" || base == "index_put" || base == "_index_put_impl") &&
                           args.size() > 1 && info->arg_class[1] == ArgClass::kOptTensorList;
@@ -655,7 +686,7 @@ at::Tensor scalar_to_tpu(const at::Tensor& cpu, const char* op) {
   }
   at::Tensor t = empty_tpu_contiguous({}, cpu.scalar_type());
   const tpurt_op_def_t* fill = fill_kernel();
-  if (fill) {
+  if (fill && !cpu.is_complex()) {  // a complex value is copied as it is
     tpurt_tensor_t desc;
     fill_tensor_desc(t, &desc, op);
     tpurt_arg_t a[2];
@@ -740,7 +771,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t first = stack->size() - nargs;
   const char* name = info.full_name.c_str();
 
-  if ((!info.def && !info.all_views) || info.unsupported_ret) {
+  if ((!info.def && !info.cdef && !info.all_views) || info.unsupported_ret) {
     if (cpu_fallback_enabled()) return run_on_cpu(op, stack, info, "is not implemented");
     throw_not_implemented(info);
   }
@@ -748,6 +779,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Devices and dtypes of the tensor arguments.
   c10::DeviceIndex device = -1;
   bool bad_dtype = false;
+  c10::ScalarType complex_type = c10::ScalarType::Undefined;  // of a complex tensor argument, if any
   auto visit = [&](const at::Tensor& t, size_t i) {
     if (!t.defined()) return;
     if (t.device().type() == kTpu) {
@@ -764,13 +796,24 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                   "; expected a tpu tensor");
     }
     bad_dtype |= !is_supported_dtype(t.scalar_type());
+    if (c10::isComplexType(t.scalar_type())) complex_type = t.scalar_type();
   };
   if (info.bool_index_arg1 && (*stack)[first].isTensor())
     expand_bool_indices(stack, first, (*stack)[first].toTensor());
   for (size_t i = 0; i < nargs; ++i) {
-    const c10::IValue& v = (*stack)[first + i];
+    c10::IValue& v = (*stack)[first + i];
     if (v.isTensor()) {
+      // Math bits (conj(), the negative view of imag(conj(x))) arrive only
+      // for the ops PyTorch's conj/neg fallbacks let through (mm, bmm, dot,
+      // ...) because CPU's kernels read the bits; ours read stored values.
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && (t.is_conj() || t.is_neg()) && !info.all_views) {
+        const c10::AliasInfo* ai = op.schema().arguments()[i].alias_info();
+        if (!ai || !ai->isWrite()) v = t.resolve_conj().resolve_neg();
+      }
       visit(v.toTensor(), i);
+    } else if (v.isComplexDouble()) {  // a complex Scalar: the op computes in complex
+      complex_type = c10::ScalarType::ComplexDouble;
     } else if (v.isList() && (info.arg_class[i] == ArgClass::kTensorList ||
                               info.arg_class[i] == ArgClass::kOptTensorList)) {
       for (const auto& e : v.toListRef())
@@ -785,6 +828,49 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (v.isList())
         for (const auto& e : v.toListRef())
           if (e.isTensor()) to_tpurt_dtype(e.toTensor().scalar_type(), name);
+    }
+  }
+  // Complex tensors reach only kernels that take them (TPURT_OP_COMPLEX, tpurt/kernel.h).
+  const tpurt_op_def_t* def = complex_type != c10::ScalarType::Undefined ? info.cdef : info.def;
+  if (!def && !info.all_views) {
+    if (cpu_fallback_enabled()) return run_on_cpu(op, stack, info, "has no kernel for this dtype");
+    if (complex_type == c10::ScalarType::Undefined) throw_not_implemented(info);
+    TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": dtype ", complex_type, " is not supported on the tpu device");
+  }
+  // A written tensor (out=, or self in place) whose elements share memory (an
+  // expanded view) is refused where CPU refuses it: the result would depend
+  // on element order. Only the certain case, as at::has_internal_overlap.
+  for (size_t i = 0; info.refuse_overlap && i < nargs; ++i) {
+    if (!info.arg_written[i]) continue;
+    const c10::IValue& v = (*stack)[first + i];
+    auto check = [&](const at::Tensor& t) {
+      TORCH_CHECK(!t.defined() || at::has_internal_overlap(t) != at::MemOverlap::Yes,
+                  "unsupported operation: more than one element of the written-to tensor refers to a single "
+                  "memory location. Please clone() the tensor before performing the operation.");
+    };
+    if (v.isTensor()) check(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorVector()) check(t);
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& w = v.toTensor();
+    auto check_input = [&](const at::Tensor& in) {
+      if (!in.defined() || in.is_same(w)) {
+        TORCH_CHECK(!info.refuse_alias || !in.defined() || !in.is_same(w),
+                    "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+                    "a single memory location. Please clone() the tensor before performing the operation.");
+        return;
+      }
+      at::MemOverlapStatus st = at::get_overlap_status(w, in);
+      TORCH_CHECK(st != at::MemOverlapStatus::Partial && (!info.refuse_alias || st != at::MemOverlapStatus::Full),
+                  "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                  "single memory location. Please clone() the tensor before performing the operation.");
+    };
+    for (size_t j = 0; j < nargs; ++j) {
+      if (info.arg_written[j]) continue;
+      const c10::IValue& a = (*stack)[first + j];
+      if (a.isTensor()) check_input(a.toTensor());
+      else if (a.isTensorList())
+        for (const at::Tensor& t : a.toTensorVector()) check_input(t);
     }
   }
   if (device < 0) device = current_device_index();
@@ -935,6 +1021,20 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
+  if (!info.all_views && !(def->flags & TPURT_OP_COMPLEX)) {
+    // A complex result from real inputs (a dtype= argument): the complex kernel, if any.
+    for (const at::Tensor& out : kernel_outs) {
+      if (!out.defined() || !out.is_complex()) continue;
+      def = info.cdef;
+      if (!def) {
+        if (cpu_fallback_enabled()) return run_on_cpu(op, stack, info, "has no kernel for this dtype");
+        TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": dtype ", out.scalar_type(), " is not supported on the tpu device");
+      }
+      break;
+    }
+  }
+  const bool alias_safe = def && (def->flags & TPURT_OP_ALIAS_SAFE);
+
   if (!info.all_views) {
     // ---- kernel arguments: schema order, out= arguments removed ----
     c10::SmallVector<at::Tensor, 4> keep_alive;  // device copies of CPU scalars
@@ -958,7 +1058,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       a.kind = TPURT_ARG_NONE;
       switch (info.arg_class[i]) {
         case ArgClass::kTensor:
-          if (info.alias_safe && v.isTensor() && v.toTensor().is_cpu() &&
+          if (alias_safe && v.isTensor() && v.toTensor().is_cpu() &&
               v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
             // A Python number keeps its category: the elementwise engine
             // promotes scalar args as PyTorch does (int32 + 2.5 -> float32).
@@ -1031,6 +1131,10 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
           } else if (v.isSymInt()) {
             a.kind = TPURT_ARG_INT;
             a.v.i = v.toSymInt().guard_int(__FILE__, __LINE__);
+          } else if (v.isComplexDouble()) {
+            // No complex arg kind: a 0-d complex128 tensor (only complex kernels get one, see above).
+            a.kind = TPURT_ARG_TENSOR;
+            a.v.i = add_tensor(at::scalar_tensor(c10::Scalar(v.toComplexDouble()), at::kComplexDouble));
           } else if (!v.isNone()) {
             TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": scalar argument '", op.schema().arguments()[i].name(),
                                         "' of type ", v.tagKind(), " is not supported on the tpu device");
@@ -1111,7 +1215,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (at::Tensor& out : kernel_outs) {
       if (!out.defined()) continue;
       max_numel = std::max<int64_t>(max_numel, out.numel());
-      if (info.alias_safe) continue;
+      if (alias_safe) continue;
       bool aliased = false;
       for (size_t i = 0; i < nargs && !aliased; ++i) {
         if (info.arg_is_out[i]) continue;
@@ -1185,7 +1289,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     call.args = b.args.data();
     call.num_outputs = static_cast<int32_t>(b.outputs.size());
     call.outputs = b.outputs.data();
-    tpurt_status_t s = tpurt_queue_submit_kernel(current_queue(device), info.def, &call);
+    tpurt_status_t s = tpurt_queue_submit_kernel(current_queue(device), def, &call);
     if (s) throw_status(s, name);
     for (const auto& pr : copy_back) submit_device_copy(pr.first, pr.second, name);
   }
@@ -1201,6 +1305,8 @@ void set_cpu_fallback_enabled(bool enabled) { g_cpu_fallback.store(enabled); }
 
 at::Tensor rms_norm_tpu(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                        const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  // CPU's own argument checks (shapes of normalized_shape, weight, input)
+  at::native::_check_rms_norm_inputs_symint(input, normalized_shape, weight.value_or(at::Tensor()));
   return std::get<0>(at::_fused_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps));
 }
 

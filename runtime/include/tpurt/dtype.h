@@ -22,6 +22,10 @@ typedef enum tpurt_dtype_e {
   TPURT_DTYPE_BFLOAT16,
   TPURT_DTYPE_FLOAT32,
   TPURT_DTYPE_FLOAT64,
+  /* Interleaved (real, imaginary) pairs, C's float _Complex / double _Complex
+   * layout. Only kernels flagged TPURT_OP_COMPLEX see them (tpurt/kernel.h). */
+  TPURT_DTYPE_COMPLEX64,
+  TPURT_DTYPE_COMPLEX128,
   TPURT_DTYPE_COUNT,
   TPURT_DTYPE_INVALID = -1,
 } tpurt_dtype_t;
@@ -42,6 +46,7 @@ typedef struct tpurt_dtype_traits_t {
   bool is_floating;  /* float16/bfloat16/float32/float64 */
   bool is_integral;  /* integer types, bool excluded */
   bool is_signed;
+  bool is_complex;   /* complex64/complex128 (neither floating nor integral, as in PyTorch) */
 } tpurt_dtype_traits_t;
 
 TPURT_API extern const tpurt_dtype_traits_t tpurt_dtype_traits[TPURT_DTYPE_COUNT];
@@ -54,6 +59,19 @@ static inline bool tpurt_dtype_is_floating(tpurt_dtype_t dtype) {
 }
 static inline bool tpurt_dtype_is_integral(tpurt_dtype_t dtype) {  /* bool excluded */
   return tpurt_dtype_traits[dtype].is_integral;
+}
+static inline bool tpurt_dtype_is_complex(tpurt_dtype_t dtype) {
+  return dtype >= 0 && dtype < TPURT_DTYPE_COUNT && tpurt_dtype_traits[dtype].is_complex;
+}
+/* to_real: complex64 -> float32, complex128 -> float64, others unchanged.
+ * to_complex: float64/complex128 -> complex128, every other dtype -> complex64. */
+static inline tpurt_dtype_t tpurt_dtype_to_real(tpurt_dtype_t dtype) {
+  return dtype == TPURT_DTYPE_COMPLEX64 ? TPURT_DTYPE_FLOAT32
+         : dtype == TPURT_DTYPE_COMPLEX128 ? TPURT_DTYPE_FLOAT64 : dtype;
+}
+static inline tpurt_dtype_t tpurt_dtype_to_complex(tpurt_dtype_t dtype) {
+  return dtype == TPURT_DTYPE_FLOAT64 ? TPURT_DTYPE_COMPLEX128
+         : dtype == TPURT_DTYPE_COMPLEX128 ? TPURT_DTYPE_COMPLEX128 : TPURT_DTYPE_COMPLEX64;
 }
 static inline const char* tpurt_dtype_name(tpurt_dtype_t dtype) {
   return (dtype >= 0 && dtype < TPURT_DTYPE_COUNT) ? tpurt_dtype_traits[dtype].name : "invalid";
@@ -92,7 +110,8 @@ static inline tpurt_f16_t tpurt_f32_to_f16(float f) { return tpurt_f32_to_f16_sl
 
 /* Generic scalar load/store through double / int64 (slow paths, tests,
  * scalars). Storing a double into an integer type truncates toward zero as a C
- * cast does; into bool stores (v != 0). */
+ * cast does; into bool stores (v != 0). A complex element loads as its real
+ * part and stores (v, 0). */
 TPURT_API double tpurt_dtype_load_f64(tpurt_dtype_t dtype, const void* p);
 TPURT_API int64_t tpurt_dtype_load_i64(tpurt_dtype_t dtype, const void* p);
 TPURT_API void tpurt_dtype_store_f64(tpurt_dtype_t dtype, void* p, double v);

@@ -84,6 +84,14 @@ enum {
    * Random streams must depend only on (seed, offset, element index), never
    * on the thread count. */
   TPURT_OP_RANDOM = 1u << 1,
+  /* The kernel accepts complex64/complex128 operands. Kernels without it
+   * never see a complex tensor: a call with a complex input or output goes to
+   * the kernel registered as "complex::<name>" (same lookup order:
+   * "complex::add.Tensor", then "complex::add"), or to the op's own kernel when
+   * that one carries this flag (ops born complex: _fft_r2c, polar, ...); with
+   * neither, the op raises NotImplementedError for the dtype. The real-dtype
+   * kernels, and the fusion engine that knows them, stay complex-free. */
+  TPURT_OP_COMPLEX = 1u << 2,
 };
 
 typedef struct tpurt_op_def_t {

@@ -8,6 +8,7 @@
 #include "ops/elementwise/ew_expf.h"
 #include "ops/elementwise/ew_list.h"
 #include "ops/elementwise/ew_ops.h"
+#include "ops/elementwise/ew_nextafter16.h"
 #include "ops/elementwise/ew_vmath.h"
 
 /* integer helpers (T is the loop type); arithmetic wraps like PyTorch's */
@@ -527,8 +528,13 @@ EW_BW(gelu_backward, EW_FLOATS, setup_gelu_bw, p.i[0] ? GELU_BW_TANH : GELU_BW_E
 EW_BW(hardsigmoid_backward, EW_FLOATS, NULL, (b > -3 && b < 3) ? a / 6 : (T)0)
 /* PyTorch's vectorized kernel (most elements) passes grad through at x >= 3 */
 EW_BW(hardswish_backward, EW_FLOATS, NULL, b < -3 ? (T)0 : (b < 3 ? a * (b / 3 + (T)0.5) : a))
+/* NaN handling follows PyTorch CPU's vectorized kernels: their masks are written as "inside the
+ * open interval", so a NaN input gives a zero gradient here and in the shrink backwards, and
+ * elu_backward's blend picks the negative branch (NaN). CPU's scalar tail (the elements after the
+ * last whole pair of SIMD vectors, a count that depends on its ISA and thread split) answers the
+ * other way; we do not reproduce that: every element gets the one rule, in every eager mode. */
 EW_OP_FI(hardtanh_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_arg23, EW_IN(0, 1),
-         (b <= (T)p.d[0] || b >= (T)p.d[1]) ? (T)0 : a, (b <= (T)p.i[0] || b >= (T)p.i[1]) ? (T)0 : a)
+         (b > (T)p.d[0] && b < (T)p.d[1]) ? a : (T)0, (b > (T)p.i[0] && b < (T)p.i[1]) ? a : (T)0)
 EW_BW(leaky_relu_backward, EW_FLOATS, setup_arg2, b > 0 ? a : a * (T)p.d[0])
 static tpurt_status_t setup_elu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 1.0);
@@ -540,8 +546,8 @@ static tpurt_status_t setup_elu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
 /* elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result) */
 #define ELU_NEG ((T)(p.d[0] * p.d[1]))
 EW_OP_F(elu_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_elu_bw, EW_IN(0, 5),
-        p.i[3] ? (b <= 0 ? a * (T)p.d[2] * (b + ELU_NEG) : a * (T)p.d[1])
-               : (b <= 0 ? a * (T)p.d[2] * ELU_NEG * EW_EXP(b * (T)p.d[2]) : a * (T)p.d[1]))
+        p.i[3] ? (b > 0 ? a * (T)p.d[1] : a * (T)p.d[2] * (b + ELU_NEG))
+               : (b > 0 ? a * (T)p.d[1] : a * (T)p.d[2] * ELU_NEG * EW_EXP(b * (T)p.d[2])))
 EW_BW(softplus_backward, EW_FLOATS, setup_arg23,
       ({ T z_ = EW_EXP(b * (T)p.d[0]); (b * (T)p.d[0]) > (T)p.d[1] ? a : a * z_ / (z_ + 1); }))
 static tpurt_status_t setup_eps2(const tpurt_op_call_t* c, ew_params_t* p) {
@@ -551,8 +557,8 @@ static tpurt_status_t setup_eps2(const tpurt_op_call_t* c, ew_params_t* p) {
 EW_BW(logit_backward, EW_FLOATS, setup_eps2,
       p.d[0] < 0 ? ((b < 0 || b > 1) ? (T)NAN : a / (b * (1 - b)))
                  : ((b < (T)p.d[0] || b > 1 - (T)p.d[0]) ? (T)0 : a / (b * (1 - b))))
-EW_BW(hardshrink_backward, EW_FLOATS, setup_arg2, (b >= -(T)p.d[0] && b <= (T)p.d[0]) ? (T)0 : a)
-EW_BW(softshrink_backward, EW_FLOATS, setup_arg2, (b >= -(T)p.d[0] && b <= (T)p.d[0]) ? (T)0 : a)
+EW_BW(hardshrink_backward, EW_FLOATS, setup_arg2, (b < -(T)p.d[0] || b > (T)p.d[0]) ? a : (T)0)
+EW_BW(softshrink_backward, EW_FLOATS, setup_arg2, (b < -(T)p.d[0] || b > (T)p.d[0]) ? a : (T)0)
 EW_OP_F(log_sigmoid_backward, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1, 2),
         a * ((b < 0 ? (T)1 : (T)0) - (b < 0 ? (T)1 : (T)-1) * (c / (1 + c))))
 
@@ -577,7 +583,19 @@ EW_KERNELS(pow, pow_desc)
 EW_KERNELS(atan2, atan2_desc)
 EW_KERNELS(hypot, hypot_desc)
 EW_KERNELS(copysign, copysign_desc)
-EW_KERNELS(nextafter, nextafter_desc)
+/* 16-bit outputs step on the 16-bit pattern (ew_nextafter16.c) */
+tpurt_status_t tpurt_ew_k_nextafter(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  if (call->num_outputs > 0 && (call->outputs[0].dtype == TPURT_DTYPE_BFLOAT16 ||
+                                call->outputs[0].dtype == TPURT_DTYPE_FLOAT16))
+    return tpurt_ew_nextafter16(ctx, call, false);
+  return tpurt_ew_op_run(ctx, call, &nextafter_desc, false);
+}
+tpurt_status_t tpurt_ew_r_nextafter(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  if (call->num_outputs > 0 && (call->outputs[0].dtype == TPURT_DTYPE_BFLOAT16 ||
+                                call->outputs[0].dtype == TPURT_DTYPE_FLOAT16))
+    return tpurt_ew_nextafter16(ctx, call, true);
+  return tpurt_ew_op_run(ctx, call, &nextafter_desc, true);
+}
 EW_KERNELS(xlogy, xlogy_desc)
 EW_KERNELS(xlog1py, xlog1py_desc)
 EW_KERNELS(logaddexp, logaddexp_desc)

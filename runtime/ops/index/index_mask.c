@@ -133,8 +133,9 @@ static tpurt_status_t masked_scatter_impl(tpurt_kernel_ctx_t* ctx, const tpurt_o
   const tpurt_tensor_t* src0 = tpurt_index_arg_tensor(call, 2);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self || !mask || !src0) return TPURT_STATUS(INVALID_ARGUMENT, "masked_scatter: expected tensors");
-  if (mask->dtype != TPURT_DTYPE_BOOL && mask->dtype != TPURT_DTYPE_UINT8)
-    return TPURT_STATUS(INVALID_ARGUMENT, "masked_scatter: expected a bool mask, got %s", tpurt_dtype_name(mask->dtype));
+  if (mask->dtype != TPURT_DTYPE_BOOL) /* as CPU: uint8 masks are refused here (masked_fill still takes them) */
+    return TPURT_STATUS(INVALID_ARGUMENT, "masked_scatter_ only supports boolean masks, but got mask with dtype %s",
+                        tpurt_dtype_name(mask->dtype));
   if (src0->dtype != self->dtype || out->dtype != self->dtype)
     return TPURT_STATUS(INVALID_ARGUMENT, "masked_scatter: source (%s) and self (%s) must have the same dtype",
                         tpurt_dtype_name(src0->dtype), tpurt_dtype_name(self->dtype));

@@ -8,6 +8,7 @@
 
 #include "ops/elementwise/elementwise.h"
 #include "ops/special/special_math.h"
+#include "ops/special/special_single.h"
 
 typedef double (*sp_fn1_t)(double);
 typedef double (*sp_fn2_t)(double, double);
@@ -16,6 +17,8 @@ typedef struct sp_def_t {
   const char* name;
   sp_fn1_t f1; /* unary, or NULL */
   sp_fn2_t f2; /* binary (args 0 and 1), or NULL */
+  sp_fn2_t f2_single; /* f2 for float32 outputs where CPU computes in float, or NULL */
+  sp_fn1_t f1_single; /* likewise for f1 */
 } sp_def_t;
 
 static const sp_def_t kDefs[] = {
@@ -33,14 +36,14 @@ static const sp_def_t kDefs[] = {
     {"special_bessel_j1", tpurt_sp_j1, NULL},
     {"special_bessel_y0", tpurt_sp_y0, NULL},
     {"special_bessel_y1", tpurt_sp_y1, NULL},
-    {"special_airy_ai", tpurt_sp_airy_ai, NULL},
+    {"special_airy_ai", tpurt_sp_airy_ai, NULL, NULL, tpurt_sp_airy_ai_single},
     {"special_spherical_bessel_j0", tpurt_sp_spherical_j0, NULL},
     {"special_erfcx", tpurt_sp_erfcx, NULL},
     {"special_ndtri", tpurt_sp_ndtri, NULL},
     {"special_zeta", NULL, tpurt_sp_zeta},
     {"igamma", NULL, tpurt_sp_igamma},
     {"igammac", NULL, tpurt_sp_igammac},
-    {"polygamma", NULL, tpurt_sp_polygamma}, /* (int n, Tensor self) */
+    {"polygamma", NULL, tpurt_sp_polygamma, tpurt_sp_polygamma_single}, /* (int n, Tensor self) */
     {"special_chebyshev_polynomial_t", NULL, tpurt_sp_cheb_t},
     {"special_chebyshev_polynomial_u", NULL, tpurt_sp_cheb_u},
     {"special_chebyshev_polynomial_v", NULL, tpurt_sp_cheb_v},
@@ -63,6 +66,8 @@ static const sp_def_t* find_def(const char* name) {
 
 typedef struct sp_user_t {
   const sp_def_t* def;
+  sp_fn1_t f1; /* def->f1, or def->f1_single for a float32 output */
+  sp_fn2_t f2; /* def->f2, or def->f2_single for a float32 output */
   bool frexp;
 } sp_user_t;
 
@@ -82,11 +87,11 @@ static void sp_loop(char** data, const int64_t* strides, int64_t n, void* user) 
   }
   if (u->def->f1) {
     for (int64_t i = 0; i < n; ++i)
-      *(double*)(data[0] + i * strides[0]) = u->def->f1(*(const double*)(data[1] + i * strides[1]));
+      *(double*)(data[0] + i * strides[0]) = u->f1(*(const double*)(data[1] + i * strides[1]));
     return;
   }
   for (int64_t i = 0; i < n; ++i)
-    *(double*)(data[0] + i * strides[0]) = u->def->f2(*(const double*)(data[1] + i * strides[1]),
+    *(double*)(data[0] + i * strides[0]) = u->f2(*(const double*)(data[1] + i * strides[1]),
                                                       *(const double*)(data[2] + i * strides[2]));
 }
 
@@ -98,18 +103,23 @@ static void sp_ref(tpurt_ew_value_t* out, const tpurt_ew_value_t* in, void* user
     out[0].d = isfinite(x) ? frexp(x, &e) : x;
     out[1].i = isfinite(x) ? e : 0;
   } else if (u->def->f1) {
-    out[0].d = u->def->f1(in[0].d);
+    out[0].d = u->f1(in[0].d);
   } else {
-    out[0].d = u->def->f2(in[0].d, in[1].d);
+    out[0].d = u->f2(in[0].d, in[1].d);
   }
 }
 
 static tpurt_status_t sp_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
-  sp_user_t u = {NULL, false};
+  sp_user_t u = {NULL, NULL, NULL, false};
   if (strcmp(call->name, "frexp") == 0) u.frexp = true;
   else if (!(u.def = find_def(call->name)))
     return TPURT_STATUS(UNIMPLEMENTED, "special: no kernel named %s", call->name);
   int nin = (u.frexp || u.def->f1) ? 1 : 2, nout = u.frexp ? 2 : 1;
+  if (!u.frexp && call->num_outputs > 0) {
+    bool f32 = call->outputs[0].dtype == TPURT_DTYPE_FLOAT32;
+    u.f1 = f32 && u.def->f1_single ? u.def->f1_single : u.def->f1;
+    u.f2 = f32 && u.def->f2_single ? u.def->f2_single : u.def->f2;
+  }
   if (call->num_args < nin || call->num_outputs < nout)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected %d inputs and %d outputs, got %d and %d",
                         call->name, nin, nout, (int)call->num_args, (int)call->num_outputs);

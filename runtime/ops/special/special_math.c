@@ -233,7 +233,14 @@ double tpurt_sp_airy_ai(double x) {
     }
     return exp(-zeta) / (2.0 * sqrt(kPi) * sqrt(sqrt(z))) * sum;
   }
-  double even = 1.0, odd = 0.0;
+  double even, odd;
+  tpurt_sp_airy_neg_sums(zeta, &even, &odd);
+  double a = zeta - 0.25 * kPi;
+  return (cos(a) * even + sin(a) * odd) / (sqrt(kPi) * sqrt(sqrt(z)));
+}
+
+void tpurt_sp_airy_neg_sums(double zeta, double* out_even, double* out_odd) {
+  double u = 1.0, term = 1.0, prev = INFINITY, even = 1.0, odd = 0.0;
   for (int k = 1; k < 200; ++k) {
     u *= (6.0 * k - 5.0) * (6.0 * k - 3.0) * (6.0 * k - 1.0) / ((2.0 * k - 1.0) * 216.0 * k);
     term = u / pow(zeta, k);
@@ -244,8 +251,7 @@ double tpurt_sp_airy_ai(double x) {
     else odd += (((k - 1) / 2) % 2) ? -term : term;
     if (term <= 1e-17) break;
   }
-  double a = zeta - 0.25 * kPi;
-  return (cos(a) * even + sin(a) * odd) / (sqrt(kPi) * sqrt(sqrt(z)));
+  *out_even = even, *out_odd = odd;
 }
 
 double tpurt_sp_spherical_j0(double x) {

@@ -17,6 +17,9 @@ double tpurt_sp_j1(double x);
 double tpurt_sp_y0(double x);
 double tpurt_sp_y1(double x);
 double tpurt_sp_airy_ai(double x);
+/* Ai(-z) = (cos(zeta - pi/4) even + sin(zeta - pi/4) odd) / (sqrt(pi) z^(1/4)), zeta = 2/3 z^(3/2): the
+ * asymptotic sums (x < -8) */
+void tpurt_sp_airy_neg_sums(double zeta, double* out_even, double* out_odd);
 double tpurt_sp_spherical_j0(double x);
 double tpurt_sp_erfcx(double x);
 double tpurt_sp_ndtri(double p);

@@ -1,0 +1,459 @@
+/* Elementwise kernels on complex64/complex128 (registered "complex::<op>", or
+ * flagged TPURT_OP_COMPLEX for ops born complex): copy and fill, arithmetic,
+ * neg/conj/sgn, abs/angle, where, complex(real, imag) and polar(abs, angle).
+ * They run on the elementwise engine (broadcasting, strides, threads); a loop
+ * reads complex operands as they are and real operands cast by the engine to
+ * the compute precision's real type, so the real-dtype kernels and the fusion
+ * engine never see a complex tensor. Formulas follow c10::complex, so special
+ * values (inf * 0) come out as on PyTorch CPU. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/elementwise/elementwise.h"
+
+typedef struct cx_user_t {
+  bool cplx[TPURT_EW_MAX_OPERANDS]; /* operand k is complex (else real, in the compute's real type) */
+  double alpha_re, alpha_im;         /* add/sub: other is scaled by alpha */
+} cx_user_t;
+
+/* ---- loops: each op once per precision (R = float for complex64, double for complex128) ---- */
+
+#define CX_LD(R, k, i, re, im)                      \
+  do {                                              \
+    const R* p_ = (const R*)(d[k] + (i) * s[k]);    \
+    re = p_[0];                                     \
+    im = u->cplx[k] ? p_[1] : (R)0;                 \
+  } while (0)
+#define CX_ST(R, i, re, im)                         \
+  do {                                              \
+    R* q_ = (R*)(d[0] + (i) * s[0]);                \
+    q_[0] = (re);                                   \
+    q_[1] = (im);                                   \
+  } while (0)
+
+/* out complex <- inputs 1 and 2 (a, b) */
+#define CX_LOOP2(NAME, R, ...)                                                   \
+  static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
+    typedef R cx_real_t __attribute__((unused)); /* the bodies' real type */                             \
+    const cx_user_t* u = user;                                                    \
+    const R alr = (R)u->alpha_re, ali = (R)u->alpha_im;                           \
+    (void)alr;                                                                    \
+    (void)ali;                                                                    \
+    for (int64_t i = 0; i < n; ++i) {                                             \
+      R ar, ai, br, bi, o_r, o_i;                                                 \
+      CX_LD(R, 1, i, ar, ai);                                                     \
+      CX_LD(R, 2, i, br, bi);                                                     \
+      __VA_ARGS__;                                                                \
+      CX_ST(R, i, o_r, o_i);                                                      \
+    }                                                                             \
+  }
+/* out complex <- input 1 (a) */
+#define CX_LOOP1(NAME, R, ...)                                                   \
+  static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
+    typedef R cx_real_t __attribute__((unused)); /* the bodies' real type */                             \
+    const cx_user_t* u = user;                                                    \
+    for (int64_t i = 0; i < n; ++i) {                                             \
+      R ar, ai, o_r, o_i;                                                         \
+      CX_LD(R, 1, i, ar, ai);                                                     \
+      __VA_ARGS__;                                                                \
+      CX_ST(R, i, o_r, o_i);                                                      \
+    }                                                                             \
+  }
+/* out real <- input 1 (a) */
+#define CX_LOOP1R(NAME, R, ...)                                                  \
+  static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
+    typedef R cx_real_t __attribute__((unused)); /* the bodies' real type */                             \
+    const cx_user_t* u = user;                                                    \
+    for (int64_t i = 0; i < n; ++i) {                                             \
+      R ar, ai, o_r;                                                              \
+      CX_LD(R, 1, i, ar, ai);                                                     \
+      __VA_ARGS__;                                                                \
+      *(R*)(d[0] + i * s[0]) = o_r;                                               \
+    }                                                                             \
+  }
+/* out complex <- inputs 1, 2, 3 (a, b, c) */
+#define CX_LOOP3(NAME, R, ...)                                                    \
+  static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
+    typedef R cx_real_t __attribute__((unused));                                  \
+    const cx_user_t* u = user;                                                    \
+    const R alr = (R)u->alpha_re, ali = (R)u->alpha_im;                           \
+    for (int64_t i = 0; i < n; ++i) {                                             \
+      R ar, ai, br, bi, cr, ci, o_r, o_i;                                         \
+      CX_LD(R, 1, i, ar, ai);                                                     \
+      CX_LD(R, 2, i, br, bi);                                                     \
+      CX_LD(R, 3, i, cr, ci);                                                     \
+      __VA_ARGS__;                                                                \
+      CX_ST(R, i, o_r, o_i);                                                      \
+    }                                                                             \
+  }
+#define CX_BOTH(MACRO, NAME, ...) MACRO(NAME##_f, float, __VA_ARGS__) MACRO(NAME##_d, double, __VA_ARGS__)
+
+CX_BOTH(CX_LOOP1, copy, { o_r = ar; o_i = ai; })
+CX_BOTH(CX_LOOP1R, real_part, { o_r = ar; (void)ai; })
+CX_BOTH(CX_LOOP1R, nonzero, { o_r = (ar != 0 || ai != 0) ? 1 : 0; }) /* complex -> bool */
+CX_BOTH(CX_LOOP1, neg, { o_r = -ar; o_i = -ai; })
+CX_BOTH(CX_LOOP1, conj, { o_r = ar; o_i = -ai; })
+CX_BOTH(CX_LOOP1R, abs, { o_r = hypot(ar, ai); })
+CX_BOTH(CX_LOOP1R, angle, { o_r = atan2(ai, ar); })
+/* sgn(z) = z / |z|, and 0 at 0 */
+CX_BOTH(CX_LOOP1, sgn, {
+  cx_real_t m = hypot(ar, ai);
+  if (ar == 0 && ai == 0) { o_r = 0; o_i = 0; } else { o_r = ar / m; o_i = ai / m; }
+})
+CX_BOTH(CX_LOOP2, add, { o_r = ar + (alr * br - ali * bi); o_i = ai + (alr * bi + ali * br); })
+CX_BOTH(CX_LOOP2, sub, { o_r = ar - (alr * br - ali * bi); o_i = ai - (alr * bi + ali * br); })
+CX_BOTH(CX_LOOP2, mul, { o_r = ar * br - ai * bi; o_i = ar * bi + ai * br; })
+/* c10::complex's division (numpy's), (xr, xi) / (yr, yi): scaled by the larger part of the divisor */
+#define CX_DIV(xr, xi, yr, yi, qr, qi)                 \
+  do {                                                 \
+    cx_real_t ac_ = fabs(yr), ad_ = fabs(yi);          \
+    if (ac_ >= ad_) {                                  \
+      if (ac_ == 0 && ad_ == 0) {                      \
+        qr = (xr) / ac_;                               \
+        qi = (xi) / ad_;                               \
+      } else {                                         \
+        cx_real_t rat_ = (yi) / (yr), scl_ = 1 / ((yr) + (yi) * rat_); \
+        qr = ((xr) + (xi) * rat_) * scl_;              \
+        qi = ((xi) - (xr) * rat_) * scl_;              \
+      }                                                \
+    } else {                                           \
+      cx_real_t rat_ = (yr) / (yi), scl_ = 1 / ((yi) + (yr) * rat_); \
+      qr = ((xr) * rat_ + (xi)) * scl_;                \
+      qi = ((xi) * rat_ - (xr)) * scl_;                \
+    }                                                  \
+  } while (0)
+CX_BOTH(CX_LOOP2, div, CX_DIV(ar, ai, br, bi, o_r, o_i))
+/* addcmul / addcdiv: a + alpha * (b * c) / a + alpha * (b / c) */
+CX_BOTH(CX_LOOP3, addcmul, {
+  cx_real_t pr = br * cr - bi * ci, pi = br * ci + bi * cr;
+  o_r = ar + (alr * pr - ali * pi);
+  o_i = ai + (alr * pi + ali * pr);
+})
+CX_BOTH(CX_LOOP3, addcdiv, {
+  cx_real_t pr, pi;
+  CX_DIV(br, bi, cr, ci, pr, pi);
+  o_r = ar + (alr * pr - ali * pi);
+  o_i = ai + (alr * pi + ali * pr);
+})
+/* complex(real, imag) and polar(abs, angle): both inputs real */
+CX_BOTH(CX_LOOP2, make, { o_r = ar; o_i = br; (void)ai; (void)bi; })
+CX_BOTH(CX_LOOP2, polar, { o_r = ar * cos(br); o_i = ar * sin(br); (void)ai; (void)bi; })
+
+/* where(cond, a, b): operand 1 is bool, 2 and 3 the values */
+#define CX_WHERE(NAME, R)                                                         \
+  static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
+    typedef R cx_real_t __attribute__((unused)); /* the bodies' real type */                             \
+    const cx_user_t* u = user;                                                    \
+    for (int64_t i = 0; i < n; ++i) {                                             \
+      R re, im;                                                                   \
+      if (*(const bool*)(d[1] + i * s[1])) CX_LD(R, 2, i, re, im);               \
+      else CX_LD(R, 3, i, re, im);                                                \
+      CX_ST(R, i, re, im);                                                        \
+    }                                                                             \
+  }
+CX_WHERE(where_f, float)
+CX_WHERE(where_d, double)
+
+/* ---- running a loop ---- */
+
+/* Converts a strided complex tensor into a dense one of `dtype` in `buf`. */
+static void cx_densify(const tpurt_tensor_t* t, tpurt_dtype_t dtype, void* buf, tpurt_tensor_t* out) {
+  int64_t n = tpurt_tensor_numel(t), idx[TPURT_MAX_DIMS] = {0};
+  size_t ss = tpurt_dtype_size(t->dtype), ds = tpurt_dtype_size(dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (int32_t k = 0; k < t->ndim; ++k) off += idx[k] * t->strides[k];
+    tpurt_dtype_convert(dtype, (char*)buf + i * ds, t->dtype, (const char*)t->data + off * ss, 1);
+    for (int32_t k = t->ndim - 1; k >= 0; --k) {
+      if (++idx[k] < t->sizes[k]) break;
+      idx[k] = 0;
+    }
+  }
+  *out = *t;
+  out->data = buf;
+  out->dtype = dtype;
+  int64_t st = 1;
+  for (int32_t k = t->ndim - 1; k >= 0; --k) {
+    out->strides[k] = st;
+    st *= t->sizes[k] > 1 ? t->sizes[k] : 1;
+  }
+}
+
+/* Runs `f` (complex64 compute) or `dl` (complex128) over out <- ins.
+ * `compute` is the complex compute dtype; a complex input of the other
+ * precision is converted to it first; real inputs are cast by the engine. */
+static tpurt_status_t cx_run(tpurt_kernel_ctx_t* ctx, const char* op, tpurt_dtype_t compute,
+                             const tpurt_tensor_t* out, int nin, const tpurt_tensor_t* const* ins,
+                             tpurt_ew_loop_fn_t f, tpurt_ew_loop_fn_t dl, cx_user_t* u) {
+  if (!tpurt_dtype_is_complex(compute))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex compute dtype, got %s", op,
+                        tpurt_dtype_name(compute));
+  tpurt_dtype_t real = tpurt_dtype_to_real(compute);
+  tpurt_ew_config_t cfg = {.op = op, .num_outputs = 1, .num_inputs = nin,
+                           .loop = compute == TPURT_DTYPE_COMPLEX64 ? f : dl, .user = u, .grain = 16384};
+  if (tpurt_dtype_is_complex(out->dtype) && out->dtype != compute)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: output dtype %s differs from the compute dtype %s", op,
+                        tpurt_dtype_name(out->dtype), tpurt_dtype_name(compute));
+  if (tpurt_tensor_numel(out) == 0) return TPURT_OK;
+  cfg.tensors[0] = out;
+  cfg.loop_dtypes[0] = tpurt_dtype_is_complex(out->dtype) ? compute : real;
+  tpurt_tensor_t dense[TPURT_EW_MAX_OPERANDS];
+  for (int k = 0; k < nin; ++k) {
+    const tpurt_tensor_t* t = ins[k];
+    int op_k = 1 + k;
+    u->cplx[op_k] = tpurt_dtype_is_complex(t->dtype);
+    if (t->dtype == TPURT_DTYPE_BOOL && f == where_f && k == 0) {
+      cfg.loop_dtypes[op_k] = TPURT_DTYPE_BOOL;
+    } else if (u->cplx[op_k]) {
+      if (t->dtype != compute) { /* the other precision: convert once, densely */
+        void* buf = tpurt_kernel_scratch(ctx, (size_t)tpurt_tensor_numel(t) * tpurt_dtype_size(compute) + 16);
+        if (!buf) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch memory", op);
+        cx_densify(t, compute, buf, &dense[k]);
+        t = &dense[k];
+      }
+      cfg.loop_dtypes[op_k] = compute;
+    } else {
+      cfg.loop_dtypes[op_k] = real;
+    }
+    cfg.tensors[op_k] = t;
+  }
+  return tpurt_ew_run(ctx, &cfg);
+}
+
+/* A Scalar or tensor argument as a tensor (a Scalar becomes a 0-d real tensor). */
+static const tpurt_tensor_t* cx_arg(const tpurt_op_call_t* call, int i, tpurt_tensor_t* t, void* storage8) {
+  if (i >= call->num_args) return NULL;
+  return tpurt_ew_arg_as_tensor(&call->args[i], t, storage8);
+}
+
+static tpurt_status_t cx_need_output(const tpurt_op_call_t* call, const char* op) {
+  if (call->num_outputs < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected one output", op);
+  return TPURT_OK;
+}
+
+#define CX_KERNEL(NAME) tpurt_status_t tpurt_cx_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call)
+
+/* copy_(self, src, non_blocking): complex <- complex/real, or real <- complex (the real part, as CPU;
+ * bool: either part nonzero). */
+CX_KERNEL(copy) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, "copy_"));
+  if (call->num_args < 2 || call->args[1].kind != TPURT_ARG_TENSOR)
+    return TPURT_STATUS(INVALID_ARGUMENT, "copy_: expected (self, src)");
+  const tpurt_tensor_t* dst = &call->outputs[0];
+  const tpurt_tensor_t* src = call->args[1].v.tensor;
+  cx_user_t u = {0};
+  if (tpurt_dtype_is_complex(dst->dtype))
+    return cx_run(ctx, "copy_", dst->dtype, dst, 1, &src, copy_f, copy_d, &u);
+  if (dst->dtype == TPURT_DTYPE_BOOL) /* true when either part is nonzero */
+    return cx_run(ctx, "copy_", src->dtype, dst, 1, &src, nonzero_f, nonzero_d, &u);
+  return cx_run(ctx, "copy_", src->dtype, dst, 1, &src, real_part_f, real_part_d, &u);
+}
+
+/* fill_(self, value) / zero_(self) */
+CX_KERNEL(fill) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, "fill_"));
+  const tpurt_tensor_t* out = &call->outputs[0];
+  tpurt_tensor_t wrapped;
+  _Alignas(8) char storage[8];
+  const tpurt_tensor_t* v = cx_arg(call, 1, &wrapped, storage);
+  if (!v) return TPURT_STATUS(INVALID_ARGUMENT, "fill_: value must be a number or a tensor");
+  if (tpurt_tensor_numel(v) != 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "fill_: value tensor must be 0-dimensional, has %d dims", v->ndim);
+  tpurt_tensor_t v0 = *v;
+  v0.ndim = 0;
+  const tpurt_tensor_t* in = &v0;
+  cx_user_t u = {0};
+  return cx_run(ctx, "fill_", out->dtype, out, 1, &in, copy_f, copy_d, &u);
+}
+CX_KERNEL(zero) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, "zero_"));
+  const tpurt_tensor_t* out = &call->outputs[0];
+  double zero = 0.0;
+  tpurt_tensor_t z = {.data = &zero, .dtype = TPURT_DTYPE_FLOAT64, .ndim = 0};
+  const tpurt_tensor_t* in = &z;
+  cx_user_t u = {0};
+  return cx_run(ctx, "zero_", out->dtype, out, 1, &in, copy_f, copy_d, &u);
+}
+
+/* Binary ops (self, other[, alpha]); `swap` computes other OP self (rsub). */
+static tpurt_status_t cx_binary(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op,
+                                tpurt_ew_loop_fn_t f, tpurt_ew_loop_fn_t dl, bool has_alpha, bool swap) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, op));
+  tpurt_tensor_t wa, wb;
+  _Alignas(8) char sa[8], sb[8];
+  const tpurt_tensor_t* a = cx_arg(call, 0, &wa, sa);
+  const tpurt_tensor_t* b = cx_arg(call, 1, &wb, sb);
+  if (!a || !b) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, other)", op);
+  cx_user_t u = {.alpha_re = 1.0};
+  if (has_alpha && call->num_args > 2) {
+    const tpurt_arg_t* al = &call->args[2];
+    if (al->kind == TPURT_ARG_TENSOR) {
+      const tpurt_tensor_t* t = al->v.tensor;
+      u.alpha_re = tpurt_dtype_load_f64(t->dtype, t->data);
+      if (t->dtype == TPURT_DTYPE_COMPLEX64) u.alpha_im = ((const float*)t->data)[1];
+      if (t->dtype == TPURT_DTYPE_COMPLEX128) u.alpha_im = ((const double*)t->data)[1];
+    } else if (al->kind != TPURT_ARG_NONE) {
+      u.alpha_re = tpurt_ew_arg_double(al);
+    }
+  } else if (!has_alpha && call->num_args > 2 && call->args[2].kind == TPURT_ARG_STRING) {
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: rounding_mode is not supported for complex inputs", op);
+  }
+  const tpurt_tensor_t* ins[2] = {swap ? b : a, swap ? a : b};
+  return cx_run(ctx, op, call->outputs[0].dtype, &call->outputs[0], 2, ins, f, dl, &u);
+}
+CX_KERNEL(add) { return cx_binary(ctx, call, "add", add_f, add_d, true, false); }
+CX_KERNEL(sub) { return cx_binary(ctx, call, "sub", sub_f, sub_d, true, false); }
+CX_KERNEL(rsub) { return cx_binary(ctx, call, "rsub", sub_f, sub_d, true, true); }
+CX_KERNEL(mul) { return cx_binary(ctx, call, "mul", mul_f, mul_d, false, false); }
+CX_KERNEL(div) { return cx_binary(ctx, call, "div", div_f, div_d, false, false); }
+/* complex(real, imag), polar(abs, angle): real inputs, a complex output */
+CX_KERNEL(complex) { return cx_binary(ctx, call, "complex", make_f, make_d, false, false); }
+CX_KERNEL(polar) { return cx_binary(ctx, call, "polar", polar_f, polar_d, false, false); }
+
+/* addcmul / addcdiv(self, tensor1, tensor2, value) */
+static tpurt_status_t cx_addc(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op,
+                              tpurt_ew_loop_fn_t f, tpurt_ew_loop_fn_t dl) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, op));
+  tpurt_tensor_t w[3];
+  _Alignas(8) char st[3][8];
+  const tpurt_tensor_t* ins[3];
+  for (int k = 0; k < 3; ++k) {
+    ins[k] = cx_arg(call, k, &w[k], st[k]);
+    if (!ins[k]) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, tensor1, tensor2, value)", op);
+  }
+  cx_user_t u = {.alpha_re = 1.0};
+  if (call->num_args > 3 && call->args[3].kind != TPURT_ARG_NONE) u.alpha_re = tpurt_ew_arg_double(&call->args[3]);
+  return cx_run(ctx, op, call->outputs[0].dtype, &call->outputs[0], 3, ins, f, dl, &u);
+}
+CX_KERNEL(addcmul) { return cx_addc(ctx, call, "addcmul", addcmul_f, addcmul_d); }
+CX_KERNEL(addcdiv) { return cx_addc(ctx, call, "addcdiv", addcdiv_f, addcdiv_d); }
+
+/* Unary ops on args[0]; the compute dtype is the complex input's. */
+static tpurt_status_t cx_unary(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op,
+                               tpurt_ew_loop_fn_t f, tpurt_ew_loop_fn_t dl) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, op));
+  if (call->num_args < 1 || call->args[0].kind != TPURT_ARG_TENSOR)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor argument", op);
+  const tpurt_tensor_t* a = call->args[0].v.tensor;
+  cx_user_t u = {0};
+  tpurt_dtype_t compute = tpurt_dtype_is_complex(a->dtype) ? a->dtype : call->outputs[0].dtype;
+  return cx_run(ctx, op, compute, &call->outputs[0], 1, &a, f, dl, &u);
+}
+CX_KERNEL(neg) { return cx_unary(ctx, call, "neg", neg_f, neg_d); }
+CX_KERNEL(conj_physical) { return cx_unary(ctx, call, "conj_physical", conj_f, conj_d); }
+CX_KERNEL(sgn) { return cx_unary(ctx, call, "sgn", sgn_f, sgn_d); }
+CX_KERNEL(abs) { return cx_unary(ctx, call, "abs", abs_f, abs_d); }
+CX_KERNEL(angle) { return cx_unary(ctx, call, "angle", angle_f, angle_d); }
+
+/* where(condition, self, other) */
+CX_KERNEL(where) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, "where"));
+  tpurt_tensor_t wc, wa, wb;
+  _Alignas(8) char sc[8], sa[8], sb[8];
+  const tpurt_tensor_t* c = cx_arg(call, 0, &wc, sc);
+  const tpurt_tensor_t* a = cx_arg(call, 1, &wa, sa);
+  const tpurt_tensor_t* b = cx_arg(call, 2, &wb, sb);
+  if (!c || !a || !b || c->dtype != TPURT_DTYPE_BOOL)
+    return TPURT_STATUS(INVALID_ARGUMENT, "where: expected (bool condition, self, other)");
+  const tpurt_tensor_t* ins[3] = {c, a, b};
+  cx_user_t u = {0};
+  return cx_run(ctx, "where", call->outputs[0].dtype, &call->outputs[0], 3, ins, where_f, where_d, &u);
+}
+
+/* ---- linear reductions (sum, mean) through the real kernels ----
+ * A complex tensor [..., n] is the real tensor [..., n, 2] (view_as_real);
+ * summing it over the same dims, never the last, sums real and imaginary
+ * parts apart, which is the complex sum. */
+
+static void cx_as_real(const tpurt_tensor_t* t, tpurt_tensor_t* out) {
+  *out = *t;
+  out->dtype = tpurt_dtype_to_real(t->dtype);
+  for (int32_t k = 0; k < t->ndim; ++k) out->strides[k] = 2 * t->strides[k];
+  out->sizes[t->ndim] = 2;
+  out->strides[t->ndim] = 1;
+  out->ndim = t->ndim + 1;
+}
+
+/* (self, dtype?) or (self, dim?, keepdim, dtype?) */
+static tpurt_status_t cx_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op, bool ref) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, op));
+  if (call->num_args < 1 || call->args[0].kind != TPURT_ARG_TENSOR)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor argument", op);
+  const tpurt_tensor_t* self = call->args[0].v.tensor;
+  const tpurt_tensor_t* out = &call->outputs[0];
+  if (!tpurt_dtype_is_complex(self->dtype) || !tpurt_dtype_is_complex(out->dtype) || self->ndim >= TPURT_MAX_DIMS)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected complex input and output", op);
+  int64_t dims[TPURT_MAX_DIMS];
+  int nd = 0;
+  bool keepdim = false;
+  const tpurt_arg_t* da = call->num_args >= 3 ? &call->args[1] : NULL;
+  if (da && da->kind == TPURT_ARG_INT_LIST && da->count > 0) {
+    for (int i = 0; i < da->count && nd < TPURT_MAX_DIMS; ++i) {
+      int64_t d = da->v.ints[i];
+      if (d < -self->ndim || d >= (self->ndim ? self->ndim : 1))
+        return TPURT_STATUS(OUT_OF_RANGE, "%s: dimension %lld out of range", op, (long long)d);
+      dims[nd++] = d < 0 ? d + self->ndim : d;
+    }
+  } else if (da && da->kind == TPURT_ARG_INT) {
+    int64_t d = da->v.i;
+    dims[nd++] = d < 0 ? d + self->ndim : d;
+  } else { /* every dim, spelled out: an empty list would take the real/imaginary one too */
+    for (int k = 0; k < self->ndim; ++k) dims[nd++] = k;
+  }
+  if (da && call->args[2].kind == TPURT_ARG_BOOL) keepdim = call->args[2].v.b;
+  if (nd == 0 || self->ndim == 0) { /* nothing to reduce: a copy (a mean over no elements divides by 1) */
+    cx_user_t u = {0};
+    return cx_run(ctx, op, out->dtype, out, 1, &self, copy_f, copy_d, &u);
+  }
+  const tpurt_op_def_t* def = tpurt_op_lookup(op);
+  if (!def) return TPURT_STATUS(UNIMPLEMENTED, "%s: no real kernel to reduce with", op);
+  tpurt_tensor_t rin, rout;
+  cx_as_real(self, &rin);
+  cx_as_real(out, &rout);
+  tpurt_arg_t args[4];
+  memset(args, 0, sizeof(args));
+  args[0].kind = TPURT_ARG_TENSOR;
+  args[0].v.tensor = &rin;
+  args[1].kind = TPURT_ARG_INT_LIST;
+  args[1].count = nd;
+  args[1].v.ints = dims;
+  args[2].kind = TPURT_ARG_BOOL;
+  args[2].v.b = keepdim;
+  args[3].kind = TPURT_ARG_NONE;
+  tpurt_op_call_t rc = {.name = op, .overload = "dim_IntList", .num_args = 4, .args = args, .num_outputs = 1,
+                        .outputs = &rout};
+  return (ref ? def->reference : def->fn)(ctx, &rc);
+}
+CX_KERNEL(sum) { return cx_reduce(ctx, call, "sum", false); }
+CX_KERNEL(sum_ref) { return cx_reduce(ctx, call, "sum", true); }
+CX_KERNEL(mean) { return cx_reduce(ctx, call, "mean", false); }
+CX_KERNEL(mean_ref) { return cx_reduce(ctx, call, "mean", true); }
+
+/* These kernels are plain loops already; each is its own reference. */
+#define CX(NAME, FN) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, 0}
+#define CX_BORN(NAME, FN) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, TPURT_OP_COMPLEX}
+
+const tpurt_op_def_t tpurt_ops_complex[] = {
+    CX("complex::copy", copy),
+    CX("complex::fill", fill),
+    CX("complex::zero", zero),
+    CX("complex::add", add),
+    CX("complex::sub", sub),
+    CX("complex::rsub", rsub),
+    CX("complex::mul", mul),
+    CX("complex::div", div),
+    CX("complex::neg", neg),
+    CX("complex::conj_physical", conj_physical),
+    CX("complex::sgn", sgn),
+    CX("complex::abs", abs),
+    CX("complex::angle", angle),
+    CX("complex::where", where),
+    {"complex::sum", tpurt_cx_sum, tpurt_cx_sum_ref, 0},
+    {"complex::mean", tpurt_cx_mean, tpurt_cx_mean_ref, 0},
+    CX("complex::addcmul", addcmul),
+    CX("complex::addcdiv", addcdiv),
+    CX_BORN("complex", complex),
+    CX_BORN("polar", polar),
+    TPURT_OP_TABLE_END,
+};

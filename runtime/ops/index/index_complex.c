@@ -1,0 +1,122 @@
+/* Data movement on complex tensors through the real-dtype index kernels, which
+ * move elements by their byte size and never look at the values: complex64
+ * travels as opaque 8-byte int64 elements (the same sizes and strides), so
+ * every op here takes it; complex128 travels as its (real, imaginary) float64
+ * pairs, an extra trailing dim of 2, which only ops whose dims never reach
+ * the last one accept (cat, flip, roll, index_select: their dim arguments are
+ * wrapped against the complex tensor's own dims first). */
+#include <string.h>
+
+#include "tpurt/kernel.h"
+
+#define CXI_MAX_LIST 256
+
+typedef struct cxi_frame_t {
+  tpurt_arg_t args[8];
+  tpurt_tensor_t views[8 + CXI_MAX_LIST];
+  const tpurt_tensor_t* list[CXI_MAX_LIST];
+  int64_t dims[TPURT_MAX_DIMS], shifts[TPURT_MAX_DIMS];
+  tpurt_tensor_t outs[2];
+  int nviews;
+} cxi_frame_t;
+
+/* t as the real kernel sees it; NULL when t is complex of another dtype. */
+static const tpurt_tensor_t* cxi_view(cxi_frame_t* f, const tpurt_tensor_t* t, tpurt_dtype_t cd) {
+  if (!t || !tpurt_dtype_is_complex(t->dtype)) return t; /* index tensors, masks */
+  if (t->dtype != cd || f->nviews >= (int)(sizeof(f->views) / sizeof(f->views[0]))) return NULL;
+  tpurt_tensor_t* v = &f->views[f->nviews++];
+  *v = *t;
+  if (cd == TPURT_DTYPE_COMPLEX64) {
+    v->dtype = TPURT_DTYPE_INT64;
+    return v;
+  }
+  v->dtype = TPURT_DTYPE_FLOAT64;
+  if (t->ndim == 1 && t->sizes[0] == 0) return v; /* cat's legacy empty tensor stays one that cat skips */
+  for (int32_t k = 0; k < t->ndim; ++k) v->strides[k] = 2 * t->strides[k];
+  v->sizes[t->ndim] = 2;
+  v->strides[t->ndim] = 1;
+  v->ndim = t->ndim + 1;
+  return v;
+}
+
+/* Runs `kernel` on the views. dims_arg: the argument holding dim(s) to wrap
+ * for complex128 (-1: none); roll: a flattened roll (no dims) shifts twice as
+ * many reals. */
+static tpurt_status_t cxi_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* kernel,
+                              bool c128_ok, int dims_arg, bool roll, bool reference) {
+  const tpurt_op_def_t* def = tpurt_op_lookup(kernel);
+  if (!def || call->num_outputs < 1 || call->num_outputs > 2 || call->num_args > 8)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: unexpected call for complex tensors", kernel);
+  tpurt_dtype_t cd = call->outputs[0].dtype;
+  if (!tpurt_dtype_is_complex(cd))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex output", kernel);
+  if (cd == TPURT_DTYPE_COMPLEX128 && (!c128_ok || call->outputs[0].ndim >= TPURT_MAX_DIMS))
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: complex128 is not supported on the tpu device", kernel);
+  static _Thread_local cxi_frame_t frame; /* too big for a worker's stack; one kernel per thread at a time */
+  cxi_frame_t* f = &frame;
+  f->nviews = 0;
+  int32_t ndim = call->outputs[0].ndim;
+  for (int i = 0; i < call->num_args; ++i) {
+    tpurt_arg_t a = call->args[i];
+    if (a.kind == TPURT_ARG_TENSOR) {
+      a.v.tensor = cxi_view(f, a.v.tensor, cd);
+      if (!a.v.tensor) goto mixed;
+    } else if (a.kind == TPURT_ARG_TENSOR_LIST) {
+      if (a.count > CXI_MAX_LIST) return TPURT_STATUS(UNIMPLEMENTED, "%s: more than %d tensors", kernel, CXI_MAX_LIST);
+      for (int32_t k = 0; k < a.count; ++k) {
+        f->list[k] = a.v.tensors[k] ? cxi_view(f, a.v.tensors[k], cd) : NULL;
+        if (a.v.tensors[k] && !f->list[k]) goto mixed;
+      }
+      a.v.tensors = f->list;
+    } else if (i == dims_arg && cd == TPURT_DTYPE_COMPLEX128 && (a.kind == TPURT_ARG_INT || a.kind == TPURT_ARG_INT_LIST)) {
+      int32_t n = a.kind == TPURT_ARG_INT ? 1 : a.count;
+      if (n > TPURT_MAX_DIMS) return TPURT_STATUS(INVALID_ARGUMENT, "%s: too many dims", kernel);
+      for (int32_t k = 0; k < n; ++k) {
+        int64_t d = a.kind == TPURT_ARG_INT ? a.v.i : a.v.ints[k];
+        if (d < -ndim || d >= (ndim ? ndim : 1))
+          return TPURT_STATUS(OUT_OF_RANGE, "%s: dimension %lld out of range for %d dims", kernel, (long long)d, ndim);
+        f->dims[k] = d < 0 ? d + ndim : d;
+      }
+      if (a.kind == TPURT_ARG_INT) a.v.i = f->dims[0];
+      else a.v.ints = f->dims;
+    }
+    f->args[i] = a;
+  }
+  if (roll && cd == TPURT_DTYPE_COMPLEX128 && call->num_args > 2 && f->args[2].kind == TPURT_ARG_INT_LIST &&
+      f->args[2].count == 0 && f->args[1].kind == TPURT_ARG_INT_LIST && f->args[1].count == 1) {
+    f->shifts[0] = 2 * f->args[1].v.ints[0];
+    f->args[1].v.ints = f->shifts;
+  }
+  for (int k = 0; k < call->num_outputs; ++k) {
+    const tpurt_tensor_t* o = cxi_view(f, &call->outputs[k], cd);
+    if (!o) goto mixed;
+    f->outs[k] = *o;
+  }
+  tpurt_op_call_t rc = *call;
+  rc.args = f->args;
+  rc.outputs = f->outs;
+  return (reference ? def->reference : def->fn)(ctx, &rc);
+mixed:
+  return TPURT_STATUS(UNIMPLEMENTED, "%s: complex tensors of different dtypes", kernel);
+}
+
+#define CXI_KERNELS(NAME, C128, DIMS, ROLL)                                                                  \
+  static tpurt_status_t cxi_k_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {                \
+    return cxi_run(ctx, call, #NAME, C128, DIMS, ROLL, false);                                               \
+  }                                                                                                          \
+  static tpurt_status_t cxi_r_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {                \
+    return cxi_run(ctx, call, #NAME, C128, DIMS, ROLL, true);                                                \
+  }
+CXI_KERNELS(cat, true, 1, false)          /* (tensors, dim) */
+CXI_KERNELS(flip, true, 1, false)         /* (self, dims) */
+CXI_KERNELS(roll, true, 2, true)          /* (self, shifts, dims) */
+CXI_KERNELS(index_select, true, 1, false) /* (self, dim, index) */
+CXI_KERNELS(gather, false, -1, false)
+CXI_KERNELS(take, false, -1, false)
+CXI_KERNELS(index, false, -1, false)
+
+#define CXI(NAME) {"complex::" #NAME, cxi_k_##NAME, cxi_r_##NAME, 0}
+const tpurt_op_def_t tpurt_ops_index_complex[] = {
+    CXI(cat), CXI(flip), CXI(roll), CXI(index_select), CXI(gather), CXI(take), CXI(index),
+    TPURT_OP_TABLE_END,
+};

@@ -1,0 +1,43 @@
+/* Kernels of the "more coverage" family (issue 3): upsampling backward for the
+ * separable modes, pairwise distances, embedding_bag, grid sampling backward,
+ * and a few long-tail ops. Each has a reference twin (suffix _ref); the
+ * table is cov_more_table.c. */
+#ifndef TPURT_OPS_LINALG_COV_MORE_H_
+#define TPURT_OPS_LINALG_COV_MORE_H_
+
+#include "tpurt/kernel.h"
+
+#define TPURT_MORE_DECLARE(NAME)                                                              \
+  tpurt_status_t tpurt_more_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);     \
+  tpurt_status_t tpurt_more_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+
+TPURT_MORE_DECLARE(upsample_nearest_bwd)
+TPURT_MORE_DECLARE(upsample_nearest_exact_bwd)
+TPURT_MORE_DECLARE(upsample_linear_bwd)
+TPURT_MORE_DECLARE(upsample_bicubic_bwd)
+TPURT_MORE_DECLARE(upsample_bilinear_aa)
+TPURT_MORE_DECLARE(upsample_bilinear_aa_bwd)
+TPURT_MORE_DECLARE(cdist_forward)
+TPURT_MORE_DECLARE(cdist_backward)
+TPURT_MORE_DECLARE(pdist_forward)
+TPURT_MORE_DECLARE(pdist_backward)
+TPURT_MORE_DECLARE(embedding_bag)
+TPURT_MORE_DECLARE(embedding_bag_backward)
+TPURT_MORE_DECLARE(embedding_bag_dense_backward)
+TPURT_MORE_DECLARE(embedding_bag_psw_backward)
+TPURT_MORE_DECLARE(grid_sampler_2d)
+TPURT_MORE_DECLARE(grid_sampler_2d_backward)
+TPURT_MORE_DECLARE(grid_sampler_3d)
+TPURT_MORE_DECLARE(grid_sampler_3d_backward)
+TPURT_MORE_DECLARE(ctc_loss)
+TPURT_MORE_DECLARE(ctc_loss_backward)
+TPURT_MORE_DECLARE(ldl_factor)
+TPURT_MORE_DECLARE(ldl_solve)
+
+/* Shared argument helpers (cov_upsample.c). */
+bool tpurt_more_opt_double(const tpurt_op_call_t* call, int i, double* out);
+bool tpurt_more_bool_arg(const tpurt_op_call_t* call, int i, bool dflt);
+/* Offset in elements of element `lin` (row-major over t's sizes) of t. */
+int64_t tpurt_more_offset(const tpurt_tensor_t* t, int64_t lin);
+
+#endif /* TPURT_OPS_LINALG_COV_MORE_H_ */

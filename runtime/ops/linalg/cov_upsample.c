@@ -1,0 +1,337 @@
+/* Upsampling backward for the separable modes PyTorch's upsample kernels in
+ * pool.c do not cover: nearest 3-D, nearest-exact 1/2/3-D, trilinear and
+ * bicubic; and antialiased bilinear (_upsample_bilinear2d_aa), forward too. Every mode is a tensor product of 1-D maps, so each axis gets a
+ * table of (source index, weight) taps per output index, computed with
+ * PyTorch CPU's index math (UpSample.h: float for float and the 16-bit types,
+ * double for double); the backward then scatters each output gradient into a
+ * double accumulator of its (N, C) plane and stores it once. Work splits over
+ * planes; the reference runs the same loop serially. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/linalg/cov_more.h"
+
+bool tpurt_more_opt_double(const tpurt_op_call_t* call, int i, double* out) {
+  if (i < call->num_args && call->args[i].kind == TPURT_ARG_DOUBLE) { *out = call->args[i].v.d; return true; }
+  if (i < call->num_args && call->args[i].kind == TPURT_ARG_INT) { *out = (double)call->args[i].v.i; return true; }
+  return false;
+}
+bool tpurt_more_bool_arg(const tpurt_op_call_t* call, int i, bool dflt) {
+  if (i < call->num_args && call->args[i].kind == TPURT_ARG_BOOL) return call->args[i].v.b;
+  if (i < call->num_args && call->args[i].kind == TPURT_ARG_INT) return call->args[i].v.i != 0;
+  return dflt;
+}
+int64_t tpurt_more_offset(const tpurt_tensor_t* t, int64_t lin) {
+  int64_t off = 0;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    int64_t s = t->sizes[d];
+    if (s == 0) return 0;
+    off += (lin % s) * t->strides[d];
+    lin /= s;
+  }
+  return off;
+}
+
+typedef enum up_mode_e { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR, UP_CUBIC, UP_LINEAR_AA } up_mode_t;
+
+enum { kMaxTaps = 4 };
+
+typedef struct up_axis_t {
+  int64_t in, out;      /* input (grad_input) and output (grad_output) sizes */
+  int64_t sin, sout;    /* strides of grad_input / grad_output along this axis */
+  int taps;
+  int64_t* idx;         /* [out * taps] source indices */
+  double* w;            /* [out * taps] weights */
+} up_axis_t;
+
+/* ---- PyTorch CPU's index math, in its opmath type ---- */
+
+#define DEFINE_TAPS(SUF, REAL)                                                                    \
+  static REAL scales_value_##SUF(bool has, double scale, int64_t in, int64_t out) {              \
+    return has && scale > 0 ? (REAL)(1.0 / scale) : (REAL)in / (REAL)out;                        \
+  }                                                                                              \
+  static REAL pixel_scale_##SUF(int64_t in, int64_t out, bool align, bool has, double scale) {   \
+    if (align) return out > 1 ? (REAL)(in - 1) / (REAL)(out - 1) : (REAL)0;                      \
+    return scales_value_##SUF(has, scale, in, out);                                              \
+  }                                                                                              \
+  static REAL source_index_##SUF(REAL scale, int64_t o, bool align, bool cubic) {                \
+    if (align) return scale * (REAL)o;                                                           \
+    REAL src = scale * ((REAL)o + (REAL)0.5) - (REAL)0.5;                                         \
+    return (!cubic && src < 0) ? (REAL)0 : src;                                                  \
+  }                                                                                              \
+  /* guard_index_and_lambda (floorf even for double, as PyTorch writes it) */                    \
+  static void guard_##SUF(REAL real, int64_t in, int64_t* idx, REAL* lam) {                      \
+    int64_t i = (int64_t)floorf((float)real);                                                    \
+    *idx = i < in - 1 ? i : in - 1;                                                              \
+    REAL l = real - (REAL)*idx;                                                                  \
+    *lam = l < 0 ? (REAL)0 : l > 1 ? (REAL)1 : l;                                                \
+  }                                                                                              \
+  static void linear_taps_##SUF(up_axis_t* a, bool align, bool has, double scale) {              \
+    REAL ratio = pixel_scale_##SUF(a->in, a->out, align, has, scale);                            \
+    for (int64_t o = 0; o < a->out; ++o) {                                                       \
+      int64_t* ix = a->idx + o * 2;                                                              \
+      double* w = a->w + o * 2;                                                                  \
+      if (a->in == a->out) {                                                                     \
+        ix[0] = ix[1] = o, w[0] = 1, w[1] = 0;                                                   \
+        continue;                                                                                \
+      }                                                                                          \
+      int64_t i0;                                                                                \
+      REAL l1;                                                                                   \
+      guard_##SUF(source_index_##SUF(ratio, o, align, false), a->in, &i0, &l1);                  \
+      ix[0] = i0, ix[1] = i0 + (i0 < a->in - 1 ? 1 : 0);                                         \
+      w[0] = (REAL)1 - l1, w[1] = l1;                                                            \
+    }                                                                                            \
+  }                                                                                              \
+  /* get_cubic_upsample_coefficients with A = -0.75; taps clamped to the border */               \
+  static void cubic_taps_##SUF(up_axis_t* a, bool align, bool has, double scale) {               \
+    const REAL A = (REAL)-0.75;                                                                  \
+    REAL ratio = pixel_scale_##SUF(a->in, a->out, align, has, scale);                            \
+    for (int64_t o = 0; o < a->out; ++o) {                                                       \
+      int64_t i0;                                                                                \
+      REAL t;                                                                                    \
+      guard_##SUF(source_index_##SUF(ratio, o, align, true), a->in, &i0, &t);                    \
+      REAL x1 = t + 1, x2 = 1 - t, x3 = 2 - t;                                                   \
+      REAL c[4] = {((A * x1 - 5 * A) * x1 + 8 * A) * x1 - 4 * A,                                 \
+                   ((A + 2) * t - (A + 3)) * t * t + 1,                                          \
+                   ((A + 2) * x2 - (A + 3)) * x2 * x2 + 1,                                       \
+                   ((A * x3 - 5 * A) * x3 + 8 * A) * x3 - 4 * A};                                \
+      for (int k = 0; k < 4; ++k) {                                                              \
+        int64_t i = i0 - 1 + k;                                                                  \
+        a->idx[o * 4 + k] = i < 0 ? 0 : i > a->in - 1 ? a->in - 1 : i;                           \
+        a->w[o * 4 + k] = c[k];                                                                  \
+      }                                                                                          \
+    }                                                                                            \
+  }
+DEFINE_TAPS(f, float)
+DEFINE_TAPS(d, double)
+
+/* antialiased linear (_compute_indices_min_size_weights_aa with the triangle filter): a window of
+ * support max(scale, 1) around each output center, normalized weights, in PyTorch's mixed
+ * float/double promotions; a->taps is the window bound ceil(support) * 2 + 1 */
+#define DEFINE_AA_TAPS(SUF, REAL)                                                                  \
+  static REAL aa_support_##SUF(REAL scale) { return scale >= 1.0 ? (REAL)((2 * 0.5) * scale) : (REAL)(2 * 0.5); } \
+  static void aa_taps_##SUF(up_axis_t* a, bool align, bool has, double scale_arg) {               \
+    REAL scale = pixel_scale_##SUF(a->in, a->out, align, has, scale_arg);                        \
+    REAL support = aa_support_##SUF(scale);                                                       \
+    REAL invscale = scale >= 1.0 ? (REAL)(1.0 / scale) : (REAL)1.0;                               \
+    for (int64_t o = 0; o < a->out; ++o) {                                                        \
+      REAL center = (REAL)(scale * ((double)o + 0.5));                                            \
+      int64_t xmin = (int64_t)((double)(center - support) + 0.5);                                 \
+      if (xmin < 0) xmin = 0;                                                                     \
+      int64_t xmax = (int64_t)((double)(center + support) + 0.5);                                 \
+      int64_t xsize = (xmax < a->in ? xmax : a->in) - xmin;                                       \
+      xsize = xsize < 0 ? 0 : xsize > a->taps ? a->taps : xsize;                                  \
+      double* w = a->w + o * a->taps;                                                             \
+      REAL total = 0;                                                                             \
+      for (int64_t j = 0; j < a->taps; ++j) {                                                     \
+        REAL x = (REAL)(((double)((REAL)(j + xmin) - center) + 0.5) * (double)invscale);         \
+        x = x < 0 ? -x : x;                                                                       \
+        REAL wj = j < xsize && x < 1 ? 1 - x : 0;                                                 \
+        w[j] = (double)wj;                                                                        \
+        total += wj;                                                                              \
+        a->idx[o * a->taps + j] = j < xsize ? xmin + j : (xmin < a->in ? xmin : 0);               \
+      }                                                                                           \
+      if (total != 0)                                                                             \
+        for (int64_t j = 0; j < xsize; ++j) w[j] = (double)((REAL)w[j] / total);                  \
+    }                                                                                             \
+  }                                                                                               \
+  static int aa_window_##SUF(int64_t in, int64_t out, bool align, bool has, double scale_arg) {   \
+    return (int)ceil((double)aa_support_##SUF(pixel_scale_##SUF(in, out, align, has, scale_arg))) * 2 + 1; \
+  }
+DEFINE_AA_TAPS(f, float)
+DEFINE_AA_TAPS(d, double)
+
+/* nearest_idx / nearest_exact_idx: PyTorch computes these in float for every dtype */
+static void nearest_taps(up_axis_t* a, bool exact, bool has, double scale) {
+  float s = has && scale > 0 ? (float)(1.0 / scale) : (float)a->in / (float)a->out;
+  for (int64_t o = 0; o < a->out; ++o) {
+    int64_t i;
+    if (exact) {
+      i = (int64_t)floorf((float)(((double)o + 0.5) * (double)s));
+    } else if (a->out == a->in) {
+      i = o;
+    } else if (a->out == 2 * a->in) {
+      i = o >> 1;
+    } else {
+      i = (int64_t)floorf((float)o * s);
+    }
+    a->idx[o] = i < a->in - 1 ? i : a->in - 1;
+    a->w[o] = 1;
+  }
+}
+
+typedef struct up_bwd_t {
+  const tpurt_tensor_t *go, *gi;
+  up_axis_t ax[3];   /* depth, height, width (unused leading axes have size 1) */
+  int64_t C, plane;  /* channels; elements in one input plane */
+  double* acc;       /* [threads][plane] */
+} up_bwd_t;
+
+static void up_bwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
+  up_bwd_t* a = (up_bwd_t*)u;
+  const up_axis_t *A0 = &a->ax[0], *A1 = &a->ax[1], *A2 = &a->ax[2];
+  double* acc = a->acc + (size_t)tid * (size_t)a->plane;
+  tpurt_dtype_t gd = a->go->dtype, id = a->gi->dtype;
+  size_t ges = tpurt_dtype_size(gd), ies = tpurt_dtype_size(id);
+  for (int64_t p = p0; p < p1; ++p) {
+    int64_t n = p / a->C, c = p % a->C;
+    const char* gbase = (const char*)a->go->data + (n * a->go->strides[0] + c * a->go->strides[1]) * (int64_t)ges;
+    char* ibase = (char*)a->gi->data + (n * a->gi->strides[0] + c * a->gi->strides[1]) * (int64_t)ies;
+    memset(acc, 0, (size_t)a->plane * sizeof(double));
+    for (int64_t o0 = 0; o0 < A0->out; ++o0) {
+      for (int64_t o1 = 0; o1 < A1->out; ++o1) {
+        for (int64_t o2 = 0; o2 < A2->out; ++o2) {
+          double g = tpurt_dtype_load_f64(gd, gbase + (o0 * A0->sout + o1 * A1->sout + o2 * A2->sout) * (int64_t)ges);
+          for (int t0 = 0; t0 < A0->taps; ++t0) {
+            double g0 = g * A0->w[o0 * A0->taps + t0];
+            int64_t r0 = A0->idx[o0 * A0->taps + t0] * A1->in;
+            for (int t1 = 0; t1 < A1->taps; ++t1) {
+              double g1 = g0 * A1->w[o1 * A1->taps + t1];
+              int64_t r1 = (r0 + A1->idx[o1 * A1->taps + t1]) * A2->in;
+              for (int t2 = 0; t2 < A2->taps; ++t2)
+                acc[r1 + A2->idx[o2 * A2->taps + t2]] += g1 * A2->w[o2 * A2->taps + t2];
+            }
+          }
+        }
+      }
+    }
+    for (int64_t i0 = 0; i0 < A0->in; ++i0)
+      for (int64_t i1 = 0; i1 < A1->in; ++i1)
+        for (int64_t i2 = 0; i2 < A2->in; ++i2)
+          tpurt_dtype_store_f64(id, ibase + (i0 * A0->sin + i1 * A1->sin + i2 * A2->sin) * (int64_t)ies,
+                                acc[(i0 * A1->in + i1) * A2->in + i2]);
+  }
+}
+
+/* forward (the AA modes): out[o] = sum over the taps of w0 w1 w2 in[idx], per plane */
+static void up_fwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
+  up_bwd_t* a = (up_bwd_t*)u;
+  const up_axis_t *A0 = &a->ax[0], *A1 = &a->ax[1], *A2 = &a->ax[2];
+  const tpurt_tensor_t *src = a->gi, *dst = a->go; /* forward: gi holds the input, go the output */
+  size_t ses = tpurt_dtype_size(src->dtype), des = tpurt_dtype_size(dst->dtype);
+  for (int64_t p = p0; p < p1; ++p) {
+    int64_t n = p / a->C, c = p % a->C;
+    const char* sbase = (const char*)src->data + (n * src->strides[0] + c * src->strides[1]) * (int64_t)ses;
+    char* dbase = (char*)dst->data + (n * dst->strides[0] + c * dst->strides[1]) * (int64_t)des;
+    for (int64_t o0 = 0; o0 < A0->out; ++o0)
+      for (int64_t o1 = 0; o1 < A1->out; ++o1)
+        for (int64_t o2 = 0; o2 < A2->out; ++o2) {
+          double acc = 0;
+          for (int t0 = 0; t0 < A0->taps; ++t0) {
+            double w0 = A0->w[o0 * A0->taps + t0];
+            int64_t s0 = A0->idx[o0 * A0->taps + t0] * A0->sin;
+            for (int t1 = 0; t1 < A1->taps; ++t1) {
+              double w1 = w0 * A1->w[o1 * A1->taps + t1];
+              int64_t s1 = s0 + A1->idx[o1 * A1->taps + t1] * A1->sin;
+              for (int t2 = 0; t2 < A2->taps; ++t2) {
+                double w = w1 * A2->w[o2 * A2->taps + t2];
+                if (w != 0)
+                  acc += w * tpurt_dtype_load_f64(src->dtype,
+                                                  sbase + (s1 + A2->idx[o2 * A2->taps + t2] * A2->sin) * (int64_t)ses);
+              }
+            }
+          }
+          tpurt_dtype_store_f64(dst->dtype, dbase + (o0 * A0->sout + o1 * A1->sout + o2 * A2->sout) * (int64_t)des, acc);
+        }
+  }
+}
+
+static bool is_float(tpurt_dtype_t d) {
+  return d == TPURT_DTYPE_FLOAT32 || d == TPURT_DTYPE_FLOAT64 || d == TPURT_DTYPE_BFLOAT16 ||
+         d == TPURT_DTYPE_FLOAT16;
+}
+
+/* <mode>_backward(grad_output, output_size, input_size, [align_corners,] scales...), and for the AA
+ * modes also the forward <mode>(self, output_size, align_corners, scales...) */
+static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, up_mode_t mode, bool backward,
+                             bool ref) {
+  if (call->num_args < (backward ? 3 : 2) || call->args[0].kind != TPURT_ARG_TENSOR)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (grad_output, output_size, input_size, ...)", call->name);
+  if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing output", call->name);
+  /* go: the tensor with the output sizes, gi: the one with the input sizes */
+  up_bwd_t a = {backward ? call->args[0].v.tensor : &call->outputs[0],
+                backward ? &call->outputs[0] : call->args[0].v.tensor};
+  const tpurt_tensor_t *go = a.go, *gi = a.gi;
+  int nd = go->ndim - 2;
+  if (nd < 1 || nd > 3 || gi->ndim != go->ndim)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected grad_output and grad_input of 3 to 5 dims, got %d and %d",
+                        call->name, (int)go->ndim, (int)gi->ndim);
+  if (go->sizes[0] != gi->sizes[0] || go->sizes[1] != gi->sizes[1])
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: batch/channel sizes of grad_output and grad_input differ", call->name);
+  if (!is_float(go->dtype) || !is_float(gi->dtype))
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(gi->dtype));
+  bool align = false;
+  int next = backward ? 3 : 2;
+  if (mode != UP_NEAREST && mode != UP_NEAREST_EXACT) align = tpurt_more_bool_arg(call, next++, false);
+  bool dbl = (backward ? gi : go)->dtype == TPURT_DTYPE_FLOAT64; /* the output's opmath */
+  int taps = mode == UP_CUBIC ? 4 : mode == UP_LINEAR ? 2 : 1;
+  int64_t total = 0;
+  for (int k = 0; k < 3; ++k) {
+    up_axis_t* ax = &a.ax[k];
+    int d = k - (3 - nd); /* spatial dim of this axis, or < 0 for a padding axis */
+    if (d < 0) {
+      *ax = (up_axis_t){1, 1, 0, 0, 1};
+      continue;
+    }
+    *ax = (up_axis_t){gi->sizes[2 + d], go->sizes[2 + d], gi->strides[2 + d], go->strides[2 + d], taps};
+    if (ax->out > 0 && ax->in <= 0)
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: input size along dim %d must be positive", call->name, 2 + d);
+    if (mode == UP_LINEAR_AA) {
+      double sc = 0;
+      bool has = tpurt_more_opt_double(call, next + d, &sc);
+      ax->taps = dbl ? aa_window_d(ax->in, ax->out, align, has, sc) : aa_window_f(ax->in, ax->out, align, has, sc);
+    }
+    total += ax->out * ax->taps;
+  }
+  a.C = go->sizes[1];
+  a.plane = a.ax[0].in * a.ax[1].in * a.ax[2].in;
+  int64_t planes = go->sizes[0] * go->sizes[1];
+  if (planes == 0 || a.plane == 0) return TPURT_OK;
+  int nt = ref || !backward ? 1 : tpurt_kernel_num_threads(ctx);
+  size_t bytes = (size_t)(total + 3) * (sizeof(int64_t) + sizeof(double)) + (size_t)nt * (size_t)a.plane * sizeof(double);
+  char* mem = tpurt_kernel_scratch(ctx, bytes);
+  if (!mem) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for %zu bytes", call->name, bytes);
+  a.acc = (double*)mem;
+  mem += (size_t)nt * (size_t)a.plane * sizeof(double);
+  static const int64_t kZeroIdx = 0;
+  static const double kOneW = 1.0;
+  for (int k = 0; k < 3; ++k) {
+    up_axis_t* ax = &a.ax[k];
+    int d = k - (3 - nd);
+    if (d < 0) {
+      ax->idx = (int64_t*)&kZeroIdx, ax->w = (double*)&kOneW;
+      continue;
+    }
+    ax->w = (double*)mem;
+    mem += (size_t)(ax->out * ax->taps) * sizeof(double);
+    ax->idx = (int64_t*)mem;
+    mem += (size_t)(ax->out * ax->taps) * sizeof(int64_t);
+    double scale = 0;
+    bool has = tpurt_more_opt_double(call, next + d, &scale);
+    switch (mode) {
+      case UP_NEAREST: nearest_taps(ax, false, has, scale); break;
+      case UP_NEAREST_EXACT: nearest_taps(ax, true, has, scale); break;
+      case UP_LINEAR: dbl ? linear_taps_d(ax, align, has, scale) : linear_taps_f(ax, align, has, scale); break;
+      case UP_CUBIC: dbl ? cubic_taps_d(ax, align, has, scale) : cubic_taps_f(ax, align, has, scale); break;
+      case UP_LINEAR_AA: dbl ? aa_taps_d(ax, align, has, scale) : aa_taps_f(ax, align, has, scale); break;
+    }
+  }
+  tpurt_range_fn_t fn = backward ? up_bwd_planes : up_fwd_planes;
+  if (ref) fn(&a, 0, planes, 0);
+  else tpurt_parallel_for(ctx, planes, 1, fn, &a);
+  return TPURT_OK;
+}
+
+#define UP_PAIR(NAME, MODE, BWD)                                                                  \
+  tpurt_status_t tpurt_more_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {         \
+    return up_run(ctx, call, MODE, BWD, false);                                                   \
+  }                                                                                               \
+  tpurt_status_t tpurt_more_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {   \
+    return up_run(ctx, call, MODE, BWD, true);                                                    \
+  }
+UP_PAIR(upsample_nearest_bwd, UP_NEAREST, true)
+UP_PAIR(upsample_nearest_exact_bwd, UP_NEAREST_EXACT, true)
+UP_PAIR(upsample_linear_bwd, UP_LINEAR, true)
+UP_PAIR(upsample_bicubic_bwd, UP_CUBIC, true)
+UP_PAIR(upsample_bilinear_aa, UP_LINEAR_AA, false)
+UP_PAIR(upsample_bilinear_aa_bwd, UP_LINEAR_AA, true)

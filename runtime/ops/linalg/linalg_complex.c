@@ -1,0 +1,454 @@
+/* Complex-valued linear algebra: linalg_eig of a real matrix (complex
+ * eigenvalues and eigenvectors), and the complex matrix products its backward
+ * formula needs (complex::mm, complex::bmm).
+ *
+ * linalg_eig follows the path LAPACK's geev takes for small matrices, so the
+ * eigenvalues come out in the order PyTorch CPU gives them (the order is the
+ * position each one converges to on the Schur form's diagonal): diagonal
+ * balancing (gebal's scaling), Householder reduction to Hessenberg form
+ * (gehrd), then Francis double-shift QR with Ahues-Tisseur deflation and
+ * exceptional shifts at iterations 10 and 20 (lahqr); a converged 2x2 block
+ * gives its eigenvalues in lanv2's order (a complex pair with the positive
+ * imaginary part first). Everything computes in double. Eigenvectors come from
+ * inverse iteration on the original matrix, normalized as geev does (unit
+ * 2-norm, the largest component real); a conjugate pair gets conjugate
+ * vectors. */
+#include <complex.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "tpurt/kernel.h"
+
+typedef double _Complex zd_t;
+
+/* ---- one real n x n matrix, row-major, a[i * n + j] ---- */
+
+#define EIG_R float
+#define EIG_SUF f32
+#define EIG_EPS FLT_EPSILON
+#define EIG_SAFMIN FLT_MIN
+#define EIG_M(fn) fn##f
+#include "ops/linalg/eig_impl.h"
+#undef EIG_R
+#undef EIG_SUF
+#undef EIG_EPS
+#undef EIG_SAFMIN
+#undef EIG_M
+#define EIG_R double
+#define EIG_SUF f64
+#define EIG_EPS DBL_EPSILON
+#define EIG_SAFMIN DBL_MIN
+#define EIG_M(fn) fn
+#include "ops/linalg/eig_impl.h"
+#undef EIG_R
+#undef EIG_SUF
+#undef EIG_EPS
+#undef EIG_SAFMIN
+#undef EIG_M
+
+/* The eigenvector of the original a for eigenvalue lambda by inverse
+ * iteration: LU of (a - lambda I) with partial pivoting (a zero pivot becomes
+ * eps * |a|), then three solves from a flat start. */
+static void eig_vector(int64_t n, const double* a, double anorm, zd_t lambda, zd_t* lu, int64_t* piv, zd_t* x) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) lu[i * n + j] = a[i * n + j] - (i == j ? lambda : 0);
+  const double tiny = DBL_EPSILON * (anorm > 0 ? anorm : 1.0);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t p = k;
+    for (int64_t i = k + 1; i < n; ++i)
+      if (cabs(lu[i * n + k]) > cabs(lu[p * n + k])) p = i;
+    piv[k] = p;
+    if (p != k)
+      for (int64_t j = 0; j < n; ++j) {
+        zd_t t = lu[k * n + j];
+        lu[k * n + j] = lu[p * n + j];
+        lu[p * n + j] = t;
+      }
+    if (cabs(lu[k * n + k]) < tiny) lu[k * n + k] = tiny;
+    for (int64_t i = k + 1; i < n; ++i) {
+      zd_t f = lu[i * n + k] / lu[k * n + k];
+      lu[i * n + k] = f;
+      for (int64_t j = k + 1; j < n; ++j) lu[i * n + j] -= f * lu[k * n + j];
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] = 1.0 / sqrt((double)n);
+  for (int it = 0; it < 3; ++it) {
+    for (int64_t k = 0; k < n; ++k)
+      if (piv[k] != k) {
+        zd_t t = x[k];
+        x[k] = x[piv[k]];
+        x[piv[k]] = t;
+      }
+    for (int64_t i = 1; i < n; ++i)
+      for (int64_t j = 0; j < i; ++j) x[i] -= lu[i * n + j] * x[j];
+    for (int64_t i = n - 1; i >= 0; --i) {
+      for (int64_t j = i + 1; j < n; ++j) x[i] -= lu[i * n + j] * x[j];
+      x[i] /= lu[i * n + i];
+    }
+    double nrm = 0;
+    for (int64_t i = 0; i < n; ++i) nrm = hypot(nrm, cabs(x[i]));
+    if (!(nrm > 0) || !isfinite(nrm)) break;
+    for (int64_t i = 0; i < n; ++i) x[i] /= nrm;
+  }
+  /* geev's normalization: unit norm, the largest component real */
+  int64_t big = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (cabs(x[i]) > cabs(x[big])) big = i;
+  double m = cabs(x[big]);
+  if (m > 0) {
+    zd_t ph = conj(x[big]) / m;
+    for (int64_t i = 0; i < n; ++i) x[i] *= ph;
+    x[big] = creal(x[big]);
+  }
+}
+
+/* ---- the kernel: linalg_eig(self) -> (eigenvalues, eigenvectors) ---- */
+
+typedef struct eig_job_t {
+  const tpurt_tensor_t* self;
+  const tpurt_tensor_t* vals;
+  const tpurt_tensor_t* vecs; /* data NULL: eigenvalues only */
+  int64_t n;
+  char* work;                 /* per batch element */
+  size_t work_bytes;
+  int64_t failed;             /* a batch index + 1 that did not converge, else 0 */
+  bool nonfinite;
+} eig_job_t;
+
+/* Element offset of batch b, row i, col j in t (batch dims broadcast-free). */
+static int64_t eig_offset(const tpurt_tensor_t* t, int64_t b, int nbatch_dims, int64_t i, int64_t j, int mat_dims) {
+  int64_t off = 0;
+  for (int k = nbatch_dims - 1; k >= 0; --k) {
+    off += (b % t->sizes[k]) * t->strides[k];
+    b /= t->sizes[k];
+  }
+  if (mat_dims == 2) off += i * t->strides[t->ndim - 2] + j * t->strides[t->ndim - 1];
+  else off += i * t->strides[t->ndim - 1];
+  return off;
+}
+
+static void eig_store(const tpurt_tensor_t* t, int64_t off, zd_t z) {
+  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
+    float* p = (float*)t->data + 2 * off;
+    p[0] = (float)creal(z);
+    p[1] = (float)cimag(z);
+  } else {
+    double* p = (double*)t->data + 2 * off;
+    p[0] = creal(z);
+    p[1] = cimag(z);
+  }
+}
+
+static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  eig_job_t* j = user;
+  const int64_t n = j->n;
+  const int nb = j->self->ndim - 2;
+  for (int64_t b = begin; b < end; ++b) {
+    char* w = j->work + (size_t)b * j->work_bytes;
+    double* a = (double*)w;        /* the input, kept */
+    double* h = a + n * n;         /* balanced, then Hessenberg, then quasi-triangular */
+    double* wr = h + n * n;
+    double* wi = wr + n;
+    double* v = wi + n;
+    zd_t* lu = (zd_t*)(v + n);
+    zd_t* x = lu + n * n;
+    int64_t* piv = (int64_t*)(x + n * n);
+    double anorm = 0;
+    bool bad = false;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        double e = tpurt_dtype_load_f64(j->self->dtype, (const char*)j->self->data +
+                                        eig_offset(j->self, b, nb, r, c, 2) * tpurt_dtype_size(j->self->dtype));
+        bad |= !isfinite(e);
+        a[r * n + c] = h[r * n + c] = e;
+        anorm = fmax(anorm, fabs(e));
+      }
+    if (bad) { /* several threads may say so at once: an atomic store */
+      __atomic_store_n(&j->nonfinite, true, __ATOMIC_RELAXED);
+      continue;
+    }
+    bool converged;
+    if (j->self->dtype == TPURT_DTYPE_FLOAT32) { /* in float, as sgeev: see eig_impl.h */
+      float *hf = (float*)h, *wrf = (float*)v, *wif = wrf + n, *vf = (float*)wi;
+      for (int64_t e = 0; e < n * n; ++e) hf[e] = (float)a[e];
+      eig_balance_f32(n, hf);
+      eig_hessenberg_f32(n, hf, vf);
+      converged = eig_qr_f32(n, hf, wrf, wif);
+      for (int64_t k = 0; k < n; ++k) {
+        wr[k] = wrf[k];
+        wi[k] = wif[k];
+      }
+    } else {
+      eig_balance_f64(n, h);
+      eig_hessenberg_f64(n, h, v);
+      converged = eig_qr_f64(n, h, wr, wi);
+    }
+    if (!converged) {
+      __atomic_store_n(&j->failed, b + 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    for (int64_t k = 0; k < n; ++k) eig_store(j->vals, eig_offset(j->vals, b, nb, k, 0, 1), CMPLX(wr[k], wi[k]));
+    if (!j->vecs || !j->vecs->data) continue;
+    for (int64_t k = 0; k < n; ++k) {
+      zd_t* col = x + k * n;
+      if (k > 0 && wi[k] < 0 && wi[k - 1] == -wi[k] && wr[k - 1] == wr[k]) { /* the conjugate pair's partner */
+        for (int64_t r = 0; r < n; ++r) col[r] = conj(x[(k - 1) * n + r]);
+      } else {
+        eig_vector(n, a, anorm, CMPLX(wr[k], wi[k]), lu, piv, col);
+      }
+      for (int64_t r = 0; r < n; ++r) eig_store(j->vecs, eig_offset(j->vecs, b, nb, r, k, 2), col[r]);
+    }
+  }
+}
+
+static tpurt_status_t eig_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  if (call->num_args < 1 || call->args[0].kind != TPURT_ARG_TENSOR || call->num_outputs < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "linalg_eig: expected (self) and (eigenvalues, eigenvectors)");
+  const tpurt_tensor_t* self = call->args[0].v.tensor;
+  if (self->ndim < 2 || self->sizes[self->ndim - 1] != self->sizes[self->ndim - 2])
+    return TPURT_STATUS(INVALID_ARGUMENT, "linalg.eig: A must be batches of square matrices");
+  if (self->dtype != TPURT_DTYPE_FLOAT32 && self->dtype != TPURT_DTYPE_FLOAT64)
+    return TPURT_STATUS(UNIMPLEMENTED, "linalg_eig: dtype %s is not supported on the tpu device",
+                        tpurt_dtype_name(self->dtype));
+  eig_job_t j = {.self = self, .vals = &call->outputs[0], .vecs = call->num_outputs > 1 ? &call->outputs[1] : NULL};
+  if (!tpurt_dtype_is_complex(j.vals->dtype) || (j.vecs && j.vecs->data && !tpurt_dtype_is_complex(j.vecs->dtype)))
+    return TPURT_STATUS(INVALID_ARGUMENT, "linalg_eig: outputs must be complex");
+  j.n = self->sizes[self->ndim - 1];
+  int64_t batch = 1;
+  for (int k = 0; k < self->ndim - 2; ++k) batch *= self->sizes[k];
+  if (batch == 0 || j.n == 0) return TPURT_OK;
+  const int64_t n = j.n;
+  j.work_bytes = sizeof(double) * (size_t)(2 * n * n + 3 * n) + sizeof(zd_t) * (size_t)(2 * n * n) +
+                 sizeof(int64_t) * (size_t)n;
+  j.work_bytes = (j.work_bytes + 63) & ~(size_t)63;
+  j.work = tpurt_kernel_scratch(ctx, j.work_bytes * (size_t)batch);
+  if (!j.work) return TPURT_STATUS(RESOURCE_EXHAUSTED, "linalg_eig: no scratch memory");
+  /* batch elements are independent; each writes only its own outputs */
+  tpurt_parallel_for(ctx, batch, 1, eig_batch, &j);
+  if (j.nonfinite) return TPURT_STATUS(INVALID_ARGUMENT, "linalg.eig: input tensor should not contain infs or NaNs.");
+  if (j.failed)
+    return TPURT_STATUS(INVALID_ARGUMENT,
+                        "linalg.eig: The algorithm failed to converge because the input matrix is ill-conditioned "
+                        "or has too many repeated eigenvalues (batch element %lld).", (long long)(j.failed - 1));
+  return TPURT_OK;
+}
+
+/* ---- complex matrix products: mm(self, mat2), bmm(self, mat2) ---- */
+
+typedef struct cmm_job_t {
+  const tpurt_tensor_t *a, *b, *out;
+  int64_t m, k, n;
+  bool batched;
+} cmm_job_t;
+
+static zd_t cmm_load(const tpurt_tensor_t* t, int64_t off) {
+  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
+    const float* p = (const float*)t->data + 2 * off;
+    return CMPLX(p[0], p[1]);
+  }
+  if (t->dtype == TPURT_DTYPE_COMPLEX128) {
+    const double* p = (const double*)t->data + 2 * off;
+    return CMPLX(p[0], p[1]);
+  }
+  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * tpurt_dtype_size(t->dtype));
+}
+
+/* rows of every batch: r = batch * m + i */
+static void cmm_rows(void* user, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  const cmm_job_t* j = user;
+  const int d = j->batched ? 1 : 0;
+  for (int64_t r = begin; r < end; ++r) {
+    int64_t bi = r / j->m, i = r % j->m;
+    int64_t ao = d ? bi * j->a->strides[0] : 0, bo = d ? bi * j->b->strides[0] : 0, oo = d ? bi * j->out->strides[0] : 0;
+    for (int64_t c = 0; c < j->n; ++c) {
+      zd_t acc = 0; /* accumulated in double, as CPU accumulates complex64 in complex64 or better */
+      for (int64_t p = 0; p < j->k; ++p)
+        acc += cmm_load(j->a, ao + i * j->a->strides[d] + p * j->a->strides[d + 1]) *
+               cmm_load(j->b, bo + p * j->b->strides[d] + c * j->b->strides[d + 1]);
+      eig_store(j->out, oo + i * j->out->strides[d] + c * j->out->strides[d + 1], acc);
+    }
+  }
+}
+
+static tpurt_status_t cmm_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool batched) {
+  const char* op = batched ? "bmm" : "mm";
+  int nd = batched ? 3 : 2;
+  if (call->num_args < 2 || call->args[0].kind != TPURT_ARG_TENSOR || call->args[1].kind != TPURT_ARG_TENSOR ||
+      call->num_outputs < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, mat2)", op);
+  cmm_job_t j = {.a = call->args[0].v.tensor, .b = call->args[1].v.tensor, .out = &call->outputs[0],
+                 .batched = batched};
+  if (j.a->ndim != nd || j.b->ndim != nd || j.out->ndim != nd || !tpurt_dtype_is_complex(j.out->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected %dD tensors and a complex output", op, nd);
+  int d = batched ? 1 : 0;
+  j.m = j.a->sizes[d];
+  j.k = j.a->sizes[d + 1];
+  j.n = j.b->sizes[d + 1];
+  int64_t batch = batched ? j.a->sizes[0] : 1;
+  if (j.b->sizes[d] != j.k || j.out->sizes[d] != j.m || j.out->sizes[d + 1] != j.n ||
+      (batched && (j.b->sizes[0] != batch || j.out->sizes[0] != batch)))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: shapes do not match", op);
+  int64_t rows = batch * j.m, grain = 4096 / (j.n * j.k > 0 ? j.n * j.k : 1);
+  if (rows == 0 || j.n == 0) return TPURT_OK;
+  tpurt_parallel_for(ctx, rows, grain < 1 ? 1 : grain, cmm_rows, &j);
+  return TPURT_OK;
+}
+
+/* ---- complex::_linalg_solve_ex(A, B, left, check_errors) -> (result, LU, pivots, info) ----
+ * Partial-pivoting LU in complex double, LAPACK's getrf conventions (1-based
+ * pivots, info = first zero pivot), as the real kernel (cov_dense.c) stores
+ * them. B may be a (batch of) vector(s). Right solves: X A = B <=> A^T X^T = B^T. */
+
+/* offset of batch index idx[0..nb) in t, whose leading dims broadcast (trailing alignment) */
+static int64_t cs_boff(const tpurt_tensor_t* t, int mat, const int64_t* idx, int nb) {
+  int tb = t->ndim - mat;
+  int64_t off = 0;
+  for (int d = 0; d < tb; ++d) {
+    int od = d + nb - tb;
+    if (od >= 0 && t->sizes[d] != 1) off += idx[od] * t->strides[d];
+  }
+  return off;
+}
+
+/* r x c matrix (or a vector as c = 1) at off into dst row-major; trans stores its transpose */
+static void cs_load(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, zd_t* dst, bool trans) {
+  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2], cs = vec ? 0 : t->strides[t->ndim - 1];
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      zd_t v = cmm_load(t, off + i * rs + j * cs);
+      if (trans) dst[j * r + i] = v;
+      else dst[i * c + j] = v;
+    }
+}
+static void cs_store(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, const zd_t* src,
+                     bool trans) {
+  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2], cs = vec ? 0 : t->strides[t->ndim - 1];
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) eig_store(t, off + i * rs + j * cs, trans ? src[j * r + i] : src[i * c + j]);
+}
+static void cs_set_int(const tpurt_tensor_t* t, int64_t off, int64_t v) {
+  tpurt_dtype_store_i64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
+}
+
+static int cs_lu_factor(zd_t* a, int64_t n, int32_t* piv) {
+  int info = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t p = k;
+    double best = cabs(a[k * n + k]);
+    for (int64_t i = k + 1; i < n; ++i)
+      if (cabs(a[i * n + k]) > best) best = cabs(a[i * n + k]), p = i;
+    piv[k] = (int32_t)(p + 1);
+    if (p != k)
+      for (int64_t j = 0; j < n; ++j) {
+        zd_t t = a[k * n + j];
+        a[k * n + j] = a[p * n + j];
+        a[p * n + j] = t;
+      }
+    zd_t d = a[k * n + k];
+    if (d == 0) {
+      if (!info) info = (int)(k + 1);
+      continue;
+    }
+    for (int64_t i = k + 1; i < n; ++i) {
+      zd_t l = a[i * n + k] / d;
+      a[i * n + k] = l;
+      for (int64_t j = k + 1; j < n; ++j) a[i * n + j] -= l * a[k * n + j];
+    }
+  }
+  return info;
+}
+
+static void cs_lu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k) {
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t p = piv[i] - 1;
+    if (p != i)
+      for (int64_t j = 0; j < k; ++j) {
+        zd_t t = b[i * k + j];
+        b[i * k + j] = b[p * k + j];
+        b[p * k + j] = t;
+      }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < i; ++r)
+      for (int64_t j = 0; j < k; ++j) b[i * k + j] -= lu[i * n + r] * b[r * k + j];
+  for (int64_t i = n - 1; i >= 0; --i) {
+    for (int64_t r = i + 1; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) b[i * k + j] -= lu[i * n + r] * b[r * k + j];
+    for (int64_t j = 0; j < k; ++j) b[i * k + j] /= lu[i * n + i];
+  }
+}
+
+static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  if (call->num_args < 2 || call->args[0].kind != TPURT_ARG_TENSOR || call->args[1].kind != TPURT_ARG_TENSOR ||
+      call->num_outputs < 4)
+    return TPURT_STATUS(INVALID_ARGUMENT, "_linalg_solve_ex: expected (A, B) and 4 outputs");
+  const tpurt_tensor_t *A = call->args[0].v.tensor, *B = call->args[1].v.tensor;
+  bool left = call->num_args > 2 && call->args[2].kind == TPURT_ARG_BOOL ? call->args[2].v.b : true;
+  bool check = call->num_args > 3 && call->args[3].kind == TPURT_ARG_BOOL ? call->args[3].v.b : false;
+  const tpurt_tensor_t *X = &call->outputs[0], *LU = &call->outputs[1], *P = &call->outputs[2],
+                       *Info = &call->outputs[3];
+  if (A->ndim < 2 || B->ndim < 1 || !tpurt_dtype_is_complex(X->dtype) || !tpurt_dtype_is_complex(LU->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "_linalg_solve_ex: expected matrices and complex outputs");
+  int64_t n = A->sizes[A->ndim - 1];
+  bool vec = X->ndim == LU->ndim - 1; /* linalg_solve_is_vector_rhs */
+  int nb = X->ndim - (vec ? 1 : 2);
+  int64_t batch = 1;
+  for (int d = 0; d < nb; ++d) batch *= X->sizes[d];
+  int64_t r = vec ? n : X->sizes[nb], c = vec ? 1 : X->sizes[nb + 1];
+  int64_t k = left ? c : r;
+  zd_t* a = tpurt_kernel_scratch(ctx, sizeof(zd_t) * (size_t)(n * n + n * k + 1) + sizeof(int32_t) * (size_t)(n + 1));
+  if (!a) return TPURT_STATUS(RESOURCE_EXHAUSTED, "_linalg_solve_ex: no scratch memory");
+  zd_t* x = a + n * n;
+  int32_t* piv = (int32_t*)(x + n * k + 1);
+  int64_t idx[TPURT_MAX_DIMS];
+  int lu_nb = LU->ndim - 2;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t rem = b;
+    for (int d = nb - 1; d >= 0; --d) {
+      idx[d] = X->sizes[d] ? rem % X->sizes[d] : 0;
+      rem = X->sizes[d] ? rem / X->sizes[d] : 0;
+    }
+    cs_load(A, cs_boff(A, 2, idx, nb), n, n, false, a, !left);
+    int info = cs_lu_factor(a, n, piv);
+    /* LU/pivots/info have A's batch shape: written from the batch items they own */
+    const int64_t* li = idx + (nb - lu_nb);
+    cs_store(LU, cs_boff(LU, 2, li, lu_nb), n, n, false, a, false);
+    for (int64_t i = 0; i < n; ++i) cs_set_int(P, cs_boff(P, 1, li, lu_nb) + i * P->strides[P->ndim - 1], piv[i]);
+    cs_set_int(Info, cs_boff(Info, 0, li, lu_nb), info);
+    if (info && check)
+      return TPURT_STATUS(INVALID_ARGUMENT,
+                          "torch.linalg.solve: The solver failed because the input matrix is singular.");
+    cs_load(B, cs_boff(B, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
+    cs_lu_solve(a, piv, n, x, k);
+    cs_store(X, cs_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
+  }
+  return TPURT_OK;
+}
+
+static tpurt_status_t tpurt_cx_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return solve_run(ctx, call);
+}
+
+static tpurt_status_t tpurt_linalg_eig(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return eig_run(ctx, call);
+}
+static tpurt_status_t tpurt_cx_mm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return cmm_run(ctx, call, false);
+}
+static tpurt_status_t tpurt_cx_bmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return cmm_run(ctx, call, true);
+}
+
+/* Plain loops already: each kernel is its own reference. linalg_eig is born
+ * complex (real in, complex out). */
+const tpurt_op_def_t tpurt_ops_linalg_complex[] = {
+    {"linalg_eig", tpurt_linalg_eig, tpurt_linalg_eig, TPURT_OP_COMPLEX},
+    {"_linalg_eigvals", tpurt_linalg_eig, tpurt_linalg_eig, TPURT_OP_COMPLEX}, /* eigenvalues only */
+    {"complex::mm", tpurt_cx_mm, tpurt_cx_mm, 0},
+    {"complex::bmm", tpurt_cx_bmm, tpurt_cx_bmm, 0},
+    {"complex::_linalg_solve_ex", tpurt_cx_solve_ex, tpurt_cx_solve_ex, 0},
+    TPURT_OP_TABLE_END,
+};
