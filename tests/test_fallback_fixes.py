@@ -337,3 +337,26 @@ def test_masked_scatter_refuses_uint8_mask_as_on_cpu():
         torch.tpu.synchronize()
     assert torch.equal(x.to("tpu").masked_scatter(mask.bool().to("tpu"), src.to("tpu")).cpu(),
                        x.masked_scatter(mask.bool(), src))
+
+
+@pytest.mark.parametrize("case", ["complex_dtypes", "complex_out", "masked_select_expanded_out",
+                                  "multilabel_empty", "histogramdd_bins"])
+def test_bad_arguments_raise_as_on_cpu(case):
+    """A few of OpInfo's error_inputs the device used to accept: the same exception type as CPU."""
+    def run(dev):
+        x = torch.randn(5, 4, device=dev)
+        fns = {"complex_dtypes": lambda: torch.complex(x, x.double()),
+               "complex_out": lambda: torch.complex(x.double(), x.double(),
+                                                    out=torch.empty(5, 4, dtype=torch.complex64, device=dev)),
+               "masked_select_expanded_out": lambda: torch.masked_select(
+                   x, x > 0, out=torch.empty(1, device=dev).expand(20)),
+               "multilabel_empty": lambda: torch.nn.functional.multilabel_margin_loss(
+                   torch.empty(0, device=dev), torch.empty(0, dtype=torch.long, device=dev)),
+               "histogramdd_bins": lambda: torch.histogramdd(x.cpu() if dev == "cpu" else x, [2, 2, 2])}
+        with pytest.raises(RuntimeError):
+            fns[case]()
+            if dev != "cpu":
+                torch.tpu.synchronize()
+    run("cpu")
+    run("tpu")
+    assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]  # the process goes on

@@ -65,6 +65,10 @@ def _multilabel_margin_loss_forward(self, target, reduction):
     """CPU's kernel: every target entry up to the first -1 (repeats count again) against every
     non-target class, hinge 1 - x[j] + x[i], over the class count. PyTorch's decomposition stops at
     the wrong entry for a 1-d input, so this replaces it."""
+    ndims = self.dim()
+    valid = (ndims <= 1 and self.numel() > 0) or (ndims == 2 and self.shape[1] != 0)
+    torch._check(valid, lambda: f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                                f"{list(self.shape)}")  # CPU's check (RuntimeError)
     x, _, is_target, z, live = _multilabel_terms(self, target)
     c = x.shape[1]
     loss = torch.where(live, z.clamp(min=0), torch.zeros_like(z)).sum((1, 2)) / c
@@ -121,6 +125,8 @@ def _as_points(self, dims):
 
 def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
     dims = self.shape[-1] if self.dim() else 1
+    torch._check(len(bins) == dims, lambda: "histogramdd: The size of bins must be equal to the innermost "
+                                            "dimension of the input.")  # CPU's check (RuntimeError)
     x = _as_points(self, dims)
     edges = []
     for d in builtins.range(dims):

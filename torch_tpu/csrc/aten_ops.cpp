@@ -4,6 +4,7 @@
 // output shape depends on the data (nonzero and what is built on it).
 #include <cstring>
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/Resize.h>
@@ -414,6 +415,10 @@ at::Tensor tpu_masked_select(const at::Tensor& self, const at::Tensor& mask) {
 }
 
 at::Tensor& tpu_masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  // CPU's checks: out's elements distinct, out sharing no memory with the inputs
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, mask);
   at::Tensor r = tpu_masked_select(self, mask);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);

@@ -308,7 +308,18 @@ CX_KERNEL(rsub) { return cx_binary(ctx, call, "rsub", sub_f, sub_d, true, true);
 CX_KERNEL(mul) { return cx_binary(ctx, call, "mul", mul_f, mul_d, false, false); }
 CX_KERNEL(div) { return cx_binary(ctx, call, "div", div_f, div_d, false, false); }
 /* complex(real, imag), polar(abs, angle): real inputs, a complex output */
-CX_KERNEL(complex) { return cx_binary(ctx, call, "complex", make_f, make_d, false, false); }
+CX_KERNEL(complex) {
+  /* as CPU: real and imag of one dtype (no promotion) */
+  const tpurt_tensor_t *re = call->num_args > 1 && call->args[0].kind == TPURT_ARG_TENSOR ? call->args[0].v.tensor : NULL,
+                       *im = call->num_args > 1 && call->args[1].kind == TPURT_ARG_TENSOR ? call->args[1].v.tensor : NULL;
+  if (re && im && re->dtype != im->dtype)
+    return TPURT_STATUS(INVALID_ARGUMENT, "Expected object of scalar type %s but got scalar type %s for second argument",
+                        tpurt_dtype_name(re->dtype), tpurt_dtype_name(im->dtype));
+  if (re && call->num_outputs > 0 && call->outputs[0].dtype != tpurt_dtype_to_complex(re->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "Expected object of scalar type %s but got scalar type %s for argument 'out'",
+                        tpurt_dtype_name(tpurt_dtype_to_complex(re->dtype)), tpurt_dtype_name(call->outputs[0].dtype));
+  return cx_binary(ctx, call, "complex", make_f, make_d, false, false);
+}
 CX_KERNEL(polar) { return cx_binary(ctx, call, "polar", polar_f, polar_d, false, false); }
 
 /* addcmul / addcdiv(self, tensor1, tensor2, value) */
