@@ -11,15 +11,6 @@
 
 #include "ops/linalg/cov_more.h"
 
-static inline double ld(const tpurt_tensor_t* t, int64_t off) {
-  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
-}
-static inline void st(const tpurt_tensor_t* t, int64_t off, double v) {
-  tpurt_dtype_store_f64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
-}
-static inline int64_t ldi(const tpurt_tensor_t* t, int64_t off) {
-  return tpurt_dtype_load_i64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
-}
 
 /* log(exp(a) + exp(b)) with -inf handled */
 static inline double log_add(double a, double b) {
@@ -38,14 +29,14 @@ typedef struct ctc_t {
 } ctc_t;
 
 static inline int64_t target_at(const ctc_t* c, int64_t b, int64_t k) {
-  if (c->two_d) return ldi(c->tg, b * c->tg->strides[0] + k * c->tg->strides[1]);
-  return ldi(c->tg, (c->tg_off[b] + k) * c->tg->strides[0]);
+  if (c->two_d) return tpurt_more_ldi(c->tg, b * c->tg->strides[0] + k * c->tg->strides[1]);
+  return tpurt_more_ldi(c->tg, (c->tg_off[b] + k) * c->tg->strides[0]);
 }
 static inline int64_t prime(const ctc_t* c, int64_t b, int64_t s) {
   return (s % 2 == 0) ? c->blank : target_at(c, b, s / 2);
 }
 static inline double lp_at(const ctc_t* c, int64_t t, int64_t b, int64_t k) {
-  return ld(c->lp, t * c->lp->strides[0] + b * c->lp->strides[1] + k * c->lp->strides[2]);
+  return tpurt_more_ld(c->lp, t * c->lp->strides[0] + b * c->lp->strides[1] + k * c->lp->strides[2]);
 }
 static inline int64_t aoff(const ctc_t* c, int64_t b, int64_t t, int64_t s) {
   return b * c->alpha->strides[0] + t * c->alpha->strides[1] + s * c->alpha->strides[2];
@@ -55,26 +46,26 @@ static inline int64_t aoff(const ctc_t* c, int64_t b, int64_t t, int64_t s) {
 static double ctc_alpha(const ctc_t* c, int64_t b) {
   int64_t Tb = c->in_len[b], L = c->tg_len[b], S = 2 * L + 1;
   for (int64_t t = 0; t < c->T; ++t)
-    for (int64_t s = 0; s < c->L2max; ++s) st(c->alpha, aoff(c, b, t, s), -INFINITY);
+    for (int64_t s = 0; s < c->L2max; ++s) tpurt_more_st(c->alpha, aoff(c, b, t, s), -INFINITY);
   if (Tb == 0) return L == 0 ? 0.0 : INFINITY;
-  st(c->alpha, aoff(c, b, 0, 0), lp_at(c, 0, b, c->blank));
-  if (L > 0) st(c->alpha, aoff(c, b, 0, 1), lp_at(c, 0, b, target_at(c, b, 0)));
+  tpurt_more_st(c->alpha, aoff(c, b, 0, 0), lp_at(c, 0, b, c->blank));
+  if (L > 0) tpurt_more_st(c->alpha, aoff(c, b, 0, 1), lp_at(c, 0, b, target_at(c, b, 0)));
   for (int64_t t = 1; t < Tb; ++t)
     for (int64_t s = 0; s < S; ++s) {
       int64_t cur = prime(c, b, s);
-      double v = ld(c->alpha, aoff(c, b, t - 1, s));
-      if (s > 0) v = log_add(v, ld(c->alpha, aoff(c, b, t - 1, s - 1)));
-      if (s > 1 && prime(c, b, s - 2) != cur) v = log_add(v, ld(c->alpha, aoff(c, b, t - 1, s - 2)));
-      st(c->alpha, aoff(c, b, t, s), v == -INFINITY ? -INFINITY : v + lp_at(c, t, b, cur));
+      double v = tpurt_more_ld(c->alpha, aoff(c, b, t - 1, s));
+      if (s > 0) v = log_add(v, tpurt_more_ld(c->alpha, aoff(c, b, t - 1, s - 1)));
+      if (s > 1 && prime(c, b, s - 2) != cur) v = log_add(v, tpurt_more_ld(c->alpha, aoff(c, b, t - 1, s - 2)));
+      tpurt_more_st(c->alpha, aoff(c, b, t, s), v == -INFINITY ? -INFINITY : v + lp_at(c, t, b, cur));
     }
-  double end = ld(c->alpha, aoff(c, b, Tb - 1, S - 1));
-  if (L > 0) end = log_add(end, ld(c->alpha, aoff(c, b, Tb - 1, S - 2)));
+  double end = tpurt_more_ld(c->alpha, aoff(c, b, Tb - 1, S - 1));
+  if (L > 0) end = log_add(end, tpurt_more_ld(c->alpha, aoff(c, b, Tb - 1, S - 2)));
   return -end;
 }
 
 static void ctc_fwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
   const ctc_t* c = u;
-  for (int64_t b = b0; b < b1; ++b) st(c->nll, b * (c->nll->ndim ? c->nll->strides[0] : 0), ctc_alpha(c, b));
+  for (int64_t b = b0; b < b1; ++b) tpurt_more_st(c->nll, b * (c->nll->ndim ? c->nll->strides[0] : 0), ctc_alpha(c, b));
 }
 
 static void ctc_bwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
@@ -83,12 +74,12 @@ static void ctc_bwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
   const tpurt_tensor_t* g = c->grad_in;
   for (int64_t b = b0; b < b1; ++b) {
     int64_t Tb = c->in_len[b], L = c->tg_len[b], S = 2 * L + 1;
-    double nll = ld(c->nll, b * (c->nll->ndim ? c->nll->strides[0] : 0));
-    double gr = ld(c->grad_out, b * (c->grad_out->ndim ? c->grad_out->strides[0] : 0));
+    double nll = tpurt_more_ld(c->nll, b * (c->nll->ndim ? c->nll->strides[0] : 0));
+    double gr = tpurt_more_ld(c->grad_out, b * (c->grad_out->ndim ? c->grad_out->strides[0] : 0));
     int64_t go = g->strides[0], gn = g->strides[1], gc = g->strides[2];
     if ((c->zero_inf && nll == INFINITY) || Tb == 0) {
       for (int64_t t = 0; t < c->T; ++t)
-        for (int64_t k = 0; k < c->C; ++k) st(g, t * go + b * gn + k * gc, 0);
+        for (int64_t k = 0; k < c->C; ++k) tpurt_more_st(g, t * go + b * gn + k * gc, 0);
       continue;
     }
     for (int64_t i = 0; i < c->T * c->L2max; ++i) beta[i] = -INFINITY;
@@ -106,19 +97,19 @@ static void ctc_bwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
       }
     for (int64_t t = 0; t < c->T; ++t) {
       if (t >= Tb) {
-        for (int64_t k = 0; k < c->C; ++k) st(g, t * go + b * gn + k * gc, 0);
+        for (int64_t k = 0; k < c->C; ++k) tpurt_more_st(g, t * go + b * gn + k * gc, 0);
         continue;
       }
       /* per class: log of sum over the extended positions holding it of alpha * beta */
-      for (int64_t k = 0; k < c->C; ++k) st(g, t * go + b * gn + k * gc, -INFINITY);
+      for (int64_t k = 0; k < c->C; ++k) tpurt_more_st(g, t * go + b * gn + k * gc, -INFINITY);
       for (int64_t s = 0; s < S; ++s) {
         int64_t k = prime(c, b, s);
-        double ab = ld(c->alpha, aoff(c, b, t, s)) + beta[t * c->L2max + s];
-        st(g, t * go + b * gn + k * gc, log_add(ld(g, t * go + b * gn + k * gc), ab));
+        double ab = tpurt_more_ld(c->alpha, aoff(c, b, t, s)) + beta[t * c->L2max + s];
+        tpurt_more_st(g, t * go + b * gn + k * gc, log_add(tpurt_more_ld(g, t * go + b * gn + k * gc), ab));
       }
       for (int64_t k = 0; k < c->C; ++k) {
-        double lcab = ld(g, t * go + b * gn + k * gc), lp = lp_at(c, t, b, k);
-        st(g, t * go + b * gn + k * gc, (exp(lp) - exp(lcab + nll - lp)) * gr);
+        double lcab = tpurt_more_ld(g, t * go + b * gn + k * gc), lp = lp_at(c, t, b, k);
+        tpurt_more_st(g, t * go + b * gn + k * gc, (exp(lp) - exp(lcab + nll - lp)) * gr);
       }
     }
   }
@@ -133,7 +124,7 @@ static tpurt_status_t lengths_arg(const tpurt_op_call_t* call, int i, int64_t n,
   }
   if (a && a->kind == TPURT_ARG_TENSOR && a->v.tensor->ndim == 1 && a->v.tensor->sizes[0] == n &&
       !tpurt_dtype_is_floating(a->v.tensor->dtype)) {
-    for (int64_t b = 0; b < n; ++b) out[b] = ldi(a->v.tensor, b * a->v.tensor->strides[0]);
+    for (int64_t b = 0; b < n; ++b) out[b] = tpurt_more_ldi(a->v.tensor, b * a->v.tensor->strides[0]);
     return TPURT_OK;
   }
   return TPURT_STATUS(INVALID_ARGUMENT, "%s: %s must have one entry per batch entry (%lld)", call->name,
@@ -179,8 +170,8 @@ static tpurt_status_t ctc_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: targets too short for the target lengths", call->name);
   for (int64_t b = 0; b < c.N; ++b)
     for (int64_t k = 0; k < tg_len[b]; ++k) {
-      int64_t v = c.two_d ? ldi(c.tg, b * c.tg->strides[0] + k * c.tg->strides[1])
-                          : ldi(c.tg, (tg_off[b] + k) * c.tg->strides[0]);
+      int64_t v = c.two_d ? tpurt_more_ldi(c.tg, b * c.tg->strides[0] + k * c.tg->strides[1])
+                          : tpurt_more_ldi(c.tg, (tg_off[b] + k) * c.tg->strides[0]);
       if (v < 0 || v >= c.C)
         return TPURT_STATUS(INVALID_ARGUMENT, "%s: target %lld out of range [0, %lld)", call->name, (long long)v,
                             (long long)c.C);

@@ -277,16 +277,7 @@ static tpurt_status_t pdist_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   return TPURT_OK;
 }
 
-#define DIST_PAIR(NAME, EXPR)                                                                    \
-  tpurt_status_t tpurt_more_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {        \
-    const bool ref = false;                                                                      \
-    return EXPR;                                                                                 \
-  }                                                                                              \
-  tpurt_status_t tpurt_more_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {  \
-    const bool ref = true;                                                                       \
-    return EXPR;                                                                                 \
-  }
-DIST_PAIR(cdist_forward, cdist_run(ctx, call, false, ref))
-DIST_PAIR(cdist_backward, cdist_run(ctx, call, true, ref))
-DIST_PAIR(pdist_forward, pdist_run(ctx, call, false, ref))
-DIST_PAIR(pdist_backward, pdist_run(ctx, call, true, ref))
+TPURT_MORE_PAIR(cdist_forward, cdist_run(ctx, call, false, ref))
+TPURT_MORE_PAIR(cdist_backward, cdist_run(ctx, call, true, ref))
+TPURT_MORE_PAIR(pdist_forward, pdist_run(ctx, call, false, ref))
+TPURT_MORE_PAIR(pdist_backward, pdist_run(ctx, call, true, ref))

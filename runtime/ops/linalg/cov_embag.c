@@ -15,18 +15,6 @@
 
 enum { EB_SUM = 0, EB_MEAN = 1, EB_MAX = 2 };
 
-static inline double ldd(const tpurt_tensor_t* t, int64_t off) {
-  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
-}
-static inline void std_(const tpurt_tensor_t* t, int64_t off, double v) {
-  tpurt_dtype_store_f64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
-}
-static inline int64_t ldi(const tpurt_tensor_t* t, int64_t off) {
-  return tpurt_dtype_load_i64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
-}
-static inline void sti(const tpurt_tensor_t* t, int64_t off, int64_t v) {
-  tpurt_dtype_store_i64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
-}
 static int64_t arg_int(const tpurt_op_call_t* c, int i, int64_t dflt) {
   if (i < c->num_args && (c->args[i].kind == TPURT_ARG_INT || c->args[i].kind == TPURT_ARG_BOOL))
     return c->args[i].kind == TPURT_ARG_INT ? c->args[i].v.i : c->args[i].v.b;
@@ -61,16 +49,16 @@ static tpurt_status_t bags_check(const tpurt_op_call_t* call, bags_t* b, bool in
   b->nbags = include_last ? (no > 0 ? no - 1 : 0) : no;
   const int64_t* ip = b->idx->dtype == TPURT_DTYPE_INT64 ? (const int64_t*)b->idx->data : NULL;
   for (int64_t i = 0; i < b->n; ++i) {
-    int64_t v = ip ? ip[i * b->is] : ldi(b->idx, i * b->is);
+    int64_t v = ip ? ip[i * b->is] : tpurt_more_ldi(b->idx, i * b->is);
     if (v < 0 || v >= b->num_weights)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: Index %lld of input takes value %lld which is not in the valid range [0, %lld)",
                           call->name, (long long)i, (long long)v, (long long)b->num_weights);
   }
-  if (no > 0 && ldi(b->offs, 0) != 0)
+  if (no > 0 && tpurt_more_ldi(b->offs, 0) != 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. However, got %lld",
-                        call->name, (long long)ldi(b->offs, 0));
+                        call->name, (long long)tpurt_more_ldi(b->offs, 0));
   for (int64_t k = 0; k + 1 < no; ++k) {
-    int64_t a = ldi(b->offs, k * b->os), c = ldi(b->offs, (k + 1) * b->os);
+    int64_t a = tpurt_more_ldi(b->offs, k * b->os), c = tpurt_more_ldi(b->offs, (k + 1) * b->os);
     if (c < a || c > b->n)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: offsets[%lld] = %lld is out of order or past the %lld indices",
                           call->name, (long long)(k + 1), (long long)c, (long long)b->n);
@@ -79,9 +67,9 @@ static tpurt_status_t bags_check(const tpurt_op_call_t* call, bags_t* b, bool in
 }
 
 static inline void bag_range(const bags_t* b, int64_t k, int64_t* s, int64_t* e) {
-  *s = ldi(b->offs, k * b->os);
+  *s = tpurt_more_ldi(b->offs, k * b->os);
   int64_t no = b->offs->sizes[0];
-  *e = k + 1 < no ? ldi(b->offs, (k + 1) * b->os) : b->n;
+  *e = k + 1 < no ? tpurt_more_ldi(b->offs, (k + 1) * b->os) : b->n;
   if (*e > b->n) *e = b->n;
 }
 
@@ -111,36 +99,36 @@ static void eb_fwd_bags(void* u, int64_t k0, int64_t k1, int tid) {
     bag_range(&a->b, k, &s, &e);
     for (int64_t d = 0; d < a->dim; ++d) acc[d] = 0, arg[d] = -1;
     for (int64_t i = s; i < e; ++i) {
-      int64_t r = ip ? ip[i * a->b.is] : ldi(a->b.idx, i * a->b.is);
+      int64_t r = ip ? ip[i * a->b.is] : tpurt_more_ldi(a->b.idx, i * a->b.is);
       if (r == a->b.padding) continue;
       ++count;
       if (a->mode == EB_MAX) {
         for (int64_t d = 0; d < a->dim; ++d) {
-          double v = wf ? (double)wf[r * ws0 + d] : ldd(w, r * ws0 + d * ws1);
+          double v = wf ? (double)wf[r * ws0 + d] : tpurt_more_ld(w, r * ws0 + d * ws1);
           if (arg[d] < 0 || v > acc[d]) acc[d] = v, arg[d] = r;
         }
         continue;
       }
-      double sw = a->psw ? ldd(a->psw, i * a->psw->strides[0]) : 1.0;
+      double sw = a->psw ? tpurt_more_ld(a->psw, i * a->psw->strides[0]) : 1.0;
       if (wf) {
         const float* row = wf + r * ws0;
         for (int64_t d = 0; d < a->dim; ++d) acc[d] += (double)row[d] * sw;
       } else {
-        for (int64_t d = 0; d < a->dim; ++d) acc[d] += ldd(w, r * ws0 + d * ws1) * sw;
+        for (int64_t d = 0; d < a->dim; ++d) acc[d] += tpurt_more_ld(w, r * ws0 + d * ws1) * sw;
       }
     }
     for (int64_t d = 0; d < a->dim; ++d) {
       double v = a->mode == EB_MEAN && count > 0 ? acc[d] / (double)count : acc[d];
-      std_(out, k * os0 + d * os1, v);
-      if (write_maxi) sti(a->maxi, k * a->maxi->strides[0] + d * a->maxi->strides[1], arg[d]);
+      tpurt_more_st(out, k * os0 + d * os1, v);
+      if (write_maxi) tpurt_more_sti(a->maxi, k * a->maxi->strides[0] + d * a->maxi->strides[1], arg[d]);
     }
     /* with include_last_offset the meta sizes these by the offsets (one more than the bags) */
     if (a->bsize && a->bsize->ndim == 1 && a->bsize->sizes[0] >= a->b.nbags)
-      sti(a->bsize, k * a->bsize->strides[0], count);
+      tpurt_more_sti(a->bsize, k * a->bsize->strides[0], count);
     if (a->maxi && a->maxi->ndim == 1 && a->maxi->sizes[0] >= a->b.nbags)
-      sti(a->maxi, k * a->maxi->strides[0], count); /* CPU's non-max modes return bag_size here */
+      tpurt_more_sti(a->maxi, k * a->maxi->strides[0], count); /* CPU's non-max modes return bag_size here */
     if (a->o2b && a->o2b->ndim == 1 && a->o2b->sizes[0] == a->b.n)
-      for (int64_t i = s; i < e; ++i) sti(a->o2b, i * a->o2b->strides[0], k);
+      for (int64_t i = s; i < e; ++i) tpurt_more_sti(a->o2b, i * a->o2b->strides[0], k);
   }
 }
 
@@ -173,7 +161,7 @@ static tpurt_status_t eb_forward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   a.maxi = call->num_outputs > 3 ? &call->outputs[3] : NULL;
   for (const tpurt_tensor_t* t = a.bsize; t; t = t == a.bsize ? a.maxi : NULL) /* entries past the bags */
     if (t->ndim == 1)
-      for (int64_t k = a.b.nbags; k < t->sizes[0]; ++k) sti(t, k * t->strides[0], 0);
+      for (int64_t k = a.b.nbags; k < t->sizes[0]; ++k) tpurt_more_sti(t, k * t->strides[0], 0);
   if (a.b.nbags == 0) return TPURT_OK;
   int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
   a.acc = tpurt_kernel_scratch(ctx, (size_t)nt * (size_t)(a.dim + 1) * (sizeof(double) + sizeof(int64_t)));
@@ -199,28 +187,28 @@ static void eb_bwd_cols(void* u, int64_t d0, int64_t d1, int tid) {
   const tpurt_tensor_t *g = a->grad, *o = a->out;
   int64_t gs0 = g->strides[0], gs1 = g->strides[1], os0 = o->strides[0], os1 = o->strides[1];
   for (int64_t r = 0; r < a->num_weights; ++r)
-    for (int64_t d = d0; d < d1; ++d) std_(o, r * os0 + d * os1, 0);
+    for (int64_t d = d0; d < d1; ++d) tpurt_more_st(o, r * os0 + d * os1, 0);
   if (a->mode == EB_MAX) {
     for (int64_t k = 0; k < a->nbags; ++k)
       for (int64_t d = d0; d < d1; ++d) {
-        int64_t r = ldi(a->maxi, k * a->maxi->strides[0] + d * a->maxi->strides[1]);
+        int64_t r = tpurt_more_ldi(a->maxi, k * a->maxi->strides[0] + d * a->maxi->strides[1]);
         if (r < 0 || r >= a->num_weights || r == a->padding) continue; /* an empty bag */
-        std_(o, r * os0 + d * os1, ldd(o, r * os0 + d * os1) + ldd(g, k * gs0 + d * gs1));
+        tpurt_more_st(o, r * os0 + d * os1, tpurt_more_ld(o, r * os0 + d * os1) + tpurt_more_ld(g, k * gs0 + d * gs1));
       }
     return;
   }
   for (int64_t i = 0; i < a->n; ++i) {
-    int64_t r = ldi(a->idx, i * a->idx->strides[0]), k = a->bag_of[i];
+    int64_t r = tpurt_more_ldi(a->idx, i * a->idx->strides[0]), k = a->bag_of[i];
     if (r == a->padding || k < 0 || k >= a->nbags) continue;
     double scale = 1;
     if (a->mode == EB_MEAN) {
-      int64_t c = ldi(a->bsize, k * a->bsize->strides[0]);
+      int64_t c = tpurt_more_ldi(a->bsize, k * a->bsize->strides[0]);
       scale = c > 0 ? 1.0 / (double)c : 0;
     }
-    if (a->psw) scale *= ldd(a->psw, i * a->psw->strides[0]);
+    if (a->psw) scale *= tpurt_more_ld(a->psw, i * a->psw->strides[0]);
     if (a->freq) scale /= (double)a->freq[r];
     for (int64_t d = d0; d < d1; ++d)
-      std_(o, r * os0 + d * os1, ldd(o, r * os0 + d * os1) + ldd(g, k * gs0 + d * gs1) * scale);
+      tpurt_more_st(o, r * os0 + d * os1, tpurt_more_ld(o, r * os0 + d * os1) + tpurt_more_ld(g, k * gs0 + d * gs1) * scale);
   }
 }
 
@@ -267,8 +255,8 @@ static tpurt_status_t eb_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
     if (a.mode != EB_MAX && (!o2b || tpurt_tensor_numel(o2b) != a.n))
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: offset2bag must have one entry per index", call->name);
     for (int64_t i = 0; i < a.n && a.mode != EB_MAX; ++i) {
-      bag_of[i] = ldi(o2b, i * o2b->strides[0]);
-      int64_t r = ldi(idx, i * idx->strides[0]);
+      bag_of[i] = tpurt_more_ldi(o2b, i * o2b->strides[0]);
+      int64_t r = tpurt_more_ldi(idx, i * idx->strides[0]);
       if (r < 0 || r >= a.num_weights)
         return TPURT_STATUS(INVALID_ARGUMENT, "%s: index %lld out of range [0, %lld)", call->name, (long long)r,
                             (long long)a.num_weights);
@@ -280,7 +268,7 @@ static tpurt_status_t eb_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
      * an index repeats); freq[] ends up holding that divisor per row, to match */
     int64_t *count = bag_of + a.n, *freq = count + a.num_weights;
     memset(count, 0, (size_t)a.num_weights * sizeof(int64_t));
-    for (int64_t i = 0; i < a.n; ++i) count[ldi(idx, i * idx->strides[0])]++;
+    for (int64_t i = 0; i < a.n; ++i) count[tpurt_more_ldi(idx, i * idx->strides[0])]++;
     int64_t rank = 0, pos_row = 0, pos_seen = 0; /* sorted[rank]: the row where the running count passes rank */
     for (int64_t r = 0; r < a.num_weights; ++r) {
       freq[r] = 1;
@@ -310,13 +298,13 @@ typedef struct eb_psw_t {
 static void eb_psw_range(void* u, int64_t i0, int64_t i1, int tid) {
   const eb_psw_t* a = u;
   for (int64_t i = i0; i < i1; ++i) {
-    int64_t r = ldi(a->idx, i * a->idx->strides[0]), k = ldi(a->o2b, i * a->o2b->strides[0]);
+    int64_t r = tpurt_more_ldi(a->idx, i * a->idx->strides[0]), k = tpurt_more_ldi(a->o2b, i * a->o2b->strides[0]);
     double acc = 0;
     if (r != a->padding)
       for (int64_t d = 0; d < a->dim; ++d)
-        acc += ldd(a->grad, k * a->grad->strides[0] + d * a->grad->strides[1]) *
-               ldd(a->w, r * a->w->strides[0] + d * a->w->strides[1]);
-    std_(a->out, i * a->out->strides[0], acc);
+        acc += tpurt_more_ld(a->grad, k * a->grad->strides[0] + d * a->grad->strides[1]) *
+               tpurt_more_ld(a->w, r * a->w->strides[0] + d * a->w->strides[1]);
+    tpurt_more_st(a->out, i * a->out->strides[0], acc);
   }
 }
 
@@ -335,7 +323,7 @@ static tpurt_status_t eb_psw_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: inconsistent shapes", call->name);
   a.dim = a.w->sizes[1];
   for (int64_t i = 0; i < n; ++i) {
-    int64_t r = ldi(a.idx, i * a.idx->strides[0]), k = ldi(a.o2b, i * a.o2b->strides[0]);
+    int64_t r = tpurt_more_ldi(a.idx, i * a.idx->strides[0]), k = tpurt_more_ldi(a.o2b, i * a.o2b->strides[0]);
     if (r < 0 || r >= a.w->sizes[0] || k < 0 || k >= a.grad->sizes[0])
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: index %lld or bag %lld out of range", call->name, (long long)r,
                           (long long)k);
@@ -346,16 +334,7 @@ static tpurt_status_t eb_psw_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   return TPURT_OK;
 }
 
-#define EB_PAIR(NAME, EXPR)                                                                      \
-  tpurt_status_t tpurt_more_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {        \
-    const bool ref = false;                                                                      \
-    return EXPR;                                                                                 \
-  }                                                                                              \
-  tpurt_status_t tpurt_more_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {  \
-    const bool ref = true;                                                                       \
-    return EXPR;                                                                                 \
-  }
-EB_PAIR(embedding_bag, eb_forward(ctx, call, ref))
-EB_PAIR(embedding_bag_backward, eb_backward(ctx, call, false, ref))
-EB_PAIR(embedding_bag_dense_backward, eb_backward(ctx, call, true, ref))
-EB_PAIR(embedding_bag_psw_backward, eb_psw_backward(ctx, call, ref))
+TPURT_MORE_PAIR(embedding_bag, eb_forward(ctx, call, ref))
+TPURT_MORE_PAIR(embedding_bag_backward, eb_backward(ctx, call, false, ref))
+TPURT_MORE_PAIR(embedding_bag_dense_backward, eb_backward(ctx, call, true, ref))
+TPURT_MORE_PAIR(embedding_bag_psw_backward, eb_psw_backward(ctx, call, ref))

@@ -21,12 +21,6 @@ typedef struct gs_t {
   double* acc;                               /* [threads][C * D * H * W] (backward with grad_input) */
 } gs_t;
 
-static inline double ld(const tpurt_tensor_t* t, int64_t off) {
-  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
-}
-static inline void st(const tpurt_tensor_t* t, int64_t off, double v) {
-  tpurt_dtype_store_f64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
-}
 /* offset of [n, c, d, h, w] in a 4-D (d ignored) or 5-D tensor */
 static inline int64_t off5(const tpurt_tensor_t* t, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w) {
   if (t->ndim == 5)
@@ -34,13 +28,13 @@ static inline int64_t off5(const tpurt_tensor_t* t, int64_t n, int64_t c, int64_
   return n * t->strides[0] + c * t->strides[1] + h * t->strides[2] + w * t->strides[3];
 }
 static inline double gs_in(const gs_t* g, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w) {
-  return ld(g->in, off5(g->in, n, c, d, h, w));
+  return tpurt_more_ld(g->in, off5(g->in, n, c, d, h, w));
 }
 static inline double gs_gout(const gs_t* g, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w) {
-  return ld(g->gout, off5(g->gout, n, c, d, h, w));
+  return tpurt_more_ld(g->gout, off5(g->gout, n, c, d, h, w));
 }
 static inline void gs_out(const gs_t* g, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w, double v) {
-  st(g->out, off5(g->out, n, c, d, h, w), v);
+  tpurt_more_st(g->out, off5(g->out, n, c, d, h, w), v);
 }
 /* grid[n, (d,) h, w, k] */
 static inline int64_t grid_off(const tpurt_tensor_t* t, int64_t n, int64_t d, int64_t h, int64_t w, int k) {
@@ -49,14 +43,14 @@ static inline int64_t grid_off(const tpurt_tensor_t* t, int64_t n, int64_t d, in
   return n * t->strides[0] + h * t->strides[1] + w * t->strides[2] + k * t->strides[3];
 }
 static inline double gs_grid(const gs_t* g, int64_t n, int64_t d, int64_t h, int64_t w, int k) {
-  return ld(g->grid, grid_off(g->grid, n, d, h, w, k));
+  return tpurt_more_ld(g->grid, grid_off(g->grid, n, d, h, w, k));
 }
 static inline void gs_ggrid(const gs_t* g, int64_t n, int64_t d, int64_t h, int64_t w, double gx, double gy,
                             double gz) {
   if (!g->ggrid) return;
-  st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 0), gx);
-  st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 1), gy);
-  if (g->three_d) st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 2), gz);
+  tpurt_more_st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 0), gx);
+  tpurt_more_st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 1), gy);
+  if (g->three_d) tpurt_more_st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 2), gz);
 }
 /* CPU converts a (floored / rounded / clipped) coordinate to an integer by truncation */
 static inline bool gs_to_index_any(double v, int64_t* out) {
@@ -127,7 +121,7 @@ static void gs_bwd_batches(void* u, int64_t n0, int64_t n1, int tid) {
       for (int64_t d = 0; d < g->D; ++d)
         for (int64_t h = 0; h < g->H; ++h)
           for (int64_t w = 0; w < g->W; ++w)
-            st(g->gin, off5(g->gin, n, c, d, h, w), acc[((c * g->D + d) * g->H + h) * g->W + w]);
+            tpurt_more_st(g->gin, off5(g->gin, n, c, d, h, w), acc[((c * g->D + d) * g->H + h) * g->W + w]);
   }
 }
 
@@ -204,16 +198,7 @@ static tpurt_status_t gs_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
   return TPURT_OK;
 }
 
-#define GS_PAIR(NAME, EXPR)                                                                      \
-  tpurt_status_t tpurt_more_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {        \
-    const bool ref = false;                                                                      \
-    return EXPR;                                                                                 \
-  }                                                                                              \
-  tpurt_status_t tpurt_more_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {  \
-    const bool ref = true;                                                                       \
-    return EXPR;                                                                                 \
-  }
-GS_PAIR(grid_sampler_2d, gs_run(ctx, call, false, false, ref))
-GS_PAIR(grid_sampler_2d_backward, gs_run(ctx, call, false, true, ref))
-GS_PAIR(grid_sampler_3d, gs_run(ctx, call, true, false, ref))
-GS_PAIR(grid_sampler_3d_backward, gs_run(ctx, call, true, true, ref))
+TPURT_MORE_PAIR(grid_sampler_2d, gs_run(ctx, call, false, false, ref))
+TPURT_MORE_PAIR(grid_sampler_2d_backward, gs_run(ctx, call, false, true, ref))
+TPURT_MORE_PAIR(grid_sampler_3d, gs_run(ctx, call, true, false, ref))
+TPURT_MORE_PAIR(grid_sampler_3d_backward, gs_run(ctx, call, true, true, ref))

@@ -10,18 +10,6 @@
 
 #include "ops/linalg/cov_more.h"
 
-static inline double ld(const tpurt_tensor_t* t, int64_t off) {
-  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
-}
-static inline void st(const tpurt_tensor_t* t, int64_t off, double v) {
-  tpurt_dtype_store_f64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
-}
-static inline int64_t ldi(const tpurt_tensor_t* t, int64_t off) {
-  return tpurt_dtype_load_i64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
-}
-static inline void sti(const tpurt_tensor_t* t, int64_t off, int64_t v) {
-  tpurt_dtype_store_i64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
-}
 /* offset of batch b (row-major over shape[0..nb)) in t, whose leading ndim - mat dims broadcast */
 static int64_t boff(const tpurt_tensor_t* t, int mat, int64_t b, const int64_t* shape, int nb) {
   int tb = t->ndim - mat;
@@ -192,13 +180,13 @@ static tpurt_status_t ldl_factor(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   for (int64_t b = 0; b < batches; ++b) {
     int64_t oa = boff(A, 2, b, A->sizes, nb), ol = boff(LD, 2, b, A->sizes, nb);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < n; ++j) a[i * n + j] = j <= i ? ld(A, oa + i * ar + j * ac) : 0;
+      for (int64_t j = 0; j < n; ++j) a[i * n + j] = j <= i ? tpurt_more_ld(A, oa + i * ar + j * ac) : 0;
     int64_t info = sytf2_lower(a, n, piv);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < n; ++j) st(LD, ol + i * lr + j * lc, j <= i ? a[i * n + j] : 0);
+      for (int64_t j = 0; j < n; ++j) tpurt_more_st(LD, ol + i * lr + j * lc, j <= i ? a[i * n + j] : 0);
     int64_t op = boff(P, 1, b, A->sizes, nb);
-    for (int64_t i = 0; i < n; ++i) sti(P, op + i * P->strides[P->ndim - 1], piv[i]);
-    if (tpurt_tensor_numel(I) == batches) sti(I, boff(I, 0, b, A->sizes, nb), info);
+    for (int64_t i = 0; i < n; ++i) tpurt_more_sti(P, op + i * P->strides[P->ndim - 1], piv[i]);
+    if (tpurt_tensor_numel(I) == batches) tpurt_more_sti(I, boff(I, 0, b, A->sizes, nb), info);
   }
   return TPURT_OK;
 }
@@ -234,19 +222,19 @@ static tpurt_status_t ldl_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
     int64_t ob = boff(B, 2, bi, X->sizes, nb), ox = boff(X, 2, bi, X->sizes, nb);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j)
-        a[i * n + j] = ld(LD, ol + i * LD->strides[lnb] + j * LD->strides[lnb + 1]);
+        a[i * n + j] = tpurt_more_ld(LD, ol + i * LD->strides[lnb] + j * LD->strides[lnb + 1]);
     for (int64_t i = 0; i < n; ++i) {
-      int64_t p = ldi(P, op + i * P->strides[P->ndim - 1]);
+      int64_t p = tpurt_more_ldi(P, op + i * P->strides[P->ndim - 1]);
       if (p == 0 || p > n || p < -n)
         return TPURT_STATUS(INVALID_ARGUMENT, "%s: pivot %lld out of range for n = %lld", call->name, (long long)p,
                             (long long)n);
       piv[i] = p;
     }
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < r; ++j) b[i * r + j] = ld(B, ob + i * B->strides[B->ndim - 2] + j * B->strides[B->ndim - 1]);
+      for (int64_t j = 0; j < r; ++j) b[i * r + j] = tpurt_more_ld(B, ob + i * B->strides[B->ndim - 2] + j * B->strides[B->ndim - 1]);
     sytrs_lower(a, n, piv, b, r);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < r; ++j) st(X, ox + i * X->strides[nb] + j * X->strides[nb + 1], b[i * r + j]);
+      for (int64_t j = 0; j < r; ++j) tpurt_more_st(X, ox + i * X->strides[nb] + j * X->strides[nb + 1], b[i * r + j]);
   }
   return TPURT_OK;
 }
