@@ -37,10 +37,11 @@
  *   5. size: FUSE_MAX_OPS ops per chain;
  *   6. independence: if it shares a byte with a record already passed over
  *      (moving it ahead of that record would change what either sees).
- *  A reduction ends the chain (rule 7) instead of being passed over when it
- *  is a kernel of the reduction engine (sum, mean, amax/amin, max/min over a
- *  dim, prod, all/any, count_nonzero, var/std(_mean), norms, logsumexp)
- *  whose one tensor input is the very view of a member's output
+ *  A reduction ends the chain (rule 7) instead of being passed over when its
+ *  kernel reads its input only through the reduction engine (flag
+ *  TPURT_OP_REDUCE_ENGINE: sum, mean, amax/amin, max/min over a dim, prod,
+ *  all/any, count_nonzero, var/std(_mean), norms, logsumexp) and its one
+ *  tensor input is the very view of a member's output
  *  (contiguous), unless a member writes memory the chain reads (in place:
  *  var reads its input twice and both passes must see the same values), its
  *  outputs touch the chain's tensors, or rule 6 holds for it. The engine then
@@ -221,28 +222,6 @@ static void ew_table_init(void) {
 bool tpurt_fuse_op_fusable(const tpurt_op_def_t* op) {
   pthread_once(&g_ew_once, ew_table_init);
   return op && op >= tpurt_ops_elementwise && op < g_ew_end;
-}
-
-/* Reductions that may end a chain: the kernels of tpurt_ops_reduce that read
- * their one tensor input only through the reduction engine (ops/reduce). */
-extern const tpurt_op_def_t tpurt_ops_reduce[];
-static const char* const kChainReductions[] = {
-    "sum", "nansum", "mean", "prod", "amax", "amin", "max", "min", "all", "any", "count_nonzero",
-    "var", "std", "var_mean", "std_mean", "linalg_vector_norm", "norm", "logsumexp", NULL};
-static const tpurt_op_def_t* g_red_end;
-static pthread_once_t g_red_once = PTHREAD_ONCE_INIT;
-static void red_table_init(void) {
-  const tpurt_op_def_t* e = tpurt_ops_reduce;
-  while (e->name) ++e;
-  g_red_end = e;
-}
-
-static bool op_is_chain_reduction(const tpurt_op_def_t* op) {
-  pthread_once(&g_red_once, red_table_init);
-  if (!op || op < tpurt_ops_reduce || op >= g_red_end) return false;
-  for (const char* const* n = kChainReductions; *n; ++n)
-    if (strcmp(op->name, *n) == 0) return true;
-  return false;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -539,7 +518,7 @@ static bool red_dims_innermost(const tpurt_op_call_t* c, const tpurt_tensor_t* i
 static int reduction_source(const tpurt_defer_list_t* l, const int32_t* members, int n, int32_t ri,
                             const int32_t* passed, int np, const hull_t* hulls) {
   const tpurt_defer_rec_t* r = &l->recs[ri];
-  if (r->kind != TPURT_DEFER_KERNEL || !op_is_chain_reduction(r->op)) return -1;
+  if (r->kind != TPURT_DEFER_KERNEL || !r->op || !(r->op->flags & TPURT_OP_REDUCE_ENGINE)) return -1;
   const tpurt_op_call_t* c = &r->call;
   const tpurt_tensor_t* in = NULL;
   for (int32_t i = 0; i < c->num_args; ++i) {
@@ -588,7 +567,8 @@ static int reduction_source(const tpurt_defer_list_t* l, const int32_t* members,
 }
 
 /* The chain starting at record `start`: its record indices into members;
- * returns how many (1 = run alone). Records it passes over (rule 6) go on
+ * returns how many (1 = run alone); a reduction ending it (rule 7) goes to
+ * members[n] and *out_red. Records it passes over (rule 6) go on
  * after it, so a member may not share a byte with any of them. */
 static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* members, const bool* done,
                       const hull_t* hulls, int32_t* out_red, int* out_red_src) {
@@ -611,7 +591,8 @@ static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* membe
     int why = 0;
     if (!rec_eligible(r)) {
       int src = reduction_source(l, members, n, i, passed, np, hulls);
-      if (src >= 0) { /* rule 7: the chain ends in this reduction */
+      if (src >= 0) { /* rule 7: the chain ends in this reduction, members[n] */
+        members[n] = i;
         *out_red = i;
         *out_red_src = src;
         break;
@@ -895,7 +876,7 @@ _Thread_local void* tpurt_fuse_tls_capture;
 
 static tpurt_status_t chain_level(chain_t* ch, int k);
 static tpurt_status_t chain_prepare(chain_t* ch);
-static tpurt_status_t chain_pass(chain_t* ch);
+static void chain_pass(chain_t* ch);
 static void chain_reduce(chain_t* ch);
 
 static tpurt_status_t off_plan(chain_t* ch) {
@@ -922,8 +903,10 @@ tpurt_status_t tpurt_fuse_capture(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config
    * (through the reduction kernel when one ends the chain). */
   tpurt_fuse_tls_capture = NULL;
   tpurt_status_t s = chain_prepare(ch);
-  if (!s && ch->red < 0) s = chain_pass(ch);
-  else if (!s) chain_reduce(ch);
+  if (!s) {
+    if (ch->red >= 0) chain_reduce(ch);
+    else chain_pass(ch);
+  }
   tpurt_fuse_tls_capture = ch;
   if (s) {
     tpurt_status_free(s);
@@ -1043,10 +1026,7 @@ static tpurt_status_t chain_prepare(chain_t* ch) {
 }
 
 /* Runs the planned pass over every element. */
-static tpurt_status_t chain_pass(chain_t* ch) {
-  tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, chain_range, ch);
-  return TPURT_OK;
-}
+static void chain_pass(chain_t* ch) { tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, chain_range, ch); }
 
 /* One run of `len` (<= FUSE_TILE) elements along the innermost dim through
  * every member, memory operands starting at idx. */
@@ -1281,7 +1261,6 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
     int32_t red = -1;
     int red_src = -1;
     int n = fuse && r->kind == TPURT_DEFER_KERNEL ? plan_chain(l, i, members, done, hulls, &red, &red_src) : 1;
-    if (red >= 0) members[n] = red;
     if ((n >= 2 || red >= 0) && run_chain(q, l, members, n, red, red_src, ctx, on_error)) {
       for (int m = 0; m < n; ++m) done[members[m]] = true;
       if (red >= 0) done[red] = true;

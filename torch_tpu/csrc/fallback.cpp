@@ -763,6 +763,44 @@ void expand_bool_indices(torch::jit::Stack* stack, size_t first_arg, const at::T
   slot = c10::IValue(std::move(out));
 }
 
+// A written tensor (out=, or self in place) whose elements share memory (an
+// expanded view) is refused where CPU refuses it (at::assert_no_internal_overlap:
+// the result would depend on element order), and so is one that overlaps an
+// input: partially always, at all for refuse_alias ops (at::assert_no_overlap).
+// Only the certain cases, as ATen decides them. Inputs are compared with
+// single written tensors only (a written list's pairs would cost n^2 per call).
+void check_written_overlap(const OpInfo& info, const torch::jit::Stack& stack, size_t first) {
+  static const char* const kShared =
+      "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+      "location. Please clone() the tensor before performing the operation.";
+  static const char* const kAliased =
+      "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+      "memory location. Please clone() the tensor before performing the operation.";
+  auto each_tensor = [](const c10::IValue& v, const auto& fn) {
+    if (v.isTensor()) fn(v.toTensor());
+    else if (v.isTensorList())
+      for (const c10::IValue& e : v.toListRef()) fn(e.toTensor());
+  };
+  for (size_t i = 0; i < info.num_args; ++i) {
+    if (!info.arg_written[i]) continue;
+    const c10::IValue& v = stack[first + i];
+    each_tensor(v, [&](const at::Tensor& w) {
+      TORCH_CHECK(!w.defined() || at::has_internal_overlap(w) != at::MemOverlap::Yes, kShared);
+    });
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& w = v.toTensor();
+    for (size_t j = 0; j < info.num_args; ++j) {
+      if (info.arg_written[j]) continue;
+      each_tensor(stack[first + j], [&](const at::Tensor& in) {
+        if (!in.defined()) return;
+        at::MemOverlapStatus st = at::get_overlap_status(w, in);  // the same tensor: Full
+        TORCH_CHECK(st != at::MemOverlapStatus::Partial && !(info.refuse_alias && st == at::MemOverlapStatus::Full),
+                    kAliased);
+      });
+    }
+  }
+}
+
 // ================================ the fallback ================================
 
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -837,42 +875,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (complex_type == c10::ScalarType::Undefined) throw_not_implemented(info);
     TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": dtype ", complex_type, " is not supported on the tpu device");
   }
-  // A written tensor (out=, or self in place) whose elements share memory (an
-  // expanded view) is refused where CPU refuses it: the result would depend
-  // on element order. Only the certain case, as at::has_internal_overlap.
-  for (size_t i = 0; info.refuse_overlap && i < nargs; ++i) {
-    if (!info.arg_written[i]) continue;
-    const c10::IValue& v = (*stack)[first + i];
-    auto check = [&](const at::Tensor& t) {
-      TORCH_CHECK(!t.defined() || at::has_internal_overlap(t) != at::MemOverlap::Yes,
-                  "unsupported operation: more than one element of the written-to tensor refers to a single "
-                  "memory location. Please clone() the tensor before performing the operation.");
-    };
-    if (v.isTensor()) check(v.toTensor());
-    else if (v.isTensorList())
-      for (const at::Tensor& t : v.toTensorVector()) check(t);
-    if (!v.isTensor() || !v.toTensor().defined()) continue;
-    const at::Tensor& w = v.toTensor();
-    auto check_input = [&](const at::Tensor& in) {
-      if (!in.defined() || in.is_same(w)) {
-        TORCH_CHECK(!info.refuse_alias || !in.defined() || !in.is_same(w),
-                    "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
-                    "a single memory location. Please clone() the tensor before performing the operation.");
-        return;
-      }
-      at::MemOverlapStatus st = at::get_overlap_status(w, in);
-      TORCH_CHECK(st != at::MemOverlapStatus::Partial && (!info.refuse_alias || st != at::MemOverlapStatus::Full),
-                  "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
-                  "single memory location. Please clone() the tensor before performing the operation.");
-    };
-    for (size_t j = 0; j < nargs; ++j) {
-      if (info.arg_written[j]) continue;
-      const c10::IValue& a = (*stack)[first + j];
-      if (a.isTensor()) check_input(a.toTensor());
-      else if (a.isTensorList())
-        for (const at::Tensor& t : a.toTensorVector()) check_input(t);
-    }
-  }
+  if (info.refuse_overlap) check_written_overlap(info, *stack, first);
   if (device < 0) device = current_device_index();
   DeviceScope device_scope(device);
 

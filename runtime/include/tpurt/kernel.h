@@ -92,6 +92,10 @@ enum {
    * neither, the op raises NotImplementedError for the dtype. The real-dtype
    * kernels, and the fusion engine that knows them, stay complex-free. */
   TPURT_OP_COMPLEX = 1u << 2,
+  /* The kernel reads its one tensor input only through the reduction engine
+   * (ops/reduce: tpurt_reduce_run), so DeferAndFuse may end a chain in it and
+   * feed it the chain's value tile by tile (exec/fuse.c rule 7). */
+  TPURT_OP_REDUCE_ENGINE = 1u << 3,
 };
 
 typedef struct tpurt_op_def_t {

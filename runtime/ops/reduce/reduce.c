@@ -720,7 +720,7 @@ tpurt_status_t tpurt_reduce_run(tpurt_kernel_ctx_t* ctx, const tpurt_reduce_spec
     }
     return TPURT_OK;
   }
-  if (!j.src && vertical_ok(s, &p)) {
+  if (vertical_ok(s, &p)) { /* never with a source: it needs rin != 1 */
     j.vC = p.ksize[p.nk - 1];
     j.vblocks_per_row = (j.vC + VB - 1) / VB;
     int64_t nblk = (p.M / j.vC) * j.vblocks_per_row;
