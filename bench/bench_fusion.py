@@ -97,15 +97,6 @@ def _gpt_setup(mode):
     return _in_mode(mode, bench_gpt_step)
 
 
-def _defer_call(fn):
-    from torch_tpu import _C
-    _C._set_exec_mode(DEFER)
-    try:
-        return fn()
-    finally:
-        _C._set_exec_mode(STRICT)
-
-
 def _sync(device):
     if torch.device(device).type != "cpu":
         getattr(torch, torch.device(device).type).synchronize()
@@ -190,8 +181,7 @@ def main(argv=None):
     print(f"chain10 DeferAndFuse{t_defer * 1e3:8.2f} ms  {gb(t_defer):6.2f} GB/s  {t_cpu / t_defer:5.2f}x CPU  "
           f"{t_strict / t_defer:5.2f}x Strict  {100 * 8 * N / t_defer / bw_dev:5.1f}% of tpu copy bandwidth")
     print(f"  kernels per chain: {st['kernels_launched'] / max(1, st['flushes']):.1f} (stats {st})")
-    x_small = torch.randn(1 << 20, device=dev)
-    t_small = _median_s(lambda: _defer_call(lambda: chain10(x_small)), dev, runs)
+    t_small = _median_s(_chain_setup(DEFER, chain10, 1 << 20)(dev)[0], dev, runs)
     print(f"chain10 DeferAndFuse on 2^20 (in cache): {8 * (1 << 20) / t_small / 1e9:.2f} GB/s: the chain's "
           f"compute ceiling (transcendentals), against {gb(t_defer):.2f} GB/s from memory")
     a_cpu = _median_s(lambda: arith10(x_cpu), "cpu", runs)
