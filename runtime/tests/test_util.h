@@ -43,6 +43,28 @@ static inline double test_rand_unit(void) { return (double)(test_rand_u64() >> 1
     tpurt_status_free(s_);                                                   \
   } while (0)
 
+/* A contiguous (row-major) tensor over data. */
+static inline tpurt_tensor_t test_tensor_dense(tpurt_dtype_t dt, void* data, int ndim, const int64_t* sizes) {
+  tpurt_tensor_t t = {.data = data, .dtype = dt, .ndim = ndim};
+  int64_t st = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    t.sizes[d] = sizes[d];
+    t.strides[d] = st;
+    st *= sizes[d];
+  }
+  return t;
+}
+
+/* Runs op `name` from the op table: its fast kernel, or its reference one when `ref`. */
+static inline tpurt_status_t test_op_run(const char* name, bool ref, tpurt_arg_t* args, int nargs,
+                                         tpurt_tensor_t* outs, int nout) {
+  const tpurt_op_def_t* def = tpurt_op_lookup(name);
+  if (!def) return TPURT_STATUS(NOT_FOUND, "no kernel %s", name);
+  tpurt_op_call_t call = {.name = name, .overload = "", .num_args = nargs, .args = args, .num_outputs = nout,
+                          .outputs = outs};
+  return tpurt_kernel_run(ref ? def->reference : def->fn, &call);
+}
+
 static inline int test_finish(const char* name) {
   printf("%s: %d passed, %d failed\n", name, g_test_passed, g_test_failed);
   return g_test_failed ? 1 : 0;

@@ -31,65 +31,36 @@ typedef struct cx_user_t {
     q_[1] = (im);                                   \
   } while (0)
 
-/* out complex <- inputs 1 and 2 (a, b) */
-#define CX_LOOP2(NAME, R, ...)                                                   \
+/* One loop for every op: reads inputs 1..NIN as (ar, ai), (br, bi), (cr, ci)
+ * (a real operand reads with im 0), runs the body, and stores (o_r, o_i), or
+ * o_r alone when OUT_CPLX is 0. NIN and OUT_CPLX are constants, so the
+ * branches on them fold away. */
+#define CX_LOOP(NAME, R, NIN, OUT_CPLX, ...)                                      \
   static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
-    typedef R cx_real_t __attribute__((unused)); /* the bodies' real type */                             \
+    typedef R cx_real_t __attribute__((unused)); /* the bodies' real type */      \
     const cx_user_t* u = user;                                                    \
     const R alr = (R)u->alpha_re, ali = (R)u->alpha_im;                           \
     (void)alr;                                                                    \
     (void)ali;                                                                    \
     for (int64_t i = 0; i < n; ++i) {                                             \
-      R ar, ai, br, bi, o_r, o_i;                                                 \
+      R ar, ai, br = 0, bi = 0, cr = 0, ci = 0, o_r, o_i = 0;                     \
       CX_LD(R, 1, i, ar, ai);                                                     \
-      CX_LD(R, 2, i, br, bi);                                                     \
+      if (NIN >= 2) CX_LD(R, 2, i, br, bi);                                       \
+      if (NIN >= 3) CX_LD(R, 3, i, cr, ci);                                       \
+      (void)ai, (void)br, (void)bi, (void)cr, (void)ci;                           \
       __VA_ARGS__;                                                                \
-      CX_ST(R, i, o_r, o_i);                                                      \
+      if (OUT_CPLX) CX_ST(R, i, o_r, o_i);                                        \
+      else *(R*)(d[0] + i * s[0]) = o_r;                                          \
     }                                                                             \
   }
-/* out complex <- input 1 (a) */
-#define CX_LOOP1(NAME, R, ...)                                                   \
-  static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
-    typedef R cx_real_t __attribute__((unused)); /* the bodies' real type */                             \
-    const cx_user_t* u = user;                                                    \
-    for (int64_t i = 0; i < n; ++i) {                                             \
-      R ar, ai, o_r, o_i;                                                         \
-      CX_LD(R, 1, i, ar, ai);                                                     \
-      __VA_ARGS__;                                                                \
-      CX_ST(R, i, o_r, o_i);                                                      \
-    }                                                                             \
-  }
-/* out real <- input 1 (a) */
-#define CX_LOOP1R(NAME, R, ...)                                                  \
-  static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
-    typedef R cx_real_t __attribute__((unused)); /* the bodies' real type */                             \
-    const cx_user_t* u = user;                                                    \
-    for (int64_t i = 0; i < n; ++i) {                                             \
-      R ar, ai, o_r;                                                              \
-      CX_LD(R, 1, i, ar, ai);                                                     \
-      __VA_ARGS__;                                                                \
-      *(R*)(d[0] + i * s[0]) = o_r;                                               \
-    }                                                                             \
-  }
-/* out complex <- inputs 1, 2, 3 (a, b, c) */
-#define CX_LOOP3(NAME, R, ...)                                                    \
-  static void NAME(char** d, const int64_t* s, int64_t n, void* user) {           \
-    typedef R cx_real_t __attribute__((unused));                                  \
-    const cx_user_t* u = user;                                                    \
-    const R alr = (R)u->alpha_re, ali = (R)u->alpha_im;                           \
-    for (int64_t i = 0; i < n; ++i) {                                             \
-      R ar, ai, br, bi, cr, ci, o_r, o_i;                                         \
-      CX_LD(R, 1, i, ar, ai);                                                     \
-      CX_LD(R, 2, i, br, bi);                                                     \
-      CX_LD(R, 3, i, cr, ci);                                                     \
-      __VA_ARGS__;                                                                \
-      CX_ST(R, i, o_r, o_i);                                                      \
-    }                                                                             \
-  }
+#define CX_LOOP1(NAME, R, ...) CX_LOOP(NAME, R, 1, 1, __VA_ARGS__)  /* complex <- a */
+#define CX_LOOP1R(NAME, R, ...) CX_LOOP(NAME, R, 1, 0, __VA_ARGS__) /* real <- a */
+#define CX_LOOP2(NAME, R, ...) CX_LOOP(NAME, R, 2, 1, __VA_ARGS__)  /* complex <- a, b */
+#define CX_LOOP3(NAME, R, ...) CX_LOOP(NAME, R, 3, 1, __VA_ARGS__)  /* complex <- a, b, c */
 #define CX_BOTH(MACRO, NAME, ...) MACRO(NAME##_f, float, __VA_ARGS__) MACRO(NAME##_d, double, __VA_ARGS__)
 
 CX_BOTH(CX_LOOP1, copy, { o_r = ar; o_i = ai; })
-CX_BOTH(CX_LOOP1R, real_part, { o_r = ar; (void)ai; })
+CX_BOTH(CX_LOOP1R, real_part, { o_r = ar; })
 CX_BOTH(CX_LOOP1R, nonzero, { o_r = (ar != 0 || ai != 0) ? 1 : 0; }) /* complex -> bool */
 CX_BOTH(CX_LOOP1, neg, { o_r = -ar; o_i = -ai; })
 CX_BOTH(CX_LOOP1, conj, { o_r = ar; o_i = -ai; })
@@ -136,8 +107,8 @@ CX_BOTH(CX_LOOP3, addcdiv, {
   o_i = ai + (alr * pi + ali * pr);
 })
 /* complex(real, imag) and polar(abs, angle): both inputs real */
-CX_BOTH(CX_LOOP2, make, { o_r = ar; o_i = br; (void)ai; (void)bi; })
-CX_BOTH(CX_LOOP2, polar, { o_r = ar * cos(br); o_i = ar * sin(br); (void)ai; (void)bi; })
+CX_BOTH(CX_LOOP2, make, { o_r = ar; o_i = br; })
+CX_BOTH(CX_LOOP2, polar, { o_r = ar * cos(br); o_i = ar * sin(br); })
 
 /* where(cond, a, b): operand 1 is bool, 2 and 3 the values */
 #define CX_WHERE(NAME, R)                                                         \

@@ -26,7 +26,6 @@ static inline CPX FN(cmul)(CPX a, CPX b) {
 
 typedef struct FN(plan_t) {
   int64_t n;
-  int nf;
   int64_t f[64];               /* radices, outermost butterfly first */
   const CPX* tw;               /* n twiddles exp(-2 pi i k / n) */
   struct FN(plan_t) * inner;   /* Bluestein: the power-of-two plan; NULL for mixed radix */
@@ -129,7 +128,7 @@ static void FN(fft_exec)(const FN(plan_t) * p, CPX* x, CPX* work) {
 static void FN(fft_plan_init)(FN(plan_t) * p, int64_t n, char* mem) {
   memset(p, 0, sizeof(*p));
   p->n = n;
-  p->nf = fft_factorize(n, p->f);
+  fft_factorize(n, p->f);
   CPX* tw = (CPX*)mem;
   mem += fft_align(sizeof(CPX) * (size_t)n);
   for (int64_t k = 0; k < n; ++k) { /* angles in double, then rounded */

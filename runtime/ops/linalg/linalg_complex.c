@@ -47,45 +47,72 @@ typedef double _Complex zd_t;
 #undef EIG_SAFMIN
 #undef EIG_M
 
+/* ---- complex LU (linalg_eig's inverse iteration, complex::_linalg_solve_ex) ---- */
+
+/* In-place LU of the n x n row-major a with partial pivoting, getrf's
+ * conventions (piv 1-based, returns info: 0 or the first zero pivot, 1-based).
+ * A pivot below `tiny` becomes `tiny` (inverse iteration solves with a
+ * singular a - lambda I); tiny 0 keeps getrf's behaviour. */
+static int cs_lu_factor(zd_t* a, int64_t n, int32_t* piv, double tiny) {
+  int info = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t p = k;
+    double best = cabs(a[k * n + k]);
+    for (int64_t i = k + 1; i < n; ++i)
+      if (cabs(a[i * n + k]) > best) best = cabs(a[i * n + k]), p = i;
+    piv[k] = (int32_t)(p + 1);
+    if (p != k)
+      for (int64_t j = 0; j < n; ++j) {
+        zd_t t = a[k * n + j];
+        a[k * n + j] = a[p * n + j];
+        a[p * n + j] = t;
+      }
+    if (cabs(a[k * n + k]) < tiny) a[k * n + k] = tiny;
+    zd_t d = a[k * n + k];
+    if (d == 0) {
+      if (!info) info = (int)(k + 1);
+      continue;
+    }
+    for (int64_t i = k + 1; i < n; ++i) {
+      zd_t l = a[i * n + k] / d;
+      a[i * n + k] = l;
+      for (int64_t j = k + 1; j < n; ++j) a[i * n + j] -= l * a[k * n + j];
+    }
+  }
+  return info;
+}
+
+/* b (n x k row-major) <- A^-1 b from cs_lu_factor's lu and piv */
+static void cs_lu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k) {
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t p = piv[i] - 1;
+    if (p != i)
+      for (int64_t j = 0; j < k; ++j) {
+        zd_t t = b[i * k + j];
+        b[i * k + j] = b[p * k + j];
+        b[p * k + j] = t;
+      }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < i; ++r)
+      for (int64_t j = 0; j < k; ++j) b[i * k + j] -= lu[i * n + r] * b[r * k + j];
+  for (int64_t i = n - 1; i >= 0; --i) {
+    for (int64_t r = i + 1; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) b[i * k + j] -= lu[i * n + r] * b[r * k + j];
+    for (int64_t j = 0; j < k; ++j) b[i * k + j] /= lu[i * n + i];
+  }
+}
+
 /* The eigenvector of the original a for eigenvalue lambda by inverse
  * iteration: LU of (a - lambda I) with partial pivoting (a zero pivot becomes
  * eps * |a|), then three solves from a flat start. */
-static void eig_vector(int64_t n, const double* a, double anorm, zd_t lambda, zd_t* lu, int64_t* piv, zd_t* x) {
+static void eig_vector(int64_t n, const double* a, double anorm, zd_t lambda, zd_t* lu, int32_t* piv, zd_t* x) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) lu[i * n + j] = a[i * n + j] - (i == j ? lambda : 0);
-  const double tiny = DBL_EPSILON * (anorm > 0 ? anorm : 1.0);
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t p = k;
-    for (int64_t i = k + 1; i < n; ++i)
-      if (cabs(lu[i * n + k]) > cabs(lu[p * n + k])) p = i;
-    piv[k] = p;
-    if (p != k)
-      for (int64_t j = 0; j < n; ++j) {
-        zd_t t = lu[k * n + j];
-        lu[k * n + j] = lu[p * n + j];
-        lu[p * n + j] = t;
-      }
-    if (cabs(lu[k * n + k]) < tiny) lu[k * n + k] = tiny;
-    for (int64_t i = k + 1; i < n; ++i) {
-      zd_t f = lu[i * n + k] / lu[k * n + k];
-      lu[i * n + k] = f;
-      for (int64_t j = k + 1; j < n; ++j) lu[i * n + j] -= f * lu[k * n + j];
-    }
-  }
+  cs_lu_factor(lu, n, piv, DBL_EPSILON * (anorm > 0 ? anorm : 1.0));
   for (int64_t i = 0; i < n; ++i) x[i] = 1.0 / sqrt((double)n);
   for (int it = 0; it < 3; ++it) {
-    for (int64_t k = 0; k < n; ++k)
-      if (piv[k] != k) {
-        zd_t t = x[k];
-        x[k] = x[piv[k]];
-        x[piv[k]] = t;
-      }
-    for (int64_t i = 1; i < n; ++i)
-      for (int64_t j = 0; j < i; ++j) x[i] -= lu[i * n + j] * x[j];
-    for (int64_t i = n - 1; i >= 0; --i) {
-      for (int64_t j = i + 1; j < n; ++j) x[i] -= lu[i * n + j] * x[j];
-      x[i] /= lu[i * n + i];
-    }
+    cs_lu_solve(lu, piv, n, x, 1);
     double nrm = 0;
     for (int64_t i = 0; i < n; ++i) nrm = hypot(nrm, cabs(x[i]));
     if (!(nrm > 0) || !isfinite(nrm)) break;
@@ -154,7 +181,7 @@ static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
     double* v = wi + n;
     zd_t* lu = (zd_t*)(v + n);
     zd_t* x = lu + n * n;
-    int64_t* piv = (int64_t*)(x + n * n);
+    int32_t* piv = (int32_t*)(x + n * n);
     double anorm = 0;
     bool bad = false;
     for (int64_t r = 0; r < n; ++r)
@@ -221,7 +248,7 @@ static tpurt_status_t eig_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   if (batch == 0 || j.n == 0) return TPURT_OK;
   const int64_t n = j.n;
   j.work_bytes = sizeof(double) * (size_t)(2 * n * n + 3 * n) + sizeof(zd_t) * (size_t)(2 * n * n) +
-                 sizeof(int64_t) * (size_t)n;
+                 sizeof(int32_t) * (size_t)n;
   j.work_bytes = (j.work_bytes + 63) & ~(size_t)63;
   j.work = tpurt_kernel_scratch(ctx, j.work_bytes * (size_t)batch);
   if (!j.work) return TPURT_STATUS(RESOURCE_EXHAUSTED, "linalg_eig: no scratch memory");
@@ -238,7 +265,8 @@ static tpurt_status_t eig_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
 /* ---- complex matrix products: mm(self, mat2), bmm(self, mat2) ---- */
 
 typedef struct cmm_job_t {
-  const tpurt_tensor_t *a, *b, *out;
+  const tpurt_tensor_t* out;
+  const zd_t *a, *bt; /* dense complex double copies: a as [batch][m][k], b transposed as [batch][n][k] */
   int64_t m, k, n;
   bool batched;
 } cmm_job_t;
@@ -255,6 +283,17 @@ static zd_t cmm_load(const tpurt_tensor_t* t, int64_t off) {
   return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * tpurt_dtype_size(t->dtype));
 }
 
+/* r x c matrix (or a vector as c = 1) at off into dst row-major; trans stores its transpose */
+static void cs_load(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, zd_t* dst, bool trans) {
+  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2], cs = vec ? 0 : t->strides[t->ndim - 1];
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      zd_t v = cmm_load(t, off + i * rs + j * cs);
+      if (trans) dst[j * r + i] = v;
+      else dst[i * c + j] = v;
+    }
+}
+
 /* rows of every batch: r = batch * m + i */
 static void cmm_rows(void* user, int64_t begin, int64_t end, int tid) {
   (void)tid;
@@ -262,12 +301,12 @@ static void cmm_rows(void* user, int64_t begin, int64_t end, int tid) {
   const int d = j->batched ? 1 : 0;
   for (int64_t r = begin; r < end; ++r) {
     int64_t bi = r / j->m, i = r % j->m;
-    int64_t ao = d ? bi * j->a->strides[0] : 0, bo = d ? bi * j->b->strides[0] : 0, oo = d ? bi * j->out->strides[0] : 0;
+    int64_t oo = d ? bi * j->out->strides[0] : 0;
+    const zd_t* arow = j->a + r * j->k;
     for (int64_t c = 0; c < j->n; ++c) {
+      const zd_t* bcol = j->bt + (bi * j->n + c) * j->k;
       zd_t acc = 0; /* accumulated in double, as CPU accumulates complex64 in complex64 or better */
-      for (int64_t p = 0; p < j->k; ++p)
-        acc += cmm_load(j->a, ao + i * j->a->strides[d] + p * j->a->strides[d + 1]) *
-               cmm_load(j->b, bo + p * j->b->strides[d] + c * j->b->strides[d + 1]);
+      for (int64_t p = 0; p < j->k; ++p) acc += arow[p] * bcol[p];
       eig_store(j->out, oo + i * j->out->strides[d] + c * j->out->strides[d + 1], acc);
     }
   }
@@ -279,20 +318,30 @@ static tpurt_status_t cmm_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   if (call->num_args < 2 || call->args[0].kind != TPURT_ARG_TENSOR || call->args[1].kind != TPURT_ARG_TENSOR ||
       call->num_outputs < 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, mat2)", op);
-  cmm_job_t j = {.a = call->args[0].v.tensor, .b = call->args[1].v.tensor, .out = &call->outputs[0],
-                 .batched = batched};
-  if (j.a->ndim != nd || j.b->ndim != nd || j.out->ndim != nd || !tpurt_dtype_is_complex(j.out->dtype))
+  const tpurt_tensor_t *a = call->args[0].v.tensor, *b = call->args[1].v.tensor;
+  cmm_job_t j = {.out = &call->outputs[0], .batched = batched};
+  if (a->ndim != nd || b->ndim != nd || j.out->ndim != nd || !tpurt_dtype_is_complex(j.out->dtype))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected %dD tensors and a complex output", op, nd);
   int d = batched ? 1 : 0;
-  j.m = j.a->sizes[d];
-  j.k = j.a->sizes[d + 1];
-  j.n = j.b->sizes[d + 1];
-  int64_t batch = batched ? j.a->sizes[0] : 1;
-  if (j.b->sizes[d] != j.k || j.out->sizes[d] != j.m || j.out->sizes[d + 1] != j.n ||
-      (batched && (j.b->sizes[0] != batch || j.out->sizes[0] != batch)))
+  j.m = a->sizes[d];
+  j.k = a->sizes[d + 1];
+  j.n = b->sizes[d + 1];
+  int64_t batch = batched ? a->sizes[0] : 1;
+  if (b->sizes[d] != j.k || j.out->sizes[d] != j.m || j.out->sizes[d + 1] != j.n ||
+      (batched && (b->sizes[0] != batch || j.out->sizes[0] != batch)))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: shapes do not match", op);
   int64_t rows = batch * j.m, grain = 4096 / (j.n * j.k > 0 ? j.n * j.k : 1);
   if (rows == 0 || j.n == 0) return TPURT_OK;
+  /* operands converted once (any dtype, any strides), so the O(m n k) loop reads dense complex doubles */
+  zd_t* pa = tpurt_kernel_scratch(ctx, sizeof(zd_t) * (size_t)(batch * (j.m + j.n) * j.k + 1));
+  if (!pa) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch memory", op);
+  zd_t* pbt = pa + batch * j.m * j.k;
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    cs_load(a, d ? bi * a->strides[0] : 0, j.m, j.k, false, pa + bi * j.m * j.k, false);
+    cs_load(b, d ? bi * b->strides[0] : 0, j.k, j.n, false, pbt + bi * j.n * j.k, true);
+  }
+  j.a = pa;
+  j.bt = pbt;
   tpurt_parallel_for(ctx, rows, grain < 1 ? 1 : grain, cmm_rows, &j);
   return TPURT_OK;
 }
@@ -313,16 +362,6 @@ static int64_t cs_boff(const tpurt_tensor_t* t, int mat, const int64_t* idx, int
   return off;
 }
 
-/* r x c matrix (or a vector as c = 1) at off into dst row-major; trans stores its transpose */
-static void cs_load(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, zd_t* dst, bool trans) {
-  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2], cs = vec ? 0 : t->strides[t->ndim - 1];
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      zd_t v = cmm_load(t, off + i * rs + j * cs);
-      if (trans) dst[j * r + i] = v;
-      else dst[i * c + j] = v;
-    }
-}
 static void cs_store(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, const zd_t* src,
                      bool trans) {
   int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2], cs = vec ? 0 : t->strides[t->ndim - 1];
@@ -331,54 +370,6 @@ static void cs_store(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c,
 }
 static void cs_set_int(const tpurt_tensor_t* t, int64_t off, int64_t v) {
   tpurt_dtype_store_i64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
-}
-
-static int cs_lu_factor(zd_t* a, int64_t n, int32_t* piv) {
-  int info = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t p = k;
-    double best = cabs(a[k * n + k]);
-    for (int64_t i = k + 1; i < n; ++i)
-      if (cabs(a[i * n + k]) > best) best = cabs(a[i * n + k]), p = i;
-    piv[k] = (int32_t)(p + 1);
-    if (p != k)
-      for (int64_t j = 0; j < n; ++j) {
-        zd_t t = a[k * n + j];
-        a[k * n + j] = a[p * n + j];
-        a[p * n + j] = t;
-      }
-    zd_t d = a[k * n + k];
-    if (d == 0) {
-      if (!info) info = (int)(k + 1);
-      continue;
-    }
-    for (int64_t i = k + 1; i < n; ++i) {
-      zd_t l = a[i * n + k] / d;
-      a[i * n + k] = l;
-      for (int64_t j = k + 1; j < n; ++j) a[i * n + j] -= l * a[k * n + j];
-    }
-  }
-  return info;
-}
-
-static void cs_lu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k) {
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t p = piv[i] - 1;
-    if (p != i)
-      for (int64_t j = 0; j < k; ++j) {
-        zd_t t = b[i * k + j];
-        b[i * k + j] = b[p * k + j];
-        b[p * k + j] = t;
-      }
-  }
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t r = 0; r < i; ++r)
-      for (int64_t j = 0; j < k; ++j) b[i * k + j] -= lu[i * n + r] * b[r * k + j];
-  for (int64_t i = n - 1; i >= 0; --i) {
-    for (int64_t r = i + 1; r < n; ++r)
-      for (int64_t j = 0; j < k; ++j) b[i * k + j] -= lu[i * n + r] * b[r * k + j];
-    for (int64_t j = 0; j < k; ++j) b[i * k + j] /= lu[i * n + i];
-  }
 }
 
 static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
@@ -412,7 +403,7 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
       rem = X->sizes[d] ? rem / X->sizes[d] : 0;
     }
     cs_load(A, cs_boff(A, 2, idx, nb), n, n, false, a, !left);
-    int info = cs_lu_factor(a, n, piv);
+    int info = cs_lu_factor(a, n, piv, 0);
     /* LU/pivots/info have A's batch shape: written from the batch items they own */
     const int64_t* li = idx + (nb - lu_nb);
     cs_store(LU, cs_boff(LU, 2, li, lu_nb), n, n, false, a, false);
