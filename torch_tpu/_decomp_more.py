@@ -24,6 +24,16 @@ def _multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=_MEAN
     return out
 
 
+def _scale_margin_grad(g, grad_output, reduction, n, c):
+    """g [n, c] over the class count (and the batch for "mean"), times grad_output: per sample
+    ([n]) for reduction "none", else the one scalar."""
+    g = g / c
+    if reduction == _MEAN:
+        g = g / n
+    go = grad_output.reshape(n, 1) if reduction == 0 else grad_output
+    return g * go.to(g.dtype)
+
+
 def _multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=_MEAN):
     """d/dx of sum_{j != y} w[y] max(0, margin - x[y] + x[j])^p / C, per sample (CPU's kernel)."""
     x = self.reshape(1, -1) if self.dim() <= 1 else self
@@ -35,13 +45,7 @@ def _multi_margin_loss_backward(grad_output, self, target, p, margin, weight=Non
     g = active.to(x.dtype) if p == 1 else torch.where(active, 2 * z, torch.zeros_like(z))
     if weight is not None:
         g = g * weight.to(x.dtype)[y][:, None]
-    g = g / c
-    if reduction == _MEAN:
-        g = g / n
-    if reduction == 0:
-        g = g * grad_output.reshape(n, 1).to(x.dtype)
-    else:
-        g = g * grad_output.to(x.dtype)
+    g = _scale_margin_grad(g, grad_output, reduction, n, c)
     g = g.scatter_add(1, y[:, None], -g.sum(1, keepdim=True))
     return g.reshape(self.shape)
 
@@ -88,25 +92,20 @@ def _multilabel_margin_loss_backward(grad_output, self, target, reduction, is_ta
     n, c = x.shape
     m = ((z > 0) & live).to(x.dtype)
     g = m.sum(1).scatter_add(1, tc, -m.sum(2))
-    g = g / c
-    if reduction == _MEAN:
-        g = g / n
-    if reduction == 0:
-        g = g * grad_output.reshape(n, 1).to(x.dtype)
-    else:
-        g = g * grad_output.to(x.dtype)
+    g = _scale_margin_grad(g, grad_output, reduction, n, c)
     return g.reshape(self.shape)
 
 
 # ---- histograms ----
 
-def _outer_edges(x, d, range, dims):
+def _outer_edges(d, range, data_min_max):
     """(left, right) of dimension d as CPU's select_outer_bin_edges: the given range, else the data's
-    min/max ([0, 1] when empty); an empty interval widens by 0.5 each way."""
+    min/max (data_min_max: per-dimension [min, max] lists, or None when there are no points: [0, 1]);
+    an empty interval widens by 0.5 each way."""
     if range is not None:
         left, right = float(range[2 * d]), float(range[2 * d + 1])
-    elif x.shape[0] > 0:
-        left, right = (float(v) for v in torch.aminmax(x[:, d]))
+    elif data_min_max is not None:
+        left, right = data_min_max[0][d], data_min_max[1][d]
     else:
         left, right = 0.0, 1.0
     if left > right:
@@ -128,9 +127,14 @@ def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False
     torch._check(len(bins) == dims, lambda: "histogramdd: The size of bins must be equal to the innermost "
                                             "dimension of the input.")  # CPU's check (RuntimeError)
     x = _as_points(self, dims)
+    # the edges are Python numbers (linspace's ends), so the data's range comes to the host: in one
+    # transfer for all dimensions
+    data_min_max = None
+    if range is None and x.shape[0] > 0:
+        data_min_max = torch.stack(torch.aminmax(x, dim=0)).tolist()
     edges = []
     for d in builtins.range(dims):
-        left, right = _outer_edges(x, d, range, dims)
+        left, right = _outer_edges(d, range, data_min_max)
         edges.append(torch.linspace(left, right, bins[d] + 1, dtype=self.dtype, device=self.device))
     return edges
 
@@ -184,9 +188,6 @@ def _histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False)
 
 def _histogram_bins_tensor(self, bins, *, weight=None, density=False):
     return _histogramdd_count(self.reshape(-1, 1), [bins], weight, density), bins.clone()
-
-
-
 
 
 # ---- segment_reduce ----

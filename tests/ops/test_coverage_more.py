@@ -206,6 +206,19 @@ def test_grid_sample_non_contiguous_grid(device):
     run_both(lambda t, g: F.grid_sample(t, g, align_corners=False), [x, grid], device, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_backward(device, dtype):
+    """The 16-bit dtypes take the kernels' generic element access (float32 and float64 an inline one)."""
+    tol = dict(rtol=1.6e-2, atol=5e-2)  # one bfloat16 ulp at the outputs' magnitude
+    if dtype == torch.float16:  # bfloat16: CPU's grad_grid is rounded differently (up to 0.3 apart here)
+        x, grid = rnd(2, 3, 5, 7, dtype=dtype), (rnd(2, 4, 6, 2, seed=1) * 1.3).to(dtype)
+        run_both(lambda t, g: F.grid_sample(t, g, align_corners=False), [x, grid], device, **tol)
+    w, idx, offsets = rnd(10, 4, dtype=dtype), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4, 4])
+    run_both(lambda t: F.embedding_bag(idx.to(t.device), t, offsets.to(t.device), mode="mean"), [w], device, **tol)
+    run_both(lambda t: F.interpolate(t, scale_factor=2, mode="trilinear"), [rnd(1, 2, 3, 4, 5, dtype=dtype)], device,
+             **tol)
+
+
 def test_grid_sample_bad_input(device):
     x = torch.randn(1, 1, 4, 4, device=device)
     with pytest.raises(RuntimeError):

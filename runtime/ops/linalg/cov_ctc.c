@@ -147,8 +147,8 @@ static tpurt_status_t ctc_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(c.lp->dtype));
   c.T = c.lp->sizes[0], c.N = c.lp->sizes[1], c.C = c.lp->sizes[2];
   int bi = backward ? 7 : 4;
-  c.blank = bi < call->num_args && call->args[bi].kind == TPURT_ARG_INT ? call->args[bi].v.i : 0;
-  c.zero_inf = tpurt_more_bool_arg(call, bi + 1, false);
+  c.blank = tpurt_index_arg_int(call, bi, 0);
+  c.zero_inf = tpurt_index_arg_bool(call, bi + 1, false);
   if (c.blank < 0 || c.blank >= c.C) return TPURT_STATUS(INVALID_ARGUMENT, "%s: blank must be in label range", call->name);
   int64_t* lens = tpurt_kernel_scratch(ctx, (size_t)(3 * c.N + 1) * sizeof(int64_t));
   if (!lens) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", call->name);
@@ -209,15 +209,5 @@ static tpurt_status_t ctc_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   return TPURT_OK;
 }
 
-tpurt_status_t tpurt_more_ctc_loss(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  return ctc_run(ctx, call, false, false);
-}
-tpurt_status_t tpurt_more_ctc_loss_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  return ctc_run(ctx, call, false, true);
-}
-tpurt_status_t tpurt_more_ctc_loss_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  return ctc_run(ctx, call, true, false);
-}
-tpurt_status_t tpurt_more_ctc_loss_backward_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  return ctc_run(ctx, call, true, true);
-}
+TPURT_MORE_PAIR(ctc_loss, ctc_run(ctx, call, false, ref))
+TPURT_MORE_PAIR(ctc_loss_backward, ctc_run(ctx, call, true, ref))

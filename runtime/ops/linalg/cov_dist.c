@@ -173,7 +173,7 @@ static tpurt_status_t cdist_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   TPURT_RETURN_IF_ERROR(tensor_at(call, base, 2, &x1));
   TPURT_RETURN_IF_ERROR(tensor_at(call, base + 1, 2, &x2));
   if (backward) TPURT_RETURN_IF_ERROR(tensor_at(call, 4, 2, &dist));
-  double p;
+  double p = 0; /* set by p_arg */
   TPURT_RETURN_IF_ERROR(p_arg(call, base + 2, &p));
   if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing output", call->name);
   const tpurt_tensor_t* out = &call->outputs[0];
@@ -251,7 +251,7 @@ static tpurt_status_t pdist_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   if (backward) TPURT_RETURN_IF_ERROR(tensor_at(call, 3, 1, &dist));
   if (x->ndim != 2)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: pdist only supports 2D tensors, got: %dD", call->name, (int)x->ndim);
-  double p;
+  double p = 0; /* set by p_arg */
   TPURT_RETURN_IF_ERROR(p_arg(call, base + 1, &p));
   if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing output", call->name);
   pdist_t c = {mat_of(x), &call->outputs[0], grad, dist, p, kind_of(p)};

@@ -15,18 +15,6 @@
 
 enum { EB_SUM = 0, EB_MEAN = 1, EB_MAX = 2 };
 
-static int64_t arg_int(const tpurt_op_call_t* c, int i, int64_t dflt) {
-  if (i < c->num_args && (c->args[i].kind == TPURT_ARG_INT || c->args[i].kind == TPURT_ARG_BOOL))
-    return c->args[i].kind == TPURT_ARG_INT ? c->args[i].v.i : c->args[i].v.b;
-  return dflt;
-}
-static const tpurt_tensor_t* opt_tensor(const tpurt_op_call_t* c, int i) {
-  return i < c->num_args && c->args[i].kind == TPURT_ARG_TENSOR ? c->args[i].v.tensor : NULL;
-}
-static bool is_float(tpurt_dtype_t d) {
-  return d == TPURT_DTYPE_FLOAT32 || d == TPURT_DTYPE_FLOAT64 || d == TPURT_DTYPE_BFLOAT16 ||
-         d == TPURT_DTYPE_FLOAT16;
-}
 static bool is_index(tpurt_dtype_t d) { return d == TPURT_DTYPE_INT64 || d == TPURT_DTYPE_INT32; }
 
 /* ---- shared validation: indices in range, offsets a non-decreasing start list ---- */
@@ -135,22 +123,23 @@ static void eb_fwd_bags(void* u, int64_t k0, int64_t k1, int tid) {
 /* _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights?,
  *                include_last_offset, padding_idx) -> (output, offset2bag, bag_size, max_indices) */
 static tpurt_status_t eb_forward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
-  const tpurt_tensor_t *w = opt_tensor(call, 0), *idx = opt_tensor(call, 1), *offs = opt_tensor(call, 2);
+  const tpurt_tensor_t* w = tpurt_index_arg_tensor(call, 0);
+  const tpurt_tensor_t *idx = tpurt_index_arg_tensor(call, 1), *offs = tpurt_index_arg_tensor(call, 2);
   if (!w || !idx || !offs || call->num_outputs < 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (weight, indices, offsets, ...)", call->name);
   if (w->ndim != 2) return TPURT_STATUS(INVALID_ARGUMENT, "%s: weight has to be a 2D Tensor", call->name);
-  if (!is_float(w->dtype))
+  if (!tpurt_dtype_is_floating(w->dtype))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(w->dtype));
-  eb_fwd_t a = {{idx, offs}, w, opt_tensor(call, 6), &call->outputs[0]};
-  a.mode = (int)arg_int(call, 4, EB_SUM);
+  eb_fwd_t a = {{idx, offs}, w, tpurt_index_arg_tensor(call, 6), &call->outputs[0]};
+  a.mode = (int)tpurt_index_arg_int(call, 4, EB_SUM);
   a.b.num_weights = w->sizes[0];
-  a.b.padding = arg_int(call, 8, -1);
+  a.b.padding = tpurt_index_arg_int(call, 8, -1);
   if (a.mode < EB_SUM || a.mode > EB_MAX)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: mode has to be one of sum, mean or max", call->name);
   if (a.psw && a.mode != EB_SUM)
     return TPURT_STATUS(UNIMPLEMENTED, "%s: per_sample_weights was not None. per_sample_weights is only supported for mode='sum'",
                         call->name);
-  TPURT_RETURN_IF_ERROR(bags_check(call, &a.b, arg_int(call, 7, 0) != 0));
+  TPURT_RETURN_IF_ERROR(bags_check(call, &a.b, tpurt_index_arg_int(call, 7, 0) != 0));
   if (a.psw && (a.psw->ndim != 1 || a.psw->sizes[0] != a.b.n))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected per_sample_weights to be 1D with the indices' length", call->name);
   a.dim = w->sizes[1];
@@ -218,21 +207,23 @@ static void eb_bwd_cols(void* u, int64_t d0, int64_t d1, int tid) {
  *                               scale_grad_by_freq, mode, per_sample_weights?, padding_idx) */
 static tpurt_status_t eb_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool dense, bool ref) {
   int sh = dense ? -1 : 0; /* the dense form has no offsets argument */
-  const tpurt_tensor_t *g = opt_tensor(call, 0), *idx = opt_tensor(call, 1);
-  const tpurt_tensor_t *offs = dense ? NULL : opt_tensor(call, 2), *o2b = opt_tensor(call, 3 + sh);
-  eb_bwd_t a = {g, idx, opt_tensor(call, dense ? 8 : 10), opt_tensor(call, 4 + sh), opt_tensor(call, 5 + sh)};
+  const tpurt_tensor_t *g = tpurt_index_arg_tensor(call, 0), *idx = tpurt_index_arg_tensor(call, 1);
+  const tpurt_tensor_t* offs = dense ? NULL : tpurt_index_arg_tensor(call, 2);
+  const tpurt_tensor_t* o2b = tpurt_index_arg_tensor(call, 3 + sh);
+  eb_bwd_t a = {g, idx, tpurt_index_arg_tensor(call, dense ? 8 : 10), tpurt_index_arg_tensor(call, 4 + sh),
+                tpurt_index_arg_tensor(call, 5 + sh)};
   if (!g || !idx || !a.bsize || !a.maxi || call->num_outputs < 1 || (!dense && !offs))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing tensor arguments", call->name);
-  if (!dense && arg_int(call, 9, 0))
+  if (!dense && tpurt_index_arg_int(call, 9, 0))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: sparse gradients are not supported on the device", call->name);
   a.out = &call->outputs[0];
-  a.num_weights = arg_int(call, 6 + sh, 0);
-  bool by_freq = arg_int(call, 7 + sh, 0) != 0;
-  a.mode = (int)arg_int(call, 8 + sh, EB_SUM);
-  a.padding = arg_int(call, dense ? 9 : 11, -1);
+  a.num_weights = tpurt_index_arg_int(call, 6 + sh, 0);
+  bool by_freq = tpurt_index_arg_int(call, 7 + sh, 0) != 0;
+  a.mode = (int)tpurt_index_arg_int(call, 8 + sh, EB_SUM);
+  a.padding = tpurt_index_arg_int(call, dense ? 9 : 11, -1);
   if (g->ndim != 2 || a.out->ndim != 2 || a.out->sizes[0] != a.num_weights || a.out->sizes[1] != g->sizes[1])
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: grad must be [bags, dim] and the result [num_weights, dim]", call->name);
-  if (!is_float(g->dtype) || !is_float(a.out->dtype))
+  if (!tpurt_dtype_is_floating(g->dtype) || !tpurt_dtype_is_floating(a.out->dtype))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(g->dtype));
   a.nbags = g->sizes[0], a.dim = g->sizes[1];
   bags_t b = {idx, offs ? offs : idx};
@@ -310,13 +301,14 @@ static void eb_psw_range(void* u, int64_t i0, int64_t i1, int tid) {
 
 /* _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx) */
 static tpurt_status_t eb_psw_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
-  eb_psw_t a = {opt_tensor(call, 0), opt_tensor(call, 1), opt_tensor(call, 2), opt_tensor(call, 4)};
+  eb_psw_t a = {tpurt_index_arg_tensor(call, 0), tpurt_index_arg_tensor(call, 1), tpurt_index_arg_tensor(call, 2),
+                tpurt_index_arg_tensor(call, 4)};
   if (!a.grad || !a.w || !a.idx || !a.o2b || call->num_outputs < 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing tensor arguments", call->name);
-  if (arg_int(call, 5, EB_SUM) != EB_SUM)
+  if (tpurt_index_arg_int(call, 5, EB_SUM) != EB_SUM)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: per_sample_weights is only supported for mode='sum'", call->name);
   a.out = &call->outputs[0];
-  a.padding = arg_int(call, 6, -1);
+  a.padding = tpurt_index_arg_int(call, 6, -1);
   int64_t n = tpurt_tensor_numel(a.idx);
   if (a.idx->ndim != 1 || tpurt_tensor_numel(a.o2b) != n || tpurt_tensor_numel(a.out) != n || a.w->ndim != 2 ||
       a.grad->ndim != 2 || a.grad->sizes[1] != a.w->sizes[1])

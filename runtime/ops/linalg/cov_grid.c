@@ -19,13 +19,22 @@ typedef struct gs_t {
   int interp, pad;
   bool align, backward, three_d;
   double* acc;                               /* [threads][C * D * H * W] (backward with grad_input) */
+  tpurt_tensor_t v5[6];                      /* 5-D views of the 2-D op's tensors (gs_view5) */
 } gs_t;
 
-/* offset of [n, c, d, h, w] in a 4-D (d ignored) or 5-D tensor */
-static inline int64_t off5(const tpurt_tensor_t* t, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w) {
-  if (t->ndim == 5)
-    return n * t->strides[0] + c * t->strides[1] + d * t->strides[2] + h * t->strides[3] + w * t->strides[4];
-  return n * t->strides[0] + c * t->strides[1] + h * t->strides[2] + w * t->strides[3];
+/* Offset of element [i0..i4] of a tensor seen as 5-D: gs_run lifts the 2-D op's 4-D tensors to
+ * 5-D (a size-1 depth dim of stride 0), so one formula serves both ops. */
+static inline int64_t off5(const tpurt_tensor_t* t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, int64_t i4) {
+  return i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] + i3 * t->strides[3] + i4 * t->strides[4];
+}
+/* t (4-D or 5-D) as 5-D, with a size-1 dim inserted at `dpos` if it is 4-D */
+static const tpurt_tensor_t* gs_view5(const tpurt_tensor_t* t, int dpos, tpurt_tensor_t* out) {
+  if (!t || t->ndim == 5) return t;
+  *out = *t;
+  out->ndim = 5;
+  for (int d = 4; d > dpos; --d) out->sizes[d] = t->sizes[d - 1], out->strides[d] = t->strides[d - 1];
+  out->sizes[dpos] = 1, out->strides[dpos] = 0;
+  return out;
 }
 static inline double gs_in(const gs_t* g, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w) {
   return tpurt_more_ld(g->in, off5(g->in, n, c, d, h, w));
@@ -36,21 +45,15 @@ static inline double gs_gout(const gs_t* g, int64_t n, int64_t c, int64_t d, int
 static inline void gs_out(const gs_t* g, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w, double v) {
   tpurt_more_st(g->out, off5(g->out, n, c, d, h, w), v);
 }
-/* grid[n, (d,) h, w, k] */
-static inline int64_t grid_off(const tpurt_tensor_t* t, int64_t n, int64_t d, int64_t h, int64_t w, int k) {
-  if (t->ndim == 5)
-    return n * t->strides[0] + d * t->strides[1] + h * t->strides[2] + w * t->strides[3] + k * t->strides[4];
-  return n * t->strides[0] + h * t->strides[1] + w * t->strides[2] + k * t->strides[3];
-}
 static inline double gs_grid(const gs_t* g, int64_t n, int64_t d, int64_t h, int64_t w, int k) {
-  return tpurt_more_ld(g->grid, grid_off(g->grid, n, d, h, w, k));
+  return tpurt_more_ld(g->grid, off5(g->grid, n, d, h, w, k));
 }
 static inline void gs_ggrid(const gs_t* g, int64_t n, int64_t d, int64_t h, int64_t w, double gx, double gy,
                             double gz) {
   if (!g->ggrid) return;
-  tpurt_more_st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 0), gx);
-  tpurt_more_st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 1), gy);
-  if (g->three_d) tpurt_more_st(g->ggrid, grid_off(g->ggrid, n, d, h, w, 2), gz);
+  tpurt_more_st(g->ggrid, off5(g->ggrid, n, d, h, w, 0), gx);
+  tpurt_more_st(g->ggrid, off5(g->ggrid, n, d, h, w, 1), gy);
+  if (g->three_d) tpurt_more_st(g->ggrid, off5(g->ggrid, n, d, h, w, 2), gz);
 }
 /* CPU converts a (floored / rounded / clipped) coordinate to an integer by truncation */
 static inline bool gs_to_index_any(double v, int64_t* out) {
@@ -125,12 +128,14 @@ static void gs_bwd_batches(void* u, int64_t n0, int64_t n1, int tid) {
   }
 }
 
-static bool is_float(tpurt_dtype_t d) {
-  return d == TPURT_DTYPE_FLOAT32 || d == TPURT_DTYPE_FLOAT64 || d == TPURT_DTYPE_BFLOAT16 ||
-         d == TPURT_DTYPE_FLOAT16;
-}
-static int64_t iarg(const tpurt_op_call_t* c, int i) {
-  return i < c->num_args && c->args[i].kind == TPURT_ARG_INT ? c->args[i].v.i : -1;
+/* the tensors of g as 5-D: depth is dim 2 of input/output/gradients, dim 1 of the grids */
+static void gs_as_5d(gs_t* g) {
+  g->in = gs_view5(g->in, 2, &g->v5[0]);
+  g->out = gs_view5(g->out, 2, &g->v5[1]);
+  g->gout = gs_view5(g->gout, 2, &g->v5[2]);
+  g->gin = gs_view5(g->gin, 2, &g->v5[3]);
+  g->grid = gs_view5(g->grid, 1, &g->v5[4]);
+  g->ggrid = gs_view5(g->ggrid, 1, &g->v5[5]);
 }
 
 /* grid_sampler_{2,3}d(input, grid, interpolation_mode, padding_mode, align_corners)
@@ -146,9 +151,9 @@ static tpurt_status_t gs_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor", call->name, i);
   g.in = call->args[b].v.tensor;
   g.grid = call->args[b + 1].v.tensor;
-  g.interp = (int)iarg(call, b + 2);
-  g.pad = (int)iarg(call, b + 3);
-  g.align = tpurt_more_bool_arg(call, b + 4, false);
+  g.interp = (int)tpurt_index_arg_int(call, b + 2, -1);
+  g.pad = (int)tpurt_index_arg_int(call, b + 3, -1);
+  g.align = tpurt_index_arg_bool(call, b + 4, false);
   g.backward = backward, g.three_d = three_d;
   if (g.in->ndim != nd || g.grid->ndim != nd || g.grid->sizes[nd - 1] != nd - 2)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a %d-D input and a %d-D grid with last size %d", call->name,
@@ -159,7 +164,7 @@ static tpurt_status_t gs_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
       g.pad < GS_PAD_ZEROS || g.pad > GS_PAD_REFLECTION)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: bad interpolation (%d) or padding (%d) mode", call->name, g.interp,
                         g.pad);
-  if (!is_float(g.in->dtype) || g.grid->dtype != g.in->dtype)
+  if (!tpurt_dtype_is_floating(g.in->dtype) || g.grid->dtype != g.in->dtype)
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(g.in->dtype));
   g.N = g.in->sizes[0], g.C = g.in->sizes[1];
   g.D = three_d ? g.in->sizes[2] : 1, g.H = g.in->sizes[nd - 2], g.W = g.in->sizes[nd - 1];
@@ -171,6 +176,7 @@ static tpurt_status_t gs_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
     if (rows == 0 || g.C == 0 || g.OW == 0) return TPURT_OK;
     if (g.D * g.H * g.W == 0)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: input spatial size must be non-empty", call->name);
+    gs_as_5d(&g);
     if (ref) gs_fwd_rows(&g, 0, rows, 0);
     else tpurt_parallel_for(ctx, rows, 1, gs_fwd_rows, &g);
     return TPURT_OK;
@@ -193,6 +199,7 @@ static tpurt_status_t gs_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
   if (g.N == 0) return TPURT_OK;
   if (vol == 0 && g.OD * g.OH * g.OW > 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: input spatial size must be non-empty", call->name);
+  gs_as_5d(&g);
   if (ref) gs_bwd_batches(&g, 0, g.N, 0);
   else tpurt_parallel_for(ctx, g.N, 1, gs_bwd_batches, &g);
   return TPURT_OK;

@@ -239,7 +239,5 @@ static tpurt_status_t ldl_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   return TPURT_OK;
 }
 
-tpurt_status_t tpurt_more_ldl_factor(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return ldl_factor(ctx, call); }
-tpurt_status_t tpurt_more_ldl_factor_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return ldl_factor(ctx, call); }
-tpurt_status_t tpurt_more_ldl_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return ldl_solve(ctx, call); }
-tpurt_status_t tpurt_more_ldl_solve_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return ldl_solve(ctx, call); }
+TPURT_MORE_PAIR(ldl_factor, ldl_factor(ctx, call))
+TPURT_MORE_PAIR(ldl_solve, ldl_solve(ctx, call))

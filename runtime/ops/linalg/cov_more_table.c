@@ -2,7 +2,7 @@
  * kernels in cov_upsample.c and its neighbours, declared in cov_more.h). */
 #include "ops/linalg/cov_more.h"
 
-#define M(NAME, FN) {NAME, tpurt_more_##FN, tpurt_more_##FN##_ref, 0}
+#define M(NAME, FN) {NAME, tpurt_linalg_##FN, tpurt_linalg_##FN##_ref, 0}
 
 const tpurt_op_def_t tpurt_ops_more[] = {
     M("upsample_nearest3d_backward", upsample_nearest_bwd),

@@ -11,27 +11,6 @@
 
 #include "ops/linalg/cov_more.h"
 
-bool tpurt_more_opt_double(const tpurt_op_call_t* call, int i, double* out) {
-  if (i < call->num_args && call->args[i].kind == TPURT_ARG_DOUBLE) { *out = call->args[i].v.d; return true; }
-  if (i < call->num_args && call->args[i].kind == TPURT_ARG_INT) { *out = (double)call->args[i].v.i; return true; }
-  return false;
-}
-bool tpurt_more_bool_arg(const tpurt_op_call_t* call, int i, bool dflt) {
-  if (i < call->num_args && call->args[i].kind == TPURT_ARG_BOOL) return call->args[i].v.b;
-  if (i < call->num_args && call->args[i].kind == TPURT_ARG_INT) return call->args[i].v.i != 0;
-  return dflt;
-}
-int64_t tpurt_more_offset(const tpurt_tensor_t* t, int64_t lin) {
-  int64_t off = 0;
-  for (int d = t->ndim - 1; d >= 0; --d) {
-    int64_t s = t->sizes[d];
-    if (s == 0) return 0;
-    off += (lin % s) * t->strides[d];
-    lin /= s;
-  }
-  return off;
-}
-
 typedef enum up_mode_e { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR, UP_CUBIC, UP_LINEAR_AA } up_mode_t;
 
 enum { kMaxTaps = 4 };
@@ -171,17 +150,15 @@ static void up_bwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
   up_bwd_t* a = (up_bwd_t*)u;
   const up_axis_t *A0 = &a->ax[0], *A1 = &a->ax[1], *A2 = &a->ax[2];
   double* acc = a->acc + (size_t)tid * (size_t)a->plane;
-  tpurt_dtype_t gd = a->go->dtype, id = a->gi->dtype;
-  size_t ges = tpurt_dtype_size(gd), ies = tpurt_dtype_size(id);
   for (int64_t p = p0; p < p1; ++p) {
     int64_t n = p / a->C, c = p % a->C;
-    const char* gbase = (const char*)a->go->data + (n * a->go->strides[0] + c * a->go->strides[1]) * (int64_t)ges;
-    char* ibase = (char*)a->gi->data + (n * a->gi->strides[0] + c * a->gi->strides[1]) * (int64_t)ies;
+    int64_t gbase = n * a->go->strides[0] + c * a->go->strides[1];
+    int64_t ibase = n * a->gi->strides[0] + c * a->gi->strides[1];
     memset(acc, 0, (size_t)a->plane * sizeof(double));
     for (int64_t o0 = 0; o0 < A0->out; ++o0) {
       for (int64_t o1 = 0; o1 < A1->out; ++o1) {
         for (int64_t o2 = 0; o2 < A2->out; ++o2) {
-          double g = tpurt_dtype_load_f64(gd, gbase + (o0 * A0->sout + o1 * A1->sout + o2 * A2->sout) * (int64_t)ges);
+          double g = tpurt_more_ld(a->go, gbase + o0 * A0->sout + o1 * A1->sout + o2 * A2->sout);
           for (int t0 = 0; t0 < A0->taps; ++t0) {
             double g0 = g * A0->w[o0 * A0->taps + t0];
             int64_t r0 = A0->idx[o0 * A0->taps + t0] * A1->in;
@@ -198,8 +175,8 @@ static void up_bwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
     for (int64_t i0 = 0; i0 < A0->in; ++i0)
       for (int64_t i1 = 0; i1 < A1->in; ++i1)
         for (int64_t i2 = 0; i2 < A2->in; ++i2)
-          tpurt_dtype_store_f64(id, ibase + (i0 * A0->sin + i1 * A1->sin + i2 * A2->sin) * (int64_t)ies,
-                                acc[(i0 * A1->in + i1) * A2->in + i2]);
+          tpurt_more_st(a->gi, ibase + i0 * A0->sin + i1 * A1->sin + i2 * A2->sin,
+                        acc[(i0 * A1->in + i1) * A2->in + i2]);
   }
 }
 
@@ -208,11 +185,10 @@ static void up_fwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
   up_bwd_t* a = (up_bwd_t*)u;
   const up_axis_t *A0 = &a->ax[0], *A1 = &a->ax[1], *A2 = &a->ax[2];
   const tpurt_tensor_t *src = a->gi, *dst = a->go; /* forward: gi holds the input, go the output */
-  size_t ses = tpurt_dtype_size(src->dtype), des = tpurt_dtype_size(dst->dtype);
   for (int64_t p = p0; p < p1; ++p) {
     int64_t n = p / a->C, c = p % a->C;
-    const char* sbase = (const char*)src->data + (n * src->strides[0] + c * src->strides[1]) * (int64_t)ses;
-    char* dbase = (char*)dst->data + (n * dst->strides[0] + c * dst->strides[1]) * (int64_t)des;
+    int64_t sbase = n * src->strides[0] + c * src->strides[1];
+    int64_t dbase = n * dst->strides[0] + c * dst->strides[1];
     for (int64_t o0 = 0; o0 < A0->out; ++o0)
       for (int64_t o1 = 0; o1 < A1->out; ++o1)
         for (int64_t o2 = 0; o2 < A2->out; ++o2) {
@@ -225,21 +201,15 @@ static void up_fwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
               int64_t s1 = s0 + A1->idx[o1 * A1->taps + t1] * A1->sin;
               for (int t2 = 0; t2 < A2->taps; ++t2) {
                 double w = w1 * A2->w[o2 * A2->taps + t2];
-                if (w != 0)
-                  acc += w * tpurt_dtype_load_f64(src->dtype,
-                                                  sbase + (s1 + A2->idx[o2 * A2->taps + t2] * A2->sin) * (int64_t)ses);
+                if (w != 0) acc += w * tpurt_more_ld(src, sbase + s1 + A2->idx[o2 * A2->taps + t2] * A2->sin);
               }
             }
           }
-          tpurt_dtype_store_f64(dst->dtype, dbase + (o0 * A0->sout + o1 * A1->sout + o2 * A2->sout) * (int64_t)des, acc);
+          tpurt_more_st(dst, dbase + o0 * A0->sout + o1 * A1->sout + o2 * A2->sout, acc);
         }
   }
 }
 
-static bool is_float(tpurt_dtype_t d) {
-  return d == TPURT_DTYPE_FLOAT32 || d == TPURT_DTYPE_FLOAT64 || d == TPURT_DTYPE_BFLOAT16 ||
-         d == TPURT_DTYPE_FLOAT16;
-}
 
 /* <mode>_backward(grad_output, output_size, input_size, [align_corners,] scales...), and for the AA
  * modes also the forward <mode>(self, output_size, align_corners, scales...) */
@@ -258,11 +228,11 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
                         call->name, (int)go->ndim, (int)gi->ndim);
   if (go->sizes[0] != gi->sizes[0] || go->sizes[1] != gi->sizes[1])
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: batch/channel sizes of grad_output and grad_input differ", call->name);
-  if (!is_float(go->dtype) || !is_float(gi->dtype))
+  if (!tpurt_dtype_is_floating(go->dtype) || !tpurt_dtype_is_floating(gi->dtype))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(gi->dtype));
   bool align = false;
   int next = backward ? 3 : 2;
-  if (mode != UP_NEAREST && mode != UP_NEAREST_EXACT) align = tpurt_more_bool_arg(call, next++, false);
+  if (mode != UP_NEAREST && mode != UP_NEAREST_EXACT) align = tpurt_index_arg_bool(call, next++, false);
   bool dbl = (backward ? gi : go)->dtype == TPURT_DTYPE_FLOAT64; /* the output's opmath */
   int taps = mode == UP_CUBIC ? 4 : mode == UP_LINEAR ? 2 : 1;
   int64_t total = 0;
@@ -322,16 +292,9 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
   return TPURT_OK;
 }
 
-#define UP_PAIR(NAME, MODE, BWD)                                                                  \
-  tpurt_status_t tpurt_more_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {         \
-    return up_run(ctx, call, MODE, BWD, false);                                                   \
-  }                                                                                               \
-  tpurt_status_t tpurt_more_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {   \
-    return up_run(ctx, call, MODE, BWD, true);                                                    \
-  }
-UP_PAIR(upsample_nearest_bwd, UP_NEAREST, true)
-UP_PAIR(upsample_nearest_exact_bwd, UP_NEAREST_EXACT, true)
-UP_PAIR(upsample_linear_bwd, UP_LINEAR, true)
-UP_PAIR(upsample_bicubic_bwd, UP_CUBIC, true)
-UP_PAIR(upsample_bilinear_aa, UP_LINEAR_AA, false)
-UP_PAIR(upsample_bilinear_aa_bwd, UP_LINEAR_AA, true)
+TPURT_MORE_PAIR(upsample_nearest_bwd, up_run(ctx, call, UP_NEAREST, true, ref))
+TPURT_MORE_PAIR(upsample_nearest_exact_bwd, up_run(ctx, call, UP_NEAREST_EXACT, true, ref))
+TPURT_MORE_PAIR(upsample_linear_bwd, up_run(ctx, call, UP_LINEAR, true, ref))
+TPURT_MORE_PAIR(upsample_bicubic_bwd, up_run(ctx, call, UP_CUBIC, true, ref))
+TPURT_MORE_PAIR(upsample_bilinear_aa, up_run(ctx, call, UP_LINEAR_AA, false, ref))
+TPURT_MORE_PAIR(upsample_bilinear_aa_bwd, up_run(ctx, call, UP_LINEAR_AA, true, ref))
