@@ -33,6 +33,12 @@ $(BUILD)/asan/%.o: %.c $(shell find runtime -name '*.h')
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O1 -g -march=native $(SANFLAGS) -c $< -o $@
 
+# Generated fused kernels (runtime/exec/fuse_codegen.c) are built at run time by this compiler with the
+# runtime's own flags, against this tree's headers, so they compute what the library's loops compute.
+FGEN_DEFS = -DTPURT_FGEN_CC='"$(CC)"' -DTPURT_FGEN_CFLAGS='"-std=c11 -D_GNU_SOURCE $(OPT)"' \
+            -DTPURT_FGEN_SRC='"$(CURDIR)/runtime"'
+$(BUILD)/obj/runtime/exec/fuse_codegen.o $(BUILD)/asan/runtime/exec/fuse_codegen.o: CFLAGS_BASE += $(FGEN_DEFS)
+
 $(BUILD)/libtpurt.so: $(RT_OBJS)
 	$(CC) -shared -o $@ $(RT_OBJS) $(LIBS)
 

@@ -74,6 +74,16 @@
  *  pattern, stores; no sizes) names its plan in memory and on disk
  *  ($TORCH_TPU_FUSE_CACHE_DIR, else ~/.cache/torch_tpu/fused). A new
  *  signature runs through the generic path at once; its plan is then stored.
+ *
+ *  Generated code (exec/fuse_codegen.c): a chain of expression ops
+ *  (ew_ops.h) in float32/float64 without casts, over one coalesced dim with
+ *  each memory input contiguous or a broadcast scalar, and no reduction,
+ *  is compiled to one C function computing every member per element. The
+ *  first sight of such a chain asks the disk for a kernel another process
+ *  built; the second queues a background build. Until the kernel is loaded
+ *  the chain runs through the generic path, so a new kernel never stalls a
+ *  step. Results are the generic path's: the same expressions, headers and
+ *  compiler flags (no FP contraction under -std=c11).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -86,6 +96,7 @@
 #endif
 
 #include "exec/fuse.h"
+#include "exec/fuse_codegen.h"
 #include "exec/fuse_hook.h"
 
 #define FUSE_MAX_OPS 16
@@ -175,6 +186,7 @@ void tpurt_fuse_stats_get(tpurt_fuse_stats_t* o) {
   o->stores_skipped = atomic_load(&g_stats.stores_skipped);
   o->bytes_skipped = atomic_load(&g_stats.bytes_skipped);
   o->fallbacks = atomic_load(&g_stats.fallbacks);
+  tpurt_fgen_stats(&o->codegen_built, &o->codegen_loaded, &o->codegen_failed, &o->codegen_runs);
 }
 
 void tpurt_fuse_stats_reset(void) {
@@ -189,6 +201,7 @@ void tpurt_fuse_stats_reset(void) {
   atomic_store(&g_stats.stores_skipped, 0);
   atomic_store(&g_stats.bytes_skipped, 0);
   atomic_store(&g_stats.fallbacks, 0);
+  tpurt_fgen_stats_reset();
 }
 
 void tpurt_fuse_note_recorded(void) { STAT_ADD(ops_recorded, 1); }
@@ -207,6 +220,10 @@ bool tpurt_fuse_enabled(void) {
 }
 
 void tpurt_fuse_set_enabled(bool enabled) { atomic_store(&g_enabled, enabled ? 1 : 0); }
+
+void tpurt_fuse_wait_builds(void) { tpurt_fgen_wait(); }
+void tpurt_fuse_set_codegen(bool enabled) { tpurt_fgen_set_enabled(enabled); }
+bool tpurt_fuse_codegen(void) { return tpurt_fgen_enabled(); }
 
 /* ------------------------------------------------------------------------ */
 /* Which ops fuse.                                                           */
@@ -662,6 +679,7 @@ void tpurt_fuse_cache_clear(void) {
     g_cache[i].hash = 0;
   }
   pthread_mutex_unlock(&g_cache_lock);
+  tpurt_fgen_clear();
 }
 
 static uint64_t fnv1a(const char* s, size_t n) {
@@ -734,7 +752,7 @@ static char* chain_signature(const tpurt_defer_list_t* l, const int32_t* members
   return b.p;
 }
 
-static const char* cache_dir(char* buf, size_t cap) {
+const char* tpurt_fuse_cache_dir(char* buf, size_t cap) {
   const char* d = getenv("TORCH_TPU_FUSE_CACHE_DIR");
   if (d) return d[0] ? d : NULL; /* set but empty: no disk cache */
   const char* x = getenv("XDG_CACHE_HOME");
@@ -745,7 +763,7 @@ static const char* cache_dir(char* buf, size_t cap) {
   return buf;
 }
 
-static void mkdirs(const char* path) {
+void tpurt_fuse_mkdirs(const char* path) {
   char tmp[1024];
   snprintf(tmp, sizeof tmp, "%s", path);
   for (char* p = tmp + 1; *p; ++p) {
@@ -779,7 +797,7 @@ static bool disk_lookup(const char* dir, uint64_t h, const char* sig, size_t len
 }
 
 static void disk_store(const char* dir, uint64_t h, const char* sig, size_t len) {
-  mkdirs(dir);
+  tpurt_fuse_mkdirs(dir);
   char path[1200], tmp[1300];
   snprintf(path, sizeof path, "%s/%016llx.plan", dir, (unsigned long long)h);
   snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
@@ -815,7 +833,7 @@ static void cache_touch(const tpurt_defer_list_t* l, const int32_t* members, int
     return;
   }
   char dbuf[1024];
-  const char* dir = cache_dir(dbuf, sizeof dbuf);
+  const char* dir = tpurt_fuse_cache_dir(dbuf, sizeof dbuf);
   if (dir && disk_lookup(dir, h, sig, len)) {
     STAT_ADD(cache_hits, 1);
     STAT_ADD(disk_hits, 1);
@@ -870,6 +888,14 @@ typedef struct chain_t {
   size_t per_thread;
   uint8_t* scratch;
   int64_t numel;
+
+  /* the generated kernel, when the chain has one (exec/fuse_codegen.h) */
+  tpurt_fgen_fn_t gen_fn;
+  tpurt_fgen_args_t gen_args;
+  bool gen_stream; /* stored outputs streamed; all share one 64-byte phase */
+  int gen_first;   /* a stored member (for the alignment of a range) */
+  int64_t gen_es;  /* the stored outputs' element size */
+  _Alignas(8) char gen_scalar[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][8]; /* scalars cast to the loop dtype */
 } chain_t;
 
 _Thread_local void* tpurt_fuse_tls_capture;
@@ -877,6 +903,7 @@ _Thread_local void* tpurt_fuse_tls_capture;
 static tpurt_status_t chain_level(chain_t* ch, int k);
 static tpurt_status_t chain_prepare(chain_t* ch);
 static void chain_pass(chain_t* ch);
+static bool chain_generated(chain_t* ch);
 static void chain_reduce(chain_t* ch);
 
 static tpurt_status_t off_plan(chain_t* ch) {
@@ -905,7 +932,7 @@ tpurt_status_t tpurt_fuse_capture(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config
   tpurt_status_t s = chain_prepare(ch);
   if (!s) {
     if (ch->red >= 0) chain_reduce(ch);
-    else chain_pass(ch);
+    else if (!chain_generated(ch)) chain_pass(ch);
   }
   tpurt_fuse_tls_capture = ch;
   if (s) {
@@ -1027,6 +1054,92 @@ static tpurt_status_t chain_prepare(chain_t* ch) {
 
 /* Runs the planned pass over every element. */
 static void chain_pass(chain_t* ch) { tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, chain_range, ch); }
+
+/* The generated kernel over [begin, end): streamed in whole aligned blocks
+ * when the outputs stream, plain stores for the head and tail. */
+static void gen_range(void* user, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  chain_t* ch = user;
+  if (!ch->gen_stream) {
+    ch->gen_fn(&ch->gen_args, begin, end, 0);
+    return;
+  }
+  uintptr_t a = (uintptr_t)(ch->gen_args.mem[ch->gen_first][0] + begin * ch->gen_es);
+  int64_t s = begin + (int64_t)(((64 - (a & 63)) & 63) / (uintptr_t)ch->gen_es);
+  if (s > end) s = end;
+  int64_t body = (end - s) / TPURT_FGEN_BLOCK * TPURT_FGEN_BLOCK;
+  if (s > begin) ch->gen_fn(&ch->gen_args, begin, s, 0);
+  if (body) ch->gen_fn(&ch->gen_args, s, s + body, 1);
+  if (s + body < end) ch->gen_fn(&ch->gen_args, s + body, end, 0);
+#if defined(__AVX__)
+  if (body) _mm_sfence();
+#endif
+}
+
+/* Runs the chain through its generated kernel when it has one (built or
+ * loaded; a chain seen again is queued for a build). The kernel takes chains
+ * of expression ops (ew_ops.h) in float32/float64 without casts, over one
+ * coalesced dim, each memory input contiguous or a broadcast scalar. */
+static bool chain_generated(chain_t* ch) {
+  if (ch->nd != 1 || ch->n > TPURT_FGEN_MAX_OPS || !tpurt_fgen_enabled()) return false;
+  tpurt_fgen_chain_t g;
+  g.n = ch->n;
+  for (int k = 0; k < ch->n; ++k) {
+    const tpurt_ew_config_t* c = ch->cfg[k];
+    tpurt_fgen_member_t* m = &g.m[k];
+    if (!c->expr || !c->gen || c->num_outputs != 1 || c->num_inputs < 1 || c->num_inputs > TPURT_FGEN_MAX_IN)
+      return false;
+    tpurt_dtype_t t = c->loop_dtypes[1], to = c->loop_dtypes[0];
+    if ((t != TPURT_DTYPE_FLOAT32 && t != TPURT_DTYPE_FLOAT64) || c->tensors[0]->dtype != to) return false;
+    m->loop = (const void*)c->loop;
+    m->expr = c->expr;
+    m->gen = c->gen;
+    m->type = t;
+    m->out = to;
+    m->num_inputs = c->num_inputs;
+    m->store = ch->store[k];
+    int64_t es = (int64_t)tpurt_dtype_size(t);
+    for (int i = 1; i <= c->num_inputs; ++i) {
+      if (c->loop_dtypes[i] != t) return false;
+      int64_t st = ch->strides[k][i][0];
+      m->src[i - 1] = ch->src[k][i];
+      m->scalar[i - 1] = m->src[i - 1] < 0 && st == 0;
+      ch->gen_args.mem[k][i] = (char*)c->tensors[i]->data;
+      if (c->tensors[i]->dtype == t) {
+        if (m->src[i - 1] < 0 && st != 0 && st != es) return false;
+      } else if (m->scalar[i - 1]) { /* a broadcast scalar of another dtype: cast once, as the tiles do */
+        tpurt_ew_convert_strided(t, ch->gen_scalar[k][i], 0, c->tensors[i]->dtype, c->tensors[i]->data, 0, 1);
+        ch->gen_args.mem[k][i] = ch->gen_scalar[k][i];
+      } else {
+        return false;
+      }
+    }
+    if (m->store && ch->strides[k][0][0] != (int64_t)tpurt_dtype_size(to)) return false;
+    ch->gen_args.mem[k][0] = m->store ? (char*)c->tensors[0]->data : NULL;
+    ch->gen_args.params[k] = c->user;
+  }
+  tpurt_fgen_fn_t fn = tpurt_fgen_lookup(&g);
+  if (!fn) return false;
+  ch->gen_fn = fn;
+  ch->gen_stream = false;
+  ch->gen_first = -1;
+  bool stream = ch->any_stream;
+  for (int k = 0; k < ch->n && stream; ++k) {
+    if (!ch->store[k]) continue;
+    int64_t es = (int64_t)tpurt_dtype_size(g.m[k].out);
+    uintptr_t phase = (uintptr_t)ch->gen_args.mem[k][0] & 63;
+    if (ch->gen_first < 0) {
+      ch->gen_first = k;
+      ch->gen_es = es;
+    }
+    stream = ch->stream[k] && es == ch->gen_es && phase % (uintptr_t)es == 0 &&
+             phase == ((uintptr_t)ch->gen_args.mem[ch->gen_first][0] & 63);
+  }
+  ch->gen_stream = stream && ch->gen_first >= 0;
+  tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, gen_range, ch);
+  tpurt_fgen_note_run();
+  return true;
+}
 
 /* One run of `len` (<= FUSE_TILE) elements along the innermost dim through
  * every member, memory operands starting at idx. */

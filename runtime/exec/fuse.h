@@ -57,6 +57,10 @@ void tpurt_defer_list_run(tpurt_queue_t* queue, tpurt_defer_list_t* list, tpurt_
                           tpurt_defer_copy_fn_t copy, tpurt_defer_error_fn_t on_error);
 
 void tpurt_fuse_note_recorded(void);
+/* The fused-kernel directory ($TORCH_TPU_FUSE_CACHE_DIR, else the user's
+ * cache); NULL when the disk cache is off. buf holds the path when built. */
+const char* tpurt_fuse_cache_dir(char* buf, size_t cap);
+void tpurt_fuse_mkdirs(const char* path);
 /* Statistics, switches and the cache API: tpurt/device.h. */
 
 #endif /* TPURT_EXEC_FUSE_H_ */

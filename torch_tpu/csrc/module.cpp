@@ -184,8 +184,18 @@ PYBIND11_MODULE(_C, m) {
     d["stores_skipped"] = st.stores_skipped;
     d["bytes_skipped"] = st.bytes_skipped;
     d["fallbacks"] = st.fallbacks;
+    d["codegen_built"] = st.codegen_built;
+    d["codegen_loaded"] = st.codegen_loaded;
+    d["codegen_failed"] = st.codegen_failed;
+    d["codegen_runs"] = st.codegen_runs;
     return d;
   });
+  m.def("_fusion_wait_builds", [] {
+    py::gil_scoped_release nogil;
+    tpurt_fuse_wait_builds();
+  });
+  m.def("_fusion_set_codegen", [](bool on) { tpurt_fuse_set_codegen(on); });
+  m.def("_fusion_codegen", [] { return tpurt_fuse_codegen(); });
   m.def("_fusion_stats_reset", [] { tpurt_fuse_stats_reset(); });
   m.def("_fusion_set_enabled", [](bool on) { tpurt_fuse_set_enabled(on); });
   m.def("_fusion_enabled", [] { return tpurt_fuse_enabled(); });

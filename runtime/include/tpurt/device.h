@@ -150,6 +150,10 @@ typedef struct tpurt_fuse_stats_t {
   uint64_t stores_skipped;   /* intermediate results never written to device memory */
   uint64_t bytes_skipped;    /* their bytes */
   uint64_t fallbacks;        /* fused groups rerun unfused (capture did not go as planned) */
+  uint64_t codegen_built;    /* fused kernels compiled to machine code (background builds) */
+  uint64_t codegen_loaded;   /* ... loaded from the disk cache instead */
+  uint64_t codegen_failed;   /* ... whose build failed (those chains stay on the generic path) */
+  uint64_t codegen_runs;     /* fused groups run by generated code */
 } tpurt_fuse_stats_t;
 TPURT_API void tpurt_fuse_stats_get(tpurt_fuse_stats_t* out_stats);
 TPURT_API void tpurt_fuse_stats_reset(void);
@@ -159,6 +163,12 @@ TPURT_API void tpurt_fuse_set_enabled(bool enabled);
 TPURT_API bool tpurt_fuse_enabled(void);
 /* Forgets the in-memory fused-kernel cache (the disk cache stays). */
 TPURT_API void tpurt_fuse_cache_clear(void);
+/* Blocks until no generated kernel is being built. */
+TPURT_API void tpurt_fuse_wait_builds(void);
+/* Code generation for fused chains on (default; TORCH_TPU_FUSE_CODEGEN=0
+ * turns it off: chains then always run through the generic tiled path). */
+TPURT_API void tpurt_fuse_set_codegen(bool enabled);
+TPURT_API bool tpurt_fuse_codegen(void);
 
 
 #ifdef __cplusplus

@@ -45,6 +45,10 @@ typedef struct tpurt_ew_config_t {
   /* Smallest number of elements worth a thread: about 32K for cheap ops,
    * less for expensive ones (0 = default). */
   int64_t grain;
+  /* For DeferAndFuse's code generator: the loop's expression and generator
+   * (ew_ops.h), when the loop is generated from one; else NULL. */
+  const char* expr;
+  const char* gen;
 } tpurt_ew_config_t;
 
 /* Runs `cfg.loop` over every output element. Returns INVALID_ARGUMENT when an

@@ -53,6 +53,11 @@ typedef struct ew_op_t {
   const tpurt_ew_loop_fn_t* loops; /* by loop dtype */
   tpurt_ew_ref_fn_t ref;
   int64_t grain;
+  /* The float loops' expression, fully macro-expanded, and their generator
+   * (EW_L1...): what exec/fuse_codegen.c compiles into a fused kernel. NULL
+   * for ops whose loops are written by hand. */
+  const char* fexpr;
+  const char* gen;
 } ew_op_t;
 
 /* Type promotion + checks + engine (or reference) run for a described op. */
@@ -274,13 +279,17 @@ static inline void ew_stream_store64(void* dst, const void* src) {
     return tpurt_ew_op_run(ctx, call, &desc, true);                                              \
   }
 
+/* An expression as text after macro expansion (so it needs no macro of this file). */
+#define EW_STR_(...) #__VA_ARGS__
+#define EW_STR(...) EW_STR_(__VA_ARGS__)
+
 /* Float-only op (N inputs; GEN is EW_L1/EW_L2/EW_L3 or a bool-out variant). */
 #define EW_OP_F(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR)                            \
   EW_GEN_F(GEN, name, FEXPR)                                                                     \
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
   EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
-                                      name##_loops, name##_ref, 0};
+                                      name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
 /* Float and integer/bool op. */
 #define EW_OP_FI(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, IEXPR)                    \
   EW_GEN_F(GEN, name, FEXPR)                                                                     \
@@ -288,7 +297,7 @@ static inline void ew_stream_store64(void* dst, const void* src) {
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name), EW_TAB_I(name)}; \
   EW_DEF_REF(name, N, FEXPR, IEXPR)                                                              \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
-                                      name##_loops, name##_ref, 0};
+                                      name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
 /* Integer/bool-only op. */
 #define EW_OP_I(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, IEXPR)                            \
   EW_GEN_I(GEN, name, IEXPR)                                                                     \
