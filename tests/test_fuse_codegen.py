@@ -126,7 +126,7 @@ def test_chain_is_built_then_used_and_matches_strict():
     assert st["kernels_launched"] == 1 and st["fused_ops"] == 10
 
 
-@pytest.mark.parametrize("name", ["activations", "backward", "compare", "ternary", "float64", "in_place",
+@pytest.mark.parametrize("name", ["activations", "backward", "compare", "ternary", "pow", "float64", "in_place",
                                   "multi_store", "device_scalar", "unaligned_view"])
 def test_expression_chains_match_strict(name):
     x = _special(4099).to("tpu")
@@ -147,6 +147,10 @@ def test_expression_chains_match_strict(name):
     elif name == "ternary":
         def fn(x, y):
             return torch.lerp(x, y, 0.3).addcmul(x, y, value=0.5).addcdiv(y, y.abs() + 1, value=2.0) * 3
+    elif name == "pow":
+        def fn(x, y):  # the specialised Scalar exponents, a general one, and a tensor exponent
+            h = torch.pow(x, 3.0) * 0.044715 + x ** 2 + y.abs() ** 0.5 + (y.abs() + 1) ** -0.5
+            return h + x ** -1 + x ** -2.0 + y.abs() ** 1.7 + torch.pow(y.abs(), x)
     elif name == "float64":
         x, y = x.double(), y.double()
 

@@ -217,11 +217,13 @@ static char* gen_source(const tpurt_fgen_chain_t* c) {
    * A member with a vector-math call (exp, tanh, erf, log1p) is a segment of
    * its own and the cheap members between them form one: a single loop over
    * everything spills registers and runs slower than the sum of its parts.
+   * So is pow, whose loop-invariant branch on the exponent the compiler
+   * unswitches only in a small loop (in a big one the loop stays scalar).
    * Values crossing segments live in block arrays (L1); the rest in registers. */
   int seg[TPURT_FGEN_MAX_OPS], nseg = 0;
   bool prev_heavy = false;
   for (int k = 0; k < c->n; ++k) {
-    bool heavy = strstr(c->m[k].expr, "tpurt_") != NULL;
+    bool heavy = strstr(c->m[k].expr, "tpurt_") || strstr(c->m[k].expr, "powf");
     if (k == 0 || heavy || prev_heavy) ++nseg;
     seg[k] = nseg - 1;
     prev_heavy = heavy;

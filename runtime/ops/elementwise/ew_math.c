@@ -185,7 +185,14 @@ EW_POW_LOOP(pow_f64, double, pow_gen_f64)
 EW_GEN_I(EW_L2, pow, IPOW)
 static const tpurt_ew_loop_fn_t pow_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(pow), EW_TAB_I(pow)};
 EW_DEF_REF(pow, 2, pow(a, b), IPOW)
-static const ew_op_t pow_desc = {"pow", 2, 1, {0, 1}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_pow, pow_loops, pow_ref, 0};
+/* The float loops above as one expression, for generated fused kernels: p.i[0] is set only for a
+ * Scalar exponent, which every loop sees as a broadcast (stride 0), so the branch is the loops'. */
+#define EW_POW_EXPR                                                                                \
+  (p.i[0] ? (b == 2 ? a * a : b == 3 ? a * a * a : b == (T)0.5 ? sqrt(a) : b == (T)-0.5 ? 1 / sqrt(a) \
+             : b == -1 ? 1 / a : b == -2 ? 1 / (a * a) : pow(a, b))                                  \
+          : pow(a, b))
+static const ew_op_t pow_desc = {"pow", 2, 1, {0, 1}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_pow, pow_loops,
+                                 pow_ref, 0, EW_STR(EW_POW_EXPR), "EW_L2"};
 EW_OP_F(atan2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), atan2(a, b))
 EW_OP_F(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), hypot(a, b))
 EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b))
