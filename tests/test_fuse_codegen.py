@@ -127,7 +127,8 @@ def test_chain_is_built_then_used_and_matches_strict():
 
 
 @pytest.mark.parametrize("name", ["activations", "backward", "compare", "ternary", "pow", "float64", "in_place",
-                                  "multi_store", "device_scalar", "unaligned_view"])
+                                  "multi_store", "device_scalar", "unaligned_view", "bias_rows",
+                                  "row_scale"])
 def test_expression_chains_match_strict(name):
     x = _special(4099).to("tpu")
     y = torch.randn(4099).to("tpu")
@@ -175,6 +176,16 @@ def test_expression_chains_match_strict(name):
     elif name == "unaligned_view":
         def fn(x, y):
             return ((x[3:] * 1.5 + y[:-3]).exp() * x[3:]).relu()
+    elif name == "bias_rows":  # outer dims walked run by run: a bias along the rows, a 3-d view
+        x, y = x[:4096].view(16, 8, 32), y[:32].clone()
+
+        def fn(x, y):
+            return F.gelu((x * 1.25 + y).tanh() - y, approximate="tanh")
+    elif name == "row_scale":  # a per-row scalar (innermost stride 0) and a column slice
+        x, y = x[:4000].view(40, 100), y[:40].view(40, 1).clone()
+
+        def fn(x, y):
+            return (x[:, 7:93] * y + 0.5).sigmoid() * y
     _check_built(fn, x, y)
 
 
@@ -187,6 +198,9 @@ def test_streaming_outputs_larger_than_cache_match_strict():
     _c()._fusion_stats_reset()
     _same(_run(lambda x: fn(x[1:]), DEFER, x), _run(lambda x: fn(x[1:]), STRICT, x))
     assert _stats()["codegen_runs"] == 1 and _stats()["codegen_built"] == 0
+    # Rows walked one by one, each streamed from its own 64-byte boundary (rows of 8200 floats).
+    a, b = torch.randn(2049, 8200).to("tpu"), torch.randn(8200).to("tpu")
+    _check_built(lambda a, b: ((a + b) * 0.5).relu() - b, a, b)
 
 
 def test_codegen_off_runs_generic_path():

@@ -76,9 +76,10 @@
  *  signature runs through the generic path at once; its plan is then stored.
  *
  *  Generated code (exec/fuse_codegen.c): a chain of expression ops
- *  (ew_ops.h) in float32/float64 without casts, over one coalesced dim with
- *  each memory input contiguous or a broadcast scalar, and no reduction,
- *  is compiled to one C function computing every member per element. The
+ *  (ew_ops.h) in float32/float64 without casts, each memory input
+ *  contiguous or one element along the innermost coalesced dim (a bias row,
+ *  a per-row scale), and no reduction, is compiled to one C function
+ *  computing every member per element of a run. The
  *  first sight of such a chain asks the disk for a kernel another process
  *  built; the second queues a background build. Until the kernel is loaded
  *  the chain runs through the generic path, so a new kernel never stalls a
@@ -896,6 +897,7 @@ typedef struct chain_t {
   int gen_first;   /* a stored member (for the alignment of a range) */
   int64_t gen_es;  /* the stored outputs' element size */
   _Alignas(8) char gen_scalar[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][8]; /* scalars cast to the loop dtype */
+  bool gen_cast[FUSE_MAX_OPS][FUSE_MAX_OPERANDS];                    /* ... in gen_scalar */
 } chain_t;
 
 _Thread_local void* tpurt_fuse_tls_capture;
@@ -1055,33 +1057,70 @@ static tpurt_status_t chain_prepare(chain_t* ch) {
 /* Runs the planned pass over every element. */
 static void chain_pass(chain_t* ch) { tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, chain_range, ch); }
 
-/* The generated kernel over [begin, end): streamed in whole aligned blocks
- * when the outputs stream, plain stores for the head and tail. */
-static void gen_range(void* user, int64_t begin, int64_t end, int tid) {
-  (void)tid;
-  chain_t* ch = user;
+/* The generated kernel over elements [begin, end) of one run (args point at
+ * the run's first element): streamed in whole aligned blocks when the
+ * outputs stream, plain stores for the head and tail. */
+static void gen_run(const chain_t* ch, const tpurt_fgen_args_t* args, int64_t begin, int64_t end) {
   if (!ch->gen_stream) {
-    ch->gen_fn(&ch->gen_args, begin, end, 0);
+    ch->gen_fn(args, begin, end, 0);
     return;
   }
-  uintptr_t a = (uintptr_t)(ch->gen_args.mem[ch->gen_first][0] + begin * ch->gen_es);
+  uintptr_t a = (uintptr_t)(args->mem[ch->gen_first][0] + begin * ch->gen_es);
   int64_t s = begin + (int64_t)(((64 - (a & 63)) & 63) / (uintptr_t)ch->gen_es);
   if (s > end) s = end;
   int64_t body = (end - s) / TPURT_FGEN_BLOCK * TPURT_FGEN_BLOCK;
-  if (s > begin) ch->gen_fn(&ch->gen_args, begin, s, 0);
-  if (body) ch->gen_fn(&ch->gen_args, s, s + body, 1);
-  if (s + body < end) ch->gen_fn(&ch->gen_args, s + body, end, 0);
+  if (s > begin) ch->gen_fn(args, begin, s, 0);
+  if (body) ch->gen_fn(args, s, s + body, 1);
+  if (s + body < end) ch->gen_fn(args, s + body, end, 0);
+}
+
+/* Linear elements [begin, end) of the chain's shape: one kernel call for a
+ * single coalesced dim, else one per run along the innermost dim, with every
+ * memory operand's pointer moved to the run. */
+static void gen_range(void* user, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  chain_t* ch = user;
+  if (ch->nd == 1) {
+    gen_run(ch, &ch->gen_args, begin, end);
+  } else {
+    tpurt_fgen_args_t a = ch->gen_args;
+    int64_t idx[TPURT_MAX_DIMS];
+    int64_t rem = begin;
+    for (int d = 0; d < ch->nd; ++d) {
+      idx[d] = rem % ch->shape[d];
+      rem /= ch->shape[d];
+    }
+    for (int64_t pos = begin; pos < end;) {
+      int64_t len = ch->shape[0] - idx[0];
+      if (len > end - pos) len = end - pos;
+      for (int k = 0; k < ch->n; ++k)
+        for (int i = 0; i <= ch->cfg[k]->num_inputs; ++i) {
+          if (!ch->gen_args.mem[k][i] || (i > 0 && ch->src[k][i] >= 0) || ch->gen_cast[k][i]) continue;
+          char* p = ch->gen_args.mem[k][i];
+          for (int d = 0; d < ch->nd; ++d) p += idx[d] * ch->strides[k][i][d];
+          a.mem[k][i] = p;
+        }
+      gen_run(ch, &a, 0, len);
+      pos += len;
+      idx[0] += len;
+      for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
+        idx[d] = 0;
+        ++idx[d + 1];
+      }
+    }
+  }
 #if defined(__AVX__)
-  if (body) _mm_sfence();
+  if (ch->gen_stream) _mm_sfence();
 #endif
 }
 
 /* Runs the chain through its generated kernel when it has one (built or
  * loaded; a chain seen again is queued for a build). The kernel takes chains
- * of expression ops (ew_ops.h) in float32/float64 without casts, over one
- * coalesced dim, each memory input contiguous or a broadcast scalar. */
+ * of expression ops (ew_ops.h) in float32/float64 without casts (but for a
+ * scalar), each memory input contiguous or one element along the innermost
+ * coalesced dim; outer dims are walked here, a kernel call per run. */
 static bool chain_generated(chain_t* ch) {
-  if (ch->nd != 1 || ch->n > TPURT_FGEN_MAX_OPS || !tpurt_fgen_enabled()) return false;
+  if (ch->n > TPURT_FGEN_MAX_OPS || !tpurt_fgen_enabled()) return false;
   tpurt_fgen_chain_t g;
   g.n = ch->n;
   for (int k = 0; k < ch->n; ++k) {
@@ -1105,11 +1144,15 @@ static bool chain_generated(chain_t* ch) {
       m->src[i - 1] = ch->src[k][i];
       m->scalar[i - 1] = m->src[i - 1] < 0 && st == 0;
       ch->gen_args.mem[k][i] = (char*)c->tensors[i]->data;
+      ch->gen_cast[k][i] = false;
+      bool one = true; /* a single element for the whole chain */
+      for (int d = 0; d < ch->nd; ++d) one = one && ch->strides[k][i][d] == 0;
       if (c->tensors[i]->dtype == t) {
         if (m->src[i - 1] < 0 && st != 0 && st != es) return false;
-      } else if (m->scalar[i - 1]) { /* a broadcast scalar of another dtype: cast once, as the tiles do */
+      } else if (m->scalar[i - 1] && one) { /* a broadcast scalar of another dtype: cast once, as the tiles do */
         tpurt_ew_convert_strided(t, ch->gen_scalar[k][i], 0, c->tensors[i]->dtype, c->tensors[i]->data, 0, 1);
         ch->gen_args.mem[k][i] = ch->gen_scalar[k][i];
+        ch->gen_cast[k][i] = true;
       } else {
         return false;
       }
