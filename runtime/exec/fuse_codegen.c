@@ -431,12 +431,19 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
   if (!dir) return NULL;
   static _Atomic unsigned seq;
   char base[1200], c_path[1300], so_tmp[1300], log_path[1300], so_path[1200], meta_path[1200], meta_tmp[1300];
-  snprintf(base, sizeof base, "%s/%016llx.%d.%u", dir, (unsigned long long)h, (int)getpid(),
+  /* A private build directory with fixed file names: the same source then
+   * gives the same bytes in every process (the object records its source's
+   * name), so processes racing to build one kernel agree with its record. */
+  snprintf(base, sizeof base, "%s/.build.%016llx.%d.%u", dir, (unsigned long long)h, (int)getpid(),
            atomic_fetch_add(&seq, 1));
-  snprintf(c_path, sizeof c_path, "%s.c", base);
-  snprintf(so_tmp, sizeof so_tmp, "%s.so", base);
-  snprintf(log_path, sizeof log_path, "%s.log", base);
-  snprintf(meta_tmp, sizeof meta_tmp, "%s.kernel", base);
+  if (mkdir(base, 0700) != 0) {
+    if (tmp_dir) rmdir(dir);
+    return NULL;
+  }
+  snprintf(c_path, sizeof c_path, "%s/kernel.c", base);
+  snprintf(so_tmp, sizeof so_tmp, "%s/kernel.so", base);
+  snprintf(log_path, sizeof log_path, "%s/kernel.log", base);
+  snprintf(meta_tmp, sizeof meta_tmp, "%s/kernel.meta", base);
   path_of(so_path, sizeof so_path, dir, h, ".so");
   path_of(meta_path, sizeof meta_path, dir, h, ".kernel");
   tpurt_fgen_fn_t fn = NULL;
@@ -465,6 +472,7 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
   unlink(so_tmp);
   unlink(log_path);
   unlink(meta_tmp);
+  rmdir(base);
   if (tmp_dir) { /* loaded (or failed): nothing to keep */
     unlink(so_path);
     unlink(meta_path);

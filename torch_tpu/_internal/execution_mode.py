@@ -184,7 +184,8 @@ def _init_from_env():
 
 def fusion_stats():
     """DeferAndFuse counters since start (or fusion_stats_reset()): ops recorded, flushes, kernels
-    launched, fused kernels, kernels built, cache hits (memory / disk), stores skipped, fallbacks."""
+    launched, fused kernels, kernels planned, cache hits (memory / disk), stores skipped, fallbacks,
+    and generated code: kernels compiled, loaded from disk, failed, and chains run by them."""
     return dict(_c()._fusion_stats())
 
 
