@@ -35,8 +35,11 @@ $(BUILD)/asan/%.o: %.c $(shell find runtime -name '*.h')
 
 # Generated fused kernels (runtime/exec/fuse_codegen.c) are built at run time by this compiler with the
 # runtime's own flags, against this tree's headers, so they compute what the library's loops compute.
+# The stamp (a checksum of every runtime header, and the compiler's version) goes into each generated
+# source, so a kernel cached by another build of the runtime is never loaded by this one.
+FGEN_STAMP = $(shell cat $(sort $(shell find runtime -name '*.h')) | cksum | cut -d' ' -f1)-$(shell $(CC) -dumpfullversion)
 FGEN_DEFS = -DTPURT_FGEN_CC='"$(CC)"' -DTPURT_FGEN_CFLAGS='"-std=c11 -D_GNU_SOURCE $(OPT)"' \
-            -DTPURT_FGEN_SRC='"$(CURDIR)/runtime"'
+            -DTPURT_FGEN_SRC='"$(CURDIR)/runtime"' -DTPURT_FGEN_STAMP='"$(FGEN_STAMP)"'
 $(BUILD)/obj/runtime/exec/fuse_codegen.o $(BUILD)/asan/runtime/exec/fuse_codegen.o: CFLAGS_BASE += $(FGEN_DEFS)
 
 $(BUILD)/libtpurt.so: $(RT_OBJS)
