@@ -263,6 +263,11 @@ def test_next_process_loads_the_kernel_from_disk(tmp_path):
     so = next(p for p in d.iterdir() if p.suffix == ".so")
     data = bytearray(so.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    so.write_bytes(bytes(data))
+    # A new file in its place (this process has the original mapped: rewriting it in place would
+    # change code under the loaded library; the runtime itself only ever renames files into place).
+    tampered = so.with_suffix(".new")
+    tampered.write_bytes(bytes(data))
+    os.chmod(tampered, 0o600)
+    os.replace(tampered, so)
     loaded, runs, built, same = _child(env)
     assert (loaded, runs, same) == (0, 0, 1)

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -77,6 +78,8 @@ static pthread_cond_t g_idle_cond = PTHREAD_COND_INITIALIZER; /* the queue drain
 static entry_t g_table[SLOTS];
 static job_t *g_jobs, **g_jobs_tail = &g_jobs;
 static bool g_builder_started, g_building;
+static _Atomic bool g_exiting;  /* the process is exiting: load nothing more */
+static pid_t g_child;           /* the compiler running now, or 0 */
 static _Atomic int g_enabled = -1;
 static _Atomic uint64_t g_built, g_loaded, g_failed, g_runs;
 
@@ -393,7 +396,10 @@ static bool compile(const char* c_path, const char* so_path, const char* log_pat
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   pid_t pid;
-  int rc = posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
+  pthread_mutex_lock(&g_lock);
+  int rc = g_exiting ? ECANCELED : posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
+  if (rc == 0) g_child = pid;
+  pthread_mutex_unlock(&g_lock);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     if (trace()) fprintf(stderr, "[fuse] codegen: cannot run %s: %s\n", cc, strerror(rc));
@@ -402,6 +408,9 @@ static bool compile(const char* c_path, const char* so_path, const char* log_pat
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  pthread_mutex_lock(&g_lock);
+  g_child = 0;
+  pthread_mutex_unlock(&g_lock);
   bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!ok && trace()) {
     size_t len = 0;
@@ -461,13 +470,16 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
     bool ok = so && write_file(meta_tmp, head, (size_t)hl, source, slen) && rename(so_tmp, so_path) == 0 &&
               rename(meta_tmp, meta_path) == 0;
     free(so);
-    if (ok) fn = disk_load(dir, h, source);
+    pthread_mutex_lock(&g_lock);
+    bool exiting = g_exiting;
+    pthread_mutex_unlock(&g_lock);
+    if (ok && !exiting) fn = disk_load(dir, h, source);
     if (!fn) {
       unlink(so_path);
       unlink(meta_path);
     }
   }
-  if (!fn && !tmp_dir) { /* remembered, so that no process builds it again */
+  if (!fn && !tmp_dir && !g_exiting) { /* remembered, so that no process builds it again */
     char fail_path[1200];
     path_of(fail_path, sizeof fail_path, dir, h, ".fail");
     write_file(fail_path, source, slen, NULL, 0);
@@ -483,6 +495,15 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
     rmdir(dir);
   }
   return fn;
+}
+
+/* At exit: no library is loaded while the process tears down (the build in
+ * flight is stopped, its files removed by the builder if it gets the time). */
+static void on_exit_stop_builds(void) {
+  pthread_mutex_lock(&g_lock);
+  g_exiting = true;
+  if (g_child > 0) kill(g_child, SIGKILL);
+  pthread_mutex_unlock(&g_lock);
 }
 
 static void* builder(void* unused) {
@@ -611,6 +632,7 @@ tpurt_fgen_fn_t tpurt_fgen_lookup(const tpurt_fgen_chain_t* c) {
       pthread_attr_init(&attr);
       pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
       g_builder_started = pthread_create(&t, &attr, builder, NULL) == 0;
+      if (g_builder_started) atexit(on_exit_stop_builds);
       pthread_attr_destroy(&attr);
       if (!g_builder_started) { /* no thread: nothing gets built */
         g_jobs = NULL;
