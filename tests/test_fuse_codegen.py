@@ -5,7 +5,6 @@ fused path. Every result must be Strict's, bit for bit (NaN payloads aside), bef
 Counters come from torch_tpu._C._fusion_stats(): codegen_built (compiled), codegen_loaded (taken from
 the disk cache), codegen_failed, codegen_runs (fused chains run by generated code).
 """
-import contextlib
 import os
 import subprocess
 import sys
@@ -15,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytestmark = pytest.mark.tpu
+from test_defer_fuse import DEFER, STRICT, _mode, chain10  # noqa: F401  (one definition of each)
 
-STRICT, DEFER = 0, 2
+pytestmark = pytest.mark.tpu
 
 
 def _c():
@@ -36,19 +35,6 @@ def _codegen_on(device, tmp_path, monkeypatch):
     c._fusion_cache_clear()
     yield
     c._fusion_set_codegen(True)
-
-
-@contextlib.contextmanager
-def _mode(mode):
-    c = _c()
-    prev = c._get_exec_mode()
-    c._synchronize(-1)
-    c._set_exec_mode(mode)
-    try:
-        yield
-    finally:
-        c._synchronize(-1)
-        c._set_exec_mode(prev)
 
 
 def _run(fn, mode, *args):
@@ -94,19 +80,6 @@ def _check_built(fn, *args, expect_codegen=True):
     if expect_codegen:
         assert st["codegen_runs"] >= 1, st
     return st
-
-
-def chain10(x, b):
-    y = x * 2.0
-    y = y + b
-    y = y.exp()
-    y = y - 1.0
-    y = y / 3.0
-    y = y.sigmoid()
-    y = y * x
-    y = y.tanh()
-    y = y + 0.5
-    return y.relu()
 
 
 def _special(n, dtype=torch.float32):

@@ -683,11 +683,6 @@ void tpurt_fuse_cache_clear(void) {
   tpurt_fgen_clear();
 }
 
-static uint64_t fnv1a(const char* s, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-  return h ? h : 1;
-}
 
 typedef struct sigbuf_t {
   char* p;
@@ -816,7 +811,8 @@ static void cache_touch(const tpurt_defer_list_t* l, const int32_t* members, int
   size_t len = 0;
   char* sig = chain_signature(l, members, n, store, &len);
   if (!sig) return;
-  uint64_t h = fnv1a(sig, len);
+  uint64_t h = tpurt_fnv1a(sig, len, TPURT_FNV_SEED);
+  if (!h) h = 1;
   pthread_mutex_lock(&g_cache_lock);
   size_t i = h & (CACHE_SLOTS - 1);
   bool found = false;
@@ -1054,6 +1050,23 @@ static tpurt_status_t chain_prepare(chain_t* ch) {
   return TPURT_OK;
 }
 
+/* The index (innermost dim first) of linear element `lin` of the chain's
+ * coalesced shape, and its move `len` elements on along the innermost dim. */
+static void chain_idx_init(const chain_t* ch, int64_t lin, int64_t* idx) {
+  for (int d = 0; d < ch->nd; ++d) {
+    idx[d] = lin % ch->shape[d];
+    lin /= ch->shape[d];
+  }
+}
+
+static void chain_idx_advance(const chain_t* ch, int64_t* idx, int64_t len) {
+  idx[0] += len;
+  for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
+    idx[d] = 0;
+    ++idx[d + 1];
+  }
+}
+
 /* Runs the planned pass over every element. */
 static void chain_pass(chain_t* ch) { tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, chain_range, ch); }
 
@@ -1085,11 +1098,7 @@ static void gen_range(void* user, int64_t begin, int64_t end, int tid) {
   } else {
     tpurt_fgen_args_t a = ch->gen_args;
     int64_t idx[TPURT_MAX_DIMS];
-    int64_t rem = begin;
-    for (int d = 0; d < ch->nd; ++d) {
-      idx[d] = rem % ch->shape[d];
-      rem /= ch->shape[d];
-    }
+    chain_idx_init(ch, begin, idx);
     for (int64_t pos = begin; pos < end;) {
       int64_t len = ch->shape[0] - idx[0];
       if (len > end - pos) len = end - pos;
@@ -1102,11 +1111,7 @@ static void gen_range(void* user, int64_t begin, int64_t end, int tid) {
         }
       gen_run(ch, &a, 0, len);
       pos += len;
-      idx[0] += len;
-      for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
-        idx[d] = 0;
-        ++idx[d + 1];
-      }
+      chain_idx_advance(ch, idx, len);
     }
   }
 #if defined(__AVX__)
@@ -1266,11 +1271,7 @@ static const void* chain_walk(chain_t* ch, int64_t begin, int64_t end, int tid, 
   uint8_t* bufs = ch->scratch + ch->per_thread * (size_t)tid;
   size_t es = run ? tpurt_dtype_size(ch->cfg[ch->red_src]->tensors[0]->dtype) : 0;
   int64_t idx[TPURT_MAX_DIMS];
-  int64_t rem = begin;
-  for (int d = 0; d < ch->nd; ++d) {
-    idx[d] = rem % ch->shape[d];
-    rem /= ch->shape[d];
-  }
+  chain_idx_init(ch, begin, idx);
   const void* result = run;
   int64_t pos = begin;
   while (pos < end) {
@@ -1290,11 +1291,7 @@ static const void* chain_walk(chain_t* ch, int64_t begin, int64_t end, int tid, 
                                  len);
     }
     pos += len;
-    idx[0] += len;
-    for (int d = 0; d < ch->nd - 1 && idx[d] >= ch->shape[d]; ++d) {
-      idx[d] = 0;
-      ++idx[d + 1];
-    }
+    chain_idx_advance(ch, idx, len);
   }
 #if defined(__AVX__)
   if (ch->any_stream) _mm_sfence(); /* weakly ordered stores visible before the range is done */

@@ -57,6 +57,14 @@ void tpurt_defer_list_run(tpurt_queue_t* queue, tpurt_defer_list_t* list, tpurt_
                           tpurt_defer_copy_fn_t copy, tpurt_defer_error_fn_t on_error);
 
 void tpurt_fuse_note_recorded(void);
+
+/* FNV-1a over n bytes, continuing from h (TPURT_FNV_SEED to start). */
+#define TPURT_FNV_SEED 1469598103934665603ull
+static inline uint64_t tpurt_fnv1a(const void* p, size_t n, uint64_t h) {
+  const uint8_t* s = (const uint8_t*)p;
+  for (size_t i = 0; i < n; ++i) h = (h ^ s[i]) * 1099511628211ull;
+  return h;
+}
 /* The fused-kernel directory ($TORCH_TPU_FUSE_CACHE_DIR, else the user's
  * cache); NULL when the disk cache is off. buf holds the path when built. */
 const char* tpurt_fuse_cache_dir(char* buf, size_t cap);

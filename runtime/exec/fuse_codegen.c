@@ -120,12 +120,6 @@ void tpurt_fgen_stats_reset(void) {
 
 void tpurt_fgen_note_run(void) { atomic_fetch_add_explicit(&g_runs, 1, memory_order_relaxed); }
 
-static uint64_t fnv1a(const void* p, size_t n, uint64_t h) {
-  const uint8_t* s = p;
-  for (size_t i = 0; i < n; ++i) h = (h ^ s[i]) * 1099511628211ull;
-  return h;
-}
-#define FNV_SEED 1469598103934665603ull
 
 /* ------------------------------------------------------------------------ */
 /* Source.                                                                   */
@@ -329,7 +323,7 @@ static tpurt_fgen_fn_t disk_load(const char* dir, uint64_t h, const char* source
   if (ok) {
     unsigned long long want = strtoull(meta + sizeof(kMetaHeader) - 1, NULL, 16);
     const char* src = strchr(meta, '\n');
-    ok = src && strcmp(src + 1, source) == 0 && want == fnv1a(so, slen, FNV_SEED);
+    ok = src && strcmp(src + 1, source) == 0 && want == tpurt_fnv1a(so, slen, TPURT_FNV_SEED);
   }
   free(meta);
   free(so);
@@ -466,7 +460,7 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
     struct stat st;
     char* so = read_file(so_tmp, &len, &st);
     char head[64];
-    int hl = snprintf(head, sizeof head, "%s%016llx\n", kMetaHeader, (unsigned long long)fnv1a(so, len, FNV_SEED));
+    int hl = snprintf(head, sizeof head, "%s%016llx\n", kMetaHeader, (unsigned long long)tpurt_fnv1a(so, len, TPURT_FNV_SEED));
     bool ok = so && write_file(meta_tmp, head, (size_t)hl, source, slen) && rename(so_tmp, so_path) == 0 &&
               rename(meta_tmp, meta_path) == 0;
     free(so);
@@ -576,7 +570,7 @@ tpurt_fgen_fn_t tpurt_fgen_lookup(const tpurt_fgen_chain_t* c) {
   if (!tpurt_fgen_enabled() || c->n < 1 || c->n > TPURT_FGEN_MAX_OPS) return NULL;
   uint64_t key[KEY_WORDS];
   int nkey = make_key(c, key);
-  uint64_t h = fnv1a(key, sizeof(uint64_t) * (size_t)nkey, FNV_SEED);
+  uint64_t h = tpurt_fnv1a(key, sizeof(uint64_t) * (size_t)nkey, TPURT_FNV_SEED);
   pthread_mutex_lock(&g_lock);
   entry_t* e = find(h, key, nkey, true);
   if (!e || e->state != ST_NEW) {
@@ -592,7 +586,7 @@ tpurt_fgen_fn_t tpurt_fgen_lookup(const tpurt_fgen_chain_t* c) {
   pthread_mutex_unlock(&g_lock);
 
   char* source = gen_source(c);
-  uint64_t sh = source ? fnv1a(source, strlen(source), FNV_SEED) : 0;
+  uint64_t sh = source ? tpurt_fnv1a(source, strlen(source), TPURT_FNV_SEED) : 0;
   char dbuf[1024];
   const char* dir = source ? tpurt_fuse_cache_dir(dbuf, sizeof dbuf) : NULL;
   tpurt_fgen_fn_t fn = NULL;
