@@ -162,6 +162,28 @@ def test_expression_chains_match_strict(name):
     _check_built(fn, x, y)
 
 
+@pytest.mark.parametrize("name", ["mse", "row_sum_bias", "live_and_norm", "amax_logsumexp", "large_mean"])
+def test_chains_into_reductions_match_strict(name):
+    x, y = _special(6000).to("tpu"), torch.randn(6000).to("tpu")
+    if name == "mse":
+        fn = lambda x, y: ((x - y) * (x - y)).mean()  # noqa: E731
+    elif name == "row_sum_bias":  # rows walked run by run, the bias broadcast along them
+        x, y = x.view(60, 100), y[:100].clone()
+        fn = lambda x, y: (torch.tanh(x * 0.5 + y) * y).sum(-1)  # noqa: E731
+    elif name == "live_and_norm":  # an intermediate the caller keeps is stored on the way
+        def fn(x, y):
+            h = (x * y + 1.0).abs()
+            return h, (h * 2.0).exp().clamp(max=50.0).norm(dim=-1)
+        x, y = x.view(30, 200), y.view(30, 200)
+    elif name == "amax_logsumexp":
+        x, y = x.view(40, 150), y.view(40, 150)
+        fn = lambda x, y: ((x - y).sigmoid().amax(-1), (x * 0.1 + y).logsumexp(-1))  # noqa: E731
+    elif name == "large_mean":  # several threads, each its own runs
+        x, y = torch.randn(1 << 20).to("tpu"), torch.randn(1 << 20).to("tpu")
+        fn = lambda x, y: ((x * 1.5 - y).relu() ** 2).mean()  # noqa: E731
+    _check_built(fn, x, y)
+
+
 def test_streaming_outputs_larger_than_cache_match_strict():
     n = (1 << 24) + 37  # bigger than the last-level cache: stored outputs stream; odd head and tail
     x = torch.randn(n).to("tpu")

@@ -78,8 +78,9 @@
  *  Generated code (exec/fuse_codegen.c): a chain of expression ops
  *  (ew_ops.h) in float32/float64 without casts, each memory input
  *  contiguous or one element along the innermost coalesced dim (a bias row,
- *  a per-row scale), and no reduction, is compiled to one C function
- *  computing every member per element of a run. The
+ *  a per-row scale), is compiled to one C function computing every member
+ *  per element of a run; with a reduction ending the chain, the kernel hands
+ *  the reduced value to the engine run by run. The
  *  first sight of such a chain asks the disk for a kernel another process
  *  built; the second queues a background build. Until the kernel is loaded
  *  the chain runs through the generic path, so a new kernel never stalls a
@@ -1087,6 +1088,18 @@ static void gen_run(const chain_t* ch, const tpurt_fgen_args_t* args, int64_t be
   if (s + body < end) ch->gen_fn(args, s + body, end, 0);
 }
 
+/* The kernel's arguments for the run starting at idx: every memory operand's
+ * pointer moved there. */
+static void gen_args_at(const chain_t* ch, const int64_t* idx, tpurt_fgen_args_t* a) {
+  for (int k = 0; k < ch->n; ++k)
+    for (int i = 0; i <= ch->cfg[k]->num_inputs; ++i) {
+      if (!ch->gen_args.mem[k][i] || (i > 0 && ch->src[k][i] >= 0) || ch->gen_cast[k][i]) continue;
+      char* p = ch->gen_args.mem[k][i];
+      for (int d = 0; d < ch->nd; ++d) p += idx[d] * ch->strides[k][i][d];
+      a->mem[k][i] = p;
+    }
+}
+
 /* Linear elements [begin, end) of the chain's shape: one kernel call for a
  * single coalesced dim, else one per run along the innermost dim, with every
  * memory operand's pointer moved to the run. */
@@ -1102,13 +1115,7 @@ static void gen_range(void* user, int64_t begin, int64_t end, int tid) {
     for (int64_t pos = begin; pos < end;) {
       int64_t len = ch->shape[0] - idx[0];
       if (len > end - pos) len = end - pos;
-      for (int k = 0; k < ch->n; ++k)
-        for (int i = 0; i <= ch->cfg[k]->num_inputs; ++i) {
-          if (!ch->gen_args.mem[k][i] || (i > 0 && ch->src[k][i] >= 0) || ch->gen_cast[k][i]) continue;
-          char* p = ch->gen_args.mem[k][i];
-          for (int d = 0; d < ch->nd; ++d) p += idx[d] * ch->strides[k][i][d];
-          a.mem[k][i] = p;
-        }
+      gen_args_at(ch, idx, &a);
       gen_run(ch, &a, 0, len);
       pos += len;
       chain_idx_advance(ch, idx, len);
@@ -1124,7 +1131,20 @@ static void gen_range(void* user, int64_t begin, int64_t end, int tid) {
  * of expression ops (ew_ops.h) in float32/float64 without casts (but for a
  * scalar), each memory input contiguous or one element along the innermost
  * coalesced dim; outer dims are walked here, a kernel call per run. */
+static bool gen_prepare(chain_t* ch);
+
 static bool chain_generated(chain_t* ch) {
+  if (!gen_prepare(ch)) return false;
+  tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, gen_range, ch);
+  tpurt_fgen_note_run();
+  return true;
+}
+
+/* Finds the chain's kernel and sets up its arguments; false when it has none
+ * (yet). With a reduction ending the chain, the reduced member's value is an
+ * output of the kernel: into memory when stored, else into the run the
+ * reduction reads (gen_produce). */
+static bool gen_prepare(chain_t* ch) {
   if (ch->n > TPURT_FGEN_MAX_OPS || !tpurt_fgen_enabled()) return false;
   tpurt_fgen_chain_t g;
   g.n = ch->n;
@@ -1141,7 +1161,7 @@ static bool chain_generated(chain_t* ch) {
     m->type = t;
     m->out = to;
     m->num_inputs = c->num_inputs;
-    m->store = ch->store[k];
+    m->store = ch->store[k] || (ch->red >= 0 && k == ch->red_src);
     int64_t es = (int64_t)tpurt_dtype_size(t);
     for (int i = 1; i <= c->num_inputs; ++i) {
       if (c->loop_dtypes[i] != t) return false;
@@ -1163,7 +1183,7 @@ static bool chain_generated(chain_t* ch) {
       }
     }
     if (m->store && ch->strides[k][0][0] != (int64_t)tpurt_dtype_size(to)) return false;
-    ch->gen_args.mem[k][0] = m->store ? (char*)c->tensors[0]->data : NULL;
+    ch->gen_args.mem[k][0] = ch->store[k] ? (char*)c->tensors[0]->data : NULL; /* else the run, per call */
     ch->gen_args.params[k] = c->user;
   }
   tpurt_fgen_fn_t fn = tpurt_fgen_lookup(&g);
@@ -1171,7 +1191,7 @@ static bool chain_generated(chain_t* ch) {
   ch->gen_fn = fn;
   ch->gen_stream = false;
   ch->gen_first = -1;
-  bool stream = ch->any_stream;
+  bool stream = ch->any_stream && ch->red < 0;
   for (int k = 0; k < ch->n && stream; ++k) {
     if (!ch->store[k]) continue;
     int64_t es = (int64_t)tpurt_dtype_size(g.m[k].out);
@@ -1184,8 +1204,6 @@ static bool chain_generated(chain_t* ch) {
              phase == ((uintptr_t)ch->gen_args.mem[ch->gen_first][0] & 63);
   }
   ch->gen_stream = stream && ch->gen_first >= 0;
-  tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, gen_range, ch);
-  tpurt_fgen_note_run();
   return true;
 }
 
@@ -1309,7 +1327,25 @@ static const void* chain_produce(void* user, int64_t lin, int64_t n, int tid) {
   chain_t* ch = user;
   uint8_t* run = ch->scratch + ch->per_thread * (size_t)tid +
                  (size_t)(ch->num_slots + FUSE_MAX_OPERANDS) * FUSE_SLOT_BYTES;
-  return chain_walk(ch, lin, lin + n, tid, run);
+  if (!ch->gen_fn) return chain_walk(ch, lin, lin + n, tid, run);
+  /* The generated kernel, run by run; the reduced value goes to `run` (or
+   * to memory, when stored: the engine's input is contiguous). */
+  int rs = ch->red_src;
+  size_t es = tpurt_dtype_size(ch->cfg[rs]->tensors[0]->dtype);
+  tpurt_fgen_args_t a = ch->gen_args;
+  int64_t idx[TPURT_MAX_DIMS];
+  chain_idx_init(ch, lin, idx);
+  for (int64_t pos = lin; pos < lin + n;) {
+    int64_t len = ch->shape[0] - idx[0];
+    if (len > lin + n - pos) len = lin + n - pos;
+    gen_args_at(ch, idx, &a);
+    if (!ch->store[rs]) a.mem[rs][0] = (char*)run + (size_t)(pos - lin) * es;
+    ch->gen_fn(&a, 0, len, 0);
+    pos += len;
+    chain_idx_advance(ch, idx, len);
+  }
+  return ch->store[rs] ? (const void*)((const char*)ch->cfg[rs]->tensors[0]->data + (size_t)lin * es)
+                       : (const void*)run;
 }
 
 static void chain_accepted(void* user) { ((chain_t*)user)->red_used = true; }
@@ -1317,11 +1353,13 @@ static void chain_accepted(void* user) { ((chain_t*)user)->red_used = true; }
 /* Runs the reduction ending the chain with the chain as its input's source. */
 static void chain_reduce(chain_t* ch) {
   const tpurt_defer_rec_t* r = &ch->list->recs[ch->red];
+  if (!gen_prepare(ch)) ch->gen_fn = NULL;
   tpurt_fuse_source_t src = {.data = ch->cfg[ch->red_src]->tensors[0]->data, .max_run = FUSE_TILE,
                              .produce = chain_produce, .accepted = chain_accepted, .user = ch};
   tpurt_fuse_tls_source = &src;
   ch->red_status = r->op->fn(ch->ctx, &r->call);
   tpurt_fuse_tls_source = NULL;
+  if (ch->gen_fn && ch->red_used) tpurt_fgen_note_run();
 }
 
 _Thread_local const tpurt_fuse_source_t* tpurt_fuse_tls_source;
