@@ -122,93 +122,10 @@ static int64_t get_int(const tpurt_tensor_t* t, int64_t off) {
 
 /* ---- LU ---- */
 
-/* In-place LU of the m x n row-major a with row pivoting (LAPACK getrf: first
- * largest |a|); piv[k] is the 1-based row swapped with k. Returns info (0 or the
- * 1-based index of the first zero pivot). */
-static int lu_factor(double* a, int64_t m, int64_t n, int32_t* piv) {
-  int64_t k_end = m < n ? m : n;
-  int info = 0;
-  for (int64_t k = 0; k < k_end; ++k) {
-    int64_t p = k;
-    double best = fabs(a[k * n + k]);
-    for (int64_t i = k + 1; i < m; ++i)
-      if (fabs(a[i * n + k]) > best) best = fabs(a[i * n + k]), p = i;
-    piv[k] = (int32_t)(p + 1);
-    if (p != k)
-      for (int64_t j = 0; j < n; ++j) {
-        double t = a[k * n + j];
-        a[k * n + j] = a[p * n + j];
-        a[p * n + j] = t;
-      }
-    double d = a[k * n + k];
-    if (d == 0.0) {
-      if (!info) info = (int)(k + 1);
-      continue;
-    }
-    for (int64_t i = k + 1; i < m; ++i) {
-      double l = a[i * n + k] / d;
-      a[i * n + k] = l;
-      if (l != 0.0)
-        for (int64_t j = k + 1; j < n; ++j) a[i * n + j] -= l * a[k * n + j];
-    }
-  }
-  return info;
-}
-
-/* Solves op(A) X = B in place in b (n x k row-major) from A's LU (n x n) and
- * pivots; trans: A^T X = B. */
-static void lu_solve(const double* lu, const int32_t* piv, int64_t n, double* b, int64_t k, bool trans) {
-  if (!trans) {
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t p = piv[i] - 1;
-      if (p != i)
-        for (int64_t j = 0; j < k; ++j) {
-          double t = b[i * k + j];
-          b[i * k + j] = b[p * k + j];
-          b[p * k + j] = t;
-        }
-    }
-    for (int64_t i = 0; i < n; ++i) /* L y = b (unit diagonal) */
-      for (int64_t r = 0; r < i; ++r) {
-        double l = lu[i * n + r];
-        if (l != 0.0)
-          for (int64_t j = 0; j < k; ++j) b[i * k + j] -= l * b[r * k + j];
-      }
-    for (int64_t i = n - 1; i >= 0; --i) { /* U x = y */
-      for (int64_t r = i + 1; r < n; ++r) {
-        double u = lu[i * n + r];
-        if (u != 0.0)
-          for (int64_t j = 0; j < k; ++j) b[i * k + j] -= u * b[r * k + j];
-      }
-      for (int64_t j = 0; j < k; ++j) b[i * k + j] /= lu[i * n + i];
-    }
-    return;
-  }
-  /* A^T = U^T L^T P^T: U^T z = b, L^T w = z, x = P w */
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t r = 0; r < i; ++r) {
-      double u = lu[r * n + i];
-      if (u != 0.0)
-        for (int64_t j = 0; j < k; ++j) b[i * k + j] -= u * b[r * k + j];
-    }
-    for (int64_t j = 0; j < k; ++j) b[i * k + j] /= lu[i * n + i];
-  }
-  for (int64_t i = n - 1; i >= 0; --i)
-    for (int64_t r = i + 1; r < n; ++r) {
-      double l = lu[r * n + i];
-      if (l != 0.0)
-        for (int64_t j = 0; j < k; ++j) b[i * k + j] -= l * b[r * k + j];
-    }
-  for (int64_t i = n - 1; i >= 0; --i) {
-    int64_t p = piv[i] - 1;
-    if (p != i)
-      for (int64_t j = 0; j < k; ++j) {
-        double t = b[i * k + j];
-        b[i * k + j] = b[p * k + j];
-        b[p * k + j] = t;
-      }
-  }
-}
+#define LU_T double
+#define LU_ABS fabs
+#define LU_SUF d
+#include "ops/linalg/lu_impl.h"
 
 static void store_pivots(const tpurt_tensor_t* t, int64_t off, const int32_t* piv, int64_t k) {
   int64_t s = t->strides[t->ndim - 1];
@@ -245,7 +162,7 @@ static tpurt_status_t k_lu_factor_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   for (int64_t b = 0; b < batch; ++b) {
     unravel(b, A->sizes, nb, idx);
     load_mat(A, boff(A, 2, idx, nb), m, n, false, a, false);
-    int info = lu_factor(a, m, n, piv);
+    int info = lu_factor_d(a, m, n, piv, 0);
     store_mat(LU, boff(LU, 2, idx, nb), m, n, false, a, false);
     store_pivots(P, boff(P, 1, idx, nb), piv, k);
     set_int(I, boff(I, 0, idx, nb), info);
@@ -308,7 +225,7 @@ static tpurt_status_t k_lu(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call)
   for (int64_t b = 0; b < batch; ++b) {
     unravel(b, A->sizes, nb, idx);
     load_mat(A, boff(A, 2, idx, nb), m, n, false, a, false);
-    lu_factor(a, m, n, piv);
+    lu_factor_d(a, m, n, piv, 0);
     store_unpacked(&call->outputs[0], &call->outputs[1], &call->outputs[2], idx, nb, a, piv, m, n, tmp, perm);
   }
   return TPURT_OK;
@@ -371,7 +288,7 @@ static tpurt_status_t k_lu_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
     TPURT_RETURN_IF_ERROR(check_pivots(call, piv, n, n));
     /* left: op(A) X = B. right: X op(A) = B <=> op(A)^T X^T = B^T */
     load_mat(B, boff(B, 2, idx, nb), r, c, false, x, !left);
-    lu_solve(a, piv, n, x, k, left ? adjoint : !adjoint);
+    lu_solve_d(a, piv, n, x, k, left ? adjoint : !adjoint);
     store_mat(X, boff(X, 2, idx, nb), r, c, false, x, !left);
   }
   return TPURT_OK;
@@ -402,7 +319,7 @@ static tpurt_status_t k_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   for (int64_t b = 0; b < batch; ++b) {
     unravel(b, X->sizes, nb, idx);
     load_mat(A, boff(A, 2, idx, nb), n, n, false, a, !left);
-    int info = lu_factor(a, n, n, piv);
+    int info = lu_factor_d(a, n, n, piv, 0);
     /* LU/pivots/info have A's batch shape (possibly smaller than the result's): write
      * them from the batch items they own */
     const int64_t* li = idx + (nb - lu_nb);
@@ -416,7 +333,7 @@ static tpurt_status_t k_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
                             "singular.");
     }
     load_mat(B, boff(B, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
-    lu_solve(a, piv, n, x, k, false);
+    lu_solve_d(a, piv, n, x, k, false);
     store_mat(X, boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
   }
   return TPURT_OK;
@@ -439,7 +356,7 @@ static tpurt_status_t k_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   for (int64_t b = 0; b < batch; ++b) {
     unravel(b, A->sizes, nb, idx);
     load_mat(A, boff(A, 2, idx, nb), n, n, false, a, false);
-    int info = lu_factor(a, n, n, piv);
+    int info = lu_factor_d(a, n, n, piv, 0);
     set_int(I, boff(I, 0, idx, nb), info);
     if (info && check)
       return TPURT_STATUS(INVALID_ARGUMENT,
@@ -447,7 +364,7 @@ static tpurt_status_t k_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
                           "completed because the input matrix is singular.", info);
     memset(x, 0, (size_t)(n * n) * sizeof(double));
     for (int64_t i = 0; i < n; ++i) x[i * n + i] = 1.0;
-    lu_solve(a, piv, n, x, n, false);
+    lu_solve_d(a, piv, n, x, n, false);
     store_mat(X, boff(X, 2, idx, nb), n, n, false, x, false);
   }
   return TPURT_OK;
@@ -472,7 +389,7 @@ static tpurt_status_t det_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   for (int64_t b = 0; b < batch; ++b) {
     unravel(b, A->sizes, nb, idx);
     load_mat(A, boff(A, 2, idx, nb), n, n, false, a, tr);
-    lu_factor(a, n, n, piv);
+    lu_factor_d(a, n, n, piv, 0);
     double sign = 1.0, logabs = 0.0, det = 1.0;
     for (int64_t i = 0; i < n; ++i) {
       double d = a[i * n + i];

@@ -49,59 +49,10 @@ typedef double _Complex zd_t;
 
 /* ---- complex LU (linalg_eig's inverse iteration, complex::_linalg_solve_ex) ---- */
 
-/* In-place LU of the n x n row-major a with partial pivoting, getrf's
- * conventions (piv 1-based, returns info: 0 or the first zero pivot, 1-based).
- * A pivot below `tiny` becomes `tiny` (inverse iteration solves with a
- * singular a - lambda I); tiny 0 keeps getrf's behaviour. */
-static int cs_lu_factor(zd_t* a, int64_t n, int32_t* piv, double tiny) {
-  int info = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t p = k;
-    double best = cabs(a[k * n + k]);
-    for (int64_t i = k + 1; i < n; ++i)
-      if (cabs(a[i * n + k]) > best) best = cabs(a[i * n + k]), p = i;
-    piv[k] = (int32_t)(p + 1);
-    if (p != k)
-      for (int64_t j = 0; j < n; ++j) {
-        zd_t t = a[k * n + j];
-        a[k * n + j] = a[p * n + j];
-        a[p * n + j] = t;
-      }
-    if (cabs(a[k * n + k]) < tiny) a[k * n + k] = tiny;
-    zd_t d = a[k * n + k];
-    if (d == 0) {
-      if (!info) info = (int)(k + 1);
-      continue;
-    }
-    for (int64_t i = k + 1; i < n; ++i) {
-      zd_t l = a[i * n + k] / d;
-      a[i * n + k] = l;
-      for (int64_t j = k + 1; j < n; ++j) a[i * n + j] -= l * a[k * n + j];
-    }
-  }
-  return info;
-}
-
-/* b (n x k row-major) <- A^-1 b from cs_lu_factor's lu and piv */
-static void cs_lu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k) {
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t p = piv[i] - 1;
-    if (p != i)
-      for (int64_t j = 0; j < k; ++j) {
-        zd_t t = b[i * k + j];
-        b[i * k + j] = b[p * k + j];
-        b[p * k + j] = t;
-      }
-  }
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t r = 0; r < i; ++r)
-      for (int64_t j = 0; j < k; ++j) b[i * k + j] -= lu[i * n + r] * b[r * k + j];
-  for (int64_t i = n - 1; i >= 0; --i) {
-    for (int64_t r = i + 1; r < n; ++r)
-      for (int64_t j = 0; j < k; ++j) b[i * k + j] -= lu[i * n + r] * b[r * k + j];
-    for (int64_t j = 0; j < k; ++j) b[i * k + j] /= lu[i * n + i];
-  }
-}
+#define LU_T zd_t
+#define LU_ABS cabs
+#define LU_SUF z
+#include "ops/linalg/lu_impl.h"
 
 /* The eigenvector of the original a for eigenvalue lambda by inverse
  * iteration: LU of (a - lambda I) with partial pivoting (a zero pivot becomes
@@ -109,10 +60,10 @@ static void cs_lu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, 
 static void eig_vector(int64_t n, const double* a, double anorm, zd_t lambda, zd_t* lu, int32_t* piv, zd_t* x) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) lu[i * n + j] = a[i * n + j] - (i == j ? lambda : 0);
-  cs_lu_factor(lu, n, piv, DBL_EPSILON * (anorm > 0 ? anorm : 1.0));
+  lu_factor_z(lu, n, n, piv, DBL_EPSILON * (anorm > 0 ? anorm : 1.0));
   for (int64_t i = 0; i < n; ++i) x[i] = 1.0 / sqrt((double)n);
   for (int it = 0; it < 3; ++it) {
-    cs_lu_solve(lu, piv, n, x, 1);
+    lu_solve_z(lu, piv, n, x, 1, false);
     double nrm = 0;
     for (int64_t i = 0; i < n; ++i) nrm = hypot(nrm, cabs(x[i]));
     if (!(nrm > 0) || !isfinite(nrm)) break;
@@ -403,7 +354,7 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
       rem = X->sizes[d] ? rem / X->sizes[d] : 0;
     }
     cs_load(A, cs_boff(A, 2, idx, nb), n, n, false, a, !left);
-    int info = cs_lu_factor(a, n, piv, 0);
+    int info = lu_factor_z(a, n, n, piv, 0);
     /* LU/pivots/info have A's batch shape: written from the batch items they own */
     const int64_t* li = idx + (nb - lu_nb);
     cs_store(LU, cs_boff(LU, 2, li, lu_nb), n, n, false, a, false);
@@ -413,7 +364,7 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
       return TPURT_STATUS(INVALID_ARGUMENT,
                           "torch.linalg.solve: The solver failed because the input matrix is singular.");
     cs_load(B, cs_boff(B, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
-    cs_lu_solve(a, piv, n, x, k);
+    lu_solve_z(a, piv, n, x, k, false);
     cs_store(X, cs_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
   }
   return TPURT_OK;
