@@ -87,6 +87,7 @@
  *  step. Results are the generic path's: the same expressions, headers and
  *  compiler flags (no FP contraction under -std=c11).
  */
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -441,7 +442,7 @@ static bool rec_conflicts(const tpurt_defer_list_t* l, const int32_t* members, i
 }
 
 /* TORCH_TPU_FUSE_TRACE=1: one line per chain on stderr, with the rule that cut it. */
-static bool fuse_trace(void) {
+bool tpurt_fuse_trace(void) {
   static int t = -1;
   if (t < 0) {
     const char* v = getenv("TORCH_TPU_FUSE_TRACE");
@@ -597,7 +598,7 @@ static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* membe
   int n = 1;
   const tpurt_defer_rec_t* first = &l->recs[start];
   if (!rec_eligible(first)) {
-    if (fuse_trace()) fprintf(stderr, "[fuse] %s runs alone (rule 1)\n", first->call.name);
+    if (tpurt_fuse_trace()) fprintf(stderr, "[fuse] %s runs alone (rule 1)\n", first->call.name);
     return 1;
   }
   const tpurt_tensor_t* shape = &first->call.outputs[0];
@@ -630,7 +631,7 @@ static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* membe
       members[n++] = i;
     }
   }
-  if (fuse_trace())
+  if (tpurt_fuse_trace())
     fprintf(stderr, "[fuse] chain of %d from %s%s%s; passed over: rule1 %d, rule2 %d, rule3 %d, rule4 %d, rule6 %d\n",
             n, first->call.name, *out_red >= 0 ? " into " : "", *out_red >= 0 ? l->recs[*out_red].call.name : "",
             counts[1], counts[2], counts[3], counts[4], counts[6]);
@@ -774,21 +775,41 @@ void tpurt_fuse_mkdirs(const char* path) {
 
 static const char kPlanHeader[] = "torch_tpu fused plan v1\n";
 
+char* tpurt_fuse_read_owned(const char* path, size_t* len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  char* p = NULL;
+  if (fstat(fd, &st) == 0 && st.st_uid == getuid() && !(st.st_mode & 022) && st.st_size < ((off_t)64 << 20)) {
+    p = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (p && got < (size_t)st.st_size) {
+      ssize_t r = read(fd, p + got, (size_t)st.st_size - got);
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (p && got == (size_t)st.st_size) {
+      p[got] = 0;
+      *len = got;
+    } else {
+      free(p);
+      p = NULL;
+    }
+  }
+  close(fd);
+  return p;
+}
+
 /* True when the disk holds this plan (verified: same signature, our file). */
 static bool disk_lookup(const char* dir, uint64_t h, const char* sig, size_t len) {
   char path[1200];
   snprintf(path, sizeof path, "%s/%016llx.plan", dir, (unsigned long long)h);
-  FILE* f = fopen(path, "rb");
-  if (!f) return false;
-  struct stat st;
-  bool ok = fstat(fileno(f), &st) == 0 && st.st_uid == getuid() && !(st.st_mode & 022) &&
-            (size_t)st.st_size == sizeof(kPlanHeader) - 1 + len + 1;
-  char* buf = ok ? malloc((size_t)st.st_size) : NULL;
-  ok = buf && fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size &&
-       memcmp(buf, kPlanHeader, sizeof(kPlanHeader) - 1) == 0 &&
-       memcmp(buf + sizeof(kPlanHeader) - 1, sig, len) == 0;
+  if (access(path, F_OK) != 0) return false;
+  size_t n = 0;
+  char* buf = tpurt_fuse_read_owned(path, &n);
+  bool ok = buf && n == sizeof(kPlanHeader) - 1 + len + 1 && memcmp(buf, kPlanHeader, sizeof(kPlanHeader) - 1) == 0 &&
+            memcmp(buf + sizeof(kPlanHeader) - 1, sig, len) == 0;
   free(buf);
-  fclose(f);
   if (!ok) unlink(path); /* a corrupt or foreign entry is discarded and rebuilt */
   return ok;
 }

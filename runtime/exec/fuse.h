@@ -69,6 +69,12 @@ static inline uint64_t tpurt_fnv1a(const void* p, size_t n, uint64_t h) {
  * cache); NULL when the disk cache is off. buf holds the path when built. */
 const char* tpurt_fuse_cache_dir(char* buf, size_t cap);
 void tpurt_fuse_mkdirs(const char* path);
+/* A cache file's bytes (NUL-terminated; *len without it), or NULL unless it
+ * belongs to this user and no one else may write it: cache entries are
+ * trusted only then (a generated kernel is code). */
+char* tpurt_fuse_read_owned(const char* path, size_t* len);
+/* TORCH_TPU_FUSE_TRACE=1: DeferAndFuse explains itself on stderr. */
+bool tpurt_fuse_trace(void);
 /* Statistics, switches and the cache API: tpurt/device.h. */
 
 #endif /* TPURT_EXEC_FUSE_H_ */

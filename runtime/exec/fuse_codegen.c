@@ -83,15 +83,6 @@ static pid_t g_child;           /* the compiler running now, or 0 */
 static _Atomic int g_enabled = -1;
 static _Atomic uint64_t g_built, g_loaded, g_failed, g_runs;
 
-static bool trace(void) {
-  static int t = -1;
-  if (t < 0) {
-    const char* v = getenv("TORCH_TPU_FUSE_TRACE");
-    t = v && v[0] == '1';
-  }
-  return t;
-}
-
 bool tpurt_fgen_enabled(void) {
   int e = atomic_load(&g_enabled);
   if (e < 0) {
@@ -275,32 +266,6 @@ static char* gen_source(const tpurt_fgen_chain_t* c) {
 /* ------------------------------------------------------------------------ */
 /* Disk: verified loading, building.                                         */
 
-static char* read_file(const char* path, size_t* len, struct stat* st) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NULL;
-  char* p = NULL;
-  if (fstat(fd, st) == 0 && st->st_size >= 0 && st->st_size < (64 << 20)) {
-    p = malloc((size_t)st->st_size + 1);
-    size_t got = 0;
-    while (p && got < (size_t)st->st_size) {
-      ssize_t r = read(fd, p + got, (size_t)st->st_size - got);
-      if (r <= 0) break;
-      got += (size_t)r;
-    }
-    if (p && got == (size_t)st->st_size) {
-      p[got] = 0;
-      *len = got;
-    } else {
-      free(p);
-      p = NULL;
-    }
-  }
-  close(fd);
-  return p;
-}
-
-static bool ours(const struct stat* st) { return st->st_uid == getuid() && !(st->st_mode & 022); }
-
 static const char kMetaHeader[] = "torch_tpu fused kernel v1 ";
 
 static void path_of(char* out, size_t cap, const char* dir, uint64_t h, const char* ext) {
@@ -314,11 +279,10 @@ static tpurt_fgen_fn_t disk_load(const char* dir, uint64_t h, const char* source
   path_of(meta_path, sizeof meta_path, dir, h, ".kernel");
   path_of(so_path, sizeof so_path, dir, h, ".so");
   size_t mlen = 0, slen = 0;
-  struct stat mst, sst;
-  char* meta = read_file(meta_path, &mlen, &mst);
+  char* meta = tpurt_fuse_read_owned(meta_path, &mlen);
   if (!meta) return NULL;
-  char* so = read_file(so_path, &slen, &sst);
-  bool ok = so && ours(&mst) && ours(&sst) && mlen > sizeof(kMetaHeader) + 17 &&
+  char* so = tpurt_fuse_read_owned(so_path, &slen);
+  bool ok = so && mlen > sizeof(kMetaHeader) + 17 &&
             memcmp(meta, kMetaHeader, sizeof(kMetaHeader) - 1) == 0;
   if (ok) {
     unsigned long long want = strtoull(meta + sizeof(kMetaHeader) - 1, NULL, 16);
@@ -334,7 +298,7 @@ static tpurt_fgen_fn_t disk_load(const char* dir, uint64_t h, const char* source
   }
   void* lib = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    if (trace()) fprintf(stderr, "[fuse] codegen: dlopen %s: %s\n", so_path, dlerror());
+    if (tpurt_fuse_trace()) fprintf(stderr, "[fuse] codegen: dlopen %s: %s\n", so_path, dlerror());
     return NULL;
   }
   tpurt_fgen_fn_t fn;
@@ -347,9 +311,8 @@ static bool disk_failed(const char* dir, uint64_t h, const char* source) {
   char path[1200];
   path_of(path, sizeof path, dir, h, ".fail");
   size_t len = 0;
-  struct stat st;
-  char* p = read_file(path, &len, &st);
-  bool f = p && ours(&st) && strcmp(p, source) == 0;
+  char* p = tpurt_fuse_read_owned(path, &len);
+  bool f = p && strcmp(p, source) == 0;
   free(p);
   return f;
 }
@@ -396,7 +359,7 @@ static bool compile(const char* c_path, const char* so_path, const char* log_pat
   pthread_mutex_unlock(&g_lock);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
-    if (trace()) fprintf(stderr, "[fuse] codegen: cannot run %s: %s\n", cc, strerror(rc));
+    if (tpurt_fuse_trace()) fprintf(stderr, "[fuse] codegen: cannot run %s: %s\n", cc, strerror(rc));
     return false;
   }
   int status = 0;
@@ -406,10 +369,9 @@ static bool compile(const char* c_path, const char* so_path, const char* log_pat
   g_child = 0;
   pthread_mutex_unlock(&g_lock);
   bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!ok && trace()) {
+  if (!ok && tpurt_fuse_trace()) {
     size_t len = 0;
-    struct stat st;
-    char* log = read_file(log_path, &len, &st);
+    char* log = tpurt_fuse_read_owned(log_path, &len);
     fprintf(stderr, "[fuse] codegen: %s failed on %s:\n%.2000s\n", cc, c_path, log ? log : "");
     free(log);
   }
@@ -457,8 +419,7 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
   size_t slen = strlen(source);
   if (write_file(c_path, source, slen, NULL, 0) && compile(c_path, so_tmp, log_path)) {
     size_t len = 0;
-    struct stat st;
-    char* so = read_file(so_tmp, &len, &st);
+    char* so = tpurt_fuse_read_owned(so_tmp, &len);
     char head[64];
     int hl = snprintf(head, sizeof head, "%s%016llx\n", kMetaHeader, (unsigned long long)tpurt_fnv1a(so, len, TPURT_FNV_SEED));
     bool ok = so && write_file(meta_tmp, head, (size_t)hl, source, slen) && rename(so_tmp, so_path) == 0 &&
@@ -517,7 +478,7 @@ static void* builder(void* unused) {
     tpurt_fgen_fn_t fn = build(j->src_hash, j->source);
     if (fn) atomic_fetch_add(&g_built, 1);
     else atomic_fetch_add(&g_failed, 1);
-    if (trace())
+    if (tpurt_fuse_trace())
       fprintf(stderr, "[fuse] codegen: kernel %016llx %s\n", (unsigned long long)j->src_hash,
               fn ? "built" : "failed (the chain stays on the generic path)");
     pthread_mutex_lock(&g_lock);
