@@ -266,3 +266,34 @@ def test_next_process_loads_the_kernel_from_disk(tmp_path):
     os.replace(tampered, so)
     loaded, runs, built, same = _child(env)
     assert (loaded, runs, same) == (0, 0, 1)
+
+
+_CHILD_NO_TOOLCHAIN = textwrap.dedent("""
+    import torch, torch_tpu
+    from torch_tpu import _C
+    x = torch.linspace(-3, 3, 5000).to("tpu")
+    want = ((x * 2.0 + 1.0).exp() * x).tanh().cpu()
+    _C._set_exec_mode(2)
+    same = all(torch.equal(((x * 2.0 + 1.0).exp() * x).tanh().cpu(), want) for _ in range(3))
+    _C._fusion_wait_builds()
+    same = same and torch.equal(((x * 2.0 + 1.0).exp() * x).tanh().cpu(), want)
+    st = _C._fusion_stats()
+    print(int(_C._fusion_codegen()), st["codegen_built"], st["codegen_runs"], int(same))
+""")
+
+
+@pytest.mark.parametrize("missing", ["compiler", "source_tree"])
+def test_missing_toolchain_turns_codegen_off_without_marking_kernels(tmp_path, missing):
+    d = tmp_path / "cache"
+    env = dict(os.environ, TORCH_TPU_FUSE_CACHE_DIR=str(d))
+    if missing == "compiler":
+        env["TORCH_TPU_CC"] = str(tmp_path / "no-such-cc")
+    else:
+        env["TORCH_TPU_RUNTIME_SRC"] = str(tmp_path / "no-such-tree")
+    r = subprocess.run([sys.executable, "-c", _CHILD_NO_TOOLCHAIN], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    on, built, runs, same = (int(v) for v in r.stdout.split()[-4:])
+    assert (on, built, runs, same) == (0, 0, 0, 1)
+    # nothing recorded as unbuildable: with a compiler, a later process builds these kernels
+    assert not [f for f in os.listdir(d) if f.endswith(".fail")]

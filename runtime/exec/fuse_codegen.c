@@ -331,7 +331,9 @@ static const char* src_dir(void) {
 
 /* Runs the compiler on tmp.c into tmp.so; true on success. Its messages go
  * to tmp.log (shown under TORCH_TPU_FUSE_TRACE=1). */
-static bool compile(const char* c_path, const char* so_path, const char* log_path) {
+enum { CC_OK, CC_REJECTED, CC_UNAVAILABLE };
+
+static int compile(const char* c_path, const char* so_path, const char* log_path) {
   const char* cc = getenv("TORCH_TPU_CC");
   if (!cc || !cc[0]) cc = TPURT_FGEN_CC;
   char inc1[1100], inc2[1100];
@@ -360,7 +362,7 @@ static bool compile(const char* c_path, const char* so_path, const char* log_pat
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     if (tpurt_fuse_trace()) fprintf(stderr, "[fuse] codegen: cannot run %s: %s\n", cc, strerror(rc));
-    return false;
+    return CC_UNAVAILABLE;
   }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -375,7 +377,7 @@ static bool compile(const char* c_path, const char* so_path, const char* log_pat
     fprintf(stderr, "[fuse] codegen: %s failed on %s:\n%.2000s\n", cc, c_path, log ? log : "");
     free(log);
   }
-  return ok;
+  return ok ? CC_OK : CC_REJECTED;
 }
 
 static const char* cache_dir_or_tmp(char* buf, size_t cap, bool* tmp) {
@@ -417,7 +419,19 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
   path_of(meta_path, sizeof meta_path, dir, h, ".kernel");
   tpurt_fgen_fn_t fn = NULL;
   size_t slen = strlen(source);
-  if (write_file(c_path, source, slen, NULL, 0) && compile(c_path, so_tmp, log_path)) {
+  /* No compiler or no source tree to compile against: nothing can be built
+   * in this process, and that says nothing about this kernel (no .fail). */
+  char prelude[1200];
+  snprintf(prelude, sizeof prelude, "%s/exec/fuse_gen_prelude.h", src_dir());
+  int cc = access(prelude, R_OK) != 0              ? CC_UNAVAILABLE
+           : !write_file(c_path, source, slen, NULL, 0) ? CC_REJECTED
+                                                    : compile(c_path, so_tmp, log_path);
+  if (cc == CC_UNAVAILABLE) {
+    if (tpurt_fuse_trace())
+      fprintf(stderr, "[fuse] codegen: no compiler or no %s: code generation off for this process\n", prelude);
+    tpurt_fgen_set_enabled(false);
+  }
+  if (cc == CC_OK) {
     size_t len = 0;
     char* so = tpurt_fuse_read_owned(so_tmp, &len);
     char head[64];
@@ -434,7 +448,7 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
       unlink(meta_path);
     }
   }
-  if (!fn && !tmp_dir && !g_exiting) { /* remembered, so that no process builds it again */
+  if (!fn && cc != CC_UNAVAILABLE && !tmp_dir && !g_exiting) { /* remembered: no process builds it again */
     char fail_path[1200];
     path_of(fail_path, sizeof fail_path, dir, h, ".fail");
     write_file(fail_path, source, slen, NULL, 0);
