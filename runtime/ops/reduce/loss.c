@@ -290,7 +290,10 @@ static tpurt_status_t nll_bwd_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   nll_t q = p;
   q.x = gi;
   int64_t total = tpurt_tensor_numel(gi);
-  for (int64_t i = 0; i < total; ++i) tpurt_dtype_store_f64(gi->dtype, tpurt_tensor_at(gi, tpurt_tensor_offset_of(gi, i, -1)), 0);
+  if (tpurt_tensor_is_contiguous(gi)) /* zero is all-zero bytes in every dtype */
+    memset(tpurt_tensor_at(gi, 0), 0, (size_t)total * tpurt_dtype_size(gi->dtype));
+  else
+    for (int64_t i = 0; i < total; ++i) tpurt_dtype_store_f64(gi->dtype, tpurt_tensor_at(gi, tpurt_tensor_offset_of(gi, i, -1)), 0);
   double gscalar = reduction == RED_NONE ? 0 : ld(g, 0);
   if (reduction == RED_MEAN) gscalar /= ld(tw, 0);
   for (int64_t n = 0; n < p.N; ++n) {
