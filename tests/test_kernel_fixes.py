@@ -222,3 +222,52 @@ def test_unfold_backward_of_0d_input(device):
         (x.unfold(0, 1, 1) * 5.0).sum().backward()
         grads.append(x.grad.cpu())
     torch.testing.assert_close(grads[1], grads[0])
+
+
+# native_layer_norm / native_group_norm reach the C kernels (not PyTorch's composite, which ran
+# them as a batch norm): all three outputs, empty rows (mean 0, rstd NaN as on CPU), and autograd.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape,ns", [((4, 7, 33), (33,)), ((3, 5, 6), (5, 6)), ((10,), (10,)),
+                                      ((2, 0, 4), (4,)), ((2, 0), (0,)), ((3, 2, 0), (2, 0))])
+def test_native_layer_norm_all_outputs(device, dtype, shape, ns):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g).to(dtype)
+    w, b = torch.randn(ns, generator=g).to(dtype), torch.randn(ns, generator=g).to(dtype)
+    for wb in ((w, b), (None, None)):
+        ref = torch.native_layer_norm(x, ns, *wb, 1e-5)
+        got = torch.native_layer_norm(x.to(device), ns, *(t.to(device) if t is not None else None for t in wb), 1e-5)
+        meta = torch.native_layer_norm(x.to("meta"), ns, *(t.to("meta") if t is not None else None for t in wb), 1e-5)
+        for r, o, m in zip(ref, got, meta):
+            # dtypes are the meta function's (what torch.compile sees): 16-bit inputs keep float32
+            # statistics, as on CUDA; CPU eager rounds them to the input dtype
+            assert o.shape == r.shape and o.dtype == m.dtype
+            torch.testing.assert_close(o.cpu().to(r.dtype), r, equal_nan=True, **_tol(dtype))
+
+
+@pytest.mark.parametrize("shape,groups", [((4, 6, 5, 3), 3), ((2, 4, 7), 2), ((3, 8), 4), ((2, 6, 0), 3)])
+def test_native_group_norm_all_outputs(device, shape, groups):
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(shape, generator=g), torch.randn(shape[1], generator=g), torch.randn(shape[1], generator=g)
+    hw = 1
+    for s in shape[2:]:
+        hw *= s
+    ref = torch.native_group_norm(x, w, b, shape[0], shape[1], hw, groups, 1e-5)
+    got = torch.native_group_norm(x.to(device), w.to(device), b.to(device), shape[0], shape[1], hw, groups, 1e-5)
+    for r, o in zip(ref, got):
+        assert o.shape == r.shape
+        torch.testing.assert_close(o.cpu(), r, equal_nan=True, atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="divisible by num_groups"):
+        F.group_norm(torch.randn(2, 6, 3, device=device), 4)
+
+
+def test_layer_and_group_norm_backward(device):
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(3, 4, 6, generator=g), torch.randn(6, generator=g), torch.randn(6, generator=g)
+    for fn in (lambda x, w, b: F.layer_norm(x, (6,), w, b), lambda x, w, b: F.group_norm(x, 2, w[:4], b[:4])):
+        ref_in = [t.clone().requires_grad_() for t in (x, w, b)]
+        dev_in = [t.to(device).requires_grad_() for t in (x, w, b)]
+        fn(*ref_in).square().sum().backward()
+        fn(*dev_in).square().sum().backward()
+        for r, d in zip(ref_in, dev_in):
+            torch.testing.assert_close(d.grad.cpu(), r.grad, atol=1e-4, rtol=1e-4)
+

@@ -1405,6 +1405,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // instead of its CompositeImplicitAutograd decomposition.
   m.impl("_fused_rms_norm", torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
   m.impl("rms_norm", TORCH_FN(torch_tpu::rms_norm_tpu));
+  // Ops whose CompositeExplicitAutograd kernel decomposes into other kernels
+  // while one C kernel does the whole op: native_layer_norm would otherwise
+  // run as a batch norm over (1, rows, features), one scalar pass per row.
+  // (group norm likewise).
+  for (const char* op : {"native_layer_norm", "native_group_norm"})
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
 }
 
 // rms_norm is CompositeImplicitAutograd and would decompose into pow / mean /

@@ -288,7 +288,7 @@ static void gn_blocks(void* user, int64_t bb, int64_t be, int tid) {
         bn_load(&j->x, n, c, j->S, x);
         for (int64_t s = 0; s < j->S; ++s) sum += x[s];
       }
-      double mean = sum / cnt;
+      double mean = cnt > 0 ? sum / cnt : 0; /* an empty group: PyTorch's mean 0, rstd NaN */
       for (int64_t c = c0; c < c0 + j->D; ++c) {
         bn_load(&j->x, n, c, j->S, x);
         for (int64_t s = 0; s < j->S; ++s) { double d = x[s] - mean; sq += d * d; }

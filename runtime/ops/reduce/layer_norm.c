@@ -242,7 +242,16 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     j.want_gi = mask[0] && out_ok(c, 0, j.M * j.N);
     if (j.want_gi) mat_init(&j.out, &c->outputs[0], k);
   }
-  if (j.N == 0) return TPURT_OK;
+  if (j.N == 0) {
+    /* empty rows: PyTorch's statistics are mean 0 and rstd NaN (0/0 variance) */
+    for (int64_t r = 0; !bwd && r < j.M; ++r) {
+      if (j.mean && out_ok(c, 1, j.M))
+        tpurt_dtype_store_f64(j.mean->dtype, tpurt_tensor_at(j.mean, tpurt_tensor_offset_of(j.mean, r, -1)), 0);
+      if (out_ok(c, rms ? 1 : 2, j.M))
+        tpurt_dtype_store_f64(j.rstd->dtype, tpurt_tensor_at(j.rstd, tpurt_tensor_offset_of(j.rstd, r, -1)), NAN);
+    }
+    return TPURT_OK;
+  }
   if (j.M == 0) {
     /* no rows: the weight/bias gradients are sums over nothing */
     for (int i = 1; bwd && i <= (rms ? 1 : 2); ++i)
