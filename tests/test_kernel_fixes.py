@@ -271,3 +271,20 @@ def test_layer_and_group_norm_backward(device):
         for r, d in zip(ref_in, dev_in):
             torch.testing.assert_close(d.grad.cpu(), r.grad, atol=1e-4, rtol=1e-4)
 
+
+# fp32 products are cut into slabs of C across the chip's threads, one single-threaded BLAS call
+# each: every layout of A, B and C, shapes that split by rows and by columns, ragged last slabs.
+@pytest.mark.parametrize("m,k,n", [(300, 70, 40), (40, 90, 300), (517, 129, 257), (16, 2048, 16), (1, 5, 3)])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "out_t"])
+def test_sliced_fp32_gemm_layouts(device, m, k, n, layout):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(k, m, generator=g).t() if layout[0] == "t" and layout != "out_t" else torch.randn(m, k, generator=g)
+    b = torch.randn(n, k, generator=g).t() if layout[1] == "t" and layout != "out_t" else torch.randn(k, n, generator=g)
+    c = torch.randn(m, n, generator=g)
+    ref = torch.addmm(c, a, b, beta=0.5, alpha=2.0)
+    if layout == "out_t":  # C stored transposed: the product is taken as C^T = B^T A^T
+        out = torch.empty(n, m, device=device).t()
+        torch.addmm(c.to(device), a.to(device), b.to(device), beta=0.5, alpha=2.0, out=out)
+    else:
+        out = torch.addmm(c.to(device), a.to(device), b.to(device), beta=0.5, alpha=2.0)
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-3, rtol=1e-4)

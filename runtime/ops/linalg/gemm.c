@@ -7,6 +7,7 @@
 #include "ops/linalg/gemm.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -475,14 +476,71 @@ static void dense_back(void* u, int64_t r0, int64_t r1, int tid) {
     for (int64_t j = 0; j < d->cols; ++j) d->dst[i * d->rs + j * d->cs] = d->src[i * d->cols + j];
 }
 
-static atomic_int g_blas_threads = -1;
+/* One single-threaded sgemm over a slab of C. */
+typedef struct blas_job_t {
+  bool ta, tb, split_m; /* split_m: slabs of rows of C, else of columns */
+  int64_t m, n, k, lda, ldb, ldc, step;
+  float alpha, beta;
+  const float *a, *b;
+  float* c;
+} blas_job_t;
+
+static void blas_slab(void* u, int64_t s0, int64_t s1, int tid) {
+  (void)tid;
+  const blas_job_t* j = (const blas_job_t*)u;
+  int64_t lo = s0 * j->step, hi = s1 * j->step;
+  const float *a = j->a, *b = j->b;
+  float* c = j->c;
+  int64_t m = j->m, n = j->n;
+  if (j->split_m) { /* rows lo..hi of A (op(A)) and of C */
+    hi = hi < m ? hi : m;
+    a += j->ta ? lo : lo * j->lda;
+    c += lo * j->ldc;
+    m = hi - lo;
+  } else { /* columns lo..hi of op(B) and of C */
+    hi = hi < n ? hi : n;
+    b += j->tb ? lo * j->ldb : lo;
+    c += lo;
+    n = hi - lo;
+  }
+  if (m <= 0 || n <= 0) return;
+  const CBLAS_TRANSPOSE T = CblasTrans, N = CblasNoTrans;
+  cblas_sgemm(CblasRowMajor, j->ta ? T : N, j->tb ? T : N, (int)m, (int)n, (int)j->k, j->alpha, a,
+              (int)j->lda, b, (int)j->ldb, j->beta, c, (int)j->ldc);
+}
+
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+static void blas_single_thread(void) { openblas_set_num_threads(1); }
+
+/* Row-major C (m x n) = alpha op(A) op(B) + beta C, split into slabs across the
+ * chip's compute threads, each an OpenBLAS call on one thread. OpenBLAS's own
+ * threads split a product statically and spin (sched_yield) between calls;
+ * on a machine where the host thread shares the cores, a helper that is
+ * descheduled then stalls every product and the spinning takes CPU from the
+ * host. The pool runs a slab whose helper has not started on the caller. */
+static void blas_call(tpurt_kernel_ctx_t* ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                      float beta, float* c, int64_t ldc) {
+  pthread_once(&g_blas_once, blas_single_thread);
+  blas_job_t j = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                  .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+  int nt = ctx ? tpurt_kernel_num_threads(ctx) : 1;
+  /* at least ~2^20 multiply-adds per slab, and slabs of whole 16-row/column blocks */
+  int64_t per = (int64_t)1 << 20, work = m * n * k;
+  int64_t slabs = work / per < nt ? work / per : nt;
+  j.split_m = m >= n;
+  int64_t extent = j.split_m ? m : n;
+  if (slabs > extent / 16) slabs = extent / 16;
+  if (slabs <= 1) {
+    j.step = extent;
+    blas_slab(&j, 0, 1, 0);
+    return;
+  }
+  j.step = ((extent + slabs - 1) / slabs + 15) / 16 * 16;
+  run_range(ctx, (extent + j.step - 1) / j.step, 1, blas_slab, &j);
+}
 
 static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
-  int nt = ctx ? tpurt_kernel_num_threads(ctx) : 1;
-  /* OpenBLAS keeps one global thread count; set it to the chip's compute
-   * threads and call it from this one thread: it runs its own pool while
-   * our compute threads are idle in this kernel. */
-  if (atomic_exchange(&g_blas_threads, nt) != nt) openblas_set_num_threads(nt);
   const float* a = (const float*)g->a;
   const float* b = (const float*)g->b;
   bool ta, tb, tc;
@@ -512,13 +570,10 @@ static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) 
     }
     c = tmp, tc = false, ldc = g->n;
   }
-  const CBLAS_TRANSPOSE T = CblasTrans, N = CblasNoTrans;
   if (!tc)
-    cblas_sgemm(CblasRowMajor, ta ? T : N, tb ? T : N, (int)g->m, (int)g->n, (int)g->k,
-                (float)g->alpha, a, (int)lda, b, (int)ldb, (float)g->beta, c, (int)ldc);
+    blas_call(ctx, ta, tb, g->m, g->n, g->k, (float)g->alpha, a, lda, b, ldb, (float)g->beta, c, ldc);
   else /* C^T = B^T A^T with C^T row-major */
-    cblas_sgemm(CblasRowMajor, tb ? N : T, ta ? N : T, (int)g->n, (int)g->m, (int)g->k,
-                (float)g->alpha, b, (int)ldb, a, (int)lda, (float)g->beta, c, (int)ldc);
+    blas_call(ctx, !tb, !ta, g->n, g->m, g->k, (float)g->alpha, b, ldb, a, lda, (float)g->beta, c, ldc);
   if (tmp) {
     dense_t dd = {tmp, g->c_rs, g->c_cs, g->n, (float*)g->c};
     run_range(ctx, g->m, 64, dense_back, &dd);
