@@ -591,13 +591,13 @@ static int reduction_source(const tpurt_defer_list_t* l, const int32_t* members,
  * members[n] and *out_red. Records it passes over (rule 6) go on
  * after it, so a member may not share a byte with any of them. */
 static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* members, const bool* done,
-                      const hull_t* hulls, int32_t* out_red, int* out_red_src) {
+                      const bool* elig, const hull_t* hulls, int32_t* out_red, int* out_red_src) {
   *out_red = -1;
   *out_red_src = -1;
   members[0] = start;
   int n = 1;
   const tpurt_defer_rec_t* first = &l->recs[start];
-  if (!rec_eligible(first)) {
+  if (!elig[start]) {
     if (tpurt_fuse_trace()) fprintf(stderr, "[fuse] %s runs alone (rule 1)\n", first->call.name);
     return 1;
   }
@@ -609,7 +609,7 @@ static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* membe
     const tpurt_defer_rec_t* r = &l->recs[i];
     if (r->kind == TPURT_DEFER_FREE || done[i]) continue;
     int why = 0;
-    if (!rec_eligible(r)) {
+    if (!elig[i]) {
       int src = reduction_source(l, members, n, i, passed, np, hulls);
       if (src >= 0) { /* rule 7: the chain ends in this reduction, members[n] */
         members[n] = i;
@@ -639,7 +639,8 @@ static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* membe
 }
 
 /* Liveness: must member `m`'s output be written to memory? */
-static bool member_stores(const tpurt_defer_list_t* l, const int32_t* members, int n, int m) {
+static bool member_stores(const tpurt_defer_list_t* l, const int32_t* members, int n, int m,
+                          const hull_t* hulls) {
   const tpurt_tensor_t* o = &l->recs[members[m]].call.outputs[0];
   uintptr_t lo, hi;
   if (!t_range(o, &lo, &hi)) return true;
@@ -656,7 +657,8 @@ static bool member_stores(const tpurt_defer_list_t* l, const int32_t* members, i
       if (t_same(&r->call.outputs[0], o)) return false; /* overwritten in the same tile */
       continue;                                         /* reads it from the tile */
     }
-    if (rec_touches(r, lo, hi)) return true; /* used outside the chain */
+    if (ranges_overlap(lo, hi, hulls[i].lo, hulls[i].hi) && rec_touches(r, lo, hi))
+      return true; /* used outside the chain */
   }
   return true; /* still live when the graph ends: the host may read it */
 }
@@ -1394,7 +1396,8 @@ static tpurt_status_t annotate(tpurt_status_t s, const tpurt_op_call_t* call) {
 /* Runs members[0..n) as one kernel; false when it must be rerun unfused
  * (nothing was written then). */
 static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32_t* members, int n,
-                      int32_t red, int red_src, tpurt_kernel_ctx_t* ctx, tpurt_defer_error_fn_t on_error) {
+                      int32_t red, int red_src, const hull_t* hulls, tpurt_kernel_ctx_t* ctx,
+                      tpurt_defer_error_fn_t on_error) {
   chain_t* ch = calloc(1, sizeof(*ch));
   if (!ch) return false;
   ch->ctx = ctx;
@@ -1408,7 +1411,7 @@ static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32
   int nm = red >= 0 ? n + 1 : n;
   uint64_t skipped = 0, skipped_bytes = 0;
   for (int m = 0; m < n; ++m) {
-    ch->store[m] = member_stores(l, members, nm, m);
+    ch->store[m] = member_stores(l, members, nm, m, hulls);
     if (!ch->store[m]) {
       const tpurt_tensor_t* o = &l->recs[members[m]].call.outputs[0];
       ++skipped;
@@ -1460,20 +1463,25 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
   bool* done = NULL;
   hull_t* hulls = NULL;
   if (tpurt_fuse_enabled() && l->num_kernels >= 2) {
-    done = calloc((size_t)l->num_recs, sizeof(bool));
+    /* per record, computed once: done, may join a chain (rule 1 etc.), its bytes' hull */
+    done = calloc(2 * (size_t)l->num_recs, sizeof(bool));
     hulls = malloc(sizeof(hull_t) * (size_t)l->num_recs);
-    if (hulls)
-      for (int32_t i = 0; i < l->num_recs; ++i) hulls[i] = rec_hull(&l->recs[i]);
+    if (done && hulls)
+      for (int32_t i = 0; i < l->num_recs; ++i) {
+        hulls[i] = rec_hull(&l->recs[i]);
+        done[l->num_recs + i] = rec_eligible(&l->recs[i]);
+      }
   }
   bool fuse = done && hulls;
+  const bool* elig = fuse ? done + l->num_recs : NULL;
   int32_t members[FUSE_MAX_OPS + 1];
   for (int32_t i = 0; i < l->num_recs; ++i) {
     if (fuse && done[i]) continue;
     const tpurt_defer_rec_t* r = &l->recs[i];
     int32_t red = -1;
     int red_src = -1;
-    int n = fuse && r->kind == TPURT_DEFER_KERNEL ? plan_chain(l, i, members, done, hulls, &red, &red_src) : 1;
-    if ((n >= 2 || red >= 0) && run_chain(q, l, members, n, red, red_src, ctx, on_error)) {
+    int n = fuse && r->kind == TPURT_DEFER_KERNEL ? plan_chain(l, i, members, done, elig, hulls, &red, &red_src) : 1;
+    if ((n >= 2 || red >= 0) && run_chain(q, l, members, n, red, red_src, hulls, ctx, on_error)) {
       for (int m = 0; m < n; ++m) done[members[m]] = true;
       if (red >= 0) done[red] = true;
       continue;
