@@ -88,7 +88,7 @@
  *  compiler flags (no FP contraction under -std=c11).
  */
 #include <fcntl.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -693,21 +693,38 @@ typedef struct sigbuf_t {
   size_t n, cap;
 } sigbuf_t;
 
-static void sig_put(sigbuf_t* b, const char* fmt, ...) TPURT_PRINTF(2, 3);
-static void sig_put(sigbuf_t* b, const char* fmt, ...) {
-  if (b->cap - b->n < 128) {
-    size_t nc = b->cap ? b->cap * 2 : 1024;
-    char* np = realloc(b->p, nc);
-    if (!np) return;
-    b->p = np;
-    b->cap = nc;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  int w = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-  va_end(ap);
-  if (w > 0) b->n += (size_t)w < b->cap - b->n ? (size_t)w : b->cap - b->n - 1;
+/* Appends without printf (the signature is built for every fused chain run). */
+static bool sig_room(sigbuf_t* b, size_t need) {
+  if (b->cap - b->n > need) return true;
+  size_t nc = b->cap ? b->cap * 2 : 1024;
+  while (nc - b->n <= need) nc *= 2;
+  char* np = realloc(b->p, nc);
+  if (!np) return false;
+  b->p = np;
+  b->cap = nc;
+  return true;
 }
+static void sig_str(sigbuf_t* b, const char* s, size_t max) {
+  size_t len = strnlen(s, max);
+  if (!sig_room(b, len)) return;
+  memcpy(b->p + b->n, s, len);
+  b->n += len;
+  b->p[b->n] = '\0';
+}
+static void sig_num(sigbuf_t* b, long long v, unsigned base) {
+  char tmp[24];
+  int k = 0;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do {
+    tmp[k++] = "0123456789abcdef"[u % base];
+    u /= base;
+  } while (u);
+  if (v < 0) tmp[k++] = '-';
+  if (!sig_room(b, (size_t)k)) return;
+  while (k) b->p[b->n++] = tmp[--k];
+  b->p[b->n] = '\0';
+}
+#define SIG_S(b, s) sig_str((b), (s), (size_t)-1)
 
 /* The shape-independent signature: ops, dtypes, where each tensor operand
  * comes from, which of its dims broadcast, and which results are stored. */
@@ -715,26 +732,36 @@ static char* chain_signature(const tpurt_defer_list_t* l, const int32_t* members
                              const bool* store, size_t* out_len) {
   sigbuf_t b = {0};
   const tpurt_tensor_t* s = &l->recs[members[0]].call.outputs[0];
-  sig_put(&b, "v1 nd%d", s->ndim);
+  SIG_S(&b, "v1 nd");
+  sig_num(&b, s->ndim, 10);
   for (int m = 0; m < n; ++m) {
     const tpurt_op_call_t* c = &l->recs[members[m]].call;
     /* the kernel, not the overload's spelling: add.Tensor and add.out are one op */
-    sig_put(&b, "|%s>%s%s:", l->recs[members[m]].op->name, tpurt_dtype_name(c->outputs[0].dtype),
-            store[m] ? "!" : "");
+    SIG_S(&b, "|");
+    SIG_S(&b, l->recs[members[m]].op->name);
+    SIG_S(&b, ">");
+    SIG_S(&b, tpurt_dtype_name(c->outputs[0].dtype));
+    SIG_S(&b, store[m] ? "!:" : ":");
     for (int32_t i = 0; i < c->num_args; ++i) {
       const tpurt_arg_t* g = &c->args[i];
       if (g->kind == TPURT_ARG_STRING) {
-        sig_put(&b, "s%.32s,", g->v.s ? g->v.s : "");
+        SIG_S(&b, "s");
+        sig_str(&b, g->v.s ? g->v.s : "", 32);
+        SIG_S(&b, ",");
         continue;
       }
       if (g->kind == TPURT_ARG_INT_LIST) { /* a reduction's dims */
-        sig_put(&b, "[");
-        for (int32_t k = 0; k < g->count && k < 16; ++k) sig_put(&b, "%lld,", (long long)g->v.ints[k]);
-        sig_put(&b, "],");
+        SIG_S(&b, "[");
+        for (int32_t k = 0; k < g->count && k < 16; ++k) {
+          sig_num(&b, g->v.ints[k], 10);
+          SIG_S(&b, ",");
+        }
+        SIG_S(&b, "],");
         continue;
       }
       if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor) {
-        sig_put(&b, "%d,", (int)g->kind);
+        sig_num(&b, (int)g->kind, 10);
+        SIG_S(&b, ",");
         continue;
       }
       const tpurt_tensor_t* t = g->v.tensor;
@@ -745,7 +772,13 @@ static char* chain_signature(const tpurt_defer_list_t* l, const int32_t* members
       int off = s->ndim - t->ndim;
       for (int d = 0; d < s->ndim; ++d)
         if (d < off || (t->sizes[d - off] == 1 && s->sizes[d] != 1)) bmask |= 1u << d;
-      sig_put(&b, "t%s@%d/%x,", tpurt_dtype_name(t->dtype), src, bmask);
+      SIG_S(&b, "t");
+      SIG_S(&b, tpurt_dtype_name(t->dtype));
+      SIG_S(&b, "@");
+      sig_num(&b, src, 10);
+      SIG_S(&b, "/");
+      sig_num(&b, bmask, 16);
+      SIG_S(&b, ",");
     }
   }
   *out_len = b.n;
@@ -904,7 +937,6 @@ typedef struct chain_t {
   bool any_stream;
   int nd;                                   /* coalesced dims, innermost first */
   int64_t shape[TPURT_MAX_DIMS];
-  int64_t strides[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][TPURT_MAX_DIMS]; /* bytes */
   int num_slots;
   size_t per_thread;
   uint8_t* scratch;
@@ -918,6 +950,10 @@ typedef struct chain_t {
   int64_t gen_es;  /* the stored outputs' element size */
   _Alignas(8) char gen_scalar[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][8]; /* scalars cast to the loop dtype */
   bool gen_cast[FUSE_MAX_OPS][FUSE_MAX_OPERANDS];                    /* ... in gen_scalar */
+
+  /* Last and not cleared per chain (16 KiB): chain_prepare writes every entry
+   * it reads, [member][operand 0..num_inputs][dim 0..nd). */
+  int64_t strides[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][TPURT_MAX_DIMS]; /* bytes */
 } chain_t;
 
 _Thread_local void* tpurt_fuse_tls_capture;
@@ -1396,10 +1432,9 @@ static tpurt_status_t annotate(tpurt_status_t s, const tpurt_op_call_t* call) {
 /* Runs members[0..n) as one kernel; false when it must be rerun unfused
  * (nothing was written then). */
 static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32_t* members, int n,
-                      int32_t red, int red_src, const hull_t* hulls, tpurt_kernel_ctx_t* ctx,
-                      tpurt_defer_error_fn_t on_error) {
-  chain_t* ch = calloc(1, sizeof(*ch));
-  if (!ch) return false;
+                      int32_t red, int red_src, const hull_t* hulls, chain_t* ch,
+                      tpurt_kernel_ctx_t* ctx, tpurt_defer_error_fn_t on_error) {
+  memset(ch, 0, offsetof(chain_t, strides));
   ch->ctx = ctx;
   ch->list = l;
   ch->members = members;
@@ -1441,7 +1476,6 @@ static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32
     STAT_ADD(bytes_skipped, skipped_bytes);
     cache_touch(l, members, nm, ch->store);
   }
-  free(ch);
   return ok;
 }
 
@@ -1472,7 +1506,9 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
         done[l->num_recs + i] = rec_eligible(&l->recs[i]);
       }
   }
-  bool fuse = done && hulls;
+  /* one chain state (18 KiB) for the whole graph, not one allocation per chain */
+  chain_t* ch = done && hulls ? malloc(sizeof(chain_t)) : NULL;
+  bool fuse = ch != NULL;
   const bool* elig = fuse ? done + l->num_recs : NULL;
   int32_t members[FUSE_MAX_OPS + 1];
   for (int32_t i = 0; i < l->num_recs; ++i) {
@@ -1481,7 +1517,7 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
     int32_t red = -1;
     int red_src = -1;
     int n = fuse && r->kind == TPURT_DEFER_KERNEL ? plan_chain(l, i, members, done, elig, hulls, &red, &red_src) : 1;
-    if ((n >= 2 || red >= 0) && run_chain(q, l, members, n, red, red_src, hulls, ctx, on_error)) {
+    if ((n >= 2 || red >= 0) && run_chain(q, l, members, n, red, red_src, hulls, ch, ctx, on_error)) {
       for (int m = 0; m < n; ++m) done[members[m]] = true;
       if (red >= 0) done[red] = true;
       continue;
@@ -1489,6 +1525,7 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
     /* alone, or the chain fell back: this record now, the rest plan again */
     run_one(q, r, ctx, copy, on_error);
   }
+  free(ch);
   free(done);
   free(hulls);
 }
