@@ -442,9 +442,19 @@ static tpurt_status_t setup_gelu(const tpurt_op_call_t* c, ew_params_t* p) {
 }
 #define GELU_BETA ((T)(M_SQRT2 * M_2_SQRTPI * 0.5))
 #define GELU_KAPPA ((T)0.044715)
-EW_OP_F(gelu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
-        p.i[0] ? (T)0.5 * a * (1 + EW_TANH(GELU_BETA * (a + GELU_KAPPA * a * a * a)))
-               : a * (T)0.5 * (1 + EW_ERF(a * (T)M_SQRT1_2)))
+/* gelu's two formulas are two variants, picked per call by `approximate`
+ * (one formula per loop: a select between them computed both per element) */
+EW_OP_F_AS(gelu_erf, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
+           a * (T)0.5 * (1 + EW_ERF(a * (T)M_SQRT1_2)))
+EW_OP_F_AS(gelu_tanh, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
+           (T)0.5 * a * (1 + EW_TANH(GELU_BETA * (a + GELU_KAPPA * a * a * a))))
+static bool gelu_is_tanh(const tpurt_op_call_t* c, int arg) {
+  return c->num_args > arg && c->args[arg].kind == TPURT_ARG_STRING && c->args[arg].v.s &&
+         strcmp(c->args[arg].v.s, "tanh") == 0;
+}
+static const ew_op_t* gelu_pick(const tpurt_op_call_t* c) {
+  return gelu_is_tanh(c, 1) ? &gelu_tanh_desc : &gelu_erf_desc; /* setup_gelu rejects other strings */
+}
 EW_OP_F(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a / (1 + EW_EXP(-a)))
 EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_TANH(EW_LOG1P_POS(EW_EXP(a))))
 #define HSIG(x) ({ T v_ = (x) + 3; v_ = v_ < 0 ? (T)0 : v_; v_ = 6 < v_ ? (T)6 : v_; v_ / 6; })
@@ -531,7 +541,13 @@ static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
     T pdf_ = EW_EXP((T)-0.5 * b * b) * (T)(M_2_SQRTPI * M_SQRT1_2 * 0.5);                  \
     a * (cdf_ + b * pdf_);                                                                 \
   })
-EW_BW(gelu_backward, EW_FLOATS, setup_gelu_bw, p.i[0] ? GELU_BW_TANH : GELU_BW_ERF)
+EW_OP_F_AS(gelu_backward_erf, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu_bw,
+           EW_IN(0, 1), GELU_BW_ERF)
+EW_OP_F_AS(gelu_backward_tanh, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu_bw,
+           EW_IN(0, 1), GELU_BW_TANH)
+static const ew_op_t* gelu_backward_pick(const tpurt_op_call_t* c) {
+  return gelu_is_tanh(c, 2) ? &gelu_backward_tanh_desc : &gelu_backward_erf_desc;
+}
 EW_BW(hardsigmoid_backward, EW_FLOATS, NULL, (b > -3 && b < 3) ? a / 6 : (T)0)
 /* PyTorch's vectorized kernel (most elements) passes grad through at x >= 3 */
 EW_BW(hardswish_backward, EW_FLOATS, NULL, b < -3 ? (T)0 : (b < 3 ? a * (b / 3 + (T)0.5) : a))
@@ -675,7 +691,7 @@ EW_KERNELS(signbit, signbit_desc)
 EW_KERNELS(nan_to_num, nan_to_num_desc)
 EW_KERNELS(logit, logit_desc)
 EW_KERNELS(relu, relu_desc)
-EW_KERNELS(gelu, gelu_desc)
+EW_KERNELS_PICK(gelu, gelu_pick)
 EW_KERNELS(silu, silu_desc)
 EW_KERNELS(mish, mish_desc)
 EW_KERNELS(hardsigmoid, hardsigmoid_desc)
@@ -691,7 +707,7 @@ EW_KERNELS(threshold_backward, threshold_backward_desc)
 EW_KERNELS(sigmoid_backward, sigmoid_backward_desc)
 EW_KERNELS(tanh_backward, tanh_backward_desc)
 EW_KERNELS(silu_backward, silu_backward_desc)
-EW_KERNELS(gelu_backward, gelu_backward_desc)
+EW_KERNELS_PICK(gelu_backward, gelu_backward_pick)
 EW_KERNELS(hardsigmoid_backward, hardsigmoid_backward_desc)
 EW_KERNELS(hardswish_backward, hardswish_backward_desc)
 EW_KERNELS(hardtanh_backward, hardtanh_backward_desc)

@@ -279,6 +279,15 @@ static inline void ew_stream_store64(void* dst, const void* src) {
     return tpurt_ew_op_run(ctx, call, &desc, true);                                              \
   }
 
+/* Kernel entry points for an op with variants: PICK(call) returns the desc. */
+#define EW_KERNELS_PICK(name, PICK)                                                              \
+  tpurt_status_t tpurt_ew_k_##name(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {      \
+    return tpurt_ew_op_run(ctx, call, PICK(call), false);                                        \
+  }                                                                                              \
+  tpurt_status_t tpurt_ew_r_##name(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {      \
+    return tpurt_ew_op_run(ctx, call, PICK(call), true);                                         \
+  }
+
 /* An expression as text after macro expansion (so it needs no macro of this file). */
 #define EW_STR_(...) #__VA_ARGS__
 #define EW_STR(...) EW_STR_(__VA_ARGS__)
@@ -289,6 +298,15 @@ static inline void ew_stream_store64(void* dst, const void* src) {
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
   EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
+                                      name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
+/* ... under another op's name (LABEL): one of several variants of an op whose
+ * string argument picks the formula (gelu's approximate), each with loops of
+ * its own, so no loop tests the argument per element. EW_KERNELS_PICK picks. */
+#define EW_OP_F_AS(name, LABEL, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR)                  \
+  EW_GEN_F(GEN, name, FEXPR)                                                                     \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
+  EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
+  static const ew_op_t name##_desc = {LABEL, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
                                       name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
 /* Float and integer/bool op. */
 #define EW_OP_FI(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, IEXPR)                    \
