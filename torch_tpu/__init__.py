@@ -30,10 +30,6 @@ def _register() -> None:
                            f"another extension; a process can host only one (disable the other or set "
                            f"TORCH_DEVICE_BACKEND_AUTOLOAD=0)")
 
-    # OpenBLAS (the vTPU's float32 GEMM) keeps its worker threads spinning for 2^28 cycles after each
-    # call; on a chip of a few cores they compete with the chip's compute threads and the host thread.
-    # 2^18 cycles (under 0.1 ms) still bridges back-to-back GEMMs. Read once, when libtpurt loads it.
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "18")
     from torch_tpu import _C  # loads libtpurt and registers the C++ allocator, guard, hooks, fallback
     from torch_tpu import tpu as device_module
     device_module.init()
