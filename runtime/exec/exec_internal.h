@@ -65,6 +65,15 @@ struct tpurt_queue_t {
   _Atomic uint32_t done_word;       /* bumped per completion; waiters sleep on it */
   _Alignas(64) _Atomic uint32_t worker_sleeping;
   _Atomic uint32_t done_waiters;
+  /* The smallest completed count a sleeping waiter needs (0: any completion,
+   * a producer waiting for ring space; UINT64_MAX: none). The worker wakes
+   * waiters only when it is reached, so a host sleeping on the end of a step
+   * is woken once, not after every command. Waiters keep their points in
+   * wait_points (under wait_lock); the worker only reads wake_at. */
+  _Atomic uint64_t wake_at;
+  pthread_mutex_t wait_lock;
+  uint64_t wait_points[8];
+  int num_wait_points, wait_overflow;
   _Atomic bool stop;
   _Atomic bool self_destroy; /* last reference dropped on the worker itself */
   pthread_t thread;

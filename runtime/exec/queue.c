@@ -96,6 +96,38 @@ static void defer_flush(tpurt_queue_t* q) {
   pthread_mutex_unlock(&q->submit_lock);
 }
 
+/* wake_at = the smallest registered point (0 once more waiters than slots). wait_lock held. */
+static void wake_at_update(tpurt_queue_t* q) {
+  uint64_t m = q->wait_overflow ? 0 : UINT64_MAX;
+  for (int i = 0; i < q->num_wait_points; ++i) m = q->wait_points[i] < m ? q->wait_points[i] : m;
+  atomic_store(&q->wake_at, m);
+}
+
+/* A waiter announces the point it sleeps for before it checks and sleeps,
+ * and withdraws it when done: the worker, which checks after completing, then
+ * either sees the point or the waiter sees the completion. */
+static void waiter_enter(tpurt_queue_t* q, uint64_t point) {
+  pthread_mutex_lock(&q->wait_lock);
+  if (q->num_wait_points < (int)(sizeof q->wait_points / sizeof q->wait_points[0]))
+    q->wait_points[q->num_wait_points++] = point;
+  else
+    q->wait_overflow++;
+  wake_at_update(q);
+  pthread_mutex_unlock(&q->wait_lock);
+  atomic_fetch_add(&q->done_waiters, 1);
+}
+
+static void waiter_leave(tpurt_queue_t* q, uint64_t point) {
+  atomic_fetch_sub(&q->done_waiters, 1);
+  pthread_mutex_lock(&q->wait_lock);
+  int i = 0;
+  while (i < q->num_wait_points && q->wait_points[i] != point) ++i;
+  if (i < q->num_wait_points) q->wait_points[i] = q->wait_points[--q->num_wait_points];
+  else q->wait_overflow--;
+  wake_at_update(q);
+  pthread_mutex_unlock(&q->wait_lock);
+}
+
 void tpurt_queue_wait_point(tpurt_queue_t* q, uint64_t point) {
   if (tpurt_queue_point_reached(q, point) || tls_queue == q) return;
   defer_flush(q);
@@ -105,31 +137,24 @@ void tpurt_queue_wait_point(tpurt_queue_t* q, uint64_t point) {
     if (tpurt_queue_point_reached(q, point)) return;
     if ((i & 7) == 0 && tpurt_now_ns() - t0 > WAIT_SPIN_NS) break;
   }
+  waiter_enter(q, point);
   for (;;) {
-    atomic_fetch_add(&q->done_waiters, 1);
     uint32_t w = atomic_load(&q->done_word);
-    if (tpurt_queue_point_reached(q, point)) {
-      atomic_fetch_sub(&q->done_waiters, 1);
-      return;
-    }
+    if (atomic_load(&q->completed) >= point) break;
     tpurt_futex_wait(&q->done_word, w);
-    atomic_fetch_sub(&q->done_waiters, 1);
-    if (tpurt_queue_point_reached(q, point)) return;
   }
+  waiter_leave(q, point);
 }
 
 /* Producer side: blocks until the ring has `bytes` free. */
 static void wait_ring_space(tpurt_queue_t* q, uint64_t tail, uint64_t bytes) {
+  waiter_enter(q, 0); /* any completion frees ring space */
   for (;;) {
-    atomic_fetch_add(&q->done_waiters, 1);
     uint32_t w = atomic_load(&q->done_word);
-    if (q->ring_size - (tail - atomic_load(&q->head)) >= bytes) {
-      atomic_fetch_sub(&q->done_waiters, 1);
-      return;
-    }
+    if (q->ring_size - (tail - atomic_load(&q->head)) >= bytes) break;
     tpurt_futex_wait(&q->done_word, w);
-    atomic_fetch_sub(&q->done_waiters, 1);
   }
+  waiter_leave(q, 0);
 }
 
 /* ---- the worker ---- */
@@ -233,9 +258,10 @@ static void* worker_main(void* arg) {
       head += size;
       atomic_store_explicit(&q->head, head, memory_order_release);
       if (counts) {
-        atomic_fetch_add(&q->completed, c->points);
+        uint64_t done = atomic_fetch_add(&q->completed, c->points) + c->points;
         atomic_fetch_add(&q->done_word, 1);
-        if (atomic_load(&q->done_waiters)) tpurt_futex_wake_all(&q->done_word);
+        if (atomic_load(&q->done_waiters) && done >= atomic_load(&q->wake_at))
+          tpurt_futex_wake_all(&q->done_word);
       }
       continue;
     }
@@ -682,6 +708,8 @@ tpurt_status_t tpurt_queue_create_internal(tpurt_device_t* device, uint64_t id, 
   }
   pthread_mutex_init(&q->submit_lock, NULL);
   pthread_mutex_init(&q->error_lock, NULL);
+  pthread_mutex_init(&q->wait_lock, NULL);
+  atomic_init(&q->wake_at, UINT64_MAX);
   tpurt_scratch_init(&q->scratch);
   tpurt_status_t s = tpurt_allocator_queue_attach(device->allocator, q);
   if (s) goto fail;
@@ -703,6 +731,7 @@ fail:
   tpurt_scratch_deinit(&q->scratch);
   pthread_mutex_destroy(&q->submit_lock);
   pthread_mutex_destroy(&q->error_lock);
+  pthread_mutex_destroy(&q->wait_lock);
   free(q->ring);
   free(q);
   return s;
@@ -736,6 +765,7 @@ static void queue_free(tpurt_queue_t* q) {
   tpurt_scratch_deinit(&q->scratch);
   pthread_mutex_destroy(&q->submit_lock);
   pthread_mutex_destroy(&q->error_lock);
+  pthread_mutex_destroy(&q->wait_lock);
   free(q->ring);
   free(q);
 }

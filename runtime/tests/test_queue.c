@@ -240,6 +240,64 @@ static void test_multithread_submit(void) {
   CHECK(atomic_load(&g_mt_bad) == 0);
 }
 
+/* ---- many waiters on different points ----
+ * The worker wakes sleepers only when the smallest point one of them needs is
+ * reached (queue.c, waiter_enter): every waiter must still return, and only
+ * once its own point is done, with more waiters than the registry's 8 slots. */
+#define WAITERS 12
+#define WAIT_STEPS 4
+static _Atomic int g_slow_done;
+static tpurt_status_t k_slow(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  struct timespec ts = {0, 300000};
+  nanosleep(&ts, NULL);
+  atomic_fetch_add(&g_slow_done, 1);
+  return TPURT_OK;
+}
+static const tpurt_op_def_t op_slow = {"slow", k_slow, k_slow, 0};
+typedef struct waiter_arg_t {
+  tpurt_event_t* ev;
+  int need, seen;
+} waiter_arg_t;
+static void* waiter_main(void* u) {
+  waiter_arg_t* w = u;
+  if (tpurt_event_synchronize(w->ev) == TPURT_OK) w->seen = atomic_load(&g_slow_done);
+  return NULL;
+}
+static void test_many_waiters(void) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  CHECK_OK(tpurt_queue_synchronize(q));
+  atomic_store(&g_slow_done, 0);
+  tpurt_event_t* ev[WAITERS];
+  waiter_arg_t wa[WAITERS];
+  pthread_t th[WAITERS];
+  for (int i = 0; i < WAITERS; ++i) {
+    /* waiter i needs (WAITERS - i) * WAIT_STEPS kernels: the last recorded is waited on first */
+    CHECK_OK(tpurt_event_create(g_dev, 0, &ev[i]));
+    wa[i] = (waiter_arg_t){ev[i], 0, -1};
+  }
+  for (int k = 1, i = WAITERS - 1; k <= WAITERS * WAIT_STEPS; ++k) {
+    tpurt_op_call_t call = {.name = "slow", .overload = ""};
+    CHECK_OK(tpurt_queue_submit_kernel(q, &op_slow, &call));
+    if (k % WAIT_STEPS == 0) {
+      CHECK_OK(tpurt_event_record(ev[i], q));
+      wa[i].need = k;
+      --i;
+    }
+  }
+  for (int i = 0; i < WAITERS; ++i) pthread_create(&th[i], NULL, waiter_main, &wa[i]);
+  int early = 0, missing = 0;
+  for (int i = 0; i < WAITERS; ++i) {
+    pthread_join(th[i], NULL);
+    missing += wa[i].seen < 0;
+    early += wa[i].seen >= 0 && wa[i].seen < wa[i].need;
+  }
+  CHECK(missing == 0);
+  CHECK(early == 0);
+  CHECK_OK(tpurt_queue_synchronize(q));
+  CHECK(atomic_load(&g_slow_done) == WAITERS * WAIT_STEPS);
+  for (int i = 0; i < WAITERS; ++i) tpurt_event_release(ev[i]);
+}
+
 /* ---- copies and host functions ---- */
 static void host_fn_append(void* user) {
   int i = atomic_fetch_add(&g_order_n, 1);
@@ -504,6 +562,7 @@ int main(void) {
   test_errors();
   test_debug_mode();
   test_multithread_submit();
+  test_many_waiters();
   test_copy_host_fn();
   test_parallel_for();
   test_full_ring_and_big_records();
