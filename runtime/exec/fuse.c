@@ -132,6 +132,8 @@ void tpurt_defer_list_free(tpurt_defer_list_t* list) {
     c = n;
   }
   free(list->recs);
+  free(list->spans);
+  free(list->span_first);
   free(list);
 }
 
@@ -325,27 +327,76 @@ static bool t_self_overlapping(const tpurt_tensor_t* t) {
   return false;
 }
 
-/* Calls fn on every tensor a record reads or writes (copies as byte ranges). */
-static bool rec_touches(const tpurt_defer_rec_t* r, uintptr_t lo, uintptr_t hi) {
-  if (r->kind == TPURT_DEFER_COPY) {
-    uintptr_t d = (uintptr_t)r->dst, s = (uintptr_t)r->src;
-    return ranges_overlap(lo, hi, d, d + r->bytes) || ranges_overlap(lo, hi, s, s + r->bytes);
+/* Each record's tensors as byte ranges, computed once per graph (a range is
+ * asked for many times while planning): slot k < num_outputs is output k,
+ * slot num_outputs + i argument i (empty unless a tensor), then the elements
+ * of tensor-list arguments; a copy has its dst and src. */
+static int32_t rec_num_spans(const tpurt_defer_rec_t* r) {
+  if (r->kind == TPURT_DEFER_COPY) return 2;
+  if (r->kind != TPURT_DEFER_KERNEL) return 0;
+  int32_t n = r->call.num_outputs + r->call.num_args;
+  for (int32_t i = 0; i < r->call.num_args; ++i)
+    if (r->call.args[i].kind == TPURT_ARG_TENSOR_LIST) n += r->call.args[i].count;
+  return n;
+}
+
+static tpurt_span_t t_span(const tpurt_tensor_t* t) {
+  tpurt_span_t s = {0, 0};
+  if (!t_range(t, &s.lo, &s.hi)) s.lo = s.hi = 0;
+  return s;
+}
+
+static bool spans_build(tpurt_defer_list_t* l) {
+  l->span_first = malloc(sizeof(int32_t) * ((size_t)l->num_recs + 1));
+  if (!l->span_first) return false;
+  int64_t total = 0;
+  for (int32_t i = 0; i < l->num_recs; ++i) {
+    l->span_first[i] = (int32_t)total;
+    total += rec_num_spans(&l->recs[i]);
   }
-  if (r->kind != TPURT_DEFER_KERNEL) return false;
-  const tpurt_op_call_t* c = &r->call;
-  uintptr_t a, b;
-  for (int32_t i = 0; i < c->num_outputs; ++i)
-    if (t_range(&c->outputs[i], &a, &b) && ranges_overlap(lo, hi, a, b)) return true;
-  for (int32_t i = 0; i < c->num_args; ++i) {
-    const tpurt_arg_t* g = &c->args[i];
-    if (g->kind == TPURT_ARG_TENSOR) {
-      if (t_range(g->v.tensor, &a, &b) && ranges_overlap(lo, hi, a, b)) return true;
-    } else if (g->kind == TPURT_ARG_TENSOR_LIST) {
-      for (int32_t k = 0; k < g->count; ++k)
-        if (g->v.tensors[k] && t_range(g->v.tensors[k], &a, &b) && ranges_overlap(lo, hi, a, b))
-          return true;
+  l->span_first[l->num_recs] = (int32_t)total;
+  l->spans = calloc(total ? (size_t)total : 1, sizeof(tpurt_span_t));
+  if (!l->spans) return false;
+  for (int32_t i = 0; i < l->num_recs; ++i) {
+    const tpurt_defer_rec_t* r = &l->recs[i];
+    tpurt_span_t* sp = l->spans + l->span_first[i];
+    if (r->kind == TPURT_DEFER_COPY) {
+      uintptr_t d = (uintptr_t)r->dst, s = (uintptr_t)r->src;
+      sp[0] = (tpurt_span_t){d, d + r->bytes};
+      sp[1] = (tpurt_span_t){s, s + r->bytes};
+      continue;
+    }
+    if (r->kind != TPURT_DEFER_KERNEL) continue;
+    const tpurt_op_call_t* c = &r->call;
+    int32_t k = 0, extra = c->num_outputs + c->num_args;
+    for (int32_t o = 0; o < c->num_outputs; ++o) sp[k++] = t_span(&c->outputs[o]);
+    for (int32_t a = 0; a < c->num_args; ++a, ++k) {
+      const tpurt_arg_t* g = &c->args[a];
+      if (g->kind == TPURT_ARG_TENSOR && g->v.tensor) sp[k] = t_span(g->v.tensor);
+      else if (g->kind == TPURT_ARG_TENSOR_LIST)
+        for (int32_t e = 0; e < g->count; ++e)
+          if (g->v.tensors[e]) sp[extra + e] = t_span(g->v.tensors[e]);
+      if (g->kind == TPURT_ARG_TENSOR_LIST) extra += g->count;
     }
   }
+  return true;
+}
+
+/* Record i's output o / argument a as a span (spans_build's layout). */
+static tpurt_span_t out_span(const tpurt_defer_list_t* l, int32_t i, int32_t o) {
+  return l->spans[l->span_first[i] + o];
+}
+static tpurt_span_t arg_span(const tpurt_defer_list_t* l, int32_t i, int32_t a) {
+  return l->spans[l->span_first[i] + l->recs[i].call.num_outputs + a];
+}
+static bool spans_overlap(tpurt_span_t a, tpurt_span_t b) { return a.lo < b.hi && b.lo < a.hi; }
+
+/* Does record i read or write any byte of [lo, hi)? */
+static bool rec_touches(const tpurt_defer_list_t* l, int32_t i, uintptr_t lo, uintptr_t hi) {
+  const tpurt_span_t* sp = l->spans + l->span_first[i];
+  int32_t n = l->span_first[i + 1] - l->span_first[i];
+  for (int32_t k = 0; k < n; ++k)
+    if (sp[k].lo < hi && lo < sp[k].hi) return true;
   return false;
 }
 
@@ -398,9 +449,9 @@ static bool rec_same_op(const tpurt_defer_rec_t* a, const tpurt_defer_rec_t* b) 
 }
 
 /* Was t's block freed by a marker between records a and b (exclusive)? */
-static bool freed_between(const tpurt_defer_list_t* l, int32_t a, int32_t b, const tpurt_tensor_t* t) {
-  uintptr_t lo, hi;
-  if (!t_range(t, &lo, &hi)) return false;
+static bool freed_between(const tpurt_defer_list_t* l, int32_t a, int32_t b, tpurt_span_t t) {
+  uintptr_t lo = t.lo, hi = t.hi;
+  if (lo == hi) return false;
   for (int32_t i = a + 1; i < b; ++i) {
     const tpurt_defer_rec_t* r = &l->recs[i];
     if (r->kind == TPURT_DEFER_FREE && ranges_overlap(lo, hi, (uintptr_t)r->dst, (uintptr_t)r->dst + r->bytes))
@@ -417,24 +468,28 @@ static bool freed_between(const tpurt_defer_list_t* l, int32_t a, int32_t b, con
 static bool rec_conflicts(const tpurt_defer_list_t* l, const int32_t* members, int n, int32_t ri) {
   const tpurt_defer_rec_t* r = &l->recs[ri];
   const tpurt_tensor_t* o = &r->call.outputs[0];
+  tpurt_span_t os = out_span(l, ri, 0);
   for (int m = 0; m < n; ++m) {
     const tpurt_op_call_t* c = &l->recs[members[m]].call;
     const tpurt_tensor_t* mo = &c->outputs[0];
-    bool mo_dead = freed_between(l, members[m], ri, mo);
-    if (!mo_dead && t_overlap(o, mo) && !t_same(o, mo)) return true;
+    tpurt_span_t mos = out_span(l, members[m], 0);
+    bool mo_dead = freed_between(l, members[m], ri, mos);
+    if (!mo_dead && spans_overlap(os, mos) && !t_same(o, mo)) return true;
     for (int32_t i = 0; i < c->num_args; ++i) {
       const tpurt_arg_t* g = &c->args[i];
-      if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor || !t_overlap(o, g->v.tensor) || t_same(o, g->v.tensor))
-        continue;
+      if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor) continue;
+      tpurt_span_t gs = arg_span(l, members[m], i);
+      if (!spans_overlap(os, gs) || t_same(o, g->v.tensor)) continue;
       bool from_chain = false;
       for (int j = 0; j < m && !from_chain; ++j)
         from_chain = t_same(g->v.tensor, &l->recs[members[j]].call.outputs[0]);
-      if (!(from_chain && freed_between(l, members[m], ri, g->v.tensor))) return true;
+      if (!(from_chain && freed_between(l, members[m], ri, gs))) return true;
     }
     if (mo_dead) continue; /* r's inputs there are the new buffer's */
     for (int32_t i = 0; i < r->call.num_args; ++i) {
       const tpurt_arg_t* g = &r->call.args[i];
-      if (g->kind == TPURT_ARG_TENSOR && g->v.tensor && t_overlap(g->v.tensor, mo) && !t_same(g->v.tensor, mo))
+      if (g->kind == TPURT_ARG_TENSOR && g->v.tensor && spans_overlap(arg_span(l, ri, i), mos) &&
+          !t_same(g->v.tensor, mo))
         return true;
     }
   }
@@ -482,18 +537,14 @@ static hull_t rec_hull(const tpurt_defer_rec_t* r) {
   return h;
 }
 
-/* Do an eligible record r and any record s share a byte? */
-static bool recs_share(const tpurt_defer_rec_t* r, const hull_t* hr, const tpurt_defer_rec_t* s,
-                       const hull_t* hs) {
-  if (!ranges_overlap(hr->lo, hr->hi, hs->lo, hs->hi)) return false;
-  uintptr_t a, b;
-  const tpurt_op_call_t* c = &r->call;
-  if (t_range(&c->outputs[0], &a, &b) && rec_touches(s, a, b)) return true;
-  for (int32_t i = 0; i < c->num_args; ++i) {
-    const tpurt_arg_t* g = &c->args[i];
-    if (g->kind == TPURT_ARG_TENSOR && g->v.tensor && t_range(g->v.tensor, &a, &b) && rec_touches(s, a, b))
-      return true;
-  }
+/* Do an eligible record ri and any record si share a byte? */
+static bool recs_share(const tpurt_defer_list_t* l, int32_t ri, int32_t si, const hull_t* hulls) {
+  if (!ranges_overlap(hulls[ri].lo, hulls[ri].hi, hulls[si].lo, hulls[si].hi)) return false;
+  const tpurt_span_t* sp = l->spans + l->span_first[ri];
+  int32_t n = l->span_first[ri + 1] - l->span_first[ri];
+  /* output 0 and the arguments (an eligible record has one output, no lists) */
+  for (int32_t k = 0; k < n; ++k)
+    if (sp[k].lo != sp[k].hi && rec_touches(l, si, sp[k].lo, sp[k].hi)) return true;
   return false;
 }
 
@@ -564,24 +615,27 @@ static int reduction_source(const tpurt_defer_list_t* l, const int32_t* members,
       for (int j = 0; j < m && !from_chain; ++j)
         from_chain = t_same(g->v.tensor, &l->recs[members[j]].call.outputs[0]);
       if (from_chain) continue;
+      tpurt_span_t gs = arg_span(l, members[m], i);
       for (int j = 0; j < n; ++j) /* memory the chain reads and writes: in place */
-        if (t_overlap(g->v.tensor, &l->recs[members[j]].call.outputs[0])) return -1;
+        if (spans_overlap(gs, out_span(l, members[j], 0))) return -1;
       for (int32_t o = 0; o < c->num_outputs; ++o)
-        if (t_overlap(&c->outputs[o], g->v.tensor)) return -1;
+        if (spans_overlap(out_span(l, ri, o), gs)) return -1;
     }
     /* a member's block the host freed before the reduction may hold its
      * output: that value lived only in tiles (the liveness rule) */
+    tpurt_span_t mos = out_span(l, members[m], 0);
     for (int32_t o = 0; o < c->num_outputs; ++o)
-      if (t_overlap(&c->outputs[o], &mc->outputs[0]) && !freed_between(l, members[m], ri, &mc->outputs[0]))
-        return -1;
+      if (spans_overlap(out_span(l, ri, o), mos) && !freed_between(l, members[m], ri, mos)) return -1;
   }
+  tpurt_span_t ins = t_span(in);
   for (int k = 0; k < np; ++k) {
-    const tpurt_defer_rec_t* q = &l->recs[passed[k]];
-    if (!ranges_overlap(hulls[ri].lo, hulls[ri].hi, hulls[passed[k]].lo, hulls[passed[k]].hi)) continue;
-    uintptr_t a, b;
-    if (t_range(in, &a, &b) && rec_touches(q, a, b)) return -1;
-    for (int32_t o = 0; o < c->num_outputs; ++o)
-      if (t_range(&c->outputs[o], &a, &b) && rec_touches(q, a, b)) return -1;
+    int32_t q = passed[k];
+    if (!ranges_overlap(hulls[ri].lo, hulls[ri].hi, hulls[q].lo, hulls[q].hi)) continue;
+    if (ins.lo != ins.hi && rec_touches(l, q, ins.lo, ins.hi)) return -1;
+    for (int32_t o = 0; o < c->num_outputs; ++o) {
+      tpurt_span_t os = out_span(l, ri, o);
+      if (os.lo != os.hi && rec_touches(l, q, os.lo, os.hi)) return -1;
+    }
   }
   return src;
 }
@@ -623,7 +677,7 @@ static int plan_chain(const tpurt_defer_list_t* l, int32_t start, int32_t* membe
     else if (rec_same_op(r, first) && !rec_reads_group(l, members, n, r)) why = 4;
     else
       for (int k = 0; k < np && !why; ++k)
-        if (recs_share(r, &hulls[i], &l->recs[passed[k]], &hulls[passed[k]])) why = 6;
+        if (recs_share(l, i, passed[k], hulls)) why = 6;
     if (why) {
       counts[why]++;
       passed[np++] = i;
@@ -657,7 +711,7 @@ static bool member_stores(const tpurt_defer_list_t* l, const int32_t* members, i
       if (t_same(&r->call.outputs[0], o)) return false; /* overwritten in the same tile */
       continue;                                         /* reads it from the tile */
     }
-    if (ranges_overlap(lo, hi, hulls[i].lo, hulls[i].hi) && rec_touches(r, lo, hi))
+    if (ranges_overlap(lo, hi, hulls[i].lo, hulls[i].hi) && rec_touches(l, i, lo, hi))
       return true; /* used outside the chain */
   }
   return true; /* still live when the graph ends: the host may read it */
@@ -1496,18 +1550,20 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
   STAT_ADD(flushes, 1);
   bool* done = NULL;
   hull_t* hulls = NULL;
+  bool planned = false;
   if (tpurt_fuse_enabled() && l->num_kernels >= 2) {
     /* per record, computed once: done, may join a chain (rule 1 etc.), its bytes' hull */
     done = calloc(2 * (size_t)l->num_recs, sizeof(bool));
     hulls = malloc(sizeof(hull_t) * (size_t)l->num_recs);
-    if (done && hulls)
+    planned = done && hulls && spans_build(l);
+    if (planned)
       for (int32_t i = 0; i < l->num_recs; ++i) {
         hulls[i] = rec_hull(&l->recs[i]);
         done[l->num_recs + i] = rec_eligible(&l->recs[i]);
       }
   }
   /* one chain state (18 KiB) for the whole graph, not one allocation per chain */
-  chain_t* ch = done && hulls ? malloc(sizeof(chain_t)) : NULL;
+  chain_t* ch = planned ? malloc(sizeof(chain_t)) : NULL;
   bool fuse = ch != NULL;
   const bool* elig = fuse ? done + l->num_recs : NULL;
   int32_t members[FUSE_MAX_OPS + 1];

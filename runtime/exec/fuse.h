@@ -26,6 +26,11 @@ typedef struct tpurt_defer_chunk_t tpurt_defer_chunk_t;
 /* The pending records of one queue, in submission order. Owned by the queue
  * (under submit_lock) until a flush hands it to the worker inside one ring
  * command, which runs it and frees it. */
+/* Bytes [lo, hi) a tensor touches; lo == hi: none. */
+typedef struct tpurt_span_t {
+  uintptr_t lo, hi;
+} tpurt_span_t;
+
 typedef struct tpurt_defer_list_t {
   tpurt_defer_rec_t* recs;
   int32_t num_recs;
@@ -34,6 +39,10 @@ typedef struct tpurt_defer_list_t {
   uint64_t points;      /* queue points these records stand for (KERNEL + COPY) */
   uint64_t arena_bytes; /* payload bytes held */
   tpurt_defer_chunk_t* chunks;
+  /* Planning (fuse.c), filled when the list runs: record i's tensors' byte
+   * ranges are spans[span_first[i] .. span_first[i + 1]). */
+  tpurt_span_t* spans;
+  int32_t* span_first;
 } tpurt_defer_list_t;
 
 tpurt_defer_list_t* tpurt_defer_list_new(void);
