@@ -6,8 +6,9 @@
  *
  *  Materialize (queue.c): at every sync point (synchronize, host copies,
  *  events, anything else queued, is_idle polls), and at a size limit: past
- *  64 records at the next record that cannot join a chain (so the cut falls
- *  at the same place every training step), past 1024 records or 8 MiB at once.
+ *  16 records at the next record that cannot join a chain (so the cut falls
+ *  at the same place every training step, and the device starts early),
+ *  past 1024 records or 8 MiB at once.
  *
  *  Which ops fuse: elementwise kernels (the tpurt_ops_elementwise table; each
  *  runs through tpurt_ew_run exactly once) with one output of >0 elements,
