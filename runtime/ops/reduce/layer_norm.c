@@ -88,43 +88,6 @@ typedef struct ln_job_t {
   double* buf;                /* per thread 3N */
 } ln_job_t;
 
-/* Sums in 8 independent lanes, so the loops vectorize (a single running sum
- * is one dependent add per element). Double throughout, as before. */
-#define LN_LANES 8
-static double ln_sum(const double* x, int64_t n) {
-  double acc[LN_LANES] = {0};
-  int64_t i = 0;
-  for (; i + LN_LANES <= n; i += LN_LANES)
-    for (int k = 0; k < LN_LANES; ++k) acc[k] += x[i + k];
-  double s = 0;
-  for (; i < n; ++i) s += x[i];
-  for (int k = 0; k < LN_LANES; ++k) s += acc[k];
-  return s;
-}
-static double ln_sumsq_dev(const double* x, int64_t n, double mean) {
-  double acc[LN_LANES] = {0};
-  int64_t i = 0;
-  for (; i + LN_LANES <= n; i += LN_LANES)
-    for (int k = 0; k < LN_LANES; ++k) {
-      double d = x[i + k] - mean;
-      acc[k] += d * d;
-    }
-  double s = 0;
-  for (; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
-  for (int k = 0; k < LN_LANES; ++k) s += acc[k];
-  return s;
-}
-static double ln_dot(const double* x, const double* y, int64_t n) {
-  double acc[LN_LANES] = {0};
-  int64_t i = 0;
-  for (; i + LN_LANES <= n; i += LN_LANES)
-    for (int k = 0; k < LN_LANES; ++k) acc[k] += x[i + k] * y[i + k];
-  double s = 0;
-  for (; i < n; ++i) s += x[i] * y[i];
-  for (int k = 0; k < LN_LANES; ++k) s += acc[k];
-  return s;
-}
-
 static void ln_rows(void* user, int64_t rb, int64_t re, int tid) {
   const ln_job_t* j = user;
   int64_t N = j->N;
@@ -141,8 +104,8 @@ static void ln_rows(void* user, int64_t rb, int64_t re, int tid) {
   for (int64_t r = rb; r < re; ++r) {
     mat_load(&j->x, r, N, x);
     if (j->mode == LN_FWD || j->mode == RMS_FWD) {
-      double mean = rms ? 0 : ln_sum(x, N) / (double)N;
-      double var = ln_sumsq_dev(x, N, mean) / (double)N;
+      double mean = rms ? 0 : TPURT_LANE_SUM(double, N, x[i_]) / (double)N;
+      double var = TPURT_LANE_SUM(double, N, (x[i_] - mean) * (x[i_] - mean)) / (double)N;
       double rstd = 1.0 / sqrt(var + j->eps);
       for (int64_t i = 0; i < N; ++i) y[i] = (x[i] - mean) * rstd;
       if (j->w)
@@ -165,7 +128,7 @@ static void ln_rows(void* user, int64_t rb, int64_t re, int tid) {
       }
     if (j->w)
       for (int64_t i = 0; i < N; ++i) g[i] *= j->w[i]; /* g * w */
-    double s1 = ln_sum(g, N), s2 = ln_dot(g, x, N); /* sum(g*w), sum(g*w*xhat) */
+    double s1 = TPURT_LANE_SUM(double, N, g[i_]), s2 = TPURT_LANE_SUM(double, N, g[i_] * x[i_]); /* sum(g*w), sum(g*w*xhat) */
     if (!j->want_gi) continue;
     double m1 = rms ? 0 : s1 / (double)N, m2 = s2 / (double)N;
     for (int64_t i = 0; i < N; ++i) y[i] = rstd * (g[i] - m1 - x[i] * m2);
@@ -274,11 +237,10 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
   }
   if (j.N == 0) {
     /* empty rows: PyTorch's statistics are mean 0 and rstd NaN (0/0 variance) */
-    for (int64_t r = 0; !bwd && r < j.M; ++r) {
-      if (j.mean && out_ok(c, 1, j.M))
-        tpurt_dtype_store_f64(j.mean->dtype, tpurt_tensor_at(j.mean, tpurt_tensor_offset_of(j.mean, r, -1)), 0);
-      if (out_ok(c, rms ? 1 : 2, j.M))
-        tpurt_dtype_store_f64(j.rstd->dtype, tpurt_tensor_at(j.rstd, tpurt_tensor_offset_of(j.rstd, r, -1)), NAN);
+    bool put_mean = !bwd && j.mean && out_ok(c, 1, j.M), put_rstd = !bwd && out_ok(c, rms ? 1 : 2, j.M);
+    for (int64_t r = 0; (put_mean || put_rstd) && r < j.M; ++r) {
+      if (put_mean) tpurt_dtype_store_f64(j.mean->dtype, tpurt_tensor_at(j.mean, tpurt_tensor_offset_of(j.mean, r, -1)), 0);
+      if (put_rstd) tpurt_dtype_store_f64(j.rstd->dtype, tpurt_tensor_at(j.rstd, tpurt_tensor_offset_of(j.rstd, r, -1)), NAN);
     }
     return TPURT_OK;
   }

@@ -5,6 +5,20 @@
 
 #include "ops/reduce/reduce.h"
 
+/* Sum over i_ in [0, N) of EXPR (in i_), in 8 independent lanes so the loop
+ * vectorizes (one running sum is a dependent add per element). */
+#define TPURT_LANE_SUM(T, N, EXPR)                                                         \
+  ({                                                                                       \
+    const int64_t n_ = (N);                                                                \
+    T l_[8] = {0}, s_ = 0;                                                                 \
+    int64_t i_ = 0;                                                                        \
+    for (int64_t b_ = 0; b_ + 8 <= n_; b_ += 8)                                            \
+      for (int k_ = 0; k_ < 8; ++k_) { i_ = b_ + k_; l_[k_] += (EXPR); }                   \
+    for (i_ = n_ & ~(int64_t)7; i_ < n_; ++i_) s_ += (EXPR);                               \
+    for (int k_ = 0; k_ < 8; ++k_) s_ += l_[k_];                                           \
+    s_;                                                                                    \
+  })
+
 #define TPURT_DECLARE_KERNEL_PAIR(name)                                                  \
   tpurt_status_t tpurt_kernel_##name(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c); \
   tpurt_status_t tpurt_kernel_##name##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c);

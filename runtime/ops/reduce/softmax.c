@@ -117,18 +117,6 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
   *stride = j->dim >= 0 ? t->strides[j->dim] : 0;
 }
 
-/* sum over i_ in [0, n) of EXPR, in 8 independent lanes (vectorizable). */
-#define LANE_SUM(T, EXPR)                                                                  \
-  ({                                                                                       \
-    T l_[8] = {0}, s_ = 0;                                                                 \
-    int64_t i_ = 0;                                                                        \
-    for (int64_t b_ = 0; b_ + 8 <= n; b_ += 8)                                             \
-      for (int k_ = 0; k_ < 8; ++k_) { i_ = b_ + k_; l_[k_] += (EXPR); }                   \
-    for (i_ = n & ~(int64_t)7; i_ < n; ++i_) s_ += (EXPR);                                 \
-    for (int k_ = 0; k_ < 8; ++k_) s_ += l_[k_];                                           \
-    s_;                                                                                    \
-  })
-
 /* Rows that are contiguous in the compute type are read / written in place
  * (DT = that dtype); others go through the per-thread buffers. */
 #define SM_ROWS(T, DT, EXP, LOG, LOADER, STORER, BUF)                                      \
@@ -161,10 +149,10 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
         T* o = xbuf + 2 * n;                                                               \
         LOADER(j->b->dtype, pb, sb, n, o);                                                 \
         if (j->log) {                                                                      \
-          T s = LANE_SUM(T, x[i_]);                                                        \
+          T s = TPURT_LANE_SUM(T, n, x[i_]);                                                        \
           for (int64_t i = 0; i < n; ++i) y[i] = x[i] - EXP(o[i]) * s;                     \
         } else {                                                                           \
-          T s = LANE_SUM(T, x[i_] * o[i_]);                                                \
+          T s = TPURT_LANE_SUM(T, n, x[i_] * o[i_]);                                                \
           for (int64_t i = 0; i < n; ++i) y[i] = o[i] * (x[i] - s);                        \
         }                                                                                  \
       }                                                                                    \
