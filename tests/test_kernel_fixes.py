@@ -273,8 +273,10 @@ def test_layer_and_group_norm_backward(device):
 
 
 # fp32 products are cut into slabs of C across the chip's threads, one single-threaded BLAS call
-# each: every layout of A, B and C, shapes that split by rows and by columns, ragged last slabs.
-@pytest.mark.parametrize("m,k,n", [(300, 70, 40), (40, 90, 300), (517, 129, 257), (16, 2048, 16), (1, 5, 3)])
+# each (gemm.c blas_call: 2 slabs from 2^21 multiply-adds on 2 threads, by rows when m >= n, else by
+# columns; "out_t" swaps m and n). 517x129x257 splits by rows (by columns as out_t), 40x300x517 by
+# columns, both with a ragged last slab; the small shapes take one call.
+@pytest.mark.parametrize("m,k,n", [(517, 129, 257), (40, 300, 517), (300, 70, 40), (16, 2048, 16), (1, 5, 3)])
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt", "out_t"])
 def test_sliced_fp32_gemm_layouts(device, m, k, n, layout):
     g = torch.Generator().manual_seed(0)
