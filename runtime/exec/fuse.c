@@ -215,15 +215,17 @@ void tpurt_fuse_note_recorded(void) { STAT_ADD(ops_recorded, 1); }
 /* -1 unset (read TORCH_TPU_FUSE on first use), 0 off, 1 on */
 static _Atomic int g_enabled = -1;
 
-bool tpurt_fuse_enabled(void) {
-  int e = atomic_load_explicit(&g_enabled, memory_order_relaxed);
+bool tpurt_fuse_env_switch(_Atomic int* cell, const char* env, bool on_default) {
+  int e = atomic_load_explicit(cell, memory_order_relaxed);
   if (e < 0) {
-    const char* v = getenv("TORCH_TPU_FUSE");
-    e = !(v && v[0] == '0');
-    atomic_store(&g_enabled, e);
+    const char* v = getenv(env);
+    e = on_default ? !(v && v[0] == '0') : (v && v[0] == '1');
+    atomic_store(cell, e);
   }
   return e != 0;
 }
+
+bool tpurt_fuse_enabled(void) { return tpurt_fuse_env_switch(&g_enabled, "TORCH_TPU_FUSE", true); }
 
 void tpurt_fuse_set_enabled(bool enabled) { atomic_store(&g_enabled, enabled ? 1 : 0); }
 
@@ -499,42 +501,22 @@ static bool rec_conflicts(const tpurt_defer_list_t* l, const int32_t* members, i
 
 /* TORCH_TPU_FUSE_TRACE=1: one line per chain on stderr, with the rule that cut it. */
 bool tpurt_fuse_trace(void) {
-  static int t = -1;
-  if (t < 0) {
-    const char* v = getenv("TORCH_TPU_FUSE_TRACE");
-    t = v && v[0] == '1';
-  }
-  return t;
+  static _Atomic int t = -1;
+  return tpurt_fuse_env_switch(&t, "TORCH_TPU_FUSE_TRACE", false);
 }
 
-/* A record's bytes as one interval (the hull of its tensors), so that most
+/* A record's bytes as one interval (the hull of its spans), so that most
  * independence checks are one comparison. */
-typedef struct hull_t {
-  uintptr_t lo, hi;
-} hull_t;
+typedef tpurt_span_t hull_t;
 
-static hull_t rec_hull(const tpurt_defer_rec_t* r) {
+static hull_t rec_hull(const tpurt_defer_list_t* l, int32_t i) {
   hull_t h = {UINTPTR_MAX, 0};
-  uintptr_t a, b;
-#define HULL_ADD(t) if (t_range((t), &a, &b)) { if (a < h.lo) h.lo = a; if (b > h.hi) h.hi = b; }
-  if (r->kind == TPURT_DEFER_COPY) {
-    uintptr_t d = (uintptr_t)r->dst, s = (uintptr_t)r->src;
-    h.lo = d < s ? d : s;
-    h.hi = (d > s ? d : s) + r->bytes;
-  } else if (r->kind == TPURT_DEFER_KERNEL) {
-    const tpurt_op_call_t* c = &r->call;
-    for (int32_t i = 0; i < c->num_outputs; ++i) HULL_ADD(&c->outputs[i]);
-    for (int32_t i = 0; i < c->num_args; ++i) {
-      const tpurt_arg_t* g = &c->args[i];
-      if (g->kind == TPURT_ARG_TENSOR && g->v.tensor) {
-        HULL_ADD(g->v.tensor);
-      } else if (g->kind == TPURT_ARG_TENSOR_LIST) {
-        for (int32_t k = 0; k < g->count; ++k)
-          if (g->v.tensors[k]) HULL_ADD(g->v.tensors[k]);
-      }
-    }
+  for (int32_t k = l->span_first[i]; k < l->span_first[i + 1]; ++k) {
+    const tpurt_span_t* sp = &l->spans[k];
+    if (sp->lo == sp->hi) continue;
+    if (sp->lo < h.lo) h.lo = sp->lo;
+    if (sp->hi > h.hi) h.hi = sp->hi;
   }
-#undef HULL_ADD
   return h;
 }
 
@@ -1559,7 +1541,7 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
     planned = done && hulls && spans_build(l);
     if (planned)
       for (int32_t i = 0; i < l->num_recs; ++i) {
-        hulls[i] = rec_hull(&l->recs[i]);
+        hulls[i] = rec_hull(l, i);
         done[l->num_recs + i] = rec_eligible(&l->recs[i]);
       }
   }

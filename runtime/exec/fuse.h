@@ -84,6 +84,10 @@ void tpurt_fuse_mkdirs(const char* path);
 char* tpurt_fuse_read_owned(const char* path, size_t* len);
 /* TORCH_TPU_FUSE_TRACE=1: DeferAndFuse explains itself on stderr. */
 bool tpurt_fuse_trace(void);
+/* A process switch kept in *cell: -1 until first asked, then read from the
+ * environment variable `env` (on_default: on unless it starts with '0';
+ * otherwise off unless it starts with '1'); setters store 0 or 1. */
+bool tpurt_fuse_env_switch(_Atomic int* cell, const char* env, bool on_default);
 /* Statistics, switches and the cache API: tpurt/device.h. */
 
 #endif /* TPURT_EXEC_FUSE_H_ */

@@ -83,15 +83,7 @@ static pid_t g_child;           /* the compiler running now, or 0 */
 static _Atomic int g_enabled = -1;
 static _Atomic uint64_t g_built, g_loaded, g_failed, g_runs;
 
-bool tpurt_fgen_enabled(void) {
-  int e = atomic_load(&g_enabled);
-  if (e < 0) {
-    const char* v = getenv("TORCH_TPU_FUSE_CODEGEN");
-    e = !(v && v[0] == '0');
-    atomic_store(&g_enabled, e);
-  }
-  return e != 0;
-}
+bool tpurt_fgen_enabled(void) { return tpurt_fuse_env_switch(&g_enabled, "TORCH_TPU_FUSE_CODEGEN", true); }
 
 void tpurt_fgen_set_enabled(bool on) { atomic_store(&g_enabled, on ? 1 : 0); }
 
