@@ -6,6 +6,15 @@
 #define LU_CAT(a, b) LU_CAT2(a, b)
 #define LU_FN(name) LU_CAT(name, LU_SUF)
 
+/* Swaps rows i and p (of width w) of the row-major a. */
+static void LU_FN(lu_swap_rows)(LU_T* a, int64_t w, int64_t i, int64_t p) {
+  for (int64_t j = 0; j < w; ++j) {
+    LU_T t = a[i * w + j];
+    a[i * w + j] = a[p * w + j];
+    a[p * w + j] = t;
+  }
+}
+
 /* In-place LU of the m x n row-major a with row pivoting (LAPACK getrf: first
  * largest |a|); piv[k] is the 1-based row swapped with k. Returns info (0 or the
  * 1-based index of the first zero pivot). A pivot below `tiny` becomes `tiny`
@@ -19,12 +28,7 @@ static int LU_FN(lu_factor)(LU_T* a, int64_t m, int64_t n, int32_t* piv, double 
     for (int64_t i = k + 1; i < m; ++i)
       if (LU_ABS(a[i * n + k]) > best) best = LU_ABS(a[i * n + k]), p = i;
     piv[k] = (int32_t)(p + 1);
-    if (p != k)
-      for (int64_t j = 0; j < n; ++j) {
-        LU_T t = a[k * n + j];
-        a[k * n + j] = a[p * n + j];
-        a[p * n + j] = t;
-      }
+    if (p != k) LU_FN(lu_swap_rows)(a, n, k, p);
     if (LU_ABS(a[k * n + k]) < tiny) a[k * n + k] = tiny;
     LU_T d = a[k * n + k];
     if (d == 0) {
@@ -47,12 +51,7 @@ static void LU_FN(lu_solve)(const LU_T* lu, const int32_t* piv, int64_t n, LU_T*
   if (!trans) {
     for (int64_t i = 0; i < n; ++i) {
       int64_t p = piv[i] - 1;
-      if (p != i)
-        for (int64_t j = 0; j < k; ++j) {
-          LU_T t = b[i * k + j];
-          b[i * k + j] = b[p * k + j];
-          b[p * k + j] = t;
-        }
+      if (p != i) LU_FN(lu_swap_rows)(b, k, i, p);
     }
     for (int64_t i = 0; i < n; ++i) /* L y = b (unit diagonal) */
       for (int64_t r = 0; r < i; ++r) {
@@ -87,11 +86,6 @@ static void LU_FN(lu_solve)(const LU_T* lu, const int32_t* piv, int64_t n, LU_T*
     }
   for (int64_t i = n - 1; i >= 0; --i) {
     int64_t p = piv[i] - 1;
-    if (p != i)
-      for (int64_t j = 0; j < k; ++j) {
-        LU_T t = b[i * k + j];
-        b[i * k + j] = b[p * k + j];
-        b[p * k + j] = t;
-      }
+    if (p != i) LU_FN(lu_swap_rows)(b, k, i, p);
   }
 }
