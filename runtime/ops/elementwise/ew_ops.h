@@ -294,20 +294,22 @@ static inline void ew_stream_store64(void* dst, const void* src) {
 
 /* Float-only op (N inputs; GEN is EW_L1/EW_L2/EW_L3 or a bool-out variant). */
 #define EW_OP_F(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR)                            \
-  EW_GEN_F(GEN, name, FEXPR)                                                                     \
-  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
-  EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
+  EW_F_PARTS(name, N, GEN, FEXPR)                                                                \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
                                       name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
 /* ... under another op's name (LABEL): one of several variants of an op whose
  * string argument picks the formula (gelu's approximate), each with loops of
- * its own, so no loop tests the argument per element. EW_KERNELS_PICK picks. */
+ * its own, so no loop tests the argument per element. EW_KERNELS_PICK picks.
+ * (Not EW_OP_F forwarding to this: IN = EW_IN(a, b) would expand to commas.) */
 #define EW_OP_F_AS(name, LABEL, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR)                  \
-  EW_GEN_F(GEN, name, FEXPR)                                                                     \
-  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
-  EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
+  EW_F_PARTS(name, N, GEN, FEXPR)                                                                \
   static const ew_op_t name##_desc = {LABEL, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
                                       name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
+/* The float loops, their table and the reference of a float-only op. */
+#define EW_F_PARTS(name, N, GEN, FEXPR)                                                          \
+  EW_GEN_F(GEN, name, FEXPR)                                                                     \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
+  EW_DEF_REF(name, N, FEXPR, 0)
 /* Float and integer/bool op. */
 #define EW_OP_FI(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, IEXPR)                    \
   EW_GEN_F(GEN, name, FEXPR)                                                                     \
