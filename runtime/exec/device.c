@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/bytes.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "exec/debug.h"
 #include "exec/exec_internal.h"
@@ -46,17 +47,6 @@ static int host_cores(void) {
 static uint64_t host_ram(void) {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : DEFAULT_HBM_BYTES;
-}
-
-static tpurt_status_t env_int(const char* name, int lo, int hi, int* out) {
-  const char* v = getenv(name);
-  if (!v || !*v) return TPURT_OK;
-  char* end = NULL;
-  long x = strtol(v, &end, 10);
-  if (*end || x < lo || x > hi)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s=%s: expected an integer in [%d, %d]", name, v, lo, hi);
-  *out = (int)x;
-  return TPURT_OK;
 }
 
 static tpurt_status_t device_create(int index, uint64_t hbm_bytes, int num_threads,
@@ -104,11 +94,11 @@ static void init_once(void) {
   }
 
   int num_chips = 1;
-  s = env_int("TORCH_TPU_NUM_CHIPS", 1, MAX_CHIPS, &num_chips);
+  s = tpurt_env_int("TORCH_TPU_NUM_CHIPS", 1, MAX_CHIPS, &num_chips);
   if (s) goto done;
   int cores = host_cores();
   int threads = cores / num_chips > 0 ? cores / num_chips : 1;
-  s = env_int("TORCH_TPU_NUM_THREADS", 1, 1024, &threads);
+  s = tpurt_env_int("TORCH_TPU_NUM_THREADS", 1, 1024, &threads);
   if (s) goto done;
 
   /* Capacity is a limit, not a commitment (pages are committed on touch), but

@@ -47,7 +47,7 @@
  *  var reads its input twice and both passes must see the same values), its
  *  outputs touch the chain's tensors, or rule 6 holds for it. The engine then
  *  reads that value tile by tile from the chain instead of from memory
- *  (exec/fuse_hook.h), so it is written only if live. The engine takes it
+ *  (ops/reduce/reduce.h: tpurt_reduce_source_t), so it is written only if live. The engine takes it
  *  only as one contiguous run per output, so only reductions over innermost
  *  dims join (a sum over dim 0 is passed over); should the engine still
  *  decline, it does so before reading and the chain reruns unfused.
@@ -63,7 +63,7 @@
  *  (a tensor Python still holds) is written.
  *
  *  Running a chain: each kernel is called as in Strict, but its tpurt_ew_run
- *  is captured (exec/fuse_hook.h) with the kernel's frame still live, so
+ *  is intercepted (ops/elementwise/elementwise.h: tpurt_ew_interceptor_t) with the kernel's frame still live, so
  *  promotion, scalars and loops are the kernel's own; the innermost capture
  *  then runs every loop per tile of FUSE_TILE elements (L1/L2-sized), with
  *  intermediates kept in per-thread tile buffers. Values and dtypes are the
@@ -101,7 +101,8 @@
 
 #include "exec/fuse.h"
 #include "exec/fuse_codegen.h"
-#include "exec/fuse_hook.h"
+#include "ops/elementwise/elementwise.h"
+#include "ops/reduce/reduce.h"
 
 #define FUSE_MAX_OPS 16
 #define FUSE_WINDOW 96                 /* records a chain may look past */
@@ -215,17 +216,7 @@ void tpurt_fuse_note_recorded(void) { STAT_ADD(ops_recorded, 1); }
 /* -1 unset (read TORCH_TPU_FUSE on first use), 0 off, 1 on */
 static _Atomic int g_enabled = -1;
 
-bool tpurt_fuse_env_switch(_Atomic int* cell, const char* env, bool on_default) {
-  int e = atomic_load_explicit(cell, memory_order_relaxed);
-  if (e < 0) {
-    const char* v = getenv(env);
-    e = on_default ? !(v && v[0] == '0') : (v && v[0] == '1');
-    atomic_store(cell, e);
-  }
-  return e != 0;
-}
-
-bool tpurt_fuse_enabled(void) { return tpurt_fuse_env_switch(&g_enabled, "TORCH_TPU_FUSE", true); }
+bool tpurt_fuse_enabled(void) { return tpurt_env_switch(&g_enabled, "TORCH_TPU_FUSE", true); }
 
 void tpurt_fuse_set_enabled(bool enabled) { atomic_store(&g_enabled, enabled ? 1 : 0); }
 
@@ -502,7 +493,7 @@ static bool rec_conflicts(const tpurt_defer_list_t* l, const int32_t* members, i
 /* TORCH_TPU_FUSE_TRACE=1: one line per chain on stderr, with the rule that cut it. */
 bool tpurt_fuse_trace(void) {
   static _Atomic int t = -1;
-  return tpurt_fuse_env_switch(&t, "TORCH_TPU_FUSE_TRACE", false);
+  return tpurt_env_switch(&t, "TORCH_TPU_FUSE_TRACE", false);
 }
 
 /* A record's bytes as one interval (the hull of its spans), so that most
@@ -825,52 +816,10 @@ static char* chain_signature(const tpurt_defer_list_t* l, const int32_t* members
 const char* tpurt_fuse_cache_dir(char* buf, size_t cap) {
   const char* d = getenv("TORCH_TPU_FUSE_CACHE_DIR");
   if (d) return d[0] ? d : NULL; /* set but empty: no disk cache */
-  const char* x = getenv("XDG_CACHE_HOME");
-  const char* h = getenv("HOME");
-  if (x && x[0]) snprintf(buf, cap, "%s/torch_tpu/fused", x);
-  else if (h && h[0]) snprintf(buf, cap, "%s/.cache/torch_tpu/fused", h);
-  else return NULL;
-  return buf;
-}
-
-void tpurt_fuse_mkdirs(const char* path) {
-  char tmp[1024];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char* p = tmp + 1; *p; ++p) {
-    if (*p != '/') continue;
-    *p = 0;
-    mkdir(tmp, 0700);
-    *p = '/';
-  }
-  mkdir(tmp, 0700);
+  return tpurt_file_user_cache_dir("fused", buf, cap);
 }
 
 static const char kPlanHeader[] = "torch_tpu fused plan v1\n";
-
-char* tpurt_fuse_read_owned(const char* path, size_t* len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NULL;
-  struct stat st;
-  char* p = NULL;
-  if (fstat(fd, &st) == 0 && st.st_uid == getuid() && !(st.st_mode & 022) && st.st_size < ((off_t)64 << 20)) {
-    p = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (p && got < (size_t)st.st_size) {
-      ssize_t r = read(fd, p + got, (size_t)st.st_size - got);
-      if (r <= 0) break;
-      got += (size_t)r;
-    }
-    if (p && got == (size_t)st.st_size) {
-      p[got] = 0;
-      *len = got;
-    } else {
-      free(p);
-      p = NULL;
-    }
-  }
-  close(fd);
-  return p;
-}
 
 /* True when the disk holds this plan (verified: same signature, our file). */
 static bool disk_lookup(const char* dir, uint64_t h, const char* sig, size_t len) {
@@ -878,7 +827,7 @@ static bool disk_lookup(const char* dir, uint64_t h, const char* sig, size_t len
   snprintf(path, sizeof path, "%s/%016llx.plan", dir, (unsigned long long)h);
   if (access(path, F_OK) != 0) return false;
   size_t n = 0;
-  char* buf = tpurt_fuse_read_owned(path, &n);
+  char* buf = tpurt_file_read_owned(path, &n);
   bool ok = buf && n == sizeof(kPlanHeader) - 1 + len + 1 && memcmp(buf, kPlanHeader, sizeof(kPlanHeader) - 1) == 0 &&
             memcmp(buf + sizeof(kPlanHeader) - 1, sig, len) == 0;
   free(buf);
@@ -887,7 +836,7 @@ static bool disk_lookup(const char* dir, uint64_t h, const char* sig, size_t len
 }
 
 static void disk_store(const char* dir, uint64_t h, const char* sig, size_t len) {
-  tpurt_fuse_mkdirs(dir);
+  tpurt_file_dir_private(dir);
   char path[1200], tmp[1300];
   snprintf(path, sizeof path, "%s/%016llx.plan", dir, (unsigned long long)h);
   snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
@@ -993,7 +942,6 @@ typedef struct chain_t {
   int64_t strides[FUSE_MAX_OPS][FUSE_MAX_OPERANDS][TPURT_MAX_DIMS]; /* bytes */
 } chain_t;
 
-_Thread_local void* tpurt_fuse_tls_capture;
 
 static tpurt_status_t chain_level(chain_t* ch, int k);
 static tpurt_status_t chain_prepare(chain_t* ch);
@@ -1006,8 +954,8 @@ static tpurt_status_t off_plan(chain_t* ch) {
   return TPURT_STATUS(ABORTED, "fuse: chain capture went off plan (rerun unfused)");
 }
 
-tpurt_status_t tpurt_fuse_capture(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg) {
-  chain_t* ch = tpurt_fuse_tls_capture;
+static tpurt_status_t fuse_capture(void* user, tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg) {
+  chain_t* ch = user;
   int k = ch->level;
   if (k >= ch->n || ch->cfg[k] || ctx != ch->ctx || ch->fallback) return off_plan(ch);
   const tpurt_defer_rec_t* r = &ch->list->recs[ch->members[k]];
@@ -1023,13 +971,14 @@ tpurt_status_t tpurt_fuse_capture(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config
   if (k + 1 < ch->n) return chain_level(ch, k + 1);
   /* Innermost: every configuration is live on the stack; run them all
    * (through the reduction kernel when one ends the chain). */
-  tpurt_fuse_tls_capture = NULL;
+  const tpurt_ew_interceptor_t* icpt = tpurt_ew_tls_interceptor;
+  tpurt_ew_tls_interceptor = NULL; /* the loops run for real now (and a reduction's kernel) */
   tpurt_status_t s = chain_prepare(ch);
   if (!s) {
     if (ch->red >= 0) chain_reduce(ch);
     else if (!chain_generated(ch)) chain_pass(ch);
   }
-  tpurt_fuse_tls_capture = ch;
+  tpurt_ew_tls_interceptor = icpt;
   if (s) {
     tpurt_status_free(s);
     return off_plan(ch);
@@ -1247,13 +1196,13 @@ static bool gen_prepare(chain_t* ch) {
   for (int k = 0; k < ch->n; ++k) {
     const tpurt_ew_config_t* c = ch->cfg[k];
     tpurt_fgen_member_t* m = &g.m[k];
-    if (!c->expr || !c->gen || c->num_outputs != 1 || c->num_inputs < 1 || c->num_inputs > TPURT_FGEN_MAX_IN)
+    if (!c->expr || c->num_outputs != 1 || c->num_inputs < 1 || c->num_inputs > TPURT_FGEN_MAX_IN)
       return false;
     tpurt_dtype_t t = c->loop_dtypes[1], to = c->loop_dtypes[0];
     if ((t != TPURT_DTYPE_FLOAT32 && t != TPURT_DTYPE_FLOAT64) || c->tensors[0]->dtype != to) return false;
     m->loop = (const void*)c->loop;
-    m->expr = c->expr;
-    m->gen = c->gen;
+    m->expr = c->expr->text;
+    m->gen = c->expr->gen;
     m->type = t;
     m->out = to;
     m->num_inputs = c->num_inputs;
@@ -1417,7 +1366,7 @@ static void chain_range(void* user, int64_t begin, int64_t end, int tid) {
   chain_walk(user, begin, end, tid, NULL);
 }
 
-/* The reduction's source (exec/fuse_hook.h): elements [lin, lin + n) of
+/* The reduction's source (tpurt_reduce_source_t): elements [lin, lin + n) of
  * member red_src's value; the chain's stores happen on the way. */
 static const void* chain_produce(void* user, int64_t lin, int64_t n, int tid) {
   chain_t* ch = user;
@@ -1450,15 +1399,14 @@ static void chain_accepted(void* user) { ((chain_t*)user)->red_used = true; }
 static void chain_reduce(chain_t* ch) {
   const tpurt_defer_rec_t* r = &ch->list->recs[ch->red];
   if (!gen_prepare(ch)) ch->gen_fn = NULL;
-  tpurt_fuse_source_t src = {.data = ch->cfg[ch->red_src]->tensors[0]->data, .max_run = FUSE_TILE,
+  tpurt_reduce_source_t src = {.data = ch->cfg[ch->red_src]->tensors[0]->data, .max_run = FUSE_TILE,
                              .produce = chain_produce, .accepted = chain_accepted, .user = ch};
-  tpurt_fuse_tls_source = &src;
+  tpurt_reduce_tls_source = &src;
   ch->red_status = r->op->fn(ch->ctx, &r->call);
-  tpurt_fuse_tls_source = NULL;
+  tpurt_reduce_tls_source = NULL;
   if (ch->gen_fn && ch->red_used) tpurt_fgen_note_run();
 }
 
-_Thread_local const tpurt_fuse_source_t* tpurt_fuse_tls_source;
 
 static tpurt_status_t annotate(tpurt_status_t s, const tpurt_op_call_t* call) {
   const char* name = call->name ? call->name : "?";
@@ -1490,10 +1438,11 @@ static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32
       skipped_bytes += (uint64_t)t_numel(o) * tpurt_dtype_size(o->dtype);
     }
   }
-  void* saved = tpurt_fuse_tls_capture;
-  tpurt_fuse_tls_capture = ch;
+  const tpurt_ew_interceptor_t icpt = {.run = fuse_capture, .user = ch};
+  const tpurt_ew_interceptor_t* saved = tpurt_ew_tls_interceptor;
+  tpurt_ew_tls_interceptor = &icpt;
   tpurt_status_t s = chain_level(ch, 0);
-  tpurt_fuse_tls_capture = saved;
+  tpurt_ew_tls_interceptor = saved;
   if (ctx->scratch) tpurt_scratch_reset(ctx->scratch);
   bool ok = ch->executed;
   if (!ok) {

@@ -4,6 +4,9 @@
 #ifndef TPURT_EXEC_FUSE_H_
 #define TPURT_EXEC_FUSE_H_
 
+#include "base/env.h"
+#include "base/file.h"
+#include "base/hash.h"
 #include "exec/exec_internal.h"
 
 typedef enum tpurt_defer_kind_e {
@@ -67,27 +70,11 @@ void tpurt_defer_list_run(tpurt_queue_t* queue, tpurt_defer_list_t* list, tpurt_
 
 void tpurt_fuse_note_recorded(void);
 
-/* FNV-1a over n bytes, continuing from h (TPURT_FNV_SEED to start). */
-#define TPURT_FNV_SEED 1469598103934665603ull
-static inline uint64_t tpurt_fnv1a(const void* p, size_t n, uint64_t h) {
-  const uint8_t* s = (const uint8_t*)p;
-  for (size_t i = 0; i < n; ++i) h = (h ^ s[i]) * 1099511628211ull;
-  return h;
-}
 /* The fused-kernel directory ($TORCH_TPU_FUSE_CACHE_DIR, else the user's
  * cache); NULL when the disk cache is off. buf holds the path when built. */
 const char* tpurt_fuse_cache_dir(char* buf, size_t cap);
-void tpurt_fuse_mkdirs(const char* path);
-/* A cache file's bytes (NUL-terminated; *len without it), or NULL unless it
- * belongs to this user and no one else may write it: cache entries are
- * trusted only then (a generated kernel is code). */
-char* tpurt_fuse_read_owned(const char* path, size_t* len);
 /* TORCH_TPU_FUSE_TRACE=1: DeferAndFuse explains itself on stderr. */
 bool tpurt_fuse_trace(void);
-/* A process switch kept in *cell: -1 until first asked, then read from the
- * environment variable `env` (on_default: on unless it starts with '0';
- * otherwise off unless it starts with '1'); setters store 0 or 1. */
-bool tpurt_fuse_env_switch(_Atomic int* cell, const char* env, bool on_default);
 /* Statistics, switches and the cache API: tpurt/device.h. */
 
 #endif /* TPURT_EXEC_FUSE_H_ */

@@ -83,7 +83,7 @@ static pid_t g_child;           /* the compiler running now, or 0 */
 static _Atomic int g_enabled = -1;
 static _Atomic uint64_t g_built, g_loaded, g_failed, g_runs;
 
-bool tpurt_fgen_enabled(void) { return tpurt_fuse_env_switch(&g_enabled, "TORCH_TPU_FUSE_CODEGEN", true); }
+bool tpurt_fgen_enabled(void) { return tpurt_env_switch(&g_enabled, "TORCH_TPU_FUSE_CODEGEN", true); }
 
 void tpurt_fgen_set_enabled(bool on) { atomic_store(&g_enabled, on ? 1 : 0); }
 
@@ -271,9 +271,9 @@ static tpurt_fgen_fn_t disk_load(const char* dir, uint64_t h, const char* source
   path_of(meta_path, sizeof meta_path, dir, h, ".kernel");
   path_of(so_path, sizeof so_path, dir, h, ".so");
   size_t mlen = 0, slen = 0;
-  char* meta = tpurt_fuse_read_owned(meta_path, &mlen);
+  char* meta = tpurt_file_read_owned(meta_path, &mlen);
   if (!meta) return NULL;
-  char* so = tpurt_fuse_read_owned(so_path, &slen);
+  char* so = tpurt_file_read_owned(so_path, &slen);
   bool ok = so && mlen > sizeof(kMetaHeader) + 17 &&
             memcmp(meta, kMetaHeader, sizeof(kMetaHeader) - 1) == 0;
   if (ok) {
@@ -303,7 +303,7 @@ static bool disk_failed(const char* dir, uint64_t h, const char* source) {
   char path[1200];
   path_of(path, sizeof path, dir, h, ".fail");
   size_t len = 0;
-  char* p = tpurt_fuse_read_owned(path, &len);
+  char* p = tpurt_file_read_owned(path, &len);
   bool f = p && strcmp(p, source) == 0;
   free(p);
   return f;
@@ -365,7 +365,7 @@ static int compile(const char* c_path, const char* so_path, const char* log_path
   bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!ok && tpurt_fuse_trace()) {
     size_t len = 0;
-    char* log = tpurt_fuse_read_owned(log_path, &len);
+    char* log = tpurt_file_read_owned(log_path, &len);
     fprintf(stderr, "[fuse] codegen: %s failed on %s:\n%.2000s\n", cc, c_path, log ? log : "");
     free(log);
   }
@@ -375,10 +375,7 @@ static int compile(const char* c_path, const char* so_path, const char* log_path
 static const char* cache_dir_or_tmp(char* buf, size_t cap, bool* tmp) {
   const char* d = tpurt_fuse_cache_dir(buf, cap);
   *tmp = false;
-  if (d) {
-    tpurt_fuse_mkdirs(d);
-    return d;
-  }
+  if (d && tpurt_file_dir_private(d)) return d; /* else a private temporary one */
   const char* t = getenv("TMPDIR");
   snprintf(buf, cap, "%s/torch_tpu_fgen.XXXXXX", t && t[0] ? t : "/tmp");
   if (!mkdtemp(buf)) return NULL;
@@ -425,7 +422,7 @@ static tpurt_fgen_fn_t build(uint64_t h, const char* source) {
   }
   if (cc == CC_OK) {
     size_t len = 0;
-    char* so = tpurt_fuse_read_owned(so_tmp, &len);
+    char* so = tpurt_file_read_owned(so_tmp, &len);
     char head[64];
     int hl = snprintf(head, sizeof head, "%s%016llx\n", kMetaHeader, (unsigned long long)tpurt_fnv1a(so, len, TPURT_FNV_SEED));
     bool ok = so && write_file(meta_tmp, head, (size_t)hl, source, slen) && rename(so_tmp, so_path) == 0 &&

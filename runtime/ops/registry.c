@@ -1,9 +1,11 @@
 /* The op table: every kernel family's table merged into one name -> op map,
  * built once on first lookup. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "tpurt/kernel.h"
 
 /* One table per family; each lives in its family's folder. */
@@ -38,15 +40,9 @@ static const tpurt_op_def_t** g_slots;
 static size_t g_num_slots;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static uint64_t hash_name(const char* s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; ++s) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
 static const tpurt_op_def_t** find_slot(const char* name) {
   size_t mask = g_num_slots - 1;
-  for (size_t i = hash_name(name) & mask;; i = (i + 1) & mask) {
+  for (size_t i = tpurt_fnv1a_str(name, TPURT_FNV_SEED) & mask;; i = (i + 1) & mask) {
     if (!g_slots[i] || strcmp(g_slots[i]->name, name) == 0) return &g_slots[i];
   }
 }
@@ -84,4 +80,42 @@ size_t tpurt_op_count(void) {
 const tpurt_op_def_t* tpurt_op_at(size_t index) {
   pthread_once(&g_once, build);
   return index < g_num_ops ? g_ops[index] : NULL;
+}
+
+const char* tpurt_op_base_name(const char* name, char* buf, size_t cap) {
+  if (!buf || cap == 0) return buf;
+  buf[0] = 0;
+  if (!name) return buf;
+  const char* colon = strstr(name, "::");
+  /* "aten::add_" -> "add_"; "complex::" is not a namespace to strip here */
+  if (colon && strncmp(name, "aten::", 6) == 0) name = colon + 2;
+  size_t n = strlen(name);
+  if (n > 1 && name[n - 1] == '_' && !(n > 2 && name[n - 2] == '_')) --n; /* in place; dunders keep theirs */
+  if (n >= cap) n = cap - 1;
+  memcpy(buf, name, n);
+  buf[n] = 0;
+  return buf;
+}
+
+/* "prefix base.overload", then "prefix base". */
+static const tpurt_op_def_t* lookup2(const char* prefix, const char* base, const char* overload) {
+  char full[256];
+  if (overload && overload[0]) {
+    int w = snprintf(full, sizeof full, "%s%s.%s", prefix, base, overload);
+    const tpurt_op_def_t* d = w > 0 && w < (int)sizeof full ? tpurt_op_lookup(full) : NULL;
+    if (d) return d;
+  }
+  int w = snprintf(full, sizeof full, "%s%s", prefix, base);
+  return w > 0 && w < (int)sizeof full ? tpurt_op_lookup(full) : NULL;
+}
+
+const tpurt_op_def_t* tpurt_op_resolve(const char* name, const char* overload, uint32_t flags) {
+  char base[200];
+  tpurt_op_base_name(name, base, sizeof base);
+  if (!base[0]) return NULL;
+  if (!(flags & TPURT_RESOLVE_COMPLEX)) return lookup2("", base, overload);
+  const tpurt_op_def_t* d = lookup2("complex::", base, overload);
+  if (d) return d;
+  d = lookup2("", base, overload);
+  return d && (d->flags & TPURT_OP_COMPLEX) ? d : NULL;
 }

@@ -30,6 +30,19 @@ typedef enum tpurt_dtype_e {
   TPURT_DTYPE_INVALID = -1,
 } tpurt_dtype_t;
 
+/* A set of dtypes, bit (1 << dtype): what a kernel supports (tpurt/kernel.h). */
+typedef uint32_t tpurt_dtype_mask_t;
+#define TPURT_DTYPE_BIT(NAME) ((tpurt_dtype_mask_t)1u << TPURT_DTYPE_##NAME)
+#define TPURT_DTYPES_FLOAT \
+  (TPURT_DTYPE_BIT(FLOAT16) | TPURT_DTYPE_BIT(BFLOAT16) | TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
+#define TPURT_DTYPES_INT                                                                         \
+  (TPURT_DTYPE_BIT(UINT8) | TPURT_DTYPE_BIT(INT8) | TPURT_DTYPE_BIT(INT16) | TPURT_DTYPE_BIT(INT32) | \
+   TPURT_DTYPE_BIT(INT64))
+#define TPURT_DTYPES_COMPLEX (TPURT_DTYPE_BIT(COMPLEX64) | TPURT_DTYPE_BIT(COMPLEX128))
+/* every real dtype: floating, integer and bool */
+#define TPURT_DTYPES_REAL (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT | TPURT_DTYPE_BIT(BOOL))
+#define TPURT_DTYPES_ALL (TPURT_DTYPES_REAL | TPURT_DTYPES_COMPLEX)
+
 typedef uint16_t tpurt_bf16_t; /* storage type: raw bits */
 typedef uint16_t tpurt_f16_t;  /* storage type: raw bits (IEEE binary16) */
 #ifdef __cplusplus

@@ -98,21 +98,56 @@ enum {
   TPURT_OP_REDUCE_ENGINE = 1u << 3,
 };
 
+/* Tensor layouts a kernel reads (bit masks). Every kernel today reads strided
+ * tensors only; a sparse or other layout is refused before anything is queued. */
+enum { TPURT_LAYOUT_STRIDED = 1u << 0 };
+
 typedef struct tpurt_op_def_t {
   const char* name;             /* "add" or "sum.dim_IntList" */
   tpurt_kernel_fn_t fn;         /* the optimized kernel */
   tpurt_kernel_fn_t reference;  /* a plain reference kernel; tests compare the two */
   uint32_t flags;
+  /* The dtypes the kernel computes in, checked before a call is queued (ask
+   * before you fail): the call's first tensor argument (for an op without
+   * one, a factory, its first output) must have one of them, or the PyTorch
+   * layer raises NotImplementedError at the call (runs the op on the CPU
+   * under TORCH_TPU_CPU_FALLBACK=1). Finer rules (a second operand's dtype)
+   * stay with the kernel, which reports them at the next sync. */
+  tpurt_dtype_mask_t dtypes;
+  uint32_t layouts;             /* TPURT_LAYOUT_* bits */
 } tpurt_op_def_t;
 
 /* Each kernel family exports one table, terminated by an entry whose name is
  * NULL; ops/registry.c lists the families. */
-#define TPURT_OP_TABLE_END {NULL, NULL, NULL, 0}
+#define TPURT_OP_TABLE_END {NULL, NULL, NULL, 0, 0, 0}
 
 /* Exact-name lookup ("add", "sum.dim_IntList"); NULL if absent. Thread-safe. */
 TPURT_API const tpurt_op_def_t* tpurt_op_lookup(const char* name);
 TPURT_API size_t tpurt_op_count(void);
 TPURT_API const tpurt_op_def_t* tpurt_op_at(size_t index);
+
+/* The one rule that maps an operator to its kernel (the PyTorch fallback,
+ * the decompositions, the compiler and the serving engine all call it):
+ * `name` is the schema name ("aten::add_", "add"), `overload` its overload
+ * ("Tensor", "out" or ""). The namespace goes and an in-place name loses its
+ * one trailing "_" (dunders keep theirs: "__ilshift__"); then "base.overload"
+ * is looked up, then "base". With TPURT_RESOLVE_COMPLEX it finds the kernel
+ * for a call with a complex operand instead: "complex::base.overload",
+ * "complex::base", else the real kernel when it carries TPURT_OP_COMPLEX.
+ * NULL when there is none. */
+enum { TPURT_RESOLVE_COMPLEX = 1u << 0 };
+TPURT_API const tpurt_op_def_t* tpurt_op_resolve(const char* name, const char* overload, uint32_t flags);
+/* The base name ("aten::add_" -> "add") into buf (cap bytes); buf. */
+TPURT_API const char* tpurt_op_base_name(const char* name, char* buf, size_t cap);
+
+/* Whether the kernel computes in `dtype` / reads `layout` (see dtypes above). */
+static inline bool tpurt_op_supports_dtype(const tpurt_op_def_t* op, tpurt_dtype_t dtype) {
+  /* TRANSITION: an entry not yet declaring dtypes (0) accepts all */
+  return dtype >= 0 && dtype < TPURT_DTYPE_COUNT && (!op->dtypes || ((op->dtypes >> dtype) & 1u));
+}
+static inline bool tpurt_op_supports_layout(const tpurt_op_def_t* op, uint32_t layout) {
+  return ((op->layouts ? op->layouts : (uint32_t)TPURT_LAYOUT_STRIDED) & layout) != 0; /* TRANSITION: 0 = strided */
+}
 
 /* ---- services for kernels ---- */
 

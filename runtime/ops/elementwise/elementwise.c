@@ -5,7 +5,6 @@
  * contiguous runs to the op's inner loop across threads. Also the strided
  * dtype converters (the heart of copy_) and PyTorch's result_type rules. */
 #include "ops/elementwise/elementwise.h"
-#include "exec/fuse_hook.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -455,6 +454,7 @@ static void ew_segment(const ew_iter_t* it, char** ptrs, int64_t len, int tid) {
 }
 
 _Thread_local bool tpurt_ew_stream_active;
+_Thread_local const tpurt_ew_interceptor_t* tpurt_ew_tls_interceptor;
 
 static void ew_range(void* user, int64_t begin, int64_t end, int tid) {
   const ew_iter_t* it = (const ew_iter_t*)user;
@@ -494,8 +494,8 @@ static void ew_range(void* user, int64_t begin, int64_t end, int tid) {
 }
 
 tpurt_status_t tpurt_ew_run(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg) {
-  /* DeferAndFuse runs a chain of these as one pass (exec/fuse_hook.h). */
-  if (TPURT_UNLIKELY(tpurt_fuse_capturing())) return tpurt_fuse_capture(ctx, cfg);
+  const tpurt_ew_interceptor_t* icpt = tpurt_ew_tls_interceptor;
+  if (TPURT_UNLIKELY(icpt != NULL)) return icpt->run(icpt->user, ctx, cfg);
   ew_iter_t it;
   int64_t numel = 0;
   TPURT_RETURN_IF_ERROR(ew_iter_init(&it, cfg, &numel));
@@ -568,4 +568,24 @@ tpurt_status_t tpurt_ew_run_reference(const tpurt_ew_config_t* cfg, tpurt_ew_ref
     }
   }
   return TPURT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The expression table: every ew_op_t expression (EW_EXPR in ew_ops.h)      */
+/* registers a pointer in the "tpurt_ew_exprs" section; the linker bounds it. */
+
+extern const tpurt_ew_expr_t* const __start_tpurt_ew_exprs[];
+extern const tpurt_ew_expr_t* const __stop_tpurt_ew_exprs[];
+
+size_t tpurt_ew_expr_count(void) { return (size_t)(__stop_tpurt_ew_exprs - __start_tpurt_ew_exprs); }
+
+const tpurt_ew_expr_t* tpurt_ew_expr_at(size_t index) {
+  return index < tpurt_ew_expr_count() ? __start_tpurt_ew_exprs[index] : NULL;
+}
+
+const tpurt_ew_expr_t* tpurt_ew_expr_find(const char* name) {
+  if (!name) return NULL;
+  for (const tpurt_ew_expr_t* const* e = __start_tpurt_ew_exprs; e < __stop_tpurt_ew_exprs; ++e)
+    if (strcmp((*e)->name, name) == 0) return *e;
+  return NULL;
 }

@@ -31,6 +31,23 @@ typedef struct tpurt_ew_value_t {
  * floating, else `i`). */
 typedef void (*tpurt_ew_ref_fn_t)(tpurt_ew_value_t* out, const tpurt_ew_value_t* in, void* user);
 
+/* One elementwise expression, as the op's float loops compute it (ew_ops.h
+ * writes each op once as a C expression over inputs a, b, c, the loop type T
+ * and the op's scalar parameters p). The code generator pastes `text` into a
+ * fused kernel, so a generated kernel computes exactly what the library's
+ * loops compute. `name` is the op descriptor's own, unique and the same in
+ * every process ("add", "gelu_tanh"): it is how the compiler asks for one. */
+typedef struct tpurt_ew_expr_t {
+  const char* name;
+  const char* text; /* fully macro-expanded */
+  const char* gen;  /* the loop generator: "EW_L1", "EW_L2", "EW_L3", "EW_L1B", "EW_L2B" */
+} tpurt_ew_expr_t;
+
+/* The expression named `name`, or NULL. Thread-safe. */
+const tpurt_ew_expr_t* tpurt_ew_expr_find(const char* name);
+size_t tpurt_ew_expr_count(void);
+const tpurt_ew_expr_t* tpurt_ew_expr_at(size_t index);
+
 typedef struct tpurt_ew_config_t {
   const char* op;   /* op name for error messages */
   int num_outputs;
@@ -45,15 +62,32 @@ typedef struct tpurt_ew_config_t {
   /* Smallest number of elements worth a thread: about 32K for cheap ops,
    * less for expensive ones (0 = default). */
   int64_t grain;
-  /* For DeferAndFuse's code generator: the loop's expression and generator
-   * (ew_ops.h), when the loop is generated from one; else NULL. */
-  const char* expr;
-  const char* gen;
+  /* The loop's expression, when a float32/float64 loop is generated from one
+   * (ew_ops.h); NULL for loops written by hand. */
+  const tpurt_ew_expr_t* expr;
 } tpurt_ew_config_t;
 
 /* Runs `cfg.loop` over every output element. Returns INVALID_ARGUMENT when an
  * input does not broadcast to the output shape or outputs disagree in shape. */
 TPURT_API tpurt_status_t tpurt_ew_run(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg);
+
+/* An interceptor of tpurt_ew_run on the calling thread (NULL: none). While
+ * one is installed, tpurt_ew_run hands it the kernel's configuration instead
+ * of running the loop, with the kernel's frame still live (promotion,
+ * scalars and loop are the kernel's own). DeferAndFuse installs one to run a
+ * chain of elementwise kernels as one pass (exec/defer). */
+typedef struct tpurt_ew_interceptor_t {
+  tpurt_status_t (*run)(void* user, tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg);
+  void* user;
+} tpurt_ew_interceptor_t;
+extern _Thread_local const tpurt_ew_interceptor_t* tpurt_ew_tls_interceptor;
+
+/* Streaming stores (ew_ops.h): a loop on a thread with tpurt_ew_stream_active
+ * set writes its contiguous output with non-temporal stores; worth it for
+ * outputs of at least tpurt_ew_stream_min_bytes() (bigger than the last-level
+ * cache). The engine sets it per range and fences after. */
+extern _Thread_local bool tpurt_ew_stream_active;
+int64_t tpurt_ew_stream_min_bytes(void);
 
 /* The plain reference of tpurt_ew_run: one element at a time, no threads, no
  * coalescing, values through double/int64 (rounded to each loop dtype). */

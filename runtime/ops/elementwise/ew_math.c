@@ -191,8 +191,9 @@ EW_DEF_REF(pow, 2, pow(a, b), IPOW)
   (p.i[0] ? (b == 2 ? a * a : b == 3 ? a * a * a : b == (T)0.5 ? sqrt(a) : b == (T)-0.5 ? 1 / sqrt(a) \
              : b == -1 ? 1 / a : b == -2 ? 1 / (a * a) : pow(a, b))                                  \
           : pow(a, b))
+EW_EXPR(pow, EW_L2, EW_POW_EXPR)
 static const ew_op_t pow_desc = {"pow", 2, 1, {0, 1}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_pow, pow_loops,
-                                 pow_ref, 0, EW_STR(EW_POW_EXPR), "EW_L2"};
+                                 pow_ref, 0, &pow_expr};
 EW_OP_F(atan2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), atan2(a, b))
 EW_OP_F(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), hypot(a, b))
 EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b))

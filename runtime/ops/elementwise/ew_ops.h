@@ -53,11 +53,9 @@ typedef struct ew_op_t {
   const tpurt_ew_loop_fn_t* loops; /* by loop dtype */
   tpurt_ew_ref_fn_t ref;
   int64_t grain;
-  /* The float loops' expression, fully macro-expanded, and their generator
-   * (EW_L1...): what exec/fuse_codegen.c compiles into a fused kernel. NULL
-   * for ops whose loops are written by hand. */
-  const char* fexpr;
-  const char* gen;
+  /* The float loops' expression (elementwise.h): what the code generator
+   * compiles into a fused kernel. NULL for ops whose loops are written by hand. */
+  const tpurt_ew_expr_t* expr;
 } ew_op_t;
 
 /* Type promotion + checks + engine (or reference) run for a described op. */
@@ -292,11 +290,19 @@ static inline void ew_stream_store64(void* dst, const void* src) {
 #define EW_STR_(...) #__VA_ARGS__
 #define EW_STR(...) EW_STR_(__VA_ARGS__)
 
+/* name##_expr: the op's float expression, registered in the section the
+ * expression table (elementwise.c) is read from, so every described op is
+ * listed without a list to keep. */
+#define EW_EXPR(name, GEN, FEXPR)                                                                \
+  static const tpurt_ew_expr_t name##_expr = {#name, EW_STR(FEXPR), #GEN};                      \
+  static const tpurt_ew_expr_t* const name##_expr_entry                                           \
+      __attribute__((used, section("tpurt_ew_exprs"), aligned(sizeof(void*)))) = &name##_expr;
+
 /* Float-only op (N inputs; GEN is EW_L1/EW_L2/EW_L3 or a bool-out variant). */
 #define EW_OP_F(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR)                            \
   EW_F_PARTS(name, N, GEN, FEXPR)                                                                \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
-                                      name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
+                                      name##_loops, name##_ref, 0, &name##_expr};
 /* ... under another op's name (LABEL): one of several variants of an op whose
  * string argument picks the formula (gelu's approximate), each with loops of
  * its own, so no loop tests the argument per element. EW_KERNELS_PICK picks.
@@ -304,20 +310,22 @@ static inline void ew_stream_store64(void* dst, const void* src) {
 #define EW_OP_F_AS(name, LABEL, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR)                  \
   EW_F_PARTS(name, N, GEN, FEXPR)                                                                \
   static const ew_op_t name##_desc = {LABEL, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
-                                      name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
+                                      name##_loops, name##_ref, 0, &name##_expr};
 /* The float loops, their table and the reference of a float-only op. */
 #define EW_F_PARTS(name, N, GEN, FEXPR)                                                          \
   EW_GEN_F(GEN, name, FEXPR)                                                                     \
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
-  EW_DEF_REF(name, N, FEXPR, 0)
+  EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
+  EW_EXPR(name, GEN, FEXPR)
 /* Float and integer/bool op. */
 #define EW_OP_FI(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, IEXPR)                    \
   EW_GEN_F(GEN, name, FEXPR)                                                                     \
   EW_GEN_I(GEN, name, IEXPR)                                                                     \
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name), EW_TAB_I(name)}; \
   EW_DEF_REF(name, N, FEXPR, IEXPR)                                                              \
+  EW_EXPR(name, GEN, FEXPR)                                                                      \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
-                                      name##_loops, name##_ref, 0, EW_STR(FEXPR), #GEN};
+                                      name##_loops, name##_ref, 0, &name##_expr};
 /* Integer/bool-only op. */
 #define EW_OP_I(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, IEXPR)                            \
   EW_GEN_I(GEN, name, IEXPR)                                                                     \

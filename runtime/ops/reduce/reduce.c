@@ -8,7 +8,6 @@
  * float32 input), which is at least as accurate as PyTorch's cascade sum. */
 #include "ops/reduce/reduce.h"
 
-#include "exec/fuse_hook.h"
 
 #include <float.h>
 #include <stdlib.h>
@@ -481,10 +480,10 @@ static void row_update_at(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* 
 }
 
 /* Reduces one strided row of n elements starting at element offset `off`;
- * from a fused chain's source (exec/fuse_hook.h) when there is one. */
+ * from a fused chain's source (reduce.h) when there is one. */
 static void row_update(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* a, int64_t off,
                        int64_t stride, int64_t n, int64_t idx0, double param,
-                       const tpurt_fuse_source_t* src, int tid) {
+                       const tpurt_reduce_source_t* src, int tid) {
   if (TPURT_UNLIKELY(src != NULL)) {
     for (int64_t b = 0; b < n; b += src->max_run) {
       int64_t m = n - b < src->max_run ? n - b : src->max_run;
@@ -509,7 +508,7 @@ static void out_offsets(const plan_t* p, int64_t m, int64_t* in_off, int64_t* ou
 
 /* Reduces linear reduced indices [rb, re) of the output whose input base is in_off. */
 static void reduce_range(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* a, int64_t in_off,
-                         int64_t rb, int64_t re, double param, const tpurt_fuse_source_t* src, int tid) {
+                         int64_t rb, int64_t re, double param, const tpurt_reduce_source_t* src, int tid) {
   int last = p->nr - 1;
   int64_t n0 = p->rsize[last], s0 = p->rin[last];
   if (n0 == 0) return;
@@ -568,7 +567,7 @@ typedef struct job_t {
   int64_t m, in_off;
   acc_t* partials;
   bool* touched;
-  const tpurt_fuse_source_t* src; /* the input comes from a fused chain */
+  const tpurt_reduce_source_t* src; /* the input comes from a fused chain */
   /* vertical strategy */
   int64_t vblocks_per_row, vC;
 } job_t;
@@ -683,14 +682,16 @@ int64_t tpurt_reduce_num_reduced(const tpurt_reduce_spec_t* spec) {
   return k;
 }
 
+_Thread_local const tpurt_reduce_source_t* tpurt_reduce_tls_source;
+
 tpurt_status_t tpurt_reduce_run(tpurt_kernel_ctx_t* ctx, const tpurt_reduce_spec_t* s) {
   plan_t p;
   TPURT_RETURN_IF_ERROR(plan_build(s, &p));
   if (p.M == 0) return TPURT_OK;
   job_t j = {.s = s, .p = &p};
-  const tpurt_fuse_source_t* src = tpurt_fuse_tls_source;
+  const tpurt_reduce_source_t* src = tpurt_reduce_tls_source;
   if (TPURT_UNLIKELY(src != NULL) && src->data == s->in->data) {
-    /* A fused chain's value (exec/fuse_hook.h): only as contiguous runs, one
+    /* A fused chain's value (reduce.h): only as contiguous runs, one
      * per output (the reduced dims innermost), so never the vertical path. */
     if (!tpurt_tensor_is_contiguous(s->in) || p.nr != 1 || p.rin[0] != 1 || p.K == 0)
       return TPURT_STATUS(ABORTED, "%s: a fused chain's value is reduced only over its innermost dims",

@@ -134,4 +134,24 @@ static inline char* tpurt_tensor_at(const tpurt_tensor_t* t, int64_t off_elems) 
 #define TPURT_REDUCE_UNSUPPORTED(op, dt) \
   TPURT_STATUS(UNIMPLEMENTED, "%s: dtype %s is not supported", (op), tpurt_dtype_name(dt))
 
+/* ---- reading the input from a producer instead of memory ----
+ * While a source is installed on the calling thread, a reduction whose
+ * input's data is at `data` asks `produce` for runs of it instead of loading
+ * them: elements [lin, lin + n) in row-major order (n <= max_run), as n
+ * contiguous elements of the input's dtype, on pool thread `tid`. It takes
+ * the source only for a contiguous input reduced over its innermost dims
+ * (each output reads one contiguous run), and calls `accepted` first;
+ * otherwise it returns ABORTED without reading. DeferAndFuse installs one to
+ * end a fused chain in a reduction (exec/defer): the chain's value is then
+ * never written to memory. */
+typedef struct tpurt_reduce_source_t {
+  const void* data;
+  int64_t max_run;
+  const void* (*produce)(void* user, int64_t lin, int64_t n, int tid);
+  void (*accepted)(void* user);
+  void* user;
+} tpurt_reduce_source_t;
+
+extern _Thread_local const tpurt_reduce_source_t* tpurt_reduce_tls_source;
+
 #endif /* TPURT_OPS_REDUCE_REDUCE_H_ */
