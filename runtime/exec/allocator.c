@@ -18,21 +18,18 @@
  *    So the limit is exactly the capacity, less what live blocks fragment.
  * One mutex guards everything; nothing here runs on the submit path.
  *
- * Debug mode (rules in exec/debug.c): allocations bypass the pools and get
- * pages of their own between two guard pages, 64-byte aligned and ending
- * within 64 bytes of the trailing guard; a guarded block freed in Debug mode
- * is quarantined (no access, not reused) up to a budget, oldest released
- * first; out of Debug mode the quarantine is released at the next call.
- * While in Debug mode a live guarded block's pages are inaccessible except
- * inside the runtime's access windows (debug.c rule 5). */
+ * The eager mode may change allocation through its hooks (exec/allocator.h):
+ * Debug mode serves every request itself with guarded pages
+ * (exec/debug/guarded.c), DeferAndFuse learns of every free. Blocks the pools
+ * do not know are offered to the modes (a guarded block outlives Debug mode). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/bytes.h"
 #include "base/log.h"
-#include "exec/debug.h"
-#include "exec/exec_internal.h"
+#include "exec/allocator.h"
+#include "exec/mode.h"
 
 #define ALIGN 512u
 #define SMALL_SIZE ((uint64_t)1 << 20)     /* largest "small" block */
@@ -101,19 +98,7 @@ struct tpurt_allocator_t {
   size_t num_live;
   block_t* spare;       /* unused block structs */
   block_slab_t* slabs;
-  /* Debug mode: freed guarded regions, oldest first. */
-  struct quarantine_t* quarantine;
-  struct quarantine_t* quarantine_tail;
-  uint64_t quarantine_bytes;
-  uint64_t quarantine_budget;
-  bool guard_warned;
 };
-
-typedef struct quarantine_t {
-  uintptr_t start;
-  uint64_t bytes;
-  struct quarantine_t* next;
-} quarantine_t;
 
 /* ---- block structs, address hash ---- */
 
@@ -391,126 +376,37 @@ static void release_cached(tpurt_allocator_t* a, bool trim) {
   }
 }
 
-/* ---- Debug mode: guarded regions ---- */
+/* ---- for allocation hooks (exec/allocator.h) ---- */
 
-#define ROUND_UP(x, a) (((x) + (a) - 1) & ~(uint64_t)((a) - 1))
-
-static tpurt_status_t protect(tpurt_device_t* d, uintptr_t p, uint64_t bytes, uint32_t access) {
-  return d->driver->memory_protect(d->hal, (void*)p, bytes, access);
-}
-
-/* Gives a guarded region back to HBM, accessible again. Lock held. */
-static void guarded_release(tpurt_allocator_t* a, uintptr_t start, uint64_t bytes) {
-  tpurt_device_t* d = a->device;
-  tpurt_debug_restore_patches(); /* none may point into it afterwards */
-  tpurt_status_t s = protect(d, start, bytes, TPURT_HAL_ACCESS_READ | TPURT_HAL_ACCESS_WRITE |
-                                                TPURT_HAL_ACCESS_REMAP);
-  tpurt_debug_region_remove(start);
-  if (s) {
-    /* Unusable as ordinary memory: keep it out of HBM rather than hand out
-     * pages that fault. */
-    TPURT_LOG(ERROR, "Debug mode: %s; %llu bytes of HBM stay reserved", tpurt_status_message(s),
-              (unsigned long long)bytes);
-    tpurt_status_free(s);
-    return;
-  }
-  d->driver->memory_free(d->hal, (void*)start, bytes);
-  stats_reserve(a, -(int64_t)bytes);
-}
-
-static void quarantine_pop(tpurt_allocator_t* a) {
-  quarantine_t* q = a->quarantine;
-  a->quarantine = q->next;
-  if (!a->quarantine) a->quarantine_tail = NULL;
-  a->quarantine_bytes -= q->bytes;
-  tpurt_debug_note_alloc(-(int64_t)q->bytes, false);
-  guarded_release(a, q->start, q->bytes);
-  free(q);
-}
-
-static void quarantine_flush(tpurt_allocator_t* a) {
-  while (a->quarantine) quarantine_pop(a);
-}
-
-/* A guarded allocation; NULL (nothing changed) when HBM or the host cannot
- * give one. Lock held. */
-static void* guarded_allocate(tpurt_allocator_t* a, size_t bytes) {
-  tpurt_device_t* d = a->device;
-  uint64_t page = tpurt_debug_page_size();
-  uint64_t span = bytes ? ROUND_UP((uint64_t)bytes, TPURT_DEBUG_ALIGN) : TPURT_DEBUG_ALIGN;
-  uint64_t data = ROUND_UP(span, page);
-  uint64_t region = data + 2 * page;
-  uint64_t raw_bytes = region + page - ALIGN; /* room to start at a page boundary */
-  if (raw_bytes > d->hbm_bytes - a->stats.reserved_bytes) return NULL;
-  void* raw = NULL;
-  tpurt_status_t s = d->driver->memory_alloc(d->hal, raw_bytes, &raw);
-  if (s) {
-    tpurt_status_free(s);
-    return NULL;
-  }
-  uintptr_t r0 = (uintptr_t)raw, start = ROUND_UP(r0, page), end = start + region;
-  if (start > r0) d->driver->memory_free(d->hal, raw, start - r0);
-  if (r0 + raw_bytes > end) d->driver->memory_free(d->hal, (void*)end, r0 + raw_bytes - end);
-  uintptr_t ptr = start + page + data - span;
-  tpurt_debug_region_t reg = {.start = start, .end = end, .ptr = ptr, .size = bytes, .span = span,
-                              .device = d, .state = TPURT_DEBUG_REGION_LIVE};
-  s = protect(d, start, page, TPURT_HAL_ACCESS_DISCARD);
-  if (!s) s = protect(d, end - page, page, TPURT_HAL_ACCESS_DISCARD);
-  /* The canary goes in before region_add closes the data pages (rule 5 of
-   * exec/debug.c: a live buffer is inaccessible outside access windows). */
-  if (!s) memset((void*)(ptr + bytes), TPURT_DEBUG_CANARY, span - bytes);
-  if (!s) s = tpurt_debug_region_add(&reg);
-  if (s) {
-    if (!a->guard_warned) {
-      a->guard_warned = true;
-      TPURT_LOG(WARNING, "Debug mode: allocating without guard pages from now on when they cannot be "
-                "had (%s)", tpurt_status_message(s));
-    }
-    tpurt_status_free(s);
-    tpurt_status_free(protect(d, start, region, TPURT_HAL_ACCESS_READ | TPURT_HAL_ACCESS_WRITE));
-    d->driver->memory_free(d->hal, (void*)start, region);
-    return NULL;
-  }
-  stats_reserve(a, (int64_t)region);
-  tpurt_debug_note_alloc(0, true);
-  return (void*)ptr;
-}
-
-/* Frees a live guarded block found in the region table. Lock held; may drop
- * it to wait for queued work that may still use the block. */
-static void guarded_free(tpurt_allocator_t* a, const tpurt_debug_region_t* r) {
-  tpurt_device_t* d = a->device;
-  tpurt_debug_canary_check(r, "memory_free");
-  a->stats.allocated_bytes -= r->span;
-  a->stats.num_frees++;
-  /* Queued work may still read or write the block (a copy the host queued
-   * just before freeing its source, as resize_ does): it runs while the block
-   * is still live, so its access window opens. */
-  pthread_mutex_unlock(&a->lock);
-  tpurt_device_wait_idle(d);
+void tpurt_allocator_account(tpurt_allocator_t* a, int64_t reserved_delta, int64_t allocated, bool is_alloc,
+                             bool is_free) {
   pthread_mutex_lock(&a->lock);
-  tpurt_debug_region_set_state(r->start, TPURT_DEBUG_REGION_FREED); /* a second free is ignored */
-  uint64_t bytes = r->end - r->start;
-  quarantine_t* q = NULL;
-  if (tpurt_exec_mode_get() == TPURT_EXEC_DEBUG && a->quarantine_budget > 0 &&
-      (q = malloc(sizeof(*q)))) {
-    tpurt_status_t s = protect(d, r->start, bytes, TPURT_HAL_ACCESS_DISCARD);
-    if (!s) {
-      q->start = r->start;
-      q->bytes = bytes;
-      q->next = NULL;
-      if (a->quarantine_tail) a->quarantine_tail->next = q;
-      else a->quarantine = q;
-      a->quarantine_tail = q;
-      a->quarantine_bytes += bytes;
-      tpurt_debug_note_alloc((int64_t)bytes, false);
-      while (a->quarantine_bytes > a->quarantine_budget && a->quarantine != q) quarantine_pop(a);
-      return;
-    }
-    tpurt_status_free(s);
-    free(q);
+  if (reserved_delta) stats_reserve(a, reserved_delta);
+  tpurt_memory_stats_t* st = &a->stats;
+  if (is_alloc) {
+    st->allocated_bytes += (uint64_t)allocated;
+    if (st->allocated_bytes > st->peak_allocated_bytes) st->peak_allocated_bytes = st->allocated_bytes;
+    st->num_allocs++;
   }
-  guarded_release(a, r->start, bytes);
+  if (is_free) {
+    st->allocated_bytes -= (uint64_t)allocated;
+    st->num_frees++;
+  }
+  pthread_mutex_unlock(&a->lock);
+}
+
+uint64_t tpurt_allocator_reserved(tpurt_allocator_t* a) {
+  pthread_mutex_lock(&a->lock);
+  uint64_t r = a->stats.reserved_bytes;
+  pthread_mutex_unlock(&a->lock);
+  return r;
+}
+
+void tpurt_allocator_release_cached(tpurt_allocator_t* a) {
+  tpurt_device_wait_idle(a->device);
+  pthread_mutex_lock(&a->lock);
+  release_cached(a, true);
+  pthread_mutex_unlock(&a->lock);
 }
 
 /* ---- allocate ---- */
@@ -579,34 +475,9 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   tpurt_allocator_t* a = d->allocator;
   uint64_t size = bytes == 0 ? ALIGN : ((uint64_t)bytes + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
   bool fits = bytes <= d->hbm_bytes;
+  const tpurt_allocator_hooks_t* hooks = &tpurt_exec_mode_ops()->alloc;
+  if (TPURT_UNLIKELY(hooks->allocate != NULL) && hooks->allocate(d, bytes, out_ptr)) return TPURT_OK;
   pthread_mutex_lock(&a->lock);
-  if (TPURT_UNLIKELY(tpurt_exec_mode_get() == TPURT_EXEC_DEBUG) && fits &&
-      tpurt_debug_guards_supported(d)) {
-    void* p = guarded_allocate(a, bytes);
-    if (!p && a->quarantine) {
-      quarantine_flush(a);
-      p = guarded_allocate(a, bytes);
-    }
-    if (!p) {
-      pthread_mutex_unlock(&a->lock);
-      tpurt_device_wait_idle(d);
-      pthread_mutex_lock(&a->lock);
-      release_cached(a, true);
-      p = guarded_allocate(a, bytes);
-    }
-    if (p) {
-      tpurt_memory_stats_t* st = &a->stats;
-      st->allocated_bytes += bytes ? ROUND_UP((uint64_t)bytes, TPURT_DEBUG_ALIGN) : TPURT_DEBUG_ALIGN;
-      if (st->allocated_bytes > st->peak_allocated_bytes) st->peak_allocated_bytes = st->allocated_bytes;
-      st->num_allocs++;
-      pthread_mutex_unlock(&a->lock);
-      *out_ptr = p;
-      return TPURT_OK;
-    }
-    /* No guarded range to be had: an ordinary block rather than a failure. */
-  } else if (TPURT_UNLIKELY(a->quarantine != NULL)) {
-    quarantine_flush(a); /* Debug mode has ended */
-  }
   block_t* b = NULL;
   if (fits) {
     process_pending(a);
@@ -638,34 +509,28 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   return TPURT_OK;
 }
 
-/* DeferAndFuse hook (owned by exec/fuse.c; added here as the smallest edit):
- * the owner queue's pending graph learns the block is dead before the block
- * can be handed out again, so fused chains may skip writing it. A block other
- * queues also used (record_queue) gets no marker: it may still be read there. */
-static void note_free_for_defer(tpurt_allocator_t* a, void* ptr) {
+/* The mode's `freed` hook (DeferAndFuse): the owner queue learns the block
+ * is dead before it can be handed out again. A block other queues also used
+ * (record_queue) is not reported: it may still be read there. */
+static void report_free(tpurt_allocator_t* a, void* ptr, void (*freed)(tpurt_queue_t*, void*, size_t)) {
   pthread_mutex_lock(&a->lock);
   block_t* b = hash_find(a, (uintptr_t)ptr);
   tpurt_queue_t* q = b && !b->num_uses && !b->uses_overflow ? b->seg->queue : NULL;
   uint64_t size = b ? b->size : 0;
   pthread_mutex_unlock(&a->lock);
-  if (q) tpurt_queue_defer_note_free(q, ptr, size);
+  if (q) freed(q, ptr, size);
 }
 
 void tpurt_memory_free(tpurt_device_t* d, void* ptr) {
   if (!d || !ptr || atomic_load_explicit(&tpurt_forked_child, memory_order_relaxed)) return;
   tpurt_allocator_t* a = d->allocator;
-  if (tpurt_exec_mode_get() == TPURT_EXEC_DEFER_AND_FUSE) note_free_for_defer(a, ptr);
+  void (*freed)(tpurt_queue_t*, void*, size_t) = tpurt_exec_mode_ops()->alloc.freed;
+  if (freed) report_free(a, ptr, freed);
   pthread_mutex_lock(&a->lock);
   block_t* b = hash_find(a, (uintptr_t)ptr);
   if (!b) {
-    tpurt_debug_region_t r;
-    if (tpurt_debug_region_find((uintptr_t)ptr, &r) && r.ptr == (uintptr_t)ptr &&
-        r.state == TPURT_DEBUG_REGION_LIVE && r.device == d) {
-      guarded_free(a, &r);
-      pthread_mutex_unlock(&a->lock);
-      return;
-    }
     pthread_mutex_unlock(&a->lock);
+    if (tpurt_exec_foreign_free(d, ptr)) return;
     TPURT_LOG(WARNING, "memory_free: %p is not a live allocation of chip %d; ignored", ptr, d->index);
     return;
   }
@@ -703,11 +568,9 @@ tpurt_status_t tpurt_memory_record_queue(tpurt_device_t* d, void* ptr, tpurt_que
   block_t* b = hash_find(a, (uintptr_t)ptr);
   if (!b) {
     pthread_mutex_unlock(&a->lock);
-    tpurt_debug_region_t r;
-    /* Guarded blocks are freed only after the whole device is idle. */
-    if (tpurt_debug_region_find((uintptr_t)ptr, &r) && r.ptr == (uintptr_t)ptr &&
-        r.state == TPURT_DEBUG_REGION_LIVE)
-      return TPURT_OK;
+    /* A mode's own block (Debug's guarded ones are freed only once the whole
+     * device is idle): nothing to record. */
+    if (tpurt_exec_foreign_live(d, ptr)) return TPURT_OK;
     return TPURT_STATUS(INVALID_ARGUMENT,
                         "memory_record_queue: %p is not the start of a live allocation", ptr);
   }
@@ -789,20 +652,12 @@ tpurt_status_t tpurt_allocator_create(tpurt_device_t* device, tpurt_allocator_t*
   }
   pthread_mutex_init(&a->lock, NULL);
   a->stats.capacity_bytes = device->hbm_bytes;
-  a->quarantine_budget = device->hbm_bytes / 4;
-  const char* qb = getenv("TORCH_TPU_DEBUG_QUARANTINE_BYTES");
-  if (qb && *qb && !tpurt_bytes_parse(qb, &a->quarantine_budget))
-    TPURT_LOG(WARNING, "TORCH_TPU_DEBUG_QUARANTINE_BYTES=%s: not a byte count; using %llu", qb,
-              (unsigned long long)(a->quarantine_budget = device->hbm_bytes / 4));
   *out = a;
   return TPURT_OK;
 }
 
 void tpurt_allocator_destroy(tpurt_allocator_t* a) {
   if (!a) return;
-  pthread_mutex_lock(&a->lock);
-  quarantine_flush(a);
-  pthread_mutex_unlock(&a->lock);
   while (a->segments) {
     segment_t* s = a->segments;
     a->segments = s->next;

@@ -1,7 +1,7 @@
 /* Process-wide runtime state: tpurt_init reads the environment and creates
- * the chips this process drives (each: a HAL device, its compute pool, its
- * caching allocator and default queue); the execution mode; host<->device
- * copies. */
+ * the chips this process drives (each: a HAL device with its compute
+ * threads, its caching allocator and default queue); host<->device copies;
+ * synchronous kernel runs. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +11,8 @@
 #include "base/bytes.h"
 #include "base/env.h"
 #include "base/log.h"
-#include "exec/debug.h"
-#include "exec/exec_internal.h"
+#include "exec/allocator.h"
+#include "exec/mode.h"
 
 #define DEFAULT_HBM_BYTES ((uint64_t)16 << 30)
 #define MAX_CHIPS 64
@@ -21,7 +21,6 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static tpurt_status_t g_init_status; /* kept; callers get copies */
 static tpurt_device_t* g_devices[MAX_CHIPS];
 static int g_num_devices;
-static _Atomic int g_exec_mode = TPURT_EXEC_STRICT;
 /* Set in a child forked after init: it has no queue threads and shares the
  * parent's HBM mapping, so it must not touch the device (as with CUDA). */
 _Atomic bool tpurt_forked_child;
@@ -59,15 +58,13 @@ static tpurt_status_t device_create(int index, uint64_t hbm_bytes, int num_threa
   d->index = index;
   d->driver = drv;
   pthread_mutex_init(&d->queues_lock, NULL);
-  tpurt_hal_device_params_t params = {.index = index, .hbm_bytes = hbm_bytes};
+  tpurt_hal_device_params_t params = {.index = index, .hbm_bytes = hbm_bytes, .num_threads = num_threads};
   tpurt_status_t s = drv->device_create(&params, &d->hal);
   if (!s) s = drv->device_query(d->hal, &d->props);
   if (s) goto fail;
   d->hbm_base = d->props.hbm_base;
   d->hbm_bytes = d->props.hbm_bytes;
-  d->num_threads = num_threads;
-  s = tpurt_pool_create(index, num_threads, &d->pool);
-  if (s) goto fail;
+  d->num_threads = d->props.num_threads;
   s = tpurt_allocator_create(d, &d->allocator);
   if (s) goto fail;
   s = tpurt_queue_create_internal(d, 0, 0, &d->default_queue);
@@ -77,7 +74,6 @@ static tpurt_status_t device_create(int index, uint64_t hbm_bytes, int num_threa
 fail:
   /* Only reached before the default queue exists. */
   tpurt_allocator_destroy(d->allocator);
-  tpurt_pool_destroy(d->pool);
   if (d->hal) drv->device_destroy(d->hal);
   pthread_mutex_destroy(&d->queues_lock);
   free(d);
@@ -87,11 +83,7 @@ fail:
 static void init_once(void) {
   tpurt_status_t s = TPURT_OK;
   pthread_atfork(NULL, NULL, on_fork_child);
-  const char* blocking = getenv("TPU_LAUNCH_BLOCKING");
-  if (blocking && blocking[0] == '1') {
-    atomic_store(&g_exec_mode, TPURT_EXEC_DEBUG);
-    tpurt_debug_set_protecting(true); /* no buffers yet: only the flag */
-  }
+  tpurt_exec_mode_init(); /* TPU_LAUNCH_BLOCKING: no chip yet, so entering Debug mode only sets its flags */
 
   int num_chips = 1;
   s = tpurt_env_int("TORCH_TPU_NUM_CHIPS", 1, MAX_CHIPS, &num_chips);
@@ -172,24 +164,10 @@ tpurt_status_t tpurt_device_query(tpurt_device_t* d, tpurt_device_info_t* out) {
 
 tpurt_queue_t* tpurt_device_default_queue(tpurt_device_t* d) { return d ? d->default_queue : NULL; }
 
-/* Both initialize first, so TPU_LAUNCH_BLOCKING cannot later override an
- * explicit choice (nor be missed by an early query). */
-void tpurt_exec_mode_set(tpurt_exec_mode_t mode) {
-  pthread_once(&g_once, init_once);
-  if (mode < TPURT_EXEC_STRICT || mode > TPURT_EXEC_DEFER_AND_FUSE) return;
-  int old = atomic_exchange(&g_exec_mode, mode);
-  if ((old == TPURT_EXEC_DEBUG) == (mode == TPURT_EXEC_DEBUG)) return;
-  /* Debug mode keeps live guarded buffers inaccessible outside the runtime's
-   * own windows (exec/debug.c rule 5). Entering it: work queued before may
-   * still use them, so the chips go idle first; leaving it opens them all. */
-  if (mode == TPURT_EXEC_DEBUG)
-    for (int i = 0; i < g_num_devices; ++i) tpurt_device_wait_idle(g_devices[i]);
-  tpurt_debug_set_protecting(mode == TPURT_EXEC_DEBUG);
-}
+int tpurt_device_count_internal(void) { return g_num_devices; }
 
-tpurt_exec_mode_t tpurt_exec_mode_get(void) {
-  pthread_once(&g_once, init_once);
-  return (tpurt_exec_mode_t)atomic_load_explicit(&g_exec_mode, memory_order_relaxed);
+tpurt_device_t* tpurt_device_at(int index) {
+  return index >= 0 && index < g_num_devices ? g_devices[index] : NULL;
 }
 
 /* ---- host <-> device copies ---- */
@@ -207,23 +185,15 @@ static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
   if (!tpurt_device_range_ok(d, dev_ptr, bytes))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: [%p, +%zu bytes) is not inside chip %d's memory", what,
                         dev_ptr, bytes, d->index);
-  if (tpurt_queue_current() == q)
+  if (tpurt_queue_is_current(q))
     return TPURT_STATUS(FAILED_PRECONDITION, "%s from the queue's own thread", what);
   /* Queued work may still read/write these bytes: wait for it. A kernel error
    * kept by the queue surfaces here, as at any sync point. */
   tpurt_queue_wait_point(q, tpurt_queue_point(q));
   TPURT_RETURN_IF_ERROR(tpurt_queue_take_error(q));
-  if (TPURT_UNLIKELY(tpurt_exec_mode_get() == TPURT_EXEC_DEBUG || tpurt_debug_protecting())) {
-    /* Debug mode: a stray touch of device memory by host code since the
-     * last op is reported here (a sync point); then the copy opens its
-     * buffer for exactly its memcpy (exec/debug.c rule 5). */
-    tpurt_status_t v = tpurt_debug_take_violation();
-    if (v) return tpurt_status_annotate(v, "%s", what);
-    uintptr_t w = tpurt_debug_access_begin(dev_ptr);
-    memcpy(dst, src, bytes);
-    tpurt_debug_access_end(w);
-    return TPURT_OK;
-  }
+  const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_ops();
+  if (TPURT_UNLIKELY(mode->host_copy != NULL))
+    return tpurt_status_annotate(mode->host_copy(dst, src, bytes, dev_ptr), "%s", what);
   memcpy(dst, src, bytes);
   return TPURT_OK;
 }
@@ -236,4 +206,12 @@ tpurt_status_t tpurt_memcpy_h2d(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
 tpurt_status_t tpurt_memcpy_d2h(tpurt_device_t* d, tpurt_queue_t* q, void* dst, const void* src,
                                 size_t bytes) {
   return host_copy(d, q, dst, src, bytes, false);
+}
+
+tpurt_status_t tpurt_kernel_run(tpurt_kernel_fn_t fn, const tpurt_op_call_t* call) {
+  if (!fn || !call) return TPURT_STATUS(INVALID_ARGUMENT, "tpurt_kernel_run: NULL kernel or call");
+  tpurt_device_t* d = tpurt_device_default();
+  if (!d) return TPURT_STATUS(FAILED_PRECONDITION, "tpurt_kernel_run: no device");
+  /* Unannotated: callers (tests, ops) see the kernel's own message. */
+  return d->driver->dispatch_sync(d->hal, fn, call, tpurt_exec_mode_get() == TPURT_EXEC_DEBUG);
 }

@@ -1,8 +1,9 @@
 /* Events: a point in a queue (everything submitted before the record), with
- * an optional timestamp stamped by the queue's worker when it gets there. */
+ * an optional timestamp the queue stamps when it gets there (a HAL SIGNAL
+ * command). */
 #include <stdlib.h>
 
-#include "exec/exec_internal.h"
+#include "exec/event.h"
 
 tpurt_status_t tpurt_event_create(tpurt_device_t* device, uint32_t flags, tpurt_event_t** out_event) {
   if (!out_event) return TPURT_STATUS(INVALID_ARGUMENT, "event_create: NULL out_event");
@@ -20,8 +21,6 @@ tpurt_status_t tpurt_event_create(tpurt_device_t* device, uint32_t flags, tpurt_
   return TPURT_OK;
 }
 
-void tpurt_event_retain_internal(tpurt_event_t* e) { atomic_fetch_add(&e->refcount, 1); }
-
 void tpurt_event_release(tpurt_event_t* e) {
   if (!e || atomic_fetch_sub(&e->refcount, 1) != 1) return;
   tpurt_queue_release(e->queue);
@@ -29,12 +28,44 @@ void tpurt_event_release(tpurt_event_t* e) {
   free(e);
 }
 
+/* On the queue's thread when the record is reached: stamps the time, unless
+ * the event has been recorded again since. */
+static void event_reached(void* user, tpurt_hal_queue_t* hal, uint64_t value, uint64_t time_ns) {
+  tpurt_event_t* e = user;
+  pthread_mutex_lock(&e->lock);
+  if (e->queue && e->queue->hal == hal && e->point == value && (e->flags & TPURT_EVENT_TIMING))
+    atomic_store(&e->time_ns, time_ns);
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void event_release_cb(void* user) { tpurt_event_release(user); }
+
 tpurt_status_t tpurt_event_record(tpurt_event_t* e, tpurt_queue_t* q) {
   if (!e) return TPURT_STATUS(INVALID_ARGUMENT, "event_record: NULL event");
   if (!q) q = tpurt_device_default_queue(e->device);
   if (!q || q->device != e->device)
     return TPURT_STATUS(INVALID_ARGUMENT, "event_record: queue is not on the event's device");
-  return tpurt_queue_push_record(q, e);
+  TPURT_RETURN_IF_FORKED();
+  atomic_fetch_add(&e->refcount, 1); /* held by the command */
+  tpurt_queue_retain(q);               /* held by the event */
+  tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_SIGNAL, .u.signal = {event_reached, e},
+                             .done = event_release_cb, .done_user = e};
+  pthread_mutex_lock(&q->submit_lock);
+  /* The event points at the command before the queue can reach it (the
+   * queue's thread takes event->lock to stamp it; not held while submitting,
+   * which may wait for the queue to make room). */
+  uint64_t point = tpurt_queue_next_point_locked(q);
+  pthread_mutex_lock(&e->lock);
+  tpurt_queue_t* old = e->queue;
+  e->queue = q;
+  e->point = point;
+  atomic_store(&e->time_ns, 0);
+  pthread_mutex_unlock(&e->lock);
+  tpurt_status_t s = tpurt_queue_submit_locked(q, &cmd, NULL); /* takes `point`: nothing is pending now */
+  pthread_mutex_unlock(&q->submit_lock);
+  tpurt_queue_release(old);
+  if (s) tpurt_event_release(e);
+  return s;
 }
 
 /* Snapshot of where the event was last recorded (retained queue or NULL). */
@@ -51,10 +82,8 @@ tpurt_status_t tpurt_queue_wait_event(tpurt_queue_t* q, tpurt_event_t* e) {
   if (!q || !e) return TPURT_STATUS(INVALID_ARGUMENT, "queue_wait_event: NULL queue or event");
   uint64_t point;
   tpurt_queue_t* src = event_snapshot(e, &point);
-  tpurt_status_t s = TPURT_OK;
-  /* Never recorded, already reached, or the same in-order queue: no wait. */
-  if (src && src != q && !tpurt_queue_point_reached(src, point))
-    s = tpurt_queue_push_wait(q, src, point);
+  /* Never recorded: no wait. */
+  tpurt_status_t s = src ? tpurt_queue_wait_queue_point(q, src, point) : TPURT_OK;
   tpurt_queue_release(src);
   return s;
 }
@@ -64,7 +93,7 @@ tpurt_status_t tpurt_event_synchronize(tpurt_event_t* e) {
   uint64_t point;
   tpurt_queue_t* q = event_snapshot(e, &point);
   if (q) {
-    if (tpurt_queue_current() == q && !tpurt_queue_point_reached(q, point)) {
+    if (tpurt_queue_is_current(q) && !tpurt_queue_point_reached(q, point)) {
       tpurt_queue_release(q);
       return TPURT_STATUS(FAILED_PRECONDITION,
                           "event_synchronize from the recording queue's own thread");

@@ -1408,17 +1408,18 @@ static void chain_reduce(chain_t* ch) {
 }
 
 
-static tpurt_status_t annotate(tpurt_status_t s, const tpurt_op_call_t* call) {
-  const char* name = call->name ? call->name : "?";
-  if (call->overload && call->overload[0]) return tpurt_status_annotate(s, "aten::%s.%s", name, call->overload);
-  return tpurt_status_annotate(s, "aten::%s", name);
-}
 
 /* Runs members[0..n) as one kernel; false when it must be rerun unfused
  * (nothing was written then). */
-static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32_t* members, int n,
+/* Keeps the first error of a graph (every record still runs, as in Strict). */
+static void keep_error(tpurt_status_t* first, tpurt_status_t s) {
+  if (!*first) *first = s;
+  else tpurt_status_free(s);
+}
+
+static bool run_chain(const tpurt_defer_list_t* l, const int32_t* members, int n,
                       int32_t red, int red_src, const hull_t* hulls, chain_t* ch,
-                      tpurt_kernel_ctx_t* ctx, tpurt_defer_error_fn_t on_error) {
+                      tpurt_kernel_ctx_t* ctx, tpurt_status_t* first_error) {
   memset(ch, 0, offsetof(chain_t, strides));
   ch->ctx = ctx;
   ch->list = l;
@@ -1452,9 +1453,9 @@ static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32
   } else {
     if (s) {
       int lvl = ch->err_level >= 0 ? ch->err_level : 0;
-      on_error(q, annotate(s, &l->recs[members[lvl]].call));
+      keep_error(first_error, tpurt_kernel_status_annotate(s, &l->recs[members[lvl]].call));
     }
-    if (ch->red_status) on_error(q, annotate(ch->red_status, &l->recs[red].call));
+    if (ch->red_status) keep_error(first_error, tpurt_kernel_status_annotate(ch->red_status, &l->recs[red].call));
     STAT_ADD(fused_groups, 1);
     STAT_ADD(fused_ops, (uint64_t)nm);
     STAT_ADD(kernels_launched, 1);
@@ -1465,20 +1466,19 @@ static bool run_chain(tpurt_queue_t* q, const tpurt_defer_list_t* l, const int32
   return ok;
 }
 
-static void run_one(tpurt_queue_t* q, const tpurt_defer_rec_t* r, tpurt_kernel_ctx_t* ctx,
-                    tpurt_defer_copy_fn_t copy, tpurt_defer_error_fn_t on_error) {
+static void run_one(const tpurt_defer_rec_t* r, tpurt_kernel_ctx_t* ctx, tpurt_status_t* first_error) {
   if (r->kind == TPURT_DEFER_COPY) {
-    copy(q->device, r->dst, r->src, r->bytes);
+    tpurt_kernel_copy(ctx, r->dst, r->src, r->bytes);
     return;
   }
   if (r->kind != TPURT_DEFER_KERNEL) return;
   STAT_ADD(kernels_launched, 1);
   tpurt_status_t s = tpurt_kernel_ctx_invoke(ctx, r->op->fn, &r->call);
-  if (TPURT_UNLIKELY(s != NULL)) on_error(q, s);
+  if (TPURT_UNLIKELY(s != NULL)) keep_error(first_error, s);
 }
 
-void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_ctx_t* ctx,
-                          tpurt_defer_copy_fn_t copy, tpurt_defer_error_fn_t on_error) {
+tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* ctx) {
+  tpurt_status_t first_error = TPURT_OK;
   STAT_ADD(flushes, 1);
   bool* done = NULL;
   hull_t* hulls = NULL;
@@ -1505,15 +1505,16 @@ void tpurt_defer_list_run(tpurt_queue_t* q, tpurt_defer_list_t* l, tpurt_kernel_
     int32_t red = -1;
     int red_src = -1;
     int n = fuse && r->kind == TPURT_DEFER_KERNEL ? plan_chain(l, i, members, done, elig, hulls, &red, &red_src) : 1;
-    if ((n >= 2 || red >= 0) && run_chain(q, l, members, n, red, red_src, hulls, ch, ctx, on_error)) {
+    if ((n >= 2 || red >= 0) && run_chain(l, members, n, red, red_src, hulls, ch, ctx, &first_error)) {
       for (int m = 0; m < n; ++m) done[members[m]] = true;
       if (red >= 0) done[red] = true;
       continue;
     }
     /* alone, or the chain fell back: this record now, the rest plan again */
-    run_one(q, r, ctx, copy, on_error);
+    run_one(r, ctx, &first_error);
   }
   free(ch);
   free(done);
   free(hulls);
+  return first_error;
 }

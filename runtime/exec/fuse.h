@@ -7,7 +7,8 @@
 #include "base/env.h"
 #include "base/file.h"
 #include "base/hash.h"
-#include "exec/exec_internal.h"
+#include "hal/kernel_ctx.h"
+#include "tpurt/device.h"
 
 typedef enum tpurt_defer_kind_e {
   TPURT_DEFER_KERNEL = 0, /* op + deep-copied call */
@@ -59,14 +60,12 @@ tpurt_defer_rec_t* tpurt_defer_list_push(tpurt_defer_list_t* list);
  * that runs through tpurt_ew_run exactly once). */
 bool tpurt_fuse_op_fusable(const tpurt_op_def_t* op);
 
-typedef void (*tpurt_defer_copy_fn_t)(tpurt_device_t* device, void* dst, const void* src, size_t bytes);
-typedef void (*tpurt_defer_error_fn_t)(tpurt_queue_t* queue, tpurt_status_t status);
 
-/* Runs a pending list on the queue's worker: plans fused groups (rules at the
- * top of fuse.c), runs them and the remaining records in order. Kernel errors
- * go to on_error (kept by the queue like Strict's). Does not free `list`. */
-void tpurt_defer_list_run(tpurt_queue_t* queue, tpurt_defer_list_t* list, tpurt_kernel_ctx_t* ctx,
-                          tpurt_defer_copy_fn_t copy, tpurt_defer_error_fn_t on_error);
+/* Runs a pending list on the queue's thread, with its dispatch context:
+ * plans fused groups (rules at the top of fuse.c), runs them and the
+ * remaining records in order. Every record runs; the first kernel error is
+ * returned (kept by the queue like Strict's). Does not free `list`. */
+tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* list, tpurt_kernel_ctx_t* ctx);
 
 void tpurt_fuse_note_recorded(void);
 

@@ -1,20 +1,46 @@
-/* The device HAL: the small interface a chip driver implements so exec/
- * (queues, allocator, events) never depends on how a chip is provided.
- * Drivers live in hal/drivers/<name>/ (vtpu: a chip emulated on host cores;
- * null: the template that answers UNIMPLEMENTED). Internal header: no ABI
- * promise beyond the struct_size/version check below. */
+/* The device HAL: the interface a chip driver implements, so that nothing
+ * above it (exec/: queues' front layer, the caching allocator, the eager
+ * modes; compiler/) depends on how a chip is provided. Drivers live in
+ * hal/drivers/<name>/ (vtpu: a chip emulated on host cores; null: the
+ * template, UNIMPLEMENTED everywhere, that must keep compiling).
+ *
+ * What a driver provides, as IREE's hal/device.h does:
+ *  - a device: its memory (HBM: allocate, free, protect) and properties;
+ *  - queues: in-order command streams that run asynchronously to the host.
+ *    Each command carries the timeline value its queue reaches when the
+ *    command is done (strictly increasing per queue; the caller picks them,
+ *    as IREE's semaphore values are picked), so a point of a queue is a
+ *    value, and waiting for a point is waiting for the value;
+ *  - commands: dispatch a kernel, copy device memory, call host code on the
+ *    queue's timeline (its status is the queue's, like a kernel's), signal
+ *    an event (a timestamp when the queue gets there), wait for another
+ *    queue's value;
+ *  - executables: code the device runs, loaded from a verified descriptor
+ *    (a generated kernel, a compiled program), looked up by entry name. The
+ *    op table (ops/) is the built-in executable: its kernels are dispatched
+ *    by their op definition;
+ *  - synchronous dispatch: a kernel run now, on the calling thread with the
+ *    chip's compute threads (Debug mode, tests).
+ *
+ * Front layer validates, drivers implement: exec/ checks arguments before it
+ * calls a slot. Internal header: the only promise is the struct_size/version
+ * check in hal.c. */
 #ifndef TPURT_HAL_HAL_H_
 #define TPURT_HAL_HAL_H_
 
-#include "tpurt/base.h"
+#include "hal/kernel_ctx.h"
+#include "tpurt/kernel.h"
 
-#define TPURT_HAL_VERSION 1u
+#define TPURT_HAL_VERSION 2u
 
-typedef struct tpurt_hal_device_t tpurt_hal_device_t; /* owned by its driver */
+typedef struct tpurt_hal_device_t tpurt_hal_device_t;         /* owned by its driver */
+typedef struct tpurt_hal_queue_t tpurt_hal_queue_t;           /* owned by its device */
+typedef struct tpurt_hal_executable_t tpurt_hal_executable_t; /* owned by its device */
 
 typedef struct tpurt_hal_device_params_t {
   int index;           /* chip index within this process */
   uint64_t hbm_bytes;  /* device memory capacity to provide */
+  int num_threads;     /* compute threads (the vTPU's cores) */
 } tpurt_hal_device_params_t;
 
 typedef struct tpurt_hal_device_props_t {
@@ -22,16 +48,102 @@ typedef struct tpurt_hal_device_props_t {
   void* hbm_base;      /* host-visible base of device memory (vtpu), or NULL */
   uint64_t hbm_bytes;  /* capacity */
   int hbm_fd;          /* shareable handle to device memory (memfd), or -1 */
+  int num_threads;     /* compute threads kernels split over */
 } tpurt_hal_device_props_t;
+
+/* ---- commands ---- */
+
+typedef enum tpurt_hal_command_kind_e {
+  /* fn(ctx, call): a kernel. `call` (args, lists, strings, tensor descriptors)
+   * is copied at submit, so the caller's may go away at once. */
+  TPURT_HAL_COMMAND_DISPATCH = 1,
+  /* Device-to-device copy of `bytes` (the ranges may overlap). */
+  TPURT_HAL_COMMAND_COPY,
+  /* Host code on the queue's timeline: fn(user, ctx) with the chip's compute
+   * context (it may run kernels itself through ctx: DeferAndFuse's planned
+   * graph does), or host_fn(user). An error it returns is kept like a
+   * kernel's (a failing collective or host callback surfaces at the next sync). */
+  TPURT_HAL_COMMAND_CALL,
+  /* reached(user, queue, value, time_ns) when the queue gets here (an event's
+   * timestamp). */
+  TPURT_HAL_COMMAND_SIGNAL,
+  /* Nothing after this runs until `queue` has reached `value`. */
+  TPURT_HAL_COMMAND_WAIT,
+} tpurt_hal_command_kind_t;
+
+typedef struct tpurt_hal_command_t {
+  uint32_t kind;  /* tpurt_hal_command_kind_t */
+  uint64_t value; /* the queue's timeline value once this command is done */
+  union {
+    struct {
+      tpurt_kernel_fn_t fn;
+      const tpurt_op_call_t* call;
+    } dispatch;
+    struct {
+      void* dst;
+      const void* src;
+      size_t bytes;
+    } copy;
+    struct {
+      tpurt_status_t (*fn)(void* user, tpurt_kernel_ctx_t* ctx); /* or NULL and host_fn */
+      tpurt_status_t (*host_fn)(void* user);
+      void* user;
+    } call;
+    struct {
+      void (*reached)(void* user, tpurt_hal_queue_t* queue, uint64_t value, uint64_t time_ns);
+      void* user;
+    } signal;
+    struct {
+      tpurt_hal_queue_t* queue;
+      uint64_t value;
+    } wait;
+  } u;
+  /* Optional: done(done_user) on the queue's thread once the command has run
+   * (releases what the command held: a waited-for queue, an event). */
+  void (*done)(void* user);
+  void* done_user;
+} tpurt_hal_command_t;
+
+typedef struct tpurt_hal_queue_params_t {
+  uint64_t id;    /* 0 for the device's default queue */
+  int priority;
+  /* Optional: exit(exit_user) on the queue's own thread when a queue
+   * destroyed from inside one of its commands has run all it was given, just
+   * before the driver frees it (the front layer frees its part there). */
+  void (*exit)(void* user);
+  void* exit_user;
+} tpurt_hal_queue_params_t;
+
+/* ---- executables ---- */
+
+enum {
+  /* A host shared object (the vTPU runs host code): what compiler/ builds. */
+  TPURT_HAL_EXECUTABLE_HOST_ELF = 1,
+};
+
+typedef struct tpurt_hal_executable_params_t {
+  size_t struct_size; /* sizeof(tpurt_hal_executable_params_t) of the caller */
+  uint32_t format;    /* TPURT_HAL_EXECUTABLE_* */
+  /* A descriptor of the executable's bytes, already verified by the caller
+   * (compiler/cache.c checks owner, mode and content through it): the driver
+   * loads exactly these bytes and never opens a path again. The caller keeps
+   * and closes it. */
+  int fd;
+} tpurt_hal_executable_params_t;
+
+/* ---- the driver ---- */
 
 typedef struct tpurt_hal_driver_t {
   size_t struct_size;  /* sizeof(tpurt_hal_driver_t) the driver was built with */
   uint32_t version;    /* TPURT_HAL_VERSION */
   const char* name;
+
   tpurt_status_t (*device_create)(const tpurt_hal_device_params_t* params,
                                   tpurt_hal_device_t** out_device);
+  /* Every queue of the device is destroyed first. */
   void (*device_destroy)(tpurt_hal_device_t* device);
   tpurt_status_t (*device_query)(tpurt_hal_device_t* device, tpurt_hal_device_props_t* out_props);
+
   /* Takes `bytes` (a multiple of 512) of device memory, 512-byte aligned.
    * RESOURCE_EXHAUSTED when no free range is large enough. Thread-safe. */
   tpurt_status_t (*memory_alloc)(tpurt_hal_device_t* device, uint64_t bytes, void** out_ptr);
@@ -48,10 +160,45 @@ typedef struct tpurt_hal_driver_t {
    * TPURT_HAL_ACCESS_DISCARD the contents are no longer needed and the
    * physical pages may be released (they read as zero afterwards); with
    * TPURT_HAL_ACCESS_REMAP the device's own pages are mapped over the range
-   * again first (undoing a page something else mapped there).
-   * Appended for Debug mode's guard pages (exec/debug.c). Thread-safe. */
+   * again first (undoing a page something else mapped there). Thread-safe. */
   tpurt_status_t (*memory_protect)(tpurt_hal_device_t* device, void* ptr, uint64_t bytes,
                                    uint32_t access);
+
+  tpurt_status_t (*queue_create)(tpurt_hal_device_t* device, const tpurt_hal_queue_params_t* params,
+                                 tpurt_hal_queue_t** out_queue);
+  /* Waits for what the queue was given, then frees it. Called on the queue's
+   * own thread (the last reference dropped inside one of its commands), the
+   * queue finishes what it holds and frees itself. */
+  void (*queue_destroy)(tpurt_hal_queue_t* queue);
+  /* Appends one command. Submitters serialize (the caller holds its queue's
+   * lock); blocks only while the queue has no room. Only a DISPATCH (whose
+   * call record may need memory) can fail; every other command is taken. */
+  tpurt_status_t (*queue_submit)(tpurt_hal_queue_t* queue, const tpurt_hal_command_t* command);
+  /* The value of the last command done. Thread-safe, lock-free. */
+  uint64_t (*queue_completed)(tpurt_hal_queue_t* queue);
+  /* Blocks until the queue has reached `value` (at once on its own thread). */
+  void (*queue_wait)(tpurt_hal_queue_t* queue, uint64_t value);
+  /* Returns (and clears) the first error a command returned since the last
+   * call, prefixed with the op's name for a kernel. */
+  tpurt_status_t (*queue_take_error)(tpurt_hal_queue_t* queue);
+  /* True on the thread that runs this queue's commands. */
+  bool (*queue_is_current)(tpurt_hal_queue_t* queue);
+
+  /* Runs a kernel now, on the calling thread with the chip's compute threads;
+   * `debug` is what tpurt_kernel_debug reports to it. Unannotated status. */
+  tpurt_status_t (*dispatch_sync)(tpurt_hal_device_t* device, tpurt_kernel_fn_t fn,
+                                  const tpurt_op_call_t* call, bool debug);
+
+  /* Optional (NULL: the device loads no code). */
+  tpurt_status_t (*executable_load)(tpurt_hal_device_t* device,
+                                    const tpurt_hal_executable_params_t* params,
+                                    tpurt_hal_executable_t** out_executable);
+  /* The entry point `name` as the device calls it; NOT_FOUND if absent. */
+  tpurt_status_t (*executable_lookup)(tpurt_hal_executable_t* executable, const char* name,
+                                      void** out_entry);
+  /* Entries looked up stay valid while the executable lives (on the vTPU:
+   * for the life of the process). */
+  void (*executable_release)(tpurt_hal_executable_t* executable);
 } tpurt_hal_driver_t;
 
 enum {
@@ -61,7 +208,8 @@ enum {
   TPURT_HAL_ACCESS_REMAP = 1u << 3,
 };
 
-/* Drivers compiled in, by name ("vtpu", "null"); NULL if absent. */
+/* Drivers compiled in, by name ("vtpu", "null"; NULL or "": the default,
+ * vtpu); NULL if absent or built against another HAL version. */
 const tpurt_hal_driver_t* tpurt_hal_driver_find(const char* name);
 
 #endif /* TPURT_HAL_HAL_H_ */

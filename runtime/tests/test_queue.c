@@ -301,9 +301,16 @@ static void test_many_waiters(void) {
 }
 
 /* ---- copies and host functions ---- */
-static void host_fn_append(void* user) {
+static tpurt_status_t host_fn_append(void* user) {
   int i = atomic_fetch_add(&g_order_n, 1);
   if (i < 4096) g_order[i] = (int64_t)(intptr_t)user;
+  return TPURT_OK;
+}
+
+/* A host callback that fails (a collective whose peer died, say). */
+static tpurt_status_t host_fn_fail(void* user) {
+  host_fn_append(user);
+  return TPURT_STATUS(UNAVAILABLE, "host callback %d failed", (int)(intptr_t)user);
 }
 
 static void test_copy_host_fn(void) {
@@ -328,6 +335,16 @@ static void test_copy_host_fn(void) {
   CHECK_OK(tpurt_memcpy_d2h(g_dev, q, back, b, n)); /* waits for the copy */
   CHECK(memcmp(host, back, n) == 0);
   CHECK(atomic_load(&g_order_n) == 3 && g_order[0] == 1 && g_order[1] == 2 && g_order[2] == 3);
+  /* A host callback's error surfaces at the next sync like a kernel's (the
+   * first one; everything queued still runs), and the queue goes on. */
+  CHECK_OK(tpurt_queue_submit_host_fn(q, host_fn_fail, (void*)(intptr_t)4));
+  CHECK_OK(tpurt_queue_submit_host_fn(q, host_fn_fail, (void*)(intptr_t)5));
+  CHECK_OK(tpurt_queue_submit_host_fn(q, host_fn_append, (void*)(intptr_t)6));
+  tpurt_status_t hs = tpurt_queue_synchronize(q);
+  CHECK(tpurt_status_code(hs) == TPURT_STATUS_UNAVAILABLE && strstr(tpurt_status_message(hs), "callback 4") != NULL);
+  tpurt_status_free(hs);
+  CHECK(atomic_load(&g_order_n) == 6 && g_order[5] == 6);
+  CHECK_OK(tpurt_queue_synchronize(q)); /* taken: the queue is clean again */
   /* Host pointers are refused where device memory is required. */
   CHECK_STATUS(tpurt_queue_submit_copy(q, b, host, 16), INVALID_ARGUMENT);
   CHECK_STATUS(tpurt_memcpy_h2d(g_dev, q, host, back, 16), INVALID_ARGUMENT);

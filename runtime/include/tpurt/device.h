@@ -112,8 +112,9 @@ TPURT_API tpurt_status_t tpurt_queue_submit_kernel(tpurt_queue_t* queue, const t
 /* Device-to-device copy, queued. */
 TPURT_API tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* queue, void* dst, const void* src,
                                                  size_t bytes);
-/* Runs fn(user) on the queue's thread in order with the kernels. */
-TPURT_API tpurt_status_t tpurt_queue_submit_host_fn(tpurt_queue_t* queue, void (*fn)(void* user),
+/* Runs fn(user) on the queue's thread in order with the kernels. An error it
+ * returns is kept like a kernel's and surfaces at the next synchronize. */
+TPURT_API tpurt_status_t tpurt_queue_submit_host_fn(tpurt_queue_t* queue, tpurt_status_t (*fn)(void* user),
                                                     void* user);
 /* Waits until everything queued so far has run; returns (and clears) the
  * first kernel error recorded since the last synchronize. */

@@ -96,6 +96,11 @@ enum {
    * (ops/reduce: tpurt_reduce_run), so DeferAndFuse may end a chain in it and
    * feed it the chain's value tile by tile (exec/fuse.c rule 7). */
   TPURT_OP_REDUCE_ENGINE = 1u << 3,
+  /* The fusion rule of an elementwise kernel: it writes its one output
+   * element i from input elements i only, through the elementwise engine
+   * (ops/elementwise: tpurt_ew_run), exactly once; so DeferAndFuse may run it
+   * inside a chain (compiler/fuse_plan.c rule 1). */
+  TPURT_OP_ELEMENTWISE = 1u << 4,
 };
 
 /* Tensor layouts a kernel reads (bit masks). Every kernel today reads strided

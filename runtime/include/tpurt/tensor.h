@@ -39,6 +39,32 @@ static inline size_t tpurt_tensor_itemsize(const tpurt_tensor_t* t) {
   return tpurt_dtype_size(t->dtype);
 }
 
+/* The very same view: element i of one is element i of the other. */
+static inline bool tpurt_tensor_same_view(const tpurt_tensor_t* a, const tpurt_tensor_t* b) {
+  if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+  for (int32_t d = 0; d < a->ndim; ++d) {
+    if (a->sizes[d] != b->sizes[d]) return false;
+    if (a->sizes[d] != 1 && a->strides[d] != b->strides[d]) return false;
+  }
+  return true;
+}
+
+static inline bool tpurt_tensor_same_shape(const tpurt_tensor_t* a, const tpurt_tensor_t* b) {
+  if (a->ndim != b->ndim) return false;
+  for (int32_t d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] != b->sizes[d]) return false;
+  return true;
+}
+
+/* t broadcasts to s's shape (right-aligned, each dim 1 or equal). */
+static inline bool tpurt_tensor_broadcasts_to(const tpurt_tensor_t* t, const tpurt_tensor_t* s) {
+  if (t->ndim > s->ndim) return false;
+  int32_t off = s->ndim - t->ndim;
+  for (int32_t d = 0; d < t->ndim; ++d)
+    if (t->sizes[d] != 1 && t->sizes[d] != s->sizes[off + d]) return false;
+  return true;
+}
+
 #ifdef __cplusplus
 }
 #endif

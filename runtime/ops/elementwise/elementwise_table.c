@@ -4,7 +4,7 @@
  * all are alias-safe (in-place ops run directly on self). */
 #include "ops/elementwise/ew_list.h"
 
-#define EW_ENTRY(k, name) {name, tpurt_ew_k_##k, tpurt_ew_r_##k, TPURT_OP_ALIAS_SAFE},
+#define EW_ENTRY(k, name) {name, tpurt_ew_k_##k, tpurt_ew_r_##k, TPURT_OP_ALIAS_SAFE | TPURT_OP_ELEMENTWISE},
 const tpurt_op_def_t tpurt_ops_elementwise[] = {
     EW_OP_LIST(EW_ENTRY)
     TPURT_OP_TABLE_END,

@@ -1,7 +1,9 @@
-/* vTPU driver: HBM = one memfd of the chip's capacity, mapped MAP_SHARED and
- * carved by a first-fit coalescing range allocator; page protection on request
- * (Debug mode's guard pages). */
-#include "hal/drivers/vtpu/vtpu_driver.h"
+/* vTPU driver: the device. HBM = one memfd of the chip's capacity, mapped
+ * MAP_SHARED and carved by a first-fit coalescing range allocator; page
+ * protection on request (Debug mode's guard pages); the chip's cores = a
+ * compute pool (vtpu_pool.c) every kernel splits its work over. Queues are in
+ * vtpu_queue.c, executables in vtpu_executable.c. */
+#include "hal/drivers/vtpu/vtpu_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/range_alloc.h"
+#include "hal/drivers/vtpu/vtpu_pool.h"
 
 #define VTPU_ALIGN 512u
 
@@ -23,7 +26,30 @@ struct tpurt_hal_device_t {
   uint64_t bytes;
   pthread_mutex_t lock;
   tpurt_range_alloc_t ranges;
+  int num_threads;
+  tpurt_pool_t* pool;
 };
+
+int tpurt_vtpu_device_index(tpurt_hal_device_t* d) { return d->index; }
+
+void tpurt_vtpu_kernel_ctx(tpurt_hal_device_t* d, tpurt_scratch_t* scratch, bool debug, tpurt_kernel_ctx_t* out) {
+  out->pool = d->pool;
+  out->parallel_for = tpurt_pool_parallel_for;
+  out->num_threads = d->num_threads;
+  out->debug = debug;
+  out->scratch = scratch;
+}
+
+static tpurt_status_t vtpu_dispatch_sync(tpurt_hal_device_t* d, tpurt_kernel_fn_t fn, const tpurt_op_call_t* call,
+                                         bool debug) {
+  tpurt_scratch_t scratch;
+  tpurt_scratch_init(&scratch);
+  tpurt_kernel_ctx_t ctx;
+  tpurt_vtpu_kernel_ctx(d, &scratch, debug, &ctx);
+  tpurt_status_t s = fn(&ctx, call);
+  tpurt_scratch_deinit(&scratch);
+  return s;
+}
 
 static tpurt_status_t vtpu_device_create(const tpurt_hal_device_params_t* params,
                                          tpurt_hal_device_t** out_device) {
@@ -58,7 +84,11 @@ static tpurt_status_t vtpu_device_create(const tpurt_hal_device_params_t* params
   d->base = p;
   pthread_mutex_init(&d->lock, NULL);
   tpurt_status_t s = tpurt_range_alloc_init(&d->ranges, bytes);
+  d->num_threads = params->num_threads > 0 ? params->num_threads : 1;
+  if (!s) s = tpurt_pool_create(params->index, d->num_threads, &d->pool);
   if (s) {
+    tpurt_range_alloc_deinit(&d->ranges);
+    pthread_mutex_destroy(&d->lock);
     munmap(d->base, bytes);
     if (d->fd >= 0) close(d->fd);
     free(d);
@@ -70,6 +100,7 @@ static tpurt_status_t vtpu_device_create(const tpurt_hal_device_params_t* params
 
 static void vtpu_device_destroy(tpurt_hal_device_t* d) {
   if (!d) return;
+  tpurt_pool_destroy(d->pool);
   munmap(d->base, d->bytes);
   if (d->fd >= 0) close(d->fd);
   tpurt_range_alloc_deinit(&d->ranges);
@@ -83,6 +114,7 @@ static tpurt_status_t vtpu_device_query(tpurt_hal_device_t* d, tpurt_hal_device_
   out->hbm_base = d->base;
   out->hbm_bytes = d->bytes;
   out->hbm_fd = d->fd;
+  out->num_threads = d->num_threads;
   return TPURT_OK;
 }
 
@@ -125,7 +157,7 @@ static uint64_t vtpu_memory_largest_free(tpurt_hal_device_t* d) {
   return r;
 }
 
-/* Debug mode's guards (exec/debug.c): mprotect; REMAP maps the memfd's pages
+/* Debug mode's guards (exec/debug/): mprotect; REMAP maps the memfd's pages
  * over the range again, undoing a private page the fault handler put there. */
 static tpurt_status_t vtpu_memory_protect(tpurt_hal_device_t* d, void* ptr, uint64_t bytes,
                                           uint32_t access) {
@@ -170,4 +202,15 @@ const tpurt_hal_driver_t tpurt_vtpu_driver = {
     .memory_free = vtpu_memory_free,
     .memory_largest_free = vtpu_memory_largest_free,
     .memory_protect = vtpu_memory_protect,
+    .queue_create = tpurt_vtpu_queue_create,
+    .queue_destroy = tpurt_vtpu_queue_destroy,
+    .queue_submit = tpurt_vtpu_queue_submit,
+    .queue_completed = tpurt_vtpu_queue_completed,
+    .queue_wait = tpurt_vtpu_queue_wait,
+    .queue_take_error = tpurt_vtpu_queue_take_error,
+    .queue_is_current = tpurt_vtpu_queue_is_current,
+    .dispatch_sync = vtpu_dispatch_sync,
+    .executable_load = tpurt_vtpu_executable_load,
+    .executable_lookup = tpurt_vtpu_executable_lookup,
+    .executable_release = tpurt_vtpu_executable_release,
 };

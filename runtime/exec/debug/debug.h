@@ -1,15 +1,17 @@
-/* Internal to exec/: Debug mode's checks (debug.c) — guarded device memory
- * (the regions the allocator hands out in Debug mode, the fault handler that
- * turns a touch of a guard page or of freed memory into an error naming the
- * op), the checked kernel runner, and the opt-in NaN/Inf check. Not an ABI. */
-#ifndef TPURT_EXEC_DEBUG_H_
-#define TPURT_EXEC_DEBUG_H_
+/* Debug mode's room, internal to exec/: its checks (debug.c) — guarded device
+ * memory (the regions guarded.c hands out in Debug mode, the fault handler
+ * that turns a touch of a guard page or of freed memory into an error naming
+ * the op), the checked kernel runner, the opt-in NaN/Inf check — and the
+ * mode's hooks (debug_mode.c). Not an ABI. */
+#ifndef TPURT_EXEC_DEBUG_DEBUG_H_
+#define TPURT_EXEC_DEBUG_DEBUG_H_
 
-#include "exec/exec_internal.h"
+#include "exec/allocator.h"
+#include "exec/queue.h"
 #include "tpurt/debug.h"
 
-/* ---- guarded regions (allocator.c creates them; debug.c keeps the table
- * the fault handler reads) ----
+/* ---- guarded regions (guarded.c creates them; debug.c keeps the table the
+ * fault handler reads) ----
  * A region is [start, end): a guard page, the data pages, a guard page. The
  * user's `size` bytes end `pad` (< 64) bytes before the trailing guard page;
  * the pad holds a canary, checked after each kernel and at free. */
@@ -51,7 +53,7 @@ void tpurt_debug_region_remove(uintptr_t start);
  * `who` ("aten::add.Tensor", or "memory_free"). True when intact. */
 bool tpurt_debug_canary_check(const tpurt_debug_region_t* region, const char* who);
 
-/* ---- the checked runner (queue.c's Debug path calls it) ----
+/* ---- the checked runner (the mode's submit calls it) ----
  * Runs one kernel with the guards armed and the op's name known to the fault
  * handler; then turns any violation into an INTERNAL status naming the op
  * ("aten::x: device memory violation: write at 0x..: offset 68 of a 64-byte
@@ -59,7 +61,7 @@ bool tpurt_debug_canary_check(const tpurt_debug_region_t* region, const char* wh
  * with the NaN check on, checks floating outputs ("op aten::x produced NaN in
  * output 0"). A violation by host code since the previous op is reported
  * first, and the kernel is not run. Kernels run one at a time here. */
-tpurt_status_t tpurt_debug_run_kernel(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
+tpurt_status_t tpurt_debug_run_kernel(tpurt_device_t* device, tpurt_kernel_fn_t fn,
                                       const tpurt_op_call_t* call);
 
 /* The NaN/Inf check over one call's outputs (mode: TPURT_DEBUG_NANS_*). */
@@ -73,10 +75,17 @@ void tpurt_debug_restore_patches(void);
 /* The allocator's bookkeeping for tpurt_debug_stats. */
 void tpurt_debug_note_alloc(int64_t quarantined_delta, bool new_alloc);
 
+/* ---- guarded allocation (guarded.c): the allocator hooks of Debug mode ---- */
+bool tpurt_debug_guarded_allocate(tpurt_device_t* device, size_t bytes, void** out_ptr);
+bool tpurt_debug_guarded_free(tpurt_device_t* device, void* ptr);
+bool tpurt_debug_guarded_live(tpurt_device_t* device, void* ptr);
+/* Releases every quarantined region (Debug mode has ended). */
+void tpurt_debug_quarantine_flush(void);
+
 /* ---- host access windows (rule 5 of debug.c) ----
  * In Debug mode a live guarded buffer is inaccessible outside the windows the
  * runtime opens around its own touches of it: the checked runner around a
- * kernel (the op's tensors), the host copies (device.c, queue.c's CMD_COPY).
+ * kernel (the op's tensors), the host and device copies (debug_mode.c).
  * Any other touch faults and is reported as host code touching device memory.
  *
  * Opens access to the live guarded buffer holding `p` (Debug mode; else, and
@@ -91,4 +100,4 @@ bool tpurt_debug_protecting(void);
  * protects (on) or opens (off) every live guarded buffer with no window. */
 void tpurt_debug_set_protecting(bool on);
 
-#endif /* TPURT_EXEC_DEBUG_H_ */
+#endif /* TPURT_EXEC_DEBUG_DEBUG_H_ */

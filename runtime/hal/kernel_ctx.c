@@ -1,11 +1,11 @@
-/* Kernel services: parallel_for over the chip's compute pool, per-queue
- * scratch memory reused across kernels (no malloc once warm), the Debug flag,
- * and tpurt_kernel_run for synchronous calls. */
+/* Kernel services (tpurt/kernel.h) over a dispatch context (hal/kernel_ctx.h):
+ * parallel_for over the driver's compute threads, scratch memory reused
+ * across kernels (no malloc once warm), the Debug flag. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/exec_internal.h"
+#include "hal/kernel_ctx.h"
 
 /* Scratch kept between kernels is capped so one huge temporary does not pin
  * host memory forever. */
@@ -76,7 +76,7 @@ void tpurt_parallel_for(tpurt_kernel_ctx_t* ctx, int64_t n, int64_t grain, tpurt
     fn(user, 0, n, 0);
     return;
   }
-  tpurt_pool_parallel_for(ctx->pool, n, grain, fn, user);
+  ctx->parallel_for(ctx->pool, n, grain, fn, user);
 }
 
 int tpurt_kernel_num_threads(const tpurt_kernel_ctx_t* ctx) {
@@ -85,33 +85,39 @@ int tpurt_kernel_num_threads(const tpurt_kernel_ctx_t* ctx) {
 
 bool tpurt_kernel_debug(const tpurt_kernel_ctx_t* ctx) { return ctx && ctx->debug; }
 
+tpurt_status_t tpurt_kernel_status_annotate(tpurt_status_t s, const tpurt_op_call_t* call) {
+  if (TPURT_LIKELY(s == NULL)) return s;
+  const char* name = call->name ? call->name : "?";
+  if (call->overload && call->overload[0]) return tpurt_status_annotate(s, "aten::%s.%s", name, call->overload);
+  return tpurt_status_annotate(s, "aten::%s", name);
+}
+
 tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
                                        const tpurt_op_call_t* call) {
   tpurt_status_t s = fn(ctx, call);
   if (ctx->scratch) tpurt_scratch_reset(ctx->scratch);
-  if (TPURT_UNLIKELY(s != NULL)) {
-    const char* name = call->name ? call->name : "?";
-    if (call->overload && call->overload[0])
-      s = tpurt_status_annotate(s, "aten::%s.%s", name, call->overload);
-    else
-      s = tpurt_status_annotate(s, "aten::%s", name);
-  }
-  return s;
+  return tpurt_kernel_status_annotate(s, call);
 }
 
-tpurt_status_t tpurt_kernel_run(tpurt_kernel_fn_t fn, const tpurt_op_call_t* call) {
-  if (!fn || !call) return TPURT_STATUS(INVALID_ARGUMENT, "tpurt_kernel_run: NULL kernel or call");
-  tpurt_device_t* dev = tpurt_device_default();
-  tpurt_scratch_t scratch;
-  tpurt_scratch_init(&scratch);
-  tpurt_kernel_ctx_t ctx = {
-      .pool = dev ? dev->pool : NULL,
-      .num_threads = dev ? dev->num_threads : 1,
-      .debug = tpurt_exec_mode_get() == TPURT_EXEC_DEBUG,
-      .scratch = &scratch,
-  };
-  /* Unannotated: callers (tests, ops) see the kernel's own message. */
-  tpurt_status_t s = fn(&ctx, call);
-  tpurt_scratch_deinit(&scratch);
-  return s;
+typedef struct copy_job_t {
+  uint8_t* dst;
+  const uint8_t* src;
+} copy_job_t;
+
+static void copy_chunk(void* user, int64_t begin, int64_t end, int tid) {
+  copy_job_t* j = user;
+  memcpy(j->dst + begin, j->src + begin, (size_t)(end - begin));
+}
+
+void tpurt_kernel_copy(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, size_t bytes) {
+  uint8_t* dp = dst;
+  const uint8_t* sp = src;
+  /* Overlapping ranges must use memmove and stay serial; small ones are not worth a split. */
+  bool overlap = dp < sp + bytes && sp < dp + bytes;
+  if (overlap || bytes < ((size_t)4 << 20) || tpurt_kernel_num_threads(ctx) <= 1) {
+    memmove(dst, src, bytes);
+    return;
+  }
+  copy_job_t job = {dp, sp};
+  tpurt_parallel_for(ctx, (int64_t)bytes, (int64_t)1 << 20, copy_chunk, &job);
 }

@@ -2,7 +2,7 @@
  * reports a touch of it, the checked kernel runner, and the NaN/Inf check.
  *
  * The rules:
- *  1. Every allocation made in Debug mode (allocator.c) gets pages of its
+ *  1. Every allocation made in Debug mode (guarded.c) gets pages of its
  *     own: [guard page | data pages | guard page]. The buffer ends at most
  *     63 bytes before the trailing guard page (allocations stay 64-byte
  *     aligned, which vectorized kernels rely on); those pad bytes hold a
@@ -37,8 +37,8 @@
  *     process is in Debug mode, a live guarded buffer's data pages have no
  *     access, except while a window is open on it: the checked runner opens
  *     the buffers of the op's tensors (args and outputs) around the kernel
- *     and its checks; the runtime's host copies (device.c host_copy, queue.c
- *     CMD_COPY) open the buffer they copy from/to; the canary check opens
+ *     and its checks; the runtime's copies (debug_mode.c: host copies and
+ *     device copies) open the buffers they copy from/to; the canary check opens
  *     the buffer it reads. Windows are counted per buffer (they nest, and a
  *     queue's copy may overlap a kernel on another queue: mprotect is
  *     process-wide, so a buffer closes only when its last window does). So
@@ -61,7 +61,7 @@
  *     Inf on purpose (masked_fill(-inf), full(inf)) are reported too; use
  *     =nan for those programs.
  */
-#include "exec/debug.h"
+#include "exec/debug/debug.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -738,7 +738,7 @@ static void canary_check_tensor(const tpurt_tensor_t* t, const char* who) {
   if (tpurt_debug_region_find((uintptr_t)t->data, &r)) tpurt_debug_canary_check(&r, who);
 }
 
-tpurt_status_t tpurt_debug_run_kernel(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
+tpurt_status_t tpurt_debug_run_kernel(tpurt_device_t* device, tpurt_kernel_fn_t fn,
                                       const tpurt_op_call_t* call) {
   pthread_mutex_lock(&g_run_lock);
   char name[160];
@@ -757,7 +757,7 @@ tpurt_status_t tpurt_debug_run_kernel(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t
   windows_open(&win, call);
   memcpy(g_op_name, name, sizeof g_op_name);
   atomic_store(&g_in_kernel, true);
-  s = tpurt_kernel_ctx_invoke(ctx, fn, call);
+  s = tpurt_kernel_status_annotate(device->driver->dispatch_sync(device->hal, fn, call, true), call);
   atomic_store(&g_in_kernel, false);
   tpurt_debug_restore_patches();
   for (int32_t i = 0; i < call->num_outputs; ++i) canary_check_tensor(&call->outputs[i], name);

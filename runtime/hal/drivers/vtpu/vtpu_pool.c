@@ -1,4 +1,5 @@
-/* A chip's compute pool: the threads tpurt_parallel_for splits a kernel over.
+/* The vTPU's compute pool: the chip's cores, the threads tpurt_parallel_for
+ * splits a kernel over.
  *
  * The range is cut into one task per logical thread id (tid 0..T-1), always
  * the same cut for the same (n, grain, T), so per-tid partial results are
@@ -15,7 +16,7 @@
 
 #include "base/futex.h"
 #include "base/thread.h"
-#include "exec/exec_internal.h"
+#include "hal/drivers/vtpu/vtpu_pool.h"
 
 /* How long an idle pool thread polls for the next job before sleeping. */
 #ifndef POOL_SPIN_NS
@@ -162,8 +163,8 @@ void tpurt_pool_destroy(tpurt_pool_t* p) {
   free(p);
 }
 
-void tpurt_pool_parallel_for(tpurt_pool_t* p, int64_t n, int64_t grain, tpurt_range_fn_t fn,
-                             void* user) {
+void tpurt_pool_parallel_for(void* pool, int64_t n, int64_t grain, tpurt_range_fn_t fn, void* user) {
+  tpurt_pool_t* p = pool;
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   int64_t max_tasks = n / grain;
