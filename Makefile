@@ -33,14 +33,14 @@ $(BUILD)/asan/%.o: %.c $(shell find runtime -name '*.h')
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O1 -g -march=native $(SANFLAGS) -c $< -o $@
 
-# Generated fused kernels (runtime/exec/fuse_codegen.c) are built at run time by this compiler with the
-# runtime's own flags, against this tree's headers, so they compute what the library's loops compute.
-# The stamp (a checksum of every runtime header, and the compiler's version) goes into each generated
-# source, so a kernel cached by another build of the runtime is never loaded by this one.
-FGEN_STAMP = $(shell cat $(sort $(shell find runtime -name '*.h')) | cksum | cut -d' ' -f1)-$(shell $(CC) -dumpfullversion)
-FGEN_DEFS = -DTPURT_FGEN_CC='"$(CC)"' -DTPURT_FGEN_CFLAGS='"-std=c11 -D_GNU_SOURCE $(OPT)"' \
-            -DTPURT_FGEN_SRC='"$(CURDIR)/runtime"' -DTPURT_FGEN_STAMP='"$(FGEN_STAMP)"'
-$(BUILD)/obj/runtime/exec/fuse_codegen.o $(BUILD)/asan/runtime/exec/fuse_codegen.o: CFLAGS_BASE += $(FGEN_DEFS)
+# Generated kernels (runtime/compiler/) are built at run time by this compiler with the runtime's own
+# flags, against this tree's headers, so they compute what the library's loops compute. The stamp (a
+# checksum of every runtime header, and the compiler's version) goes into each generated source, so a
+# kernel cached by another build of the runtime is never loaded by this one. Only the JIT build uses them.
+JIT_STAMP = $(shell cat $(sort $(shell find runtime -name '*.h')) | cksum | cut -d' ' -f1)-$(shell $(CC) -dumpfullversion)
+JIT_DEFS = -DTPURT_JIT_CC='"$(CC)"' -DTPURT_JIT_CFLAGS='"-std=c11 -D_GNU_SOURCE $(OPT)"' \
+           -DTPURT_JIT_SRC='"$(CURDIR)/runtime"' -DTPURT_JIT_STAMP='"$(JIT_STAMP)"'
+$(BUILD)/obj/runtime/compiler/jit.o $(BUILD)/asan/runtime/compiler/jit.o: CFLAGS_BASE += $(JIT_DEFS)
 
 $(BUILD)/libtpurt.so: $(RT_OBJS)
 	$(CC) -shared -o $@ $(RT_OBJS) $(LIBS)

@@ -235,21 +235,38 @@ def test_autograd_matches_strict():
 
 
 def test_cache_hits_on_repeat_and_disk(tmp_path):
-    x = torch.randn(2048).to("tpu")
-    b = torch.randn(2048).to("tpu")
+    """The generated-kernel cache (runtime/compiler/): a chain's kernel is built once, in the background
+    after its second sight; then it is answered from memory, also for the same chain over another size
+    (sizes are arguments); once the memory table is forgotten it is loaded from disk, not built again."""
+    x, b = torch.randn(2048).to("tpu"), torch.randn(2048).to("tpu")
+    y, z = torch.randn(300).to("tpu"), torch.randn(300).to("tpu")
     c = _c()
+    c._fusion_set_codegen(True)
     with _mode(DEFER):
         c._fusion_cache_clear()
-        _, st1 = _stats_delta(lambda: chain10(x, b).cpu())
-        _, st2 = _stats_delta(lambda: chain10(x, b).cpu())
-        y = torch.randn(300).to("tpu")  # another size: same signature
-        _, st3 = _stats_delta(lambda: chain10(y, y).cpu())
-        c._fusion_cache_clear()          # memory gone: the disk has it
-        _, st4 = _stats_delta(lambda: chain10(x, b).cpu())
-    assert st1["fused_built"] == 1 and st1["cache_hits"] == 0
-    assert st2["fused_built"] == 0 and st2["cache_hits"] == 1
-    assert st3["fused_built"] == 0 and st3["cache_hits"] == 1
-    assert st4["cache_hits"] == 1 and st4["disk_hits"] == 1
+        _, first = _stats_delta(lambda: chain10(x, b).cpu())  # nothing in memory or on disk
+        _, second = _stats_delta(lambda: chain10(x, b).cpu())  # seen again: a build is queued
+        c._fusion_wait_builds()
+        built = c._fusion_stats()
+        _, memory = _stats_delta(lambda: chain10(x, b).cpu())
+        _, other_size = _stats_delta(lambda: chain10(y, z).cpu())
+        c._fusion_cache_clear()  # memory forgotten: the disk has it
+        _, disk = _stats_delta(lambda: chain10(x, b).cpu())
+        c._fusion_wait_builds()
+        after = c._fusion_stats()
+    keys = ("codegen_lookups", "codegen_memory_hits", "codegen_disk_loads", "codegen_builds",
+            "codegen_build_failures", "codegen_runs")
+    counts = lambda st: tuple(st[k] for k in keys)  # noqa: E731
+    assert counts(first) == (1, 0, 0, 0, 0, 0), first
+    assert counts(second) == (1, 0, 0, 0, 0, 0), second
+    assert counts(built) == (1, 0, 0, 1, 0, 0), built
+    assert counts(memory) == (1, 1, 0, 0, 0, 1), memory
+    assert counts(other_size) == (1, 1, 0, 0, 0, 1), other_size
+    assert counts(disk) == (1, 0, 1, 0, 0, 1), disk
+    assert after["codegen_builds"] == 0 and after["codegen_disk_rejects"] == 0
+    assert all(st["kernels_launched"] == 1 for st in (first, second, memory, other_size, disk))
+    # one kernel on disk (its library and its record), for both sizes
+    assert sorted(p.suffix for p in (tmp_path / "fused").iterdir()) == [".kernel", ".so"]
 
 
 def test_fusion_off_still_defers_and_matches():

@@ -1,9 +1,9 @@
-"""Generated fused kernels (runtime/exec/fuse_codegen.c): a DeferAndFuse chain seen a second time is
-compiled to C in the background, cached on disk and loaded; until then it runs through the generic
-fused path. Every result must be Strict's, bit for bit (NaN payloads aside), before and after the build.
+"""Generated fused kernels (runtime/compiler/): a DeferAndFuse chain seen a second time is compiled to C
+in the background, cached on disk and loaded; until then it runs through the generic fused path. Every
+result must be Strict's, bit for bit (NaN payloads aside), before and after the build.
 
-Counters come from torch_tpu._C._fusion_stats(): codegen_built (compiled), codegen_loaded (taken from
-the disk cache), codegen_failed, codegen_runs (fused chains run by generated code).
+Counters come from torch_tpu._C._fusion_stats(): codegen_builds (compiled), codegen_disk_loads (taken
+from the disk cache), codegen_build_failures, codegen_runs (fused chains run by generated code).
 """
 import os
 import subprocess
@@ -71,7 +71,7 @@ def _check_built(fn, *args, expect_codegen=True):
     c._fusion_stats_reset()
     _same(_run(fn, DEFER, *args), want)
     first = _stats()
-    assert first["codegen_runs"] == 0 and first["codegen_built"] == 0  # a new chain never waits
+    assert first["codegen_runs"] == 0 and first["codegen_builds"] == 0  # a new chain never waits
     _same(_run(fn, DEFER, *args), want)
     c._fusion_wait_builds()
     c._fusion_stats_reset()
@@ -192,7 +192,7 @@ def test_streaming_outputs_larger_than_cache_match_strict():
     # Inputs misaligned by one element: the same kernel (pointers and sizes are arguments) runs at once.
     _c()._fusion_stats_reset()
     _same(_run(lambda x: fn(x[1:]), DEFER, x), _run(lambda x: fn(x[1:]), STRICT, x))
-    assert _stats()["codegen_runs"] == 1 and _stats()["codegen_built"] == 0
+    assert _stats()["codegen_runs"] == 1 and _stats()["codegen_builds"] == 0
     # Rows walked one by one, each streamed from its own 64-byte boundary (rows of 8200 floats).
     a, b = torch.randn(2049, 8200).to("tpu"), torch.randn(8200).to("tpu")
     _check_built(lambda a, b: ((a + b) * 0.5).relu() - b, a, b)
@@ -203,7 +203,7 @@ def test_codegen_off_runs_generic_path():
     c = _c()
     c._fusion_set_codegen(False)
     st = _check_built(chain10, x, b, expect_codegen=False)
-    assert st["codegen_runs"] == 0 and st["codegen_built"] == 0
+    assert st["codegen_runs"] == 0 and st["codegen_builds"] == 0
     assert st["fused_kernels"] == 1
 
 
@@ -221,7 +221,7 @@ def test_unbuildable_expression_stays_generic_and_correct():
     _run(fn, DEFER, x)
     c._fusion_wait_builds()
     st = _stats()
-    assert st["codegen_built"] == 0 and st["codegen_failed"] == 0  # known to fail: not rebuilt
+    assert st["codegen_builds"] == 0 and st["codegen_build_failures"] == 0  # known to fail: not rebuilt
     assert any(f.endswith(".fail") for f in os.listdir(os.environ["TORCH_TPU_FUSE_CACHE_DIR"]))
 
 
@@ -235,7 +235,7 @@ _CHILD = textwrap.dedent("""
     _C._set_exec_mode(0)
     want = ((x * 2.0 + 1.0).exp() * x).tanh().cpu()
     st = _C._fusion_stats()
-    print(st["codegen_loaded"], st["codegen_runs"], st["codegen_built"], int(torch.equal(y, want)))
+    print(st["codegen_disk_loads"], st["codegen_runs"], st["codegen_builds"], int(torch.equal(y, want)))
 """)
 
 
@@ -278,7 +278,7 @@ _CHILD_NO_TOOLCHAIN = textwrap.dedent("""
     _C._fusion_wait_builds()
     same = same and torch.equal(((x * 2.0 + 1.0).exp() * x).tanh().cpu(), want)
     st = _C._fusion_stats()
-    print(int(_C._fusion_codegen()), st["codegen_built"], st["codegen_runs"], int(same))
+    print(int(_C._fusion_codegen()), st["codegen_builds"], st["codegen_runs"], int(same))
 """)
 
 

@@ -71,36 +71,31 @@
  *  so results are bit-identical for contiguous operands. Anything unexpected
  *  during capture reruns the chain unfused, before anything was written.
  *
- *  Cache: a chain's signature (ops, dtypes, operand sources, broadcast
- *  pattern, stores; no sizes) names its plan in memory and on disk
- *  ($TORCH_TPU_FUSE_CACHE_DIR, else ~/.cache/torch_tpu/fused). A new
- *  signature runs through the generic path at once; its plan is then stored.
- *
- *  Generated code (exec/fuse_codegen.c): a chain of expression ops
+ *  Generated code (compiler/): a chain of expression ops
  *  (ew_ops.h) in float32/float64 without casts, each memory input
  *  contiguous or one element along the innermost coalesced dim (a bias row,
  *  a per-row scale), is compiled to one C function computing every member
  *  per element of a run; with a reduction ending the chain, the kernel hands
- *  the reduced value to the engine run by run. The
- *  first sight of such a chain asks the disk for a kernel another process
- *  built; the second queues a background build. Until the kernel is loaded
- *  the chain runs through the generic path, so a new kernel never stalls a
- *  step. Results are the generic path's: the same expressions, headers and
- *  compiler flags (no FP contraction under -std=c11).
+ *  the reduced value to the engine run by run. The chain is described to the
+ *  generator by value (compiler/codegen.h: expression names, types, input
+ *  sources, stores; no sizes), so one kernel serves every size. The first
+ *  sight of such a chain asks the kernel cache (compiler/cache.h: memory,
+ *  then the disk, where another process may have built it); the second
+ *  queues a background build. Until the kernel is loaded the chain runs
+ *  through the generic path, so a new kernel never stalls a step. Results are
+ *  the generic path's: the same expressions, headers and compiler flags (no
+ *  FP contraction under -std=c11).
  */
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
+#include "compiler/chain_kernel.h"
 #include "exec/fuse.h"
-#include "exec/fuse_codegen.h"
 #include "ops/elementwise/elementwise.h"
 #include "ops/reduce/reduce.h"
 
@@ -175,8 +170,8 @@ tpurt_defer_rec_t* tpurt_defer_list_push(tpurt_defer_list_t* list) {
 /* Statistics and switches.                                                  */
 
 static struct {
-  _Atomic uint64_t ops_recorded, flushes, kernels_launched, fused_groups, fused_ops, fused_built,
-      cache_hits, disk_hits, stores_skipped, bytes_skipped, fallbacks;
+  _Atomic uint64_t ops_recorded, flushes, kernels_launched, fused_groups, fused_ops, stores_skipped,
+      bytes_skipped, fallbacks, codegen_runs;
 } g_stats;
 
 #define STAT_ADD(f, v) atomic_fetch_add_explicit(&g_stats.f, (v), memory_order_relaxed)
@@ -187,13 +182,18 @@ void tpurt_fuse_stats_get(tpurt_fuse_stats_t* o) {
   o->kernels_launched = atomic_load(&g_stats.kernels_launched);
   o->fused_groups = atomic_load(&g_stats.fused_groups);
   o->fused_ops = atomic_load(&g_stats.fused_ops);
-  o->fused_built = atomic_load(&g_stats.fused_built);
-  o->cache_hits = atomic_load(&g_stats.cache_hits);
-  o->disk_hits = atomic_load(&g_stats.disk_hits);
   o->stores_skipped = atomic_load(&g_stats.stores_skipped);
   o->bytes_skipped = atomic_load(&g_stats.bytes_skipped);
   o->fallbacks = atomic_load(&g_stats.fallbacks);
-  tpurt_fgen_stats(&o->codegen_built, &o->codegen_loaded, &o->codegen_failed, &o->codegen_runs);
+  tpurt_chain_kernel_stats_t k;
+  tpurt_chain_kernel_stats(&k);
+  o->codegen_lookups = k.lookups;
+  o->codegen_memory_hits = k.memory_hits;
+  o->codegen_disk_loads = k.disk_loads;
+  o->codegen_builds = k.builds;
+  o->codegen_build_failures = k.build_failures;
+  o->codegen_disk_rejects = k.disk_rejects;
+  o->codegen_runs = atomic_load(&g_stats.codegen_runs);
 }
 
 void tpurt_fuse_stats_reset(void) {
@@ -202,13 +202,11 @@ void tpurt_fuse_stats_reset(void) {
   atomic_store(&g_stats.kernels_launched, 0);
   atomic_store(&g_stats.fused_groups, 0);
   atomic_store(&g_stats.fused_ops, 0);
-  atomic_store(&g_stats.fused_built, 0);
-  atomic_store(&g_stats.cache_hits, 0);
-  atomic_store(&g_stats.disk_hits, 0);
   atomic_store(&g_stats.stores_skipped, 0);
   atomic_store(&g_stats.bytes_skipped, 0);
   atomic_store(&g_stats.fallbacks, 0);
-  tpurt_fgen_stats_reset();
+  atomic_store(&g_stats.codegen_runs, 0);
+  tpurt_chain_kernel_stats_reset();
 }
 
 void tpurt_fuse_note_recorded(void) { STAT_ADD(ops_recorded, 1); }
@@ -220,9 +218,10 @@ bool tpurt_fuse_enabled(void) { return tpurt_env_switch(&g_enabled, "TORCH_TPU_F
 
 void tpurt_fuse_set_enabled(bool enabled) { atomic_store(&g_enabled, enabled ? 1 : 0); }
 
-void tpurt_fuse_wait_builds(void) { tpurt_fgen_wait(); }
-void tpurt_fuse_set_codegen(bool enabled) { tpurt_fgen_set_enabled(enabled); }
-bool tpurt_fuse_codegen(void) { return tpurt_fgen_enabled(); }
+void tpurt_fuse_wait_builds(void) { tpurt_chain_kernel_wait(); }
+void tpurt_fuse_set_codegen(bool enabled) { tpurt_chain_kernel_set_enabled(enabled); }
+bool tpurt_fuse_codegen(void) { return tpurt_chain_kernel_enabled(); }
+void tpurt_fuse_cache_clear(void) { tpurt_chain_kernel_clear(); }
 
 /* ------------------------------------------------------------------------ */
 /* Which ops fuse.                                                           */
@@ -692,211 +691,6 @@ static bool member_stores(const tpurt_defer_list_t* l, const int32_t* members, i
 }
 
 /* ------------------------------------------------------------------------ */
-/* The fused-kernel cache.                                                   */
-
-#define CACHE_SLOTS 4096
-
-typedef struct cache_entry_t {
-  uint64_t hash;
-  char* sig;
-} cache_entry_t;
-
-static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static cache_entry_t g_cache[CACHE_SLOTS];
-
-void tpurt_fuse_cache_clear(void) {
-  pthread_mutex_lock(&g_cache_lock);
-  for (int i = 0; i < CACHE_SLOTS; ++i) {
-    free(g_cache[i].sig);
-    g_cache[i].sig = NULL;
-    g_cache[i].hash = 0;
-  }
-  pthread_mutex_unlock(&g_cache_lock);
-  tpurt_fgen_clear();
-}
-
-
-typedef struct sigbuf_t {
-  char* p;
-  size_t n, cap;
-} sigbuf_t;
-
-/* Appends without printf (the signature is built for every fused chain run). */
-static bool sig_room(sigbuf_t* b, size_t need) {
-  if (b->cap - b->n > need) return true;
-  size_t nc = b->cap ? b->cap * 2 : 1024;
-  while (nc - b->n <= need) nc *= 2;
-  char* np = realloc(b->p, nc);
-  if (!np) return false;
-  b->p = np;
-  b->cap = nc;
-  return true;
-}
-static void sig_str(sigbuf_t* b, const char* s, size_t max) {
-  size_t len = strnlen(s, max);
-  if (!sig_room(b, len)) return;
-  memcpy(b->p + b->n, s, len);
-  b->n += len;
-  b->p[b->n] = '\0';
-}
-static void sig_num(sigbuf_t* b, long long v, unsigned base) {
-  char tmp[24];
-  int k = 0;
-  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-  do {
-    tmp[k++] = "0123456789abcdef"[u % base];
-    u /= base;
-  } while (u);
-  if (v < 0) tmp[k++] = '-';
-  if (!sig_room(b, (size_t)k)) return;
-  while (k) b->p[b->n++] = tmp[--k];
-  b->p[b->n] = '\0';
-}
-#define SIG_S(b, s) sig_str((b), (s), (size_t)-1)
-
-/* The shape-independent signature: ops, dtypes, where each tensor operand
- * comes from, which of its dims broadcast, and which results are stored. */
-static char* chain_signature(const tpurt_defer_list_t* l, const int32_t* members, int n,
-                             const bool* store, size_t* out_len) {
-  sigbuf_t b = {0};
-  const tpurt_tensor_t* s = &l->recs[members[0]].call.outputs[0];
-  SIG_S(&b, "v1 nd");
-  sig_num(&b, s->ndim, 10);
-  for (int m = 0; m < n; ++m) {
-    const tpurt_op_call_t* c = &l->recs[members[m]].call;
-    /* the kernel, not the overload's spelling: add.Tensor and add.out are one op */
-    SIG_S(&b, "|");
-    SIG_S(&b, l->recs[members[m]].op->name);
-    SIG_S(&b, ">");
-    SIG_S(&b, tpurt_dtype_name(c->outputs[0].dtype));
-    SIG_S(&b, store[m] ? "!:" : ":");
-    for (int32_t i = 0; i < c->num_args; ++i) {
-      const tpurt_arg_t* g = &c->args[i];
-      if (g->kind == TPURT_ARG_STRING) {
-        SIG_S(&b, "s");
-        sig_str(&b, g->v.s ? g->v.s : "", 32);
-        SIG_S(&b, ",");
-        continue;
-      }
-      if (g->kind == TPURT_ARG_INT_LIST) { /* a reduction's dims */
-        SIG_S(&b, "[");
-        for (int32_t k = 0; k < g->count && k < 16; ++k) {
-          sig_num(&b, g->v.ints[k], 10);
-          SIG_S(&b, ",");
-        }
-        SIG_S(&b, "],");
-        continue;
-      }
-      if (g->kind != TPURT_ARG_TENSOR || !g->v.tensor) {
-        sig_num(&b, (int)g->kind, 10);
-        SIG_S(&b, ",");
-        continue;
-      }
-      const tpurt_tensor_t* t = g->v.tensor;
-      int src = -1;
-      for (int j = m - 1; j >= 0 && src < 0; --j)
-        if (t_same(t, &l->recs[members[j]].call.outputs[0])) src = j;
-      unsigned bmask = 0;
-      int off = s->ndim - t->ndim;
-      for (int d = 0; d < s->ndim; ++d)
-        if (d < off || (t->sizes[d - off] == 1 && s->sizes[d] != 1)) bmask |= 1u << d;
-      SIG_S(&b, "t");
-      SIG_S(&b, tpurt_dtype_name(t->dtype));
-      SIG_S(&b, "@");
-      sig_num(&b, src, 10);
-      SIG_S(&b, "/");
-      sig_num(&b, bmask, 16);
-      SIG_S(&b, ",");
-    }
-  }
-  *out_len = b.n;
-  return b.p;
-}
-
-const char* tpurt_fuse_cache_dir(char* buf, size_t cap) {
-  const char* d = getenv("TORCH_TPU_FUSE_CACHE_DIR");
-  if (d) return d[0] ? d : NULL; /* set but empty: no disk cache */
-  return tpurt_file_user_cache_dir("fused", buf, cap);
-}
-
-static const char kPlanHeader[] = "torch_tpu fused plan v1\n";
-
-/* True when the disk holds this plan (verified: same signature, our file). */
-static bool disk_lookup(const char* dir, uint64_t h, const char* sig, size_t len) {
-  char path[1200];
-  snprintf(path, sizeof path, "%s/%016llx.plan", dir, (unsigned long long)h);
-  if (access(path, F_OK) != 0) return false;
-  size_t n = 0;
-  char* buf = tpurt_file_read_owned(path, &n);
-  bool ok = buf && n == sizeof(kPlanHeader) - 1 + len + 1 && memcmp(buf, kPlanHeader, sizeof(kPlanHeader) - 1) == 0 &&
-            memcmp(buf + sizeof(kPlanHeader) - 1, sig, len) == 0;
-  free(buf);
-  if (!ok) unlink(path); /* a corrupt or foreign entry is discarded and rebuilt */
-  return ok;
-}
-
-static void disk_store(const char* dir, uint64_t h, const char* sig, size_t len) {
-  tpurt_file_dir_private(dir);
-  char path[1200], tmp[1300];
-  snprintf(path, sizeof path, "%s/%016llx.plan", dir, (unsigned long long)h);
-  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-  FILE* f = fopen(tmp, "wb");
-  if (!f) return;
-  fchmod(fileno(f), 0600);
-  bool ok = fwrite(kPlanHeader, 1, sizeof(kPlanHeader) - 1, f) == sizeof(kPlanHeader) - 1 &&
-            fwrite(sig, 1, len, f) == len && fputc('\n', f) != EOF;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) unlink(tmp);
-}
-
-/* Looks the chain up; builds (records) it when new. */
-static void cache_touch(const tpurt_defer_list_t* l, const int32_t* members, int n, const bool* store) {
-  size_t len = 0;
-  char* sig = chain_signature(l, members, n, store, &len);
-  if (!sig) return;
-  uint64_t h = tpurt_fnv1a(sig, len, TPURT_FNV_SEED);
-  if (!h) h = 1;
-  pthread_mutex_lock(&g_cache_lock);
-  size_t i = h & (CACHE_SLOTS - 1);
-  bool found = false;
-  for (size_t probe = 0; probe < CACHE_SLOTS; ++probe, i = (i + 1) & (CACHE_SLOTS - 1)) {
-    if (!g_cache[i].sig) break;
-    if (g_cache[i].hash == h && strcmp(g_cache[i].sig, sig) == 0) {
-      found = true;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&g_cache_lock);
-  if (found) {
-    STAT_ADD(cache_hits, 1);
-    free(sig);
-    return;
-  }
-  char dbuf[1024];
-  const char* dir = tpurt_fuse_cache_dir(dbuf, sizeof dbuf);
-  if (dir && disk_lookup(dir, h, sig, len)) {
-    STAT_ADD(cache_hits, 1);
-    STAT_ADD(disk_hits, 1);
-  } else {
-    STAT_ADD(fused_built, 1);
-    if (dir) disk_store(dir, h, sig, len);
-  }
-  pthread_mutex_lock(&g_cache_lock);
-  i = h & (CACHE_SLOTS - 1);
-  for (size_t probe = 0; probe < CACHE_SLOTS; ++probe, i = (i + 1) & (CACHE_SLOTS - 1)) {
-    if (!g_cache[i].sig) {
-      g_cache[i].hash = h;
-      g_cache[i].sig = sig;
-      sig = NULL;
-      break;
-    }
-    if (g_cache[i].hash == h && strcmp(g_cache[i].sig, sig) == 0) break; /* raced */
-  }
-  pthread_mutex_unlock(&g_cache_lock);
-  free(sig); /* a full table just forgets */
-}
-
-/* ------------------------------------------------------------------------ */
 /* Running a chain: capture each kernel's configuration, then one pass.      */
 
 typedef struct chain_t {
@@ -928,9 +722,9 @@ typedef struct chain_t {
   uint8_t* scratch;
   int64_t numel;
 
-  /* the generated kernel, when the chain has one (exec/fuse_codegen.h) */
-  tpurt_fgen_fn_t gen_fn;
-  tpurt_fgen_args_t gen_args;
+  /* the generated kernel, when the chain has one (compiler/chain_kernel.h) */
+  tpurt_gen_fn_t gen_fn;
+  tpurt_gen_args_t gen_args;
   bool gen_stream; /* stored outputs streamed; all share one 64-byte phase */
   int gen_first;   /* a stored member (for the alignment of a range) */
   int64_t gen_es;  /* the stored outputs' element size */
@@ -1118,8 +912,10 @@ static void chain_pass(chain_t* ch) { tpurt_parallel_for(ch->ctx, ch->numel, FUS
 
 /* The generated kernel over elements [begin, end) of one run (args point at
  * the run's first element): streamed in whole aligned blocks when the
- * outputs stream, plain stores for the head and tail. */
-static void gen_run(const chain_t* ch, const tpurt_fgen_args_t* args, int64_t begin, int64_t end) {
+ * outputs stream, plain stores for the head and tail. (A kernel returns
+ * nonzero only for an args struct too small for it, which the cache's loader
+ * has ruled out for ours.) */
+static void gen_run(const chain_t* ch, const tpurt_gen_args_t* args, int64_t begin, int64_t end) {
   if (!ch->gen_stream) {
     ch->gen_fn(args, begin, end, 0);
     return;
@@ -1127,7 +923,7 @@ static void gen_run(const chain_t* ch, const tpurt_fgen_args_t* args, int64_t be
   uintptr_t a = (uintptr_t)(args->mem[ch->gen_first][0] + begin * ch->gen_es);
   int64_t s = begin + (int64_t)(((64 - (a & 63)) & 63) / (uintptr_t)ch->gen_es);
   if (s > end) s = end;
-  int64_t body = (end - s) / TPURT_FGEN_BLOCK * TPURT_FGEN_BLOCK;
+  int64_t body = (end - s) / TPURT_GEN_BLOCK * TPURT_GEN_BLOCK;
   if (s > begin) ch->gen_fn(args, begin, s, 0);
   if (body) ch->gen_fn(args, s, s + body, 1);
   if (s + body < end) ch->gen_fn(args, s + body, end, 0);
@@ -1135,7 +931,7 @@ static void gen_run(const chain_t* ch, const tpurt_fgen_args_t* args, int64_t be
 
 /* The kernel's arguments for the run starting at idx: every memory operand's
  * pointer moved there. */
-static void gen_args_at(const chain_t* ch, const int64_t* idx, tpurt_fgen_args_t* a) {
+static void gen_args_at(const chain_t* ch, const int64_t* idx, tpurt_gen_args_t* a) {
   for (int k = 0; k < ch->n; ++k)
     for (int i = 0; i <= ch->cfg[k]->num_inputs; ++i) {
       if (!ch->gen_args.mem[k][i] || (i > 0 && ch->src[k][i] >= 0) || ch->gen_cast[k][i]) continue;
@@ -1154,7 +950,7 @@ static void gen_range(void* user, int64_t begin, int64_t end, int tid) {
   if (ch->nd == 1) {
     gen_run(ch, &ch->gen_args, begin, end);
   } else {
-    tpurt_fgen_args_t a = ch->gen_args;
+    tpurt_gen_args_t a = ch->gen_args;
     int64_t idx[TPURT_MAX_DIMS];
     chain_idx_init(ch, begin, idx);
     for (int64_t pos = begin; pos < end;) {
@@ -1181,7 +977,7 @@ static bool gen_prepare(chain_t* ch);
 static bool chain_generated(chain_t* ch) {
   if (!gen_prepare(ch)) return false;
   tpurt_parallel_for(ch->ctx, ch->numel, FUSE_GRAIN, gen_range, ch);
-  tpurt_fgen_note_run();
+  STAT_ADD(codegen_runs, 1);
   return true;
 }
 
@@ -1190,19 +986,18 @@ static bool chain_generated(chain_t* ch) {
  * output of the kernel: into memory when stored, else into the run the
  * reduction reads (gen_produce). */
 static bool gen_prepare(chain_t* ch) {
-  if (ch->n > TPURT_FGEN_MAX_OPS || !tpurt_fgen_enabled()) return false;
-  tpurt_fgen_chain_t g;
+  if (ch->n > TPURT_GEN_MAX_OPS || !tpurt_chain_kernel_enabled()) return false;
+  tpurt_codegen_chain_t g;
   g.n = ch->n;
+  ch->gen_args.struct_size = sizeof(tpurt_gen_args_t);
   for (int k = 0; k < ch->n; ++k) {
     const tpurt_ew_config_t* c = ch->cfg[k];
-    tpurt_fgen_member_t* m = &g.m[k];
-    if (!c->expr || c->num_outputs != 1 || c->num_inputs < 1 || c->num_inputs > TPURT_FGEN_MAX_IN)
+    tpurt_codegen_member_t* m = &g.m[k];
+    if (!c->expr || c->num_outputs != 1 || c->num_inputs < 1 || c->num_inputs > TPURT_GEN_MAX_IN)
       return false;
     tpurt_dtype_t t = c->loop_dtypes[1], to = c->loop_dtypes[0];
     if ((t != TPURT_DTYPE_FLOAT32 && t != TPURT_DTYPE_FLOAT64) || c->tensors[0]->dtype != to) return false;
-    m->loop = (const void*)c->loop;
-    m->expr = c->expr->text;
-    m->gen = c->expr->gen;
+    m->expr = c->expr->name;
     m->type = t;
     m->out = to;
     m->num_inputs = c->num_inputs;
@@ -1211,15 +1006,17 @@ static bool gen_prepare(chain_t* ch) {
     for (int i = 1; i <= c->num_inputs; ++i) {
       if (c->loop_dtypes[i] != t) return false;
       int64_t st = ch->strides[k][i][0];
-      m->src[i - 1] = ch->src[k][i];
-      m->scalar[i - 1] = m->src[i - 1] < 0 && st == 0;
+      int j = ch->src[k][i];
+      bool scalar = j < 0 && st == 0;
+      m->in[i - 1].src = j >= 0 ? TPURT_CODEGEN_SRC_MEMBER : scalar ? TPURT_CODEGEN_SRC_SCALAR : TPURT_CODEGEN_SRC_CONTIG;
+      m->in[i - 1].member = (int8_t)(j >= 0 ? j : -1);
       ch->gen_args.mem[k][i] = (char*)c->tensors[i]->data;
       ch->gen_cast[k][i] = false;
       bool one = true; /* a single element for the whole chain */
       for (int d = 0; d < ch->nd; ++d) one = one && ch->strides[k][i][d] == 0;
       if (c->tensors[i]->dtype == t) {
-        if (m->src[i - 1] < 0 && st != 0 && st != es) return false;
-      } else if (m->scalar[i - 1] && one) { /* a broadcast scalar of another dtype: cast once, as the tiles do */
+        if (j < 0 && st != 0 && st != es) return false;
+      } else if (scalar && one) { /* a broadcast scalar of another dtype: cast once, as the tiles do */
         tpurt_ew_convert_strided(t, ch->gen_scalar[k][i], 0, c->tensors[i]->dtype, c->tensors[i]->data, 0, 1);
         ch->gen_args.mem[k][i] = ch->gen_scalar[k][i];
         ch->gen_cast[k][i] = true;
@@ -1231,7 +1028,7 @@ static bool gen_prepare(chain_t* ch) {
     ch->gen_args.mem[k][0] = ch->store[k] ? (char*)c->tensors[0]->data : NULL; /* else the run, per call */
     ch->gen_args.params[k] = c->user;
   }
-  tpurt_fgen_fn_t fn = tpurt_fgen_lookup(&g);
+  tpurt_gen_fn_t fn = tpurt_chain_kernel_find(&g);
   if (!fn) return false;
   ch->gen_fn = fn;
   ch->gen_stream = false;
@@ -1377,7 +1174,7 @@ static const void* chain_produce(void* user, int64_t lin, int64_t n, int tid) {
    * to memory, when stored: the engine's input is contiguous). */
   int rs = ch->red_src;
   size_t es = tpurt_dtype_size(ch->cfg[rs]->tensors[0]->dtype);
-  tpurt_fgen_args_t a = ch->gen_args;
+  tpurt_gen_args_t a = ch->gen_args;
   int64_t idx[TPURT_MAX_DIMS];
   chain_idx_init(ch, lin, idx);
   for (int64_t pos = lin; pos < lin + n;) {
@@ -1404,7 +1201,7 @@ static void chain_reduce(chain_t* ch) {
   tpurt_reduce_tls_source = &src;
   ch->red_status = r->op->fn(ch->ctx, &r->call);
   tpurt_reduce_tls_source = NULL;
-  if (ch->gen_fn && ch->red_used) tpurt_fgen_note_run();
+  if (ch->gen_fn && ch->red_used) STAT_ADD(codegen_runs, 1);
 }
 
 
@@ -1461,7 +1258,6 @@ static bool run_chain(const tpurt_defer_list_t* l, const int32_t* members, int n
     STAT_ADD(kernels_launched, 1);
     STAT_ADD(stores_skipped, skipped);
     STAT_ADD(bytes_skipped, skipped_bytes);
-    cache_touch(l, members, nm, ch->store);
   }
   return ok;
 }

@@ -69,9 +69,6 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* list, tpurt_kernel_ctx_t
 
 void tpurt_fuse_note_recorded(void);
 
-/* The fused-kernel directory ($TORCH_TPU_FUSE_CACHE_DIR, else the user's
- * cache); NULL when the disk cache is off. buf holds the path when built. */
-const char* tpurt_fuse_cache_dir(char* buf, size_t cap);
 /* TORCH_TPU_FUSE_TRACE=1: DeferAndFuse explains itself on stderr. */
 bool tpurt_fuse_trace(void);
 /* Statistics, switches and the cache API: tpurt/device.h. */

@@ -184,8 +184,11 @@ def _init_from_env():
 
 def fusion_stats():
     """DeferAndFuse counters since start (or fusion_stats_reset()): ops recorded, flushes, kernels
-    launched, fused kernels, kernels planned, cache hits (memory / disk), stores skipped, fallbacks,
-    and generated code: kernels compiled, loaded from disk, failed, and chains run by them."""
+    launched, fused kernels and the ops in them, stores skipped (and their bytes), fallbacks; and the
+    generated-kernel cache: chains that asked for their kernel (codegen_lookups), answered from memory
+    (codegen_memory_hits), kernels loaded from disk (codegen_disk_loads), compiled (codegen_builds),
+    builds that failed (codegen_build_failures), disk entries refused (codegen_disk_rejects), and fused
+    chains run by generated code (codegen_runs)."""
     return dict(_c()._fusion_stats())
 
 

@@ -145,16 +145,17 @@ typedef struct tpurt_fuse_stats_t {
   uint64_t kernels_launched; /* kernels run at materialization: one per fused group + unfused ones */
   uint64_t fused_groups;     /* fused kernels run (each counts once in kernels_launched) */
   uint64_t fused_ops;        /* ops that ran inside fused kernels */
-  uint64_t fused_built;      /* fused kernels built (new signatures planned and stored) */
-  uint64_t cache_hits;       /* fused kernels found in the cache (memory or disk) */
-  uint64_t disk_hits;        /* ... of which were read from the disk cache */
   uint64_t stores_skipped;   /* intermediate results never written to device memory */
   uint64_t bytes_skipped;    /* their bytes */
   uint64_t fallbacks;        /* fused groups rerun unfused (capture did not go as planned) */
-  uint64_t codegen_built;    /* fused kernels compiled to machine code (background builds) */
-  uint64_t codegen_loaded;   /* ... loaded from the disk cache instead */
-  uint64_t codegen_failed;   /* ... whose build failed (those chains stay on the generic path) */
-  uint64_t codegen_runs;     /* fused groups run by generated code */
+  /* Generated code (runtime/compiler/): the kernel cache, and what ran it. */
+  uint64_t codegen_lookups;        /* fused chains that asked for their generated kernel */
+  uint64_t codegen_memory_hits;    /* ... answered by a kernel already loaded in this process */
+  uint64_t codegen_disk_loads;     /* kernels loaded from the disk cache (verified) instead of built */
+  uint64_t codegen_builds;         /* kernels compiled (background builds) */
+  uint64_t codegen_build_failures; /* builds that gave no kernel (those chains stay on the generic path) */
+  uint64_t codegen_disk_rejects;   /* disk cache entries refused and discarded (content, owner, mode, ABI) */
+  uint64_t codegen_runs;           /* fused groups run by generated code */
 } tpurt_fuse_stats_t;
 TPURT_API void tpurt_fuse_stats_get(tpurt_fuse_stats_t* out_stats);
 TPURT_API void tpurt_fuse_stats_reset(void);
@@ -162,7 +163,8 @@ TPURT_API void tpurt_fuse_stats_reset(void);
  * deferred, then run one by one). Tests compare the two. */
 TPURT_API void tpurt_fuse_set_enabled(bool enabled);
 TPURT_API bool tpurt_fuse_enabled(void);
-/* Forgets the in-memory fused-kernel cache (the disk cache stays). */
+/* Forgets the generated kernels held in memory (the libraries stay loaded;
+ * the disk cache stays, and is asked again). Not while chains run. */
 TPURT_API void tpurt_fuse_cache_clear(void);
 /* Blocks until no generated kernel is being built. */
 TPURT_API void tpurt_fuse_wait_builds(void);

@@ -1,0 +1,71 @@
+/* The verified executable cache (DESIGN §6): generated kernels in memory and
+ * on disk, keyed by content (the hash of the generated source, which names
+ * the headers, compiler and flags it is built with; compiler/jit.h), never by
+ * anything process-local. Loading runs code, so a kernel is loaded from disk
+ * only after its owner, mode and content hash are checked through the very
+ * descriptor that is then loaded; a corrupt, foreign or other-ABI entry is
+ * discarded (and so rebuilt); a failed build is remembered on disk so no
+ * process builds it again.
+ *
+ * On disk ($TORCH_TPU_FUSE_CACHE_DIR, else ~/.cache/torch_tpu/fused; set but
+ * empty: none): <hash>.so, the library; <hash>.kernel, its record (the ABI
+ * version, the library's content hash, the full source); <hash>.fail, a
+ * source whose build failed. Files are created whole (base/file.h) and owned
+ * by this user, writable by no one else. Without a cache directory a kernel
+ * is built in a private temporary directory that is removed once it is
+ * loaded. Internal. */
+#ifndef TPURT_COMPILER_CACHE_H_
+#define TPURT_COMPILER_CACHE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler/kernel_abi.h"
+
+typedef enum tpurt_kernel_cache_state_e {
+  TPURT_KERNEL_CACHE_ABSENT = 0, /* neither loaded nor on disk: build it */
+  TPURT_KERNEL_CACHE_READY,      /* loaded */
+  TPURT_KERNEL_CACHE_BUILDING,   /* queued for the builder, or being built */
+  TPURT_KERNEL_CACHE_FAILED,     /* its build failed, in this process or (remembered on disk) another */
+} tpurt_kernel_cache_state_t;
+
+/* The kernel for `source`: from memory, else loaded from disk (verified).
+ * *out_state says what is known; the result is non-NULL exactly when READY. */
+tpurt_gen_fn_t tpurt_kernel_cache_find(const char* source, tpurt_kernel_cache_state_t* out_state);
+
+/* Queues a background build of `source` (state ABSENT only); true when
+ * queued, and then done(user, kernel or NULL) is called on the builder
+ * thread when it is over. A built kernel is stored on disk and loaded
+ * through the same verified path as any other. */
+typedef void (*tpurt_kernel_cache_done_fn_t)(void* user, tpurt_gen_fn_t fn);
+bool tpurt_kernel_cache_build(const char* source, tpurt_kernel_cache_done_fn_t done, void* user);
+
+/* Blocks until no build is queued or running. */
+void tpurt_kernel_cache_wait(void);
+
+/* Forgets the in-memory table (after waiting for builds). Libraries stay
+ * loaded (kernels may still run); the disk stays. */
+void tpurt_kernel_cache_clear(void);
+
+/* Stores the library at so_path on disk as `source`'s entry (its bytes
+ * copied into a new private file, its record written); true on success. */
+bool tpurt_kernel_cache_install(const char* source, const char* so_path);
+
+/* The cache directory (in buf), or NULL when there is none. */
+const char* tpurt_kernel_cache_dir(char* buf, size_t cap);
+/* The path of `source`'s entry file with extension ext (".so", ".kernel",
+ * ".fail") in the cache directory; false without one. */
+bool tpurt_kernel_cache_entry_path(const char* source, const char* ext, char* buf, size_t cap);
+
+typedef struct tpurt_kernel_cache_stats_t {
+  uint64_t memory_hits;    /* finds answered by a kernel loaded in this process */
+  uint64_t disk_loads;     /* kernels loaded from disk (verified) instead of built */
+  uint64_t builds;         /* kernels compiled (and loaded) */
+  uint64_t build_failures; /* builds that gave no kernel (compiler refused, no toolchain, refused at load) */
+  uint64_t disk_rejects;   /* disk entries refused and discarded: content, owner, mode, symlink, ABI */
+} tpurt_kernel_cache_stats_t;
+void tpurt_kernel_cache_stats(tpurt_kernel_cache_stats_t* out_stats);
+void tpurt_kernel_cache_stats_reset(void);
+
+#endif /* TPURT_COMPILER_CACHE_H_ */

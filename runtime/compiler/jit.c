@@ -1,0 +1,175 @@
+/* The JIT build (header: compiler/jit.h). The Makefile gives this object the
+ * compiler, flags and source tree the runtime was built with, and a stamp of
+ * the runtime's headers and the compiler's version. */
+#include "compiler/jit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/env.h"
+#include "base/file.h"
+#include "base/hash.h"
+#include "base/log.h"
+
+#ifndef TPURT_JIT_CC
+#define TPURT_JIT_CC "cc"
+#endif
+#ifndef TPURT_JIT_CFLAGS
+#define TPURT_JIT_CFLAGS "-O3"
+#endif
+#ifndef TPURT_JIT_SRC
+#define TPURT_JIT_SRC "runtime"
+#endif
+#ifndef TPURT_JIT_STAMP
+#define TPURT_JIT_STAMP "unstamped"
+#endif
+
+extern char** environ;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t g_child; /* the compiler running now, or 0 */
+static bool g_stopping;
+static _Atomic bool g_unavailable;
+
+static const char* jit_cc(void) {
+  const char* cc = tpurt_env_str("TORCH_TPU_CC");
+  return cc ? cc : TPURT_JIT_CC;
+}
+
+static const char* jit_src(void) {
+  const char* s = tpurt_env_str("TORCH_TPU_RUNTIME_SRC");
+  return s ? s : TPURT_JIT_SRC;
+}
+
+void tpurt_jit_identity(char* buf, size_t cap) {
+  snprintf(buf, cap, "runtime headers and compiler %s; cc %s; flags %s", TPURT_JIT_STAMP, jit_cc(), TPURT_JIT_CFLAGS);
+}
+
+bool tpurt_jit_available(void) { return !atomic_load(&g_unavailable); }
+void tpurt_jit_retry(void) { atomic_store(&g_unavailable, false); }
+
+void tpurt_jit_shutdown(void) {
+  pthread_mutex_lock(&g_lock);
+  g_stopping = true;
+  if (g_child > 0) kill(g_child, SIGKILL);
+  pthread_mutex_unlock(&g_lock);
+}
+
+bool tpurt_jit_stopping(void) {
+  pthread_mutex_lock(&g_lock);
+  bool s = g_stopping;
+  pthread_mutex_unlock(&g_lock);
+  return s;
+}
+
+/* Runs the compiler in dir on kernel.c into kernel.so; its messages go to
+ * kernel.log. Relative names in a directory of fixed file names: the same
+ * source gives the same bytes in every process (the object records its
+ * source file's name). */
+static tpurt_jit_result_t run_compiler(const char* dir) {
+  const char* cc = jit_cc();
+  char inc1[1100], inc2[1100], log_path[1200];
+  snprintf(inc1, sizeof inc1, "-I%s", jit_src());
+  snprintf(inc2, sizeof inc2, "-I%s/include", jit_src());
+  snprintf(log_path, sizeof log_path, "%s/kernel.log", dir);
+  char flags[] = TPURT_JIT_CFLAGS;
+  char* argv[64];
+  int n = 0;
+  argv[n++] = (char*)cc;
+  for (char* save = NULL, *t = strtok_r(flags, " ", &save); t && n < 48; t = strtok_r(NULL, " ", &save)) argv[n++] = t;
+  /* an undeclared function (a helper private to the library) must fail the build, not link lazily */
+  char* rest[] = {"-fPIC", "-shared", "-Werror=implicit-function-declaration", "-Wl,-z,defs", inc1, inc2,
+                  "-o", "kernel.so", "kernel.c", "-lm", NULL};
+  for (int i = 0; rest[i]; ++i) argv[n++] = rest[i];
+  argv[n] = NULL;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addchdir_np(&fa, dir);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  pid_t pid;
+  pthread_mutex_lock(&g_lock);
+  int rc = g_stopping ? ECANCELED : posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
+  if (rc == 0) g_child = pid;
+  pthread_mutex_unlock(&g_lock);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    TPURT_LOG(INFO, "codegen: cannot run %s: %s", cc, strerror(rc));
+    return TPURT_JIT_UNAVAILABLE;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  pthread_mutex_lock(&g_lock);
+  g_child = 0;
+  bool stopped = g_stopping;
+  pthread_mutex_unlock(&g_lock);
+  if (stopped) return TPURT_JIT_UNAVAILABLE;
+  bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  /* posix_spawnp reports a missing compiler as the child's exit status 127 */
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    TPURT_LOG(INFO, "codegen: cannot run %s", cc);
+    return TPURT_JIT_UNAVAILABLE;
+  }
+  if (!ok && tpurt_log_enabled(TPURT_LOG_INFO)) {
+    size_t len = 0;
+    char* log = tpurt_file_read_owned(log_path, &len);
+    TPURT_LOG(INFO, "codegen: %s failed in %s:\n%.900s", cc, dir, log ? log : "");
+    free(log);
+  }
+  return ok ? TPURT_JIT_OK : TPURT_JIT_REJECTED;
+}
+
+tpurt_jit_result_t tpurt_jit_build(const char* source, const char* parent, tpurt_jit_build_t* out) {
+  static _Atomic unsigned seq;
+  out->so_path[0] = 0;
+  snprintf(out->dir, sizeof out->dir, "%s/.build.%016llx.%d.%u", parent,
+           (unsigned long long)tpurt_fnv1a_str(source, TPURT_FNV_SEED), (int)getpid(), atomic_fetch_add(&seq, 1));
+  if (mkdir(out->dir, 0700) != 0) {
+    out->dir[0] = 0;
+    return TPURT_JIT_REJECTED;
+  }
+  /* No source tree to compile against: nothing can be built in this
+   * process, and that says nothing about this kernel. */
+  char prelude[1200];
+  snprintf(prelude, sizeof prelude, "%s/compiler/gen_prelude.h", jit_src());
+  tpurt_jit_result_t r;
+  char c_path[1200];
+  snprintf(c_path, sizeof c_path, "%s/kernel.c", out->dir);
+  if (access(prelude, R_OK) != 0) {
+    TPURT_LOG(INFO, "codegen: no %s: code generation off for this process", prelude);
+    r = TPURT_JIT_UNAVAILABLE;
+  } else if (!tpurt_file_write_new(c_path, source, strlen(source), NULL, 0)) {
+    r = TPURT_JIT_REJECTED;
+  } else {
+    r = run_compiler(out->dir);
+  }
+  if (r == TPURT_JIT_UNAVAILABLE && !tpurt_jit_stopping()) atomic_store(&g_unavailable, true);
+  if (r == TPURT_JIT_OK) { /* private whatever the umask: the cache reads only files no one else may write */
+    snprintf(out->so_path, sizeof out->so_path, "%s/kernel.so", out->dir);
+    if (chmod(out->so_path, 0600) != 0) r = TPURT_JIT_REJECTED;
+  }
+  return r;
+}
+
+void tpurt_jit_build_remove(const tpurt_jit_build_t* b) {
+  if (!b->dir[0]) return;
+  static const char* const kFiles[] = {"kernel.c", "kernel.so", "kernel.log"};
+  char path[1300];
+  for (size_t i = 0; i < sizeof kFiles / sizeof kFiles[0]; ++i) {
+    snprintf(path, sizeof path, "%s/%s", b->dir, kFiles[i]);
+    unlink(path);
+  }
+  rmdir(b->dir);
+}
