@@ -7,7 +7,6 @@
  * and loads it back through the same verified path as any other. */
 #include "compiler/cache.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -95,37 +94,30 @@ bool tpurt_kernel_cache_entry_path(const char* source, const char* ext, char* bu
 #define RECORD_HEAD "torch_tpu kernel v2 abi %u so %016llx\n"
 #define RECORD_SCAN "torch_tpu kernel v2 abi %u so %16llx%n"
 
-/* The one place an executable is loaded (the device HAL takes this over):
- * `fd` is an open descriptor of a library whose owner, mode and content were
- * just checked through it. It is loaded through /proc/self/fd, so the file
- * checked is the file mapped whatever happens to its path meanwhile. The
- * library must report this ABI version and follow the struct_size rule
+/* How executables are loaded: the executor installs the device's loader
+ * (exec/defer: the HAL's executable_load / lookup / release). */
+static _Atomic(const tpurt_kernel_loader_t*) g_loader;
+
+void tpurt_kernel_cache_set_loader(const tpurt_kernel_loader_t* loader) { atomic_store(&g_loader, loader); }
+
+/* The one place an executable is loaded: `fd` is an open descriptor of a
+ * library whose owner, mode and content were just checked through it; the
+ * loader loads exactly that descriptor (never the path again). The library
+ * must report this ABI version and follow the struct_size rule
  * (kernel_abi.h): it is called once with too small an args struct, which it
  * must refuse, and once with ours on an empty range, which it must accept.
- * Returns its kernel, or NULL (the library is unloaded again). */
+ * Returns its kernel, or NULL (the executable is released again). Executables
+ * that pass stay loaded for the life of the process. */
 static tpurt_gen_fn_t load_executable(int fd) {
-  /* glibc returns an already loaded library when the name matches, and a
-   * descriptor's number comes back after a close: each load gets a number
-   * never named before (a duplicate at or above the last one), so no name
-   * repeats. Numbers run out at the descriptor limit; loads then fail and
-   * chains stay on the generic path. */
-  static pthread_mutex_t name_lock = PTHREAD_MUTEX_INITIALIZER;
-  static int next_name = 3;
-  pthread_mutex_lock(&name_lock);
-  int nfd = fcntl(fd, F_DUPFD_CLOEXEC, next_name);
-  void* lib = NULL;
-  char name[64];
-  if (nfd >= 0) {
-    next_name = nfd + 1;
-    snprintf(name, sizeof name, "/proc/self/fd/%d", nfd);
-    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) TPURT_LOG(INFO, "codegen: dlopen %s: %s", name, dlerror());
-    close(nfd);
+  const tpurt_kernel_loader_t* ld = atomic_load(&g_loader);
+  if (!ld) {
+    TPURT_LOG(INFO, "codegen: no executable loader installed");
+    return NULL;
   }
-  pthread_mutex_unlock(&name_lock);
-  if (!lib) return NULL;
-  const uint32_t* abi = dlsym(lib, TPURT_KERNEL_ABI_SYMBOL);
-  void* sym = dlsym(lib, TPURT_KERNEL_FN_SYMBOL);
+  void* exe = ld->load(ld->user, fd);
+  if (!exe) return NULL;
+  const uint32_t* abi = ld->lookup(ld->user, exe, TPURT_KERNEL_ABI_SYMBOL);
+  void* sym = ld->lookup(ld->user, exe, TPURT_KERNEL_FN_SYMBOL);
   tpurt_gen_fn_t fn = NULL;
   if (sym) memcpy(&fn, &sym, sizeof fn);
   bool ok = abi && *abi == TPURT_KERNEL_ABI_VERSION && fn;
@@ -140,10 +132,10 @@ static tpurt_gen_fn_t load_executable(int fd) {
   if (!ok) {
     TPURT_LOG(INFO, "codegen: library refused: ABI version %u (want %u), kernel %s", abi ? *abi : 0u,
               TPURT_KERNEL_ABI_VERSION, fn ? "present" : "missing");
-    dlclose(lib);
+    ld->release(ld->user, exe);
     return NULL;
   }
-  return fn; /* the library stays loaded for the life of the process */
+  return fn;
 }
 
 /* The kernel at dir/<h>.so when its record matches `source` and its bytes;

@@ -23,6 +23,19 @@
 
 #include "compiler/kernel_abi.h"
 
+/* Loading runs on the device: the executor installs how (the HAL's
+ * executable slots). load: the executable in a verified descriptor (the
+ * loader loads that descriptor, never a path), or NULL; lookup: an entry's
+ * address, or NULL; release: unloads a refused one. Until a loader is
+ * installed nothing loads and chains stay on the generic path. */
+typedef struct tpurt_kernel_loader_t {
+  void* (*load)(void* user, int fd);
+  void* (*lookup)(void* user, void* executable, const char* name);
+  void (*release)(void* user, void* executable);
+  void* user;
+} tpurt_kernel_loader_t;
+void tpurt_kernel_cache_set_loader(const tpurt_kernel_loader_t* loader);
+
 typedef enum tpurt_kernel_cache_state_e {
   TPURT_KERNEL_CACHE_ABSENT = 0, /* neither loaded nor on disk: build it */
   TPURT_KERNEL_CACHE_READY,      /* loaded */

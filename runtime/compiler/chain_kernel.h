@@ -1,5 +1,5 @@
 /* The generated kernel of a fused elementwise chain: what DeferAndFuse asks
- * for each time it runs a chain (exec/fuse.c). A table keyed by the chain's
+ * for each time it runs a chain (exec/defer/fuse_run.c). A table keyed by the chain's
  * description (compiler/codegen.h; its content, not addresses) remembers each
  * chain's kernel, so a chain that has one pays a hash and a compare. A chain
  * seen for the first time has its source generated and the kernel cache asked

@@ -117,6 +117,7 @@ static void init_once(void) {
     if (s) goto done;
     g_num_devices = i + 1;
   }
+  tpurt_exec_loader_install(g_devices[0]);
 done:
   g_init_status = s;
 }

@@ -40,6 +40,10 @@ tpurt_device_t* tpurt_device_default(void);
 int tpurt_device_count_internal(void);
 tpurt_device_t* tpurt_device_at(int index);
 
+/* Installs the device's executable loader into the compiler's kernel cache
+ * (loader.c; tpurt_init does, for chip 0). */
+void tpurt_exec_loader_install(tpurt_device_t* device);
+
 /* Waits until every queue of the device (except the caller's own, when called
  * from a queue's thread) has run all it was given. Kept errors stay kept. */
 void tpurt_device_wait_idle(tpurt_device_t* d);

@@ -196,8 +196,7 @@ typedef struct tpurt_hal_driver_t {
   /* The entry point `name` as the device calls it; NOT_FOUND if absent. */
   tpurt_status_t (*executable_lookup)(tpurt_hal_executable_t* executable, const char* name,
                                       void** out_entry);
-  /* Entries looked up stay valid while the executable lives (on the vTPU:
-   * for the life of the process). */
+  /* Unloads it: entries looked up are no longer valid. */
   void (*executable_release)(tpurt_hal_executable_t* executable);
 } tpurt_hal_driver_t;
 

@@ -477,6 +477,7 @@ static void rm_tree(const char* dir) {
 }
 
 int main(void) {
+  CHECK_OK(tpurt_init()); /* kernels load through the default chip's HAL */
   snprintf(g_dir, sizeof g_dir, "%s/tpurt_test_codegen.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(g_dir)) {
     perror("mkdtemp");

@@ -3,13 +3,15 @@
  * as submitted (each record holds a point of the queue's timeline) and is
  * handed to the HAL queue as one CALL command whenever anything else is
  * queued or anyone waits for the queue, and at a size limit; the queue's
- * thread then plans and runs it (exec/fuse.c: the fusion rules), so planning
+ * thread then plans and runs it (fuse_run.c; the fusion rules are in
+ * compiler/fuse_plan.c), so planning
  * costs the host thread nothing. The allocator tells the pending graph when
  * the host frees a block (a free marker), so a fused chain may skip writing
  * an intermediate nobody can see again. */
 #include <stdlib.h>
 
-#include "exec/fuse.h"
+#include "compiler/fuse_plan.h"
+#include "exec/defer/defer.h"
 #include "exec/mode.h"
 #include "hal/call_record.h"
 

@@ -137,7 +137,7 @@ TPURT_API bool tpurt_event_query(tpurt_event_t* event); /* true when reached (or
 TPURT_API tpurt_status_t tpurt_event_elapsed_ms(tpurt_event_t* start, tpurt_event_t* end,
                                                 float* out_ms);
 
-/* ---- DeferAndFuse (exec/fuse.c) ---- */
+/* ---- DeferAndFuse (exec/defer: recording and running; compiler/fuse_plan.c: the rules) ---- */
 /* Counters since the process started (or the last reset). */
 typedef struct tpurt_fuse_stats_t {
   uint64_t ops_recorded;     /* kernels deferred instead of queued */

@@ -94,7 +94,7 @@ enum {
   TPURT_OP_COMPLEX = 1u << 2,
   /* The kernel reads its one tensor input only through the reduction engine
    * (ops/reduce: tpurt_reduce_run), so DeferAndFuse may end a chain in it and
-   * feed it the chain's value tile by tile (exec/fuse.c rule 7). */
+   * feed it the chain's value tile by tile (compiler/fuse_plan.c rule 7). */
   TPURT_OP_REDUCE_ENGINE = 1u << 3,
   /* The fusion rule of an elementwise kernel: it writes its one output
    * element i from input elements i only, through the elementwise engine

@@ -1,12 +1,11 @@
-/* DeferAndFuse, internal to exec/: the pending graph a queue records in this
- * mode (queue.c appends, fuse.c plans and runs it) and the fusion statistics.
- * Not part of any ABI. */
-#ifndef TPURT_EXEC_FUSE_H_
-#define TPURT_EXEC_FUSE_H_
+/* DeferAndFuse's room, internal to exec/: the pending list a queue records
+ * into (defer.c records, pending.c holds), its lowering into the graph IR
+ * (lower.c), and the executor that runs the planned graph on the queue's
+ * thread (fuse_run.c; the planner is compiler/fuse_plan.c). Not an ABI. */
+#ifndef TPURT_EXEC_DEFER_DEFER_H_
+#define TPURT_EXEC_DEFER_DEFER_H_
 
-#include "base/env.h"
-#include "base/file.h"
-#include "base/hash.h"
+#include "compiler/graph.h"
 #include "hal/kernel_ctx.h"
 #include "tpurt/device.h"
 
@@ -28,13 +27,8 @@ typedef struct tpurt_defer_rec_t {
 typedef struct tpurt_defer_chunk_t tpurt_defer_chunk_t;
 
 /* The pending records of one queue, in submission order. Owned by the queue
- * (under submit_lock) until a flush hands it to the worker inside one ring
- * command, which runs it and frees it. */
-/* Bytes [lo, hi) a tensor touches; lo == hi: none. */
-typedef struct tpurt_span_t {
-  uintptr_t lo, hi;
-} tpurt_span_t;
-
+ * (under submit_lock) until a flush hands it to the queue's thread inside
+ * one CALL command, which runs it and frees it. */
 typedef struct tpurt_defer_list_t {
   tpurt_defer_rec_t* recs;
   int32_t num_recs;
@@ -43,10 +37,6 @@ typedef struct tpurt_defer_list_t {
   uint64_t points;      /* queue points these records stand for (KERNEL + COPY) */
   uint64_t arena_bytes; /* payload bytes held */
   tpurt_defer_chunk_t* chunks;
-  /* Planning (fuse.c), filled when the list runs: record i's tensors' byte
-   * ranges are spans[span_first[i] .. span_first[i + 1]). */
-  tpurt_span_t* spans;
-  int32_t* span_first;
 } tpurt_defer_list_t;
 
 tpurt_defer_list_t* tpurt_defer_list_new(void);
@@ -56,21 +46,17 @@ void* tpurt_defer_list_alloc(tpurt_defer_list_t* list, size_t bytes);
 /* Appends a record slot (zeroed); NULL when out of memory. */
 tpurt_defer_rec_t* tpurt_defer_list_push(tpurt_defer_list_t* list);
 
-/* Whether `op` may join a fused chain (an elementwise kernel of one output
- * that runs through tpurt_ew_run exactly once). */
-bool tpurt_fuse_op_fusable(const tpurt_op_def_t* op);
-
+/* Lowers the pending list into g (reset first), node i for record i.
+ * *scratch / *cap: a work array kept between calls. False without memory. */
+bool tpurt_defer_lower(tpurt_defer_list_t* list, tpurt_graph_t* g, int32_t** scratch, int32_t* cap);
 
 /* Runs a pending list on the queue's thread, with its dispatch context:
- * plans fused groups (rules at the top of fuse.c), runs them and the
+ * lowers it, plans fused chains (compiler/fuse_plan.c) and runs them and the
  * remaining records in order. Every record runs; the first kernel error is
  * returned (kept by the queue like Strict's). Does not free `list`. */
 tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* list, tpurt_kernel_ctx_t* ctx);
 
+/* A kernel was recorded (statistics). */
 void tpurt_fuse_note_recorded(void);
 
-/* TORCH_TPU_FUSE_TRACE=1: DeferAndFuse explains itself on stderr. */
-bool tpurt_fuse_trace(void);
-/* Statistics, switches and the cache API: tpurt/device.h. */
-
-#endif /* TPURT_EXEC_FUSE_H_ */
+#endif /* TPURT_EXEC_DEFER_DEFER_H_ */

@@ -1,0 +1,419 @@
+/* DeferAndFuse's planner: fused elementwise chains over a graph, with
+ * exactly Strict's results when the executor runs them.
+ *
+ * THE RULES (the only place they are written; tests/test_defer_fuse.py and
+ * runtime/tests/test_fuse.c assert the kernel counts they give):
+ *
+ *  Materialize (exec/defer/defer.c): at every sync point (synchronize, host
+ *  copies, events, anything else queued, is_idle polls), and at a size
+ *  limit: past 16 records at the next record that cannot join a chain (so
+ *  the cut falls at the same place every training step, and the device
+ *  starts early), past 1024 records or 8 MiB at once.
+ *
+ *  Which ops fuse: elementwise kernels (op flag TPURT_OP_ELEMENTWISE: each
+ *  runs through the elementwise engine exactly once) with one output of >0
+ *  elements, no tensor-list argument, every tensor argument broadcastable to
+ *  the output, an output whose elements never share memory (no expanded or
+ *  overlapping as_strided view: an in-place pass over one depends on element
+ *  order), and no partial overlap between an op's output and its own inputs.
+ *
+ *  A chain (one kernel) gathers, in graph order from its first op, up to
+ *  TPURT_FUSE_MAX_OPS such ops over one output shape, looking at most
+ *  TPURT_FUSE_WINDOW nodes ahead. The chain runs where its first op stood, so
+ *  every node it passes over runs after it. A node is passed over (left for
+ *  later):
+ *   1. if it cannot fuse (reductions, matmuls, random ops, copies, ...);
+ *   2. if its output shape differs;
+ *   3. in place / aliasing: if its output overlaps any tensor the chain
+ *      already reads or writes, or an input overlaps a chain output, unless
+ *      the two are the very same view (data, dtype, sizes, strides); views of
+ *      one buffer that are not identical never fuse. (Identical views are
+ *      the in-place case x.add_(1) that a tile-by-tile pass still runs in
+ *      Strict's order.) A buffer the host freed inside the chain may return
+ *      as a new buffer with another layout; that is no clash when the old
+ *      values lived only in tiles;
+ *   4. repeated op subsequences: if it reads nothing the chain produced and
+ *      repeats the chain's first op, it starts a chain of its own, so a loop
+ *      over parameters (an optimizer's foreach ops) gives one identical kernel
+ *      per parameter, and the same kernels every step;
+ *   5. size: TPURT_FUSE_MAX_OPS ops per chain;
+ *   6. independence: if it shares a byte with a node already passed over
+ *      (moving it ahead of that node would change what either sees).
+ *  A reduction ends the chain (rule 7) instead of being passed over when its
+ *  kernel reads its input only through the reduction engine (op flag
+ *  TPURT_OP_REDUCE_ENGINE: sum, mean, amax/amin, max/min over a dim, prod,
+ *  all/any, count_nonzero, var/std(_mean), norms, logsumexp) and its one
+ *  tensor input is the very view of a member's output (contiguous), unless a
+ *  member writes memory the chain reads (in place: var reads its input twice
+ *  and both passes must see the same values), its outputs touch the chain's
+ *  tensors, or rule 6 holds for it. The engine then reads that value tile by
+ *  tile from the chain instead of from memory (ops/reduce/reduce.h:
+ *  tpurt_reduce_source_t), so it is written only if live. The engine takes
+ *  it only as one contiguous run per output, so only reductions over
+ *  innermost dims join (a sum over dim 0 is passed over); should the engine
+ *  still decline, it does so before reading and the chain reruns unfused.
+ *  Several consumers: a value read by several ops of the chain stays in the
+ *  tile for all of them (no recomputation, so no reason to cut); it is
+ *  written to memory exactly when the liveness rule below says so.
+ *
+ *  Liveness: a chain's intermediate result is not written to device memory
+ *  only when it is dead: looking forward in the graph, the host freed its
+ *  buffer (a FREE node), or a later op of the same chain overwrites the
+ *  identical view, before any node outside the chain touches those bytes.
+ *  Anything still live at the end of the graph (a tensor Python still holds)
+ *  is written.
+ *
+ *  Running a chain (exec/defer/fuse_run.c): each kernel is called as in
+ *  Strict, but its elementwise engine run is intercepted, so promotion,
+ *  scalars and loops are the kernel's own; the chain then runs every loop per
+ *  tile with intermediates in per-thread tile buffers, or as one generated C
+ *  function (compiler/codegen.c) once one is built. Values and dtypes are the
+ *  ones Strict would store (a float16 intermediate is rounded to float16), so
+ *  results are bit-identical for contiguous operands. Anything unexpected
+ *  during capture reruns the chain unfused, before anything was written.
+ */
+#include "compiler/fuse_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/env.h"
+
+#define FUSE_MAX_OPERANDS 8 /* an elementwise op's operands (ops/elementwise: TPURT_EW_MAX_OPERANDS) */
+
+bool tpurt_fuse_trace(void) {
+  static _Atomic int t = -1;
+  return tpurt_env_switch(&t, "TORCH_TPU_FUSE_TRACE", false);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Values.                                                                   */
+
+static const tpurt_tensor_t* desc(const tpurt_graph_t* g, int32_t v) { return g->values[v].desc; }
+
+/* Two elements of t may share memory (an expanded or as_strided output):
+ * with dims sorted by stride, each stride must pass the span of the ones
+ * inside it. An in-place pass over such a view depends on element order,
+ * which a fused pass would change. */
+static bool self_overlapping(const tpurt_tensor_t* t) {
+  int64_t st[TPURT_MAX_DIMS], sz[TPURT_MAX_DIMS];
+  int n = 0;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] <= 1) continue;
+    int64_t s = t->strides[d] < 0 ? -t->strides[d] : t->strides[d];
+    int k = n++;
+    while (k > 0 && st[k - 1] > s) {
+      st[k] = st[k - 1];
+      sz[k] = sz[k - 1];
+      --k;
+    }
+    st[k] = s;
+    sz[k] = t->sizes[d];
+  }
+  int64_t span = 0; /* largest offset the inner dims reach */
+  for (int k = 0; k < n; ++k) {
+    if (st[k] <= span) return true;
+    span += (sz[k] - 1) * st[k];
+  }
+  return false;
+}
+
+/* Node n's output 0 and argument slot a (a value id, or -1). */
+static int32_t out0(const tpurt_graph_t* g, int32_t n) { return tpurt_graph_outputs(g, n)[0]; }
+static int32_t arg(const tpurt_graph_t* g, int32_t n, int32_t a) { return tpurt_graph_inputs(g, n)[a]; }
+static int32_t num_args(const tpurt_graph_t* g, int32_t n) { return g->nodes[n].call->num_args; }
+
+/* Does node n read a value identical to an output of members[0..k)? */
+static bool reads_group(const tpurt_graph_t* g, const int32_t* members, int k, int32_t n) {
+  for (int32_t i = 0; i < num_args(g, n); ++i) {
+    int32_t v = arg(g, n, i);
+    if (v < 0) continue;
+    for (int m = 0; m < k; ++m)
+      if (tpurt_graph_values_same(g, v, out0(g, members[m]))) return true;
+  }
+  return false;
+}
+
+/* Is value v (an argument of member m) the output of an earlier member? */
+static bool from_chain(const tpurt_graph_t* g, const int32_t* members, int m, int32_t v) {
+  for (int j = 0; j < m; ++j)
+    if (tpurt_graph_values_same(g, v, out0(g, members[j]))) return true;
+  return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Planning.                                                                 */
+
+/* May node n join a chain at all (on its own terms)? */
+static bool eligible(const tpurt_graph_t* g, int32_t n) {
+  const tpurt_graph_node_t* node = &g->nodes[n];
+  if (node->kind != TPURT_GRAPH_OP || !tpurt_fuse_op_fusable(node->op)) return false;
+  const tpurt_op_call_t* c = node->call;
+  if (c->num_outputs != 1) return false;
+  const tpurt_tensor_t* o = &c->outputs[0];
+  if (tpurt_tensor_numel(o) <= 0 || self_overlapping(o) || !o->data) return false;
+  int ntensors = 0;
+  for (int32_t i = 0; i < c->num_args; ++i) {
+    const tpurt_arg_t* a = &c->args[i];
+    if (a->kind == TPURT_ARG_TENSOR_LIST) return false;
+    if (a->kind != TPURT_ARG_TENSOR || !a->v.tensor) continue;
+    if (++ntensors >= FUSE_MAX_OPERANDS) return false;
+    int32_t v = arg(g, n, i);
+    if (!tpurt_tensor_broadcasts_to(a->v.tensor, o)) return false;
+    if (tpurt_graph_values_overlap(g, v, out0(g, n)) && !tpurt_graph_values_same(g, v, out0(g, n))) return false;
+  }
+  return true;
+}
+
+/* Same op (kernel, argument kinds and dtypes) as another node. */
+static bool same_op(const tpurt_graph_t* g, int32_t a, int32_t b) {
+  const tpurt_graph_node_t *x = &g->nodes[a], *y = &g->nodes[b];
+  if (x->op != y->op || x->call->num_args != y->call->num_args) return false;
+  if (x->call->outputs[0].dtype != y->call->outputs[0].dtype) return false;
+  for (int32_t i = 0; i < x->call->num_args; ++i) {
+    const tpurt_arg_t *p = &x->call->args[i], *q = &y->call->args[i];
+    if (p->kind != q->kind) return false;
+    if (p->kind == TPURT_ARG_TENSOR && p->v.tensor && q->v.tensor && p->v.tensor->dtype != q->v.tensor->dtype)
+      return false;
+  }
+  return true;
+}
+
+/* Rule 3: does node n's memory clash with the chain so far? A buffer the
+ * host freed inside the chain may come back as a new buffer with another
+ * layout: the old values there were produced and read inside the chain (so
+ * they live in tiles, never in memory) and do not clash; an old value the
+ * chain read from memory still does. */
+static bool conflicts(const tpurt_graph_t* g, const int32_t* members, int k, int32_t n) {
+  int32_t o = out0(g, n);
+  for (int m = 0; m < k; ++m) {
+    int32_t mn = members[m], mo = out0(g, mn);
+    bool mo_dead = tpurt_graph_freed_between(g, mo, mn, n);
+    if (!mo_dead && tpurt_graph_values_overlap(g, o, mo) && !tpurt_graph_values_same(g, o, mo)) return true;
+    for (int32_t i = 0; i < num_args(g, mn); ++i) {
+      int32_t v = arg(g, mn, i);
+      if (v < 0 || !tpurt_graph_values_overlap(g, o, v) || tpurt_graph_values_same(g, o, v)) continue;
+      if (!(from_chain(g, members, m, v) && tpurt_graph_freed_between(g, v, mn, n))) return true;
+    }
+    if (mo_dead) continue; /* n's inputs there are the new buffer's */
+    for (int32_t i = 0; i < num_args(g, n); ++i) {
+      int32_t v = arg(g, n, i);
+      if (v >= 0 && tpurt_graph_values_overlap(g, v, mo) && !tpurt_graph_values_same(g, v, mo)) return true;
+    }
+  }
+  return false;
+}
+
+/* Do an eligible node a and any node b share a byte? */
+static bool nodes_share(const tpurt_graph_t* g, int32_t a, int32_t b) {
+  if (!tpurt_graph_ranges_overlap(g->nodes[a].hull, g->nodes[b].hull)) return false;
+  const tpurt_graph_node_t* na = &g->nodes[a];
+  const int32_t* o = g->operands + na->first_in;
+  for (int32_t k = 0; k < na->num_in + na->num_out; ++k) {
+    if (o[k] < 0) continue;
+    tpurt_graph_range_t r = g->values[o[k]].bytes;
+    if (r.lo != r.hi && tpurt_graph_node_touches(g, b, r)) return true;
+  }
+  return false;
+}
+
+/* Does reduction call c over `in` reduce only innermost dims (one contiguous
+ * run per output, the only way the engine takes a chain's value)? The dim
+ * argument is the first after self (after ord/p for the norms); absent,
+ * None or [] mean every dim. */
+static bool red_dims_innermost(const tpurt_op_call_t* c, const tpurt_tensor_t* in) {
+  int di = (strcmp(c->name, "linalg_vector_norm") == 0 || strcmp(c->name, "norm") == 0) ? 2 : 1;
+  bool mask[TPURT_MAX_DIMS] = {false};
+  const tpurt_arg_t* a = di < c->num_args ? &c->args[di] : NULL;
+  int nd = in->ndim;
+  if (!a || a->kind == TPURT_ARG_NONE || (a->kind == TPURT_ARG_INT_LIST && a->count == 0)) return true;
+  if (a->kind == TPURT_ARG_INT || a->kind == TPURT_ARG_INT_LIST) {
+    int cnt = a->kind == TPURT_ARG_INT ? 1 : a->count;
+    for (int k = 0; k < cnt; ++k) {
+      int64_t d = a->kind == TPURT_ARG_INT ? a->v.i : a->v.ints[k];
+      if (nd == 0) return true;
+      if (d < 0) d += nd;
+      if (d < 0 || d >= nd) return false; /* the kernel reports it */
+      mask[d] = true;
+    }
+  } else {
+    return true; /* a form without dims (sum(self, dtype)): every dim */
+  }
+  bool seen_reduced = false;
+  for (int d = 0; d < nd; ++d) {
+    if (in->sizes[d] == 1) continue;
+    if (mask[d]) seen_reduced = true;
+    else if (seen_reduced) return false; /* a kept dim inside the reduced ones */
+  }
+  return true;
+}
+
+/* May node r, a reduction, end the chain members[0..k) (reading one member's
+ * value from the tiles instead of memory)? Returns that member, or -1. Its
+ * one tensor input must be a member's output (contiguous), no member may
+ * write memory the chain also reads (a value produced twice must not change:
+ * the engine reads it once per pass and var/std make two passes), its outputs
+ * must not touch the chain, and it must share no byte with a node the chain
+ * passed over (rule 6). */
+static int reduction_source(const tpurt_graph_t* g, const int32_t* members, int k, int32_t r,
+                            const int32_t* passed, int np) {
+  const tpurt_graph_node_t* node = &g->nodes[r];
+  if (node->kind != TPURT_GRAPH_OP || !node->op || !(node->op->flags & TPURT_OP_REDUCE_ENGINE)) return -1;
+  const tpurt_op_call_t* c = node->call;
+  int32_t in = -1;
+  for (int32_t i = 0; i < c->num_args; ++i) {
+    const tpurt_arg_t* a = &c->args[i];
+    if (a->kind == TPURT_ARG_TENSOR_LIST) return -1;
+    if (a->kind != TPURT_ARG_TENSOR || !a->v.tensor) continue;
+    if (in >= 0) return -1;
+    in = arg(g, r, i);
+  }
+  if (in < 0) return -1;
+  const tpurt_tensor_t* t = desc(g, in);
+  if (tpurt_tensor_numel(t) <= 0 || !tpurt_tensor_is_contiguous(t) || c->num_outputs < 1 ||
+      !red_dims_innermost(c, t))
+    return -1;
+  int src = -1;
+  for (int m = k - 1; m >= 0 && src < 0; --m)
+    if (tpurt_graph_values_same(g, in, out0(g, members[m]))) src = m;
+  if (src < 0) return -1;
+  const int32_t* routs = tpurt_graph_outputs(g, r);
+  for (int m = 0; m < k; ++m) {
+    int32_t mn = members[m];
+    for (int32_t i = 0; i < num_args(g, mn); ++i) {
+      int32_t v = arg(g, mn, i);
+      if (v < 0 || from_chain(g, members, m, v)) continue;
+      for (int j = 0; j < k; ++j) /* memory the chain reads and writes: in place */
+        if (tpurt_graph_values_overlap(g, v, out0(g, members[j]))) return -1;
+      for (int32_t o = 0; o < c->num_outputs; ++o)
+        if (routs[o] >= 0 && tpurt_graph_values_overlap(g, routs[o], v)) return -1;
+    }
+    /* a member's buffer the host freed before the reduction may hold its
+     * output: that value lived only in tiles (the liveness rule) */
+    int32_t mo = out0(g, mn);
+    for (int32_t o = 0; o < c->num_outputs; ++o)
+      if (routs[o] >= 0 && tpurt_graph_values_overlap(g, routs[o], mo) && !tpurt_graph_freed_between(g, mo, mn, r))
+        return -1;
+  }
+  tpurt_graph_range_t ins = g->values[in].bytes;
+  for (int j = 0; j < np; ++j) {
+    int32_t q = passed[j];
+    if (!tpurt_graph_ranges_overlap(g->nodes[r].hull, g->nodes[q].hull)) continue;
+    if (ins.lo != ins.hi && tpurt_graph_node_touches(g, q, ins)) return -1;
+    for (int32_t o = 0; o < c->num_outputs; ++o) {
+      if (routs[o] < 0) continue;
+      tpurt_graph_range_t os = g->values[routs[o]].bytes;
+      if (os.lo != os.hi && tpurt_graph_node_touches(g, q, os)) return -1;
+    }
+  }
+  return src;
+}
+
+int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fuse_chain_t* out) {
+  const tpurt_graph_t* g = p->g;
+  out->red = -1;
+  out->red_src = -1;
+  out->members[0] = start;
+  out->n = 1;
+  int n = 1;
+  const tpurt_graph_node_t* first = &g->nodes[start];
+  if (!p->eligible[start]) {
+    if (tpurt_fuse_trace() && first->kind == TPURT_GRAPH_OP)
+      fprintf(stderr, "[fuse] %s runs alone (rule 1)\n", first->call->name);
+    return 1;
+  }
+  const tpurt_tensor_t* shape = &first->call->outputs[0];
+  int32_t passed[TPURT_FUSE_WINDOW];
+  int np = 0;
+  int counts[7] = {0};
+  for (int32_t i = start + 1; i < g->num_nodes && i - start <= TPURT_FUSE_WINDOW && n < TPURT_FUSE_MAX_OPS; ++i) {
+    const tpurt_graph_node_t* node = &g->nodes[i];
+    if (node->kind == TPURT_GRAPH_FREE || p->done[i]) continue;
+    int why = 0;
+    if (!p->eligible[i]) {
+      int src = reduction_source(g, out->members, n, i, passed, np);
+      if (src >= 0) { /* rule 7: the chain ends in this reduction, members[n] */
+        out->members[n] = i;
+        out->red = i;
+        out->red_src = src;
+        break;
+      }
+      why = 1;
+    } else if (!tpurt_tensor_same_shape(&node->call->outputs[0], shape)) why = 2;
+    else if (conflicts(g, out->members, n, i)) why = 3;
+    else if (same_op(g, i, start) && !reads_group(g, out->members, n, i)) why = 4;
+    else
+      for (int k = 0; k < np && !why; ++k)
+        if (nodes_share(g, i, passed[k])) why = 6;
+    if (why) {
+      counts[why]++;
+      passed[np++] = i;
+    } else {
+      out->members[n++] = i;
+    }
+  }
+  out->n = n;
+  if (tpurt_fuse_trace())
+    fprintf(stderr, "[fuse] chain of %d from %s%s%s; passed over: rule1 %d, rule2 %d, rule3 %d, rule4 %d, rule6 %d\n",
+            n, first->call->name, out->red >= 0 ? " into " : "", out->red >= 0 ? g->nodes[out->red].call->name : "",
+            counts[1], counts[2], counts[3], counts[4], counts[6]);
+  return n;
+}
+
+bool tpurt_fuse_plan_member_stores(const tpurt_fuse_planner_t* p, const tpurt_fuse_chain_t* c, int m) {
+  const tpurt_graph_t* g = p->g;
+  int nm = c->red >= 0 ? c->n + 1 : c->n; /* the reduction reads inside the chain */
+  int32_t mn = c->members[m], o = out0(g, mn);
+  tpurt_graph_range_t r = g->values[o].bytes;
+  if (r.lo == r.hi) return true;
+  int32_t freed = g->values[o].buffer >= 0 ? g->buffers[g->values[o].buffer].freed_at : INT32_MAX;
+  int next = m + 1;
+  for (int32_t i = mn + 1; i < g->num_nodes; ++i) {
+    if (i == freed) return false; /* the host let it go */
+    const tpurt_graph_node_t* node = &g->nodes[i];
+    if (node->kind == TPURT_GRAPH_FREE) continue;
+    if (next < nm && i == c->members[next]) {
+      ++next;
+      if (node->num_out > 0 && tpurt_graph_values_same(g, out0(g, i), o)) return false; /* overwritten in the same tile */
+      continue;                                                                          /* reads it from the tile */
+    }
+    if (tpurt_graph_node_touches(g, i, r)) return true; /* used outside the chain */
+  }
+  return true; /* still live when the graph ends: the host may read it */
+}
+
+/* ------------------------------------------------------------------------ */
+/* State.                                                                    */
+
+void tpurt_fuse_planner_init(tpurt_fuse_planner_t* p) { memset(p, 0, sizeof(*p)); }
+
+void tpurt_fuse_planner_deinit(tpurt_fuse_planner_t* p) {
+  free(p->eligible);
+  free(p->done);
+  memset(p, 0, sizeof(*p));
+}
+
+bool tpurt_fuse_planner_begin(tpurt_fuse_planner_t* p, const tpurt_graph_t* g) {
+  p->g = g;
+  if (g->num_nodes > p->cap) {
+    int32_t cap = p->cap ? p->cap : 64;
+    while (cap < g->num_nodes) cap *= 2;
+    bool* e = realloc(p->eligible, (size_t)cap);
+    if (e) p->eligible = e;
+    bool* d = realloc(p->done, (size_t)cap);
+    if (d) p->done = d;
+    if (!e || !d) return false;
+    p->cap = cap;
+  }
+  for (int32_t i = 0; i < g->num_nodes; ++i) {
+    p->eligible[i] = eligible(g, i);
+    p->done[i] = false;
+  }
+  return true;
+}
+
+void tpurt_fuse_planner_mark_done(tpurt_fuse_planner_t* p, const tpurt_fuse_chain_t* c) {
+  for (int m = 0; m < c->n; ++m) p->done[c->members[m]] = true;
+  if (c->red >= 0) p->done[c->red] = true;
+}

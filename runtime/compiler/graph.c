@@ -1,0 +1,174 @@
+/* The graph IR (compiler/graph.h): building and the queries passes use. */
+#include "compiler/graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Grows *arr (elements of `size` bytes) to hold `need`; false without memory. */
+static bool grow(void** arr, int32_t* cap, int32_t need, size_t size) {
+  if (need <= *cap) return true;
+  int32_t n = *cap ? *cap : 64;
+  while (n < need) n *= 2;
+  void* p = realloc(*arr, (size_t)n * size);
+  if (!p) return false;
+  *arr = p;
+  *cap = n;
+  return true;
+}
+#define GROW(g, arr, num, cap, extra) \
+  ((g)->oom = (g)->oom || !grow((void**)&(g)->arr, &(g)->cap, (g)->num + (extra), sizeof(*(g)->arr)), !(g)->oom)
+
+void tpurt_graph_init(tpurt_graph_t* g) { memset(g, 0, sizeof(*g)); }
+
+void tpurt_graph_deinit(tpurt_graph_t* g) {
+  free(g->nodes);
+  free(g->values);
+  free(g->operands);
+  free(g->buffers);
+  free(g->syms);
+  free(g->open);
+  memset(g, 0, sizeof(*g));
+}
+
+void tpurt_graph_reset(tpurt_graph_t* g) {
+  g->num_nodes = g->num_values = g->num_operands = g->num_buffers = g->num_syms = g->num_open = 0;
+  g->oom = false;
+}
+
+tpurt_graph_range_t tpurt_graph_tensor_bytes(const tpurt_tensor_t* t) {
+  tpurt_graph_range_t r = {0, 0};
+  if (!t || !t->data) return r;
+  int64_t span = 0;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] == 0) return r;
+    span += (t->sizes[d] - 1) * (t->strides[d] < 0 ? -t->strides[d] : t->strides[d]);
+  }
+  r.lo = (uintptr_t)t->data;
+  r.hi = r.lo + (uintptr_t)(span + 1) * tpurt_dtype_size(t->dtype);
+  return r;
+}
+
+int32_t tpurt_graph_add_sym(tpurt_graph_t* g, int64_t lower, int64_t upper) {
+  if (!GROW(g, syms, num_syms, cap_syms, 1)) return -1;
+  g->syms[g->num_syms] = (tpurt_graph_sym_t){lower, upper};
+  return g->num_syms++;
+}
+
+int32_t tpurt_graph_add_buffer(tpurt_graph_t* g, uintptr_t lo, uintptr_t hi) {
+  if (!GROW(g, buffers, num_buffers, cap_buffers, 1)) return -1;
+  int32_t b = g->num_buffers++;
+  g->buffers[b] = (tpurt_graph_buffer_t){.bytes = {lo, hi}, .freed_at = INT32_MAX, .parent = b};
+  return b;
+}
+
+static int32_t root(const tpurt_graph_t* g, int32_t b) {
+  while (g->buffers[b].parent != b) b = g->buffers[b].parent;
+  return b;
+}
+
+int32_t tpurt_graph_buffer_at(tpurt_graph_t* g, tpurt_graph_range_t r) {
+  if (r.lo == r.hi || g->oom) return -1;
+  /* Tensors of one allocation overlap, tensors of two never do: joining the
+   * open buffers r overlaps (until none more joins, as the hull grows) gives
+   * each allocation's live values one buffer. */
+  int32_t found = -1;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t i = 0; i < g->num_open; ++i) {
+      int32_t b = g->open[i];
+      if (b == found || !tpurt_graph_ranges_overlap(r, g->buffers[b].bytes)) continue;
+      tpurt_graph_range_t* h = &g->buffers[b].bytes;
+      if (h->lo < r.lo) r.lo = h->lo;
+      if (h->hi > r.hi) r.hi = h->hi;
+      if (found < 0) {
+        found = b;
+      } else {
+        g->buffers[b].parent = found;
+        g->open[i--] = g->open[--g->num_open];
+      }
+      changed = true;
+    }
+  }
+  if (found < 0) {
+    if (!GROW(g, open, num_open, cap_open, 1)) return -1;
+    found = tpurt_graph_add_buffer(g, r.lo, r.hi);
+    if (found < 0) return -1;
+    g->open[g->num_open++] = found;
+  }
+  g->buffers[found].bytes = r;
+  return found;
+}
+
+int32_t tpurt_graph_add_value(tpurt_graph_t* g, const tpurt_tensor_t* desc, int32_t buffer, const int32_t* sym) {
+  if (!GROW(g, values, num_values, cap_values, 1)) return -1;
+  int32_t v = g->num_values++;
+  g->values[v] = (tpurt_graph_value_t){.desc = desc, .buffer = buffer, .producer = -1,
+                                       .bytes = tpurt_graph_tensor_bytes(desc), .sym = sym};
+  return v;
+}
+
+int32_t tpurt_graph_add_node(tpurt_graph_t* g, tpurt_graph_node_kind_t kind, const tpurt_op_def_t* op,
+                             const tpurt_op_call_t* call, const int32_t* ins, int32_t num_in, const int32_t* outs,
+                             int32_t num_out) {
+  if (!GROW(g, nodes, num_nodes, cap_nodes, 1) || !GROW(g, operands, num_operands, cap_operands, num_in + num_out))
+    return -1;
+  int32_t n = g->num_nodes++;
+  tpurt_graph_node_t* node = &g->nodes[n];
+  *node = (tpurt_graph_node_t){.kind = kind, .op = op, .call = call, .first_in = g->num_operands, .num_in = num_in,
+                               .first_out = g->num_operands + num_in, .num_out = num_out, .buffer = -1,
+                               .hull = {UINTPTR_MAX, 0}};
+  int32_t* o = g->operands + g->num_operands;
+  if (num_in) memcpy(o, ins, sizeof(int32_t) * (size_t)num_in);
+  if (num_out) memcpy(o + num_in, outs, sizeof(int32_t) * (size_t)num_out);
+  g->num_operands += num_in + num_out;
+  for (int32_t k = 0; k < num_in + num_out; ++k) {
+    if (o[k] < 0) continue;
+    tpurt_graph_range_t b = g->values[o[k]].bytes;
+    if (b.lo == b.hi) continue;
+    if (b.lo < node->hull.lo) node->hull.lo = b.lo;
+    if (b.hi > node->hull.hi) node->hull.hi = b.hi;
+  }
+  for (int32_t k = 0; k < num_out; ++k)
+    if (outs[k] >= 0 && g->values[outs[k]].producer < 0) g->values[outs[k]].producer = n;
+  return n;
+}
+
+int32_t tpurt_graph_add_free(tpurt_graph_t* g, int32_t buffer) {
+  int32_t n = tpurt_graph_add_node(g, TPURT_GRAPH_FREE, NULL, NULL, NULL, 0, NULL, 0);
+  if (n < 0 || buffer < 0) return n;
+  buffer = root(g, buffer);
+  g->nodes[n].buffer = buffer;
+  if (g->buffers[buffer].freed_at == INT32_MAX) g->buffers[buffer].freed_at = n;
+  for (int32_t i = 0; i < g->num_open; ++i)
+    if (g->open[i] == buffer) g->open[i--] = g->open[--g->num_open];
+  return n;
+}
+
+int32_t tpurt_graph_add_free_range(tpurt_graph_t* g, tpurt_graph_range_t r) {
+  int32_t n = tpurt_graph_add_node(g, TPURT_GRAPH_FREE, NULL, NULL, NULL, 0, NULL, 0);
+  if (n < 0) return n;
+  for (int32_t i = 0; i < g->num_open; ++i) {
+    int32_t b = g->open[i];
+    if (!tpurt_graph_ranges_overlap(r, g->buffers[b].bytes)) continue;
+    g->buffers[b].freed_at = n;
+    g->open[i--] = g->open[--g->num_open];
+  }
+  return n;
+}
+
+bool tpurt_graph_finish(tpurt_graph_t* g) {
+  if (g->oom) return false;
+  for (int32_t v = 0; v < g->num_values; ++v)
+    if (g->values[v].buffer >= 0) g->values[v].buffer = root(g, g->values[v].buffer);
+  return true;
+}
+
+bool tpurt_graph_node_touches(const tpurt_graph_t* g, int32_t n, tpurt_graph_range_t r) {
+  const tpurt_graph_node_t* node = &g->nodes[n];
+  if (!tpurt_graph_ranges_overlap(node->hull, r)) return false;
+  if (node->kind == TPURT_GRAPH_FREE) return false;
+  const int32_t* o = g->operands + node->first_in;
+  for (int32_t k = 0; k < node->num_in + node->num_out; ++k)
+    if (o[k] >= 0 && tpurt_graph_ranges_overlap(g->values[o[k]].bytes, r)) return true;
+  return false;
+}
