@@ -15,9 +15,9 @@
  * -1, as PyTorch's maybe_wrap_dim does). */
 tpurt_status_t tpurt_reduce_wrap_dim(const char* op, int64_t dim, int32_t ndim, int32_t* out_dim);
 
-/* Fills out_mask[ndim] from a dim argument: an int, an int list, or None / []
- * (= every dim). */
-tpurt_status_t tpurt_reduce_dims_from_arg(const char* op, const tpurt_arg_t* arg, int32_t ndim,
+/* Fills out_mask[ndim] from the dim argument args[i]: an int, an int list,
+ * or absent / None / [] (= every dim; i < 0 means absent). */
+tpurt_status_t tpurt_reduce_dims_from_arg(const tpurt_op_call_t* call, int i, int32_t ndim,
                                           bool out_mask[TPURT_MAX_DIMS]);
 
 /* ---- the reduction engine ---- */

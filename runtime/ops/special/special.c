@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/args.h"
 #include "ops/elementwise/elementwise.h"
 #include "ops/special/special_math.h"
 #include "ops/special/special_single.h"
@@ -142,7 +143,7 @@ static tpurt_status_t sp_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
     cfg.loop_dtypes[k] = k == 1 ? TPURT_DTYPE_INT32 : TPURT_DTYPE_FLOAT64;
   }
   for (int k = 0; k < nin; ++k) {
-    const tpurt_tensor_t* t = tpurt_ew_arg_as_tensor(&call->args[k], &wrapped[k], storage[k]);
+    const tpurt_tensor_t* t = tpurt_arg_as_tensor(tpurt_arg_at(call, k), &wrapped[k], storage[k]);
     if (!t)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor or a number",
                           call->name, k);
