@@ -409,30 +409,38 @@ CX_KERNEL(sum_ref) { return cx_reduce(ctx, call, "sum", true); }
 CX_KERNEL(mean) { return cx_reduce(ctx, call, "mean", false); }
 CX_KERNEL(mean_ref) { return cx_reduce(ctx, call, "mean", true); }
 
-/* These kernels are plain loops already; each is its own reference. */
-#define CX(NAME, FN) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, 0}
-#define CX_BORN(NAME, FN) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, TPURT_OP_COMPLEX}
+/* These kernels are plain loops already; each is its own reference. The
+ * dtypes of the first tensor argument: a loop reads real operands cast to the
+ * compute precision, so an op whose compute dtype comes from its output (the
+ * arithmetic, where, copy_, the unary ops) takes a real first operand too;
+ * fill_, zero_ and the reductions need a complex self; complex() and polar()
+ * build complex64/complex128 from float32/float64 parts. */
+#define CX_DT_ANY TPURT_DTYPES_ALL
+#define CX_DT_COMPLEX TPURT_DTYPES_COMPLEX
+#define CX_DT_PARTS (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
+#define CX(NAME, FN, DT) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, 0, DT, TPURT_LAYOUT_STRIDED}
+#define CX_BORN(NAME, FN, DT) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, TPURT_OP_COMPLEX, DT, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_complex[] = {
-    CX("complex::copy", copy),
-    CX("complex::fill", fill),
-    CX("complex::zero", zero),
-    CX("complex::add", add),
-    CX("complex::sub", sub),
-    CX("complex::rsub", rsub),
-    CX("complex::mul", mul),
-    CX("complex::div", div),
-    CX("complex::neg", neg),
-    CX("complex::conj_physical", conj_physical),
-    CX("complex::sgn", sgn),
-    CX("complex::abs", abs),
-    CX("complex::angle", angle),
-    CX("complex::where", where),
-    {"complex::sum", tpurt_cx_sum, tpurt_cx_sum_ref, 0},
-    {"complex::mean", tpurt_cx_mean, tpurt_cx_mean_ref, 0},
-    CX("complex::addcmul", addcmul),
-    CX("complex::addcdiv", addcdiv),
-    CX_BORN("complex", complex),
-    CX_BORN("polar", polar),
+    CX("complex::copy", copy, CX_DT_ANY),
+    CX("complex::fill", fill, CX_DT_COMPLEX),
+    CX("complex::zero", zero, CX_DT_COMPLEX),
+    CX("complex::add", add, CX_DT_ANY),
+    CX("complex::sub", sub, CX_DT_ANY),
+    CX("complex::rsub", rsub, CX_DT_ANY),
+    CX("complex::mul", mul, CX_DT_ANY),
+    CX("complex::div", div, CX_DT_ANY),
+    CX("complex::neg", neg, CX_DT_ANY),
+    CX("complex::conj_physical", conj_physical, CX_DT_ANY),
+    CX("complex::sgn", sgn, CX_DT_ANY),
+    CX("complex::abs", abs, CX_DT_ANY),
+    CX("complex::angle", angle, CX_DT_ANY),
+    CX("complex::where", where, CX_DT_ANY),
+    {"complex::sum", tpurt_cx_sum, tpurt_cx_sum_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::mean", tpurt_cx_mean, tpurt_cx_mean_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
+    CX("complex::addcmul", addcmul, CX_DT_ANY),
+    CX("complex::addcdiv", addcdiv, CX_DT_ANY),
+    CX_BORN("complex", complex, CX_DT_PARTS),
+    CX_BORN("polar", polar, CX_DT_PARTS),
     TPURT_OP_TABLE_END,
 };

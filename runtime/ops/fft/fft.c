@@ -240,10 +240,13 @@ FFT_KERNELS(c2c)
 FFT_KERNELS(r2c)
 FFT_KERNELS(c2r)
 
-/* Born complex: real in or out, complex on the other side (tpurt/kernel.h). */
+/* Born complex: real in or out, complex on the other side (tpurt/kernel.h).
+ * The input is complex64/complex128, or float32/float64 for _fft_r2c. */
+#define FFT_DT_REAL (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
+#define FFT(NAME, FN, DT) {NAME, tpurt_fft_##FN, tpurt_fft_##FN##_ref, TPURT_OP_COMPLEX, DT, TPURT_LAYOUT_STRIDED}
 const tpurt_op_def_t tpurt_ops_fft[] = {
-    {"_fft_c2c", tpurt_fft_c2c, tpurt_fft_c2c_ref, TPURT_OP_COMPLEX},
-    {"_fft_r2c", tpurt_fft_r2c, tpurt_fft_r2c_ref, TPURT_OP_COMPLEX},
-    {"_fft_c2r", tpurt_fft_c2r, tpurt_fft_c2r_ref, TPURT_OP_COMPLEX},
+    FFT("_fft_c2c", c2c, TPURT_DTYPES_COMPLEX),
+    FFT("_fft_r2c", r2c, FFT_DT_REAL),
+    FFT("_fft_c2r", c2r, TPURT_DTYPES_COMPLEX),
     TPURT_OP_TABLE_END,
 };

@@ -3,7 +3,9 @@
  * norm (batch_norm.c). */
 #include "ops/reduce/reduce_ops.h"
 
-#define OP(name, fn) {name, tpurt_kernel_##fn, tpurt_kernel_##fn##_ref, 0}
+/* Every kernel here computes on floating point inputs only (its first tensor
+ * argument: the input, or the gradient for a backward). */
+#define OP(name, fn) {name, tpurt_kernel_##fn, tpurt_kernel_##fn##_ref, 0, TPURT_DTYPES_FLOAT, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_norm[] = {
     OP("_softmax", softmax),

@@ -164,7 +164,9 @@ static tpurt_status_t special_reference(tpurt_kernel_ctx_t* ctx, const tpurt_op_
   return sp_run(ctx, call, true);
 }
 
-#define SP(NAME) {NAME, special_kernel, special_reference, TPURT_OP_ALIAS_SAFE}
+/* Every input is read in float64 and every output is floating point, so each
+ * op takes every real dtype for its first tensor argument. */
+#define SP(NAME) {NAME, special_kernel, special_reference, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_REAL, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_special[] = {
     SP("i0"),
