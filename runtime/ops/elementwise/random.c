@@ -195,10 +195,6 @@ static tpurt_status_t rnd_begin(const tpurt_op_call_t* call, const char* op, rnd
   return TPURT_OK;
 }
 
-static double arg_d(const tpurt_op_call_t* c, int i, double dflt) {
-  return tpurt_arg_double(c, i, dflt); /* absent, None or the generator: dflt */
-}
-
 #define RND_REQUIRE_FLOAT(op)                                                                    \
   if (!tpurt_dtype_is_floating(j.out->dtype))                                                     \
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for dtype %s", op, tpurt_dtype_name(j.out->dtype));
@@ -208,8 +204,8 @@ static tpurt_status_t uniform_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "uniform_", &j, RK_UNIFORM));
   RND_REQUIRE_FLOAT("uniform_");
-  j.prm[0] = arg_d(call, 1, 0.0);
-  j.prm[1] = arg_d(call, 2, 1.0);
+  j.prm[0] = tpurt_arg_double(call, 1, 0.0);
+  j.prm[1] = tpurt_arg_double(call, 2, 1.0);
   if (!(j.prm[0] <= j.prm[1]))
     return TPURT_STATUS(INVALID_ARGUMENT, "uniform_: expects from <= to, got from=%g to=%g", j.prm[0], j.prm[1]);
   return rnd_run(ctx, &j, reference);
@@ -225,8 +221,8 @@ static tpurt_status_t normal_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   bool inplace = tpurt_arg_is(call, 0, TPURT_ARG_TENSOR) && tpurt_arg_is(call, 1, TPURT_ARG_DOUBLE) &&
                  tpurt_arg_is(call, 2, TPURT_ARG_DOUBLE);
   if (inplace || call->num_args < 2) {
-    j.prm[0] = arg_d(call, 1, 0.0);
-    j.prm[1] = arg_d(call, 2, 1.0);
+    j.prm[0] = tpurt_arg_double(call, 1, 0.0);
+    j.prm[1] = tpurt_arg_double(call, 2, 1.0);
   } else {
     for (int k = 0; k < 2; ++k) {
       const tpurt_tensor_t* t = tpurt_arg_tensor(call, k);
@@ -317,7 +313,7 @@ static tpurt_status_t exponential_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "exponential_", &j, RK_EXPONENTIAL));
   RND_REQUIRE_FLOAT("exponential_");
-  j.prm[0] = arg_d(call, 1, 1.0);
+  j.prm[0] = tpurt_arg_double(call, 1, 1.0);
   if (!(j.prm[0] > 0))
     return TPURT_STATUS(INVALID_ARGUMENT, "exponential_: expects lambda > 0.0, but found lambda=%g", j.prm[0]);
   return rnd_run(ctx, &j, reference);
@@ -326,7 +322,7 @@ static tpurt_status_t exponential_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 static tpurt_status_t geometric_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "geometric_", &j, RK_GEOMETRIC));
-  j.prm[0] = arg_d(call, 1, 0.5);
+  j.prm[0] = tpurt_arg_double(call, 1, 0.5);
   if (!(j.prm[0] > 0 && j.prm[0] < 1))
     return TPURT_STATUS(INVALID_ARGUMENT, "geometric_: expects p in (0, 1), but got p=%g", j.prm[0]);
   return rnd_run(ctx, &j, reference);
@@ -336,8 +332,8 @@ static tpurt_status_t cauchy_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "cauchy_", &j, RK_CAUCHY));
   RND_REQUIRE_FLOAT("cauchy_");
-  j.prm[0] = arg_d(call, 1, 0.0);
-  j.prm[1] = arg_d(call, 2, 1.0);
+  j.prm[0] = tpurt_arg_double(call, 1, 0.0);
+  j.prm[1] = tpurt_arg_double(call, 2, 1.0);
   if (!(j.prm[1] > 0)) return TPURT_STATUS(INVALID_ARGUMENT, "cauchy_: expects sigma > 0.0, but found sigma=%g", j.prm[1]);
   return rnd_run(ctx, &j, reference);
 }
@@ -346,8 +342,8 @@ static tpurt_status_t log_normal_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "log_normal_", &j, RK_LOG_NORMAL));
   RND_REQUIRE_FLOAT("log_normal_");
-  j.prm[0] = arg_d(call, 1, 1.0);
-  j.prm[1] = arg_d(call, 2, 2.0);
+  j.prm[0] = tpurt_arg_double(call, 1, 1.0);
+  j.prm[1] = tpurt_arg_double(call, 2, 2.0);
   if (!(j.prm[1] > 0)) return TPURT_STATUS(INVALID_ARGUMENT, "log_normal_: expects std > 0.0, but found std=%g", j.prm[1]);
   return rnd_run(ctx, &j, reference);
 }
