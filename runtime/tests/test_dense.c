@@ -1,5 +1,6 @@
-/* Dense linalg kernels (ops/linalg/cov_dense.c) through the op table: each
- * factorization is checked by what defines it (P L U = A, A A^-1 = I,
+/* Dense linalg kernels (ops/linalg: lu.c, cholesky.c, triangular.c, qr.c,
+ * eigh.c, svd.c) through the op table: each factorization is checked by
+ * what defines it (P L U = A, A A^-1 = I,
  * L L^T = A, Q R = A with Q orthonormal, A V = V diag(w), U S Vh = A), on
  * float64 and float32, row- and column-major layouts and a batch; plus bad
  * pivots and unsupported dtypes returning a status. */

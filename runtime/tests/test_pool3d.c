@@ -1,4 +1,4 @@
-/* 3-D pooling kernels (ops/linalg/cov_pool3d.c) through the op table: known
+/* 3-D pooling kernels (ops/nn/pool3d.c) through the op table: known
  * answers (box averages with and without counted padding, divisor override,
  * adaptive windows, argmax indices), backward as the adjoint of forward
  * (<avg(x), g> == <x, avg_backward(g)>), kernel vs reference, and bad indices

@@ -799,6 +799,7 @@ static tpurt_status_t touch_kernel(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   return TPURT_OK;
 }
 
-static const tpurt_op_def_t k_touch_op = {"_debug_touch", touch_kernel, touch_kernel, 0};
+static const tpurt_op_def_t k_touch_op = {"_debug_touch", touch_kernel, touch_kernel, 0, TPURT_DTYPE_BIT(UINT8),
+                                          TPURT_LAYOUT_STRIDED};
 
 const tpurt_op_def_t* tpurt_debug_touch_op(void) { return &k_touch_op; }

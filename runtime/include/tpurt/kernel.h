@@ -147,11 +147,10 @@ TPURT_API const char* tpurt_op_base_name(const char* name, char* buf, size_t cap
 
 /* Whether the kernel computes in `dtype` / reads `layout` (see dtypes above). */
 static inline bool tpurt_op_supports_dtype(const tpurt_op_def_t* op, tpurt_dtype_t dtype) {
-  /* TRANSITION: an entry not yet declaring dtypes (0) accepts all */
-  return dtype >= 0 && dtype < TPURT_DTYPE_COUNT && (!op->dtypes || ((op->dtypes >> dtype) & 1u));
+  return dtype >= 0 && dtype < TPURT_DTYPE_COUNT && ((op->dtypes >> dtype) & 1u);
 }
 static inline bool tpurt_op_supports_layout(const tpurt_op_def_t* op, uint32_t layout) {
-  return ((op->layouts ? op->layouts : (uint32_t)TPURT_LAYOUT_STRIDED) & layout) != 0; /* TRANSITION: 0 = strided */
+  return (op->layouts & layout) != 0;
 }
 
 /* ---- services for kernels ---- */

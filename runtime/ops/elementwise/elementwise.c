@@ -177,40 +177,6 @@ tpurt_dtype_t tpurt_ew_result_type(const tpurt_arg_t* const* operands, int n) {
   return combine_categories(dim, combine_categories(zero, wrapped));
 }
 
-const tpurt_tensor_t* tpurt_ew_arg_as_tensor(const tpurt_arg_t* arg, tpurt_tensor_t* t, void* storage8) {
-  if (!arg) return NULL;
-  switch (arg->kind) {
-    case TPURT_ARG_TENSOR: return arg->v.tensor;
-    case TPURT_ARG_INT: memcpy(storage8, &arg->v.i, 8); t->dtype = TPURT_DTYPE_INT64; break;
-    case TPURT_ARG_DOUBLE: memcpy(storage8, &arg->v.d, 8); t->dtype = TPURT_DTYPE_FLOAT64; break;
-    case TPURT_ARG_BOOL: *(uint8_t*)storage8 = arg->v.b ? 1 : 0; t->dtype = TPURT_DTYPE_BOOL; break;
-    default: return NULL;
-  }
-  t->data = storage8;
-  t->ndim = 0;
-  return t;
-}
-
-double tpurt_ew_arg_double(const tpurt_arg_t* arg) {
-  switch (arg->kind) {
-    case TPURT_ARG_INT: return (double)arg->v.i;
-    case TPURT_ARG_DOUBLE: return arg->v.d;
-    case TPURT_ARG_BOOL: return arg->v.b ? 1.0 : 0.0;
-    case TPURT_ARG_TENSOR: return arg->v.tensor ? tpurt_dtype_load_f64(arg->v.tensor->dtype, arg->v.tensor->data) : 0.0;
-    default: return 0.0;
-  }
-}
-
-int64_t tpurt_ew_arg_int(const tpurt_arg_t* arg) {
-  switch (arg->kind) {
-    case TPURT_ARG_INT: return arg->v.i;
-    case TPURT_ARG_DOUBLE: return (int64_t)arg->v.d;
-    case TPURT_ARG_BOOL: return arg->v.b ? 1 : 0;
-    case TPURT_ARG_TENSOR: return arg->v.tensor ? tpurt_dtype_load_i64(arg->v.tensor->dtype, arg->v.tensor->data) : 0;
-    default: return 0;
-  }
-}
-
 /* ------------------------------------------------------------------------ */
 /* The iterator                                                               */
 

@@ -119,16 +119,6 @@ TPURT_API void tpurt_ew_convert_strided(tpurt_dtype_t dst_dtype, void* dst, int6
  * Args of other kinds (NONE) are skipped. */
 TPURT_API tpurt_dtype_t tpurt_ew_result_type(const tpurt_arg_t* const* operands, int n);
 
-/* Wraps a Scalar argument (INT/DOUBLE/BOOL) or a tensor argument as a tensor:
- * a scalar becomes a 0-d tensor (int64/float64/bool) whose data lives in
- * `storage` (8 bytes). Returns NULL for other kinds. */
-TPURT_API const tpurt_tensor_t* tpurt_ew_arg_as_tensor(const tpurt_arg_t* arg, tpurt_tensor_t* storage_tensor,
-                                                       void* storage8);
-
-/* Scalar args as numbers (INT/DOUBLE/BOOL; a 0-d tensor arg is read too). */
-TPURT_API double tpurt_ew_arg_double(const tpurt_arg_t* arg);
-TPURT_API int64_t tpurt_ew_arg_int(const tpurt_arg_t* arg);
-
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/args.h"
 #include "ops/elementwise/elementwise.h"
 
 typedef struct cx_user_t {
@@ -193,8 +194,7 @@ static tpurt_status_t cx_run(tpurt_kernel_ctx_t* ctx, const char* op, tpurt_dtyp
 
 /* A Scalar or tensor argument as a tensor (a Scalar becomes a 0-d real tensor). */
 static const tpurt_tensor_t* cx_arg(const tpurt_op_call_t* call, int i, tpurt_tensor_t* t, void* storage8) {
-  if (i >= call->num_args) return NULL;
-  return tpurt_ew_arg_as_tensor(&call->args[i], t, storage8);
+  return tpurt_arg_as_tensor(tpurt_arg_at(call, i), t, storage8);
 }
 
 static tpurt_status_t cx_need_output(const tpurt_op_call_t* call, const char* op) {
@@ -209,10 +209,9 @@ static tpurt_status_t cx_need_output(const tpurt_op_call_t* call, const char* op
  * bool: either part nonzero). */
 CX_KERNEL(copy) {
   TPURT_RETURN_IF_ERROR(cx_need_output(call, "copy_"));
-  if (call->num_args < 2 || call->args[1].kind != TPURT_ARG_TENSOR)
-    return TPURT_STATUS(INVALID_ARGUMENT, "copy_: expected (self, src)");
+  const tpurt_tensor_t* src = tpurt_arg_tensor(call, 1);
+  if (!src) return TPURT_STATUS(INVALID_ARGUMENT, "copy_: expected (self, src)");
   const tpurt_tensor_t* dst = &call->outputs[0];
-  const tpurt_tensor_t* src = call->args[1].v.tensor;
   cx_user_t u = {0};
   if (tpurt_dtype_is_complex(dst->dtype))
     return cx_run(ctx, "copy_", dst->dtype, dst, 1, &src, copy_f, copy_d, &u);
@@ -258,16 +257,15 @@ static tpurt_status_t cx_binary(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   if (!a || !b) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, other)", op);
   cx_user_t u = {.alpha_re = 1.0};
   if (has_alpha && call->num_args > 2) {
-    const tpurt_arg_t* al = &call->args[2];
-    if (al->kind == TPURT_ARG_TENSOR) {
-      const tpurt_tensor_t* t = al->v.tensor;
+    const tpurt_tensor_t* t = tpurt_arg_tensor(call, 2); /* a complex alpha arrives as a 0-d tensor */
+    if (t) {
       u.alpha_re = tpurt_dtype_load_f64(t->dtype, t->data);
       if (t->dtype == TPURT_DTYPE_COMPLEX64) u.alpha_im = ((const float*)t->data)[1];
       if (t->dtype == TPURT_DTYPE_COMPLEX128) u.alpha_im = ((const double*)t->data)[1];
-    } else if (al->kind != TPURT_ARG_NONE) {
-      u.alpha_re = tpurt_ew_arg_double(al);
+    } else {
+      u.alpha_re = tpurt_arg_double(call, 2, 1.0);
     }
-  } else if (!has_alpha && call->num_args > 2 && call->args[2].kind == TPURT_ARG_STRING) {
+  } else if (!has_alpha && tpurt_arg_is(call, 2, TPURT_ARG_STRING)) {
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: rounding_mode is not supported for complex inputs", op);
   }
   const tpurt_tensor_t* ins[2] = {swap ? b : a, swap ? a : b};
@@ -281,8 +279,7 @@ CX_KERNEL(div) { return cx_binary(ctx, call, "div", div_f, div_d, false, false);
 /* complex(real, imag), polar(abs, angle): real inputs, a complex output */
 CX_KERNEL(complex) {
   /* as CPU: real and imag of one dtype (no promotion) */
-  const tpurt_tensor_t *re = call->num_args > 1 && call->args[0].kind == TPURT_ARG_TENSOR ? call->args[0].v.tensor : NULL,
-                       *im = call->num_args > 1 && call->args[1].kind == TPURT_ARG_TENSOR ? call->args[1].v.tensor : NULL;
+  const tpurt_tensor_t *re = call->num_args > 1 ? tpurt_arg_tensor(call, 0) : NULL, *im = tpurt_arg_tensor(call, 1);
   if (re && im && re->dtype != im->dtype)
     return TPURT_STATUS(INVALID_ARGUMENT, "Expected object of scalar type %s but got scalar type %s for second argument",
                         tpurt_dtype_name(re->dtype), tpurt_dtype_name(im->dtype));
@@ -305,7 +302,7 @@ static tpurt_status_t cx_addc(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     if (!ins[k]) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, tensor1, tensor2, value)", op);
   }
   cx_user_t u = {.alpha_re = 1.0};
-  if (call->num_args > 3 && call->args[3].kind != TPURT_ARG_NONE) u.alpha_re = tpurt_ew_arg_double(&call->args[3]);
+  u.alpha_re = tpurt_arg_double(call, 3, 1.0);
   return cx_run(ctx, op, call->outputs[0].dtype, &call->outputs[0], 3, ins, f, dl, &u);
 }
 CX_KERNEL(addcmul) { return cx_addc(ctx, call, "addcmul", addcmul_f, addcmul_d); }
@@ -315,9 +312,8 @@ CX_KERNEL(addcdiv) { return cx_addc(ctx, call, "addcdiv", addcdiv_f, addcdiv_d);
 static tpurt_status_t cx_unary(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op,
                                tpurt_ew_loop_fn_t f, tpurt_ew_loop_fn_t dl) {
   TPURT_RETURN_IF_ERROR(cx_need_output(call, op));
-  if (call->num_args < 1 || call->args[0].kind != TPURT_ARG_TENSOR)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor argument", op);
-  const tpurt_tensor_t* a = call->args[0].v.tensor;
+  const tpurt_tensor_t* a = tpurt_arg_tensor(call, 0);
+  if (!a) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor argument", op);
   cx_user_t u = {0};
   tpurt_dtype_t compute = tpurt_dtype_is_complex(a->dtype) ? a->dtype : call->outputs[0].dtype;
   return cx_run(ctx, op, compute, &call->outputs[0], 1, &a, f, dl, &u);
@@ -360,30 +356,31 @@ static void cx_as_real(const tpurt_tensor_t* t, tpurt_tensor_t* out) {
 /* (self, dtype?) or (self, dim?, keepdim, dtype?) */
 static tpurt_status_t cx_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op, bool ref) {
   TPURT_RETURN_IF_ERROR(cx_need_output(call, op));
-  if (call->num_args < 1 || call->args[0].kind != TPURT_ARG_TENSOR)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor argument", op);
-  const tpurt_tensor_t* self = call->args[0].v.tensor;
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  if (!self) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor argument", op);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!tpurt_dtype_is_complex(self->dtype) || !tpurt_dtype_is_complex(out->dtype) || self->ndim >= TPURT_MAX_DIMS)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected complex input and output", op);
   int64_t dims[TPURT_MAX_DIMS];
   int nd = 0;
   bool keepdim = false;
-  const tpurt_arg_t* da = call->num_args >= 3 ? &call->args[1] : NULL;
-  if (da && da->kind == TPURT_ARG_INT_LIST && da->count > 0) {
-    for (int i = 0; i < da->count && nd < TPURT_MAX_DIMS; ++i) {
-      int64_t d = da->v.ints[i];
+  bool has_dim = call->num_args >= 3;
+  int32_t count;
+  const int64_t* list = has_dim ? tpurt_arg_ints(call, 1, &count) : NULL;
+  if (list && count > 0) {
+    for (int i = 0; i < count && nd < TPURT_MAX_DIMS; ++i) {
+      int64_t d = list[i];
       if (d < -self->ndim || d >= (self->ndim ? self->ndim : 1))
         return TPURT_STATUS(OUT_OF_RANGE, "%s: dimension %lld out of range", op, (long long)d);
       dims[nd++] = d < 0 ? d + self->ndim : d;
     }
-  } else if (da && da->kind == TPURT_ARG_INT) {
-    int64_t d = da->v.i;
+  } else if (has_dim && tpurt_arg_is(call, 1, TPURT_ARG_INT)) {
+    int64_t d = tpurt_arg_int(call, 1, 0);
     dims[nd++] = d < 0 ? d + self->ndim : d;
   } else { /* every dim, spelled out: an empty list would take the real/imaginary one too */
     for (int k = 0; k < self->ndim; ++k) dims[nd++] = k;
   }
-  if (da && call->args[2].kind == TPURT_ARG_BOOL) keepdim = call->args[2].v.b;
+  if (has_dim && tpurt_arg_is(call, 2, TPURT_ARG_BOOL)) keepdim = tpurt_arg_bool(call, 2, false);
   if (nd == 0 || self->ndim == 0) { /* nothing to reduce: a copy (a mean over no elements divides by 1) */
     cx_user_t u = {0};
     return cx_run(ctx, op, out->dtype, out, 1, &self, copy_f, copy_d, &u);
@@ -412,30 +409,38 @@ CX_KERNEL(sum_ref) { return cx_reduce(ctx, call, "sum", true); }
 CX_KERNEL(mean) { return cx_reduce(ctx, call, "mean", false); }
 CX_KERNEL(mean_ref) { return cx_reduce(ctx, call, "mean", true); }
 
-/* These kernels are plain loops already; each is its own reference. */
-#define CX(NAME, FN) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, 0}
-#define CX_BORN(NAME, FN) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, TPURT_OP_COMPLEX}
+/* These kernels are plain loops already; each is its own reference. The
+ * dtypes of the first tensor argument: a loop reads real operands cast to the
+ * compute precision, so an op whose compute dtype comes from its output (the
+ * arithmetic, where, copy_, the unary ops) takes a real first operand too;
+ * fill_, zero_ and the reductions need a complex self; complex() and polar()
+ * build complex64/complex128 from float32/float64 parts. */
+#define CX_DT_ANY TPURT_DTYPES_ALL
+#define CX_DT_COMPLEX TPURT_DTYPES_COMPLEX
+#define CX_DT_PARTS (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
+#define CX(NAME, FN, DT) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, 0, DT, TPURT_LAYOUT_STRIDED}
+#define CX_BORN(NAME, FN, DT) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, TPURT_OP_COMPLEX, DT, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_complex[] = {
-    CX("complex::copy", copy),
-    CX("complex::fill", fill),
-    CX("complex::zero", zero),
-    CX("complex::add", add),
-    CX("complex::sub", sub),
-    CX("complex::rsub", rsub),
-    CX("complex::mul", mul),
-    CX("complex::div", div),
-    CX("complex::neg", neg),
-    CX("complex::conj_physical", conj_physical),
-    CX("complex::sgn", sgn),
-    CX("complex::abs", abs),
-    CX("complex::angle", angle),
-    CX("complex::where", where),
-    {"complex::sum", tpurt_cx_sum, tpurt_cx_sum_ref, 0},
-    {"complex::mean", tpurt_cx_mean, tpurt_cx_mean_ref, 0},
-    CX("complex::addcmul", addcmul),
-    CX("complex::addcdiv", addcdiv),
-    CX_BORN("complex", complex),
-    CX_BORN("polar", polar),
+    CX("complex::copy", copy, CX_DT_ANY),
+    CX("complex::fill", fill, CX_DT_COMPLEX),
+    CX("complex::zero", zero, CX_DT_COMPLEX),
+    CX("complex::add", add, CX_DT_ANY),
+    CX("complex::sub", sub, CX_DT_ANY),
+    CX("complex::rsub", rsub, CX_DT_ANY),
+    CX("complex::mul", mul, CX_DT_ANY),
+    CX("complex::div", div, CX_DT_ANY),
+    CX("complex::neg", neg, CX_DT_ANY),
+    CX("complex::conj_physical", conj_physical, CX_DT_ANY),
+    CX("complex::sgn", sgn, CX_DT_ANY),
+    CX("complex::abs", abs, CX_DT_ANY),
+    CX("complex::angle", angle, CX_DT_ANY),
+    CX("complex::where", where, CX_DT_ANY),
+    {"complex::sum", tpurt_cx_sum, tpurt_cx_sum_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::mean", tpurt_cx_mean, tpurt_cx_mean_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
+    CX("complex::addcmul", addcmul, CX_DT_ANY),
+    CX("complex::addcdiv", addcdiv, CX_DT_ANY),
+    CX_BORN("complex", complex, CX_DT_PARTS),
+    CX_BORN("polar", polar, CX_DT_PARTS),
     TPURT_OP_TABLE_END,
 };

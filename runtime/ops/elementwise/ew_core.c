@@ -54,7 +54,7 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
     cfg.loop_dtypes[k] = out_ld;
   }
   for (int k = 0; k < op->nin; ++k) {
-    const tpurt_tensor_t* t = tpurt_ew_arg_as_tensor(ins[k], &wrapped[k], storage[k]);
+    const tpurt_tensor_t* t = tpurt_arg_as_tensor(ins[k], &wrapped[k], storage[k]);
     if (!t) return TPURT_STATUS(INVALID_ARGUMENT, "%s: input %d is not a tensor or number", op->name, k);
     cfg.tensors[op->nout + k] = t;
     cfg.loop_dtypes[op->nout + k] = op->promote == EW_P_BOOL ? TPURT_DTYPE_BOOL : ld;
@@ -73,7 +73,7 @@ tpurt_status_t tpurt_ew_op_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
     if (a >= call->num_args)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected at least %d args, got %d", op->name, a + 1,
                           call->num_args);
-    ins[k] = &call->args[a];
+    ins[k] = tpurt_arg_at(call, a);
   }
   ew_params_t p;
   memset(&p, 0, sizeof(p));
@@ -95,10 +95,9 @@ static void copy_loop(char** d, const int64_t* s, int64_t n, void* u) {
 static void copy_ref(tpurt_ew_value_t* out, const tpurt_ew_value_t* in, void* u) { out[0] = in[0]; }
 
 static tpurt_status_t copy_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  if (call->num_outputs < 1 || call->num_args < 2 || call->args[1].kind != TPURT_ARG_TENSOR)
-    return TPURT_STATUS(INVALID_ARGUMENT, "copy_: expected (self, src) and one output");
+  const tpurt_tensor_t* src = tpurt_arg_tensor(call, 1);
+  if (call->num_outputs < 1 || !src) return TPURT_STATUS(INVALID_ARGUMENT, "copy_: expected (self, src) and one output");
   const tpurt_tensor_t* dst = &call->outputs[0];
-  const tpurt_tensor_t* src = call->args[1].v.tensor;
   copy_user_t u = {dst->dtype, src->dtype};
   tpurt_ew_config_t cfg = {.op = "copy_", .num_outputs = 1, .num_inputs = 1, .loop = copy_loop, .user = &u,
                            .grain = 65536};
@@ -144,7 +143,7 @@ static tpurt_status_t fill_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   const tpurt_tensor_t* dst = &call->outputs[0];
   tpurt_tensor_t wrapped;
   _Alignas(8) char storage[8];
-  const tpurt_tensor_t* v = tpurt_ew_arg_as_tensor(value, &wrapped, storage);
+  const tpurt_tensor_t* v = tpurt_arg_as_tensor(value, &wrapped, storage);
   if (!v) return TPURT_STATUS(INVALID_ARGUMENT, "fill_: value must be a number or a tensor");
   if (v->ndim != 0 && tpurt_tensor_numel(v) != 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "fill_: value tensor must be 0-dimensional, has %d dims", v->ndim);
@@ -162,7 +161,7 @@ static tpurt_status_t fill_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
 }
 static tpurt_status_t fill_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   if (call->num_args < 2) return TPURT_STATUS(INVALID_ARGUMENT, "fill_: expected (self, value)");
-  return fill_run(ctx, call, &call->args[1], reference);
+  return fill_run(ctx, call, tpurt_arg_at(call, 1), reference);
 }
 tpurt_status_t tpurt_ew_k_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return fill_args(ctx, call, false);
@@ -220,7 +219,7 @@ static tpurt_status_t where_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   cfg.tensors[0] = &call->outputs[0];
   cfg.loop_dtypes[0] = compute;
   for (int k = 0; k < 3; ++k) {
-    cfg.tensors[1 + k] = tpurt_ew_arg_as_tensor(ins[k], &wrapped[k], storage[k]);
+    cfg.tensors[1 + k] = tpurt_arg_as_tensor(ins[k], &wrapped[k], storage[k]);
     if (!cfg.tensors[1 + k]) return TPURT_STATUS(INVALID_ARGUMENT, "%s: input %d is not a tensor", name, k);
     cfg.loop_dtypes[1 + k] = k == 0 ? TPURT_DTYPE_BOOL : compute;
   }
@@ -236,7 +235,7 @@ static tpurt_status_t where_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
 
 static tpurt_status_t where_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   if (call->num_args < 3) return TPURT_STATUS(INVALID_ARGUMENT, "where: expected (condition, self, other)");
-  const tpurt_arg_t* ins[3] = {&call->args[0], &call->args[1], &call->args[2]};
+  const tpurt_arg_t* ins[3] = {tpurt_arg_at(call, 0), tpurt_arg_at(call, 1), tpurt_arg_at(call, 2)};
   return where_run(ctx, call, "where", ins, tpurt_ew_result_type(ins + 1, 2), reference);
 }
 tpurt_status_t tpurt_ew_k_where(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
@@ -249,13 +248,14 @@ tpurt_status_t tpurt_ew_r_where(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
 static tpurt_status_t masked_fill_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   if (call->num_args < 3 || call->num_outputs < 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "masked_fill_: expected (self, mask, value)");
-  const tpurt_arg_t* v = &call->args[2];
-  if (v->kind == TPURT_ARG_TENSOR && v->v.tensor->ndim != 0)
-    return TPURT_STATUS(INVALID_ARGUMENT,
-                        "masked_fill_: only supports a 0-dimensional value tensor, got %d dims", v->v.tensor->ndim);
-  if (call->args[1].kind != TPURT_ARG_TENSOR || call->args[1].v.tensor->dtype != TPURT_DTYPE_BOOL)
+  const tpurt_tensor_t* vt = tpurt_arg_tensor(call, 2);
+  if (vt && vt->ndim != 0)
+    return TPURT_STATUS(INVALID_ARGUMENT, "masked_fill_: only supports a 0-dimensional value tensor, got %d dims",
+                        vt->ndim);
+  const tpurt_tensor_t* mask = tpurt_arg_tensor(call, 1);
+  if (!mask || mask->dtype != TPURT_DTYPE_BOOL)
     return TPURT_STATUS(INVALID_ARGUMENT, "masked_fill_: mask must be a bool tensor");
-  const tpurt_arg_t* ins[3] = {&call->args[1], v, &call->args[0]};
+  const tpurt_arg_t* ins[3] = {tpurt_arg_at(call, 1), tpurt_arg_at(call, 2), tpurt_arg_at(call, 0)};
   return where_run(ctx, call, "masked_fill_", ins, call->outputs[0].dtype, reference);
 }
 tpurt_status_t tpurt_ew_k_masked_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
@@ -286,20 +286,20 @@ static tpurt_status_t clamp_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   if (call->num_args < 2) return TPURT_STATUS(INVALID_ARGUMENT, "clamp: expected (self, bound...)");
   const tpurt_arg_t* lo = NULL;
   const tpurt_arg_t* hi = NULL;
-  if (which == 1) lo = &call->args[1];
-  else if (which == 2) hi = &call->args[1];
+  if (which == 1) lo = tpurt_arg_at(call, 1);
+  else if (which == 2) hi = tpurt_arg_at(call, 1);
   else {
-    if (ew_arg_present(call, 1)) lo = &call->args[1];
-    if (ew_arg_present(call, 2)) hi = &call->args[2];
+    if (tpurt_arg_present(call, 1)) lo = tpurt_arg_at(call, 1);
+    if (tpurt_arg_present(call, 2)) hi = tpurt_arg_at(call, 2);
   }
   if (!lo && !hi) return TPURT_STATUS(INVALID_ARGUMENT, "clamp: at least one of 'min' or 'max' must not be None");
   ew_params_t p;
   memset(&p, 0, sizeof(p));
   if (lo && hi) {
-    const tpurt_arg_t* ins[3] = {&call->args[0], lo, hi};
+    const tpurt_arg_t* ins[3] = {tpurt_arg_at(call, 0), lo, hi};
     return tpurt_ew_op_run_inputs(ctx, call, &clamp_lohi_desc, ins, &p, reference);
   }
-  const tpurt_arg_t* ins[2] = {&call->args[0], lo ? lo : hi};
+  const tpurt_arg_t* ins[2] = {tpurt_arg_at(call, 0), lo ? lo : hi};
   return tpurt_ew_op_run_inputs(ctx, call, lo ? &clamp_lo_desc : &clamp_hi_desc, ins, &p, reference);
 }
 tpurt_status_t tpurt_ew_k_clamp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 0, false); }

@@ -142,9 +142,8 @@ EW_OP_FI(fmod, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), f
  * exponents use libm's pow. The reference is libm's pow in double throughout.
  * p.i[0] = 1: the exponent is a Scalar and the specializations apply. */
 static tpurt_status_t setup_pow(const tpurt_op_call_t* c, ew_params_t* p) {
-  p->i[0] = p->loop_float && p->compute != TPURT_DTYPE_FLOAT16 && c->num_args > 1 &&
-            c->args[0].kind == TPURT_ARG_TENSOR &&
-            (c->args[1].kind == TPURT_ARG_INT || c->args[1].kind == TPURT_ARG_DOUBLE);
+  p->i[0] = p->loop_float && p->compute != TPURT_DTYPE_FLOAT16 && tpurt_arg_is(c, 0, TPURT_ARG_TENSOR) &&
+            (tpurt_arg_is(c, 1, TPURT_ARG_INT) || tpurt_arg_is(c, 1, TPURT_ARG_DOUBLE));
   return TPURT_OK;
 }
 EW_L2(pow_gen_f32, float, pow(a, b))
@@ -395,7 +394,7 @@ EW_OP_FI(ceil, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), ceil
 EW_OP_FI(trunc, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), trunc(a), a)
 EW_OP_FI(round, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), nearbyint(a), a)
 static tpurt_status_t setup_decimals(const tpurt_op_call_t* c, ew_params_t* p) {
-  int64_t dec = ew_arg_present(c, 1) ? tpurt_ew_arg_int(&c->args[1]) : 0;
+  int64_t dec = tpurt_arg_int(c, 1, 0);
   p->i[0] = dec;
   p->d[1] = pow(10.0, (double)(dec < 0 ? -dec : dec));
   return TPURT_OK;
@@ -415,16 +414,16 @@ static tpurt_status_t setup_nan_to_num(const tpurt_op_call_t* c, ew_params_t* p)
     case TPURT_DTYPE_FLOAT32: mx = FLT_MAX; break;
     default: mx = DBL_MAX; break;
   }
-  p->d[0] = ew_arg_present(c, 1) ? tpurt_ew_arg_double(&c->args[1]) : 0.0;
-  p->d[1] = ew_arg_present(c, 2) ? tpurt_ew_arg_double(&c->args[2]) : mx;
-  p->d[2] = ew_arg_present(c, 3) ? tpurt_ew_arg_double(&c->args[3]) : -mx;
+  p->d[0] = tpurt_arg_double(c, 1, 0.0);
+  p->d[1] = tpurt_arg_double(c, 2, mx);
+  p->d[2] = tpurt_arg_double(c, 3, -mx);
   return TPURT_OK;
 }
 EW_OP_FI(nan_to_num, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, setup_nan_to_num, EW_IN(0),
          a != a ? (T)p.d[0] : (a == (T)INFINITY ? (T)p.d[1] : (a == -(T)INFINITY ? (T)p.d[2] : a)), a)
 static tpurt_status_t setup_eps1(const tpurt_op_call_t* c, ew_params_t* p) {
   /* eps None -> -1 (PyTorch's "no clamping" marker) */
-  p->d[0] = ew_arg_present(c, 1) ? tpurt_ew_arg_double(&c->args[1]) : -1.0;
+  p->d[0] = tpurt_arg_double(c, 1, -1.0);
   return TPURT_OK;
 }
 EW_OP_F(logit, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, setup_eps1, EW_IN(0),
@@ -434,10 +433,11 @@ EW_OP_F(logit, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, setup_eps1, EW_IN(
 EW_OP_FI(relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), a < 0 ? (T)0 : a, EW_NEG(a) ? (T)0 : a)
 static tpurt_status_t setup_gelu(const tpurt_op_call_t* c, ew_params_t* p) {
   p->i[0] = 0;
-  if (c->num_args > 1 && c->args[1].kind == TPURT_ARG_STRING) {
-    if (strcmp(c->args[1].v.s, "tanh") == 0) p->i[0] = 1;
-    else if (strcmp(c->args[1].v.s, "none") != 0)
-      return TPURT_STATUS(INVALID_ARGUMENT, "gelu: approximate must be 'none' or 'tanh', got '%s'", c->args[1].v.s);
+  const char* approximate = tpurt_arg_string(c, 1, NULL);
+  if (approximate) {
+    if (strcmp(approximate, "tanh") == 0) p->i[0] = 1;
+    else if (strcmp(approximate, "none") != 0)
+      return TPURT_STATUS(INVALID_ARGUMENT, "gelu: approximate must be 'none' or 'tanh', got '%s'", approximate);
   }
   return TPURT_OK;
 }
@@ -450,8 +450,8 @@ EW_OP_F_AS(gelu_erf, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, set
 EW_OP_F_AS(gelu_tanh, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
            (T)0.5 * a * (1 + EW_TANH(GELU_BETA * (a + GELU_KAPPA * a * a * a))))
 static bool gelu_is_tanh(const tpurt_op_call_t* c, int arg) {
-  return c->num_args > arg && c->args[arg].kind == TPURT_ARG_STRING && c->args[arg].v.s &&
-         strcmp(c->args[arg].v.s, "tanh") == 0;
+  const char* approximate = tpurt_arg_string(c, arg, NULL);
+  return approximate && strcmp(approximate, "tanh") == 0;
 }
 static const ew_op_t* gelu_pick(const tpurt_op_call_t* c) {
   return gelu_is_tanh(c, 1) ? &gelu_tanh_desc : &gelu_erf_desc; /* setup_gelu rejects other strings */
@@ -525,7 +525,7 @@ EW_BW(tanh_backward, EW_FLOATS, NULL, a * (1 - b * b))
 EW_BW(silu_backward, EW_FLOATS, NULL, ({ T s_ = 1 / (1 + EW_EXP(-b)); a * s_ * (1 + b * (1 - s_)); }))
 static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
   p->i[0] = 0;
-  if (c->num_args > 2 && c->args[2].kind == TPURT_ARG_STRING && strcmp(c->args[2].v.s, "tanh") == 0) p->i[0] = 1;
+  if (gelu_is_tanh(c, 2)) p->i[0] = 1;
   return TPURT_OK;
 }
 #define GELU_BW_TANH                                                                       \
@@ -564,7 +564,7 @@ static tpurt_status_t setup_elu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 1.0);
   ew_param_arg(p, 1, c, 2, 1.0);
   ew_param_arg(p, 2, c, 3, 1.0);
-  p->i[3] = ew_arg_present(c, 4) ? tpurt_ew_arg_int(&c->args[4]) : 0;
+  p->i[3] = tpurt_arg_int(c, 4, 0);
   return TPURT_OK;
 }
 /* elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result) */
@@ -575,7 +575,7 @@ EW_OP_F(elu_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_elu_
 EW_BW(softplus_backward, EW_FLOATS, setup_arg23,
       ({ T z_ = EW_EXP(b * (T)p.d[0]); (b * (T)p.d[0]) > (T)p.d[1] ? a : a * z_ / (z_ + 1); }))
 static tpurt_status_t setup_eps2(const tpurt_op_call_t* c, ew_params_t* p) {
-  p->d[0] = ew_arg_present(c, 2) ? tpurt_ew_arg_double(&c->args[2]) : -1.0;
+  p->d[0] = tpurt_arg_double(c, 2, -1.0);
   return TPURT_OK;
 }
 EW_BW(logit_backward, EW_FLOATS, setup_eps2,
@@ -726,8 +726,8 @@ EW_KERNELS(addcdiv, addcdiv_desc)
 /* div(self, other, rounding_mode?) */
 static tpurt_status_t div_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   const ew_op_t* d = &div_true_desc;
-  if (call->num_args > 2 && call->args[2].kind == TPURT_ARG_STRING) {
-    const char* m = call->args[2].v.s;
+  const char* m = tpurt_arg_string(call, 2, NULL);
+  if (m) {
     if (strcmp(m, "trunc") == 0) d = &div_trunc_desc;
     else if (strcmp(m, "floor") == 0) d = &div_floor_desc;
     else return TPURT_STATUS(INVALID_ARGUMENT, "div: rounding_mode must be None, 'trunc' or 'floor', got '%s'", m);
@@ -739,8 +739,7 @@ tpurt_status_t tpurt_ew_r_div(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
 
 /* round(self) / round.decimals(self, *, decimals) */
 static tpurt_status_t round_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  bool dec = call->num_args > 1 && call->args[1].kind == TPURT_ARG_INT;
-  if (dec && call->args[1].v.i == 0) dec = false;
+  bool dec = tpurt_arg_is(call, 1, TPURT_ARG_INT) && tpurt_arg_int(call, 1, 0) != 0;
   return tpurt_ew_op_run(ctx, call, dec ? &round_decimals_desc : &round_desc, reference);
 }
 tpurt_status_t tpurt_ew_k_round(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return round_run(ctx, call, false); }

@@ -5,6 +5,7 @@
  * (broadcasting, casts of other inputs). */
 #include <string.h>
 
+#include "ops/args.h"
 #include "ops/elementwise/ew_nextafter16.h"
 
 static inline bool is_nan16(uint16_t v, bool bf16) {
@@ -59,7 +60,7 @@ tpurt_status_t tpurt_ew_nextafter16(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   tpurt_tensor_t wrapped[2];
   _Alignas(8) char storage[2][8];
   for (int k = 0; k < 2; ++k) {
-    const tpurt_tensor_t* t = tpurt_ew_arg_as_tensor(&call->args[k], &wrapped[k], storage[k]);
+    const tpurt_tensor_t* t = tpurt_arg_as_tensor(tpurt_arg_at(call, k), &wrapped[k], storage[k]);
     if (!t) return TPURT_STATUS(INVALID_ARGUMENT, "nextafter: argument %d must be a tensor or a number", k);
     cfg.tensors[1 + k] = t;
     cfg.loop_dtypes[1 + k] = dt;

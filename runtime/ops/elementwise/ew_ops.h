@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #endif
 
+#include "ops/args.h"
 #include "ops/elementwise/elementwise.h"
 
 /* Scalar parameters an op's expressions read as `p.d[k]` / `p.i[k]`. */
@@ -65,17 +66,15 @@ tpurt_status_t tpurt_ew_op_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
 tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const ew_op_t* op,
                                       const tpurt_arg_t* const* inputs, ew_params_t* params, bool reference);
 
-/* Helpers for setup functions. */
-static inline bool ew_arg_present(const tpurt_op_call_t* call, int i) {
-  return i < call->num_args && call->args[i].kind != TPURT_ARG_NONE;
-}
+/* Helpers for setup functions: an op's scalar params from its arguments (ops/args.h). */
+/* p->{d,i}[k] = the Scalar a (0 when it is not a number) */
 static inline void ew_param_set(ew_params_t* p, int k, const tpurt_arg_t* a) {
-  p->d[k] = tpurt_ew_arg_double(a);
-  p->i[k] = tpurt_ew_arg_int(a);
+  p->d[k] = tpurt_arg_value_double(a, 0.0);
+  p->i[k] = tpurt_arg_value_int(a, 0);
 }
 /* p->{d,i}[k] = arg i if present, else dflt */
 static inline void ew_param_arg(ew_params_t* p, int k, const tpurt_op_call_t* call, int i, double dflt) {
-  if (ew_arg_present(call, i)) ew_param_set(p, k, &call->args[i]);
+  if (tpurt_arg_present(call, i)) ew_param_set(p, k, tpurt_arg_at(call, i));
   else { p->d[k] = dflt; p->i[k] = (int64_t)dflt; }
 }
 

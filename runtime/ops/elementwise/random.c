@@ -171,12 +171,6 @@ static tpurt_status_t rnd_bind_input(rnd_job_t* j, int k, const tpurt_tensor_t* 
   return TPURT_OK;
 }
 
-static const tpurt_arg_t* rnd_find_rng(const tpurt_op_call_t* call) {
-  for (int i = call->num_args - 1; i >= 0; --i)
-    if (call->args[i].kind == TPURT_ARG_RNG) return &call->args[i];
-  return NULL;
-}
-
 static tpurt_status_t rnd_run(tpurt_kernel_ctx_t* ctx, rnd_job_t* j, bool reference) {
   int64_t n = tpurt_tensor_numel(j->out);
   if (n == 0) return TPURT_OK;
@@ -191,18 +185,14 @@ static tpurt_status_t rnd_begin(const tpurt_op_call_t* call, const char* op, rnd
   memset(j, 0, sizeof(*j));
   j->kind = kind;
   if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected an output", op);
-  const tpurt_arg_t* rng = rnd_find_rng(call);
+  const tpurt_rng_t* rng = tpurt_arg_rng(call);
   if (!rng) return TPURT_STATUS(INVALID_ARGUMENT, "%s: no random generator state passed (TPURT_ARG_RNG)", op);
-  j->seed = rng->v.rng.seed;
-  j->offset = rng->v.rng.offset;
+  j->seed = rng->seed;
+  j->offset = rng->offset;
   j->out = &call->outputs[0];
   if (j->out->dtype < 0 || j->out->dtype >= TPURT_DTYPE_COUNT)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: bad output dtype", op);
   return TPURT_OK;
-}
-
-static double arg_d(const tpurt_op_call_t* c, int i, double dflt) {
-  return ew_arg_present(c, i) && c->args[i].kind != TPURT_ARG_RNG ? tpurt_ew_arg_double(&c->args[i]) : dflt;
 }
 
 #define RND_REQUIRE_FLOAT(op)                                                                    \
@@ -214,8 +204,8 @@ static tpurt_status_t uniform_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "uniform_", &j, RK_UNIFORM));
   RND_REQUIRE_FLOAT("uniform_");
-  j.prm[0] = arg_d(call, 1, 0.0);
-  j.prm[1] = arg_d(call, 2, 1.0);
+  j.prm[0] = tpurt_arg_double(call, 1, 0.0);
+  j.prm[1] = tpurt_arg_double(call, 2, 1.0);
   if (!(j.prm[0] <= j.prm[1]))
     return TPURT_STATUS(INVALID_ARGUMENT, "uniform_: expects from <= to, got from=%g to=%g", j.prm[0], j.prm[1]);
   return rnd_run(ctx, &j, reference);
@@ -228,16 +218,16 @@ static tpurt_status_t normal_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   RND_REQUIRE_FLOAT("normal");
   /* normal_ has self first (a tensor aliasing the output) followed by two
    * floats; the functional forms are (mean, std) with one or both tensors */
-  bool inplace = call->num_args >= 3 && call->args[0].kind == TPURT_ARG_TENSOR &&
-                 call->args[1].kind == TPURT_ARG_DOUBLE && call->args[2].kind == TPURT_ARG_DOUBLE;
+  bool inplace = tpurt_arg_is(call, 0, TPURT_ARG_TENSOR) && tpurt_arg_is(call, 1, TPURT_ARG_DOUBLE) &&
+                 tpurt_arg_is(call, 2, TPURT_ARG_DOUBLE);
   if (inplace || call->num_args < 2) {
-    j.prm[0] = arg_d(call, 1, 0.0);
-    j.prm[1] = arg_d(call, 2, 1.0);
+    j.prm[0] = tpurt_arg_double(call, 1, 0.0);
+    j.prm[1] = tpurt_arg_double(call, 2, 1.0);
   } else {
     for (int k = 0; k < 2; ++k) {
-      const tpurt_arg_t* a = &call->args[k];
-      if (a->kind == TPURT_ARG_TENSOR) TPURT_RETURN_IF_ERROR(rnd_bind_input(&j, k, a->v.tensor, "normal"));
-      else j.prm[k] = tpurt_ew_arg_double(a);
+      const tpurt_tensor_t* t = tpurt_arg_tensor(call, k);
+      if (t) TPURT_RETURN_IF_ERROR(rnd_bind_input(&j, k, t, "normal"));
+      else j.prm[k] = tpurt_arg_double(call, k, 0.0);
     }
   }
   if (!j.in[1] && j.prm[1] < 0)
@@ -249,17 +239,20 @@ static tpurt_status_t normal_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
 static tpurt_status_t bernoulli_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "bernoulli", &j, RK_BERNOULLI));
-  const tpurt_arg_t* p = NULL;
-  if (call->num_args >= 2 && (call->args[1].kind == TPURT_ARG_TENSOR || call->args[1].kind == TPURT_ARG_DOUBLE))
-    p = &call->args[1]; /* bernoulli_.Tensor / bernoulli_.float */
-  else if (call->num_args >= 1 && call->args[0].kind == TPURT_ARG_TENSOR)
-    p = &call->args[0]; /* bernoulli(self) / bernoulli.out: self holds the probabilities */
-  if (!p) {
-    j.prm[0] = 0.5;
-  } else if (p->kind == TPURT_ARG_TENSOR) {
-    TPURT_RETURN_IF_ERROR(rnd_bind_input(&j, 0, p->v.tensor, "bernoulli"));
+  const tpurt_tensor_t* pt = NULL;
+  bool p_float = false;
+  if (tpurt_arg_is(call, 1, TPURT_ARG_TENSOR) || tpurt_arg_is(call, 1, TPURT_ARG_DOUBLE)) {
+    pt = tpurt_arg_tensor(call, 1); /* bernoulli_.Tensor / bernoulli_.float */
+    p_float = !pt;
   } else {
-    j.prm[0] = p->v.d;
+    pt = tpurt_arg_tensor(call, 0); /* bernoulli(self) / bernoulli.out: self holds the probabilities */
+  }
+  if (pt) {
+    TPURT_RETURN_IF_ERROR(rnd_bind_input(&j, 0, pt, "bernoulli"));
+  } else if (!p_float) {
+    j.prm[0] = 0.5;
+  } else {
+    j.prm[0] = tpurt_arg_double(call, 1, 0.5);
     if (!(j.prm[0] >= 0 && j.prm[0] <= 1))
       return TPURT_STATUS(INVALID_ARGUMENT, "bernoulli_: expects 0 <= p <= 1, but got p=%g", j.prm[0]);
   }
@@ -289,8 +282,8 @@ static tpurt_status_t random_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   int64_t v[2] = {0, 0};
   bool to_none = false;
   for (int i = 1; i < call->num_args && nint < 2; ++i) {
-    if (call->args[i].kind == TPURT_ARG_INT) v[nint++] = call->args[i].v.i;
-    else if (call->args[i].kind == TPURT_ARG_NONE && nint == 1) { to_none = true; break; }
+    if (tpurt_arg_is(call, i, TPURT_ARG_INT)) v[nint++] = tpurt_arg_int(call, i, 0);
+    else if (tpurt_arg_is(call, i, TPURT_ARG_NONE) && nint == 1) { to_none = true; break; }
   }
   int64_t from = 0;
   uint64_t range;
@@ -320,7 +313,7 @@ static tpurt_status_t exponential_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "exponential_", &j, RK_EXPONENTIAL));
   RND_REQUIRE_FLOAT("exponential_");
-  j.prm[0] = arg_d(call, 1, 1.0);
+  j.prm[0] = tpurt_arg_double(call, 1, 1.0);
   if (!(j.prm[0] > 0))
     return TPURT_STATUS(INVALID_ARGUMENT, "exponential_: expects lambda > 0.0, but found lambda=%g", j.prm[0]);
   return rnd_run(ctx, &j, reference);
@@ -329,7 +322,7 @@ static tpurt_status_t exponential_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 static tpurt_status_t geometric_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "geometric_", &j, RK_GEOMETRIC));
-  j.prm[0] = arg_d(call, 1, 0.5);
+  j.prm[0] = tpurt_arg_double(call, 1, 0.5);
   if (!(j.prm[0] > 0 && j.prm[0] < 1))
     return TPURT_STATUS(INVALID_ARGUMENT, "geometric_: expects p in (0, 1), but got p=%g", j.prm[0]);
   return rnd_run(ctx, &j, reference);
@@ -339,8 +332,8 @@ static tpurt_status_t cauchy_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "cauchy_", &j, RK_CAUCHY));
   RND_REQUIRE_FLOAT("cauchy_");
-  j.prm[0] = arg_d(call, 1, 0.0);
-  j.prm[1] = arg_d(call, 2, 1.0);
+  j.prm[0] = tpurt_arg_double(call, 1, 0.0);
+  j.prm[1] = tpurt_arg_double(call, 2, 1.0);
   if (!(j.prm[1] > 0)) return TPURT_STATUS(INVALID_ARGUMENT, "cauchy_: expects sigma > 0.0, but found sigma=%g", j.prm[1]);
   return rnd_run(ctx, &j, reference);
 }
@@ -349,8 +342,8 @@ static tpurt_status_t log_normal_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "log_normal_", &j, RK_LOG_NORMAL));
   RND_REQUIRE_FLOAT("log_normal_");
-  j.prm[0] = arg_d(call, 1, 1.0);
-  j.prm[1] = arg_d(call, 2, 2.0);
+  j.prm[0] = tpurt_arg_double(call, 1, 1.0);
+  j.prm[1] = tpurt_arg_double(call, 2, 2.0);
   if (!(j.prm[1] > 0)) return TPURT_STATUS(INVALID_ARGUMENT, "log_normal_: expects std > 0.0, but found std=%g", j.prm[1]);
   return rnd_run(ctx, &j, reference);
 }
@@ -359,17 +352,18 @@ static tpurt_status_t log_normal_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
 static tpurt_status_t dropout_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   rnd_job_t j;
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "native_dropout", &j, RK_DROPOUT));
-  if (call->num_outputs < 2 || call->num_args < 2 || call->args[0].kind != TPURT_ARG_TENSOR)
+  const tpurt_tensor_t* input = tpurt_arg_tensor(call, 0);
+  if (call->num_outputs < 2 || call->num_args < 2 || !input)
     return TPURT_STATUS(INVALID_ARGUMENT, "native_dropout: expected (input, p, train) and two outputs");
   RND_REQUIRE_FLOAT("native_dropout");
-  double p = tpurt_ew_arg_double(&call->args[1]);
+  double p = tpurt_arg_double(call, 1, 0.0);
   if (!(p >= 0 && p <= 1))
     return TPURT_STATUS(INVALID_ARGUMENT, "native_dropout: dropout probability has to be between 0 and 1, but got %g", p);
-  bool train = !(call->num_args > 2 && call->args[2].kind == TPURT_ARG_BOOL && !call->args[2].v.b);
+  bool train = !(tpurt_arg_is(call, 2, TPURT_ARG_BOOL) && !tpurt_arg_bool(call, 2, true));
   if (!train) p = 0; /* eval: output = input, mask all true */
   j.out2 = &call->outputs[1];
   if (j.out2->ndim != j.out->ndim) return TPURT_STATUS(INVALID_ARGUMENT, "native_dropout: mask shape differs");
-  TPURT_RETURN_IF_ERROR(rnd_bind_input(&j, 0, call->args[0].v.tensor, "native_dropout"));
+  TPURT_RETURN_IF_ERROR(rnd_bind_input(&j, 0, input, "native_dropout"));
   j.prm[0] = 1.0 - p;
   j.prm[1] = p < 1 ? 1.0 / (1.0 - p) : 0.0;
   return rnd_run(ctx, &j, reference);
@@ -482,11 +476,11 @@ static tpurt_status_t multinomial_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   mn_job_t m;
   memset(&m, 0, sizeof(m));
   TPURT_RETURN_IF_ERROR(rnd_begin(call, "multinomial", &m.r, RK_UNIFORM));
-  if (call->num_args < 2 || call->args[0].kind != TPURT_ARG_TENSOR || call->args[1].kind != TPURT_ARG_INT)
+  m.p = tpurt_arg_tensor(call, 0);
+  if (!m.p || !tpurt_arg_is(call, 1, TPURT_ARG_INT))
     return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: expected (self, num_samples, replacement)");
-  m.p = call->args[0].v.tensor;
-  m.ns = call->args[1].v.i;
-  m.replacement = call->num_args > 2 && call->args[2].kind == TPURT_ARG_BOOL && call->args[2].v.b;
+  m.ns = tpurt_arg_int(call, 1, 0);
+  m.replacement = tpurt_arg_is(call, 2, TPURT_ARG_BOOL) && tpurt_arg_bool(call, 2, false);
   if (m.p->ndim < 1 || m.p->ndim > 2)
     return TPURT_STATUS(INVALID_ARGUMENT, "multinomial: prob_dist must be 1 or 2 dim, got %d", m.p->ndim);
   if (m.r.out->dtype != TPURT_DTYPE_INT64 || m.r.out->ndim != m.p->ndim)

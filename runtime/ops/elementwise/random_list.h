@@ -1,24 +1,33 @@
-/* Every random kernel: RND_X(kernel, "registered name", flags); functions are
- * tpurt_rnd_k_<kernel> / tpurt_rnd_r_<kernel>. Expanded in random_table.c. */
+/* Every random kernel: RND_X(kernel, "registered name", flags, dtypes);
+ * functions are tpurt_rnd_k_<kernel> / tpurt_rnd_r_<kernel>. Expanded in
+ * random_table.c. */
 #ifndef TPURT_OPS_RANDOM_LIST_H_
 #define TPURT_OPS_RANDOM_LIST_H_
 
 #include "tpurt/kernel.h"
 
-#define RND_OP_LIST(RND_X)                                                       \
-  RND_X(uniform, "uniform", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)               \
-  RND_X(normal, "normal", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)                 \
-  RND_X(bernoulli, "bernoulli", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)           \
-  RND_X(random, "random", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)                 \
-  RND_X(exponential, "exponential", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)       \
-  RND_X(geometric, "geometric", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)           \
-  RND_X(cauchy, "cauchy", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)                 \
-  RND_X(log_normal, "log_normal", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)         \
-  RND_X(native_dropout, "native_dropout", TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE) \
-  RND_X(native_dropout_backward, "native_dropout_backward", TPURT_OP_ALIAS_SAFE) \
-  RND_X(multinomial, "multinomial", TPURT_OP_RANDOM)
+/* The dtypes of the first tensor argument (the tensor filled, or the
+ * probabilities / the mean; a factory's output): the continuous distributions
+ * and dropout write floating point only; bernoulli_, random_, geometric_ and
+ * multinomial take every real dtype. */
+#define RND_DT_FLOAT TPURT_DTYPES_FLOAT
+#define RND_DT_ANY TPURT_DTYPES_REAL
+#define RND_DRAW (TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)
 
-#define RND_DECLARE(k, name, flags)                                                          \
+#define RND_OP_LIST(RND_X)                                                             \
+  RND_X(uniform, "uniform", RND_DRAW, RND_DT_FLOAT)                                    \
+  RND_X(normal, "normal", RND_DRAW, RND_DT_FLOAT)                                      \
+  RND_X(bernoulli, "bernoulli", RND_DRAW, RND_DT_ANY)                                  \
+  RND_X(random, "random", RND_DRAW, RND_DT_ANY)                                        \
+  RND_X(exponential, "exponential", RND_DRAW, RND_DT_FLOAT)                            \
+  RND_X(geometric, "geometric", RND_DRAW, RND_DT_ANY)                                  \
+  RND_X(cauchy, "cauchy", RND_DRAW, RND_DT_FLOAT)                                      \
+  RND_X(log_normal, "log_normal", RND_DRAW, RND_DT_FLOAT)                              \
+  RND_X(native_dropout, "native_dropout", RND_DRAW, RND_DT_FLOAT)                      \
+  RND_X(native_dropout_backward, "native_dropout_backward", TPURT_OP_ALIAS_SAFE, RND_DT_FLOAT) \
+  RND_X(multinomial, "multinomial", TPURT_OP_RANDOM, RND_DT_ANY)
+
+#define RND_DECLARE(k, name, flags, dtypes)                                                          \
   tpurt_status_t tpurt_rnd_k_##k(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);      \
   tpurt_status_t tpurt_rnd_r_##k(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
 RND_OP_LIST(RND_DECLARE)

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tpurt/kernel.h"
+#include "ops/args.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -84,21 +84,22 @@ typedef struct fft_call_t {
 } fft_call_t;
 
 static tpurt_status_t fft_parse(const tpurt_op_call_t* call, const char* op, fft_call_t* c) {
-  if (call->num_args < 4 || call->args[0].kind != TPURT_ARG_TENSOR || call->args[1].kind != TPURT_ARG_INT_LIST ||
-      call->args[2].kind != TPURT_ARG_INT || call->num_outputs < 1)
+  int32_t nd;
+  const int64_t* dims = tpurt_arg_ints(call, 1, &nd);
+  c->self = tpurt_arg_tensor(call, 0);
+  if (call->num_args < 4 || !c->self || !dims || !tpurt_arg_is(call, 2, TPURT_ARG_INT) || call->num_outputs < 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, dim, normalization, ...)", op);
-  c->self = call->args[0].v.tensor;
   c->out = &call->outputs[0];
-  c->norm = call->args[2].v.i;
+  c->norm = tpurt_arg_int(call, 2, 0);
   if (c->norm < 0 || c->norm > 2)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: invalid normalization mode %lld", op, (long long)c->norm);
   if (c->out->ndim != c->self->ndim)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: output has %d dims, input %d", op, c->out->ndim, c->self->ndim);
-  int32_t nd = call->args[1].count, ndim = c->self->ndim;
+  int32_t ndim = c->self->ndim;
   if (nd < 1 || nd > ndim) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected 1 to %d dims, got %d", op, ndim, nd);
   c->nd = nd;
   for (int i = 0; i < nd; ++i) {
-    int64_t d = call->args[1].v.ints[i];
+    int64_t d = dims[i];
     if (d < -ndim || d >= ndim)
       return TPURT_STATUS(OUT_OF_RANGE, "%s: dimension %lld out of range for %d dims", op, (long long)d, ndim);
     if (d < 0) d += ndim;
@@ -167,11 +168,11 @@ static tpurt_status_t fft_c2c_passes(tpurt_kernel_ctx_t* ctx, const fft_call_t* 
 static tpurt_status_t fft_c2c_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   fft_call_t c;
   TPURT_RETURN_IF_ERROR(fft_parse(call, "_fft_c2c", &c));
-  if (!tpurt_dtype_is_complex(c.self->dtype) || c.out->dtype != c.self->dtype || call->args[3].kind != TPURT_ARG_BOOL)
+  if (!tpurt_dtype_is_complex(c.self->dtype) || c.out->dtype != c.self->dtype || !tpurt_arg_is(call, 3, TPURT_ARG_BOOL))
     return TPURT_STATUS(INVALID_ARGUMENT, "_fft_c2c: expected a complex input and output of one dtype, and forward");
   c.f64 = c.self->dtype == TPURT_DTYPE_COMPLEX128;
   if (tpurt_tensor_numel(c.out) == 0) return TPURT_OK;
-  bool forward = call->args[3].v.b;
+  bool forward = tpurt_arg_bool(call, 3, true);
   return fft_c2c_passes(ctx, &c, c.self, c.out, 0, c.nd, !forward, fft_scale(c.norm, c.self, &c), reference);
 }
 
@@ -239,10 +240,13 @@ FFT_KERNELS(c2c)
 FFT_KERNELS(r2c)
 FFT_KERNELS(c2r)
 
-/* Born complex: real in or out, complex on the other side (tpurt/kernel.h). */
+/* Born complex: real in or out, complex on the other side (tpurt/kernel.h).
+ * The input is complex64/complex128, or float32/float64 for _fft_r2c. */
+#define FFT_DT_REAL (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
+#define FFT(NAME, FN, DT) {NAME, tpurt_fft_##FN, tpurt_fft_##FN##_ref, TPURT_OP_COMPLEX, DT, TPURT_LAYOUT_STRIDED}
 const tpurt_op_def_t tpurt_ops_fft[] = {
-    {"_fft_c2c", tpurt_fft_c2c, tpurt_fft_c2c_ref, TPURT_OP_COMPLEX},
-    {"_fft_r2c", tpurt_fft_r2c, tpurt_fft_r2c_ref, TPURT_OP_COMPLEX},
-    {"_fft_c2r", tpurt_fft_c2r, tpurt_fft_c2r_ref, TPURT_OP_COMPLEX},
+    FFT("_fft_c2c", c2c, TPURT_DTYPES_COMPLEX),
+    FFT("_fft_r2c", r2c, FFT_DT_REAL),
+    FFT("_fft_c2r", c2r, TPURT_DTYPES_COMPLEX),
     TPURT_OP_TABLE_END,
 };

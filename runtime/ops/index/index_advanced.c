@@ -24,20 +24,22 @@ typedef struct {
   int64_t* off;                    /* [nB] element offsets into self (sum idx*stride) */
 } adv_plan_t;
 
-/* Expands bool masks and builds the plan; `off` is computed against
- * `strides` (those of the tensor that is read or written). */
-static tpurt_status_t adv_plan(tpurt_kernel_ctx_t* ctx, const char* op, const tpurt_tensor_t* self,
-                               const tpurt_arg_t* list, const int64_t* strides, adv_plan_t* p) {
+/* Expands bool masks and builds the plan from the indices (a Tensor?[] in
+ * args[list_arg]); `off` is computed against `strides` (those of the tensor
+ * that is read or written). */
+static tpurt_status_t adv_plan(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op,
+                               const tpurt_tensor_t* self, int list_arg, const int64_t* strides, adv_plan_t* p) {
   memset(p, 0, sizeof(*p));
-  if (list->kind != TPURT_ARG_TENSOR_LIST)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: indices must be a list of tensors", op);
+  int32_t count;
+  const tpurt_tensor_t* const* list = tpurt_arg_tensors(call, list_arg, &count);
+  if (!list) return TPURT_STATUS(INVALID_ARGUMENT, "%s: indices must be a list of tensors", op);
   p->D = self->ndim;
   /* per self dim: the index tensor (NULL = sliced); masks become 1-d coords */
   const tpurt_tensor_t* per_dim[TPURT_MAX_DIMS] = {0};
   tpurt_tensor_t mask_coords[TPURT_MAX_DIMS];
   int32_t d = 0;
-  for (int32_t i = 0; i < list->count; ++i) {
-    const tpurt_tensor_t* t = list->v.tensors[i];
+  for (int32_t i = 0; i < count; ++i) {
+    const tpurt_tensor_t* t = list[i];
     if (t && (t->dtype == TPURT_DTYPE_BOOL || t->dtype == TPURT_DTYPE_UINT8)) {
       int32_t k = t->ndim;
       if (k == 0) return TPURT_STATUS(UNIMPLEMENTED, "%s: 0-d boolean index", op);
@@ -142,15 +144,15 @@ static tpurt_status_t check_result_shape(const char* op, const adv_plan_t* p, co
 /* ---- index.Tensor ---- */
 
 static tpurt_status_t index_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self) return TPURT_STATUS(INVALID_ARGUMENT, "index: self must be a tensor");
   if (out->dtype != self->dtype)
     return TPURT_STATUS(INVALID_ARGUMENT, "index: out dtype %s differs from self dtype %s", tpurt_dtype_name(out->dtype),
                         tpurt_dtype_name(self->dtype));
   adv_plan_t p;
-  TPURT_RETURN_IF_ERROR(adv_plan(ctx, "index", self, &call->args[1], self->strides, &p));
+  TPURT_RETURN_IF_ERROR(adv_plan(ctx, call, "index", self, 1, self->strides, &p));
   TPURT_RETURN_IF_ERROR(check_result_shape("index", &p, out, "out"));
   if (tpurt_tensor_numel(out) == 0) return TPURT_OK;
   size_t es = tpurt_dtype_size(self->dtype);
@@ -199,17 +201,17 @@ tpurt_status_t tpurt_index_r_index(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
 /* ---- index_put ---- */
 
 static tpurt_status_t index_put_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 3, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* values = tpurt_index_arg_tensor(call, 2);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 3, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* values = tpurt_arg_tensor(call, 2);
   const tpurt_tensor_t* out = &call->outputs[0];
-  bool accumulate = tpurt_index_arg_bool(call, 3, false);
+  bool accumulate = tpurt_arg_bool(call, 3, false);
   if (!self || !values) return TPURT_STATUS(INVALID_ARGUMENT, "index_put: self and values must be tensors");
   if (out->dtype != self->dtype || out->ndim != self->ndim)
     return TPURT_STATUS(INVALID_ARGUMENT, "index_put: out does not match self");
   adv_plan_t p;
   /* offsets computed against out's strides: out is what we write */
-  TPURT_RETURN_IF_ERROR(adv_plan(ctx, "index_put", self, &call->args[1], out->strides, &p));
+  TPURT_RETURN_IF_ERROR(adv_plan(ctx, call, "index_put", self, 1, out->strides, &p));
   int64_t vst[TPURT_MAX_DIMS];
   if (!tpurt_index_broadcast_strides(values, p.rnd, p.rsizes, vst))
     return TPURT_STATUS(INVALID_ARGUMENT, "index_put: shape mismatch: value tensor of %d dims cannot be broadcast to "

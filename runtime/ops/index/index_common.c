@@ -1,104 +1,11 @@
-/* Shared machinery of the index kernel family (see index_common.h): argument
- * readers, the strided walker, broadcast copy, index loading with bounds checks
+/* Shared machinery of the index kernel family (see index_common.h): the
+ * strided walker, broadcast copy, index loading with bounds checks
  * and the per-dtype accumulate functions. */
 #include "ops/index/index_common.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
-
-/* ---- arguments ---- */
-
-const tpurt_tensor_t* tpurt_index_arg_tensor(const tpurt_op_call_t* call, int i) {
-  if (i >= call->num_args || call->args[i].kind != TPURT_ARG_TENSOR) return NULL;
-  return call->args[i].v.tensor;
-}
-
-bool tpurt_index_arg_is_none(const tpurt_op_call_t* call, int i) {
-  return i >= call->num_args || call->args[i].kind == TPURT_ARG_NONE;
-}
-
-int64_t tpurt_index_arg_int(const tpurt_op_call_t* call, int i, int64_t dflt) {
-  if (i >= call->num_args) return dflt;
-  const tpurt_arg_t* a = &call->args[i];
-  switch (a->kind) {
-    case TPURT_ARG_INT: case TPURT_ARG_DTYPE: case TPURT_ARG_OTHER: return a->v.i;
-    case TPURT_ARG_BOOL: return a->v.b;
-    case TPURT_ARG_DOUBLE: return (int64_t)a->v.d;
-    case TPURT_ARG_INT_LIST: return a->count == 1 ? a->v.ints[0] : dflt;
-    case TPURT_ARG_TENSOR:
-      if (tpurt_tensor_numel(a->v.tensor) == 1)
-        return tpurt_dtype_load_i64(a->v.tensor->dtype, a->v.tensor->data);
-      return dflt;
-    default: return dflt;
-  }
-}
-
-double tpurt_index_arg_double(const tpurt_op_call_t* call, int i, double dflt) {
-  if (i >= call->num_args) return dflt;
-  const tpurt_arg_t* a = &call->args[i];
-  switch (a->kind) {
-    case TPURT_ARG_INT: return (double)a->v.i;
-    case TPURT_ARG_BOOL: return a->v.b;
-    case TPURT_ARG_DOUBLE: return a->v.d;
-    case TPURT_ARG_TENSOR:
-      if (tpurt_tensor_numel(a->v.tensor) == 1)
-        return tpurt_dtype_load_f64(a->v.tensor->dtype, a->v.tensor->data);
-      return dflt;
-    default: return dflt;
-  }
-}
-
-bool tpurt_index_arg_bool(const tpurt_op_call_t* call, int i, bool dflt) {
-  if (i >= call->num_args) return dflt;
-  const tpurt_arg_t* a = &call->args[i];
-  if (a->kind == TPURT_ARG_BOOL) return a->v.b;
-  if (a->kind == TPURT_ARG_INT) return a->v.i != 0;
-  return dflt;
-}
-
-const char* tpurt_index_arg_string(const tpurt_op_call_t* call, int i, const char* dflt) {
-  if (i >= call->num_args || call->args[i].kind != TPURT_ARG_STRING) return dflt;
-  return call->args[i].v.s;
-}
-
-bool tpurt_index_arg_is_scalar(const tpurt_op_call_t* call, int i) {
-  if (i >= call->num_args) return false;
-  tpurt_arg_kind_t k = call->args[i].kind;
-  return k == TPURT_ARG_INT || k == TPURT_ARG_DOUBLE || k == TPURT_ARG_BOOL;
-}
-
-tpurt_status_t tpurt_index_arg_scalar_store(const tpurt_op_call_t* call, int i, tpurt_dtype_t dtype,
-                                            void* out_elem) {
-  if (i >= call->num_args)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing scalar argument %d", call->name, i);
-  const tpurt_arg_t* a = &call->args[i];
-  switch (a->kind) {
-    case TPURT_ARG_INT: tpurt_dtype_store_i64(dtype, out_elem, a->v.i); return TPURT_OK;
-    case TPURT_ARG_BOOL: tpurt_dtype_store_i64(dtype, out_elem, a->v.b); return TPURT_OK;
-    case TPURT_ARG_DOUBLE: tpurt_dtype_store_f64(dtype, out_elem, a->v.d); return TPURT_OK;
-    case TPURT_ARG_TENSOR: {
-      const tpurt_tensor_t* t = a->v.tensor;
-      if (tpurt_tensor_numel(t) != 1)
-        return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a 1-element tensor for argument %d, got %" PRId64
-                            " elements", call->name, i, tpurt_tensor_numel(t));
-      tpurt_dtype_convert(dtype, out_elem, t->dtype, t->data, 1);
-      return TPURT_OK;
-    }
-    default:
-      return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d is not a scalar (kind %d)", call->name, i,
-                          (int)a->kind);
-  }
-}
-
-tpurt_status_t tpurt_index_need(const tpurt_op_call_t* call, int min_args, int min_outputs) {
-  if (call->num_args < min_args || call->num_outputs < min_outputs)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected at least %d args and %d outputs, got %d and %d",
-                        call->name, min_args, min_outputs, call->num_args, call->num_outputs);
-  if (min_args > 0 && call->args[0].kind == TPURT_ARG_TENSOR && call->args[0].v.tensor == NULL)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: NULL tensor", call->name);
-  return TPURT_OK;
-}
 
 tpurt_status_t tpurt_index_wrap_dim(const char* op, int64_t dim, int32_t ndim, int32_t* out_dim) {
   int64_t n = ndim > 0 ? ndim : 1;

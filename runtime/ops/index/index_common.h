@@ -1,28 +1,13 @@
-/* Shared machinery of the index kernel family: argument readers, a strided
- * N-d walker (coalesces dims, hands out rows to a callback), index loading with
- * wrap + bounds check, and per-dtype accumulate functions for scatter-style ops.
+/* Shared machinery of the index kernel family: a strided N-d walker
+ * (coalesces dims, hands out rows to a callback), index loading with wrap +
+ * bounds check, and per-dtype accumulate functions for scatter-style ops.
  * Internal to runtime/ops/index; not part of the public ABI. */
 #ifndef TPURT_OPS_INDEX_COMMON_H_
 #define TPURT_OPS_INDEX_COMMON_H_
 
 #include <string.h>
 
-#include "tpurt/kernel.h"
-
-/* ---- arguments ---- */
-const tpurt_tensor_t* tpurt_index_arg_tensor(const tpurt_op_call_t* call, int i); /* NULL if absent/None */
-bool tpurt_index_arg_is_none(const tpurt_op_call_t* call, int i);
-int64_t tpurt_index_arg_int(const tpurt_op_call_t* call, int i, int64_t dflt);
-double tpurt_index_arg_double(const tpurt_op_call_t* call, int i, double dflt);
-bool tpurt_index_arg_bool(const tpurt_op_call_t* call, int i, bool dflt);
-const char* tpurt_index_arg_string(const tpurt_op_call_t* call, int i, const char* dflt);
-/* A Scalar argument as a double / int64 (bool and int kinds included). */
-bool tpurt_index_arg_is_scalar(const tpurt_op_call_t* call, int i);
-/* Stores a Scalar argument `i` (or a 1-element tensor) into one element of `dtype`. */
-tpurt_status_t tpurt_index_arg_scalar_store(const tpurt_op_call_t* call, int i, tpurt_dtype_t dtype,
-                                            void* out_elem);
-/* Common checks: output count, args count. */
-tpurt_status_t tpurt_index_need(const tpurt_op_call_t* call, int min_args, int min_outputs);
+#include "ops/args.h"
 
 /* Wraps a possibly negative dim; ndim 0 counts as 1 (scalars act as 1-d). */
 tpurt_status_t tpurt_index_wrap_dim(const char* op, int64_t dim, int32_t ndim, int32_t* out_dim);

@@ -56,6 +56,7 @@ static tpurt_status_t cxi_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   cxi_frame_t* f = &frame;
   f->nviews = 0;
   int32_t ndim = call->outputs[0].ndim;
+  bool list_is_data = strcmp(kernel, "cat") == 0;
   for (int i = 0; i < call->num_args; ++i) {
     tpurt_arg_t a = call->args[i];
     if (a.kind == TPURT_ARG_TENSOR) {
@@ -64,7 +65,12 @@ static tpurt_status_t cxi_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     } else if (a.kind == TPURT_ARG_TENSOR_LIST) {
       if (a.count > CXI_MAX_LIST) return TPURT_STATUS(UNIMPLEMENTED, "%s: more than %d tensors", kernel, CXI_MAX_LIST);
       for (int32_t k = 0; k < a.count; ++k) {
-        f->list[k] = a.v.tensors[k] ? cxi_view(f, a.v.tensors[k], cd) : NULL;
+        const tpurt_tensor_t* t = a.v.tensors[k];
+        /* cat's list holds data (index's holds indices): a real tensor in it would be moved as if its
+         * bits were complex */
+        if (list_is_data && t && !tpurt_dtype_is_complex(t->dtype) && !(t->ndim == 1 && t->sizes[0] == 0))
+          goto real_data;
+        f->list[k] = t ? cxi_view(f, t, cd) : NULL;
         if (a.v.tensors[k] && !f->list[k]) goto mixed;
       }
       a.v.tensors = f->list;
@@ -98,6 +104,8 @@ static tpurt_status_t cxi_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   return (reference ? def->reference : def->fn)(ctx, &rc);
 mixed:
   return TPURT_STATUS(UNIMPLEMENTED, "%s: complex tensors of different dtypes", kernel);
+real_data:
+  return TPURT_STATUS(UNIMPLEMENTED, "%s: real and complex tensors mixed", kernel);
 }
 
 #define CXI_KERNELS(NAME, C128, DIMS, ROLL)                                                                  \
@@ -115,8 +123,15 @@ CXI_KERNELS(gather, false, -1, false)
 CXI_KERNELS(take, false, -1, false)
 CXI_KERNELS(index, false, -1, false)
 
-#define CXI(NAME) {"complex::" #NAME, cxi_k_##NAME, cxi_r_##NAME, 0}
+/* complex128 reaches only the ops that take it (above); complex64 all. */
+#define CXI(NAME, DT) {"complex::" #NAME, cxi_k_##NAME, cxi_r_##NAME, 0, DT, TPURT_LAYOUT_STRIDED}
 const tpurt_op_def_t tpurt_ops_index_complex[] = {
-    CXI(cat), CXI(flip), CXI(roll), CXI(index_select), CXI(gather), CXI(take), CXI(index),
+    CXI(cat, TPURT_DTYPES_COMPLEX),
+    CXI(flip, TPURT_DTYPES_COMPLEX),
+    CXI(roll, TPURT_DTYPES_COMPLEX),
+    CXI(index_select, TPURT_DTYPES_COMPLEX),
+    CXI(gather, TPURT_DTYPE_BIT(COMPLEX64)),
+    CXI(take, TPURT_DTYPE_BIT(COMPLEX64)),
+    CXI(index, TPURT_DTYPE_BIT(COMPLEX64)),
     TPURT_OP_TABLE_END,
 };

@@ -39,16 +39,16 @@ static tpurt_status_t private_if_overlap(tpurt_kernel_ctx_t* ctx, const char* op
 /* ---- gather ---- */
 
 static tpurt_status_t gather_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 3, 1));
-  const tpurt_tensor_t* s0 = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* i0 = tpurt_index_arg_tensor(call, 2);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 3, 1));
+  const tpurt_tensor_t* s0 = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* i0 = tpurt_arg_tensor(call, 2);
   if (!s0 || !i0) return TPURT_STATUS(INVALID_ARGUMENT, "gather: self and index must be tensors");
   tpurt_tensor_t self, idx, out;
   tpurt_index_as_1d(s0, &self);
   tpurt_index_as_1d(i0, &idx);
   tpurt_index_as_1d(&call->outputs[0], &out);
   int32_t dim;
-  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("gather", tpurt_index_arg_int(call, 1, 0), s0->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("gather", tpurt_arg_int(call, 1, 0), s0->ndim, &dim));
   if (tpurt_tensor_numel(&idx) == 0) return TPURT_OK; /* as CPU: an empty index of any rank gives an empty out */
   if (idx.ndim != self.ndim || out.ndim != idx.ndim || out.dtype != self.dtype)
     return TPURT_STATUS(INVALID_ARGUMENT, "gather: index (%d dims), self (%d dims) and out must agree", idx.ndim,
@@ -103,10 +103,10 @@ tpurt_status_t tpurt_index_r_gather(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
  *   out[p with dim -> index[p]] (red)= src[p]   (src may be a scalar). */
 static tpurt_status_t scatter_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* op,
                                      int scalar_arg, tpurt_index_red_t red, bool include_self, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 4, 1));
-  const tpurt_tensor_t* s0 = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* i0 = tpurt_index_arg_tensor(call, 2);
-  const tpurt_tensor_t* src0 = scalar_arg < 0 ? tpurt_index_arg_tensor(call, 3) : NULL;
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 4, 1));
+  const tpurt_tensor_t* s0 = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* i0 = tpurt_arg_tensor(call, 2);
+  const tpurt_tensor_t* src0 = scalar_arg < 0 ? tpurt_arg_tensor(call, 3) : NULL;
   if (!s0 || !i0 || (scalar_arg < 0 && !src0))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: self, index and src must be tensors", op);
   tpurt_tensor_t self, idx, out, src;
@@ -114,7 +114,7 @@ static tpurt_status_t scatter_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   tpurt_index_as_1d(i0, &idx);
   tpurt_index_as_1d(&call->outputs[0], &out);
   int32_t dim;
-  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim(op, tpurt_index_arg_int(call, 1, 0), s0->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim(op, tpurt_arg_int(call, 1, 0), s0->ndim, &dim));
   if (out.dtype != self.dtype || out.ndim != self.ndim)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: out must match self", op);
   if (idx.ndim != self.ndim && tpurt_tensor_numel(&idx) > 0)
@@ -122,7 +122,7 @@ static tpurt_status_t scatter_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
                         "dimensions", op, idx.ndim, self.ndim);
   unsigned char scalar[8];
   if (scalar_arg >= 0) {
-    TPURT_RETURN_IF_ERROR(tpurt_index_arg_scalar_store(call, scalar_arg, self.dtype, scalar));
+    TPURT_RETURN_IF_ERROR(tpurt_arg_scalar_store(call, scalar_arg, self.dtype, scalar));
     memset(&src, 0, sizeof(src));
     src.data = scalar;
     src.dtype = self.dtype;
@@ -212,10 +212,10 @@ static tpurt_status_t scatter_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
 
 /* scatter(self, dim, index, src|value [, reduce]) */
 static tpurt_status_t scatter_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 4, 1));
-  int scalar_arg = call->args[3].kind == TPURT_ARG_TENSOR ? -1 : 3;
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 4, 1));
+  int scalar_arg = tpurt_arg_is(call, 3, TPURT_ARG_TENSOR) ? -1 : 3;
   tpurt_index_red_t red = TPURT_INDEX_RED_COPY;
-  const char* rs = tpurt_index_arg_string(call, 4, NULL);
+  const char* rs = tpurt_arg_string(call, 4, NULL);
   if (rs) {
     int r = tpurt_index_red_parse(rs);
     if (r != TPURT_INDEX_RED_SUM && r != TPURT_INDEX_RED_PROD)
@@ -240,13 +240,13 @@ tpurt_status_t tpurt_index_r_scatter_add(tpurt_kernel_ctx_t* ctx, const tpurt_op
 
 /* scatter_reduce(self, dim, index, src, reduce, include_self=True) */
 static tpurt_status_t scatter_reduce_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  const char* rs = tpurt_index_arg_string(call, 4, NULL);
+  const char* rs = tpurt_arg_string(call, 4, NULL);
   int r = tpurt_index_red_parse(rs);
   if (r < 0 || !strcmp(rs, "add") || !strcmp(rs, "multiply"))
     return TPURT_STATUS(INVALID_ARGUMENT, "scatter_reduce: reduce argument must be one of sum, prod, mean, amax, "
                         "amin, got %s", rs ? rs : "(none)");
   return scatter_common(ctx, call, "scatter_reduce", -1, (tpurt_index_red_t)r,
-                        tpurt_index_arg_bool(call, 5, true), reference);
+                        tpurt_arg_bool(call, 5, true), reference);
 }
 tpurt_status_t tpurt_index_k_scatter_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return scatter_reduce_impl(ctx, call, false);
@@ -258,9 +258,9 @@ tpurt_status_t tpurt_index_r_scatter_reduce(tpurt_kernel_ctx_t* ctx, const tpurt
 /* ---- index_select ---- */
 
 static tpurt_status_t index_select_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 3, 1));
-  const tpurt_tensor_t* s0 = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* idx = tpurt_index_arg_tensor(call, 2);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 3, 1));
+  const tpurt_tensor_t* s0 = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* idx = tpurt_arg_tensor(call, 2);
   if (!s0 || !idx) return TPURT_STATUS(INVALID_ARGUMENT, "index_select: self and index must be tensors");
   if (idx->ndim > 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "index_select: index must be 0-d or 1-d, got %d dims", idx->ndim);
@@ -268,7 +268,7 @@ static tpurt_status_t index_select_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_
   tpurt_index_as_1d(s0, &self);
   tpurt_index_as_1d(&call->outputs[0], &out);
   int32_t dim;
-  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("index_select", tpurt_index_arg_int(call, 1, 0), s0->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("index_select", tpurt_arg_int(call, 1, 0), s0->ndim, &dim));
   int64_t n = tpurt_tensor_numel(idx);
   if (out.ndim != self.ndim || out.sizes[dim] != n || out.dtype != self.dtype)
     return TPURT_STATUS(INVALID_ARGUMENT, "index_select: out shape/dtype does not match");
@@ -317,15 +317,15 @@ static tpurt_status_t index_along_dim(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
                                       const tpurt_tensor_t* src0, const void* scalar, tpurt_index_red_t red,
                                       bool include_self, double alpha_d, int64_t alpha_i, bool wrap,
                                       bool reference) {
-  const tpurt_tensor_t* s0 = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* idx = tpurt_index_arg_tensor(call, 2);
+  const tpurt_tensor_t* s0 = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* idx = tpurt_arg_tensor(call, 2);
   if (!s0 || !idx) return TPURT_STATUS(INVALID_ARGUMENT, "%s: self and index must be tensors", op);
   if (idx->ndim > 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: index must be 0-d or 1-d, got %d dims", op, idx->ndim);
   tpurt_tensor_t self, out, src;
   tpurt_index_as_1d(s0, &self);
   tpurt_index_as_1d(&call->outputs[0], &out);
   int32_t dim;
-  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim(op, tpurt_index_arg_int(call, 1, 0), s0->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim(op, tpurt_arg_int(call, 1, 0), s0->ndim, &dim));
   if (out.dtype != self.dtype || out.ndim != self.ndim)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: out must match self", op);
   int64_t n = tpurt_tensor_numel(idx);
@@ -416,15 +416,14 @@ static tpurt_status_t index_along_dim(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 
 /* index_add(self, dim, index, source, alpha=1) */
 static tpurt_status_t index_add_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 4, 1));
-  double ad = tpurt_index_arg_double(call, 4, 1.0);
-  int64_t ai = tpurt_index_arg_int(call, 4, 1);
-  const tpurt_tensor_t* s0 = tpurt_index_arg_tensor(call, 0);
-  if (s0 && !tpurt_dtype_is_floating(s0->dtype) && call->num_args > 4 && call->args[4].kind == TPURT_ARG_DOUBLE &&
-      ad != (double)ai)
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 4, 1));
+  double ad = tpurt_arg_double(call, 4, 1.0);
+  int64_t ai = tpurt_arg_int(call, 4, 1);
+  const tpurt_tensor_t* s0 = tpurt_arg_tensor(call, 0);
+  if (s0 && !tpurt_dtype_is_floating(s0->dtype) && tpurt_arg_is(call, 4, TPURT_ARG_DOUBLE) && ad != (double)ai)
     return TPURT_STATUS(INVALID_ARGUMENT, "index_add: a float alpha (%g) with integral self %s", ad,
                         tpurt_dtype_name(s0->dtype));
-  return index_along_dim(ctx, call, "index_add", tpurt_index_arg_tensor(call, 3), NULL, TPURT_INDEX_RED_SUM, true, ad,
+  return index_along_dim(ctx, call, "index_add", tpurt_arg_tensor(call, 3), NULL, TPURT_INDEX_RED_SUM, true, ad,
                          ai, false, reference);
 }
 tpurt_status_t tpurt_index_k_index_add(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
@@ -435,8 +434,8 @@ tpurt_status_t tpurt_index_r_index_add(tpurt_kernel_ctx_t* ctx, const tpurt_op_c
 }
 
 static tpurt_status_t index_copy_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 4, 1));
-  const tpurt_tensor_t* src = tpurt_index_arg_tensor(call, 3);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 4, 1));
+  const tpurt_tensor_t* src = tpurt_arg_tensor(call, 3);
   if (!src) return TPURT_STATUS(INVALID_ARGUMENT, "index_copy: source must be a tensor");
   return index_along_dim(ctx, call, "index_copy", src, NULL, TPURT_INDEX_RED_COPY, true, 1.0, 1, false, reference);
 }
@@ -449,15 +448,15 @@ tpurt_status_t tpurt_index_r_index_copy(tpurt_kernel_ctx_t* ctx, const tpurt_op_
 
 /* index_fill(self, dim, index, value: Scalar or 0-d Tensor) */
 static tpurt_status_t index_fill_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 4, 1));
-  const tpurt_tensor_t* s0 = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 4, 1));
+  const tpurt_tensor_t* s0 = tpurt_arg_tensor(call, 0);
   if (!s0) return TPURT_STATUS(INVALID_ARGUMENT, "index_fill: self must be a tensor");
-  const tpurt_tensor_t* vt = tpurt_index_arg_tensor(call, 3);
+  const tpurt_tensor_t* vt = tpurt_arg_tensor(call, 3);
   if (vt && vt->ndim != 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "index_fill: only supports a 0-dimensional value tensor, got %d dims",
                         vt->ndim);
   uint64_t scalar = 0;
-  TPURT_RETURN_IF_ERROR(tpurt_index_arg_scalar_store(call, 3, s0->dtype, &scalar));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_scalar_store(call, 3, s0->dtype, &scalar));
   return index_along_dim(ctx, call, "index_fill", NULL, &scalar, TPURT_INDEX_RED_COPY, true, 1.0, 1, true, reference);
 }
 tpurt_status_t tpurt_index_k_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
@@ -469,16 +468,16 @@ tpurt_status_t tpurt_index_r_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_
 
 /* index_reduce(self, dim, index, source, reduce, include_self=True) */
 static tpurt_status_t index_reduce_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 5, 1));
-  const char* rs = tpurt_index_arg_string(call, 4, NULL);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 5, 1));
+  const char* rs = tpurt_arg_string(call, 4, NULL);
   int r = tpurt_index_red_parse(rs);
   if (r < 0 || r == TPURT_INDEX_RED_SUM)
     return TPURT_STATUS(INVALID_ARGUMENT, "index_reduce: reduce argument must be one of prod, mean, amax, amin, got %s",
                         rs ? rs : "(none)");
-  const tpurt_tensor_t* src = tpurt_index_arg_tensor(call, 3);
+  const tpurt_tensor_t* src = tpurt_arg_tensor(call, 3);
   if (!src) return TPURT_STATUS(INVALID_ARGUMENT, "index_reduce: source must be a tensor");
   return index_along_dim(ctx, call, "index_reduce", src, NULL, (tpurt_index_red_t)r,
-                         tpurt_index_arg_bool(call, 5, true), 1.0, 1, false, reference);
+                         tpurt_arg_bool(call, 5, true), 1.0, 1, false, reference);
 }
 tpurt_status_t tpurt_index_k_index_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return index_reduce_impl(ctx, call, false);
@@ -490,9 +489,9 @@ tpurt_status_t tpurt_index_r_index_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_o
 /* ---- take / put_ (indices into the row-major flattening of self) ---- */
 
 static tpurt_status_t take_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* idx = tpurt_index_arg_tensor(call, 1);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* idx = tpurt_arg_tensor(call, 1);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self || !idx) return TPURT_STATUS(INVALID_ARGUMENT, "take: self and index must be tensors");
   if (out->dtype != self->dtype || tpurt_tensor_numel(out) != tpurt_tensor_numel(idx))
@@ -530,12 +529,12 @@ tpurt_status_t tpurt_index_r_take(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
 
 /* put_(self, index, source, accumulate=False) */
 static tpurt_status_t put_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 3, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* idx = tpurt_index_arg_tensor(call, 1);
-  const tpurt_tensor_t* s0 = tpurt_index_arg_tensor(call, 2);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 3, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* idx = tpurt_arg_tensor(call, 1);
+  const tpurt_tensor_t* s0 = tpurt_arg_tensor(call, 2);
   const tpurt_tensor_t* out = &call->outputs[0];
-  bool acc = tpurt_index_arg_bool(call, 3, false);
+  bool acc = tpurt_arg_bool(call, 3, false);
   if (!self || !idx || !s0) return TPURT_STATUS(INVALID_ARGUMENT, "put_: self, index and source must be tensors");
   if (s0->dtype != self->dtype)
     return TPURT_STATUS(INVALID_ARGUMENT, "put_: self (%s) and source (%s) must have the same scalar type",
@@ -589,13 +588,13 @@ tpurt_status_t tpurt_index_r_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
  * the padding_idx row stays zero; with scale_grad_by_freq each row is divided
  * by how often its index occurs. */
 static tpurt_status_t embedding_bwd_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 5, 1));
-  const tpurt_tensor_t* g0 = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* idx = tpurt_index_arg_tensor(call, 1);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 5, 1));
+  const tpurt_tensor_t* g0 = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* idx = tpurt_arg_tensor(call, 1);
   const tpurt_tensor_t* out = &call->outputs[0];
-  int64_t num_weights = tpurt_index_arg_int(call, 2, 0);
-  int64_t padding_idx = tpurt_index_arg_int(call, 3, -1);
-  bool scale = tpurt_index_arg_bool(call, 4, false);
+  int64_t num_weights = tpurt_arg_int(call, 2, 0);
+  int64_t padding_idx = tpurt_arg_int(call, 3, -1);
+  bool scale = tpurt_arg_bool(call, 4, false);
   const char* op = "embedding_dense_backward";
   if (!g0 || !idx) return TPURT_STATUS(INVALID_ARGUMENT, "%s: grad_output and indices must be tensors", op);
   int64_t N = tpurt_tensor_numel(idx);
@@ -718,15 +717,12 @@ static void renorm_rows(void* u, int64_t r0, int64_t r1, int tid) {
 
 static tpurt_status_t embedding_renorm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   const char* op = "embedding_renorm_";
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 4, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* idx = tpurt_index_arg_tensor(call, 1);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 4, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* idx = tpurt_arg_tensor(call, 1);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self || !idx) return TPURT_STATUS(INVALID_ARGUMENT, "%s: self and indices must be tensors", op);
-  const tpurt_arg_t* a2 = &call->args[2];
-  const tpurt_arg_t* a3 = &call->args[3];
-  double max_norm = a2->kind == TPURT_ARG_DOUBLE ? a2->v.d : a2->kind == TPURT_ARG_INT ? (double)a2->v.i : NAN;
-  double p = a3->kind == TPURT_ARG_DOUBLE ? a3->v.d : a3->kind == TPURT_ARG_INT ? (double)a3->v.i : NAN;
+  double max_norm = tpurt_arg_double(call, 2, NAN), p = tpurt_arg_double(call, 3, NAN);
   if (isnan(max_norm) || isnan(p)) return TPURT_STATUS(INVALID_ARGUMENT, "%s: max_norm and norm_type must be numbers", op);
   if (!tpurt_dtype_is_floating(self->dtype))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: dtype %s (floating point supported)", op, tpurt_dtype_name(self->dtype));

@@ -12,31 +12,31 @@ static inline char* elem_at(const tpurt_tensor_t* t, int64_t l) {
 }
 
 static bool arg_is_integral(const tpurt_op_call_t* call, int i) {
-  return i < call->num_args && (call->args[i].kind == TPURT_ARG_INT || call->args[i].kind == TPURT_ARG_BOOL);
+  return tpurt_arg_is(call, i, TPURT_ARG_INT) || tpurt_arg_is(call, i, TPURT_ARG_BOOL);
 }
 
 /* ---- arange(start, end, step) / range(start, end, step): out[i] = start + i*step.
  * Computed in double (float for 16-bit outputs, int64 for integral outputs),
  * rounded once on store, as PyTorch's CPU kernel. */
 static tpurt_status_t arange_fill(const tpurt_op_call_t* call, const char* op) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
   const tpurt_tensor_t* out = &call->outputs[0];
   int64_t n = tpurt_tensor_numel(out);
-  double step = call->num_args > 2 ? tpurt_index_arg_double(call, 2, 1.0) : 1.0;
+  double step = call->num_args > 2 ? tpurt_arg_double(call, 2, 1.0) : 1.0;
   if (step == 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: step must be nonzero", op);
   if (!tpurt_dtype_is_floating(out->dtype)) {
     /* As CPU: an integral output computes in int64 from start and step each
      * cast (truncated) to int64 first: arange(2.1, -2.9, -1.0) -> 2, 1, 0, -1. */
-    int64_t s = arg_is_integral(call, 0) ? tpurt_index_arg_int(call, 0, 0)
-                                         : (int64_t)tpurt_index_arg_double(call, 0, 0.0);
+    int64_t s = arg_is_integral(call, 0) ? tpurt_arg_int(call, 0, 0)
+                                         : (int64_t)tpurt_arg_double(call, 0, 0.0);
     int64_t st = call->num_args < 3        ? 1
-                 : arg_is_integral(call, 2) ? tpurt_index_arg_int(call, 2, 1)
+                 : arg_is_integral(call, 2) ? tpurt_arg_int(call, 2, 1)
                                             : (int64_t)step;
     if (st == 0 && n > 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: step must be nonzero (%g truncates to 0 for an integral dtype)", op, step);
     for (int64_t i = 0; i < n; ++i) tpurt_dtype_store_i64(out->dtype, elem_at(out, i), s + i * st);
     return TPURT_OK;
   }
-  double s = tpurt_index_arg_double(call, 0, 0.0);
+  double s = tpurt_arg_double(call, 0, 0.0);
   bool f16 = out->dtype == TPURT_DTYPE_FLOAT16 || out->dtype == TPURT_DTYPE_BFLOAT16;
   for (int64_t i = 0; i < n; ++i) {
     double v = f16 ? (double)((float)s + (float)step * (float)i) : s + step * (double)i;
@@ -70,11 +70,11 @@ tpurt_status_t tpurt_index_r_range(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
  * both ends are exact. Floats compute in the output's precision (float for
  * 16-bit), integers in double. */
 static tpurt_status_t linspace_impl(const tpurt_op_call_t* call, bool log) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 3, 1));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 3, 1));
   const tpurt_tensor_t* out = &call->outputs[0];
   int64_t steps = tpurt_tensor_numel(out);
-  double a = tpurt_index_arg_double(call, 0, 0), b = tpurt_index_arg_double(call, 1, 0);
-  double base = log ? tpurt_index_arg_double(call, 3, 10.0) : 0;
+  double a = tpurt_arg_double(call, 0, 0), b = tpurt_arg_double(call, 1, 0);
+  double base = log ? tpurt_arg_double(call, 3, 10.0) : 0;
   if (steps == 0) return TPURT_OK;
   bool use_f32 = out->dtype == TPURT_DTYPE_FLOAT32;
   if (steps == 1) {
@@ -155,7 +155,7 @@ tpurt_status_t tpurt_index_r_logspace(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 
 /* ---- eye(n[, m]) ---- */
 tpurt_status_t tpurt_index_k_eye(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 0, 1));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 0, 1));
   const tpurt_tensor_t* out = &call->outputs[0];
   if (out->ndim != 2) return TPURT_STATUS(INVALID_ARGUMENT, "eye: out must be 2-d, got %d dims", out->ndim);
   unsigned char zero[8] = {0}, one[8];
@@ -174,9 +174,9 @@ tpurt_status_t tpurt_index_r_eye(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
 /* ---- tril_indices / triu_indices(row, col, offset) -> [2, count] row-major ---- */
 static tpurt_status_t tri_indices(const tpurt_op_call_t* call, bool upper) {
   const char* op = upper ? "triu_indices" : "tril_indices";
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
   const tpurt_tensor_t* out = &call->outputs[0];
-  int64_t R = tpurt_index_arg_int(call, 0, 0), C = tpurt_index_arg_int(call, 1, 0), off = tpurt_index_arg_int(call, 2, 0);
+  int64_t R = tpurt_arg_int(call, 0, 0), C = tpurt_arg_int(call, 1, 0), off = tpurt_arg_int(call, 2, 0);
   if (R < 0 || C < 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: row and col must be non-negative", op);
   if (out->ndim != 2 || out->sizes[0] != 2) return TPURT_STATUS(INVALID_ARGUMENT, "%s: out must be [2, N]", op);
   size_t es = tpurt_dtype_size(out->dtype);
@@ -292,27 +292,27 @@ static tpurt_status_t search_common(const char* op, const tpurt_tensor_t* seq, c
 
 /* searchsorted(sorted_sequence, self: Tensor|Scalar, out_int32, right, side, sorter) */
 tpurt_status_t tpurt_index_k_searchsorted(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
-  const tpurt_tensor_t* seq = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
+  const tpurt_tensor_t* seq = tpurt_arg_tensor(call, 0);
   if (!seq) return TPURT_STATUS(INVALID_ARGUMENT, "searchsorted: sorted_sequence must be a tensor");
-  bool right = tpurt_index_arg_bool(call, 3, false);
-  const char* side = tpurt_index_arg_string(call, 4, NULL);
+  bool right = tpurt_arg_bool(call, 3, false);
+  const char* side = tpurt_arg_string(call, 4, NULL);
   if (side) {
     if (!strcmp(side, "right")) right = true;
     else if (!strcmp(side, "left")) {
       if (right) return TPURT_STATUS(INVALID_ARGUMENT, "searchsorted: side and right can't be set to opposites");
     } else return TPURT_STATUS(INVALID_ARGUMENT, "searchsorted: side can only be 'left' or 'right' but got %s", side);
   }
-  const tpurt_tensor_t* sorter = tpurt_index_arg_tensor(call, 5);
-  const tpurt_tensor_t* vals = tpurt_index_arg_tensor(call, 1);
+  const tpurt_tensor_t* sorter = tpurt_arg_tensor(call, 5);
+  const tpurt_tensor_t* vals = tpurt_arg_tensor(call, 1);
   tpurt_tensor_t sv;
   double scalar_buf = 0;
   if (!vals) {
     /* a Scalar value: a 0-d tensor of the sequence's dtype (or float64 for a float scalar) */
     memset(&sv, 0, sizeof(sv));
     sv.data = &scalar_buf;
-    if (call->args[1].kind == TPURT_ARG_DOUBLE) { sv.dtype = TPURT_DTYPE_FLOAT64; scalar_buf = call->args[1].v.d; }
-    else { sv.dtype = TPURT_DTYPE_INT64; int64_t v = tpurt_index_arg_int(call, 1, 0); memcpy(&scalar_buf, &v, 8); }
+    if (tpurt_arg_is(call, 1, TPURT_ARG_DOUBLE)) { sv.dtype = TPURT_DTYPE_FLOAT64; scalar_buf = tpurt_arg_double(call, 1, 0); }
+    else { sv.dtype = TPURT_DTYPE_INT64; int64_t v = tpurt_arg_int(call, 1, 0); memcpy(&scalar_buf, &v, 8); }
     if (seq->ndim != 1) return TPURT_STATUS(INVALID_ARGUMENT, "searchsorted: a scalar input needs 1-d boundaries");
     vals = &sv;
   }
@@ -324,19 +324,19 @@ tpurt_status_t tpurt_index_r_searchsorted(tpurt_kernel_ctx_t* ctx, const tpurt_o
 
 /* bucketize(self: Tensor|Scalar, boundaries (1-d), out_int32, right) */
 tpurt_status_t tpurt_index_k_bucketize(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
-  const tpurt_tensor_t* bnd = tpurt_index_arg_tensor(call, 1);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
+  const tpurt_tensor_t* bnd = tpurt_arg_tensor(call, 1);
   if (!bnd || bnd->ndim != 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "bucketize: boundaries tensor must be 1 dimension");
-  bool right = tpurt_index_arg_bool(call, 3, false);
-  const tpurt_tensor_t* vals = tpurt_index_arg_tensor(call, 0);
+  bool right = tpurt_arg_bool(call, 3, false);
+  const tpurt_tensor_t* vals = tpurt_arg_tensor(call, 0);
   tpurt_tensor_t sv;
   double scalar_buf = 0;
   if (!vals) {
     memset(&sv, 0, sizeof(sv));
     sv.data = &scalar_buf;
-    if (call->args[0].kind == TPURT_ARG_DOUBLE) { sv.dtype = TPURT_DTYPE_FLOAT64; scalar_buf = call->args[0].v.d; }
-    else { sv.dtype = TPURT_DTYPE_INT64; int64_t v = tpurt_index_arg_int(call, 0, 0); memcpy(&scalar_buf, &v, 8); }
+    if (tpurt_arg_is(call, 0, TPURT_ARG_DOUBLE)) { sv.dtype = TPURT_DTYPE_FLOAT64; scalar_buf = tpurt_arg_double(call, 0, 0); }
+    else { sv.dtype = TPURT_DTYPE_INT64; int64_t v = tpurt_arg_int(call, 0, 0); memcpy(&scalar_buf, &v, 8); }
     vals = &sv;
   }
   return search_common("bucketize", bnd, vals, NULL, right, &call->outputs[0]);
@@ -349,17 +349,17 @@ tpurt_status_t tpurt_index_r_bucketize(tpurt_kernel_ctx_t* ctx, const tpurt_op_c
  * min == max: the data's range (widened by 1 each way when flat). Elements
  * outside [min, max] (and NaN) are ignored; max lands in the last bin. */
 tpurt_status_t tpurt_index_k_histc(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 1, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 1, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self) return TPURT_STATUS(INVALID_ARGUMENT, "histc: self must be a tensor");
   if (!tpurt_dtype_is_floating(self->dtype))
     return TPURT_STATUS(UNIMPLEMENTED, "histc: not implemented for '%s'", tpurt_dtype_name(self->dtype));
-  int64_t bins = tpurt_index_arg_int(call, 1, 100);
+  int64_t bins = tpurt_arg_int(call, 1, 100);
   if (bins <= 0) return TPURT_STATUS(INVALID_ARGUMENT, "histc: bins must be > 0, but got %" PRId64, bins);
   if (out->ndim != 1 || out->sizes[0] != bins || !tpurt_dtype_is_floating(out->dtype))
     return TPURT_STATUS(INVALID_ARGUMENT, "histc: out must be a float tensor of [%" PRId64 "]", bins);
-  double lo = tpurt_index_arg_double(call, 2, 0), hi = tpurt_index_arg_double(call, 3, 0);
+  double lo = tpurt_arg_double(call, 2, 0), hi = tpurt_arg_double(call, 3, 0);
   int64_t n = tpurt_tensor_numel(self);
   size_t es = tpurt_dtype_size(self->dtype);
   if (lo > hi) return TPURT_STATUS(INVALID_ARGUMENT, "histc: max must be larger than min");

@@ -15,10 +15,10 @@
  * nonzero_static(self, size, fill_value) -> out [size, ndim]: the first
  * min(count, size) coordinates, the remaining rows fill_value. */
 static tpurt_status_t nonzero_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 1, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 1, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
-  bool is_static = call->num_args >= 2 && call->args[1].kind == TPURT_ARG_INT;
+  bool is_static = tpurt_arg_is(call, 1, TPURT_ARG_INT);
   if (!self) return TPURT_STATUS(INVALID_ARGUMENT, "nonzero: self must be a tensor");
   if (out->dtype != TPURT_DTYPE_INT64 || out->ndim != 2 || out->sizes[1] != self->ndim)
     return TPURT_STATUS(INVALID_ARGUMENT, "nonzero: out must be int64 [count, %d]", self->ndim);
@@ -53,7 +53,7 @@ static tpurt_status_t nonzero_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
     }
   }
   if (is_static && rows > limit && self->ndim > 0) {
-    int64_t fill = tpurt_index_arg_int(call, 2, -1);
+    int64_t fill = tpurt_arg_int(call, 2, -1);
     int64_t* o = (int64_t*)out->data;
     for (int64_t r = limit; r < rows; ++r)
       for (int32_t d = 0; d < self->ndim; ++d) o[r * out->strides[0] + d * out->strides[1]] = fill;
@@ -81,9 +81,9 @@ static bool broadcast_pair(const tpurt_tensor_t* a, const tpurt_tensor_t* b, int
 /* ---- masked_select(self, mask) -> out [count] (out pre-sized to the count of
  * the mask expanded to broadcast(self, mask)) ---- */
 static tpurt_status_t masked_select_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* mask = tpurt_index_arg_tensor(call, 1);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* mask = tpurt_arg_tensor(call, 1);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self || !mask) return TPURT_STATUS(INVALID_ARGUMENT, "masked_select: self and mask must be tensors");
   if (mask->dtype != TPURT_DTYPE_BOOL && mask->dtype != TPURT_DTYPE_UINT8)
@@ -127,10 +127,10 @@ tpurt_status_t tpurt_index_r_masked_select(tpurt_kernel_ctx_t* ctx, const tpurt_
 /* ---- masked_scatter_(self, mask, source): out = self; the i-th selected
  * position (row-major over self, mask broadcast) takes source.flatten()[i] ---- */
 static tpurt_status_t masked_scatter_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 3, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
-  const tpurt_tensor_t* mask = tpurt_index_arg_tensor(call, 1);
-  const tpurt_tensor_t* src0 = tpurt_index_arg_tensor(call, 2);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 3, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* mask = tpurt_arg_tensor(call, 1);
+  const tpurt_tensor_t* src0 = tpurt_arg_tensor(call, 2);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self || !mask || !src0) return TPURT_STATUS(INVALID_ARGUMENT, "masked_scatter: expected tensors");
   if (mask->dtype != TPURT_DTYPE_BOOL) /* as CPU: uint8 masks are refused here (masked_fill still takes them) */

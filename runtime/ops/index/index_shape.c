@@ -28,18 +28,18 @@ static bool cat_skipped(const tpurt_tensor_t* t) {
 }
 
 static tpurt_status_t cat_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 1, 1));
-  const tpurt_arg_t* list = &call->args[0];
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 1, 1));
+  int32_t count;
+  const tpurt_tensor_t* const* list = tpurt_arg_tensors(call, 0, &count);
   const tpurt_tensor_t* out = &call->outputs[0];
-  if (list->kind != TPURT_ARG_TENSOR_LIST)
-    return TPURT_STATUS(INVALID_ARGUMENT, "cat: expected a list of tensors");
+  if (!list) return TPURT_STATUS(INVALID_ARGUMENT, "cat: expected a list of tensors");
   int32_t dim = 0;
   if (out->ndim == 0) return TPURT_STATUS(INVALID_ARGUMENT, "cat: zero-dimensional tensor cannot be concatenated");
-  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("cat", tpurt_index_arg_int(call, 1, 0), out->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("cat", tpurt_arg_int(call, 1, 0), out->ndim, &dim));
   /* validate before writing anything */
   int64_t total = 0;
-  for (int32_t i = 0; i < list->count; ++i) {
-    const tpurt_tensor_t* t = list->v.tensors[i];
+  for (int32_t i = 0; i < count; ++i) {
+    const tpurt_tensor_t* t = list[i];
     if (!t) return TPURT_STATUS(INVALID_ARGUMENT, "cat: tensor %d is None", i);
     if (cat_skipped(t)) continue;
     if (t->ndim != out->ndim)
@@ -57,8 +57,8 @@ static tpurt_status_t cat_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
                         out->sizes[dim], dim, total);
   int64_t at = 0;
   size_t oes = tpurt_dtype_size(out->dtype);
-  for (int32_t i = 0; i < list->count; ++i) {
-    const tpurt_tensor_t* t = list->v.tensors[i];
+  for (int32_t i = 0; i < count; ++i) {
+    const tpurt_tensor_t* t = list[i];
     if (cat_skipped(t)) continue;
     if (tpurt_tensor_numel(t) == 0) {
       at += t->sizes[dim];
@@ -92,16 +92,17 @@ tpurt_status_t tpurt_index_r_cat(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
 /* ---- flip(self, dims) ---- */
 
 static tpurt_status_t flip_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self) return TPURT_STATUS(INVALID_ARGUMENT, "flip: self must be a tensor");
-  const tpurt_arg_t* a = &call->args[1];
   bool flip[TPURT_MAX_DIMS] = {0};
-  int32_t cnt = a->kind == TPURT_ARG_INT_LIST ? a->count : (a->kind == TPURT_ARG_INT ? 1 : 0);
+  int64_t one;
+  int32_t cnt;
+  const int64_t* dims = tpurt_arg_int_list(call, 1, &one, &cnt);
   for (int32_t i = 0; i < cnt; ++i) {
     int32_t d;
-    TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("flip", a->kind == TPURT_ARG_INT ? a->v.i : a->v.ints[i], self->ndim, &d));
+    TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("flip", dims[i], self->ndim, &d));
     if (self->ndim == 0) continue;
     if (flip[d]) return TPURT_STATUS(INVALID_ARGUMENT, "flip: dim %d appears multiple times in the list of dims", d);
     flip[d] = true;
@@ -150,14 +151,14 @@ tpurt_status_t tpurt_index_r_flip(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
 /* ---- roll(self, shifts, dims) ---- */
 
 static tpurt_status_t roll_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 2, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 2, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self) return TPURT_STATUS(INVALID_ARGUMENT, "roll: self must be a tensor");
-  const tpurt_arg_t* sa = &call->args[1];
-  const tpurt_arg_t* da = call->num_args > 2 ? &call->args[2] : NULL;
-  int32_t ns = sa->kind == TPURT_ARG_INT_LIST ? sa->count : 1;
-  int32_t ndims = !da ? 0 : da->kind == TPURT_ARG_INT_LIST ? da->count : (da->kind == TPURT_ARG_INT ? 1 : 0);
+  int64_t one_shift, one_dim;
+  int32_t ns, ndims;
+  const int64_t* shifts = tpurt_arg_int_list(call, 1, &one_shift, &ns);
+  const int64_t* dims = tpurt_arg_int_list(call, 2, &one_dim, &ndims);
   if (out->dtype != self->dtype || tpurt_tensor_numel(out) != tpurt_tensor_numel(self))
     return TPURT_STATUS(INVALID_ARGUMENT, "roll: out must match self");
   int64_t n = tpurt_tensor_numel(self);
@@ -165,7 +166,7 @@ static tpurt_status_t roll_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   if (ndims == 0) {
     if (ns != 1) return TPURT_STATUS(INVALID_ARGUMENT, "roll: shifts must have one element when dims is empty, got %d", ns);
     if (n == 0) return TPURT_OK;
-    int64_t s = sa->kind == TPURT_ARG_INT_LIST ? sa->v.ints[0] : sa->v.i;
+    int64_t s = shifts[0];
     s = ((s % n) + n) % n;
     /* flattened roll: out.flat[(l + s) % n] = self.flat[l] */
     for (int64_t l = 0; l < n; ++l) {
@@ -181,9 +182,9 @@ static tpurt_status_t roll_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   int64_t shift[TPURT_MAX_DIMS] = {0};
   for (int32_t i = 0; i < ndims; ++i) {
     int32_t d;
-    TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("roll", da->kind == TPURT_ARG_INT ? da->v.i : da->v.ints[i], self->ndim, &d));
+    TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("roll", dims[i], self->ndim, &d));
     if (self->ndim == 0) continue;
-    shift[d] += sa->kind == TPURT_ARG_INT_LIST ? sa->v.ints[i] : sa->v.i;
+    shift[d] += shifts[i];
   }
   if (n == 0) return TPURT_OK;
   for (int32_t d = 0; d < self->ndim; ++d) shift[d] = ((shift[d] % self->sizes[d]) + self->sizes[d]) % self->sizes[d];
@@ -261,14 +262,14 @@ static void tri_rows(void* user, int64_t begin, int64_t end, int tid) {
 
 static tpurt_status_t tri_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool upper, bool reference) {
   const char* op = upper ? "triu" : "tril";
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 1, 1));
-  const tpurt_tensor_t* self = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 1, 1));
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!self) return TPURT_STATUS(INVALID_ARGUMENT, "%s: self must be a tensor", op);
   if (self->ndim < 2) return TPURT_STATUS(INVALID_ARGUMENT, "%s: input tensor must have at least 2 dimensions", op);
   if (out->ndim != self->ndim || out->dtype != self->dtype || tpurt_tensor_numel(out) != tpurt_tensor_numel(self))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: out must match self", op);
-  int64_t diag = tpurt_index_arg_int(call, 1, 0);
+  int64_t diag = tpurt_arg_int(call, 1, 0);
   int64_t n = tpurt_tensor_numel(self);
   if (n == 0) return TPURT_OK;
   size_t es = tpurt_dtype_size(self->dtype);
@@ -310,8 +311,8 @@ tpurt_status_t tpurt_index_r_triu(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
  * i repeated repeats[i] times. The PyTorch layer sizes out (output_size, or
  * the sum of repeats read back). ---- */
 static tpurt_status_t repeat_interleave_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 1, 1));
-  const tpurt_tensor_t* rep = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 1, 1));
+  const tpurt_tensor_t* rep = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!rep || !tpurt_index_is_index_dtype(rep->dtype) || rep->ndim > 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "repeat_interleave: repeats must be a 0-d or 1-d int64/int32 tensor");
@@ -375,11 +376,11 @@ static void unfold_fibers(void* user, int64_t begin, int64_t end, int tid) {
 }
 
 static tpurt_status_t unfold_backward_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
-  TPURT_RETURN_IF_ERROR(tpurt_index_need(call, 5, 1));
-  const tpurt_tensor_t* g = tpurt_index_arg_tensor(call, 0);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 5, 1));
+  const tpurt_tensor_t* g = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!g) return TPURT_STATUS(INVALID_ARGUMENT, "unfold_backward: grad_in must be a tensor");
-  int64_t size = tpurt_index_arg_int(call, 3, 1), step = tpurt_index_arg_int(call, 4, 1);
+  int64_t size = tpurt_arg_int(call, 3, 1), step = tpurt_arg_int(call, 4, 1);
   tpurt_tensor_t out1, g1;
   if (out->ndim == 0 && g->ndim == 1) {
     /* A 0-d input unfolds as if it were 1-d of size 1 (as CPU): grad [size] -> [1, size]. */
@@ -399,7 +400,7 @@ static tpurt_status_t unfold_backward_impl(tpurt_kernel_ctx_t* ctx, const tpurt_
   if (out->ndim == 0 || g->ndim != out->ndim + 1 || out->dtype != g->dtype || step <= 0)
     return TPURT_STATUS(UNIMPLEMENTED, "unfold_backward: %d-d input (needs >= 1-d, grad one dim more)", out->ndim);
   int32_t dim;
-  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("unfold_backward", tpurt_index_arg_int(call, 2, 0), out->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("unfold_backward", tpurt_arg_int(call, 2, 0), out->ndim, &dim));
   unsigned char zero[8] = {0};
   tpurt_index_fill(ctx, out, zero);
   unfold_job_t j = {g, out, dim, size, step, g->sizes[dim], tpurt_index_accum_fn(g->dtype, TPURT_INDEX_RED_SUM), 0, {0}};

@@ -1,5 +1,5 @@
 /* The eigenvalue half of linalg_eig for one precision, included by
- * linalg_complex.c once with EIG_R = float (as sgeev computes for float32)
+ * complex.c once with EIG_R = float (as sgeev computes for float32)
  * and once with double: the order eigenvalues converge in depends on the
  * precision's deflation thresholds, so each dtype iterates in its own. */
 #define EIG_CAT2(a, b) a##_##b

@@ -1,18 +1,21 @@
-/* Kernels of the linalg (matmul family) and conv (convolution, pooling,
- * upsampling) tables; each has a reference twin (suffix _ref). */
+/* The linalg kernel family: the matmul family on the strided GEMM (matmul.c)
+ * and dense linear algebra on small matrices (LU, Cholesky, triangular
+ * solves, QR, symmetric eigen, SVD, LDL, linalg_eig and the complex:: linear
+ * algebra). The op table is linalg_table.c. */
 #ifndef TPURT_OPS_LINALG_LINALG_H_
 #define TPURT_OPS_LINALG_LINALG_H_
 
-#include "tpurt/kernel.h"
+#include "ops/args.h"
 
-/* args[i] as a tensor with `ndim` dims (-1: any), or INVALID_ARGUMENT naming the op. */
-tpurt_status_t tpurt_linalg_tensor_arg(const tpurt_op_call_t* call, int i, int ndim,
-                                       const tpurt_tensor_t** out);
-
+/* A kernel with a reference twin (suffix _ref). */
 #define TPURT_LINALG_DECLARE(NAME)                                                              \
   tpurt_status_t tpurt_linalg_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);     \
   tpurt_status_t tpurt_linalg_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+/* A kernel that is plain scalar loops already: its own reference. */
+#define TPURT_LINALG_DECLARE_PLAIN(NAME) \
+  tpurt_status_t tpurt_linalg_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
 
+/* the matmul family (matmul.c) */
 TPURT_LINALG_DECLARE(mm)
 TPURT_LINALG_DECLARE(bmm)
 TPURT_LINALG_DECLARE(addmm)
@@ -24,27 +27,38 @@ TPURT_LINALG_DECLARE(dot)
 TPURT_LINALG_DECLARE(int_mm)
 TPURT_LINALG_DECLARE(addmm_act)
 TPURT_LINALG_DECLARE(trace)
-TPURT_LINALG_DECLARE(conv)
-TPURT_LINALG_DECLARE(conv_backward)
-TPURT_LINALG_DECLARE(slow_conv)
-TPURT_LINALG_DECLARE(slow_conv_backward)
-TPURT_LINALG_DECLARE(im2col)
-TPURT_LINALG_DECLARE(col2im)
-TPURT_LINALG_DECLARE(max_pool2d)
-TPURT_LINALG_DECLARE(max_pool2d_backward)
-TPURT_LINALG_DECLARE(adaptive_max_pool2d)
-TPURT_LINALG_DECLARE(adaptive_max_pool2d_backward)
-TPURT_LINALG_DECLARE(avg_pool2d)
-TPURT_LINALG_DECLARE(avg_pool2d_backward)
-TPURT_LINALG_DECLARE(adaptive_avg_pool2d)
-TPURT_LINALG_DECLARE(adaptive_avg_pool2d_backward)
-TPURT_LINALG_DECLARE(upsample_nearest2d)
-TPURT_LINALG_DECLARE(upsample_nearest2d_backward)
-TPURT_LINALG_DECLARE(upsample_bilinear2d)
-TPURT_LINALG_DECLARE(upsample_bilinear2d_backward)
-TPURT_LINALG_DECLARE(upsample_nearest1d)
-TPURT_LINALG_DECLARE(upsample_nearest1d_backward)
-TPURT_LINALG_DECLARE(upsample_linear1d)
-TPURT_LINALG_DECLARE(upsample_linear1d_backward)
+
+/* LU (lu.c) */
+TPURT_LINALG_DECLARE_PLAIN(lu_factor_ex)
+TPURT_LINALG_DECLARE_PLAIN(lu)
+TPURT_LINALG_DECLARE_PLAIN(lu_unpack)
+TPURT_LINALG_DECLARE_PLAIN(lu_solve)
+TPURT_LINALG_DECLARE_PLAIN(solve_ex)
+TPURT_LINALG_DECLARE_PLAIN(inv_ex)
+TPURT_LINALG_DECLARE_PLAIN(det)
+TPURT_LINALG_DECLARE_PLAIN(slogdet)
+/* Cholesky (cholesky.c) */
+TPURT_LINALG_DECLARE_PLAIN(cholesky_ex)
+TPURT_LINALG_DECLARE_PLAIN(cholesky)
+TPURT_LINALG_DECLARE_PLAIN(cholesky_inverse)
+TPURT_LINALG_DECLARE_PLAIN(cholesky_solve)
+/* triangular solves (triangular.c) */
+TPURT_LINALG_DECLARE_PLAIN(solve_triangular)
+TPURT_LINALG_DECLARE_PLAIN(triangular_solve)
+/* QR (qr.c) */
+TPURT_LINALG_DECLARE_PLAIN(geqrf)
+TPURT_LINALG_DECLARE_PLAIN(qr)
+TPURT_LINALG_DECLARE_PLAIN(householder_product)
+TPURT_LINALG_DECLARE_PLAIN(ormqr)
+/* symmetric eigen (eigh.c), SVD (svd.c), LDL (ldl.c) */
+TPURT_LINALG_DECLARE_PLAIN(eigh)
+TPURT_LINALG_DECLARE_PLAIN(svd)
+TPURT_LINALG_DECLARE_PLAIN(ldl_factor)
+TPURT_LINALG_DECLARE_PLAIN(ldl_solve)
+/* linalg_eig and the complex:: kernels (complex.c) */
+TPURT_LINALG_DECLARE_PLAIN(eig)
+TPURT_LINALG_DECLARE_PLAIN(complex_mm)
+TPURT_LINALG_DECLARE_PLAIN(complex_bmm)
+TPURT_LINALG_DECLARE_PLAIN(complex_solve_ex)
 
 #endif /* TPURT_OPS_LINALG_LINALG_H_ */

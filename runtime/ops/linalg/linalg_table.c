@@ -1,22 +1,70 @@
-/* The linalg kernel family's op table (see tpurt/kernel.h for the ABI).
- * Registered by base name: "mm" serves mm and mm.out, "addmm" addmm/addmm_/addmm.out. */
+/* The linalg kernel family's op table (see tpurt/kernel.h for the ABI);
+ * kernels are declared in linalg.h. The matmul family is registered by base
+ * name: "mm" serves mm and mm.out, "addmm" addmm/addmm_/addmm.out. */
 #include "ops/linalg/linalg.h"
 
-#define OP(NAME, FN) {NAME, tpurt_linalg_##FN, tpurt_linalg_##FN##_ref, 0}
+/* The dtypes of the first tensor argument: the strided GEMM runs every real
+ * dtype (LINALG_DT_GEMM); the factorizations work in float32/float64
+ * (LINALG_DT_F32_F64, as does linalg_eig's real input); the complex:: kernels
+ * read real operands as complex ones (LINALG_DT_COMPLEX_IN). */
+#define LINALG_DT_GEMM TPURT_DTYPES_REAL
+#define LINALG_DT_F32_F64 (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
+#define LINALG_DT_COMPLEX_IN TPURT_DTYPES_ALL
+
+/* a kernel with a reference twin */
+#define OP(NAME, FN, DT) {NAME, tpurt_linalg_##FN, tpurt_linalg_##FN##_ref, 0, DT, TPURT_LAYOUT_STRIDED}
+/* plain scalar loops already: the kernel is its own reference */
+#define PLAIN(NAME, FN, FLAGS, DT) {NAME, tpurt_linalg_##FN, tpurt_linalg_##FN, FLAGS, DT, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_linalg[] = {
-    OP("mm", mm),
-    OP("bmm", bmm),
-    OP("addmm", addmm),
-    OP("baddbmm", baddbmm),
-    OP("addbmm", addbmm),
-    OP("addmv", addmv),
-    OP("mv", addmv), /* (self, vec): told apart by num_args */
-    OP("addr", addr),
-    OP("dot", dot),
-    OP("vdot", dot), /* real dtypes only, where vdot == dot */
-    OP("_int_mm", int_mm),
-    OP("_addmm_activation", addmm_act),
-    OP("trace", trace),
+    /* the matmul family on the strided GEMM (matmul.c) */
+    OP("mm", mm, LINALG_DT_GEMM),
+    OP("bmm", bmm, LINALG_DT_GEMM),
+    OP("addmm", addmm, LINALG_DT_GEMM),
+    OP("baddbmm", baddbmm, LINALG_DT_GEMM),
+    OP("addbmm", addbmm, LINALG_DT_GEMM),
+    OP("addmv", addmv, LINALG_DT_GEMM),
+    OP("mv", addmv, LINALG_DT_GEMM), /* (self, vec): told apart by num_args */
+    OP("addr", addr, LINALG_DT_GEMM),
+    OP("dot", dot, LINALG_DT_GEMM),
+    OP("vdot", dot, LINALG_DT_GEMM), /* real dtypes only, where vdot == dot */
+    OP("_int_mm", int_mm, TPURT_DTYPE_BIT(INT8)),
+    OP("_addmm_activation", addmm_act, LINALG_DT_GEMM),
+    OP("trace", trace, LINALG_DT_GEMM),
+
+    /* LU (lu.c) */
+    PLAIN("linalg_lu_factor_ex", lu_factor_ex, 0, LINALG_DT_F32_F64),
+    PLAIN("linalg_lu", lu, 0, LINALG_DT_F32_F64),
+    PLAIN("lu_unpack", lu_unpack, 0, LINALG_DT_F32_F64),
+    PLAIN("linalg_lu_solve", lu_solve, 0, LINALG_DT_F32_F64),
+    PLAIN("_linalg_solve_ex", solve_ex, 0, LINALG_DT_F32_F64),
+    PLAIN("linalg_inv_ex", inv_ex, 0, LINALG_DT_F32_F64),
+    PLAIN("_linalg_det", det, 0, LINALG_DT_F32_F64),
+    PLAIN("_linalg_slogdet", slogdet, 0, LINALG_DT_F32_F64),
+    /* Cholesky (cholesky.c) */
+    PLAIN("linalg_cholesky_ex", cholesky_ex, 0, LINALG_DT_F32_F64),
+    PLAIN("cholesky", cholesky, 0, LINALG_DT_F32_F64),
+    PLAIN("cholesky_inverse", cholesky_inverse, 0, LINALG_DT_F32_F64),
+    PLAIN("_cholesky_solve_helper", cholesky_solve, 0, LINALG_DT_F32_F64),
+    /* triangular solves (triangular.c) */
+    PLAIN("linalg_solve_triangular", solve_triangular, 0, LINALG_DT_F32_F64),
+    PLAIN("triangular_solve", triangular_solve, 0, LINALG_DT_F32_F64),
+    /* QR (qr.c) */
+    PLAIN("geqrf", geqrf, 0, LINALG_DT_F32_F64),
+    PLAIN("linalg_qr", qr, 0, LINALG_DT_F32_F64),
+    PLAIN("linalg_householder_product", householder_product, 0, LINALG_DT_F32_F64),
+    PLAIN("ormqr", ormqr, 0, LINALG_DT_F32_F64),
+    /* symmetric eigen (eigh.c), SVD (svd.c), LDL (ldl.c) */
+    PLAIN("_linalg_eigh", eigh, 0, LINALG_DT_F32_F64),
+    PLAIN("_linalg_svd", svd, 0, LINALG_DT_F32_F64),
+    PLAIN("linalg_ldl_factor_ex", ldl_factor, 0, LINALG_DT_F32_F64),
+    PLAIN("linalg_ldl_solve", ldl_solve, 0, LINALG_DT_F32_F64),
+
+    /* complex-valued (complex.c). linalg_eig is born complex (real in, complex out). */
+    PLAIN("linalg_eig", eig, TPURT_OP_COMPLEX, LINALG_DT_F32_F64),
+    PLAIN("_linalg_eigvals", eig, TPURT_OP_COMPLEX, LINALG_DT_F32_F64), /* eigenvalues only */
+    PLAIN("complex::mm", complex_mm, 0, LINALG_DT_COMPLEX_IN),
+    PLAIN("complex::bmm", complex_bmm, 0, LINALG_DT_COMPLEX_IN),
+    PLAIN("complex::_linalg_solve_ex", complex_solve_ex, 0, LINALG_DT_COMPLEX_IN),
     TPURT_OP_TABLE_END,
 };

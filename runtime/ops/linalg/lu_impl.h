@@ -1,7 +1,7 @@
 /* LU with partial pivoting and its solves for one element type, included by
- * cov_dense.c (LU_T = double, LU_SUF = d) and linalg_complex.c (double
- * _Complex, z): one algorithm, so the real and complex solvers agree. The
- * includer defines LU_T, LU_ABS (|x| as a double) and LU_SUF. */
+ * lu.c (LU_T = double, LU_SUF = d) and complex.c (double _Complex, z): one
+ * algorithm, so the real and complex solvers agree. The includer defines
+ * LU_T, LU_ABS (|x| as a double) and LU_SUF. */
 #define LU_CAT2(a, b) a##_##b
 #define LU_CAT(a, b) LU_CAT2(a, b)
 #define LU_FN(name) LU_CAT(name, LU_SUF)

@@ -209,8 +209,7 @@ static tpurt_status_t bn_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
       j.training = tpurt_arg_bool(c, 7, true);
       j.eps = tpurt_arg_double(c, 8, 1e-5);
       bool mask[3] = {true, true, true};
-      if (tpurt_arg_is(c, 9, TPURT_ARG_BOOL_LIST))
-        for (int i = 0; i < c->args[9].count && i < 3; ++i) mask[i] = c->args[9].v.bools[i];
+      tpurt_arg_bool_mask(c, 9, 3, mask);
       if (j.training && (!j.save_mean || !j.save_invstd))
         return TPURT_STATUS(INVALID_ARGUMENT, "%s: training backward needs save_mean and save_invstd", c->name);
       if (!j.training && (!j.rm || !j.rv))
@@ -363,8 +362,7 @@ static tpurt_status_t gn_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     j.w = tpurt_arg_tensor(c, 4);
     if (!dy || !j.mean || !j.rstd) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing grad_out/mean/rstd", c->name);
     bn_view(&j.dy, dy);
-    if (tpurt_arg_is(c, 9, TPURT_ARG_BOOL_LIST))
-      for (int i = 0; i < c->args[9].count && i < 3; ++i) mask[i] = c->args[9].v.bools[i];
+    tpurt_arg_bool_mask(c, 9, 3, mask);
     j.want_gi = mask[0] && bn_out_ok(c, 0, tpurt_tensor_numel(in));
     if (j.want_gi) bn_view(&j.out, &c->outputs[0]);
   }

@@ -191,16 +191,17 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
   bool rms = mode == RMS_FWD || mode == RMS_BWD;
   int xi = bwd ? 1 : 0, shape_i = bwd ? 2 : 1;
   const tpurt_tensor_t* in = tpurt_arg_tensor(c, xi);
-  if (!in || !tpurt_arg_is(c, shape_i, TPURT_ARG_INT_LIST))
+  int32_t nd;
+  const int64_t* shape = tpurt_arg_ints(c, shape_i, &nd);
+  if (!in || !shape)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (input, normalized_shape, ...)", c->name);
   if (!tpurt_dtype_is_floating(in->dtype)) return TPURT_REDUCE_UNSUPPORTED(c->name, in->dtype);
-  int nd = c->args[shape_i].count;
   int k = in->ndim - nd;
   if (k < 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: normalized_shape has %d dims, input only %d", c->name, nd, (int)in->ndim);
   for (int d = 0; d < nd; ++d)
-    if (c->args[shape_i].v.ints[d] != in->sizes[k + d])
+    if (shape[d] != in->sizes[k + d])
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: normalized_shape[%d]=%lld does not match input size %lld", c->name, d,
-                          (long long)c->args[shape_i].v.ints[d], (long long)in->sizes[k + d]);
+                          (long long)shape[d], (long long)in->sizes[k + d]);
   j.M = 1;
   j.N = 1;
   for (int d = 0; d < in->ndim; ++d) *(d < k ? &j.M : &j.N) *= in->sizes[d];
@@ -210,7 +211,7 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     if (c->num_outputs < (rms ? 2 : 3)) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing outputs", c->name);
     w = tpurt_arg_tensor(c, 2);
     if (rms) {
-      j.eps = tpurt_arg_is(c, 3, TPURT_ARG_NONE) || c->num_args < 4
+      j.eps = !tpurt_arg_present(c, 3)
                   ? (in->dtype == TPURT_DTYPE_FLOAT64 ? DBL_EPSILON : FLT_EPSILON)
                   : tpurt_arg_double(c, 3, 1e-5);
       j.rstd = &c->outputs[1];
@@ -230,8 +231,7 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     else { j.mean = tpurt_arg_tensor(c, 3); j.rstd = tpurt_arg_tensor(c, 4); w = tpurt_arg_tensor(c, 5); mask_i = 7; }
     if (!j.rstd || (!rms && !j.mean)) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing mean/rstd", c->name);
     bool mask[3] = {true, true, true};
-    if (tpurt_arg_is(c, mask_i, TPURT_ARG_BOOL_LIST))
-      for (int i = 0; i < c->args[mask_i].count && i < 3; ++i) mask[i] = c->args[mask_i].v.bools[i];
+    tpurt_arg_bool_mask(c, mask_i, 3, mask);
     j.want_gi = mask[0] && out_ok(c, 0, j.M * j.N);
     if (j.want_gi) mat_init(&j.out, &c->outputs[0], k);
   }
@@ -285,8 +285,7 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     }
     bool mask[3] = {true, true, true};
     int mask_i = rms ? 5 : 7;
-    if (tpurt_arg_is(c, mask_i, TPURT_ARG_BOOL_LIST))
-      for (int i = 0; i < c->args[mask_i].count && i < 3; ++i) mask[i] = c->args[mask_i].v.bools[i];
+    tpurt_arg_bool_mask(c, mask_i, 3, mask);
     if (acc && mask[1] && out_ok(c, 1, j.N)) store_flat(&c->outputs[1], j.N, acc);
     if (acc && !rms && mask[2] && out_ok(c, 2, j.N)) store_flat(&c->outputs[2], j.N, acc + j.N);
   }

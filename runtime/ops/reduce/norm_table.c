@@ -1,9 +1,11 @@
 /* The norm kernel family's op table (see tpurt/kernel.h for the ABI):
- * softmax (softmax.c), layer/RMS norm (layer_norm.c), batch norm
- * (batch_norm.c) and losses (loss.c). */
+ * softmax (softmax.c), layer and RMS norm (layer_norm.c), batch and group
+ * norm (batch_norm.c). */
 #include "ops/reduce/reduce_ops.h"
 
-#define OP(name, fn) {name, tpurt_kernel_##fn, tpurt_kernel_##fn##_ref, 0}
+/* Every kernel here computes on floating point inputs only (its first tensor
+ * argument: the input, or the gradient for a backward). */
+#define OP(name, fn) {name, tpurt_kernel_##fn, tpurt_kernel_##fn##_ref, 0, TPURT_DTYPES_FLOAT, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_norm[] = {
     OP("_softmax", softmax),
@@ -23,18 +25,5 @@ const tpurt_op_def_t tpurt_ops_norm[] = {
     OP("batch_norm_backward", batch_norm_backward),
     OP("native_group_norm", native_group_norm),
     OP("native_group_norm_backward", native_group_norm_backward),
-    OP("nll_loss_forward", nll_loss_forward),
-    OP("nll_loss_backward", nll_loss_backward),
-    OP("nll_loss2d_forward", nll_loss_forward),
-    OP("nll_loss2d_backward", nll_loss_backward),
-    OP("mse_loss", mse_loss),
-    OP("mse_loss_backward", mse_loss_backward),
-    OP("l1_loss", l1_loss),
-    OP("huber_loss", huber_loss),
-    OP("huber_loss_backward", huber_loss_backward),
-    OP("smooth_l1_loss", smooth_l1_loss),
-    OP("smooth_l1_loss_backward", smooth_l1_loss_backward),
-    OP("binary_cross_entropy", binary_cross_entropy),
-    OP("binary_cross_entropy_backward", binary_cross_entropy_backward),
     TPURT_OP_TABLE_END,
 };

@@ -24,18 +24,21 @@ tpurt_status_t tpurt_reduce_wrap_dim(const char* op, int64_t dim, int32_t ndim, 
   return TPURT_OK;
 }
 
-tpurt_status_t tpurt_reduce_dims_from_arg(const char* op, const tpurt_arg_t* arg, int32_t ndim,
+tpurt_status_t tpurt_reduce_dims_from_arg(const tpurt_op_call_t* call, int i, int32_t ndim,
                                           bool out_mask[TPURT_MAX_DIMS]) {
+  const char* op = call->name;
   memset(out_mask, 0, sizeof(bool) * TPURT_MAX_DIMS);
-  if (!arg || arg->kind == TPURT_ARG_NONE || (arg->kind == TPURT_ARG_INT_LIST && arg->count == 0)) {
+  int64_t one;
+  int32_t count;
+  const int64_t* dims = tpurt_arg_int_list(call, i, &one, &count);
+  if (!tpurt_arg_present(call, i) || (dims && count == 0)) {
     for (int32_t d = 0; d < ndim; ++d) out_mask[d] = true;
     return TPURT_OK;
   }
-  int32_t count = arg->kind == TPURT_ARG_INT ? 1 : arg->count;
-  if (arg->kind != TPURT_ARG_INT && arg->kind != TPURT_ARG_INT_LIST)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: dim argument has unexpected kind %d", op, (int)arg->kind);
+  if (!dims)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: dim argument has unexpected kind %d", op, (int)tpurt_arg_kind(call, i));
   for (int32_t k = 0; k < count; ++k) {
-    int64_t dim = arg->kind == TPURT_ARG_INT ? arg->v.i : arg->v.ints[k];
+    int64_t dim = dims[k];
     int32_t d = 0;
     TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim(op, dim, ndim, &d));
     if (ndim > 0) {

@@ -1,54 +1,23 @@
-/* The reduction engine shared by the reduce/norm/loss kernels: reduce one input
- * over a set of dims into an output whose shape PyTorch's meta already chose
- * (keepdim or not), plus small helpers every kernel of this family uses
- * (argument access, dim normalization, row load/store through float/double).
+/* The reduction engine shared by the reduce and norm kernels (and nn's
+ * losses): reduce one input over a set of dims into an output whose shape
+ * PyTorch's meta already chose (keepdim or not), plus small helpers every
+ * kernel of this family uses (dim normalization, row load/store through
+ * float/double).
  * Internal to runtime/ops/reduce; not an ABI. */
 #ifndef TPURT_OPS_REDUCE_REDUCE_H_
 #define TPURT_OPS_REDUCE_REDUCE_H_
 
 #include <math.h>
 
-#include "tpurt/kernel.h"
-
-/* ---- argument helpers ---- */
-
-static inline bool tpurt_arg_is(const tpurt_op_call_t* c, int i, tpurt_arg_kind_t k) {
-  return i < c->num_args && c->args[i].kind == k;
-}
-static inline const tpurt_tensor_t* tpurt_arg_tensor(const tpurt_op_call_t* c, int i) {
-  return tpurt_arg_is(c, i, TPURT_ARG_TENSOR) ? c->args[i].v.tensor : NULL;
-}
-static inline int64_t tpurt_arg_int(const tpurt_op_call_t* c, int i, int64_t dflt) {
-  if (i >= c->num_args) return dflt;
-  const tpurt_arg_t* a = &c->args[i];
-  if (a->kind == TPURT_ARG_INT) return a->v.i;
-  if (a->kind == TPURT_ARG_BOOL) return a->v.b;
-  if (a->kind == TPURT_ARG_DOUBLE) return (int64_t)a->v.d;
-  return dflt;
-}
-static inline double tpurt_arg_double(const tpurt_op_call_t* c, int i, double dflt) {
-  if (i >= c->num_args) return dflt;
-  const tpurt_arg_t* a = &c->args[i];
-  if (a->kind == TPURT_ARG_DOUBLE) return a->v.d;
-  if (a->kind == TPURT_ARG_INT) return (double)a->v.i;
-  if (a->kind == TPURT_ARG_BOOL) return a->v.b;
-  return dflt;
-}
-static inline bool tpurt_arg_bool(const tpurt_op_call_t* c, int i, bool dflt) {
-  if (i >= c->num_args) return dflt;
-  const tpurt_arg_t* a = &c->args[i];
-  if (a->kind == TPURT_ARG_BOOL) return a->v.b;
-  if (a->kind == TPURT_ARG_INT) return a->v.i != 0;
-  return dflt;
-}
+#include "ops/args.h"
 
 /* Normalizes a possibly negative dim against ndim (a 0-d tensor accepts 0 and
  * -1, as PyTorch's maybe_wrap_dim does). */
 tpurt_status_t tpurt_reduce_wrap_dim(const char* op, int64_t dim, int32_t ndim, int32_t* out_dim);
 
-/* Fills out_mask[ndim] from a dim argument: an int, an int list, or None / []
- * (= every dim). */
-tpurt_status_t tpurt_reduce_dims_from_arg(const char* op, const tpurt_arg_t* arg, int32_t ndim,
+/* Fills out_mask[ndim] from the dim argument args[i]: an int, an int list,
+ * or absent / None / [] (= every dim; i < 0 means absent). */
+tpurt_status_t tpurt_reduce_dims_from_arg(const tpurt_op_call_t* call, int i, int32_t ndim,
                                           bool out_mask[TPURT_MAX_DIMS]);
 
 /* ---- the reduction engine ---- */

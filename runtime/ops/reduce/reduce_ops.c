@@ -25,21 +25,21 @@ static tpurt_status_t need_in_out(const tpurt_op_call_t* c, int nout, const tpur
   return TPURT_OK;
 }
 
+/* dim_arg: the index of the dim argument, -1 for a full reduction */
 static tpurt_status_t spec_init(tpurt_reduce_spec_t* s, const tpurt_op_call_t* c, const tpurt_tensor_t* in,
-                                const tpurt_arg_t* dim_arg, tpurt_reduce_op_t op) {
+                                int dim_arg, tpurt_reduce_op_t op) {
   memset(s, 0, sizeof(*s));
   s->op_name = c->name;
   s->in = in;
   s->op = op;
-  return tpurt_reduce_dims_from_arg(c->name, dim_arg, in->ndim, s->mask);
+  return tpurt_reduce_dims_from_arg(c, dim_arg, in->ndim, s->mask);
 }
 
 /* Args of the common shapes: (self, dtype?) or (self, dim, keepdim, dtype?). */
-static const tpurt_arg_t* dim_arg_of(const tpurt_op_call_t* c) {
-  if (c->num_args >= 3 && (c->args[1].kind == TPURT_ARG_INT_LIST || c->args[1].kind == TPURT_ARG_INT ||
-                           c->args[1].kind == TPURT_ARG_NONE))
-    return &c->args[1];
-  return NULL; /* full reduction */
+static int dim_arg_of(const tpurt_op_call_t* c) {
+  tpurt_arg_kind_t k = tpurt_arg_kind(c, 1);
+  if (c->num_args >= 3 && (k == TPURT_ARG_INT_LIST || k == TPURT_ARG_INT || k == TPURT_ARG_NONE)) return 1;
+  return -1; /* full reduction */
 }
 
 static tpurt_status_t simple_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, engine_fn run,
@@ -78,13 +78,13 @@ static tpurt_status_t amin_impl(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c,
 static tpurt_status_t maxmin_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, engine_fn run, bool mx) {
   const tpurt_tensor_t* in;
   TPURT_RETURN_IF_ERROR(need_in_out(c, 1, &in));
-  if (c->num_args >= 2 && c->args[1].kind == TPURT_ARG_TENSOR)
+  if (tpurt_arg_is(c, 1, TPURT_ARG_TENSOR))
     return TPURT_STATUS(UNIMPLEMENTED, "%s.%s: the binary form belongs to maximum/minimum", c->name, c->overload);
   tpurt_reduce_spec_t s;
-  if (c->num_args >= 2 && c->args[1].kind == TPURT_ARG_INT) {
+  if (tpurt_arg_is(c, 1, TPURT_ARG_INT)) {
     if (c->num_outputs < 2)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s.dim: expected 2 outputs (values, indices)", c->name);
-    TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, &c->args[1], mx ? TPURT_REDUCE_ARGMAX : TPURT_REDUCE_ARGMIN));
+    TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, 1, mx ? TPURT_REDUCE_ARGMAX : TPURT_REDUCE_ARGMIN));
     if (tpurt_reduce_num_reduced(&s) == 0)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: cannot reduce over a zero-size dimension", c->name);
     s.out = &c->outputs[0];
@@ -93,7 +93,7 @@ static tpurt_status_t maxmin_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: indices must be int64", c->name);
     return run(ctx, &s);
   }
-  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, NULL, mx ? TPURT_REDUCE_MAX : TPURT_REDUCE_MIN));
+  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, -1, mx ? TPURT_REDUCE_MAX : TPURT_REDUCE_MIN));
   if (tpurt_tensor_numel(in) == 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: the input is empty and the operation has no identity", c->name);
   s.out = &c->outputs[0];
@@ -111,8 +111,7 @@ static tpurt_status_t arg_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   const tpurt_tensor_t* in;
   TPURT_RETURN_IF_ERROR(need_in_out(c, 1, &in));
   tpurt_reduce_spec_t s;
-  const tpurt_arg_t* d = c->num_args >= 2 ? &c->args[1] : NULL;
-  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, d, mx ? TPURT_REDUCE_ARGMAX : TPURT_REDUCE_ARGMIN));
+  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, 1, mx ? TPURT_REDUCE_ARGMAX : TPURT_REDUCE_ARGMIN));
   if (tpurt_reduce_num_reduced(&s) == 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: cannot reduce over a zero-size dimension", c->name);
   s.out_index = &c->outputs[0];
@@ -140,7 +139,7 @@ static tpurt_status_t count_nonzero_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op
   const tpurt_tensor_t* in;
   TPURT_RETURN_IF_ERROR(need_in_out(c, 1, &in));
   tpurt_reduce_spec_t s;
-  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, c->num_args >= 2 ? &c->args[1] : NULL, TPURT_REDUCE_COUNT_NZ));
+  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, 1, TPURT_REDUCE_COUNT_NZ));
   s.out = &c->outputs[0];
   return run(ctx, &s);
 }
@@ -152,16 +151,13 @@ static tpurt_status_t var_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   const tpurt_tensor_t* in = tpurt_arg_tensor(c, 0);
   if (!in) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor input", c->name);
   if (!tpurt_dtype_is_floating(in->dtype)) return TPURT_REDUCE_UNSUPPORTED(c->name, in->dtype);
-  const tpurt_arg_t* dim = NULL;
+  int dim = -1;
   double correction = 1;
   if (c->num_args == 2) {
-    if (c->args[1].kind == TPURT_ARG_BOOL) correction = c->args[1].v.b ? 1 : 0;
+    if (tpurt_arg_is(c, 1, TPURT_ARG_BOOL)) correction = tpurt_arg_bool(c, 1, true) ? 1 : 0;
   } else if (c->num_args >= 3) {
-    dim = &c->args[1];
-    const tpurt_arg_t* corr = &c->args[2];
-    if (corr->kind == TPURT_ARG_BOOL) correction = corr->v.b ? 1 : 0;
-    else if (corr->kind == TPURT_ARG_INT) correction = (double)corr->v.i;
-    else if (corr->kind == TPURT_ARG_DOUBLE) correction = corr->v.d;
+    dim = 1;
+    if (tpurt_arg_is_scalar(c, 2)) correction = tpurt_arg_double(c, 2, 1); /* unbiased (bool) or correction */
   }
   tpurt_reduce_spec_t s;
   TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, dim, TPURT_REDUCE_SUM));
@@ -198,7 +194,7 @@ static tpurt_status_t std_mean_impl(tpurt_kernel_ctx_t* x, const tpurt_op_call_t
 }
 
 static tpurt_status_t norm_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, engine_fn run, double ord,
-                                  const tpurt_arg_t* dim) {
+                                  int dim) {
   const tpurt_tensor_t* in;
   TPURT_RETURN_IF_ERROR(need_in_out(c, 1, &in));
   if (!tpurt_dtype_is_floating(in->dtype) && !tpurt_dtype_is_floating(c->outputs[0].dtype))
@@ -214,13 +210,12 @@ static tpurt_status_t norm_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
 
 /* linalg_vector_norm: (self, ord, dim?, keepdim, dtype?) */
 static tpurt_status_t linalg_vector_norm_impl(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c, engine_fn r) {
-  return norm_common(x, c, r, tpurt_arg_double(c, 1, 2.0), c->num_args >= 3 ? &c->args[2] : NULL);
+  return norm_common(x, c, r, tpurt_arg_double(c, 1, 2.0), 2);
 }
 
 /* norm: (self, p?) ; (self, p?, dtype) ; (self, p?, dim, keepdim[, dtype]) */
 static tpurt_status_t norm_impl(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c, engine_fn r) {
-  const tpurt_arg_t* dim = NULL;
-  if (c->num_args >= 3 && c->args[2].kind == TPURT_ARG_INT_LIST) dim = &c->args[2];
+  int dim = tpurt_arg_is(c, 2, TPURT_ARG_INT_LIST) ? 2 : -1;
   return norm_common(x, c, r, tpurt_arg_double(c, 1, 2.0), dim);
 }
 
@@ -229,7 +224,7 @@ static tpurt_status_t logsumexp_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   const tpurt_tensor_t* in;
   TPURT_RETURN_IF_ERROR(need_in_out(c, 1, &in));
   tpurt_reduce_spec_t s;
-  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, c->num_args >= 2 ? &c->args[1] : NULL, TPURT_REDUCE_MAX));
+  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, 1, TPURT_REDUCE_MAX));
   int64_t M = tpurt_reduce_num_outputs(&s);
   double* mx = tpurt_kernel_scratch(ctx, sizeof(double) * (size_t)(M > 0 ? M : 1));
   if (!mx) return TPURT_STATUS(RESOURCE_EXHAUSTED, "logsumexp: no scratch");
@@ -252,9 +247,8 @@ static tpurt_status_t logsumexp_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
 static tpurt_status_t aminmax_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, engine_fn run) {
   const tpurt_tensor_t* in;
   TPURT_RETURN_IF_ERROR(need_in_out(c, 2, &in));
-  const tpurt_arg_t* dim = c->num_args >= 2 ? &c->args[1] : NULL;
   tpurt_reduce_spec_t s;
-  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, dim, TPURT_REDUCE_MIN));
+  TPURT_RETURN_IF_ERROR(spec_init(&s, c, in, 1, TPURT_REDUCE_MIN));
   if (tpurt_reduce_num_reduced(&s) == 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: cannot reduce over a zero-size dimension", c->name);
   s.out = &c->outputs[0];

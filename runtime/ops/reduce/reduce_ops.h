@@ -32,10 +32,7 @@
   X(softmax) X(log_softmax) X(softmax_backward_data) X(log_softmax_backward_data) \
   X(native_layer_norm) X(native_layer_norm_backward) X(fused_rms_norm) X(fused_rms_norm_backward) \
   X(native_batch_norm) X(native_batch_norm_legit) X(batch_norm_with_update) X(batch_norm_no_update) X(native_batch_norm_backward) \
-  X(batch_norm_backward) X(batch_norm_update_stats) X(native_group_norm) X(native_group_norm_backward) \
-  X(nll_loss_forward) X(nll_loss_backward) X(mse_loss) X(mse_loss_backward) X(huber_loss) \
-  X(huber_loss_backward) X(smooth_l1_loss) X(smooth_l1_loss_backward) X(l1_loss) \
-  X(binary_cross_entropy) X(binary_cross_entropy_backward)
+  X(batch_norm_backward) X(batch_norm_update_stats) X(native_group_norm) X(native_group_norm_backward)
 
 TPURT_REDUCE_KERNELS(TPURT_DECLARE_KERNEL_PAIR)
 TPURT_NORM_KERNELS(TPURT_DECLARE_KERNEL_PAIR)

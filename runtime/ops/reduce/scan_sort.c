@@ -303,8 +303,8 @@ static tpurt_status_t sel_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   switch (kind) {
     case SEL_SORT:
       /* (self, dim, descending) or (self, stable?, dim, descending) */
-      if (c->num_args >= 4 || (c->num_args >= 2 && (c->args[1].kind == TPURT_ARG_BOOL ||
-                                                      c->args[1].kind == TPURT_ARG_NONE))) {
+      if (c->num_args >= 4 || (c->num_args >= 2 && (tpurt_arg_is(c, 1, TPURT_ARG_BOOL) ||
+                                                      tpurt_arg_is(c, 1, TPURT_ARG_NONE)))) {
         dim = tpurt_arg_int(c, 2, -1);
         j.o.desc = tpurt_arg_bool(c, 3, false);
       } else {
@@ -326,8 +326,8 @@ static tpurt_status_t sel_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
       dim = tpurt_arg_int(c, 1, -1);
       break;
     case SEL_MEDIAN: case SEL_NANMEDIAN: /* (self) or (self, dim, keepdim) */
-      if (c->num_args >= 2 && c->args[1].kind == TPURT_ARG_INT) {
-        dim = c->args[1].v.i;
+      if (tpurt_arg_is(c, 1, TPURT_ARG_INT)) {
+        dim = tpurt_arg_int(c, 1, -1);
         keepdim = tpurt_arg_bool(c, 2, false);
       } else {
         full = true;

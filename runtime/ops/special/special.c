@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/args.h"
 #include "ops/elementwise/elementwise.h"
 #include "ops/special/special_math.h"
 #include "ops/special/special_single.h"
@@ -142,7 +143,7 @@ static tpurt_status_t sp_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
     cfg.loop_dtypes[k] = k == 1 ? TPURT_DTYPE_INT32 : TPURT_DTYPE_FLOAT64;
   }
   for (int k = 0; k < nin; ++k) {
-    const tpurt_tensor_t* t = tpurt_ew_arg_as_tensor(&call->args[k], &wrapped[k], storage[k]);
+    const tpurt_tensor_t* t = tpurt_arg_as_tensor(tpurt_arg_at(call, k), &wrapped[k], storage[k]);
     if (!t)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor or a number",
                           call->name, k);
@@ -163,7 +164,9 @@ static tpurt_status_t special_reference(tpurt_kernel_ctx_t* ctx, const tpurt_op_
   return sp_run(ctx, call, true);
 }
 
-#define SP(NAME) {NAME, special_kernel, special_reference, TPURT_OP_ALIAS_SAFE}
+/* Every input is read in float64 and every output is floating point, so each
+ * op takes every real dtype for its first tensor argument. */
+#define SP(NAME) {NAME, special_kernel, special_reference, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_REAL, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_special[] = {
     SP("i0"),

@@ -1,13 +1,13 @@
 /* grid_sampler_2d / grid_sampler_3d and their backward (nn.functional.grid_sample):
  * bilinear, nearest and (2-D) bicubic sampling with zeros, border or
  * reflection padding, matching PyTorch CPU's formulas in its own precision
- * (cov_grid_impl.h). The forward splits over output rows; the backward over
+ * (grid_sample_impl.h). The forward splits over output rows; the backward over
  * batch entries, each thread adding its grad_input into a double
  * accumulator of one batch entry and storing it once. */
 #include <math.h>
 #include <string.h>
 
-#include "ops/linalg/cov_more.h"
+#include "ops/nn/nn.h"
 
 enum { GS_BILINEAR = 0, GS_NEAREST = 1, GS_BICUBIC = 2 };
 enum { GS_PAD_ZEROS = 0, GS_PAD_BORDER = 1, GS_PAD_REFLECTION = 2 };
@@ -37,23 +37,23 @@ static const tpurt_tensor_t* gs_view5(const tpurt_tensor_t* t, int dpos, tpurt_t
   return out;
 }
 static inline double gs_in(const gs_t* g, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w) {
-  return tpurt_more_ld(g->in, off5(g->in, n, c, d, h, w));
+  return tpurt_nn_ld(g->in, off5(g->in, n, c, d, h, w));
 }
 static inline double gs_gout(const gs_t* g, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w) {
-  return tpurt_more_ld(g->gout, off5(g->gout, n, c, d, h, w));
+  return tpurt_nn_ld(g->gout, off5(g->gout, n, c, d, h, w));
 }
 static inline void gs_out(const gs_t* g, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w, double v) {
-  tpurt_more_st(g->out, off5(g->out, n, c, d, h, w), v);
+  tpurt_nn_st(g->out, off5(g->out, n, c, d, h, w), v);
 }
 static inline double gs_grid(const gs_t* g, int64_t n, int64_t d, int64_t h, int64_t w, int k) {
-  return tpurt_more_ld(g->grid, off5(g->grid, n, d, h, w, k));
+  return tpurt_nn_ld(g->grid, off5(g->grid, n, d, h, w, k));
 }
 static inline void gs_ggrid(const gs_t* g, int64_t n, int64_t d, int64_t h, int64_t w, double gx, double gy,
                             double gz) {
   if (!g->ggrid) return;
-  tpurt_more_st(g->ggrid, off5(g->ggrid, n, d, h, w, 0), gx);
-  tpurt_more_st(g->ggrid, off5(g->ggrid, n, d, h, w, 1), gy);
-  if (g->three_d) tpurt_more_st(g->ggrid, off5(g->ggrid, n, d, h, w, 2), gz);
+  tpurt_nn_st(g->ggrid, off5(g->ggrid, n, d, h, w, 0), gx);
+  tpurt_nn_st(g->ggrid, off5(g->ggrid, n, d, h, w, 1), gy);
+  if (g->three_d) tpurt_nn_st(g->ggrid, off5(g->ggrid, n, d, h, w, 2), gz);
 }
 /* CPU converts a (floored / rounded / clipped) coordinate to an integer by truncation */
 static inline bool gs_to_index_any(double v, int64_t* out) {
@@ -72,7 +72,7 @@ static inline bool gs_to_index(double v, int64_t size, int64_t* out) {
 #define GS_NEARBYINT nearbyintf
 #define GS_FMOD fmodf
 #define GS_FMA fmaf
-#include "ops/linalg/cov_grid_impl.h"
+#include "ops/nn/grid_sample_impl.h"
 #undef GS_REAL
 #undef GS_FN
 #undef GS_FLOOR
@@ -87,7 +87,7 @@ static inline bool gs_to_index(double v, int64_t size, int64_t* out) {
 #define GS_NEARBYINT nearbyint
 #define GS_FMOD fmod
 #define GS_FMA fma
-#include "ops/linalg/cov_grid_impl.h"
+#include "ops/nn/grid_sample_impl.h"
 
 static void gs_point(const gs_t* g, int64_t n, int64_t d, int64_t h, int64_t w, double* gin) {
   bool dbl = g->in->dtype == TPURT_DTYPE_FLOAT64;
@@ -124,7 +124,7 @@ static void gs_bwd_batches(void* u, int64_t n0, int64_t n1, int tid) {
       for (int64_t d = 0; d < g->D; ++d)
         for (int64_t h = 0; h < g->H; ++h)
           for (int64_t w = 0; w < g->W; ++w)
-            tpurt_more_st(g->gin, off5(g->gin, n, c, d, h, w), acc[((c * g->D + d) * g->H + h) * g->W + w]);
+            tpurt_nn_st(g->gin, off5(g->gin, n, c, d, h, w), acc[((c * g->D + d) * g->H + h) * g->W + w]);
   }
 }
 
@@ -146,14 +146,12 @@ static tpurt_status_t gs_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
   int b = backward ? 1 : 0, nd = three_d ? 5 : 4;
   gs_t g;
   memset(&g, 0, sizeof(g));
-  for (int i = 0; i < 2 + b; ++i)
-    if (i >= call->num_args || call->args[i].kind != TPURT_ARG_TENSOR)
-      return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor", call->name, i);
-  g.in = call->args[b].v.tensor;
-  g.grid = call->args[b + 1].v.tensor;
-  g.interp = (int)tpurt_index_arg_int(call, b + 2, -1);
-  g.pad = (int)tpurt_index_arg_int(call, b + 3, -1);
-  g.align = tpurt_index_arg_bool(call, b + 4, false);
+  if (backward) TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &g.gout));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, b, -1, &g.in));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, b + 1, -1, &g.grid));
+  g.interp = (int)tpurt_arg_int(call, b + 2, -1);
+  g.pad = (int)tpurt_arg_int(call, b + 3, -1);
+  g.align = tpurt_arg_bool(call, b + 4, false);
   g.backward = backward, g.three_d = three_d;
   if (g.in->ndim != nd || g.grid->ndim != nd || g.grid->sizes[nd - 1] != nd - 2)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a %d-D input and a %d-D grid with last size %d", call->name,
@@ -181,11 +179,9 @@ static tpurt_status_t gs_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
     else tpurt_parallel_for(ctx, rows, 1, gs_fwd_rows, &g);
     return TPURT_OK;
   }
-  g.gout = call->args[0].v.tensor;
   if (g.gout->ndim != nd) return TPURT_STATUS(INVALID_ARGUMENT, "%s: grad_output must be %d-D", call->name, nd);
   bool want_in = true;
-  if (call->num_args > 6 && call->args[6].kind == TPURT_ARG_BOOL_LIST && call->args[6].count > 0)
-    want_in = call->args[6].v.bools[0];
+  tpurt_arg_bool_mask(call, 6, 1, &want_in);
   if (call->num_outputs > 0 && want_in && call->outputs[0].ndim == nd &&
       tpurt_tensor_numel(&call->outputs[0]) == tpurt_tensor_numel(g.in))
     g.gin = &call->outputs[0];
@@ -205,7 +201,7 @@ static tpurt_status_t gs_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
   return TPURT_OK;
 }
 
-TPURT_MORE_PAIR(grid_sampler_2d, gs_run(ctx, call, false, false, ref))
-TPURT_MORE_PAIR(grid_sampler_2d_backward, gs_run(ctx, call, false, true, ref))
-TPURT_MORE_PAIR(grid_sampler_3d, gs_run(ctx, call, true, false, ref))
-TPURT_MORE_PAIR(grid_sampler_3d_backward, gs_run(ctx, call, true, true, ref))
+TPURT_NN_PAIR(grid_sampler_2d, gs_run(ctx, call, false, false, ref))
+TPURT_NN_PAIR(grid_sampler_2d_backward, gs_run(ctx, call, false, true, ref))
+TPURT_NN_PAIR(grid_sampler_3d, gs_run(ctx, call, true, false, ref))
+TPURT_NN_PAIR(grid_sampler_3d_backward, gs_run(ctx, call, true, true, ref))

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/linalg/cov_more.h"
+#include "ops/nn/nn.h"
 
 
 /* log(exp(a) + exp(b)) with -inf handled */
@@ -29,14 +29,14 @@ typedef struct ctc_t {
 } ctc_t;
 
 static inline int64_t target_at(const ctc_t* c, int64_t b, int64_t k) {
-  if (c->two_d) return tpurt_more_ldi(c->tg, b * c->tg->strides[0] + k * c->tg->strides[1]);
-  return tpurt_more_ldi(c->tg, (c->tg_off[b] + k) * c->tg->strides[0]);
+  if (c->two_d) return tpurt_nn_ldi(c->tg, b * c->tg->strides[0] + k * c->tg->strides[1]);
+  return tpurt_nn_ldi(c->tg, (c->tg_off[b] + k) * c->tg->strides[0]);
 }
 static inline int64_t prime(const ctc_t* c, int64_t b, int64_t s) {
   return (s % 2 == 0) ? c->blank : target_at(c, b, s / 2);
 }
 static inline double lp_at(const ctc_t* c, int64_t t, int64_t b, int64_t k) {
-  return tpurt_more_ld(c->lp, t * c->lp->strides[0] + b * c->lp->strides[1] + k * c->lp->strides[2]);
+  return tpurt_nn_ld(c->lp, t * c->lp->strides[0] + b * c->lp->strides[1] + k * c->lp->strides[2]);
 }
 static inline int64_t aoff(const ctc_t* c, int64_t b, int64_t t, int64_t s) {
   return b * c->alpha->strides[0] + t * c->alpha->strides[1] + s * c->alpha->strides[2];
@@ -46,26 +46,26 @@ static inline int64_t aoff(const ctc_t* c, int64_t b, int64_t t, int64_t s) {
 static double ctc_alpha(const ctc_t* c, int64_t b) {
   int64_t Tb = c->in_len[b], L = c->tg_len[b], S = 2 * L + 1;
   for (int64_t t = 0; t < c->T; ++t)
-    for (int64_t s = 0; s < c->L2max; ++s) tpurt_more_st(c->alpha, aoff(c, b, t, s), -INFINITY);
+    for (int64_t s = 0; s < c->L2max; ++s) tpurt_nn_st(c->alpha, aoff(c, b, t, s), -INFINITY);
   if (Tb == 0) return L == 0 ? 0.0 : INFINITY;
-  tpurt_more_st(c->alpha, aoff(c, b, 0, 0), lp_at(c, 0, b, c->blank));
-  if (L > 0) tpurt_more_st(c->alpha, aoff(c, b, 0, 1), lp_at(c, 0, b, target_at(c, b, 0)));
+  tpurt_nn_st(c->alpha, aoff(c, b, 0, 0), lp_at(c, 0, b, c->blank));
+  if (L > 0) tpurt_nn_st(c->alpha, aoff(c, b, 0, 1), lp_at(c, 0, b, target_at(c, b, 0)));
   for (int64_t t = 1; t < Tb; ++t)
     for (int64_t s = 0; s < S; ++s) {
       int64_t cur = prime(c, b, s);
-      double v = tpurt_more_ld(c->alpha, aoff(c, b, t - 1, s));
-      if (s > 0) v = log_add(v, tpurt_more_ld(c->alpha, aoff(c, b, t - 1, s - 1)));
-      if (s > 1 && prime(c, b, s - 2) != cur) v = log_add(v, tpurt_more_ld(c->alpha, aoff(c, b, t - 1, s - 2)));
-      tpurt_more_st(c->alpha, aoff(c, b, t, s), v == -INFINITY ? -INFINITY : v + lp_at(c, t, b, cur));
+      double v = tpurt_nn_ld(c->alpha, aoff(c, b, t - 1, s));
+      if (s > 0) v = log_add(v, tpurt_nn_ld(c->alpha, aoff(c, b, t - 1, s - 1)));
+      if (s > 1 && prime(c, b, s - 2) != cur) v = log_add(v, tpurt_nn_ld(c->alpha, aoff(c, b, t - 1, s - 2)));
+      tpurt_nn_st(c->alpha, aoff(c, b, t, s), v == -INFINITY ? -INFINITY : v + lp_at(c, t, b, cur));
     }
-  double end = tpurt_more_ld(c->alpha, aoff(c, b, Tb - 1, S - 1));
-  if (L > 0) end = log_add(end, tpurt_more_ld(c->alpha, aoff(c, b, Tb - 1, S - 2)));
+  double end = tpurt_nn_ld(c->alpha, aoff(c, b, Tb - 1, S - 1));
+  if (L > 0) end = log_add(end, tpurt_nn_ld(c->alpha, aoff(c, b, Tb - 1, S - 2)));
   return -end;
 }
 
 static void ctc_fwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
   const ctc_t* c = u;
-  for (int64_t b = b0; b < b1; ++b) tpurt_more_st(c->nll, b * (c->nll->ndim ? c->nll->strides[0] : 0), ctc_alpha(c, b));
+  for (int64_t b = b0; b < b1; ++b) tpurt_nn_st(c->nll, b * (c->nll->ndim ? c->nll->strides[0] : 0), ctc_alpha(c, b));
 }
 
 static void ctc_bwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
@@ -74,12 +74,12 @@ static void ctc_bwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
   const tpurt_tensor_t* g = c->grad_in;
   for (int64_t b = b0; b < b1; ++b) {
     int64_t Tb = c->in_len[b], L = c->tg_len[b], S = 2 * L + 1;
-    double nll = tpurt_more_ld(c->nll, b * (c->nll->ndim ? c->nll->strides[0] : 0));
-    double gr = tpurt_more_ld(c->grad_out, b * (c->grad_out->ndim ? c->grad_out->strides[0] : 0));
+    double nll = tpurt_nn_ld(c->nll, b * (c->nll->ndim ? c->nll->strides[0] : 0));
+    double gr = tpurt_nn_ld(c->grad_out, b * (c->grad_out->ndim ? c->grad_out->strides[0] : 0));
     int64_t go = g->strides[0], gn = g->strides[1], gc = g->strides[2];
     if ((c->zero_inf && nll == INFINITY) || Tb == 0) {
       for (int64_t t = 0; t < c->T; ++t)
-        for (int64_t k = 0; k < c->C; ++k) tpurt_more_st(g, t * go + b * gn + k * gc, 0);
+        for (int64_t k = 0; k < c->C; ++k) tpurt_nn_st(g, t * go + b * gn + k * gc, 0);
       continue;
     }
     for (int64_t i = 0; i < c->T * c->L2max; ++i) beta[i] = -INFINITY;
@@ -97,19 +97,19 @@ static void ctc_bwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
       }
     for (int64_t t = 0; t < c->T; ++t) {
       if (t >= Tb) {
-        for (int64_t k = 0; k < c->C; ++k) tpurt_more_st(g, t * go + b * gn + k * gc, 0);
+        for (int64_t k = 0; k < c->C; ++k) tpurt_nn_st(g, t * go + b * gn + k * gc, 0);
         continue;
       }
       /* per class: log of sum over the extended positions holding it of alpha * beta */
-      for (int64_t k = 0; k < c->C; ++k) tpurt_more_st(g, t * go + b * gn + k * gc, -INFINITY);
+      for (int64_t k = 0; k < c->C; ++k) tpurt_nn_st(g, t * go + b * gn + k * gc, -INFINITY);
       for (int64_t s = 0; s < S; ++s) {
         int64_t k = prime(c, b, s);
-        double ab = tpurt_more_ld(c->alpha, aoff(c, b, t, s)) + beta[t * c->L2max + s];
-        tpurt_more_st(g, t * go + b * gn + k * gc, log_add(tpurt_more_ld(g, t * go + b * gn + k * gc), ab));
+        double ab = tpurt_nn_ld(c->alpha, aoff(c, b, t, s)) + beta[t * c->L2max + s];
+        tpurt_nn_st(g, t * go + b * gn + k * gc, log_add(tpurt_nn_ld(g, t * go + b * gn + k * gc), ab));
       }
       for (int64_t k = 0; k < c->C; ++k) {
-        double lcab = tpurt_more_ld(g, t * go + b * gn + k * gc), lp = lp_at(c, t, b, k);
-        tpurt_more_st(g, t * go + b * gn + k * gc, (exp(lp) - exp(lcab + nll - lp)) * gr);
+        double lcab = tpurt_nn_ld(g, t * go + b * gn + k * gc), lp = lp_at(c, t, b, k);
+        tpurt_nn_st(g, t * go + b * gn + k * gc, (exp(lp) - exp(lcab + nll - lp)) * gr);
       }
     }
   }
@@ -117,14 +117,15 @@ static void ctc_bwd_batches(void* u, int64_t b0, int64_t b1, int tid) {
 
 /* lengths from an int list or a 1-D integer tensor */
 static tpurt_status_t lengths_arg(const tpurt_op_call_t* call, int i, int64_t n, int64_t* out) {
-  const tpurt_arg_t* a = i < call->num_args ? &call->args[i] : NULL;
-  if (a && a->kind == TPURT_ARG_INT_LIST && a->count == n) {
-    memcpy(out, a->v.ints, (size_t)n * sizeof(int64_t));
+  int32_t count;
+  const int64_t* list = tpurt_arg_ints(call, i, &count);
+  if (list && count == n) {
+    memcpy(out, list, (size_t)n * sizeof(int64_t));
     return TPURT_OK;
   }
-  if (a && a->kind == TPURT_ARG_TENSOR && a->v.tensor->ndim == 1 && a->v.tensor->sizes[0] == n &&
-      !tpurt_dtype_is_floating(a->v.tensor->dtype)) {
-    for (int64_t b = 0; b < n; ++b) out[b] = tpurt_more_ldi(a->v.tensor, b * a->v.tensor->strides[0]);
+  const tpurt_tensor_t* t = tpurt_arg_tensor(call, i);
+  if (t && t->ndim == 1 && t->sizes[0] == n && !tpurt_dtype_is_floating(t->dtype)) {
+    for (int64_t b = 0; b < n; ++b) out[b] = tpurt_nn_ldi(t, b * t->strides[0]);
     return TPURT_OK;
   }
   return TPURT_STATUS(INVALID_ARGUMENT, "%s: %s must have one entry per batch entry (%lld)", call->name,
@@ -135,20 +136,17 @@ static tpurt_status_t ctc_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   int sh = backward ? 1 : 0;
   ctc_t c;
   memset(&c, 0, sizeof(c));
-  for (int i = 0; i < 2 + sh; ++i)
-    if (i >= call->num_args || call->args[i].kind != TPURT_ARG_TENSOR)
-      return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor", call->name, i);
-  if (backward) c.grad_out = call->args[0].v.tensor;
-  c.lp = call->args[sh].v.tensor;
-  c.tg = call->args[sh + 1].v.tensor;
+  if (backward) TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &c.grad_out));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, sh, -1, &c.lp));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, sh + 1, -1, &c.tg));
   if (c.lp->ndim != 3)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: log_probs must be [T, N, C], got %d dims", call->name, (int)c.lp->ndim);
   if (c.lp->dtype != TPURT_DTYPE_FLOAT32 && c.lp->dtype != TPURT_DTYPE_FLOAT64)
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(c.lp->dtype));
   c.T = c.lp->sizes[0], c.N = c.lp->sizes[1], c.C = c.lp->sizes[2];
   int bi = backward ? 7 : 4;
-  c.blank = tpurt_index_arg_int(call, bi, 0);
-  c.zero_inf = tpurt_index_arg_bool(call, bi + 1, false);
+  c.blank = tpurt_arg_int(call, bi, 0);
+  c.zero_inf = tpurt_arg_bool(call, bi + 1, false);
   if (c.blank < 0 || c.blank >= c.C) return TPURT_STATUS(INVALID_ARGUMENT, "%s: blank must be in label range", call->name);
   int64_t* lens = tpurt_kernel_scratch(ctx, (size_t)(3 * c.N + 1) * sizeof(int64_t));
   if (!lens) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", call->name);
@@ -170,8 +168,8 @@ static tpurt_status_t ctc_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: targets too short for the target lengths", call->name);
   for (int64_t b = 0; b < c.N; ++b)
     for (int64_t k = 0; k < tg_len[b]; ++k) {
-      int64_t v = c.two_d ? tpurt_more_ldi(c.tg, b * c.tg->strides[0] + k * c.tg->strides[1])
-                          : tpurt_more_ldi(c.tg, (tg_off[b] + k) * c.tg->strides[0]);
+      int64_t v = c.two_d ? tpurt_nn_ldi(c.tg, b * c.tg->strides[0] + k * c.tg->strides[1])
+                          : tpurt_nn_ldi(c.tg, (tg_off[b] + k) * c.tg->strides[0]);
       if (v < 0 || v >= c.C)
         return TPURT_STATUS(INVALID_ARGUMENT, "%s: target %lld out of range [0, %lld)", call->name, (long long)v,
                             (long long)c.C);
@@ -183,11 +181,10 @@ static tpurt_status_t ctc_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     c.nll = &call->outputs[0];
     c.alpha = &call->outputs[1];
   } else {
-    if (call->num_args < 7 || call->args[5].kind != TPURT_ARG_TENSOR || call->args[6].kind != TPURT_ARG_TENSOR ||
-        call->num_outputs < 1)
+    c.nll = tpurt_arg_tensor(call, 5);
+    c.alpha = tpurt_arg_tensor(call, 6);
+    if (!c.nll || !c.alpha || call->num_outputs < 1)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing neg_log_likelihood / log_alpha / output", call->name);
-    c.nll = call->args[5].v.tensor;
-    c.alpha = call->args[6].v.tensor;
     c.grad_in = &call->outputs[0];
     if (c.grad_in->ndim != 3 || c.grad_in->sizes[0] != c.T || c.grad_in->sizes[1] != c.N || c.grad_in->sizes[2] != c.C)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: the gradient must be shaped like log_probs", call->name);
@@ -209,5 +206,5 @@ static tpurt_status_t ctc_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   return TPURT_OK;
 }
 
-TPURT_MORE_PAIR(ctc_loss, ctc_run(ctx, call, false, ref))
-TPURT_MORE_PAIR(ctc_loss_backward, ctc_run(ctx, call, true, ref))
+TPURT_NN_PAIR(ctc_loss, ctc_run(ctx, call, false, ref))
+TPURT_NN_PAIR(ctc_loss_backward, ctc_run(ctx, call, true, ref))

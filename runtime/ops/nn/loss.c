@@ -5,7 +5,8 @@
  * threads; mean/sum accumulate per-thread partials in double. */
 #include <string.h>
 
-#include "ops/reduce/reduce_ops.h"
+#include "ops/nn/nn.h"
+#include "ops/reduce/reduce.h"
 
 enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
 
@@ -171,10 +172,10 @@ static tpurt_status_t pw_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
 }
 
 #define PW_PAIR(name, kind, bwd)                                                               \
-  tpurt_status_t tpurt_kernel_##name(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) {       \
+  tpurt_status_t tpurt_nn_##name(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) {       \
     return pw_impl(x, c, kind, bwd, false);                                                    \
   }                                                                                            \
-  tpurt_status_t tpurt_kernel_##name##_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) {  \
+  tpurt_status_t tpurt_nn_##name##_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) {  \
     return pw_impl(x, c, kind, bwd, true);                                                     \
   }
 PW_PAIR(mse_loss, L_MSE, false)
@@ -309,7 +310,7 @@ static tpurt_status_t nll_bwd_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   return TPURT_OK;
 }
 
-tpurt_status_t tpurt_kernel_nll_loss_forward(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return nll_fwd_impl(x, c, false); }
-tpurt_status_t tpurt_kernel_nll_loss_forward_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return nll_fwd_impl(x, c, true); }
-tpurt_status_t tpurt_kernel_nll_loss_backward(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return nll_bwd_impl(x, c, false); }
-tpurt_status_t tpurt_kernel_nll_loss_backward_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return nll_bwd_impl(x, c, true); }
+tpurt_status_t tpurt_nn_nll_loss_forward(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return nll_fwd_impl(x, c, false); }
+tpurt_status_t tpurt_nn_nll_loss_forward_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return nll_fwd_impl(x, c, true); }
+tpurt_status_t tpurt_nn_nll_loss_backward(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return nll_bwd_impl(x, c, false); }
+tpurt_status_t tpurt_nn_nll_loss_backward_ref(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return nll_bwd_impl(x, c, true); }

@@ -1,7 +1,8 @@
-/* Upsampling backward for the separable modes PyTorch's upsample kernels in
- * pool.c do not cover: nearest 3-D, nearest-exact 1/2/3-D, trilinear and
- * bicubic; and antialiased bilinear (_upsample_bilinear2d_aa), forward too. Every mode is a tensor product of 1-D maps, so each axis gets a
- * table of (source index, weight) taps per output index, computed with
+/* Upsampling through per-axis tap tables, for the modes upsample.c does not
+ * cover: the backward of nearest 3-D, nearest-exact 1/2/3-D, trilinear and
+ * bicubic; and antialiased bilinear (_upsample_bilinear2d_aa), forward too.
+ * Every mode is a tensor product of 1-D maps, so each axis gets a table of
+ * (source index, weight) taps per output index, computed with
  * PyTorch CPU's index math (UpSample.h: float for float and the 16-bit types,
  * double for double); the backward then scatters each output gradient into a
  * double accumulator of its (N, C) plane and stores it once. Work splits over
@@ -9,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/linalg/cov_more.h"
+#include "ops/nn/nn.h"
 
 typedef enum up_mode_e { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR, UP_CUBIC, UP_LINEAR_AA } up_mode_t;
 
@@ -158,7 +159,7 @@ static void up_bwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
     for (int64_t o0 = 0; o0 < A0->out; ++o0) {
       for (int64_t o1 = 0; o1 < A1->out; ++o1) {
         for (int64_t o2 = 0; o2 < A2->out; ++o2) {
-          double g = tpurt_more_ld(a->go, gbase + o0 * A0->sout + o1 * A1->sout + o2 * A2->sout);
+          double g = tpurt_nn_ld(a->go, gbase + o0 * A0->sout + o1 * A1->sout + o2 * A2->sout);
           for (int t0 = 0; t0 < A0->taps; ++t0) {
             double g0 = g * A0->w[o0 * A0->taps + t0];
             int64_t r0 = A0->idx[o0 * A0->taps + t0] * A1->in;
@@ -175,7 +176,7 @@ static void up_bwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
     for (int64_t i0 = 0; i0 < A0->in; ++i0)
       for (int64_t i1 = 0; i1 < A1->in; ++i1)
         for (int64_t i2 = 0; i2 < A2->in; ++i2)
-          tpurt_more_st(a->gi, ibase + i0 * A0->sin + i1 * A1->sin + i2 * A2->sin,
+          tpurt_nn_st(a->gi, ibase + i0 * A0->sin + i1 * A1->sin + i2 * A2->sin,
                         acc[(i0 * A1->in + i1) * A2->in + i2]);
   }
 }
@@ -201,11 +202,11 @@ static void up_fwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
               int64_t s1 = s0 + A1->idx[o1 * A1->taps + t1] * A1->sin;
               for (int t2 = 0; t2 < A2->taps; ++t2) {
                 double w = w1 * A2->w[o2 * A2->taps + t2];
-                if (w != 0) acc += w * tpurt_more_ld(src, sbase + s1 + A2->idx[o2 * A2->taps + t2] * A2->sin);
+                if (w != 0) acc += w * tpurt_nn_ld(src, sbase + s1 + A2->idx[o2 * A2->taps + t2] * A2->sin);
               }
             }
           }
-          tpurt_more_st(dst, dbase + o0 * A0->sout + o1 * A1->sout + o2 * A2->sout, acc);
+          tpurt_nn_st(dst, dbase + o0 * A0->sout + o1 * A1->sout + o2 * A2->sout, acc);
         }
   }
 }
@@ -215,12 +216,12 @@ static void up_fwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
  * modes also the forward <mode>(self, output_size, align_corners, scales...) */
 static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, up_mode_t mode, bool backward,
                              bool ref) {
-  if (call->num_args < (backward ? 3 : 2) || call->args[0].kind != TPURT_ARG_TENSOR)
+  const tpurt_tensor_t* t0 = tpurt_arg_tensor(call, 0);
+  if (call->num_args < (backward ? 3 : 2) || !t0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (grad_output, output_size, input_size, ...)", call->name);
   if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing output", call->name);
   /* go: the tensor with the output sizes, gi: the one with the input sizes */
-  up_bwd_t a = {backward ? call->args[0].v.tensor : &call->outputs[0],
-                backward ? &call->outputs[0] : call->args[0].v.tensor};
+  up_bwd_t a = {backward ? t0 : &call->outputs[0], backward ? &call->outputs[0] : t0};
   const tpurt_tensor_t *go = a.go, *gi = a.gi;
   int nd = go->ndim - 2;
   if (nd < 1 || nd > 3 || gi->ndim != go->ndim)
@@ -232,7 +233,7 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(gi->dtype));
   bool align = false;
   int next = backward ? 3 : 2;
-  if (mode != UP_NEAREST && mode != UP_NEAREST_EXACT) align = tpurt_index_arg_bool(call, next++, false);
+  if (mode != UP_NEAREST && mode != UP_NEAREST_EXACT) align = tpurt_arg_bool(call, next++, false);
   bool dbl = (backward ? gi : go)->dtype == TPURT_DTYPE_FLOAT64; /* the output's opmath */
   int taps = mode == UP_CUBIC ? 4 : mode == UP_LINEAR ? 2 : 1;
   int64_t total = 0;
@@ -248,7 +249,7 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: input size along dim %d must be positive", call->name, 2 + d);
     if (mode == UP_LINEAR_AA) {
       double sc = 0;
-      bool has = tpurt_more_opt_double(call, next + d, &sc);
+      bool has = tpurt_arg_opt_double(call, next + d, &sc);
       ax->taps = dbl ? aa_window_d(ax->in, ax->out, align, has, sc) : aa_window_f(ax->in, ax->out, align, has, sc);
     }
     total += ax->out * ax->taps;
@@ -277,7 +278,7 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
     ax->idx = (int64_t*)mem;
     mem += (size_t)(ax->out * ax->taps) * sizeof(int64_t);
     double scale = 0;
-    bool has = tpurt_more_opt_double(call, next + d, &scale);
+    bool has = tpurt_arg_opt_double(call, next + d, &scale);
     switch (mode) {
       case UP_NEAREST: nearest_taps(ax, false, has, scale); break;
       case UP_NEAREST_EXACT: nearest_taps(ax, true, has, scale); break;
@@ -292,9 +293,9 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
   return TPURT_OK;
 }
 
-TPURT_MORE_PAIR(upsample_nearest_bwd, up_run(ctx, call, UP_NEAREST, true, ref))
-TPURT_MORE_PAIR(upsample_nearest_exact_bwd, up_run(ctx, call, UP_NEAREST_EXACT, true, ref))
-TPURT_MORE_PAIR(upsample_linear_bwd, up_run(ctx, call, UP_LINEAR, true, ref))
-TPURT_MORE_PAIR(upsample_bicubic_bwd, up_run(ctx, call, UP_CUBIC, true, ref))
-TPURT_MORE_PAIR(upsample_bilinear_aa, up_run(ctx, call, UP_LINEAR_AA, false, ref))
-TPURT_MORE_PAIR(upsample_bilinear_aa_bwd, up_run(ctx, call, UP_LINEAR_AA, true, ref))
+TPURT_NN_PAIR(upsample_nearest_bwd, up_run(ctx, call, UP_NEAREST, true, ref))
+TPURT_NN_PAIR(upsample_nearest_exact_bwd, up_run(ctx, call, UP_NEAREST_EXACT, true, ref))
+TPURT_NN_PAIR(upsample_linear_bwd, up_run(ctx, call, UP_LINEAR, true, ref))
+TPURT_NN_PAIR(upsample_bicubic_bwd, up_run(ctx, call, UP_CUBIC, true, ref))
+TPURT_NN_PAIR(upsample_bilinear_aa, up_run(ctx, call, UP_LINEAR_AA, false, ref))
+TPURT_NN_PAIR(upsample_bilinear_aa_bwd, up_run(ctx, call, UP_LINEAR_AA, true, ref))

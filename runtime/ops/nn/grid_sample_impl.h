@@ -1,4 +1,4 @@
-/* Grid sampling in one precision: included by cov_grid.c twice, with GS_REAL
+/* Grid sampling in one precision: included by grid_sample.c twice, with GS_REAL
  * float (float32 and the 16-bit types, PyTorch's opmath) and double, and
  * GS_FN(name) adding the suffix. The 2-D code follows PyTorch CPU's
  * vectorized kernel (GridSamplerKernel.cpp), the 3-D code its scalar kernel

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ops/linalg/gemm.h"
-#include "ops/linalg/linalg.h"
+#include "ops/nn/nn.h"
 
 /* im2col buffers are filled a chunk of samples at a time, up to this size. */
 enum { COL_BYTES = 32 << 20 };
@@ -428,20 +428,21 @@ typedef struct conv_args_t {
   int nsp;
 } conv_args_t;
 
+/* An int[nsp] argument (one value, or an int, for every dim), right-aligned into 3 dims; absent: dflt. */
 static tpurt_status_t int_list(const tpurt_op_call_t* call, int i, int nsp, int64_t dflt, int64_t* out) {
   for (int d = 0; d < 3; ++d) out[d] = dflt;
-  if (i >= call->num_args) return TPURT_OK;
-  const tpurt_arg_t* a = &call->args[i];
-  if (a->kind == TPURT_ARG_INT) {
-    for (int d = 0; d < nsp; ++d) out[3 - nsp + d] = a->v.i;
+  if (!tpurt_arg_at(call, i)) return TPURT_OK;
+  if (tpurt_arg_is(call, i, TPURT_ARG_INT)) {
+    for (int d = 0; d < nsp; ++d) out[3 - nsp + d] = tpurt_arg_int(call, i, dflt);
     return TPURT_OK;
   }
-  if (a->kind != TPURT_ARG_INT_LIST)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be an int list", call->name, i);
-  if (a->count != nsp && a->count != 1)
+  int32_t count;
+  const int64_t* v = tpurt_arg_ints(call, i, &count);
+  if (!v) return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be an int list", call->name, i);
+  if (count != nsp && count != 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d has %d values for %d spatial dims",
-                        call->name, i, (int)a->count, nsp);
-  for (int d = 0; d < nsp; ++d) out[3 - nsp + d] = a->v.ints[a->count == 1 ? 0 : d];
+                        call->name, i, (int)count, nsp);
+  for (int d = 0; d < nsp; ++d) out[3 - nsp + d] = v[count == 1 ? 0 : d];
   return TPURT_OK;
 }
 
@@ -502,10 +503,6 @@ static tpurt_status_t geometry(const tpurt_op_call_t* call, const conv_params_t*
   cv->Ly = cv->ys[0] * cv->ys[1] * cv->ys[2];
   *out_nsp = nsp;
   return TPURT_OK;
-}
-
-static const tpurt_tensor_t* opt_tensor(const tpurt_op_call_t* call, int i) {
-  return i < call->num_args && call->args[i].kind == TPURT_ARG_TENSOR ? call->args[i].v.tensor : NULL;
 }
 
 /* An output that was asked for: present, with data or empty. */
@@ -649,10 +646,8 @@ static tpurt_status_t parse_params(const tpurt_op_call_t* call, int nsp, int i_s
   TPURT_RETURN_IF_ERROR(int_list(call, i_pad, nsp, 0, prm->pad));
   if (i_dil >= 0) TPURT_RETURN_IF_ERROR(int_list(call, i_dil, nsp, 1, prm->dil));
   else for (int d = 0; d < 3; ++d) prm->dil[d] = 1;
-  prm->transposed = i_tr >= 0 && i_tr < call->num_args && call->args[i_tr].kind == TPURT_ARG_BOOL &&
-                    call->args[i_tr].v.b;
-  prm->groups = i_groups >= 0 && i_groups < call->num_args && call->args[i_groups].kind == TPURT_ARG_INT
-                    ? call->args[i_groups].v.i : 1;
+  prm->transposed = tpurt_arg_is(call, i_tr, TPURT_ARG_BOOL) && tpurt_arg_bool(call, i_tr, false);
+  prm->groups = tpurt_arg_is(call, i_groups, TPURT_ARG_INT) ? tpurt_arg_int(call, i_groups, 1) : 1;
   return TPURT_OK;
 }
 
@@ -734,26 +729,25 @@ static int nsp_of(const tpurt_tensor_t* w) { return w->ndim - 2; }
 /* convolution_overrideable(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups) */
 static tpurt_status_t conv_forward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *in = NULL, *w = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &in));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, -1, &w));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &in));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, -1, &w));
   if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing output", call->name);
   conv_params_t prm;
   TPURT_RETURN_IF_ERROR(parse_params(call, nsp_of(w), 3, 4, 5, 6, 8, &prm));
-  return forward_run(ctx, call, in, w, opt_tensor(call, 2), &prm, &call->outputs[0], ref);
+  return forward_run(ctx, call, in, w, tpurt_arg_tensor(call, 2), &prm, &call->outputs[0], ref);
 }
 
 /* convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
  *   transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias) */
 static tpurt_status_t conv_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *go = NULL, *in = NULL, *w = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &go));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, -1, &in));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 2, -1, &w));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &go));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, -1, &in));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 2, -1, &w));
   conv_params_t prm;
   TPURT_RETURN_IF_ERROR(parse_params(call, nsp_of(w), 3, 4, 5, 6, 8, &prm));
   bool mask[3] = {true, true, true};
-  if (call->num_args > 9 && call->args[9].kind == TPURT_ARG_BOOL_LIST)
-    for (int i = 0; i < 3 && i < call->args[9].count; ++i) mask[i] = call->args[9].v.bools[i];
+  tpurt_arg_bool_mask(call, 9, 3, mask);
   return backward_run(ctx, call, go, in, w, &prm, wanted_out(call, 0, mask[0]), wanted_out(call, 1, mask[1]),
                       wanted_out(call, 2, mask[2]), ref);
 }
@@ -766,29 +760,28 @@ static tpurt_status_t conv_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
  * (kernel_size is implied by the weight). */
 static tpurt_status_t slow_conv(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *in = NULL, *w = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &in));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, -1, &w));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &in));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, -1, &w));
   if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing output", call->name);
   bool transposed = strstr(call->name, "transpose") != NULL;
   bool dilated = strstr(call->name, "dilated") != NULL;
   conv_params_t prm;
   TPURT_RETURN_IF_ERROR(parse_params(call, nsp_of(w), 4, 5, transposed ? 7 : dilated ? 6 : -1, -1, -1, &prm));
   prm.transposed = transposed;
-  return forward_run(ctx, call, in, w, opt_tensor(call, 3), &prm, &call->outputs[0], ref);
+  return forward_run(ctx, call, in, w, tpurt_arg_tensor(call, 3), &prm, &call->outputs[0], ref);
 }
 
 /* _slow_conv2d_backward.output_mask(grad_output, self, weight, kernel_size, stride, padding, output_mask)
  * _slow_conv2d_backward.grad_input(grad_output, self, weight, kernel_size, stride, padding; 3 outputs) */
 static tpurt_status_t slow_conv_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *go = NULL, *in = NULL, *w = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &go));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, -1, &in));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 2, -1, &w));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &go));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, -1, &in));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 2, -1, &w));
   conv_params_t prm;
   TPURT_RETURN_IF_ERROR(parse_params(call, nsp_of(w), 4, 5, -1, -1, -1, &prm));
   bool mask[3] = {true, true, true};
-  if (call->num_args > 6 && call->args[6].kind == TPURT_ARG_BOOL_LIST)
-    for (int i = 0; i < 3 && i < call->args[6].count; ++i) mask[i] = call->args[6].v.bools[i];
+  tpurt_arg_bool_mask(call, 6, 3, mask);
   return backward_run(ctx, call, go, in, w, &prm, wanted_out(call, 0, mask[0]), wanted_out(call, 1, mask[1]),
                       wanted_out(call, 2, mask[2]), ref);
 }
@@ -796,7 +789,7 @@ static tpurt_status_t slow_conv_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op
 /* im2col(self, kernel_size, dilation, padding, stride) -> [N, C*kh*kw, L] (or [C*kh*kw, L]) */
 static tpurt_status_t im2col_op(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t* in = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &in));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &in));
   if (call->num_outputs < 1 || (in->ndim != 3 && in->ndim != 4))
     return TPURT_STATUS(INVALID_ARGUMENT, "im2col: expected a 3-D or 4-D input");
   const tpurt_tensor_t* out = &call->outputs[0];
@@ -851,7 +844,7 @@ static tpurt_status_t im2col_op(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
 /* col2im(self, output_size, kernel_size, dilation, padding, stride): [N, C*kh*kw, L] -> [N, C, H, W] */
 static tpurt_status_t col2im_op(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t* in = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &in));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &in));
   if (call->num_outputs < 1 || (in->ndim != 2 && in->ndim != 3) || !tpurt_dtype_is_floating(in->dtype))
     return TPURT_STATUS(UNIMPLEMENTED, "col2im: expected a 2-D or 3-D floating input");
   const tpurt_tensor_t* out = &call->outputs[0];
@@ -909,10 +902,10 @@ static tpurt_status_t col2im_op(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
 }
 
 #define CONV_PAIR(NAME, FN)                                                                         \
-  tpurt_status_t tpurt_linalg_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {         \
+  tpurt_status_t tpurt_nn_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {         \
     return FN(ctx, call, false);                                                                    \
   }                                                                                                 \
-  tpurt_status_t tpurt_linalg_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {   \
+  tpurt_status_t tpurt_nn_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {   \
     return FN(ctx, call, true);                                                                     \
   }
 CONV_PAIR(conv, conv_forward)

@@ -7,30 +7,6 @@
 #include "ops/linalg/gemm.h"
 #include "ops/linalg/linalg.h"
 
-/* A Scalar argument (beta / alpha); absent or None -> dflt. */
-static double scalar_arg(const tpurt_op_call_t* call, int i, double dflt) {
-  if (i >= call->num_args) return dflt;
-  const tpurt_arg_t* a = &call->args[i];
-  switch (a->kind) {
-    case TPURT_ARG_INT: return (double)a->v.i;
-    case TPURT_ARG_DOUBLE: return a->v.d;
-    case TPURT_ARG_BOOL: return a->v.b ? 1.0 : 0.0;
-    default: return dflt;
-  }
-}
-
-tpurt_status_t tpurt_linalg_tensor_arg(const tpurt_op_call_t* call, int i, int ndim,
-                                       const tpurt_tensor_t** out) {
-  if (i >= call->num_args || call->args[i].kind != TPURT_ARG_TENSOR)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor", call->name, i);
-  const tpurt_tensor_t* t = call->args[i].v.tensor;
-  if (ndim >= 0 && t->ndim != ndim)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be %d-D, got %d-D", call->name, i,
-                        ndim, (int)t->ndim);
-  *out = t;
-  return TPURT_OK;
-}
-
 static tpurt_status_t out_arg(const tpurt_op_call_t* call, int i, int ndim,
                               const tpurt_tensor_t** out) {
   if (i >= call->num_outputs)
@@ -119,16 +95,16 @@ static tpurt_status_t matmul_into(tpurt_kernel_ctx_t* ctx, const char* op,
 
 static tpurt_status_t mm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *a = NULL, *b = NULL, *out = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, 2, &a));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, 2, &b));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, 2, &a));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, 2, &b));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, 2, &out));
   return matmul_into(ctx, "mm", out, NULL, a, b, 0, 1, ref);
 }
 
 static tpurt_status_t bmm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *a = NULL, *b = NULL, *out = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, 3, &a));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, 3, &b));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, 3, &a));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, 3, &b));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, 3, &out));
   return matmul_into(ctx, "bmm", out, NULL, a, b, 0, 1, ref);
 }
@@ -137,11 +113,11 @@ static tpurt_status_t bmm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
 static tpurt_status_t addmm_like(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, int nd,
                                  bool ref) {
   const tpurt_tensor_t *self = NULL, *a = NULL, *b = NULL, *out = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &self));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, nd, &a));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 2, nd, &b));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &self));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, nd, &a));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 2, nd, &b));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, nd, &out));
-  return matmul_into(ctx, call->name, out, self, a, b, scalar_arg(call, 3, 1), scalar_arg(call, 4, 1),
+  return matmul_into(ctx, call->name, out, self, a, b, tpurt_arg_double(call, 3, 1), tpurt_arg_double(call, 4, 1),
                      ref);
 }
 static tpurt_status_t addmm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
@@ -155,11 +131,11 @@ static tpurt_status_t baddbmm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
  * per batch entry accumulating into out, as PyTorch CPU does). */
 static tpurt_status_t addbmm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *self = NULL, *a = NULL, *b = NULL, *out = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &self));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, 3, &a));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 2, 3, &b));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &self));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, 3, &a));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 2, 3, &b));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, 2, &out));
-  double beta = scalar_arg(call, 3, 1), alpha = scalar_arg(call, 4, 1);
+  double beta = tpurt_arg_double(call, 3, 1), alpha = tpurt_arg_double(call, 4, 1);
   if (a->sizes[0] != b->sizes[0])
     return TPURT_STATUS(INVALID_ARGUMENT, "addbmm: batch sizes differ: %lld vs %lld",
                         (long long)a->sizes[0], (long long)b->sizes[0]);
@@ -208,9 +184,9 @@ static tpurt_tensor_t as_scalar_mat(const tpurt_tensor_t* v) { /* 0-d -> [1 x 1]
 static tpurt_status_t addmv_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   bool is_mv = call->num_args <= 2;
   const tpurt_tensor_t *self = NULL, *mat = NULL, *vec = NULL, *out = NULL;
-  if (!is_mv) TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &self));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, is_mv ? 0 : 1, 2, &mat));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, is_mv ? 1 : 2, 1, &vec));
+  if (!is_mv) TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &self));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, is_mv ? 0 : 1, 2, &mat));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, is_mv ? 1 : 2, 1, &vec));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, 1, &out));
   tpurt_tensor_t v2 = as_col(vec), o2 = as_col(out), s2;
   if (self) {
@@ -220,26 +196,26 @@ static tpurt_status_t addmv_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
     if (self->ndim == 0) s2.strides[0] = s2.strides[1] = 0;
   }
   return matmul_into(ctx, call->name, &o2, self ? &s2 : NULL, mat, &v2,
-                     scalar_arg(call, 3, 1), scalar_arg(call, 4, 1), ref);
+                     tpurt_arg_double(call, 3, 1), tpurt_arg_double(call, 4, 1), ref);
 }
 
 /* addr (self, vec1, vec2, beta, alpha): outer product, a GEMM with k = 1 */
 static tpurt_status_t addr_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *self = NULL, *v1 = NULL, *v2 = NULL, *out = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, -1, &self));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, 1, &v1));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 2, 1, &v2));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &self));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, 1, &v1));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 2, 1, &v2));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, 2, &out));
   tpurt_tensor_t a = as_col(v1), b = as_row(v2);
-  return matmul_into(ctx, "addr", out, self, &a, &b, scalar_arg(call, 3, 1), scalar_arg(call, 4, 1),
+  return matmul_into(ctx, "addr", out, self, &a, &b, tpurt_arg_double(call, 3, 1), tpurt_arg_double(call, 4, 1),
                      ref);
 }
 
 /* dot / vdot (real dtypes: vdot == dot): a 1 x 1 GEMM with k = n */
 static tpurt_status_t dot_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *x = NULL, *y = NULL, *out = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, 1, &x));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, 1, &y));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, 1, &x));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, 1, &y));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, 0, &out));
   if (x->sizes[0] != y->sizes[0])
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: 1-D tensors of different sizes %lld and %lld",
@@ -251,8 +227,8 @@ static tpurt_status_t dot_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
 /* _int_mm: int8 @ int8 -> int32 */
 static tpurt_status_t int_mm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *a = NULL, *b = NULL, *out = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, 2, &a));
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 1, 2, &b));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, 2, &a));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, 2, &b));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, 2, &out));
   if (a->dtype != TPURT_DTYPE_INT8 || b->dtype != TPURT_DTYPE_INT8 || out->dtype != TPURT_DTYPE_INT32)
     return TPURT_STATUS(UNIMPLEMENTED, "_int_mm: expected int8 inputs and int32 output, got %s, %s -> %s",
@@ -295,7 +271,7 @@ static void act_rows(void* u, int64_t r0, int64_t r1, int tid) {
 }
 static tpurt_status_t addmm_act_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   TPURT_RETURN_IF_ERROR(addmm_like(ctx, call, 2, ref));
-  bool gelu = call->num_args > 5 && call->args[5].kind == TPURT_ARG_BOOL && call->args[5].v.b;
+  bool gelu = tpurt_arg_is(call, 5, TPURT_ARG_BOOL) && tpurt_arg_bool(call, 5, false);
   act_t a = {&call->outputs[0], gelu};
   if (gelu && !tpurt_dtype_is_floating(a.out->dtype))
     return TPURT_STATUS(UNIMPLEMENTED, "_addmm_activation: gelu on %s", tpurt_dtype_name(a.out->dtype));
@@ -307,7 +283,7 @@ static tpurt_status_t addmm_act_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
 /* trace: sum of the diagonal (double / int64 accumulation; output dtype as given) */
 static tpurt_status_t trace_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_tensor_t *x = NULL, *out = NULL;
-  TPURT_RETURN_IF_ERROR(tpurt_linalg_tensor_arg(call, 0, 2, &x));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, 2, &x));
   TPURT_RETURN_IF_ERROR(out_arg(call, 0, 0, &out));
   int64_t n = x->sizes[0] < x->sizes[1] ? x->sizes[0] : x->sizes[1];
   size_t es = tpurt_dtype_size(x->dtype);

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/linalg/linalg.h"
+#include "ops/nn/nn.h"
 
 typedef struct vol_t {
   int64_t count, C, sn, sc, D, H, W, sd, sh, sw;
@@ -43,30 +43,8 @@ static inline void puti(const tpurt_tensor_t* t, int64_t off, int64_t x) {
   tpurt_dtype_store_i64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), x);
 }
 
-/* three ints from an int[3] argument (one value means all three; empty/None -> dflt) */
-static tpurt_status_t triple(const tpurt_op_call_t* call, int i, const int64_t* dflt, int64_t* out) {
-  const tpurt_arg_t* a = i < call->num_args ? &call->args[i] : NULL;
-  if (!a || a->kind == TPURT_ARG_NONE || (a->kind == TPURT_ARG_INT_LIST && a->count == 0)) {
-    if (!dflt) return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d is required", call->name, i);
-    memcpy(out, dflt, 3 * sizeof(int64_t));
-    return TPURT_OK;
-  }
-  if (a->kind == TPURT_ARG_INT) {
-    out[0] = out[1] = out[2] = a->v.i;
-    return TPURT_OK;
-  }
-  if (a->kind != TPURT_ARG_INT_LIST || (a->count != 1 && a->count != 3))
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be one or three ints", call->name, i);
-  for (int k = 0; k < 3; ++k) out[k] = a->v.ints[a->count == 3 ? k : 0];
-  return TPURT_OK;
-}
-static bool barg(const tpurt_op_call_t* c, int i, bool d) {
-  return i < c->num_args && c->args[i].kind == TPURT_ARG_BOOL ? c->args[i].v.b : d;
-}
 static tpurt_status_t tin(const tpurt_op_call_t* c, int i, const tpurt_tensor_t** t, vol_t* v) {
-  if (i >= c->num_args || c->args[i].kind != TPURT_ARG_TENSOR)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor", c->name, i);
-  *t = c->args[i].v.tensor;
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(c, i, -1, t));
   if (!vol_of(*t, v))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a 4-D or 5-D tensor, got %d-D", c->name,
                         (int)(*t)->ndim);
@@ -182,14 +160,14 @@ static tpurt_status_t avg3d_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   TPURT_RETURN_IF_ERROR(tin(call, 0, &a.in, &a.vi));
   TPURT_RETURN_IF_ERROR(tout(call, &a.out, &a.vo));
   TPURT_RETURN_IF_ERROR(check_same(call, &a.vi, &a.vo));
-  TPURT_RETURN_IF_ERROR(triple(call, 1 + o, NULL, a.k));
-  TPURT_RETURN_IF_ERROR(triple(call, 2 + o, a.k, a.s));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_int_n(call, 1 + o, 3, NULL, a.k));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_int_n(call, 2 + o, 3, a.k, a.s));
   const int64_t zero[3] = {0, 0, 0};
-  TPURT_RETURN_IF_ERROR(triple(call, 3 + o, zero, a.p));
-  a.count_pad = barg(call, 5 + o, true);
-  if (6 + o < call->num_args && call->args[6 + o].kind == TPURT_ARG_INT) {
+  TPURT_RETURN_IF_ERROR(tpurt_arg_int_n(call, 3 + o, 3, zero, a.p));
+  a.count_pad = tpurt_arg_bool(call, 5 + o, true);
+  if (tpurt_arg_is(call, 6 + o, TPURT_ARG_INT)) {
     a.has_div = true;
-    a.divisor = call->args[6 + o].v.i;
+    a.divisor = tpurt_arg_int(call, 6 + o, 0);
     if (a.divisor == 0) return TPURT_STATUS(INVALID_ARGUMENT, "%s: divisor must be not zero", call->name);
   }
   for (int k = 0; k < 3; ++k)
@@ -322,35 +300,10 @@ static tpurt_status_t maxbwd3d_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   return TPURT_OK;
 }
 
-#define PAIR(NAME, EXPR)                                                                            \
-  static tpurt_status_t NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return EXPR(false); } \
-  static tpurt_status_t NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return EXPR(true); }
-
-#define AVG_F(r) avg3d_impl(ctx, call, false, r)
-#define AVG_B(r) avg3d_impl(ctx, call, true, r)
-#define ADA_F(r) adavg3d_impl(ctx, call, false, r)
-#define ADA_B(r) adavg3d_impl(ctx, call, true, r)
-#define MAX_B(r) maxbwd3d_impl(ctx, call, 7, r)
-#define AMAX_B(r) maxbwd3d_impl(ctx, call, 2, r)
-#define AMAX_F(r) amax3d_impl(ctx, call, r)
-PAIR(k_avg3d, AVG_F)
-PAIR(k_avg3d_bwd, AVG_B)
-PAIR(k_adavg3d, ADA_F)
-PAIR(k_adavg3d_bwd, ADA_B)
-PAIR(k_max3d_bwd, MAX_B)
-PAIR(k_amax3d_bwd, AMAX_B)
-PAIR(k_amax3d, AMAX_F)
-
-#define P(NAME, FN) {NAME, FN, FN##_ref, 0}
-const tpurt_op_def_t tpurt_ops_pool3d[] = {
-    P("avg_pool3d", k_avg3d),
-    P("avg_pool3d_backward", k_avg3d_bwd),
-    P("adaptive_avg_pool3d", k_adavg3d),
-    P("_adaptive_avg_pool3d", k_adavg3d),
-    P("adaptive_avg_pool3d_backward", k_adavg3d_bwd),
-    P("_adaptive_avg_pool3d_backward", k_adavg3d_bwd),
-    P("max_pool3d_with_indices_backward", k_max3d_bwd),
-    P("adaptive_max_pool3d_backward", k_amax3d_bwd),
-    P("adaptive_max_pool3d", k_amax3d),
-    TPURT_OP_TABLE_END,
-};
+TPURT_NN_PAIR(avg_pool3d, avg3d_impl(ctx, call, false, ref))
+TPURT_NN_PAIR(avg_pool3d_backward, avg3d_impl(ctx, call, true, ref))
+TPURT_NN_PAIR(adaptive_avg_pool3d, adavg3d_impl(ctx, call, false, ref))
+TPURT_NN_PAIR(adaptive_avg_pool3d_backward, adavg3d_impl(ctx, call, true, ref))
+TPURT_NN_PAIR(max_pool3d_backward, maxbwd3d_impl(ctx, call, 7, ref))
+TPURT_NN_PAIR(adaptive_max_pool3d_backward, maxbwd3d_impl(ctx, call, 2, ref))
+TPURT_NN_PAIR(adaptive_max_pool3d, amax3d_impl(ctx, call, ref))

@@ -1,6 +1,7 @@
 /* Complex-valued linear algebra: linalg_eig of a real matrix (complex
- * eigenvalues and eigenvectors), and the complex matrix products its backward
- * formula needs (complex::mm, complex::bmm).
+ * eigenvalues and eigenvectors), the complex matrix products its backward
+ * formula needs (complex::mm, complex::bmm) and the complex solve
+ * (complex::_linalg_solve_ex).
  *
  * linalg_eig follows the path LAPACK's geev takes for small matrices, so the
  * eigenvalues come out in the order PyTorch CPU gives them (the order is the
@@ -18,7 +19,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tpurt/kernel.h"
+#include "ops/linalg/linalg.h"
 
 typedef double _Complex zd_t;
 
@@ -182,9 +183,9 @@ static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
 }
 
 static tpurt_status_t eig_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  if (call->num_args < 1 || call->args[0].kind != TPURT_ARG_TENSOR || call->num_outputs < 1)
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  if (!self || call->num_outputs < 1)
     return TPURT_STATUS(INVALID_ARGUMENT, "linalg_eig: expected (self) and (eigenvalues, eigenvectors)");
-  const tpurt_tensor_t* self = call->args[0].v.tensor;
   if (self->ndim < 2 || self->sizes[self->ndim - 1] != self->sizes[self->ndim - 2])
     return TPURT_STATUS(INVALID_ARGUMENT, "linalg.eig: A must be batches of square matrices");
   if (self->dtype != TPURT_DTYPE_FLOAT32 && self->dtype != TPURT_DTYPE_FLOAT64)
@@ -266,10 +267,8 @@ static void cmm_rows(void* user, int64_t begin, int64_t end, int tid) {
 static tpurt_status_t cmm_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool batched) {
   const char* op = batched ? "bmm" : "mm";
   int nd = batched ? 3 : 2;
-  if (call->num_args < 2 || call->args[0].kind != TPURT_ARG_TENSOR || call->args[1].kind != TPURT_ARG_TENSOR ||
-      call->num_outputs < 1)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, mat2)", op);
-  const tpurt_tensor_t *a = call->args[0].v.tensor, *b = call->args[1].v.tensor;
+  const tpurt_tensor_t *a = tpurt_arg_tensor(call, 0), *b = tpurt_arg_tensor(call, 1);
+  if (!a || !b || call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, mat2)", op);
   cmm_job_t j = {.out = &call->outputs[0], .batched = batched};
   if (a->ndim != nd || b->ndim != nd || j.out->ndim != nd || !tpurt_dtype_is_complex(j.out->dtype))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected %dD tensors and a complex output", op, nd);
@@ -299,7 +298,7 @@ static tpurt_status_t cmm_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
 
 /* ---- complex::_linalg_solve_ex(A, B, left, check_errors) -> (result, LU, pivots, info) ----
  * Partial-pivoting LU in complex double, LAPACK's getrf conventions (1-based
- * pivots, info = first zero pivot), as the real kernel (cov_dense.c) stores
+ * pivots, info = first zero pivot), as the real kernel (lu.c) stores
  * them. B may be a (batch of) vector(s). Right solves: X A = B <=> A^T X^T = B^T. */
 
 /* offset of batch index idx[0..nb) in t, whose leading dims broadcast (trailing alignment) */
@@ -324,12 +323,11 @@ static void cs_set_int(const tpurt_tensor_t* t, int64_t off, int64_t v) {
 }
 
 static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  if (call->num_args < 2 || call->args[0].kind != TPURT_ARG_TENSOR || call->args[1].kind != TPURT_ARG_TENSOR ||
-      call->num_outputs < 4)
+  const tpurt_tensor_t *A = tpurt_arg_tensor(call, 0), *B = tpurt_arg_tensor(call, 1);
+  if (!A || !B || call->num_outputs < 4)
     return TPURT_STATUS(INVALID_ARGUMENT, "_linalg_solve_ex: expected (A, B) and 4 outputs");
-  const tpurt_tensor_t *A = call->args[0].v.tensor, *B = call->args[1].v.tensor;
-  bool left = call->num_args > 2 && call->args[2].kind == TPURT_ARG_BOOL ? call->args[2].v.b : true;
-  bool check = call->num_args > 3 && call->args[3].kind == TPURT_ARG_BOOL ? call->args[3].v.b : false;
+  bool left = tpurt_arg_bool(call, 2, true);
+  bool check = tpurt_arg_bool(call, 3, false);
   const tpurt_tensor_t *X = &call->outputs[0], *LU = &call->outputs[1], *P = &call->outputs[2],
                        *Info = &call->outputs[3];
   if (A->ndim < 2 || B->ndim < 1 || !tpurt_dtype_is_complex(X->dtype) || !tpurt_dtype_is_complex(LU->dtype))
@@ -370,27 +368,15 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   return TPURT_OK;
 }
 
-static tpurt_status_t tpurt_cx_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+tpurt_status_t tpurt_linalg_complex_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return solve_run(ctx, call);
 }
-
-static tpurt_status_t tpurt_linalg_eig(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+tpurt_status_t tpurt_linalg_eig(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return eig_run(ctx, call);
 }
-static tpurt_status_t tpurt_cx_mm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+tpurt_status_t tpurt_linalg_complex_mm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return cmm_run(ctx, call, false);
 }
-static tpurt_status_t tpurt_cx_bmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+tpurt_status_t tpurt_linalg_complex_bmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return cmm_run(ctx, call, true);
 }
-
-/* Plain loops already: each kernel is its own reference. linalg_eig is born
- * complex (real in, complex out). */
-const tpurt_op_def_t tpurt_ops_linalg_complex[] = {
-    {"linalg_eig", tpurt_linalg_eig, tpurt_linalg_eig, TPURT_OP_COMPLEX},
-    {"_linalg_eigvals", tpurt_linalg_eig, tpurt_linalg_eig, TPURT_OP_COMPLEX}, /* eigenvalues only */
-    {"complex::mm", tpurt_cx_mm, tpurt_cx_mm, 0},
-    {"complex::bmm", tpurt_cx_bmm, tpurt_cx_bmm, 0},
-    {"complex::_linalg_solve_ex", tpurt_cx_solve_ex, tpurt_cx_solve_ex, 0},
-    TPURT_OP_TABLE_END,
-};

@@ -3,12 +3,12 @@
  * 1-based pivots (negative for a 2x2 block) and info match PyTorch CPU) and
  * linalg_ldl_solve (LAPACK sytrs). Real float32/float64; every matrix is
  * copied into a double row-major scratch, worked there and written back
- * through the outputs' strides; batch dims broadcast. Plain scalar loops:
- * each op's reference is the kernel itself. */
+ * through the outputs' strides (matrix.h); batch dims broadcast. Plain
+ * scalar loops: each op's reference is the kernel itself. */
 #include <math.h>
 #include <string.h>
 
-#include "ops/linalg/cov_more.h"
+#include "ops/linalg/matrix.h"
 
 /* offset of batch b (row-major over shape[0..nb)) in t, whose leading ndim - mat dims broadcast */
 static int64_t boff(const tpurt_tensor_t* t, int mat, int64_t b, const int64_t* shape, int nb) {
@@ -21,9 +21,6 @@ static int64_t boff(const tpurt_tensor_t* t, int mat, int64_t b, const int64_t* 
     if (td >= 0 && t->sizes[td] != 1) off += i * t->strides[td];
   }
   return off;
-}
-static bool is_real(const tpurt_tensor_t* t) {
-  return t->dtype == TPURT_DTYPE_FLOAT32 || t->dtype == TPURT_DTYPE_FLOAT64;
 }
 
 #define A_(i, j) a[(i) * n + (j)] /* 0-based, row-major */
@@ -161,14 +158,14 @@ static void sytrs_lower(const double* a, int64_t n, const int64_t* piv, double* 
 #undef A_
 
 /* linalg_ldl_factor_ex(self, *, hermitian, check_errors) -> (LD, pivots, info) */
-static tpurt_status_t ldl_factor(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  if (call->num_args < 1 || call->args[0].kind != TPURT_ARG_TENSOR || call->num_outputs < 3)
+tpurt_status_t tpurt_linalg_ldl_factor(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  const tpurt_tensor_t* A = tpurt_arg_tensor(call, 0);
+  if (!A || call->num_outputs < 3)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self) and 3 outputs", call->name);
-  const tpurt_tensor_t *A = call->args[0].v.tensor, *LD = &call->outputs[0], *P = &call->outputs[1],
-                       *I = &call->outputs[2];
+  const tpurt_tensor_t *LD = &call->outputs[0], *P = &call->outputs[1], *I = &call->outputs[2];
   if (A->ndim < 2 || A->sizes[A->ndim - 1] != A->sizes[A->ndim - 2])
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: A must be batches of square matrices", call->name);
-  if (!is_real(A)) return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(A->dtype));
+  if (!mat_is_real(A)) return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(A->dtype));
   int64_t n = A->sizes[A->ndim - 1];
   int nb = A->ndim - 2;
   int64_t batches = 1;
@@ -180,28 +177,28 @@ static tpurt_status_t ldl_factor(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   for (int64_t b = 0; b < batches; ++b) {
     int64_t oa = boff(A, 2, b, A->sizes, nb), ol = boff(LD, 2, b, A->sizes, nb);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < n; ++j) a[i * n + j] = j <= i ? tpurt_more_ld(A, oa + i * ar + j * ac) : 0;
+      for (int64_t j = 0; j < n; ++j) a[i * n + j] = j <= i ? mat_ld(A, oa + i * ar + j * ac) : 0;
     int64_t info = sytf2_lower(a, n, piv);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < n; ++j) tpurt_more_st(LD, ol + i * lr + j * lc, j <= i ? a[i * n + j] : 0);
+      for (int64_t j = 0; j < n; ++j) mat_st(LD, ol + i * lr + j * lc, j <= i ? a[i * n + j] : 0);
     int64_t op = boff(P, 1, b, A->sizes, nb);
-    for (int64_t i = 0; i < n; ++i) tpurt_more_sti(P, op + i * P->strides[P->ndim - 1], piv[i]);
-    if (tpurt_tensor_numel(I) == batches) tpurt_more_sti(I, boff(I, 0, b, A->sizes, nb), info);
+    for (int64_t i = 0; i < n; ++i) mat_set_int(P, op + i * P->strides[P->ndim - 1], piv[i]);
+    if (tpurt_tensor_numel(I) == batches) mat_set_int(I, boff(I, 0, b, A->sizes, nb), info);
   }
   return TPURT_OK;
 }
 
 /* linalg_ldl_solve(LD, pivots, B, *, hermitian) -> X */
-static tpurt_status_t ldl_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  for (int i = 0; i < 3; ++i)
-    if (i >= call->num_args || call->args[i].kind != TPURT_ARG_TENSOR)
-      return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor", call->name, i);
+tpurt_status_t tpurt_linalg_ldl_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  const tpurt_tensor_t *LD = NULL, *P = NULL, *B = NULL;
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 0, -1, &LD));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 1, -1, &P));
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_nd(call, 2, -1, &B));
   if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: missing output", call->name);
-  const tpurt_tensor_t *LD = call->args[0].v.tensor, *P = call->args[1].v.tensor, *B = call->args[2].v.tensor,
-                       *X = &call->outputs[0];
+  const tpurt_tensor_t* X = &call->outputs[0];
   if (LD->ndim < 2 || B->ndim < 2 || P->ndim < 1 || X->ndim < 2)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: LD and B need >= 2 dims, pivots >= 1", call->name);
-  if (!is_real(LD) || !is_real(B))
+  if (!mat_is_real(LD) || !mat_is_real(B))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(B->dtype));
   if (P->dtype != TPURT_DTYPE_INT32 && P->dtype != TPURT_DTYPE_INT64)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: pivots must be int32", call->name);
@@ -222,22 +219,19 @@ static tpurt_status_t ldl_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
     int64_t ob = boff(B, 2, bi, X->sizes, nb), ox = boff(X, 2, bi, X->sizes, nb);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j)
-        a[i * n + j] = tpurt_more_ld(LD, ol + i * LD->strides[lnb] + j * LD->strides[lnb + 1]);
+        a[i * n + j] = mat_ld(LD, ol + i * LD->strides[lnb] + j * LD->strides[lnb + 1]);
     for (int64_t i = 0; i < n; ++i) {
-      int64_t p = tpurt_more_ldi(P, op + i * P->strides[P->ndim - 1]);
+      int64_t p = mat_get_int(P, op + i * P->strides[P->ndim - 1]);
       if (p == 0 || p > n || p < -n)
         return TPURT_STATUS(INVALID_ARGUMENT, "%s: pivot %lld out of range for n = %lld", call->name, (long long)p,
                             (long long)n);
       piv[i] = p;
     }
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < r; ++j) b[i * r + j] = tpurt_more_ld(B, ob + i * B->strides[B->ndim - 2] + j * B->strides[B->ndim - 1]);
+      for (int64_t j = 0; j < r; ++j) b[i * r + j] = mat_ld(B, ob + i * B->strides[B->ndim - 2] + j * B->strides[B->ndim - 1]);
     sytrs_lower(a, n, piv, b, r);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < r; ++j) tpurt_more_st(X, ox + i * X->strides[nb] + j * X->strides[nb + 1], b[i * r + j]);
+      for (int64_t j = 0; j < r; ++j) mat_st(X, ox + i * X->strides[nb] + j * X->strides[nb + 1], b[i * r + j]);
   }
   return TPURT_OK;
 }
-
-TPURT_MORE_PAIR(ldl_factor, ldl_factor(ctx, call))
-TPURT_MORE_PAIR(ldl_solve, ldl_solve(ctx, call))

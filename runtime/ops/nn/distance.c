@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/linalg/cov_more.h"
+#include "ops/nn/nn.h"
 
 typedef enum dist_kind_e { DIST_ZERO, DIST_ONE, DIST_TWO, DIST_INF, DIST_LT_TWO, DIST_GENERAL } dist_kind_t;
 
@@ -104,12 +104,7 @@ static inline double grad_term(double diff, double grad, double dist, double p, 
 static bool real_dtype(tpurt_dtype_t d) { return d == TPURT_DTYPE_FLOAT32 || d == TPURT_DTYPE_FLOAT64; }
 
 static tpurt_status_t tensor_at(const tpurt_op_call_t* call, int i, int min_nd, const tpurt_tensor_t** t) {
-  if (i >= call->num_args || call->args[i].kind != TPURT_ARG_TENSOR)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must be a tensor", call->name, i);
-  *t = call->args[i].v.tensor;
-  if ((*t)->ndim < min_nd)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d must have at least %d dims, got %d", call->name, i,
-                        min_nd, (int)(*t)->ndim);
+  TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_min_nd(call, i, min_nd, t));
   if (!real_dtype((*t)->dtype))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s (float32/float64 only)", call->name,
                         tpurt_dtype_name((*t)->dtype));
@@ -117,7 +112,7 @@ static tpurt_status_t tensor_at(const tpurt_op_call_t* call, int i, int min_nd, 
 }
 
 static tpurt_status_t p_arg(const tpurt_op_call_t* call, int i, double* p) {
-  if (!tpurt_more_opt_double(call, i, p))
+  if (!tpurt_arg_opt_double(call, i, p))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: argument %d (p) must be a number", call->name, i);
   if (!(*p >= 0)) return TPURT_STATUS(INVALID_ARGUMENT, "%s: p value must be >= 0, got %g", call->name, *p);
   return TPURT_OK;
@@ -277,7 +272,7 @@ static tpurt_status_t pdist_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   return TPURT_OK;
 }
 
-TPURT_MORE_PAIR(cdist_forward, cdist_run(ctx, call, false, ref))
-TPURT_MORE_PAIR(cdist_backward, cdist_run(ctx, call, true, ref))
-TPURT_MORE_PAIR(pdist_forward, pdist_run(ctx, call, false, ref))
-TPURT_MORE_PAIR(pdist_backward, pdist_run(ctx, call, true, ref))
+TPURT_NN_PAIR(cdist_forward, cdist_run(ctx, call, false, ref))
+TPURT_NN_PAIR(cdist_backward, cdist_run(ctx, call, true, ref))
+TPURT_NN_PAIR(pdist_forward, pdist_run(ctx, call, false, ref))
+TPURT_NN_PAIR(pdist_backward, pdist_run(ctx, call, true, ref))

@@ -1,0 +1,108 @@
+/* Matrix access shared by the dense linear algebra kernels (lu.c,
+ * cholesky.c, triangular.c, qr.c, eigh.c, svd.c, ldl.c): every matrix is
+ * copied into a double row-major scratch, factored there, and written back
+ * through the outputs' strides (ATen's meta gives LAPACK outputs column-major
+ * strides); batch dims broadcast. float32/float64 only. */
+#ifndef TPURT_OPS_LINALG_MATRIX_H_
+#define TPURT_OPS_LINALG_MATRIX_H_
+
+#include <math.h>
+#include <string.h>
+
+#include "ops/linalg/linalg.h"
+
+static inline bool mat_is_real(const tpurt_tensor_t* t) {
+  return t->dtype == TPURT_DTYPE_FLOAT32 || t->dtype == TPURT_DTYPE_FLOAT64;
+}
+
+/* offset (elements) of batch index idx[0..nb) in t, whose leading ndim - mat dims broadcast
+ * against the nb batch dims (trailing alignment, size-1 dims stride 0) */
+static inline int64_t mat_boff(const tpurt_tensor_t* t, int mat, const int64_t* idx, int nb) {
+  int tb = t->ndim - mat;
+  int64_t off = 0;
+  for (int d = 0; d < tb; ++d) {
+    int od = d + nb - tb;
+    if (od >= 0 && t->sizes[d] != 1) off += idx[od] * t->strides[d];
+  }
+  return off;
+}
+
+static inline double mat_ld(const tpurt_tensor_t* t, int64_t off) {
+  return t->dtype == TPURT_DTYPE_FLOAT32 ? (double)((const float*)t->data)[off]
+                                         : ((const double*)t->data)[off];
+}
+static inline void mat_st(const tpurt_tensor_t* t, int64_t off, double v) {
+  if (t->dtype == TPURT_DTYPE_FLOAT32) ((float*)t->data)[off] = (float)v;
+  else ((double*)t->data)[off] = v;
+}
+
+/* r x c matrix at t+off (last two dims, or a vector as c = 1) into dst row-major;
+ * trans loads the transpose (dst is c x r) */
+static inline void mat_load(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec,
+                            double* dst, bool trans) {
+  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2];
+  int64_t cs = vec ? 0 : t->strides[t->ndim - 1];
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      double v = mat_ld(t, off + i * rs + j * cs);
+      if (trans) dst[j * r + i] = v;
+      else dst[i * c + j] = v;
+    }
+}
+static inline void mat_store(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec,
+                             const double* src, bool trans) {
+  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2];
+  int64_t cs = vec ? 0 : t->strides[t->ndim - 1];
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      mat_st(t, off + i * rs + j * cs, trans ? src[j * r + i] : src[i * c + j]);
+}
+
+static inline void mat_unravel(int64_t b, const int64_t* sizes, int nb, int64_t* idx) {
+  for (int d = nb - 1; d >= 0; --d) {
+    idx[d] = sizes[d] ? b % sizes[d] : 0;
+    b = sizes[d] ? b / sizes[d] : 0;
+  }
+}
+static inline int64_t mat_prod(const int64_t* s, int n) {
+  int64_t p = 1;
+  for (int i = 0; i < n; ++i) p *= s[i];
+  return p;
+}
+
+static inline tpurt_status_t mat_need_outputs(const tpurt_op_call_t* c, int n) {
+  if (c->num_outputs < n)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected %d outputs, got %d", c->name, n,
+                        (int)c->num_outputs);
+  return TPURT_OK;
+}
+static inline tpurt_status_t mat_need_real(const tpurt_op_call_t* c, const tpurt_tensor_t* t) {
+  if (!mat_is_real(t))
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for dtype %s (float32/float64 only)",
+                        c->name, tpurt_dtype_name(t->dtype));
+  return TPURT_OK;
+}
+static inline double* mat_scratch(tpurt_kernel_ctx_t* ctx, int64_t n) {
+  return tpurt_kernel_scratch(ctx, (size_t)(n > 0 ? n : 1) * sizeof(double));
+}
+#define MAT_SCRATCH_OR_FAIL(p, n)                                                                 \
+  double* p = mat_scratch(ctx, (n));                                                              \
+  if (!p) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for %lld doubles", call->name, \
+                              (long long)(n))
+
+/* The batch shape of an op with one matrix output: that output's leading dims. */
+#define MAT_BATCH_OF(T, MAT) int nb = (T)->ndim - (MAT); int64_t batch = mat_prod((T)->sizes, nb)
+
+static inline void mat_set_int(const tpurt_tensor_t* t, int64_t off, int64_t v) {
+  tpurt_dtype_store_i64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
+}
+static inline int64_t mat_get_int(const tpurt_tensor_t* t, int64_t off) {
+  return tpurt_dtype_load_i64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
+}
+
+
+/* Triangular solve in place: op(T) X = B, T n x n row-major (lower or upper,
+ * unit diagonal optional), B n x k. trans solves T^T X = B. (triangular.c) */
+void tpurt_linalg_tri_solve(const double* t, int64_t n, bool lower, bool trans, bool unit, double* b, int64_t k);
+
+#endif /* TPURT_OPS_LINALG_MATRIX_H_ */
