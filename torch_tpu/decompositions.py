@@ -64,7 +64,7 @@ def _replication_pad_backward(grad_output, self, padding):
     return g.to(grad_output.dtype)
 
 
-# ---- coverage: data-dependent shapes and the long tail (issue 3) ----
+# ---- coverage: data-dependent shapes and the long tail ----
 
 def _unique_sorted_flat(flat, sorted_vals=None):
     """(values, perm, first-of-run mask) for a 1-D tensor: a stable sort, then the run starts."""
