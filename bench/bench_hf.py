@@ -1,4 +1,4 @@
-"""Hugging Face benchmarks (issue 3): forward and one AdamW training step of a GPT-2 and a BERT built
+"""Hugging Face benchmarks: forward and one AdamW training step of a GPT-2 and a BERT built
 from their `transformers` configs (seeded random weights), timed on the device and on PyTorch CPU in the
 same run by bench/run.py, which loads this module's BENCHES.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The demonstration: set up, then the issue's example on the vTPU and a short GPT training run on tpu
-# with per-step progress, compared at the end with the same run on the CPU.
+# The demonstration: set up, then examples/hello_tpu.py (README's first example) on the vTPU and a
+# short GPT training run on tpu with per-step progress, compared at the end with the same run on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

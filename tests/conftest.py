@@ -127,7 +127,7 @@ EAGER_MODES = ("strict", "debug", "defer_and_fuse")
 
 @pytest.fixture(params=EAGER_MODES)
 def eager_mode(request, device):
-    """Runs the test in each of the three eager modes (issue 4): the model-level tests use it, so every
+    """Runs the test in each of the three eager modes: the model-level tests use it, so every
     model trains and generates in Strict, Debug and DeferAndFuse against the same CPU reference.
     Switching synchronizes first; the previous mode comes back after the test."""
     if device == "cpu" and request.param != "strict":

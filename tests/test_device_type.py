@@ -1,4 +1,4 @@
-"""PyTorch's device-generic test machinery sees the tpu device (issue 3).
+"""PyTorch's device-generic test machinery sees the tpu device.
 
 `instantiate_device_type_tests` adds a PrivateUse1TestBase variant of a generic test class when the
 PrivateUse1 backend's device module (torch.tpu) is registered and is_available(); the base then

@@ -1,4 +1,4 @@
-"""The eager modes (issue 4): selecting them (environment, process, scope), switching synchronizes,
+"""The eager modes: selecting them (environment, process, scope), switching synchronizes,
 and Debug mode's checks: every index op raises IndexError at the Python line that issued it, device
 memory guards catch a kernel writing past its buffer / reading freed memory and host code reading
 freed or live device memory (naming the op, or host code), and the opt-in NaN/Inf check names the first op producing one.
@@ -83,16 +83,6 @@ def test_decorator_and_spellings():
     assert torch_tpu.get_eager_mode() is em.EagerMode.STRICT
 
 
-@pytest.mark.skipif(em._DEFER_AND_FUSE_AVAILABLE, reason="DeferAndFuse is available")
-def test_defer_and_fuse_refused_until_built():
-    with pytest.raises(NotImplementedError, match="DEFER_AND_FUSE"):
-        torch_tpu.set_eager_mode("defer_and_fuse")
-    with pytest.raises(NotImplementedError):
-        with torch_tpu.eager_mode("defer-and-fuse"):
-            pass
-    assert torch_tpu.get_eager_mode() is em.EagerMode.STRICT
-
-
 def test_switching_synchronizes_first():
     """Work queued under Strict finishes before the switch: a failed kernel still pending is raised by
     the switch (at that sync point), and the mode does not change."""
@@ -112,39 +102,51 @@ def test_switching_synchronizes_first():
     assert (x * 2).cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
-@pytest.mark.parametrize("env, expect, warns", [
-    ({"TORCH_TPU_EAGER_MODE": "debug"}, em.EagerMode.DEBUG, None),
-    ({"TORCH_TPU_EAGER_MODE": "Strict"}, em.EagerMode.STRICT, None),
-    ({"TORCH_TPU_EAGER_MODE": "defer_and_fuse"}, em.EagerMode.DEFER_AND_FUSE, None),
-    ({"TPU_LAUNCH_BLOCKING": "1"}, em.EagerMode.DEBUG, None),
-    ({"TPU_LAUNCH_BLOCKING": "1", "TORCH_TPU_EAGER_MODE": "strict"}, em.EagerMode.STRICT,
-     "TPU_LAUNCH_BLOCKING=1 ignored"),
-    ({"TORCH_TPU_EAGER_MODE": "fastest"}, None, "TORCH_TPU_EAGER_MODE='fastest' ignored"),
-    ({"TORCH_TPU_DEFER_AND_FUSE": "1"}, em.EagerMode.DEFER_AND_FUSE, None),
-    ({}, None, None),
+# (TORCH_TPU_EAGER_MODE, TORCH_TPU_DEFER_AND_FUSE=1, runtime started in DEBUG for TPU_LAUNCH_BLOCKING=1)
+@pytest.mark.parametrize("explicit, defer_and_fuse, blocking, expect, warns", [
+    ("debug", False, False, em.EagerMode.DEBUG, None),
+    ("Strict", False, False, em.EagerMode.STRICT, None),
+    ("defer_and_fuse", False, False, em.EagerMode.DEFER_AND_FUSE, None),
+    ("", False, True, em.EagerMode.DEBUG, None),
+    ("strict", False, True, em.EagerMode.STRICT, "TPU_LAUNCH_BLOCKING=1 ignored"),
+    ("fastest", False, False, None, "TORCH_TPU_EAGER_MODE='fastest' ignored"),
+    ("fastest", False, True, em.EagerMode.DEBUG, "TORCH_TPU_EAGER_MODE='fastest' ignored"),
+    ("", True, False, em.EagerMode.DEFER_AND_FUSE, None),
+    ("", True, True, em.EagerMode.DEBUG, None),
+    ("", False, False, None, None),
 ])
-def test_environment_rules(monkeypatch, env, expect, warns):
-    for k in ("TORCH_TPU_EAGER_MODE", "TPU_LAUNCH_BLOCKING", "TORCH_TPU_DEFER_AND_FUSE"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+def test_environment_rules(explicit, defer_and_fuse, blocking, expect, warns):
     if warns:
         with pytest.warns(RuntimeWarning, match=warns):
-            assert em._mode_from_env() is expect
+            assert em._mode_from_env(explicit, defer_and_fuse, blocking) is expect
     else:
-        assert em._mode_from_env() is expect
+        assert em._mode_from_env(explicit, defer_and_fuse, blocking) is expect
 
 
 def test_environment_defer_and_fuse(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_EAGER_MODE", "defer_and_fuse")
-    if em._DEFER_AND_FUSE_AVAILABLE:
-        em._init_from_env()
-        assert torch_tpu.get_eager_mode() is em.EagerMode.DEFER_AND_FUSE
-        assert (torch.ones(3, device=DEV) * 2 + 1).cpu().tolist() == [3.0, 3.0, 3.0]
+    em._init_from_env()
+    assert torch_tpu.get_eager_mode() is em.EagerMode.DEFER_AND_FUSE
+    assert (torch.ones(3, device=DEV) * 2 + 1).cpu().tolist() == [3.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize("env, expect, warns", [
+    ({"TPU_LAUNCH_BLOCKING": "1"}, "EagerMode.DEBUG", None),
+    ({"TPU_LAUNCH_BLOCKING": "1", "TORCH_TPU_EAGER_MODE": "strict"}, "EagerMode.STRICT",
+     "TPU_LAUNCH_BLOCKING=1 ignored"),
+    ({"TORCH_TPU_DEFER_AND_FUSE": "1"}, "EagerMode.DEFER_AND_FUSE", None),
+])
+def test_environment_switches_at_start_up(env, expect, warns):
+    """The switches as a process sees them: TPU_LAUNCH_BLOCKING is read by the runtime alone."""
+    out, err = run_py("""
+        import torch, torch_tpu
+        print(torch_tpu.get_eager_mode())
+    """, **env)
+    assert out.strip() == expect, out + err
+    if warns:
+        assert warns in err, err
     else:
-        with pytest.warns(RuntimeWarning, match="DEFER_AND_FUSE"):
-            em._init_from_env()
-        assert torch_tpu.get_eager_mode() is em.EagerMode.STRICT
+        assert "ignored" not in err, err
 
 
 def test_environment_in_a_fresh_process():

@@ -1,5 +1,5 @@
-"""The issue's example, run as a user runs it: a fresh interpreter with a plain `import torch` (the
-device comes from autoload), checked against the same computation on the CPU."""
+"""examples/hello_tpu.py (README's first example), run as a user runs it: a fresh interpreter with a
+plain `import torch` (the device comes from autoload), checked against the same computation on the CPU."""
 import os
 import re
 import subprocess

@@ -1,4 +1,4 @@
-"""Hugging Face models on tpu (issue 3, "Real clients"): unchanged `transformers` code, compared with
+"""Hugging Face models on tpu, as real clients use them: unchanged `transformers` code, compared with
 PyTorch CPU on the same weights and inputs.
 
 Each family (GPT-2, Llama, Qwen2, Qwen3, Mistral, BERT, T5, ViT, Whisper) is built from a small config

@@ -1,4 +1,4 @@
-"""Op conformance harness (DESIGN.md §4, issue 3): every OpInfo in PyTorch's op_db is run on CPU
+"""Op conformance harness (DESIGN.md §4): every OpInfo in PyTorch's op_db is run on CPU
 and on the device under test with the same sample inputs and compared the way PyTorch's own
 TestCommon.test_compare_cpu compares a device with CPU:
 
@@ -15,8 +15,10 @@ TestCommon.test_compare_cpu compares a device with CPU:
 Forward for every op and dtype; backward (gradients of the processed outputs with respect to every
 input that requires grad, fed the same random cotangents on both sides) for every op that supports
 autograd, in float32, reported separately. Each (op, dtype) is classified pass / fail (first
-mismatch or error) / unsupported (NotImplementedError or UNIMPLEMENTED from the device) / skip (with
-the reason) / xfail / na (the op has no such dtype on CPU, or no sample runs on CPU) / crash / hang.
+mismatch or error) / unsupported (NotImplementedError or UNIMPLEMENTED from the device; a dtype that
+the dtype mask of the op's kernel leaves out says so) / skip (with the reason) / xfail / na (the op
+has no such dtype on CPU, or no sample runs on CPU) / crash / hang. Each entry also lists the kernels
+(op-table entries) a device call reached, with their dtype masks; the report shows them per op.
 
 The sweep runs in worker subprocesses (this file run as a script), so a kernel that crashes the
 process is reported as "crash" for that (op, dtype) and the sweep goes on.
@@ -26,7 +28,7 @@ process is reported as "crash" for that (op, dtype) and the sweep goes on.
 - `--full` / TORCH_TPU_TEST_FULL=1: the whole of op_db on reference_inputs (PyTorch's larger sample
   set) with MAX_SAMPLES_FULL samples, dtypes FULL_DTYPES; writes build/opinfo_report.json and .md.
 - Script: `python tests/test_opinfo.py` runs the full sweep the same way and prints totals, the
-  issue-3 percentages and the most common failure causes; `--op a,b` runs ops in-process and
+  coverage aims and the most common failure causes; `--op a,b` runs ops in-process and
   prints one JSON result each (debugging). `--help` lists the options.
 """
 import argparse
@@ -112,7 +114,7 @@ SKIP_DTYPE = {
 DETERMINISTIC_SAMPLES = ("nn.functional.dropout", "nn.functional.feature_alpha_dropout.without_train",
                          "nn.functional.scaled_dot_product_attention")
 
-# Issue 3: float32, bfloat16, int64, bool, and float16/float64 where the op supports them (an op
+# Swept: float32, bfloat16, int64, bool, and float16/float64 where the op supports them (an op
 # without the dtype on CPU is "na" for it). ALL_DTYPES: what --dtypes may name.
 FULL_DTYPES = ["float32", "bfloat16", "float16", "float64", "int64", "bool"]
 ALL_DTYPES = ["float32", "bfloat16", "float16", "float64", "int64", "int32", "int16", "int8",
@@ -444,10 +446,49 @@ def _sync():
 
 
 def _classify_error(e):
-    """'unsupported' for NotImplementedError / UNIMPLEMENTED from the device, else 'fail'."""
+    """'unsupported' for NotImplementedError / UNIMPLEMENTED from the device (a dtype its kernel's
+    dtype mask refuses among them), else 'fail'."""
     if isinstance(e, NotImplementedError) or _is_unimplemented(e):
         return "unsupported"
     return "fail"
+
+
+# The fallback's refusal of a dtype the kernel's dtype mask leaves out (fallback_check.cpp).
+MASK_REFUSAL = re.compile(r"dtype (\w+) is not supported by its \w+ kernel '([\w.:]+)' "
+                          r"\(which computes in ([\w, ]+)\)")
+
+
+def _error_message(e, where):
+    """The problem line for a device error; a dtype-mask refusal says so first."""
+    m = MASK_REFUSAL.search(str(e))
+    reason = f"refused by the dtype mask of kernel {m.group(2)} ({m.group(3)}): " if m else ""
+    return f"{where}: {reason}{type(e).__name__}: {_short(e)}"
+
+
+def kernels_reached(op, s_dev):
+    """{op-table entry: its dtype mask as dtype names} for the kernels one device call of the sample
+    reaches: the aten ops the profiler sees dispatched (nested ones included), each resolved by the
+    runtime's rule (_C._op_resolve). Run after the sample's first call, so the fallback's layout cache
+    answers and no meta computation adds ops of its own. {} off the tpu."""
+    if DEVICE_TYPE != "tpu":
+        return {}
+    from torch.profiler import ProfilerActivity, profile
+    from torch._C._profiler import _ExperimentalConfig
+    from torch_tpu import _C
+    try:
+        with profile(activities=[ProfilerActivity.CPU],
+                     experimental_config=_ExperimentalConfig(capture_overload_names=True)) as prof:
+            op(s_dev.input, *s_dev.args, **s_dev.kwargs)
+            _sync()
+    except Exception:  # noqa: BLE001 - the sample was judged already; only the ops matter here
+        _sync_quietly()
+        return {}
+    out = {}
+    for name, overload in {(e.name, e.overload_name or "") for e in prof.events()}:
+        kernel = _C._op_resolve(name, overload)
+        if kernel:
+            out[kernel] = [dtype_name(d) for d in _C._op_dtypes(kernel)]
+    return dict(sorted(out.items()))
 
 
 def run_one(op, dtype, max_samples, reference=False):
@@ -492,6 +533,7 @@ def run_one(op, dtype, max_samples, reference=False):
         elif bwd["status"] is None:
             bwd["status"], bwd["msg"] = status, msg
 
+    first_dev = None  # the first sample that ran on CPU, on the device: its kernels are reported
     try:
         samples = (s for s in _samples(op, dtype, do_grad, reference, res) if _sample_ok(key, s))
         for s in samples:
@@ -517,6 +559,8 @@ def run_one(op, dtype, max_samples, reference=False):
                 continue
             res["cpu_samples"] += 1
             where = f"sample {res['cpu_samples'] - 1}"
+            if first_dev is None:
+                first_dev = s_dev
             grads_c = None
             if do_grad:
                 try:
@@ -532,7 +576,7 @@ def run_one(op, dtype, max_samples, reference=False):
                 _sync()  # an asynchronous kernel error belongs to this sample
             except Exception as e:  # noqa: BLE001
                 st = _classify_error(e)
-                msg = f"{where} forward {_describe(s)}: {type(e).__name__}: {_short(e)}"
+                msg = _error_message(e, f"{where} forward {_describe(s)}")
                 fwd_problem(st, msg)
                 if grads_c is not None:
                     bwd["blocked"] = bwd["blocked"] or (st, msg)
@@ -561,8 +605,7 @@ def run_one(op, dtype, max_samples, reference=False):
                 except Mismatch as e:
                     fwd_problem("fail", f"{where} {phase} {_describe(s)}: {e}")
                 except Exception as e:  # noqa: BLE001 - any other device error
-                    fwd_problem(_classify_error(e),
-                                f"{where} {phase} {_describe(s)}: {type(e).__name__}: {_short(e)}")
+                    fwd_problem(_classify_error(e), _error_message(e, f"{where} {phase} {_describe(s)}"))
             if grads_c is not None and bwd["status"] is None:
                 try:
                     _dev_grads(key, s_dev, out_dev, grads_c[0], grads_c[1], dtype)
@@ -571,11 +614,13 @@ def run_one(op, dtype, max_samples, reference=False):
                 except Mismatch as e:
                     bwd_problem("fail", f"{where} backward {_describe(s)}: {e}")
                 except Exception as e:  # noqa: BLE001
-                    bwd_problem(_classify_error(e),
-                                f"{where} backward {_describe(s)}: {type(e).__name__}: {_short(e)}")
+                    bwd_problem(_classify_error(e), _error_message(e, f"{where} backward {_describe(s)}"))
     except Exception as e:  # noqa: BLE001 - sample generation itself failed
         fwd_problem("fail", f"harness: {type(e).__name__}: {_short(e)}")
         bwd_problem("fail", f"harness: {type(e).__name__}: {_short(e)}")
+    if first_dev is not None:
+        with torch.random.fork_rng(devices=[]):
+            res["kernels"] = kernels_reached(op, _with(first_dev, lambda t: t.detach(), dev=DEVICE))
     if dtype == torch.float32:
         res["err_status"], res["err_msg"], res["errors"] = _check_errors(op)
     res["seconds"] = round(time.time() - t0, 3)
@@ -734,7 +779,7 @@ def _arg_parser():
         description="OpInfo conformance harness: PyTorch's op_db on the device vs PyTorch CPU "
                     "(forward, backward, in-place). Without --op it runs the sweep in worker "
                     "subprocesses (a crash or hang is reported for its op and the sweep goes on), "
-                    "writes build/opinfo_report.json and .md and prints totals, the issue-3 "
+                    "writes build/opinfo_report.json and .md and prints totals, the coverage "
                     "percentages and the most common failure causes. With --op it runs the named "
                     "ops in this process and prints one JSON result per (op, dtype).")
     p.add_argument("--op", help="comma-separated op keys (op_db name[.variant]) to run in-process")
@@ -909,7 +954,7 @@ def _share(results, dtype, field):
 
 
 def goals(results):
-    """The issue-3 aims: float32 forward >= 95%, float32 backward >= 90%, bfloat16 forward >= 90%."""
+    """The coverage aims: float32 forward >= 95%, float32 backward >= 90%, bfloat16 forward >= 90%."""
     return {"float32 forward": dict(_share(results, "float32", "status"), aim=95),
             "float32 backward": dict(_share(results, "float32", "bwd_status"), aim=90),
             "bfloat16 forward": dict(_share(results, "bfloat16", "status"), aim=90)}
@@ -928,6 +973,9 @@ def cause(msg):
     m = re.search(r"operator '(aten::[\w.]+)' is not implemented", msg)
     if m:
         return f"no tpu kernel or decomposition: {m.group(1)}"
+    m = MASK_REFUSAL.search(msg)
+    if m:
+        return f"dtype {m.group(1)} refused by the dtype mask of kernel {m.group(2)} ({m.group(3)})"
     if re.search(r"dtype Complex\w+ is not supported on the \w+ device", msg):
         return "complex dtypes are not supported on the device"
     m = re.search(r"dtype (\w+) is not supported on the \w+ device", msg)
@@ -972,6 +1020,18 @@ def summarize(results, dtypes):
     return {"forward": fwd, "backward_float32": bwd, "forward_by_dtype": per_dtype}
 
 
+DEVICE_DTYPES = 12  # the device's dtypes (tpurt_dtype_t): a mask naming all of them says "all"
+
+
+def kernel_masks(rows):
+    """'name: dtypes; ...' for the kernels an op's (op, dtype) entries reached."""
+    masks = {}
+    for r in rows:
+        masks.update((r or {}).get("kernels") or {})
+    return "; ".join(f"{n}: {'all' if len(d) >= DEVICE_DTYPES else ', '.join(d) or 'none'}"
+                     for n, d in sorted(masks.items())) or "-"
+
+
 def format_report(results, device, dtypes, seconds, mode):
     """(markdown, JSON-able dict, short text for the terminal)."""
     ops = sorted({k for k, _ in results})
@@ -1009,9 +1069,11 @@ def format_report(results, device, dtypes, seconds, mode):
     for c in causes:
         lines.append(f"- {c['ops']} ops, {c['entries']} entries: {c['cause']} "
                      f"(e.g. {', '.join(c['examples'])})")
-    lines += ["", "## Per op", "", "| op | core | float32 | f32 bwd | " +
-              " | ".join(d for d in dtypes if d != "float32") + " | first problem |",
-              "|---|---|---|---|" + "---|" * (len(dtypes) - 1) + "---|"]
+    lines += ["", "## Per op", "", "Kernels: the op-table entries a call reaches, each with its dtype mask "
+              "(\"all\": every device dtype, or a mask not declared yet).", "",
+              "| op | core | float32 | f32 bwd | " + " | ".join(d for d in dtypes if d != "float32") +
+              " | kernels (dtype mask) | first problem |",
+              "|---|---|---|---|" + "---|" * (len(dtypes) - 1) + "---|---|"]
     for k in ops:
         row = {d: results.get((k, d)) for d in dtypes}
         f32 = row.get("float32") or {}
@@ -1030,7 +1092,7 @@ def format_report(results, device, dtypes, seconds, mode):
         lines.append(f"| {k} | {'yes' if is_core(k) else ''} | {cell(f32)} | "
                      f"{f32.get('bwd_status') or '-'} | " +
                      " | ".join(cell(row[d]) for d in dtypes if d != "float32") +
-                     f" | {msg.replace('|', '/')[:300]} |")
+                     f" | {kernel_masks(row.values())} | {msg.replace('|', '/')[:300]} |")
     short = [lines[0], lines[2], "Of the ops that run on CPU, share passing on the device:"]
     short += [f"  {goal_line(n, v)}" for n, v in g.items()]
     short += [f"  {err_line}"]
@@ -1157,15 +1219,27 @@ def test_report_format():
                               "bwd_status": "unsupported", "bwd_msg": "forward: x"},
            ("c", "float32"): {"op": "c", "dtype": "float32", "status": "skip", "msg": "random",
                               "bwd_status": "skip"},
-           ("a", "bfloat16"): {"op": "a", "dtype": "bfloat16", "status": "pass", "bwd_status": None}}
+           ("a", "bfloat16"): {"op": "a", "dtype": "bfloat16", "status": "pass", "bwd_status": None,
+                               "kernels": {"a_kernel": ["float32", "float64"]}},
+           ("d", "bfloat16"): {"op": "d", "dtype": "bfloat16", "status": "unsupported",
+                               "msg": _error_message(NotImplementedError(
+                                   "aten::_cdist_forward: dtype bfloat16 is not supported by its tpu kernel "
+                                   "'_cdist_forward' (which computes in float32, float64). Set "
+                                   "TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow)."), "sample 0 forward"),
+                               "bwd_status": None}}
+    assert res[("d", "bfloat16")]["msg"].startswith(
+        "sample 0 forward: refused by the dtype mask of kernel _cdist_forward (float32, float64): ")
     g = goals(res)
     assert g["float32 forward"]["pass"] == 1 and g["float32 forward"]["of"] == 2
     assert g["float32 backward"]["pass"] == 0 and g["float32 backward"]["of"] == 2
-    assert g["bfloat16 forward"]["percent"] == 100.0
+    assert g["bfloat16 forward"]["percent"] == 50.0  # d is unsupported
     causes = {c["cause"] for c in failure_causes(res)}
     assert "unsupported: no tpu kernel or decomposition: aten::foo.out" in causes
+    assert ("unsupported: dtype bfloat16 refused by the dtype mask of kernel _cdist_forward (float32, float64)"
+            in causes)
     md, data, short = format_report(res, "tpu", ["float32", "bfloat16"], 1.0, "test")
     assert "| a |" in md and data["totals"]["forward"]["skip"] == 1
+    assert "| a_kernel: float32, float64 |" in md
 
 
 if __name__ == "__main__":

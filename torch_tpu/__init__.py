@@ -7,8 +7,6 @@ guard, generator, the boxed fallback into the C op table), installs torch.tpu an
 """
 # Everything _autoload needs is defined before `import torch`: when a program imports torch_tpu first,
 # `import torch` below runs the entry point, which finds this module half-imported.
-import os
-
 __version__ = "0.1.0"
 __all__ = ["__version__", "EagerMode", "eager_mode", "get_eager_mode", "set_eager_mode"]
 
@@ -39,8 +37,7 @@ def _register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True)
 
-    if os.environ.get("TORCH_TPU_CPU_FALLBACK", "0") not in ("", "0"):
-        _C._set_cpu_fallback(True)
+    # TORCH_TPU_CPU_FALLBACK is read by the C++ layer as it loads (fallback.cpp).
     from torch_tpu._internal import execution_mode
     execution_mode._init_from_env()
     from torch_tpu import amp, decompositions, shallow_copy

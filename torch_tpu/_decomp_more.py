@@ -1,4 +1,4 @@
-"""More decompositions for the long tail of ATen ops (issue 3), in ops the device has kernels for.
+"""More decompositions for the long tail of ATen ops, in ops the device has kernels for.
 
 decompositions.py merges `decompositions()` into its table of ours (PyTorch's own win there) and then
 applies `overrides()` on top of PyTorch's: those fix a PyTorch decomposition that is meant for tracing

@@ -25,15 +25,11 @@ def _qualified_name(op) -> str:
     return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
 
 
-def kernel_lookup_names(op) -> "list[str]":
-    """Names the C++ fallback looks up in the C op table for `op`: "base.overload" then "base", with an
-    in-place op's trailing "_" dropped (kernel.h); dunders ("__ilshift__") keep theirs."""
-    base = op._schema.name.split("::", 1)[1]
-    if base.endswith("_") and not base.endswith("__"):
-        base = base[:-1]
-    if op._overloadname == "default":
-        return [base]
-    return [f"{base}.{op._overloadname}", base]
+def kernel_of(op):
+    """The C op-table entry the boxed fallback reaches for `op` (an OpOverload), or None: the runtime's
+    one resolution rule (tpurt_op_resolve)."""
+    from torch_tpu import _C
+    return _C._op_resolve(op._schema.name, op._schema.overload_name)
 
 
 def _has_tensor_argument(op) -> bool:
@@ -68,7 +64,7 @@ def _replication_pad_backward(grad_output, self, padding):
     return g.to(grad_output.dtype)
 
 
-# ---- coverage: data-dependent shapes and the long tail (issue 3) ----
+# ---- coverage: data-dependent shapes and the long tail ----
 
 def _unique_sorted_flat(flat, sorted_vals=None):
     """(values, perm, first-of-run mask) for a 1-D tensor: a stable sort, then the run starts."""
@@ -189,8 +185,8 @@ def _all_decompositions() -> dict:
     return table
 
 
-def candidates(has_kernel) -> "list[tuple[object, object]]":
-    """(OpOverload, decomposition) pairs to register, given has_kernel(name) for the C op table."""
+def candidates(kernel=kernel_of) -> "list[tuple[object, object]]":
+    """(OpOverload, decomposition) pairs to register, given kernel(op) -> the op's C kernel or None."""
     has_key = torch._C._dispatch_has_kernel_for_dispatch_key
     out = []
     for op, decomp in _all_decompositions().items():
@@ -203,7 +199,7 @@ def candidates(has_kernel) -> "list[tuple[object, object]]":
             continue  # the C++ layer has a dedicated kernel (views, factories, copies)
         if op.is_view or not _has_tensor_argument(op):
             continue  # views and factory functions are handled natively
-        if any(has_kernel(n) for n in kernel_lookup_names(op)):
+        if kernel(op) is not None:
             continue  # a C kernel exists: the boxed fallback reaches it
         out.append((op, decomp))
     return out
@@ -339,7 +335,7 @@ def _make_kernel(op, decomp):
     return kernel
 
 
-def register(has_kernel=None) -> int:
+def register() -> int:
     """Registers the decompositions (once per process); returns how many were registered."""
     global _lib
     if _lib is not None:
@@ -347,11 +343,8 @@ def register(has_kernel=None) -> int:
     if os.environ.get("TORCH_TPU_DECOMPOSITIONS", "1") == "0":
         _lib = torch.library.Library("aten", "IMPL")
         return 0
-    if has_kernel is None:
-        from torch_tpu import _C
-        has_kernel = _C._has_kernel
     lib = torch.library.Library("aten", "IMPL")
-    for op, decomp in candidates(has_kernel):
+    for op, decomp in candidates():
         lib.impl(op, _make_kernel(op, decomp), "PrivateUse1")
         _registered.append(_qualified_name(op))
     from torch_tpu import _decomp_more

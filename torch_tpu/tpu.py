@@ -169,8 +169,9 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def set_cpu_fallback(enabled: bool) -> None:
-    """Opt in (or out) of running ops that have no tpu kernel on the CPU (copy in, run, copy back,
-    one warning per op). TORCH_TPU_CPU_FALLBACK=1 sets it at start-up."""
+    """Opt in (or out) of running on the CPU the ops the device cannot run: no tpu kernel, or a dtype or
+    layout their kernel does not take (copy in, run, copy back, one warning per op).
+    TORCH_TPU_CPU_FALLBACK=1 sets it at start-up."""
     _C._set_cpu_fallback(bool(enabled))
 
 

@@ -41,21 +41,6 @@ def grad_check(fn, inputs, device, dtype, scale=1.0, seed=7):
 
 # ---------------------------------- convolution ----------------------------------
 
-@pytest.fixture
-def conv_routed(device):
-    """aten::convolution sends a non-CPU/CUDA device to convolution_overrideable (and its backward),
-    which have a CompositeExplicitAutograd kernel that throws: the device must register them for
-    PrivateUse1. Until it does, the conv tests report XFAIL naming that gap (the C kernels exist and
-    are tested in runtime/tests/test_conv.c)."""
-    try:
-        F.conv1d(torch.ones(1, 1, 3, device=device), torch.ones(1, 1, 1, device=device)).cpu()
-    except Exception as e:  # noqa: BLE001 - the reason is reported
-        if "convolution_overrideable" in str(e):
-            pytest.xfail("convolution_overrideable is not routed to the C kernel on this device yet")
-        raise
-    return device
-
-
 CONV_CASES = [
     # (dims, N, Cin, Cout, spatial, kernel, stride, padding, dilation, groups)
     (2, 2, 3, 4, (9, 8), (3, 3), 1, 1, 1, 1),
@@ -69,8 +54,7 @@ CONV_CASES = [
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}d-g{c[-1]}-k{c[5]}")
-def test_conv_forward_backward(conv_routed, dtype, case):
-    device = conv_routed
+def test_conv_forward_backward(device, dtype, case):
     dims, n, cin, cout, sp, k, st, pd, dl, g = case
     conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[dims]
     x, w, b = make((n, cin) + sp, dtype), make((cout, cin // g) + k, dtype, 1), make((cout,), dtype, 2)
@@ -78,8 +62,7 @@ def test_conv_forward_backward(conv_routed, dtype, case):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_conv_transpose(conv_routed, dtype):
-    device = conv_routed
+def test_conv_transpose(device, dtype):
     x, w, b = make((2, 4, 5, 6), dtype), make((4, 3, 3, 3), dtype, 1), make((6,), dtype, 2)
     grad_check(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1,
                                                   groups=2, dilation=1), [x, w, b], device, dtype, scale=3)
@@ -88,8 +71,7 @@ def test_conv_transpose(conv_routed, dtype):
                dtype, scale=3)
 
 
-def test_conv_module_channels_last_no_bias(conv_routed):
-    device = conv_routed
+def test_conv_module_channels_last_no_bias(device):
     torch.manual_seed(0)
     cpu = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.ReLU(),
                               torch.nn.Conv2d(8, 4, 3, stride=2))

@@ -1,4 +1,4 @@
-"""Coverage additions of issue 3, each checked against PyTorch CPU on the same inputs: NaN parity of the
+"""Long-tail op coverage, each checked against PyTorch CPU on the same inputs: NaN parity of the
 activation backwards, float32 trigamma / airy_ai near their bad spots, upsampling backward (nearest-3d,
 nearest-exact, trilinear, bicubic), cdist / pdist, embedding_bag, grid_sample 2-D and 3-D, and the
 Python decompositions of torch_tpu/_decomp_more.py (margin losses, addbmm_, histograms,

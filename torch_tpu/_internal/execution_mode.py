@@ -2,11 +2,13 @@
 
 Modes: STRICT (default: ops queued one by one, asynchronously), DEBUG (synchronous and checked: every
 index bounds-checked, device memory guarded, optional NaN/Inf check; see runtime/exec/debug.c),
-DEFER_AND_FUSE (ops recorded, fused and run at sync points; accepted once the runtime provides it).
+DEFER_AND_FUSE (ops recorded, fused and run at sync points; see runtime/exec/fuse.c).
 
 Selecting a mode:
-    TORCH_TPU_EAGER_MODE=strict|debug|defer_and_fuse     per process, read at start-up
-    TPU_LAUNCH_BLOCKING=1                                 the same as TORCH_TPU_EAGER_MODE=debug
+    TORCH_TPU_EAGER_MODE=strict|debug|defer_and_fuse     per process, read at start-up (here only)
+    TPU_LAUNCH_BLOCKING=1                                 the same as TORCH_TPU_EAGER_MODE=debug (read by
+                                                          the C runtime, which starts in DEBUG)
+    TORCH_TPU_DEFER_AND_FUSE=1                            the older spelling of defer_and_fuse (here only)
     torch_tpu.set_eager_mode("debug")                     for the process, from Python
     with torch_tpu.eager_mode("debug"): ...               for a scope (also a decorator;
                                                           em.eager_mode_scope here)
@@ -39,20 +41,13 @@ class EagerMode(enum.IntEnum):
         return f"EagerMode.{self.name}"
 
 
-# Flipped to True by the DeferAndFuse implementation once the C runtime runs deferred graphs.
-_DEFER_AND_FUSE_AVAILABLE = True
-
 ENV_MODE = "TORCH_TPU_EAGER_MODE"
+ENV_DEFER_AND_FUSE = "TORCH_TPU_DEFER_AND_FUSE"
 
 
 def _c():
     from torch_tpu import _C
     return _C
-
-
-def _defer_and_fuse_available():
-    """The one place that decides whether DEFER_AND_FUSE is accepted (see _DEFER_AND_FUSE_AVAILABLE)."""
-    return _DEFER_AND_FUSE_AVAILABLE
 
 
 def _coerce(mode):
@@ -88,10 +83,6 @@ def _synchronize_all(c):
 
 def _set(mode):
     mode = _coerce(mode)
-    if mode is EagerMode.DEFER_AND_FUSE and not _defer_and_fuse_available():
-        raise NotImplementedError(
-            "torch_tpu: eager mode DEFER_AND_FUSE is not built yet; use EagerMode.STRICT (default, "
-            "asynchronous) or EagerMode.DEBUG (synchronous, checked)")
     c = _c()
     if mode == c._get_exec_mode():
         return
@@ -143,11 +134,12 @@ def eager_mode_scope(mode):
         _restore(previous)
 
 
-def _mode_from_env():
-    """The mode the environment asks for, or None. TORCH_TPU_EAGER_MODE wins over the older switches
-    (TPU_LAUNCH_BLOCKING=1, TORCH_TPU_DEFER_AND_FUSE=1); a conflict is warned about."""
-    blocking = os.environ.get("TPU_LAUNCH_BLOCKING", "0") == "1"
-    explicit = os.environ.get(ENV_MODE, "").strip()
+def _mode_from_env(explicit="", defer_and_fuse=False, launch_blocking=False):
+    """The mode the environment asks for, or None: `explicit` is TORCH_TPU_EAGER_MODE's value,
+    `defer_and_fuse` whether TORCH_TPU_DEFER_AND_FUSE=1, `launch_blocking` whether the runtime started in
+    DEBUG for TPU_LAUNCH_BLOCKING=1. TORCH_TPU_EAGER_MODE wins over the older switches; a conflict is
+    warned about."""
+    explicit = explicit.strip()
     if explicit:
         try:
             mode = _coerce(explicit)
@@ -155,31 +147,32 @@ def _mode_from_env():
             # Raising would leave the device half-registered under autoload; say it and go on.
             warnings.warn(f"torch_tpu: {ENV_MODE}={explicit!r} ignored: expected strict, debug or "
                           f"defer_and_fuse", RuntimeWarning, stacklevel=3)
-            return EagerMode.DEBUG if blocking else None
-        if blocking and mode is not EagerMode.DEBUG:
+            return EagerMode.DEBUG if launch_blocking else None
+        if launch_blocking and mode is not EagerMode.DEBUG:
             warnings.warn(f"torch_tpu: TPU_LAUNCH_BLOCKING=1 ignored: {ENV_MODE}={explicit} selects "
                           f"{mode}", RuntimeWarning, stacklevel=3)
         return mode
-    if blocking:
+    if launch_blocking:
         return EagerMode.DEBUG
-    if os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") == "1":
+    if defer_and_fuse:
         return EagerMode.DEFER_AND_FUSE
     return None
 
 
 def _init_from_env():
-    """Applies TORCH_TPU_EAGER_MODE / TPU_LAUNCH_BLOCKING / TORCH_TPU_DEFER_AND_FUSE at start-up
-    (called by torch_tpu). A bad value is warned about and ignored."""
-    mode = _mode_from_env()
-    if mode is None:
-        return
-    if mode is EagerMode.DEFER_AND_FUSE and not _defer_and_fuse_available():
-        # Failing here would fail `import torch` itself (autoload); say it and stay STRICT.
-        warnings.warn("torch_tpu: eager mode DEFER_AND_FUSE requested by the environment is not built "
-                      "yet; running in STRICT mode", RuntimeWarning, stacklevel=2)
-        _set(EagerMode.STRICT)
-        return
-    _set(mode)
+    """Applies TORCH_TPU_EAGER_MODE / TORCH_TPU_DEFER_AND_FUSE at start-up (called by torch_tpu); a bad
+    value is warned about and ignored. TPU_LAUNCH_BLOCKING is the runtime's (runtime/exec/device.c reads
+    it and starts in DEBUG): it is asked, never read again here, and only when one of ours is set, so
+    that importing does not start the runtime."""
+    explicit = os.environ.get(ENV_MODE, "")
+    defer_and_fuse = os.environ.get(ENV_DEFER_AND_FUSE, "0") == "1"
+    if not explicit.strip() and not defer_and_fuse:
+        return  # the runtime's own start-up mode stands
+    # Before any switch, the runtime's mode is its start-up mode: DEBUG exactly when TPU_LAUNCH_BLOCKING=1.
+    launch_blocking = _c()._get_exec_mode() == EagerMode.DEBUG
+    mode = _mode_from_env(explicit, defer_and_fuse, launch_blocking)
+    if mode is not None:
+        _set(mode)
 
 
 def fusion_stats():

@@ -40,7 +40,7 @@ at::Tensor empty_tpu_contiguous(c10::IntArrayRef sizes, c10::ScalarType dtype) {
 namespace {
 
 const tpurt_op_def_t* copy_kernel() {
-  static const tpurt_op_def_t* def = tpurt_op_lookup("copy");
+  static const tpurt_op_def_t* def = tpurt_op_resolve("copy", "", 0);
   return def;
 }
 
@@ -62,7 +62,7 @@ bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
 
 // The real-dtype copy kernel never sees complex tensors (TPURT_OP_COMPLEX, tpurt/kernel.h).
 const tpurt_op_def_t* complex_copy_kernel() {
-  static const tpurt_op_def_t* def = tpurt_op_lookup("complex::copy");
+  static const tpurt_op_def_t* def = tpurt_op_resolve("copy", "", TPURT_RESOLVE_COMPLEX);
   return def;
 }
 
@@ -285,8 +285,7 @@ at::Tensor& tpu_set_empty(at::Tensor& self) {
 // t <- kernel(t) in place with a unary kernel ("conj_physical", "neg"): settles
 // the math bits of a device-to-device copy.
 void submit_inplace_unary(const at::Tensor& t, const char* kernel, const char* op) {
-  std::string name = t.is_complex() ? std::string("complex::") + kernel : std::string(kernel);
-  const tpurt_op_def_t* def = tpurt_op_lookup(name.c_str());
+  const tpurt_op_def_t* def = tpurt_op_resolve(kernel, "", t.is_complex() ? TPURT_RESOLVE_COMPLEX : 0);
   TORCH_CHECK_NOT_IMPLEMENTED(def, op, ": no ", kernel, " kernel for dtype ", t.scalar_type(), " on the tpu device");
   tpurt_tensor_t d;
   fill_tensor_desc(t, &d, op);
@@ -370,7 +369,7 @@ void tpu_record_stream(at::Tensor& self, c10::Stream stream) {
 // ---- ops whose output size depends on the data: count, wait, allocate, fill ----
 
 at::Tensor tpu_nonzero(const at::Tensor& self) {
-  static const tpurt_op_def_t* def = tpurt_op_lookup("nonzero");
+  static const tpurt_op_def_t* def = tpurt_op_resolve("nonzero", "", 0);
   if (!def) {
     TORCH_CHECK_NOT_IMPLEMENTED(cpu_fallback_enabled(),
                                 "The operator 'aten::nonzero' is not implemented for the tpu device yet. Set "

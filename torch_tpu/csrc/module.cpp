@@ -99,7 +99,27 @@ PYBIND11_MODULE(_C, m) {
         return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
       },
       py::arg("device") = -1);
-  m.def("_has_kernel", [](const std::string& name) { return tpurt_op_lookup(name.c_str()) != nullptr; });
+  // The op-table entry an operator's calls reach (tpurt_op_resolve: the one
+  // rule): _op_resolve("aten::add_", "Tensor") -> "add", or None.
+  m.def(
+      "_op_resolve",
+      [](const std::string& name, const std::string& overload, bool complex) -> py::object {
+        const tpurt_op_def_t* def =
+            tpurt_op_resolve(name.c_str(), overload.c_str(), complex ? TPURT_RESOLVE_COMPLEX : 0);
+        if (!def) return py::none();
+        return py::str(def->name);
+      },
+      py::arg("name"), py::arg("overload") = "", py::arg("complex") = false);
+  // The dtypes an op-table entry computes in (its dtype mask, tpurt/kernel.h), or None.
+  m.def("_op_dtypes", [](const std::string& name) -> py::object {
+    const tpurt_op_def_t* def = tpurt_op_lookup(name.c_str());
+    if (!def) return py::none();
+    py::list dtypes;
+    for (int d = 0; d < TPURT_DTYPE_COUNT; ++d)
+      if (tpurt_op_supports_dtype(def, static_cast<tpurt_dtype_t>(d)))
+        dtypes.append(torch_tpu::from_tpurt_dtype(static_cast<tpurt_dtype_t>(d)));
+    return dtypes;
+  });
   m.def("_kernel_names", [] {
     py::list names;
     for (size_t i = 0, n = tpurt_op_count(); i < n; ++i) names.append(tpurt_op_at(i)->name);

@@ -90,7 +90,7 @@ const at::Generator& default_generator(c10::DeviceIndex index);
 // a tpu generator; returns the key and the first reserved offset.
 tpurt_rng_t generator_reserve(const at::Generator& gen, uint64_t count);
 
-// ---- the generic op path (fallback.cpp) ----
+// ---- the generic op path (fallback*.cpp) ----
 
 bool cpu_fallback_enabled();
 void set_cpu_fallback_enabled(bool enabled);
@@ -98,12 +98,14 @@ struct MetaCacheStats {
   uint64_t hits, misses, size;
 };
 MetaCacheStats meta_cache_stats();
-// Registers the fallback directly for structured ops with a C kernel (fallback.cpp).
+// Registers the fallback directly for structured ops with a C kernel (fallback_op_info.cpp).
 void register_direct_structured_ops();
 size_t direct_structured_op_count();
 
 // Maps a tpu dtype; throws NotImplementedError naming `op` for others.
 tpurt_dtype_t to_tpurt_dtype(c10::ScalarType type, const char* op);
+// The inverse (Undefined for TPURT_DTYPE_INVALID).
+c10::ScalarType from_tpurt_dtype(tpurt_dtype_t dtype);
 // Fills a kernel tensor descriptor (data = data_ptr()).
 void fill_tensor_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* op);
 // Queues the "copy" kernel dst <- src (same device; broadcasting and dtype

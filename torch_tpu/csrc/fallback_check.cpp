@@ -1,0 +1,223 @@
+// The boxed fallback's first stage: before anything is allocated or queued,
+// the call is checked against its kernel (ask before you fail): a kernel
+// exists, the tensors are on one tpu device, their dtypes are the device's and
+// in the kernel's dtype mask, their layouts are ones it reads, and written
+// tensors overlap only as CPU allows. Math bits and boolean index masks are
+// settled on the way.
+#include <ATen/MemoryOverlap.h>
+#include <ATen/ops/nonzero.h>
+
+#include "fallback.h"
+
+namespace torch_tpu::fallback {
+
+namespace {
+
+[[noreturn]] void refuse_no_kernel(const OpInfo& info) {
+  throw Unsupported{"is not implemented",
+                    c10::str("The operator '", info.full_name, "' is not implemented for the tpu device yet. Set "
+                             "TORCH_TPU_CPU_FALLBACK=1 to run unsupported operators on the CPU (slow).")};
+}
+
+[[noreturn]] void refuse_dtype(const Call& c, c10::ScalarType dtype) {
+  throw Unsupported{"has no kernel for this dtype",
+                    c10::str(c.name, ": dtype ", dtype, " is not supported on the tpu device")};
+}
+
+// The dtype mask of the op-table entry (tpurt/kernel.h), in its words.
+std::string dtype_list(const tpurt_op_def_t* def) {
+  std::string s;
+  for (int d = 0; d < TPURT_DTYPE_COUNT; ++d) {
+    if (!tpurt_op_supports_dtype(def, static_cast<tpurt_dtype_t>(d))) continue;
+    if (!s.empty()) s += ", ";
+    s += tpurt_dtype_name(static_cast<tpurt_dtype_t>(d));
+  }
+  return s.empty() ? "none" : s;
+}
+
+[[noreturn]] void refuse_dtype_mask(const Call& c, const tpurt_op_def_t* def, tpurt_dtype_t d) {
+  throw Unsupported{"has no kernel for this dtype",
+                    c10::str(c.name, ": dtype ", tpurt_dtype_name(d), " is not supported by its tpu kernel '",
+                             def->name, "' (which computes in ", dtype_list(def),
+                             "). Set TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow).")};
+}
+
+inline void check_dtype_mask(const Call& c, const tpurt_op_def_t* def, c10::ScalarType dtype) {
+  tpurt_dtype_t d = map_dtype(dtype);
+  if (TPURT_UNLIKELY(!tpurt_op_supports_dtype(def, d))) refuse_dtype_mask(c, def, d);
+}
+
+uint32_t layout_bit(c10::Layout layout) { return layout == c10::kStrided ? TPURT_LAYOUT_STRIDED : 0; }
+
+void check_layout(const Call& c, const tpurt_op_def_t* def, c10::Layout layout) {
+  if (def && tpurt_op_supports_layout(def, layout_bit(layout))) return;
+  throw Unsupported{"has no kernel for this layout",
+                    c10::str(c.name, ": layout ", layout, " is not supported by ",
+                             def ? c10::str("its tpu kernel '", def->name, "'") : std::string("the tpu device"),
+                             " (strided tensors only). Set TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow).")};
+}
+
+// Bool/uint8 masks in index / index_put become long indices (nonzero), as
+// ATen's own advanced indexing does; CPU index tensors move to the device.
+void expand_bool_indices(const Call& c) {
+  if (!c.arg(0).isTensor()) return;
+  const at::Tensor& self = c.arg(0).toTensor();
+  c10::IValue& slot = c.arg(1);
+  if (!slot.isList()) return;
+  auto l = slot.toListRef();
+  bool needs = false;
+  for (const auto& e : l) {
+    if (!e.isTensor()) continue;
+    const at::Tensor& t = e.toTensor();
+    needs |= t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte || t.is_cpu();
+  }
+  if (!needs) return;
+  c10::List<std::optional<at::Tensor>> out;
+  for (const auto& e : l) {
+    if (!e.isTensor()) {
+      out.push_back(std::nullopt);
+      continue;
+    }
+    at::Tensor t = e.toTensor();
+    if (t.is_cpu()) t = t.to(self.device());
+    if (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte) {
+      at::Tensor nz = at::nonzero(t);
+      for (int64_t j = 0; j < t.dim(); ++j) out.push_back(nz.select(1, j));
+    } else {
+      out.push_back(t);
+    }
+  }
+  slot = c10::IValue(std::move(out));
+}
+
+// A written tensor (out=, or self in place) whose elements share memory (an
+// expanded view) is refused where CPU refuses it (at::assert_no_internal_overlap:
+// the result would depend on element order), and so is one that overlaps an
+// input: partially always, at all for refuse_alias ops (at::assert_no_overlap).
+// Only the certain cases, as ATen decides them. Inputs are compared with
+// single written tensors only (a written list's pairs would cost n^2 per call).
+void check_written_overlap(const Call& c) {
+  static const char* const kShared =
+      "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+      "location. Please clone() the tensor before performing the operation.";
+  static const char* const kAliased =
+      "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+      "memory location. Please clone() the tensor before performing the operation.";
+  const OpInfo& info = c.info;
+  auto each_tensor = [](const c10::IValue& v, const auto& fn) {
+    if (v.isTensor()) fn(v.toTensor());
+    else if (v.isTensorList())
+      for (const c10::IValue& e : v.toListRef()) fn(e.toTensor());
+  };
+  for (size_t i = 0; i < info.num_args; ++i) {
+    if (!info.arg_written[i]) continue;
+    const c10::IValue& v = c.arg(i);
+    each_tensor(v, [&](const at::Tensor& w) {
+      TORCH_CHECK(!w.defined() || at::has_internal_overlap(w) != at::MemOverlap::Yes, kShared);
+    });
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& w = v.toTensor();
+    for (size_t j = 0; j < info.num_args; ++j) {
+      if (info.arg_written[j]) continue;
+      each_tensor(c.arg(j), [&](const at::Tensor& in) {
+        if (!in.defined()) return;
+        at::MemOverlapStatus st = at::get_overlap_status(w, in);  // the same tensor: Full
+        TORCH_CHECK(st != at::MemOverlapStatus::Partial && !(info.refuse_alias && st == at::MemOverlapStatus::Full),
+                    kAliased);
+      });
+    }
+  }
+}
+
+}  // namespace
+
+Checked check_call(const Call& c) {
+  const OpInfo& info = c.info;
+  if ((!info.def && !info.cdef && !info.all_views) || info.unsupported_ret) refuse_no_kernel(info);
+  if (info.bool_index_arg1) expand_bool_indices(c);
+
+  // One pass over the tensor arguments: devices, dtypes, layouts, math bits.
+  Checked k;
+  c10::ScalarType bad_dtype = c10::ScalarType::Undefined;     // the first the device has no dtype for
+  c10::ScalarType complex_type = c10::ScalarType::Undefined;  // of a complex tensor argument, if any
+  c10::Layout layout = c10::kStrided;                         // a non-strided layout, if any
+  auto visit = [&](const at::Tensor& t, size_t i) __attribute__((always_inline)) {
+    if (!t.defined()) return;
+    if (t.device().type() == kTpu) {
+      c10::DeviceIndex d = t.device().index();
+      TORCH_CHECK(k.device < 0 || k.device == d, c.name, ": expected all tensors to be on the same device, but "
+                  "found tensors on tpu:", static_cast<int>(k.device), " and tpu:", static_cast<int>(d));
+      k.device = d;
+    } else if (t.is_cpu()) {
+      TORCH_CHECK(t.dim() == 0, c.name, ": argument '", c.op.schema().arguments()[i].name(),
+                  "' is a CPU tensor; expected all tensors to be on the same device (tpu), except 0-dim "
+                  "CPU scalars. Move it with .to('tpu').");
+    } else {
+      TORCH_CHECK(false, c.name, ": argument '", c.op.schema().arguments()[i].name(), "' is on ", t.device(),
+                  "; expected a tpu tensor");
+    }
+    const c10::ScalarType st = t.scalar_type();
+    if (!k.has_tensor) {
+      k.has_tensor = true;
+      k.first_dtype = st;
+    }
+    if (TPURT_UNLIKELY(map_dtype(st) == TPURT_DTYPE_INVALID) && bad_dtype == c10::ScalarType::Undefined)
+      bad_dtype = st;
+    if (c10::isComplexType(st)) complex_type = st;
+    if (TPURT_UNLIKELY(t.layout() != c10::kStrided)) layout = t.layout();
+  };
+  for (size_t i = 0; i < info.num_args; ++i) {
+    c10::IValue& v = c.arg(i);
+    if (v.isTensor()) {
+      // Math bits (conj(), the negative view of imag(conj(x))) arrive only
+      // for the ops PyTorch's conj/neg fallbacks let through (mm, bmm, dot,
+      // ...) because CPU's kernels read the bits; ours read stored values.
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && (t.is_conj() || t.is_neg()) && !info.all_views && !info.arg_written[i])
+        v = t.resolve_conj().resolve_neg();
+      visit(v.toTensor(), i);
+    } else if (v.isComplexDouble()) {  // a complex Scalar: the op computes in complex
+      complex_type = c10::ScalarType::ComplexDouble;
+    } else if (v.isList() && (info.arg_class[i] == ArgClass::kTensorList ||
+                              info.arg_class[i] == ArgClass::kOptTensorList)) {
+      for (const auto& e : v.toListRef())
+        if (e.isTensor()) visit(e.toTensor(), i);
+    }
+  }
+  if (info.all_views) return k;  // metadata only: no kernel reads the tensors
+  if (bad_dtype != c10::ScalarType::Undefined) refuse_dtype(c, bad_dtype);
+
+  // Complex tensors reach only kernels that take them (TPURT_OP_COMPLEX, tpurt/kernel.h).
+  k.def = complex_type != c10::ScalarType::Undefined ? info.cdef : info.def;
+  if (!k.def) {
+    if (complex_type == c10::ScalarType::Undefined) refuse_no_kernel(info);
+    refuse_dtype(c, complex_type);
+  }
+  if (TPURT_UNLIKELY(layout != c10::kStrided)) check_layout(c, k.def, layout);
+  if (k.has_tensor) check_dtype_mask(c, k.def, k.first_dtype);
+  if (info.refuse_overlap) check_written_overlap(c);
+  return k;
+}
+
+const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k, at::ArrayRef<at::Tensor> kernel_outs) {
+  const tpurt_op_def_t* def = k.def;
+  if (!(def->flags & TPURT_OP_COMPLEX)) {
+    // A complex result from real inputs (a dtype= argument): the complex kernel, if any.
+    for (const at::Tensor& out : kernel_outs) {
+      if (!out.defined() || !out.is_complex()) continue;
+      def = c.info.cdef;
+      if (!def) refuse_dtype(c, out.scalar_type());
+      break;
+    }
+  }
+  if (!k.has_tensor) {  // a factory: its first output's dtype is the kernel's
+    for (const at::Tensor& out : kernel_outs) {
+      if (!out.defined()) continue;
+      check_dtype_mask(c, def, out.scalar_type());
+      break;
+    }
+  }
+  return def;
+}
+
+}  // namespace torch_tpu::fallback

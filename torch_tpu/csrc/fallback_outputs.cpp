@@ -1,0 +1,467 @@
+// The boxed fallback's outputs: their layouts come from PyTorch's own meta
+// functions, cached per input signature (dtypes, sizes, strides, scalar
+// values), and the tensors follow the schema's alias annotations: a written
+// argument is resized if meta says so, a view shares its argument's storage,
+// anything else is a fresh device tensor.
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+
+#include "fallback.h"
+
+namespace torch_tpu {
+namespace fallback {
+namespace {
+
+// ================================ meta cache ================================
+
+constexpr size_t kMetaCacheMax = 8192;
+std::mutex g_meta_mu;
+std::unordered_map<uint64_t, std::shared_ptr<const MetaEntry>> g_meta;
+std::atomic<uint64_t> g_meta_hits{0}, g_meta_misses{0};
+// Per-thread direct-mapped front of g_meta (entries are immutable; a slot
+// keeps its entry alive after g_meta drops it).
+thread_local std::shared_ptr<const MetaEntry> t_meta_slots[256];
+
+// Adds an entry (its key filled in) to the shared cache; the whole cache is
+// dropped when full (signatures in a steady program are few).
+void remember_layout(uint64_t h, std::shared_ptr<const MetaEntry> entry) {
+  std::lock_guard<std::mutex> lock(g_meta_mu);
+  if (g_meta.size() >= kMetaCacheMax) g_meta.clear();
+  g_meta[h] = std::move(entry);
+}
+
+uint64_t hash_words(const std::vector<int64_t>& w) {
+  uint64_t h = 0x243F6A8885A308D3ull ^ w.size();
+  for (int64_t v : w) {
+    h ^= static_cast<uint64_t>(v);
+    h *= 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+void key_tensor(std::vector<int64_t>& k, const at::Tensor& t) {
+  if (!t.defined()) {
+    k.push_back(-1);
+    return;
+  }
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  int64_t dim = impl->dim();
+  k.push_back((t.is_cpu() ? 2 : 0) | (impl->is_wrapped_number() ? 4 : 0) |
+              (static_cast<int64_t>(t.scalar_type()) << 8) | (dim << 16));
+  auto sizes = impl->sizes();
+  auto strides = impl->strides();
+  k.insert(k.end(), sizes.begin(), sizes.end());
+  k.insert(k.end(), strides.begin(), strides.end());
+  k.push_back(impl->storage_offset());
+}
+
+// Appends the IValue's signature; false when it cannot be keyed (the call then
+// always runs meta).
+bool key_ivalue(std::vector<int64_t>& k, const c10::IValue& v) {
+  if (v.isTensor()) {
+    key_tensor(k, v.toTensor());
+  } else if (v.isNone()) {
+    k.push_back(-2);
+  } else if (v.isInt()) {
+    k.push_back(-3);
+    k.push_back(v.toInt());
+  } else if (v.isDouble()) {
+    double d = v.toDouble();
+    int64_t bits;
+    std::memcpy(&bits, &d, 8);
+    k.push_back(-4);
+    k.push_back(bits);
+  } else if (v.isBool()) {
+    k.push_back(-5);
+    k.push_back(v.toBool());
+  } else if (v.isList()) {
+    auto l = v.toListRef();
+    k.push_back(-6);
+    k.push_back(static_cast<int64_t>(l.size()));
+    for (const auto& e : l)
+      if (!key_ivalue(k, e)) return false;
+  } else if (v.isString()) {
+    const std::string& s = v.toStringRef();
+    k.push_back(-7);
+    k.push_back(static_cast<int64_t>(s.size()));
+    for (size_t i = 0; i < s.size(); i += 8) {
+      int64_t w = 0;
+      std::memcpy(&w, s.data() + i, std::min<size_t>(8, s.size() - i));
+      k.push_back(w);
+    }
+  } else if (v.isDevice()) {
+    k.push_back(-8);
+    k.push_back((static_cast<int64_t>(v.toDevice().type()) << 8) | v.toDevice().index());
+  } else if (v.isGenerator()) {
+    k.push_back(-9);
+  } else if (v.isSymInt()) {
+    auto m = v.toSymInt().maybe_as_int();
+    if (!m) return false;
+    k.push_back(-3);
+    k.push_back(*m);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// ============================ PyTorch's meta functions ============================
+
+at::Tensor to_meta(const at::Tensor& t) {
+  // Wrapped Python numbers stay as they are (type promotion depends on the
+  // wrapped flag). Other CPU 0-d tensors become meta tensors: many meta
+  // functions (index_fill, index_put, ...) reject mixed devices, and the
+  // kernel gets them as device tensors anyway.
+  if (!t.defined() || (t.is_cpu() && t.unsafeGetTensorImpl()->is_wrapped_number())) return t;
+  auto opts = at::TensorOptions().dtype(t.scalar_type()).device(c10::kMeta);
+  at::Tensor m;
+  if (t.storage_offset() == 0) {
+    m = at::empty_strided(t.sizes(), t.strides(), opts);
+  } else {
+    size_t bytes = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(),
+                                                   t.storage_offset());
+    m = at::empty({static_cast<int64_t>(bytes / t.element_size())}, opts)
+            .as_strided(t.sizes(), t.strides(), t.storage_offset());
+  }
+  return m;
+}
+
+c10::IValue ivalue_to_meta(const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(to_meta(t));
+    return out;
+  }
+  if (v.isList()) {
+    auto l = v.toListRef();
+    bool has_tensor = false;
+    for (const auto& e : l) has_tensor |= e.isTensor();
+    if (!has_tensor) return v;
+    c10::List<std::optional<at::Tensor>> out;
+    for (const auto& e : l)
+      out.push_back(e.isTensor() ? std::optional<at::Tensor>(to_meta(e.toTensor())) : std::nullopt);
+    return out;
+  }
+  return v;
+}
+
+OutMeta out_meta(const at::Tensor& t) {
+  OutMeta m;
+  m.defined = t.defined();
+  if (!m.defined) {
+    m.dtype = c10::ScalarType::Undefined;
+    m.offset = 0;
+    return m;
+  }
+  m.dtype = t.scalar_type();
+  m.sizes.assign(t.sizes().begin(), t.sizes().end());
+  m.strides.assign(t.strides().begin(), t.strides().end());
+  m.offset = t.storage_offset();
+  return m;
+}
+
+// Contiguous strides for `sizes` into `strides`.
+void contiguous_strides(const c10::SmallVector<int64_t, 6>& sizes, c10::SmallVector<int64_t, 6>* strides) {
+  strides->resize(sizes.size());
+  int64_t st = 1;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    (*strides)[d] = st;
+    st *= std::max<int64_t>(sizes[d], 1);
+  }
+}
+
+// geqrf, as LAPACK (and CPU) lays it out: a is input-shaped with each matrix
+// column-major, tau is [..., min(m, n)] contiguous.
+std::shared_ptr<MetaEntry> geqrf_layouts(const at::Tensor& self) {
+  TORCH_CHECK(self.dim() >= 2, "geqrf: input must have at least 2 dimensions.");
+  auto entry = std::make_shared<MetaEntry>();
+  int64_t nd = self.dim(), m = self.size(nd - 2), n = self.size(nd - 1);
+  OutMeta a, tau;
+  a.defined = tau.defined = true;
+  a.dtype = tau.dtype = self.scalar_type();
+  a.offset = tau.offset = 0;
+  a.sizes.assign(self.sizes().begin(), self.sizes().end());
+  a.strides.resize(nd);
+  a.strides[nd - 2] = 1;
+  a.strides[nd - 1] = std::max<int64_t>(m, 1);
+  int64_t st = std::max<int64_t>(m * n, 1);
+  for (int64_t d = nd - 3; d >= 0; --d) {
+    a.strides[d] = st;
+    st *= std::max<int64_t>(self.size(d), 1);
+  }
+  tau.sizes.assign(self.sizes().begin(), self.sizes().end() - 2);
+  tau.sizes.push_back(std::min(m, n));
+  contiguous_strides(tau.sizes, &tau.strides);
+  entry->rets.push_back({a});
+  entry->rets.push_back({tau});
+  return entry;
+}
+
+// Every return as empty_like(self), contiguous.
+std::shared_ptr<MetaEntry> like_self_layouts(const OpInfo& info, const at::Tensor& self) {
+  auto entry = std::make_shared<MetaEntry>();
+  OutMeta m;
+  m.defined = true;
+  m.dtype = self.scalar_type();
+  m.sizes.assign(self.sizes().begin(), self.sizes().end());
+  contiguous_strides(m.sizes, &m.strides);
+  m.offset = 0;
+  for (size_t r = 0; r < info.rets.size(); ++r) entry->rets.push_back({m});
+  return entry;
+}
+
+// Thrown (and caught below) when PyTorch cannot give output shapes without
+// the data: no meta function, or a data-dependent one.
+struct NoMeta {
+  std::string why;
+};
+
+std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo& info,
+                                    at::ArrayRef<c10::IValue> args) {
+  if (info.meta_via == OpInfo::MetaVia::kGeqrf) return geqrf_layouts(args[0].toTensor());
+  if (info.meta_via == OpInfo::MetaVia::kLikeSelf) return like_self_layouts(info, args[0].toTensor());
+  torch::jit::Stack meta_stack;
+  meta_stack.reserve(args.size() + 1);
+  for (const auto& a : args) meta_stack.push_back(ivalue_to_meta(a));
+  const c10::OperatorHandle* meta_op = &op;
+  if (info.meta_via == OpInfo::MetaVia::kConvolution) {
+    // convolution_overrideable(input, weight, bias, ...) has convolution's arguments.
+    static const c10::OperatorHandle conv = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+    meta_op = &conv;
+  } else if (info.meta_via == OpInfo::MetaVia::kPowScalarOut) {
+    static const c10::OperatorHandle pow_ts =
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::pow", "Tensor_Scalar");
+    meta_op = &pow_ts;
+    meta_stack.pop_back();  // the out argument
+  } else if (info.meta_via == OpInfo::MetaVia::kConvolutionBackward) {
+    // convolution_backward adds bias_sizes after weight: [out_channels].
+    static const c10::OperatorHandle conv_bwd =
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+    meta_op = &conv_bwd;
+    const at::Tensor& w = args[2].toTensor();
+    bool transposed = args[6].toBool();
+    int64_t groups = args[8].toInt();
+    int64_t out_channels = transposed ? w.size(1) * groups : w.size(0);
+    meta_stack.insert(meta_stack.begin() + 3, c10::IValue(std::vector<int64_t>{out_channels}));
+  }
+  try {
+    meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  } catch (const c10::NotImplementedError& e) {
+    throw NoMeta{e.what_without_backtrace()};
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    if (msg.find("meta tensor") != std::string::npos || msg.find("Meta") != std::string::npos ||
+        msg.find("data-dependent") != std::string::npos)
+      throw NoMeta{msg};
+    throw;
+  }
+  auto entry = std::make_shared<MetaEntry>();
+  for (size_t r = 0; r < info.rets.size(); ++r) {
+    const c10::IValue& v = meta_stack[r];
+    c10::SmallVector<OutMeta, 1> outs;
+    if (v.isTensor() || v.isNone()) {
+      outs.push_back(out_meta(v.isTensor() ? v.toTensor() : at::Tensor()));
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) outs.push_back(out_meta(t));
+    }
+    entry->rets.push_back(std::move(outs));
+  }
+  return entry;
+}
+
+// First call of a direct structured op with this signature: PyTorch's own
+// structured wrapper runs (C++ meta with all its checks, allocation, then our
+// .out kernel), and the output layout is remembered only if it succeeded.
+void run_structured_wrapper(const Call& c, bool cacheable, uint64_t h, const std::vector<int64_t>& key) {
+  c.op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *c.stack);
+  if (!cacheable) return;
+  auto entry = std::make_shared<MetaEntry>();
+  entry->key = key;
+  const size_t nrets = c.info.rets.size();
+  for (size_t r = 0; r < nrets; ++r) {
+    const c10::IValue& v = (*c.stack)[c.stack->size() - nrets + r];
+    entry->rets.push_back({out_meta(v.isTensor() ? v.toTensor() : at::Tensor())});
+  }
+  remember_layout(h, std::move(entry));
+}
+
+// ================================ allocation ================================
+
+// Places meta's sizes/strides on a written output whose shape differs (an
+// out= tensor of another shape is resized, as at::native::resize_output does).
+// A written tensor of the right shape keeps its strides: it may be a strided
+// view, and meta (or the functional twin used for pow's out=) may report a
+// contiguous layout for it.
+void apply_layout(const at::Tensor& t, const OutMeta& m) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (impl->sizes().equals(m.sizes)) return;
+  size_t need = at::detail::computeStorageNbytes(m.sizes, m.strides, t.element_size(), t.storage_offset());
+  c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
+  if (need > st->nbytes()) resize_storage_bytes(st, need);
+  impl->set_sizes_and_strides(m.sizes, m.strides);
+}
+
+// A view of `base`'s storage with meta's layout; dtype-changing views
+// (view_as_complex, view_as_real) get a TensorImpl of meta's dtype.
+at::Tensor make_view(const at::Tensor& base, const OutMeta& m) {
+  if (!m.defined) return at::Tensor();
+  if (m.dtype == base.scalar_type()) return at::native::as_strided_tensorimpl(base, m.sizes, m.strides, m.offset);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
+                                                   base.key_set(), c10::scalarTypeToTypeMeta(m.dtype));
+  impl->set_sizes_and_strides(m.sizes, m.strides, m.offset);
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor make_fresh(const OutMeta& m) {
+  return m.defined ? empty_tpu(m.sizes, m.strides, m.dtype) : at::Tensor();
+}
+
+}  // namespace
+
+// ================================ the stage ================================
+
+bool answer_pow_without_kernel(const Call& c) {
+  if (c.info.num_args != 3) return false;
+  // As ATen's pow_out: x ** 0 fills 1 and x ** 1 copies, for every dtype
+  // (bool ** True is bool, no kernel runs).
+  const c10::IValue& e = c.arg(1);
+  bool zero = (e.isBool() && !e.toBool()) || (e.isInt() && e.toInt() == 0) || (e.isDouble() && e.toDouble() == 0.0);
+  bool one = (e.isBool() && e.toBool()) || (e.isInt() && e.toInt() == 1) || (e.isDouble() && e.toDouble() == 1.0);
+  if (!zero && !one) return false;
+  at::Tensor self = c.arg(0).toTensor();
+  at::Tensor out = c.arg(2).toTensor();
+  at::native::resize_output(out, self.sizes());
+  if (zero) out.fill_(1);
+  else out.copy_(self);
+  torch::jit::drop(*c.stack, c.info.num_args);
+  c.stack->push_back(std::move(out));
+  return true;
+}
+
+void settle_repeat_interleave_size(const Call& c) {
+  if (c.info.num_args == 2 && c.arg(1).isNone() && c.arg(0).isTensor()) {
+    // The output size depends on the data: sum the repeats on the device,
+    // wait for it, and continue with an explicit output_size.
+    const at::Tensor& rep = c.arg(0).toTensor();
+    int64_t total = rep.numel() == 0 ? 0 : rep.sum().item<int64_t>();
+    c.arg(1) = c10::IValue(total);
+  }
+}
+
+std::shared_ptr<const MetaEntry> output_layouts(const Call& c, std::vector<int64_t>& key) {
+  const OpInfo& info = c.info;
+  at::ArrayRef<c10::IValue> args = c.args();
+  key.push_back(reinterpret_cast<intptr_t>(&info));
+  bool cacheable = true;
+  for (const auto& a : args)
+    if (!key_ivalue(key, a)) {
+      cacheable = false;
+      break;
+    }
+  std::shared_ptr<const MetaEntry> meta;
+  uint64_t h = 0;
+  if (cacheable) {
+    h = hash_words(key);
+    std::shared_ptr<const MetaEntry>& slot = t_meta_slots[h & 255];
+    if (slot && slot->key == key) {
+      meta = slot;
+    } else {
+      std::lock_guard<std::mutex> lock(g_meta_mu);
+      auto it = g_meta.find(h);
+      if (it != g_meta.end() && it->second->key == key) meta = it->second;
+      if (meta) slot = meta;
+    }
+  }
+  if (meta) {
+    g_meta_hits.fetch_add(1, std::memory_order_relaxed);
+    return meta;
+  }
+  g_meta_misses.fetch_add(1, std::memory_order_relaxed);
+  if (info.direct) {
+    run_structured_wrapper(c, cacheable, h, key);
+    return nullptr;
+  }
+  std::shared_ptr<MetaEntry> fresh;
+  try {
+    fresh = run_meta(c.op, info, args);
+  } catch (const NoMeta& e) {
+    // An op that returns nothing and only writes its arguments (for
+    // example _cummax_helper(self, values!, indices!, dim)): its callers
+    // have sized the written tensors already, so no shapes are needed.
+    if (!info.rets.empty())
+      throw Unsupported{"has output shapes that depend on the data",
+                        c10::str(c.name, ": the tpu device cannot run this operator because its output shape "
+                                 "cannot be computed without the data (", e.why, "). Set "
+                                 "TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow).")};
+    fresh = std::make_shared<MetaEntry>();
+  }
+  if (cacheable) {
+    fresh->key = key;
+    remember_layout(h, fresh);
+  }
+  return fresh;
+}
+
+void make_outputs(const Call& c, const MetaEntry& meta, Outputs* out) {
+  const OpInfo& info = c.info;
+  for (size_t r = 0; r < info.rets.size(); ++r) {
+    const RetInfo& ri = info.rets[r];
+    const auto& metas = meta.rets[r];
+    if (ri.kind == RetKind::kWritten) {
+      const c10::IValue& a = c.arg(ri.arg);
+      if (ri.is_list) {
+        size_t k = 0;
+        for (const at::Tensor& t : a.toTensorList()) {
+          if (k < metas.size()) apply_layout(t, metas[k]);
+          out->kernel_outs.push_back(t);
+          ++k;
+        }
+      } else {
+        apply_layout(a.toTensor(), metas[0]);
+        out->kernel_outs.push_back(a.toTensor());
+      }
+      out->results.push_back(a);
+    } else if (ri.kind == RetKind::kView) {
+      const c10::IValue& a = c.arg(ri.arg);
+      const at::Tensor& base = a.isTensor() ? a.toTensor() : a.toTensorList().get(0);
+      if (ri.is_list) {
+        c10::List<at::Tensor> views;
+        for (const OutMeta& m : metas) views.push_back(make_view(base, m));
+        out->results.push_back(std::move(views));
+      } else {
+        out->results.push_back(make_view(base, metas[0]));
+      }
+    } else if (ri.is_list) {  // fresh
+      c10::List<at::Tensor> outs;
+      for (const OutMeta& m : metas) {
+        at::Tensor t = make_fresh(m);
+        out->kernel_outs.push_back(t);
+        outs.push_back(t);
+      }
+      out->results.push_back(std::move(outs));
+    } else {
+      at::Tensor t = make_fresh(metas[0]);
+      out->kernel_outs.push_back(t);
+      out->results.push_back(std::move(t));
+    }
+  }
+}
+
+}  // namespace fallback
+
+MetaCacheStats meta_cache_stats() {
+  using namespace fallback;
+  std::lock_guard<std::mutex> lock(g_meta_mu);
+  return {g_meta_hits.load(), g_meta_misses.load(), g_meta.size()};
+}
+
+}  // namespace torch_tpu
