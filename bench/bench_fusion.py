@@ -1,4 +1,4 @@
-"""DeferAndFuse benchmarks (runtime/exec/fuse.c), loaded by bench/run.py (BENCHES below), or run alone:
+"""DeferAndFuse benchmarks (runtime/exec/defer/, runtime/compiler/), loaded by bench/run.py (BENCHES below), or run alone:
     python bench/bench_fusion.py [--runs 5]
 which also prints the achieved bytes/s of the fused chain as a fraction of the copy bandwidth measured
 in the same run (a device-to-device copy of the same bytes).

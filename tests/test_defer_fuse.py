@@ -1,8 +1,8 @@
-"""DeferAndFuse (runtime/exec/fuse.c): ops are recorded, chains of elementwise ops run as one kernel at
+"""DeferAndFuse (runtime/exec/defer/, rules in runtime/compiler/fuse_plan.c): ops are recorded, chains of elementwise ops run as one kernel at
 sync points, and every result is exactly Strict's.
 
 Kernel counts come from torch_tpu._C._fusion_stats() (kernels launched at materialization: one per fused
-chain plus one per unfused op); the rules that decide them are written at the top of runtime/exec/fuse.c.
+chain plus one per unfused op); the rules that decide them are written at the top of runtime/compiler/fuse_plan.c.
 """
 import contextlib
 import copy

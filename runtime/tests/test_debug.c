@@ -1,4 +1,4 @@
-/* Debug mode's checks (exec/debug.c): guarded allocations, a kernel writing
+/* Debug mode's checks (exec/debug/): guarded allocations, a kernel writing
  * past its buffer / reading freed memory / writing into the alignment pad,
  * host code reading freed device memory, the quarantine and its budget, and
  * the NaN/Inf check. Each violation must come back as a status naming the op,

@@ -1,4 +1,4 @@
-/* DeferAndFuse (exec/fuse.c): a fused chain gives exactly the unfused (Strict)
+/* DeferAndFuse (exec/defer, compiler/fuse_plan.c): a fused chain gives exactly the unfused (Strict)
  * results; dead intermediates are skipped and live ones written; views that
  * alias without being identical cut the chain; errors surface at sync. */
 #include <math.h>

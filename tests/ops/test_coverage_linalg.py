@@ -1,4 +1,4 @@
-"""Dense linear algebra on the device (runtime/ops/linalg/cov_dense.c) against PyTorch CPU: LU (factor,
+"""Dense linear algebra on the device (runtime/ops/linalg/: lu.c, cholesky.c, triangular.c, qr.c, eigh.c, svd.c) against PyTorch CPU: LU (factor,
 solve with left/adjoint, unpack, inverse, det, slogdet), Cholesky (factor, inverse, solve), triangular
 solves, QR (geqrf conventions, householder_product, ormqr), symmetric eigen and SVD (values against
 CPU, vectors by reconstruction since their signs are not unique), batched and broadcast, float32 and

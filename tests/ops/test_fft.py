@@ -5,7 +5,7 @@ through rfft/irfft/fft; the complex elementwise kernels (arithmetic with real an
 abs/angle/sgn, complex()/polar(), lazy conj views through copies and matmul), data movement (cat, flip,
 roll, indexing), a rotary embedding written with complex numbers, and linalg.eig/eigvals (eigenvalues in
 CPU's order, eigenvectors up to phase, gradients). Kernels: runtime/ops/fft/,
-runtime/ops/elementwise/ew_complex.c, runtime/ops/index/index_complex.c, runtime/ops/linalg/linalg_complex.c."""
+runtime/ops/elementwise/ew_complex.c, runtime/ops/index/index_complex.c, runtime/ops/linalg/complex.c."""
 import pytest
 import torch
 

@@ -1,8 +1,8 @@
 """The eager execution modes of the tpu device and how a program selects them.
 
 Modes: STRICT (default: ops queued one by one, asynchronously), DEBUG (synchronous and checked: every
-index bounds-checked, device memory guarded, optional NaN/Inf check; see runtime/exec/debug.c),
-DEFER_AND_FUSE (ops recorded, fused and run at sync points; see runtime/exec/fuse.c).
+index bounds-checked, device memory guarded, optional NaN/Inf check; see runtime/exec/debug/),
+DEFER_AND_FUSE (ops recorded, fused and run at sync points; see runtime/exec/defer/ and the rules in runtime/compiler/fuse_plan.c).
 
 Selecting a mode:
     TORCH_TPU_EAGER_MODE=strict|debug|defer_and_fuse     per process, read at start-up (here only)
@@ -161,7 +161,7 @@ def _mode_from_env(explicit="", defer_and_fuse=False, launch_blocking=False):
 
 def _init_from_env():
     """Applies TORCH_TPU_EAGER_MODE / TORCH_TPU_DEFER_AND_FUSE at start-up (called by torch_tpu); a bad
-    value is warned about and ignored. TPU_LAUNCH_BLOCKING is the runtime's (runtime/exec/device.c reads
+    value is warned about and ignored. TPU_LAUNCH_BLOCKING is the runtime's (runtime/exec/mode.c reads
     it and starts in DEBUG): it is asked, never read again here, and only when one of ours is set, so
     that importing does not start the runtime."""
     explicit = os.environ.get(ENV_MODE, "")

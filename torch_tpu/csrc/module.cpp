@@ -143,7 +143,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_device_info", &device_info, py::arg("device") = -1);
 
-  // ---- Debug mode (runtime/exec/debug.c) ----
+  // ---- Debug mode (runtime/exec/debug/) ----
   m.def("_debug_set_nan_check", [](int mode) { tpurt_debug_set_nan_check(mode); });
   m.def("_debug_get_nan_check", [] { return tpurt_debug_nan_check(); });
   m.def("_debug_stats", [] {
@@ -188,7 +188,7 @@ PYBIND11_MODULE(_C, m) {
         torch_tpu::check_status(s, "aten::_debug_touch");
       },
       py::arg("ptr"), py::arg("nbytes"), py::arg("write") = false);
-  // DeferAndFuse statistics and switches (runtime/exec/fuse.c).
+  // DeferAndFuse statistics and switches (runtime/exec/defer/fuse_run.c).
   m.def("_fusion_stats", [] {
     tpurt_fuse_stats_t st;
     tpurt_fuse_stats_get(&st);

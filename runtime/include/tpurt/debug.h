@@ -1,5 +1,5 @@
 /* tpurt Debug mode: the switches and counters of its checks (the checks
- * themselves are in exec/debug.c; device.h's tpurt_exec_mode_set selects the
+ * themselves are in exec/debug/; device.h's tpurt_exec_mode_set selects the
  * mode). In Debug mode every kernel runs synchronously; indices are
  * bounds-checked; device memory allocated in Debug mode is guarded (a guard
  * page on each side, freed memory quarantined with no access), so a kernel or
