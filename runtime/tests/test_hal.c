@@ -1,6 +1,9 @@
 /* The HAL and the base helpers under it: the range allocator that carves HBM,
- * the vtpu and null drivers, byte-count parsing/formatting. */
+ * the vtpu and null drivers (memory, and execution: queues, commands, timelines,
+ * errors, synchronous dispatch), byte-count parsing/formatting. */
 #include <string.h>
+
+#include <stdatomic.h>
 
 #include "base/bytes.h"
 #include "base/range_alloc.h"
@@ -89,9 +92,113 @@ static void test_drivers(void) {
   drv->device_destroy(d);
 }
 
+/* ---- execution through the HAL, below exec/: queues, commands, timelines ---- */
+
+static _Atomic int g_order[16];
+static _Atomic int g_n;
+static void note(int v) { g_order[atomic_fetch_add(&g_n, 1) & 15] = v; }
+
+static tpurt_status_t k_note(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  note((int)call->args[0].v.i);
+  return call->args[0].v.i < 0 ? TPURT_STATUS(INVALID_ARGUMENT, "negative %d", (int)call->args[0].v.i) : TPURT_OK;
+}
+static tpurt_status_t call_note(void* user, tpurt_kernel_ctx_t* ctx) {
+  note((int)(intptr_t)user);
+  return tpurt_kernel_num_threads(ctx) >= 1 ? TPURT_OK : TPURT_STATUS(INTERNAL, "no context");
+}
+static tpurt_status_t host_fail(void* user) {
+  note((int)(intptr_t)user);
+  return TPURT_STATUS(UNAVAILABLE, "host call %d failed", (int)(intptr_t)user);
+}
+static uint64_t g_signal_value, g_signal_time;
+static void signalled(void* user, tpurt_hal_queue_t* q, uint64_t value, uint64_t time_ns) {
+  g_signal_value = value;
+  g_signal_time = time_ns;
+}
+static _Atomic int g_done;
+static void done_cb(void* user) { atomic_fetch_add(&g_done, 1); }
+
+static void test_execution(void) {
+  const tpurt_hal_driver_t* drv = tpurt_hal_driver_find("vtpu");
+  tpurt_hal_device_t* d = NULL;
+  tpurt_hal_device_params_t params = {.index = 0, .hbm_bytes = 4 << 20, .num_threads = 2};
+  CHECK_OK(drv->device_create(&params, &d));
+  if (!d) return;
+  tpurt_hal_queue_t *q = NULL, *q2 = NULL;
+  tpurt_hal_queue_params_t qp = {.id = 1};
+  CHECK_OK(drv->queue_create(d, &qp, &q));
+  qp.id = 2;
+  CHECK_OK(drv->queue_create(d, &qp, &q2));
+  if (!q || !q2) return;
+  CHECK(!drv->queue_is_current(q) && drv->queue_completed(q) == 0);
+  void* mem = NULL;
+  CHECK_OK(drv->memory_alloc(d, 1 << 20, &mem));
+  memset(mem, 1, 1 << 19);
+  atomic_store(&g_n, 0);
+  /* The caller picks each command's timeline value; the call record is
+   * copied, so the caller's may go away at once. */
+  uint64_t v = 0;
+  for (int i = 0; i < 3; ++i) {
+    tpurt_arg_t arg = {.kind = TPURT_ARG_INT, .v.i = i == 1 ? -1 : i};
+    tpurt_op_call_t call = {.name = "note", .overload = "", .num_args = 1, .args = &arg};
+    tpurt_hal_command_t c = {.kind = TPURT_HAL_COMMAND_DISPATCH, .value = ++v, .u.dispatch = {k_note, &call},
+                             .done = done_cb};
+    CHECK_OK(drv->queue_submit(q, &c));
+  }
+  tpurt_hal_command_t copy = {.kind = TPURT_HAL_COMMAND_COPY, .value = ++v,
+                              .u.copy = {(uint8_t*)mem + (1 << 19), mem, 1 << 19}};
+  CHECK_OK(drv->queue_submit(q, &copy));
+  tpurt_hal_command_t call = {.kind = TPURT_HAL_COMMAND_CALL, .value = ++v, .u.call = {.fn = call_note, .user = (void*)7}};
+  CHECK_OK(drv->queue_submit(q, &call));
+  tpurt_hal_command_t host = {.kind = TPURT_HAL_COMMAND_CALL, .value = ++v, .u.call = {.host_fn = host_fail, .user = (void*)8}};
+  CHECK_OK(drv->queue_submit(q, &host));
+  tpurt_hal_command_t sig = {.kind = TPURT_HAL_COMMAND_SIGNAL, .value = ++v, .u.signal = {signalled, NULL}};
+  CHECK_OK(drv->queue_submit(q, &sig));
+  /* q2 waits for q's last value before its own command. */
+  tpurt_hal_command_t wait = {.kind = TPURT_HAL_COMMAND_WAIT, .value = 1, .u.wait = {q, v}};
+  CHECK_OK(drv->queue_submit(q2, &wait));
+  tpurt_hal_command_t after = {.kind = TPURT_HAL_COMMAND_CALL, .value = 2, .u.call = {.fn = call_note, .user = (void*)9}};
+  CHECK_OK(drv->queue_submit(q2, &after));
+  drv->queue_wait(q2, 2);
+  CHECK(drv->queue_completed(q) == v && drv->queue_completed(q2) == 2);
+  CHECK(atomic_load(&g_n) == 6 && g_order[0] == 0 && g_order[1] == -1 && g_order[2] == 2 && g_order[3] == 7 &&
+        g_order[4] == 8 && g_order[5] == 9);
+  CHECK(atomic_load(&g_done) == 3 && g_signal_value == v && g_signal_time > 0);
+  CHECK(((uint8_t*)mem)[(1 << 19) + 5] == 1 && ((uint8_t*)mem)[(1 << 20) - 1] == 1);
+  /* The first error, named after the op, is taken once; the host call's came later. */
+  tpurt_status_t s = drv->queue_take_error(q);
+  CHECK(tpurt_status_code(s) == TPURT_STATUS_INVALID_ARGUMENT && strstr(tpurt_status_message(s), "aten::note") &&
+        strstr(tpurt_status_message(s), "negative -1"));
+  tpurt_status_free(s);
+  CHECK(drv->queue_take_error(q) == NULL && drv->queue_take_error(q2) == NULL);
+  /* Synchronous dispatch runs on the calling thread. */
+  tpurt_arg_t arg = {.kind = TPURT_ARG_INT, .v.i = 11};
+  tpurt_op_call_t sc = {.name = "note", .overload = "", .num_args = 1, .args = &arg};
+  CHECK_OK(drv->dispatch_sync(d, k_note, &sc, false));
+  CHECK(atomic_load(&g_n) == 7 && g_order[6] == 11);
+  /* An executable loads from a descriptor only (a bad one is refused). */
+  tpurt_hal_executable_t* exe = NULL;
+  tpurt_hal_executable_params_t ep = {.struct_size = sizeof ep, .format = TPURT_HAL_EXECUTABLE_HOST_ELF, .fd = -1};
+  CHECK_STATUS(drv->executable_load(d, &ep, &exe), INVALID_ARGUMENT);
+  drv->memory_free(d, mem, 1 << 20);
+  drv->queue_destroy(q2);
+  drv->queue_destroy(q);
+  drv->device_destroy(d);
+
+  /* The null driver, the template: every execution slot answers UNIMPLEMENTED. */
+  const tpurt_hal_driver_t* nd = tpurt_hal_driver_find("null");
+  tpurt_hal_queue_t* nq = NULL;
+  CHECK_STATUS(nd->queue_create(NULL, &qp, &nq), UNIMPLEMENTED);
+  CHECK_STATUS(nd->queue_submit(NULL, &call), UNIMPLEMENTED);
+  CHECK_STATUS(nd->dispatch_sync(NULL, k_note, &sc, false), UNIMPLEMENTED);
+  CHECK_STATUS(nd->executable_load(NULL, &ep, &exe), UNIMPLEMENTED);
+  CHECK(nd->struct_size == sizeof(tpurt_hal_driver_t) && nd->version == TPURT_HAL_VERSION);
+}
+
 int main(void) {
   test_range_alloc();
   test_bytes();
   test_drivers();
+  test_execution();
   return test_finish("test_hal");
 }
