@@ -241,14 +241,16 @@ static tpurt_status_t chain_prepare(chain_t* ch) {
   }
   /* Broadcast strides (bytes) over the output shape, then drop size-1 dims
    * and coalesce dims that are one run for every memory operand. */
+  /* Only [k][i][0, snd) of the members' operands is written and read (a
+   * 16 KiB memset of the whole array was most of a small chain's setup). */
   int64_t full[TPURT_FUSE_MAX_OPS][FUSE_MAX_OPERANDS][TPURT_MAX_DIMS];
-  memset(full, 0, sizeof(full));
   for (int k = 0; k < ch->n; ++k) {
     const tpurt_ew_config_t* c = ch->cfg[k];
     for (int i = 0; i <= c->num_inputs; ++i) {
       const tpurt_tensor_t* t = c->tensors[i];
       int off = snd - t->ndim;
       int64_t is = (int64_t)tpurt_dtype_size(t->dtype);
+      for (int d = 0; d < off; ++d) full[k][i][d] = 0; /* broadcast leading dims */
       for (int d = 0; d < t->ndim; ++d)
         full[k][i][off + d] = t->sizes[d] == 1 ? 0 : t->strides[d] * is;
     }
