@@ -66,36 +66,50 @@ static int32_t root(const tpurt_graph_t* g, int32_t b) {
   return b;
 }
 
+/* The open buffers are pairwise disjoint and kept sorted by address, so the
+ * ones a range overlaps are one run of the array, found by binary search. */
+static int32_t first_open_ending_after(const tpurt_graph_t* g, uintptr_t lo) {
+  int32_t a = 0, b = g->num_open;
+  while (a < b) {
+    int32_t m = (a + b) / 2;
+    if (g->buffers[g->open[m]].bytes.hi <= lo) a = m + 1;
+    else b = m;
+  }
+  return a;
+}
+
+/* Drops open[i, j) from the open list. */
+static void open_remove(tpurt_graph_t* g, int32_t i, int32_t j) {
+  if (j <= i) return;
+  memmove(g->open + i, g->open + j, sizeof(int32_t) * (size_t)(g->num_open - j));
+  g->num_open -= j - i;
+}
+
 int32_t tpurt_graph_buffer_at(tpurt_graph_t* g, tpurt_graph_range_t r) {
   if (r.lo == r.hi || g->oom) return -1;
   /* Tensors of one allocation overlap, tensors of two never do: joining the
-   * open buffers r overlaps (until none more joins, as the hull grows) gives
-   * each allocation's live values one buffer. */
-  int32_t found = -1;
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int32_t i = 0; i < g->num_open; ++i) {
-      int32_t b = g->open[i];
-      if (b == found || !tpurt_graph_ranges_overlap(r, g->buffers[b].bytes)) continue;
-      tpurt_graph_range_t* h = &g->buffers[b].bytes;
-      if (h->lo < r.lo) r.lo = h->lo;
-      if (h->hi > r.hi) r.hi = h->hi;
-      if (found < 0) {
-        found = b;
-      } else {
-        g->buffers[b].parent = found;
-        g->open[i--] = g->open[--g->num_open];
-      }
-      changed = true;
-    }
-  }
-  if (found < 0) {
+   * open buffers r overlaps gives each allocation's live values one buffer.
+   * The joined hull cannot reach a neighbour: the one before ends at or
+   * before r.lo and before the first joined one starts, the one after
+   * mirrors it. */
+  int32_t i = first_open_ending_after(g, r.lo), j = i;
+  while (j < g->num_open && g->buffers[g->open[j]].bytes.lo < r.hi) ++j;
+  if (j == i) { /* a new allocation */
     if (!GROW(g, open, num_open, cap_open, 1)) return -1;
-    found = tpurt_graph_add_buffer(g, r.lo, r.hi);
-    if (found < 0) return -1;
-    g->open[g->num_open++] = found;
+    int32_t b = tpurt_graph_add_buffer(g, r.lo, r.hi);
+    if (b < 0) return -1;
+    memmove(g->open + i + 1, g->open + i, sizeof(int32_t) * (size_t)(g->num_open - i));
+    g->open[i] = b;
+    g->num_open++;
+    return b;
   }
-  g->buffers[found].bytes = r;
+  int32_t found = g->open[i];
+  tpurt_graph_range_t* h = &g->buffers[found].bytes;
+  if (r.lo < h->lo) h->lo = r.lo;
+  for (int32_t k = i + 1; k < j; ++k) g->buffers[g->open[k]].parent = found;
+  tpurt_graph_range_t last = g->buffers[g->open[j - 1]].bytes;
+  h->hi = r.hi > last.hi ? r.hi : last.hi;
+  open_remove(g, i + 1, j);
   return found;
 }
 
@@ -139,20 +153,17 @@ int32_t tpurt_graph_add_free(tpurt_graph_t* g, int32_t buffer) {
   buffer = root(g, buffer);
   g->nodes[n].buffer = buffer;
   if (g->buffers[buffer].freed_at == INT32_MAX) g->buffers[buffer].freed_at = n;
-  for (int32_t i = 0; i < g->num_open; ++i)
-    if (g->open[i] == buffer) g->open[i--] = g->open[--g->num_open];
+  int32_t i = first_open_ending_after(g, g->buffers[buffer].bytes.lo);
+  if (i < g->num_open && g->open[i] == buffer) open_remove(g, i, i + 1);
   return n;
 }
 
 int32_t tpurt_graph_add_free_range(tpurt_graph_t* g, tpurt_graph_range_t r) {
   int32_t n = tpurt_graph_add_node(g, TPURT_GRAPH_FREE, NULL, NULL, NULL, 0, NULL, 0);
   if (n < 0) return n;
-  for (int32_t i = 0; i < g->num_open; ++i) {
-    int32_t b = g->open[i];
-    if (!tpurt_graph_ranges_overlap(r, g->buffers[b].bytes)) continue;
-    g->buffers[b].freed_at = n;
-    g->open[i--] = g->open[--g->num_open];
-  }
+  int32_t i = first_open_ending_after(g, r.lo), j = i;
+  for (; j < g->num_open && g->buffers[g->open[j]].bytes.lo < r.hi; ++j) g->buffers[g->open[j]].freed_at = n;
+  open_remove(g, i, j);
   return n;
 }
 
