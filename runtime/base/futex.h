@@ -16,6 +16,11 @@ static inline void tpurt_futex_wait(_Atomic uint32_t* word, uint32_t expected) {
   syscall(SYS_futex, (uint32_t*)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
 }
 
+/* The same, giving up after `ns` nanoseconds. */
+static inline void tpurt_futex_wait_ns(_Atomic uint32_t* word, uint32_t expected, uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  syscall(SYS_futex, (uint32_t*)word, FUTEX_WAIT_PRIVATE, expected, &ts, NULL, 0);
+}
 static inline void tpurt_futex_wake(_Atomic uint32_t* word, int count) {
   syscall(SYS_futex, (uint32_t*)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
 }

@@ -98,3 +98,13 @@ const char* tpurt_status_code_name(tpurt_status_code_t code) {
 void tpurt_status_free(tpurt_status_t status) {
   if (status && !status->is_static) free(status);
 }
+
+tpurt_status_t tpurt_status_copy(tpurt_status_t status) {
+  if (!status) return TPURT_OK;
+  if (status->is_static) return status;
+  size_t n = strlen(status->message);
+  struct tpurt_status_s* s = malloc(sizeof(*s) + n + 1);
+  if (!s) return &g_oom_status.s;
+  memcpy(s, status, sizeof(*s) + n + 1);
+  return s;
+}

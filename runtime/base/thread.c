@@ -1,8 +1,36 @@
-/* Runtime threads: signals blocked, named. */
+/* Runtime threads: signals blocked, named; the host's threads: issuer
+ * tokens and the host hooks (tpurt/device.h). */
 #include "base/thread.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
+
+#include "tpurt/device.h"
+
+static _Atomic(bool (*)(void)) g_thread_shared;
+static _Atomic(tpurt_status_t (*)(void)) g_interrupted;
+static _Atomic uint64_t g_next_issuer = 1;
+static _Thread_local uint64_t tls_issuer;
+static _Thread_local bool tls_issuer_set;
+
+void tpurt_set_host_hooks(const tpurt_host_hooks_t* hooks) {
+  atomic_store(&g_thread_shared, hooks ? hooks->thread_is_shared : NULL);
+  atomic_store(&g_interrupted, hooks ? hooks->interrupted : NULL);
+}
+
+uint64_t tpurt_thread_issuer(void) {
+  if (TPURT_LIKELY(tls_issuer_set)) return tls_issuer;
+  bool (*shared)(void) = atomic_load(&g_thread_shared);
+  tls_issuer = shared && shared() ? 0 : atomic_fetch_add(&g_next_issuer, 1);
+  tls_issuer_set = true;
+  return tls_issuer;
+}
+
+tpurt_status_t tpurt_host_interrupted(void) {
+  tpurt_status_t (*fn)(void) = atomic_load(&g_interrupted);
+  return fn ? fn() : TPURT_OK;
+}
 
 int tpurt_thread_start(pthread_t* out_thread, void* (*fn)(void*), void* arg, const char* name) {
   sigset_t all, old;

@@ -5,8 +5,21 @@
 #define TPURT_BASE_THREAD_H_
 
 #include <pthread.h>
+#include <stdint.h>
+
+#include "tpurt/base.h"
 
 /* pthread_create's result (0 on success). `name` is cut to 15 characters. */
 int tpurt_thread_start(pthread_t* out_thread, void* (*fn)(void*), void* arg, const char* name);
+
+/* The calling thread's issuer token (never 0), or 0 for a thread whose
+ * errors any thread may take: one the host hooks call shared (a thread
+ * PyTorch's autograd engine runs backward ops on). Commands carry it, so a
+ * kernel's error is raised to the thread that issued it. */
+uint64_t tpurt_thread_issuer(void);
+
+/* Whether the host wants a blocked wait to give up (Ctrl-C): the status to
+ * return (CANCELLED), or OK. Polled by interruptible waits. */
+tpurt_status_t tpurt_host_interrupted(void);
 
 #endif /* TPURT_BASE_THREAD_H_ */

@@ -521,9 +521,50 @@ static void report_free(tpurt_allocator_t* a, void* ptr, void (*freed)(tpurt_que
   if (q) freed(q, ptr, size);
 }
 
+typedef struct retire_t {
+  void* ptr;
+  size_t bytes;
+} retire_t;
+
+static tpurt_status_t retire_run(void* user, tpurt_kernel_ctx_t* ctx) {
+  retire_t* r = user;
+  tpurt_poison_clear(ctx->poison, r->ptr, r->bytes);
+  free(r);
+  return TPURT_OK;
+}
+
+/* A freed block stops being poisoned once its queue has run everything
+ * queued before the free (which may still read it); whoever gets the block
+ * next starts clean. */
+static void retire_poison(tpurt_device_t* d, tpurt_allocator_t* a, void* ptr) {
+  tpurt_poison_t* p = d->driver->device_poison ? d->driver->device_poison(d->hal) : NULL;
+  if (TPURT_LIKELY(!tpurt_poison_armed(p))) return;
+  pthread_mutex_lock(&a->lock);
+  block_t* b = hash_find(a, (uintptr_t)ptr);
+  tpurt_queue_t* q = b ? b->seg->queue : NULL;
+  size_t size = b ? b->size : 0;
+  if (q) tpurt_queue_retain(q);
+  pthread_mutex_unlock(&a->lock);
+  if (!q) return;
+  tpurt_status_t hit = tpurt_poison_check(p, ptr, size);
+  retire_t* r = hit ? malloc(sizeof(*r)) : NULL;
+  if (r) {
+    *r = (retire_t){ptr, size};
+    tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_CALL, .u.call = {.fn = retire_run, .user = r}};
+    pthread_mutex_lock(&q->submit_lock);
+    tpurt_status_t s = tpurt_queue_submit_locked(q, &cmd, NULL);
+    pthread_mutex_unlock(&q->submit_lock);
+    if (s) free(r); /* a CALL is always taken; kept for form */
+    tpurt_status_free(s);
+  }
+  tpurt_status_free(hit);
+  tpurt_queue_release(q);
+}
+
 void tpurt_memory_free(tpurt_device_t* d, void* ptr) {
   if (!d || !ptr || atomic_load_explicit(&tpurt_forked_child, memory_order_relaxed)) return;
   tpurt_allocator_t* a = d->allocator;
+  retire_poison(d, a, ptr);
   void (*freed)(tpurt_queue_t*, void*, size_t) = tpurt_exec_mode_ops()->alloc.freed;
   if (freed) report_free(a, ptr, freed);
   pthread_mutex_lock(&a->lock);

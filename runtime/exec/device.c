@@ -190,8 +190,15 @@ static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
     return TPURT_STATUS(FAILED_PRECONDITION, "%s from the queue's own thread", what);
   /* Queued work may still read/write these bytes: wait for it. A kernel error
    * kept by the queue surfaces here, as at any sync point. */
-  tpurt_queue_wait_point(q, tpurt_queue_point(q));
+  TPURT_RETURN_IF_ERROR(tpurt_queue_wait_point_interruptible(q, tpurt_queue_point(q)));
   TPURT_RETURN_IF_ERROR(tpurt_queue_take_error(q));
+  /* Bytes a failed or dropped command should have written raise its error
+   * when read; bytes the host writes are good again. */
+  tpurt_poison_t* poison = d->driver->device_poison ? d->driver->device_poison(d->hal) : NULL;
+  if (TPURT_UNLIKELY(tpurt_poison_armed(poison))) {
+    if (to_device) tpurt_poison_clear(poison, dst, bytes);
+    else TPURT_RETURN_IF_ERROR(tpurt_poison_check(poison, src, bytes));
+  }
   const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_ops();
   if (TPURT_UNLIKELY(mode->host_copy != NULL))
     return tpurt_status_annotate(mode->host_copy(dst, src, bytes, dev_ptr), "%s", what);

@@ -98,9 +98,10 @@ tpurt_status_t tpurt_event_synchronize(tpurt_event_t* e) {
       return TPURT_STATUS(FAILED_PRECONDITION,
                           "event_synchronize from the recording queue's own thread");
     }
-    tpurt_queue_wait_point(q, point);
+    tpurt_status_t s = tpurt_queue_wait_point_interruptible(q, point);
+    tpurt_queue_release(q);
+    return s;
   }
-  tpurt_queue_release(q);
   return TPURT_OK;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/thread.h"
 #include "exec/allocator.h"
 #include "exec/mode.h"
 #include "hal/call_record.h"
@@ -31,11 +32,32 @@ uint64_t tpurt_queue_next_point_locked(tpurt_queue_t* q) {
   return atomic_load_explicit(&q->submitted, memory_order_relaxed) + 1;
 }
 
+/* Drops what q has not started (pending work included); submit_lock held. */
+static void cancel_locked(tpurt_queue_t* q, tpurt_status_t reason) {
+  flush_locked(q);
+  q->driver->queue_cancel(q->hal, reason);
+}
+
+void tpurt_queue_cancel(tpurt_queue_t* q, tpurt_status_t reason) {
+  pthread_mutex_lock(&q->submit_lock);
+  cancel_locked(q, reason);
+  pthread_mutex_unlock(&q->submit_lock);
+}
+
 tpurt_status_t tpurt_queue_submit_locked(tpurt_queue_t* q, tpurt_hal_command_t* cmd, uint64_t* out_point) {
   flush_locked(q);
   uint64_t point = atomic_load_explicit(&q->submitted, memory_order_relaxed) + 1;
   cmd->value = point;
-  TPURT_RETURN_IF_ERROR(q->driver->queue_submit(q->hal, cmd));
+  if (!cmd->issuer) cmd->issuer = tpurt_thread_issuer();
+  /* Kernels and copies may give up waiting for room (the host interrupted);
+   * a signal, wait or call must be taken (what they release is waited for). */
+  cmd->interruptible = cmd->kind == TPURT_HAL_COMMAND_DISPATCH || cmd->kind == TPURT_HAL_COMMAND_COPY;
+  tpurt_status_t s = q->driver->queue_submit(q->hal, cmd);
+  if (TPURT_UNLIKELY(s != NULL)) {
+    /* Interrupted while the queue was full: the backlog goes too. */
+    if (tpurt_status_code(s) == TPURT_STATUS_CANCELLED) cancel_locked(q, s);
+    return s;
+  }
   atomic_store_explicit(&q->submitted, point, memory_order_release);
   if (out_point) *out_point = point;
   return TPURT_OK;
@@ -44,10 +66,20 @@ tpurt_status_t tpurt_queue_submit_locked(tpurt_queue_t* q, tpurt_hal_command_t* 
 void tpurt_queue_wait_point(tpurt_queue_t* q, uint64_t point) {
   if (tpurt_queue_point_reached(q, point) || tpurt_queue_is_current(q)) return;
   tpurt_queue_flush(q);
-  q->driver->queue_wait(q->hal, point);
+  tpurt_status_free(q->driver->queue_wait(q->hal, point, false));
 }
 
-tpurt_status_t tpurt_queue_take_error(tpurt_queue_t* q) { return q->driver->queue_take_error(q->hal); }
+tpurt_status_t tpurt_queue_wait_point_interruptible(tpurt_queue_t* q, uint64_t point) {
+  if (tpurt_queue_point_reached(q, point) || tpurt_queue_is_current(q)) return TPURT_OK;
+  tpurt_queue_flush(q);
+  tpurt_status_t s = q->driver->queue_wait(q->hal, point, true);
+  if (TPURT_UNLIKELY(s != NULL)) tpurt_queue_cancel(q, s);
+  return s;
+}
+
+tpurt_status_t tpurt_queue_take_error(tpurt_queue_t* q) {
+  return q->driver->queue_take_error(q->hal, tpurt_thread_issuer());
+}
 
 void tpurt_queue_note_free(tpurt_queue_t* q, void* ptr, size_t bytes) {
   /* Only pending work on q can care; none is the common case. */
@@ -211,7 +243,7 @@ tpurt_status_t tpurt_queue_synchronize(tpurt_queue_t* q) {
   if (tpurt_queue_is_current(q))
     return TPURT_STATUS(FAILED_PRECONDITION,
                         "queue_synchronize called from the queue's own thread (a host_fn)");
-  tpurt_queue_wait_point(q, tpurt_queue_point(q));
+  TPURT_RETURN_IF_ERROR(tpurt_queue_wait_point_interruptible(q, tpurt_queue_point(q)));
   tpurt_status_t s = tpurt_queue_take_error(q);
   const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_ops();
   if (!s && TPURT_UNLIKELY(mode->sync_check != NULL)) s = mode->sync_check();

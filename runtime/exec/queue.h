@@ -58,7 +58,13 @@ static inline bool tpurt_queue_is_current(tpurt_queue_t* q) { return q->driver->
 /* Blocks until `point` is reached (pending work is flushed first). Does not
  * touch the kept error. */
 void tpurt_queue_wait_point(tpurt_queue_t* q, uint64_t point);
-/* Returns (and clears) the kept kernel error. */
+/* The same, giving up when the host interrupts (tpurt_host_interrupted):
+ * then q drops the work it has not started and the status is returned. */
+tpurt_status_t tpurt_queue_wait_point_interruptible(tpurt_queue_t* q, uint64_t point);
+/* q drops everything it has not started (pending work included): what it
+ * would have written is poisoned with `reason` (hal.h queue_cancel). */
+void tpurt_queue_cancel(tpurt_queue_t* q, tpurt_status_t reason);
+/* Returns (and clears) the first error of the calling thread's commands. */
 tpurt_status_t tpurt_queue_take_error(tpurt_queue_t* q);
 /* Flushes pending work (any thread about to wait for q). */
 void tpurt_queue_flush(tpurt_queue_t* q);

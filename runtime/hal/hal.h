@@ -31,7 +31,7 @@
 #include "hal/kernel_ctx.h"
 #include "tpurt/kernel.h"
 
-#define TPURT_HAL_VERSION 2u
+#define TPURT_HAL_VERSION 3u
 
 typedef struct tpurt_hal_device_t tpurt_hal_device_t;         /* owned by its driver */
 typedef struct tpurt_hal_queue_t tpurt_hal_queue_t;           /* owned by its device */
@@ -74,6 +74,13 @@ typedef enum tpurt_hal_command_kind_e {
 typedef struct tpurt_hal_command_t {
   uint32_t kind;  /* tpurt_hal_command_kind_t */
   uint64_t value; /* the queue's timeline value once this command is done */
+  /* Who issued it (the thread's token, base/thread.h; 0: anyone): the
+   * queue keeps a command's error for its issuer (queue_take_error). */
+  uint64_t issuer;
+  /* While the queue is full, queue_submit waits for room; with this set it
+   * gives up (CANCELLED, the status tpurt_host_interrupted gives) when the
+   * host interrupts, and the command is not taken. */
+  bool interruptible;
   union {
     struct {
       tpurt_kernel_fn_t fn;
@@ -172,20 +179,36 @@ typedef struct tpurt_hal_driver_t {
   void (*queue_destroy)(tpurt_hal_queue_t* queue);
   /* Appends one command. Submitters serialize (the caller holds its queue's
    * lock); blocks only while the queue has no room. Only a DISPATCH (whose
-   * call record may need memory) can fail; every other command is taken. */
+   * call record may need memory) or an interruptible command can fail;
+   * every other command is taken. */
   tpurt_status_t (*queue_submit)(tpurt_hal_queue_t* queue, const tpurt_hal_command_t* command);
   /* The value of the last command done. Thread-safe, lock-free. */
   uint64_t (*queue_completed)(tpurt_hal_queue_t* queue);
-  /* Blocks until the queue has reached `value` (at once on its own thread). */
-  void (*queue_wait)(tpurt_hal_queue_t* queue, uint64_t value);
-  /* Returns (and clears) the first error a command returned since the last
-   * call, prefixed with the op's name for a kernel. */
-  tpurt_status_t (*queue_take_error)(tpurt_hal_queue_t* queue);
+  /* Blocks until the queue has reached `value` (at once on its own thread).
+   * `interruptible`: returns early with the status tpurt_host_interrupted
+   * (base/thread.h) gives, polled at least every 50 ms. */
+  tpurt_status_t (*queue_wait)(tpurt_hal_queue_t* queue, uint64_t value, bool interruptible);
+  /* Returns (and clears) the first error a command of `issuer` returned
+   * since that issuer's last call (and any error of issuer 0), prefixed with
+   * the op's name for a kernel. Errors belong to their issuer: another
+   * thread's sync does not take them. */
+  tpurt_status_t (*queue_take_error)(tpurt_hal_queue_t* queue, uint64_t issuer);
+  /* Drops every command submitted so far that has not started: a dropped
+   * dispatch or copy does not run and what it would have written is poisoned
+   * with (a copy of) `reason`; a CALL runs with ctx->cancel set so it does
+   * the same; host functions, signals, waits and done callbacks still run.
+   * The command running now finishes. */
+  void (*queue_cancel)(tpurt_hal_queue_t* queue, tpurt_status_t reason);
   /* True on the thread that runs this queue's commands. */
   bool (*queue_is_current)(tpurt_hal_queue_t* queue);
 
+  /* Optional (NULL: not tracked): the device's poisoned memory (hal/poison.h),
+   * which its queues keep; the front layer checks host reads against it. */
+  tpurt_poison_t* (*device_poison)(tpurt_hal_device_t* device);
   /* Runs a kernel now, on the calling thread with the chip's compute threads;
-   * `debug` is what tpurt_kernel_debug reports to it. Unannotated status. */
+   * `debug` is what tpurt_kernel_debug reports to it. Unannotated status.
+   * A call reading poisoned memory does not run and returns that error; one
+   * that runs clears its outputs. */
   tpurt_status_t (*dispatch_sync)(tpurt_hal_device_t* device, tpurt_kernel_fn_t fn,
                                   const tpurt_op_call_t* call, bool debug);
 

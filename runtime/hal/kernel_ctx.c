@@ -92,11 +92,57 @@ tpurt_status_t tpurt_kernel_status_annotate(tpurt_status_t s, const tpurt_op_cal
   return tpurt_status_annotate(s, "aten::%s", name);
 }
 
-tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
-                                       const tpurt_op_call_t* call) {
+/* invoke when something is poisoned or the command was dropped. */
+static tpurt_status_t invoke_guarded(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn, const tpurt_op_call_t* call) {
+  if (ctx->cancel) {
+    tpurt_poison_mark_call(ctx->poison, call, ctx->cancel);
+    return TPURT_OK;
+  }
+  tpurt_status_t in = tpurt_poison_check_call(ctx->poison, call);
+  if (in) {
+    tpurt_poison_mark_call(ctx->poison, call, in);
+    tpurt_status_free(in);
+    return TPURT_OK;
+  }
   tpurt_status_t s = fn(ctx, call);
   if (ctx->scratch) tpurt_scratch_reset(ctx->scratch);
-  return tpurt_kernel_status_annotate(s, call);
+  if (s) {
+    s = tpurt_kernel_status_annotate(s, call);
+    tpurt_poison_mark_call(ctx->poison, call, s);
+  } else {
+    tpurt_poison_clear_call(ctx->poison, call);
+  }
+  return s;
+}
+
+tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
+                                       const tpurt_op_call_t* call) {
+  if (TPURT_UNLIKELY(ctx->cancel != NULL || tpurt_poison_armed(ctx->poison)))
+    return invoke_guarded(ctx, fn, call);
+  tpurt_status_t s = fn(ctx, call);
+  if (ctx->scratch) tpurt_scratch_reset(ctx->scratch);
+  if (TPURT_UNLIKELY(s != NULL)) {
+    s = tpurt_kernel_status_annotate(s, call);
+    tpurt_poison_mark_call(ctx->poison, call, s);
+  }
+  return s;
+}
+
+void tpurt_kernel_ctx_copy(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, size_t bytes) {
+  if (TPURT_UNLIKELY(ctx->cancel != NULL)) {
+    tpurt_poison_mark(ctx->poison, dst, bytes, ctx->cancel);
+    return;
+  }
+  if (TPURT_UNLIKELY(tpurt_poison_armed(ctx->poison))) {
+    tpurt_status_t in = tpurt_poison_check(ctx->poison, src, bytes);
+    if (in) {
+      tpurt_poison_mark(ctx->poison, dst, bytes, in);
+      tpurt_status_free(in);
+      return;
+    }
+    tpurt_poison_clear(ctx->poison, dst, bytes);
+  }
+  tpurt_kernel_copy(ctx, dst, src, bytes);
 }
 
 typedef struct copy_job_t {

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "hal/poison.h"
 #include "tpurt/kernel.h"
 
 /* Host scratch kept across kernels, grown to the high-water mark. */
@@ -34,15 +35,29 @@ struct tpurt_kernel_ctx_t {
   int num_threads;
   bool debug;
   tpurt_scratch_t* scratch;
+  tpurt_poison_t* poison; /* the device's poisoned ranges, or NULL (not tracked) */
+  /* Set while the queue runs commands dropped by a cancel (an interrupt):
+   * nothing runs, everything they would have written is poisoned with it. */
+  tpurt_status_t cancel;
+  /* Who issued the command (the queue keeps its error for that thread); a
+   * CALL program that runs other threads' work sets the issuer of the error
+   * it returns. */
+  uint64_t issuer;
 };
 
 /* Runs fn with ctx, resets the scratch, and prefixes an error with the op's
- * name ("aten::add.Tensor: ..."). */
+ * name ("aten::add.Tensor: ..."). With poison tracked: a failure poisons the
+ * call's outputs; a call reading poisoned memory (or dropped by a cancel)
+ * does not run, poisons its outputs with that error and returns OK (the
+ * error was reported where it arose); a call that runs clears its outputs. */
 tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
                                        const tpurt_op_call_t* call);
 /* Copies bytes within device memory on the context's compute threads
  * (overlapping ranges: memmove, serially). */
 void tpurt_kernel_copy(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, size_t bytes);
+/* A COPY command: tpurt_kernel_copy, with the source's poison carried to
+ * the destination (or the destination cleared). */
+void tpurt_kernel_ctx_copy(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, size_t bytes);
 /* The same prefix on a status a kernel returned. */
 tpurt_status_t tpurt_kernel_status_annotate(tpurt_status_t status, const tpurt_op_call_t* call);
 

@@ -82,6 +82,14 @@ void set_current_device_index(c10::DeviceIndex index) {
 
 void throw_status(tpurt_status_t status, const char* what) {
   tpurt_status_code_t code = tpurt_status_code(status);
+  if (code == TPURT_STATUS_CANCELLED) {
+    try {
+      raise_pending_interrupt();
+    } catch (...) {
+      tpurt_status_free(status);
+      throw;
+    }
+  }
   std::string body = take_message(status);
   std::string msg;
   // The runtime already names the op in kernel errors; do not repeat it.

@@ -45,6 +45,7 @@ py::dict device_info(int64_t device) {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  torch_tpu::install_host_hooks();
   m.doc() = "torch_tpu C++ layer: PrivateUse1 registrations over the tpurt runtime";
   torch_tpu::register_direct_structured_ops();
   m.def("_direct_structured_op_count", [] { return torch_tpu::direct_structured_op_count(); });

@@ -52,6 +52,12 @@ inline void check_status(tpurt_status_t status, const char* what) {
   if (TPURT_UNLIKELY(status != nullptr)) throw_status(status, what);
 }
 
+// Installs the runtime's host hooks (host_hooks.cpp): issuer threads, Ctrl-C.
+void install_host_hooks();
+// Re-raises the Python exception a signal handler raised while the runtime
+// waited (KeyboardInterrupt), if one is kept; returns otherwise.
+void raise_pending_interrupt();
+
 // Makes `index` the current device for a scope (-1: leave it).
 struct DeviceScope {
   c10::DeviceIndex saved;

@@ -10,6 +10,7 @@
  * an intermediate nobody can see again. */
 #include <stdlib.h>
 
+#include "base/thread.h"
 #include "compiler/fuse_plan.h"
 #include "exec/defer/defer.h"
 #include "exec/mode.h"
@@ -35,6 +36,21 @@ static tpurt_status_t run_program(void* user, tpurt_kernel_ctx_t* ctx) {
   return s;
 }
 
+static tpurt_status_t noop(void* user) { return TPURT_OK; }
+
+/* The host interrupted while the queue was full: the list is dropped like
+ * the queue's backlog, what it would have written poisoned with `reason`. */
+static void drop_list(tpurt_queue_t* q, tpurt_defer_list_t* list, tpurt_status_t reason) {
+  q->driver->queue_cancel(q->hal, reason);
+  tpurt_poison_t* p = q->driver->device_poison ? q->driver->device_poison(q->device->hal) : NULL;
+  for (int32_t i = 0; p && i < list->num_recs; ++i) {
+    const tpurt_defer_rec_t* r = &list->recs[i];
+    if (r->kind == TPURT_DEFER_KERNEL) tpurt_poison_mark_call(p, &r->call, reason);
+    else if (r->kind == TPURT_DEFER_COPY) tpurt_poison_mark(p, r->dst, r->bytes, reason);
+  }
+  tpurt_defer_list_free(list);
+}
+
 static void flush_locked(tpurt_queue_t* q) {
   tpurt_defer_list_t* list = q->pending;
   if (!list) return;
@@ -46,8 +62,17 @@ static void flush_locked(tpurt_queue_t* q) {
   /* The records' points were handed out as they were recorded: the program
    * completes the last of them. */
   tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_CALL, .u.call = {.fn = run_program, .user = list},
-                             .value = tpurt_queue_point(q)};
-  tpurt_status_free(q->driver->queue_submit(q->hal, &cmd)); /* a CALL cannot fail (hal.h) */
+                             .value = tpurt_queue_point(q), .interruptible = true};
+  tpurt_status_t s = q->driver->queue_submit(q->hal, &cmd);
+  if (TPURT_UNLIKELY(s != NULL)) {
+    drop_list(q, list, s);
+    tpurt_status_free(s);
+    /* The points are handed out: the queue must still reach them. Dropping
+     * the backlog made room, and this one is taken (not interruptible). */
+    tpurt_hal_command_t done = {.kind = TPURT_HAL_COMMAND_CALL, .u.call = {.host_fn = noop},
+                                .value = tpurt_queue_point(q)};
+    tpurt_status_free(q->driver->queue_submit(q->hal, &done));
+  }
   atomic_store_explicit(&q->pending_points, 0, memory_order_release);
 }
 
@@ -106,6 +131,7 @@ static tpurt_status_t defer_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t
   }
   r->kind = TPURT_DEFER_KERNEL;
   r->op = op;
+  r->issuer = tpurt_thread_issuer();
   tpurt_call_record_copy(call, buf, &r->call);
   list->num_kernels++;
   tpurt_fuse_note_recorded();

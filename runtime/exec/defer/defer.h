@@ -22,6 +22,7 @@ typedef struct tpurt_defer_rec_t {
   void* dst;
   const void* src;
   size_t bytes;
+  uint64_t issuer; /* a KERNEL's issuing thread (base/thread.h): its error is theirs */
 } tpurt_defer_rec_t;
 
 typedef struct tpurt_defer_chunk_t tpurt_defer_chunk_t;
@@ -53,7 +54,10 @@ bool tpurt_defer_lower(tpurt_defer_list_t* list, tpurt_graph_t* g, int32_t** scr
 /* Runs a pending list on the queue's thread, with its dispatch context:
  * lowers it, plans fused chains (compiler/fuse_plan.c) and runs them and the
  * remaining records in order. Every record runs; the first kernel error is
- * returned (kept by the queue like Strict's). Does not free `list`. */
+ * returned (kept by the queue like Strict's, for the thread that issued the
+ * op: ctx->issuer). While anything is poisoned, or the list was dropped
+ * (ctx->cancel), records run one by one (hal/poison.h's rules apply per
+ * kernel). Does not free `list`. */
 tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* list, tpurt_kernel_ctx_t* ctx);
 
 /* A kernel was recorded (statistics). */

@@ -608,16 +608,26 @@ static void chain_reduce(chain_t* ch) {
 /* Runs members[0..n) as one kernel; false when it must be rerun unfused
  * (nothing was written then). */
 
-/* Keeps the first error of a graph (every node still runs, as in Strict). */
-static void keep_error(tpurt_status_t* first, tpurt_status_t s) {
-  if (!*first) *first = s;
-  else tpurt_status_free(s);
+/* Keeps the first error of a graph (every node still runs, as in Strict),
+ * and who issued its op. */
+typedef struct first_error_t {
+  tpurt_status_t status;
+  uint64_t issuer;
+} first_error_t;
+
+static void keep_error(first_error_t* first, tpurt_status_t s, uint64_t issuer) {
+  if (!first->status) {
+    first->status = s;
+    first->issuer = issuer;
+  } else {
+    tpurt_status_free(s);
+  }
 }
 
 /* Runs chain c as one kernel; false when it must be rerun unfused (nothing
  * was written then). */
 static bool run_chain(const tpurt_fuse_planner_t* p, const tpurt_fuse_chain_t* c, chain_t* ch,
-                      tpurt_kernel_ctx_t* ctx, tpurt_status_t* first_error) {
+                      tpurt_kernel_ctx_t* ctx, const tpurt_defer_list_t* l, first_error_t* first_error) {
   const tpurt_graph_t* g = p->g;
   memset(ch, 0, offsetof(chain_t, strides));
   ch->ctx = ctx;
@@ -651,9 +661,12 @@ static bool run_chain(const tpurt_fuse_planner_t* p, const tpurt_fuse_chain_t* c
   } else {
     if (s) {
       int lvl = ch->err_level >= 0 ? ch->err_level : 0;
-      keep_error(first_error, tpurt_kernel_status_annotate(s, g->nodes[c->members[lvl]].call));
+      keep_error(first_error, tpurt_kernel_status_annotate(s, g->nodes[c->members[lvl]].call),
+                 l->recs[c->members[lvl]].issuer);
     }
-    if (ch->red_status) keep_error(first_error, tpurt_kernel_status_annotate(ch->red_status, g->nodes[c->red].call));
+    if (ch->red_status)
+      keep_error(first_error, tpurt_kernel_status_annotate(ch->red_status, g->nodes[c->red].call),
+                 l->recs[c->red].issuer);
     STAT_ADD(fused_groups, 1);
     STAT_ADD(fused_ops, (uint64_t)nm);
     STAT_ADD(kernels_launched, 1);
@@ -663,15 +676,15 @@ static bool run_chain(const tpurt_fuse_planner_t* p, const tpurt_fuse_chain_t* c
   return ok;
 }
 
-static void run_one(const tpurt_defer_rec_t* r, tpurt_kernel_ctx_t* ctx, tpurt_status_t* first_error) {
+static void run_one(const tpurt_defer_rec_t* r, tpurt_kernel_ctx_t* ctx, first_error_t* first_error) {
   if (r->kind == TPURT_DEFER_COPY) {
-    tpurt_kernel_copy(ctx, r->dst, r->src, r->bytes);
+    tpurt_kernel_ctx_copy(ctx, r->dst, r->src, r->bytes);
     return;
   }
   if (r->kind != TPURT_DEFER_KERNEL) return;
   STAT_ADD(kernels_launched, 1);
   tpurt_status_t s = tpurt_kernel_ctx_invoke(ctx, r->op->fn, &r->call);
-  if (TPURT_UNLIKELY(s != NULL)) keep_error(first_error, s);
+  if (TPURT_UNLIKELY(s != NULL)) keep_error(first_error, s, r->issuer);
 }
 
 /* What the executor keeps between graphs, per queue thread (size first,
@@ -713,24 +726,31 @@ static run_state_t* run_state(void) {
 }
 
 tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* ctx) {
-  tpurt_status_t first_error = TPURT_OK;
+  first_error_t first_error = {TPURT_OK, 0};
   STAT_ADD(flushes, 1);
-  run_state_t* st = tpurt_fuse_enabled() && l->num_kernels >= 2 ? run_state() : NULL;
+  /* A fused chain does not check what it reads for poison: after a failure
+   * (or when dropped) each record runs alone, through the checks. */
+  bool guarded = ctx->cancel != NULL || tpurt_poison_armed(ctx->poison);
+  run_state_t* st = !guarded && tpurt_fuse_enabled() && l->num_kernels >= 2 ? run_state() : NULL;
   /* Without memory to plan, every record runs alone: the same results. */
   bool fuse = st && tpurt_defer_lower(l, &st->graph, &st->scratch, &st->cap) &&
               tpurt_fuse_planner_begin(&st->planner, &st->graph);
+  bool chains = fuse;
   tpurt_fuse_chain_t c;
   for (int32_t i = 0; i < l->num_recs; ++i) {
     if (fuse && st->planner.done[i]) continue;
     const tpurt_defer_rec_t* r = &l->recs[i];
+    /* A record that failed earlier in this list poisoned what it wrote. */
+    if (TPURT_UNLIKELY(first_error.status != NULL) && tpurt_poison_armed(ctx->poison)) chains = false;
     c.red = -1;
-    int n = fuse && r->kind == TPURT_DEFER_KERNEL ? tpurt_fuse_plan_chain(&st->planner, i, &c) : 1;
-    if (fuse && (n >= 2 || c.red >= 0) && run_chain(&st->planner, &c, &st->chain, ctx, &first_error)) {
+    int n = chains && r->kind == TPURT_DEFER_KERNEL ? tpurt_fuse_plan_chain(&st->planner, i, &c) : 1;
+    if (chains && (n >= 2 || c.red >= 0) && run_chain(&st->planner, &c, &st->chain, ctx, l, &first_error)) {
       tpurt_fuse_planner_mark_done(&st->planner, &c);
       continue;
     }
     /* alone, or the chain fell back: this record now, the rest plan again */
     run_one(r, ctx, &first_error);
   }
-  return first_error;
+  if (first_error.status) ctx->issuer = first_error.issuer;
+  return first_error.status;
 }

@@ -77,6 +77,8 @@ TPURT_API const char* tpurt_status_message(tpurt_status_t status);
 TPURT_API const char* tpurt_status_location(tpurt_status_t status);
 TPURT_API const char* tpurt_status_code_name(tpurt_status_code_t code);
 TPURT_API void tpurt_status_free(tpurt_status_t status);
+/* An owned copy (code, message, location); OK for OK. */
+TPURT_API tpurt_status_t tpurt_status_copy(tpurt_status_t status);
 
 #define TPURT_RETURN_IF_ERROR(expr)           \
   do {                                        \

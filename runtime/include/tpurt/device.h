@@ -93,6 +93,24 @@ TPURT_API tpurt_status_t tpurt_memcpy_h2d(tpurt_device_t* device, tpurt_queue_t*
 TPURT_API tpurt_status_t tpurt_memcpy_d2h(tpurt_device_t* device, tpurt_queue_t* queue, void* dst,
                                           const void* src, size_t bytes);
 
+/* ---- the host's threads ----
+ * Errors belong to the queue and the thread that issued the failing op:
+ * tpurt_queue_synchronize (and a host copy) raise the errors of the calling
+ * thread's own ops, never another thread's; a tensor written by a failed
+ * kernel, or computed from one, raises that error whenever it is read, on
+ * any thread, until it is overwritten. Waits for a queue poll
+ * `interrupted` (at least every 50 ms): when it returns a status (CANCELLED)
+ * the wait gives up with it, and the queue drops the work it had not started
+ * (the tensors it would have written raise that status when read). */
+typedef struct tpurt_host_hooks_t {
+  /* Optional: true on a thread whose errors any thread may take (asked once
+   * per thread, on its first op). */
+  bool (*thread_is_shared)(void);
+  /* Optional: the host wants waiting threads back (a signal arrived). */
+  tpurt_status_t (*interrupted)(void);
+} tpurt_host_hooks_t;
+TPURT_API void tpurt_set_host_hooks(const tpurt_host_hooks_t* hooks); /* NULL: none */
+
 /* ---- queues (streams) ---- */
 TPURT_API tpurt_queue_t* tpurt_device_default_queue(tpurt_device_t* device); /* borrowed */
 TPURT_API tpurt_status_t tpurt_queue_create(tpurt_device_t* device, int priority,
@@ -117,7 +135,7 @@ TPURT_API tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* queue, void* dst
 TPURT_API tpurt_status_t tpurt_queue_submit_host_fn(tpurt_queue_t* queue, tpurt_status_t (*fn)(void* user),
                                                     void* user);
 /* Waits until everything queued so far has run; returns (and clears) the
- * first kernel error recorded since the last synchronize. */
+ * first error of the calling thread's ops since its last synchronize. */
 TPURT_API tpurt_status_t tpurt_queue_synchronize(tpurt_queue_t* queue);
 TPURT_API bool tpurt_queue_is_idle(tpurt_queue_t* queue);
 TPURT_API tpurt_status_t tpurt_device_synchronize(tpurt_device_t* device); /* every queue */

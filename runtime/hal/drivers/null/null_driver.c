@@ -37,9 +37,13 @@ static tpurt_status_t null_queue_submit(tpurt_hal_queue_t* queue, const tpurt_ha
 
 static uint64_t null_queue_completed(tpurt_hal_queue_t* queue) { return 0; }
 
-static void null_queue_wait(tpurt_hal_queue_t* queue, uint64_t value) {}
+static tpurt_status_t null_queue_wait(tpurt_hal_queue_t* queue, uint64_t value, bool interruptible) {
+  return TPURT_STATUS(UNIMPLEMENTED, "null driver: queue_wait");
+}
 
-static tpurt_status_t null_queue_take_error(tpurt_hal_queue_t* queue) {
+static void null_queue_cancel(tpurt_hal_queue_t* queue, tpurt_status_t reason) {}
+
+static tpurt_status_t null_queue_take_error(tpurt_hal_queue_t* queue, uint64_t issuer) {
   return TPURT_STATUS(UNIMPLEMENTED, "null driver: queue_take_error");
 }
 
@@ -83,6 +87,7 @@ const tpurt_hal_driver_t tpurt_null_driver = {
     .queue_wait = null_queue_wait,
     .queue_take_error = null_queue_take_error,
     .queue_is_current = null_queue_is_current,
+    .queue_cancel = null_queue_cancel,
     .dispatch_sync = null_dispatch_sync,
     .executable_load = null_executable_load,
     .executable_lookup = null_executable_lookup,

@@ -28,6 +28,7 @@ struct tpurt_hal_device_t {
   tpurt_range_alloc_t ranges;
   int num_threads;
   tpurt_pool_t* pool;
+  tpurt_poison_t poison; /* what failed or dropped commands should have written */
 };
 
 int tpurt_vtpu_device_index(tpurt_hal_device_t* d) { return d->index; }
@@ -38,7 +39,12 @@ void tpurt_vtpu_kernel_ctx(tpurt_hal_device_t* d, tpurt_scratch_t* scratch, bool
   out->num_threads = d->num_threads;
   out->debug = debug;
   out->scratch = scratch;
+  out->poison = &d->poison;
+  out->cancel = NULL;
+  out->issuer = 0;
 }
+
+static tpurt_poison_t* vtpu_device_poison(tpurt_hal_device_t* d) { return &d->poison; }
 
 static tpurt_status_t vtpu_dispatch_sync(tpurt_hal_device_t* d, tpurt_kernel_fn_t fn, const tpurt_op_call_t* call,
                                          bool debug) {
@@ -46,7 +52,14 @@ static tpurt_status_t vtpu_dispatch_sync(tpurt_hal_device_t* d, tpurt_kernel_fn_
   tpurt_scratch_init(&scratch);
   tpurt_kernel_ctx_t ctx;
   tpurt_vtpu_kernel_ctx(d, &scratch, debug, &ctx);
-  tpurt_status_t s = fn(&ctx, call);
+  /* Run now, its error returned now (Debug mode raises at the call, as the
+   * CPU does), so nothing is poisoned on failure; but it must not compute
+   * from poisoned memory, and it makes what it writes good again. */
+  tpurt_status_t s = tpurt_poison_check_call(&d->poison, call);
+  if (!s) {
+    s = fn(&ctx, call);
+    if (!s) tpurt_poison_clear_call(&d->poison, call);
+  }
   tpurt_scratch_deinit(&scratch);
   return s;
 }
@@ -83,11 +96,13 @@ static tpurt_status_t vtpu_device_create(const tpurt_hal_device_params_t* params
   }
   d->base = p;
   pthread_mutex_init(&d->lock, NULL);
+  tpurt_poison_init(&d->poison);
   tpurt_status_t s = tpurt_range_alloc_init(&d->ranges, bytes);
   d->num_threads = params->num_threads > 0 ? params->num_threads : 1;
   if (!s) s = tpurt_pool_create(params->index, d->num_threads, &d->pool);
   if (s) {
     tpurt_range_alloc_deinit(&d->ranges);
+    tpurt_poison_deinit(&d->poison);
     pthread_mutex_destroy(&d->lock);
     munmap(d->base, bytes);
     if (d->fd >= 0) close(d->fd);
@@ -104,6 +119,7 @@ static void vtpu_device_destroy(tpurt_hal_device_t* d) {
   munmap(d->base, d->bytes);
   if (d->fd >= 0) close(d->fd);
   tpurt_range_alloc_deinit(&d->ranges);
+  tpurt_poison_deinit(&d->poison);
   pthread_mutex_destroy(&d->lock);
   free(d);
 }
@@ -209,6 +225,8 @@ const tpurt_hal_driver_t tpurt_vtpu_driver = {
     .queue_wait = tpurt_vtpu_queue_wait,
     .queue_take_error = tpurt_vtpu_queue_take_error,
     .queue_is_current = tpurt_vtpu_queue_is_current,
+    .queue_cancel = tpurt_vtpu_queue_cancel,
+    .device_poison = vtpu_device_poison,
     .dispatch_sync = vtpu_dispatch_sync,
     .executable_load = tpurt_vtpu_executable_load,
     .executable_lookup = tpurt_vtpu_executable_lookup,

@@ -18,8 +18,9 @@ tpurt_status_t tpurt_vtpu_queue_create(tpurt_hal_device_t* device, const tpurt_h
 void tpurt_vtpu_queue_destroy(tpurt_hal_queue_t* queue);
 tpurt_status_t tpurt_vtpu_queue_submit(tpurt_hal_queue_t* queue, const tpurt_hal_command_t* command);
 uint64_t tpurt_vtpu_queue_completed(tpurt_hal_queue_t* queue);
-void tpurt_vtpu_queue_wait(tpurt_hal_queue_t* queue, uint64_t value);
-tpurt_status_t tpurt_vtpu_queue_take_error(tpurt_hal_queue_t* queue);
+tpurt_status_t tpurt_vtpu_queue_wait(tpurt_hal_queue_t* queue, uint64_t value, bool interruptible);
+tpurt_status_t tpurt_vtpu_queue_take_error(tpurt_hal_queue_t* queue, uint64_t issuer);
+void tpurt_vtpu_queue_cancel(tpurt_hal_queue_t* queue, tpurt_status_t reason);
 bool tpurt_vtpu_queue_is_current(tpurt_hal_queue_t* queue);
 
 /* vtpu_executable.c */

@@ -27,6 +27,10 @@
 #define WAIT_SPIN_NS 10000u
 #endif
 
+#define MAX_ERRORS 16
+/* Interruptible waits poll the host this often. */
+#define INTERRUPT_POLL_NS 50000000u
+
 enum { CMD_PAD = 0 }; /* filler up to the ring's end; else a tpurt_hal_command_kind_t */
 
 typedef struct cmd_t {
@@ -72,8 +76,18 @@ struct tpurt_hal_queue_t {
   void* exit_user;
   pthread_t thread;
 
+  /* Command errors, the first of each issuer since its last take (a few
+   * threads at most; when more have errors, the oldest one is dropped). And
+   * the last cancel: commands up to cancel_upto are dropped with a copy of
+   * cancel_reason. */
   _Alignas(64) pthread_mutex_t error_lock;
-  tpurt_status_t error; /* first command error since the last take */
+  struct {
+    uint64_t issuer;
+    tpurt_status_t status;
+  } errors[MAX_ERRORS];
+  int num_errors;
+  _Atomic uint64_t cancel_upto;
+  tpurt_status_t cancel_reason;
 
   tpurt_scratch_t scratch;
 };
@@ -124,84 +138,134 @@ uint64_t tpurt_vtpu_queue_completed(tpurt_hal_queue_t* q) {
 
 bool tpurt_vtpu_queue_is_current(tpurt_hal_queue_t* q) { return tls_queue == q; }
 
-void tpurt_vtpu_queue_wait(tpurt_hal_queue_t* q, uint64_t value) {
-  if (reached(q, value) || tls_queue == q) return;
+tpurt_status_t tpurt_vtpu_queue_wait(tpurt_hal_queue_t* q, uint64_t value, bool interruptible) {
+  if (reached(q, value) || tls_queue == q) return TPURT_OK;
   uint64_t t0 = tpurt_now_ns();
   for (unsigned i = 1; i < 4096; ++i) {
     tpurt_spin_step();
-    if (reached(q, value)) return;
+    if (reached(q, value)) return TPURT_OK;
     if ((i & 7) == 0 && tpurt_now_ns() - t0 > WAIT_SPIN_NS) break;
   }
+  tpurt_status_t s = TPURT_OK;
   waiter_enter(q, value);
   for (;;) {
     uint32_t w = atomic_load(&q->done_word);
     if (atomic_load(&q->completed) >= value) break;
-    tpurt_futex_wait(&q->done_word, w);
+    if (!interruptible) {
+      tpurt_futex_wait(&q->done_word, w);
+      continue;
+    }
+    tpurt_futex_wait_ns(&q->done_word, w, INTERRUPT_POLL_NS);
+    if (atomic_load(&q->completed) < value && (s = tpurt_host_interrupted()) != NULL) break;
   }
   waiter_leave(q, value);
+  return s;
 }
 
-/* Submitter side: blocks until the ring has `bytes` free. */
-static void wait_ring_space(tpurt_hal_queue_t* q, uint64_t tail, uint64_t bytes) {
+/* Submitter side: blocks until the ring has `bytes` free, or the host
+ * interrupts (its status). */
+static tpurt_status_t wait_ring_space(tpurt_hal_queue_t* q, uint64_t tail, uint64_t bytes, bool interruptible) {
+  tpurt_status_t s = TPURT_OK;
   waiter_enter(q, 0); /* any completion frees ring space */
   for (;;) {
     uint32_t w = atomic_load(&q->done_word);
     if (q->ring_size - (tail - atomic_load(&q->head)) >= bytes) break;
-    tpurt_futex_wait(&q->done_word, w);
+    if (!interruptible) {
+      tpurt_futex_wait(&q->done_word, w);
+      continue;
+    }
+    tpurt_futex_wait_ns(&q->done_word, w, INTERRUPT_POLL_NS);
+    if (q->ring_size - (tail - atomic_load(&q->head)) < bytes && (s = tpurt_host_interrupted()) != NULL) break;
   }
   waiter_leave(q, 0);
+  return s;
 }
 
 /* ---- the worker ---- */
 
-static void set_error(tpurt_hal_queue_t* q, tpurt_status_t s) {
+static void set_error(tpurt_hal_queue_t* q, uint64_t issuer, tpurt_status_t s) {
   pthread_mutex_lock(&q->error_lock);
-  if (!q->error) {
-    q->error = s;
+  int i = 0;
+  while (i < q->num_errors && q->errors[i].issuer != issuer) ++i;
+  if (i == q->num_errors) {
+    if (q->num_errors == MAX_ERRORS) {
+      tpurt_status_free(q->errors[0].status);
+      memmove(&q->errors[0], &q->errors[1], (MAX_ERRORS - 1) * sizeof(q->errors[0]));
+      i = --q->num_errors;
+    }
+    q->errors[i].issuer = issuer;
+    q->errors[i].status = s;
+    q->num_errors++;
     s = NULL;
   }
   pthread_mutex_unlock(&q->error_lock);
-  tpurt_status_free(s);
+  tpurt_status_free(s); /* that issuer already has an earlier one */
 }
 
-tpurt_status_t tpurt_vtpu_queue_take_error(tpurt_hal_queue_t* q) {
+tpurt_status_t tpurt_vtpu_queue_take_error(tpurt_hal_queue_t* q, uint64_t issuer) {
   pthread_mutex_lock(&q->error_lock);
-  tpurt_status_t s = q->error;
-  q->error = NULL;
+  tpurt_status_t s = NULL;
+  for (int i = 0; i < q->num_errors && !s; ++i) {
+    if (q->errors[i].issuer != issuer && q->errors[i].issuer != 0) continue;
+    s = q->errors[i].status;
+    memmove(&q->errors[i], &q->errors[i + 1], (size_t)(q->num_errors - i - 1) * sizeof(q->errors[0]));
+    q->num_errors--;
+  }
+  pthread_mutex_unlock(&q->error_lock);
+  return s;
+}
+
+void tpurt_vtpu_queue_cancel(tpurt_hal_queue_t* q, tpurt_status_t reason) {
+  tpurt_status_t copy = tpurt_status_copy(reason);
+  pthread_mutex_lock(&q->error_lock);
+  tpurt_status_t old = q->cancel_reason;
+  q->cancel_reason = copy;
+  atomic_store(&q->cancel_upto, atomic_load(&q->submitted));
+  pthread_mutex_unlock(&q->error_lock);
+  /* A worker still dropping under the old reason holds its own copy. */
+  tpurt_status_free(old);
+}
+
+/* The reason a command of `value` is dropped (a copy), or NULL. */
+static tpurt_status_t dropped(tpurt_hal_queue_t* q, uint64_t value) {
+  if (TPURT_LIKELY(atomic_load_explicit(&q->cancel_upto, memory_order_acquire) < value)) return NULL;
+  pthread_mutex_lock(&q->error_lock);
+  tpurt_status_t s = tpurt_status_copy(q->cancel_reason);
   pthread_mutex_unlock(&q->error_lock);
   return s;
 }
 
 static void execute(tpurt_hal_queue_t* q, cmd_t* c) {
   tpurt_kernel_ctx_t ctx;
+  tpurt_vtpu_kernel_ctx(q->device, &q->scratch, false, &ctx);
+  ctx.issuer = c->c.issuer;
+  ctx.cancel = dropped(q, c->c.value);
   switch (c->kind) {
     case TPURT_HAL_COMMAND_DISPATCH: {
-      tpurt_vtpu_kernel_ctx(q->device, &q->scratch, false, &ctx);
       tpurt_status_t s = tpurt_kernel_ctx_invoke(&ctx, c->c.u.dispatch.fn, &c->call);
-      if (TPURT_UNLIKELY(s != NULL)) set_error(q, s);
+      if (TPURT_UNLIKELY(s != NULL)) set_error(q, ctx.issuer, s);
       if (c->external) free(c->payload);
       break;
     }
     case TPURT_HAL_COMMAND_COPY:
-      tpurt_vtpu_kernel_ctx(q->device, &q->scratch, false, &ctx);
-      tpurt_kernel_copy(&ctx, c->c.u.copy.dst, c->c.u.copy.src, c->c.u.copy.bytes);
+      tpurt_kernel_ctx_copy(&ctx, c->c.u.copy.dst, c->c.u.copy.src, c->c.u.copy.bytes);
       break;
     case TPURT_HAL_COMMAND_CALL: {
-      tpurt_vtpu_kernel_ctx(q->device, &q->scratch, false, &ctx);
       tpurt_status_t s = c->c.u.call.fn ? c->c.u.call.fn(c->c.u.call.user, &ctx) : c->c.u.call.host_fn(c->c.u.call.user);
       tpurt_scratch_reset(&q->scratch);
-      if (TPURT_UNLIKELY(s != NULL)) set_error(q, s);
+      if (TPURT_UNLIKELY(s != NULL)) set_error(q, ctx.issuer, s);
       break;
     }
     case TPURT_HAL_COMMAND_SIGNAL:
       c->c.u.signal.reached(c->c.u.signal.user, q, c->c.value, tpurt_now_ns());
       break;
     case TPURT_HAL_COMMAND_WAIT:
-      tpurt_vtpu_queue_wait(c->c.u.wait.queue, c->c.u.wait.value);
+      tpurt_status_free(tpurt_vtpu_queue_wait(c->c.u.wait.queue, c->c.u.wait.value, false));
       break;
     default:
       break;
   }
+  tpurt_status_free(ctx.cancel);
   if (c->c.done) c->c.done(c->c.done_user);
 }
 
@@ -258,13 +322,19 @@ static void* worker_main(void* arg) {
 
 /* Reserves `bytes` (a multiple of CMD_ALIGN) at the ring's tail; fill the
  * command, then publish(). The caller serializes submitters. */
-static cmd_t* reserve(tpurt_hal_queue_t* q, uint64_t bytes, uint64_t* out_pad) {
+static cmd_t* reserve(tpurt_hal_queue_t* q, uint64_t bytes, bool interruptible, uint64_t* out_pad,
+                      tpurt_status_t* out_status) {
   uint64_t tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
   uint64_t pos = tail % q->ring_size;
   uint64_t room_to_end = q->ring_size - pos;
   uint64_t total = bytes <= room_to_end ? bytes : room_to_end + bytes;
-  if (q->ring_size - (tail - atomic_load_explicit(&q->head, memory_order_acquire)) < total)
-    wait_ring_space(q, tail, total);
+  if (q->ring_size - (tail - atomic_load_explicit(&q->head, memory_order_acquire)) < total) {
+    tpurt_status_t s = wait_ring_space(q, tail, total, interruptible);
+    if (s) {
+      *out_status = s;
+      return NULL;
+    }
+  }
   if (bytes > room_to_end) {
     cmd_t* pad = (cmd_t*)(q->ring + pos);
     pad->kind = CMD_PAD;
@@ -305,7 +375,12 @@ tpurt_status_t tpurt_vtpu_queue_submit(tpurt_hal_queue_t* q, const tpurt_hal_com
   }
   uint64_t bytes = ALIGN_UP(CMD_HEADER + (external ? 0 : payload), CMD_ALIGN);
   uint64_t pad;
-  cmd_t* c = reserve(q, bytes, &pad);
+  tpurt_status_t rs = TPURT_OK;
+  cmd_t* c = reserve(q, bytes, command->interruptible, &pad, &rs);
+  if (!c) {
+    free(ext);
+    return rs;
+  }
   c->kind = command->kind;
   c->c = *command;
   if (command->kind == TPURT_HAL_COMMAND_DISPATCH) {
@@ -357,7 +432,8 @@ tpurt_status_t tpurt_vtpu_queue_create(tpurt_hal_device_t* device, const tpurt_h
 
 /* Frees a stopped queue whose worker has exited. */
 static void queue_free(tpurt_hal_queue_t* q) {
-  tpurt_status_free(q->error);
+  for (int i = 0; i < q->num_errors; ++i) tpurt_status_free(q->errors[i].status);
+  tpurt_status_free(q->cancel_reason);
   tpurt_scratch_deinit(&q->scratch);
   pthread_mutex_destroy(&q->error_lock);
   pthread_mutex_destroy(&q->wait_lock);
@@ -374,7 +450,7 @@ void tpurt_vtpu_queue_destroy(tpurt_hal_queue_t* q) {
     atomic_store(&q->stop, true);
     return;
   }
-  tpurt_vtpu_queue_wait(q, atomic_load(&q->submitted));
+  tpurt_status_free(tpurt_vtpu_queue_wait(q, atomic_load(&q->submitted), false));
   atomic_store(&q->stop, true);
   atomic_fetch_add(&q->work_word, 1);
   tpurt_futex_wake_all(&q->work_word);
