@@ -4,16 +4,24 @@
  * anything process-local. Loading runs code, so a kernel is loaded from disk
  * only after its owner, mode and content hash are checked through the very
  * descriptor that is then loaded; a corrupt, foreign or other-ABI entry is
- * discarded (and so rebuilt); a failed build is remembered on disk so no
- * process builds it again.
+ * discarded (and so rebuilt); a failed build is remembered on disk, for the
+ * compiler that failed and for an hour, so no process builds it again
+ * meanwhile.
  *
  * On disk ($TORCH_TPU_FUSE_CACHE_DIR, else ~/.cache/torch_tpu/fused; set but
  * empty: none): <hash>.so, the library; <hash>.kernel, its record (the ABI
  * version, the library's content hash, the full source); <hash>.fail, a
- * source whose build failed. Files are created whole (base/file.h) and owned
- * by this user, writable by no one else. Without a cache directory a kernel
- * is built in a private temporary directory that is removed once it is
- * loaded. Internal. */
+ * source whose build failed (with the compiler and the time). The directory
+ * is used only when it, and every directory from its root down, belongs to
+ * this user and no one else may write it (base/file.h); otherwise a warning
+ * says why, once, and kernels are built for this process only. Every file is
+ * created whole, under a fresh unpredictable name, in the directory opened
+ * and checked, then renamed into place. The cache keeps to
+ * $TORCH_TPU_FUSE_CACHE_MAX_MB (default 512): storing an entry first removes
+ * the least recently used ones (a library is touched when it is loaded), and
+ * only files the cache owns (its names; regular files of this user). Without
+ * a usable cache directory a kernel is built in a private temporary directory
+ * that is removed once it is loaded. Tools: tpurt/kernel_cache.h. Internal. */
 #ifndef TPURT_COMPILER_CACHE_H_
 #define TPURT_COMPILER_CACHE_H_
 
@@ -61,9 +69,9 @@ void tpurt_kernel_cache_wait(void);
  * loaded (kernels may still run); the disk stays. */
 void tpurt_kernel_cache_clear(void);
 
-/* Stores the library at so_path on disk as `source`'s entry (its bytes
+/* Stores the library open at so_fd on disk as `source`'s entry (its bytes
  * copied into a new private file, its record written); true on success. */
-bool tpurt_kernel_cache_install(const char* source, const char* so_path);
+bool tpurt_kernel_cache_install(const char* source, int so_fd);
 
 /* The cache directory (in buf), or NULL when there is none. */
 const char* tpurt_kernel_cache_dir(char* buf, size_t cap);
@@ -77,6 +85,7 @@ typedef struct tpurt_kernel_cache_stats_t {
   uint64_t builds;         /* kernels compiled (and loaded) */
   uint64_t build_failures; /* builds that gave no kernel (compiler refused, no toolchain, refused at load) */
   uint64_t disk_rejects;   /* disk entries refused and discarded: content, owner, mode, symlink, ABI */
+  uint64_t evictions;      /* entries removed to keep the disk cache within its size limit */
 } tpurt_kernel_cache_stats_t;
 void tpurt_kernel_cache_stats(tpurt_kernel_cache_stats_t* out_stats);
 void tpurt_kernel_cache_stats_reset(void);

@@ -18,7 +18,6 @@
 
 #include "base/env.h"
 #include "base/file.h"
-#include "base/hash.h"
 #include "base/log.h"
 
 #ifndef TPURT_JIT_CC
@@ -55,6 +54,32 @@ void tpurt_jit_identity(char* buf, size_t cap) {
   snprintf(buf, cap, "runtime headers and compiler %s; cc %s; flags %s", TPURT_JIT_STAMP, jit_cc(), TPURT_JIT_CFLAGS);
 }
 
+void tpurt_jit_compiler_id(char* buf, size_t cap) {
+  const char* cc = jit_cc();
+  char path[1200];
+  struct stat st;
+  bool found = false;
+  if (strchr(cc, '/')) {
+    snprintf(path, sizeof path, "%s", cc);
+    found = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  } else { /* as posix_spawnp finds it */
+    const char* dirs = getenv("PATH");
+    for (const char* d = dirs ? dirs : "/usr/local/bin:/usr/bin:/bin"; !found && d;) {
+      const char* end = strchr(d, ':');
+      int n = end ? (int)(end - d) : (int)strlen(d);
+      snprintf(path, sizeof path, "%.*s/%s", n, n ? d : ".", cc);
+      found = stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+      d = end ? end + 1 : NULL;
+    }
+  }
+  if (!found) {
+    snprintf(buf, cap, "%s not found", cc);
+    return;
+  }
+  snprintf(buf, cap, "%s dev %llu ino %llu size %lld mtime %lld.%09ld", path, (unsigned long long)st.st_dev,
+           (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+}
+
 bool tpurt_jit_available(void) { return !atomic_load(&g_unavailable); }
 void tpurt_jit_retry(void) { atomic_store(&g_unavailable, false); }
 
@@ -72,16 +97,16 @@ bool tpurt_jit_stopping(void) {
   return s;
 }
 
-/* Runs the compiler in dir on kernel.c into kernel.so; its messages go to
- * kernel.log. Relative names in a directory of fixed file names: the same
- * source gives the same bytes in every process (the object records its
- * source file's name). */
-static tpurt_jit_result_t run_compiler(const char* dir) {
+/* Runs the compiler in the build's directory (dir_fd) on kernel.c into
+ * kernel.so; its messages go to kernel.log. Relative names in a directory of
+ * fixed file names: the same source gives the same bytes in every process
+ * (the object records its source file's name). The directory is new and only
+ * this user may write it, so the names the compiler writes are its own. */
+static tpurt_jit_result_t run_compiler(int dir_fd, const char* shown) {
   const char* cc = jit_cc();
-  char inc1[1100], inc2[1100], log_path[1200];
+  char inc1[1100], inc2[1100];
   snprintf(inc1, sizeof inc1, "-I%s", jit_src());
   snprintf(inc2, sizeof inc2, "-I%s/include", jit_src());
-  snprintf(log_path, sizeof log_path, "%s/kernel.log", dir);
   char flags[] = TPURT_JIT_CFLAGS;
   char* argv[64];
   int n = 0;
@@ -89,13 +114,13 @@ static tpurt_jit_result_t run_compiler(const char* dir) {
   for (char* save = NULL, *t = strtok_r(flags, " ", &save); t && n < 48; t = strtok_r(NULL, " ", &save)) argv[n++] = t;
   /* an undeclared function (a helper private to the library) must fail the build, not link lazily */
   char* rest[] = {"-fPIC", "-shared", "-Werror=implicit-function-declaration", "-Wl,-z,defs", inc1, inc2,
-                  "-o", "kernel.so", "kernel.c", "-lm", NULL};
+                  "-o", TPURT_JIT_LIBRARY, "kernel.c", "-lm", NULL};
   for (int i = 0; rest[i]; ++i) argv[n++] = rest[i];
   argv[n] = NULL;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addchdir_np(&fa, dir);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+  posix_spawn_file_actions_addfchdir_np(&fa, dir_fd);
+  posix_spawn_file_actions_addopen(&fa, 1, "kernel.log", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   pid_t pid;
@@ -124,20 +149,18 @@ static tpurt_jit_result_t run_compiler(const char* dir) {
   }
   if (!ok && tpurt_log_enabled(TPURT_LOG_INFO)) {
     size_t len = 0;
-    char* log = tpurt_file_read_owned(log_path, &len);
-    TPURT_LOG(INFO, "codegen: %s failed in %s:\n%.900s", cc, dir, log ? log : "");
+    char* log = tpurt_file_read_owned_at(dir_fd, "kernel.log", &len);
+    TPURT_LOG(INFO, "codegen: %s failed in %s:\n%.900s", cc, shown, log ? log : "");
     free(log);
   }
   return ok ? TPURT_JIT_OK : TPURT_JIT_REJECTED;
 }
 
-tpurt_jit_result_t tpurt_jit_build(const char* source, const char* parent, tpurt_jit_build_t* out) {
-  static _Atomic unsigned seq;
-  out->so_path[0] = 0;
-  snprintf(out->dir, sizeof out->dir, "%s/.build.%016llx.%d.%u", parent,
-           (unsigned long long)tpurt_fnv1a_str(source, TPURT_FNV_SEED), (int)getpid(), atomic_fetch_add(&seq, 1));
-  if (mkdir(out->dir, 0700) != 0) {
-    out->dir[0] = 0;
+tpurt_jit_result_t tpurt_jit_build(const char* source, int parent_fd, tpurt_jit_build_t* out) {
+  out->parent_fd = parent_fd;
+  out->dir_fd = tpurt_file_dir_make_new_at(parent_fd, TPURT_JIT_BUILD_PREFIX, out->name, sizeof out->name);
+  if (out->dir_fd < 0) {
+    out->name[0] = 0;
     return TPURT_JIT_REJECTED;
   }
   /* No source tree to compile against: nothing can be built in this
@@ -145,31 +168,36 @@ tpurt_jit_result_t tpurt_jit_build(const char* source, const char* parent, tpurt
   char prelude[1200];
   snprintf(prelude, sizeof prelude, "%s/compiler/gen_prelude.h", jit_src());
   tpurt_jit_result_t r;
-  char c_path[1200];
-  snprintf(c_path, sizeof c_path, "%s/kernel.c", out->dir);
   if (access(prelude, R_OK) != 0) {
     TPURT_LOG(INFO, "codegen: no %s: code generation off for this process", prelude);
     r = TPURT_JIT_UNAVAILABLE;
-  } else if (!tpurt_file_write_new(c_path, source, strlen(source), NULL, 0)) {
+  } else if (!tpurt_file_write_new_at(out->dir_fd, "kernel.c", source, strlen(source), NULL, 0)) {
     r = TPURT_JIT_REJECTED;
   } else {
-    r = run_compiler(out->dir);
+    r = run_compiler(out->dir_fd, out->name);
   }
   if (r == TPURT_JIT_UNAVAILABLE && !tpurt_jit_stopping()) atomic_store(&g_unavailable, true);
-  if (r == TPURT_JIT_OK) { /* private whatever the umask: the cache reads only files no one else may write */
-    snprintf(out->so_path, sizeof out->so_path, "%s/kernel.so", out->dir);
-    if (chmod(out->so_path, 0600) != 0) r = TPURT_JIT_REJECTED;
-  }
   return r;
 }
 
-void tpurt_jit_build_remove(const tpurt_jit_build_t* b) {
-  if (!b->dir[0]) return;
-  static const char* const kFiles[] = {"kernel.c", "kernel.so", "kernel.log"};
-  char path[1300];
-  for (size_t i = 0; i < sizeof kFiles / sizeof kFiles[0]; ++i) {
-    snprintf(path, sizeof path, "%s/%s", b->dir, kFiles[i]);
-    unlink(path);
+int tpurt_jit_build_open_library(const tpurt_jit_build_t* b, size_t* out_size) {
+  if (b->dir_fd < 0) return -1;
+  int fd = openat(b->dir_fd, TPURT_JIT_LIBRARY, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  struct stat st;
+  /* private whatever the umask: the cache reads only files no one else may write */
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || fchmod(fd, 0600) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
   }
-  rmdir(b->dir);
+  close(fd);
+  return tpurt_file_open_owned_at(b->dir_fd, TPURT_JIT_LIBRARY, out_size);
+}
+
+void tpurt_jit_build_remove(tpurt_jit_build_t* b) {
+  if (b->dir_fd < 0) return;
+  static const char* const kFiles[] = {"kernel.c", TPURT_JIT_LIBRARY, "kernel.log"};
+  for (size_t i = 0; i < sizeof kFiles / sizeof kFiles[0]; ++i) unlinkat(b->dir_fd, kFiles[i], 0);
+  close(b->dir_fd);
+  b->dir_fd = -1;
+  unlinkat(b->parent_fd, b->name, AT_REMOVEDIR);
 }

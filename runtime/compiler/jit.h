@@ -15,10 +15,13 @@ typedef enum tpurt_jit_result_e {
                           * nothing about the source */
 } tpurt_jit_result_t;
 
-/* One build: its private directory and, on success, the library in it. */
+/* One build: its private directory (a new one, named at random, in the
+ * directory the caller gives; everything in it is made by this build) and,
+ * on success, the library kernel.so in it. */
 typedef struct tpurt_jit_build_t {
-  char dir[1100];
-  char so_path[1200];
+  int parent_fd;  /* the caller's directory (borrowed) */
+  int dir_fd;     /* the build's directory, or -1 */
+  char name[64];  /* its name in the parent */
 } tpurt_jit_build_t;
 
 /* What, besides the source, decides the code a build produces: a stamp of
@@ -28,13 +31,27 @@ typedef struct tpurt_jit_build_t {
  * serves a kernel of another build. */
 void tpurt_jit_identity(char* buf, size_t cap);
 
-/* Compiles `source` in a new private directory (0700) under `parent` into a
- * shared library (out->so_path, mode 0600). Compiler messages are shown at
- * TORCH_TPU_LOG_LEVEL=2. UNAVAILABLE also turns tpurt_jit_available() false.
- * Whatever the result, the caller removes out->dir (tpurt_jit_build_remove)
- * once out->so_path has been used. */
-tpurt_jit_result_t tpurt_jit_build(const char* source, const char* parent, tpurt_jit_build_t* out);
-void tpurt_jit_build_remove(const tpurt_jit_build_t* build);
+/* The compiler that would run now, as a file: its resolved path, device,
+ * inode, size and modification time ("not found" when there is none). A
+ * remembered build failure holds for this compiler only: an upgraded or
+ * replaced one (same name, same stamp) tries again. */
+void tpurt_jit_compiler_id(char* buf, size_t cap);
+
+/* Compiles `source` in a new private directory (0700, checked like every
+ * directory the cache trusts: base/file.h) in the directory parent_fd into a
+ * shared library. Compiler messages are shown at TORCH_TPU_LOG_LEVEL=2.
+ * UNAVAILABLE also turns tpurt_jit_available() false. Whatever the result,
+ * the caller removes the build (tpurt_jit_build_remove) once its library has
+ * been used, before closing parent_fd. */
+tpurt_jit_result_t tpurt_jit_build(const char* source, int parent_fd, tpurt_jit_build_t* out);
+/* The built library, opened for reading (no symlink; this user's; made
+ * 0600): its descriptor and size, or -1. */
+int tpurt_jit_build_open_library(const tpurt_jit_build_t* build, size_t* out_size);
+/* The library's name in the build's directory (to rename it elsewhere). */
+#define TPURT_JIT_LIBRARY "kernel.so"
+/* How a build's directory is named (then 16 random hex digits). */
+#define TPURT_JIT_BUILD_PREFIX ".torch_tpu_build."
+void tpurt_jit_build_remove(tpurt_jit_build_t* build);
 
 /* False once a build found no compiler or no runtime source tree; true again
  * after tpurt_jit_retry(). */

@@ -4,6 +4,7 @@
  * the ops run one by one; the disk cache loads a kernel instead of building
  * it, and refuses (and rebuilds) a tampered, foreign-writable, symlinked or
  * other-ABI library; a failed build is remembered. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,9 +425,14 @@ static void test_disk_cache(data_t* d) {
       char* other = malloc(strlen(src) + 32);
       sprintf(other, "%.*stpurt_kernel_abi_version = 999u;%s", (int)pre, src, at + strlen(key));
       tpurt_jit_build_t b;
-      CHECK(tpurt_jit_build(other, g_dir, &b) == TPURT_JIT_OK);
-      CHECK(tpurt_kernel_cache_install(src, b.so_path));
+      int parent = open(g_dir, O_RDONLY | O_DIRECTORY);
+      CHECK(tpurt_jit_build(other, parent, &b) == TPURT_JIT_OK);
+      size_t size = 0;
+      int so_fd = tpurt_jit_build_open_library(&b, &size);
+      CHECK(so_fd >= 0 && tpurt_kernel_cache_install(src, so_fd));
+      if (so_fd >= 0) close(so_fd);
       tpurt_jit_build_remove(&b);
+      close(parent);
       free(other);
       expect_refused_then_rebuilt(d, src, "ABI 999");
     }

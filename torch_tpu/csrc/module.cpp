@@ -44,6 +44,10 @@ py::dict device_info(int64_t device) {
 
 }  // namespace
 
+namespace torch_tpu {
+void register_kernel_cache(py::module_& m);  // kernel_cache.cpp
+}
+
 PYBIND11_MODULE(_C, m) {
   torch_tpu::install_host_hooks();
   m.doc() = "torch_tpu C++ layer: PrivateUse1 registrations over the tpurt runtime";
@@ -221,4 +225,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_fusion_set_enabled", [](bool on) { tpurt_fuse_set_enabled(on); });
   m.def("_fusion_enabled", [] { return tpurt_fuse_enabled(); });
   m.def("_fusion_cache_clear", [] { tpurt_fuse_cache_clear(); });
+  torch_tpu::register_kernel_cache(m);
 }
