@@ -11,8 +11,9 @@
 static _Atomic(bool (*)(void)) g_thread_shared;
 static _Atomic(tpurt_status_t (*)(void)) g_interrupted;
 static _Atomic uint64_t g_next_issuer = 1;
-static _Thread_local uint64_t tls_issuer;
-static _Thread_local bool tls_issuer_set;
+/* The thread's issuer + 1 (0: not asked yet). initial-exec: read on every
+ * submit, one load instead of a __tls_get_addr call. */
+static __attribute__((tls_model("initial-exec"))) _Thread_local uint64_t tls_issuer;
 
 void tpurt_set_host_hooks(const tpurt_host_hooks_t* hooks) {
   atomic_store(&g_thread_shared, hooks ? hooks->thread_is_shared : NULL);
@@ -20,11 +21,10 @@ void tpurt_set_host_hooks(const tpurt_host_hooks_t* hooks) {
 }
 
 uint64_t tpurt_thread_issuer(void) {
-  if (TPURT_LIKELY(tls_issuer_set)) return tls_issuer;
+  if (TPURT_LIKELY(tls_issuer != 0)) return tls_issuer - 1;
   bool (*shared)(void) = atomic_load(&g_thread_shared);
-  tls_issuer = shared && shared() ? 0 : atomic_fetch_add(&g_next_issuer, 1);
-  tls_issuer_set = true;
-  return tls_issuer;
+  tls_issuer = (shared && shared() ? 0 : atomic_fetch_add(&g_next_issuer, 1)) + 1;
+  return tls_issuer - 1;
 }
 
 tpurt_status_t tpurt_host_interrupted(void) {
