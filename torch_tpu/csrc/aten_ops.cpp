@@ -330,6 +330,17 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   // Host<->device copies complete before returning, so non_blocking only
   // affects device-to-device copies (which are always queued).
   (void)non_blocking;
+  // CPU's copy_ checks these in its TensorIterator; PyTorch hands a tpu copy
+  // to _copy_from before building one, so they are made here: the source
+  // broadcasts to the destination's shape exactly, the destination has no
+  // two elements in one memory location, and the two do not partly overlap.
+  if (!self.sizes().equals(dst.sizes())) {
+    std::vector<int64_t> shape = at::infer_size(dst.sizes(), self.sizes());
+    TORCH_CHECK(dst.sizes().equals(shape), "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
+                c10::IntArrayRef(shape));
+  }
+  at::assert_no_internal_overlap(dst);
+  if (self.device() == dst.device()) at::assert_no_partial_overlap(dst, self);
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
   if (src_tpu) check_in_storage(self, "aten::copy_");
