@@ -125,3 +125,15 @@ def test_copy_still_broadcasts_and_copies_onto_itself(device):
     assert x.cpu().tolist() == [[1, 2, 3], [1, 2, 3]]
     x.copy_(x)
     assert x.cpu().tolist() == [[1, 2, 3], [1, 2, 3]]
+
+
+def test_index_of_an_empty_result_reads_no_index(eager_mode, device):
+    """CPU gathers nothing, so it checks no index: x[idx] of a (3, 0, 1) tensor with idx [2, 3] is an
+    empty (2, 0, 1) tensor, not an error at the next sync."""
+    idx = [2, 3]
+    want = torch.full((3, 0, 1), -2.5)[torch.tensor(idx)]
+    got = torch.full((3, 0, 1), -2.5, device=device)[torch.tensor(idx, device=device)]
+    torch.tpu.synchronize()
+    assert got.shape == want.shape == (2, 0, 1)
+    with pytest.raises(IndexError):  # a non-empty result still checks
+        torch.full((3, 1), -2.5, device=device)[torch.tensor(idx, device=device)].cpu()
