@@ -19,7 +19,7 @@ TESTS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/tests/%)
 ASAN_TESTS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/asan-tests/%)
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all runtime ext test-c test-c-asan clean
+.PHONY: all runtime ext test-c test-c-asan runtime-asan clean
 .SECONDARY:
 all: runtime ext
 
@@ -63,6 +63,14 @@ test-c: $(TESTS)
 test-c-asan: $(ASAN_TESTS)
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; \
 	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $$t; done
+
+# The runtime library under ASan+UBSan, for Python programs (the fuzzer: scripts/fuzz.sh --asan). The
+# C++ layer finds libtpurt.so through its RUNPATH, which LD_LIBRARY_PATH=$(BUILD)/asan-lib overrides;
+# python itself is not instrumented, so libasan/libubsan are preloaded (scripts/fuzz.sh does both).
+runtime-asan: $(BUILD)/asan-lib/libtpurt.so
+$(BUILD)/asan-lib/libtpurt.so: $(ASAN_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(SANFLAGS) -o $@ $(ASAN_OBJS) $(LIBS)
 
 # ---- the C++ layer (torch_tpu/_C.so) against the installed torch ----
 CXX_SRCS := $(wildcard torch_tpu/csrc/*.cpp)

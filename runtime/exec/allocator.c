@@ -27,9 +27,11 @@
 #include <string.h>
 
 #include "base/bytes.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "exec/allocator.h"
 #include "exec/mode.h"
+#include "exec/queue.h"
 
 #define ALIGN 512u
 #define SMALL_SIZE ((uint64_t)1 << 20)     /* largest "small" block */
@@ -462,6 +464,34 @@ static tpurt_status_t oom_status(tpurt_allocator_t* a, size_t bytes) {
                       tpurt_bytes_format(cap, b3, sizeof b3));
 }
 
+/* TORCH_TPU_ALLOC_FILL=<byte>: every block the pools hand out is first filled
+ * with that byte, so an output a kernel forgot to write shows a recognisable
+ * pattern instead of whatever a freed tensor left (a test switch; off by
+ * default, and then one relaxed load per allocation). The block may still be
+ * read by work queued before its free (stream-ordered reuse), so the fill
+ * waits for the queue first. Debug mode's guarded allocations are fresh,
+ * zeroed pages and are not filled. -2: not read yet; -1: off. */
+static _Atomic int g_fill_byte = -2;
+
+static int fill_byte(void) {
+  int f = atomic_load_explicit(&g_fill_byte, memory_order_relaxed);
+  if (TPURT_LIKELY(f != -2)) return f;
+  int v = -1;
+  tpurt_status_t s = tpurt_env_int("TORCH_TPU_ALLOC_FILL", 0, 255, &v);
+  if (s) {
+    TPURT_LOG(WARNING, "%s; allocations are not filled", tpurt_status_message(s));
+    tpurt_status_free(s);
+    v = -1;
+  }
+  atomic_store_explicit(&g_fill_byte, v, memory_order_relaxed);
+  return v;
+}
+
+static void fill_block(tpurt_queue_t* q, void* ptr, size_t bytes, int byte) {
+  if (!tpurt_queue_is_current(q)) tpurt_queue_wait_point(q, tpurt_queue_point(q));
+  memset(ptr, byte, bytes);
+}
+
 tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t bytes,
                                      void** out_ptr) {
   if (!out_ptr) return TPURT_STATUS(INVALID_ARGUMENT, "memory_allocate: NULL out_ptr");
@@ -505,6 +535,8 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   if (st->allocated_bytes > st->peak_allocated_bytes) st->peak_allocated_bytes = st->allocated_bytes;
   st->num_allocs++;
   pthread_mutex_unlock(&a->lock);
+  int fill = fill_byte();
+  if (TPURT_UNLIKELY(fill >= 0)) fill_block(q, (void*)b->addr, b->size, fill);
   *out_ptr = (void*)b->addr;
   return TPURT_OK;
 }

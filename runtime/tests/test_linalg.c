@@ -123,6 +123,65 @@ static void test_gemm(void) {
   CHECK_STATUS(gemm_via_ctx(&bad), UNIMPLEMENTED);
 }
 
+/* Integer GEMM whose products and sums pass int64's range: the result wraps
+ * modulo 2^64 (PyTorch CPU's answer), computed without signed overflow, which
+ * is undefined behaviour (UBSan flags it under make test-c-asan). */
+static tpurt_status_t ws_bytes_kernel(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  gemm_case_t* gc = (gemm_case_t*)(uintptr_t)call->args[0].v.i;
+  *(size_t*)gc->ws = tpurt_gemm_workspace_bytes(ctx, &gc->g);
+  return NULL;
+}
+static void test_gemm_int_wrap(void) {
+  enum { M = 7, N = 9, K = 11, B = 2 };
+  int64_t a[B * M * K], b[B * K * N], c[B * M * N], cin[M * N], want[B * M * N];
+  for (int i = 0; i < B * M * K; ++i) a[i] = (int64_t)test_rand_u64();
+  for (int i = 0; i < B * K * N; ++i) b[i] = (int64_t)test_rand_u64();
+  for (int i = 0; i < M * N; ++i) cin[i] = (int64_t)test_rand_u64();
+  const int64_t alpha = 3, beta = -5;
+  for (int bi = 0; bi < B; ++bi)
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        uint64_t acc = 0;
+        for (int p = 0; p < K; ++p) acc += (uint64_t)a[bi * M * K + i * K + p] * (uint64_t)b[bi * K * N + p * N + j];
+        want[bi * M * N + i * N + j] = (int64_t)((uint64_t)alpha * acc + (uint64_t)beta * (uint64_t)cin[i * N + j]);
+      }
+  for (int path = 0; path < 3; ++path) { /* across the chip's threads, serial, reference */
+    memset(c, 0, sizeof(c));
+    tpurt_gemm_t g = {.m = M, .n = N, .k = K, .ab_dtype = TPURT_DTYPE_INT64, .c_dtype = TPURT_DTYPE_INT64,
+                      .a = a, .a_rs = K, .a_cs = 1, .b = b, .b_rs = N, .b_cs = 1, .c = c, .c_rs = N, .c_cs = 1,
+                      .c_in = cin, .c_in_rs = N, .c_in_cs = 1, .alpha = (double)alpha, .beta = (double)beta,
+                      .batch = B, .a_bs = M * K, .b_bs = K * N, .c_bs = M * N, .c_in_bs = 0};
+    if (path == 0) CHECK_OK(gemm_via_ctx(&g));
+    else if (path == 1) {
+      void* ws = malloc(tpurt_gemm_workspace_bytes(NULL, &g) + 1);
+      CHECK_OK(tpurt_gemm(NULL, &g, ws));
+      free(ws);
+    }
+    else CHECK_OK(tpurt_gemm_reference(&g));
+    CHECK(memcmp(c, want, sizeof(c)) == 0);
+  }
+  /* beta * C with k = 0 (no product): wraps too */
+  {
+    int64_t x[2] = {INT64_MAX, INT64_MIN + 1};
+    tpurt_gemm_t g = {.m = 1, .n = 2, .k = 0, .ab_dtype = TPURT_DTYPE_INT64, .c_dtype = TPURT_DTYPE_INT64,
+                      .a = a, .a_rs = 1, .a_cs = 1, .b = b, .b_rs = 2, .b_cs = 1, .c = x, .c_rs = 2, .c_cs = 1,
+                      .alpha = 1, .beta = 4};
+    CHECK_OK(gemm_via_ctx(&g));
+    CHECK(x[0] == (int64_t)((uint64_t)INT64_MAX * 4u) && x[1] == (int64_t)((uint64_t)(INT64_MIN + 1) * 4u));
+  }
+  /* The workspace estimate of a batch too large to run does not overflow. */
+  {
+    size_t bytes = 0;
+    gemm_case_t gc = {{.m = (int64_t)1 << 22, .n = (int64_t)1 << 22, .k = (int64_t)1 << 22,
+                       .ab_dtype = TPURT_DTYPE_FLOAT64, .c_dtype = TPURT_DTYPE_FLOAT64, .batch = 8},
+                      &bytes};
+    tpurt_arg_t arg = {.kind = TPURT_ARG_INT, .v.i = (int64_t)(uintptr_t)&gc};
+    tpurt_op_call_t call = {.name = "gemm", .overload = "", .num_args = 1, .args = &arg};
+    CHECK_OK(tpurt_kernel_run(ws_bytes_kernel, &call));
+    CHECK(bytes > 0);
+  }
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -169,6 +228,7 @@ static void test_linalg_ops(void);
 
 int main(void) {
   test_gemm();
+  test_gemm_int_wrap();
   test_linalg_ops();
   bench_gemm();
   return test_finish("test_linalg");

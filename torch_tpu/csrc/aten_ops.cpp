@@ -55,6 +55,27 @@ char* storage_bytes(const at::Tensor& t) {
   return static_cast<char*>(const_cast<void*>(t.storage().data())) + t.storage_offset() * t.element_size();
 }
 
+}  // namespace
+
+void check_in_storage(const at::TensorBase& t, const char* op) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  auto sizes = impl->sizes();
+  auto strides = impl->strides();
+  int64_t last = impl->storage_offset();
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return;  // no element: any storage holds it
+    last += (sizes[d] - 1) * strides[d];
+  }
+  size_t need = static_cast<size_t>(last + 1) * impl->itemsize();
+  size_t have = impl->has_storage() ? impl->storage().nbytes() : 0;
+  if (C10_LIKELY(need <= have)) return;
+  TORCH_CHECK(false, op, ": setStorage: sizes ", sizes, ", strides ", strides, ", storage offset ",
+              impl->storage_offset(), ", and itemsize ", impl->itemsize(), " requiring a storage size of ", need,
+              " are out of bounds for storage of size ", have);
+}
+
+namespace {
+
 bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.sizes().equals(b.sizes()) && a.strides().equals(b.strides()) &&
          a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense();
@@ -220,6 +241,8 @@ at::Tensor tpu_as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::In
 at::Tensor tpu_view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
 
 at::Tensor tpu_reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  // Callable with any geometry (torch.ops.aten._reshape_alias): checked as as_strided is.
+  at::native::checkInBoundsForStorage(size, stride, self.storage_offset(), self.dtype(), self.storage());
   return at::native::_reshape_alias(self, size, stride);
 }
 
@@ -258,6 +281,12 @@ const at::Tensor& tpu_resize_(const at::Tensor& self, c10::IntArrayRef size,
 at::Tensor& tpu_set_storage(at::Tensor& self, c10::Storage source, int64_t storage_offset, c10::IntArrayRef size,
                             c10::IntArrayRef stride) {
   at::native::checkSetStorage(self, source, storage_offset, size, stride);
+  // The view must lie in the storage it is given. CPU grows a resizable
+  // storage here with uninitialised bytes, and rejects a non-resizable one
+  // (a loaded checkpoint's): a tensor made over device storage never reaches
+  // past it, so a checkpoint claiming more elements than its storage holds
+  // raises as on CPU instead of exposing memory a freed tensor left.
+  at::native::checkInBoundsForStorage(size, stride, storage_offset, self.dtype(), source);
   self.unsafeGetTensorImpl()->set_storage_offset(storage_offset);
   std::optional<c10::IntArrayRef> st = stride.data() != nullptr ? std::optional<c10::IntArrayRef>(stride)
                                                                  : std::nullopt;
@@ -301,8 +330,21 @@ at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   // Host<->device copies complete before returning, so non_blocking only
   // affects device-to-device copies (which are always queued).
   (void)non_blocking;
+  // CPU's copy_ checks these in its TensorIterator; PyTorch hands a tpu copy
+  // to _copy_from before building one, so they are made here: the source
+  // broadcasts to the destination's shape exactly, the destination has no
+  // two elements in one memory location, and the two do not partly overlap.
+  if (!self.sizes().equals(dst.sizes())) {
+    std::vector<int64_t> shape = at::infer_size(dst.sizes(), self.sizes());
+    TORCH_CHECK(dst.sizes().equals(shape), "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
+                c10::IntArrayRef(shape));
+  }
+  at::assert_no_internal_overlap(dst);
+  if (self.device() == dst.device()) at::assert_no_partial_overlap(dst, self);
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
+  if (src_tpu) check_in_storage(self, "aten::copy_");
+  if (dst_tpu) check_in_storage(dst, "aten::copy_");
   // Math bits (a lazy conj(), the negative view imag(conj(x)) gives) are
   // settled here, not by PyTorch's fallbacks (registered below): the stored
   // values are copied, then conjugated / negated where the bits differ.
@@ -349,6 +391,7 @@ at::Tensor tpu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& ds
 }
 
 at::Scalar tpu_local_scalar_dense(const at::Tensor& self) {
+  check_in_storage(self, "aten::_local_scalar_dense");
   DeviceScope scope(self.device().index());
   at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
   check_status(tpurt_memcpy_d2h(get_device(-1), current_queue(), host.data_ptr(), self.const_data_ptr(),

@@ -32,6 +32,7 @@ void fill_tensor_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* 
   TORCH_CHECK_NOT_IMPLEMENTED(ndim <= TPURT_MAX_DIMS, op, ": tensors of ", ndim,
                               " dimensions are not supported on the tpu device (at most ",
                               TPURT_MAX_DIMS, ")");
+  check_in_storage(t, op);
   out->data = t.unsafeGetTensorImpl()->storage().data() == nullptr ? nullptr : t.data_ptr();
   out->dtype = to_tpurt_dtype(t.scalar_type(), op);
   out->ndim = static_cast<int32_t>(ndim);

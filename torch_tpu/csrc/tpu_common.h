@@ -112,7 +112,11 @@ size_t direct_structured_op_count();
 tpurt_dtype_t to_tpurt_dtype(c10::ScalarType type, const char* op);
 // The inverse (Undefined for TPURT_DTYPE_INVALID).
 c10::ScalarType from_tpurt_dtype(tpurt_dtype_t dtype);
-// Fills a kernel tensor descriptor (data = data_ptr()).
+// Throws RuntimeError (CPU's setStorage message) when t's view reaches past
+// the end of its storage: a storage resized smaller under it, or a view an
+// unchecked op made. No kernel or copy may touch bytes the tensor does not own.
+void check_in_storage(const at::TensorBase& t, const char* op);
+// Fills a kernel tensor descriptor (data = data_ptr()); checks the view lies in its storage.
 void fill_tensor_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* op);
 // Queues the "copy" kernel dst <- src (same device; broadcasting and dtype
 // conversion included), or a plain byte copy when no kernel is registered and

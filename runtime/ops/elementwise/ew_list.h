@@ -80,7 +80,7 @@
   EW_X(rshift, "__irshift__", EW_DT_INTB) \
   EW_X(rshift, "__irshift_", EW_DT_INTB) \
   EW_X(neg, "neg", EW_DT_NUM) \
-  EW_X(abs, "abs", EW_DT_ANY) \
+  EW_X(abs, "abs", EW_DT_NUM) \
   EW_X(sign, "sign", EW_DT_ANY) \
   EW_X(sign, "sgn", EW_DT_ANY) \
   EW_X(reciprocal, "reciprocal", EW_DT_ANY) \

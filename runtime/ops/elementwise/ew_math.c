@@ -251,7 +251,7 @@ EW_OP_I(rshift, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
 
 /* ---- unary ---- */
 EW_OP_FI(neg, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), -a, (T)((uint64_t)0 - (uint64_t)a))
-EW_OP_FI(abs, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), fabs(a), (T)EW_ABSU(a))
+EW_OP_FI(abs, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), fabs(a), (T)EW_ABSU(a))
 EW_OP_FI(sign, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), (T)((0 < a) - (a < 0)),
          (T)((a > 0) - EW_NEG(a)))
 EW_OP_F(reciprocal, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), 1 / a)

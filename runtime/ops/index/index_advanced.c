@@ -151,10 +151,12 @@ static tpurt_status_t index_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   if (out->dtype != self->dtype)
     return TPURT_STATUS(INVALID_ARGUMENT, "index: out dtype %s differs from self dtype %s", tpurt_dtype_name(out->dtype),
                         tpurt_dtype_name(self->dtype));
+  /* No element to gather, no index read: PyTorch CPU does not check the
+   * indices of an empty result either (x[idx] of a (3, 0) tensor with idx 5). */
+  if (tpurt_tensor_numel(out) == 0) return TPURT_OK;
   adv_plan_t p;
   TPURT_RETURN_IF_ERROR(adv_plan(ctx, call, "index", self, 1, self->strides, &p));
   TPURT_RETURN_IF_ERROR(check_result_shape("index", &p, out, "out"));
-  if (tpurt_tensor_numel(out) == 0) return TPURT_OK;
   size_t es = tpurt_dtype_size(self->dtype);
   if (reference) {
     /* obviously-correct loop over result elements */

@@ -30,6 +30,16 @@ void tpurt_gemm_set_fp32_own(bool own) { atomic_store(&g_fp32_own, own); }
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 static inline size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+/* a * b for sizes >= 0, saturating at INT64_MAX: a work estimate of sizes
+ * nobody checked yet must not overflow (signed overflow is undefined). */
+static inline int64_t mul_sat(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+/* Integer products wrap modulo 2^64, as PyTorch CPU's integer matmul does;
+ * computed in uint64_t, since signed overflow is undefined behaviour. */
+static inline int64_t wrap_mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+static inline int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 
 /* Runs inline when ctx is NULL (a serial GEMM inside a batch-parallel loop). */
 static void run_range(tpurt_kernel_ctx_t* ctx, int64_t n, int64_t grain, tpurt_range_fn_t fn,
@@ -101,8 +111,22 @@ DEFINE_PACK(pack_i64, int64_t, int64_t, CONV_I64)
     UKR_STORE_TAIL(T, MR, NR, acc)                                                             \
   }
 
-DEFINE_UKR_GENERIC(ukr_i64, int64_t, 4, 4)
+/* int64: the generic form's arithmetic, wrapping (wrap_mul/wrap_add). */
 enum { MR_I64 = 4, NR_I64 = 4 };
+static void ukr_i64(int64_t kc, const int64_t* restrict a, const int64_t* restrict b, int64_t* c,
+                    int64_t rs, int64_t cs, int64_t alpha, int64_t beta, int mr, int nr) {
+  uint64_t acc[MR_I64][NR_I64];
+  memset(acc, 0, sizeof(acc));
+  for (int64_t p = 0; p < kc; ++p, a += MR_I64, b += NR_I64)
+    for (int r = 0; r < MR_I64; ++r)
+      for (int j = 0; j < NR_I64; ++j) acc[r][j] += (uint64_t)a[r] * (uint64_t)b[j];
+  for (int r = 0; r < mr; ++r)
+    for (int j = 0; j < nr; ++j) {
+      int64_t* cp = c + r * rs + j * cs;
+      int64_t v = wrap_mul(alpha, (int64_t)acc[r][j]);
+      *cp = beta == 0 ? v : wrap_add(wrap_mul(beta, *cp), v);
+    }
+}
 
 #ifdef GEMM_AVX2
 /* 6 x 16 fp32 (12 accumulators) and 6 x 8 fp64, broadcast-A / load-B form. */
@@ -322,9 +346,9 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g) {
     bool t;
     int64_t ld;
     size_t bytes = 0;
-    if (!blas_operand(g->m, g->k, g->a_rs, g->a_cs, &t, &ld)) bytes += align64(g->m * g->k * 4);
-    if (!blas_operand(g->k, g->n, g->b_rs, g->b_cs, &t, &ld)) bytes += align64(g->k * g->n * 4);
-    if (!blas_operand(g->m, g->n, g->c_rs, g->c_cs, &t, &ld)) bytes += align64(g->m * g->n * 4);
+    if (!blas_operand(g->m, g->k, g->a_rs, g->a_cs, &t, &ld)) bytes += align64(mul_sat(mul_sat(g->m, g->k), 4));
+    if (!blas_operand(g->k, g->n, g->b_rs, g->b_cs, &t, &ld)) bytes += align64(mul_sat(mul_sat(g->k, g->n), 4));
+    if (!blas_operand(g->m, g->n, g->c_rs, g->c_cs, &t, &ld)) bytes += align64(mul_sat(mul_sat(g->m, g->n), 4));
     return bytes;
   }
   acc_kind_t k = acc_kind(g->ab_dtype, g->c_dtype);
@@ -333,7 +357,7 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g) {
   size_t es = acc_size(k);
   size_t bytes = align64(round_up(imin(g->m, MCH), mr) * imin(g->k, KC) * es) +
                  align64(round_up(imin(g->n, NC), nr) * imin(g->k, KC) * es);
-  if (!c_direct(g, k)) bytes += align64(g->m * ws_cols(g, nr) * es);
+  if (!c_direct(g, k)) bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
   return bytes;
 }
 
@@ -343,7 +367,7 @@ static int64_t nbatch(const tpurt_gemm_t* g) { return g->batch > 0 ? g->batch : 
 static bool batch_parallel(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
   int nt = tpurt_kernel_num_threads(ctx);
   return ctx && nt > 1 && nbatch(g) > 1 &&
-         (g->m * g->n * g->k <= (int64_t)1 << 21 || nbatch(g) >= 4 * nt);
+         (mul_sat(mul_sat(g->m, g->n), g->k) <= (int64_t)1 << 21 || nbatch(g) >= 4 * nt);
 }
 
 size_t tpurt_gemm_workspace_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
@@ -412,7 +436,7 @@ static void cfill_rows(void* u, int64_t r0, int64_t r1, int tid) {
       const char* s = (const char*)f->src + (size_t)(i * f->s_rs + (f->j0 + j) * f->s_cs) * ss;
       if (integral) {
         int64_t v = tpurt_dtype_load_i64(f->src_dtype, s);
-        tpurt_dtype_store_i64(f->dst_dtype, d, iscale == 1 ? v : v * iscale);
+        tpurt_dtype_store_i64(f->dst_dtype, d, iscale == 1 ? v : wrap_mul(v, iscale));
       } else {
         double v = tpurt_dtype_load_f64(f->src_dtype, s);
         tpurt_dtype_store_f64(f->dst_dtype, d, f->scale == 1 ? v : f->scale * v);
@@ -526,7 +550,7 @@ static void blas_call(tpurt_kernel_ctx_t* ctx, bool ta, bool tb, int64_t m, int6
                   .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
   int nt = ctx ? tpurt_kernel_num_threads(ctx) : 1;
   /* at least ~2^20 multiply-adds per slab, and slabs of whole 16-row/column blocks */
-  int64_t per = (int64_t)1 << 20, work = m * n * k;
+  int64_t per = (int64_t)1 << 20, work = mul_sat(mul_sat(m, n), k);
   int64_t slabs = work / per < nt ? work / per : nt;
   j.split_m = m >= n;
   int64_t extent = j.split_m ? m : n;
@@ -702,10 +726,11 @@ tpurt_status_t tpurt_gemm_reference(const tpurt_gemm_t* g) {
         if (kind == ACC_I64) {
           int64_t acc = 0; /* alpha == 0: A and B are not read (BLAS convention) */
           for (int64_t p = 0; p < (s.alpha != 0 ? s.k : 0); ++p)
-            acc += tpurt_dtype_load_i64(s.ab_dtype, (const char*)s.a + (size_t)(i * s.a_rs + p * s.a_cs) * abs) *
-                   tpurt_dtype_load_i64(s.ab_dtype, (const char*)s.b + (size_t)(p * s.b_rs + j * s.b_cs) * abs);
-          int64_t v = (int64_t)s.alpha * acc;
-          if (s.beta != 0) v += (int64_t)s.beta * tpurt_dtype_load_i64(s.c_dtype, ci);
+            acc = wrap_add(acc, wrap_mul(
+                tpurt_dtype_load_i64(s.ab_dtype, (const char*)s.a + (size_t)(i * s.a_rs + p * s.a_cs) * abs),
+                tpurt_dtype_load_i64(s.ab_dtype, (const char*)s.b + (size_t)(p * s.b_rs + j * s.b_cs) * abs)));
+          int64_t v = wrap_mul((int64_t)s.alpha, acc);
+          if (s.beta != 0) v = wrap_add(v, wrap_mul((int64_t)s.beta, tpurt_dtype_load_i64(s.c_dtype, ci)));
           tpurt_dtype_store_i64(s.c_dtype, co, v);
         } else {
           double acc = 0;

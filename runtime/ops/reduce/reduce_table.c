@@ -9,6 +9,7 @@
  * logcumsumexp, whose output has its input's dtype. */
 #define REDUCE_DT_ANY TPURT_DTYPES_REAL
 #define REDUCE_DT_FLOAT TPURT_DTYPES_FLOAT
+#define REDUCE_DT_NUM (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT) /* no bool, as on PyTorch CPU */
 
 #define OP(name, fn, dt) {name, tpurt_kernel_##fn, tpurt_kernel_##fn##_ref, 0, dt, TPURT_LAYOUT_STRIDED}
 /* reads its input only through tpurt_reduce_run: may end a fused chain */
@@ -44,9 +45,9 @@ const tpurt_op_def_t tpurt_ops_reduce[] = {
     OP("_logcumsumexp", logcumsumexp, REDUCE_DT_FLOAT),
     OP("sort", sort, REDUCE_DT_ANY),
     OP("topk", topk, REDUCE_DT_ANY),
-    OP("kthvalue", kthvalue, REDUCE_DT_ANY),
-    OP("median", median, REDUCE_DT_ANY),
-    OP("nanmedian", nanmedian, REDUCE_DT_ANY),
+    OP("kthvalue", kthvalue, REDUCE_DT_NUM),
+    OP("median", median, REDUCE_DT_NUM),
+    OP("nanmedian", nanmedian, REDUCE_DT_NUM),
     OP("mode", mode, REDUCE_DT_ANY),
     OP("_cummax_helper", cummax_helper, REDUCE_DT_ANY),
     OP("_cummin_helper", cummin_helper, REDUCE_DT_ANY),

@@ -380,6 +380,9 @@ static tpurt_status_t sel_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
                         (long long)j.k, (long long)j.r.n);
   if ((kind == SEL_MEDIAN || kind == SEL_NANMEDIAN || kind == SEL_MODE) && j.r.n == 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: cannot reduce over a zero-size dimension", c->name);
+  /* A 0-d input's outputs are 0-d and always hold its one element, even for
+   * k=0 (as PyTorch CPU copies it): never leave them unwritten. */
+  if (kind == SEL_TOPK && in->ndim == 0) j.k = 1;
   if (j.r.rows == 0 || j.r.n == 0 || (kind == SEL_TOPK && j.k == 0)) return TPURT_OK;
   if (in->ndim == 0) {
     j.vals = c->outputs[0];
