@@ -11,9 +11,10 @@
 static _Atomic(bool (*)(void)) g_thread_shared;
 static _Atomic(tpurt_status_t (*)(void)) g_interrupted;
 static _Atomic uint64_t g_next_issuer = 1;
-/* The thread's issuer + 1 (0: not asked yet). initial-exec: read on every
- * submit, one load instead of a __tls_get_addr call. */
-static __attribute__((tls_model("initial-exec"))) _Thread_local uint64_t tls_issuer;
+/* The thread's issuer + 1 (0: not asked yet): one thread-local read per
+ * submit. (Not initial-exec: the library is dlopen'ed, and its thread-locals
+ * do not all fit the static TLS surplus.) */
+static _Thread_local uint64_t tls_issuer;
 
 void tpurt_set_host_hooks(const tpurt_host_hooks_t* hooks) {
   atomic_store(&g_thread_shared, hooks ? hooks->thread_is_shared : NULL);
