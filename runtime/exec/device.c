@@ -192,11 +192,14 @@ static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
    * kept by the queue surfaces here, as at any sync point. */
   tpurt_queue_wait_point(q, tpurt_queue_point(q));
   TPURT_RETURN_IF_ERROR(tpurt_queue_take_error(q));
-  const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_ops();
+  const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_hold();
+  tpurt_status_t s = TPURT_OK;
   if (TPURT_UNLIKELY(mode->host_copy != NULL))
-    return tpurt_status_annotate(mode->host_copy(dst, src, bytes, dev_ptr), "%s", what);
-  memcpy(dst, src, bytes);
-  return TPURT_OK;
+    s = tpurt_status_annotate(mode->host_copy(dst, src, bytes, dev_ptr), "%s", what);
+  else
+    memcpy(dst, src, bytes);
+  tpurt_exec_mode_release();
+  return s;
 }
 
 tpurt_status_t tpurt_memcpy_h2d(tpurt_device_t* d, tpurt_queue_t* q, void* dst, const void* src,

@@ -50,7 +50,12 @@ typedef enum tpurt_exec_mode_e {
   TPURT_EXEC_DEBUG = 1,          /* synchronous, bounds-checked */
   TPURT_EXEC_DEFER_AND_FUSE = 2, /* record, fuse, run at sync points */
 } tpurt_exec_mode_t;
-TPURT_API void tpurt_exec_mode_set(tpurt_exec_mode_t mode);
+/* Switches the process's eager mode; safe from any thread while others submit
+ * work: it waits for the submits in progress and for every chip to run what
+ * was queued under the old mode, then switches. FAILED_PRECONDITION from a
+ * queued host function (it would wait for itself); INVALID_ARGUMENT for an
+ * unknown mode. */
+TPURT_API tpurt_status_t tpurt_exec_mode_set(tpurt_exec_mode_t mode);
 TPURT_API tpurt_exec_mode_t tpurt_exec_mode_get(void);
 
 /* ---- memory ---- */
