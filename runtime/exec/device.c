@@ -15,7 +15,7 @@
 #include "exec/mode.h"
 
 #define DEFAULT_HBM_BYTES ((uint64_t)16 << 30)
-#define MAX_CHIPS 64
+#define MAX_CHIPS TPURT_MAX_CHIPS
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static tpurt_status_t g_init_status; /* kept; callers get copies */
@@ -29,8 +29,9 @@ static void on_fork_child(void) { atomic_store(&tpurt_forked_child, true); }
 
 tpurt_status_t tpurt_fork_check(void) {
   return TPURT_STATUS(FAILED_PRECONDITION,
-                      "the vTPU runtime was initialized before fork(); a forked child cannot use "
-                      "the device (use the 'spawn' start method)");
+                      "cannot use the tpu device in a forked subprocess: the vTPU runtime was initialized "
+                      "before fork(). To use the tpu device with multiprocessing, use the 'spawn' start "
+                      "method");
 }
 
 static int host_cores(void) {
@@ -87,7 +88,12 @@ static void init_once(void) {
 
   int num_chips = 1;
   s = tpurt_env_int("TORCH_TPU_NUM_CHIPS", 1, MAX_CHIPS, &num_chips);
-  if (s) goto done;
+  if (s) {
+    tpurt_status_free(s);
+    s = TPURT_STATUS(INVALID_ARGUMENT, "TORCH_TPU_NUM_CHIPS=%s: expected a number of chips from 1 to %d (the "
+                     "most one process drives)", getenv("TORCH_TPU_NUM_CHIPS"), MAX_CHIPS);
+    goto done;
+  }
   int cores = host_cores();
   int threads = cores / num_chips > 0 ? cores / num_chips : 1;
   s = tpurt_env_int("TORCH_TPU_NUM_THREADS", 1, 1024, &threads);

@@ -15,7 +15,7 @@
  *   TORCH_TPU_HBM_BYTES     capacity per chip (default 16 GiB, at most 3/4 of RAM);
  *                           accepts a plain byte count or K/M/G suffixes
  *   TORCH_TPU_NUM_THREADS   compute threads per chip (default: this chip's share of cores)
- *   TORCH_TPU_NUM_CHIPS     chips visible to this process (default 1)
+ *   TORCH_TPU_NUM_CHIPS     chips visible to this process (default 1, at most TPURT_MAX_CHIPS)
  *   TPU_LAUNCH_BLOCKING=1   start in Debug mode (synchronous)
  */
 #ifndef TPURT_DEVICE_H_
@@ -32,6 +32,10 @@ typedef struct tpurt_queue_t tpurt_queue_t;
 typedef struct tpurt_event_t tpurt_event_t;
 
 /* ---- process-wide ---- */
+/* The most chips one process drives (TORCH_TPU_NUM_CHIPS above it is refused
+ * by tpurt_init, naming the variable). The one limit: the C++ layer's device
+ * tables are sized by it. */
+#define TPURT_MAX_CHIPS 16
 TPURT_API tpurt_status_t tpurt_init(void);  /* idempotent, thread-safe */
 TPURT_API int tpurt_device_count(void);
 TPURT_API tpurt_status_t tpurt_device_get(int index, tpurt_device_t** out_device); /* borrowed */
