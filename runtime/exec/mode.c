@@ -45,8 +45,16 @@ static _Atomic uint32_t g_switching;
 /* The thread doing the switch (its own hooks, if any, must not wait for it). */
 static _Atomic(pthread_t*) g_switcher;
 
-static _Thread_local unsigned tls_depth;
-static _Thread_local shard_t* tls_shard;
+/* A thread's place in the gate. One variable: in a shared library each
+ * thread-local access is a __tls_get_addr call (the initial-exec model would
+ * avoid it, but a library loaded by dlopen, as Python loads this one, may
+ * find no static TLS room left: "cannot allocate memory in static TLS
+ * block"). */
+typedef struct gate_tls_t {
+  unsigned depth;
+  shard_t* shard;
+} gate_tls_t;
+static _Thread_local gate_tls_t tls_gate;
 static _Thread_local pthread_t tls_self_token; /* its address identifies the thread */
 
 /* ---- readers ---- */
@@ -66,7 +74,7 @@ static bool on_queue_thread(void) {
 
 /* A switch is in progress: step out of the gate until it is over (unless this
  * thread is the switcher's or one of the queues the switch drains). */
-static void hold_slow(shard_t* s) {
+__attribute__((noinline)) static void hold_slow(shard_t* s) {
   if (atomic_load(&g_switcher) == &tls_self_token || on_queue_thread()) return;
   for (;;) {
     atomic_fetch_sub_explicit(&s->readers, 1, memory_order_seq_cst);
@@ -78,10 +86,11 @@ static void hold_slow(shard_t* s) {
 }
 
 const tpurt_exec_mode_ops_t* tpurt_exec_mode_hold(void) {
-  if (tls_depth++ == 0) {
-    shard_t* s = tls_shard;
+  gate_tls_t* t = &tls_gate;
+  if (t->depth++ == 0) {
+    shard_t* s = t->shard;
     if (TPURT_UNLIKELY(!s))
-      s = tls_shard = &g_shards[atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed) % NUM_SHARDS];
+      s = t->shard = &g_shards[atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed) % NUM_SHARDS];
     atomic_fetch_add_explicit(&s->readers, 1, memory_order_seq_cst);
     if (TPURT_UNLIKELY(atomic_load_explicit(&g_switching, memory_order_seq_cst) != 0)) hold_slow(s);
   }
@@ -89,7 +98,8 @@ const tpurt_exec_mode_ops_t* tpurt_exec_mode_hold(void) {
 }
 
 void tpurt_exec_mode_release(void) {
-  if (--tls_depth == 0) atomic_fetch_sub_explicit(&tls_shard->readers, 1, memory_order_release);
+  gate_tls_t* t = &tls_gate;
+  if (--t->depth == 0) atomic_fetch_sub_explicit(&t->shard->readers, 1, memory_order_release);
 }
 
 const tpurt_exec_mode_ops_t* tpurt_exec_mode_ops(void) {
@@ -156,7 +166,7 @@ tpurt_status_t tpurt_exec_mode_set(tpurt_exec_mode_t mode) {
                         "defer_and_fuse)", (int)mode);
   /* A switch waits for every reader and every queue: from inside a hook or
    * from a queue's own thread it would wait for itself. */
-  if (tls_depth != 0 || on_queue_thread())
+  if (tls_gate.depth != 0 || on_queue_thread())
     return TPURT_STATUS(FAILED_PRECONDITION, "exec_mode_set: cannot switch the eager mode from inside a "
                         "queued host function or a mode hook (it waits for the device to be idle)");
   pthread_mutex_lock(&g_switch_lock);
