@@ -109,8 +109,6 @@ def test_switching_synchronizes_first():
     ("defer_and_fuse", False, False, em.EagerMode.DEFER_AND_FUSE, None),
     ("", False, True, em.EagerMode.DEBUG, None),
     ("strict", False, True, em.EagerMode.STRICT, "TPU_LAUNCH_BLOCKING=1 ignored"),
-    ("fastest", False, False, None, "TORCH_TPU_EAGER_MODE='fastest' ignored"),
-    ("fastest", False, True, em.EagerMode.DEBUG, "TORCH_TPU_EAGER_MODE='fastest' ignored"),
     ("", True, False, em.EagerMode.DEFER_AND_FUSE, None),
     ("", True, True, em.EagerMode.DEBUG, None),
     ("", False, False, None, None),
@@ -121,6 +119,12 @@ def test_environment_rules(explicit, defer_and_fuse, blocking, expect, warns):
             assert em._mode_from_env(explicit, defer_and_fuse, blocking) is expect
     else:
         assert em._mode_from_env(explicit, defer_and_fuse, blocking) is expect
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_environment_bad_mode_is_an_error(blocking):
+    with pytest.raises(ValueError, match="TORCH_TPU_EAGER_MODE='fastest': expected strict, debug or defer_and_fuse"):
+        em._mode_from_env("fastest", False, blocking)
 
 
 def test_environment_defer_and_fuse(monkeypatch):

@@ -28,6 +28,8 @@ def _register() -> None:
                            f"another extension; a process can host only one (disable the other or set "
                            f"TORCH_DEVICE_BACKEND_AUTOLOAD=0)")
 
+    from torch_tpu._internal import execution_mode
+    execution_mode._check_env()  # a bad TORCH_TPU_EAGER_MODE fails before the device is installed
     from torch_tpu import _C  # loads libtpurt and registers the C++ allocator, guard, hooks, fallback
     from torch_tpu import tpu as device_module
     device_module.init()
@@ -38,7 +40,6 @@ def _register() -> None:
             for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True)
 
     # TORCH_TPU_CPU_FALLBACK is read by the C++ layer as it loads (fallback.cpp).
-    from torch_tpu._internal import execution_mode
     execution_mode._init_from_env()
     from torch_tpu import amp, decompositions, shallow_copy
     decompositions.register()
@@ -67,8 +68,32 @@ def _register_or_warn() -> None:
             raise
         _load_error = err
         import warnings
-        warnings.warn(f"torch_tpu: the tpu device is not available ({err}); build it with `make` or "
-                      f"scripts/setup.sh", RuntimeWarning, stacklevel=2)
+        hint = "; build it with `make` or scripts/setup.sh" if isinstance(err, ImportError) else ""
+        warnings.warn(f"torch_tpu: the tpu device is not available ({err}){hint}", RuntimeWarning, stacklevel=2)
+        _install_unavailable(err)
+
+
+def _install_unavailable(err) -> None:
+    """After a failed autoload, `torch.tpu` and tensors on "tpu" raise the reason (a bad
+    TORCH_TPU_* value names itself) instead of PyTorch's `No module named 'torch.tpu'`."""
+    import sys
+    import types
+    import torch
+
+    if "torch.tpu" in sys.modules or hasattr(torch, "tpu"):
+        return
+
+    class _Unavailable(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            raise RuntimeError(f"torch_tpu: the tpu device is not available: {err}") from err
+
+    stub = _Unavailable("torch.tpu", "The tpu device failed to load; any use raises why.")
+    stub.is_available = lambda: False  # the one quiet question, as torch.cuda's
+    stub.is_initialized = lambda: False
+    sys.modules["torch.tpu"] = stub
+    torch.tpu = stub
 
 
 def _autoload() -> None:

@@ -505,8 +505,12 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   tpurt_allocator_t* a = d->allocator;
   uint64_t size = bytes == 0 ? ALIGN : ((uint64_t)bytes + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
   bool fits = bytes <= d->hbm_bytes;
-  const tpurt_allocator_hooks_t* hooks = &tpurt_exec_mode_ops()->alloc;
-  if (TPURT_UNLIKELY(hooks->allocate != NULL) && hooks->allocate(d, bytes, out_ptr)) return TPURT_OK;
+  /* Held around the hook: a switch out of Debug mode must not release the
+   * guards of a block being made. */
+  const tpurt_allocator_hooks_t* hooks = &tpurt_exec_mode_hold()->alloc;
+  bool served = TPURT_UNLIKELY(hooks->allocate != NULL) && hooks->allocate(d, bytes, out_ptr);
+  tpurt_exec_mode_release();
+  if (served) return TPURT_OK;
   pthread_mutex_lock(&a->lock);
   block_t* b = NULL;
   if (fits) {
@@ -597,13 +601,17 @@ void tpurt_memory_free(tpurt_device_t* d, void* ptr) {
   if (!d || !ptr || atomic_load_explicit(&tpurt_forked_child, memory_order_relaxed)) return;
   tpurt_allocator_t* a = d->allocator;
   retire_poison(d, a, ptr);
-  void (*freed)(tpurt_queue_t*, void*, size_t) = tpurt_exec_mode_ops()->alloc.freed;
+  /* The free hook and a guarded block's quarantine see one mode. */
+  void (*freed)(tpurt_queue_t*, void*, size_t) = tpurt_exec_mode_hold()->alloc.freed;
   if (freed) report_free(a, ptr, freed);
+  tpurt_exec_mode_release();
   pthread_mutex_lock(&a->lock);
   block_t* b = hash_find(a, (uintptr_t)ptr);
   if (!b) {
     pthread_mutex_unlock(&a->lock);
-    if (tpurt_exec_foreign_free(d, ptr)) return;
+    bool foreign = tpurt_exec_mode_hold() && tpurt_exec_foreign_free(d, ptr);
+    tpurt_exec_mode_release();
+    if (foreign) return;
     TPURT_LOG(WARNING, "memory_free: %p is not a live allocation of chip %d; ignored", ptr, d->index);
     return;
   }

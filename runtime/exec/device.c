@@ -15,7 +15,7 @@
 #include "exec/mode.h"
 
 #define DEFAULT_HBM_BYTES ((uint64_t)16 << 30)
-#define MAX_CHIPS 64
+#define MAX_CHIPS TPURT_MAX_CHIPS
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static tpurt_status_t g_init_status; /* kept; callers get copies */
@@ -29,8 +29,9 @@ static void on_fork_child(void) { atomic_store(&tpurt_forked_child, true); }
 
 tpurt_status_t tpurt_fork_check(void) {
   return TPURT_STATUS(FAILED_PRECONDITION,
-                      "the vTPU runtime was initialized before fork(); a forked child cannot use "
-                      "the device (use the 'spawn' start method)");
+                      "cannot use the tpu device in a forked subprocess: the vTPU runtime was initialized "
+                      "before fork(). To use the tpu device with multiprocessing, use the 'spawn' start "
+                      "method");
 }
 
 static int host_cores(void) {
@@ -87,7 +88,12 @@ static void init_once(void) {
 
   int num_chips = 1;
   s = tpurt_env_int("TORCH_TPU_NUM_CHIPS", 1, MAX_CHIPS, &num_chips);
-  if (s) goto done;
+  if (s) {
+    tpurt_status_free(s);
+    s = TPURT_STATUS(INVALID_ARGUMENT, "TORCH_TPU_NUM_CHIPS=%s: expected a number of chips from 1 to %d (the "
+                     "most one process drives)", getenv("TORCH_TPU_NUM_CHIPS"), MAX_CHIPS);
+    goto done;
+  }
   int cores = host_cores();
   int threads = cores / num_chips > 0 ? cores / num_chips : 1;
   s = tpurt_env_int("TORCH_TPU_NUM_THREADS", 1, 1024, &threads);
@@ -199,11 +205,14 @@ static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
     if (to_device) tpurt_poison_clear(poison, dst, bytes);
     else TPURT_RETURN_IF_ERROR(tpurt_poison_check(poison, src, bytes));
   }
-  const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_ops();
+  const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_hold();
+  tpurt_status_t s = TPURT_OK;
   if (TPURT_UNLIKELY(mode->host_copy != NULL))
-    return tpurt_status_annotate(mode->host_copy(dst, src, bytes, dev_ptr), "%s", what);
-  memcpy(dst, src, bytes);
-  return TPURT_OK;
+    s = tpurt_status_annotate(mode->host_copy(dst, src, bytes, dev_ptr), "%s", what);
+  else
+    memcpy(dst, src, bytes);
+  tpurt_exec_mode_release();
+  return s;
 }
 
 tpurt_status_t tpurt_memcpy_h2d(tpurt_device_t* d, tpurt_queue_t* q, void* dst, const void* src,

@@ -22,7 +22,8 @@ typedef struct tpurt_exec_mode_ops_t {
   tpurt_status_t (*host_copy)(void* dst, const void* src, size_t bytes, const void* dev_ptr);
   /* Optional: checked at every sync point after the queue's own error. */
   tpurt_status_t (*sync_check)(void);
-  /* Optional: entering / leaving the mode (under the switch lock). */
+  /* Optional: entering / leaving the mode (under the switch lock, with no
+   * hook of any mode running on another thread and every chip idle). */
   void (*enter)(void);
   void (*leave)(void);
   /* Optional: blocks the mode made that the pools do not know (they may
@@ -37,8 +38,17 @@ extern const tpurt_exec_mode_ops_t tpurt_exec_strict;
 extern const tpurt_exec_mode_ops_t tpurt_exec_debug;
 extern const tpurt_exec_mode_ops_t tpurt_exec_defer;
 
-/* The current mode's hooks (never NULL). */
+/* The current mode's hooks (never NULL), for uses a mode change cannot
+ * harm (which mode a sync point checks). A call into a mode's hooks holds
+ * the mode instead: */
 const tpurt_exec_mode_ops_t* tpurt_exec_mode_ops(void);
+/* The current mode, held: no switch completes until the matching
+ * tpurt_exec_mode_release (a switch waits for every holder, then for the
+ * chips to be idle, before it leaves the old mode). Cheap (a per-thread
+ * counter); nests; never fails. Hold it around one call of a hook and what
+ * must see the same mode (mode.c explains the gate). */
+const tpurt_exec_mode_ops_t* tpurt_exec_mode_hold(void);
+void tpurt_exec_mode_release(void);
 /* Reads TPU_LAUNCH_BLOCKING once (tpurt_init calls it first thing). */
 void tpurt_exec_mode_init(void);
 

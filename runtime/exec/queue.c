@@ -97,7 +97,9 @@ tpurt_status_t tpurt_queue_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t*
     return TPURT_STATUS(INVALID_ARGUMENT, "submit_kernel: NULL queue, op, kernel or call");
   TPURT_RETURN_IF_FORKED();
   TPURT_RETURN_IF_ERROR(tpurt_call_validate(call));
-  return tpurt_exec_mode_ops()->submit_kernel(q, op, call);
+  tpurt_status_t s = tpurt_exec_mode_hold()->submit_kernel(q, op, call);
+  tpurt_exec_mode_release();
+  return s;
 }
 
 tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* q, void* dst, const void* src, size_t bytes) {
@@ -108,7 +110,9 @@ tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* q, void* dst, const void* 
     return TPURT_STATUS(INVALID_ARGUMENT,
                         "submit_copy: [%p, +%zu) -> [%p, +%zu) is not inside device memory", src,
                         bytes, dst, bytes);
-  return tpurt_exec_mode_ops()->submit_copy(q, dst, src, bytes);
+  tpurt_status_t s = tpurt_exec_mode_hold()->submit_copy(q, dst, src, bytes);
+  tpurt_exec_mode_release();
+  return s;
 }
 
 tpurt_status_t tpurt_queue_submit_host_fn(tpurt_queue_t* q, tpurt_status_t (*fn)(void* user), void* user) {

@@ -138,16 +138,14 @@ def _mode_from_env(explicit="", defer_and_fuse=False, launch_blocking=False):
     """The mode the environment asks for, or None: `explicit` is TORCH_TPU_EAGER_MODE's value,
     `defer_and_fuse` whether TORCH_TPU_DEFER_AND_FUSE=1, `launch_blocking` whether the runtime started in
     DEBUG for TPU_LAUNCH_BLOCKING=1. TORCH_TPU_EAGER_MODE wins over the older switches; a conflict is
-    warned about."""
+    warned about; a value that names no mode raises ValueError."""
     explicit = explicit.strip()
     if explicit:
         try:
             mode = _coerce(explicit)
         except ValueError:
-            # Raising would leave the device half-registered under autoload; say it and go on.
-            warnings.warn(f"torch_tpu: {ENV_MODE}={explicit!r} ignored: expected strict, debug or "
-                          f"defer_and_fuse", RuntimeWarning, stacklevel=3)
-            return EagerMode.DEBUG if launch_blocking else None
+            # A bad value is an error, as for the runtime's variables (torch_tpu's autoload reports it).
+            raise ValueError(f"{ENV_MODE}={explicit!r}: expected strict, debug or defer_and_fuse") from None
         if launch_blocking and mode is not EagerMode.DEBUG:
             warnings.warn(f"torch_tpu: TPU_LAUNCH_BLOCKING=1 ignored: {ENV_MODE}={explicit} selects "
                           f"{mode}", RuntimeWarning, stacklevel=3)
@@ -159,9 +157,17 @@ def _mode_from_env(explicit="", defer_and_fuse=False, launch_blocking=False):
     return None
 
 
+def _check_env():
+    """Raises ValueError naming TORCH_TPU_EAGER_MODE when its value names no mode (before anything is
+    registered, so that a failed start leaves no half-installed device)."""
+    explicit = os.environ.get(ENV_MODE, "").strip()
+    if explicit:
+        _mode_from_env(explicit)
+
+
 def _init_from_env():
     """Applies TORCH_TPU_EAGER_MODE / TORCH_TPU_DEFER_AND_FUSE at start-up (called by torch_tpu); a bad
-    value is warned about and ignored. TPU_LAUNCH_BLOCKING is the runtime's (runtime/exec/mode.c reads
+    value raises ValueError naming the variable. TPU_LAUNCH_BLOCKING is the runtime's (runtime/exec/mode.c reads
     it and starts in DEBUG): it is asked, never read again here, and only when one of ours is set, so
     that importing does not start the runtime."""
     explicit = os.environ.get(ENV_MODE, "")

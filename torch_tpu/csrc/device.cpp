@@ -22,7 +22,7 @@ namespace torch_tpu {
 // ============================ runtime, devices ============================
 
 namespace {
-constexpr int kMaxDevices = 16;
+constexpr int kMaxDevices = TPURT_MAX_CHIPS;  // tpurt_init refuses more
 std::mutex g_init_mu;
 std::atomic<bool> g_initialized{false};
 int g_device_count = 0;
@@ -201,7 +201,7 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     // Stream-ordered: the block may be handed out again at once to work on
     // the current queue (runtime/include/tpurt/device.h).
     tpurt_status_t s = tpurt_memory_allocate(dev, current_queue(index), nbytes, &ptr);
-    if (s) throw_status(s, "tpu out of memory");
+    if (s) throw_status(s, "tpu allocate");  // the status says why: out of memory, a forked child, ...
     return {ptr, ptr, &free_device_memory, c10::Device(kTpu, index)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_device_memory; }

@@ -72,7 +72,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_exec_mode", [](int mode) {
     TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "tpu execution mode must be 0 (strict), 1 (debug) or 2 (defer), got ",
                       mode);
-    tpurt_exec_mode_set(static_cast<tpurt_exec_mode_t>(mode));
+    tpurt_status_t s;
+    {
+      py::gil_scoped_release no_gil;  // the switch waits for other threads' ops
+      s = tpurt_exec_mode_set(static_cast<tpurt_exec_mode_t>(mode));
+    }
+    torch_tpu::check_status(s, "tpu set_eager_mode");
   });
   m.def("_memory_stats", &memory_stats, py::arg("device") = -1);
   m.def("_reset_peak_memory_stats", [](int64_t device) { tpurt_memory_reset_peak(device_arg(device)); },

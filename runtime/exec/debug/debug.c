@@ -196,6 +196,30 @@ bool tpurt_debug_region_set_state(uintptr_t start, uint32_t state) {
   return r != NULL;
 }
 
+tpurt_status_t tpurt_debug_region_reuse(const tpurt_debug_region_t* r) {
+  tpurt_debug_restore_patches(); /* no scratch page may stand for its data */
+  pthread_mutex_lock(&g_prot_lock);
+  table_lock();
+  tpurt_debug_region_t* cur = at_start_locked(r->start);
+  bool ok = cur && cur->state == TPURT_DEBUG_REGION_FREED && cur->end == r->end && cur->device == r->device;
+  table_unlock();
+  tpurt_status_t s = ok ? data_protect(r, true) : TPURT_STATUS(INTERNAL, "Debug mode: no freed region at %p",
+                                                                (void*)r->start);
+  if (!s) {
+    memset((void*)(r->ptr + r->size), TPURT_DEBUG_CANARY, r->span - r->size);
+    if (atomic_load(&g_protecting)) s = data_protect(r, false);
+  }
+  if (!s) {
+    table_lock();
+    *cur = *r;
+    cur->state = TPURT_DEBUG_REGION_LIVE;
+    cur->opens = 0;
+    table_unlock();
+  }
+  pthread_mutex_unlock(&g_prot_lock);
+  return s;
+}
+
 void tpurt_debug_region_remove(uintptr_t start) {
   pthread_mutex_lock(&g_prot_lock);
   table_lock();
@@ -515,7 +539,13 @@ bool tpurt_debug_canary_check(const tpurt_debug_region_t* r, const char* who) {
   if (r->state != TPURT_DEBUG_REGION_LIVE || r->span <= r->size) return true;
   const uint8_t* pad = (const uint8_t*)(r->ptr + r->size);
   uint64_t n = r->span - r->size;
-  uintptr_t w = tpurt_debug_access_begin((const void*)r->ptr); /* the pad is in its data pages */
+  uintptr_t w = 0;
+  tpurt_status_t s = tpurt_debug_access_begin((const void*)r->ptr, &w); /* the pad is in its data pages */
+  if (s) { /* cannot read it now (logged); the next check will */
+    TPURT_LOG(WARNING, "%s: %s; canary not checked", who, tpurt_status_message(s));
+    tpurt_status_free(s);
+    return true;
+  }
   for (uint64_t i = 0; i < n; ++i) {
     if (pad[i] != TPURT_DEBUG_CANARY) {
       char msg[MSG_BYTES];
@@ -610,6 +640,21 @@ tpurt_status_t tpurt_debug_check_outputs(const tpurt_op_call_t* call, int mode) 
 
 /* ---- host access windows (rule 5) ---- */
 
+long tpurt_debug_max_map_count(void) {
+  static _Atomic long cached;
+  long v = atomic_load(&cached);
+  if (v > 0) return v;
+  v = 65530; /* the kernel's default */
+  FILE* f = fopen("/proc/sys/vm/max_map_count", "r");
+  if (f) {
+    long x = 0;
+    if (fscanf(f, "%ld", &x) == 1 && x > 0) v = x;
+    fclose(f);
+  }
+  atomic_store(&cached, v);
+  return v;
+}
+
 bool tpurt_debug_protecting(void) { return atomic_load_explicit(&g_protecting, memory_order_relaxed); }
 
 static void log_protect_error(tpurt_status_t s, const char* what) {
@@ -617,14 +662,15 @@ static void log_protect_error(tpurt_status_t s, const char* what) {
   tpurt_status_free(s);
 }
 
-uintptr_t tpurt_debug_access_begin(const void* p) {
+tpurt_status_t tpurt_debug_access_begin(const void* p, uintptr_t* out_token) {
+  *out_token = 0;
   /* Strict / DeferAndFuse: one load (and the mode's), nothing else. Counting
    * also while Debug mode is being entered (mode set, buffers not closed yet)
    * keeps a copy that starts then open when they close. */
   if (TPURT_LIKELY(!atomic_load_explicit(&g_protecting, memory_order_relaxed)) &&
       tpurt_exec_mode_get() != TPURT_EXEC_DEBUG)
-    return 0;
-  if (!p || atomic_load_explicit(&g_num_regions_pub, memory_order_relaxed) == 0) return 0;
+    return TPURT_OK;
+  if (!p || atomic_load_explicit(&g_num_regions_pub, memory_order_relaxed) == 0) return TPURT_OK;
   /* A page a stray touch patched must get the device's data back before the
    * buffer is used (not while a kernel runs: its own patches are its
    * runner's to restore after it). */
@@ -634,20 +680,27 @@ uintptr_t tpurt_debug_access_begin(const void* p) {
   size_t i = upper_bound((uintptr_t)p); /* the table changes only under g_prot_lock */
   if (i > 0 && (uintptr_t)p < g_regions[i - 1].end && g_regions[i - 1].state == TPURT_DEBUG_REGION_LIVE)
     r = &g_regions[i - 1];
-  uintptr_t token = 0;
+  tpurt_status_t s = TPURT_OK;
   if (r) {
-    table_lock(); /* the fault handler reads the table */
-    uint32_t opens = r->opens++;
-    tpurt_debug_region_t copy = *r;
-    table_unlock();
-    token = copy.start;
-    if (opens == 0 && atomic_load(&g_protecting)) {
-      tpurt_status_t s = data_protect(&copy, true);
-      if (s) log_protect_error(s, "open");
+    /* Opening splits the buffer's mapping out of its closed neighbours: the
+     * one step here that can meet the process's mapping limit. Then the
+     * buffer stays closed and the caller fails, rather than let a kernel
+     * fault on it page after page. */
+    if (r->opens == 0 && atomic_load(&g_protecting)) s = data_protect(r, true);
+    if (!s) {
+      table_lock(); /* the fault handler reads the table */
+      r->opens++;
+      table_unlock();
+      *out_token = r->start;
     }
   }
   pthread_mutex_unlock(&g_prot_lock);
-  return token;
+  if (s)
+    return tpurt_status_annotate(s, "Debug mode: cannot open the device buffer at %p for access ("
+                                 "\"Cannot allocate memory\" means the process has reached its limit "
+                                 "of memory mappings, vm.max_map_count = %ld)",
+                                 p, tpurt_debug_max_map_count());
+  return TPURT_OK;
 }
 
 void tpurt_debug_access_end(uintptr_t token) {
@@ -695,16 +748,17 @@ typedef struct op_windows_t {
   int n, cap;
 } op_windows_t;
 
-static void windows_add(op_windows_t* w, const tpurt_tensor_t* t) {
-  if (!t || !t->data) return;
-  uintptr_t tok = tpurt_debug_access_begin(t->data);
-  if (!tok) return;
+static tpurt_status_t windows_add(op_windows_t* w, const tpurt_tensor_t* t) {
+  if (!t || !t->data) return TPURT_OK;
+  uintptr_t tok = 0;
+  TPURT_RETURN_IF_ERROR(tpurt_debug_access_begin(t->data, &tok));
+  if (!tok) return TPURT_OK;
   if (w->n == w->cap) {
     int cap = w->cap * 2;
     uintptr_t* n = malloc((size_t)cap * sizeof(*n));
-    if (!n) { /* no host memory to remember it: close it again (the kernel may then fault) */
+    if (!n) {
       tpurt_debug_access_end(tok);
-      return;
+      return TPURT_STATUS(RESOURCE_EXHAUSTED, "Debug mode: out of host memory opening an op's buffers");
     }
     memcpy(n, w->tokens, (size_t)w->n * sizeof(*n));
     if (w->tokens != w->local) free(w->tokens);
@@ -712,19 +766,26 @@ static void windows_add(op_windows_t* w, const tpurt_tensor_t* t) {
     w->cap = cap;
   }
   w->tokens[w->n++] = tok;
+  return TPURT_OK;
 }
 
-static void windows_open(op_windows_t* w, const tpurt_op_call_t* call) {
+static void windows_close(op_windows_t* w);
+
+/* Opens every buffer of the op's tensors, or none (the first failure). */
+static tpurt_status_t windows_open(op_windows_t* w, const tpurt_op_call_t* call) {
   w->tokens = w->local;
   w->n = 0;
   w->cap = 32;
-  for (int32_t i = 0; i < call->num_outputs; ++i) windows_add(w, &call->outputs[i]);
-  for (int32_t i = 0; i < call->num_args; ++i) {
+  tpurt_status_t s = TPURT_OK;
+  for (int32_t i = 0; i < call->num_outputs && !s; ++i) s = windows_add(w, &call->outputs[i]);
+  for (int32_t i = 0; i < call->num_args && !s; ++i) {
     const tpurt_arg_t* a = &call->args[i];
-    if (a->kind == TPURT_ARG_TENSOR) windows_add(w, a->v.tensor);
+    if (a->kind == TPURT_ARG_TENSOR) s = windows_add(w, a->v.tensor);
     else if (a->kind == TPURT_ARG_TENSOR_LIST)
-      for (int32_t k = 0; k < a->count; ++k) windows_add(w, a->v.tensors[k]);
+      for (int32_t k = 0; k < a->count && !s; ++k) s = windows_add(w, a->v.tensors[k]);
   }
+  if (s) windows_close(w);
+  return s;
 }
 
 static void windows_close(op_windows_t* w) {
@@ -754,7 +815,11 @@ tpurt_status_t tpurt_debug_run_kernel(tpurt_device_t* device, tpurt_kernel_fn_t 
   /* Exactly the op's buffers become accessible (rule 5); its checks below
    * read them too, so they close at the end. */
   op_windows_t win;
-  windows_open(&win, call);
+  s = windows_open(&win, call);
+  if (s) {
+    pthread_mutex_unlock(&g_run_lock);
+    return tpurt_status_annotate(s, "%s (not run)", name);
+  }
   memcpy(g_op_name, name, sizeof g_op_name);
   atomic_store(&g_in_kernel, true);
   s = tpurt_kernel_status_annotate(device->driver->dispatch_sync(device->hal, fn, call, true), call);

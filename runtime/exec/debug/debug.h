@@ -48,6 +48,10 @@ bool tpurt_debug_region_find(uintptr_t addr, tpurt_debug_region_t* out_region);
 /* Changes the state of the region starting at `start`; false if none. */
 bool tpurt_debug_region_set_state(uintptr_t start, uint32_t state);
 void tpurt_debug_region_remove(uintptr_t start);
+/* Makes the freed region with r's start and end live again as `r` (a new
+ * ptr/size/span in the same pages): its canary written, its data pages
+ * closed when Debug mode protects live buffers. */
+tpurt_status_t tpurt_debug_region_reuse(const tpurt_debug_region_t* r);
 /* Checks the canary in a live region's pad; on damage records a violation
  * (reported by the next checked op or tpurt_debug_take_violation) naming
  * `who` ("aten::add.Tensor", or "memory_free"). True when intact. */
@@ -89,11 +93,16 @@ void tpurt_debug_quarantine_flush(void);
  * Any other touch faults and is reported as host code touching device memory.
  *
  * Opens access to the live guarded buffer holding `p` (Debug mode; else, and
- * for memory that is not a live guarded buffer, nothing). Returns the token
- * for tpurt_debug_access_end (0: nothing was opened). Windows nest and may be
- * open on several threads at once (counted per buffer). */
-uintptr_t tpurt_debug_access_begin(const void* p);
+ * for memory that is not a live guarded buffer, nothing). Gives the token
+ * for tpurt_debug_access_end in *out_token (0: nothing was opened). Windows
+ * nest and may be open on several threads at once (counted per buffer).
+ * RESOURCE_EXHAUSTED (nothing opened) when the pages cannot be made
+ * accessible: the process is at its limit of memory mappings. */
+tpurt_status_t tpurt_debug_access_begin(const void* p, uintptr_t* out_token);
 void tpurt_debug_access_end(uintptr_t token);
+/* The kernel's limit of memory mappings per process (vm.max_map_count, read
+ * once; 65530 when it cannot be read). */
+long tpurt_debug_max_map_count(void);
 /* True while live guarded buffers are kept inaccessible outside windows. */
 bool tpurt_debug_protecting(void);
 /* The mode changed (device.c, after waiting for the chips to be idle):

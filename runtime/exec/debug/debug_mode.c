@@ -19,11 +19,13 @@ static tpurt_status_t debug_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t
 
 static tpurt_status_t debug_submit_copy(tpurt_queue_t* q, void* dst, const void* src, size_t bytes) {
   tpurt_queue_wait_point(q, tpurt_queue_point(q));
-  uintptr_t w0 = tpurt_debug_access_begin(dst), w1 = tpurt_debug_access_begin(src);
-  memmove(dst, src, bytes);
+  uintptr_t w0 = 0, w1 = 0;
+  tpurt_status_t s = tpurt_debug_access_begin(dst, &w0);
+  if (!s) s = tpurt_debug_access_begin(src, &w1);
+  if (!s) memmove(dst, src, bytes);
   tpurt_debug_access_end(w1);
   tpurt_debug_access_end(w0);
-  return TPURT_OK;
+  return tpurt_status_annotate(s, "device copy (not done)");
 }
 
 static tpurt_status_t debug_host_copy(void* dst, const void* src, size_t bytes, const void* dev_ptr) {
@@ -32,7 +34,8 @@ static tpurt_status_t debug_host_copy(void* dst, const void* src, size_t bytes, 
    * its memcpy. */
   tpurt_status_t v = tpurt_debug_take_violation();
   if (v) return v;
-  uintptr_t w = tpurt_debug_access_begin(dev_ptr);
+  uintptr_t w = 0;
+  TPURT_RETURN_IF_ERROR(tpurt_debug_access_begin(dev_ptr, &w));
   memcpy(dst, src, bytes);
   tpurt_debug_access_end(w);
   return TPURT_OK;

@@ -3,10 +3,24 @@
  * allocation gets pages of its own between two guard pages, 64-byte aligned
  * and ending within 64 bytes of the trailing guard; a guarded block freed in
  * Debug mode is quarantined (no access, not reused) up to a budget per chip
- * (TORCH_TPU_DEBUG_QUARANTINE_BYTES, default a quarter of HBM), oldest
- * released first; leaving Debug mode releases the quarantine. A guarded block
- * freed outside Debug mode is released at once. The regions are the ones the
- * fault handler knows (debug.c's table). */
+ * (TORCH_TPU_DEBUG_QUARANTINE_BYTES, default a quarter of HBM) and a number
+ * of regions for the process (MAX_QUARANTINED), oldest out first; leaving
+ * Debug mode releases the quarantine. A guarded block freed outside Debug
+ * mode is released at once. The regions are the ones the fault handler knows
+ * (debug.c's table).
+ *
+ * Mappings. Every range with its own protection is a mapping of its own,
+ * and a process has at most vm.max_map_count of them (65530 by default):
+ * past it mprotect fails. Quarantined regions are closed and merge with each
+ * other, but a region given back to HBM opens a hole that later regions of
+ * other sizes fill only in part, so each quarantined region could end up
+ * between open slivers, one mapping or two each. Hence: a region leaving the
+ * quarantine is kept closed as a spare and the next allocation of the same
+ * page count takes it over in place (a training loop allocates the same
+ * sizes every step, so its layout, and its mapping count, stop changing);
+ * spares are bounded (MAX_SPARES per chip, and the byte budget) and the
+ * oldest go back to HBM; and the quarantine holds at most MAX_QUARANTINED
+ * regions, an eighth of vm.max_map_count. */
 #include <stdlib.h>
 
 #include "base/bytes.h"
@@ -14,7 +28,8 @@
 #include "exec/debug/debug.h"
 
 #define ROUND_UP(x, a) (((x) + (a) - 1) & ~(uint64_t)((a) - 1))
-#define MAX_CHIPS 64
+#define MAX_CHIPS TPURT_MAX_CHIPS
+#define MAX_SPARES 1024
 
 typedef struct quarantine_t {
   uintptr_t start;
@@ -29,7 +44,20 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static quarantine_t *g_head, *g_tail;
 static uint64_t g_bytes[MAX_CHIPS];  /* quarantined per chip */
 static uint64_t g_budget[MAX_CHIPS]; /* 0: not read yet */
+static uint64_t g_count;             /* quarantined regions, every chip */
+/* Spares: regions out of the quarantine, still closed, newest first. */
+static quarantine_t* g_spares[MAX_CHIPS];
+static uint64_t g_spare_count[MAX_CHIPS], g_spare_bytes[MAX_CHIPS];
 static bool g_warned;
+
+static int chip_slot(tpurt_device_t* d) { return d->index < MAX_CHIPS ? d->index : MAX_CHIPS - 1; }
+
+/* At most an eighth of the mapping limit quarantined: each region costs one
+ * or two mappings, and live buffers and the rest of the process need theirs. */
+static uint64_t max_quarantined(void) {
+  long m = tpurt_debug_max_map_count() / 8;
+  return m > 16 ? (uint64_t)m : 16;
+}
 
 static uint64_t budget_locked(tpurt_device_t* d) {
   int i = d->index < MAX_CHIPS ? d->index : MAX_CHIPS - 1;
@@ -68,20 +96,90 @@ static void release_region(tpurt_device_t* d, uintptr_t start, uint64_t bytes) {
   tpurt_allocator_account(d->allocator, -(int64_t)bytes, 0, false, false);
 }
 
-static void pop_locked(void) {
-  quarantine_t* q = g_head;
-  g_head = q->next;
-  if (!g_head) g_tail = NULL;
-  g_bytes[q->device->index < MAX_CHIPS ? q->device->index : MAX_CHIPS - 1] -= q->bytes;
+/* Takes *pp (a quarantined region) out of the quarantine. g_lock held. */
+static quarantine_t* unlink_locked(quarantine_t** pp, quarantine_t* prev) {
+  quarantine_t* q = *pp;
+  *pp = q->next;
+  if (g_tail == q) g_tail = prev;
+  g_bytes[chip_slot(q->device)] -= q->bytes;
+  g_count--;
   tpurt_debug_note_alloc(-(int64_t)q->bytes, false);
-  release_region(q->device, q->start, q->bytes);
-  free(q);
+  q->next = NULL;
+  return q;
+}
+
+/* A region out of the quarantine becomes its chip's newest spare; the oldest
+ * spares over the bounds go back to HBM. g_lock held. */
+static void spare_add_locked(quarantine_t* q, uint64_t budget) {
+  int i = chip_slot(q->device);
+  q->next = g_spares[i];
+  g_spares[i] = q;
+  g_spare_count[i]++;
+  g_spare_bytes[i] += q->bytes;
+  while (g_spare_count[i] > MAX_SPARES || (g_spare_bytes[i] > budget && g_spare_count[i] > 1)) {
+    quarantine_t** pp = &g_spares[i];
+    while ((*pp)->next) pp = &(*pp)->next;
+    quarantine_t* old = *pp;
+    *pp = NULL;
+    g_spare_count[i]--;
+    g_spare_bytes[i] -= old->bytes;
+    release_region(old->device, old->start, old->bytes);
+    free(old);
+  }
+}
+
+static void spares_flush_locked(int i) {
+  while (g_spares[i]) {
+    quarantine_t* q = g_spares[i];
+    g_spares[i] = q->next;
+    release_region(q->device, q->start, q->bytes);
+    free(q);
+  }
+  g_spare_count[i] = g_spare_bytes[i] = 0;
 }
 
 void tpurt_debug_quarantine_flush(void) {
   pthread_mutex_lock(&g_lock);
-  while (g_head) pop_locked();
+  while (g_head) {
+    quarantine_t* q = unlink_locked(&g_head, NULL);
+    release_region(q->device, q->start, q->bytes);
+    free(q);
+  }
+  for (int i = 0; i < MAX_CHIPS; ++i) spares_flush_locked(i);
   pthread_mutex_unlock(&g_lock);
+}
+
+/* A spare of exactly `region` bytes on d made live again for `bytes`, or 0. */
+static uintptr_t spare_take(tpurt_device_t* d, size_t bytes, uint64_t region, uint64_t span) {
+  int i = chip_slot(d);
+  pthread_mutex_lock(&g_lock);
+  quarantine_t** pp = &g_spares[i];
+  while (*pp && (*pp)->bytes != region) pp = &(*pp)->next;
+  quarantine_t* q = *pp;
+  if (q) {
+    *pp = q->next;
+    g_spare_count[i]--;
+    g_spare_bytes[i] -= q->bytes;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (!q) return 0;
+  uint64_t page = tpurt_debug_page_size();
+  uintptr_t ptr = q->start + page + (region - 2 * page) - span;
+  tpurt_debug_region_t reg = {.start = q->start, .end = q->start + region, .ptr = ptr, .size = bytes,
+                              .span = span, .device = d, .state = TPURT_DEBUG_REGION_LIVE};
+  tpurt_status_t s = tpurt_debug_region_reuse(&reg);
+  if (s) {
+    tpurt_status_free(s);
+    pthread_mutex_lock(&g_lock);
+    release_region(d, q->start, q->bytes);
+    pthread_mutex_unlock(&g_lock);
+    free(q);
+    return 0;
+  }
+  free(q);
+  tpurt_allocator_account(d->allocator, 0, (int64_t)span, true, false);
+  tpurt_debug_note_alloc(0, true);
+  return ptr;
 }
 
 /* A guarded region of `bytes`; 0 (nothing changed) when HBM or the host cannot
@@ -91,6 +189,8 @@ static uintptr_t region_new(tpurt_device_t* d, size_t bytes) {
   uint64_t span = bytes ? ROUND_UP((uint64_t)bytes, TPURT_DEBUG_ALIGN) : TPURT_DEBUG_ALIGN;
   uint64_t data = ROUND_UP(span, page);
   uint64_t region = data + 2 * page;
+  uintptr_t reused = spare_take(d, bytes, region, span);
+  if (reused) return reused;
   uint64_t raw_bytes = region + page - 512; /* room to start at a page boundary */
   if (raw_bytes > d->hbm_bytes - tpurt_allocator_reserved(d->allocator)) return 0;
   void* raw = NULL;
@@ -133,8 +233,8 @@ bool tpurt_debug_guarded_allocate(tpurt_device_t* d, size_t bytes, void** out_pt
   if (bytes > d->hbm_bytes || !tpurt_debug_guards_supported(d)) return false;
   uintptr_t p = region_new(d, bytes);
   if (!p) {
-    bool had = false;
     pthread_mutex_lock(&g_lock);
+    bool had = g_spares[chip_slot(d)] != NULL;
     for (quarantine_t* q = g_head; q && !had; q = q->next) had = q->device == d;
     pthread_mutex_unlock(&g_lock);
     if (had) {
@@ -178,25 +278,28 @@ bool tpurt_debug_guarded_free(tpurt_device_t* d, void* ptr) {
   if (tpurt_exec_mode_get() == TPURT_EXEC_DEBUG && budget > 0 && (q = malloc(sizeof(*q)))) {
     tpurt_status_t s = protect(d, r.start, bytes, TPURT_HAL_ACCESS_DISCARD);
     if (!s) {
-      int i = d->index < MAX_CHIPS ? d->index : MAX_CHIPS - 1;
+      int i = chip_slot(d);
       *q = (quarantine_t){.start = r.start, .bytes = bytes, .device = d};
       if (g_tail) g_tail->next = q;
       else g_head = q;
       g_tail = q;
       g_bytes[i] += bytes;
+      g_count++;
       tpurt_debug_note_alloc((int64_t)bytes, false);
-      /* Over budget: release the oldest of this chip (others stay). */
+      /* Over this chip's budget: its oldest become spares (others stay). */
       while (g_bytes[i] > budget && g_head != q) {
-        quarantine_t** pp = &g_head;
-        while (*pp != q && (*pp)->device != d) pp = &(*pp)->next;
+        quarantine_t **pp = &g_head, *prev = NULL;
+        while (*pp != q && (*pp)->device != d) {
+          prev = *pp;
+          pp = &(*pp)->next;
+        }
         if (*pp == q) break;
-        quarantine_t* old = *pp;
-        *pp = old->next;
-        if (g_tail == old) g_tail = NULL; /* unreachable: q is after it */
-        g_bytes[i] -= old->bytes;
-        tpurt_debug_note_alloc(-(int64_t)old->bytes, false);
-        release_region(d, old->start, old->bytes);
-        free(old);
+        spare_add_locked(unlink_locked(pp, prev), budget);
+      }
+      /* Too many regions for the process's mappings: the oldest of any chip. */
+      while (g_count > max_quarantined() && g_head != q) {
+        quarantine_t* old = g_head;
+        spare_add_locked(unlink_locked(&g_head, NULL), budget_locked(old->device));
       }
       pthread_mutex_unlock(&g_lock);
       return true;

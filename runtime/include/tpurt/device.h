@@ -15,7 +15,7 @@
  *   TORCH_TPU_HBM_BYTES     capacity per chip (default 16 GiB, at most 3/4 of RAM);
  *                           accepts a plain byte count or K/M/G suffixes
  *   TORCH_TPU_NUM_THREADS   compute threads per chip (default: this chip's share of cores)
- *   TORCH_TPU_NUM_CHIPS     chips visible to this process (default 1)
+ *   TORCH_TPU_NUM_CHIPS     chips visible to this process (default 1, at most TPURT_MAX_CHIPS)
  *   TPU_LAUNCH_BLOCKING=1   start in Debug mode (synchronous)
  */
 #ifndef TPURT_DEVICE_H_
@@ -32,6 +32,10 @@ typedef struct tpurt_queue_t tpurt_queue_t;
 typedef struct tpurt_event_t tpurt_event_t;
 
 /* ---- process-wide ---- */
+/* The most chips one process drives (TORCH_TPU_NUM_CHIPS above it is refused
+ * by tpurt_init, naming the variable). The one limit: the C++ layer's device
+ * tables are sized by it. */
+#define TPURT_MAX_CHIPS 16
 TPURT_API tpurt_status_t tpurt_init(void);  /* idempotent, thread-safe */
 TPURT_API int tpurt_device_count(void);
 TPURT_API tpurt_status_t tpurt_device_get(int index, tpurt_device_t** out_device); /* borrowed */
@@ -50,7 +54,12 @@ typedef enum tpurt_exec_mode_e {
   TPURT_EXEC_DEBUG = 1,          /* synchronous, bounds-checked */
   TPURT_EXEC_DEFER_AND_FUSE = 2, /* record, fuse, run at sync points */
 } tpurt_exec_mode_t;
-TPURT_API void tpurt_exec_mode_set(tpurt_exec_mode_t mode);
+/* Switches the process's eager mode; safe from any thread while others submit
+ * work: it waits for the submits in progress and for every chip to run what
+ * was queued under the old mode, then switches. FAILED_PRECONDITION from a
+ * queued host function (it would wait for itself); INVALID_ARGUMENT for an
+ * unknown mode. */
+TPURT_API tpurt_status_t tpurt_exec_mode_set(tpurt_exec_mode_t mode);
 TPURT_API tpurt_exec_mode_t tpurt_exec_mode_get(void);
 
 /* ---- memory ---- */
