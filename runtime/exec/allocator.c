@@ -492,6 +492,9 @@ static void fill_block(tpurt_queue_t* q, void* ptr, size_t bytes, int byte) {
   memset(ptr, byte, bytes);
 }
 
+static tpurt_poison_t* device_poison(tpurt_device_t* d);
+static void queue_clean(tpurt_queue_t* q, void* ptr, size_t size);
+
 tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t bytes,
                                      void** out_ptr) {
   if (!out_ptr) return TPURT_STATUS(INVALID_ARGUMENT, "memory_allocate: NULL out_ptr");
@@ -539,6 +542,10 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   if (st->allocated_bytes > st->peak_allocated_bytes) st->peak_allocated_bytes = st->allocated_bytes;
   st->num_allocs++;
   pthread_mutex_unlock(&a->lock);
+  /* While anything is poisoned, a new block starts clean in queue order: a
+   * failed command queued before may mark bytes of a block freed before it
+   * ran. */
+  if (TPURT_UNLIKELY(tpurt_poison_armed(device_poison(d)))) queue_clean(q, (void*)b->addr, b->size);
   int fill = fill_byte();
   if (TPURT_UNLIKELY(fill >= 0)) fill_block(q, (void*)b->addr, b->size, fill);
   *out_ptr = (void*)b->addr;
@@ -569,11 +576,28 @@ static tpurt_status_t retire_run(void* user, tpurt_kernel_ctx_t* ctx) {
   return TPURT_OK;
 }
 
+static tpurt_poison_t* device_poison(tpurt_device_t* d) {
+  return d->driver->device_poison ? d->driver->device_poison(d->hal) : NULL;
+}
+
+/* Queues, on q, the clearing of [ptr, ptr + size): it happens after every
+ * command queued before (a failing one may still mark these bytes). */
+static void queue_clean(tpurt_queue_t* q, void* ptr, size_t size) {
+  retire_t* r = malloc(sizeof(*r));
+  if (!r) return;
+  *r = (retire_t){ptr, size};
+  tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_CALL, .u.call = {.fn = retire_run, .user = r}};
+  pthread_mutex_lock(&q->submit_lock);
+  tpurt_status_t s = tpurt_queue_submit_locked(q, &cmd, NULL);
+  pthread_mutex_unlock(&q->submit_lock);
+  if (s) free(r); /* a CALL is always taken; kept for form */
+  tpurt_status_free(s);
+}
+
 /* A freed block stops being poisoned once its queue has run everything
- * queued before the free (which may still read it); whoever gets the block
- * next starts clean. */
+ * queued before the free (which may still read it). */
 static void retire_poison(tpurt_device_t* d, tpurt_allocator_t* a, void* ptr) {
-  tpurt_poison_t* p = d->driver->device_poison ? d->driver->device_poison(d->hal) : NULL;
+  tpurt_poison_t* p = device_poison(d);
   if (TPURT_LIKELY(!tpurt_poison_armed(p))) return;
   pthread_mutex_lock(&a->lock);
   block_t* b = hash_find(a, (uintptr_t)ptr);
@@ -583,16 +607,7 @@ static void retire_poison(tpurt_device_t* d, tpurt_allocator_t* a, void* ptr) {
   pthread_mutex_unlock(&a->lock);
   if (!q) return;
   tpurt_status_t hit = tpurt_poison_check(p, ptr, size);
-  retire_t* r = hit ? malloc(sizeof(*r)) : NULL;
-  if (r) {
-    *r = (retire_t){ptr, size};
-    tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_CALL, .u.call = {.fn = retire_run, .user = r}};
-    pthread_mutex_lock(&q->submit_lock);
-    tpurt_status_t s = tpurt_queue_submit_locked(q, &cmd, NULL);
-    pthread_mutex_unlock(&q->submit_lock);
-    if (s) free(r); /* a CALL is always taken; kept for form */
-    tpurt_status_free(s);
-  }
+  if (hit) queue_clean(q, ptr, size);
   tpurt_status_free(hit);
   tpurt_queue_release(q);
 }
