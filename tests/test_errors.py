@@ -2,6 +2,7 @@
 thread that issued it; every tensor the failed kernel wrote, or that was computed from one, raises
 that error whenever it is read, on any thread, until it is overwritten; Ctrl-C while the host waits
 returns at once and drops the backlog. Reference: what PyTorch CPU raises for the same program."""
+import gc
 import os
 import subprocess
 import sys
@@ -30,11 +31,6 @@ def _failed_program(tpu):
     z = y * 2 + 1
     w = z.sum()
     return x, y, z, w
-
-
-def test_cpu_raises_index_error_for_the_program():
-    with pytest.raises(IndexError):
-        torch.arange(4.0)[torch.tensor([10])]
 
 
 def test_failed_kernel_poisons_what_it_wrote_and_what_was_computed_from_it(tpu, async_mode):
@@ -117,6 +113,8 @@ def test_debug_mode_refuses_to_compute_from_a_tensor_poisoned_earlier(tpu):
         with pytest.raises(IndexError, match="index 10 is out of bounds"):
             y * 3
         assert (x * 3).cpu().tolist() == [0.0, 3.0, 6.0, 9.0]
+        y.fill_(2.0)  # overwriting it does not read it: allowed, and it is good again
+        assert (y * 3).cpu().tolist() == [6.0]
     finally:
         torch_tpu.set_eager_mode(prev)
 
@@ -212,3 +210,27 @@ def test_ctrl_c_while_waiting_drops_the_backlog(device, mode):
     assert "KEYBOARD INTERRUPT" in lines, r.stdout
     assert "X RAISES True" in lines, r.stdout
     assert "NEXT OK True" in lines, r.stdout
+
+
+def test_fusion_resumes_after_failed_work_whose_tensors_were_freed_first(tpu):
+    """A thread frees the outputs of a failing op before the device runs it, so the failure marks
+    memory nobody owns. The next sync drops those marks: nothing live is poisoned, and DeferAndFuse
+    fuses again (it runs op by op only while something is)."""
+    import torch_tpu
+    from torch_tpu._internal import execution_mode as em
+
+    # Poisoned tensors of earlier tests may still sit in reference cycles (an exception's traceback
+    # holds its frame's locals) until the cycle collector runs.
+    gc.collect()
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        for _ in range(3):
+            t = threading.Thread(target=lambda: _failed_program(tpu))
+            t.start()
+            t.join()
+        torch.tpu.synchronize()
+        a = torch.randn(256)
+        em.fusion_stats_reset()
+        got = ((a.to(tpu) * 2 + 1).relu() * 3).sum().item()
+        st = em.fusion_stats()
+    assert st["fused_kernels"] >= 1, st
+    assert abs(got - ((a * 2 + 1).relu() * 3).sum().item()) <= 1e-3 * max(1.0, abs(got))

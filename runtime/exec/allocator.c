@@ -270,11 +270,16 @@ static segment_t* segment_new(tpurt_allocator_t* a, tpurt_queue_t* q, uint64_t s
   return seg;
 }
 
+static tpurt_poison_t* device_poison(tpurt_device_t* d) {
+  return d->driver->device_poison ? d->driver->device_poison(d->hal) : NULL;
+}
+
 static void segment_release(tpurt_allocator_t* a, segment_t* seg) {
   tpurt_device_t* d = a->device;
   block_t* b = seg->first; /* the only block, free */
   bin_remove(pool_of(seg), b);
   block_delete(a, b);
+  tpurt_poison_clear(device_poison(d), (void*)seg->base, seg->size); /* nobody's bytes now */
   d->driver->memory_free(d->hal, (void*)seg->base, seg->size);
   stats_reserve(a, -(int64_t)seg->size);
   a->stats.num_segments--;
@@ -492,7 +497,6 @@ static void fill_block(tpurt_queue_t* q, void* ptr, size_t bytes, int byte) {
   memset(ptr, byte, bytes);
 }
 
-static tpurt_poison_t* device_poison(tpurt_device_t* d);
 static void queue_clean(tpurt_queue_t* q, void* ptr, size_t size);
 
 tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t bytes,
@@ -545,7 +549,11 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   /* While anything is poisoned, a new block starts clean in queue order: a
    * failed command queued before may mark bytes of a block freed before it
    * ran. */
-  if (TPURT_UNLIKELY(tpurt_poison_armed(device_poison(d)))) queue_clean(q, (void*)b->addr, b->size);
+  if (TPURT_UNLIKELY(tpurt_poison_armed(device_poison(d)))) {
+    /* Nothing in flight on q can mark it any more: clear it now. */
+    if (tpurt_queue_point_reached(q, tpurt_queue_point(q))) tpurt_poison_clear(device_poison(d), (void*)b->addr, b->size);
+    else queue_clean(q, (void*)b->addr, b->size);
+  }
   int fill = fill_byte();
   if (TPURT_UNLIKELY(fill >= 0)) fill_block(q, (void*)b->addr, b->size, fill);
   *out_ptr = (void*)b->addr;
@@ -574,10 +582,6 @@ static tpurt_status_t retire_run(void* user, tpurt_kernel_ctx_t* ctx) {
   tpurt_poison_clear(ctx->poison, r->ptr, r->bytes);
   free(r);
   return TPURT_OK;
-}
-
-static tpurt_poison_t* device_poison(tpurt_device_t* d) {
-  return d->driver->device_poison ? d->driver->device_poison(d->hal) : NULL;
 }
 
 /* Queues, on q, the clearing of [ptr, ptr + size): it happens after every
@@ -610,6 +614,16 @@ static void retire_poison(tpurt_device_t* d, tpurt_allocator_t* a, void* ptr) {
   if (hit) queue_clean(q, ptr, size);
   tpurt_status_free(hit);
   tpurt_queue_release(q);
+}
+
+void tpurt_allocator_drop_free_poison(tpurt_allocator_t* a) {
+  tpurt_poison_t* p = device_poison(a->device);
+  if (TPURT_LIKELY(!tpurt_poison_armed(p))) return;
+  pthread_mutex_lock(&a->lock);
+  for (segment_t* seg = a->segments; seg; seg = seg->next)
+    for (block_t* b = seg->first; b; b = b->next)
+      if (b->state == BLOCK_FREE) tpurt_poison_clear(p, (void*)b->addr, b->size);
+  pthread_mutex_unlock(&a->lock);
 }
 
 void tpurt_memory_free(tpurt_device_t* d, void* ptr) {

@@ -40,5 +40,10 @@ uint64_t tpurt_allocator_reserved(tpurt_allocator_t* allocator);
 /* Waits for the device, then returns cached free segments to HBM (and trims
  * free segment ends): what a hook tries before giving up. */
 void tpurt_allocator_release_cached(tpurt_allocator_t* allocator);
+/* While anything is poisoned (hal/poison.h), after a sync: the bytes of free
+ * blocks are nobody's data, so poison a failed command marked there after
+ * the block was freed (it ran after the free) goes, and with it the slow
+ * checked paths once no live tensor is poisoned. */
+void tpurt_allocator_drop_free_poison(tpurt_allocator_t* allocator);
 
 #endif /* TPURT_EXEC_ALLOCATOR_H_ */

@@ -198,6 +198,7 @@ static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
    * kept by the queue surfaces here, as at any sync point. */
   TPURT_RETURN_IF_ERROR(tpurt_queue_wait_point_interruptible(q, tpurt_queue_point(q)));
   TPURT_RETURN_IF_ERROR(tpurt_queue_take_error(q));
+  tpurt_allocator_drop_free_poison(d->allocator);
   /* Bytes a failed or dropped command should have written raise its error
    * when read; bytes the host writes are good again. */
   tpurt_poison_t* poison = d->driver->device_poison ? d->driver->device_poison(d->hal) : NULL;
@@ -230,5 +231,5 @@ tpurt_status_t tpurt_kernel_run(tpurt_kernel_fn_t fn, const tpurt_op_call_t* cal
   tpurt_device_t* d = tpurt_device_default();
   if (!d) return TPURT_STATUS(FAILED_PRECONDITION, "tpurt_kernel_run: no device");
   /* Unannotated: callers (tests, ops) see the kernel's own message. */
-  return d->driver->dispatch_sync(d->hal, fn, call, tpurt_exec_mode_get() == TPURT_EXEC_DEBUG);
+  return d->driver->dispatch_sync(d->hal, fn, 0, call, tpurt_exec_mode_get() == TPURT_EXEC_DEBUG);
 }

@@ -248,6 +248,7 @@ tpurt_status_t tpurt_queue_synchronize(tpurt_queue_t* q) {
     return TPURT_STATUS(FAILED_PRECONDITION,
                         "queue_synchronize called from the queue's own thread (a host_fn)");
   TPURT_RETURN_IF_ERROR(tpurt_queue_wait_point_interruptible(q, tpurt_queue_point(q)));
+  tpurt_allocator_drop_free_poison(q->device->allocator);
   tpurt_status_t s = tpurt_queue_take_error(q);
   const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_ops();
   if (!s && TPURT_UNLIKELY(mode->sync_check != NULL)) s = mode->sync_check();

@@ -85,6 +85,7 @@ typedef struct tpurt_hal_command_t {
     struct {
       tpurt_kernel_fn_t fn;
       const tpurt_op_call_t* call;
+      uint32_t op_flags; /* the op's TPURT_OP_* flags (poison rules) */
     } dispatch;
     struct {
       void* dst;
@@ -209,7 +210,7 @@ typedef struct tpurt_hal_driver_t {
    * `debug` is what tpurt_kernel_debug reports to it. Unannotated status.
    * A call reading poisoned memory does not run and returns that error; one
    * that runs clears its outputs. */
-  tpurt_status_t (*dispatch_sync)(tpurt_hal_device_t* device, tpurt_kernel_fn_t fn,
+  tpurt_status_t (*dispatch_sync)(tpurt_hal_device_t* device, tpurt_kernel_fn_t fn, uint32_t op_flags,
                                   const tpurt_op_call_t* call, bool debug);
 
   /* Optional (NULL: the device loads no code). */

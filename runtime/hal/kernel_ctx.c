@@ -93,12 +93,13 @@ tpurt_status_t tpurt_kernel_status_annotate(tpurt_status_t s, const tpurt_op_cal
 }
 
 /* invoke when something is poisoned or the command was dropped. */
-static tpurt_status_t invoke_guarded(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn, const tpurt_op_call_t* call) {
+static tpurt_status_t invoke_guarded(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn, uint32_t op_flags,
+                                     const tpurt_op_call_t* call) {
   if (ctx->cancel) {
     tpurt_poison_mark_call(ctx->poison, call, ctx->cancel);
     return TPURT_OK;
   }
-  tpurt_status_t in = tpurt_poison_check_call(ctx->poison, call);
+  tpurt_status_t in = tpurt_poison_check_call(ctx->poison, call, op_flags);
   if (in) {
     tpurt_poison_mark_call(ctx->poison, call, in);
     tpurt_status_free(in);
@@ -115,10 +116,10 @@ static tpurt_status_t invoke_guarded(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t 
   return s;
 }
 
-tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
+tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn, uint32_t op_flags,
                                        const tpurt_op_call_t* call) {
   if (TPURT_UNLIKELY(ctx->cancel != NULL || tpurt_poison_armed(ctx->poison)))
-    return invoke_guarded(ctx, fn, call);
+    return invoke_guarded(ctx, fn, op_flags, call);
   tpurt_status_t s = fn(ctx, call);
   if (ctx->scratch) tpurt_scratch_reset(ctx->scratch);
   if (TPURT_UNLIKELY(s != NULL)) {

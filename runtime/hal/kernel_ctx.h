@@ -50,7 +50,7 @@ struct tpurt_kernel_ctx_t {
  * call's outputs; a call reading poisoned memory (or dropped by a cancel)
  * does not run, poisons its outputs with that error and returns OK (the
  * error was reported where it arose); a call that runs clears its outputs. */
-tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn,
+tpurt_status_t tpurt_kernel_ctx_invoke(tpurt_kernel_ctx_t* ctx, tpurt_kernel_fn_t fn, uint32_t op_flags,
                                        const tpurt_op_call_t* call);
 /* Copies bytes within device memory on the context's compute threads
  * (overlapping ranges: memmove, serially). */

@@ -130,25 +130,15 @@ static tpurt_status_t check_tensor(tpurt_poison_t* p, const tpurt_tensor_t* t) {
   return n ? tpurt_poison_check(p, (const void*)lo, n) : TPURT_OK;
 }
 
-/* In-place ops that overwrite their tensor without reading it (fill_,
- * zero_, copy_, the random fills): its old bytes do not flow into the result,
- * so a poisoned one is simply overwritten (and becomes good). Only when the
- * first argument is the output itself: out-of-place `normal(mean, std)` or
- * `bernoulli(p)` read theirs. */
-static bool overwrites_first_arg(const tpurt_op_call_t* call) {
-  static const char* const kNames[] = {"fill",   "zero",        "copy",      "normal",    "uniform", "bernoulli",
-                                       "random", "exponential", "cauchy",    "log_normal", "geometric"};
-  if (call->num_args < 1 || call->num_outputs < 1 || call->args[0].kind != TPURT_ARG_TENSOR || !call->name ||
-      !tpurt_tensor_same_view(call->args[0].v.tensor, &call->outputs[0]))
-    return false;
-  for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]); ++i)
-    if (!strcmp(call->name, kNames[i])) return true;
-  return false;
+/* An op that writes self without reading it, called in place. */
+static bool overwrites_first_arg(const tpurt_op_call_t* call, uint32_t op_flags) {
+  return (op_flags & TPURT_OP_OVERWRITES_SELF) && call->num_args >= 1 && call->num_outputs >= 1 &&
+         call->args[0].kind == TPURT_ARG_TENSOR && tpurt_tensor_same_view(call->args[0].v.tensor, &call->outputs[0]);
 }
 
-tpurt_status_t tpurt_poison_check_call(tpurt_poison_t* p, const tpurt_op_call_t* call) {
+tpurt_status_t tpurt_poison_check_call(tpurt_poison_t* p, const tpurt_op_call_t* call, uint32_t op_flags) {
   if (!tpurt_poison_armed(p)) return TPURT_OK;
-  for (int32_t i = overwrites_first_arg(call) ? 1 : 0; i < call->num_args; ++i) {
+  for (int32_t i = overwrites_first_arg(call, op_flags) ? 1 : 0; i < call->num_args; ++i) {
     const tpurt_arg_t* a = &call->args[i];
     if (a->kind == TPURT_ARG_TENSOR) {
       TPURT_RETURN_IF_ERROR(check_tensor(p, a->v.tensor));

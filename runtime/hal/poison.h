@@ -43,11 +43,11 @@ void tpurt_poison_mark(tpurt_poison_t* p, const void* ptr, size_t bytes, tpurt_s
 void tpurt_poison_clear(tpurt_poison_t* p, const void* ptr, size_t bytes);
 
 /* The same for a kernel call: the error poisoning any tensor it reads (its
- * tensor arguments and tensor-list elements, but not the tensor an in-place
- * fill_ / zero_ / copy_ / random fill overwrites), or OK; poison every output with
+ * tensor arguments and tensor-list elements, but not self of an op with
+ * TPURT_OP_OVERWRITES_SELF in its in-place form), or OK; poison every output with
  * `error`; clear every output the kernel writes whole (a dense output: a view
  * with gaps leaves the bytes between its elements as they were). */
-tpurt_status_t tpurt_poison_check_call(tpurt_poison_t* p, const tpurt_op_call_t* call);
+tpurt_status_t tpurt_poison_check_call(tpurt_poison_t* p, const tpurt_op_call_t* call, uint32_t op_flags);
 void tpurt_poison_mark_call(tpurt_poison_t* p, const tpurt_op_call_t* call, tpurt_status_t error);
 void tpurt_poison_clear_call(tpurt_poison_t* p, const tpurt_op_call_t* call);
 

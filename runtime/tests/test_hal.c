@@ -176,7 +176,7 @@ static void test_execution(void) {
   /* Synchronous dispatch runs on the calling thread. */
   tpurt_arg_t arg = {.kind = TPURT_ARG_INT, .v.i = 11};
   tpurt_op_call_t sc = {.name = "note", .overload = "", .num_args = 1, .args = &arg};
-  CHECK_OK(drv->dispatch_sync(d, k_note, &sc, false));
+  CHECK_OK(drv->dispatch_sync(d, k_note, 0, &sc, false));
   CHECK(atomic_load(&g_n) == 7 && g_order[6] == 11);
   /* An executable loads from a descriptor only (a bad one is refused). */
   tpurt_hal_executable_t* exe = NULL;
@@ -192,7 +192,7 @@ static void test_execution(void) {
   tpurt_hal_queue_t* nq = NULL;
   CHECK_STATUS(nd->queue_create(NULL, &qp, &nq), UNIMPLEMENTED);
   CHECK_STATUS(nd->queue_submit(NULL, &call), UNIMPLEMENTED);
-  CHECK_STATUS(nd->dispatch_sync(NULL, k_note, &sc, false), UNIMPLEMENTED);
+  CHECK_STATUS(nd->dispatch_sync(NULL, k_note, 0, &sc, false), UNIMPLEMENTED);
   CHECK_STATUS(nd->executable_load(NULL, &ep, &exe), UNIMPLEMENTED);
   CHECK(nd->struct_size == sizeof(tpurt_hal_driver_t) && nd->version == TPURT_HAL_VERSION);
 }
@@ -317,10 +317,10 @@ static void test_poison_queue(void) {
   /* Synchronous dispatch refuses to compute from y, and overwriting z makes it good. */
   tpurt_arg_t a1[1] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &t[1]}};
   tpurt_op_call_t from_y = {.name = "fill", .overload = "", .num_args = 1, .args = a1, .num_outputs = 1, .outputs = &t[4]};
-  CHECK_STATUS(drv->dispatch_sync(d, k_fill, &from_y, false), OUT_OF_RANGE);
+  CHECK_STATUS(drv->dispatch_sync(d, k_fill, 0, &from_y, false), OUT_OF_RANGE);
   tpurt_arg_t a0[1] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &t[0]}};
   tpurt_op_call_t into_z = {.name = "fill", .overload = "", .num_args = 1, .args = a0, .num_outputs = 1, .outputs = &t[2]};
-  CHECK_OK(drv->dispatch_sync(d, k_fill, &into_z, false));
+  CHECK_OK(drv->dispatch_sync(d, k_fill, 0, &into_z, false));
   CHECK(tpurt_poison_check(poison, mem + 16, 32) == NULL && mem[16] == 1);
 
   /* Cancel: commands not started are dropped, what they would write is

@@ -799,7 +799,7 @@ static void canary_check_tensor(const tpurt_tensor_t* t, const char* who) {
   if (tpurt_debug_region_find((uintptr_t)t->data, &r)) tpurt_debug_canary_check(&r, who);
 }
 
-tpurt_status_t tpurt_debug_run_kernel(tpurt_device_t* device, tpurt_kernel_fn_t fn,
+tpurt_status_t tpurt_debug_run_kernel(tpurt_device_t* device, const tpurt_op_def_t* op,
                                       const tpurt_op_call_t* call) {
   pthread_mutex_lock(&g_run_lock);
   char name[160];
@@ -822,7 +822,7 @@ tpurt_status_t tpurt_debug_run_kernel(tpurt_device_t* device, tpurt_kernel_fn_t 
   }
   memcpy(g_op_name, name, sizeof g_op_name);
   atomic_store(&g_in_kernel, true);
-  s = tpurt_kernel_status_annotate(device->driver->dispatch_sync(device->hal, fn, call, true), call);
+  s = tpurt_kernel_status_annotate(device->driver->dispatch_sync(device->hal, op->fn, op->flags, call, true), call);
   atomic_store(&g_in_kernel, false);
   tpurt_debug_restore_patches();
   for (int32_t i = 0; i < call->num_outputs; ++i) canary_check_tensor(&call->outputs[i], name);

@@ -65,7 +65,7 @@ bool tpurt_debug_canary_check(const tpurt_debug_region_t* region, const char* wh
  * with the NaN check on, checks floating outputs ("op aten::x produced NaN in
  * output 0"). A violation by host code since the previous op is reported
  * first, and the kernel is not run. Kernels run one at a time here. */
-tpurt_status_t tpurt_debug_run_kernel(tpurt_device_t* device, tpurt_kernel_fn_t fn,
+tpurt_status_t tpurt_debug_run_kernel(tpurt_device_t* device, const tpurt_op_def_t* op,
                                       const tpurt_op_call_t* call);
 
 /* The NaN/Inf check over one call's outputs (mode: TPURT_DEBUG_NANS_*). */

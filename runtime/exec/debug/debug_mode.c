@@ -14,7 +14,7 @@ static tpurt_status_t debug_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t
                                           const tpurt_op_call_t* call) {
   /* Everything queued before runs first, then this kernel on this thread. */
   tpurt_queue_wait_point(q, tpurt_queue_point(q));
-  return tpurt_debug_run_kernel(q->device, op->fn, call);
+  return tpurt_debug_run_kernel(q->device, op, call);
 }
 
 static tpurt_status_t debug_submit_copy(tpurt_queue_t* q, void* dst, const void* src, size_t bytes) {

@@ -683,7 +683,7 @@ static void run_one(const tpurt_defer_rec_t* r, tpurt_kernel_ctx_t* ctx, first_e
   }
   if (r->kind != TPURT_DEFER_KERNEL) return;
   STAT_ADD(kernels_launched, 1);
-  tpurt_status_t s = tpurt_kernel_ctx_invoke(ctx, r->op->fn, &r->call);
+  tpurt_status_t s = tpurt_kernel_ctx_invoke(ctx, r->op->fn, r->op->flags, &r->call);
   if (TPURT_UNLIKELY(s != NULL)) keep_error(first_error, s, r->issuer);
 }
 

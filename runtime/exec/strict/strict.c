@@ -7,7 +7,7 @@
 
 static tpurt_status_t strict_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t* op,
                                            const tpurt_op_call_t* call) {
-  tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_DISPATCH, .u.dispatch = {op->fn, call}};
+  tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_DISPATCH, .u.dispatch = {op->fn, call, op->flags}};
   pthread_mutex_lock(&q->submit_lock);
   tpurt_status_t s = tpurt_queue_submit_locked(q, &cmd, NULL);
   pthread_mutex_unlock(&q->submit_lock);

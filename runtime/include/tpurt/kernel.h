@@ -101,6 +101,11 @@ enum {
    * (ops/elementwise: tpurt_ew_run), exactly once; so DeferAndFuse may run it
    * inside a chain (compiler/fuse_plan.c rule 1). */
   TPURT_OP_ELEMENTWISE = 1u << 4,
+  /* In its in-place form (outputs[0] is args[0]) the kernel writes self
+   * without reading it: fill_, zero_, copy_, the random fills. What self held
+   * does not flow into the result (hal/poison.h: a poisoned self is simply
+   * overwritten). */
+  TPURT_OP_OVERWRITES_SELF = 1u << 5,
 };
 
 /* Tensor layouts a kernel reads (bit masks). Every kernel today reads strided

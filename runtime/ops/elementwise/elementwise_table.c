@@ -5,8 +5,8 @@
  * entry follow the rule written above the list. */
 #include "ops/elementwise/ew_list.h"
 
-#define EW_ENTRY(k, name, dtypes) \
-  {name, tpurt_ew_k_##k, tpurt_ew_r_##k, TPURT_OP_ALIAS_SAFE | TPURT_OP_ELEMENTWISE, dtypes, TPURT_LAYOUT_STRIDED},
+#define EW_ENTRY(k, name, dtypes, flags) \
+  {name, tpurt_ew_k_##k, tpurt_ew_r_##k, TPURT_OP_ALIAS_SAFE | TPURT_OP_ELEMENTWISE | (flags), dtypes, TPURT_LAYOUT_STRIDED},
 const tpurt_op_def_t tpurt_ops_elementwise[] = {
     EW_OP_LIST(EW_ENTRY)
     TPURT_OP_TABLE_END,

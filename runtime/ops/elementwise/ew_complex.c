@@ -419,12 +419,13 @@ CX_KERNEL(mean_ref) { return cx_reduce(ctx, call, "mean", true); }
 #define CX_DT_COMPLEX TPURT_DTYPES_COMPLEX
 #define CX_DT_PARTS (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
 #define CX(NAME, FN, DT) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, 0, DT, TPURT_LAYOUT_STRIDED}
+#define CX_FILL(NAME, FN, DT) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, TPURT_OP_OVERWRITES_SELF, DT, TPURT_LAYOUT_STRIDED}
 #define CX_BORN(NAME, FN, DT) {NAME, tpurt_cx_##FN, tpurt_cx_##FN, TPURT_OP_COMPLEX, DT, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_complex[] = {
-    CX("complex::copy", copy, CX_DT_ANY),
-    CX("complex::fill", fill, CX_DT_COMPLEX),
-    CX("complex::zero", zero, CX_DT_COMPLEX),
+    CX_FILL("complex::copy", copy, CX_DT_ANY),
+    CX_FILL("complex::fill", fill, CX_DT_COMPLEX),
+    CX_FILL("complex::zero", zero, CX_DT_COMPLEX),
     CX("complex::add", add, CX_DT_ANY),
     CX("complex::sub", sub, CX_DT_ANY),
     CX("complex::rsub", rsub, CX_DT_ANY),

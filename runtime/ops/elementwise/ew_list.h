@@ -1,4 +1,4 @@
-/* Every elementwise kernel: EW_X(kernel, "registered name", dtypes) once per
+/* Every elementwise kernel: EW_X(kernel, "registered name", dtypes, extra flags) once per
  * name it answers to. Kernel functions are tpurt_ew_k_<kernel> /
  * tpurt_ew_r_<kernel> (optimized / reference). Expanded in
  * elementwise_table.c; declared below. */
@@ -24,142 +24,142 @@
 #define EW_DT_INTB (TPURT_DTYPES_INT | TPURT_DTYPE_BIT(BOOL)) /* integer-only ops */
 
 #define EW_OP_LIST(EW_X) \
-  EW_X(copy, "copy", EW_DT_ANY) \
-  EW_X(fill, "fill", EW_DT_ANY) \
-  EW_X(zero, "zero", EW_DT_ANY) \
-  EW_X(where, "where", EW_DT_ANY) \
-  EW_X(masked_fill, "masked_fill", EW_DT_ANY) \
-  EW_X(clamp, "clamp", EW_DT_ANY) \
-  EW_X(clamp_min, "clamp_min", EW_DT_ANY) \
-  EW_X(clamp_max, "clamp_max", EW_DT_ANY) \
-  EW_X(add, "add", EW_DT_ANY) \
-  EW_X(sub, "sub", EW_DT_ANY) \
-  EW_X(rsub, "rsub", EW_DT_ANY) \
-  EW_X(add_relu, "_add_relu", EW_DT_ANY) \
-  EW_X(mul, "mul", EW_DT_ANY) \
-  EW_X(div, "div", EW_DT_ANY) \
-  EW_X(remainder, "remainder", EW_DT_ANY) \
-  EW_X(fmod, "fmod", EW_DT_ANY) \
-  EW_X(floor_divide, "floor_divide", EW_DT_ANY) \
-  EW_X(pow, "pow", EW_DT_ANY) \
-  EW_X(atan2, "atan2", EW_DT_ANY) \
-  EW_X(hypot, "hypot", EW_DT_ANY) \
-  EW_X(copysign, "copysign", EW_DT_ANY) \
-  EW_X(nextafter, "nextafter", EW_DT_ANY) \
-  EW_X(xlogy, "xlogy", EW_DT_ANY) \
-  EW_X(xlog1py, "special_xlog1py", EW_DT_ANY) \
-  EW_X(logaddexp, "logaddexp", EW_DT_ANY) \
-  EW_X(logaddexp2, "logaddexp2", EW_DT_ANY) \
-  EW_X(heaviside, "heaviside", EW_DT_ANY) \
-  EW_X(maximum, "maximum", EW_DT_ANY) \
-  EW_X(minimum, "minimum", EW_DT_ANY) \
-  EW_X(fmax, "fmax", EW_DT_ANY) \
-  EW_X(fmin, "fmin", EW_DT_ANY) \
-  EW_X(gcd, "gcd", EW_DT_INTB) \
-  EW_X(lcm, "lcm", EW_DT_INTB) \
-  EW_X(eq, "eq", EW_DT_ANY) \
-  EW_X(ne, "ne", EW_DT_ANY) \
-  EW_X(lt, "lt", EW_DT_ANY) \
-  EW_X(le, "le", EW_DT_ANY) \
-  EW_X(gt, "gt", EW_DT_ANY) \
-  EW_X(ge, "ge", EW_DT_ANY) \
-  EW_X(logical_and, "logical_and", EW_DT_ANY) \
-  EW_X(logical_or, "logical_or", EW_DT_ANY) \
-  EW_X(logical_xor, "logical_xor", EW_DT_ANY) \
-  EW_X(logical_not, "logical_not", EW_DT_ANY) \
-  EW_X(bitwise_and, "bitwise_and", EW_DT_INTB) \
-  EW_X(bitwise_or, "bitwise_or", EW_DT_INTB) \
-  EW_X(bitwise_xor, "bitwise_xor", EW_DT_INTB) \
-  EW_X(bitwise_not, "bitwise_not", EW_DT_INTB) \
-  EW_X(lshift, "bitwise_left_shift", EW_DT_INTB) \
-  EW_X(lshift, "__lshift__", EW_DT_INTB) \
-  EW_X(lshift, "__ilshift__", EW_DT_INTB) \
-  EW_X(lshift, "__ilshift_", EW_DT_INTB) \
-  EW_X(rshift, "bitwise_right_shift", EW_DT_INTB) \
-  EW_X(rshift, "__rshift__", EW_DT_INTB) \
-  EW_X(rshift, "__irshift__", EW_DT_INTB) \
-  EW_X(rshift, "__irshift_", EW_DT_INTB) \
-  EW_X(neg, "neg", EW_DT_NUM) \
-  EW_X(abs, "abs", EW_DT_NUM) \
-  EW_X(sign, "sign", EW_DT_ANY) \
-  EW_X(sign, "sgn", EW_DT_ANY) \
-  EW_X(reciprocal, "reciprocal", EW_DT_ANY) \
-  EW_X(sqrt, "sqrt", EW_DT_ANY) \
-  EW_X(rsqrt, "rsqrt", EW_DT_ANY) \
-  EW_X(exp, "exp", EW_DT_ANY) \
-  EW_X(exp2, "exp2", EW_DT_ANY) \
-  EW_X(expm1, "expm1", EW_DT_ANY) \
-  EW_X(log, "log", EW_DT_ANY) \
-  EW_X(log2, "log2", EW_DT_ANY) \
-  EW_X(log10, "log10", EW_DT_ANY) \
-  EW_X(log1p, "log1p", EW_DT_ANY) \
-  EW_X(sin, "sin", EW_DT_ANY) \
-  EW_X(cos, "cos", EW_DT_ANY) \
-  EW_X(tan, "tan", EW_DT_ANY) \
-  EW_X(tanh, "tanh", EW_DT_ANY) \
-  EW_X(sinh, "sinh", EW_DT_ANY) \
-  EW_X(cosh, "cosh", EW_DT_ANY) \
-  EW_X(asin, "asin", EW_DT_ANY) \
-  EW_X(acos, "acos", EW_DT_ANY) \
-  EW_X(atan, "atan", EW_DT_ANY) \
-  EW_X(asinh, "asinh", EW_DT_ANY) \
-  EW_X(acosh, "acosh", EW_DT_ANY) \
-  EW_X(atanh, "atanh", EW_DT_ANY) \
-  EW_X(sigmoid, "sigmoid", EW_DT_ANY) \
-  EW_X(erf, "erf", EW_DT_ANY) \
-  EW_X(erfc, "erfc", EW_DT_ANY) \
-  EW_X(erfinv, "erfinv", EW_DT_ANY) \
-  EW_X(lgamma, "lgamma", EW_DT_ANY) \
-  EW_X(digamma, "digamma", EW_DT_ANY) \
-  EW_X(sinc, "sinc", EW_DT_ANY) \
-  EW_X(special_entr, "special_entr", EW_DT_ANY) \
-  EW_X(angle, "angle", EW_DT_ANY) \
-  EW_X(floor, "floor", EW_DT_NUM) \
-  EW_X(ceil, "ceil", EW_DT_NUM) \
-  EW_X(trunc, "trunc", EW_DT_NUM) \
-  EW_X(round, "round", EW_DT_NUM) \
-  EW_X(frac, "frac", EW_DT_FLOAT) \
-  EW_X(isnan, "isnan", EW_DT_ANY) \
-  EW_X(isposinf, "isposinf", EW_DT_ANY) \
-  EW_X(isneginf, "isneginf", EW_DT_ANY) \
-  EW_X(signbit, "signbit", EW_DT_ANY) \
-  EW_X(nan_to_num, "nan_to_num", EW_DT_ANY) \
-  EW_X(logit, "logit", EW_DT_ANY) \
-  EW_X(relu, "relu", EW_DT_NUM) \
-  EW_X(gelu, "gelu", EW_DT_FLOAT) \
-  EW_X(silu, "silu", EW_DT_FLOAT) \
-  EW_X(mish, "mish", EW_DT_FLOAT) \
-  EW_X(hardsigmoid, "hardsigmoid", EW_DT_FLOAT) \
-  EW_X(hardswish, "hardswish", EW_DT_FLOAT) \
-  EW_X(elu, "elu", EW_DT_FLOAT) \
-  EW_X(leaky_relu, "leaky_relu", EW_DT_FLOAT) \
-  EW_X(hardtanh, "hardtanh", EW_DT_NUM) \
-  EW_X(softplus, "softplus", EW_DT_FLOAT) \
-  EW_X(threshold, "threshold", EW_DT_NUM) \
-  EW_X(hardshrink, "hardshrink", EW_DT_FLOAT) \
-  EW_X(softshrink, "softshrink", EW_DT_FLOAT) \
-  EW_X(threshold_backward, "threshold_backward", EW_DT_ANY) \
-  EW_X(sigmoid_backward, "sigmoid_backward", EW_DT_ANY) \
-  EW_X(tanh_backward, "tanh_backward", EW_DT_ANY) \
-  EW_X(silu_backward, "silu_backward", EW_DT_ANY) \
-  EW_X(gelu_backward, "gelu_backward", EW_DT_ANY) \
-  EW_X(hardsigmoid_backward, "hardsigmoid_backward", EW_DT_ANY) \
-  EW_X(hardswish_backward, "hardswish_backward", EW_DT_ANY) \
-  EW_X(hardtanh_backward, "hardtanh_backward", EW_DT_ANY) \
-  EW_X(leaky_relu_backward, "leaky_relu_backward", EW_DT_ANY) \
-  EW_X(elu_backward, "elu_backward", EW_DT_ANY) \
-  EW_X(softplus_backward, "softplus_backward", EW_DT_ANY) \
-  EW_X(logit_backward, "logit_backward", EW_DT_ANY) \
-  EW_X(hardshrink_backward, "hardshrink_backward", EW_DT_ANY) \
-  EW_X(softshrink_backward, "softshrink_backward", EW_DT_ANY) \
-  EW_X(log_sigmoid_backward, "log_sigmoid_backward", EW_DT_ANY) \
-  EW_X(lerp, "lerp", EW_DT_ANY) \
-  EW_X(addcmul, "addcmul", EW_DT_ANY) \
-  EW_X(addcdiv, "addcdiv", EW_DT_ANY) \
-  EW_X(identity, "conj_physical", EW_DT_ANY) \
-  EW_X(log_sigmoid_forward, "log_sigmoid_forward", EW_DT_FLOAT)
+  EW_X(copy, "copy", EW_DT_ANY, TPURT_OP_OVERWRITES_SELF) \
+  EW_X(fill, "fill", EW_DT_ANY, TPURT_OP_OVERWRITES_SELF) \
+  EW_X(zero, "zero", EW_DT_ANY, TPURT_OP_OVERWRITES_SELF) \
+  EW_X(where, "where", EW_DT_ANY, 0) \
+  EW_X(masked_fill, "masked_fill", EW_DT_ANY, 0) \
+  EW_X(clamp, "clamp", EW_DT_ANY, 0) \
+  EW_X(clamp_min, "clamp_min", EW_DT_ANY, 0) \
+  EW_X(clamp_max, "clamp_max", EW_DT_ANY, 0) \
+  EW_X(add, "add", EW_DT_ANY, 0) \
+  EW_X(sub, "sub", EW_DT_ANY, 0) \
+  EW_X(rsub, "rsub", EW_DT_ANY, 0) \
+  EW_X(add_relu, "_add_relu", EW_DT_ANY, 0) \
+  EW_X(mul, "mul", EW_DT_ANY, 0) \
+  EW_X(div, "div", EW_DT_ANY, 0) \
+  EW_X(remainder, "remainder", EW_DT_ANY, 0) \
+  EW_X(fmod, "fmod", EW_DT_ANY, 0) \
+  EW_X(floor_divide, "floor_divide", EW_DT_ANY, 0) \
+  EW_X(pow, "pow", EW_DT_ANY, 0) \
+  EW_X(atan2, "atan2", EW_DT_ANY, 0) \
+  EW_X(hypot, "hypot", EW_DT_ANY, 0) \
+  EW_X(copysign, "copysign", EW_DT_ANY, 0) \
+  EW_X(nextafter, "nextafter", EW_DT_ANY, 0) \
+  EW_X(xlogy, "xlogy", EW_DT_ANY, 0) \
+  EW_X(xlog1py, "special_xlog1py", EW_DT_ANY, 0) \
+  EW_X(logaddexp, "logaddexp", EW_DT_ANY, 0) \
+  EW_X(logaddexp2, "logaddexp2", EW_DT_ANY, 0) \
+  EW_X(heaviside, "heaviside", EW_DT_ANY, 0) \
+  EW_X(maximum, "maximum", EW_DT_ANY, 0) \
+  EW_X(minimum, "minimum", EW_DT_ANY, 0) \
+  EW_X(fmax, "fmax", EW_DT_ANY, 0) \
+  EW_X(fmin, "fmin", EW_DT_ANY, 0) \
+  EW_X(gcd, "gcd", EW_DT_INTB, 0) \
+  EW_X(lcm, "lcm", EW_DT_INTB, 0) \
+  EW_X(eq, "eq", EW_DT_ANY, 0) \
+  EW_X(ne, "ne", EW_DT_ANY, 0) \
+  EW_X(lt, "lt", EW_DT_ANY, 0) \
+  EW_X(le, "le", EW_DT_ANY, 0) \
+  EW_X(gt, "gt", EW_DT_ANY, 0) \
+  EW_X(ge, "ge", EW_DT_ANY, 0) \
+  EW_X(logical_and, "logical_and", EW_DT_ANY, 0) \
+  EW_X(logical_or, "logical_or", EW_DT_ANY, 0) \
+  EW_X(logical_xor, "logical_xor", EW_DT_ANY, 0) \
+  EW_X(logical_not, "logical_not", EW_DT_ANY, 0) \
+  EW_X(bitwise_and, "bitwise_and", EW_DT_INTB, 0) \
+  EW_X(bitwise_or, "bitwise_or", EW_DT_INTB, 0) \
+  EW_X(bitwise_xor, "bitwise_xor", EW_DT_INTB, 0) \
+  EW_X(bitwise_not, "bitwise_not", EW_DT_INTB, 0) \
+  EW_X(lshift, "bitwise_left_shift", EW_DT_INTB, 0) \
+  EW_X(lshift, "__lshift__", EW_DT_INTB, 0) \
+  EW_X(lshift, "__ilshift__", EW_DT_INTB, 0) \
+  EW_X(lshift, "__ilshift_", EW_DT_INTB, 0) \
+  EW_X(rshift, "bitwise_right_shift", EW_DT_INTB, 0) \
+  EW_X(rshift, "__rshift__", EW_DT_INTB, 0) \
+  EW_X(rshift, "__irshift__", EW_DT_INTB, 0) \
+  EW_X(rshift, "__irshift_", EW_DT_INTB, 0) \
+  EW_X(neg, "neg", EW_DT_NUM, 0) \
+  EW_X(abs, "abs", EW_DT_NUM, 0) \
+  EW_X(sign, "sign", EW_DT_ANY, 0) \
+  EW_X(sign, "sgn", EW_DT_ANY, 0) \
+  EW_X(reciprocal, "reciprocal", EW_DT_ANY, 0) \
+  EW_X(sqrt, "sqrt", EW_DT_ANY, 0) \
+  EW_X(rsqrt, "rsqrt", EW_DT_ANY, 0) \
+  EW_X(exp, "exp", EW_DT_ANY, 0) \
+  EW_X(exp2, "exp2", EW_DT_ANY, 0) \
+  EW_X(expm1, "expm1", EW_DT_ANY, 0) \
+  EW_X(log, "log", EW_DT_ANY, 0) \
+  EW_X(log2, "log2", EW_DT_ANY, 0) \
+  EW_X(log10, "log10", EW_DT_ANY, 0) \
+  EW_X(log1p, "log1p", EW_DT_ANY, 0) \
+  EW_X(sin, "sin", EW_DT_ANY, 0) \
+  EW_X(cos, "cos", EW_DT_ANY, 0) \
+  EW_X(tan, "tan", EW_DT_ANY, 0) \
+  EW_X(tanh, "tanh", EW_DT_ANY, 0) \
+  EW_X(sinh, "sinh", EW_DT_ANY, 0) \
+  EW_X(cosh, "cosh", EW_DT_ANY, 0) \
+  EW_X(asin, "asin", EW_DT_ANY, 0) \
+  EW_X(acos, "acos", EW_DT_ANY, 0) \
+  EW_X(atan, "atan", EW_DT_ANY, 0) \
+  EW_X(asinh, "asinh", EW_DT_ANY, 0) \
+  EW_X(acosh, "acosh", EW_DT_ANY, 0) \
+  EW_X(atanh, "atanh", EW_DT_ANY, 0) \
+  EW_X(sigmoid, "sigmoid", EW_DT_ANY, 0) \
+  EW_X(erf, "erf", EW_DT_ANY, 0) \
+  EW_X(erfc, "erfc", EW_DT_ANY, 0) \
+  EW_X(erfinv, "erfinv", EW_DT_ANY, 0) \
+  EW_X(lgamma, "lgamma", EW_DT_ANY, 0) \
+  EW_X(digamma, "digamma", EW_DT_ANY, 0) \
+  EW_X(sinc, "sinc", EW_DT_ANY, 0) \
+  EW_X(special_entr, "special_entr", EW_DT_ANY, 0) \
+  EW_X(angle, "angle", EW_DT_ANY, 0) \
+  EW_X(floor, "floor", EW_DT_NUM, 0) \
+  EW_X(ceil, "ceil", EW_DT_NUM, 0) \
+  EW_X(trunc, "trunc", EW_DT_NUM, 0) \
+  EW_X(round, "round", EW_DT_NUM, 0) \
+  EW_X(frac, "frac", EW_DT_FLOAT, 0) \
+  EW_X(isnan, "isnan", EW_DT_ANY, 0) \
+  EW_X(isposinf, "isposinf", EW_DT_ANY, 0) \
+  EW_X(isneginf, "isneginf", EW_DT_ANY, 0) \
+  EW_X(signbit, "signbit", EW_DT_ANY, 0) \
+  EW_X(nan_to_num, "nan_to_num", EW_DT_ANY, 0) \
+  EW_X(logit, "logit", EW_DT_ANY, 0) \
+  EW_X(relu, "relu", EW_DT_NUM, 0) \
+  EW_X(gelu, "gelu", EW_DT_FLOAT, 0) \
+  EW_X(silu, "silu", EW_DT_FLOAT, 0) \
+  EW_X(mish, "mish", EW_DT_FLOAT, 0) \
+  EW_X(hardsigmoid, "hardsigmoid", EW_DT_FLOAT, 0) \
+  EW_X(hardswish, "hardswish", EW_DT_FLOAT, 0) \
+  EW_X(elu, "elu", EW_DT_FLOAT, 0) \
+  EW_X(leaky_relu, "leaky_relu", EW_DT_FLOAT, 0) \
+  EW_X(hardtanh, "hardtanh", EW_DT_NUM, 0) \
+  EW_X(softplus, "softplus", EW_DT_FLOAT, 0) \
+  EW_X(threshold, "threshold", EW_DT_NUM, 0) \
+  EW_X(hardshrink, "hardshrink", EW_DT_FLOAT, 0) \
+  EW_X(softshrink, "softshrink", EW_DT_FLOAT, 0) \
+  EW_X(threshold_backward, "threshold_backward", EW_DT_ANY, 0) \
+  EW_X(sigmoid_backward, "sigmoid_backward", EW_DT_ANY, 0) \
+  EW_X(tanh_backward, "tanh_backward", EW_DT_ANY, 0) \
+  EW_X(silu_backward, "silu_backward", EW_DT_ANY, 0) \
+  EW_X(gelu_backward, "gelu_backward", EW_DT_ANY, 0) \
+  EW_X(hardsigmoid_backward, "hardsigmoid_backward", EW_DT_ANY, 0) \
+  EW_X(hardswish_backward, "hardswish_backward", EW_DT_ANY, 0) \
+  EW_X(hardtanh_backward, "hardtanh_backward", EW_DT_ANY, 0) \
+  EW_X(leaky_relu_backward, "leaky_relu_backward", EW_DT_ANY, 0) \
+  EW_X(elu_backward, "elu_backward", EW_DT_ANY, 0) \
+  EW_X(softplus_backward, "softplus_backward", EW_DT_ANY, 0) \
+  EW_X(logit_backward, "logit_backward", EW_DT_ANY, 0) \
+  EW_X(hardshrink_backward, "hardshrink_backward", EW_DT_ANY, 0) \
+  EW_X(softshrink_backward, "softshrink_backward", EW_DT_ANY, 0) \
+  EW_X(log_sigmoid_backward, "log_sigmoid_backward", EW_DT_ANY, 0) \
+  EW_X(lerp, "lerp", EW_DT_ANY, 0) \
+  EW_X(addcmul, "addcmul", EW_DT_ANY, 0) \
+  EW_X(addcdiv, "addcdiv", EW_DT_ANY, 0) \
+  EW_X(identity, "conj_physical", EW_DT_ANY, 0) \
+  EW_X(log_sigmoid_forward, "log_sigmoid_forward", EW_DT_FLOAT, 0)
 
-#define EW_DECLARE(k, name, dtypes)                                                                 \
+#define EW_DECLARE(k, name, dtypes, flags)                                                                 \
   tpurt_status_t tpurt_ew_k_##k(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);      \
   tpurt_status_t tpurt_ew_r_##k(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
 EW_OP_LIST(EW_DECLARE)

@@ -13,16 +13,17 @@
 #define RND_DT_FLOAT TPURT_DTYPES_FLOAT
 #define RND_DT_ANY TPURT_DTYPES_REAL
 #define RND_DRAW (TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)
+#define RND_FILL (RND_DRAW | TPURT_OP_OVERWRITES_SELF) /* the in-place fills: self is not read */
 
 #define RND_OP_LIST(RND_X)                                                             \
-  RND_X(uniform, "uniform", RND_DRAW, RND_DT_FLOAT)                                    \
-  RND_X(normal, "normal", RND_DRAW, RND_DT_FLOAT)                                      \
-  RND_X(bernoulli, "bernoulli", RND_DRAW, RND_DT_ANY)                                  \
-  RND_X(random, "random", RND_DRAW, RND_DT_ANY)                                        \
-  RND_X(exponential, "exponential", RND_DRAW, RND_DT_FLOAT)                            \
-  RND_X(geometric, "geometric", RND_DRAW, RND_DT_ANY)                                  \
-  RND_X(cauchy, "cauchy", RND_DRAW, RND_DT_FLOAT)                                      \
-  RND_X(log_normal, "log_normal", RND_DRAW, RND_DT_FLOAT)                              \
+  RND_X(uniform, "uniform", RND_FILL, RND_DT_FLOAT)                                    \
+  RND_X(normal, "normal", RND_FILL, RND_DT_FLOAT)                                      \
+  RND_X(bernoulli, "bernoulli", RND_FILL, RND_DT_ANY)                                  \
+  RND_X(random, "random", RND_FILL, RND_DT_ANY)                                        \
+  RND_X(exponential, "exponential", RND_FILL, RND_DT_FLOAT)                            \
+  RND_X(geometric, "geometric", RND_FILL, RND_DT_ANY)                                  \
+  RND_X(cauchy, "cauchy", RND_FILL, RND_DT_FLOAT)                                      \
+  RND_X(log_normal, "log_normal", RND_FILL, RND_DT_FLOAT)                              \
   RND_X(native_dropout, "native_dropout", RND_DRAW, RND_DT_FLOAT)                      \
   RND_X(native_dropout_backward, "native_dropout_backward", TPURT_OP_ALIAS_SAFE, RND_DT_FLOAT) \
   RND_X(multinomial, "multinomial", TPURT_OP_RANDOM, RND_DT_ANY)

@@ -49,7 +49,7 @@ static tpurt_status_t null_queue_take_error(tpurt_hal_queue_t* queue, uint64_t i
 
 static bool null_queue_is_current(tpurt_hal_queue_t* queue) { return false; }
 
-static tpurt_status_t null_dispatch_sync(tpurt_hal_device_t* device, tpurt_kernel_fn_t fn,
+static tpurt_status_t null_dispatch_sync(tpurt_hal_device_t* device, tpurt_kernel_fn_t fn, uint32_t op_flags,
                                          const tpurt_op_call_t* call, bool debug) {
   return TPURT_STATUS(UNIMPLEMENTED, "null driver: dispatch_sync");
 }

@@ -46,8 +46,8 @@ void tpurt_vtpu_kernel_ctx(tpurt_hal_device_t* d, tpurt_scratch_t* scratch, bool
 
 static tpurt_poison_t* vtpu_device_poison(tpurt_hal_device_t* d) { return &d->poison; }
 
-static tpurt_status_t vtpu_dispatch_sync(tpurt_hal_device_t* d, tpurt_kernel_fn_t fn, const tpurt_op_call_t* call,
-                                         bool debug) {
+static tpurt_status_t vtpu_dispatch_sync(tpurt_hal_device_t* d, tpurt_kernel_fn_t fn, uint32_t op_flags,
+                                         const tpurt_op_call_t* call, bool debug) {
   tpurt_scratch_t scratch;
   tpurt_scratch_init(&scratch);
   tpurt_kernel_ctx_t ctx;
@@ -55,7 +55,7 @@ static tpurt_status_t vtpu_dispatch_sync(tpurt_hal_device_t* d, tpurt_kernel_fn_
   /* Run now, its error returned now (Debug mode raises at the call, as the
    * CPU does), so nothing is poisoned on failure; but it must not compute
    * from poisoned memory, and it makes what it writes good again. */
-  tpurt_status_t s = tpurt_poison_check_call(&d->poison, call);
+  tpurt_status_t s = tpurt_poison_check_call(&d->poison, call, op_flags);
   if (!s) {
     s = fn(&ctx, call);
     if (!s) tpurt_poison_clear_call(&d->poison, call);

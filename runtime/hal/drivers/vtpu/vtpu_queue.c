@@ -242,7 +242,7 @@ static void execute(tpurt_hal_queue_t* q, cmd_t* c) {
   ctx.cancel = dropped(q, c->c.value);
   switch (c->kind) {
     case TPURT_HAL_COMMAND_DISPATCH: {
-      tpurt_status_t s = tpurt_kernel_ctx_invoke(&ctx, c->c.u.dispatch.fn, &c->call);
+      tpurt_status_t s = tpurt_kernel_ctx_invoke(&ctx, c->c.u.dispatch.fn, c->c.u.dispatch.op_flags, &c->call);
       if (TPURT_UNLIKELY(s != NULL)) set_error(q, ctx.issuer, s);
       if (c->external) free(c->payload);
       break;
