@@ -35,6 +35,10 @@ typedef struct tpurt_defer_list_t {
   int32_t num_recs;
   int32_t cap_recs;
   int32_t num_kernels;  /* KERNEL records (fusable or not) */
+  /* Chains whose first output has fewer elements run unfused (0: all fuse).
+   * A program sets it: its chains' tiny kernels cost less one by one than
+   * the chain machinery does. */
+  int64_t fuse_min_numel;
   uint64_t points;      /* queue points these records stand for (KERNEL + COPY) */
   uint64_t arena_bytes; /* payload bytes held */
   tpurt_defer_chunk_t* chunks;

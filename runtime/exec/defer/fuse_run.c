@@ -744,6 +744,11 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
     if (TPURT_UNLIKELY(first_error.status != NULL) && tpurt_poison_armed(ctx->poison)) chains = false;
     c.red = -1;
     int n = chains && r->kind == TPURT_DEFER_KERNEL ? tpurt_fuse_plan_chain(&st->planner, i, &c) : 1;
+    if ((n >= 2 || c.red >= 0) && l->fuse_min_numel && r->call.num_outputs &&
+        tpurt_tensor_numel(&r->call.outputs[0]) < l->fuse_min_numel) {
+      n = 1;
+      c.red = -1;
+    }
     if (chains && (n >= 2 || c.red >= 0) && run_chain(&st->planner, &c, &st->chain, ctx, l, &first_error)) {
       tpurt_fuse_planner_mark_done(&st->planner, &c);
       continue;
