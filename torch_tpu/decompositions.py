@@ -349,6 +349,8 @@ def register() -> int:
         _registered.append(_qualified_name(op))
     from torch_tpu import _decomp_more
     _explicit.extend(_decomp_more.register_kernels(lib))
+    from torch_tpu import _modules
+    _explicit.extend(_modules.register_kernels(lib))
     _lib = lib
     return len(_registered)
 

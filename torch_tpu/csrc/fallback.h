@@ -62,7 +62,7 @@ struct OpInfo {
   bool has_generator_arg = false;
   // Ops PyTorch gives no meta function take their shapes from a twin op.
   // kLikeSelf: ops whose output is empty_like(self) (contiguous) but have no meta.
-  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut, kGeqrf } meta_via = MetaVia::kSelf;
+  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut, kGeqrf, kRnnCell } meta_via = MetaVia::kSelf;
   bool repeat_interleave = false;  // repeat_interleave.Tensor: output_size from the data
   // Registered directly for PrivateUse1 in place of PyTorch's structured
   // CompositeExplicitAutogradNonFunctional wrapper (fallback_op_info.cpp).

@@ -113,6 +113,8 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   if (full_name == "aten::pow.Tensor_Scalar_out") return OpInfo::MetaVia::kPowScalarOut;
   // geqrf has no meta function; its shapes follow from the input's.
   if (full_name == "aten::geqrf" || full_name == "aten::geqrf.a") return OpInfo::MetaVia::kGeqrf;
+  // _thnn_fused_lstm_cell's Python meta dereferences its optional biases.
+  if (full_name == "aten::_thnn_fused_lstm_cell") return OpInfo::MetaVia::kRnnCell;
   return OpInfo::MetaVia::kSelf;
 }
 

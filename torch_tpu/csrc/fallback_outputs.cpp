@@ -252,6 +252,16 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     int64_t groups = args[8].toInt();
     int64_t out_channels = transposed ? w.size(1) * groups : w.size(0);
     meta_stack.insert(meta_stack.begin() + 3, c10::IValue(std::vector<int64_t>{out_channels}));
+  } else if (info.meta_via == OpInfo::MetaVia::kRnnCell) {
+    // (input_gates, hidden_gates, state, input_bias?, hidden_bias?): absent
+    // biases (None, or undefined tensors from ATen's RNN.cpp) become
+    // gate-sized meta tensors; they do not change the shapes.
+    const at::Tensor gates = meta_stack[0].toTensor();
+    for (size_t i = 3; i < 5 && i < meta_stack.size(); ++i) {
+      const c10::IValue& b = meta_stack[i];
+      bool absent = b.isNone() || (b.isTensor() && !b.toTensor().defined());
+      if (absent && gates.dim() == 2) meta_stack[i] = at::empty({gates.size(1)}, gates.options());
+    }
   }
   try {
     meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
