@@ -166,3 +166,24 @@ def register_kernels(lib) -> "list[str]":
         if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
             lib.impl(name, fn, "Meta")
     return [f"aten::{n}" for n in kernels]
+
+
+# ---- decompositions that miss a check CPU makes (merged over PyTorch's by decompositions.py) ----
+
+def _reflection_pad2d(self, padding):
+    """CPU's check first (the 1-d and 3-d forms get it from their structured meta; 2-d has none): each
+    pad must be smaller than the dim it reflects."""
+    torch._check(len(padding) == 4, lambda: f"padding size is expected to be 4, but got: {len(padding)}")
+    for dim, (lo, hi) in ((self.dim() - 1, padding[0:2]), (self.dim() - 2, padding[2:4])):
+        size = self.shape[dim]
+        torch._check(lo < size and hi < size, lambda: (
+            f"Argument #4: Padding size should be less than the corresponding input dimension, but got: "
+            f"padding ({lo}, {hi}) at dimension {dim} of input {list(self.shape)}"))
+    from torch._decomp.decompositions import _reflection_pad
+    return _reflection_pad(self, padding)
+
+
+def overrides() -> dict:
+    return {
+        aten.reflection_pad2d.default: _reflection_pad2d,
+    }

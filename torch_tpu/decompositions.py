@@ -182,6 +182,8 @@ def _all_decompositions() -> dict:
     table.update(decomposition_table)  # PyTorch's own win where both exist
     from torch_tpu import _decomp_more
     table.update(_decomp_more.overrides())  # except where theirs differs from eager CPU
+    from torch_tpu import _modules
+    table.update(_modules.overrides())
     return table
 
 

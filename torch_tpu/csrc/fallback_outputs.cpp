@@ -262,6 +262,13 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
       bool absent = b.isNone() || (b.isTensor() && !b.toTensor().defined());
       if (absent && gates.dim() == 2) meta_stack[i] = at::empty({gates.size(1)}, gates.options());
     }
+  } else if (info.meta_via == OpInfo::MetaVia::kNllLoss || info.meta_via == OpInfo::MetaVia::kNllLossBackward) {
+    // a uint8 target shapes like an int64 one (the kernel reads either)
+    size_t t = info.meta_via == OpInfo::MetaVia::kNllLoss ? 1 : 2;
+    if (t < meta_stack.size() && meta_stack[t].isTensor()) {
+      const at::Tensor target = meta_stack[t].toTensor();
+      if (target.defined() && target.scalar_type() == at::kByte) meta_stack[t] = target.to(at::kLong);
+    }
   }
   try {
     meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
