@@ -342,6 +342,28 @@ at::Tensor make_fresh(const OutMeta& m) {
   return m.defined ? empty_tpu(m.sizes, m.strides, m.dtype) : at::Tensor();
 }
 
+// An elementwise kernel's fresh output takes the memory layout of its first
+// input of the same shape that is dense but not contiguous (channels_last,
+// a transpose), as TensorIterator lays CPU's out; PyTorch's Python meta
+// functions (abs, isinf, logical_not, ...) say contiguous.
+OutMeta elementwise_layout(const Call& c, const OutMeta& m) {
+  if (!m.defined || !c.info.def || !(c.info.def->flags & TPURT_OP_ELEMENTWISE) || m.sizes.size() < 2) return m;
+  c10::SmallVector<int64_t, 6> contiguous;
+  contiguous_strides(m.sizes, &contiguous);
+  if (m.strides != contiguous) return m;  // meta chose a layout itself
+  for (size_t i = 0; i < c.info.num_args; ++i) {
+    const c10::IValue& v = c.arg(i);
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || t.is_cpu() || !t.sizes().equals(m.sizes)) continue;
+    if (t.is_contiguous() || !t.is_non_overlapping_and_dense()) return m;
+    OutMeta r = m;
+    r.strides.assign(t.strides().begin(), t.strides().end());
+    return r;
+  }
+  return m;
+}
+
 }  // namespace
 
 // ================================ the stage ================================
@@ -443,8 +465,10 @@ void make_outputs(const Call& c, const MetaEntry& meta, Outputs* out) {
           ++k;
         }
       } else {
-        apply_layout(a.toTensor(), metas[0]);
-        out->kernel_outs.push_back(a.toTensor());
+        const at::Tensor& t = a.toTensor();
+        // an empty out= tensor (a composite's at::empty({0})) is laid out as a fresh one
+        apply_layout(t, t.numel() == 0 ? elementwise_layout(c, metas[0]) : metas[0]);
+        out->kernel_outs.push_back(t);
       }
       out->results.push_back(a);
     } else if (ri.kind == RetKind::kView) {
@@ -466,7 +490,7 @@ void make_outputs(const Call& c, const MetaEntry& meta, Outputs* out) {
       }
       out->results.push_back(std::move(outs));
     } else {
-      at::Tensor t = make_fresh(metas[0]);
+      at::Tensor t = make_fresh(elementwise_layout(c, metas[0]));
       out->kernel_outs.push_back(t);
       out->results.push_back(std::move(t));
     }
