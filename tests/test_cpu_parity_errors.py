@@ -111,6 +111,11 @@ VALUE_ERRORS = {
         1, torch.tensor([5], device=d)),
     "index_select_dim2_out_of_range": lambda d: torch.zeros(3, 5, 2, device=d).index_select(
         2, torch.tensor([-3], device=d)),
+    "index_add_out_of_range": lambda d: torch.zeros(5, 4, device=d).index_add(
+        0, torch.tensor([5], device=d), torch.ones(1, 4, device=d)),
+    "index_copy_out_of_range": lambda d: torch.zeros(5, 4, device=d).index_copy(
+        0, torch.tensor([5], device=d), torch.ones(1, 4, device=d)),
+    "take_out_of_range": lambda d: torch.zeros(5, 4, device=d).take(torch.tensor([20], device=d)),
     "one_hot_negative": lambda d: F.one_hot(torch.tensor([-1], device=d)),
     "one_hot_too_large": lambda d: F.one_hot(torch.tensor([3], device=d), 2),
 }

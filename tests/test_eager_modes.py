@@ -214,7 +214,7 @@ def _line_in_this_file(err):
 
 
 # CPU raises RuntimeError for these kernels' bad indices, IndexError for the others
-_RUNTIME_ERROR_KERNELS = {"gather", "scatter", "scatter_add", "scatter_reduce"}
+_RUNTIME_ERROR_KERNELS = {"gather", "scatter", "scatter_add", "scatter_reduce", "index_add"}
 
 
 @pytest.mark.parametrize("name", _INDEX_CASES)

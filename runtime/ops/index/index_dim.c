@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/index/index_common.h"
 #include "ops/index/index_kernels.h"
@@ -363,7 +364,12 @@ static tpurt_status_t index_along_dim(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
     for (int32_t d = 0; d < self.ndim; ++d) src.sizes[d] = d == dim ? n : self.sizes[d];
   }
   int64_t* off = NULL;
-  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, op, idx, dim, self.sizes[dim], wrap, &off));
+  if (n > 0) {
+    tpurt_status_t st = load_all(ctx, op, idx, dim, self.sizes[dim], wrap, &off);
+    /* CPU's index_add raises RuntimeError (index_copy/fill/reduce IndexError) */
+    if (st && strcmp(op, "index_add") == 0) st = out_of_range_as_invalid(st);
+    TPURT_RETURN_IF_ERROR(st);
+  }
   TPURT_RETURN_IF_ERROR(tpurt_index_copy(ctx, &out, &self));
   int64_t fibers = 1;
   for (int32_t d = 0; d < self.ndim; ++d)
