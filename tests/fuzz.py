@@ -685,19 +685,10 @@ def _close(got, want, prec=None):
 
 
 def same_error(te, ce):
-    """Whether the tpu's exception answers CPU's: the same type, or one of the known differences:
-     - an index out of range raises IndexError on the tpu (README: a bad index raises IndexError)
-       where some CPU kernels (gather, index_select) raise RuntimeError;
-     - PyTorch's own meta functions, which size the tpu's outputs, reject floor_divide on bool and
-       kthvalue over an empty dim with RuntimeError before any kernel runs, where CPU's kernels raise
-       NotImplementedError / IndexError (torch/_refs, torch/_meta_registrations)."""
-    if isinstance(te, type(ce)):
-        return True
-    msg = str(te)
-    if isinstance(te, IndexError) and isinstance(ce, RuntimeError) and "out of bounds" in msg:
-        return True
-    return type(te) is RuntimeError and ("not supported for floor_divide" in msg
-                                         or "selected number k out of range" in msg)
+    """Whether the tpu's exception answers CPU's: the same type (gather/scatter out of range raise
+    RuntimeError and index_select IndexError, as CPU; floor_divide on bool NotImplementedError and
+    kthvalue over an empty dim IndexError, fallback_precheck.cpp)."""
+    return isinstance(te, type(ce))
 
 
 def compare(stmts, ref, got, loose=None):

@@ -1,5 +1,5 @@
 """The eager modes: selecting them (environment, process, scope), switching synchronizes,
-and Debug mode's checks: every index op raises IndexError at the Python line that issued it, device
+and Debug mode's checks: every index op raises CPU's exception type (IndexError, RuntimeError for gather/scatter) at the Python line that issued it, device
 memory guards catch a kernel writing past its buffer / reading freed memory and host code reading
 freed or live device memory (naming the op, or host code), and the opt-in NaN/Inf check names the first op producing one.
 Programs give the same results in Strict and Debug."""
@@ -213,11 +213,16 @@ def _line_in_this_file(err):
     return frames[-1].lineno
 
 
+# CPU raises RuntimeError for these kernels' bad indices, IndexError for the others
+_RUNTIME_ERROR_KERNELS = {"gather", "scatter", "scatter_add", "scatter_reduce", "index_add"}
+
+
 @pytest.mark.parametrize("name", _INDEX_CASES)
 def test_debug_index_error_at_issuing_line(name):
     kernel, thunk = _index_cases()[name]
     torch_tpu.set_eager_mode("debug")
-    with pytest.raises(IndexError, match="out of bounds") as info:
+    expected = RuntimeError if kernel in _RUNTIME_ERROR_KERNELS else IndexError
+    with pytest.raises(expected, match="out of bounds") as info:
         thunk()
     assert kernel in str(info.value)
     # raised by the op itself (Debug is synchronous), not by a later sync point
@@ -228,7 +233,7 @@ def test_debug_index_error_at_issuing_line(name):
 def test_strict_reports_index_error_at_the_next_sync():
     kernel, thunk = _index_cases()["gather"]
     y = thunk()  # Strict: no error yet
-    with pytest.raises(IndexError, match="gather.*out of bounds"):
+    with pytest.raises(RuntimeError, match="gather.*out of bounds.*TORCH_TPU_EAGER_MODE=debug"):
         torch.tpu.synchronize()
     del y
 

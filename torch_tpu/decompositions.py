@@ -182,6 +182,8 @@ def _all_decompositions() -> dict:
     table.update(decomposition_table)  # PyTorch's own win where both exist
     from torch_tpu import _decomp_more
     table.update(_decomp_more.overrides())  # except where theirs differs from eager CPU
+    from torch_tpu import _modules
+    table.update(_modules.overrides())
     return table
 
 
@@ -349,6 +351,8 @@ def register() -> int:
         _registered.append(_qualified_name(op))
     from torch_tpu import _decomp_more
     _explicit.extend(_decomp_more.register_kernels(lib))
+    from torch_tpu import _modules
+    _explicit.extend(_modules.register_kernels(lib))
     _lib = lib
     return len(_registered)
 

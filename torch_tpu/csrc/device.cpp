@@ -98,6 +98,11 @@ void throw_status(tpurt_status_t status, const char* what) {
     msg += ": ";
   }
   msg += body;
+  // A kernel's own error (the runtime names it "aten::...") raised here, in
+  // Strict or DeferAndFuse, is one the kernel met when it ran, after the
+  // Python line that issued it had returned: say how to find that line.
+  if (body.compare(0, 6, "aten::") == 0 && tpurt_exec_mode_get() != TPURT_EXEC_DEBUG)
+    msg += " (the op ran asynchronously; set TORCH_TPU_EAGER_MODE=debug to raise at the line that issued it)";
   switch (code) {
     case TPURT_STATUS_RESOURCE_EXHAUSTED:
       C10_THROW_ERROR(OutOfMemoryError, msg);

@@ -41,6 +41,8 @@ struct RetInfo {
   int arg = -1;  // the aliased argument (written / view)
 };
 
+struct Call;
+
 struct OpInfo {
   const c10::OperatorHandle* handle = nullptr;
   std::string full_name;  // "aten::add.Tensor"
@@ -62,12 +64,19 @@ struct OpInfo {
   bool has_generator_arg = false;
   // Ops PyTorch gives no meta function take their shapes from a twin op.
   // kLikeSelf: ops whose output is empty_like(self) (contiguous) but have no meta.
-  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut, kGeqrf } meta_via = MetaVia::kSelf;
+  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut, kGeqrf, kRnnCell, kNllLoss, kNllLossBackward } meta_via = MetaVia::kSelf;
   bool repeat_interleave = false;  // repeat_interleave.Tensor: output_size from the data
+  // CPU's checks on shapes, dtypes and Python scalars that PyTorch's meta
+  // function lacks (fallback_precheck.cpp), run at the call before anything
+  // is queued; null for most ops.
+  void (*precheck)(const Call& c) = nullptr;
   // Registered directly for PrivateUse1 in place of PyTorch's structured
   // CompositeExplicitAutogradNonFunctional wrapper (fallback_op_info.cpp).
   bool direct = false;
 };
+
+// The precheck for an op by its full name, or null (fallback_precheck.cpp).
+void (*precheck_for(const std::string& full_name))(const Call& c);
 
 // The op's information, built on its first call (fallback_op_info.cpp); lock-free
 // after a thread's first call of the op.

@@ -73,18 +73,27 @@ void expand_bool_indices(const Call& c) {
   }
   if (!needs) return;
   c10::List<std::optional<at::Tensor>> out;
+  int64_t pos = 0;  // the dim of self the entry indexes
   for (const auto& e : l) {
     if (!e.isTensor()) {
       out.push_back(std::nullopt);
+      ++pos;
       continue;
     }
     at::Tensor t = e.toTensor();
     if (t.is_cpu()) t = t.to(self.device());
     if (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte) {
+      // ATen's expandTensors: a mask covers t.dim() dims of self, size for size
+      for (int64_t j = 0; j < t.dim(); ++j)
+        TORCH_CHECK_INDEX(pos + j < self.dim() && t.size(j) == self.size(pos + j), "The shape of the mask ",
+                          t.sizes(), " at index ", j, " does not match the shape of the indexed tensor ",
+                          self.sizes(), " at index ", pos + j);
+      pos += t.dim();
       at::Tensor nz = at::nonzero(t);
       for (int64_t j = 0; j < t.dim(); ++j) out.push_back(nz.select(1, j));
     } else {
       out.push_back(t);
+      ++pos;
     }
   }
   slot = c10::IValue(std::move(out));
@@ -196,6 +205,7 @@ Checked check_call(const Call& c) {
   if (TPURT_UNLIKELY(layout != c10::kStrided)) check_layout(c, k.def, layout);
   if (k.has_tensor) check_dtype_mask(c, k.def, k.first_dtype);
   if (info.refuse_overlap) check_written_overlap(c);
+  if (TPURT_UNLIKELY(info.precheck != nullptr)) info.precheck(c);
   return k;
 }
 

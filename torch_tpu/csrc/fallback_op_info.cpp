@@ -113,6 +113,15 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   if (full_name == "aten::pow.Tensor_Scalar_out") return OpInfo::MetaVia::kPowScalarOut;
   // geqrf has no meta function; its shapes follow from the input's.
   if (full_name == "aten::geqrf" || full_name == "aten::geqrf.a") return OpInfo::MetaVia::kGeqrf;
+  // _thnn_fused_lstm_cell's Python meta dereferences its optional biases.
+  if (full_name == "aten::_thnn_fused_lstm_cell") return OpInfo::MetaVia::kRnnCell;
+  // CPU takes a uint8 target; PyTorch's meta (its decomposition) gathers with it and refuses.
+  if (full_name == "aten::nll_loss_forward" || full_name == "aten::nll_loss2d_forward" ||
+      full_name == "aten::nll_loss_forward.output" || full_name == "aten::nll_loss2d_forward.output")
+    return OpInfo::MetaVia::kNllLoss;
+  if (full_name == "aten::nll_loss_backward" || full_name == "aten::nll_loss2d_backward" ||
+      full_name == "aten::nll_loss_backward.grad_input" || full_name == "aten::nll_loss2d_backward.grad_input")
+    return OpInfo::MetaVia::kNllLossBackward;
   return OpInfo::MetaVia::kSelf;
 }
 
@@ -160,6 +169,7 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   }
   classify_returns(schema, info.get());
   info->meta_via = meta_via(info->full_name);
+  info->precheck = precheck_for(info->full_name);
   overlap_rules(info->base, info.get());
   info->repeat_interleave = info->full_name == "aten::repeat_interleave.Tensor";
   info->bool_index_arg1 = (info->base == "index" || info->base == "index_put" || info->base == "_index_put_impl") &&

@@ -252,6 +252,23 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     int64_t groups = args[8].toInt();
     int64_t out_channels = transposed ? w.size(1) * groups : w.size(0);
     meta_stack.insert(meta_stack.begin() + 3, c10::IValue(std::vector<int64_t>{out_channels}));
+  } else if (info.meta_via == OpInfo::MetaVia::kRnnCell) {
+    // (input_gates, hidden_gates, state, input_bias?, hidden_bias?): absent
+    // biases (None, or undefined tensors from ATen's RNN.cpp) become
+    // gate-sized meta tensors; they do not change the shapes.
+    const at::Tensor gates = meta_stack[0].toTensor();
+    for (size_t i = 3; i < 5 && i < meta_stack.size(); ++i) {
+      const c10::IValue& b = meta_stack[i];
+      bool absent = b.isNone() || (b.isTensor() && !b.toTensor().defined());
+      if (absent && gates.dim() == 2) meta_stack[i] = at::empty({gates.size(1)}, gates.options());
+    }
+  } else if (info.meta_via == OpInfo::MetaVia::kNllLoss || info.meta_via == OpInfo::MetaVia::kNllLossBackward) {
+    // a uint8 target shapes like an int64 one (the kernel reads either)
+    size_t t = info.meta_via == OpInfo::MetaVia::kNllLoss ? 1 : 2;
+    if (t < meta_stack.size() && meta_stack[t].isTensor()) {
+      const at::Tensor target = meta_stack[t].toTensor();
+      if (target.defined() && target.scalar_type() == at::kByte) meta_stack[t] = target.to(at::kLong);
+    }
   }
   try {
     meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
@@ -323,6 +340,28 @@ at::Tensor make_view(const at::Tensor& base, const OutMeta& m) {
 
 at::Tensor make_fresh(const OutMeta& m) {
   return m.defined ? empty_tpu(m.sizes, m.strides, m.dtype) : at::Tensor();
+}
+
+// An elementwise kernel's fresh output takes the memory layout of its first
+// input of the same shape that is dense but not contiguous (channels_last,
+// a transpose), as TensorIterator lays CPU's out; PyTorch's Python meta
+// functions (abs, isinf, logical_not, ...) say contiguous.
+OutMeta elementwise_layout(const Call& c, const OutMeta& m) {
+  if (!m.defined || !c.info.def || !(c.info.def->flags & TPURT_OP_ELEMENTWISE) || m.sizes.size() < 2) return m;
+  c10::SmallVector<int64_t, 6> contiguous;
+  contiguous_strides(m.sizes, &contiguous);
+  if (m.strides != contiguous) return m;  // meta chose a layout itself
+  for (size_t i = 0; i < c.info.num_args; ++i) {
+    const c10::IValue& v = c.arg(i);
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || t.is_cpu() || !t.sizes().equals(m.sizes)) continue;
+    if (t.is_contiguous() || !t.is_non_overlapping_and_dense()) return m;
+    OutMeta r = m;
+    r.strides.assign(t.strides().begin(), t.strides().end());
+    return r;
+  }
+  return m;
 }
 
 }  // namespace
@@ -426,8 +465,10 @@ void make_outputs(const Call& c, const MetaEntry& meta, Outputs* out) {
           ++k;
         }
       } else {
-        apply_layout(a.toTensor(), metas[0]);
-        out->kernel_outs.push_back(a.toTensor());
+        const at::Tensor& t = a.toTensor();
+        // an empty out= tensor (a composite's at::empty({0})) is laid out as a fresh one
+        apply_layout(t, t.numel() == 0 ? elementwise_layout(c, metas[0]) : metas[0]);
+        out->kernel_outs.push_back(t);
       }
       out->results.push_back(a);
     } else if (ri.kind == RetKind::kView) {
@@ -449,7 +490,7 @@ void make_outputs(const Call& c, const MetaEntry& meta, Outputs* out) {
       }
       out->results.push_back(std::move(outs));
     } else {
-      at::Tensor t = make_fresh(metas[0]);
+      at::Tensor t = make_fresh(elementwise_layout(c, metas[0]));
       out->kernel_outs.push_back(t);
       out->results.push_back(std::move(t));
     }

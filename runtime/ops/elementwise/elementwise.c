@@ -50,7 +50,12 @@ typedef void (*ew_convert_fn_t)(char* dst, int64_t ds, const char* src, int64_t 
 #define TO_u8(v) ((uint8_t)(int64_t)(v))
 #define TO_i8(v) ((int8_t)(int64_t)(v))
 #define TO_i16(v) ((int16_t)(int64_t)(v))
-#define TO_i32(v) ((int32_t)(int64_t)(v))
+/* float -> int32 as CPU's (the x86 conversion): NaN, infinities and values out of range give
+ * INT32_MIN; integers wrap */
+static inline int32_t ew_float_to_i32(double x) {
+  return x >= -2147483648.0 && x < 2147483648.0 ? (int32_t)x : INT32_MIN;
+}
+#define TO_i32(v) _Generic((v), float: ew_float_to_i32(v), double: ew_float_to_i32(v), default: (int32_t)(int64_t)(v))
 #define TO_i64(v) ((int64_t)(v))
 #define TO_f16(v) tpurt_f32_to_f16((float)(v))
 #define TO_bf16(v) tpurt_f32_to_bf16((float)(v))

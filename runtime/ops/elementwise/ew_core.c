@@ -1,6 +1,7 @@
 /* The generic elementwise op driver (promotion, dtype checks, scalars) and
  * the ops that do not fit one expression: copy_, fill_, zero_, where,
  * masked_fill_, clamp (Scalar and Tensor bounds, either optional). */
+#include <string.h>
 #include <tgmath.h>
 
 #include "ops/elementwise/ew_list.h"
@@ -53,8 +54,24 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
     cfg.tensors[k] = &call->outputs[k];
     cfg.loop_dtypes[k] = out_ld;
   }
+  tpurt_arg_t rounded[4];
   for (int k = 0; k < op->nin; ++k) {
-    const tpurt_tensor_t* t = tpurt_arg_as_tensor(ins[k], &wrapped[k], storage[k]);
+    const tpurt_arg_t* in = ins[k];
+    /* A Python number with a 16-bit float compute dtype is that dtype first (CPU casts every
+     * operand to the common dtype, then computes in float): bf16(1) - 1.00390625 is 0. Except
+     * CPU's mul and div kernels, which read a second-operand scalar's original value in float
+     * (BinaryOpsKernel.cpp: original_scalar_value). */
+    bool original = k == 1 && (strcmp(op->name, "mul") == 0 || strncmp(op->name, "div", 3) == 0);
+    if (in && !original && (in->kind == TPURT_ARG_DOUBLE || in->kind == TPURT_ARG_INT) && ld != compute &&
+        (compute == TPURT_DTYPE_FLOAT16 || compute == TPURT_DTYPE_BFLOAT16)) {
+      _Alignas(8) char tmp[8];
+      tpurt_dtype_store_f64(compute, tmp, in->kind == TPURT_ARG_DOUBLE ? in->v.d : (double)in->v.i);
+      rounded[k] = *in;
+      rounded[k].kind = TPURT_ARG_DOUBLE;
+      rounded[k].v.d = tpurt_dtype_load_f64(compute, tmp);
+      in = &rounded[k];
+    }
+    const tpurt_tensor_t* t = tpurt_arg_as_tensor(in, &wrapped[k], storage[k]);
     if (!t) return TPURT_STATUS(INVALID_ARGUMENT, "%s: input %d is not a tensor or number", op->name, k);
     cfg.tensors[op->nout + k] = t;
     cfg.loop_dtypes[op->nout + k] = op->promote == EW_P_BOOL ? TPURT_DTYPE_BOOL : ld;

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/index/index_common.h"
 #include "ops/index/index_kernels.h"
@@ -23,6 +24,17 @@ static tpurt_status_t load_all(tpurt_kernel_ctx_t* ctx, const char* op, const tp
   *out = tpurt_kernel_scratch(ctx, (size_t)(n + 1) * sizeof(int64_t));
   if (!*out) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for %" PRId64 " indices", op, n);
   return tpurt_index_load(op, idx, idx->ndim, idx->sizes, dim, dim_size, wrap, *out);
+}
+
+/* gather and the scatters: CPU raises RuntimeError for an index out of
+ * bounds (index_select, take, put_ and the index_* ops raise IndexError), so
+ * their OUT_OF_RANGE becomes INVALID_ARGUMENT (the PyTorch layer maps the
+ * codes onto those exception types). */
+static tpurt_status_t out_of_range_as_invalid(tpurt_status_t st) {
+  if (!st || tpurt_status_code(st) != TPURT_STATUS_OUT_OF_RANGE) return st;
+  tpurt_status_t r = TPURT_STATUS(INVALID_ARGUMENT, "%s", tpurt_status_message(st));
+  tpurt_status_free(st);
+  return r;
 }
 
 /* A source that may alias the destination is read from a private copy. */
@@ -62,7 +74,7 @@ static tpurt_status_t gather_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   int64_t n = tpurt_tensor_numel(&idx);
   if (n == 0) return TPURT_OK;
   int64_t* off;
-  TPURT_RETURN_IF_ERROR(load_all(ctx, "gather", &idx, dim, self.sizes[dim], false, &off));
+  TPURT_RETURN_IF_ERROR(out_of_range_as_invalid(load_all(ctx, "gather", &idx, dim, self.sizes[dim], false, &off)));
   size_t es = tpurt_dtype_size(self.dtype);
   if (reference) {
     for (int64_t l = 0; l < n; ++l) {
@@ -148,7 +160,7 @@ static tpurt_status_t scatter_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
                           ") at dimension %d", op, idx.sizes[d], src.sizes[d], d);
   }
   int64_t* off = NULL;
-  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, op, &idx, dim, self.sizes[dim], false, &off));
+  if (n > 0) TPURT_RETURN_IF_ERROR(out_of_range_as_invalid(load_all(ctx, op, &idx, dim, self.sizes[dim], false, &off)));
   TPURT_RETURN_IF_ERROR(tpurt_index_copy(ctx, &out, &self));
   if (n == 0) return TPURT_OK;
   size_t es = tpurt_dtype_size(self.dtype);
@@ -277,7 +289,11 @@ static tpurt_status_t index_select_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_
     if (n == 0) return TPURT_OK;
   }
   int64_t* off;
-  TPURT_RETURN_IF_ERROR(load_all(ctx, "index_select", idx, dim, self.sizes[dim], false, &off));
+  tpurt_status_t st = load_all(ctx, "index_select", idx, dim, self.sizes[dim], false, &off);
+  /* CPU's kernel for dim 1 (index_select_out_cpu_dim1_) raises RuntimeError, the others IndexError */
+  if (st && s0->ndim > 1 && dim == 1)
+    st = out_of_range_as_invalid(st);
+  TPURT_RETURN_IF_ERROR(st);
   if (tpurt_tensor_numel(&out) == 0) return TPURT_OK;
   size_t es = tpurt_dtype_size(self.dtype);
   if (reference) {
@@ -348,7 +364,12 @@ static tpurt_status_t index_along_dim(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
     for (int32_t d = 0; d < self.ndim; ++d) src.sizes[d] = d == dim ? n : self.sizes[d];
   }
   int64_t* off = NULL;
-  if (n > 0) TPURT_RETURN_IF_ERROR(load_all(ctx, op, idx, dim, self.sizes[dim], wrap, &off));
+  if (n > 0) {
+    tpurt_status_t st = load_all(ctx, op, idx, dim, self.sizes[dim], wrap, &off);
+    /* CPU's index_add raises RuntimeError (index_copy/fill/reduce IndexError) */
+    if (st && strcmp(op, "index_add") == 0) st = out_of_range_as_invalid(st);
+    TPURT_RETURN_IF_ERROR(st);
+  }
   TPURT_RETURN_IF_ERROR(tpurt_index_copy(ctx, &out, &self));
   int64_t fibers = 1;
   for (int32_t d = 0; d < self.ndim; ++d)

@@ -13,6 +13,8 @@
 #define NN_DT_F32_F64 (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
 #define NN_DT_CONV (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT)
 #define NN_DT_ANY TPURT_DTYPES_REAL
+/* image resizing forwards also take uint8 images (rounded as CPU's uint8 path) */
+#define NN_DT_IMAGE (TPURT_DTYPES_FLOAT | TPURT_DTYPE_BIT(UINT8))
 /* avg_pool2d's forward also sums signed integers */
 #define NN_DT_AVG_POOL2D \
   (TPURT_DTYPES_FLOAT | TPURT_DTYPE_BIT(INT8) | TPURT_DTYPE_BIT(INT16) | TPURT_DTYPE_BIT(INT32) | TPURT_DTYPE_BIT(INT64))
@@ -62,7 +64,7 @@ const tpurt_op_def_t tpurt_ops_nn[] = {
     /* upsampling (upsample.c, upsample_taps.c) */
     OP("upsample_nearest2d", upsample_nearest2d, NN_DT_ANY),
     OP("upsample_nearest2d_backward", upsample_nearest2d_backward, NN_DT_FLOAT),
-    OP("upsample_bilinear2d", upsample_bilinear2d, NN_DT_FLOAT),
+    OP("upsample_bilinear2d", upsample_bilinear2d, NN_DT_IMAGE),
     OP("upsample_bilinear2d_backward", upsample_bilinear2d_backward, NN_DT_FLOAT),
     OP("upsample_nearest1d", upsample_nearest1d, NN_DT_ANY),
     OP("upsample_nearest1d_backward", upsample_nearest1d_backward, NN_DT_FLOAT),
@@ -74,7 +76,9 @@ const tpurt_op_def_t tpurt_ops_nn[] = {
     OP("_upsample_nearest_exact3d_backward", upsample_nearest_exact_bwd, NN_DT_FLOAT),
     OP("upsample_trilinear3d_backward", upsample_linear_bwd, NN_DT_FLOAT),
     OP("upsample_bicubic2d_backward", upsample_bicubic_bwd, NN_DT_FLOAT),
-    OP("_upsample_bilinear2d_aa", upsample_bilinear_aa, NN_DT_FLOAT),
+    OP("_upsample_bilinear2d_aa", upsample_bilinear_aa, NN_DT_IMAGE),
+    OP("_upsample_bicubic2d_aa", upsample_bicubic_aa, NN_DT_IMAGE),
+    OP("_upsample_bicubic2d_aa_backward", upsample_bicubic_aa_bwd, NN_DT_FLOAT),
     OP("_upsample_bilinear2d_aa_backward", upsample_bilinear_aa_bwd, NN_DT_FLOAT),
 
     /* grid sampling (grid_sample.c) */

@@ -175,7 +175,10 @@ static tpurt_status_t upsample1d_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 }
 TPURT_NN_PAIR(upsample_nearest2d, upsample_impl(ctx, call, false, false, ref))
 TPURT_NN_PAIR(upsample_nearest2d_backward, upsample_impl(ctx, call, false, true, ref))
-TPURT_NN_PAIR(upsample_bilinear2d, upsample_impl(ctx, call, true, false, ref))
+TPURT_NN_PAIR(upsample_bilinear2d,
+              tpurt_arg_tensor(call, 0) && tpurt_arg_tensor(call, 0)->dtype == TPURT_DTYPE_UINT8
+                  ? (ref ? tpurt_nn_upsample_linear_fwd_ref(ctx, call) : tpurt_nn_upsample_linear_fwd(ctx, call))
+                  : upsample_impl(ctx, call, true, false, ref))
 TPURT_NN_PAIR(upsample_bilinear2d_backward, upsample_impl(ctx, call, true, true, ref))
 TPURT_NN_PAIR(upsample_nearest1d, upsample1d_impl(ctx, call, false, false, ref))
 TPURT_NN_PAIR(upsample_nearest1d_backward, upsample1d_impl(ctx, call, false, true, ref))

@@ -1,6 +1,7 @@
 /* Upsampling through per-axis tap tables, for the modes upsample.c does not
  * cover: the backward of nearest 3-D, nearest-exact 1/2/3-D, trilinear and
- * bicubic; and antialiased bilinear (_upsample_bilinear2d_aa), forward too.
+ * bicubic; antialiased bilinear and bicubic (_upsample_bi*2d_aa), forward
+ * too; and the uint8 forward of bilinear.
  * Every mode is a tensor product of 1-D maps, so each axis gets a table of
  * (source index, weight) taps per output index, computed with
  * PyTorch CPU's index math (UpSample.h: float for float and the 16-bit types,
@@ -12,7 +13,7 @@
 
 #include "ops/nn/nn.h"
 
-typedef enum up_mode_e { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR, UP_CUBIC, UP_LINEAR_AA } up_mode_t;
+typedef enum up_mode_e { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR, UP_CUBIC, UP_LINEAR_AA, UP_CUBIC_AA } up_mode_t;
 
 enum { kMaxTaps = 4 };
 
@@ -85,18 +86,30 @@ typedef struct up_axis_t {
 DEFINE_TAPS(f, float)
 DEFINE_TAPS(d, double)
 
-/* antialiased linear (_compute_indices_min_size_weights_aa with the triangle filter): a window of
- * support max(scale, 1) around each output center, normalized weights, in PyTorch's mixed
+/* antialiased linear and cubic (_compute_indices_min_size_weights_aa with the triangle filter, or
+ * the cubic one with a = -0.5): a window of support max(scale, 1) * interp_size / 2 around each
+ * output center (interp_size 2 linear, 4 cubic), normalized weights, in PyTorch's mixed
  * float/double promotions; a->taps is the window bound ceil(support) * 2 + 1 */
 #define DEFINE_AA_TAPS(SUF, REAL)                                                                  \
-  static REAL aa_support_##SUF(REAL scale) { return scale >= 1.0 ? (REAL)((2 * 0.5) * scale) : (REAL)(2 * 0.5); } \
-  static void aa_taps_##SUF(up_axis_t* a, bool align, bool has, double scale_arg) {               \
+  static REAL aa_support_##SUF(REAL scale, int half, bool aa) {                                   \
+    return scale >= 1.0 && aa ? (REAL)((half * 1.0) * scale) : (REAL)(half * 1.0);                \
+  }                                                                                               \
+  static REAL aa_filter_##SUF(REAL x, bool cubic) {                                               \
+    x = x < 0 ? -x : x;                                                                           \
+    if (!cubic) return x < 1 ? 1 - x : 0;                                                         \
+    const REAL a = (REAL)-0.5;                                                                    \
+    if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;                                        \
+    if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;                                            \
+    return 0;                                                                                     \
+  }                                                                                               \
+  static void aa_taps_##SUF(up_axis_t* a, bool align, bool has, double scale_arg, bool cubic, bool aa) { \
     REAL scale = pixel_scale_##SUF(a->in, a->out, align, has, scale_arg);                        \
-    REAL support = aa_support_##SUF(scale);                                                       \
-    REAL invscale = scale >= 1.0 ? (REAL)(1.0 / scale) : (REAL)1.0;                               \
+    REAL support = aa_support_##SUF(scale, cubic ? 2 : 1, aa);                                    \
+    REAL invscale = scale >= 1.0 && aa ? (REAL)(1.0 / scale) : (REAL)1.0;                         \
+    double delta = align && !aa ? 0.5 : 0.0; /* align_corners without antialias */                \
     for (int64_t o = 0; o < a->out; ++o) {                                                        \
-      REAL center = (REAL)(scale * ((double)o + 0.5));                                            \
-      int64_t xmin = (int64_t)((double)(center - support) + 0.5);                                 \
+      REAL center = (REAL)(scale * ((double)o + 0.5 - delta));                                    \
+      int64_t xmin = (int64_t)((double)(center - support) + 0.5 + delta);                         \
       if (xmin < 0) xmin = 0;                                                                     \
       int64_t xmax = (int64_t)((double)(center + support) + 0.5);                                 \
       int64_t xsize = (xmax < a->in ? xmax : a->in) - xmin;                                       \
@@ -104,9 +117,8 @@ DEFINE_TAPS(d, double)
       double* w = a->w + o * a->taps;                                                             \
       REAL total = 0;                                                                             \
       for (int64_t j = 0; j < a->taps; ++j) {                                                     \
-        REAL x = (REAL)(((double)((REAL)(j + xmin) - center) + 0.5) * (double)invscale);         \
-        x = x < 0 ? -x : x;                                                                       \
-        REAL wj = j < xsize && x < 1 ? 1 - x : 0;                                                 \
+        REAL x = (REAL)(((double)((REAL)(j + xmin) - center) + 0.5 - delta) * (double)invscale); \
+        REAL wj = j < xsize ? aa_filter_##SUF(x, cubic) : 0;                                      \
         w[j] = (double)wj;                                                                        \
         total += wj;                                                                              \
         a->idx[o * a->taps + j] = j < xsize ? xmin + j : (xmin < a->in ? xmin : 0);               \
@@ -115,8 +127,9 @@ DEFINE_TAPS(d, double)
         for (int64_t j = 0; j < xsize; ++j) w[j] = (double)((REAL)w[j] / total);                  \
     }                                                                                             \
   }                                                                                               \
-  static int aa_window_##SUF(int64_t in, int64_t out, bool align, bool has, double scale_arg) {   \
-    return (int)ceil((double)aa_support_##SUF(pixel_scale_##SUF(in, out, align, has, scale_arg))) * 2 + 1; \
+  static int aa_window_##SUF(int64_t in, int64_t out, bool align, bool has, double scale_arg, bool cubic, bool aa) { \
+    REAL support = aa_support_##SUF(pixel_scale_##SUF(in, out, align, has, scale_arg), cubic ? 2 : 1, aa); \
+    return (int)ceil((double)support) * 2 + 1;                                                    \
   }
 DEFINE_AA_TAPS(f, float)
 DEFINE_AA_TAPS(d, double)
@@ -212,6 +225,83 @@ static void up_fwd_planes(void* u, int64_t p0, int64_t p1, int tid) {
 }
 
 
+/* uint8 images (2-D), as CPU's uint8 resize (UpSampleKernel.cpp's separable uint8 path): each
+ * axis's weights quantized to 16-bit fixed point at the largest precision that keeps the biggest
+ * weight below 2^15, a horizontal pass into a uint8 image of the input's height, then a vertical
+ * one, each rounding (adding half an output step before the shift) and saturating to [0, 255]. */
+typedef struct up_u8_t {
+  const tpurt_tensor_t *src, *dst;
+  const up_axis_t *ah, *aw; /* height, width */
+  const int32_t *qh, *qw;   /* quantized weights [out * taps] */
+  int ph, pw;               /* their precisions */
+  int64_t C;
+  uint8_t* tmp;             /* [threads][in_h * out_w] */
+} up_u8_t;
+
+static int up_u8_quantize(const up_axis_t* a, int32_t* q) {
+  double wmax = 0;
+  for (int64_t i = 0; i < a->out * a->taps; ++i) wmax = a->w[i] > wmax ? a->w[i] : wmax;
+  int prec = 0;
+  for (; prec < 22; ++prec)
+    if ((int)(0.5 + wmax * (double)(1 << (prec + 1))) >= (1 << 15)) break;
+  for (int64_t i = 0; i < a->out * a->taps; ++i) {
+    double v = a->w[i] * (double)(1 << prec);
+    q[i] = (int16_t)(v < 0 ? v - 0.5 : v + 0.5);
+  }
+  return prec;
+}
+
+static uint8_t up_u8_round(int32_t acc, int prec) {
+  int32_t v = acc >> prec;
+  return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
+}
+
+static void up_u8_planes(void* u, int64_t p0, int64_t p1, int tid) {
+  const up_u8_t* a = u;
+  const up_axis_t *ah = a->ah, *aw = a->aw;
+  uint8_t* tmp = a->tmp + (size_t)tid * (size_t)(ah->in * aw->out);
+  const uint8_t* in = a->src->data;
+  uint8_t* out = a->dst->data;
+  for (int64_t p = p0; p < p1; ++p) {
+    int64_t n = p / a->C, c = p % a->C;
+    int64_t sb = n * a->src->strides[0] + c * a->src->strides[1];
+    int64_t db = n * a->dst->strides[0] + c * a->dst->strides[1];
+    for (int64_t y = 0; y < ah->in; ++y)
+      for (int64_t x = 0; x < aw->out; ++x) {
+        int32_t acc = 1 << (a->pw - 1);
+        for (int t = 0; t < aw->taps; ++t)
+          acc += a->qw[x * aw->taps + t] * in[sb + y * ah->sin + aw->idx[x * aw->taps + t] * aw->sin];
+        tmp[y * aw->out + x] = up_u8_round(acc, a->pw);
+      }
+    for (int64_t y = 0; y < ah->out; ++y)
+      for (int64_t x = 0; x < aw->out; ++x) {
+        int32_t acc = 1 << (a->ph - 1);
+        for (int t = 0; t < ah->taps; ++t)
+          acc += a->qh[y * ah->taps + t] * tmp[ah->idx[y * ah->taps + t] * aw->out + x];
+        out[db + y * ah->sout + x * aw->sout] = up_u8_round(acc, a->ph);
+      }
+  }
+}
+
+static tpurt_status_t up_u8_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, up_bwd_t* a, int64_t planes,
+                                bool ref) {
+  const up_axis_t *ah = &a->ax[1], *aw = &a->ax[2];
+  int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
+  size_t bytes = (size_t)(ah->out * ah->taps + aw->out * aw->taps + 2) * sizeof(int32_t) +
+                 (size_t)nt * (size_t)(ah->in * aw->out);
+  char* mem = tpurt_kernel_scratch(ctx, bytes);
+  if (!mem) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for %zu bytes", call->name, bytes);
+  int32_t* qh = (int32_t*)mem;
+  int32_t* qw = qh + ah->out * ah->taps + 1;
+  up_u8_t j = {a->gi, a->go, ah, aw, qh, qw, 0, 0, a->C, (uint8_t*)(qw + aw->out * aw->taps + 1)};
+  j.ph = up_u8_quantize(ah, qh);
+  j.pw = up_u8_quantize(aw, qw);
+  if (j.ph < 1 || j.pw < 1) return TPURT_STATUS(INVALID_ARGUMENT, "%s: weights too large to quantize", call->name);
+  if (ref) up_u8_planes(&j, 0, planes, 0);
+  else tpurt_parallel_for(ctx, planes, 1, up_u8_planes, &j);
+  return TPURT_OK;
+}
+
 /* <mode>_backward(grad_output, output_size, input_size, [align_corners,] scales...), and for the AA
  * modes also the forward <mode>(self, output_size, align_corners, scales...) */
 static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, up_mode_t mode, bool backward,
@@ -229,12 +319,19 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
                         call->name, (int)go->ndim, (int)gi->ndim);
   if (go->sizes[0] != gi->sizes[0] || go->sizes[1] != gi->sizes[1])
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: batch/channel sizes of grad_output and grad_input differ", call->name);
-  if (!tpurt_dtype_is_floating(go->dtype) || !tpurt_dtype_is_floating(gi->dtype))
+  /* uint8 images resize forward (torchvision's Resize): up_u8_run */
+  bool u8 = !backward && go->dtype == TPURT_DTYPE_UINT8 && gi->dtype == TPURT_DTYPE_UINT8;
+  if (!u8 && (!tpurt_dtype_is_floating(go->dtype) || !tpurt_dtype_is_floating(gi->dtype)))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for %s", call->name, tpurt_dtype_name(gi->dtype));
   bool align = false;
   int next = backward ? 3 : 2;
   if (mode != UP_NEAREST && mode != UP_NEAREST_EXACT) align = tpurt_arg_bool(call, next++, false);
-  bool dbl = (backward ? gi : go)->dtype == TPURT_DTYPE_FLOAT64; /* the output's opmath */
+  if (u8 && nd != 2) return TPURT_STATUS(UNIMPLEMENTED, "%s: uint8 resizing is 2-D only", call->name);
+  /* the output's opmath; uint8's weights are computed in double, as CPU's */
+  bool dbl = u8 || (backward ? gi : go)->dtype == TPURT_DTYPE_FLOAT64;
+  /* uint8 bilinear takes the antialias taps without antialiasing, as CPU's uint8 path */
+  bool windowed = mode == UP_LINEAR_AA || mode == UP_CUBIC_AA || (u8 && mode == UP_LINEAR);
+  bool aa = mode == UP_LINEAR_AA || mode == UP_CUBIC_AA;
   int taps = mode == UP_CUBIC ? 4 : mode == UP_LINEAR ? 2 : 1;
   int64_t total = 0;
   for (int k = 0; k < 3; ++k) {
@@ -247,10 +344,12 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
     *ax = (up_axis_t){gi->sizes[2 + d], go->sizes[2 + d], gi->strides[2 + d], go->strides[2 + d], taps};
     if (ax->out > 0 && ax->in <= 0)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: input size along dim %d must be positive", call->name, 2 + d);
-    if (mode == UP_LINEAR_AA) {
+    if (windowed) {
       double sc = 0;
       bool has = tpurt_arg_opt_double(call, next + d, &sc);
-      ax->taps = dbl ? aa_window_d(ax->in, ax->out, align, has, sc) : aa_window_f(ax->in, ax->out, align, has, sc);
+      bool cubic = mode == UP_CUBIC_AA;
+      ax->taps = dbl ? aa_window_d(ax->in, ax->out, align, has, sc, cubic, aa)
+                     : aa_window_f(ax->in, ax->out, align, has, sc, cubic, aa);
     }
     total += ax->out * ax->taps;
   }
@@ -282,11 +381,17 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
     switch (mode) {
       case UP_NEAREST: nearest_taps(ax, false, has, scale); break;
       case UP_NEAREST_EXACT: nearest_taps(ax, true, has, scale); break;
-      case UP_LINEAR: dbl ? linear_taps_d(ax, align, has, scale) : linear_taps_f(ax, align, has, scale); break;
+      case UP_LINEAR:
+        if (windowed) aa_taps_d(ax, align, has, scale, false, false);
+        else if (dbl) linear_taps_d(ax, align, has, scale);
+        else linear_taps_f(ax, align, has, scale);
+        break;
       case UP_CUBIC: dbl ? cubic_taps_d(ax, align, has, scale) : cubic_taps_f(ax, align, has, scale); break;
-      case UP_LINEAR_AA: dbl ? aa_taps_d(ax, align, has, scale) : aa_taps_f(ax, align, has, scale); break;
+      case UP_LINEAR_AA: dbl ? aa_taps_d(ax, align, has, scale, false, true) : aa_taps_f(ax, align, has, scale, false, true); break;
+      case UP_CUBIC_AA: dbl ? aa_taps_d(ax, align, has, scale, true, true) : aa_taps_f(ax, align, has, scale, true, true); break;
     }
   }
+  if (u8) return up_u8_run(ctx, call, &a, planes, ref);
   tpurt_range_fn_t fn = backward ? up_bwd_planes : up_fwd_planes;
   if (ref) fn(&a, 0, planes, 0);
   else tpurt_parallel_for(ctx, planes, 1, fn, &a);
@@ -299,3 +404,7 @@ TPURT_NN_PAIR(upsample_linear_bwd, up_run(ctx, call, UP_LINEAR, true, ref))
 TPURT_NN_PAIR(upsample_bicubic_bwd, up_run(ctx, call, UP_CUBIC, true, ref))
 TPURT_NN_PAIR(upsample_bilinear_aa, up_run(ctx, call, UP_LINEAR_AA, false, ref))
 TPURT_NN_PAIR(upsample_bilinear_aa_bwd, up_run(ctx, call, UP_LINEAR_AA, true, ref))
+TPURT_NN_PAIR(upsample_bicubic_aa, up_run(ctx, call, UP_CUBIC_AA, false, ref))
+TPURT_NN_PAIR(upsample_bicubic_aa_bwd, up_run(ctx, call, UP_CUBIC_AA, true, ref))
+/* bilinear forward on uint8 (upsample.c's kernel computes in floating point only) */
+TPURT_NN_PAIR(upsample_linear_fwd, up_run(ctx, call, UP_LINEAR, false, ref))

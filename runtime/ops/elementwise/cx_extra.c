@@ -1,0 +1,155 @@
+/* More ops on complex tensors, built on the real kernels: normal_ (randn,
+ * normal_ on complex64/complex128: real and imaginary parts each N(mean,
+ * std^2 / 2), as CPU), eq/ne, and index_put_ (x[i] = v, accumulate too)
+ * through the index kernel on the (real, imaginary) pairs. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/args.h"
+
+/* t (complex) as its real pairs: an extra trailing dim of 2 (false when t has
+ * no room for one more dim). */
+static bool cx_pairs(const tpurt_tensor_t* t, tpurt_tensor_t* out) {
+  if (t->ndim >= TPURT_MAX_DIMS) return false;
+  *out = *t;
+  out->dtype = tpurt_dtype_to_real(t->dtype);
+  for (int32_t k = 0; k < t->ndim; ++k) out->strides[k] = 2 * t->strides[k];
+  out->sizes[t->ndim] = 2;
+  out->strides[t->ndim] = 1;
+  out->ndim = t->ndim + 1;
+  return true;
+}
+
+/* ---- normal_(self, mean, std, generator) ---- */
+
+static tpurt_status_t cx_normal(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("normal");
+  const tpurt_rng_t* rng = tpurt_arg_rng(call);
+  if (!def || !rng || call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "normal_: expected a complex self and a generator state");
+  double mean = tpurt_arg_double(call, 1, 0.0), std = tpurt_arg_double(call, 2, 1.0);
+  if (std < 0) return TPURT_STATUS(INVALID_ARGUMENT, "normal: expects std >= 0.0, but found std %g", std);
+  tpurt_tensor_t pairs;
+  if (!cx_pairs(&call->outputs[0], &pairs))
+    return TPURT_STATUS(UNIMPLEMENTED, "normal_: complex tensors of %d dims", (int)call->outputs[0].ndim);
+  for (int part = 0; part < 2; ++part) {
+    /* one real view per part (the pair dim fixed), each from its own Philox key: the reserved
+     * counter range covers the complex element count, once per key */
+    tpurt_tensor_t view = pairs;
+    view.ndim -= 1;
+    view.data = (char*)pairs.data + part * tpurt_dtype_size(pairs.dtype);
+    tpurt_arg_t args[4];
+    memset(args, 0, sizeof(args));
+    args[0].kind = TPURT_ARG_TENSOR;
+    args[0].v.tensor = &view;
+    args[1].kind = TPURT_ARG_DOUBLE;
+    args[1].v.d = mean;
+    args[2].kind = TPURT_ARG_DOUBLE;
+    args[2].v.d = std / sqrt(2.0);
+    args[3].kind = TPURT_ARG_RNG;
+    args[3].v.rng = *rng;
+    if (part == 1) args[3].v.rng.seed ^= 0x9E3779B97F4A7C15ull;
+    tpurt_op_call_t rc = {.name = "normal", .overload = "", .num_args = 4, .args = args, .num_outputs = 1,
+                          .outputs = &view};
+    TPURT_RETURN_IF_ERROR((ref ? def->reference : def->fn)(ctx, &rc));
+  }
+  return TPURT_OK;
+}
+
+/* ---- eq / ne: (self, other) with other a tensor or a real scalar; broadcast ---- */
+
+typedef struct cx_val_t { double re, im; } cx_val_t;
+
+static cx_val_t cx_load(const tpurt_tensor_t* t, int64_t off) {
+  size_t es = tpurt_dtype_size(t->dtype);
+  const char* p = (const char*)t->data + off * (int64_t)es;
+  if (t->dtype == TPURT_DTYPE_COMPLEX64) return (cx_val_t){((const float*)p)[0], ((const float*)p)[1]};
+  if (t->dtype == TPURT_DTYPE_COMPLEX128) return (cx_val_t){((const double*)p)[0], ((const double*)p)[1]};
+  return (cx_val_t){tpurt_dtype_load_f64(t->dtype, p), 0.0};
+}
+
+/* Strides of t broadcast to out's shape (right-aligned; size 1 -> 0). */
+static bool cx_bstrides(const tpurt_tensor_t* t, const tpurt_tensor_t* out, int64_t* st) {
+  int32_t off = out->ndim - t->ndim;
+  if (off < 0) return false;
+  for (int32_t d = 0; d < out->ndim; ++d) {
+    int32_t k = d - off;
+    if (k < 0) st[d] = 0;
+    else if (t->sizes[k] == out->sizes[d]) st[d] = t->strides[k];
+    else if (t->sizes[k] == 1) st[d] = 0;
+    else return false;
+  }
+  return true;
+}
+
+static tpurt_status_t cx_compare(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ne) {
+  const tpurt_tensor_t *a = tpurt_arg_tensor(call, 0), *b = tpurt_arg_tensor(call, 1);
+  if (!a || call->num_outputs < 1 || call->outputs[0].dtype != TPURT_DTYPE_BOOL)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor and a bool output", call->name);
+  const tpurt_tensor_t* out = &call->outputs[0];
+  cx_val_t scalar = {tpurt_arg_double(call, 1, 0.0), 0.0};
+  int64_t sa[TPURT_MAX_DIMS], sb[TPURT_MAX_DIMS], pos[TPURT_MAX_DIMS] = {0};
+  if (!cx_bstrides(a, out, sa) || (b && !cx_bstrides(b, out, sb)))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: operands do not broadcast to the output", call->name);
+  int64_t n = tpurt_tensor_numel(out), oa = 0, ob = 0, oo = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cx_val_t x = cx_load(a, oa), y = b ? cx_load(b, ob) : scalar;
+    bool eq = x.re == y.re && x.im == y.im;
+    ((bool*)out->data)[oo] = ne ? !eq : eq;
+    for (int32_t d = out->ndim - 1; d >= 0; --d) {
+      if (++pos[d] < out->sizes[d]) {
+        oa += sa[d], ob += b ? sb[d] : 0, oo += out->strides[d];
+        break;
+      }
+      oa -= (out->sizes[d] - 1) * sa[d];
+      if (b) ob -= (out->sizes[d] - 1) * sb[d];
+      oo -= (out->sizes[d] - 1) * out->strides[d];
+      pos[d] = 0;
+    }
+  }
+  return TPURT_OK;
+}
+
+/* ---- _index_put_impl_(self, indices, values, accumulate, unsafe) ---- */
+
+static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("_index_put_impl");
+  const tpurt_tensor_t *self = tpurt_arg_tensor(call, 0), *values = tpurt_arg_tensor(call, 2);
+  if (!def || !self || !values || call->num_outputs < 1 || call->num_args > 8)
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_put: expected (self, indices, values, accumulate)");
+  if (values->dtype != self->dtype || call->outputs[0].dtype != self->dtype)
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_put: values (%s) must have self's dtype (%s)",
+                        tpurt_dtype_name(values->dtype), tpurt_dtype_name(self->dtype));
+  tpurt_tensor_t s, v, o;
+  if (!cx_pairs(self, &s) || !cx_pairs(values, &v) || !cx_pairs(&call->outputs[0], &o))
+    return TPURT_STATUS(UNIMPLEMENTED, "index_put: complex tensors of %d dims", (int)self->ndim);
+  tpurt_arg_t args[8];
+  memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
+  args[0].v.tensor = &s;
+  args[2].v.tensor = &v;
+  tpurt_op_call_t rc = *call;
+  rc.args = args;
+  rc.outputs = &o;
+  return (ref ? def->reference : def->fn)(ctx, &rc);
+}
+
+static tpurt_status_t k_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, false); }
+static tpurt_status_t r_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, true); }
+static tpurt_status_t k_eq(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_compare(x, c, false); }
+static tpurt_status_t k_ne(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_compare(x, c, true); }
+static tpurt_status_t k_index_put(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_put(x, c, false); }
+static tpurt_status_t r_index_put(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_put(x, c, true); }
+
+/* Reached only for calls with a complex operand (tpurt_op_resolve's complex rule). */
+const tpurt_op_def_t tpurt_ops_complex_extra[] = {
+    {"complex::normal", k_normal, r_normal, TPURT_OP_RANDOM | TPURT_OP_OVERWRITES_SELF, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
+    /* eq/ne are plain loops: each is its own reference */
+    {"complex::eq", k_eq, k_eq, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
+    {"complex::ne", k_ne, k_ne, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
+    {"complex::_index_put_impl", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
+    {"complex::index_put", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
+    TPURT_OP_TABLE_END,
+};
