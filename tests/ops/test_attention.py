@@ -67,7 +67,10 @@ def test_sdpa_math_path_where_fused_does_not_apply(tpu):
     # dropout, float64, different value head dim, and the user's backend choice stay on math
     for fn in (lambda: F.scaled_dot_product_attention(q, q, q, dropout_p=0.5),
                lambda: F.scaled_dot_product_attention(q.double(), q.double(), q.double()),
-               lambda: F.scaled_dot_product_attention(q, q, torch.randn(1, 2, 16, 4, device=tpu))):
+               lambda: F.scaled_dot_product_attention(q, q, torch.randn(1, 2, 16, 4, device=tpu)),
+               # a mask that needs a gradient (T5's learned position bias): the fused op has none
+               lambda: F.scaled_dot_product_attention(
+                   q, q, q, attn_mask=torch.zeros(1, 2, 16, 16, device=tpu, requires_grad=True))):
         assert FLASH not in _ops(fn)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel([SDPBackend.MATH]):

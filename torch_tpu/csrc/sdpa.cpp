@@ -21,7 +21,7 @@ bool fused_dtype(c10::ScalarType t) {
 // What the fused kernel takes: 4-D dense q/k/v of one 16/32-bit float dtype, no
 // dropout, value head dim equal to the query's (its output is shaped like the
 // query), kv heads dividing query heads (grouped-query attention), an optional
-// mask broadcastable to (batch, heads, L, S) but not together with is_causal.
+// mask broadcastable to (batch, heads, L, S) that needs no gradient, not together with is_causal.
 // Everything else goes to the math path, which raises the errors CPU raises.
 int64_t tpu_fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
@@ -42,7 +42,8 @@ int64_t tpu_fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at:
   if (Hk <= 0 || Hq % Hk != 0 || (Hq != Hk && !enable_gqa)) return math;
   if (L == 0 || S == 0 || E == 0) return math;
   if (mask.has_value() && mask->defined()) {
-    if (is_causal || mask->dim() > 4) return math;
+    // the fused op has no gradient for the mask (T5's learned position bias needs one)
+    if (is_causal || mask->dim() > 4 || mask->requires_grad()) return math;
     const auto mt = mask->scalar_type();
     if (mt != c10::kBool && !at::isFloatingType(mt)) return math;
   }
