@@ -215,32 +215,42 @@ static float* lse_ptr(const attn_t* a, int64_t b, int64_t h, int64_t i) {
   return (float*)t->data + b * t->strides[0] + h * t->strides[1] + i * t->strides[2];
 }
 
-/* ---- forward: one task per (b, h, query block) ---- */
+/* ---- forward: one task per (b, h, query block). Each thread keeps the
+ * float32 K^T and V of the last (batch, kv head) it saw, so consecutive query
+ * blocks and the query heads of a group convert them once. ---- */
 static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   const attn_t* a = (const attn_t*)u;
   int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev), nqb = (a->L + BQ - 1) / BQ;
+  int64_t Sp = (a->S + BK - 1) / BK * BK;
   float* w = a->ws + (size_t)tid * a->ws_floats;
   float* q = w;                 /* BQ x E8 */
-  float* kt = q + BQ * E8;      /* E8 x BK (K transposed) */
-  float* kb = kt + E8 * BK;     /* BK x E8 */
-  float* vb = kb + BK * E8;     /* BK x Ev8 */
-  float* s = vb + BK * Ev8;     /* BQ x BK */
+  float* kt = q + BQ * E8;      /* E8 x Sp (K transposed) */
+  float* vb = kt + E8 * Sp;     /* Sp x Ev8 */
+  float* s = vb + Sp * Ev8;     /* BQ x BK */
   float* o = s + BQ * BK;       /* BQ x Ev8 */
   float* mx = o + BQ * Ev8;     /* BQ */
   float* l = mx + BQ;           /* BQ */
+  float* kb = l + BQ;           /* BK x E8 staging */
+  int64_t cached = -1;
   for (int64_t t = t0; t < t1; ++t) {
     int64_t b = t / (a->Hq * nqb), h = (t / nqb) % a->Hq, i0 = (t % nqb) * BQ;
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
+    if (cached != b * a->Hkv + hk) {
+      cached = b * a->Hkv + hk;
+      for (int64_t j0 = 0; j0 < a->S; j0 += BK) {
+        int64_t nj = imin64(BK, a->S - j0);
+        load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BK, 1.0f);
+        transpose(kb, BK, E8, E8, kt + j0, Sp);
+      }
+      load_rows(&a->v, b, hk, 0, a->S, a->Ev, vb, Ev8, Sp, 1.0f);
+    }
     load_rows(&a->q, b, h, i0, ni, a->E, q, E8, ni, a->scale);
     memset(o, 0, (size_t)ni * Ev8 * sizeof(float));
     for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
     int64_t jend = kv_end(a, i0, ni);
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       int64_t nj = imin64(BK, a->S - j0);
-      load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BK, 1.0f);
-      transpose(kb, BK, E8, E8, kt, BK);
-      load_rows(&a->v, b, hk, j0, nj, a->Ev, vb, Ev8, BK, 1.0f);
-      mm(ni, BK, E8, q, E8, kt, BK, s, BK, false);
+      mm(ni, BK, E8, q, E8, kt + j0, Sp, s, BK, false);
       block_mask(a, b, h, i0, ni, j0, nj, s, BK);
       for (int64_t i = 0; i < ni; ++i) {
         float* row = s + i * BK;
@@ -256,7 +266,7 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
           for (int64_t c = 0; c < Ev8; ++c) o[i * Ev8 + c] *= corr;
         mx[i] = m;
       }
-      mm(ni, Ev8, BK, s, BK, vb, Ev8, o, Ev8, true);
+      mm(ni, Ev8, BK, s, BK, vb + j0 * Ev8, Ev8, o, Ev8, true);
     }
     for (int64_t i = 0; i < ni; ++i) {
       /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
@@ -538,7 +548,8 @@ static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
     return TPURT_OK;
   }
   int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
-  a.ws_floats = (size_t)(BQ * E8 + E8 * BK + BK * E8 + BK * Ev8 + BQ * BK + BQ * Ev8 + 2 * BQ + 16);
+  int64_t Sp = (a.S + BK - 1) / BK * BK;
+  a.ws_floats = (size_t)(BQ * E8 + E8 * Sp + Sp * Ev8 + BQ * BK + BQ * Ev8 + 2 * BQ + BK * E8 + 16);
   int nt = tpurt_kernel_num_threads(ctx);
   a.ws = tpurt_kernel_scratch(ctx, a.ws_floats * sizeof(float) * (size_t)nt);
   if (!a.ws) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);

@@ -125,10 +125,15 @@ void tpurt_row_store_f32(tpurt_dtype_t dt, void* p, int64_t stride, int64_t n, c
   }
 }
 
+/* double -> 16-bit through float, as tpurt_dtype_store_f64 rounds */
+#define D2BF16(x) tpurt_f32_to_bf16((float)(x))
+#define D2F16(x) tpurt_f32_to_f16((float)(x))
 void tpurt_row_store_f64(tpurt_dtype_t dt, void* p, int64_t stride, int64_t n, const double* in) {
   switch (dt) {
     case TPURT_DTYPE_FLOAT32: STORE_ROW(float, ID); break;
     case TPURT_DTYPE_FLOAT64: STORE_ROW(double, ID); break;
+    case TPURT_DTYPE_BFLOAT16: STORE_ROW(uint16_t, D2BF16); break;
+    case TPURT_DTYPE_FLOAT16: STORE_ROW(uint16_t, D2F16); break;
     default:
       for (int64_t i = 0; i < n; ++i)
         tpurt_dtype_store_f64(dt, (char*)p + i * stride * (int64_t)tpurt_dtype_size(dt), in[i]);
