@@ -7,11 +7,11 @@
 #include "ops/linalg/gemm.h"
 
 #include <cblas.h>
-#include <stdlib.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "ops/half_vec.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -242,21 +242,13 @@ DEFINE_UKR_GENERIC(ukr_f64, double, 6, 8)
 enum { MR_F32 = 6, NR_F32 = 16, MR_F64 = 6, NR_F64 = 8 };
 #endif
 /* The portable fp32 microkernel, selectable at run time so tests cover it on
- * machines whose build uses the vector one (TPURT_GEMM_GENERIC=1, or
+ * machines whose build uses the vector one (TORCH_TPU_GEMM_GENERIC=1, or
  * tpurt_gemm_set_generic). */
 DEFINE_UKR_GENERIC(ukr_f32_generic, float, 6, 16)
 typedef void (*ukr_f32_fn_t)(int64_t, const float* restrict, const float* restrict, float*, int64_t,
                              int64_t, float, float, int, int);
 static _Atomic int g_generic = -1; /* -1: not read from the environment yet */
-static bool gemm_generic(void) {
-  int v = atomic_load_explicit(&g_generic, memory_order_relaxed);
-  if (v < 0) {
-    const char* e = getenv("TPURT_GEMM_GENERIC");
-    v = e && *e && *e != '0';
-    atomic_store(&g_generic, v);
-  }
-  return v;
-}
+static bool gemm_generic(void) { return tpurt_env_switch(&g_generic, "TORCH_TPU_GEMM_GENERIC", false); }
 void tpurt_gemm_set_generic(bool generic) { atomic_store(&g_generic, generic ? 1 : 0); }
 static void ukr_f32_dispatch(int64_t kc, const float* restrict a, const float* restrict b, float* c,
                              int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
