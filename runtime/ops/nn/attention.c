@@ -60,12 +60,26 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
     }                                                                                      \
   }
 MMROWS(6)
+MMROWS(4)
+MMROWS(2)
 MMROWS(1)
 static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                int64_t ldb, float* c, int64_t ldc, bool acc) {
   int64_t i = 0;
   for (; i + 6 <= m; i += 6) mm_rows6(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
-  for (; i < m; ++i) mm_rows1(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
+  if (i + 4 <= m) mm_rows4(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc), i += 4;
+  if (i + 2 <= m) mm_rows2(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc), i += 2;
+  if (i < m) mm_rows1(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
+}
+/* max(m, x[0..n)), n a multiple of 8; NaN in x is ignored here (it reaches the
+ * output through exp and the sum, as in softmax). */
+static float row_max(const float* x, int64_t n, float m) {
+  __m256 v = _mm256_set1_ps(m);
+  for (int64_t j = 0; j < n; j += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + j), v);
+  float l[8];
+  _mm256_storeu_ps(l, v);
+  for (int q = 0; q < 8; ++q) m = l[q] > m ? l[q] : m;
+  return m;
 }
 #else
 static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
@@ -79,6 +93,10 @@ static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, con
       for (int64_t j = 0; j < n; ++j) cr[j] += av * br[j];
     }
   }
+}
+static float row_max(const float* x, int64_t n, float m) {
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
 }
 #endif
 
@@ -254,8 +272,7 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
       block_mask(a, b, h, i0, ni, j0, nj, s, BK);
       for (int64_t i = 0; i < ni; ++i) {
         float* row = s + i * BK;
-        float m = mx[i];
-        for (int64_t j = 0; j < BK; ++j) m = row[j] > m ? row[j] : m;
+        float m = row_max(row, BK, mx[i]);
         if (m == -INFINITY) { /* nothing visible yet in this row */
           memset(row, 0, BK * sizeof(float));
           continue;
