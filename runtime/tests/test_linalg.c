@@ -96,6 +96,14 @@ static void test_gemm(void) {
             false, 1, 1, false);
   gemm_case(TPURT_DTYPE_INT8, TPURT_DTYPE_INT32, 1, 17, 33, 64, false, true, false, 0, false,
             false, 1, 0, false);
+  /* 16-bit C written straight from the tiles (k <= one depth block) and
+   * through the fp32 workspace (k above it); attention-shaped batches */
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 6, 64, 48, 32, false, true, false, 0, false,
+            false, 0.125, 0, false);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 2, 50, 100, 256, false, true, false, 3, true,
+            true, 1, 1, false);
+  gemm_case(TPURT_DTYPE_FLOAT16, TPURT_DTYPE_FLOAT16, 2, 50, 100, 257, true, false, true, 0, true,
+            false, 1, -1, false);
   /* larger: several K blocks, N blocks and M chunks */
   gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 1, 2400, 70, 600, false, false, false, 0,
             false, false, 1, 0.5, true);
@@ -228,6 +236,10 @@ static void test_linalg_ops(void);
 
 int main(void) {
   test_gemm();
+  /* again through the portable microkernel and scalar packing */
+  tpurt_gemm_set_generic(true);
+  test_gemm();
+  tpurt_gemm_set_generic(false);
   test_gemm_int_wrap();
   test_linalg_ops();
   bench_gemm();

@@ -11,6 +11,9 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "base/env.h"
+#include "ops/half_vec.h"
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define GEMM_AVX2 1
@@ -80,8 +83,66 @@ typedef void (*pack_fn_t)(const void* src, int64_t rs, int64_t cs, int64_t rows,
 #define CONV_F16(x) tpurt_f16_to_f32(x)
 #define CONV_I64(x) ((int64_t)(x))
 DEFINE_PACK(pack_f32, float, float, CONV_ID)
-DEFINE_PACK(pack_bf16, tpurt_bf16_t, float, CONV_BF16)
-DEFINE_PACK(pack_f16, tpurt_f16_t, float, CONV_F16)
+DEFINE_PACK(pack_bf16_scalar, tpurt_bf16_t, float, CONV_BF16)
+DEFINE_PACK(pack_f16_scalar, tpurt_f16_t, float, CONV_F16)
+
+/* 16-bit operands are widened to float32 here, once per packed element, so
+ * the fp32 microkernel runs on them. The two layouts that matter get vector
+ * conversions: rows contiguous (B row-major, A transposed), where each depth
+ * step is `panel` contiguous elements; and depth contiguous (A row-major,
+ * B transposed as in x @ W^T), where each row is converted as one run and
+ * scattered into the panel. */
+static void pack_half(tpurt_dtype_t dt, const void* src_, int64_t rs, int64_t cs, int64_t rows,
+                      int64_t depth, int panel, void* dst_, pack_fn_t scalar) {
+  const uint16_t* src = (const uint16_t*)src_;
+  float* dst = (float*)dst_;
+  if (rs == 1 && panel % 8 == 0) {
+    for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * depth) {
+      int pr = (int)imin(panel, rows - i0);
+      if (pr < panel) {
+        scalar(src + i0, rs, cs, pr, depth, panel, dst);
+        continue;
+      }
+      for (int64_t p = 0; p < depth; ++p) tpurt_hv_to_f32(dt, src + i0 + p * cs, dst + p * panel, panel);
+    }
+    return;
+  }
+  if (cs == 1 && depth >= 8) {
+    float row[KC];
+    for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * depth) {
+      int pr = (int)imin(panel, rows - i0);
+      for (int64_t p0 = 0; p0 < depth; p0 += KC) {
+        int64_t pn = imin(KC, depth - p0);
+        for (int r = 0; r < pr; ++r) {
+          tpurt_hv_to_f32(dt, src + (i0 + r) * rs + p0, row, pn);
+          float* d = dst + p0 * panel + r;
+          for (int64_t p = 0; p < pn; ++p) d[p * panel] = row[p];
+        }
+        for (int r = pr; r < panel; ++r)
+          for (int64_t p = 0; p < pn; ++p) dst[(p0 + p) * panel + r] = 0;
+      }
+    }
+    return;
+  }
+  scalar(src_, rs, cs, rows, depth, panel, dst_);
+}
+static bool gemm_generic(void);
+static void pack_bf16(const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t depth,
+                      int panel, void* dst) {
+  if (gemm_generic()) {
+    pack_bf16_scalar(src, rs, cs, rows, depth, panel, dst);
+    return;
+  }
+  pack_half(TPURT_DTYPE_BFLOAT16, src, rs, cs, rows, depth, panel, dst, pack_bf16_scalar);
+}
+static void pack_f16(const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t depth,
+                     int panel, void* dst) {
+  if (gemm_generic()) {
+    pack_f16_scalar(src, rs, cs, rows, depth, panel, dst);
+    return;
+  }
+  pack_half(TPURT_DTYPE_FLOAT16, src, rs, cs, rows, depth, panel, dst, pack_f16_scalar);
+}
 DEFINE_PACK(pack_f64, double, double, CONV_ID)
 DEFINE_PACK(pack_u8, uint8_t, int64_t, CONV_I64)
 DEFINE_PACK(pack_i8, int8_t, int64_t, CONV_I64)
@@ -180,6 +241,20 @@ DEFINE_UKR_GENERIC(ukr_f32, float, 6, 16)
 DEFINE_UKR_GENERIC(ukr_f64, double, 6, 8)
 enum { MR_F32 = 6, NR_F32 = 16, MR_F64 = 6, NR_F64 = 8 };
 #endif
+/* The portable fp32 microkernel, selectable at run time so tests cover it on
+ * machines whose build uses the vector one (TORCH_TPU_GEMM_GENERIC=1, or
+ * tpurt_gemm_set_generic). */
+DEFINE_UKR_GENERIC(ukr_f32_generic, float, 6, 16)
+typedef void (*ukr_f32_fn_t)(int64_t, const float* restrict, const float* restrict, float*, int64_t,
+                             int64_t, float, float, int, int);
+static _Atomic int g_generic = -1; /* -1: not read from the environment yet */
+static bool gemm_generic(void) { return tpurt_env_switch(&g_generic, "TORCH_TPU_GEMM_GENERIC", false); }
+void tpurt_gemm_set_generic(bool generic) { atomic_store(&g_generic, generic ? 1 : 0); }
+static void ukr_f32_dispatch(int64_t kc, const float* restrict a, const float* restrict b, float* c,
+                             int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
+  ukr_f32_fn_t f = gemm_generic() ? ukr_f32_generic : ukr_f32;
+  f(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
+}
 
 /* ---- the blocked driver, one instance per accumulation type ---- */
 typedef struct core_args_t {
@@ -198,6 +273,10 @@ typedef struct core_args_t {
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc, ic, mch, ntile_n;
   double beta_eff;
+  /* NULL: the instance's own tile loop. Set for 16-bit C written directly
+   * (k fits one depth block, so each tile is finished in one pass). */
+  tpurt_range_fn_t tiles;
+  tpurt_dtype_t c16; /* C's dtype on that path */
 } core_args_t;
 
 #define DEFINE_CORE(SUF, T, MR, NR, UKR)                                                          \
@@ -242,15 +321,62 @@ typedef struct core_args_t {
           s->mch = imin(MCH, s->m - s->ic);                                                     \
           run_range(ctx, (s->mch + MR - 1) / MR, 8, SUF##_pack_a, s);                           \
           s->ntile_n = (s->nc + NCSUB - 1) / NCSUB;                                             \
-          run_range(ctx, ((s->mch + MC - 1) / MC) * s->ntile_n, 1, SUF##_tiles, s);             \
+          run_range(ctx, ((s->mch + MC - 1) / MC) * s->ntile_n, 1,                              \
+                    s->tiles ? s->tiles : SUF##_tiles, s);                                      \
         }                                                                                       \
       }                                                                                         \
     }                                                                                           \
   }
 
-DEFINE_CORE(f32, float, MR_F32, NR_F32, ukr_f32)
+DEFINE_CORE(f32, float, MR_F32, NR_F32, ukr_f32_dispatch)
 DEFINE_CORE(f64, double, MR_F64, NR_F64, ukr_f64)
 DEFINE_CORE(i64, int64_t, MR_I64, NR_I64, ukr_i64)
+
+/* One finished MR x NR fp32 tile into 16-bit C: c = round(alpha * acc + beta * c). */
+static void store_tile_c16(tpurt_dtype_t dt, const float* acc, uint16_t* c, int64_t rs, int64_t cs,
+                           float alpha, float beta, int mr, int nr) {
+  float row[NR_F32];
+  for (int r = 0; r < mr; ++r) {
+    uint16_t* cr = c + r * rs;
+    const float* a = acc + r * NR_F32;
+    if (beta == 0) {
+      for (int j = 0; j < nr; ++j) row[j] = alpha * a[j];
+    } else {
+      for (int j = 0; j < nr; ++j) {
+        float old = dt == TPURT_DTYPE_BFLOAT16 ? tpurt_bf16_to_f32(cr[j * cs]) : tpurt_f16_to_f32(cr[j * cs]);
+        row[j] = alpha * a[j] + beta * old;
+      }
+    }
+    if (cs == 1) {
+      tpurt_hv_from_f32(dt, row, cr, nr);
+    } else {
+      for (int j = 0; j < nr; ++j)
+        cr[j * cs] = dt == TPURT_DTYPE_BFLOAT16 ? tpurt_f32_to_bf16(row[j]) : tpurt_f32_to_f16(row[j]);
+    }
+  }
+}
+
+/* The tile loop of f32_core for 16-bit C: each microkernel tile is computed
+ * into registers-then-stack (alpha 1, beta 0) and rounded once on store. */
+static void f32_c16_tiles(void* u, int64_t t0, int64_t t1, int tid) {
+  core_args_t* s = (core_args_t*)u;
+  float alpha = (float)s->alpha, beta = (float)s->beta_eff;
+  float tmp[MR_F32 * NR_F32] __attribute__((aligned(32)));
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t i0 = (t / s->ntile_n) * MC, j0 = (t % s->ntile_n) * NCSUB;
+    int64_t i1 = imin(i0 + MC, s->mch), j1 = imin(j0 + NCSUB, s->nc);
+    for (int64_t j = j0; j < j1; j += NR_F32) {
+      const float* bp = (const float*)s->pb + j * s->kc;
+      for (int64_t i = i0; i < i1; i += MR_F32) {
+        int mr = (int)imin(MR_F32, i1 - i), nr = (int)imin(NR_F32, j1 - j);
+        ukr_f32_dispatch(s->kc, (const float*)s->pa + i * s->kc, bp, tmp, NR_F32, 1, 1.0f, 0.0f,
+                         MR_F32, NR_F32);
+        uint16_t* cp = (uint16_t*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;
+        store_tile_c16(s->c16, tmp, cp, s->c_rs, s->c_cs, alpha, beta, mr, nr);
+      }
+    }
+  }
+}
 
 /* ---- dtype plumbing ---- */
 typedef enum { ACC_F32, ACC_F64, ACC_I64, ACC_NONE } acc_kind_t;
@@ -325,6 +451,12 @@ static bool blas_operand(int64_t rows, int64_t cols, int64_t rs, int64_t cs, boo
 
 /* Whether C is accumulated directly (its dtype is the accumulation type). */
 static bool c_direct(const tpurt_gemm_t* g, acc_kind_t k) { return g->c_dtype == acc_dtype(k); }
+/* 16-bit C written straight from the fp32 tiles: one depth block, so no
+ * partial sums have to be kept in float32 between blocks. */
+static bool c16_direct(const tpurt_gemm_t* g, acc_kind_t k) {
+  return k == ACC_F32 && g->k <= KC &&
+         (g->c_dtype == TPURT_DTYPE_BFLOAT16 || g->c_dtype == TPURT_DTYPE_FLOAT16);
+}
 
 static bool use_blas(const tpurt_gemm_t* g) {
   return g->ab_dtype == TPURT_DTYPE_FLOAT32 && g->c_dtype == TPURT_DTYPE_FLOAT32 &&
@@ -357,7 +489,8 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g) {
   size_t es = acc_size(k);
   size_t bytes = align64(round_up(imin(g->m, MCH), mr) * imin(g->k, KC) * es) +
                  align64(round_up(imin(g->n, NC), nr) * imin(g->k, KC) * es);
-  if (!c_direct(g, k)) bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
+  if (!c_direct(g, k) && !c16_direct(g, k))
+    bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
   return bytes;
 }
 
@@ -452,7 +585,10 @@ static void cstore_rows(void* u, int64_t r0, int64_t r1, int tid) {
   for (int64_t i = r0; i < r1; ++i) {
     const char* s = (const char*)f->src + (size_t)(i * f->s_rs) * ss;
     char* d = (char*)f->dst + (size_t)(i * f->d_rs + f->j0 * f->d_cs) * ds;
-    if (f->d_cs == 1) {
+    if (f->d_cs == 1 && f->src_dtype == TPURT_DTYPE_FLOAT32 &&
+        (f->dst_dtype == TPURT_DTYPE_BFLOAT16 || f->dst_dtype == TPURT_DTYPE_FLOAT16)) {
+      tpurt_hv_from_f32(f->dst_dtype, (const float*)s, d, f->cols);
+    } else if (f->d_cs == 1) {
       tpurt_dtype_convert(f->dst_dtype, d, f->src_dtype, s, f->cols);
     } else {
       for (int64_t j = 0; j < f->cols; ++j)
@@ -618,7 +754,8 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   ws += align64(round_up(imin(g->n, NC), nr) * imin(g->k, KC) * es);
   void (*core)(tpurt_kernel_ctx_t*, core_args_t*) =
       kind == ACC_F32 ? f32_core : kind == ACC_F64 ? f64_core : i64_core;
-  if (c_direct(g, kind)) {
+  if (c_direct(g, kind) || c16_direct(g, kind)) {
+    if (!c_direct(g, kind)) s.tiles = f32_c16_tiles, s.c16 = g->c_dtype;
     c_in_to_c(ctx, g);
     s.c = g->c, s.c_rs = g->c_rs, s.c_cs = g->c_cs;
     core(ctx, &s);

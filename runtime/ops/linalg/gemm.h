@@ -43,5 +43,8 @@ tpurt_status_t tpurt_gemm_reference(const tpurt_gemm_t* g);
 
 /* Tests and benchmarks: run fp32 through our own kernel instead of OpenBLAS. */
 void tpurt_gemm_set_fp32_own(bool own);
+/* Tests: run the portable microkernel and scalar packing instead of the
+ * vector ones (also TORCH_TPU_GEMM_GENERIC=1 in the environment). */
+void tpurt_gemm_set_generic(bool generic);
 
 #endif /* TPURT_OPS_LINALG_GEMM_H_ */

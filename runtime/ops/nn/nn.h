@@ -24,6 +24,9 @@
     return EXPR;                                                                               \
   }
 
+/* fused attention (attention.c) */
+TPURT_NN_DECLARE(sdpa_flash)
+TPURT_NN_DECLARE(sdpa_flash_backward)
 /* convolution (conv.c) */
 TPURT_NN_DECLARE(conv)
 TPURT_NN_DECLARE(conv_backward)

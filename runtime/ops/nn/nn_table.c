@@ -22,6 +22,10 @@
 #define OP(NAME, FN, DT) {NAME, tpurt_nn_##FN, tpurt_nn_##FN##_ref, 0, DT, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_nn[] = {
+    /* scaled_dot_product_attention's fused kernel (attention.c); SDPA picks it
+     * for tpu tensors through torch_tpu/csrc/sdpa.cpp's backend choice */
+    OP("_scaled_dot_product_flash_attention_for_cpu", sdpa_flash, NN_DT_FLOAT),
+    OP("_scaled_dot_product_flash_attention_for_cpu_backward", sdpa_flash_backward, NN_DT_FLOAT),
     /* convolution (conv.c). Reached through an explicit PrivateUse1
      * registration (these two have a CompositeExplicitAutograd kernel that
      * throws, so the boxed fallback never sees them); aten::convolution routes

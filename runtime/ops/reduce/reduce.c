@@ -8,10 +8,11 @@
  * float32 input), which is at least as accurate as PyTorch's cascade sum. */
 #include "ops/reduce/reduce.h"
 
-
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ops/half_vec.h"
 
 #define CHUNK 512 /* elements converted per step on the generic row path */
 
@@ -64,8 +65,14 @@ tpurt_status_t tpurt_reduce_dims_from_arg(const tpurt_op_call_t* call, int i, in
 void tpurt_row_load_f32(tpurt_dtype_t dt, const void* p, int64_t stride, int64_t n, float* out) {
   switch (dt) {
     case TPURT_DTYPE_FLOAT32: LOAD_ROW(float, float, ID); break;
-    case TPURT_DTYPE_BFLOAT16: LOAD_ROW(uint16_t, float, tpurt_bf16_to_f32); break;
-    case TPURT_DTYPE_FLOAT16: LOAD_ROW(uint16_t, float, tpurt_f16_to_f32); break;
+    case TPURT_DTYPE_BFLOAT16:
+      if (stride == 1) tpurt_hv_bf16_to_f32((const uint16_t*)p, out, n);
+      else LOAD_ROW(uint16_t, float, tpurt_bf16_to_f32);
+      break;
+    case TPURT_DTYPE_FLOAT16:
+      if (stride == 1) tpurt_hv_f16_to_f32((const uint16_t*)p, out, n);
+      else LOAD_ROW(uint16_t, float, tpurt_f16_to_f32);
+      break;
     case TPURT_DTYPE_FLOAT64: LOAD_ROW(double, float, ID); break;
     case TPURT_DTYPE_INT64: LOAD_ROW(int64_t, float, ID); break;
     case TPURT_DTYPE_INT32: LOAD_ROW(int32_t, float, ID); break;
@@ -115,8 +122,14 @@ static void row_load_i64(tpurt_dtype_t dt, const void* p, int64_t stride, int64_
 void tpurt_row_store_f32(tpurt_dtype_t dt, void* p, int64_t stride, int64_t n, const float* in) {
   switch (dt) {
     case TPURT_DTYPE_FLOAT32: STORE_ROW(float, ID); break;
-    case TPURT_DTYPE_BFLOAT16: STORE_ROW(uint16_t, tpurt_f32_to_bf16); break;
-    case TPURT_DTYPE_FLOAT16: STORE_ROW(uint16_t, tpurt_f32_to_f16); break;
+    case TPURT_DTYPE_BFLOAT16:
+      if (stride == 1) tpurt_hv_f32_to_bf16(in, (uint16_t*)p, n);
+      else STORE_ROW(uint16_t, tpurt_f32_to_bf16);
+      break;
+    case TPURT_DTYPE_FLOAT16:
+      if (stride == 1) tpurt_hv_f32_to_f16(in, (uint16_t*)p, n);
+      else STORE_ROW(uint16_t, tpurt_f32_to_f16);
+      break;
     case TPURT_DTYPE_FLOAT64: STORE_ROW(double, ID); break;
     default:
       for (int64_t i = 0; i < n; ++i)
@@ -125,10 +138,15 @@ void tpurt_row_store_f32(tpurt_dtype_t dt, void* p, int64_t stride, int64_t n, c
   }
 }
 
+/* double -> 16-bit through float, as tpurt_dtype_store_f64 rounds */
+#define D2BF16(x) tpurt_f32_to_bf16((float)(x))
+#define D2F16(x) tpurt_f32_to_f16((float)(x))
 void tpurt_row_store_f64(tpurt_dtype_t dt, void* p, int64_t stride, int64_t n, const double* in) {
   switch (dt) {
     case TPURT_DTYPE_FLOAT32: STORE_ROW(float, ID); break;
     case TPURT_DTYPE_FLOAT64: STORE_ROW(double, ID); break;
+    case TPURT_DTYPE_BFLOAT16: STORE_ROW(uint16_t, D2BF16); break;
+    case TPURT_DTYPE_FLOAT16: STORE_ROW(uint16_t, D2F16); break;
     default:
       for (int64_t i = 0; i < n; ++i)
         tpurt_dtype_store_f64(dt, (char*)p + i * stride * (int64_t)tpurt_dtype_size(dt), in[i]);

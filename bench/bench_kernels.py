@@ -1,0 +1,132 @@
+"""Kernel benchmarks for the bf16 work (issue 16), run by bench/run.py after its core set:
+16-bit GEMM and batched GEMM, fused SDPA forward and backward, softmax in fp32/bf16. Each is
+measured beside PyTorch CPU in the same run (run.py interleaves the two).
+
+`python bench/bench_kernels.py` also prints the machine's bf16 peak and the GEMM rows as a
+share of it. The peak is instruction throughput x clock x cores:
+  - AVX-512 BF16 (vdpbf16ps on 512-bit vectors: 16 lanes x 2 products x 2 flops = 64 flop per
+    instruction): two per cycle on Intel server cores, one on AMD Zen 4 (256-bit datapaths);
+  - otherwise AVX2 FMA: bf16 is widened to fp32 while packing and computed by fp32 FMAs,
+    2 FMA pipes x 8 lanes x 2 flops = 32 flop/cycle;
+  clock: /proc/cpuinfo "cpu MHz" (the current/nominal clock; boost can exceed it, so a figure
+  near or above 100% means the core ran faster than that clock);
+  cores: the CPUs this process may run on (the chip's compute threads use all of them).
+"""
+import os
+import pathlib
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def _cpuinfo():
+    flags, mhz, vendor = set(), None, ""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, val = line.partition(":")
+            key = key.strip()
+            if key == "flags" and not flags:
+                flags = set(val.split())
+            elif key == "cpu MHz" and mhz is None:
+                mhz = float(val)
+            elif key == "vendor_id" and not vendor:
+                vendor = val.strip()
+    except OSError:
+        pass
+    return flags, mhz, vendor
+
+
+def bf16_peak_gflops():
+    """(GFLOP/s, how) for the bf16 GEMM peak of this machine, or (None, why)."""
+    flags, mhz, vendor = _cpuinfo()
+    if not mhz:
+        return None, "no cpu MHz in /proc/cpuinfo"
+    cores = len(os.sched_getaffinity(0))
+    if "avx512_bf16" in flags:
+        per = 64 * (1 if vendor == "AuthenticAMD" else 2)
+        how = f"vdpbf16ps zmm: 64 flop x {per // 64}/cycle"
+    elif "fma" in flags and "avx2" in flags:
+        per = 32
+        how = "AVX2: 2 FMA x 8 fp32 lanes x 2 flop (bf16 widened while packing)"
+    else:
+        return None, "neither AVX-512 BF16 nor AVX2 FMA"
+    return per * mhz * 1e-3 * cores, f"{how} = {per} flop/cycle x {mhz:.0f} MHz x {cores} cores"
+
+
+def _mm(n, dtype):
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+        b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+        return (lambda: torch.mm(a, b)), lambda s: 2 * n ** 3 / s / 1e9
+    return setup
+
+
+def bench_bmm_attn(device):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(32, 256, 64, generator=g).to(device=device, dtype=torch.bfloat16)
+    b = torch.randn(32, 64, 256, generator=g).to(device=device, dtype=torch.bfloat16)
+    return (lambda: torch.bmm(a, b)), lambda s: 2 * 32 * 256 * 64 * 256 / s / 1e9
+
+
+SDPA_SHAPE = (1, 8, 1024, 64)  # batch, heads, seq, head dim
+
+
+def _sdpa(dtype, backward):
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        q, k, v = [torch.randn(*SDPA_SHAPE, generator=g).to(device=device, dtype=dtype).requires_grad_(backward)
+                   for _ in range(3)]
+        go = torch.randn(*SDPA_SHAPE, generator=g).to(device=device, dtype=dtype)
+
+        def fn():
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if backward:
+                q.grad = k.grad = v.grad = None
+                out.backward(go)
+            return out
+        return fn, lambda s: s * 1e3
+    return setup
+
+
+def _softmax(dtype):
+    def setup(device):
+        a = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0)).to(device=device, dtype=dtype)
+        es = a.element_size()
+        return (lambda: torch.softmax(a, dim=-1)), lambda s: 2 * es * a.numel() / s / 1e9
+    return setup
+
+
+BENCHES = {
+    "matmul_bf16_2048": (_mm(2048, torch.bfloat16), "GFLOP/s", True, "mm 2048x2048x2048 bf16 (fp32 accumulation)"),
+    "matmul_bf16_512": (_mm(512, torch.bfloat16), "GFLOP/s", True, "mm 512x512x512 bf16"),
+    "bmm_bf16_attn": (bench_bmm_attn, "GFLOP/s", True, "bmm bf16 32 x (256x64 @ 64x256), attention scores"),
+    "sdpa_causal_fp32_fwd": (_sdpa(torch.float32, False), "ms", False,
+                             "SDPA causal fp32, batch 1, 8 heads, seq 1024, head 64, forward"),
+    "sdpa_causal_fp32_fwdbwd": (_sdpa(torch.float32, True), "ms", False, "the same, forward + backward"),
+    "sdpa_causal_bf16_fwd": (_sdpa(torch.bfloat16, False), "ms", False, "SDPA causal bf16, same shape, forward"),
+    "sdpa_causal_bf16_fwdbwd": (_sdpa(torch.bfloat16, True), "ms", False, "the same, forward + backward"),
+    "softmax_fp32": (_softmax(torch.float32), "GB/s", True, "softmax rows of 4096x1024 fp32, bytes = 2*4*N"),
+    "softmax_bf16": (_softmax(torch.bfloat16), "GB/s", True, "softmax rows of 4096x1024 bf16, bytes = 2*2*N"),
+}
+
+
+if __name__ == "__main__":
+    # Standalone: run these rows through run.py's loop, then the GEMM rows as a share of the peak.
+    import json
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import run
+    names = ",".join(BENCHES)
+    argv = sys.argv[1:] or ["--runs", "5"]
+    out = str(pathlib.Path(run.__file__).parent / "results_kernels.json")
+    rc = run.main(argv + ["--only", names, "--out", out] if "--only" not in argv else argv + ["--out", out])
+    peak, how = bf16_peak_gflops()
+    print(f"bf16 peak: {peak:.1f} GFLOP/s ({how})" if peak else f"bf16 peak unknown: {how}")
+    if peak:
+        for r in json.loads(pathlib.Path(out).read_text())["results"]:
+            if r["unit"] == "GFLOP/s" and "ours" in r:
+                print(f"  {r['name']:<18} {r['ours']:8.1f} GFLOP/s = {100 * r['ours'] / peak:5.1f}% of peak"
+                      f" (PyTorch CPU {100 * r['cpu'] / peak:5.1f}%)")
+    print("load average:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    sys.exit(rc)

@@ -1,0 +1,74 @@
+/* Bulk bf16/f16 <-> float32 conversion of contiguous runs, for the kernels
+ * that compute 16-bit tensors in float32 (GEMM packing and epilogues, SDPA,
+ * row reductions). Results are bit-identical to the scalar converters in
+ * tpurt/dtype.h (round-to-nearest-even, quiet NaN); AVX2/F16C where built for. */
+#ifndef TPURT_OPS_HALF_VEC_H_
+#define TPURT_OPS_HALF_VEC_H_
+
+#include <stdint.h>
+
+#include "tpurt/dtype.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* 8 bf16 -> 8 floats: the bf16 bits are the float's high half. */
+static inline __m256 tpurt_hv_bf16x8_load(const uint16_t* s) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)s)), 16));
+}
+/* 8 floats -> 8 bf16, as tpurt_f32_to_bf16 does lane by lane. */
+static inline __m128i tpurt_hv_bf16x8_pack(__m256 v) {
+  __m256i b = _mm256_castps_si256(v);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, qnan, nan);
+  /* the values fit 16 bits: pack the two 128-bit halves without saturation effects */
+  __m128i lo = _mm256_castsi256_si128(r), hi = _mm256_extracti128_si256(r, 1);
+  return _mm_packus_epi32(lo, hi);
+}
+static inline void tpurt_hv_bf16x8_store(uint16_t* d, __m256 v) {
+  _mm_storeu_si128((__m128i*)d, tpurt_hv_bf16x8_pack(v));
+}
+#endif
+
+static inline void tpurt_hv_bf16_to_f32(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, tpurt_hv_bf16x8_load(s + i));
+#endif
+  for (; i < n; ++i) d[i] = tpurt_bf16_to_f32(s[i]);
+}
+static inline void tpurt_hv_f32_to_bf16(const float* s, uint16_t* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) tpurt_hv_bf16x8_store(d + i, _mm256_loadu_ps(s + i));
+#endif
+  for (; i < n; ++i) d[i] = tpurt_f32_to_bf16(s[i]);
+}
+static inline void tpurt_hv_f16_to_f32(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + i))));
+#endif
+  for (; i < n; ++i) d[i] = tpurt_f16_to_f32(s[i]);
+}
+static inline void tpurt_hv_f32_to_f16(const float* s, uint16_t* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  for (; i < n; ++i) d[i] = tpurt_f32_to_f16(s[i]);
+}
+/* dtype is BFLOAT16 or FLOAT16 (anything else: FLOAT16's path is not taken; callers check). */
+static inline void tpurt_hv_to_f32(tpurt_dtype_t dt, const void* s, float* d, int64_t n) {
+  if (dt == TPURT_DTYPE_BFLOAT16) tpurt_hv_bf16_to_f32((const uint16_t*)s, d, n);
+  else tpurt_hv_f16_to_f32((const uint16_t*)s, d, n);
+}
+static inline void tpurt_hv_from_f32(tpurt_dtype_t dt, const float* s, void* d, int64_t n) {
+  if (dt == TPURT_DTYPE_BFLOAT16) tpurt_hv_f32_to_bf16(s, (uint16_t*)d, n);
+  else tpurt_hv_f32_to_f16(s, (uint16_t*)d, n);
+}
+
+#endif /* TPURT_OPS_HALF_VEC_H_ */

@@ -1,0 +1,597 @@
+/* Fused scaled-dot-product attention (the ops PyTorch's CPU flash backend
+ * dispatches to: _scaled_dot_product_flash_attention_for_cpu and its
+ * backward), FlashAttention-2 style: queries in blocks of BQ rows against
+ * keys/values in blocks of BK, an online softmax, so no seq x seq matrix is
+ * ever stored; causal masks skip whole blocks above the diagonal. float32,
+ * bfloat16 and float16 compute in float32; grouped-query attention (fewer
+ * key/value heads than query heads) maps query head h to kv head
+ * h / (Hq / Hkv). An additive float mask (SDPA turns a bool mask into one)
+ * broadcasts over batch and heads. Dropout is not supported (SDPA picks
+ * another backend for it). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/elementwise/ew_expf.h"
+#include "ops/half_vec.h"
+#include "ops/nn/nn.h"
+
+enum { BQ = 64, BK = 64 };
+
+static inline int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
+
+/* ---- small dense products on float32 buffers ----
+ * C[m x n] (+)= A[m x k] B[k x n], all row-major; n is a multiple of 8 (the
+ * callers pad their buffers with zeros). */
+#if defined(__AVX2__) && defined(__FMA__)
+#define MMROWS(R)                                                                          \
+  static void mm_rows##R(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, \
+                         int64_t ldb, float* c, int64_t ldc, bool acc) {                    \
+    int64_t j = 0;                                                                         \
+    for (; j + 16 <= n; j += 16) {                                                         \
+      __m256 c0[R], c1[R];                                                                 \
+      for (int r = 0; r < R; ++r) {                                                        \
+        c0[r] = acc ? _mm256_loadu_ps(c + r * ldc + j) : _mm256_setzero_ps();              \
+        c1[r] = acc ? _mm256_loadu_ps(c + r * ldc + j + 8) : _mm256_setzero_ps();          \
+      }                                                                                    \
+      for (int64_t p = 0; p < k; ++p) {                                                    \
+        __m256 b0 = _mm256_loadu_ps(b + p * ldb + j), b1 = _mm256_loadu_ps(b + p * ldb + j + 8); \
+        for (int r = 0; r < R; ++r) {                                                      \
+          __m256 av = _mm256_broadcast_ss(a + r * lda + p);                                \
+          c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);                                          \
+          c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);                                          \
+        }                                                                                  \
+      }                                                                                    \
+      for (int r = 0; r < R; ++r) {                                                        \
+        _mm256_storeu_ps(c + r * ldc + j, c0[r]);                                          \
+        _mm256_storeu_ps(c + r * ldc + j + 8, c1[r]);                                      \
+      }                                                                                    \
+    }                                                                                      \
+    for (; j < n; j += 8) {                                                                \
+      __m256 c0[R];                                                                        \
+      for (int r = 0; r < R; ++r) c0[r] = acc ? _mm256_loadu_ps(c + r * ldc + j) : _mm256_setzero_ps(); \
+      for (int64_t p = 0; p < k; ++p) {                                                    \
+        __m256 b0 = _mm256_loadu_ps(b + p * ldb + j);                                      \
+        for (int r = 0; r < R; ++r)                                                        \
+          c0[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + p), b0, c0[r]);        \
+      }                                                                                    \
+      for (int r = 0; r < R; ++r) _mm256_storeu_ps(c + r * ldc + j, c0[r]);                \
+    }                                                                                      \
+  }
+MMROWS(6)
+MMROWS(4)
+MMROWS(2)
+MMROWS(1)
+static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float* c, int64_t ldc, bool acc) {
+  int64_t i = 0;
+  for (; i + 6 <= m; i += 6) mm_rows6(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
+  if (i + 4 <= m) mm_rows4(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc), i += 4;
+  if (i + 2 <= m) mm_rows2(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc), i += 2;
+  if (i < m) mm_rows1(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
+}
+/* max(m, x[0..n)), n a multiple of 8; NaN in x is ignored here (it reaches the
+ * output through exp and the sum, as in softmax). */
+static float row_max(const float* x, int64_t n, float m) {
+  __m256 v = _mm256_set1_ps(m);
+  for (int64_t j = 0; j < n; j += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + j), v);
+  float l[8];
+  _mm256_storeu_ps(l, v);
+  for (int q = 0; q < 8; ++q) m = l[q] > m ? l[q] : m;
+  return m;
+}
+#else
+static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float* c, int64_t ldc, bool acc) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* cr = c + i * ldc;
+    if (!acc) memset(cr, 0, (size_t)n * sizeof(float));
+    for (int64_t p = 0; p < k; ++p) {
+      float av = a[i * lda + p];
+      const float* br = b + p * ldb;
+      for (int64_t j = 0; j < n; ++j) cr[j] += av * br[j];
+    }
+  }
+}
+static float row_max(const float* x, int64_t n, float m) {
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+#endif
+
+/* x[i] = exp(x[i] - sub) over n (a multiple of 8), returning the sum. */
+static float exp_sub_sum(float* x, int64_t n, float sub) {
+  int64_t i = 0;
+  float s = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc = _mm256_setzero_ps(), vs = _mm256_set1_ps(sub);
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = tpurt_ew_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+    _mm256_storeu_ps(x + i, v);
+    acc = _mm256_add_ps(acc, v);
+  }
+  float l[8];
+  _mm256_storeu_ps(l, acc);
+  for (int q = 0; q < 8; ++q) s += l[q];
+#else
+  for (; i < n; ++i) {
+    x[i] = tpurt_ew_expf(x[i] - sub);
+    s += x[i];
+  }
+#endif
+  return s;
+}
+
+/* ---- strided access ---- */
+typedef struct view4_t {
+  const char* p;
+  tpurt_dtype_t dt;
+  int64_t s[4]; /* strides in elements: batch, head, row, col */
+} view4_t;
+
+static view4_t view4(const tpurt_tensor_t* t) {
+  view4_t v = {(const char*)t->data, t->dtype, {0, 0, 0, 0}};
+  for (int d = 0; d < 4; ++d) v.s[d] = t->strides[d];
+  return v;
+}
+
+/* rows [r0, r0+n) x cols [0, e) of (b, h) into dst (row stride ld, float32),
+ * columns e..ld and rows n..rows_pad zero; scaled by `scale`. */
+static void load_rows(const view4_t* v, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t e,
+                      float* dst, int64_t ld, int64_t rows_pad, float scale) {
+  size_t es = tpurt_dtype_size(v->dt);
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    float* d = dst + r * ld;
+    if (r >= n) {
+      memset(d, 0, (size_t)ld * sizeof(float));
+      continue;
+    }
+    const char* s = v->p + (size_t)(b * v->s[0] + h * v->s[1] + (r0 + r) * v->s[2]) * es;
+    if (v->s[3] == 1 && v->dt == TPURT_DTYPE_FLOAT32) memcpy(d, s, (size_t)e * sizeof(float));
+    else if (v->s[3] == 1 && v->dt != TPURT_DTYPE_FLOAT64) tpurt_hv_to_f32(v->dt, s, d, e);
+    else
+      for (int64_t c = 0; c < e; ++c) d[c] = (float)tpurt_dtype_load_f64(v->dt, s + (size_t)(c * v->s[3]) * es);
+    if (scale != 1.0f)
+      for (int64_t c = 0; c < e; ++c) d[c] *= scale;
+    for (int64_t c = e; c < ld; ++c) d[c] = 0;
+  }
+}
+
+static void store_row(const tpurt_tensor_t* t, int64_t b, int64_t h, int64_t r, int64_t e,
+                      const float* src) {
+  size_t es = tpurt_dtype_size(t->dtype);
+  char* d = (char*)t->data + (size_t)(b * t->strides[0] + h * t->strides[1] + r * t->strides[2]) * es;
+  int64_t cs = t->strides[3];
+  if (cs == 1 && t->dtype == TPURT_DTYPE_FLOAT32) memcpy(d, src, (size_t)e * sizeof(float));
+  else if (cs == 1 && (t->dtype == TPURT_DTYPE_BFLOAT16 || t->dtype == TPURT_DTYPE_FLOAT16))
+    tpurt_hv_from_f32(t->dtype, src, d, e);
+  else
+    for (int64_t c = 0; c < e; ++c) tpurt_dtype_store_f64(t->dtype, d + (size_t)(c * cs) * es, src[c]);
+}
+
+/* Transposes rows x cols (ld_src) into cols x rows (ld_dst). */
+static void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
+                      int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
+}
+
+/* ---- the problem, parsed once ---- */
+typedef struct attn_t {
+  int64_t B, Hq, Hkv, L, S, E, Ev, group;
+  float scale;
+  bool causal;
+  view4_t q, k, v, mask, dout, o;
+  bool has_mask;
+  const tpurt_tensor_t *out, *lse, *dq, *dk, *dv;
+  /* lse: (B, Hq, L) float32 */
+  float* ws;
+  size_t ws_floats; /* per thread */
+} attn_t;
+
+static float mask_at(const attn_t* a, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const view4_t* m = &a->mask;
+  return (float)tpurt_dtype_load_f64(m->dt, m->p + (size_t)(b * m->s[0] + h * m->s[1] + i * m->s[2] +
+                                                             j * m->s[3]) * tpurt_dtype_size(m->dt));
+}
+
+/* Scores of one block: s[i][j] (already q * scale . k) plus the mask; masked
+ * entries (causal, or past S) become -inf. */
+static void block_mask(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0,
+                       int64_t nj, float* s, int64_t ld) {
+  const view4_t* m = &a->mask;
+  size_t mes = a->has_mask ? tpurt_dtype_size(m->dt) : 0;
+  float mrow[BK];
+  for (int64_t i = 0; i < ni; ++i) {
+    float* row = s + i * ld;
+    if (a->has_mask) {
+      const char* mp = m->p + (size_t)(b * m->s[0] + h * m->s[1] + (i0 + i) * m->s[2] + j0 * m->s[3]) * mes;
+      if (m->s[3] == 1 && m->dt == TPURT_DTYPE_FLOAT32) {
+        for (int64_t j = 0; j < nj; ++j) row[j] += ((const float*)mp)[j];
+      } else if (m->s[3] == 1 && (m->dt == TPURT_DTYPE_BFLOAT16 || m->dt == TPURT_DTYPE_FLOAT16)) {
+        tpurt_hv_to_f32(m->dt, mp, mrow, nj);
+        for (int64_t j = 0; j < nj; ++j) row[j] += mrow[j];
+      } else {
+        for (int64_t j = 0; j < nj; ++j) row[j] += mask_at(a, b, h, i0 + i, j0 + j);
+      }
+    }
+    if (a->causal)
+      for (int64_t j = 0; j < nj; ++j)
+        if (j0 + j > i0 + i) row[j] = -INFINITY;
+    for (int64_t j = nj; j < ld; ++j) row[j] = -INFINITY;
+  }
+}
+
+/* Columns of kv blocks a query block [i0, i0+ni) sees. */
+static int64_t kv_end(const attn_t* a, int64_t i0, int64_t ni) {
+  return a->causal ? imin64(a->S, i0 + ni) : a->S;
+}
+
+static float* lse_ptr(const attn_t* a, int64_t b, int64_t h, int64_t i) {
+  const tpurt_tensor_t* t = a->lse;
+  return (float*)t->data + b * t->strides[0] + h * t->strides[1] + i * t->strides[2];
+}
+
+/* ---- forward: one task per (b, h, query block). Each thread keeps the
+ * float32 K^T and V of the last (batch, kv head) it saw, so consecutive query
+ * blocks and the query heads of a group convert them once. ---- */
+static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
+  const attn_t* a = (const attn_t*)u;
+  int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev), nqb = (a->L + BQ - 1) / BQ;
+  int64_t Sp = (a->S + BK - 1) / BK * BK;
+  float* w = a->ws + (size_t)tid * a->ws_floats;
+  float* q = w;                 /* BQ x E8 */
+  float* kt = q + BQ * E8;      /* E8 x Sp (K transposed) */
+  float* vb = kt + E8 * Sp;     /* Sp x Ev8 */
+  float* s = vb + Sp * Ev8;     /* BQ x BK */
+  float* o = s + BQ * BK;       /* BQ x Ev8 */
+  float* mx = o + BQ * Ev8;     /* BQ */
+  float* l = mx + BQ;           /* BQ */
+  float* kb = l + BQ;           /* BK x E8 staging */
+  int64_t cached = -1;
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t b = t / (a->Hq * nqb), h = (t / nqb) % a->Hq, i0 = (t % nqb) * BQ;
+    int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
+    if (cached != b * a->Hkv + hk) {
+      cached = b * a->Hkv + hk;
+      for (int64_t j0 = 0; j0 < a->S; j0 += BK) {
+        int64_t nj = imin64(BK, a->S - j0);
+        load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BK, 1.0f);
+        transpose(kb, BK, E8, E8, kt + j0, Sp);
+      }
+      load_rows(&a->v, b, hk, 0, a->S, a->Ev, vb, Ev8, Sp, 1.0f);
+    }
+    load_rows(&a->q, b, h, i0, ni, a->E, q, E8, ni, a->scale);
+    memset(o, 0, (size_t)ni * Ev8 * sizeof(float));
+    for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
+    int64_t jend = kv_end(a, i0, ni);
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+      int64_t nj = imin64(BK, a->S - j0);
+      mm(ni, BK, E8, q, E8, kt + j0, Sp, s, BK, false);
+      block_mask(a, b, h, i0, ni, j0, nj, s, BK);
+      for (int64_t i = 0; i < ni; ++i) {
+        float* row = s + i * BK;
+        float m = row_max(row, BK, mx[i]);
+        if (m == -INFINITY) { /* nothing visible yet in this row */
+          memset(row, 0, BK * sizeof(float));
+          continue;
+        }
+        float corr = mx[i] == -INFINITY ? 0.0f : tpurt_ew_expf(mx[i] - m);
+        l[i] = l[i] * corr + exp_sub_sum(row, BK, m);
+        if (corr != 1.0f)
+          for (int64_t c = 0; c < Ev8; ++c) o[i * Ev8 + c] *= corr;
+        mx[i] = m;
+      }
+      mm(ni, Ev8, BK, s, BK, vb + j0 * Ev8, Ev8, o, Ev8, true);
+    }
+    for (int64_t i = 0; i < ni; ++i) {
+      /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
+      float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+      for (int64_t c = 0; c < a->Ev; ++c) o[i * Ev8 + c] *= inv;
+      store_row(a->out, b, h, i0 + i, a->Ev, o + i * Ev8);
+      *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
+    }
+  }
+}
+
+/* ---- backward: one task per (b, kv head); it owns dK, dV of that head and
+ * loops over the query heads of its group and every block pair. ---- */
+static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
+  const attn_t* a = (const attn_t*)u;
+  int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev), L = a->L, S = a->S;
+  int64_t Lp = (L + BQ - 1) / BQ * BQ, Sp = (S + BK - 1) / BK * BK;
+  float* w = a->ws + (size_t)tid * a->ws_floats;
+  float* qf = w;                  /* Lp x E8, unscaled */
+  float* dof = qf + Lp * E8;      /* Lp x Ev8 */
+  float* dqa = dof + Lp * Ev8;    /* Lp x E8 */
+  float* dka = dqa + Lp * E8;     /* Sp x E8 */
+  float* dva = dka + Sp * E8;     /* Sp x Ev8 */
+  float* dd = dva + Sp * Ev8;     /* Lp: rowsum(dO * O) */
+  float* kb = dd + Lp;            /* BK x E8 */
+  float* kt = kb + BK * E8;       /* E8 x BK */
+  float* vt = kt + E8 * BK;       /* Ev8 x BK */
+  float* vb = vt + Ev8 * BK;      /* BK x Ev8 */
+  float* p = vb + BK * Ev8;       /* BQ x BK */
+  float* pt = p + BQ * BK;        /* BK x BQ */
+  float* dp = pt + BK * BQ;       /* BQ x BK */
+  float* ob = dp + BQ * BK;       /* BQ x Ev8 */
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t b = t / a->Hkv, hk = t % a->Hkv;
+    memset(dka, 0, (size_t)(Sp * E8) * sizeof(float));
+    memset(dva, 0, (size_t)(Sp * Ev8) * sizeof(float));
+    for (int64_t h = hk * a->group; h < (hk + 1) * a->group; ++h) {
+      load_rows(&a->q, b, h, 0, L, a->E, qf, E8, Lp, 1.0f);
+      load_rows(&a->dout, b, h, 0, L, a->Ev, dof, Ev8, Lp, 1.0f);
+      memset(dqa, 0, (size_t)(Lp * E8) * sizeof(float));
+      for (int64_t i0 = 0; i0 < L; i0 += BQ) {
+        int64_t ni = imin64(BQ, L - i0);
+        load_rows(&a->o, b, h, i0, ni, a->Ev, ob, Ev8, ni, 1.0f);
+        for (int64_t i = 0; i < ni; ++i) {
+          float s = 0;
+          for (int64_t c = 0; c < a->Ev; ++c) s += dof[(i0 + i) * Ev8 + c] * ob[i * Ev8 + c];
+          dd[i0 + i] = s;
+        }
+      }
+      for (int64_t j0 = 0; j0 < S; j0 += BK) {
+        int64_t nj = imin64(BK, S - j0);
+        load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BK, 1.0f);
+        transpose(kb, BK, E8, E8, kt, BK);
+        load_rows(&a->v, b, hk, j0, nj, a->Ev, vb, Ev8, BK, 1.0f);
+        transpose(vb, BK, Ev8, Ev8, vt, BK);
+        /* causal: query rows before j0 see none of this block */
+        int64_t istart = a->causal ? j0 / BQ * BQ : 0;
+        for (int64_t i0 = istart; i0 < L; i0 += BQ) {
+          int64_t ni = imin64(BQ, L - i0);
+          const float* q = qf + i0 * E8;
+          /* P = exp(scale * Q K^T + mask - lse) */
+          mm(ni, BK, E8, q, E8, kt, BK, p, BK, false);
+          for (int64_t x = 0; x < ni * BK; ++x) p[x] *= a->scale;
+          block_mask(a, b, h, i0, ni, j0, nj, p, BK);
+          for (int64_t i = 0; i < ni; ++i) {
+            float lse = *lse_ptr(a, b, h, i0 + i);
+            if (lse == -INFINITY) {
+              memset(p + i * BK, 0, BK * sizeof(float));
+              continue;
+            }
+            exp_sub_sum(p + i * BK, BK, lse);
+          }
+          /* dV += P^T dO */
+          transpose(p, ni, BK, BK, pt, BQ);
+          mm(BK, Ev8, ni, pt, BQ, dof + i0 * Ev8, Ev8, dva + j0 * Ev8, Ev8, true);
+          /* dP = dO V^T; dS = P * (dP - D) * scale (stored in dp) */
+          mm(ni, BK, Ev8, dof + i0 * Ev8, Ev8, vt, BK, dp, BK, false);
+          for (int64_t i = 0; i < ni; ++i) {
+            float di = dd[i0 + i];
+            for (int64_t j = 0; j < BK; ++j) dp[i * BK + j] = p[i * BK + j] * (dp[i * BK + j] - di) * a->scale;
+          }
+          /* dQ += dS K ; dK += dS^T Q */
+          mm(ni, E8, BK, dp, BK, kb, E8, dqa + i0 * E8, E8, true);
+          transpose(dp, ni, BK, BK, pt, BQ);
+          mm(BK, E8, ni, pt, BQ, q, E8, dka + j0 * E8, E8, true);
+        }
+      }
+      for (int64_t i = 0; i < L; ++i) store_row(a->dq, b, h, i, a->E, dqa + i * E8);
+    }
+    for (int64_t j = 0; j < S; ++j) {
+      store_row(a->dk, b, hk, j, a->E, dka + j * E8);
+      store_row(a->dv, b, hk, j, a->Ev, dva + j * Ev8);
+    }
+  }
+}
+
+/* ---- argument parsing shared by both directions and the references ---- */
+static tpurt_status_t parse(const tpurt_op_call_t* c, bool bwd, attn_t* a) {
+  memset(a, 0, sizeof(*a));
+  int base = bwd ? 1 : 0; /* backward: grad_out first */
+  const tpurt_tensor_t *q = tpurt_arg_tensor(c, base), *k = tpurt_arg_tensor(c, base + 1),
+                       *v = tpurt_arg_tensor(c, base + 2);
+  if (!q || !k || !v || q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: query, key and value must be 4-D (batch, heads, seq, dim)",
+                        c->name);
+  if (q->dtype != k->dtype || q->dtype != v->dtype)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: query, key and value must have one dtype, got %s, %s, %s",
+                        c->name, tpurt_dtype_name(q->dtype), tpurt_dtype_name(k->dtype),
+                        tpurt_dtype_name(v->dtype));
+  if (q->dtype != TPURT_DTYPE_FLOAT32 && q->dtype != TPURT_DTYPE_BFLOAT16 && q->dtype != TPURT_DTYPE_FLOAT16)
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: dtype %s (float32, bfloat16 and float16 only)", c->name,
+                        tpurt_dtype_name(q->dtype));
+  a->B = q->sizes[0], a->Hq = q->sizes[1], a->L = q->sizes[2], a->E = q->sizes[3];
+  a->Hkv = k->sizes[1], a->S = k->sizes[2], a->Ev = v->sizes[3];
+  if (k->sizes[0] != a->B || v->sizes[0] != a->B || v->sizes[1] != a->Hkv || v->sizes[2] != a->S ||
+      k->sizes[3] != a->E || a->Hkv <= 0 || a->Hq % a->Hkv != 0)
+    return TPURT_STATUS(INVALID_ARGUMENT,
+                        "%s: shapes do not match: query [%lld, %lld, %lld, %lld], key [%lld, %lld, %lld, %lld], "
+                        "value [%lld, %lld, %lld, %lld]", c->name,
+                        (long long)q->sizes[0], (long long)q->sizes[1], (long long)q->sizes[2], (long long)q->sizes[3],
+                        (long long)k->sizes[0], (long long)k->sizes[1], (long long)k->sizes[2], (long long)k->sizes[3],
+                        (long long)v->sizes[0], (long long)v->sizes[1], (long long)v->sizes[2], (long long)v->sizes[3]);
+  a->group = a->Hq / a->Hkv;
+  int ai = base + 3 + (bwd ? 2 : 0); /* dropout_p */
+  double dropout = tpurt_arg_double(c, ai, 0.0);
+  if (dropout != 0.0)
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: dropout_p=%g (the fused kernel has no dropout)", c->name, dropout);
+  a->causal = tpurt_arg_bool(c, ai + 1, false);
+  const tpurt_tensor_t* mask = tpurt_arg_tensor(c, ai + 2);
+  double scale = 0;
+  bool has_scale = tpurt_arg_opt_double(c, ai + 3, &scale);
+  a->scale = has_scale ? (float)scale : (float)(1.0 / sqrt((double)a->E));
+  a->q = view4(q), a->k = view4(k), a->v = view4(v);
+  if (mask) {
+    if (!tpurt_dtype_is_floating(mask->dtype) || mask->ndim > 4)
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: attn_mask must be a floating tensor of at most 4 dims, got %s %d-D",
+                          c->name, tpurt_dtype_name(mask->dtype), (int)mask->ndim);
+    const int64_t want[4] = {a->B, a->Hq, a->L, a->S};
+    a->mask.p = (const char*)mask->data, a->mask.dt = mask->dtype;
+    for (int d = 0; d < 4; ++d) {
+      int md = d - (4 - mask->ndim);
+      int64_t sz = md >= 0 ? mask->sizes[md] : 1;
+      if (sz != 1 && sz != want[d])
+        return TPURT_STATUS(INVALID_ARGUMENT, "%s: attn_mask size %lld at dim %d does not broadcast to %lld",
+                            c->name, (long long)sz, d, (long long)want[d]);
+      a->mask.s[d] = (md >= 0 && sz != 1) ? mask->strides[md] : 0;
+    }
+    a->has_mask = true;
+  }
+  if (!bwd) {
+    if (c->num_outputs < 2)
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected two outputs (output, logsumexp)", c->name);
+    a->out = &c->outputs[0], a->lse = &c->outputs[1];
+  } else {
+    const tpurt_tensor_t *go = tpurt_arg_tensor(c, 0), *o = tpurt_arg_tensor(c, 4), *lse = tpurt_arg_tensor(c, 5);
+    if (!go || !o || !lse || go->ndim != 4 || o->ndim != 4 || lse->ndim != 3 || c->num_outputs < 3)
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected grad_out, out (4-D), logsumexp (3-D) and three outputs",
+                          c->name);
+    a->dout = view4(go), a->o = view4(o);
+    a->lse = lse;
+    a->dq = &c->outputs[0], a->dk = &c->outputs[1], a->dv = &c->outputs[2];
+  }
+  const tpurt_tensor_t* lt = a->lse;
+  if (lt->dtype != TPURT_DTYPE_FLOAT32 || lt->ndim != 3)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: logsumexp must be 3-D float32", c->name);
+  return TPURT_OK;
+}
+
+/* ---- references: one row at a time in double, scores materialized per row ---- */
+static double ld4(const view4_t* v, int64_t b, int64_t h, int64_t r, int64_t c) {
+  return tpurt_dtype_load_f64(v->dt, v->p + (size_t)(b * v->s[0] + h * v->s[1] + r * v->s[2] + c * v->s[3]) *
+                                                tpurt_dtype_size(v->dt));
+}
+static void st4(const tpurt_tensor_t* t, int64_t b, int64_t h, int64_t r, int64_t c, double x) {
+  tpurt_dtype_store_f64(t->dtype, (char*)t->data + (size_t)(b * t->strides[0] + h * t->strides[1] +
+                                                            r * t->strides[2] + c * t->strides[3]) *
+                                                       tpurt_dtype_size(t->dtype), x);
+}
+static double ref_score(const attn_t* a, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (a->causal && j > i) return -INFINITY;
+  double s = 0;
+  for (int64_t e = 0; e < a->E; ++e) s += ld4(&a->q, b, h, i, e) * ld4(&a->k, b, h / a->group, j, e);
+  s *= a->scale;
+  if (a->has_mask) s += mask_at(a, b, h, i, j);
+  return s;
+}
+/* Softmax row of (b, h, i) into p[S]; returns log-sum-exp (-inf: nothing visible). */
+static double ref_row(const attn_t* a, int64_t b, int64_t h, int64_t i, double* p) {
+  double m = -INFINITY, l = 0;
+  for (int64_t j = 0; j < a->S; ++j) {
+    p[j] = ref_score(a, b, h, i, j);
+    m = p[j] > m ? p[j] : m;
+  }
+  for (int64_t j = 0; j < a->S; ++j) {
+    p[j] = m == -INFINITY ? 0 : exp(p[j] - m);
+    l += p[j];
+  }
+  for (int64_t j = 0; j < a->S; ++j) p[j] = l > 0 ? p[j] / l : 0;
+  return l > 0 ? m + log(l) : -INFINITY;
+}
+
+static tpurt_status_t fwd_ref(const attn_t* a) {
+  double* p = malloc(sizeof(double) * (size_t)(a->S + 1));
+  if (!p) return TPURT_STATUS(RESOURCE_EXHAUSTED, "sdpa reference: out of host memory");
+  for (int64_t b = 0; b < a->B; ++b)
+    for (int64_t h = 0; h < a->Hq; ++h)
+      for (int64_t i = 0; i < a->L; ++i) {
+        *lse_ptr(a, b, h, i) = (float)ref_row(a, b, h, i, p);
+        for (int64_t c = 0; c < a->Ev; ++c) {
+          double o = 0;
+          for (int64_t j = 0; j < a->S; ++j) o += p[j] * ld4(&a->v, b, h / a->group, j, c);
+          st4(a->out, b, h, i, c, o);
+        }
+      }
+  free(p);
+  return TPURT_OK;
+}
+
+static tpurt_status_t bwd_ref(const attn_t* a) {
+  size_t nk = (size_t)(a->S * a->E), nv = (size_t)(a->S * a->Ev);
+  double* p = malloc(sizeof(double) * (size_t)(a->S + 1));
+  double* dk = calloc(nk + 1, sizeof(double));
+  double* dv = calloc(nv + 1, sizeof(double));
+  double* dq = malloc(sizeof(double) * (size_t)(a->E + 1));
+  double* dp = malloc(sizeof(double) * (size_t)(a->S + 1));
+  tpurt_status_t st = TPURT_OK;
+  if (!p || !dk || !dv || !dq || !dp) {
+    st = TPURT_STATUS(RESOURCE_EXHAUSTED, "sdpa reference: out of host memory");
+    goto done;
+  }
+  for (int64_t b = 0; b < a->B; ++b)
+    for (int64_t hk = 0; hk < a->Hkv; ++hk) {
+      memset(dk, 0, nk * sizeof(double));
+      memset(dv, 0, nv * sizeof(double));
+      for (int64_t h = hk * a->group; h < (hk + 1) * a->group; ++h)
+        for (int64_t i = 0; i < a->L; ++i) {
+          ref_row(a, b, h, i, p);
+          double d = 0;
+          for (int64_t j = 0; j < a->S; ++j) {
+            double s = 0;
+            for (int64_t c = 0; c < a->Ev; ++c) s += ld4(&a->dout, b, h, i, c) * ld4(&a->v, b, hk, j, c);
+            dp[j] = s;
+            d += p[j] * s;
+          }
+          for (int64_t e = 0; e < a->E; ++e) dq[e] = 0;
+          for (int64_t j = 0; j < a->S; ++j) {
+            double ds = p[j] * (dp[j] - d) * a->scale;
+            for (int64_t c = 0; c < a->Ev; ++c) dv[j * a->Ev + c] += p[j] * ld4(&a->dout, b, h, i, c);
+            for (int64_t e = 0; e < a->E; ++e) {
+              dq[e] += ds * ld4(&a->k, b, hk, j, e);
+              dk[j * a->E + e] += ds * ld4(&a->q, b, h, i, e);
+            }
+          }
+          for (int64_t e = 0; e < a->E; ++e) st4(a->dq, b, h, i, e, dq[e]);
+        }
+      for (int64_t j = 0; j < a->S; ++j) {
+        for (int64_t e = 0; e < a->E; ++e) st4(a->dk, b, hk, j, e, dk[j * a->E + e]);
+        for (int64_t c = 0; c < a->Ev; ++c) st4(a->dv, b, hk, j, c, dv[j * a->Ev + c]);
+      }
+    }
+done:
+  free(p), free(dk), free(dv), free(dq), free(dp);
+  return st;
+}
+
+/* forward: (query, key, value, dropout_p, is_causal, attn_mask, scale) -> (output, logsumexp) */
+static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool ref) {
+  attn_t a;
+  TPURT_RETURN_IF_ERROR(parse(c, false, &a));
+  if (a.B == 0 || a.Hq == 0 || a.L == 0) return TPURT_OK;
+  if (ref) return fwd_ref(&a);
+  if (a.S == 0 || a.Ev == 0) { /* nothing to attend to: zeros, as the math path gives */
+    for (int64_t b = 0; b < a.B; ++b)
+      for (int64_t h = 0; h < a.Hq; ++h)
+        for (int64_t i = 0; i < a.L; ++i) {
+          for (int64_t e = 0; e < a.Ev; ++e) st4(a.out, b, h, i, e, 0.0);
+          *lse_ptr(&a, b, h, i) = -INFINITY;
+        }
+    return TPURT_OK;
+  }
+  int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
+  int64_t Sp = (a.S + BK - 1) / BK * BK;
+  a.ws_floats = (size_t)(BQ * E8 + E8 * Sp + Sp * Ev8 + BQ * BK + BQ * Ev8 + 2 * BQ + BK * E8 + 16);
+  int nt = tpurt_kernel_num_threads(ctx);
+  a.ws = tpurt_kernel_scratch(ctx, a.ws_floats * sizeof(float) * (size_t)nt);
+  if (!a.ws) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
+  int64_t tasks = a.B * a.Hq * ((a.L + BQ - 1) / BQ);
+  tpurt_parallel_for(ctx, tasks, 1, fwd_tasks, &a);
+  return TPURT_OK;
+}
+
+/* backward: (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask, scale)
+ *   -> (grad_query, grad_key, grad_value) */
+static tpurt_status_t sdpa_bwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool ref) {
+  attn_t a;
+  TPURT_RETURN_IF_ERROR(parse(c, true, &a));
+  if (a.B == 0 || a.Hkv == 0) return TPURT_OK;
+  if (ref || a.L == 0 || a.S == 0) return bwd_ref(&a);
+  int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
+  int64_t Lp = (a.L + BQ - 1) / BQ * BQ, Sp = (a.S + BK - 1) / BK * BK;
+  a.ws_floats = (size_t)(Lp * E8 + Lp * Ev8 + Lp * E8 + Sp * E8 + Sp * Ev8 + Lp + BK * E8 + E8 * BK +
+                         Ev8 * BK + BK * Ev8 + BQ * BK + BK * BQ + BQ * BK + BQ * Ev8 + 16);
+  int nt = tpurt_kernel_num_threads(ctx);
+  a.ws = tpurt_kernel_scratch(ctx, a.ws_floats * sizeof(float) * (size_t)nt);
+  if (!a.ws) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
+  tpurt_parallel_for(ctx, a.B * a.Hkv, 1, bwd_tasks, &a);
+  return TPURT_OK;
+}
+
+TPURT_NN_PAIR(sdpa_flash, sdpa_fwd(ctx, call, ref))
+TPURT_NN_PAIR(sdpa_flash_backward, sdpa_bwd(ctx, call, ref))
