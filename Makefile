@@ -19,9 +19,9 @@ TESTS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/tests/%)
 ASAN_TESTS := $(TEST_SRCS:runtime/tests/%.c=$(BUILD)/asan-tests/%)
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-.PHONY: all runtime ext test-c test-c-asan runtime-asan clean
+.PHONY: all runtime ext examples test-c test-c-asan runtime-asan clean
 .SECONDARY:
-all: runtime ext
+all: runtime ext examples
 
 runtime: torch_tpu/lib/libtpurt.so
 
@@ -48,6 +48,13 @@ $(BUILD)/libtpurt.so: $(RT_OBJS)
 torch_tpu/lib/libtpurt.so: $(BUILD)/libtpurt.so
 	@mkdir -p torch_tpu/lib
 	cp $< $@.tmp && mv -f $@.tmp $@  # rename: running processes keep the old file
+
+# C programs on the runtime's public API only, linked against the shared library (README: export).
+examples: $(BUILD)/examples/run_export
+$(BUILD)/examples/%: examples/%.c torch_tpu/lib/libtpurt.so $(wildcard runtime/include/tpurt/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -O2 -Iruntime/include $< -o $@ -Ltorch_tpu/lib -ltpurt \
+	  -Wl,-rpath,'$$ORIGIN/../../torch_tpu/lib'
 
 $(BUILD)/tests/%: runtime/tests/%.c $(RT_OBJS) runtime/tests/test_util.h
 	@mkdir -p $(dir $@)

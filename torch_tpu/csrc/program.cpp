@@ -5,10 +5,13 @@
 // (torch_tpu/_compile.py) decides what to capture and when.
 #include <torch/extension.h>
 
+#include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 
 #include "tpu_common.h"
+#include "tpurt/export.h"
 #include "tpurt/program.h"
 
 namespace py = pybind11;
@@ -77,6 +80,16 @@ class Program {
     return result;
   }
 
+  // What torch_tpu.export needs to describe the outputs.
+  py::list out_specs() const {
+    py::list l;
+    for (const OutSpec& s : outs_)
+      l.append(py::make_tuple(s.from_input, s.index, py::cast(s.dtype), s.sizes, s.strides, s.offset));
+    return l;
+  }
+  const std::vector<int64_t>& out_bytes() const { return out_bytes_; }
+  tpurt_program_t* raw() const { return p_; }
+
   py::dict info() const {
     tpurt_program_info_t i;
     tpurt_program_query(p_, &i);
@@ -99,6 +112,70 @@ class Program {
   tpurt_program_info_t info_;
 };
 
+// A loaded artifact (tpurt/export.h), for torch_tpu.export.load.
+class Export {
+ public:
+  explicit Export(tpurt_export_t* e) : e_(e) {}
+  ~Export() { tpurt_export_free(e_); }
+  Export(const Export&) = delete;
+  Export& operator=(const Export&) = delete;
+
+  std::string manifest() const {
+    size_t n = 0;
+    const char* m = tpurt_export_manifest(e_, &n);
+    return std::string(m ? m : "", n);
+  }
+
+  // Each tensor as a dict; a weight's data as a CPU uint8 tensor (a copy).
+  py::list tensors() const {
+    py::list l;
+    for (int32_t i = 0; i < tpurt_export_num_tensors(e_); ++i) {
+      const tpurt_export_tensor_t* t = tpurt_export_tensor(e_, i);
+      py::dict d;
+      d["name"] = std::string(t->name ? t->name : "");
+      d["role"] = static_cast<int>(t->role);
+      d["dtype"] = py::cast(from_tpurt_dtype(t->dtype));
+      d["sizes"] = std::vector<int64_t>(t->sizes, t->sizes + t->ndim);
+      d["strides"] = std::vector<int64_t>(t->strides, t->strides + t->ndim);
+      d["storage_offset"] = t->storage_offset;
+      d["storage_bytes"] = t->storage_bytes;
+      d["program_index"] = t->program_index;
+      d["from_input"] = t->from_input;
+      d["writes_back"] = t->writes_back;
+      if (t->role == TPURT_EXPORT_WEIGHT) {
+        at::Tensor data = at::empty({static_cast<int64_t>(t->storage_bytes)}, at::kByte);
+        if (t->storage_bytes) std::memcpy(data.data_ptr(), t->data, t->storage_bytes);
+        d["data"] = data;
+      }
+      l.append(d);
+    }
+    return l;
+  }
+
+  // The program, runnable on tpu:`device` with the table's outputs.
+  std::shared_ptr<Program> program(int64_t device) const {
+    tpurt_program_t* p = tpurt_export_program(e_);
+    tpurt_program_info_t info;
+    tpurt_program_query(p, &info);
+    std::vector<int64_t> out_bytes(static_cast<size_t>(info.num_outputs), 0);
+    std::vector<OutSpec> outs;
+    for (int32_t i = 0; i < tpurt_export_num_tensors(e_); ++i) {
+      const tpurt_export_tensor_t* t = tpurt_export_tensor(e_, i);
+      if (t->role != TPURT_EXPORT_OUTPUT) continue;
+      if (!t->from_input)
+        out_bytes[t->program_index] = std::max(out_bytes[t->program_index], static_cast<int64_t>(t->storage_bytes));
+      outs.push_back({t->from_input, t->program_index, from_tpurt_dtype(t->dtype),
+                      std::vector<int64_t>(t->sizes, t->sizes + t->ndim),
+                      std::vector<int64_t>(t->strides, t->strides + t->ndim), t->storage_offset});
+    }
+    tpurt_program_retain(p);
+    return std::make_shared<Program>(p, static_cast<c10::DeviceIndex>(device), std::move(out_bytes), std::move(outs));
+  }
+
+ private:
+  tpurt_export_t* e_;
+};
+
 c10::DeviceIndex resolve_dev(int64_t device) {
   return device < 0 ? current_device_index() : static_cast<c10::DeviceIndex>(device);
 }
@@ -109,7 +186,67 @@ void register_program(py::module_& m) {
   py::class_<Program, std::shared_ptr<Program>>(m, "_Program")
       .def("launch", &Program::launch, py::arg("inputs"), py::arg("storages") = std::vector<at::Tensor>(),
            py::arg("rng") = py::none())
-      .def("info", &Program::info);
+      .def("info", &Program::info)
+      .def("out_specs", &Program::out_specs)
+      .def("out_bytes", &Program::out_bytes);
+
+  py::class_<Export, std::shared_ptr<Export>>(m, "_Export")
+      .def("manifest", &Export::manifest)
+      .def("tensors", &Export::tensors)
+      .def("program", &Export::program, py::arg("device") = 0);
+
+  m.def("_export_load", [](const std::string& path) {
+    tpurt_export_t* e = nullptr;
+    check_status(tpurt_export_load(path.c_str(), &e), "torch_tpu.export.load");
+    return std::make_shared<Export>(e);
+  });
+
+  // Writes an artifact: `tensors` are dicts as _Export.tensors() gives them
+  // (a weight's "data": a contiguous CPU uint8 tensor of storage_bytes).
+  m.def(
+      "_export_save",
+      [](const std::string& path, const std::shared_ptr<Program>& prog, const py::list& tensors,
+         const std::string& manifest) {
+        std::vector<tpurt_export_tensor_t> ts;
+        std::vector<std::string> names;
+        std::vector<at::Tensor> keep;
+        names.reserve(tensors.size());
+        for (const py::handle& h : tensors) {
+          py::dict d = h.cast<py::dict>();
+          tpurt_export_tensor_t t{};
+          names.push_back(d["name"].cast<std::string>());
+          t.role = static_cast<tpurt_export_role_t>(d["role"].cast<int>());
+          t.dtype = to_tpurt_dtype(d["dtype"].cast<at::ScalarType>(), "torch_tpu.export");
+          auto sizes = d["sizes"].cast<std::vector<int64_t>>();
+          auto strides = d["strides"].cast<std::vector<int64_t>>();
+          TORCH_CHECK(sizes.size() == strides.size() && sizes.size() <= TPURT_MAX_DIMS,
+                      "torch_tpu.export: tensor ", names.back(), " has ", sizes.size(), " dims (at most ",
+                      TPURT_MAX_DIMS, ")");
+          t.ndim = static_cast<int32_t>(sizes.size());
+          std::copy(sizes.begin(), sizes.end(), t.sizes);
+          std::copy(strides.begin(), strides.end(), t.strides);
+          t.storage_offset = d["storage_offset"].cast<int64_t>();
+          t.storage_bytes = d["storage_bytes"].cast<uint64_t>();
+          t.program_index = d["program_index"].cast<int32_t>();
+          t.from_input = d["from_input"].cast<bool>();
+          t.writes_back = d["writes_back"].cast<int32_t>();
+          if (t.role == TPURT_EXPORT_WEIGHT) {
+            at::Tensor data = d["data"].cast<at::Tensor>().contiguous();
+            TORCH_CHECK(data.device().is_cpu() && data.scalar_type() == at::kByte &&
+                            static_cast<uint64_t>(data.numel()) == t.storage_bytes,
+                        "torch_tpu.export: weight ", names.back(), "'s data must be ", t.storage_bytes,
+                        " CPU bytes");
+            keep.push_back(data);
+            t.data = data.data_ptr();
+          }
+          ts.push_back(t);
+        }
+        for (size_t i = 0; i < ts.size(); ++i) ts[i].name = names[i].c_str();
+        check_status(tpurt_export_save(path.c_str(), prog->raw(), ts.data(), static_cast<int32_t>(ts.size()),
+                                       manifest.data(), manifest.size()),
+                     "torch_tpu.export.save");
+      },
+      py::arg("path"), py::arg("program"), py::arg("tensors"), py::arg("manifest"));
 
   // Starts capturing on the device's current stream; returns the default
   // generator's (seed, offset) to hand back to _capture_end.

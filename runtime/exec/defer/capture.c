@@ -20,6 +20,7 @@
 #include "base/thread.h"
 #include "exec/capture.h"
 #include "exec/defer/defer.h"
+#include "exec/defer/program_internal.h"
 #include "exec/queue.h"
 #include "hal/call_record.h"
 #include "tpurt/program.h"
@@ -31,7 +32,7 @@
  * chain's capture and planning cost more than the work), while chains over
  * large tensors gain the memory passes they skip.
  * TORCH_TPU_PROGRAM_FUSE_MIN_NUMEL overrides it (0: fuse everything). */
-static int64_t program_fuse_min_numel(void) {
+int64_t tpurt_program_fuse_min_numel(void) {
   static _Atomic int cached = -1;
   int v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v >= 0) return v;
@@ -45,8 +46,6 @@ static int64_t program_fuse_min_numel(void) {
   atomic_store_explicit(&cached, v, memory_order_relaxed);
   return v;
 }
-
-enum { WHERE_INPUT = 0, WHERE_OUTPUT, WHERE_ARENA, WHERE_FIXED };
 
 typedef struct cap_block_t {
   uintptr_t lo, hi;
@@ -65,30 +64,6 @@ struct tpurt_capture_t {
 
 /* Any capture active anywhere: the allocator's fast path reads only this. */
 _Atomic int tpurt_capture_count;
-
-typedef struct reloc_t {
-  void** slot;
-  int32_t where, index;
-  int64_t off;
-} reloc_t;
-
-typedef struct rng_reloc_t {
-  tpurt_rng_t* slot;
-  uint64_t rel;
-} rng_reloc_t;
-
-struct tpurt_program_t {
-  _Atomic int refcount;
-  pthread_mutex_t run_lock;
-  tpurt_defer_list_t* list;
-  reloc_t* relocs;
-  int32_t num_relocs;
-  rng_reloc_t* rngs;
-  int32_t num_rngs;
-  uint64_t rng_count, arena_bytes;
-  int32_t num_inputs, num_outputs;
-  _Atomic uint64_t launches;
-};
 
 /* ---- recording (submit_lock held by the callers in queue.c / allocator.c) ---- */
 
@@ -242,6 +217,14 @@ static void capture_free(tpurt_capture_t* c) {
 
 void tpurt_capture_abort(tpurt_queue_t* q) {
   if (q) capture_free(take_capture(q));
+}
+
+tpurt_program_t* tpurt_program_alloc(void) {
+  tpurt_program_t* p = calloc(1, sizeof(*p));
+  if (!p) return NULL;
+  atomic_init(&p->refcount, 1);
+  pthread_mutex_init(&p->run_lock, NULL);
+  return p;
 }
 
 void tpurt_program_retain(tpurt_program_t* p) {
@@ -407,13 +390,11 @@ tpurt_status_t tpurt_capture_end(tpurt_queue_t* q, const tpurt_program_range_t* 
     capture_free(c);
     return s;
   }
-  tpurt_program_t* p = calloc(1, sizeof(*p));
+  tpurt_program_t* p = tpurt_program_alloc();
   if (!p) {
     capture_free(c);
     return TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
   }
-  atomic_init(&p->refcount, 1);
-  pthread_mutex_init(&p->run_lock, NULL);
   p->num_inputs = num_inputs;
   p->num_outputs = num_outputs;
   p->rng_count = rng_after - rng_before;
@@ -462,7 +443,7 @@ tpurt_status_t tpurt_capture_end(tpurt_queue_t* q, const tpurt_program_range_t* 
     if (p->relocs[k].where == WHERE_ARENA) p->relocs[k].off += (int64_t)c->blocks[p->relocs[k].index].arena_off;
   p->arena_bytes = arena;
   p->list = c->list;
-  p->list->fuse_min_numel = program_fuse_min_numel();
+  p->list->fuse_min_numel = tpurt_program_fuse_min_numel();
   c->list = NULL;
   capture_free(c);
   *out_program = p;

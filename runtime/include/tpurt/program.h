@@ -71,6 +71,21 @@ TPURT_API void tpurt_program_query(const tpurt_program_t* p, tpurt_program_info_
 TPURT_API tpurt_status_t tpurt_program_launch(tpurt_program_t* p, tpurt_queue_t* q, void* const* inputs, int32_t num_inputs,
                                     void* const* outputs, int32_t num_outputs, void* arena, tpurt_rng_t rng);
 
+/* A program as bytes, to keep past this process (torch_tpu.export's
+ * artifacts). *out is malloc'ed; free() it. FAILED_PRECONDITION when a
+ * record holds device memory that is not an input, an output or the
+ * program's own intermediate (a constant kept alive outside the graph), or
+ * runs a kernel that is not in the op table. */
+TPURT_API tpurt_status_t tpurt_program_serialize(const tpurt_program_t* p, void** out, size_t* out_bytes);
+/* Reads what tpurt_program_serialize wrote (same runtime version and
+ * machine layout). Every count, name and offset is checked; with
+ * input_bytes / output_bytes (the storages' sizes, one per input / output;
+ * either may be NULL) every address must also lie inside its storage, as
+ * arena addresses always must. DATA_LOSS for damaged bytes, NOT_FOUND for a
+ * kernel this runtime lacks. The program starts with refcount 1. */
+TPURT_API tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint64_t* input_bytes,
+                                                   const uint64_t* output_bytes, tpurt_program_t** out);
+
 TPURT_API void tpurt_program_retain(tpurt_program_t* p);
 TPURT_API void tpurt_program_release(tpurt_program_t* p);
 

@@ -1,0 +1,209 @@
+"""torch_tpu.export: a `torch.export` program compiled for the tpu device into one file, its weights
+included, that runs again from Python (`load`) or from C with no Python at all (`tpurt/export.h`;
+`examples/run_export.c` is a complete program).
+
+    ep = torch.export.export(model, (x,))
+    torch_tpu.export.save(ep, "model.tpuexp")
+    m = torch_tpu.export.load("model.tpuexp")      # weights on the device once
+    y = m(x.to("tpu"))
+
+What is saved is a device program (`tpurt/program.h`): the graph is run once on tpu while the queue
+captures, exactly as `torch.compile(backend="tpu")` does, and the recorded kernels, their memory plan and
+every tensor's place are written with the weights and a manifest (input and output names, the pytree
+calling convention, `torch.export`'s dynamic ranges). A program is specialised to the sizes it was saved
+with: calling it with other sizes raises, naming them (the manifest keeps the exported ranges, but
+programs do not yet take sizes at run time).
+"""
+import json
+
+import torch
+from torch.utils import _pytree as pytree
+
+from . import _C
+
+WEIGHT, INPUT, OUTPUT = 0, 1, 2  # tpurt_export_role_t
+FORMAT = "torch_tpu.export/1"
+
+
+def _device(device):
+    d = torch.device(device if device is not None else "tpu")
+    if d.type != "tpu":
+        raise ValueError(f"torch_tpu.export: device must be a tpu device, not {d}")
+    return torch.device("tpu", d.index if d.index is not None else torch.tpu.current_device())
+
+
+def _fresh(t, device):
+    """A contiguous copy on `device` in a storage of its own (a program input is a whole storage)."""
+    return t.detach().to(device).clone(memory_format=torch.contiguous_format)
+
+
+def _input_values(ep, flat_user):
+    from torch.export.graph_signature import InputKind
+    sig = ep.graph_signature
+    user = iter(flat_user)
+    out = []  # (name, role, tensor, placeholder kind, target)
+    for spec in sig.input_specs:
+        name = spec.arg.name
+        if spec.kind == InputKind.USER_INPUT:
+            v = next(user)
+            if not isinstance(v, torch.Tensor):
+                raise NotImplementedError(f"torch_tpu.export: user input {name} is a {type(v).__name__}; "
+                                          "only tensor inputs are supported")
+            out.append((name, INPUT, v, "user_input", None))
+        elif spec.kind == InputKind.PARAMETER:
+            out.append((name, WEIGHT, ep.state_dict[spec.target], "parameter", spec.target))
+        elif spec.kind == InputKind.BUFFER:
+            v = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+            out.append((name, WEIGHT, v, "buffer", spec.target))
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            out.append((name, WEIGHT, ep.constants[spec.target], "constant", spec.target))
+        else:
+            raise NotImplementedError(f"torch_tpu.export: graph input {name} of kind {spec.kind.name} "
+                                      "(custom objects and tokens) is not supported")
+    return out
+
+
+def save(ep, path, *, example_inputs=None, device=None):
+    """Compiles `ep` (a torch.export.ExportedProgram) for the tpu device and writes it, weights included,
+    to `path`. `example_inputs` (args, or (args, kwargs)) gives the sizes the program is made for;
+    default: the ones `torch.export` saw."""
+    from torch.export import ExportedProgram
+    from torch.export.graph_signature import OutputKind
+    if not isinstance(ep, ExportedProgram):
+        raise TypeError(f"torch_tpu.export.save: expected a torch.export.ExportedProgram, got {type(ep).__name__}")
+    if example_inputs is None:
+        example_inputs = ep.example_inputs
+        if example_inputs is None:
+            raise ValueError("torch_tpu.export.save: this ExportedProgram kept no example inputs; pass example_inputs")
+    if not (isinstance(example_inputs, tuple) and len(example_inputs) == 2 and isinstance(example_inputs[1], dict)):
+        example_inputs = (tuple(example_inputs), {})
+    flat_user, in_spec = pytree.tree_flatten(example_inputs)
+    dev = _device(device)
+    entries = _input_values(ep, flat_user)
+    values = [_fresh(v, dev) for _, _, v, _, _ in entries]
+
+    torch.tpu.synchronize(dev)
+    seed, before = _C._capture_begin(dev.index)
+    try:
+        with torch.no_grad():
+            out = ep.graph_module(*values)
+    except Exception:
+        _C._capture_abort(dev.index)
+        raise
+    flat_out = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(flat_out) != len(ep.graph_signature.output_specs):
+        _C._capture_abort(dev.index)
+        raise RuntimeError("torch_tpu.export.save: the graph returned a different number of outputs than its "
+                           "signature names")
+    for o, spec in zip(flat_out, ep.graph_signature.output_specs):
+        if not isinstance(o, torch.Tensor) or o.device != dev:
+            _C._capture_abort(dev.index)
+            what = type(o).__name__ if not isinstance(o, torch.Tensor) else f"a tensor on {o.device}"
+            raise NotImplementedError(f"torch_tpu.export.save: output {spec.arg.name} is {what}; only tpu tensor "
+                                      "outputs are supported")
+    prog, _ = _C._capture_end(values, flat_out, seed, before, dev.index)
+
+    table, inputs_meta = [], []
+    for k, ((name, role, _, kind, target), v) in enumerate(zip(entries, values)):
+        row = dict(name=name, role=role, dtype=v.dtype, sizes=list(v.shape), strides=list(v.stride()),
+                   storage_offset=0, storage_bytes=v.untyped_storage().nbytes(), program_index=k,
+                   from_input=False, writes_back=-1)
+        if role == WEIGHT:
+            row["data"] = v.cpu().reshape(-1).view(torch.uint8) if v.numel() else torch.empty(0, dtype=torch.uint8)
+        table.append(row)
+        inputs_meta.append(dict(name=name, kind=kind, target=target))
+    weight_row = {m["target"]: i for i, m in enumerate(inputs_meta) if m["kind"] in ("buffer", "parameter")}
+    user_row = {m["name"]: i for i, m in enumerate(inputs_meta) if m["kind"] == "user_input"}
+    outputs_meta = []
+    for (from_input, index, dtype, sizes, strides, offset), spec in zip(prog.out_specs(),
+                                                                        ep.graph_signature.output_specs):
+        nbytes = values[index].untyped_storage().nbytes() if from_input else prog.out_bytes()[index]
+        writes_back = -1
+        meta = dict(name=spec.arg.name, kind=spec.kind.name.lower(), target=spec.target)
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            writes_back = weight_row[spec.target]
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            meta["input"] = user_row[spec.target]
+        elif spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT):
+            raise NotImplementedError(f"torch_tpu.export.save: output {spec.arg.name} of kind {spec.kind.name}")
+        table.append(dict(name=spec.arg.name, role=OUTPUT, dtype=dtype, sizes=list(sizes), strides=list(strides),
+                          storage_offset=offset, storage_bytes=nbytes, program_index=index,
+                          from_input=from_input, writes_back=writes_back))
+        outputs_meta.append(meta)
+    ranges = {str(sym): [int(r.lower) if r.lower.is_finite else None, int(r.upper) if r.upper.is_finite else None]
+              for sym, r in ep.range_constraints.items()}
+    manifest = dict(format=FORMAT, in_spec=pytree.treespec_dumps(in_spec),
+                    out_spec=pytree.treespec_dumps(ep.call_spec.out_spec), inputs=inputs_meta,
+                    outputs=outputs_meta, range_constraints=ranges, torch=torch.__version__)
+    _C._export_save(str(path), prog, table, json.dumps(manifest))
+
+
+class ExportedTPUProgram:
+    """A loaded artifact: call it as the exported module was called. Weights live on the device; mutated
+    buffers are updated in place after each call, as the module's would be."""
+
+    def __init__(self, path, device=None):
+        self._art = _C._export_load(str(path))
+        self.manifest = json.loads(self._art.manifest())
+        if self.manifest.get("format") != FORMAT:
+            raise RuntimeError(f"torch_tpu.export.load: {path} is format {self.manifest.get('format')!r}, "
+                               f"this version reads {FORMAT!r}")
+        self.device = _device(device)
+        self._table = self._art.tensors()
+        self._program = self._art.program(self.device.index)
+        self._in_spec = pytree.treespec_loads(self.manifest["in_spec"])
+        self._out_spec = pytree.treespec_loads(self.manifest["out_spec"])
+        n_in = sum(1 for t in self._table if t["role"] != OUTPUT)
+        self._inputs = [None] * n_in
+        self._user = []  # (program index, table row) in call order
+        for row in self._table:
+            if row["role"] == WEIGHT:
+                data = row["data"]
+                t = data.view(row["dtype"]) if data.numel() else torch.empty(0, dtype=row["dtype"])
+                self._inputs[row["program_index"]] = t.as_strided(row["sizes"], row["strides"]).to(self.device)
+            elif row["role"] == INPUT:
+                self._user.append((row["program_index"], row))
+        self._outputs = [row for row in self._table if row["role"] == OUTPUT]
+
+    def weights(self):
+        """{name in the graph: device tensor} of the parameters, buffers and constants."""
+        return {row["name"]: self._inputs[row["program_index"]] for row in self._table if row["role"] == WEIGHT}
+
+    def __call__(self, *args, **kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            raise TypeError(f"torch_tpu.export: called with arguments structured as {spec}, the program takes "
+                            f"{self._in_spec}")
+        inputs = list(self._inputs)
+        given = []
+        for v, (k, row) in zip(flat, self._user):
+            if not isinstance(v, torch.Tensor):
+                raise TypeError(f"torch_tpu.export: input {row['name']} must be a tensor, got {type(v).__name__}")
+            if v.dtype != row["dtype"] or list(v.shape) != row["sizes"]:
+                raise ValueError(f"torch_tpu.export: input {row['name']} is {v.dtype} {list(v.shape)}; the program "
+                                 f"was saved for {row['dtype']} {row['sizes']} (a program is specialised to the "
+                                 "sizes it was saved with)")
+            t = v.to(self.device)
+            if not t.is_contiguous() or t.storage_offset() != 0:
+                t = t.clone(memory_format=torch.contiguous_format)
+            inputs[k] = t.detach()
+            given.append(v)
+        outs = self._program.launch(inputs)
+        user_outs = []
+        for o, row, meta in zip(outs, self._outputs, self.manifest["outputs"]):
+            if row["writes_back"] >= 0:
+                w = self._inputs[self._table[row["writes_back"]]["program_index"]]
+                if w.data_ptr() != o.data_ptr():
+                    w.copy_(o)
+            elif meta["kind"] == "user_input_mutation":
+                src = given[[k for k, (pi, r) in enumerate(self._user)
+                             if r is self._table[meta["input"]]][0]]
+                src.copy_(o)
+            else:
+                user_outs.append(o)
+        return pytree.tree_unflatten(user_outs, self._out_spec)
+
+
+def load(path, device=None):
+    """Loads an artifact `save` wrote; returns a callable with the exported module's calling convention."""
+    return ExportedTPUProgram(path, device)
