@@ -43,6 +43,9 @@ struct tpurt_kernel_ctx_t {
    * CALL program that runs other threads' work sets the issuer of the error
    * it returns. */
   uint64_t issuer;
+  /* The queue running it and its chip (trace events; hal/trace.h). */
+  uint64_t queue_id;
+  int32_t device_index;
 };
 
 /* Runs fn with ctx, resets the scratch, and prefixes an error with the op's

@@ -116,3 +116,14 @@ const tpurt_op_def_t* tpurt_op_resolve(const char* name, const char* overload, u
   d = lookup2("", base, overload);
   return d && (d->flags & TPURT_OP_COMPLEX) ? d : NULL;
 }
+
+/* The family whose table holds `op` (its cost rule: ops/cost.c). */
+int tpurt_op_family_of(const tpurt_op_def_t* op) {
+  for (size_t f = 0; op && f < sizeof(kFamilies) / sizeof(kFamilies[0]); ++f) {
+    const tpurt_op_def_t* d = kFamilies[f];
+    size_t n = 0;
+    while (d[n].name) ++n;
+    if (op >= d && op < d + n) return (int)f;
+  }
+  return -1;
+}
