@@ -776,6 +776,8 @@ static run_state_t* run_state(void) {
 tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* ctx) {
   first_error_t first_error = {TPURT_OK, 0};
   STAT_ADD(flushes, 1);
+  bool tracing = tpurt_trace_active();
+  uint64_t t_plan = tracing ? tpurt_now_ns() : 0;
   /* A fused chain does not check what it reads for poison: after a failure
    * (or when dropped) each record runs alone, through the checks. */
   bool guarded = ctx->cancel != NULL || tpurt_poison_armed(ctx->poison);
@@ -784,7 +786,14 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
   bool fuse = st && tpurt_defer_lower(l, &st->graph, &st->scratch, &st->cap) &&
               tpurt_fuse_planner_begin(&st->planner, &st->graph);
   bool chains = fuse;
-  bool tracing = tpurt_trace_active();
+  if (tracing && fuse) {
+    /* Lowering and planning are device time too: their own event, so the
+     * device track accounts for the whole program. */
+    tpurt_trace_event_t ev = {.kind = TPURT_TRACE_CALL, .device = ctx->device_index, .queue = ctx->queue_id,
+                              .start_ns = t_plan, .end_ns = tpurt_now_ns(), .dtype = -1};
+    snprintf(ev.name, sizeof ev.name, "DeferAndFuse: lower and plan (%d ops)", (int)l->num_kernels);
+    tpurt_trace_record(&ev);
+  }
   tpurt_fuse_chain_t c;
   for (int32_t i = 0; i < l->num_recs; ++i) {
     if (fuse && st->planner.done[i]) continue;
@@ -792,15 +801,17 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
     /* A record that failed earlier in this list poisoned what it wrote. */
     if (TPURT_UNLIKELY(first_error.status != NULL) && tpurt_poison_armed(ctx->poison)) chains = false;
     c.red = -1;
+    uint64_t t0 = tracing ? tpurt_now_ns() : 0; /* a kernel's event includes its planning */
     int n = chains && r->kind == TPURT_DEFER_KERNEL ? tpurt_fuse_plan_chain(&st->planner, i, &c) : 1;
-    uint64_t t0 = tracing ? tpurt_now_ns() : 0;
-    if (chains && (n >= 2 || c.red >= 0) && run_chain(&st->planner, &c, &st->chain, ctx, l, &first_error)) {
-      tpurt_fuse_planner_mark_done(&st->planner, &c);
-      if (tracing) trace_chain(&c, &st->chain, l, ctx, t0, tpurt_now_ns());
-      continue;
+    if (chains && (n >= 2 || c.red >= 0)) {
+      if (run_chain(&st->planner, &c, &st->chain, ctx, l, &first_error)) {
+        tpurt_fuse_planner_mark_done(&st->planner, &c);
+        if (tracing) trace_chain(&c, &st->chain, l, ctx, t0, tpurt_now_ns());
+        continue;
+      }
+      if (tracing) t0 = tpurt_now_ns();
     }
     /* alone, or the chain fell back: this record now, the rest plan again */
-    if (tracing) t0 = tpurt_now_ns();
     run_one(r, ctx, &first_error);
     if (tracing) trace_one(r, ctx, t0, tpurt_now_ns());
   }
