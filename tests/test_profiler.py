@@ -112,6 +112,15 @@ def test_profile_streams_and_tensorboard(tmp_path):
     assert {e["tid"] for e in dev} == {0, _stream_queue(s)}
     assert {e["name"].split(".")[0] for e in dev} >= {"mm", "add"}
     del b, c
+    # TensorBoard's profiler plugin (torch-tb-profiler) parses it and builds its views.
+    pytest.importorskip("pandas")
+    data = pytest.importorskip("torch_tb_profiler.profiler.data")
+    from torch_tb_profiler.profiler.run_generator import RunGenerator
+    prof = data.RunProfileData.parse("worker", "1", str(files[0]), str(tmp_path / "cache"))
+    assert prof.has_kernel
+    assert prof.device_props and prof.device_props[0]["name"] == "vTPU"
+    views = {v.display_name for v in RunGenerator("worker", "1", prof).generate_run_profile().views}
+    assert {"Overview", "Operator", "Kernel", "Trace"} <= views
 
 
 def _stream_queue(stream):
