@@ -45,6 +45,8 @@ def _register() -> None:
     decompositions.register()
     amp.register()
     shallow_copy.register()
+    from torch_tpu import _compile
+    _compile._register()
     _registered = True
 
 

@@ -180,6 +180,13 @@ def get_cpu_fallback() -> bool:
     return bool(_C._get_cpu_fallback())
 
 
+def _get_cache_stats():
+    """The compile cache's statistics (TorchTPU's names): num_cache_reqs, num_cache_hits and
+    per_entry_stats[i].read_count / compilation_duration / last_read, one entry per program."""
+    from torch_tpu import _compile
+    return _compile._get_cache_stats()
+
+
 def __getattr__(name):
     # Computed on access: the generator objects belong to the C++ layer and device_count() may change
     # with TORCH_TPU_NUM_CHIPS before initialization.

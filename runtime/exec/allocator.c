@@ -30,6 +30,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "exec/allocator.h"
+#include "exec/capture.h"
 #include "exec/mode.h"
 #include "exec/queue.h"
 
@@ -576,6 +577,7 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   }
   int fill = fill_byte();
   if (TPURT_UNLIKELY(fill >= 0)) fill_block(q, (void*)b->addr, b->size, fill);
+  if (TPURT_UNLIKELY(q->capture != NULL)) tpurt_capture_note_alloc(q, (void*)b->addr, b->size);
   *out_ptr = (void*)b->addr;
   return TPURT_OK;
 }
@@ -649,6 +651,13 @@ void tpurt_allocator_drop_free_poison(tpurt_allocator_t* a) {
 void tpurt_memory_free(tpurt_device_t* d, void* ptr) {
   if (!d || !ptr || atomic_load_explicit(&tpurt_forked_child, memory_order_relaxed)) return;
   tpurt_allocator_t* a = d->allocator;
+  if (TPURT_UNLIKELY(atomic_load_explicit(&tpurt_capture_count, memory_order_relaxed) != 0)) {
+    pthread_mutex_lock(&a->lock);
+    block_t* cb = hash_find(a, (uintptr_t)ptr);
+    tpurt_queue_t* owner = cb ? cb->seg->queue : NULL;
+    pthread_mutex_unlock(&a->lock);
+    if (owner && owner->capture) tpurt_capture_note_free(owner, ptr);
+  }
   retire_poison(d, a, ptr);
   /* The free hook and a guarded block's quarantine see one mode. */
   void (*freed)(tpurt_queue_t*, void*, size_t) = tpurt_exec_mode_hold()->alloc.freed;

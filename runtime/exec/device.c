@@ -12,6 +12,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "exec/allocator.h"
+#include "exec/capture.h"
 #include "exec/mode.h"
 
 #define DEFAULT_HBM_BYTES ((uint64_t)16 << 30)
@@ -194,6 +195,7 @@ static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
                         dev_ptr, bytes, d->index);
   if (tpurt_queue_is_current(q))
     return TPURT_STATUS(FAILED_PRECONDITION, "%s from the queue's own thread", what);
+  if (TPURT_UNLIKELY(q->capture != NULL)) return tpurt_capture_refuse(q, to_device ? "a copy to the device" : "a copy to the host");
   /* Queued work may still read/write these bytes: wait for it. A kernel error
    * kept by the queue surfaces here, as at any sync point. */
   TPURT_RETURN_IF_ERROR(tpurt_queue_wait_point_interruptible(q, tpurt_queue_point(q)));

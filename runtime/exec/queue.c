@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/futex.h"
 #include "base/thread.h"
 #include "exec/allocator.h"
+#include "exec/capture.h"
 #include "exec/mode.h"
 #include "hal/call_record.h"
-#include "base/futex.h"
 #include "hal/trace.h"
 #include "ops/cost.h"
 
@@ -48,6 +49,8 @@ void tpurt_queue_cancel(tpurt_queue_t* q, tpurt_status_t reason) {
 }
 
 tpurt_status_t tpurt_queue_submit_locked(tpurt_queue_t* q, tpurt_hal_command_t* cmd, uint64_t* out_point) {
+  if (TPURT_UNLIKELY(q->capture != NULL))
+    return tpurt_capture_refuse_locked(q, "a queue command other than a kernel or copy");
   flush_locked(q);
   uint64_t point = atomic_load_explicit(&q->submitted, memory_order_relaxed) + 1;
   cmd->value = point;
@@ -142,6 +145,7 @@ tpurt_status_t tpurt_queue_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t*
     return TPURT_STATUS(INVALID_ARGUMENT, "submit_kernel: NULL queue, op, kernel or call");
   TPURT_RETURN_IF_FORKED();
   TPURT_RETURN_IF_ERROR(tpurt_call_validate(call));
+  if (TPURT_UNLIKELY(q->capture != NULL)) return tpurt_capture_record_kernel(q, op, call);
   const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_hold();
   tpurt_status_t s = tpurt_trace_active() ? submit_traced(q, mode, op, call, NULL, NULL, 0)
                                           : mode->submit_kernel(q, op, call);
@@ -157,6 +161,7 @@ tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* q, void* dst, const void* 
     return TPURT_STATUS(INVALID_ARGUMENT,
                         "submit_copy: [%p, +%zu) -> [%p, +%zu) is not inside device memory", src,
                         bytes, dst, bytes);
+  if (TPURT_UNLIKELY(q->capture != NULL)) return tpurt_capture_record_copy(q, dst, src, bytes);
   const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_hold();
   tpurt_status_t s = tpurt_trace_active() ? submit_traced(q, mode, NULL, NULL, dst, src, bytes)
                                           : mode->submit_copy(q, dst, src, bytes);
@@ -296,6 +301,7 @@ tpurt_status_t tpurt_queue_synchronize(tpurt_queue_t* q) {
   if (tpurt_queue_is_current(q))
     return TPURT_STATUS(FAILED_PRECONDITION,
                         "queue_synchronize called from the queue's own thread (a host_fn)");
+  if (TPURT_UNLIKELY(q->capture != NULL)) return tpurt_capture_refuse(q, "synchronize");
   TPURT_RETURN_IF_ERROR(tpurt_queue_wait_point_interruptible(q, tpurt_queue_point(q)));
   tpurt_allocator_drop_free_poison(q->device->allocator);
   tpurt_status_t s = tpurt_queue_take_error(q);

@@ -42,6 +42,9 @@ struct tpurt_queue_t {
   struct tpurt_queue_t* next; /* device's queue list, under device->queues_lock */
   struct tpurt_queue_t* prev;
   void* alloc_pools; /* the caching allocator's free-block pools for this queue */
+  /* A capture in progress (exec/defer/capture.c), under submit_lock; read without
+   * it on the submit path (only the capturing thread submits then). */
+  struct tpurt_capture_t* capture;
 };
 
 tpurt_status_t tpurt_queue_create_internal(tpurt_device_t* device, uint64_t id, int priority,

@@ -128,3 +128,12 @@ size_t tpurt_trace_take(tpurt_trace_event_t* out, size_t cap) {
   pthread_mutex_unlock(&g_lock);
   return got;
 }
+
+uint64_t tpurt_trace_launch(const char* name, int32_t device, uint64_t queue) {
+  tpurt_trace_event_t ev = {.kind = TPURT_TRACE_LAUNCH, .device = device, .queue = queue, .id = tpurt_trace_next_id(),
+                            .corr = tls_corr, .tid = tpurt_trace_thread_id(), .dtype = -1};
+  ev.start_ns = ev.end_ns = tpurt_now_ns();
+  snprintf(ev.name, sizeof ev.name, "%s", name);
+  tpurt_trace_record(&ev);
+  return ev.id;
+}

@@ -21,6 +21,9 @@ static inline bool tpurt_trace_active(void) {
  * the command or record it becomes carries it to its device event. */
 extern _Thread_local uint64_t tpurt_trace_tls_launch;
 
+/* Records a launch event of `name` by the calling thread (its correlation id,
+ * now) and returns its fresh id. */
+uint64_t tpurt_trace_launch(const char* name, int32_t device, uint64_t queue);
 /* A fresh launch id (> 0). */
 uint64_t tpurt_trace_next_id(void);
 /* Keeps a copy of ev (dropped, and counted, when the buffer is full). */

@@ -141,10 +141,15 @@ class TpuSession final : public libkineto::IActivityProfilerSession {
       int64_t corr = l ? static_cast<int64_t>(l->corr) : 0;
       const libkineto::ITraceActivity* cpu_op = corr ? linked(static_cast<int32_t>(corr)) : nullptr;
       uint32_t flow_id = static_cast<uint32_t>(e.id & 0x7ffffff);
-      if (l && !flows_started.count(e.id)) {
+      // One arrow per launch: to its first kernel (a program launch runs many).
+      bool first = l && !flows_started.count(e.id);
+      if (first) {
         // The launch on the host thread: torch.profiler's cudaLaunchKernel.
         auto a = activity(libkineto::ActivityType::PRIVATEUSE1_RUNTIME,
-                          e.kind == TPURT_TRACE_COPY ? "tpuMemcpyAsync" : "tpuLaunchKernel", l->start_ns,
+                          e.kind == TPURT_TRACE_COPY ? "tpuMemcpyAsync"
+                          : std::strcmp(l->name, "program launch") == 0 ? "tpuLaunchProgram"
+                                                                          : "tpuLaunchKernel",
+                          l->start_ns,
                           l->end_ns > l->start_ns ? l->end_ns : l->start_ns + 1);
         a.device = pid;
         a.resource = static_cast<int32_t>(l->tid);
@@ -165,7 +170,7 @@ class TpuSession final : public libkineto::IActivityProfilerSession {
       k.resource = static_cast<int32_t>(e.queue);
       k.id = static_cast<int32_t>(corr);
       k.linked = cpu_op;
-      if (l) {
+      if (first) {
         k.flow.id = flow_id;
         k.flow.type = libkineto::kLinkAsyncCpuGpu;
         k.flow.start = 0;

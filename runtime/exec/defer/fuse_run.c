@@ -695,7 +695,8 @@ static void run_one(const tpurt_defer_rec_t* r, tpurt_kernel_ctx_t* ctx, first_e
 static void trace_one(const tpurt_defer_rec_t* r, const tpurt_kernel_ctx_t* ctx, uint64_t t0, uint64_t t1) {
   if (r->kind != TPURT_DEFER_KERNEL && r->kind != TPURT_DEFER_COPY) return;
   tpurt_trace_event_t ev = {.kind = r->kind == TPURT_DEFER_KERNEL ? TPURT_TRACE_KERNEL : TPURT_TRACE_COPY,
-                            .device = ctx->device_index, .queue = ctx->queue_id, .id = r->trace_id,
+                            .device = ctx->device_index, .queue = ctx->queue_id,
+                            .id = r->trace_id ? r->trace_id : ctx->trace_id,
                             .start_ns = t0, .end_ns = t1, .dtype = -1};
   if (r->kind == TPURT_DEFER_KERNEL) tpurt_trace_set_name(ev.name, sizeof ev.name, r->call.name, r->call.overload);
   else snprintf(ev.name, sizeof ev.name, "copy (device to device)");
@@ -708,7 +709,8 @@ static void trace_one(const tpurt_defer_rec_t* r, const tpurt_kernel_ctx_t* ctx,
 static void trace_chain(const tpurt_fuse_chain_t* c, const chain_t* ch, const tpurt_defer_list_t* l,
                         const tpurt_kernel_ctx_t* ctx, uint64_t t0, uint64_t t1) {
   tpurt_trace_event_t ev = {.kind = TPURT_TRACE_FUSED, .device = ctx->device_index, .queue = ctx->queue_id,
-                            .id = l->recs[c->members[0]].trace_id, .start_ns = t0, .end_ns = t1, .dtype = -1};
+                            .id = l->recs[c->members[0]].trace_id ? l->recs[c->members[0]].trace_id : ctx->trace_id,
+                            .start_ns = t0, .end_ns = t1, .dtype = -1};
   int nm = c->red >= 0 ? c->n + 1 : c->n;
   size_t w = (size_t)snprintf(ev.name, sizeof ev.name, "fused:");
   const void* made[TPURT_FUSE_MAX_OPS + 1];

@@ -7,4 +7,5 @@
 #include "tpurt/tensor.h"
 #include "tpurt/kernel.h"
 #include "tpurt/device.h"
+#include "tpurt/program.h"
 #endif

@@ -63,9 +63,17 @@ tpurt_status_t tpurt_gemm_fp32_split(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t
   size_t ea = (size_t)(nb * g->m * g->k), eb = (size_t)(nb * g->k * g->n);
   size_t parts = three ? 2 : 1;
   size_t bytes = (ea + eb) * parts * sizeof(tpurt_bf16_t);
-  /* Without a context (a serial caller) the parts come from the heap. */
-  tpurt_bf16_t* owned = ctx ? NULL : malloc(bytes ? bytes : 1);
-  tpurt_bf16_t* buf = ctx ? tpurt_kernel_scratch(ctx, bytes) : owned;
+  tpurt_gemm_t p = *g;
+  p.ab_dtype = TPURT_DTYPE_BFLOAT16;
+  p.a_rs = g->k, p.a_cs = 1, p.a_bs = g->m * g->k;
+  p.b_rs = g->n, p.b_cs = 1, p.b_bs = g->k * g->n;
+  /* Without a context (a serial caller) the parts and the bf16 GEMM's
+   * workspace come from the heap. */
+  size_t ws = ctx ? 0 : (tpurt_gemm_workspace_bytes(NULL, &p) + 63) & ~(size_t)63;
+  void* owned = NULL; /* 64-byte aligned, as kernel scratch is (the GEMM's packing needs it) */
+  if (!ctx && posix_memalign(&owned, 64, ws + bytes + 64) != 0) owned = NULL;
+  tpurt_bf16_t* buf = ctx ? tpurt_kernel_scratch(ctx, bytes) : owned ? (tpurt_bf16_t*)((char*)owned + ws) : NULL;
+  void* workspace = ctx || !ws ? NULL : owned;
   if (!buf) return TPURT_STATUS(RESOURCE_EXHAUSTED, "gemm: no scratch for the bf16 split of a float32 product");
   tpurt_bf16_t *a_hi = buf, *a_lo = three ? buf + ea : NULL;
   tpurt_bf16_t *b_hi = buf + ea * parts, *b_lo = three ? b_hi + eb : NULL;
@@ -75,10 +83,6 @@ tpurt_status_t tpurt_gemm_fp32_split(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t
     tpurt_parallel_for(ctx, nb * g->m, 64, split_rows, &ja);
     tpurt_parallel_for(ctx, nb * g->k, 64, split_rows, &jb);
   }
-  tpurt_gemm_t p = *g;
-  p.ab_dtype = TPURT_DTYPE_BFLOAT16;
-  p.a_rs = g->k, p.a_cs = 1, p.a_bs = g->m * g->k;
-  p.b_rs = g->n, p.b_cs = 1, p.b_bs = g->k * g->n;
   const tpurt_bf16_t* pa[3] = {a_hi, a_hi, a_hi};
   const tpurt_bf16_t* pb[3] = {b_hi, b_hi, b_hi};
   int npass = 1;
@@ -94,7 +98,7 @@ tpurt_status_t tpurt_gemm_fp32_split(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t
       p.c_in = NULL;
       p.beta = 1.0;
     }
-    tpurt_status_t s = tpurt_gemm(ctx, &p, NULL);
+    tpurt_status_t s = tpurt_gemm(ctx, &p, workspace);
     if (s) {
       free(owned);
       return s;

@@ -241,6 +241,7 @@ static void execute(tpurt_hal_queue_t* q, cmd_t* c) {
   tpurt_vtpu_kernel_ctx(q->device, &q->scratch, false, &ctx);
   ctx.issuer = c->c.issuer;
   ctx.queue_id = q->id;
+  ctx.trace_id = c->c.trace_id;
   ctx.cancel = dropped(q, c->c.value);
   switch (c->kind) {
     case TPURT_HAL_COMMAND_DISPATCH: {

@@ -1,0 +1,81 @@
+/* Programs: a compiled graph that runs on a chip's queue as one launch.
+ *
+ * A program is made by capture: while a queue captures, the kernels and
+ * device copies submitted to it are recorded instead of run, and the
+ * allocator logs the blocks made and freed on it. Ending the capture with
+ * the byte ranges of the graph's inputs and outputs turns the recording into
+ * a program: every address a record holds becomes (input i | output j |
+ * arena | fixed) + offset, blocks made and freed inside the capture get
+ * offsets in one arena planned from their lifetimes (a static memory plan),
+ * and the random ops' Philox offsets become relative to the launch's.
+ * A launch is one command on the queue: the queue's thread rebases the
+ * records onto the launch's buffers and runs them through the fusion
+ * executor (elementwise chains fused and generated as in DeferAndFuse,
+ * library kernels as in Strict). The host returns once it is queued.
+ *
+ * While capturing, nothing reaches the device: a host copy or synchronize
+ * on the queue, or any other command, fails the capture
+ * (FAILED_PRECONDITION, "capture: ..."), and so does ending it with a block
+ * made during the capture still alive that is not an output. */
+#ifndef TPURT_PROGRAM_H_
+#define TPURT_PROGRAM_H_
+
+#include "tpurt/device.h"
+#include "tpurt/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpurt_program_t tpurt_program_t;
+
+/* A byte range of device memory: an input's or output's storage. */
+typedef struct tpurt_program_range_t {
+  void* base;
+  uint64_t bytes;
+} tpurt_program_range_t;
+
+/* Starts capturing on q (FAILED_PRECONDITION if it already captures).
+ * Pending DeferAndFuse work is flushed first. */
+TPURT_API tpurt_status_t tpurt_capture_begin(tpurt_queue_t* q);
+/* Ends the capture on q and builds its program. `rng_seed` and
+ * `rng_before`/`rng_after`: the default generator's seed and Philox offset
+ * when the capture began and ended (a record drawing from another seed fails
+ * the capture). Inputs' storages first match an address; an output's storage
+ * must be a block made during the capture (or an input's). */
+TPURT_API tpurt_status_t tpurt_capture_end(tpurt_queue_t* q, const tpurt_program_range_t* inputs, int32_t num_inputs,
+                                 const tpurt_program_range_t* outputs, int32_t num_outputs, uint64_t rng_seed,
+                                 uint64_t rng_before, uint64_t rng_after, tpurt_program_t** out_program);
+/* Drops a capture (after an error): nothing was run. */
+TPURT_API void tpurt_capture_abort(tpurt_queue_t* q);
+/* Whether q is capturing. */
+TPURT_API bool tpurt_capture_active(tpurt_queue_t* q);
+
+typedef struct tpurt_program_info_t {
+  uint64_t arena_bytes;    /* the launch's scratch: one block */
+  uint64_t rng_count;      /* Philox counter values a launch reserves */
+  int32_t num_records;     /* kernels, copies and frees */
+  int32_t num_kernels;
+  int32_t num_inputs, num_outputs;
+  uint64_t launches;
+} tpurt_program_info_t;
+
+TPURT_API void tpurt_program_query(const tpurt_program_t* p, tpurt_program_info_t* out);
+
+/* Queues one run of p on q: inputs[i] / outputs[j] are the new bases of the
+ * capture's inputs and outputs (same sizes), arena at least arena_bytes
+ * (device memory of q's chip, free for the launch's span: a block freed
+ * right after this call is fine, the allocator orders it behind the launch),
+ * rng the Philox key and first offset reserved for it (rng_count values).
+ * A kernel error surfaces at the next sync, as in Strict. */
+TPURT_API tpurt_status_t tpurt_program_launch(tpurt_program_t* p, tpurt_queue_t* q, void* const* inputs, int32_t num_inputs,
+                                    void* const* outputs, int32_t num_outputs, void* arena, tpurt_rng_t rng);
+
+TPURT_API void tpurt_program_retain(tpurt_program_t* p);
+TPURT_API void tpurt_program_release(tpurt_program_t* p);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* TPURT_PROGRAM_H_ */

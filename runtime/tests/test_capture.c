@@ -1,0 +1,204 @@
+/* Capture and programs (tpurt/program.h): what a capture records runs only
+ * when launched, on the launch's inputs, outputs, arena and random offsets;
+ * the arena reuses dead intermediates' memory; host copies, syncs and other
+ * commands break a capture with FAILED_PRECONDITION and leave the queue
+ * usable; a block made inside and kept alive without being an output fails
+ * the capture. */
+#include <string.h>
+
+#include "test_util.h"
+
+static tpurt_device_t* g_dev;
+
+/* out = in * a + b (float32, contiguous). */
+static tpurt_status_t k_axpb(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  const tpurt_tensor_t* in = call->args[0].v.tensor;
+  const float* x = in->data;
+  float* y = call->outputs[0].data;
+  float a = (float)call->args[1].v.d, b = (float)call->args[2].v.d;
+  for (int64_t i = 0; i < in->sizes[0]; ++i) y[i] = x[i] * a + b;
+  return TPURT_OK;
+}
+static const tpurt_op_def_t op_axpb = {"axpb", k_axpb, k_axpb, 0};
+
+/* out[0] = the Philox offset the call was given. */
+static tpurt_status_t k_rng_note(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  ((int64_t*)call->outputs[0].data)[0] = (int64_t)call->args[0].v.rng.offset;
+  ((int64_t*)call->outputs[0].data)[1] = (int64_t)call->args[0].v.rng.seed;
+  return TPURT_OK;
+}
+static const tpurt_op_def_t op_rng_note = {"rng_note", k_rng_note, k_rng_note, TPURT_OP_RANDOM};
+
+#define N 1000
+
+static tpurt_tensor_t vec(void* p, tpurt_dtype_t dt, int64_t n) {
+  return (tpurt_tensor_t){.data = p, .dtype = dt, .ndim = 1, .sizes = {n}, .strides = {1}};
+}
+
+static void* dev_alloc(size_t bytes) {
+  void* p = NULL;
+  CHECK_OK(tpurt_memory_allocate(g_dev, NULL, bytes, &p));
+  return p;
+}
+
+static void submit_axpb(tpurt_queue_t* q, void* in, void* out, double a, double b) {
+  tpurt_tensor_t ti = vec(in, TPURT_DTYPE_FLOAT32, N), to = vec(out, TPURT_DTYPE_FLOAT32, N);
+  tpurt_arg_t args[3] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &ti},
+                         {.kind = TPURT_ARG_DOUBLE, .v.d = a},
+                         {.kind = TPURT_ARG_DOUBLE, .v.d = b}};
+  tpurt_op_call_t call = {.name = "axpb", .overload = "", .num_args = 3, .args = args, .num_outputs = 1,
+                          .outputs = &to};
+  CHECK_OK(tpurt_queue_submit_kernel(q, &op_axpb, &call));
+}
+
+static void put(void* dev, const float* host) { CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, dev, host, N * 4)); }
+
+static void test_capture_then_launch(void) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  float hx[N], hy[N];
+  for (int i = 0; i < N; ++i) hx[i] = (float)i;
+  void* x = dev_alloc(N * 4);
+  put(x, hx);
+
+  CHECK_OK(tpurt_capture_begin(q));
+  CHECK(tpurt_capture_active(q));
+  CHECK_STATUS(tpurt_capture_begin(q), FAILED_PRECONDITION);
+  void* t1 = dev_alloc(N * 4);
+  submit_axpb(q, x, t1, 2.0, 1.0);
+  void* out = dev_alloc(N * 4);
+  submit_axpb(q, t1, out, 3.0, 0.0);
+  tpurt_memory_free(g_dev, t1);
+  void* note = dev_alloc(16);
+  tpurt_tensor_t tn = vec(note, TPURT_DTYPE_INT64, 2);
+  tpurt_arg_t ra = {.kind = TPURT_ARG_RNG, .v.rng = {.seed = 7, .offset = 104}};
+  tpurt_op_call_t rc = {.name = "rng_note", .overload = "", .num_args = 1, .args = &ra, .num_outputs = 1,
+                        .outputs = &tn};
+  CHECK_OK(tpurt_queue_submit_kernel(q, &op_rng_note, &rc));
+  tpurt_program_range_t ins[1] = {{x, N * 4}}, outs[2] = {{out, N * 4}, {note, 16}};
+  tpurt_program_t* p = NULL;
+  CHECK_OK(tpurt_capture_end(q, ins, 1, outs, 2, 7, 100, 112, &p));
+  CHECK(!tpurt_capture_active(q));
+  if (!p) return;
+  tpurt_program_info_t info;
+  tpurt_program_query(p, &info);
+  CHECK(info.num_kernels == 3 && info.num_records == 4); /* three kernels and t1's free */
+  CHECK(info.arena_bytes >= N * 4 && info.arena_bytes < 2 * N * 4 + 1024);
+  CHECK(info.rng_count == 12 && info.num_inputs == 1 && info.num_outputs == 2);
+
+  /* Two launches on other buffers, queued back to back. */
+  void* x2 = dev_alloc(N * 4);
+  float hx2[N];
+  for (int i = 0; i < N; ++i) hx2[i] = (float)(N - i);
+  put(x2, hx2);
+  void* o2 = dev_alloc(N * 4);
+  void* n2 = dev_alloc(16);
+  void* arena = dev_alloc(info.arena_bytes);
+  void* in_a[1] = {x}, *out_a[2] = {out, note}, *in_b[1] = {x2}, *out_b[2] = {o2, n2};
+  CHECK_OK(tpurt_program_launch(p, q, in_a, 1, out_a, 2, arena, (tpurt_rng_t){9, 1000}));
+  CHECK_OK(tpurt_program_launch(p, q, in_b, 1, out_b, 2, arena, (tpurt_rng_t){9, 2000}));
+  CHECK_STATUS(tpurt_program_launch(p, q, in_b, 0, out_b, 2, arena, (tpurt_rng_t){9, 0}), INVALID_ARGUMENT);
+  CHECK_OK(tpurt_queue_synchronize(q));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, hy, out, N * 4));
+  int bad = 0;
+  for (int i = 0; i < N; ++i) bad += hy[i] != (hx[i] * 2 + 1) * 3;
+  CHECK(bad == 0);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, hy, o2, N * 4));
+  bad = 0;
+  for (int i = 0; i < N; ++i) bad += hy[i] != (hx2[i] * 2 + 1) * 3;
+  CHECK(bad == 0);
+  int64_t hn[2];
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, hn, note, 16));
+  CHECK(hn[0] == 1004 && hn[1] == 9); /* launch base + (104 - 100), the launch's seed */
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, hn, n2, 16));
+  CHECK(hn[0] == 2004);
+  tpurt_program_query(p, &info);
+  CHECK(info.launches == 2);
+  tpurt_program_release(p);
+  void* frees[] = {x, x2, out, o2, note, n2, arena};
+  for (size_t i = 0; i < sizeof(frees) / sizeof(*frees); ++i) tpurt_memory_free(g_dev, frees[i]);
+}
+
+static void test_arena_reuses_dead_blocks(void) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  void* x = dev_alloc(N * 4);
+  CHECK_OK(tpurt_capture_begin(q));
+  void* prev = x;
+  for (int k = 0; k < 8; ++k) { /* each intermediate dies once the next exists */
+    void* t = dev_alloc(N * 4);
+    submit_axpb(q, prev, t, 1.0, 1.0);
+    if (prev != x) tpurt_memory_free(g_dev, prev);
+    prev = t;
+  }
+  tpurt_program_range_t ins[1] = {{x, N * 4}}, outs[1] = {{prev, N * 4}};
+  tpurt_program_t* p = NULL;
+  CHECK_OK(tpurt_capture_end(q, ins, 1, outs, 1, 0, 0, 0, &p));
+  tpurt_program_info_t info;
+  tpurt_program_query(p, &info);
+  CHECK(info.arena_bytes >= 2 * N * 4 && info.arena_bytes <= 2 * 4096); /* two alive at a time, not seven */
+  float hx[N], hy[N];
+  for (int i = 0; i < N; ++i) hx[i] = (float)i;
+  put(x, hx);
+  void* out = dev_alloc(N * 4);
+  void* arena = dev_alloc(info.arena_bytes);
+  void* in_a[1] = {x}, *out_a[1] = {out};
+  CHECK_OK(tpurt_program_launch(p, q, in_a, 1, out_a, 1, arena, (tpurt_rng_t){0, 0}));
+  tpurt_memory_free(g_dev, arena); /* freed while queued: ordered behind the launch */
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, hy, out, N * 4));
+  int bad = 0;
+  for (int i = 0; i < N; ++i) bad += hy[i] != hx[i] + 8;
+  CHECK(bad == 0);
+  tpurt_program_release(p);
+  tpurt_memory_free(g_dev, prev);
+  tpurt_memory_free(g_dev, out);
+  tpurt_memory_free(g_dev, x);
+}
+
+static void test_refusals(void) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  void* x = dev_alloc(N * 4);
+  float h[N] = {0};
+  /* A host read breaks the capture; the queue works afterwards. */
+  CHECK_OK(tpurt_capture_begin(q));
+  CHECK_STATUS(tpurt_memcpy_d2h(g_dev, NULL, h, x, N * 4), FAILED_PRECONDITION);
+  CHECK_STATUS(tpurt_queue_synchronize(q), FAILED_PRECONDITION);
+  tpurt_program_t* p = NULL;
+  CHECK_STATUS(tpurt_capture_end(q, NULL, 0, NULL, 0, 0, 0, 0, &p), FAILED_PRECONDITION);
+  CHECK(p == NULL && !tpurt_capture_active(q));
+  submit_axpb(q, x, x, 0.0, 5.0);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, h, x, N * 4));
+  CHECK(h[0] == 5.0f && h[N - 1] == 5.0f);
+  /* A block made inside, used, alive and not an output. */
+  CHECK_OK(tpurt_capture_begin(q));
+  void* kept = dev_alloc(N * 4);
+  submit_axpb(q, x, kept, 1.0, 0.0);
+  CHECK_STATUS(tpurt_capture_end(q, NULL, 0, NULL, 0, 0, 0, 0, &p), FAILED_PRECONDITION);
+  /* A random op drawing from another seed than the default generator's. */
+  CHECK_OK(tpurt_capture_begin(q));
+  tpurt_tensor_t tn = vec(kept, TPURT_DTYPE_INT64, 2);
+  tpurt_arg_t ra = {.kind = TPURT_ARG_RNG, .v.rng = {.seed = 5, .offset = 0}};
+  tpurt_op_call_t rc = {.name = "rng_note", .overload = "", .num_args = 1, .args = &ra, .num_outputs = 1,
+                        .outputs = &tn};
+  CHECK_OK(tpurt_queue_submit_kernel(q, &op_rng_note, &rc));
+  tpurt_program_range_t outs[1] = {{kept, N * 4}};
+  CHECK_STATUS(tpurt_capture_end(q, NULL, 0, outs, 1, 6, 0, 4, &p), FAILED_PRECONDITION);
+  /* Aborting drops the recording: nothing runs. */
+  CHECK_OK(tpurt_capture_begin(q));
+  submit_axpb(q, x, x, 0.0, 9.0);
+  tpurt_capture_abort(q);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, h, x, N * 4));
+  CHECK(h[0] == 5.0f);
+  CHECK_OK(tpurt_queue_synchronize(q));
+  tpurt_memory_free(g_dev, kept);
+  tpurt_memory_free(g_dev, x);
+}
+
+int main(void) {
+  CHECK_OK(tpurt_init());
+  CHECK_OK(tpurt_device_get(0, &g_dev));
+  if (!g_dev) return 1;
+  test_capture_then_launch();
+  test_arena_reuses_dead_blocks();
+  test_refusals();
+  printf("test_capture: %d passed, %d failed\n", g_test_passed, g_test_failed);
+  return g_test_failed ? 1 : 0;
+}

@@ -1,0 +1,418 @@
+"""torch.compile(backend="tpu"): PyTorch's front end, our device programs.
+
+Dynamo captures the Python; AOTAutograd makes the functional forward and
+backward graphs (input mutations kept in the graph as copy_ into the input).
+Each graph becomes a _GraphRunner. On the first call for a signature (input
+sizes, strides, dtypes, aliasing, scalar values) the graph runs once through
+the eager path with the current stream's queue capturing
+(tpurt/program.h): every kernel and device copy is recorded instead of run,
+and the runtime turns the recording into a program whose intermediates live
+in one arena planned from their lifetimes. That call and every later one
+with the signature is one launch of the program on the queue: the queue's
+thread runs the recorded kernels, fusing elementwise chains into generated
+C kernels (the compiler shared with DeferAndFuse, cached on disk by a
+shape-independent key), and the host returns as soon as the launch is
+queued. A new signature inside a dynamic graph costs one capture (one eager
+pass of host dispatch, no C compile, no Dynamo recompile); the generated
+kernels take sizes at run time, so none is built again.
+
+A graph that needs device data on the host while it runs (`.item()`,
+`nonzero`) or a CPU tensor output cannot be a program: that signature runs
+eagerly, as do all graphs in Debug mode (so Debug's checks apply).
+"""
+import logging
+import sys
+import threading
+
+import torch
+
+from . import _C
+
+__all__ = ["tpu_backend", "compile_stats", "reset_compile_stats"]
+
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_stats = {
+    "graphs": 0,            # graphs handed to the backend by Dynamo (compiles)
+    "captures": 0,          # programs captured
+    "capture_failures": 0,  # signatures that run eagerly instead
+    "launches": 0,          # program launches
+    "eager_runs": 0,        # graph calls run eagerly
+    "cache_requests": 0,    # program lookups
+    "cache_hits": 0,
+}
+_entries = []  # per program: read_count, compilation_duration (s), last_read
+
+
+def compile_stats():
+    """Counters of the tpu compile backend (see module docstring)."""
+    with _lock:
+        return dict(_stats)
+
+
+def reset_compile_stats():
+    with _lock:
+        for k in _stats:
+            _stats[k] = 0
+        _entries.clear()
+
+
+def _count(key, n=1):
+    with _lock:
+        _stats[key] += n
+
+
+class _CacheEntryStats:
+    __slots__ = ("read_count", "compilation_duration", "last_read", "program")
+
+    def __init__(self, duration, program=None):
+        self.program = program  # torch_tpu._C._Program: .info() has arena_bytes, num_kernels, launches
+        self.read_count = 0
+        self.compilation_duration = duration
+        self.last_read = 0.0
+
+    def __repr__(self):
+        return (f"CacheEntryStats(read_count={self.read_count}, "
+                f"compilation_duration={self.compilation_duration:.6f}, last_read={self.last_read:.3f})")
+
+
+class _CacheStats:
+    """torch.tpu._get_cache_stats(): TorchTPU's field names over our program cache."""
+
+    def __init__(self):
+        with _lock:
+            self.num_cache_reqs = _stats["cache_requests"]
+            self.num_cache_hits = _stats["cache_hits"]
+            self.num_compiles = _stats["graphs"]
+            self.num_captures = _stats["captures"]
+            self.per_entry_stats = list(_entries)
+
+    def __repr__(self):
+        return (f"CacheStats(num_cache_reqs={self.num_cache_reqs}, num_cache_hits={self.num_cache_hits}, "
+                f"num_compiles={self.num_compiles}, entries={len(self.per_entry_stats)})")
+
+
+def _get_cache_stats():
+    return _CacheStats()
+
+
+_EAGER = object()  # a signature that runs eagerly
+
+
+def _signature(args):
+    """What a program is specialised to: everything about the arguments that
+    the recorded kernels depend on. None: the call cannot use a program."""
+    key = []
+    storages = {}
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            dev = a.device
+            if dev.type == "cpu":
+                # A CPU scalar reaches kernels as a value: part of the key.
+                if a.numel() > 1:
+                    return None
+                key.append(("cpu", a.dtype, tuple(a.shape), a.item() if a.numel() else None))
+                continue
+            if dev.type != "tpu" or a.is_sparse or a.layout != torch.strided:
+                return None
+            st = a.untyped_storage().data_ptr()
+            alias = storages.setdefault(st, len(storages))
+            key.append((dev.index, a.dtype, tuple(a.shape), a.stride(), a.storage_offset(), alias))
+        elif isinstance(a, (int, float, bool, str, type(None), torch.dtype, torch.device)):
+            key.append((type(a), a))
+        else:
+            return None
+    return tuple(key)
+
+
+def _exec_mode_allows_programs():
+    return _C._get_exec_mode() != 1  # 1: Debug (exec mode ids: tpurt/device.h)
+
+
+class _GraphRunner:
+    """One AOTAutograd graph (forward, backward or inference): programs per
+    signature. Called with the graph's arguments (AOTAutograd boxes it)."""
+
+    def __init__(self, gm):
+        self.gm = gm
+        self.programs = {}
+        # CPU work inside the graph would run at capture time only (and twice
+        # when a capture fails): such a graph always runs eagerly.
+        self.cpu_work = _makes_cpu_tensors(gm)
+
+    def _eager(self, args):
+        _count("eager_runs")
+        return self.gm(*args)
+
+    def __call__(self, *args):
+        if self.cpu_work or not _exec_mode_allows_programs():
+            return self._eager(args)
+        key = _signature(args)
+        if key is None:
+            return self._eager(args)
+        _count("cache_requests")
+        entry = self.programs.get(key)
+        if entry is _EAGER:
+            return self._eager(args)
+        tensors = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == "tpu"]
+        if entry is None:
+            return self._capture(key, args, tensors)
+        prog, template, stats = entry
+        _count("cache_hits")
+        _count("launches")
+        stats.read_count += 1
+        stats.last_read = _now()
+        return _assemble(template, prog.launch(tensors))
+
+    def _capture(self, key, args, tensors):
+        if not tensors:
+            self.programs[key] = _EAGER
+            return self._eager(args)
+        dev = tensors[0].device.index
+        if any(t.device.index != dev for t in tensors):
+            self.programs[key] = _EAGER
+            return self._eager(args)
+        t0 = _now()
+        seed, before = _C._capture_begin(dev)
+        try:
+            out = self.gm(*args)
+        except Exception as e:  # noqa: BLE001 - decided below
+            _C._capture_abort(dev)
+            if "capture:" not in str(e):
+                raise
+            return self._give_up(key, args, str(e))
+        flat = list(out) if isinstance(out, (tuple, list)) else [out]
+        template, out_tensors = [], []
+        for o in flat:
+            if isinstance(o, torch.Tensor):
+                if o.device.type != "tpu" or o.device.index != dev:
+                    _C._capture_abort(dev)
+                    return self._give_up(key, args, f"an output is on {o.device}")
+                template.append(len(out_tensors))
+                out_tensors.append(o)
+            else:
+                template.append((o,))
+        try:
+            prog, storages = _C._capture_end(tensors, out_tensors, seed, before, dev)
+        except RuntimeError as e:
+            if "capture:" not in str(e):
+                raise
+            return self._give_up(key, args, str(e))
+        stats = _CacheEntryStats(_now() - t0, prog)
+        self.programs[key] = (prog, template, stats)
+        with _lock:
+            _stats["captures"] += 1
+            _stats["launches"] += 1
+            _entries.append(stats)
+        stats.read_count += 1
+        stats.last_read = _now()
+        result = _assemble(template, prog.launch(tensors, storages, (seed, before)))
+        return result
+
+    def _give_up(self, key, args, why):
+        _log.info("tpu compile: graph %s runs eagerly for this signature: %s", self.gm._get_name(), why)
+        self.programs[key] = _EAGER
+        _count("capture_failures")
+        return self._eager(args)
+
+
+def _makes_cpu_tensors(gm):
+    from torch.utils._pytree import tree_leaves
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for v in tree_leaves(node.meta.get("val")):
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+                _log.info("tpu compile: graph %s runs eagerly: %s makes a CPU tensor", gm._get_name(), node.target)
+                return True
+    return False
+
+
+def _assemble(template, tensors):
+    return [tensors[t] if isinstance(t, int) else t[0] for t in template]
+
+
+def _now():
+    import time
+    return time.perf_counter()
+
+
+def _compile_graph(gm, example_inputs):
+    from torch._functorch.aot_autograd import make_boxed_func
+    return make_boxed_func(_GraphRunner(gm))
+
+
+_aot_backend = None
+
+
+def tpu_backend(gm, example_inputs, **options):
+    """The `tpu` torch.compile backend: AOTAutograd graphs, run as device programs."""
+    global _aot_backend
+    _install_device_interface()
+    _count("graphs")
+    if _aot_backend is None:
+        from torch._dynamo.backends.common import aot_autograd
+        _aot_backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
+                                    inference_compiler=_compile_graph, keep_inference_input_mutations=True)
+    return _aot_backend(gm, example_inputs)
+
+
+# ---- registration --------------------------------------------------------
+
+def _device_interface_class():
+    from torch._dynamo.device_interface import DeviceInterface
+
+    class TpuInterface(DeviceInterface):
+        """Dynamo's view of our device: the real torch.tpu module."""
+
+        device = torch.tpu.device  # noqa: F821 - set by torch_tpu
+        Event = torch.tpu.Event
+        Stream = torch.tpu.Stream
+
+        class Worker:
+            @staticmethod
+            def set_device(device):
+                torch.tpu.set_device(device)
+
+            @staticmethod
+            def current_device():
+                return torch.tpu.current_device()
+
+            @staticmethod
+            def get_device_properties(device=None):
+                return torch.tpu.get_device_properties(device)
+
+        @staticmethod
+        def current_device():
+            return torch.tpu.current_device()
+
+        @staticmethod
+        def set_device(device):
+            torch.tpu.set_device(device)
+
+        @staticmethod
+        def device_count():
+            return torch.tpu.device_count()
+
+        @staticmethod
+        def is_available():
+            return torch.tpu.is_available()
+
+        @staticmethod
+        def stream(stream):
+            return torch.tpu.stream(stream)
+
+        @staticmethod
+        def current_stream():
+            return torch.tpu.current_stream()
+
+        @staticmethod
+        def set_stream(stream):
+            torch.tpu.set_stream(stream)
+
+        @staticmethod
+        def get_raw_stream(device_index):
+            return torch.tpu.current_stream(device_index).stream_id
+
+        @staticmethod
+        def synchronize(device=None):
+            torch.tpu.synchronize(device)
+
+        @staticmethod
+        def get_device_properties(device=None):
+            return torch.tpu.get_device_properties(device)
+
+        @staticmethod
+        def get_compute_capability(device=None):
+            return ""
+
+        @staticmethod
+        def is_bf16_supported(including_emulation=False):
+            return True
+
+        @classmethod
+        def is_dtype_supported(cls, dtype, including_emulation=False):
+            return True  # every dtype PyTorch's CPU backend has (complex32 aside, as there)
+
+        @staticmethod
+        def memory_allocated(device=None):
+            return torch.tpu.memory_allocated(device)
+
+    return TpuInterface
+
+
+_interface_lock = threading.Lock()
+_interface = None
+
+
+def _install_device_interface():
+    """Make Dynamo's "tpu" device interface ours. torch registers its own
+    (for the JAX/Pallas TorchTPU) lazily in init_device_reg, so ours is put
+    back after that runs too, whatever the order."""
+    global _interface
+    with _interface_lock:
+        import torch._dynamo.device_interface as di
+        if _interface is None:
+            _interface = _device_interface_class()
+            upstream_init = di.init_device_reg
+
+            def init_device_reg():
+                upstream_init()
+                di.register_interface_for_device("tpu", _interface)
+                for i in range(torch.tpu.device_count()):
+                    di.register_interface_for_device(f"tpu:{i}", _interface)
+
+            di.init_device_reg = init_device_reg
+        di.register_interface_for_device("tpu", _interface)
+        for i in range(torch.tpu.device_count()):
+            di.register_interface_for_device(f"tpu:{i}", _interface)
+
+
+def _has_tpu(model, inputs):
+    def on_tpu(x):
+        dev = getattr(x, "device", None)
+        return isinstance(dev, torch.device) and dev.type == "tpu"
+
+    if any(on_tpu(x) for x in inputs or ()):
+        return True
+    params = getattr(model, "parameters", None)
+    if params is not None:
+        try:
+            return any(on_tpu(p) for p in model.parameters()) or any(on_tpu(b) for b in model.buffers())
+        except Exception:  # noqa: BLE001 - not a module after all
+            return False
+    return False
+
+
+def _install_default_route():
+    """`torch.compile(model)` (Inductor) with tpu inputs goes to our backend:
+    torch 2.13's Inductor has a JAX/Pallas backend under the name "tpu" that
+    is not ours and cannot run here."""
+    wrapper = torch._TorchCompileInductorWrapper
+    if getattr(wrapper.__call__, "_torch_tpu", False):
+        return
+    upstream = wrapper.__call__
+
+    def __call__(self, model_, inputs_, *args, **kwargs):
+        if _has_tpu(model_, inputs_):
+            return tpu_backend(model_, inputs_)
+        return upstream(self, model_, inputs_, *args, **kwargs)
+
+    __call__._torch_tpu = True
+    wrapper.__call__ = __call__
+
+
+def _register():
+    """Called when torch_tpu loads: cheap (Dynamo is not imported here). The
+    name "tpu" reaches Dynamo's registry through the torch_dynamo_backends
+    entry point, or directly when Dynamo is already imported."""
+    _install_default_route()
+    if "torch._dynamo" in sys.modules:
+        _register_with_dynamo()
+
+
+def _register_with_dynamo():
+    from torch._dynamo.backends import registry
+    if "tpu" not in registry._COMPILER_FNS:
+        registry.register_backend(tpu_backend, name="tpu")
+    _install_device_interface()
