@@ -324,3 +324,23 @@ def test_profile_memory_reports_tpu_allocations():
     rows = {a.key: a for a in prof.key_averages()}
     assert rows["aten::mul"].device_memory_usage >= 4 * 1024 * 1024
     del y
+
+
+def test_compiled_program_kernels_link_to_their_launch():
+    @torch.compile(backend="tpu")
+    def f(x, w):
+        return (x @ w).relu() * 2 + 1
+
+    x, w = torch.randn(64, 64, device="tpu"), torch.randn(64, 64, device="tpu")
+    f(x, w)
+    f(x, w)
+    torch.tpu.synchronize()
+    with profile(activities=ACTIVITIES):
+        out = f(x, w)
+        torch.tpu.synchronize()
+    evs = [e for e in _C._trace_last()[0] if e["kind"] in ("kernel", "fused")]
+    assert {e["name"].split(".")[0] for e in evs} >= {"mm"}
+    assert any(e["kind"] == "fused" for e in evs)  # the elementwise tail runs as one kernel
+    # every kernel of the program is linked to the one launch
+    assert len({e["launch_ns"] for e in evs}) == 1
+    torch.testing.assert_close(out.cpu(), ((x.cpu() @ w.cpu()).relu() * 2 + 1), rtol=1e-4, atol=1e-4)
