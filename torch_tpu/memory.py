@@ -4,6 +4,8 @@ Numbers come from the C runtime's caching allocator (_C._memory_stats); this fil
 to the keys PyTorch users already read.
 """
 import collections
+import pickle
+import sys
 
 import torch
 
@@ -14,6 +16,7 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "reset_peak_memory_stats", "reset_max_memory_allocated", "memory_stats", "memory_stats_as_nested_dict",
     "memory_summary", "mem_get_info", "empty_cache",
+    "_record_memory_history", "_snapshot", "_dump_snapshot",
 ]
 
 
@@ -109,3 +112,40 @@ def mem_get_info(device=None) -> "tuple[int, int]":
 def empty_cache() -> None:
     """Returns the allocator's cached free blocks to the device (memory_reserved() drops)."""
     _C._empty_cache(_get_device_index(None, optional=True))
+
+
+# ---- memory history and snapshots, in torch.cuda.memory's format ----
+# The snapshot is the dict torch.cuda.memory._snapshot() returns (segments with their blocks and the
+# stack of each live allocation; device_traces: the allocator's alloc / free / segment / OOM events),
+# so torch.cuda._memory_viz and https://pytorch.org/memory_viz read a tpu snapshot unchanged. The C++
+# side is torch_tpu/csrc/memory_history.cpp; the runtime's allocator reports segments and OOMs.
+
+def _record_memory_history(enabled="all", context="all", stacks="python", max_entries=sys.maxsize,
+                           device=None, clear_history=False, **_ignored) -> None:
+    """Starts (enabled="all" or "state") or stops (enabled=None) recording allocations with their
+    stacks and the allocator's event trace, as torch.cuda.memory._record_memory_history does.
+    stacks="python" (the default here: cheap) records Python frames; "all" adds C++ frames. The
+    trace keeps the last `max_entries` events per device. Stopping drops what was recorded."""
+    if enabled is None or enabled is False:
+        _C._memory_record_history(None, None, None, 0)
+        return
+    if enabled not in ("all", "state", True):
+        raise ValueError(f"_record_memory_history: enabled must be None, 'state' or 'all', not {enabled!r}")
+    if stacks not in ("python", "all"):
+        raise ValueError(f"_record_memory_history: stacks must be 'python' or 'all', not {stacks!r}")
+    if clear_history:
+        _C._memory_record_history(None, None, None, 0)
+    entries = max_entries if enabled != "state" else 0
+    _C._memory_record_history("all", context, stacks, int(min(max(entries, 0), sys.maxsize)))
+
+
+def _snapshot(device=None) -> dict:
+    """The allocator's state and event trace, as torch.cuda.memory._snapshot() returns it."""
+    return _C._memory_snapshot()
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle") -> None:
+    """Pickles _snapshot() to `filename` (open it at https://pytorch.org/memory_viz, or render it with
+    python -m torch.cuda._memory_viz trace_plot FILE -o out.html)."""
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)

@@ -9,6 +9,7 @@ import os
 import torch
 
 from torch_tpu import _C
+from torch_tpu import memory  # noqa: F401  (torch.tpu.memory, as torch.cuda.memory)
 from torch_tpu._utils import _get_device_index, current_device
 from torch_tpu.memory import (  # noqa: F401  (re-exported as torch.tpu.*)
     empty_cache, max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated,

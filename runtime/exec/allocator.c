@@ -103,6 +103,21 @@ struct tpurt_allocator_t {
   block_slab_t* slabs;
 };
 
+/* ---- the memory-history observer (tpurt/device.h) ---- */
+
+static _Atomic(tpurt_memory_observer_fn) g_observer;
+static void* _Atomic g_observer_user;
+
+void tpurt_memory_set_observer(tpurt_memory_observer_fn fn, void* user) {
+  atomic_store(&g_observer_user, user);
+  atomic_store(&g_observer, fn);
+}
+
+static inline void observe(tpurt_allocator_t* a, uint32_t event, uint64_t addr, uint64_t size, tpurt_queue_t* q) {
+  tpurt_memory_observer_fn fn = atomic_load_explicit(&g_observer, memory_order_acquire);
+  if (TPURT_UNLIKELY(fn != NULL)) fn(atomic_load(&g_observer_user), a->device, event, addr, size, q ? q->id : 0);
+}
+
 /* ---- block structs, address hash ---- */
 
 static block_t* block_new(tpurt_allocator_t* a) {
@@ -268,6 +283,7 @@ static segment_t* segment_new(tpurt_allocator_t* a, tpurt_queue_t* q, uint64_t s
   bin_insert(pool_of(seg), b);
   stats_reserve(a, (int64_t)size);
   a->stats.num_segments++;
+  observe(a, TPURT_MEMORY_EVENT_SEGMENT_ALLOC, seg->base, size, q);
   return seg;
 }
 
@@ -281,6 +297,7 @@ static void segment_release(tpurt_allocator_t* a, segment_t* seg) {
   bin_remove(pool_of(seg), b);
   block_delete(a, b);
   tpurt_poison_clear(device_poison(d), (void*)seg->base, seg->size); /* nobody's bytes now */
+  observe(a, TPURT_MEMORY_EVENT_SEGMENT_FREE, seg->base, seg->size, seg->queue);
   d->driver->memory_free(d->hal, (void*)seg->base, seg->size);
   stats_reserve(a, -(int64_t)seg->size);
   a->stats.num_segments--;
@@ -301,6 +318,7 @@ static void segment_trim(tpurt_allocator_t* a, segment_t* seg) {
   block_t* f = seg->first;
   if (f->state == BLOCK_FREE && f->next) {
     bin_remove(pool_of(seg), f);
+    observe(a, TPURT_MEMORY_EVENT_SEGMENT_FREE, f->addr, f->size, seg->queue);
     d->driver->memory_free(d->hal, (void*)f->addr, f->size);
     stats_reserve(a, -(int64_t)f->size);
     seg->base += f->size;
@@ -313,6 +331,7 @@ static void segment_trim(tpurt_allocator_t* a, segment_t* seg) {
   while (l->next) l = l->next;
   if (l->state == BLOCK_FREE && l->prev) {
     bin_remove(pool_of(seg), l);
+    observe(a, TPURT_MEMORY_EVENT_SEGMENT_FREE, l->addr, l->size, seg->queue);
     d->driver->memory_free(d->hal, (void*)l->addr, l->size);
     stats_reserve(a, -(int64_t)l->size);
     seg->size -= l->size;
@@ -537,6 +556,7 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   }
   if (!b) {
     a->stats.num_ooms++;
+    observe(a, TPURT_MEMORY_EVENT_OOM, a->stats.capacity_bytes - a->stats.allocated_bytes, bytes, q);
     tpurt_status_t s = oom_status(a, bytes);
     pthread_mutex_unlock(&a->lock);
     return s;
@@ -841,4 +861,34 @@ tpurt_status_t tpurt_memory_get_info(tpurt_device_t* d, uint64_t* out_free, uint
   if (out_free) *out_free = st.capacity_bytes - st.allocated_bytes;
   if (out_total) *out_total = st.capacity_bytes;
   return TPURT_OK;
+}
+
+/* ---- snapshots (tpurt/device.h) ---- */
+
+size_t tpurt_memory_snapshot(tpurt_device_t* d, tpurt_memory_block_info_t* out, size_t cap) {
+  if (!d) return 0;
+  tpurt_allocator_t* a = d->allocator;
+  size_t n = 0;
+  pthread_mutex_lock(&a->lock);
+  for (segment_t* seg = a->segments; seg; seg = seg->next) {
+    for (block_t* b = seg->first; b; b = b->next, ++n) {
+      if (n >= cap) continue;
+      out[n] = (tpurt_memory_block_info_t){.segment = seg->base, .segment_size = seg->size, .addr = b->addr,
+                                           .size = b->size, .queue_id = seg->queue ? seg->queue->id : 0,
+                                           .state = b->state == BLOCK_FREE ? 0 : b->state == BLOCK_ALLOCATED ? 1 : 2,
+                                           .small = seg->small};
+    }
+  }
+  pthread_mutex_unlock(&a->lock);
+  return n;
+}
+
+uint64_t tpurt_memory_block_size(tpurt_device_t* d, const void* ptr) {
+  if (!d || !ptr) return 0;
+  tpurt_allocator_t* a = d->allocator;
+  pthread_mutex_lock(&a->lock);
+  block_t* b = hash_find(a, (uintptr_t)ptr);
+  uint64_t size = b ? b->size : 0;
+  pthread_mutex_unlock(&a->lock);
+  return size;
 }

@@ -9,11 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/futex.h"
 #include "base/thread.h"
 #include "exec/allocator.h"
 #include "exec/capture.h"
 #include "exec/mode.h"
 #include "hal/call_record.h"
+#include "hal/trace.h"
+#include "ops/cost.h"
 
 /* ---- pending work and points ---- */
 
@@ -52,6 +55,7 @@ tpurt_status_t tpurt_queue_submit_locked(tpurt_queue_t* q, tpurt_hal_command_t* 
   uint64_t point = atomic_load_explicit(&q->submitted, memory_order_relaxed) + 1;
   cmd->value = point;
   if (!cmd->issuer) cmd->issuer = tpurt_thread_issuer();
+  if (tpurt_trace_active()) cmd->trace_id = tpurt_trace_tls_launch;
   /* Kernels and copies may give up waiting for room (the host interrupted);
    * a signal, wait or call must be taken (what they release is waited for). */
   cmd->interruptible = cmd->kind == TPURT_HAL_COMMAND_DISPATCH || cmd->kind == TPURT_HAL_COMMAND_COPY;
@@ -94,6 +98,47 @@ void tpurt_queue_note_free(tpurt_queue_t* q, void* ptr, size_t bytes) {
 
 /* ---- submission ---- */
 
+/* A launch while tracing (hal/trace.h): its host-side event (the issuer's
+ * correlation id, thread, time, the call's cost), and the launch id the
+ * mode's command or record carries to the device event. Debug runs the
+ * kernel inside submit, so its device event is recorded here. */
+static tpurt_status_t submit_traced(tpurt_queue_t* q, const tpurt_exec_mode_ops_t* mode, const tpurt_op_def_t* op,
+                                    const tpurt_op_call_t* call, void* dst, const void* src, size_t bytes) {
+  tpurt_trace_event_t ev = {.kind = TPURT_TRACE_LAUNCH, .device = q->device->index, .queue = q->id,
+                            .id = tpurt_trace_next_id(), .corr = tpurt_trace_correlation(),
+                            .tid = tpurt_trace_thread_id(), .dtype = -1};
+  if (op) {
+    tpurt_op_cost_t c;
+    tpurt_op_cost(op, call, &c);
+    ev.flops = c.flops;
+    ev.bytes = c.bytes;
+    ev.dtype = c.dtype;
+    ev.flags = c.matmul ? TPURT_TRACE_F_MATMUL : 0;
+    tpurt_trace_set_name(ev.name, sizeof ev.name, call->name, call->overload);
+  } else {
+    ev.bytes = 2.0 * (double)bytes;
+    snprintf(ev.name, sizeof ev.name, "copy (device to device)");
+  }
+  ev.start_ns = tpurt_now_ns();
+  tpurt_trace_tls_launch = ev.id;
+  bool sync = mode->id == TPURT_EXEC_DEBUG;
+  tpurt_status_t s = op ? mode->submit_kernel(q, op, call) : mode->submit_copy(q, dst, src, bytes);
+  tpurt_trace_tls_launch = 0;
+  uint64_t t1 = tpurt_now_ns();
+  ev.end_ns = sync ? ev.start_ns : t1;
+  tpurt_trace_record(&ev);
+  if (sync) {
+    /* The kernel ran on this thread between the two clock reads. */
+    ev.kind = op ? TPURT_TRACE_KERNEL : TPURT_TRACE_COPY;
+    ev.end_ns = t1;
+    ev.corr = 0;
+    ev.tid = 0;
+    tpurt_trace_add_busy(t1 - ev.start_ns);
+    tpurt_trace_record(&ev);
+  }
+  return s;
+}
+
 tpurt_status_t tpurt_queue_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t* op,
                                          const tpurt_op_call_t* call) {
   if (!q || !op || !op->fn || !call)
@@ -101,7 +146,9 @@ tpurt_status_t tpurt_queue_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t*
   TPURT_RETURN_IF_FORKED();
   TPURT_RETURN_IF_ERROR(tpurt_call_validate(call));
   if (TPURT_UNLIKELY(q->capture != NULL)) return tpurt_capture_record_kernel(q, op, call);
-  tpurt_status_t s = tpurt_exec_mode_hold()->submit_kernel(q, op, call);
+  const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_hold();
+  tpurt_status_t s = tpurt_trace_active() ? submit_traced(q, mode, op, call, NULL, NULL, 0)
+                                          : mode->submit_kernel(q, op, call);
   tpurt_exec_mode_release();
   return s;
 }
@@ -115,7 +162,9 @@ tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* q, void* dst, const void* 
                         "submit_copy: [%p, +%zu) -> [%p, +%zu) is not inside device memory", src,
                         bytes, dst, bytes);
   if (TPURT_UNLIKELY(q->capture != NULL)) return tpurt_capture_record_copy(q, dst, src, bytes);
-  tpurt_status_t s = tpurt_exec_mode_hold()->submit_copy(q, dst, src, bytes);
+  const tpurt_exec_mode_ops_t* mode = tpurt_exec_mode_hold();
+  tpurt_status_t s = tpurt_trace_active() ? submit_traced(q, mode, NULL, NULL, dst, src, bytes)
+                                          : mode->submit_copy(q, dst, src, bytes);
   tpurt_exec_mode_release();
   return s;
 }

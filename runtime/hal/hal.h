@@ -81,6 +81,9 @@ typedef struct tpurt_hal_command_t {
    * gives up (CANCELLED, the status tpurt_host_interrupted gives) when the
    * host interrupts, and the command is not taken. */
   bool interruptible;
+  /* While tracing (hal/trace.h): the launch id of the op it runs (0: none),
+   * which the driver puts on the command's device event. */
+  uint64_t trace_id;
   union {
     struct {
       tpurt_kernel_fn_t fn;

@@ -43,6 +43,12 @@ struct tpurt_kernel_ctx_t {
    * CALL program that runs other threads' work sets the issuer of the error
    * it returns. */
   uint64_t issuer;
+  /* The queue running it and its chip, and the launch id of the command
+   * (trace events; hal/trace.h): a program's kernels without their own
+   * launch take the command's. */
+  uint64_t queue_id;
+  int32_t device_index;
+  uint64_t trace_id;
 };
 
 /* Runs fn with ctx, resets the scratch, and prefixes an error with the op's

@@ -119,3 +119,20 @@ const tpurt_op_def_t* tpurt_op_resolve(const char* name, const char* overload, u
   d = lookup2("", base, overload);
   return d && (d->flags & TPURT_OP_COMPLEX) ? d : NULL;
 }
+
+/* The family whose table holds `op` (its cost rule: ops/cost.c). Each
+ * table's end is found once. */
+static size_t g_family_len[sizeof(kFamilies) / sizeof(kFamilies[0])];
+static pthread_once_t g_family_once = PTHREAD_ONCE_INIT;
+
+static void family_lengths(void) {
+  for (size_t f = 0; f < sizeof(kFamilies) / sizeof(kFamilies[0]); ++f)
+    while (kFamilies[f][g_family_len[f]].name) ++g_family_len[f];
+}
+
+int tpurt_op_family_of(const tpurt_op_def_t* op) {
+  pthread_once(&g_family_once, family_lengths);
+  for (size_t f = 0; op && f < sizeof(kFamilies) / sizeof(kFamilies[0]); ++f)
+    if (op >= kFamilies[f] && op < kFamilies[f] + g_family_len[f]) return (int)f;
+  return -1;
+}

@@ -15,6 +15,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include "memory_history.h"
 #include "tpu_common.h"
 
 namespace torch_tpu {
@@ -185,11 +186,13 @@ namespace {
 void free_device_memory(void* ptr) {
   if (!ptr || !is_initialized()) return;
   if (g_device_count == 1) {
+    if (TPURT_UNLIKELY(mem_observing())) mem_observe_free(0, g_devices[0], ptr);
     tpurt_memory_free(g_devices[0], ptr);
     return;
   }
   for (int i = 0; i < g_device_count; ++i) {
     if (tpurt_memory_is_device_ptr(g_devices[i], ptr)) {
+      if (TPURT_UNLIKELY(mem_observing())) mem_observe_free(static_cast<c10::DeviceIndex>(i), g_devices[i], ptr);
       tpurt_memory_free(g_devices[i], ptr);
       return;
     }
@@ -205,8 +208,12 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     void* ptr = nullptr;
     // Stream-ordered: the block may be handed out again at once to work on
     // the current queue (runtime/include/tpurt/device.h).
-    tpurt_status_t s = tpurt_memory_allocate(dev, current_queue(index), nbytes, &ptr);
-    if (s) throw_status(s, "tpu allocate");  // the status says why: out of memory, a forked child, ...
+    tpurt_queue_t* q = current_queue(index);
+    tpurt_status_t s = tpurt_memory_allocate(dev, q, nbytes, &ptr);
+    // The status says why: out of memory (pointing at the memory snapshot
+    // when history is recorded), a forked child, ...
+    if (s) throw_status(mem_observe_oom(s), "tpu allocate");
+    if (TPURT_UNLIKELY(mem_observing())) mem_observe_alloc(index, dev, ptr, nbytes, q);
     return {ptr, ptr, &free_device_memory, c10::Device(kTpu, index)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_device_memory; }

@@ -46,6 +46,8 @@ py::dict device_info(int64_t device) {
 
 namespace torch_tpu {
 void register_kernel_cache(py::module_& m);  // kernel_cache.cpp
+void register_profiler(py::module_& m);      // profiler.cpp
+void register_memory_history(py::module_& m);  // memory_history.cpp
 void register_program(py::module_& m);       // program.cpp
 }
 
@@ -232,5 +234,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_fusion_enabled", [] { return tpurt_fuse_enabled(); });
   m.def("_fusion_cache_clear", [] { tpurt_fuse_cache_clear(); });
   torch_tpu::register_kernel_cache(m);
+  torch_tpu::register_profiler(m);
+  torch_tpu::register_memory_history(m);
   torch_tpu::register_program(m);
 }

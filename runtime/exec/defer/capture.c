@@ -23,6 +23,7 @@
 #include "exec/defer/program_internal.h"
 #include "exec/queue.h"
 #include "hal/call_record.h"
+#include "hal/trace.h"
 #include "tpurt/program.h"
 
 #define ARENA_ALIGN 512u /* the allocator's block alignment: kernels see the same */
@@ -517,10 +518,13 @@ tpurt_status_t tpurt_program_launch(tpurt_program_t* p, tpurt_queue_t* q, void* 
   if (num_outputs) memcpy(L->bases + num_inputs, outputs, sizeof(void*) * (size_t)num_outputs);
   tpurt_program_retain(p);
   tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_CALL, .u.call = {.fn = run_launch, .user = L}};
+  /* While tracing, the launch is a host event its kernels link to (hal/trace.h). */
+  if (TPURT_UNLIKELY(tpurt_trace_active())) tpurt_trace_tls_launch = tpurt_trace_launch("program launch", q->device->index, q->id);
   pthread_mutex_lock(&q->submit_lock);
   tpurt_status_t s = q->capture ? TPURT_STATUS(FAILED_PRECONDITION, "program_launch: the queue is capturing")
                                 : tpurt_queue_submit_locked(q, &cmd, NULL);
   pthread_mutex_unlock(&q->submit_lock);
+  tpurt_trace_tls_launch = 0;
   if (s) {
     tpurt_program_release(p);
     free(L);

@@ -15,6 +15,7 @@
 #include "exec/defer/defer.h"
 #include "exec/mode.h"
 #include "hal/call_record.h"
+#include "hal/trace.h"
 
 /* Size limit of a pending graph: past DEFER_SOFT_POINTS it is flushed at the
  * next record that cannot join a fused chain (so the cut falls at the same
@@ -132,6 +133,7 @@ static tpurt_status_t defer_submit_kernel(tpurt_queue_t* q, const tpurt_op_def_t
   r->kind = TPURT_DEFER_KERNEL;
   r->op = op;
   r->issuer = tpurt_thread_issuer();
+  r->trace_id = tpurt_trace_active() ? tpurt_trace_tls_launch : 0;
   tpurt_call_record_copy(call, buf, &r->call);
   list->num_kernels++;
   tpurt_fuse_note_recorded();
@@ -149,6 +151,7 @@ static tpurt_status_t defer_submit_copy(tpurt_queue_t* q, void* dst, const void*
     r->dst = dst;
     r->src = src;
     r->bytes = bytes;
+    r->trace_id = tpurt_trace_active() ? tpurt_trace_tls_launch : 0;
     count_point(q, list, false);
   }
   pthread_mutex_unlock(&q->submit_lock);

@@ -23,6 +23,7 @@ typedef struct tpurt_defer_rec_t {
   const void* src;
   size_t bytes;
   uint64_t issuer; /* a KERNEL's issuing thread (base/thread.h): its error is theirs */
+  uint64_t trace_id; /* while tracing: the launch id its device event carries (hal/trace.h) */
 } tpurt_defer_rec_t;
 
 typedef struct tpurt_defer_chunk_t tpurt_defer_chunk_t;

@@ -24,6 +24,9 @@
 #include "compiler/chain_kernel.h"
 #include "compiler/fuse_plan.h"
 #include "exec/defer/defer.h"
+#include "base/futex.h"
+#include "hal/trace.h"
+#include "ops/cost.h"
 #include "ops/elementwise/elementwise.h"
 #include "ops/reduce/reduce.h"
 
@@ -687,6 +690,53 @@ static void run_one(const tpurt_defer_rec_t* r, tpurt_kernel_ctx_t* ctx, first_e
   if (TPURT_UNLIKELY(s != NULL)) keep_error(first_error, s, r->issuer);
 }
 
+/* ---- trace events (hal/trace.h), only while tracing ---- */
+
+static void trace_one(const tpurt_defer_rec_t* r, const tpurt_kernel_ctx_t* ctx, uint64_t t0, uint64_t t1) {
+  if (r->kind != TPURT_DEFER_KERNEL && r->kind != TPURT_DEFER_COPY) return;
+  tpurt_trace_event_t ev = {.kind = r->kind == TPURT_DEFER_KERNEL ? TPURT_TRACE_KERNEL : TPURT_TRACE_COPY,
+                            .device = ctx->device_index, .queue = ctx->queue_id,
+                            .id = r->trace_id ? r->trace_id : ctx->trace_id,
+                            .start_ns = t0, .end_ns = t1, .dtype = -1};
+  if (r->kind == TPURT_DEFER_KERNEL) tpurt_trace_set_name(ev.name, sizeof ev.name, r->call.name, r->call.overload);
+  else snprintf(ev.name, sizeof ev.name, "copy (device to device)");
+  tpurt_trace_record(&ev);
+}
+
+/* A chain as one kernel event: named by the ops it fused, costed as fused
+ * (the members' flops; bytes read from memory and stored, not the values
+ * passed between members in registers). */
+static void trace_chain(const tpurt_fuse_chain_t* c, const chain_t* ch, const tpurt_defer_list_t* l,
+                        const tpurt_kernel_ctx_t* ctx, uint64_t t0, uint64_t t1) {
+  tpurt_trace_event_t ev = {.kind = TPURT_TRACE_FUSED, .device = ctx->device_index, .queue = ctx->queue_id,
+                            .id = l->recs[c->members[0]].trace_id ? l->recs[c->members[0]].trace_id : ctx->trace_id,
+                            .start_ns = t0, .end_ns = t1, .dtype = -1};
+  int nm = c->red >= 0 ? c->n + 1 : c->n;
+  size_t w = (size_t)snprintf(ev.name, sizeof ev.name, "fused:");
+  const void* made[TPURT_FUSE_MAX_OPS + 1];
+  for (int m = 0; m < nm; ++m) {
+    const tpurt_op_call_t* call = &l->recs[c->members[m]].call;
+    if (w < sizeof ev.name)
+      w += (size_t)snprintf(ev.name + w, sizeof ev.name - w, "%s%s", m ? "+" : " ", call->name ? call->name : "?");
+    tpurt_op_cost_t cost;
+    tpurt_op_cost(l->recs[c->members[m]].op, call, &cost);
+    ev.flops += cost.flops;
+    if (ev.dtype < 0) ev.dtype = cost.dtype;
+    if (cost.matmul) ev.flags |= TPURT_TRACE_F_MATMUL;
+    for (int i = 0; i < call->num_args; ++i) {
+      if (call->args[i].kind != TPURT_ARG_TENSOR) continue;
+      const void* d = call->args[i].v.tensor->data;
+      bool inner = false;
+      for (int k = 0; k < m && !inner; ++k) inner = made[k] == d;
+      if (!inner) ev.bytes += tpurt_op_cost_tensor_bytes(call->args[i].v.tensor);
+    }
+    made[m] = call->num_outputs > 0 ? call->outputs[0].data : NULL;
+    bool stored = m == c->n || ch->store[m];
+    if (stored && call->num_outputs > 0) ev.bytes += tpurt_op_cost_tensor_bytes(&call->outputs[0]);
+  }
+  tpurt_trace_record(&ev);
+}
+
 /* What the executor keeps between graphs, per queue thread (size first,
  * allocate once: a warm queue plans without malloc). Freed when the thread
  * exits. */
@@ -728,6 +778,8 @@ static run_state_t* run_state(void) {
 tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* ctx) {
   first_error_t first_error = {TPURT_OK, 0};
   STAT_ADD(flushes, 1);
+  bool tracing = tpurt_trace_active();
+  uint64_t t_plan = tracing ? tpurt_now_ns() : 0;
   /* A fused chain does not check what it reads for poison: after a failure
    * (or when dropped) each record runs alone, through the checks. */
   bool guarded = ctx->cancel != NULL || tpurt_poison_armed(ctx->poison);
@@ -736,6 +788,14 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
   bool fuse = st && tpurt_defer_lower(l, &st->graph, &st->scratch, &st->cap) &&
               tpurt_fuse_planner_begin(&st->planner, &st->graph);
   bool chains = fuse;
+  if (tracing && fuse) {
+    /* Lowering and planning are device time too: their own event, so the
+     * device track accounts for the whole program. */
+    tpurt_trace_event_t ev = {.kind = TPURT_TRACE_CALL, .device = ctx->device_index, .queue = ctx->queue_id,
+                              .start_ns = t_plan, .end_ns = tpurt_now_ns(), .dtype = -1};
+    snprintf(ev.name, sizeof ev.name, "DeferAndFuse: lower and plan (%d ops)", (int)l->num_kernels);
+    tpurt_trace_record(&ev);
+  }
   tpurt_fuse_chain_t c;
   for (int32_t i = 0; i < l->num_recs; ++i) {
     if (fuse && st->planner.done[i]) continue;
@@ -743,18 +803,24 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
     /* A record that failed earlier in this list poisoned what it wrote. */
     if (TPURT_UNLIKELY(first_error.status != NULL) && tpurt_poison_armed(ctx->poison)) chains = false;
     c.red = -1;
+    uint64_t t0 = tracing ? tpurt_now_ns() : 0; /* a kernel's event includes its planning */
     int n = chains && r->kind == TPURT_DEFER_KERNEL ? tpurt_fuse_plan_chain(&st->planner, i, &c) : 1;
     if ((n >= 2 || c.red >= 0) && l->fuse_min_numel && r->call.num_outputs &&
         tpurt_tensor_numel(&r->call.outputs[0]) < l->fuse_min_numel) {
       n = 1;
       c.red = -1;
     }
-    if (chains && (n >= 2 || c.red >= 0) && run_chain(&st->planner, &c, &st->chain, ctx, l, &first_error)) {
-      tpurt_fuse_planner_mark_done(&st->planner, &c);
-      continue;
+    if (chains && (n >= 2 || c.red >= 0)) {
+      if (run_chain(&st->planner, &c, &st->chain, ctx, l, &first_error)) {
+        tpurt_fuse_planner_mark_done(&st->planner, &c);
+        if (tracing) trace_chain(&c, &st->chain, l, ctx, t0, tpurt_now_ns());
+        continue;
+      }
+      if (tracing) t0 = tpurt_now_ns();
     }
     /* alone, or the chain fell back: this record now, the rest plan again */
     run_one(r, ctx, &first_error);
+    if (tracing) trace_one(r, ctx, t0, tpurt_now_ns());
   }
   if (first_error.status) ctx->issuer = first_error.issuer;
   return first_error.status;

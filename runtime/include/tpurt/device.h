@@ -87,6 +87,35 @@ TPURT_API void tpurt_memory_free(tpurt_device_t* device, void* ptr);
 TPURT_API tpurt_status_t tpurt_memory_record_queue(tpurt_device_t* device, void* ptr,
                                                    tpurt_queue_t* queue);
 TPURT_API bool tpurt_memory_is_device_ptr(tpurt_device_t* device, const void* ptr);
+
+/* Memory history (torch.tpu.memory._record_memory_history): the caching
+ * allocator's segment events and OOMs go to one process-wide observer
+ * (NULL: none; a single predictable branch each). It runs with the
+ * allocator's lock held: it must not call back into the allocator. */
+enum {
+  TPURT_MEMORY_EVENT_SEGMENT_ALLOC = 1, /* [addr, +size) taken from HBM */
+  TPURT_MEMORY_EVENT_SEGMENT_FREE,      /* [addr, +size) given back (a whole segment or a trimmed end) */
+  TPURT_MEMORY_EVENT_OOM,               /* `size` bytes requested and refused; addr: bytes free then */
+};
+typedef void (*tpurt_memory_observer_fn)(void* user, tpurt_device_t* device, uint32_t event, uint64_t addr,
+                                         uint64_t size, uint64_t queue_id);
+TPURT_API void tpurt_memory_set_observer(tpurt_memory_observer_fn fn, void* user);
+/* One block of the caching allocator (memory snapshots). */
+typedef struct tpurt_memory_block_info_t {
+  uint64_t segment;      /* its segment's base address */
+  uint64_t segment_size;
+  uint64_t addr;
+  uint64_t size;
+  uint64_t queue_id;     /* the segment's owner queue */
+  uint8_t state;         /* 0 free, 1 allocated, 2 freed but still in use by another queue */
+  uint8_t small;         /* a small-block segment (2 MiB; blocks <= 1 MiB) */
+} tpurt_memory_block_info_t;
+/* Fills up to `cap` blocks, segment by segment in address order within each,
+ * and returns how many there are (call with cap 0 to size the buffer).
+ * Debug mode's guarded allocations are not in the pools and not listed. */
+TPURT_API size_t tpurt_memory_snapshot(tpurt_device_t* device, tpurt_memory_block_info_t* out, size_t cap);
+/* The size of the live block at ptr (what an allocation really holds), 0 if none. */
+TPURT_API uint64_t tpurt_memory_block_size(tpurt_device_t* device, const void* ptr);
 TPURT_API tpurt_status_t tpurt_memory_stats(tpurt_device_t* device, tpurt_memory_stats_t* out_stats);
 TPURT_API void tpurt_memory_reset_peak(tpurt_device_t* device);
 /* Waits for the device, then returns cached free segments to HBM. */

@@ -826,6 +826,8 @@ tpurt_status_t tpurt_gemm(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, void* 
     return TPURT_STATUS(INVALID_ARGUMENT, "gemm: negative size m=%lld n=%lld k=%lld",
                         (long long)g->m, (long long)g->n, (long long)g->k);
   if (g->m == 0 || g->n == 0) return TPURT_OK;
+  if (g->ab_dtype == TPURT_DTYPE_FLOAT32 && tpurt_gemm_fp32_split_wanted(g))
+    return tpurt_gemm_fp32_split(ctx, g); /* the MXU's bf16 passes (gemm_precision.c) */
   if (use_blas(g) && (g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX))
     return TPURT_STATUS(INVALID_ARGUMENT, "gemm: size exceeds BLAS int range");
   size_t bytes = tpurt_gemm_workspace_bytes(ctx, g);

@@ -41,6 +41,11 @@ tpurt_status_t tpurt_gemm(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, void* 
 /* The obviously-correct triple loop (double / int64 accumulation). */
 tpurt_status_t tpurt_gemm_reference(const tpurt_gemm_t* g);
 
+/* gemm_precision.c: whether a float32 product runs split into bf16 passes
+ * at the current precision (tpurt/precision.h), and the split run itself. */
+bool tpurt_gemm_fp32_split_wanted(const tpurt_gemm_t* g);
+tpurt_status_t tpurt_gemm_fp32_split(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g);
+
 /* Tests and benchmarks: run fp32 through our own kernel instead of OpenBLAS. */
 void tpurt_gemm_set_fp32_own(bool own);
 /* Tests: run the portable microkernel and scalar packing instead of the

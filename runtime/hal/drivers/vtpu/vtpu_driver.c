@@ -42,6 +42,9 @@ void tpurt_vtpu_kernel_ctx(tpurt_hal_device_t* d, tpurt_scratch_t* scratch, bool
   out->poison = &d->poison;
   out->cancel = NULL;
   out->issuer = 0;
+  out->queue_id = 0;
+  out->device_index = d->index;
+  out->trace_id = 0;
 }
 
 static tpurt_poison_t* vtpu_device_poison(tpurt_hal_device_t* d) { return &d->poison; }

@@ -14,6 +14,7 @@
 #include "base/thread.h"
 #include "hal/call_record.h"
 #include "hal/drivers/vtpu/vtpu_internal.h"
+#include "hal/trace.h"
 
 #define RING_BYTES ((uint64_t)2 << 20)
 #define CMD_ALIGN 64u
@@ -239,6 +240,8 @@ static void execute(tpurt_hal_queue_t* q, cmd_t* c) {
   tpurt_kernel_ctx_t ctx;
   tpurt_vtpu_kernel_ctx(q->device, &q->scratch, false, &ctx);
   ctx.issuer = c->c.issuer;
+  ctx.queue_id = q->id;
+  ctx.trace_id = c->c.trace_id;
   ctx.cancel = dropped(q, c->c.value);
   switch (c->kind) {
     case TPURT_HAL_COMMAND_DISPATCH: {
@@ -269,6 +272,41 @@ static void execute(tpurt_hal_queue_t* q, cmd_t* c) {
   if (c->c.done) c->c.done(c->c.done_user);
 }
 
+/* execute() while tracing: the command's device-side start and end, as an
+ * event on this queue's track; a CALL that runs kernels itself (DeferAndFuse's
+ * planned graph) records those instead, and counts only as busy time. */
+static void execute_traced(tpurt_hal_queue_t* q, cmd_t* c) {
+  tpurt_trace_event_t ev = {.device = tpurt_vtpu_device_index(q->device), .queue = q->id,
+                            .id = c->c.trace_id, .dtype = -1};
+  /* The name first: execute() frees a dispatch's malloc'd payload. */
+  if (c->kind == TPURT_HAL_COMMAND_DISPATCH)
+    tpurt_trace_set_name(ev.name, sizeof ev.name, c->call.name, c->call.overload);
+  uint64_t t0 = tpurt_now_ns();
+  execute(q, c);
+  uint64_t t1 = tpurt_now_ns();
+  tpurt_trace_add_busy(t1 - t0);
+  ev.start_ns = t0;
+  ev.end_ns = t1;
+  switch (c->kind) {
+    case TPURT_HAL_COMMAND_DISPATCH:
+      ev.kind = TPURT_TRACE_KERNEL;
+      break;
+    case TPURT_HAL_COMMAND_COPY:
+      ev.kind = TPURT_TRACE_COPY;
+      ev.bytes = 2.0 * (double)c->c.u.copy.bytes;
+      snprintf(ev.name, sizeof ev.name, "copy (device to device)");
+      break;
+    case TPURT_HAL_COMMAND_CALL:
+      if (c->c.u.call.fn) return;
+      ev.kind = TPURT_TRACE_CALL;
+      snprintf(ev.name, sizeof ev.name, "host callback");
+      break;
+    default:
+      return;
+  }
+  tpurt_trace_record(&ev);
+}
+
 static void queue_free(tpurt_hal_queue_t* q);
 
 static void* worker_main(void* arg) {
@@ -282,7 +320,10 @@ static void* worker_main(void* arg) {
       uint64_t size = c->size;
       bool counts = c->kind != CMD_PAD;
       uint64_t value = counts ? c->c.value : 0;
-      if (counts) execute(q, c);
+      if (counts) {
+        if (tpurt_trace_active()) execute_traced(q, c);
+        else execute(q, c);
+      }
       head += size;
       atomic_store_explicit(&q->head, head, memory_order_release);
       if (counts) {
