@@ -464,3 +464,19 @@ def test_cli_reports_an_untrusted_dir_and_touches_nothing(base):
         rc, _, err = _cli(cache, cmd)
         assert rc == 2 and "not trusted" in err, (cmd, err)
     assert os.listdir(cache) == ["00000000000000e1.so"]
+
+
+def test_tier2_compilation_cache_names_the_directory(base):
+    """TorchTPU's TORCH_TPU_TIER2_COMPILATION_CACHE is the per-host cache when TORCH_TPU_FUSE_CACHE_DIR is
+    not set: a generated kernel lands there, and the next process loads it instead of building."""
+    cache = os.path.join(base, "tier2")
+    e = dict(os.environ, TORCH_TPU_TIER2_COMPILATION_CACHE=cache)
+    e.pop("TORCH_TPU_FUSE_CACHE_DIR", None)
+    e.pop("TORCH_TPU_LOG_LEVEL", None)
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _CHILD, "tanh"], env=e, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert runs[0]["builds"] == 1 and runs[1]["builds"] == 0 and runs[1]["runs"] >= 1
+    assert any(n.endswith(".so") for n in os.listdir(cache))

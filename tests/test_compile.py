@@ -223,3 +223,51 @@ def test_arena_reuses_memory_of_dead_intermediates():
     # sixteen 256 KiB intermediates (sin, matmul, ones, div) alive a few at a time
     assert 0 < info["arena_bytes"] <= 6 * one, info
     assert info["num_kernels"] >= 16
+
+
+def test_torchtpu_mark_dynamic_spelling():
+    f = torch.compile(lambda a: (a * 2).sum(-1), backend="tpu")
+    for n in (3, 7, 12):
+        a = torch.randn(n, 5)
+        at = a.to("tpu")
+        torch_tpu.mark_dynamic(at, 0, 2, 32)
+        torch.testing.assert_close(f(at).cpu(), (a * 2).sum(-1))
+    assert stats()["graphs"] == 1
+
+
+def test_python_scalar_that_changes_is_a_program_input():
+    """Dynamo makes a float that changes into a CPU 0-dim graph input; the program takes it as a tpu
+    scalar, so new values are new data: no capture and no CPU work per value."""
+    x = torch.randn(200, 200)
+    xt = x.to("tpu")
+    g = torch.compile(lambda x, s: (x * s + 1).relu(), backend="tpu")
+    for s in (0.5, 0.25, 0.125, 2.0, 0.25):
+        torch.testing.assert_close(g(xt, s).cpu(), (x * s + 1).relu())
+    st = stats()
+    # PyTorch specialises the first value, then recompiles once with the float dynamic: two graphs, two
+    # programs, and every later value is a launch
+    assert st["graphs"] == 2 and st["captures"] == 2 and st["eager_runs"] == 0 and st["launches"] == 5
+
+
+def test_learning_rate_in_a_tensor_changes_without_recompiling():
+    """PyTorch's advice for compiled optimizers with a schedule: lr as a tensor. Changing it each step
+    neither recompiles nor recaptures, and the steps match CPU."""
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    losses = {}
+    for dev in ("cpu", "tpu"):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(dev)
+        opt = torch.optim.AdamW(m.parameters(), lr=torch.tensor(0.01, device=dev), capturable=dev == "tpu")
+        step = torch.compile(opt.step, backend="tpu") if dev == "tpu" else opt.step
+        xs, ys = x.to(dev), y.to(dev)
+        losses[dev] = []
+        for i in range(4):
+            opt.param_groups[0]["lr"].fill_(0.01 / (i + 1))
+            opt.zero_grad()
+            loss = ((m(xs) - ys) ** 2).mean()
+            loss.backward()
+            step()
+            losses[dev].append(loss.item())
+    torch.testing.assert_close(losses["tpu"], losses["cpu"], rtol=1e-5, atol=1e-6)
+    st = stats()
+    assert st["graphs"] == 1 and st["captures"] == 1 and st["launches"] == 4

@@ -127,6 +127,14 @@ def eager_mode(mode):
     return execution_mode.eager_mode_scope(mode)
 
 
+def mark_dynamic(tensor, dim, lower_bound=None, upper_bound=None):
+    """TorchTPU's spelling of `torch._dynamo.mark_dynamic(tensor, dim, min=, max=)`: dimension `dim` of
+    `tensor` varies within [lower_bound, upper_bound] under torch.compile, which compiles once for the
+    range (nothing is padded: a new size is a new capture of the same graph, not a recompile)."""
+    import torch._dynamo
+    torch._dynamo.mark_dynamic(tensor, dim, min=lower_bound, max=upper_bound)
+
+
 import torch  # noqa: E402  (may run _autoload above)
 
 if _load_error is not None and not _torch_is_importing():

@@ -139,6 +139,7 @@ class _GraphRunner:
         # CPU work inside the graph would run at capture time only (and twice
         # when a capture fails): such a graph always runs eagerly.
         self.cpu_work = _makes_cpu_tensors(gm)
+        self.scalars = _scalar_inputs(gm)
 
     def _eager(self, args):
         _count("eager_runs")
@@ -147,6 +148,8 @@ class _GraphRunner:
     def __call__(self, *args):
         if self.cpu_work or not _exec_mode_allows_programs():
             return self._eager(args)
+        if self.scalars:
+            args = self._scalars_to_device(args)
         key = _signature(args)
         if key is None:
             return self._eager(args)
@@ -163,6 +166,18 @@ class _GraphRunner:
         stats.read_count += 1
         stats.last_read = _now()
         return _assemble(template, prog.launch(tensors))
+
+    def _scalars_to_device(self, args):
+        """The scalar inputs as 0-dim tensors on the graph's device, filled by a queued kernel (no wait)."""
+        dev = next((a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "tpu"), None)
+        if dev is None:
+            return args
+        args = list(args)
+        for i in self.scalars:
+            a = args[i]
+            if _is_cpu_scalar(a):
+                args[i] = torch.full((), a.item(), dtype=a.dtype, device=dev)
+        return args
 
     def _capture(self, key, args, tensors):
         if not tensors:
@@ -216,13 +231,38 @@ class _GraphRunner:
         return self._eager(args)
 
 
+def _is_cpu_scalar(v):
+    """A Python float Dynamo made a graph input: a CPU 0-dim float64 tensor. (Other CPU 0-dim tensors,
+    an optimizer's step count say, are the user's tensors, which the graph may read back or mutate.)"""
+    return isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0 and v.dtype == torch.float64
+
+
+def _scalar_inputs(gm):
+    """Positions of the placeholders that are CPU 0-dim tensors: Python scalars Dynamo made graph inputs
+    (a float that changes between calls: a learning rate, a dropout p). They are given to the program
+    as 0-dim tpu tensors, so a new value is new data, not a new capture."""
+    return frozenset(i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
+                     if _is_cpu_scalar(n.meta.get("val")))
+
+
 def _makes_cpu_tensors(gm):
+    """Whether the graph computes on the CPU. Work that only follows from scalar inputs (see
+    _scalar_inputs: a cast of the scalar, say) moves to the device with them, so it does not count."""
     from torch.utils._pytree import tree_leaves
+    moved = set()
     for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if _is_cpu_scalar(node.meta.get("val")):
+                moved.add(node)
+            continue
         if node.op != "call_function":
             continue
+        follows_scalar = any(a in moved for a in node.all_input_nodes)
         for v in tree_leaves(node.meta.get("val")):
             if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+                if follows_scalar:
+                    moved.add(node)
+                    continue
                 _log.info("tpu compile: graph %s runs eagerly: %s makes a CPU tensor", gm._get_name(), node.target)
                 return True
     return False

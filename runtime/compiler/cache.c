@@ -90,9 +90,12 @@ typedef struct where_t {
 } where_t;
 
 /* False when there is no disk cache. The default is this user's cache root
- * (base/file.h; checked, made 0700) and "fused" in it. */
+ * (base/file.h; checked, made 0700) and "fused" in it.
+ * TORCH_TPU_TIER2_COMPILATION_CACHE, TorchTPU's name for the per-host
+ * cache, is read when TORCH_TPU_FUSE_CACHE_DIR is not set. */
 static bool cache_where(where_t* w) {
   const char* d = getenv("TORCH_TPU_FUSE_CACHE_DIR");
+  if (!d) d = getenv("TORCH_TPU_TIER2_COMPILATION_CACHE");
   w->sub = NULL;
   if (d) {
     if (!d[0]) return false; /* set but empty: no disk cache */
