@@ -366,7 +366,9 @@ static void publish(tpurt_hal_queue_t* q, uint64_t value, uint64_t bytes, uint64
  * traffic (more when the host's cores are busy and the worker must be woken
  * or scheduled), far more than a kernel over a few thousand elements. A
  * kernel whose tensors hold at most TPURT_VTPU_INLINE_MAX elements together
- * (default 65536; 0 turns this off), submitted while the queue has nothing
+ * (unset or 0: off, the runtime's default, since a kernel may wait on the
+ * host; torch_tpu sets 65536: PyTorch's kernels only compute), submitted
+ * while the queue has nothing
  * left to run, runs on the submitting thread as the worker would run it
  * (same context, poison check, error kept for the next sync) and completes
  * its point before the submit returns. Order is kept: nothing queued earlier
@@ -392,7 +394,7 @@ static int64_t inline_max_elements(void) {
   int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (TPURT_LIKELY(v >= 0)) return v;
   const char* e = getenv("TPURT_VTPU_INLINE_MAX");
-  v = e && *e ? strtoll(e, NULL, 10) : 65536;
+  v = e && *e ? strtoll(e, NULL, 10) : 0;
   if (v < 0) v = 0;
   atomic_store_explicit(&cached, v, memory_order_relaxed);
   return v;
