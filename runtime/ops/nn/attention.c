@@ -242,7 +242,10 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   int64_t Sp = (a->S + BK - 1) / BK * BK;
   float* w = a->ws + (size_t)tid * a->ws_floats;
   float* q = w;                 /* BQ x E8 */
-  float* kt = q + BQ * E8;      /* E8 x Sp (K transposed) */
+  /* K transposed, one E8 x BK panel per kv block: the product walks a panel's
+   * rows BK floats apart (rows Sp apart, 4 KB at seq 1024, all fell in one L1
+   * set and evicted each other) */
+  float* kt = q + BQ * E8;      /* Sp / BK panels of E8 x BK */
   float* vb = kt + E8 * Sp;     /* Sp x Ev8 */
   float* s = vb + Sp * Ev8;     /* BQ x BK */
   float* o = s + BQ * BK;       /* BQ x Ev8 */
@@ -258,7 +261,7 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
       for (int64_t j0 = 0; j0 < a->S; j0 += BK) {
         int64_t nj = imin64(BK, a->S - j0);
         load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BK, 1.0f);
-        transpose(kb, BK, E8, E8, kt + j0, Sp);
+        transpose(kb, BK, E8, E8, kt + j0 * E8, BK);
       }
       load_rows(&a->v, b, hk, 0, a->S, a->Ev, vb, Ev8, Sp, 1.0f);
     }
@@ -268,7 +271,7 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     int64_t jend = kv_end(a, i0, ni);
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       int64_t nj = imin64(BK, a->S - j0);
-      mm(ni, BK, E8, q, E8, kt + j0, Sp, s, BK, false);
+      mm(ni, BK, E8, q, E8, kt + j0 * E8, BK, s, BK, false);
       block_mask(a, b, h, i0, ni, j0, nj, s, BK);
       for (int64_t i = 0; i < ni; ++i) {
         float* row = s + i * BK;
