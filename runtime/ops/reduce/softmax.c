@@ -49,8 +49,10 @@ static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
   for (; i + LANES <= n; i += LANES) {
     __m256 v0 = sm_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
     __m256 v1 = sm_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
-    _mm256_storeu_ps(y + i, v0);
-    _mm256_storeu_ps(y + i + 8, v1);
+    if (y) { /* NULL: log_softmax needs only the sum */
+      _mm256_storeu_ps(y + i, v0);
+      _mm256_storeu_ps(y + i + 8, v1);
+    }
     a0 = _mm256_add_ps(a0, v0);
     a1 = _mm256_add_ps(a1, v1);
   }
@@ -58,10 +60,10 @@ static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
   _mm256_storeu_ps(l + 8, a1);
 #else
   for (; i + LANES <= n; i += LANES)
-    for (int k = 0; k < LANES; ++k) { float v = tpurt_ew_expf(x[i + k] - mx); y[i + k] = v; l[k] += v; }
+    for (int k = 0; k < LANES; ++k) { float v = tpurt_ew_expf(x[i + k] - mx); if (y) y[i + k] = v; l[k] += v; }
 #endif
   float s = 0;
-  for (; i < n; ++i) { y[i] = tpurt_ew_expf(x[i] - mx); s += y[i]; }
+  for (; i < n; ++i) { float v = tpurt_ew_expf(x[i] - mx); if (y) y[i] = v; s += v; }
   for (int k = 0; k < LANES; ++k) s += l[k];
   return s;
 }
@@ -124,7 +126,7 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       T* y = direct ? (T*)po : ybuf;                                                       \
       if (!j->backward) {                                                                  \
         T mx = ROW_MAX_##T(x, n);                                                          \
-        T sum = ROW_EXPSUM_##T(x, y, n, mx);                                               \
+        T sum = ROW_EXPSUM_##T(x, j->log && DT == TPURT_DTYPE_FLOAT32 ? NULL : y, n, mx);   \
         if (j->log) {                                                                      \
           T ls = LOG(sum);                                                                 \
           for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mx - ls;                           \
