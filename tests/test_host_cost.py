@@ -83,16 +83,19 @@ def test_meta_table_error_matches_cpu(device):
 @pytest.mark.usefixtures("eager_mode")
 def test_small_kernel_error_surfaces_at_sync(device):
     """A small kernel run on the submitting thread keeps the queue's error model: in Strict and
-    DeferAndFuse the bad index raises at the next sync, not at the call (Debug raises at the call)."""
+    DeferAndFuse the bad index raises at the next sync, not at the call (Debug raises at the call),
+    with CPU's type (gather's out-of-range index is a RuntimeError on CPU)."""
     from torch_tpu._internal import execution_mode as em
     x = torch.arange(6.0, device=device)
     idx = torch.tensor([0, 9], device=device)
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.gather(x.cpu(), 0, idx.cpu())
     if em.get_eager_mode() == em.EagerMode.DEBUG:
-        with pytest.raises(IndexError):
+        with pytest.raises(RuntimeError, match="out of bounds"):
             torch.gather(x, 0, idx)
         return
     y = torch.gather(x, 0, idx)  # queued (or run inline): no error yet
-    with pytest.raises(IndexError):
+    with pytest.raises(RuntimeError, match="out of bounds"):
         y.cpu()
     torch.testing.assert_close((x * 2).cpu(), torch.arange(6.0) * 2)  # the device keeps working
 
@@ -147,3 +150,17 @@ def test_inline_bound_does_not_change_results(inline_max):
     script = _SCRIPT.format(tests=str(ROOT / "tests"), bench=str(ROOT / "bench"))
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+def test_cpp_meta_refusal_falls_back_to_python_meta(device):
+    """ATen's C++ meta for index_add selects slice 0 along the indexed dim when the result is on
+    Meta, which fails for a size-0 dim that CPU's kernel accepts; the Python meta then decides, so
+    the op runs as on CPU (found by tests/test_fuzz.py after the meta table met main's fuzzer)."""
+    for dev in ("cpu", device):
+        v = torch.zeros(4, 0, dtype=torch.int32, device=dev)
+        v.index_add_(1, torch.tensor([], dtype=torch.int64, device=dev), torch.zeros(4, 0, dtype=torch.int32, device=dev))
+        assert v.shape == (4, 0)
+    x = torch.arange(12.0).reshape(3, 4)
+    src = torch.ones(3, 2)
+    idx = torch.tensor([3, 0])
+    torch.testing.assert_close(x.to(device).index_add(1, idx.to(device), src.to(device)).cpu(), x.index_add(1, idx, src))

@@ -306,10 +306,21 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     // (torch._meta_registrations): the same checks and layouts as CPU's
     // eager kernels, in microseconds instead of a millisecond of Python, so a
     // new shape costs little more than a cached one.
-    if (info.cpp_meta && meta_op == &op)
-      info.cpp_meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
-    else
+    if (info.cpp_meta && meta_op == &op) {
+      // Where the C++ meta function refuses, PyTorch's Python meta decides (the answer this
+      // fallback gave before the C++ table): some of ATen's C++ meta functions assume real
+      // tensors, e.g. index_add's selects slice 0 along a size-0 dim when the result is on Meta,
+      // an error CPU's kernel never reaches. Refusals are rare, so the copy is a miss-path cost.
+      torch::jit::Stack retry = meta_stack;
+      try {
+        info.cpp_meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+      } catch (const c10::Error&) {
+        meta_stack = std::move(retry);
+        meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+      }
+    } else {
       meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+    }
   } catch (const c10::NotImplementedError& e) {
     throw NoMeta{e.what_without_backtrace()};
   } catch (const c10::Error& e) {
