@@ -280,7 +280,11 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   float* kb = l + BQ;           /* BK x E8 staging */
   int64_t cached = -1;
   for (int64_t t = t0; t < t1; ++t) {
-    int64_t b = t / (a->Hq * nqb), h = (t / nqb) % a->Hq, i0 = (t % nqb) * BQ;
+    /* a head's query blocks alternate from both ends (0, last, 1, last - 1, ...): causal blocks
+     * cost in proportion to their index, and a thread given a contiguous run of tasks (one head
+     * split over two threads, say) then gets an even share of the work */
+    int64_t r = t % nqb, qb = (r & 1) ? nqb - 1 - r / 2 : r / 2;
+    int64_t b = t / (a->Hq * nqb), h = (t / nqb) % a->Hq, i0 = qb * BQ;
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
     if (cached != b * a->Hkv + hk) {
       cached = b * a->Hkv + hk;
