@@ -240,6 +240,15 @@ int main(void) {
   tpurt_gemm_set_generic(true);
   test_gemm();
   tpurt_gemm_set_generic(false);
+  /* bf16 kept as pairs (the AVX-512 BF16 path's packing, odd depths, driver
+   * and tile stores) through the portable pair microkernel, on every machine;
+   * then the vdpbf16ps microkernel itself where cpuid reports AVX-512 BF16 */
+  tpurt_gemm_set_bf16dp(2);
+  CHECK(tpurt_gemm_bf16dp_mode() == 2);
+  test_gemm();
+  tpurt_gemm_set_bf16dp(-1);
+  if (tpurt_gemm_bf16dp_mode() == 1) test_gemm();
+  else printf("test_linalg: this CPU has no AVX-512 BF16: the vdpbf16ps microkernel was not run\n");
   test_gemm_int_wrap();
   test_linalg_ops();
   bench_gemm();

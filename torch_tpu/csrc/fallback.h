@@ -64,7 +64,7 @@ struct OpInfo {
   bool has_generator_arg = false;
   // Ops PyTorch gives no meta function take their shapes from a twin op.
   // kLikeSelf: ops whose output is empty_like(self) (contiguous) but have no meta.
-  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut, kGeqrf, kRnnCell, kNllLoss, kNllLossBackward } meta_via = MetaVia::kSelf;
+  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut, kGeqrf, kRnnCell, kNllLoss, kNllLossBackward, kLayerNorm } meta_via = MetaVia::kSelf;
   bool repeat_interleave = false;  // repeat_interleave.Tensor: output_size from the data
   // CPU's checks on shapes, dtypes and Python scalars that PyTorch's meta
   // function lacks (fallback_precheck.cpp), run at the call before anything
@@ -73,10 +73,22 @@ struct OpInfo {
   // Registered directly for PrivateUse1 in place of PyTorch's structured
   // CompositeExplicitAutogradNonFunctional wrapper (fallback_op_info.cpp).
   bool direct = false;
+  // ATen's C++ meta function where torch._meta_registrations put a Python one
+  // on the Meta key (fallback_meta_table.cpp); null: the Meta key is used.
+  std::unique_ptr<c10::KernelFunction> cpp_meta;
 };
 
 // The precheck for an op by its full name, or null (fallback_precheck.cpp).
 void (*precheck_for(const std::string& full_name))(const Call& c);
+
+// The generated table of C++ meta functions (fallback_meta_table.cpp),
+// looked up by "name.overload" ("add.Tensor"; "mm" for a default overload).
+struct MetaFn {
+  const char* name;
+  c10::KernelFunction (*make)();
+};
+extern const MetaFn kCppMetaTable[];
+extern const size_t kCppMetaTableSize;
 
 // The op's information, built on its first call (fallback_op_info.cpp); lock-free
 // after a thread's first call of the op.

@@ -15,6 +15,9 @@
 namespace torch_tpu {
 
 namespace fallback {
+
+static std::unique_ptr<c10::KernelFunction> cpp_meta_of(const c10::OperatorName& name);
+
 namespace {
 
 ArgClass classify(const c10::TypePtr& real) {
@@ -107,6 +110,8 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   if (full_name == "aten::convolution_backward_overrideable") return OpInfo::MetaVia::kConvolutionBackward;
   // output = empty_like(self)
   if (full_name == "aten::_logcumsumexp") return OpInfo::MetaVia::kLikeSelf;
+  // native_layer_norm's meta is a Python decomposition (torch._refs), ~10 ms per new shape
+  if (full_name == "aten::native_layer_norm") return OpInfo::MetaVia::kLayerNorm;
   // pow.Tensor_Scalar_out: its Python meta (torch._refs.pow) types
   // bool ** True as int64 and refuses the bool out tensor that the C++
   // structured meta (and CPU) chose; only the out layout is needed here.
@@ -170,12 +175,31 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   classify_returns(schema, info.get());
   info->meta_via = meta_via(info->full_name);
   info->precheck = precheck_for(info->full_name);
+  info->cpp_meta = cpp_meta_of(name);
   overlap_rules(info->base, info.get());
   info->repeat_interleave = info->full_name == "aten::repeat_interleave.Tensor";
   info->bool_index_arg1 = (info->base == "index" || info->base == "index_put" || info->base == "_index_put_impl") &&
                           args.size() > 1 && info->arg_class[1] == ArgClass::kOptTensorList;
   return info;
 }
+
+}  // namespace
+
+// Built on first use; the table holds a few hundred ops.
+static std::unique_ptr<c10::KernelFunction> cpp_meta_of(const c10::OperatorName& name) {
+  static const auto* index = [] {
+    auto* m = new std::unordered_map<std::string, const MetaFn*>();
+    for (size_t i = 0; i < kCppMetaTableSize; ++i) m->emplace(kCppMetaTable[i].name, &kCppMetaTable[i]);
+    return m;
+  }();
+  if (name.name.rfind("aten::", 0) != 0) return nullptr;
+  std::string key = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+  auto it = index->find(key);
+  if (it == index->end()) return nullptr;
+  return std::make_unique<c10::KernelFunction>(it->second->make());
+}
+
+namespace {
 
 std::mutex g_ops_mu;
 std::unordered_map<const void*, std::unique_ptr<OpInfo>> g_ops;  // never erased: entries live for the process

@@ -9,6 +9,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/layer_norm.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -219,6 +220,35 @@ std::shared_ptr<MetaEntry> like_self_layouts(const OpInfo& info, const at::Tenso
   return entry;
 }
 
+// native_layer_norm(input, normalized_shape, weight, bias, eps) -> (out, mean, rstd),
+// after CPU's own argument checks: out has the input's shape, contiguous, as
+// CPU's kernel gives it; mean and rstd are [outer dims..., 1, ..., 1] in the
+// computation dtype (float32 for 16-bit inputs), as PyTorch's meta function
+// (torch._refs.native_layer_norm) gives them.
+std::shared_ptr<MetaEntry> layer_norm_layouts(at::ArrayRef<c10::IValue> args) {
+  const at::Tensor& x = args[0].toTensor();
+  std::vector<int64_t> normalized;
+  for (const auto& e : args[1].toListRef()) normalized.push_back(e.isInt() ? e.toInt() : e.toSymInt().guard_int(__FILE__, __LINE__));
+  at::Tensor w = args[2].isTensor() ? args[2].toTensor() : at::Tensor();
+  at::Tensor b = args[3].isTensor() ? args[3].toTensor() : at::Tensor();
+  at::native::_check_layer_norm_inputs(x, normalized, w, b);
+  auto entry = std::make_shared<MetaEntry>();
+  OutMeta out, stat;
+  out.defined = stat.defined = true;
+  out.offset = stat.offset = 0;
+  out.dtype = x.scalar_type();
+  stat.dtype = at::isReducedFloatingType(out.dtype) ? at::kFloat : out.dtype;
+  out.sizes.assign(x.sizes().begin(), x.sizes().end());
+  contiguous_strides(out.sizes, &out.strides);
+  const int64_t axis = x.dim() - static_cast<int64_t>(normalized.size());
+  for (int64_t d = 0; d < x.dim(); ++d) stat.sizes.push_back(d < axis ? x.size(d) : 1);
+  contiguous_strides(stat.sizes, &stat.strides);
+  entry->rets.push_back({out});
+  entry->rets.push_back({stat});
+  entry->rets.push_back({stat});
+  return entry;
+}
+
 // Thrown (and caught below) when PyTorch cannot give output shapes without
 // the data: no meta function, or a data-dependent one.
 struct NoMeta {
@@ -229,6 +259,7 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
                                     at::ArrayRef<c10::IValue> args) {
   if (info.meta_via == OpInfo::MetaVia::kGeqrf) return geqrf_layouts(args[0].toTensor());
   if (info.meta_via == OpInfo::MetaVia::kLikeSelf) return like_self_layouts(info, args[0].toTensor());
+  if (info.meta_via == OpInfo::MetaVia::kLayerNorm) return layer_norm_layouts(args);
   torch::jit::Stack meta_stack;
   meta_stack.reserve(args.size() + 1);
   for (const auto& a : args) meta_stack.push_back(ivalue_to_meta(a));
@@ -271,7 +302,25 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     }
   }
   try {
-    meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+    // ATen's C++ meta function where PyTorch's Meta key holds a Python one
+    // (torch._meta_registrations): the same checks and layouts as CPU's
+    // eager kernels, in microseconds instead of a millisecond of Python, so a
+    // new shape costs little more than a cached one.
+    if (info.cpp_meta && meta_op == &op) {
+      // Where the C++ meta function refuses, PyTorch's Python meta decides (the answer this
+      // fallback gave before the C++ table): some of ATen's C++ meta functions assume real
+      // tensors, e.g. index_add's selects slice 0 along a size-0 dim when the result is on Meta,
+      // an error CPU's kernel never reaches. Refusals are rare, so the copy is a miss-path cost.
+      torch::jit::Stack retry = meta_stack;
+      try {
+        info.cpp_meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+      } catch (const c10::Error&) {
+        meta_stack = std::move(retry);
+        meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+      }
+    } else {
+      meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+    }
   } catch (const c10::NotImplementedError& e) {
     throw NoMeta{e.what_without_backtrace()};
   } catch (const c10::Error& e) {

@@ -52,6 +52,11 @@ void register_program(py::module_& m);       // program.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
+  // Small kernels on an idle queue run on the submitting thread (vtpu_queue.c).
+  // The runtime's own default keeps every kernel on the queue's worker (its C
+  // tests hold kernels on gates the host opens later); the kernels PyTorch's
+  // ops reach are pure compute, so this layer turns it on unless the user chose.
+  setenv("TPURT_VTPU_INLINE_MAX", "65536", /*overwrite=*/0);
   torch_tpu::install_host_hooks();
   m.doc() = "torch_tpu C++ layer: PrivateUse1 registrations over the tpurt runtime";
   torch_tpu::register_direct_structured_ops();

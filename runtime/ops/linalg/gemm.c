@@ -1,7 +1,8 @@
 /* The strided GEMM entry (see gemm.h): OpenBLAS for fp32, and our own
  * BLIS-style GEMM for the other dtypes: B is packed into NR-column panels, A
  * into MR-row panels (converted to the accumulation type while packing, so
- * bf16/f16 run the fp32 microkernel), and a register-blocked microkernel
+ * bf16/f16 run the fp32 microkernel; bf16 is kept as pairs for vdpbf16ps where
+ * the CPU has AVX-512 BF16), and a register-blocked microkernel
  * computes MR x NR tiles. One generic blocked driver is instantiated per
  * accumulation type by macro. */
 #include "ops/linalg/gemm.h"
@@ -9,6 +10,7 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/env.h"
@@ -256,6 +258,162 @@ static void ukr_f32_dispatch(int64_t kc, const float* restrict a, const float* r
   f(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
 }
 
+/* ---- bf16 pairs: the AVX-512 BF16 path ----
+ * vdpbf16ps multiplies pairs of bf16 and adds both products to one fp32
+ * lane, so operands are packed as bf16 pairs along the depth instead of
+ * being widened: a panel is [ceil(depth / 2)][panel][2] uint16 (an odd depth
+ * ends with a zero partner). The microkernel holds MR_BDP x NR_BDP fp32 sums
+ * (12 x 32: 24 zmm). Chosen at run time: the CPU must report avx512_bf16
+ * (cpuid, through __builtin_cpu_supports), TORCH_TPU_GEMM_GENERIC must be
+ * unset, and TORCH_TPU_GEMM_BF16DP may be 0 (off) or "emulate": the same
+ * packing and driver with a portable microkernel that computes what
+ * vdpbf16ps computes, so machines without the instruction test the layout. */
+enum { MR_BDP = 12, NR_BDP = 32 };
+
+static void pack_bf16_pairs(const void* src_, int64_t rs, int64_t cs, int64_t rows, int64_t depth,
+                            int panel, void* dst_) {
+  const uint16_t* src = (const uint16_t*)src_;
+  uint16_t* dst = (uint16_t*)dst_;
+  int64_t pairs = (depth + 1) / 2;
+  for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * 2 * pairs) {
+    int pr = (int)imin(panel, rows - i0);
+    const uint16_t* s0 = src + i0 * rs;
+    if (pr == panel && rs == 1) {
+      /* rows contiguous (B row-major): interleave two depth rows */
+      int64_t p = 0;
+      for (; p + 2 <= depth; p += 2) {
+        const uint16_t *e = s0 + p * cs, *o = e + cs;
+        uint16_t* d = dst + p * panel;
+        for (int r = 0; r < panel; ++r) { d[2 * r] = e[r]; d[2 * r + 1] = o[r]; }
+      }
+      if (p < depth) {
+        const uint16_t* e = s0 + p * cs;
+        uint16_t* d = dst + p * panel;
+        for (int r = 0; r < panel; ++r) { d[2 * r] = e[r]; d[2 * r + 1] = 0; }
+      }
+      continue;
+    }
+    if (cs == 1) {
+      /* depth contiguous (A row-major, B transposed): a pair is one 32-bit word */
+      for (int r = 0; r < panel; ++r) {
+        uint16_t* d = dst + 2 * r;
+        if (r >= pr) {
+          for (int64_t q = 0; q < pairs; ++q) d[q * 2 * panel] = d[q * 2 * panel + 1] = 0;
+          continue;
+        }
+        const uint16_t* e = s0 + r * rs;
+        int64_t q = 0;
+        for (; 2 * q + 2 <= depth; ++q) memcpy(d + q * 2 * panel, e + 2 * q, 4);
+        if (q < pairs) { d[q * 2 * panel] = e[2 * q]; d[q * 2 * panel + 1] = 0; }
+      }
+      continue;
+    }
+    for (int64_t q = 0; q < pairs; ++q)
+      for (int r = 0; r < panel; ++r)
+        for (int e = 0; e < 2; ++e) {
+          int64_t p = 2 * q + e;
+          dst[(q * panel + r) * 2 + e] = (r < pr && p < depth) ? s0[r * rs + p * cs] : 0;
+        }
+  }
+}
+
+/* What vdpbf16ps does per lane: acc += a_hi * b_hi, then + a_lo * b_lo, each
+ * product exact in fp32 (8-bit significands), each add rounded. (The
+ * instruction also flushes denormal inputs and results to zero; the portable
+ * kernel keeps them, a difference below bf16's resolution.) */
+static void ukr_bdp_generic(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c,
+                            int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
+  float acc[MR_BDP][NR_BDP];
+  memset(acc, 0, sizeof(acc));
+  int64_t pairs = (kc + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q, a += 2 * MR_BDP, b += 2 * NR_BDP)
+    for (int r = 0; r < MR_BDP; ++r) {
+      float a0 = tpurt_bf16_to_f32(a[2 * r]), a1 = tpurt_bf16_to_f32(a[2 * r + 1]);
+      for (int j = 0; j < NR_BDP; ++j) {
+        float v = acc[r][j] + a1 * tpurt_bf16_to_f32(b[2 * j + 1]);
+        acc[r][j] = v + a0 * tpurt_bf16_to_f32(b[2 * j]);
+      }
+    }
+  UKR_STORE_TAIL(float, MR_BDP, NR_BDP, acc)
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 10 || defined(__clang__))
+#define GEMM_HAVE_BDP_X86 1
+/* Built for AVX-512 BF16 whatever -march says; only called after cpuid said yes. */
+__attribute__((target("avx512f,avx512bf16"))) static void ukr_bdp_avx512(
+    int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c, int64_t rs, int64_t cs,
+    float alpha, float beta, int mr, int nr) {
+  __m512 acc[MR_BDP][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR_BDP; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t pairs = (kc + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q, a += 2 * MR_BDP, b += 2 * NR_BDP) {
+    __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void*)b);
+    __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void*)(b + 32));
+#pragma GCC unroll 12
+    for (int r = 0; r < MR_BDP; ++r) {
+      int32_t pair;
+      memcpy(&pair, a + 2 * r, 4);
+      __m512bh ar = (__m512bh)_mm512_set1_epi32(pair);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+    }
+  }
+  __m512 va = _mm512_set1_ps(alpha);
+  if (mr == MR_BDP && nr == NR_BDP && cs == 1) {
+    __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+    for (int r = 0; r < MR_BDP; ++r) {
+      float* cr = c + r * rs;
+      __m512 v0 = _mm512_mul_ps(va, acc[r][0]), v1 = _mm512_mul_ps(va, acc[r][1]);
+      if (beta != 0) {
+        v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cr), v0);
+        v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cr + 16), v1);
+      }
+      _mm512_storeu_ps(cr, v0);
+      _mm512_storeu_ps(cr + 16, v1);
+    }
+    return;
+  }
+  float tmp[MR_BDP][NR_BDP] __attribute__((aligned(64)));
+  for (int r = 0; r < MR_BDP; ++r) {
+    _mm512_store_ps(&tmp[r][0], acc[r][0]);
+    _mm512_store_ps(&tmp[r][16], acc[r][1]);
+  }
+  UKR_STORE_TAIL(float, MR_BDP, NR_BDP, tmp)
+}
+#endif
+
+/* Which bf16 path runs: 0 widened fp32, 1 vdpbf16ps, 2 the portable pair kernel. */
+static _Atomic int g_bdp = -1;
+static int bdp_mode(void) {
+  int v = atomic_load_explicit(&g_bdp, memory_order_relaxed);
+  if (TPURT_LIKELY(v >= 0)) return v;
+  const char* e = getenv("TORCH_TPU_GEMM_BF16DP");
+  if (e && strcmp(e, "emulate") == 0) v = 2;
+  else if (e && strcmp(e, "0") == 0) v = 0;
+#ifdef GEMM_HAVE_BDP_X86
+  else v = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+#else
+  else v = 0;
+#endif
+  atomic_store_explicit(&g_bdp, v, memory_order_relaxed);
+  return v;
+}
+void tpurt_gemm_set_bf16dp(int mode) { atomic_store(&g_bdp, mode < 0 ? -1 : mode); }
+int tpurt_gemm_bf16dp_mode(void) { return gemm_generic() ? 0 : bdp_mode(); }
+
+static void ukr_bdp_dispatch(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c,
+                             int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
+#ifdef GEMM_HAVE_BDP_X86
+  if (bdp_mode() == 1) {
+    ukr_bdp_avx512(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
+    return;
+  }
+#endif
+  ukr_bdp_generic(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
+}
+
 /* ---- the blocked driver, one instance per accumulation type ---- */
 typedef struct core_args_t {
   int64_t m, n, k;
@@ -279,32 +437,32 @@ typedef struct core_args_t {
   tpurt_dtype_t c16; /* C's dtype on that path */
 } core_args_t;
 
-#define DEFINE_CORE(SUF, T, MR, NR, UKR)                                                          \
+#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP)                                                          \
   static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->b +                                                       \
                       (size_t)((s->pc * s->b_rs + (s->jc + b0 * NR) * s->b_cs) * (int64_t)s->in_size); \
     s->pack(src, s->b_cs, s->b_rs, imin(s->nc - b0 * NR, (b1 - b0) * NR), s->kc, NR,           \
-            (T*)s->pb + b0 * NR * s->kc);                                                       \
+            (T*)s->pb + b0 * NR * KCP(s->kc));                                                       \
   }                                                                                             \
   static void SUF##_pack_a(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->a +                                                       \
                       (size_t)(((s->ic + b0 * MR) * s->a_rs + s->pc * s->a_cs) * (int64_t)s->in_size); \
     s->pack(src, s->a_rs, s->a_cs, imin(s->mch - b0 * MR, (b1 - b0) * MR), s->kc, MR,          \
-            (T*)s->pa + b0 * MR * s->kc);                                                       \
+            (T*)s->pa + b0 * MR * KCP(s->kc));                                                       \
   }                                                                                             \
   static void SUF##_tiles(void* u, int64_t t0, int64_t t1, int tid) {                           \
     core_args_t* s = (core_args_t*)u;                                                           \
-    T alpha = (T)s->alpha, beta = (T)s->beta_eff;                                               \
+    TC alpha = (TC)s->alpha, beta = (TC)s->beta_eff;                                               \
     for (int64_t t = t0; t < t1; ++t) {                                                         \
       int64_t i0 = (t / s->ntile_n) * MC, j0 = (t % s->ntile_n) * NCSUB;                        \
       int64_t i1 = imin(i0 + MC, s->mch), j1 = imin(j0 + NCSUB, s->nc);                          \
       for (int64_t j = j0; j < j1; j += NR) {                                                   \
-        const T* bp = (const T*)s->pb + j * s->kc;                                              \
+        const T* bp = (const T*)s->pb + j * KCP(s->kc);                                              \
         for (int64_t i = i0; i < i1; i += MR) {                                                 \
-          T* cp = (T*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;                     \
-          UKR(s->kc, (const T*)s->pa + i * s->kc, bp, cp, s->c_rs, s->c_cs, alpha, beta,        \
+          TC* cp = (TC*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;                     \
+          UKR(s->kc, (const T*)s->pa + i * KCP(s->kc), bp, cp, s->c_rs, s->c_cs, alpha, beta,        \
               (int)imin(MR, i1 - i), (int)imin(NR, j1 - j));                                    \
         }                                                                                       \
       }                                                                                         \
@@ -328,17 +486,21 @@ typedef struct core_args_t {
     }                                                                                           \
   }
 
-DEFINE_CORE(f32, float, MR_F32, NR_F32, ukr_f32_dispatch)
-DEFINE_CORE(f64, double, MR_F64, NR_F64, ukr_f64)
-DEFINE_CORE(i64, int64_t, MR_I64, NR_I64, ukr_i64)
+#define KCP_ID(kc) (kc)
+#define KCP_PAIRS(kc) (((kc) + 1) & ~(int64_t)1)
+DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID)
+DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID)
+DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID)
+DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS)
 
-/* One finished MR x NR fp32 tile into 16-bit C: c = round(alpha * acc + beta * c). */
-static void store_tile_c16(tpurt_dtype_t dt, const float* acc, uint16_t* c, int64_t rs, int64_t cs,
+/* One finished mr x nr fp32 tile (rows `ld` apart, nr <= 64) into 16-bit C:
+ * c = round(alpha * acc + beta * c). */
+static void store_tile_c16(tpurt_dtype_t dt, const float* acc, int ld, uint16_t* c, int64_t rs, int64_t cs,
                            float alpha, float beta, int mr, int nr) {
-  float row[NR_F32];
+  float row[64];
   for (int r = 0; r < mr; ++r) {
     uint16_t* cr = c + r * rs;
-    const float* a = acc + r * NR_F32;
+    const float* a = acc + r * ld;
     if (beta == 0) {
       for (int j = 0; j < nr; ++j) row[j] = alpha * a[j];
     } else {
@@ -356,35 +518,40 @@ static void store_tile_c16(tpurt_dtype_t dt, const float* acc, uint16_t* c, int6
   }
 }
 
-/* The tile loop of f32_core for 16-bit C: each microkernel tile is computed
+/* The tile loop of a core for 16-bit C: each microkernel tile is computed
  * into registers-then-stack (alpha 1, beta 0) and rounded once on store. */
-static void f32_c16_tiles(void* u, int64_t t0, int64_t t1, int tid) {
-  core_args_t* s = (core_args_t*)u;
-  float alpha = (float)s->alpha, beta = (float)s->beta_eff;
-  float tmp[MR_F32 * NR_F32] __attribute__((aligned(32)));
-  for (int64_t t = t0; t < t1; ++t) {
-    int64_t i0 = (t / s->ntile_n) * MC, j0 = (t % s->ntile_n) * NCSUB;
-    int64_t i1 = imin(i0 + MC, s->mch), j1 = imin(j0 + NCSUB, s->nc);
-    for (int64_t j = j0; j < j1; j += NR_F32) {
-      const float* bp = (const float*)s->pb + j * s->kc;
-      for (int64_t i = i0; i < i1; i += MR_F32) {
-        int mr = (int)imin(MR_F32, i1 - i), nr = (int)imin(NR_F32, j1 - j);
-        ukr_f32_dispatch(s->kc, (const float*)s->pa + i * s->kc, bp, tmp, NR_F32, 1, 1.0f, 0.0f,
-                         MR_F32, NR_F32);
-        uint16_t* cp = (uint16_t*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;
-        store_tile_c16(s->c16, tmp, cp, s->c_rs, s->c_cs, alpha, beta, mr, nr);
-      }
-    }
+#define DEFINE_C16_TILES(SUF, T, MR, NR, UKR, KCP)                                              \
+  static void SUF##_c16_tiles(void* u, int64_t t0, int64_t t1, int tid) {                       \
+    core_args_t* s = (core_args_t*)u;                                                           \
+    float alpha = (float)s->alpha, beta = (float)s->beta_eff;                                   \
+    float tmp[MR * NR] __attribute__((aligned(64)));                                            \
+    for (int64_t t = t0; t < t1; ++t) {                                                         \
+      int64_t i0 = (t / s->ntile_n) * MC, j0 = (t % s->ntile_n) * NCSUB;                        \
+      int64_t i1 = imin(i0 + MC, s->mch), j1 = imin(j0 + NCSUB, s->nc);                          \
+      for (int64_t j = j0; j < j1; j += NR) {                                                   \
+        const T* bp = (const T*)s->pb + j * KCP(s->kc);                                         \
+        for (int64_t i = i0; i < i1; i += MR) {                                                 \
+          int mr = (int)imin(MR, i1 - i), nr = (int)imin(NR, j1 - j);                           \
+          UKR(s->kc, (const T*)s->pa + i * KCP(s->kc), bp, tmp, NR, 1, 1.0f, 0.0f, MR, NR);     \
+          uint16_t* cp = (uint16_t*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;       \
+          store_tile_c16(s->c16, tmp, NR, cp, s->c_rs, s->c_cs, alpha, beta, mr, nr);           \
+        }                                                                                       \
+      }                                                                                         \
+    }                                                                                           \
   }
-}
+DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID)
+DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS)
 
 /* ---- dtype plumbing ---- */
-typedef enum { ACC_F32, ACC_F64, ACC_I64, ACC_NONE } acc_kind_t;
+/* ACC_BDP: bf16 operands as pairs into fp32 sums (the vdpbf16ps path). */
+typedef enum { ACC_F32, ACC_F64, ACC_I64, ACC_BDP, ACC_NONE } acc_kind_t;
 
 static acc_kind_t acc_kind(tpurt_dtype_t ab, tpurt_dtype_t c) {
   switch (ab) {
     case TPURT_DTYPE_FLOAT32: return c == ab ? ACC_F32 : ACC_NONE;
     case TPURT_DTYPE_BFLOAT16:
+      if (c != ab && c != TPURT_DTYPE_FLOAT32) return ACC_NONE;
+      return tpurt_gemm_bf16dp_mode() ? ACC_BDP : ACC_F32;
     case TPURT_DTYPE_FLOAT16:
       return (c == ab || c == TPURT_DTYPE_FLOAT32) ? ACC_F32 : ACC_NONE;
     case TPURT_DTYPE_FLOAT64: return c == ab ? ACC_F64 : ACC_NONE;
@@ -415,11 +582,17 @@ static pack_fn_t pack_for(tpurt_dtype_t ab) {
   }
 }
 
-static size_t acc_size(acc_kind_t k) { return k == ACC_F32 ? 4 : 8; }
-static int acc_mr(acc_kind_t k) { return k == ACC_F32 ? MR_F32 : k == ACC_F64 ? MR_F64 : MR_I64; }
-static int acc_nr(acc_kind_t k) { return k == ACC_F32 ? NR_F32 : k == ACC_F64 ? NR_F64 : NR_I64; }
+/* Bytes per accumulator (and per packed element: a bf16 pair panel,
+ * 2 * round_up(kc, 2) bytes per row, fits in 4 * kc). */
+static size_t acc_size(acc_kind_t k) { return k == ACC_F32 || k == ACC_BDP ? 4 : 8; }
+static int acc_mr(acc_kind_t k) {
+  return k == ACC_F32 ? MR_F32 : k == ACC_F64 ? MR_F64 : k == ACC_BDP ? MR_BDP : MR_I64;
+}
+static int acc_nr(acc_kind_t k) {
+  return k == ACC_F32 ? NR_F32 : k == ACC_F64 ? NR_F64 : k == ACC_BDP ? NR_BDP : NR_I64;
+}
 static tpurt_dtype_t acc_dtype(acc_kind_t k) {
-  return k == ACC_F32 ? TPURT_DTYPE_FLOAT32 : k == ACC_F64 ? TPURT_DTYPE_FLOAT64 : TPURT_DTYPE_INT64;
+  return k == ACC_F32 || k == ACC_BDP ? TPURT_DTYPE_FLOAT32 : k == ACC_F64 ? TPURT_DTYPE_FLOAT64 : TPURT_DTYPE_INT64;
 }
 
 /* A matrix (rows x cols, rs, cs) as a BLAS operand: row-major (trans=false)
@@ -454,7 +627,7 @@ static bool c_direct(const tpurt_gemm_t* g, acc_kind_t k) { return g->c_dtype ==
 /* 16-bit C written straight from the fp32 tiles: one depth block, so no
  * partial sums have to be kept in float32 between blocks. */
 static bool c16_direct(const tpurt_gemm_t* g, acc_kind_t k) {
-  return k == ACC_F32 && g->k <= KC &&
+  return (k == ACC_F32 || k == ACC_BDP) && g->k <= KC &&
          (g->c_dtype == TPURT_DTYPE_BFLOAT16 || g->c_dtype == TPURT_DTYPE_FLOAT16);
 }
 
@@ -747,15 +920,15 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   core_args_t s = {.m = g->m, .n = g->n, .k = g->k, .a = g->a, .a_rs = g->a_rs,
                    .a_cs = g->a_cs, .b = g->b, .b_rs = g->b_rs, .b_cs = g->b_cs,
                    .alpha = g->alpha, .beta = g->beta, .in_size = tpurt_dtype_size(g->ab_dtype),
-                   .pack = pack_for(g->ab_dtype)};
+                   .pack = kind == ACC_BDP ? pack_bf16_pairs : pack_for(g->ab_dtype)};
   s.pa = ws;
   ws += align64(round_up(imin(g->m, MCH), mr) * imin(g->k, KC) * es);
   s.pb = ws;
   ws += align64(round_up(imin(g->n, NC), nr) * imin(g->k, KC) * es);
   void (*core)(tpurt_kernel_ctx_t*, core_args_t*) =
-      kind == ACC_F32 ? f32_core : kind == ACC_F64 ? f64_core : i64_core;
+      kind == ACC_F32 ? f32_core : kind == ACC_F64 ? f64_core : kind == ACC_BDP ? bdp_core : i64_core;
   if (c_direct(g, kind) || c16_direct(g, kind)) {
-    if (!c_direct(g, kind)) s.tiles = f32_c16_tiles, s.c16 = g->c_dtype;
+    if (!c_direct(g, kind)) s.tiles = kind == ACC_BDP ? bdp_c16_tiles : f32_c16_tiles, s.c16 = g->c_dtype;
     c_in_to_c(ctx, g);
     s.c = g->c, s.c_rs = g->c_rs, s.c_cs = g->c_cs;
     core(ctx, &s);

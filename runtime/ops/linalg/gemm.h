@@ -51,5 +51,13 @@ void tpurt_gemm_set_fp32_own(bool own);
 /* Tests: run the portable microkernel and scalar packing instead of the
  * vector ones (also TORCH_TPU_GEMM_GENERIC=1 in the environment). */
 void tpurt_gemm_set_generic(bool generic);
+/* The bf16 x bf16 path: 0 widened to fp32 (the AVX2/FMA microkernel), 1 bf16
+ * pairs through AVX-512 BF16 vdpbf16ps (chosen when cpuid reports it), 2 the
+ * same pairs through a portable microkernel (TORCH_TPU_GEMM_BF16DP=emulate;
+ * tests of the packing on machines without the instruction). Set -1 to read
+ * the CPU and environment again. The mode in force is 0 whenever the generic
+ * switch above is on. */
+void tpurt_gemm_set_bf16dp(int mode);
+int tpurt_gemm_bf16dp_mode(void);
 
 #endif /* TPURT_OPS_LINALG_GEMM_H_ */

@@ -100,14 +100,40 @@ static float row_max(const float* x, int64_t n, float m) {
 }
 #endif
 
-/* x[i] = exp(x[i] - sub) over n (a multiple of 8), returning the sum. */
+#if defined(__AVX2__) && defined(__FMA__)
+/* exp of x <= 0 (scores minus their running max), -inf or NaN: tpurt_ew_expf8's
+ * range reduction and polynomial without its overflow side (the scale 2^n is
+ * one exponent field, n >= -126); below -87 the result is 0, dropping only
+ * exp's subnormal tail (< 1.7e-38), far below a softmax sum's resolution. */
+static inline __m256 expf8_nonpos(__m256 x) {
+  const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), xc);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 q = _mm256_set1_ps(1.9875691500E-4f);
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.3981999507E-3f));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(8.3334519073E-3f));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(4.1665795894E-2f));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.6666665459E-1f));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(5.0000001201E-1f));
+  __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(q, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256 v = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
+  return _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+#endif
+
+/* x[i] = exp(x[i] - sub) over n (a multiple of 8), returning the sum; every
+ * x[i] - sub is <= 0 (sub is at least the row's max) or NaN. */
 static float exp_sub_sum(float* x, int64_t n, float sub) {
   int64_t i = 0;
   float s = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 acc = _mm256_setzero_ps(), vs = _mm256_set1_ps(sub);
   for (; i + 8 <= n; i += 8) {
-    __m256 v = tpurt_ew_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+    __m256 v = expf8_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
     _mm256_storeu_ps(x + i, v);
     acc = _mm256_add_ps(acc, v);
   }
@@ -242,7 +268,10 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   int64_t Sp = (a->S + BK - 1) / BK * BK;
   float* w = a->ws + (size_t)tid * a->ws_floats;
   float* q = w;                 /* BQ x E8 */
-  float* kt = q + BQ * E8;      /* E8 x Sp (K transposed) */
+  /* K transposed, one E8 x BK panel per kv block: the product walks a panel's
+   * rows BK floats apart (rows Sp apart, 4 KB at seq 1024, all fell in one L1
+   * set and evicted each other) */
+  float* kt = q + BQ * E8;      /* Sp / BK panels of E8 x BK */
   float* vb = kt + E8 * Sp;     /* Sp x Ev8 */
   float* s = vb + Sp * Ev8;     /* BQ x BK */
   float* o = s + BQ * BK;       /* BQ x Ev8 */
@@ -251,14 +280,18 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   float* kb = l + BQ;           /* BK x E8 staging */
   int64_t cached = -1;
   for (int64_t t = t0; t < t1; ++t) {
-    int64_t b = t / (a->Hq * nqb), h = (t / nqb) % a->Hq, i0 = (t % nqb) * BQ;
+    /* a head's query blocks alternate from both ends (0, last, 1, last - 1, ...): causal blocks
+     * cost in proportion to their index, and a thread given a contiguous run of tasks (one head
+     * split over two threads, say) then gets an even share of the work */
+    int64_t r = t % nqb, qb = (r & 1) ? nqb - 1 - r / 2 : r / 2;
+    int64_t b = t / (a->Hq * nqb), h = (t / nqb) % a->Hq, i0 = qb * BQ;
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
     if (cached != b * a->Hkv + hk) {
       cached = b * a->Hkv + hk;
       for (int64_t j0 = 0; j0 < a->S; j0 += BK) {
         int64_t nj = imin64(BK, a->S - j0);
         load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BK, 1.0f);
-        transpose(kb, BK, E8, E8, kt + j0, Sp);
+        transpose(kb, BK, E8, E8, kt + j0 * E8, BK);
       }
       load_rows(&a->v, b, hk, 0, a->S, a->Ev, vb, Ev8, Sp, 1.0f);
     }
@@ -268,8 +301,9 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     int64_t jend = kv_end(a, i0, ni);
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       int64_t nj = imin64(BK, a->S - j0);
-      mm(ni, BK, E8, q, E8, kt + j0, Sp, s, BK, false);
-      block_mask(a, b, h, i0, ni, j0, nj, s, BK);
+      mm(ni, BK, E8, q, E8, kt + j0 * E8, BK, s, BK, false);
+      /* a whole block at or below the diagonal, with no mask and no padding, needs no masking */
+      if (a->has_mask || nj < BK || (a->causal && j0 + BK - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BK);
       for (int64_t i = 0; i < ni; ++i) {
         float* row = s + i * BK;
         float m = row_max(row, BK, mx[i]);

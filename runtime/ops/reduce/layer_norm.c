@@ -1,8 +1,10 @@
 /* Layer norm and RMS norm over the trailing `normalized_shape` dims, forward
  * and backward: native_layer_norm(_backward), _fused_rms_norm(_backward).
- * Rows (the leading dims) split across threads; each row is gathered into a
- * double buffer (statistics in double whatever the dtype), and weight/bias
- * gradients are summed into per-thread partials, then added in thread order. */
+ * Rows (the leading dims) split across threads; weight/bias gradients are
+ * summed into per-thread partials, then added in thread order. float32 and
+ * 16-bit rows whose trailing dims walk with one stride compute in float32 (as
+ * PyTorch CPU does), reading and writing contiguous float32 rows in place;
+ * float64 and other layouts gather each row into a double buffer. */
 #include <float.h>
 #include <string.h>
 
@@ -86,7 +88,107 @@ typedef struct ln_job_t {
   double* partial;            /* backward: per thread [2N] (dw, db) */
   bool* touched;
   double* buf;                /* per thread 3N */
+  /* the float32 path (ln_rows_f32) */
+  bool f32;
+  float fstat_eps;
+  const float *fw, *fb;
+  float* fpartial;            /* backward: per thread [2N] (dw, db) */
+  float* fbuf;                /* per thread 3N */
 } ln_job_t;
+
+/* Float sums in 32 independent lanes (four AVX2 vectors): one vector's running
+ * sum would wait on the add latency at every step. */
+#define LN_SUM32(N, EXPR)                                                                  \
+  ({                                                                                       \
+    const int64_t n_ = (N);                                                                \
+    float l_[32] = {0}, s_ = 0;                                                            \
+    int64_t i_ = 0;                                                                        \
+    for (int64_t b_ = 0; b_ + 32 <= n_; b_ += 32)                                          \
+      for (int k_ = 0; k_ < 32; ++k_) { i_ = b_ + k_; l_[k_] += (EXPR); }                  \
+    for (i_ = n_ & ~(int64_t)31; i_ < n_; ++i_) s_ += (EXPR);                              \
+    for (int k_ = 0; k_ < 32; ++k_) s_ += l_[k_];                                          \
+    s_;                                                                                    \
+  })
+
+/* A row of m in float32: m's own memory when it is a contiguous float32 row
+ * (buf untouched), else converted into buf. */
+static const float* ln_row_f32(const mat_t* m, int64_t r, int64_t n, float* buf) {
+  const char* base = tpurt_tensor_at(m->t, mat_row_off(m, r));
+  if (m->t->dtype == TPURT_DTYPE_FLOAT32 && (m->cs == 1 || n == 1)) return (const float*)base;
+  tpurt_row_load_f32(m->t->dtype, base, m->cs, n, buf);
+  return buf;
+}
+/* Where a result row goes: m's memory when it is a contiguous float32 row,
+ * else buf (then ln_row_put converts it). */
+static float* ln_row_out(const mat_t* m, int64_t r, int64_t n, float* buf) {
+  char* base = tpurt_tensor_at(m->t, mat_row_off(m, r));
+  return m->t->dtype == TPURT_DTYPE_FLOAT32 && (m->cs == 1 || n == 1) ? (float*)base : buf;
+}
+static void ln_row_put(const mat_t* m, int64_t r, int64_t n, float* y, const float* buf) {
+  if (y != buf) return;
+  tpurt_row_store_f32(m->t->dtype, tpurt_tensor_at(m->t, mat_row_off(m, r)), m->cs, n, buf);
+}
+
+static void ln_rows_f32(void* user, int64_t rb, int64_t re, int tid) {
+  const ln_job_t* j = user;
+  int64_t N = j->N;
+  float* xb = j->fbuf + (size_t)tid * 3 * (size_t)N;
+  float* gb = xb + N;
+  float* yb = gb + N;
+  float* dw = j->fpartial ? j->fpartial + (size_t)tid * 2 * (size_t)N : NULL;
+  float* db = dw ? dw + N : NULL;
+  if (dw && !j->touched[tid]) {
+    memset(dw, 0, sizeof(float) * 2 * (size_t)N);
+    j->touched[tid] = true;
+  }
+  bool rms = j->mode == RMS_FWD || j->mode == RMS_BWD;
+  const float *w = j->fw, *b = j->fb;
+  const float inv_n = 1.0f / (float)N;
+  for (int64_t r = rb; r < re; ++r) {
+    const float* x = ln_row_f32(&j->x, r, N, xb);
+    if (j->mode == LN_FWD || j->mode == RMS_FWD) {
+      float mean = rms ? 0.0f : LN_SUM32(N, x[i_]) * inv_n;
+      float var = LN_SUM32(N, (x[i_] - mean) * (x[i_] - mean)) * inv_n;
+      float rstd = 1.0f / sqrtf(var + j->fstat_eps);
+      float* y = ln_row_out(&j->out, r, N, yb);
+      if (w && b)
+        for (int64_t i = 0; i < N; ++i) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+      else if (w)
+        for (int64_t i = 0; i < N; ++i) y[i] = (x[i] - mean) * rstd * w[i];
+      else if (b)
+        for (int64_t i = 0; i < N; ++i) y[i] = (x[i] - mean) * rstd + b[i];
+      else
+        for (int64_t i = 0; i < N; ++i) y[i] = (x[i] - mean) * rstd;
+      ln_row_put(&j->out, r, N, y, yb);
+      if (j->mean) tpurt_dtype_store_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)), mean);
+      if (j->rstd) tpurt_dtype_store_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)), rstd);
+      continue;
+    }
+    const float* g = ln_row_f32(&j->dy, r, N, gb);
+    float mean = rms ? 0.0f : (float)tpurt_dtype_load_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)));
+    float rstd = (float)tpurt_dtype_load_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)));
+    /* xhat into xb, g * w into yb (x and g may be the tensors' own rows) */
+    float* xh = xb;
+    float* gw = yb;
+    for (int64_t i = 0; i < N; ++i) xh[i] = (x[i] - mean) * rstd;
+    if (w)
+      for (int64_t i = 0; i < N; ++i) gw[i] = g[i] * w[i];
+    else
+      memcpy(gw, g, sizeof(float) * (size_t)N);
+    if (dw)
+      for (int64_t i = 0; i < N; ++i) {
+        dw[i] += g[i] * xh[i];
+        db[i] += g[i];
+      }
+    if (!j->want_gi) continue;
+    float s1 = rms ? 0.0f : LN_SUM32(N, gw[i_]), s2 = LN_SUM32(N, gw[i_] * xh[i_]);
+    float m1 = s1 * inv_n, m2 = s2 * inv_n;
+    /* grad_input over gb when g was converted there (it is not read again) */
+    float* y = ln_row_out(&j->out, r, N, gb);
+    for (int64_t i = 0; i < N; ++i) y[i] = rstd * (gw[i] - m1 - xh[i] * m2);
+    ln_row_put(&j->out, r, N, y, gb);
+  }
+}
 
 static void ln_rows(void* user, int64_t rb, int64_t re, int tid) {
   const ln_job_t* j = user;
@@ -253,6 +355,46 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     return TPURT_OK;
   }
   int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
+  /* float32 and 16-bit rows along one stride: the float32 path */
+  bool out_f = (bwd && !j.want_gi) || (j.out.coal && j.out.t->dtype != TPURT_DTYPE_FLOAT64);
+  bool dy_f = !bwd || (j.dy.coal && j.dy.t->dtype != TPURT_DTYPE_FLOAT64);
+  j.f32 = !ref && in->dtype != TPURT_DTYPE_FLOAT64 && j.x.coal && dy_f && out_f;
+  if (j.f32) {
+    size_t floats = 2 * (size_t)j.N + 3 * (size_t)j.N * (size_t)nt + (bwd ? 2 * (size_t)j.N * (size_t)nt : 0);
+    floats = (floats + 1) & ~(size_t)1; /* the doubles after them stay aligned */
+    float* s = tpurt_kernel_scratch(ctx, sizeof(float) * floats + sizeof(double) * 2 * (size_t)j.N + (size_t)nt);
+    if (!s) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
+    float* wbuf = s;
+    float* bbuf = s + j.N;
+    double* flat = (double*)(s + floats); /* weight/bias and the gradients pass through here */
+    j.fstat_eps = (float)j.eps;
+    if (w) { load_flat(w, j.N, 1, flat); for (int64_t i = 0; i < j.N; ++i) wbuf[i] = (float)flat[i]; j.fw = wbuf; }
+    if (b) { load_flat(b, j.N, 0, flat); for (int64_t i = 0; i < j.N; ++i) bbuf[i] = (float)flat[i]; j.fb = bbuf; }
+    j.fbuf = s + 2 * j.N;
+    if (bwd) {
+      j.fpartial = j.fbuf + 3 * (size_t)j.N * (size_t)nt;
+      j.touched = (bool*)(flat + 2 * (size_t)j.N);
+      memset(j.touched, 0, (size_t)nt);
+    }
+    tpurt_parallel_for(ctx, j.M, 1 + 16384 / (j.N + 1), ln_rows_f32, &j);
+    if (bwd) {
+      float* acc = NULL;
+      for (int t = 0; t < nt; ++t) {
+        if (!j.touched[t]) continue;
+        float* p = j.fpartial + (size_t)t * 2 * (size_t)j.N;
+        if (!acc) { acc = p; continue; }
+        for (int64_t i = 0; i < 2 * j.N; ++i) acc[i] += p[i];
+      }
+      bool mask[3] = {true, true, true};
+      tpurt_arg_bool_mask(c, rms ? 5 : 7, 3, mask);
+      for (int o = 1; acc && o <= (rms ? 1 : 2); ++o) {
+        if (!mask[o] || !out_ok(c, o, j.N)) continue;
+        for (int64_t i = 0; i < j.N; ++i) flat[i] = acc[(o - 1) * j.N + i];
+        store_flat(&c->outputs[o], j.N, flat);
+      }
+    }
+    return TPURT_OK;
+  }
   /* one scratch block: weight, bias, row buffers, partials */
   size_t doubles = 2 * (size_t)j.N + 3 * (size_t)j.N * (size_t)nt + (bwd ? 2 * (size_t)j.N * (size_t)nt : 0);
   double* s = tpurt_kernel_scratch(ctx, sizeof(double) * doubles + (size_t)nt);

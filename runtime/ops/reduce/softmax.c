@@ -49,8 +49,10 @@ static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
   for (; i + LANES <= n; i += LANES) {
     __m256 v0 = sm_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
     __m256 v1 = sm_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
-    _mm256_storeu_ps(y + i, v0);
-    _mm256_storeu_ps(y + i + 8, v1);
+    if (y) { /* NULL: log_softmax needs only the sum */
+      _mm256_storeu_ps(y + i, v0);
+      _mm256_storeu_ps(y + i + 8, v1);
+    }
     a0 = _mm256_add_ps(a0, v0);
     a1 = _mm256_add_ps(a1, v1);
   }
@@ -58,10 +60,10 @@ static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
   _mm256_storeu_ps(l + 8, a1);
 #else
   for (; i + LANES <= n; i += LANES)
-    for (int k = 0; k < LANES; ++k) { float v = tpurt_ew_expf(x[i + k] - mx); y[i + k] = v; l[k] += v; }
+    for (int k = 0; k < LANES; ++k) { float v = tpurt_ew_expf(x[i + k] - mx); if (y) y[i + k] = v; l[k] += v; }
 #endif
   float s = 0;
-  for (; i < n; ++i) { y[i] = tpurt_ew_expf(x[i] - mx); s += y[i]; }
+  for (; i < n; ++i) { float v = tpurt_ew_expf(x[i] - mx); if (y) y[i] = v; s += v; }
   for (int k = 0; k < LANES; ++k) s += l[k];
   return s;
 }
@@ -75,6 +77,21 @@ static double ROW_EXPSUM_double(const double* x, double* y, int64_t n, double mx
   double s = 0;
   for (int64_t i = 0; i < n; ++i) { y[i] = exp(x[i] - mx); s += y[i]; }
   return s;
+}
+
+/* log_softmax backward of one row: y = g - exp(o) * s, with the vector exp
+ * (a scalar exp per element was most of the backward's time). */
+static void LSM_BWD_float(const float* g, const float* o, float* y, int64_t n, float s) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 vs = _mm256_set1_ps(s);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fnmadd_ps(sm_expf8(_mm256_loadu_ps(o + i)), vs, _mm256_loadu_ps(g + i)));
+#endif
+  for (; i < n; ++i) y[i] = g[i] - tpurt_ew_expf(o[i]) * s;
+}
+static void LSM_BWD_double(const double* g, const double* o, double* y, int64_t n, double s) {
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] - exp(o[i]) * s;
 }
 
 typedef struct sm_job_t {
@@ -109,7 +126,7 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       T* y = direct ? (T*)po : ybuf;                                                       \
       if (!j->backward) {                                                                  \
         T mx = ROW_MAX_##T(x, n);                                                          \
-        T sum = ROW_EXPSUM_##T(x, y, n, mx);                                               \
+        T sum = ROW_EXPSUM_##T(x, j->log && DT == TPURT_DTYPE_FLOAT32 ? NULL : y, n, mx);   \
         if (j->log) {                                                                      \
           T ls = LOG(sum);                                                                 \
           for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mx - ls;                           \
@@ -120,11 +137,14 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       } else {                                                                             \
         const char* pb; int64_t sb;                                                        \
         row_ptrs(j, j->b, row, &pb, &sb);                                                  \
-        T* o = xbuf + 2 * n;                                                               \
-        LOADER(j->b->dtype, pb, sb, n, o);                                                 \
+        const T* o = (const T*)pb;                                                         \
+        if (!(j->b->dtype == DT && (sb == 1 || n == 1)) || (const char*)y == pb) {         \
+          LOADER(j->b->dtype, pb, sb, n, xbuf + 2 * n);                                    \
+          o = xbuf + 2 * n;                                                                \
+        }                                                                                  \
         if (j->log) {                                                                      \
           T s = TPURT_LANE_SUM(T, n, x[i_]);                                                        \
-          for (int64_t i = 0; i < n; ++i) y[i] = x[i] - EXP(o[i]) * s;                     \
+          LSM_BWD_##T(x, o, y, n, s);                                                      \
         } else {                                                                           \
           T s = TPURT_LANE_SUM(T, n, x[i_] * o[i_]);                                                \
           for (int64_t i = 0; i < n; ++i) y[i] = o[i] * (x[i] - s);                        \

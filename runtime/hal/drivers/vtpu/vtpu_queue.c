@@ -402,7 +402,73 @@ static void publish(tpurt_hal_queue_t* q, uint64_t value, uint64_t bytes, uint64
   }
 }
 
+/* ---- small kernels on an idle queue ----
+ * Handing a command to the worker costs a few microseconds of cross-thread
+ * traffic (more when the host's cores are busy and the worker must be woken
+ * or scheduled), far more than a kernel over a few thousand elements. A
+ * kernel whose tensors hold at most TPURT_VTPU_INLINE_MAX elements together
+ * (unset or 0: off, the runtime's default, since a kernel may wait on the
+ * host; torch_tpu sets 65536: PyTorch's kernels only compute), submitted
+ * while the queue has nothing
+ * left to run, runs on the submitting thread as the worker would run it
+ * (same context, poison check, error kept for the next sync) and completes
+ * its point before the submit returns. Order is kept: nothing queued earlier
+ * is still pending, and the caller's submit lock keeps others out. */
+
+static int64_t call_elements(const tpurt_op_call_t* call) {
+  int64_t n = 0;
+  for (int32_t i = 0; i < call->num_args; ++i) {
+    const tpurt_arg_t* a = &call->args[i];
+    if (a->kind == TPURT_ARG_TENSOR && a->v.tensor) {
+      n += tpurt_tensor_numel(a->v.tensor);
+    } else if (a->kind == TPURT_ARG_TENSOR_LIST) {
+      for (int32_t k = 0; k < a->count; ++k)
+        if (a->v.tensors[k]) n += tpurt_tensor_numel(a->v.tensors[k]);
+    }
+  }
+  for (int32_t i = 0; i < call->num_outputs; ++i) n += tpurt_tensor_numel(&call->outputs[i]);
+  return n;
+}
+
+static int64_t inline_max_elements(void) {
+  static _Atomic int64_t cached = -1;
+  int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (TPURT_LIKELY(v >= 0)) return v;
+  const char* e = getenv("TPURT_VTPU_INLINE_MAX");
+  v = e && *e ? strtoll(e, NULL, 10) : 0;
+  if (v < 0) v = 0;
+  atomic_store_explicit(&cached, v, memory_order_relaxed);
+  return v;
+}
+
+static bool run_inline(tpurt_hal_queue_t* q, const tpurt_hal_command_t* command) {
+  if (command->kind != TPURT_HAL_COMMAND_DISPATCH || tls_queue != NULL) return false;
+  int64_t max = inline_max_elements();
+  if (max == 0) return false;
+  /* Idle: the worker has finished the last command submitted (it stores
+   * `completed` after running a command and its callback). */
+  if (atomic_load_explicit(&q->completed, memory_order_acquire) != atomic_load_explicit(&q->submitted, memory_order_relaxed))
+    return false;
+  if (atomic_load_explicit(&q->cancel_upto, memory_order_acquire) >= command->value) return false;
+  if (call_elements(command->u.dispatch.call) > max) return false;
+  cmd_t c;
+  memset(&c, 0, sizeof(c));
+  c.kind = command->kind;
+  c.c = *command;
+  c.call = *command->u.dispatch.call; /* runs now: the caller's record stays valid */
+  uint64_t value = command->value;
+  atomic_store_explicit(&q->submitted, value, memory_order_release);
+  tls_queue = q;
+  execute(q, &c);
+  tls_queue = NULL;
+  atomic_store_explicit(&q->completed, value, memory_order_release);
+  atomic_fetch_add(&q->done_word, 1);
+  if (atomic_load(&q->done_waiters) && value >= atomic_load(&q->wake_at)) tpurt_futex_wake_all(&q->done_word);
+  return true;
+}
+
 tpurt_status_t tpurt_vtpu_queue_submit(tpurt_hal_queue_t* q, const tpurt_hal_command_t* command) {
+  if (run_inline(q, command)) return TPURT_OK;
   uint64_t payload = 0;
   bool external = false;
   uint8_t* ext = NULL;
