@@ -47,6 +47,7 @@ py::dict device_info(int64_t device) {
 namespace torch_tpu {
 void register_kernel_cache(py::module_& m);  // kernel_cache.cpp
 void register_program(py::module_& m);       // program.cpp
+void register_dist(py::module_& m);          // dist.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
@@ -233,4 +234,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_fusion_cache_clear", [] { tpurt_fuse_cache_clear(); });
   torch_tpu::register_kernel_cache(m);
   torch_tpu::register_program(m);
+  torch_tpu::register_dist(m);
 }

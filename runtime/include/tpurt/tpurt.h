@@ -8,4 +8,5 @@
 #include "tpurt/kernel.h"
 #include "tpurt/device.h"
 #include "tpurt/program.h"
+#include "tpurt/dist.h"
 #endif
