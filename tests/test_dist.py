@@ -141,12 +141,17 @@ def test_failure_skipped_collective():
     _spawn("fail_skipped", 2)
 
 
-def test_failure_mismatched_shapes():
-    _spawn("fail_mismatch", 2)
-
-
-def test_no_leftovers_in_dev_shm():
+def test_failure_mismatched_shapes_and_no_leftovers():
+    """Mismatched shapes fail on both ranks; the group's shared memory is gone from /dev/shm afterwards."""
     before = {f for f in os.listdir("/dev/shm") if f.startswith("tpurt_dist_")}
     _spawn("fail_mismatch", 2)
     after = {f for f in os.listdir("/dev/shm") if f.startswith("tpurt_dist_")}
     assert after <= before, after - before
+
+
+def test_fsdp2_parity_2_ranks():
+    _spawn("fsdp2_parity", 2)
+
+
+def test_tensor_parallel_parity_2_ranks():
+    _spawn("tp_parity", 2)

@@ -72,6 +72,12 @@ struct tpurt_dist_comm_t {
   uint32_t p2p_sent[MAXR], p2p_recvd[MAXR];
   void* scratch; /* reduction blocks */
   char name[256];
+  /* Queued collectives run in the order they were issued, whichever queue
+   * (stream) carries them: every rank issues the same sequence, so every
+   * rank runs it in the same order (FSDP2 issues all-gathers and
+   * reduce-scatters on two streams). */
+  _Atomic uint32_t next_ticket; /* issued */
+  _Atomic uint32_t done_ticket; /* run; a private futex word */
 };
 
 static const char* kind_names[TPURT_DIST_KIND_COUNT] = {
@@ -682,28 +688,50 @@ tpurt_status_t tpurt_dist_run_group(tpurt_dist_comm_t* c, const tpurt_dist_op_t*
 
 /* ---- on a queue ---- */
 
+/* Waits for the collectives issued before `ticket` (on any queue). An
+ * earlier one that cannot finish fails by its own timeout, which aborts the
+ * group, so this wait ends too. */
+static void ticket_wait(tpurt_dist_comm_t* c, uint32_t ticket) {
+  for (;;) {
+    uint32_t done = atomic_load(&c->done_ticket);
+    if (done == ticket) return;
+    tpurt_futex_wait_ns(&c->done_ticket, done, 50000000ull);
+  }
+}
+
+static void ticket_done(tpurt_dist_comm_t* c) {
+  atomic_fetch_add(&c->done_ticket, 1);
+  tpurt_futex_wake_all(&c->done_ticket);
+}
+
 typedef struct queued_t {
   tpurt_dist_comm_t* comm;
+  uint32_t ticket;
   tpurt_dist_op_t op;
   uint64_t counts[4 * MAXR];
 } queued_t;
 
 static tpurt_status_t run_queued(void* user) {
   queued_t* q = user;
+  ticket_wait(q->comm, q->ticket);
   tpurt_status_t s = tpurt_dist_run(q->comm, &q->op);
+  ticket_done(q->comm);
   free(q);
   return s;
 }
 
 typedef struct queued_group_t {
   tpurt_dist_comm_t* comm;
+  uint32_t ticket;
   int n;
   tpurt_dist_op_t ops[];
 } queued_group_t;
 
 static tpurt_status_t run_queued_group(void* user) {
   queued_group_t* g = user;
+  ticket_wait(g->comm, g->ticket);
   tpurt_status_t s = tpurt_dist_run_group(g->comm, g->ops, g->n);
+  ticket_done(g->comm);
   free(g);
   return s;
 }
@@ -719,8 +747,14 @@ tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* c, tpurt_queue_t* que
   g->comm = c;
   g->n = n;
   memcpy(g->ops, ops, (size_t)n * sizeof(tpurt_dist_op_t));
+  /* Submitters of one communicator serialize (c10d calls from one thread at
+   * a time per group), so ticket order is submit order. */
+  g->ticket = atomic_fetch_add(&c->next_ticket, 1);
   tpurt_status_t s = tpurt_queue_submit_host_fn(queue, run_queued_group, g);
-  if (s) free(g);
+  if (s) {
+    free(g);
+    ticket_done(c); /* nobody will run this ticket */
+  }
   return s;
 }
 
@@ -741,7 +775,11 @@ tpurt_status_t tpurt_dist_enqueue(tpurt_dist_comm_t* c, tpurt_queue_t* queue, co
     q->op.recv_counts = q->counts + 2 * MAXR;
     q->op.recv_offsets = q->counts + 3 * MAXR;
   }
+  q->ticket = atomic_fetch_add(&c->next_ticket, 1);
   tpurt_status_t s = tpurt_queue_submit_host_fn(queue, run_queued, q);
-  if (s) free(q);
+  if (s) {
+    free(q);
+    ticket_done(c); /* nobody will run this ticket */
+  }
   return s;
 }
