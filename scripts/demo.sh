@@ -10,3 +10,6 @@ echo "== examples/hello_tpu.py"
 echo
 echo "== examples/train_gpt.py"
 .venv/bin/python examples/train_gpt.py "$@"
+echo
+echo "== examples/ddp_tpu.py: DDP on 2 vTPU chips (torchrun, one process per chip)"
+TORCH_TPU_TOPOLOGY=2 TORCH_TPU_NUM_THREADS=1 .venv/bin/torchrun --standalone --nproc-per-node=2 examples/ddp_tpu.py

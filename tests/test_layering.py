@@ -22,6 +22,7 @@ ALLOWED = {
     "hal": {"include", "base"},
     "ops": {"include", "base"},
     "compiler": {"include", "base", "ops"},
+    "dist": {"include", "base"},
     "exec": {"include", "base", "hal", "ops", "compiler"},
 }
 MODE_ROOMS = ("exec/strict", "exec/debug", "exec/defer")

@@ -47,6 +47,8 @@ def _register() -> None:
     shallow_copy.register()
     from torch_tpu import _compile
     _compile._register()
+    from torch_tpu import distributed
+    distributed.register_backend()
     _registered = True
 
 

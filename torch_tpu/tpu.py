@@ -25,6 +25,7 @@ __all__ = [
     "is_available", "device_count", "current_device", "set_device", "device", "device_of", "synchronize",
     "is_initialized", "init", "get_device_name", "get_device_properties", "get_amp_supported_dtype",
     "is_bf16_supported", "set_cpu_fallback", "get_cpu_fallback", "default_generators",
+    "topology", "topology_aware_mesh",
     # memory
     "empty_cache", "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
     "memory_reserved", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
@@ -137,7 +138,9 @@ def synchronize(device=None) -> None:
 
 
 class _TpuDeviceProperties:
-    """What get_device_properties() returns: name, total_memory (HBM bytes), num_threads."""
+    """What get_device_properties() returns: name, total_memory (HBM bytes), num_threads, and where the chip sits
+    in its host's topology (TORCH_TPU_TOPOLOGY): topology (axes), chip_id, coords, neighbors (chip ids one link
+    away, wrap-around links included)."""
 
     def __init__(self, index: int, info: dict):
         self.index = index
@@ -145,10 +148,17 @@ class _TpuDeviceProperties:
         self.total_memory = int(info["hbm_bytes"])
         self.num_threads = int(info["num_threads"])
         self.type = "tpu"
+        host = _C._dist_host_config()
+        self.topology = tuple(host["dims"])
+        self.chip_id = int(host["chip"])
+        spec = "x".join(str(d) for d in self.topology)
+        self.coords = tuple(_C._dist_topology_coords(spec, self.chip_id))
+        self.neighbors = list(_C._dist_topology_neighbors(spec, self.chip_id))
 
     def __repr__(self):
         return (f"_TpuDeviceProperties(name='{self.name}', total_memory={self.total_memory // (1024 * 1024)}MB, "
-                f"num_threads={self.num_threads})")
+                f"num_threads={self.num_threads}, topology={self.topology}, chip_id={self.chip_id}, "
+                f"coords={self.coords})")
 
 
 def get_device_properties(device=None) -> _TpuDeviceProperties:
@@ -187,9 +197,24 @@ def _get_cache_stats():
     return _compile._get_cache_stats()
 
 
+def topology():
+    """This host's chips as a torus (TORCH_TPU_TOPOLOGY): a torch_tpu.distributed.Topology."""
+    from torch_tpu import distributed
+    return distributed.topology()
+
+
+def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None):
+    """The rank layout for DeviceMesh("tpu", mesh=...) (torch_tpu.distributed.topology_aware_mesh)."""
+    from torch_tpu import distributed
+    return distributed.topology_aware_mesh(mesh_shape, topology=topology, dcn_mesh_shape=dcn_mesh_shape)
+
+
 def __getattr__(name):
     # Computed on access: the generator objects belong to the C++ layer and device_count() may change
     # with TORCH_TPU_NUM_CHIPS before initialization.
+    if name == "distributed":
+        from torch_tpu import distributed
+        return distributed
     if name == "default_generators":
         return tuple(_C._get_default_generator(i) for i in range(device_count()))
     raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")

@@ -14,6 +14,7 @@
 #include "exec/allocator.h"
 #include "exec/capture.h"
 #include "exec/mode.h"
+#include "tpurt/dist.h"
 
 #define DEFAULT_HBM_BYTES ((uint64_t)16 << 30)
 #define MAX_CHIPS TPURT_MAX_CHIPS
@@ -95,15 +96,21 @@ static void init_once(void) {
                      "most one process drives)", getenv("TORCH_TPU_NUM_CHIPS"), MAX_CHIPS);
     goto done;
   }
+  /* A host's chips (TORCH_TPU_TOPOLOGY, one process each) share its cores and
+   * RAM evenly unless TORCH_TPU_NUM_THREADS / TORCH_TPU_HBM_BYTES say otherwise. */
+  tpurt_dist_host_config_t host;
+  s = tpurt_dist_host_config(&host);
+  if (s) goto done;
+  int sharing = num_chips * host.chips_on_host;
   int cores = host_cores();
-  int threads = cores / num_chips > 0 ? cores / num_chips : 1;
+  int threads = cores / sharing > 0 ? cores / sharing : 1;
   s = tpurt_env_int("TORCH_TPU_NUM_THREADS", 1, 1024, &threads);
   if (s) goto done;
 
   /* Capacity is a limit, not a commitment (pages are committed on touch), but
    * keep it within 3/4 of RAM across the chips so a full chip cannot take the
    * host down. */
-  uint64_t ram_cap = host_ram() / 4 * 3 / (uint64_t)num_chips;
+  uint64_t ram_cap = host_ram() / 4 * 3 / (uint64_t)sharing;
   uint64_t hbm = DEFAULT_HBM_BYTES < ram_cap ? DEFAULT_HBM_BYTES : ram_cap;
   const char* hv = getenv("TORCH_TPU_HBM_BYTES");
   if (hv && *hv) {
@@ -167,6 +174,19 @@ tpurt_status_t tpurt_device_query(tpurt_device_t* d, tpurt_device_info_t* out) {
   out->index = d->index;
   out->hbm_bytes = d->hbm_bytes;
   out->num_threads = d->num_threads;
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_device_shareable_memory(tpurt_device_t* d, int* out_fd, void** out_base,
+                                             uint64_t* out_bytes) {
+  if (!d || !out_fd || !out_base || !out_bytes)
+    return TPURT_STATUS(INVALID_ARGUMENT, "device_shareable_memory: NULL argument");
+  if (d->props.hbm_fd < 0 || !d->props.hbm_base)
+    return TPURT_STATUS(UNIMPLEMENTED, "chip %d's device memory cannot be shared with other processes "
+                        "(driver %s)", d->index, d->driver->name);
+  *out_fd = d->props.hbm_fd;
+  *out_base = d->props.hbm_base;
+  *out_bytes = d->props.hbm_bytes;
   return TPURT_OK;
 }
 

@@ -49,6 +49,7 @@ void register_kernel_cache(py::module_& m);  // kernel_cache.cpp
 void register_profiler(py::module_& m);      // profiler.cpp
 void register_memory_history(py::module_& m);  // memory_history.cpp
 void register_program(py::module_& m);       // program.cpp
+void register_dist(py::module_& m);          // dist.cpp
 }
 
 PYBIND11_MODULE(_C, m) {
@@ -242,4 +243,5 @@ PYBIND11_MODULE(_C, m) {
   torch_tpu::register_profiler(m);
   torch_tpu::register_memory_history(m);
   torch_tpu::register_program(m);
+  torch_tpu::register_dist(m);
 }

@@ -16,6 +16,8 @@
  *                           accepts a plain byte count or K/M/G suffixes
  *   TORCH_TPU_NUM_THREADS   compute threads per chip (default: this chip's share of cores)
  *   TORCH_TPU_NUM_CHIPS     chips visible to this process (default 1, at most TPURT_MAX_CHIPS)
+ *   TORCH_TPU_TOPOLOGY      the host's chips, one process each (tpurt/dist.h): threads and
+ *                           HBM are split between them
  *   TPU_LAUNCH_BLOCKING=1   start in Debug mode (synchronous)
  */
 #ifndef TPURT_DEVICE_H_
@@ -47,6 +49,12 @@ typedef struct tpurt_device_info_t {
   int num_threads;        /* compute threads */
 } tpurt_device_info_t;
 TPURT_API tpurt_status_t tpurt_device_query(tpurt_device_t* device, tpurt_device_info_t* out_info);
+
+/* The chip's whole device memory as a descriptor other processes can map
+ * (/proc/<pid>/fd/<fd>), its base here and its size: what tpu_dist's
+ * communicators share (tpurt/dist.h). UNIMPLEMENTED for a driver without it. */
+TPURT_API tpurt_status_t tpurt_device_shareable_memory(tpurt_device_t* device, int* out_fd, void** out_base,
+                                                       uint64_t* out_bytes);
 
 /* ---- execution mode ---- */
 typedef enum tpurt_exec_mode_e {

@@ -9,4 +9,5 @@
 #include "tpurt/device.h"
 #include "tpurt/program.h"
 #include "tpurt/export.h"
+#include "tpurt/dist.h"
 #endif

@@ -1,0 +1,162 @@
+"""tpu_dist collectives on this machine: allreduce and all_gather bus bandwidth (the NCCL-tests definition) from
+4 KiB to 256 MiB on 2 and 4 chips, beside gloo on CPU tensors in the same run and the same process group, as a
+fraction of this machine's copy bandwidth (measured in the same run), and the latency of an 8-byte allreduce.
+
+    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--json bench/results_dist.json]
+
+Bus bandwidth: allreduce moves size * 2(n-1)/n per rank, all_gather (of a size-byte output) size * (n-1)/n, so
+busbw = that / time; it is comparable across rank counts and with a copy's bandwidth (bytes copied per second, one
+read and one write of each byte). Every chip gets TORCH_TPU_NUM_THREADS=1 unless set: the ranks share the cores.
+Times are medians; the device's end with torch.tpu.synchronize(). The load average is printed beside the figures.
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _median_time(fn, sync, iters, repeats=3):
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / iters)
+    return statistics.median(times)
+
+
+def _iters_for(nbytes):
+    return max(2, min(200, (32 << 20) // max(nbytes, 1)))
+
+
+def rank_main(rank, world, sizes, outfile):
+    sys.path.insert(0, str(HERE.parent))
+    import torch
+    import torch_tpu  # noqa: F401
+    import torch.distributed as dist
+    dist.init_process_group("cpu:gloo,tpu:tpu_dist", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=600))
+    tsync = torch.tpu.synchronize
+    rows = []
+    for nbytes in sizes:
+        n = nbytes // 4
+        row = {"bytes": nbytes}
+        for kind in ("allreduce", "all_gather"):
+            for dev in ("tpu", "cpu"):
+                if kind == "allreduce":
+                    t = torch.ones(n, device=dev)
+                    fn = (lambda t=t: dist.all_reduce(t))
+                    busf = 2 * (world - 1) / world
+                else:
+                    inp = torch.ones(n // world, device=dev)
+                    out = torch.empty((n // world) * world, device=dev)
+                    fn = (lambda inp=inp, out=out: dist.all_gather_into_tensor(out, inp))
+                    busf = (world - 1) / world
+                sync = tsync if dev == "tpu" else (lambda: None)
+                fn()
+                sync()
+                sec = _median_time(fn, sync, _iters_for(nbytes))
+                row[f"{kind}_{dev}_s"] = sec
+                row[f"{kind}_{dev}_busbw"] = nbytes * busf / sec
+        rows.append(row)
+    # 8-byte allreduce latency: queued back to back (the NCCL-tests figure) and one call + sync at a time
+    lat = {}
+    small = torch.ones(2, device="tpu")
+    lat["queued_us"] = 1e6 * _median_time(lambda: dist.all_reduce(small), tsync, 2000)
+    lat["synced_us"] = 1e6 * _median_time(lambda: (dist.all_reduce(small), tsync()), lambda: None, 300)
+    small_cpu = torch.ones(2)
+    lat["gloo_us"] = 1e6 * _median_time(lambda: dist.all_reduce(small_cpu), lambda: None, 300)
+    copy_bw = None
+    if rank == 0:
+        # this machine's copy bandwidth, measured in the same run (64 MiB, CPU memcpy through torch)
+        src = torch.ones(16 << 20)
+        dst = torch.empty_like(src)
+        sec = _median_time(lambda: dst.copy_(src), lambda: None, 10, repeats=5)
+        copy_bw = src.numel() * 4 / sec
+    dist.barrier()
+    if rank == 0:
+        with open(outfile, "w") as f:
+            json.dump({"world": world, "rows": rows, "latency": lat, "copy_bw": copy_bw}, f)
+    dist.destroy_process_group()
+
+
+def _spawn(world, sizes):
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tempfile.mktemp(prefix="bench_dist_", suffix=".json")
+    saved = dict(os.environ)
+    procs = []
+    try:
+        for r in range(world):
+            os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "LOCAL_RANK": str(r),
+                               "TORCH_TPU_TOPOLOGY": str(world)})
+            os.environ.setdefault("TORCH_TPU_NUM_THREADS", "1")
+            os.environ.setdefault("TORCH_TPU_HBM_BYTES", "2G")
+            p = ctx.Process(target=rank_main, args=(r, world, sizes, out))
+            p.start()
+            procs.append(p)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    for p in procs:
+        p.join()
+    if any(p.exitcode != 0 for p in procs):
+        raise SystemExit(f"bench_dist: a rank failed: {[p.exitcode for p in procs]}")
+    with open(out) as f:
+        return json.load(f)
+
+
+def _fmt_bytes(n):
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--max-mib", type=int, default=256)
+    ap.add_argument("--json", default=str(HERE / "results_dist.json"))
+    args = ap.parse_args()
+    sizes = []
+    s = 4 << 10
+    while s <= args.max_mib << 20:
+        sizes.append(s)
+        s *= 4
+    if sizes[-1] != args.max_mib << 20 and args.max_mib << 20 > 4 << 10:
+        sizes.append(args.max_mib << 20)
+    results = []
+    for world in [int(x) for x in args.ranks.split(",")]:
+        res = _spawn(world, sizes)
+        results.append(res)
+        cbw = res["copy_bw"]
+        print(f"\n== {world} chips (load average {os.getloadavg()[0]:.1f}); copy bandwidth {cbw / 1e9:.2f} GB/s")
+        print(f"{'size':>9} | {'allreduce busbw GB/s':>22} {'x gloo':>7} {'of copy':>8} | "
+              f"{'all_gather busbw GB/s':>22} {'x gloo':>7} {'of copy':>8}")
+        for row in res["rows"]:
+            line = f"{_fmt_bytes(row['bytes']):>9} |"
+            for kind in ("allreduce", "all_gather"):
+                ours, gloo = row[f"{kind}_tpu_busbw"], row[f"{kind}_cpu_busbw"]
+                line += f" {ours / 1e9:9.2f} (gloo {gloo / 1e9:6.2f}) {ours / gloo:7.1f} {ours / cbw:8.0%} |"
+            print(line)
+        lat = res["latency"]
+        print(f"8-byte allreduce: {lat['queued_us']:.1f} us queued back to back, {lat['synced_us']:.1f} us one call "
+              f"+ synchronize; gloo {lat['gloo_us']:.1f} us ({lat['gloo_us'] / lat['synced_us']:.1f}x)")
+    with open(args.json, "w") as f:
+        json.dump({"load_average": os.getloadavg(), "results": results}, f, indent=1)
+    print(f"\nwritten to {args.json}; load average now {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,785 @@
+/* Collectives between the chips of a host (tpurt/dist.h): the shared control
+ * block, every member's device memory mapped into every member, waits that
+ * name who is missing, and the data movement of each collective. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/futex.h"
+#include "dist/reduce.h"
+#include "tpurt/device.h"
+#include "tpurt/dist.h"
+
+#define MAGIC 0x7470757264697374ull /* "tpurdist" */
+#define MAXR TPURT_DIST_MAX_RANKS
+#define PREFIX "tpurt_dist_"
+/* Elements per reduction block: small enough to stay in L2 with every input. */
+#define BLOCK_BYTES (32u << 10)
+
+/* What every rank publishes about the collective it is in. */
+typedef struct header_t {
+  uint64_t seq;
+  int32_t kind, dtype, redop, root;
+  uint64_t count;
+  uint64_t in_off, out_off; /* offsets into the rank's device memory (UINT64_MAX: none) */
+} header_t;
+
+typedef struct p2p_msg_t {
+  uint64_t off, count;
+  int32_t dtype, tag;
+} p2p_msg_t;
+
+typedef struct __attribute__((aligned(64))) shm_rank_t {
+  _Atomic uint32_t arrive; /* barriers passed: 2 per collective */
+  _Atomic int32_t pid;
+  _Atomic uint32_t left;   /* destroyed its communicator */
+  int32_t mem_fd;
+  uint64_t mem_bytes;
+  header_t hdr;
+  uint64_t send_counts[MAXR], send_offsets[MAXR], recv_counts[MAXR], recv_offsets[MAXR];
+  _Atomic uint32_t p2p_posted[MAXR]; /* messages posted to rank d */
+  _Atomic uint32_t p2p_taken[MAXR];  /* messages taken from rank s */
+  p2p_msg_t p2p_msg[MAXR];           /* the message posted to rank d */
+} shm_rank_t;
+
+typedef struct shm_t {
+  uint64_t magic;
+  uint32_t size;
+  _Atomic uint32_t attached;
+  _Atomic uint32_t wake;     /* bumped on every state change; waiters sleep on it */
+  _Atomic uint32_t sleepers;
+  _Atomic uint32_t aborted;  /* 0; 1 while the message is written; 2 once it is readable */
+  char abort_msg[1024];
+  shm_rank_t ranks[];
+} shm_t;
+
+struct tpurt_dist_comm_t {
+  int rank, size;
+  uint64_t timeout_ns;
+  shm_t* shm;
+  size_t shm_bytes;
+  uint8_t* base[MAXR]; /* each rank's device memory, mapped here (ours: the caller's) */
+  uint64_t bytes[MAXR];
+  uint64_t seq;
+  uint32_t p2p_sent[MAXR], p2p_recvd[MAXR];
+  void* scratch; /* reduction blocks */
+  char name[256];
+  /* Queued collectives run in the order they were issued, whichever queue
+   * (stream) carries them: every rank issues the same sequence, so every
+   * rank runs it in the same order (FSDP2 issues all-gathers and
+   * reduce-scatters on two streams). */
+  _Atomic uint32_t next_ticket; /* issued */
+  _Atomic uint32_t done_ticket; /* run; a private futex word */
+};
+
+static const char* kind_names[TPURT_DIST_KIND_COUNT] = {
+    [TPURT_DIST_ALLREDUCE] = "allreduce", [TPURT_DIST_BROADCAST] = "broadcast",
+    [TPURT_DIST_REDUCE] = "reduce", [TPURT_DIST_ALLGATHER] = "all_gather",
+    [TPURT_DIST_REDUCE_SCATTER] = "reduce_scatter", [TPURT_DIST_ALLTOALL] = "all_to_all",
+    [TPURT_DIST_GATHER] = "gather", [TPURT_DIST_SCATTER] = "scatter", [TPURT_DIST_BARRIER] = "barrier",
+    [TPURT_DIST_SEND] = "send", [TPURT_DIST_RECV] = "recv"};
+static const char* redop_names[TPURT_DIST_REDOP_COUNT] = {"sum", "avg", "product", "min", "max",
+                                                           "band", "bor", "bxor"};
+
+const char* tpurt_dist_kind_name(tpurt_dist_kind_t k) {
+  return k > 0 && k < TPURT_DIST_KIND_COUNT ? kind_names[k] : "unknown collective";
+}
+const char* tpurt_dist_redop_name(tpurt_dist_redop_t r) {
+  return r >= 0 && r < TPURT_DIST_REDOP_COUNT ? redop_names[r] : "unknown reduction";
+}
+
+/* ---- cross-process futex on the shared block ---- */
+
+static void futex_wait_shared(_Atomic uint32_t* w, uint32_t expected, uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  syscall(SYS_futex, (uint32_t*)w, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void notify(shm_t* s) {
+  atomic_fetch_add(&s->wake, 1);
+  if (atomic_load(&s->sleepers)) syscall(SYS_futex, (uint32_t*)&s->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* ---- errors ---- */
+
+static void describe(const header_t* h, char* buf, size_t n) {
+  const char* dt = tpurt_dtype_name((tpurt_dtype_t)h->dtype);
+  switch (h->kind) {
+    case TPURT_DIST_BARRIER: snprintf(buf, n, "barrier"); break;
+    case TPURT_DIST_ALLREDUCE: case TPURT_DIST_REDUCE_SCATTER:
+      snprintf(buf, n, "%s(%s, %llu elements, %s)", tpurt_dist_kind_name(h->kind), dt,
+               (unsigned long long)h->count, tpurt_dist_redop_name(h->redop));
+      break;
+    case TPURT_DIST_REDUCE:
+      snprintf(buf, n, "reduce(%s, %llu elements, %s, root %d)", dt, (unsigned long long)h->count,
+               tpurt_dist_redop_name(h->redop), h->root);
+      break;
+    case TPURT_DIST_BROADCAST: case TPURT_DIST_GATHER: case TPURT_DIST_SCATTER:
+      snprintf(buf, n, "%s(%s, %llu elements, root %d)", tpurt_dist_kind_name(h->kind), dt,
+               (unsigned long long)h->count, h->root);
+      break;
+    default:
+      snprintf(buf, n, "%s(%s, %llu elements)", tpurt_dist_kind_name(h->kind), dt, (unsigned long long)h->count);
+  }
+}
+
+void tpurt_dist_comm_abort(tpurt_dist_comm_t* c, const char* why) {
+  uint32_t zero = 0;
+  if (atomic_compare_exchange_strong(&c->shm->aborted, &zero, 1)) {
+    snprintf(c->shm->abort_msg, sizeof(c->shm->abort_msg), "%s", why);
+    atomic_store(&c->shm->aborted, 2);
+  }
+  notify(c->shm);
+}
+
+static tpurt_status_t aborted_status(tpurt_dist_comm_t* c) {
+  while (atomic_load(&c->shm->aborted) == 1) tpurt_cpu_relax();
+  return TPURT_STATUS(ABORTED, "tpu_dist: the process group was aborted: %s", c->shm->abort_msg);
+}
+
+tpurt_status_t tpurt_dist_comm_error(tpurt_dist_comm_t* c) {
+  return c && atomic_load(&c->shm->aborted) ? aborted_status(c) : TPURT_OK;
+}
+
+/* Dead: gone, or a zombie its parent has not reaped yet. */
+static bool pid_dead(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  char* rp = strrchr(buf, ')');
+  return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* Fails the wait (and aborts the communicator for everyone) naming the rank
+ * waited for and what this rank was doing. */
+static tpurt_status_t fail_wait(tpurt_dist_comm_t* c, int peer, const char* what, const char* cause) {
+  char msg[768];
+  snprintf(msg, sizeof(msg), "rank %d (pid %d) %s %s; seen by rank %d", peer,
+           (int)atomic_load(&c->shm->ranks[peer].pid), cause, what, c->rank);
+  tpurt_dist_comm_abort(c, msg);
+  return aborted_status(c);
+}
+
+/* Waits until ready(c, arg) names no missing rank (returns -1). Spins a
+ * little (a peer on another core is usually microseconds away), then sleeps
+ * on the shared wake word, checking every 50 ms for an abort, a dead peer
+ * and the timeout. */
+typedef int (*missing_fn)(tpurt_dist_comm_t* c, uint64_t arg);
+
+static tpurt_status_t wait_for(tpurt_dist_comm_t* c, missing_fn missing, uint64_t arg, const char* what) {
+  shm_t* s = c->shm;
+  uint64_t t0 = tpurt_now_ns();
+  for (int i = 0;; ++i) {
+    if (missing(c, arg) < 0) return TPURT_OK;
+    if (atomic_load(&s->aborted)) return aborted_status(c);
+    if ((i & 63) == 63 && tpurt_now_ns() - t0 > 50000) break;
+    if (i < 256) tpurt_cpu_relax();
+    else sched_yield();
+  }
+  uint64_t last_check = 0;
+  for (;;) {
+    uint32_t w = atomic_load(&s->wake);
+    atomic_fetch_add(&s->sleepers, 1);
+    int m = missing(c, arg);
+    if (m >= 0 && !atomic_load(&s->aborted)) futex_wait_shared(&s->wake, w, 20000000ull);
+    atomic_fetch_sub(&s->sleepers, 1);
+    m = missing(c, arg);
+    if (m < 0) return TPURT_OK;
+    if (atomic_load(&s->aborted)) return aborted_status(c);
+    uint64_t now = tpurt_now_ns();
+    if (now - last_check >= 50000000ull) {
+      last_check = now;
+      if (atomic_load(&s->ranks[m].left)) return fail_wait(c, m, what, "destroyed its process group before");
+      if (pid_dead(atomic_load(&s->ranks[m].pid))) return fail_wait(c, m, what, "died (exited or was killed) before finishing");
+      if (now - t0 > c->timeout_ns) {
+        char cause[96];
+        snprintf(cause, sizeof(cause), "did not join within the %.1f s timeout:", (double)c->timeout_ns / 1e9);
+        return fail_wait(c, m, what, cause);
+      }
+    }
+  }
+}
+
+static int missing_arrive(tpurt_dist_comm_t* c, uint64_t target) {
+  for (int p = 0; p < c->size; ++p)
+    if (atomic_load_explicit(&c->shm->ranks[p].arrive, memory_order_acquire) < (uint32_t)target) return p;
+  return -1;
+}
+
+static int missing_attach(tpurt_dist_comm_t* c, uint64_t unused) {
+  if (atomic_load(&c->shm->attached) >= (uint32_t)c->size) return -1;
+  for (int p = 0; p < c->size; ++p)
+    if (atomic_load(&c->shm->ranks[p].pid) == 0) return p;
+  return 0;
+}
+
+static tpurt_status_t barrier(tpurt_dist_comm_t* c, uint32_t target, const char* what) {
+  atomic_store_explicit(&c->shm->ranks[c->rank].arrive, target, memory_order_release);
+  notify(c->shm);
+  return wait_for(c, missing_arrive, target, what);
+}
+
+/* ---- create / destroy ---- */
+
+static void sweep_stale(void) {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent* e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, PREFIX, strlen(PREFIX)) != 0) continue;
+    int pid = atoi(e->d_name + strlen(PREFIX));
+    if (pid > 0 && pid_dead(pid)) {
+      char name[300];
+      snprintf(name, sizeof(name), "/%s", e->d_name);
+      shm_unlink(name);
+    }
+  }
+  closedir(d);
+}
+
+static size_t shm_size(int n) { return sizeof(shm_t) + (size_t)n * sizeof(shm_rank_t); }
+
+tpurt_status_t tpurt_dist_comm_create(const tpurt_dist_comm_params_t* p, tpurt_dist_comm_t** out) {
+  if (!p || !out || !p->name || p->name[0] != '/' || strlen(p->name) > 200 || strchr(p->name + 1, '/'))
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: comm_create needs a shared-memory name '/name'");
+  if (p->size < 1 || p->size > MAXR || p->rank < 0 || p->rank >= p->size)
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: rank %d of %d (at most %d ranks on a host)", p->rank,
+                        p->size, MAXR);
+  if (!p->mem_base || p->mem_fd < 0 || !p->mem_bytes)
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: the chip's device memory must be shareable (a memfd)");
+  *out = NULL;
+  tpurt_dist_comm_t* c = calloc(1, sizeof(*c));
+  if (!c) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
+  c->rank = p->rank;
+  c->size = p->size;
+  c->timeout_ns = (p->timeout_ms ? p->timeout_ms : 300000) * 1000000ull;
+  snprintf(c->name, sizeof(c->name), "%s", p->name);
+  c->shm_bytes = shm_size(p->size);
+  c->scratch = aligned_alloc(64, 3 * BLOCK_BYTES * 2);
+  tpurt_status_t st = TPURT_OK;
+  int fd = -1;
+  uint64_t t0 = tpurt_now_ns();
+  if (p->rank == 0) {
+    sweep_stale();
+    shm_unlink(p->name); /* a leftover of a job that reused this name */
+    fd = shm_open(p->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)c->shm_bytes) != 0) {
+      st = TPURT_STATUS(UNAVAILABLE, "tpu_dist: cannot create shared memory %s: %s", p->name, strerror(errno));
+      goto fail;
+    }
+  } else {
+    /* Rank 0 may not have created it yet. */
+    for (;;) {
+      fd = shm_open(p->name, O_RDWR | O_CLOEXEC, 0600);
+      struct stat sb;
+      if (fd >= 0 && fstat(fd, &sb) == 0 && (size_t)sb.st_size >= c->shm_bytes) {
+        shm_t* probe = mmap(NULL, c->shm_bytes, PROT_READ, MAP_SHARED, fd, 0);
+        bool ready = probe != MAP_FAILED && __atomic_load_n(&probe->magic, __ATOMIC_ACQUIRE) == MAGIC;
+        if (probe != MAP_FAILED) munmap(probe, c->shm_bytes);
+        if (ready) break;
+      }
+      if (fd >= 0) close(fd);
+      fd = -1;
+      if (tpurt_now_ns() - t0 > c->timeout_ns) {
+        st = TPURT_STATUS(DEADLINE_EXCEEDED, "tpu_dist: rank 0 did not create the shared memory %s within %.1f s",
+                          p->name, (double)c->timeout_ns / 1e9);
+        goto fail;
+      }
+      usleep(1000);
+    }
+  }
+  c->shm = mmap(NULL, c->shm_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  fd = -1;
+  if (c->shm == MAP_FAILED) {
+    c->shm = NULL;
+    st = TPURT_STATUS(UNAVAILABLE, "tpu_dist: cannot map shared memory %s: %s", p->name, strerror(errno));
+    goto fail;
+  }
+  if (p->rank == 0) {
+    c->shm->size = (uint32_t)p->size;
+    __atomic_store_n(&c->shm->magic, MAGIC, __ATOMIC_RELEASE);
+  } else if (c->shm->size != (uint32_t)p->size) {
+    st = TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: rank %d says the group has %d ranks, rank 0 says %u", p->rank,
+                      p->size, c->shm->size);
+    goto fail;
+  }
+  shm_rank_t* me = &c->shm->ranks[p->rank];
+  me->mem_fd = p->mem_fd;
+  me->mem_bytes = p->mem_bytes;
+  atomic_store(&me->pid, (int32_t)getpid());
+  atomic_fetch_add(&c->shm->attached, 1);
+  notify(c->shm);
+  st = wait_for(c, missing_attach, 0, "joining the process group");
+  if (st) goto fail;
+  /* Everyone has opened the block: the name can go, so a crash from here on
+   * leaves nothing in /dev/shm. */
+  if (p->rank == 0) shm_unlink(p->name);
+  for (int r = 0; r < p->size; ++r) {
+    if (r == p->rank) {
+      c->base[r] = p->mem_base;
+      c->bytes[r] = p->mem_bytes;
+      continue;
+    }
+    char path[64];
+    shm_rank_t* pr = &c->shm->ranks[r];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)atomic_load(&pr->pid), pr->mem_fd);
+    int mfd = open(path, O_RDWR | O_CLOEXEC);
+    void* m = mfd < 0 ? MAP_FAILED : mmap(NULL, pr->mem_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, mfd, 0);
+    int e = errno;
+    if (mfd >= 0) close(mfd);
+    if (m == MAP_FAILED) {
+      st = TPURT_STATUS(UNAVAILABLE, "tpu_dist: rank %d cannot map rank %d's device memory (%s): %s", p->rank, r,
+                        path, strerror(e));
+      goto fail;
+    }
+    c->base[r] = m;
+    c->bytes[r] = pr->mem_bytes;
+  }
+  /* Nobody returns before everyone has mapped everyone (a peer's first
+   * collective may read our memory at once). */
+  st = barrier(c, 1, "joining the process group");
+  if (st) goto fail;
+  *out = c;
+  return TPURT_OK;
+fail:
+  if (fd >= 0) close(fd);
+  if (c->shm) {
+    tpurt_dist_comm_abort(c, "a rank failed to join the process group");
+    if (p->rank == 0) shm_unlink(p->name);
+  }
+  tpurt_dist_comm_destroy(c);
+  return st;
+}
+
+void tpurt_dist_comm_destroy(tpurt_dist_comm_t* c) {
+  if (!c) return;
+  if (c->shm) {
+    atomic_store(&c->shm->ranks[c->rank].left, 1);
+    notify(c->shm);
+    for (int r = 0; r < c->size; ++r)
+      if (r != c->rank && c->base[r]) munmap(c->base[r], c->bytes[r]);
+    munmap(c->shm, c->shm_bytes);
+  }
+  free(c->scratch);
+  free(c);
+}
+
+int tpurt_dist_comm_rank(const tpurt_dist_comm_t* c) { return c->rank; }
+int tpurt_dist_comm_size(const tpurt_dist_comm_t* c) { return c->size; }
+void tpurt_dist_comm_set_timeout(tpurt_dist_comm_t* c, uint64_t ms) { c->timeout_ns = (ms ? ms : 300000) * 1000000ull; }
+
+/* ---- running a collective ---- */
+
+static uint64_t offset_of(tpurt_dist_comm_t* c, const void* ptr, uint64_t bytes, const char* which,
+                          tpurt_status_t* st) {
+  if (!ptr) return UINT64_MAX;
+  const uint8_t* b = c->base[c->rank];
+  if ((const uint8_t*)ptr < b || (uint64_t)((const uint8_t*)ptr - b) > c->bytes[c->rank] ||
+      bytes > c->bytes[c->rank] - (uint64_t)((const uint8_t*)ptr - b)) {
+    if (!*st)
+      *st = TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: the %s buffer [%p, +%llu bytes) is not in this chip's device "
+                         "memory", which, ptr, (unsigned long long)bytes);
+    return UINT64_MAX;
+  }
+  return (uint64_t)((const uint8_t*)ptr - b);
+}
+
+static inline uint8_t* at(tpurt_dist_comm_t* c, int r, uint64_t off) { return c->base[r] + off; }
+
+/* Reduces elements [lo, hi) of every rank's input (at in_off + lo) and
+ * writes the result to the outputs of `dst_mask`'s ranks. */
+static void reduce_range(tpurt_dist_comm_t* c, const header_t* h, const uint64_t* in_off,
+                         const uint64_t* out_off, uint64_t lo, uint64_t hi, uint64_t dst_mask) {
+  tpurt_dtype_t dt = (tpurt_dtype_t)h->dtype;
+  size_t es = tpurt_dtype_size(dt);
+  uint64_t block = BLOCK_BYTES / es;
+  for (uint64_t b = lo; b < hi; b += block) {
+    uint64_t n = hi - b < block ? hi - b : block;
+    const void* srcs[MAXR];
+    for (int p = 0; p < c->size; ++p) srcs[p] = at(c, p, in_off[p] + b * es);
+    void* tmp = c->scratch;
+    tpurt_dist_reduce_block(dt, (tpurt_dist_redop_t)h->redop, srcs, c->size, n, tmp,
+                            (uint8_t*)c->scratch + 2 * BLOCK_BYTES);
+    for (int p = 0; p < c->size; ++p)
+      if (dst_mask >> p & 1) memcpy(at(c, p, out_off[p] + b * es), tmp, n * es);
+  }
+}
+
+static bool same_call(const header_t* a, const header_t* b) {
+  if (a->kind != b->kind || a->dtype != b->dtype) return false;
+  switch (a->kind) {
+    case TPURT_DIST_BARRIER: return true;
+    case TPURT_DIST_ALLTOALL: return true; /* counts: checked pairwise */
+    case TPURT_DIST_ALLREDUCE: case TPURT_DIST_REDUCE_SCATTER:
+      return a->count == b->count && a->redop == b->redop;
+    case TPURT_DIST_REDUCE: return a->count == b->count && a->redop == b->redop && a->root == b->root;
+    default: return a->count == b->count && a->root == b->root;
+  }
+}
+
+static tpurt_status_t check_headers(tpurt_dist_comm_t* c) {
+  const header_t* mine = &c->shm->ranks[c->rank].hdr;
+  for (int p = 0; p < c->size; ++p) {
+    const header_t* h = &c->shm->ranks[p].hdr;
+    /* Everyone compares against rank 0, so every rank reports the same pair. */
+    const header_t* h0 = &c->shm->ranks[0].hdr;
+    if (!same_call(h0, h)) {
+      char a[160], b[160], msg[512];
+      describe(h0, a, sizeof(a));
+      describe(h, b, sizeof(b));
+      snprintf(msg, sizeof(msg), "mismatched collectives at call #%llu of the group: rank 0 called %s but rank %d "
+               "called %s (no data was exchanged)", (unsigned long long)mine->seq, a, p, b);
+      tpurt_dist_comm_abort(c, msg);
+      return aborted_status(c);
+    }
+  }
+  if (mine->kind == TPURT_DIST_ALLTOALL) {
+    for (int p = 0; p < c->size; ++p)
+      for (int q = 0; q < c->size; ++q) {
+        uint64_t sent = c->shm->ranks[p].send_counts[q], want = c->shm->ranks[q].recv_counts[p];
+        if (sent != want) {
+          char msg[512];
+          snprintf(msg, sizeof(msg), "mismatched all_to_all at call #%llu: rank %d sends %llu elements to rank %d, "
+                   "which expects %llu (no data was exchanged)", (unsigned long long)mine->seq, p,
+                   (unsigned long long)sent, q, (unsigned long long)want);
+          tpurt_dist_comm_abort(c, msg);
+          return aborted_status(c);
+        }
+      }
+  }
+  return TPURT_OK;
+}
+
+static tpurt_status_t validate(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
+  if (op->kind <= 0 || op->kind >= TPURT_DIST_KIND_COUNT)
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: unknown collective %d", (int)op->kind);
+  if (op->dtype < 0 || op->dtype >= TPURT_DTYPE_COUNT)
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: unknown dtype %d", tpurt_dist_kind_name(op->kind), (int)op->dtype);
+  bool reduces = op->kind == TPURT_DIST_ALLREDUCE || op->kind == TPURT_DIST_REDUCE || op->kind == TPURT_DIST_REDUCE_SCATTER;
+  if (reduces) TPURT_RETURN_IF_ERROR(tpurt_dist_redop_check(op->dtype, op->redop, tpurt_dist_kind_name(op->kind)));
+  bool rooted = op->kind == TPURT_DIST_BROADCAST || op->kind == TPURT_DIST_REDUCE || op->kind == TPURT_DIST_GATHER ||
+                op->kind == TPURT_DIST_SCATTER;
+  if (rooted && (op->root < 0 || op->root >= c->size))
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: root %d is not a rank of this group of %d",
+                        tpurt_dist_kind_name(op->kind), op->root, c->size);
+  if ((op->kind == TPURT_DIST_SEND || op->kind == TPURT_DIST_RECV) &&
+      (op->peer < 0 || op->peer >= c->size || op->peer == c->rank))
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: peer %d is not another rank of this group of %d",
+                        tpurt_dist_kind_name(op->kind), op->peer, c->size);
+  if (op->kind == TPURT_DIST_ALLTOALL && (!op->send_counts || !op->send_offsets || !op->recv_counts || !op->recv_offsets))
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: all_to_all needs send/recv counts and offsets");
+  return TPURT_OK;
+}
+
+/* Point to point: the sender posts (offset, count) in its slot for the
+ * receiver and waits until the receiver has copied it out. */
+typedef struct p2p_wait_t {
+  int peer;
+  uint32_t count;
+  bool taken; /* wait for the peer's taken count (sender) or posted count (receiver) */
+} p2p_wait_t;
+
+static int missing_p2p(tpurt_dist_comm_t* c, uint64_t arg) {
+  const p2p_wait_t* w = (const p2p_wait_t*)(uintptr_t)arg;
+  uint32_t v = w->taken ? atomic_load_explicit(&c->shm->ranks[w->peer].p2p_taken[c->rank], memory_order_acquire)
+                        : atomic_load_explicit(&c->shm->ranks[w->peer].p2p_posted[c->rank], memory_order_acquire);
+  return v >= w->count ? -1 : w->peer;
+}
+
+/* Posts a send: the receiver copies it straight out of our device memory. */
+static tpurt_status_t post_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op, uint32_t* out_n) {
+  size_t es = tpurt_dtype_size(op->dtype);
+  tpurt_status_t st = TPURT_OK;
+  uint64_t off = offset_of(c, op->in, op->count * es, "send", &st);
+  if (st) return st;
+  shm_rank_t* me = &c->shm->ranks[c->rank];
+  uint32_t n = ++c->p2p_sent[op->peer];
+  me->p2p_msg[op->peer] = (p2p_msg_t){off, op->count, op->dtype, op->tag};
+  atomic_store_explicit(&me->p2p_posted[op->peer], n, memory_order_release);
+  notify(c->shm);
+  *out_n = n;
+  return TPURT_OK;
+}
+
+/* Waits until the receiver has taken send #n (our buffer is free again). */
+static tpurt_status_t finish_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op, uint32_t n) {
+  char what[160];
+  snprintf(what, sizeof(what), "receiving message #%u (send of %llu %s elements, tag %d) from rank %d", n,
+           (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+  p2p_wait_t w = {op->peer, n, true};
+  return wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, what);
+}
+
+static tpurt_status_t run_recv(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
+  size_t es = tpurt_dtype_size(op->dtype);
+  tpurt_status_t st = TPURT_OK;
+  offset_of(c, op->out, op->count * es, "recv", &st); /* only checks it is device memory */
+  if (st) return st;
+  shm_rank_t* me = &c->shm->ranks[c->rank];
+  uint32_t n = ++c->p2p_recvd[op->peer];
+  char what[160];
+  snprintf(what, sizeof(what), "sending message #%u (recv of %llu %s elements, tag %d) to rank %d", n,
+           (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+  p2p_wait_t w = {op->peer, n, false};
+  TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, what));
+  p2p_msg_t m = c->shm->ranks[op->peer].p2p_msg[c->rank];
+  if (m.count != op->count || m.dtype != (int32_t)op->dtype || m.tag != op->tag) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "mismatched point-to-point message #%u: rank %d sent %llu %s elements with tag %d, "
+             "rank %d receives %llu %s elements with tag %d", n, op->peer, (unsigned long long)m.count,
+             tpurt_dtype_name((tpurt_dtype_t)m.dtype), m.tag, c->rank, (unsigned long long)op->count,
+             tpurt_dtype_name(op->dtype), op->tag);
+    tpurt_dist_comm_abort(c, msg);
+    return aborted_status(c);
+  }
+  memcpy(op->out, at(c, op->peer, m.off), op->count * es);
+  atomic_store_explicit(&me->p2p_taken[op->peer], n, memory_order_release);
+  notify(c->shm);
+  return TPURT_OK;
+}
+
+static tpurt_status_t run_p2p(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
+  if (op->kind == TPURT_DIST_RECV) return run_recv(c, op);
+  uint32_t n;
+  TPURT_RETURN_IF_ERROR(post_send(c, op, &n));
+  return finish_send(c, op, n);
+}
+
+tpurt_status_t tpurt_dist_run(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
+  if (!c || !op) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: NULL communicator or op");
+  if (atomic_load(&c->shm->aborted)) return aborted_status(c);
+  TPURT_RETURN_IF_ERROR(validate(c, op));
+  if (op->kind == TPURT_DIST_SEND || op->kind == TPURT_DIST_RECV) return run_p2p(c, op);
+
+  int n = c->size, r = c->rank;
+  size_t es = tpurt_dtype_size(op->dtype);
+  uint64_t cnt = op->count;
+  uint64_t in_bytes = cnt * es, out_bytes = cnt * es;
+  switch (op->kind) {
+    case TPURT_DIST_ALLGATHER: out_bytes = cnt * es * n; break;
+    case TPURT_DIST_REDUCE_SCATTER: in_bytes = cnt * es * n; break;
+    case TPURT_DIST_GATHER: out_bytes = r == op->root ? cnt * es * n : 0; break;
+    case TPURT_DIST_SCATTER: in_bytes = r == op->root ? cnt * es * n : 0; break;
+    case TPURT_DIST_ALLTOALL: {
+      in_bytes = out_bytes = 0;
+      for (int p = 0; p < n; ++p) {
+        uint64_t s_end = (op->send_offsets[p] + op->send_counts[p]) * es;
+        uint64_t r_end = (op->recv_offsets[p] + op->recv_counts[p]) * es;
+        if (s_end > in_bytes) in_bytes = s_end;
+        if (r_end > out_bytes) out_bytes = r_end;
+      }
+      break;
+    }
+    default: break;
+  }
+  tpurt_status_t st = TPURT_OK;
+  shm_rank_t* me = &c->shm->ranks[r];
+  uint64_t seq = ++c->seq;
+  me->hdr = (header_t){seq, op->kind, op->dtype, op->redop, op->root, cnt,
+                       offset_of(c, op->in, in_bytes, "input", &st), offset_of(c, op->out, out_bytes, "output", &st)};
+  if (st) {
+    /* Our peers are waiting for us: they learn why. */
+    char msg[600];
+    snprintf(msg, sizeof(msg), "rank %d: %s", r, tpurt_status_message(st));
+    tpurt_dist_comm_abort(c, msg);
+    return st;
+  }
+  if (op->kind == TPURT_DIST_ALLTOALL)
+    for (int p = 0; p < n; ++p) {
+      me->send_counts[p] = op->send_counts[p];
+      me->send_offsets[p] = op->send_offsets[p];
+      me->recv_counts[p] = op->recv_counts[p];
+      me->recv_offsets[p] = op->recv_offsets[p];
+    }
+  char what[200], desc[160];
+  describe(&me->hdr, desc, sizeof(desc));
+  snprintf(what, sizeof(what), "%s (call #%llu of the group)", desc, (unsigned long long)seq);
+  /* Barrier values: 1 was the join; call k enters at 2k and leaves at 2k+1. */
+  TPURT_RETURN_IF_ERROR(barrier(c, (uint32_t)(2 * seq), what));
+  TPURT_RETURN_IF_ERROR(check_headers(c));
+
+  uint64_t in_off[MAXR], out_off[MAXR];
+  for (int p = 0; p < n; ++p) {
+    in_off[p] = c->shm->ranks[p].hdr.in_off;
+    out_off[p] = c->shm->ranks[p].hdr.out_off;
+  }
+  const header_t* h = &me->hdr;
+  switch (op->kind) {
+    case TPURT_DIST_ALLREDUCE:
+    case TPURT_DIST_REDUCE: {
+      /* Rank r owns elements [r*cnt/n, (r+1)*cnt/n): it reduces them over every
+       * input and writes them to every output (reduce: the root's). */
+      uint64_t lo = cnt * (uint64_t)r / n, hi = cnt * (uint64_t)(r + 1) / n;
+      uint64_t mask = op->kind == TPURT_DIST_REDUCE ? 1ull << op->root : (n == 64 ? ~0ull : (1ull << n) - 1);
+      reduce_range(c, h, in_off, out_off, lo, hi, mask);
+      break;
+    }
+    case TPURT_DIST_REDUCE_SCATTER: {
+      uint64_t ins[MAXR];
+      for (int p = 0; p < n; ++p) ins[p] = in_off[p] + (uint64_t)r * cnt * es;
+      reduce_range(c, h, ins, out_off, 0, cnt, 1ull << r);
+      break;
+    }
+    case TPURT_DIST_BROADCAST:
+      if (op->out && at(c, r, out_off[r]) != at(c, op->root, in_off[op->root]))
+        memmove(op->out, at(c, op->root, in_off[op->root]), cnt * es);
+      break;
+    case TPURT_DIST_ALLGATHER:
+      for (int k = 0; k < n; ++k) {
+        int p = (r + k) % n; /* each rank starts at its own piece: spreads the reads */
+        memcpy((uint8_t*)op->out + (uint64_t)p * cnt * es, at(c, p, in_off[p]), cnt * es);
+      }
+      break;
+    case TPURT_DIST_GATHER:
+      if (r == op->root)
+        for (int p = 0; p < n; ++p) memcpy((uint8_t*)op->out + (uint64_t)p * cnt * es, at(c, p, in_off[p]), cnt * es);
+      break;
+    case TPURT_DIST_SCATTER:
+      memcpy(op->out, at(c, op->root, in_off[op->root] + (uint64_t)r * cnt * es), cnt * es);
+      break;
+    case TPURT_DIST_ALLTOALL:
+      for (int k = 0; k < n; ++k) {
+        int p = (r + k) % n;
+        const shm_rank_t* pr = &c->shm->ranks[p];
+        memcpy((uint8_t*)op->out + op->recv_offsets[p] * es, at(c, p, in_off[p] + pr->send_offsets[r] * es),
+               op->recv_counts[p] * es);
+      }
+      break;
+    default: break;
+  }
+  /* Nobody reuses its buffers until every peer is done reading and writing them. */
+  return barrier(c, (uint32_t)(2 * seq + 1), what);
+}
+
+tpurt_status_t tpurt_dist_run_group(tpurt_dist_comm_t* c, const tpurt_dist_op_t* ops, int n) {
+  if (!c || (n && !ops) || n < 0) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: run_group: bad arguments");
+  if (atomic_load(&c->shm->aborted)) return aborted_status(c);
+  for (int i = 0; i < n; ++i) TPURT_RETURN_IF_ERROR(validate(c, &ops[i]));
+  /* Sends first (posting never waits), then everything else in order, then
+   * the sends' completions: a ring of send+recv pairs cannot deadlock. */
+  uint32_t* seqs = calloc((size_t)n + 1, sizeof(uint32_t));
+  if (!seqs) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
+  tpurt_status_t st = TPURT_OK;
+  for (int i = 0; i < n && !st; ++i)
+    if (ops[i].kind == TPURT_DIST_SEND) st = post_send(c, &ops[i], &seqs[i]);
+  for (int i = 0; i < n && !st; ++i)
+    if (ops[i].kind != TPURT_DIST_SEND) st = tpurt_dist_run(c, &ops[i]);
+  for (int i = 0; i < n && !st; ++i)
+    if (ops[i].kind == TPURT_DIST_SEND) st = finish_send(c, &ops[i], seqs[i]);
+  free(seqs);
+  return st;
+}
+
+/* ---- on a queue ---- */
+
+/* Waits for the collectives issued before `ticket` (on any queue). An
+ * earlier one that cannot finish fails by its own timeout, which aborts the
+ * group, so this wait ends too. */
+static void ticket_wait(tpurt_dist_comm_t* c, uint32_t ticket) {
+  for (;;) {
+    uint32_t done = atomic_load(&c->done_ticket);
+    if (done == ticket) return;
+    tpurt_futex_wait_ns(&c->done_ticket, done, 50000000ull);
+  }
+}
+
+static void ticket_done(tpurt_dist_comm_t* c) {
+  atomic_fetch_add(&c->done_ticket, 1);
+  tpurt_futex_wake_all(&c->done_ticket);
+}
+
+typedef struct queued_t {
+  tpurt_dist_comm_t* comm;
+  uint32_t ticket;
+  tpurt_dist_op_t op;
+  uint64_t counts[4 * MAXR];
+} queued_t;
+
+static tpurt_status_t run_queued(void* user) {
+  queued_t* q = user;
+  ticket_wait(q->comm, q->ticket);
+  tpurt_status_t s = tpurt_dist_run(q->comm, &q->op);
+  ticket_done(q->comm);
+  free(q);
+  return s;
+}
+
+typedef struct queued_group_t {
+  tpurt_dist_comm_t* comm;
+  uint32_t ticket;
+  int n;
+  tpurt_dist_op_t ops[];
+} queued_group_t;
+
+static tpurt_status_t run_queued_group(void* user) {
+  queued_group_t* g = user;
+  ticket_wait(g->comm, g->ticket);
+  tpurt_status_t s = tpurt_dist_run_group(g->comm, g->ops, g->n);
+  ticket_done(g->comm);
+  free(g);
+  return s;
+}
+
+tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* c, tpurt_queue_t* queue, const tpurt_dist_op_t* ops,
+                                        int n) {
+  if (!c || !queue || n < 0 || (n && !ops)) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: enqueue_group: bad arguments");
+  for (int i = 0; i < n; ++i)
+    if (ops[i].kind == TPURT_DIST_ALLTOALL)
+      return TPURT_STATUS(UNIMPLEMENTED, "tpu_dist: all_to_all inside a coalesced group is not supported yet");
+  queued_group_t* g = malloc(sizeof(*g) + (size_t)n * sizeof(tpurt_dist_op_t));
+  if (!g) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
+  g->comm = c;
+  g->n = n;
+  memcpy(g->ops, ops, (size_t)n * sizeof(tpurt_dist_op_t));
+  /* Submitters of one communicator serialize (c10d calls from one thread at
+   * a time per group), so ticket order is submit order. */
+  g->ticket = atomic_fetch_add(&c->next_ticket, 1);
+  tpurt_status_t s = tpurt_queue_submit_host_fn(queue, run_queued_group, g);
+  if (s) {
+    free(g);
+    ticket_done(c); /* nobody will run this ticket */
+  }
+  return s;
+}
+
+tpurt_status_t tpurt_dist_enqueue(tpurt_dist_comm_t* c, tpurt_queue_t* queue, const tpurt_dist_op_t* op) {
+  if (!c || !queue || !op) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: enqueue: NULL argument");
+  queued_t* q = malloc(sizeof(*q));
+  if (!q) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
+  q->comm = c;
+  q->op = *op;
+  if (op->kind == TPURT_DIST_ALLTOALL && op->send_counts && op->send_offsets && op->recv_counts && op->recv_offsets) {
+    int n = c->size;
+    memcpy(q->counts, op->send_counts, n * sizeof(uint64_t));
+    memcpy(q->counts + MAXR, op->send_offsets, n * sizeof(uint64_t));
+    memcpy(q->counts + 2 * MAXR, op->recv_counts, n * sizeof(uint64_t));
+    memcpy(q->counts + 3 * MAXR, op->recv_offsets, n * sizeof(uint64_t));
+    q->op.send_counts = q->counts;
+    q->op.send_offsets = q->counts + MAXR;
+    q->op.recv_counts = q->counts + 2 * MAXR;
+    q->op.recv_offsets = q->counts + 3 * MAXR;
+  }
+  q->ticket = atomic_fetch_add(&c->next_ticket, 1);
+  tpurt_status_t s = tpurt_queue_submit_host_fn(queue, run_queued, q);
+  if (s) {
+    free(q);
+    ticket_done(c); /* nobody will run this ticket */
+  }
+  return s;
+}

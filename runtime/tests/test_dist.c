@@ -1,0 +1,510 @@
+/* tpurt dist: the topology (coordinates, neighbours, mesh layouts against
+ * hand-worked answers) and the collectives between forked processes, each
+ * with its own memfd "device memory": every collective and reduction against
+ * a formula, mismatched calls, a killed rank, a rank that never comes, the
+ * /dev/shm cleanup, and the queued path on real chips. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/futex.h"
+#include "dist/reduce.h"
+#include "test_util.h"
+
+/* ---- topology ---- */
+
+static void check_layout(const char* topo, int nd, const int64_t* mesh, const int64_t* dcn, const int64_t* want,
+                         int n) {
+  tpurt_dist_topology_t t;
+  CHECK_OK(tpurt_dist_topology_parse(topo, &t));
+  int64_t got[64];
+  CHECK_OK(tpurt_dist_mesh_layout(&t, nd, mesh, dcn, got, 64));
+  int same = 1;
+  for (int i = 0; i < n; ++i) same &= got[i] == want[i];
+  if (!same) {
+    fprintf(stderr, "layout %s:", topo);
+    for (int i = 0; i < n; ++i) fprintf(stderr, " %lld", (long long)got[i]);
+    fprintf(stderr, "\n");
+  }
+  CHECK(same);
+}
+
+static void test_topology(void) {
+  tpurt_dist_topology_t t;
+  CHECK_OK(tpurt_dist_topology_parse("2x2x1", &t));
+  CHECK(t.ndims == 3 && t.num_chips == 4 && t.dims[0] == 2 && t.dims[1] == 2 && t.dims[2] == 1);
+  CHECK_STATUS(tpurt_dist_topology_parse("2x", &t), INVALID_ARGUMENT);
+  CHECK_STATUS(tpurt_dist_topology_parse("0", &t), INVALID_ARGUMENT);
+  CHECK_STATUS(tpurt_dist_topology_parse("8x8x8", &t), INVALID_ARGUMENT);
+  CHECK_STATUS(tpurt_dist_topology_parse("2y2", &t), INVALID_ARGUMENT);
+
+  /* 4x2: chip 5 is (1, 1); its x ring is 4,5,6,7 (neighbours 4, 6), y has 2 chips (1). */
+  CHECK_OK(tpurt_dist_topology_parse("4x2", &t));
+  int c[3], nb[6], nn = 0;
+  CHECK_OK(tpurt_dist_topology_coords(&t, 5, c));
+  CHECK(c[0] == 1 && c[1] == 1 && c[2] == 0);
+  CHECK_OK(tpurt_dist_topology_neighbors(&t, 5, nb, &nn));
+  CHECK(nn == 3 && nb[0] == 1 && nb[1] == 4 && nb[2] == 6);
+  /* wrap-around: chip 0 of the ring of 4 links to chip 3 */
+  CHECK_OK(tpurt_dist_topology_neighbors(&t, 0, nb, &nn));
+  CHECK(nn == 3 && nb[0] == 1 && nb[1] == 3 && nb[2] == 4);
+  CHECK_STATUS(tpurt_dist_topology_coords(&t, 8, c), OUT_OF_RANGE);
+  /* 2x2x2: chip 7 = (1,1,1) links to 6, 5, 3 */
+  CHECK_OK(tpurt_dist_topology_parse("2x2x2", &t));
+  CHECK_OK(tpurt_dist_topology_neighbors(&t, 7, nb, &nn));
+  CHECK(nn == 3 && nb[0] == 3 && nb[1] == 5 && nb[2] == 6);
+
+  /* 1-D: a ring of 4 is itself. */
+  check_layout("4", 1, (int64_t[]){4}, NULL, (int64_t[]){0, 1, 2, 3}, 4);
+  /* 2x2 as a ring of 4: snake 0,1,3,2 (each step and the wrap 2->0 is a link) */
+  check_layout("2x2", 1, (int64_t[]){4}, NULL, (int64_t[]){0, 1, 3, 2}, 4);
+  /* 2x2 as 2x2: rows along x */
+  check_layout("2x2", 2, (int64_t[]){2, 2}, NULL, (int64_t[]){0, 1, 2, 3}, 4);
+  /* 4x2 as (2, 4): the last dimension is the x ring */
+  check_layout("4x2", 2, (int64_t[]){2, 4}, NULL, (int64_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 8);
+  /* 4x2 as (4, 2): each dimension the size of an axis takes it: the last runs along y, the first
+   * along the x ring: row i = (x=i, y=0), (x=i, y=1) */
+  check_layout("4x2", 2, (int64_t[]){4, 2}, NULL, (int64_t[]){0, 4, 1, 5, 2, 6, 3, 7}, 8);
+  /* 8x1 as (2, 4): the x axis is split, its inner 4 to the last dimension */
+  check_layout("8", 2, (int64_t[]){2, 4}, NULL, (int64_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 8);
+  /* 3x2 as (3, 2) and (2, 3) */
+  check_layout("3x2", 2, (int64_t[]){3, 2}, NULL, (int64_t[]){0, 3, 1, 4, 2, 5}, 6);
+  check_layout("3x2", 2, (int64_t[]){2, 3}, NULL, (int64_t[]){0, 1, 2, 3, 4, 5}, 6);
+  /* 4x2 as a ring of 8: 0 1 2 3 7 6 5 4 (closes: 4 -> 0) */
+  check_layout("4x2", 1, (int64_t[]){8}, NULL, (int64_t[]){0, 1, 2, 3, 7, 6, 5, 4}, 8);
+  /* 3-D: 2x2x2 as a ring of 8 = the reflected Gray code */
+  check_layout("2x2x2", 1, (int64_t[]){8}, NULL, (int64_t[]){0, 1, 3, 2, 6, 7, 5, 4}, 8);
+  /* 2x2x2 as (2, 4): z outer, each row the x-y ring */
+  check_layout("2x2x2", 2, (int64_t[]){2, 4}, NULL, (int64_t[]){0, 1, 3, 2, 4, 5, 7, 6}, 8);
+  /* 2x2x2 as (2, 2, 2) */
+  check_layout("2x2x2", 3, (int64_t[]){2, 2, 2}, NULL, (int64_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 8);
+  /* two hosts of 2x2 over DCN, mesh (2, 4) with dcn (2, 1): host 1's ranks 4..7 in the second row */
+  check_layout("2x2", 2, (int64_t[]){1, 4}, (int64_t[]){2, 1}, (int64_t[]){0, 1, 3, 2, 4, 5, 7, 6}, 8);
+  /* dcn on the last dimension: (1, 2) x (1, 2) over 2 hosts of 2 chips: [0, 1, 2, 3] */
+  check_layout("2", 2, (int64_t[]){1, 2}, (int64_t[]){1, 2}, (int64_t[]){0, 1, 2, 3}, 4);
+  int64_t out[8];
+  CHECK_OK(tpurt_dist_topology_parse("2x2", &t));
+  CHECK_STATUS(tpurt_dist_mesh_layout(&t, 1, (int64_t[]){3}, NULL, out, 8), INVALID_ARGUMENT);
+  CHECK_OK(tpurt_dist_topology_parse("3x2", &t));
+  CHECK_STATUS(tpurt_dist_mesh_layout(&t, 1, (int64_t[]){6}, NULL, out, 8), OK); /* x then y, snake */
+  CHECK(out[0] == 0 && out[1] == 1 && out[2] == 2 && out[3] == 5 && out[4] == 4 && out[5] == 3);
+  CHECK_OK(tpurt_dist_topology_parse("6", &t));
+  CHECK_STATUS(tpurt_dist_mesh_layout(&t, 2, (int64_t[]){4, 1}, NULL, out, 8), INVALID_ARGUMENT);
+}
+
+/* ---- collectives between forked ranks ---- */
+
+#define MEM_BYTES (64u << 20)
+static int g_rank, g_size;
+static uint8_t* g_mem;
+static char g_name[64];
+
+typedef void (*rank_fn)(tpurt_dist_comm_t* c);
+
+static tpurt_dist_comm_t* join(uint64_t timeout_ms) {
+  int fd = memfd_create("test-hbm", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, MEM_BYTES) != 0) return NULL;
+  g_mem = mmap(NULL, MEM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  tpurt_dist_comm_params_t p = {.name = g_name, .rank = g_rank, .size = g_size, .timeout_ms = timeout_ms,
+                                .mem_fd = fd, .mem_base = g_mem, .mem_bytes = MEM_BYTES};
+  tpurt_dist_comm_t* c = NULL;
+  CHECK_OK(tpurt_dist_comm_create(&p, &c));
+  return c;
+}
+
+/* Runs fn on `size` forked ranks; each exits with its failure count. Returns
+ * the number of ranks that failed. */
+static int spawn(int size, rank_fn fn, uint64_t timeout_ms) {
+  static int counter;
+  snprintf(g_name, sizeof(g_name), "/tpurt_dist_%d_test%d", (int)getpid(), counter++);
+  pid_t pids[16];
+  for (int r = 0; r < size; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      g_rank = r;
+      g_size = size;
+      g_test_failed = 0;
+      tpurt_dist_comm_t* c = join(timeout_ms);
+      if (c) fn(c);
+      else ++g_test_failed;
+      tpurt_dist_comm_destroy(c);
+      fflush(stderr);
+      _exit(g_test_failed > 100 ? 100 : g_test_failed);
+    }
+  }
+  int bad = 0;
+  for (int r = 0; r < size; ++r) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "rank %d of %d: %s %d\n", r, size, WIFEXITED(st) ? "exit" : "signal",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+/* Each rank's value of element i: small integers, so every dtype and every
+ * reduction is exact and the expected answer is a formula. */
+static double val(int r, uint64_t i) { return (double)((int)((i * 7 + (uint64_t)r * 3) % 5) + r - 1); }
+
+static double expect_red(tpurt_dist_redop_t op, uint64_t i, int n) {
+  double acc = val(0, i);
+  for (int r = 1; r < n; ++r) {
+    double v = val(r, i);
+    switch (op) {
+      case TPURT_DIST_SUM: case TPURT_DIST_AVG: acc += v; break;
+      case TPURT_DIST_PRODUCT: acc *= v; break;
+      case TPURT_DIST_MIN: acc = v < acc ? v : acc; break;
+      case TPURT_DIST_MAX: acc = v > acc ? v : acc; break;
+      case TPURT_DIST_BAND: acc = (double)((int64_t)acc & (int64_t)v); break;
+      case TPURT_DIST_BOR: acc = (double)((int64_t)acc | (int64_t)v); break;
+      case TPURT_DIST_BXOR: acc = (double)((int64_t)acc ^ (int64_t)v); break;
+      default: break;
+    }
+  }
+  return op == TPURT_DIST_AVG ? acc / n : acc;
+}
+
+static void store(tpurt_dtype_t dt, void* p, uint64_t i, double v) {
+  switch (dt) {
+    case TPURT_DTYPE_FLOAT32: ((float*)p)[i] = (float)v; break;
+    case TPURT_DTYPE_FLOAT64: ((double*)p)[i] = v; break;
+    case TPURT_DTYPE_BFLOAT16: ((uint16_t*)p)[i] = tpurt_f32_to_bf16((float)v); break;
+    case TPURT_DTYPE_FLOAT16: ((uint16_t*)p)[i] = tpurt_f32_to_f16((float)v); break;
+    case TPURT_DTYPE_INT32: ((int32_t*)p)[i] = (int32_t)v; break;
+    case TPURT_DTYPE_INT64: ((int64_t*)p)[i] = (int64_t)v; break;
+    case TPURT_DTYPE_INT8: ((int8_t*)p)[i] = (int8_t)v; break;
+    case TPURT_DTYPE_INT16: ((int16_t*)p)[i] = (int16_t)v; break;
+    case TPURT_DTYPE_UINT8: ((uint8_t*)p)[i] = (uint8_t)(int)v; break;
+    case TPURT_DTYPE_BOOL: ((uint8_t*)p)[i] = v != 0; break;
+    case TPURT_DTYPE_COMPLEX64: ((float*)p)[2 * i] = (float)v; ((float*)p)[2 * i + 1] = 0; break;
+    case TPURT_DTYPE_COMPLEX128: ((double*)p)[2 * i] = v; ((double*)p)[2 * i + 1] = 0; break;
+    default: break;
+  }
+}
+
+static double load(tpurt_dtype_t dt, const void* p, uint64_t i) {
+  switch (dt) {
+    case TPURT_DTYPE_FLOAT32: return ((const float*)p)[i];
+    case TPURT_DTYPE_FLOAT64: return ((const double*)p)[i];
+    case TPURT_DTYPE_BFLOAT16: return tpurt_bf16_to_f32(((const uint16_t*)p)[i]);
+    case TPURT_DTYPE_FLOAT16: return tpurt_f16_to_f32(((const uint16_t*)p)[i]);
+    case TPURT_DTYPE_INT32: return ((const int32_t*)p)[i];
+    case TPURT_DTYPE_INT64: return (double)((const int64_t*)p)[i];
+    case TPURT_DTYPE_INT8: return ((const int8_t*)p)[i];
+    case TPURT_DTYPE_INT16: return ((const int16_t*)p)[i];
+    case TPURT_DTYPE_UINT8: return ((const uint8_t*)p)[i];
+    case TPURT_DTYPE_BOOL: return ((const uint8_t*)p)[i];
+    case TPURT_DTYPE_COMPLEX64: return ((const float*)p)[2 * i];
+    case TPURT_DTYPE_COMPLEX128: return ((const double*)p)[2 * i];
+    default: return 0;
+  }
+}
+
+static bool is_bool(tpurt_dtype_t dt) { return dt == TPURT_DTYPE_BOOL; }
+static double as_dtype(tpurt_dtype_t dt, double v) {
+  if (is_bool(dt)) return v != 0;
+  if (dt == TPURT_DTYPE_UINT8) return (double)(uint8_t)(int)v;
+  return v;
+}
+
+/* Bool inputs are val != 0; their reductions are logical. */
+static double expect_bool(tpurt_dist_redop_t op, uint64_t i, int n) {
+  int acc = val(0, i) != 0;
+  for (int r = 1; r < n; ++r) {
+    int v = val(r, i) != 0;
+    if (op == TPURT_DIST_SUM || op == TPURT_DIST_MAX || op == TPURT_DIST_BOR) acc |= v;
+    else if (op == TPURT_DIST_BXOR) acc ^= v;
+    else acc &= v;
+  }
+  return acc;
+}
+
+static const uint64_t kCount = 100003; /* spans several blocks and splits unevenly over ranks */
+
+static void rank_allreduce_all(tpurt_dist_comm_t* c) {
+  const tpurt_dtype_t dts[] = {TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT64, TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT16,
+                               TPURT_DTYPE_INT32, TPURT_DTYPE_INT64, TPURT_DTYPE_INT8, TPURT_DTYPE_INT16,
+                               TPURT_DTYPE_UINT8, TPURT_DTYPE_BOOL, TPURT_DTYPE_COMPLEX64, TPURT_DTYPE_COMPLEX128};
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); ++d) {
+    tpurt_dtype_t dt = dts[d];
+    for (int op = 0; op < TPURT_DIST_REDOP_COUNT; ++op) {
+      /* uint8: val may be negative -> wraps; skip products/min/max there (covered by int types). */
+      tpurt_status_t undefined = tpurt_dist_redop_check(dt, op, "t");
+      bool skip = undefined != TPURT_OK;
+      tpurt_status_free(undefined);
+      if (skip) continue;
+      if (dt == TPURT_DTYPE_UINT8 && op != TPURT_DIST_SUM && op != TPURT_DIST_BOR) continue;
+      uint64_t n = dt == TPURT_DTYPE_FLOAT32 ? kCount : 4099;
+      size_t es = tpurt_dtype_size(dt);
+      uint8_t* in = g_mem;
+      uint8_t* out = g_mem + (32u << 20);
+      for (uint64_t i = 0; i < n; ++i) store(dt, in, i, val(g_rank, i));
+      bool inplace = op == TPURT_DIST_SUM;
+      tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLREDUCE, .dtype = dt, .redop = op, .count = n, .in = in,
+                           .out = inplace ? in : out};
+      CHECK_OK(tpurt_dist_run(c, &o));
+      const uint8_t* res = inplace ? in : out;
+      uint64_t bad = 0;
+      for (uint64_t i = 0; i < n; ++i) {
+        double want = is_bool(dt) ? expect_bool(op, i, g_size) : as_dtype(dt, expect_red(op, i, g_size));
+        if (dt == TPURT_DTYPE_INT8) want = (double)(int8_t)(int64_t)want;
+        if (dt == TPURT_DTYPE_INT16) want = (double)(int16_t)(int64_t)want;
+        double got = load(dt, res, i);
+        double tol = (dt == TPURT_DTYPE_BFLOAT16 || dt == TPURT_DTYPE_FLOAT16) ? 1e-2 * (1 + (want < 0 ? -want : want)) : 1e-9;
+        if (!(got - want <= tol && want - got <= tol)) {
+          if (!bad) fprintf(stderr, "rank %d: allreduce %s %s [%llu]: %g, want %g\n", g_rank, tpurt_dtype_name(dt),
+                            tpurt_dist_redop_name(op), (unsigned long long)i, got, want);
+          ++bad;
+        }
+      }
+      (void)es;
+      CHECK(bad == 0);
+    }
+  }
+}
+
+static void rank_collectives(tpurt_dist_comm_t* c) {
+  int r = g_rank, n = g_size;
+  const uint64_t cnt = 1001;
+  float* in = (float*)g_mem;
+  float* out = (float*)(g_mem + (16u << 20));
+  for (uint64_t i = 0; i < cnt * n; ++i) in[i] = (float)val(r, i);
+  /* broadcast from the last rank, in place */
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_BROADCAST, .dtype = TPURT_DTYPE_FLOAT32, .root = n - 1, .count = cnt,
+                       .in = r == n - 1 ? in : NULL, .out = in};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  int bad = 0;
+  for (uint64_t i = 0; i < cnt; ++i) bad += in[i] != (float)val(n - 1, i);
+  CHECK(bad == 0);
+  for (uint64_t i = 0; i < cnt * n; ++i) in[i] = (float)val(r, i);
+  /* reduce (max) to rank 1 */
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_REDUCE, .dtype = TPURT_DTYPE_FLOAT32, .redop = TPURT_DIST_MAX, .root = 1,
+                        .count = cnt, .in = in, .out = r == 1 ? out : NULL};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  bad = 0;
+  if (r == 1)
+    for (uint64_t i = 0; i < cnt; ++i) bad += out[i] != (float)expect_red(TPURT_DIST_MAX, i, n);
+  CHECK(bad == 0);
+  /* all_gather */
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_ALLGATHER, .dtype = TPURT_DTYPE_FLOAT32, .count = cnt, .in = in, .out = out};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  bad = 0;
+  for (int p = 0; p < n; ++p)
+    for (uint64_t i = 0; i < cnt; ++i) bad += out[p * cnt + i] != (float)val(p, i);
+  CHECK(bad == 0);
+  /* reduce_scatter (sum): rank r gets block r of the sum */
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_REDUCE_SCATTER, .dtype = TPURT_DTYPE_FLOAT32, .redop = TPURT_DIST_SUM,
+                        .count = cnt, .in = in, .out = out};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  bad = 0;
+  for (uint64_t i = 0; i < cnt; ++i) bad += out[i] != (float)expect_red(TPURT_DIST_SUM, r * cnt + i, n);
+  CHECK(bad == 0);
+  /* gather to 0, scatter from 0 */
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_GATHER, .dtype = TPURT_DTYPE_FLOAT32, .root = 0, .count = cnt, .in = in,
+                        .out = r == 0 ? out : NULL};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  bad = 0;
+  if (r == 0)
+    for (int p = 0; p < n; ++p)
+      for (uint64_t i = 0; i < cnt; ++i) bad += out[p * cnt + i] != (float)val(p, i);
+  CHECK(bad == 0);
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_SCATTER, .dtype = TPURT_DTYPE_FLOAT32, .root = 0, .count = cnt,
+                        .in = r == 0 ? in : NULL, .out = out};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  bad = 0;
+  for (uint64_t i = 0; i < cnt; ++i) bad += out[i] != (float)val(0, r * cnt + i);
+  CHECK(bad == 0);
+  /* all_to_all, uneven: rank p sends (p + q + 1) elements to rank q, values 1000 p + 10 q + k */
+  uint64_t sc[16], so[16], rc[16], ro[16], off = 0, roff = 0;
+  for (int q = 0; q < n; ++q) {
+    sc[q] = (uint64_t)(r + q + 1);
+    so[q] = off;
+    for (uint64_t k = 0; k < sc[q]; ++k) in[off + k] = (float)(1000 * r + 10 * q + (int)k);
+    off += sc[q];
+    rc[q] = (uint64_t)(q + r + 1);
+    ro[q] = roff;
+    roff += rc[q];
+  }
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_ALLTOALL, .dtype = TPURT_DTYPE_FLOAT32, .in = in, .out = out,
+                        .send_counts = sc, .send_offsets = so, .recv_counts = rc, .recv_offsets = ro};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  bad = 0;
+  for (int p = 0; p < n; ++p)
+    for (uint64_t k = 0; k < rc[p]; ++k) bad += out[ro[p] + k] != (float)(1000 * p + 10 * r + (int)k);
+  CHECK(bad == 0);
+  /* barrier, then a ring of send/recv: even ranks send first */
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_BARRIER, .dtype = TPURT_DTYPE_FLOAT32};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  for (uint64_t i = 0; i < cnt; ++i) in[i] = (float)(r * 100000 + (int)i);
+  tpurt_dist_op_t snd = {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = (r + 1) % n, .tag = 7,
+                         .count = cnt, .in = in};
+  tpurt_dist_op_t rcv = {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = (r + n - 1) % n, .tag = 7,
+                         .count = cnt, .out = out};
+  if (r % 2 == 0) {
+    CHECK_OK(tpurt_dist_run(c, &snd));
+    CHECK_OK(tpurt_dist_run(c, &rcv));
+  } else {
+    CHECK_OK(tpurt_dist_run(c, &rcv));
+    CHECK_OK(tpurt_dist_run(c, &snd));
+  }
+  bad = 0;
+  for (uint64_t i = 0; i < cnt; ++i) bad += out[i] != (float)(((r + n - 1) % n) * 100000 + (int)i);
+  CHECK(bad == 0);
+  /* a buffer outside device memory is refused, naming it (and the group is aborted: peers
+   * waiting in that collective would never see this rank) */
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_BARRIER, .dtype = TPURT_DTYPE_FLOAT32};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  float host[4];
+  o = (tpurt_dist_op_t){.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 4, .in = host, .out = host};
+  if (r == 0) CHECK_STATUS(tpurt_dist_run(c, &o), INVALID_ARGUMENT);
+}
+
+static bool status_says(tpurt_status_t s, const char* a, const char* b) {
+  const char* m = tpurt_status_message(s);
+  bool ok = s && strstr(m, a) && (!b || strstr(m, b));
+  if (!ok) fprintf(stderr, "rank %d: status '%s' lacks '%s' / '%s'\n", g_rank, m, a, b ? b : "");
+  tpurt_status_free(s);
+  return ok;
+}
+
+static void rank_mismatch(tpurt_dist_comm_t* c) {
+  float* buf = (float*)g_mem;
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = g_rank == 1 ? 20 : 10,
+                       .in = buf, .out = buf};
+  CHECK(status_says(tpurt_dist_run(c, &o), "rank 0 called allreduce(float32, 10 elements, sum)",
+                    "rank 1 called allreduce(float32, 20 elements, sum)"));
+  /* the group stays aborted: the next call fails at once */
+  CHECK(status_says(tpurt_dist_run(c, &o), "aborted", "mismatched"));
+}
+
+static void rank_dtype_mismatch(tpurt_dist_comm_t* c) {
+  tpurt_dist_op_t o = {.kind = g_rank == 0 ? TPURT_DIST_ALLREDUCE : TPURT_DIST_BROADCAST,
+                       .dtype = TPURT_DTYPE_FLOAT32, .count = 8, .in = g_mem, .out = g_mem};
+  CHECK(status_says(tpurt_dist_run(c, &o), "rank 0 called allreduce", "called broadcast(float32, 8 elements, root 0)"));
+}
+
+static void rank_killed(tpurt_dist_comm_t* c) {
+  float* buf = (float*)g_mem;
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 1000, .in = buf, .out = buf};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  if (g_rank == 1) raise(SIGKILL); /* dies before its second collective */
+  uint64_t t0 = tpurt_now_ns();
+  CHECK(status_says(tpurt_dist_run(c, &o), "rank 1", "died"));
+  CHECK(tpurt_now_ns() - t0 < 20000000000ull); /* well before the 60 s timeout: death is detected */
+  CHECK(status_says(tpurt_dist_run(c, &o), "aborted", "rank 1"));
+}
+
+static void rank_absent(tpurt_dist_comm_t* c) {
+  float* buf = (float*)g_mem;
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 16, .in = buf, .out = buf};
+  if (g_rank == 1) {
+    usleep(1500000); /* alive, but skips the collective for longer than the timeout */
+    CHECK(status_says(tpurt_dist_run(c, &o), "aborted", "rank 1"));
+    return;
+  }
+  CHECK(status_says(tpurt_dist_run(c, &o), "rank 1", "did not join within the 0.5 s timeout: allreduce(float32, 16 "
+                    "elements, sum) (call #1"));
+}
+
+static void rank_nothing(tpurt_dist_comm_t* c) {}
+
+static bool shm_exists(const char* name) {
+  char path[128];
+  snprintf(path, sizeof(path), "/dev/shm%s", name);
+  struct stat sb;
+  return stat(path, &sb) == 0;
+}
+
+/* A finished child's pid: dead for sure. */
+static int dead_pid(void) {
+  pid_t p = fork();
+  if (p == 0) _exit(0);
+  waitpid(p, NULL, 0);
+  return p;
+}
+
+static void test_shm_cleanup(void) {
+  char stale[96];
+  snprintf(stale, sizeof(stale), "/tpurt_dist_%d_crashed", dead_pid());
+  int fd = shm_open(stale, O_CREAT | O_RDWR, 0600);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  CHECK(shm_exists(stale));
+  CHECK(spawn(2, rank_nothing, 5000) == 0);
+  CHECK(!shm_exists(stale)); /* swept: its creator is dead */
+  CHECK(!shm_exists(g_name)); /* unlinked once everyone joined */
+}
+
+/* The queued path on real chips: tpurt_init in each rank, an allreduce
+ * between two kernels' worth of copies, the error of a timed-out one at sync. */
+static void rank_queue(tpurt_dist_comm_t* unused) {
+  tpurt_device_t* d = NULL;
+  CHECK_OK(tpurt_device_get(0, &d));
+  if (!d) return;
+  int fd;
+  void* base;
+  uint64_t bytes;
+  CHECK_OK(tpurt_device_shareable_memory(d, &fd, &base, &bytes));
+  char name[80];
+  snprintf(name, sizeof(name), "%s_q", g_name);
+  tpurt_dist_comm_params_t p = {.name = name, .rank = g_rank, .size = g_size, .timeout_ms = 700, .mem_fd = fd,
+                                .mem_base = base, .mem_bytes = bytes};
+  tpurt_dist_comm_t* c = NULL;
+  CHECK_OK(tpurt_dist_comm_create(&p, &c));
+  if (!c) return;
+  tpurt_queue_t* q = tpurt_device_default_queue(d);
+  float host[256], back[256];
+  for (int i = 0; i < 256; ++i) host[i] = (float)(g_rank * 1000 + i);
+  void *a = NULL, *b = NULL;
+  CHECK_OK(tpurt_memory_allocate(d, q, sizeof(host), &a));
+  CHECK_OK(tpurt_memory_allocate(d, q, sizeof(host), &b));
+  CHECK_OK(tpurt_memcpy_h2d(d, q, a, host, sizeof(host)));
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 256, .in = a, .out = a};
+  CHECK_OK(tpurt_dist_enqueue(c, q, &o));
+  CHECK_OK(tpurt_queue_submit_copy(q, b, a, sizeof(host))); /* runs after the collective, in queue order */
+  CHECK_OK(tpurt_queue_synchronize(q));
+  CHECK_OK(tpurt_memcpy_d2h(d, q, back, b, sizeof(back)));
+  int bad = 0;
+  for (int i = 0; i < 256; ++i) {
+    float want = 0;
+    for (int r = 0; r < g_size; ++r) want += (float)(r * 1000 + i);
+    bad += back[i] != want;
+  }
+  CHECK(bad == 0);
+  /* rank 1 skips the next one: rank 0's error surfaces at its sync, naming rank 1 */
+  if (g_rank == 0) {
+    CHECK_OK(tpurt_dist_enqueue(c, q, &o));
+    CHECK(status_says(tpurt_queue_synchronize(q), "rank 1", "allreduce(float32, 256 elements, sum)"));
+  } else {
+    usleep(1500000);
+  }
+  tpurt_memory_free(d, a);
+  tpurt_memory_free(d, b);
+  tpurt_dist_comm_destroy(c);
+}
+
+int main(void) {
+  test_topology();
+  CHECK(spawn(2, rank_allreduce_all, 30000) == 0);
+  CHECK(spawn(4, rank_allreduce_all, 30000) == 0);
+  CHECK(spawn(3, rank_collectives, 30000) == 0);
+  CHECK(spawn(4, rank_collectives, 30000) == 0);
+  CHECK(spawn(2, rank_mismatch, 30000) == 0);
+  CHECK(spawn(3, rank_dtype_mismatch, 30000) == 0);
+  CHECK(spawn(3, rank_killed, 60000) == 1); /* rank 1 killed itself; the others passed their checks */
+  CHECK(spawn(2, rank_absent, 500) == 0);
+  test_shm_cleanup();
+  setenv("TORCH_TPU_HBM_BYTES", "64M", 1);
+  setenv("TORCH_TPU_NUM_THREADS", "1", 1);
+  CHECK(spawn(2, rank_queue, 5000) == 0);
+  return test_finish("test_dist");
+}

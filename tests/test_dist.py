@@ -1,0 +1,157 @@
+"""tpu_dist: the topology (hand-worked layouts), and 2- and 4-rank process groups spawned on this machine: every
+collective x dtype x sync/async against CPU references, subgroups, functional collectives, a device mesh, DDP parity
+with one process on the same global batch, and the failures that must never hang (a killed rank, a skipped
+collective, mismatched shapes). Ranks share the machine's cores: one compute thread per chip."""
+import os
+import socket
+import sys
+import tempfile
+import time
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn_name, world, topology=None, timeout=240, expect_dead=()):
+    """Starts `world` ranks running dist_workers.<fn_name>; returns after all exit. Ranks in expect_dead must die
+    by a signal; every other rank must report success."""
+    import multiprocessing as mp
+    import dist_workers
+    ctx = mp.get_context("spawn")
+    outdir = tempfile.mkdtemp(prefix="tpu_dist_test_")
+    port = _free_port()
+    saved = dict(os.environ)
+    procs = []
+    try:
+        for r in range(world):
+            os.environ.update({
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r), "WORLD_SIZE": str(world),
+                "LOCAL_RANK": str(r), "TORCH_TPU_TOPOLOGY": topology or str(world), "TORCH_TPU_NUM_THREADS": "1",
+                "TORCH_TPU_HBM_BYTES": "1G"})
+            p = ctx.Process(target=dist_workers.run_rank, args=(fn_name, r, world, outdir))
+            p.start()
+            procs.append(p)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(1.0, deadline - time.monotonic()))
+    hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    errors = []
+    for r in range(world):
+        err = os.path.join(outdir, f"rank{r}.err")
+        if os.path.exists(err):
+            errors.append(f"rank {r}:\n" + open(err).read())
+    assert not hung, f"ranks {hung} hung (killed after {timeout} s)\n" + "\n".join(errors)
+    assert not errors, "\n".join(errors)
+    for r, p in enumerate(procs):
+        if r in expect_dead:
+            assert p.exitcode is not None and p.exitcode < 0, f"rank {r} should have been killed: {p.exitcode}"
+        else:
+            assert p.exitcode == 0 and os.path.exists(os.path.join(outdir, f"rank{r}.ok")), f"rank {r}: {p.exitcode}"
+
+
+# ---- topology (no ranks needed) ----
+
+def test_topology_aware_mesh_layouts():
+    tam = torch.tpu.topology_aware_mesh
+    # 1-D: a ring of 4 on a 2x2 is the snake 0 1 3 2 (3 -> 2 and 2 -> 0 are links)
+    assert tam((4,), topology="2x2").tolist() == [0, 1, 3, 2]
+    assert tam((4,), topology="4").tolist() == [0, 1, 2, 3]
+    # 2-D
+    assert tam((2, 2), topology="2x2").tolist() == [[0, 1], [2, 3]]
+    assert tam((2, 4), topology="4x2").tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert tam((8,), topology="4x2").tolist() == [0, 1, 2, 3, 7, 6, 5, 4]
+    # 3-D: the reflected Gray code visits linked chips only
+    assert tam((8,), topology="2x2x2").tolist() == [0, 1, 3, 2, 6, 7, 5, 4]
+    assert tam((2, 4), topology="2x2x2").tolist() == [[0, 1, 3, 2], [4, 5, 7, 6]]
+    assert tam((2, 2, 2), topology="2x2x2").tolist() == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+    # hosts over DCN: two 2x2 hosts as (2, 4), host 1 on the second row
+    m = tam((1, 4), topology="2x2", dcn_mesh_shape=(2, 1))
+    assert m.dtype == torch.int64 and m.tolist() == [[0, 1, 3, 2], [4, 5, 7, 6]]
+    with pytest.raises(ValueError, match="chip count"):
+        tam((3,), topology="2x2")
+    with pytest.raises(ValueError, match="topology '2y2'"):
+        tam((4,), topology="2y2")
+    # consecutive entries of a ring layout are physical neighbours (wrap-around included)
+    topo = torch.tpu.distributed.Topology("4x2")
+    ring = tam((8,), topology=topo).tolist()
+    for a, b in zip(ring, ring[1:] + ring[:1]):
+        assert b in topo.neighbors(a), (a, b)
+    assert topo.coords(5) == (1, 1) and topo.neighbors(0) == [1, 3, 4]
+
+
+def test_chip_per_process_and_split(tmp_path):
+    """A process of a 2x2 host with LOCAL_RANK=3 owns chip 3 as tpu:0, with a quarter of the cores and RAM."""
+    import subprocess
+    code = ("import torch, torch_tpu, os\n"
+            "p = torch.tpu.get_device_properties(0)\n"
+            "print(torch.tpu.device_count(), p.chip_id, p.coords, p.neighbors, p.topology, p.num_threads,"
+            " os.cpu_count())\n")
+    env = dict(os.environ, TORCH_TPU_TOPOLOGY="2x2", LOCAL_RANK="3")
+    env.pop("TORCH_TPU_NUM_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip()
+    assert line.startswith("1 3 (1, 1) [1, 2] (2, 2) "), line
+    env["TPU_VISIBLE_CHIPS"] = "5"
+    bad = subprocess.run([sys.executable, "-c", "import torch, torch_tpu; torch.zeros(1, device='tpu')"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "TPU_VISIBLE_CHIPS=5" in bad.stderr
+
+
+# ---- process groups ----
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_collectives(world):
+    _spawn("collectives", world, topology="2x2" if world == 4 else "2")
+
+
+def test_device_mesh_4_ranks():
+    _spawn("device_mesh", 4, topology="2x2")
+
+
+def test_ddp_parity_2_ranks():
+    _spawn("ddp_parity", 2)
+
+
+@pytest.mark.full
+def test_ddp_parity_4_ranks():
+    _spawn("ddp_parity", 4, topology="2x2")
+
+
+def test_failure_killed_rank():
+    _spawn("fail_killed", 2, expect_dead=(1,))
+
+
+def test_failure_skipped_collective():
+    _spawn("fail_skipped", 2)
+
+
+def test_failure_mismatched_shapes_and_no_leftovers():
+    """Mismatched shapes fail on both ranks; the group's shared memory is gone from /dev/shm afterwards."""
+    before = {f for f in os.listdir("/dev/shm") if f.startswith("tpurt_dist_")}
+    _spawn("fail_mismatch", 2)
+    after = {f for f in os.listdir("/dev/shm") if f.startswith("tpurt_dist_")}
+    assert after <= before, after - before
+
+
+def test_fsdp2_parity_2_ranks():
+    _spawn("fsdp2_parity", 2)
+
+
+def test_tensor_parallel_parity_2_ranks():
+    _spawn("tp_parity", 2)

@@ -1,0 +1,612 @@
+// The c10d backend "tpu_dist": what c10d's Backend API forces into C++ (a
+// Backend subclass, its Work objects, tensors to buffers). Every collective is
+// the runtime's (tpurt/dist.h), queued on the tensor's current stream in order
+// with the kernels around it; this file only shapes arguments, makes
+// non-contiguous tensors dense and back, and wraps the result in a Work.
+// Also the topology queries torch.tpu exposes.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/extension.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <unistd.h>
+
+#include "tpu_common.h"
+
+namespace py = pybind11;
+
+namespace torch_tpu {
+namespace {
+
+// Runs f with the GIL released when this thread holds it (DDP's reducer and
+// the autograd engine call in without it).
+template <class F>
+tpurt_status_t without_gil(F f) {
+  if (PyGILState_Check()) {
+    py::gil_scoped_release no_gil;
+    return f();
+  }
+  return f();
+}
+
+tpurt_dist_redop_t to_redop(const c10d::ReduceOp& op, const char* what) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return TPURT_DIST_SUM;
+    case c10d::ReduceOp::AVG: return TPURT_DIST_AVG;
+    case c10d::ReduceOp::PRODUCT: return TPURT_DIST_PRODUCT;
+    case c10d::ReduceOp::MIN: return TPURT_DIST_MIN;
+    case c10d::ReduceOp::MAX: return TPURT_DIST_MAX;
+    case c10d::ReduceOp::BAND: return TPURT_DIST_BAND;
+    case c10d::ReduceOp::BOR: return TPURT_DIST_BOR;
+    case c10d::ReduceOp::BXOR: return TPURT_DIST_BXOR;
+    default: break;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: ", what, ": reduction ", static_cast<int>(op.op_),
+                              " (premul_sum) is not supported yet");
+}
+
+// A queued collective. Its event marks where the queue is once the
+// collective has run; wait() makes the current stream wait for it (the host
+// does not block, as with NCCL on a CUDA stream) and raises at once when the
+// group has already failed.
+class TpuWork : public c10d::Work {
+ public:
+  TpuWork(int rank, c10d::OpType type, tpurt_dist_comm_t* comm, std::vector<at::Tensor> outputs, bool block_host)
+      : Work(rank, type), comm_(comm), outputs_(std::move(outputs)), block_host_(block_host) {
+    tpurt_device_t* dev = get_device(-1);
+    check_status(tpurt_event_create(dev, 0, &event_), "tpu_dist work");
+    queue_ = current_queue();
+    check_status(tpurt_event_record(event_, queue_), "tpu_dist work");
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       std::vector<c10::Device>{});
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  ~TpuWork() override { tpurt_event_release(event_); }
+
+  bool isCompleted() override { return tpurt_event_query(event_); }
+  bool isSuccess() const override { return tpurt_dist_comm_error(comm_) == TPURT_OK; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (block_host_) {
+      // barrier(): the host waits for the queue (and raises its error).
+      check_status(without_gil([&] { return tpurt_queue_synchronize(queue_); }), "tpu_dist barrier");
+    } else {
+      check_status(tpurt_queue_wait_event(current_queue(), event_), "tpu_dist wait");
+    }
+    check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+    return true;
+  }
+  void synchronize() override { wait(kNoTimeout); }
+
+ private:
+  tpurt_dist_comm_t* comm_;
+  std::vector<at::Tensor> outputs_;
+  bool block_host_;
+  tpurt_event_t* event_ = nullptr;
+  tpurt_queue_t* queue_ = nullptr;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class TpuDistBackend : public c10d::Backend {
+ public:
+  TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
+      : Backend(rank, size), timeout_(timeout) {
+    ensure_init();
+    tpurt_device_t* dev = get_device(-1);
+    int fd;
+    void* base;
+    uint64_t bytes;
+    check_status(tpurt_device_shareable_memory(dev, &fd, &base, &bytes), "tpu_dist");
+    // Rank 0 names the shared block (its pid first, so a crashed job's
+    // leftover is recognised and swept) and tells the others through the store.
+    std::string name;
+    if (rank == 0) {
+      std::random_device rd;
+      char buf[96];
+      snprintf(buf, sizeof(buf), "/tpurt_dist_%d_%08x%08x", static_cast<int>(getpid()), rd(), rd());
+      name = buf;
+      store->set("tpu_dist/shm", std::vector<uint8_t>(name.begin(), name.end()));
+    } else {
+      auto v = store->get("tpu_dist/shm");
+      name.assign(v.begin(), v.end());
+    }
+    tpurt_dist_comm_params_t p{};
+    p.name = name.c_str();
+    p.rank = rank;
+    p.size = size;
+    p.timeout_ms = static_cast<uint64_t>(timeout.count());
+    p.mem_fd = fd;
+    p.mem_base = base;
+    p.mem_bytes = bytes;
+    check_status(without_gil([&] { return tpurt_dist_comm_create(&p, &comm_); }), "tpu_dist init");
+  }
+
+  ~TpuDistBackend() override { release(); }
+
+  const std::string getBackendName() const override { return "tpu_dist"; }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    timeout_ = timeout;
+    if (comm_) tpurt_dist_comm_set_timeout(comm_, static_cast<uint64_t>(timeout.count()));
+  }
+  void shutdown() override { release(); }
+  void abort() override {
+    if (comm_) tpurt_dist_comm_abort(comm_, "aborted by the application");
+    release();
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
+    at::Tensor& t = one(tensors, "broadcast");
+    at::Tensor d = dense(t);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_BROADCAST, d);
+    op.root = static_cast<int>(opts.rootRank);
+    op.in = getRank() == op.root ? d.data_ptr() : nullptr;
+    op.out = d.data_ptr();
+    submit(op, "broadcast");
+    write_back(t, d);
+    return work(c10d::OpType::BROADCAST, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
+    at::Tensor& t = one(tensors, "allreduce");
+    at::Tensor d = dense(t);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_ALLREDUCE, d);
+    op.redop = to_redop(opts.reduceOp, "allreduce");
+    op.in = d.data_ptr();
+    op.out = d.data_ptr();
+    submit(op, "allreduce");
+    write_back(t, d);
+    return work(c10d::OpType::ALLREDUCE, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override {
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one_t{t};
+      allreduce(one_t, opts);
+    }
+    return work(c10d::OpType::ALLREDUCE_COALESCED, tensors);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    at::Tensor& t = one(tensors, "reduce");
+    at::Tensor d = dense(t);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
+    op.redop = to_redop(opts.reduceOp, "reduce");
+    op.root = static_cast<int>(opts.rootRank);
+    op.in = d.data_ptr();
+    op.out = getRank() == op.root ? d.data_ptr() : nullptr;
+    submit(op, "reduce");
+    if (getRank() == op.root) write_back(t, d);
+    return work(c10d::OpType::REDUCE, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
+    at::Tensor& in = one(inputs, "all_gather");
+    TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                      "tpu_dist: all_gather needs one list of ", getSize(), " output tensors");
+    for (auto& o : outputs[0]) check_like(o, in, "all_gather output");
+    at::Tensor d = dense(in);
+    at::Tensor flat = empty_tpu_contiguous({static_cast<int64_t>(getSize()) * d.numel()}, d.scalar_type());
+    tpurt_dist_op_t op = base_op(TPURT_DIST_ALLGATHER, d);
+    op.in = d.data_ptr();
+    op.out = flat.data_ptr();
+    submit(op, "all_gather");
+    for (int r = 0; r < getSize(); ++r) outputs[0][r].copy_(flat.narrow(0, r * d.numel(), d.numel()).view(in.sizes()));
+    return work(c10d::OpType::ALLGATHER, outputs[0]);
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override {
+    check_tpu(input, "all_gather_into_tensor");
+    check_tpu(output, "all_gather_into_tensor");
+    TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
+                      "tpu_dist: all_gather_into_tensor: output must have ", getSize(), " x the input's ", input.numel(),
+                      " elements of ", input.scalar_type(), ", got ", output.numel(), " of ", output.scalar_type());
+    at::Tensor d = dense(input), o = dense(output);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_ALLGATHER, d);
+    op.in = d.data_ptr();
+    op.out = o.data_ptr();
+    submit(op, "all_gather_into_tensor");
+    write_back(output, o);
+    return work(c10d::OpType::_ALLGATHER_BASE, {output});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: all_gather_into_tensor_coalesced: as many outputs as inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
+    return work(c10d::OpType::COALESCED, outputs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: allgather_coalesced: one output list per input");
+    std::vector<at::Tensor> all;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      std::vector<std::vector<at::Tensor>> o{outputs[i]};
+      std::vector<at::Tensor> in{inputs[i]};
+      allgather(o, in, opts);
+      for (auto& t : outputs[i]) all.push_back(t);
+    }
+    return work(c10d::OpType::ALLGATHER_COALESCED, all);
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    at::Tensor& in = one(inputs, "gather");
+    int root = static_cast<int>(opts.rootRank);
+    bool is_root = getRank() == root;
+    if (is_root)
+      TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                        "tpu_dist: gather: the root needs one list of ", getSize(), " output tensors");
+    at::Tensor d = dense(in);
+    at::Tensor flat;
+    tpurt_dist_op_t op = base_op(TPURT_DIST_GATHER, d);
+    op.root = root;
+    op.in = d.data_ptr();
+    if (is_root) {
+      flat = empty_tpu_contiguous({static_cast<int64_t>(getSize()) * d.numel()}, d.scalar_type());
+      op.out = flat.data_ptr();
+    }
+    submit(op, "gather");
+    std::vector<at::Tensor> outs;
+    if (is_root) {
+      for (int r = 0; r < getSize(); ++r) outputs[0][r].copy_(flat.narrow(0, r * d.numel(), d.numel()).view(in.sizes()));
+      outs = outputs[0];
+    }
+    return work(c10d::OpType::GATHER, outs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    at::Tensor& out = one(outputs, "scatter");
+    int root = static_cast<int>(opts.rootRank);
+    bool is_root = getRank() == root;
+    at::Tensor d = dense(out);
+    at::Tensor flat;
+    tpurt_dist_op_t op = base_op(TPURT_DIST_SCATTER, d);
+    op.root = root;
+    if (is_root) {
+      TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                        "tpu_dist: scatter: the root needs one list of ", getSize(), " input tensors");
+      std::vector<at::Tensor> parts;
+      for (auto& t : inputs[0]) {
+        check_like(t, out, "scatter input");
+        parts.push_back(t.reshape({-1}));
+      }
+      flat = at::cat(parts);
+      op.in = flat.data_ptr();
+    }
+    op.out = d.data_ptr();
+    submit(op, "scatter");
+    write_back(out, d);
+    return work(c10d::OpType::SCATTER, {out});
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    at::Tensor& out = one(outputs, "reduce_scatter");
+    TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                      "tpu_dist: reduce_scatter needs one list of ", getSize(), " input tensors");
+    std::vector<at::Tensor> parts;
+    for (auto& t : inputs[0]) {
+      check_like(t, out, "reduce_scatter input");
+      parts.push_back(t.reshape({-1}));
+    }
+    at::Tensor flat = at::cat(parts);
+    return reduce_scatter_flat(out, flat, opts, c10d::OpType::REDUCE_SCATTER);
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    check_tpu(input, "reduce_scatter_tensor");
+    TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
+                      "tpu_dist: reduce_scatter_tensor: input must have ", getSize(), " x the output's ", output.numel(),
+                      " elements of ", output.scalar_type(), ", got ", input.numel(), " of ", input.scalar_type());
+    return reduce_scatter_flat(output, dense(input), opts, c10d::OpType::_REDUCE_SCATTER_BASE);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: reduce_scatter_tensor_coalesced: as many outputs as inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
+    return work(c10d::OpType::COALESCED, outputs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& out_splits,
+                                               std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
+    check_tpu(input, "all_to_all_single");
+    check_tpu(output, "all_to_all_single");
+    TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "tpu_dist: all_to_all_single: input is ",
+                      input.scalar_type(), ", output ", output.scalar_type());
+    int n = getSize();
+    int64_t in_rows = input.dim() ? input.size(0) : 1, out_rows = output.dim() ? output.size(0) : 1;
+    int64_t in_row = in_rows ? input.numel() / in_rows : 0, out_row = out_rows ? output.numel() / out_rows : 0;
+    auto splits = [&](std::vector<int64_t>& s, int64_t rows, const char* which) {
+      std::vector<uint64_t> v(n);
+      if (s.empty()) {
+        TORCH_CHECK_VALUE(rows % n == 0, "tpu_dist: all_to_all_single: the ", which, "'s first dimension (", rows,
+                          ") must divide by the group size ", n, " without split sizes");
+        for (auto& x : v) x = static_cast<uint64_t>(rows / n);
+      } else {
+        TORCH_CHECK_VALUE(static_cast<int>(s.size()) == n, "tpu_dist: all_to_all_single: ", which, " split sizes need ",
+                          n, " entries");
+        int64_t sum = 0;
+        for (int i = 0; i < n; ++i) {
+          v[i] = static_cast<uint64_t>(s[i]);
+          sum += s[i];
+        }
+        TORCH_CHECK_VALUE(sum == rows, "tpu_dist: all_to_all_single: ", which, " split sizes sum to ", sum,
+                          ", the first dimension is ", rows);
+      }
+      return v;
+    };
+    std::vector<uint64_t> sc = splits(in_splits, in_rows, "input"), rc = splits(out_splits, out_rows, "output");
+    std::vector<uint64_t> so(n), ro(n);
+    uint64_t a = 0, b = 0;
+    for (int i = 0; i < n; ++i) {
+      sc[i] *= static_cast<uint64_t>(in_row);
+      rc[i] *= static_cast<uint64_t>(out_row);
+      so[i] = a;
+      ro[i] = b;
+      a += sc[i];
+      b += rc[i];
+    }
+    at::Tensor d = dense(input), o = dense(output);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_ALLTOALL, d);
+    op.in = d.data_ptr();
+    op.out = o.data_ptr();
+    op.count = 0;
+    op.send_counts = sc.data();
+    op.send_offsets = so.data();
+    op.recv_counts = rc.data();
+    op.recv_offsets = ro.data();
+    submit(op, "all_to_all_single");
+    write_back(output, o);
+    return work(c10d::OpType::ALLTOALL_BASE, {output});
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    int n = getSize();
+    TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
+                      "tpu_dist: all_to_all needs ", n, " input and ", n, " output tensors");
+    std::vector<at::Tensor> ins, outs;
+    std::vector<int64_t> isz, osz;
+    for (int i = 0; i < n; ++i) {
+      check_tpu(inputs[i], "all_to_all");
+      check_tpu(outputs[i], "all_to_all");
+      ins.push_back(inputs[i].reshape({-1}));
+      isz.push_back(inputs[i].numel());
+      osz.push_back(outputs[i].numel());
+    }
+    at::Tensor in = at::cat(ins);
+    int64_t total = 0;
+    for (auto x : osz) total += x;
+    at::Tensor out = empty_tpu_contiguous({total}, in.scalar_type());
+    alltoall_base(out, in, osz, isz, opts);
+    int64_t off = 0;
+    for (int i = 0; i < n; ++i) {
+      outputs[i].copy_(out.narrow(0, off, osz[i]).view(outputs[i].sizes()));
+      off += osz[i];
+    }
+    return work(c10d::OpType::ALLTOALL, outputs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    tpurt_dist_op_t op{};
+    op.kind = TPURT_DIST_BARRIER;
+    op.dtype = TPURT_DTYPE_UINT8;
+    submit(op, "barrier");
+    return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::BARRIER, comm_, std::vector<at::Tensor>{}, true);
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    at::Tensor& t = one(tensors, "send");
+    at::Tensor d = dense(t);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_SEND, d);
+    op.peer = dst;
+    op.tag = tag;
+    op.in = d.data_ptr();
+    if (coalescing_) return defer(op, t, d, false);
+    submit(op, "send");
+    return work(c10d::OpType::SEND, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    at::Tensor& t = one(tensors, "recv");
+    at::Tensor d = dense(t);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_RECV, d);
+    op.peer = src;
+    op.tag = tag;
+    op.out = d.data_ptr();
+    if (coalescing_) return defer(op, t, d, true);
+    submit(op, "recv");
+    write_back(t, d);
+    return work(c10d::OpType::RECV, {t});
+  }
+
+  // batch_isend_irecv: the sends and receives between start and end run as
+  // one group (every send posted first), so no order of them deadlocks.
+  // Collectives called meanwhile run at once.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override {
+    coalescing_ = true;
+    pending_.clear();
+    pending_tensors_.clear();
+  }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    coalescing_ = false;
+    std::vector<at::Tensor> outs;
+    if (!pending_.empty()) {
+      TORCH_CHECK(comm_ != nullptr, "tpu_dist: the process group has been shut down");
+      check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+      check_status(tpurt_dist_enqueue_group(comm_, current_queue(), pending_.data(), static_cast<int>(pending_.size())),
+                   "tpu_dist coalesced send/recv");
+      for (auto& p : pending_tensors_) {
+        if (p.is_recv) write_back(p.user, p.dense);
+        outs.push_back(p.user);
+      }
+    }
+    pending_.clear();
+    pending_tensors_.clear();
+    return work(c10d::OpType::COALESCED, outs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: recv from any source is not supported; name the source rank");
+  }
+
+ private:
+  void release() {
+    if (!comm_) return;
+    // Queued collectives hold the communicator: let them finish first.
+    tpurt_status_free(without_gil([&] { return tpurt_device_synchronize(get_device(-1)); }));
+    tpurt_dist_comm_destroy(comm_);
+    comm_ = nullptr;
+  }
+
+  void check_tpu(const at::Tensor& t, const char* what) {
+    TORCH_CHECK_VALUE(t.defined() && t.device().type() == kTpu, "tpu_dist: ", what, ": expected a tpu tensor, got ",
+                      t.defined() ? t.device().str() : std::string("an undefined tensor"));
+    TORCH_CHECK(comm_ != nullptr, "tpu_dist: ", what, ": the process group has been shut down");
+    TORCH_CHECK_VALUE(t.layout() == c10::kStrided, "tpu_dist: ", what, ": only dense (strided) tensors");
+  }
+  at::Tensor& one(std::vector<at::Tensor>& v, const char* what) {
+    TORCH_CHECK_VALUE(v.size() == 1, "tpu_dist: ", what, ": one tensor per process (one chip each), got ", v.size());
+    check_tpu(v[0], what);
+    return v[0];
+  }
+  void check_like(const at::Tensor& t, const at::Tensor& ref, const char* what) {
+    check_tpu(t, what);
+    TORCH_CHECK_VALUE(t.numel() == ref.numel() && t.scalar_type() == ref.scalar_type(), "tpu_dist: ", what,
+                      " has ", t.numel(), " elements of ", t.scalar_type(), ", expected ", ref.numel(), " of ",
+                      ref.scalar_type());
+  }
+  // A dense tensor holding t's values (t itself when it already is one).
+  static at::Tensor dense(const at::Tensor& t) {
+    return t.is_contiguous() && t.storage_offset() >= 0 ? t : t.contiguous();
+  }
+  static void write_back(at::Tensor& t, const at::Tensor& d) {
+    if (!d.is_same(t)) t.copy_(d);
+  }
+  tpurt_dist_op_t base_op(tpurt_dist_kind_t kind, const at::Tensor& d) {
+    tpurt_dist_op_t op{};
+    op.kind = kind;
+    op.dtype = to_tpurt_dtype(d.scalar_type(), "tpu_dist");
+    op.count = static_cast<uint64_t>(d.numel());
+    return op;
+  }
+  void submit(const tpurt_dist_op_t& op, const char* what) {
+    TORCH_CHECK(comm_ != nullptr, "tpu_dist: ", what, ": the process group has been shut down");
+    tpurt_status_t early = tpurt_dist_comm_error(comm_);
+    check_status(early, "tpu_dist");
+    check_status(tpurt_dist_enqueue(comm_, current_queue(), &op), what);
+  }
+  c10::intrusive_ptr<c10d::Work> work(c10d::OpType type, std::vector<at::Tensor> outs) {
+    return c10::make_intrusive<TpuWork>(getRank(), type, comm_, std::move(outs), false);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(at::Tensor& out, const at::Tensor& flat,
+                                                     const c10d::ReduceScatterOptions& opts, c10d::OpType type) {
+    at::Tensor d = dense(out);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE_SCATTER, d);
+    op.redop = to_redop(opts.reduceOp, "reduce_scatter");
+    op.in = flat.data_ptr();
+    op.out = d.data_ptr();
+    submit(op, "reduce_scatter");
+    write_back(out, d);
+    return work(type, {out});
+  }
+
+  c10::intrusive_ptr<c10d::Work> defer(const tpurt_dist_op_t& op, const at::Tensor& user, const at::Tensor& d,
+                                       bool is_recv) {
+    pending_.push_back(op);
+    pending_tensors_.push_back({user, d, is_recv});  // keeps d alive until the group is queued
+    return work(is_recv ? c10d::OpType::RECV : c10d::OpType::SEND, {user});
+  }
+
+  struct Pending {
+    at::Tensor user, dense;
+    bool is_recv;
+  };
+  std::chrono::milliseconds timeout_;
+  tpurt_dist_comm_t* comm_ = nullptr;
+  bool coalescing_ = false;
+  std::vector<tpurt_dist_op_t> pending_;
+  std::vector<Pending> pending_tensors_;
+};
+
+c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                 double timeout_s) {
+  auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  return c10::make_intrusive<TpuDistBackend>(store, rank, size, ms);
+}
+
+// Bad shapes and topology strings are the caller's values: ValueError.
+void check_value(tpurt_status_t s, const char* what) {
+  if (s && tpurt_status_code(s) == TPURT_STATUS_INVALID_ARGUMENT) {
+    std::string msg = std::string(what) + ": " + tpurt_status_message(s);
+    tpurt_status_free(s);
+    TORCH_CHECK_VALUE(false, msg);
+  }
+  check_status(s, what);
+}
+
+tpurt_dist_topology_t parse_topology(const std::string& spec) {
+  tpurt_dist_topology_t t{};
+  check_value(tpurt_dist_topology_parse(spec.c_str(), &t), "tpu topology");
+  return t;
+}
+
+}  // namespace
+
+void register_dist(py::module_& m) {
+  m.def("_dist_create_backend", &create_backend);
+  m.def("_dist_host_config", [] {
+    tpurt_dist_host_config_t c{};
+    check_status(tpurt_dist_host_config(&c), "tpu topology");
+    py::dict d;
+    std::vector<int> dims(c.topology.dims, c.topology.dims + c.topology.ndims);
+    d["dims"] = dims;
+    d["chip"] = c.chip;
+    d["chips_on_host"] = c.chips_on_host;
+    return d;
+  });
+  m.def("_dist_topology_coords", [](const std::string& spec, int chip) {
+    tpurt_dist_topology_t t = parse_topology(spec);
+    int c[TPURT_DIST_MAX_AXES];
+    check_value(tpurt_dist_topology_coords(&t, chip, c), "tpu topology");
+    return std::vector<int>(c, c + t.ndims);
+  });
+  m.def("_dist_topology_neighbors", [](const std::string& spec, int chip) {
+    tpurt_dist_topology_t t = parse_topology(spec);
+    int nb[2 * TPURT_DIST_MAX_AXES], n = 0;
+    check_value(tpurt_dist_topology_neighbors(&t, chip, nb, &n), "tpu topology");
+    return std::vector<int>(nb, nb + n);
+  });
+  m.def("_dist_mesh_layout", [](const std::string& spec, std::vector<int64_t> mesh, std::vector<int64_t> dcn) {
+    tpurt_dist_topology_t t = parse_topology(spec);
+    TORCH_CHECK_VALUE(dcn.empty() || dcn.size() == mesh.size(), "topology_aware_mesh: dcn_mesh_shape ",
+                      c10::IntArrayRef(dcn), " must have as many dimensions as mesh_shape ", c10::IntArrayRef(mesh));
+    int64_t total = 1;
+    for (size_t i = 0; i < mesh.size(); ++i) total *= mesh[i] * (dcn.empty() ? 1 : dcn[i]);
+    TORCH_CHECK_VALUE(total > 0 && total <= (1 << 20), "topology_aware_mesh: bad mesh shape");
+    std::vector<int64_t> out(static_cast<size_t>(total));
+    check_value(tpurt_dist_mesh_layout(&t, static_cast<int>(mesh.size()), mesh.data(), dcn.empty() ? nullptr : dcn.data(),
+                                       out.data(), total),
+                "topology_aware_mesh");
+    return out;
+  });
+}
+
+}  // namespace torch_tpu

@@ -1,0 +1,78 @@
+"""torch.tpu.distributed: the "tpu_dist" process group and the chips' topology.
+
+The backend is the runtime's collectives (runtime/dist, C) behind a thin c10d Backend (torch_tpu/csrc/dist.cpp),
+registered for the "tpu" device, so `init_process_group("tpu_dist")`, `init_process_group(device_id=...)` and
+`init_device_mesh("tpu", ...)` pick it. The topology helpers read TORCH_TPU_TOPOLOGY (README, "Several chips").
+"""
+import os
+
+import torch
+
+__all__ = ["topology_aware_mesh", "Topology", "topology", "register_backend"]
+
+
+class Topology:
+    """A host's chips as a torus: `dims` (x first), chip ids run x fastest. `coords(chip)` gives a chip's
+    coordinates, `neighbors(chip)` the chips one link away (wrap-around links included)."""
+
+    def __init__(self, spec: str):
+        self.spec = str(spec)
+        self.dims = _parse_dims(self.spec)
+        self.num_chips = 1
+        for d in self.dims:
+            self.num_chips *= d
+
+    def coords(self, chip: int) -> tuple:
+        from torch_tpu import _C
+        return tuple(_C._dist_topology_coords(self.spec, int(chip)))
+
+    def neighbors(self, chip: int) -> list:
+        from torch_tpu import _C
+        return list(_C._dist_topology_neighbors(self.spec, int(chip)))
+
+    def __repr__(self):
+        return f"Topology('{self.spec}', dims={self.dims}, num_chips={self.num_chips})"
+
+
+def _parse_dims(spec):
+    from torch_tpu import _C
+    _C._dist_topology_coords(spec, 0)  # the runtime's parser validates (and names what is wrong)
+    return tuple(int(p) for p in spec.lower().split("x"))
+
+
+def topology() -> Topology:
+    """This host's topology (TORCH_TPU_TOPOLOGY; one chip when unset)."""
+    return Topology(os.environ.get("TORCH_TPU_TOPOLOGY") or "1")
+
+
+def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None) -> torch.Tensor:
+    """The int64 rank layout to pass to `DeviceMesh("tpu", mesh=...)`: the product of `mesh_shape` is a host's chips,
+    the last mesh dimension runs along physical neighbours (a ring along a torus axis where the axes allow), and
+    `dcn_mesh_shape` (same length) puts hosts outside: dimension i gets dcn_mesh_shape[i] * mesh_shape[i] entries,
+    host h holding ranks h * chips .. (h + 1) * chips - 1. `topology`: "2x2", a Topology, or None for this host's."""
+    if topology is None:
+        spec = os.environ.get("TORCH_TPU_TOPOLOGY") or "1"
+    elif isinstance(topology, Topology):
+        spec = topology.spec
+    else:
+        spec = str(topology)
+    mesh = [int(x) for x in (mesh_shape if isinstance(mesh_shape, (tuple, list)) else (mesh_shape,))]
+    dcn = [] if dcn_mesh_shape is None else [int(x) for x in dcn_mesh_shape]
+    from torch_tpu import _C
+    flat = _C._dist_mesh_layout(spec, mesh, dcn)
+    shape = [m * (dcn[i] if dcn else 1) for i, m in enumerate(mesh)]
+    return torch.tensor(flat, dtype=torch.int64).reshape(shape)
+
+
+def _create_backend(store, rank, size, timeout):
+    from torch_tpu import _C
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    return _C._dist_create_backend(store, rank, size, seconds)
+
+
+def register_backend() -> None:
+    """Registers "tpu_dist" for the tpu device with torch.distributed (done when torch_tpu loads)."""
+    import torch.distributed as dist
+    if not dist.is_available() or "tpu_dist" in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend("tpu_dist", _create_backend, devices=["tpu"])
