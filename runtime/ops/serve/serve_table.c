@@ -1,0 +1,14 @@
+/* The serving kernel family's op table (see tpurt/kernel.h for the ABI). The
+ * ops are torch ops of the torch_tpu namespace (torch_tpu/vllm/ops.py holds
+ * their schemas); only "aten::" is dropped by the lookup, so the names here
+ * keep theirs. Both compute in float32 from float32/bfloat16/float16 tensors
+ * (the first tensor argument, the output, decides). */
+#include "ops/serve/serve.h"
+
+#define OP(NAME, FN) {NAME, tpurt_serve_##FN, tpurt_serve_##FN##_ref, 0, TPURT_DTYPES_FLOAT, TPURT_LAYOUT_STRIDED}
+
+const tpurt_op_def_t tpurt_ops_serve[] = {
+    OP("torch_tpu::paged_attention", paged_attention),
+    OP("torch_tpu::reshape_and_cache", reshape_and_cache),
+    TPURT_OP_TABLE_END,
+};
