@@ -12,6 +12,8 @@ _lib.define(
     "paged_attention(Tensor(a!) out, Tensor query, Tensor kv_cache, Tensor query_start_loc, Tensor seq_lens, "
     "Tensor block_table, float scale, int sliding_window=0, float softcap=0.0) -> ()")
 _lib.define("reshape_and_cache(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping) -> ()")
+_lib.define("compute_slot_mapping(Tensor(a!) slot_mapping, Tensor query_start_loc, Tensor positions, "
+            "Tensor block_table, int block_size, int num_tokens) -> ()")
 
 
 # Neither op returns anything: the fallback asks PyTorch's meta functions for the (empty) outputs.
@@ -23,6 +25,11 @@ def _paged_attention_fake(out, query, kv_cache, query_start_loc, seq_lens, block
 
 @torch.library.register_fake("torch_tpu::reshape_and_cache")
 def _reshape_and_cache_fake(key, value, kv_cache, slot_mapping):
+    return None
+
+
+@torch.library.register_fake("torch_tpu::compute_slot_mapping")
+def _compute_slot_mapping_fake(slot_mapping, query_start_loc, positions, block_table, block_size, num_tokens):
     return None
 
 
@@ -70,3 +77,23 @@ def paged_attention_reference(query, kv_cache, query_start_loc, seq_lens, block_
         scores = scores.masked_fill(mask[None], float("-inf"))
         out[q0:q1] = torch.einsum("hnk,khd->nhd", torch.softmax(scores, dim=-1), v)
     return out.to(query.dtype)
+
+
+def compute_slot_mapping(slot_mapping, query_start_loc, positions, block_table, block_size, num_tokens):
+    """slot_mapping[t] = block_table[s, pos // block_size] * block_size + pos % block_size for the tokens
+    of each sequence s; -1 for slot_mapping[num_tokens:] (padding)."""
+    torch.ops.torch_tpu.compute_slot_mapping(slot_mapping, query_start_loc, positions, block_table,
+                                             int(block_size), int(num_tokens))
+
+
+def vllm_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
+                             block_table_stride, slot_mapping_ptr, KV_CACHE_BLOCK_SIZE, TOTAL_CP_WORLD_SIZE=1,
+                             TOTAL_CP_RANK=0, CP_KV_CACHE_INTERLEAVE_SIZE=1, PAD_ID=-1, BLOCK_SIZE=1024):
+    """vLLM's Triton ComputeSlotMappingKernel.kernel, with its parameters, on tpu (registered through
+    vLLM's kernel override registry by the platform)."""
+    if TOTAL_CP_WORLD_SIZE != 1:
+        raise NotImplementedError("tpu platform: context parallelism is not supported yet")
+    if PAD_ID != -1:
+        raise NotImplementedError(f"tpu slot mapping: padding id {PAD_ID} (the kernel pads with -1)")
+    compute_slot_mapping(slot_mapping_ptr[:max_num_tokens], query_start_loc_ptr, positions_ptr, block_table_ptr,
+                         KV_CACHE_BLOCK_SIZE, num_tokens)

@@ -449,3 +449,50 @@ tpurt_status_t tpurt_serve_reshape_and_cache_ref(tpurt_kernel_ctx_t* ctx, const 
   }
   return TPURT_STATUS_OK;
 }
+
+/* ================================ compute_slot_mapping ================================ */
+
+/* args: slot_mapping (written) [max_tokens] int64, query_start_loc [S + 1],
+ * positions [T] int64, block_table [S', MB] (S' >= S), block_size, num_tokens.
+ * The cache slot of each scheduled token: block_table[s][pos / bs] * bs +
+ * pos % bs for the tokens of sequence s; PAD (-1) for rows num_tokens.. of
+ * slot_mapping (vLLM's padded batches). The same computation as vLLM's Triton
+ * kernel ComputeSlotMappingKernel (without context parallelism). */
+static tpurt_status_t slot_mapping_run(const tpurt_op_call_t* c) {
+  const tpurt_tensor_t *out = tpurt_arg_tensor(c, 0), *qsl = tpurt_arg_tensor(c, 1), *pos = tpurt_arg_tensor(c, 2),
+                       *bt = tpurt_arg_tensor(c, 3);
+  int64_t bs = tpurt_arg_int(c, 4, 0), T = tpurt_arg_int(c, 5, 0);
+  if (!is_index(out, 1) || out->dtype != TPURT_DTYPE_INT64 || !is_index(qsl, 1) || !is_index(pos, 1) ||
+      !is_index(bt, 2) || bs <= 0)
+    return TPURT_STATUS(INVALID_ARGUMENT,
+                        "compute_slot_mapping: expects an int64 slot_mapping, int query_start_loc, positions and "
+                        "a 2-d block_table, and block_size > 0");
+  int64_t S = qsl->sizes[0] - 1, n = out->sizes[0];
+  if (T > n || T > pos->sizes[0] || S > bt->sizes[0])
+    return TPURT_STATUS(INVALID_ARGUMENT, "compute_slot_mapping: %lld tokens for a slot_mapping of %lld",
+                        (long long)T, (long long)n);
+  int64_t* o = (int64_t*)out->data;
+  for (int64_t s = 0; s < S; ++s) {
+    int64_t a = ld_int(qsl, s), b = ld_int(qsl, s + 1);
+    if (a < 0 || b < a || b > T)
+      return TPURT_STATUS(OUT_OF_RANGE, "compute_slot_mapping: query_start_loc[%lld..%lld] = %lld..%lld is outside "
+                          "%lld tokens", (long long)s, (long long)(s + 1), (long long)a, (long long)b, (long long)T);
+    for (int64_t t = a; t < b; ++t) {
+      int64_t p = ld_int(pos, t);
+      if (p < 0 || p / bs >= bt->sizes[1])
+        return TPURT_STATUS(OUT_OF_RANGE, "compute_slot_mapping: position %lld is past the block table", (long long)p);
+      o[t * out->strides[0]] = ld_int2(bt, s, p / bs) * bs + p % bs;
+    }
+  }
+  for (int64_t t = T; t < n; ++t) o[t * out->strides[0]] = -1;
+  return TPURT_STATUS_OK;
+}
+
+/* One pass over the tokens, a few integer operations each: the plain loop is
+ * both the kernel and its reference. */
+tpurt_status_t tpurt_serve_compute_slot_mapping(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return slot_mapping_run(call);
+}
+tpurt_status_t tpurt_serve_compute_slot_mapping_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return slot_mapping_run(call);
+}
