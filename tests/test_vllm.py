@@ -11,7 +11,7 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs it)")
 
-from vllm_models import hf_greedy, make_model  # noqa: E402
+from vllm_models import decided_prefix, hf_greedy, make_model  # noqa: E402
 
 PROMPTS = [
     "The standard library",
@@ -93,7 +93,20 @@ def test_greedy_matches_transformers_more(tmp_path, arch, dtype):
     path = make_model(tmp_path / arch, arch, dtype, seed=1)
     llm = _engine(path, str(dtype).replace("torch.", ""))
     try:
-        assert _greedy(llm, PROMPTS[:2], 8) == [list(t) for t in hf_greedy(path, PROMPTS[:2], 8, dtype)]
+        got = _greedy(llm, PROMPTS, 8)
+        want, margins = hf_greedy(path, PROMPTS, 8, dtype, with_margins=True)
+        if dtype == torch.float32:
+            assert got == want
+        else:
+            # bfloat16: identical while transformers' choice is decided (its top two logits more than
+            # 0.3 apart, ten bfloat16 ulps at these logits' size); a closer call can go either way
+            # with the rounding order (vLLM rounds at other points than transformers: fused QKV and
+            # gate/up projections, its RMSNorm), and then the continuations part. Most tokens must be
+            # decided for the comparison to mean something.
+            decided = [decided_prefix(w, m, 0.3) for w, m in zip(want, margins)]
+            assert sum(decided) >= len(want) * 8 // 2, f"too many near-ties: {decided}"
+            for g, w, k in zip(got, want, decided):
+                assert list(g)[:k] == w[:k]
     finally:
         del llm
         gc.collect()

@@ -58,16 +58,29 @@ def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hi
     return path
 
 
-def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32) -> list[list[int]]:
-    """Greedy continuations by Hugging Face transformers on the CPU, one prompt at a time."""
+def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins: bool = False):
+    """Greedy continuations by Hugging Face transformers on the CPU, one prompt at a time; with_margins
+    also gives, per generated token, the gap between transformers' best and second-best logit."""
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).eval()
-    out = []
+    out, margins = [], []
     with torch.no_grad():
         for p in prompts:
-            ids = torch.tensor([tok(p)["input_ids"]])
+            ids = torch.tensor([tok(p)["input_ids"]]) if isinstance(p, str) else torch.tensor([p])
             gen = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
-                                 pad_token_id=tok.pad_token_id)
-            out.append(gen[0, ids.shape[1]:].tolist())
-    return out
+                                 pad_token_id=tok.pad_token_id, output_scores=True, return_dict_in_generate=True)
+            out.append(gen.sequences[0, ids.shape[1]:].tolist())
+            top2 = [s[0].float().topk(2).values for s in gen.scores]
+            margins.append([float(t[0] - t[1]) for t in top2])
+    return (out, margins) if with_margins else out
+
+
+def decided_prefix(tokens, margins, tol: float) -> int:
+    """How many leading greedy tokens are decided: up to the first step whose best two logits are within
+    `tol` (in bfloat16 a logit has 8 significant bits, so near-ties go either way with the rounding
+    order of the implementation)."""
+    for i, m in enumerate(margins):
+        if m <= tol:
+            return i
+    return len(tokens)
