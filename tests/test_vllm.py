@@ -98,15 +98,27 @@ def test_greedy_matches_transformers_more(tmp_path, arch, dtype):
         if dtype == torch.float32:
             assert got == want
         else:
-            # bfloat16: identical while transformers' choice is decided (its top two logits more than
-            # 0.3 apart, ten bfloat16 ulps at these logits' size); a closer call can go either way
-            # with the rounding order (vLLM rounds at other points than transformers: fused QKV and
-            # gate/up projections, its RMSNorm), and then the continuations part. Most tokens must be
-            # decided for the comparison to mean something.
-            decided = [decided_prefix(w, m, 0.3) for w, m in zip(want, margins)]
-            assert sum(decided) >= len(want) * 8 // 2, f"too many near-ties: {decided}"
-            for g, w, k in zip(got, want, decided):
-                assert list(g)[:k] == w[:k]
+            # bfloat16: vLLM rounds at other points than transformers (fused QKV and gate/up projections,
+            # its RMSNorm), so near-ties between the two best logits go either way and the continuations
+            # part. Checked along vLLM's own tokens instead: at every step, transformers (bfloat16, CPU,
+            # fed vLLM's tokens so far) ranks vLLM's choice within 0.5 of its best logit, and picks the
+            # same token wherever its own best two are more than 0.5 apart.
+            import transformers
+            tok = transformers.AutoTokenizer.from_pretrained(str(path))
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).eval()
+            decided = 0
+            for prompt, g in zip(PROMPTS, got):
+                ids = tok(prompt)["input_ids"]
+                with torch.no_grad():
+                    logits = model(torch.tensor([ids + list(g)])).logits[0, len(ids) - 1:-1].float()
+                best = logits.max(-1).values
+                chosen = logits.gather(1, torch.tensor(list(g))[:, None])[:, 0]
+                assert (best - chosen <= 0.5).all(), f"vLLM's tokens {list(g)}: gaps {(best - chosen).tolist()}"
+                top2 = logits.topk(2).values
+                clear = (top2[:, 0] - top2[:, 1]) > 0.5
+                assert torch.equal(logits.argmax(-1)[clear], torch.tensor(list(g))[clear])
+                decided += int(clear.sum())
+            assert decided >= 4, "no clear-cut step to compare"
     finally:
         del llm
         gc.collect()
