@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/env.h"
+#include "ops/elementwise/ew_expf.h"
 #include "ops/half_vec.h"
 #include "ops/serve/serve.h"
 
@@ -46,9 +47,9 @@ static float dot_generic(const float* a, const float* b, int64_t n) {
   for (; i < n; ++i) r += a[i] * b[i];
   return r;
 }
-/* y = y * c + p * x */
-static void scale_axpy_generic(float* y, float c, float p, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * c + p * x[i];
+/* y += p * x */
+static void axpy_generic(float* y, float p, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += p * x[i];
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -68,17 +69,43 @@ static float dot_vec(const float* a, const float* b, int64_t n) {
   for (; i < n; ++i) r += a[i] * b[i];
   return r;
 }
-static void scale_axpy_vec(float* y, float c, float p, const float* x, int64_t n) {
-  __m256 vc = _mm256_set1_ps(c), vp = _mm256_set1_ps(p);
+static void axpy_vec(float* y, float p, const float* x, int64_t n) {
+  __m256 vp = _mm256_set1_ps(p);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(x + i), _mm256_mul_ps(vc, _mm256_loadu_ps(y + i))));
-  for (; i < n; ++i) y[i] = y[i] * c + p * x[i];
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += p * x[i];
 }
 #else
 #define dot_vec dot_generic
-#define scale_axpy_vec scale_axpy_generic
+#define axpy_vec axpy_generic
 #endif
+
+/* s[k] = exp(s[k] - m), 0 where s[k] is -inf (a masked key); returns the sum. The elementwise
+ * family's exp (ew_expf.h), 8 lanes at a time on AVX2. */
+static float exp_row(float* s, int64_t n, float m, bool generic) {
+  float z = 0;
+  int64_t k = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  if (!generic) {
+    __m256 vm = _mm256_set1_ps(m), vz = _mm256_setzero_ps(), ninf = _mm256_set1_ps(-INFINITY);
+    for (; k + 8 <= n; k += 8) {
+      __m256 x = _mm256_loadu_ps(s + k);
+      __m256 e = tpurt_ew_expf8(_mm256_sub_ps(x, vm));
+      e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ));
+      _mm256_storeu_ps(s + k, e);
+      vz = _mm256_add_ps(vz, e);
+    }
+    float t[8];
+    _mm256_storeu_ps(t, vz);
+    z = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  }
+#endif
+  for (; k < n; ++k) {
+    s[k] = s[k] == -INFINITY ? 0.0f : tpurt_ew_expf(s[k] - m);
+    z += s[k];
+  }
+  return z;
+}
 
 /* Row `n` elements at `src` (element stride `st`) of dtype dt into float dst;
  * returns a pointer to the floats (src itself for contiguous float32). */
@@ -209,7 +236,7 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
   float *qf = w, *acc = qf + QTILE * G * D, *mx = acc + QTILE * G * D, *sum = mx + QTILE * G,
         *kb = sum + QTILE * G, *vb = kb + D, *sc = vb + D;
   float (*dot)(const float*, const float*, int64_t) = j->generic ? dot_generic : dot_vec;
-  void (*axpy)(float*, float, float, const float*, int64_t) = j->generic ? scale_axpy_generic : scale_axpy_vec;
+  void (*axpy)(float*, float, const float*, int64_t) = j->generic ? axpy_generic : axpy_vec;
 
   for (int64_t lt = lt0; lt < lt1; ++lt)
     for (int64_t g = 0; g < G; ++g) {
@@ -238,22 +265,31 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
         sc[r * BS + (kp - k0)] = x;
       }
     }
-    /* online softmax: rescale what was accumulated when the running max grows */
+    /* online softmax, once per block and row: the running max moves to the block's, what was
+     * accumulated is rescaled once, the block's scores become weights exp(s - max) */
+    int64_t nk = k1 - k0;
+    for (int64_t r = 0; r < R; ++r) {
+      float* srow = sc + r * BS;
+      float bm = -INFINITY;
+      for (int64_t k = 0; k < nk; ++k) bm = srow[k] > bm ? srow[k] : bm;
+      if (bm == -INFINITY) { /* nothing visible to this row in the block: no weight */
+        memset(srow, 0, (size_t)nk * sizeof(float));
+        continue;
+      }
+      if (bm > mx[r]) {
+        float c = expf(mx[r] - bm); /* 0 on the first visible block */
+        sum[r] *= c;
+        for (int64_t d = 0; d < D; ++d) acc[r * D + d] *= c;
+        mx[r] = bm;
+      }
+      sum[r] += exp_row(srow, nk, mx[r], j->generic);
+    }
+    /* acc += weight * V, each value row loaded once for every row of the item */
     for (int64_t kp = k0; kp < k1; ++kp) {
       const float* vr = row_f32(j->vc->dtype, elem(j->vc, phys, kp - b * BS, h, 0), j->vc->strides[3], D, vb);
       for (int64_t r = 0; r < R; ++r) {
-        float x = sc[r * BS + (kp - k0)];
-        if (x == -INFINITY) continue;
-        float c = 1.0f, p;
-        if (x > mx[r]) {
-          c = expf(mx[r] - x);
-          mx[r] = x;
-          p = 1.0f;
-        } else {
-          p = expf(x - mx[r]);
-        }
-        sum[r] = sum[r] * c + p;
-        axpy(acc + r * D, c, p, vr, D);
+        float p = sc[r * BS + (kp - k0)];
+        if (p != 0.0f) axpy(acc + r * D, p, vr, D);
       }
     }
   }
