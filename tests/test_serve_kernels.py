@@ -102,3 +102,41 @@ def test_exponential_with_generator_is_seeded(device):
     gen = torch.Generator(device=device).manual_seed(7)
     assert torch.allclose(torch.empty(4096, device=device).exponential_(2.0, generator=gen).cpu(), a / 2)
     assert torch.empty(16, device=device).exponential_().cpu().gt(0).all()
+
+
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_embedding_matches_reference(device, neox, dtype):
+    # vLLM's native formula (RotaryEmbedding.forward_static) on CPU in float64 as the reference; query
+    # and key are views of one fused QKV row, as vLLM passes them; a partial rotary dim (24 of 32).
+    g = torch.Generator().manual_seed(2)
+    t, hq, hkv, hs, rot = 7, 4, 2, 32, 24
+    inv = 1.0 / (10000 ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    freqs = torch.arange(64, dtype=torch.float64)[:, None] * inv[None]
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+    positions = torch.tensor([0, 5, 6, 7, 63, 1, 2])
+    qkv = torch.randn(t, (hq + 2 * hkv) * hs, generator=g).to(dtype)
+
+    def rope(x):
+        x = x.double().view(t, -1, hs).clone()
+        cos, sin = cache[positions].chunk(2, dim=-1)
+        cos, sin = cos[:, None], sin[:, None]
+        r = x[..., :rot]
+        if neox:
+            x1, x2 = r.chunk(2, dim=-1)
+            r = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        else:
+            x1, x2 = r[..., ::2], r[..., 1::2]
+            r = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+        x[..., :rot] = r
+        return x.view(t, -1)
+
+    want_q, want_k = rope(qkv[:, :hq * hs]), rope(qkv[:, hq * hs:(hq + hkv) * hs])
+    dev = qkv.to(device)
+    q, k = dev[:, :hq * hs], dev[:, hq * hs:(hq + hkv) * hs]
+    torch.ops.torch_tpu.rotary_embedding(positions.to(device), q, k, cache.to(device=device, dtype=dtype), hs, neox)
+    tol = 1e-6 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(q.cpu().double(), want_q, atol=tol, rtol=tol)
+    torch.testing.assert_close(k.cpu().double(), want_k, atol=tol, rtol=tol)
+    # the values part of the fused row is untouched
+    assert torch.equal(dev[:, (hq + hkv) * hs:].cpu(), qkv[:, (hq + hkv) * hs:])

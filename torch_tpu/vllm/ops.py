@@ -12,6 +12,8 @@ _lib.define(
     "paged_attention(Tensor(a!) out, Tensor query, Tensor kv_cache, Tensor query_start_loc, Tensor seq_lens, "
     "Tensor block_table, float scale, int sliding_window=0, float softcap=0.0) -> ()")
 _lib.define("reshape_and_cache(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping) -> ()")
+_lib.define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, "
+            "int head_size, bool is_neox) -> ()")
 _lib.define("compute_slot_mapping(Tensor(a!) slot_mapping, Tensor query_start_loc, Tensor positions, "
             "Tensor block_table, int block_size, int num_tokens) -> ()")
 
@@ -25,6 +27,11 @@ def _paged_attention_fake(out, query, kv_cache, query_start_loc, seq_lens, block
 
 @torch.library.register_fake("torch_tpu::reshape_and_cache")
 def _reshape_and_cache_fake(key, value, kv_cache, slot_mapping):
+    return None
+
+
+@torch.library.register_fake("torch_tpu::rotary_embedding")
+def _rotary_embedding_fake(positions, query, key, cos_sin_cache, head_size, is_neox):
     return None
 
 

@@ -38,6 +38,8 @@ class TpuPlatform(Platform):
     @classmethod
     def import_kernels(cls) -> None:
         # Our kernels are torch ops defined by torch_tpu.vllm.ops; vllm._C does not exist in this build.
+        # torch_tpu.vllm.layers puts our layer classes in vLLM's out-of-tree custom-op registry.
+        import torch_tpu.vllm.layers  # noqa: F401
         import torch_tpu.vllm.ops  # noqa: F401
 
     @classmethod

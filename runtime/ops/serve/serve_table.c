@@ -11,6 +11,9 @@
 const tpurt_op_def_t tpurt_ops_serve[] = {
     OP("torch_tpu::paged_attention", paged_attention),
     OP("torch_tpu::reshape_and_cache", reshape_and_cache),
+    /* rotary.c: the query (its second argument) decides; positions come first */
+    {"torch_tpu::rotary_embedding", tpurt_serve_rotary_embedding, tpurt_serve_rotary_embedding_ref, 0,
+     TPURT_DTYPE_BIT(INT32) | TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
     /* an integer kernel: its first tensor is the int64 slot mapping */
     {"torch_tpu::compute_slot_mapping", tpurt_serve_compute_slot_mapping, tpurt_serve_compute_slot_mapping_ref, 0,
      TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
