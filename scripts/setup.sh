@@ -81,6 +81,30 @@ then
   rm -f "$tb_constraints"
 fi
 
+# vLLM, for serving on the tpu device (torch_tpu/vllm, README "Serving"): 0.32.0 is the release that
+# pins torch 2.13.0. Its wheel brings CUDA packages (and a CUDA torchvision that breaks `import vllm` on
+# CPU torch), so it is built from its source tarball with VLLM_TARGET_DEVICE=empty (no compiled
+# extensions), the way out-of-tree platforms install it; by URL, because that build calls itself
+# 0.32.0+empty, which pip refuses against ==0.32.0. The openai client is what the serving tests and the
+# demo query the server with. TORCH_TPU_SKIP_VLLM=1 skips this step (the serving tests then skip).
+VLLM_URL="https://files.pythonhosted.org/packages/d5/df/5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz#sha256=d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
+OPENAI_PIN="openai==3.60.0"
+if [ "${TORCH_TPU_SKIP_VLLM:-0}" != 1 ] && ! .venv/bin/python - "$OPENAI_PIN" <<'PY' 2>/dev/null
+import importlib.metadata as md, sys
+assert md.version("vllm").split("+")[0] == "0.32.0"
+name, version = sys.argv[1].split("==")
+assert md.version(name) == version
+assert md.version("torch").split("+")[0] == "2.13.0"
+PY
+then
+  echo "setup: installing vllm 0.32.0 (source, VLLM_TARGET_DEVICE=empty) and $OPENAI_PIN into .venv"
+  vllm_constraints=$(mktemp)
+  printf '%s\n' "torch==2.13.0" $TB_PINS > "$vllm_constraints"  # and keep what the profiler test pinned
+  .venv/bin/python -m pip install -q -c "$vllm_constraints" setuptools-rust setuptools-scm wheel packaging
+  VLLM_TARGET_DEVICE=empty .venv/bin/python -m pip install -q -c "$vllm_constraints" "vllm @ $VLLM_URL" "$OPENAI_PIN"
+  rm -f "$vllm_constraints"
+fi
+
 # The runtime (libtpurt) and the C++ layer (torch_tpu/_C*.so). Autoload stays off while building:
 # the build imports torch to read its flags, and a stale or half-built extension must not get in the way.
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 make -j2

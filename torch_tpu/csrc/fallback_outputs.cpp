@@ -262,7 +262,9 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
   if (info.meta_via == OpInfo::MetaVia::kLayerNorm) return layer_norm_layouts(args);
   torch::jit::Stack meta_stack;
   meta_stack.reserve(args.size() + 1);
-  for (const auto& a : args) meta_stack.push_back(ivalue_to_meta(a));
+  // A Generator goes to meta as None: it never changes a shape, and some of PyTorch's Python meta
+  // functions (the refs of exponential_, geometric_, ...) reject any generator.
+  for (const auto& a : args) meta_stack.push_back(a.isGenerator() ? c10::IValue() : ivalue_to_meta(a));
   const c10::OperatorHandle* meta_op = &op;
   if (info.meta_via == OpInfo::MetaVia::kConvolution) {
     // convolution_overrideable(input, weight, bias, ...) has convolution's arguments.

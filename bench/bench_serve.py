@@ -1,0 +1,205 @@
+"""Serving benchmark: vLLM's own load generator (`vllm bench serve`) against `vllm serve` on the tpu device,
+and in the same run the same work through Hugging Face transformers' `generate` on the CPU.
+
+    .venv/bin/python bench/bench_serve.py            # concurrency 1, 4, 16; prefix workload; kernel rows
+    .venv/bin/python bench/bench_serve.py --full     # adds concurrency 64
+
+Rows:
+  - serving at each concurrency: request throughput, output tokens/s, TTFT and TPOT (mean, median, p99),
+    against transformers generate on CPU one request at a time and batched (the concurrency's batch);
+  - a prefix-sharing workload (90% of each prompt shared) with prefix caching on and off: TTFT;
+  - the paged-attention decode kernel's KV-cache read rate against this machine's copy bandwidth (a tpu
+    tensor copy) and against PyTorch CPU's SDPA on the same keys and values already gathered.
+The model is a small random Llama made on the spot (tests/vllm_models.py). Prints a table and writes
+bench/results_serve.json. Timings on a shared 2-core machine are noisy: compare within one run.
+"""
+import argparse
+import json
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+from vllm_models import make_model  # noqa: E402
+
+VLLM = pathlib.Path(sys.executable).with_name("vllm")
+MODEL = dict(hidden=256, layers=4, heads=8, kv_heads=4, max_len=1024, vocab_size=512)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(path, log, *extra):
+    port = _free_port()
+    env = dict(os.environ, TORCH_TPU_HBM_BYTES="4G", VLLM_NO_USAGE_STATS="1")
+    proc = subprocess.Popen([str(VLLM), "serve", str(path), "--host", "127.0.0.1", "--port", str(port),
+                             "--served-model-name", "bench", "--dtype", "float32", "--max-model-len", "1024",
+                             "--max-num-seqs", "64", "--kv-cache-memory-bytes", str(256 << 20), *extra],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 900
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited ({proc.returncode}); see {log}")
+        try:
+            if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
+                return proc, url
+        except OSError:
+            time.sleep(1)
+    proc.kill()
+    raise RuntimeError(f"vllm serve did not start; see {log}")
+
+
+def stop_server(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def bench_serve(url, path, workdir, concurrency, num_prompts, input_len, output_len, prefix_len=0, tag=""):
+    name = f"c{concurrency}{tag}.json"
+    cmd = [str(VLLM), "bench", "serve", "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
+           "--model", "bench", "--tokenizer", str(path), "--dataset-name", "random",
+           "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+           "--random-prefix-len", str(prefix_len), "--num-prompts", str(num_prompts),
+           "--max-concurrency", str(concurrency), "--ignore-eos", "--seed", "0",
+           "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
+           "--save-result", "--result-dir", str(workdir), "--result-filename", name]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    r = json.loads((pathlib.Path(workdir) / name).read_text())
+    return {k: r.get(k) for k in ("completed", "request_throughput", "output_throughput", "mean_ttft_ms",
+                                  "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+                                  "p99_tpot_ms", "duration")}
+
+
+def hf_generate_cpu(path, batch, input_len, output_len, rounds):
+    """Output tokens/s of transformers generate on the CPU, `batch` prompts of input_len random tokens."""
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    rates = []
+    with torch.no_grad():
+        for _ in range(rounds):
+            ids = torch.randint(3, vocab, (batch, input_len), generator=g)
+            t = time.perf_counter()
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=output_len,
+                           min_new_tokens=output_len, do_sample=False, pad_token_id=2)
+            rates.append(batch * output_len / (time.perf_counter() - t))
+    return statistics.median(rates)
+
+
+def bench_decode_kernel(runs=15):
+    """KV bytes/s of one decode step of paged attention (16 sequences x 1024 tokens, 8 query / 4 kv
+    heads of 64), the device's copy bandwidth, and PyTorch CPU's SDPA on the same K/V, gathered."""
+    from torch_tpu.vllm import ops
+    S, ctx, hq, hkv, d, bs = 16, 1024, 8, 4, 64, 16
+    nb = S * ctx // bs
+    g = torch.Generator().manual_seed(0)
+    kv = torch.randn(nb, hkv, bs, 2 * d, generator=g)
+    q = torch.randn(S, hq, d, generator=g)
+    table = torch.randperm(nb, generator=g).view(S, ctx // bs).to(torch.int32)
+    qsl = torch.arange(S + 1, dtype=torch.int32)
+    sl = torch.full((S,), ctx, dtype=torch.int32)
+    dev = [t.to("tpu") for t in (q, kv, qsl, sl, table)]
+    out = torch.empty(q.shape, device="tpu")
+
+    def timed(fn, sync):
+        fn(), sync()
+        ts = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            sync()
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts)
+
+    tsync = torch.tpu.synchronize
+    t_pa = timed(lambda: ops.paged_attention(out, dev[0], dev[1].transpose(1, 2), dev[2], dev[3], dev[4], d ** -0.5),
+                 tsync)
+    kv_bytes = S * ctx * hkv * 2 * d * 4
+    big = torch.empty(64 << 20, device="tpu")
+    t_copy = timed(lambda: big.clone(), tsync)
+    copy_bw = 2 * big.numel() * 4 / t_copy
+    # PyTorch CPU: the same decode as SDPA over K/V already gathered into [S, hkv, ctx, d]
+    rows = kv[table.long()]                               # [S, ctx/bs, hkv, bs, 2d]
+    rows = rows.permute(0, 2, 1, 3, 4).reshape(S, hkv, ctx, 2 * d)
+    k, v = rows[..., :d].contiguous(), rows[..., d:].contiguous()
+    qc = q.view(S, hq, 1, d)
+    t_cpu = timed(lambda: torch.nn.functional.scaled_dot_product_attention(qc, k, v, enable_gqa=True), lambda: None)
+    return {"paged_decode_ms": t_pa * 1e3, "kv_read_gbs": kv_bytes / t_pa / 1e9, "copy_gbs": copy_bw / 1e9,
+            "share_of_copy": kv_bytes / t_pa / copy_bw, "cpu_sdpa_gathered_ms": t_cpu * 1e3}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--full", action="store_true", help="also concurrency 64")
+    p.add_argument("--input-len", type=int, default=64)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--out", default=str(HERE / "results_serve.json"))
+    a = p.parse_args(argv)
+    concs = [1, 4, 16] + ([64] if a.full else [])
+    work = pathlib.Path(tempfile.mkdtemp(prefix="bench_serve_"))
+    path = make_model(work / "model", "llama", torch.float32, **MODEL)
+    doc = {"load_before": os.getloadavg(), "model": MODEL, "input_len": a.input_len, "output_len": a.output_len}
+
+    doc["kernel"] = bench_decode_kernel()
+    proc, url = start_server(path, work / "serve.log")
+    try:
+        doc["serve"] = {c: bench_serve(url, path, work, c, max(8, 2 * c), a.input_len, a.output_len) for c in concs}
+        # prefix-sharing: 90% of each prompt is one shared prefix (prefix caching on in this server)
+        doc["prefix_on"] = bench_serve(url, path, work, 4, 16, 24, 8, prefix_len=216, tag="prefix_on")
+    finally:
+        stop_server(proc)
+    proc, url = start_server(path, work / "serve_nocache.log", "--no-enable-prefix-caching")
+    try:
+        doc["prefix_off"] = bench_serve(url, path, work, 4, 16, 24, 8, prefix_len=216, tag="prefix_off")
+    finally:
+        stop_server(proc)
+    doc["hf_cpu"] = {1: hf_generate_cpu(path, 1, a.input_len, a.output_len, 3)}
+    for c in concs[1:]:
+        doc["hf_cpu"][c] = hf_generate_cpu(path, c, a.input_len, a.output_len, 2)
+    doc["load_after"] = os.getloadavg()
+
+    print(f"\nvllm serve on tpu vs transformers generate on CPU (model {MODEL}, input {a.input_len}, "
+          f"output {a.output_len}; load {doc['load_before'][0]:.1f} -> {doc['load_after'][0]:.1f})")
+    print(f"{'concurrency':>11} | {'req/s':>6} | {'tok/s tpu':>9} | {'tok/s CPU b1':>12} | {'tok/s CPU batched':>17}"
+          f" | {'ratio vs batched':>16} | {'TTFT mean/med/p99 ms':>22} | {'TPOT mean/med/p99 ms':>22}")
+    for c in concs:
+        s, hb = doc["serve"][c], doc["hf_cpu"].get(c, doc["hf_cpu"][1])
+        print(f"{c:>11} | {s['request_throughput']:6.2f} | {s['output_throughput']:9.1f} | {doc['hf_cpu'][1]:12.1f} | "
+              f"{hb:17.1f} | {s['output_throughput'] / hb:16.2f} | "
+              f"{s['mean_ttft_ms']:6.0f}/{s['median_ttft_ms']:6.0f}/{s['p99_ttft_ms']:6.0f} | "
+              f"{s['mean_tpot_ms']:6.1f}/{s['median_tpot_ms']:6.1f}/{s['p99_tpot_ms']:6.1f}")
+    s1, s16 = doc["serve"][1], doc["serve"].get(16)
+    if s16:
+        print(f"output tokens/s at concurrency 16 over concurrency 1: {s16['output_throughput'] / s1['output_throughput']:.2f}x")
+    on, off = doc["prefix_on"], doc["prefix_off"]
+    print(f"prefix-sharing workload (216 of 240 prompt tokens shared, concurrency 4): mean TTFT "
+          f"{on['mean_ttft_ms']:.0f} ms with prefix caching, {off['mean_ttft_ms']:.0f} ms without "
+          f"({off['mean_ttft_ms'] / on['mean_ttft_ms']:.2f}x)")
+    k = doc["kernel"]
+    print(f"paged-attention decode (16 x 1024 tokens): {k['paged_decode_ms']:.2f} ms, KV read {k['kv_read_gbs']:.1f} GB/s "
+          f"= {100 * k['share_of_copy']:.0f}% of the device's copy bandwidth ({k['copy_gbs']:.1f} GB/s); "
+          f"PyTorch CPU SDPA on the gathered K/V: {k['cpu_sdpa_gathered_ms']:.2f} ms "
+          f"(ratio {k['cpu_sdpa_gathered_ms'] / k['paged_decode_ms']:.2f})")
+    pathlib.Path(a.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+/* The serving kernel family's op table (see tpurt/kernel.h for the ABI). The
+ * ops are torch ops of the torch_tpu namespace (torch_tpu/vllm/ops.py holds
+ * their schemas); only "aten::" is dropped by the lookup, so the names here
+ * keep theirs. Both compute in float32 from float32/bfloat16/float16 tensors
+ * (the first tensor argument, the output, decides).
+ * compute_slot_mapping is integer work. */
+#include "ops/serve/serve.h"
+
+#define OP(NAME, FN) {NAME, tpurt_serve_##FN, tpurt_serve_##FN##_ref, 0, TPURT_DTYPES_FLOAT, TPURT_LAYOUT_STRIDED}
+
+const tpurt_op_def_t tpurt_ops_serve[] = {
+    OP("torch_tpu::paged_attention", paged_attention),
+    OP("torch_tpu::reshape_and_cache", reshape_and_cache),
+    /* rotary.c: the query (its second argument) decides; positions come first */
+    {"torch_tpu::rotary_embedding", tpurt_serve_rotary_embedding, tpurt_serve_rotary_embedding_ref, 0,
+     TPURT_DTYPE_BIT(INT32) | TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
+    /* an integer kernel: its first tensor is the int64 slot mapping */
+    {"torch_tpu::compute_slot_mapping", tpurt_serve_compute_slot_mapping, tpurt_serve_compute_slot_mapping_ref, 0,
+     TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
+    TPURT_OP_TABLE_END,
+};

@@ -1,0 +1,86 @@
+"""Small Hugging Face model directories for the serving tests and benchmarks, made on the spot with no
+download: a byte-level BPE tokenizer trained on Python's own documentation strings, and randomly
+initialised Llama / Qwen2 weights (seeded) saved as safetensors. The weights are scaled up from
+transformers' default initialisation so that greedy decoding has clear winners (random models with tiny
+weights have near-uniform logits, where the argmax is decided by rounding)."""
+import pathlib
+
+import torch
+
+CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
+
+
+def corpus() -> list[str]:
+    """Text every Python has: the standard library's module documentation."""
+    import collections, json, os, re, string, textwrap, unittest, argparse, logging, pathlib as pl
+    return [m.__doc__ for m in (collections, json, os, re, string, textwrap, unittest, argparse, logging, pl)
+            if m.__doc__]
+
+
+def make_tokenizer(path, vocab_size: int = 512):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus(), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(path))
+    return fast
+
+
+def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hidden: int = 64, layers: int = 2,
+               heads: int = 4, kv_heads: int = 2, max_len: int = 512, vocab_size: int = 512):
+    """Writes a tokenizer and a random model of `arch` ("llama", "qwen2") into path; returns the path."""
+    import transformers
+    path = pathlib.Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tok = make_tokenizer(path, vocab_size)
+    common = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_len,
+                  bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                  tie_word_embeddings=False, initializer_range=0.2, torch_dtype=dtype)
+    if arch == "llama":
+        config = transformers.LlamaConfig(**common)
+        cls = transformers.LlamaForCausalLM
+    elif arch == "qwen2":
+        config = transformers.Qwen2Config(**common)
+        cls = transformers.Qwen2ForCausalLM
+    else:
+        raise ValueError(f"unknown architecture {arch!r}")
+    torch.manual_seed(seed)
+    model = cls(config).to(dtype).eval()
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins: bool = False):
+    """Greedy continuations by Hugging Face transformers on the CPU, one prompt at a time; with_margins
+    also gives, per generated token, the gap between transformers' best and second-best logit."""
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(str(path))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).eval()
+    out, margins = [], []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([tok(p)["input_ids"]]) if isinstance(p, str) else torch.tensor([p])
+            gen = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
+                                 pad_token_id=tok.pad_token_id, output_scores=True, return_dict_in_generate=True)
+            out.append(gen.sequences[0, ids.shape[1]:].tolist())
+            top2 = [s[0].float().topk(2).values for s in gen.scores]
+            margins.append([float(t[0] - t[1]) for t in top2])
+    return (out, margins) if with_margins else out
+
+
+def decided_prefix(tokens, margins, tol: float) -> int:
+    """How many leading greedy tokens are decided: up to the first step whose best two logits are within
+    `tol` (in bfloat16 a logit has 8 significant bits, so near-ties go either way with the rounding
+    order of the implementation)."""
+    for i, m in enumerate(margins):
+        if m <= tol:
+            return i
+    return len(tokens)

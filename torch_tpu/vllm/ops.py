@@ -1,0 +1,106 @@
+"""The serving kernels as torch ops: schemas in the ``torch_tpu`` namespace, whose tpu calls reach the
+C kernels of runtime/ops/serve (paged.c) through the one boxed fallback (the op table names them with their namespace). Importing this module defines them; torch_tpu.vllm's attention backend calls them.
+
+Layouts are vLLM 0.32's: a layer's KV cache viewed as [num_blocks, block_size, kv_heads, 2 * head_size]
+(keys in the first half of the last dim, values in the second), block tables [num_seqs, max_blocks] of
+block ids, query_start_loc [num_seqs + 1] and seq_lens [num_seqs] (int32 or int64, on the device).
+"""
+import torch
+
+_lib = torch.library.Library("torch_tpu", "DEF")  # kept alive for the process
+_lib.define(
+    "paged_attention(Tensor(a!) out, Tensor query, Tensor kv_cache, Tensor query_start_loc, Tensor seq_lens, "
+    "Tensor block_table, float scale, int sliding_window=0, float softcap=0.0) -> ()")
+_lib.define("reshape_and_cache(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping) -> ()")
+_lib.define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, "
+            "int head_size, bool is_neox) -> ()")
+_lib.define("compute_slot_mapping(Tensor(a!) slot_mapping, Tensor query_start_loc, Tensor positions, "
+            "Tensor block_table, int block_size, int num_tokens) -> ()")
+
+
+# Neither op returns anything: the fallback asks PyTorch's meta functions for the (empty) outputs.
+@torch.library.register_fake("torch_tpu::paged_attention")
+def _paged_attention_fake(out, query, kv_cache, query_start_loc, seq_lens, block_table, scale,
+                          sliding_window=0, softcap=0.0):
+    return None
+
+
+@torch.library.register_fake("torch_tpu::reshape_and_cache")
+def _reshape_and_cache_fake(key, value, kv_cache, slot_mapping):
+    return None
+
+
+@torch.library.register_fake("torch_tpu::rotary_embedding")
+def _rotary_embedding_fake(positions, query, key, cos_sin_cache, head_size, is_neox):
+    return None
+
+
+@torch.library.register_fake("torch_tpu::compute_slot_mapping")
+def _compute_slot_mapping_fake(slot_mapping, query_start_loc, positions, block_table, block_size, num_tokens):
+    return None
+
+
+def paged_attention(out, query, kv_cache, query_start_loc, seq_lens, block_table, scale,
+                    sliding_window=0, softcap=0.0):
+    """Writes causal attention of `query` [tokens, heads, head_size] over the paged cache into `out`."""
+    torch.ops.torch_tpu.paged_attention(out, query, kv_cache, query_start_loc, seq_lens, block_table,
+                                        float(scale), int(sliding_window or 0), float(softcap or 0.0))
+    return out
+
+
+def reshape_and_cache(key, value, kv_cache, slot_mapping):
+    """Writes key/value [tokens, kv_heads, head_size] into the cache slots slot_mapping names
+    (block * block_size + offset; negative: padding, skipped)."""
+    torch.ops.torch_tpu.reshape_and_cache(key, value, kv_cache, slot_mapping)
+
+
+def paged_attention_reference(query, kv_cache, query_start_loc, seq_lens, block_table, scale,
+                              sliding_window=0, softcap=0.0):
+    """Plain PyTorch (any device, float64 math) of what paged_attention computes, for the tests: each
+    sequence's keys gathered from its blocks, a full causal softmax per sequence."""
+    D = query.shape[-1]
+    kv = kv_cache.double()
+    bs = kv.shape[1]
+    out = torch.zeros(query.shape, dtype=torch.float64, device=query.device)
+    qsl, sl, bt = query_start_loc.tolist(), seq_lens.tolist(), block_table.tolist()
+    hq, hkv = query.shape[1], kv.shape[2]
+    for s in range(len(sl)):
+        q0, q1, ctx = qsl[s], qsl[s + 1], sl[s]
+        if q1 == q0:
+            continue
+        pos = torch.arange(ctx, device=query.device)
+        blocks = torch.tensor([bt[s][p // bs] for p in range(ctx)], device=query.device)
+        rows = kv[blocks, pos % bs]                                  # [ctx, hkv, 2D]
+        k = rows[..., :D].repeat_interleave(hq // hkv, dim=1)        # [ctx, hq, D]
+        v = rows[..., D:].repeat_interleave(hq // hkv, dim=1)
+        q = query[q0:q1].double()                                    # [n, hq, D]
+        scores = torch.einsum("nhd,khd->hnk", q, k) * scale
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        qpos = torch.arange(ctx - (q1 - q0), ctx, device=query.device)
+        mask = pos[None, :] > qpos[:, None]
+        if sliding_window:
+            mask |= pos[None, :] <= qpos[:, None] - sliding_window
+        scores = scores.masked_fill(mask[None], float("-inf"))
+        out[q0:q1] = torch.einsum("hnk,khd->nhd", torch.softmax(scores, dim=-1), v)
+    return out.to(query.dtype)
+
+
+def compute_slot_mapping(slot_mapping, query_start_loc, positions, block_table, block_size, num_tokens):
+    """slot_mapping[t] = block_table[s, pos // block_size] * block_size + pos % block_size for the tokens
+    of each sequence s; -1 for slot_mapping[num_tokens:] (padding)."""
+    torch.ops.torch_tpu.compute_slot_mapping(slot_mapping, query_start_loc, positions, block_table,
+                                             int(block_size), int(num_tokens))
+
+
+def vllm_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
+                             block_table_stride, slot_mapping_ptr, KV_CACHE_BLOCK_SIZE, TOTAL_CP_WORLD_SIZE=1,
+                             TOTAL_CP_RANK=0, CP_KV_CACHE_INTERLEAVE_SIZE=1, PAD_ID=-1, BLOCK_SIZE=1024):
+    """vLLM's Triton ComputeSlotMappingKernel.kernel, with its parameters, on tpu (registered through
+    vLLM's kernel override registry by the platform)."""
+    if TOTAL_CP_WORLD_SIZE != 1:
+        raise NotImplementedError("tpu platform: context parallelism is not supported yet")
+    if PAD_ID != -1:
+        raise NotImplementedError(f"tpu slot mapping: padding id {PAD_ID} (the kernel pads with -1)")
+    compute_slot_mapping(slot_mapping_ptr[:max_num_tokens], query_start_loc_ptr, positions_ptr, block_table_ptr,
+                         KV_CACHE_BLOCK_SIZE, num_tokens)

@@ -1,0 +1,157 @@
+"""vLLM's platform for the tpu device (an out-of-tree platform, the way vllm-ascend and tpu-inference
+plug in): device name and memory from torch.tpu, our attention backend and worker, eager execution
+(no CUDA graphs), and a clear error for each vLLM feature the platform does not support yet.
+"""
+import torch
+
+from vllm.logger import init_logger
+from vllm.platforms.interface import Platform, PlatformEnum
+
+logger = init_logger(__name__)
+
+_ATTENTION = "torch_tpu.vllm.attention.TpuAttentionBackend"
+_WORKER = "torch_tpu.vllm.worker.TpuWorker"
+
+
+class TpuPlatform(Platform):
+    _enum = PlatformEnum.OOT
+    device_name: str = "tpu"
+    device_type: str = "tpu"
+    dispatch_key: str = "PrivateUse1"
+    ray_device_key: str = ""
+    # Which chips a process sees (the runtime's own variable; vLLM sets it per worker).
+    device_control_env_var: str = "TORCH_TPU_VISIBLE_CHIPS"
+    # torch.compile of vLLM's small helpers: run them eagerly (our compile backend is not yet used).
+    simple_compile_backend: str = "eager"
+    dist_backend: str = "gloo"
+    supported_quantization: list[str] = []
+
+    @property
+    def supported_dtypes(self) -> list[torch.dtype]:
+        return [torch.bfloat16, torch.float16, torch.float32]
+
+    @classmethod
+    def check_if_supports_dtype(cls, dtype: torch.dtype) -> None:
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"tpu platform: model dtype {dtype} is not supported (bfloat16, float16, float32)")
+
+    @classmethod
+    def import_kernels(cls) -> None:
+        # Our kernels are torch ops defined by torch_tpu.vllm.ops; vllm._C does not exist in this build.
+        # torch_tpu.vllm.layers puts our layer classes in vLLM's out-of-tree custom-op registry.
+        import torch_tpu.vllm.layers  # noqa: F401
+        import torch_tpu.vllm.ops  # noqa: F401
+
+    @classmethod
+    def register_triton_kernel_overrides(cls) -> None:
+        # vLLM's device-side bookkeeping kernels are Triton; ours are C (runtime/ops/serve).
+        from vllm.triton_utils.dispatcher import register_kernels
+        from torch_tpu.vllm import ops
+        register_kernels({"vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": ops.vllm_slot_mapping_kernel})
+
+    @classmethod
+    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:
+        c = attn_selector_config
+        unsupported = [name for name, on in (
+            ("MLA attention", c.use_mla), ("sparse attention", c.use_sparse), ("attention sinks", c.has_sink),
+            ("multimodal prefix attention", c.use_mm_prefix), ("non-causal decoder attention", c.use_non_causal),
+            ("context parallelism", c.use_pcp or c.use_dcp), ("per-head quantization scales",
+                                                              c.use_per_head_quant_scales)) if on]
+        if unsupported:
+            raise NotImplementedError(f"tpu platform: {', '.join(unsupported)} not supported yet")
+        if selected_backend is not None and getattr(selected_backend, "name", "") != "CUSTOM":
+            logger.warning("tpu platform: attention backend %s is not available on tpu; using the tpu "
+                           "paged-attention backend", selected_backend)
+        return _ATTENTION
+
+    @classmethod
+    def get_device_capability(cls, device_id: int = 0):
+        return None
+
+    @classmethod
+    def get_device_name(cls, device_id: int = 0) -> str:
+        return torch.tpu.get_device_name(device_id)
+
+    @classmethod
+    def get_device_total_memory(cls, device_id: int = 0) -> int:
+        return torch.tpu.get_device_properties(device_id).total_memory
+
+    @classmethod
+    def set_device(cls, device: torch.device) -> None:
+        torch.tpu.set_device(device)
+
+    @classmethod
+    def manual_seed_all(cls, seed: int) -> None:
+        torch.tpu.manual_seed_all(seed)
+
+    @classmethod
+    def inference_mode(cls):
+        return torch.no_grad()
+
+    @classmethod
+    def is_pin_memory_available(cls) -> bool:
+        return False
+
+    @classmethod
+    def get_current_memory_usage(cls, device=None) -> float:
+        return float(torch.tpu.max_memory_allocated(device))
+
+    def is_sleep_mode_available(self) -> bool:
+        return False
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config) -> None:
+        from vllm.config import CUDAGraphMode
+        from vllm.config.compilation import CompilationMode
+
+        parallel = vllm_config.parallel_config
+        if parallel.worker_cls == "auto":
+            parallel.worker_cls = _WORKER
+        for name, size in (("tensor", parallel.tensor_parallel_size), ("pipeline", parallel.pipeline_parallel_size),
+                           ("data", parallel.data_parallel_size)):
+            if size > 1:
+                raise NotImplementedError(f"tpu platform: {name} parallelism (size {size}) is not supported yet; "
+                                          f"serve one chip per process")
+        comp = vllm_config.compilation_config
+        # Eager: torch.compile(backend="tpu") is not yet wired into vLLM's piecewise compilation, and
+        # CUDA graphs have no tpu counterpart.
+        comp.mode = CompilationMode.NONE
+        comp.cudagraph_mode = CUDAGraphMode.NONE
+        comp.cudagraph_capture_sizes = []
+        if vllm_config.model_config is not None:
+            vllm_config.model_config.enforce_eager = True
+            if vllm_config.model_config.enable_sleep_mode:
+                raise NotImplementedError("tpu platform: sleep mode is not supported yet")
+        # Async scheduling overlaps the next step's scheduling with the device through CUDA streams and
+        # events; the vTPU queue is already asynchronous, so steps run one after the other.
+        if vllm_config.scheduler_config is not None:
+            vllm_config.scheduler_config.async_scheduling = False
+        cache = vllm_config.cache_config
+        if cache is not None:
+            if cache.block_size is None:
+                cache.block_size = 16
+            if cache.cache_dtype not in ("auto", "float16", "bfloat16", "float32"):
+                raise NotImplementedError(f"tpu platform: kv_cache_dtype={cache.cache_dtype!r} is not supported "
+                                          f"yet; use 'auto'")
+        spec = vllm_config.speculative_config
+        if spec is not None and spec.method not in ("ngram",):
+            raise NotImplementedError(f"tpu platform: speculative decoding method {spec.method!r} is not "
+                                      f"supported yet")
+        if vllm_config.lora_config is not None:
+            raise NotImplementedError("tpu platform: LoRA adapters are not supported yet")
+
+    @classmethod
+    def get_punica_wrapper(cls) -> str:
+        raise NotImplementedError("tpu platform: LoRA adapters are not supported yet")
+
+    @classmethod
+    def get_device_communicator_cls(cls) -> str:
+        return "vllm.distributed.device_communicators.base_device_communicator.DeviceCommunicatorBase"
+
+    @classmethod
+    def support_hybrid_kv_cache(cls) -> bool:
+        return False
+
+    @classmethod
+    def support_static_graph_mode(cls) -> bool:
+        return False
