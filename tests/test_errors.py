@@ -174,6 +174,10 @@ def test_main_thread_does_not_get_another_threads_error(tpu, async_mode):
 
 _INTERRUPT = textwrap.dedent("""
     import os, signal, sys, threading, torch
+    # Python installs its SIGINT handler only when SIGINT is not ignored at start-up, and a child
+    # inherits an ignored SIGINT: in the full suite something earlier leaves the pytest process
+    # ignoring it, and this child then never saw the signal ("NOT INTERRUPTED")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import torch_tpu
     torch_tpu.set_eager_mode(sys.argv[1])
     a = torch.randn(512, 512, device="tpu")
