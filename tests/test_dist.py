@@ -120,6 +120,7 @@ def test_collectives(world):
     _spawn("collectives", world, topology="2x2" if world == 4 else "2")
 
 
+@pytest.mark.full
 def test_device_mesh_4_ranks():
     _spawn("device_mesh", 4, topology="2x2")
 
