@@ -78,6 +78,11 @@ def _create_backend(store, rank, size, timeout):
     import torch.distributed as dist
     from torch_tpu import _C
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    from torch.distributed.constants import default_pg_timeout
+    if hasattr(timeout, "total_seconds") and timeout == default_pg_timeout:
+        # c10d's 30-minute default was not chosen by the user: a missing rank fails in 5 minutes instead
+        # (TORCH_TPU_DIST_TIMEOUT seconds); init_process_group(timeout=...) still sets it.
+        seconds = float(os.environ.get("TORCH_TPU_DIST_TIMEOUT") or 300)
     host = _host_key()
     store.set(f"tpu_dist/host/{rank}", host)
     hosts = [store.get(f"tpu_dist/host/{r}").decode() for r in range(size)]
