@@ -437,3 +437,44 @@ def tp_parity(rank, world):
     for s in range(steps):
         assert abs(want[s] - losses[s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, want[s], losses[s])
     dist.destroy_process_group()
+
+
+def cross_host(rank, world):
+    """Two "hosts" of 2 chips each on this machine (TORCH_TPU_HOST_ID): collectives go through each host's
+    shared memory and gloo between the hosts' first ranks; results equal the one-host answers."""
+    import torch.distributed as dist
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    W = world
+    shape = (5, 7)
+    R = dist.ReduceOp
+    for dt, ops in ((torch.float32, (R.SUM, R.AVG, R.MAX, R.PRODUCT)), (torch.int64, (R.SUM, R.MIN, R.BXOR)),
+                    (torch.bool, (R.SUM, R.MIN)), (torch.bfloat16, (R.SUM,))):
+        for op in ops:
+            t = _value(rank, dt, shape).to(dev)
+            dist.all_reduce(t, op=op)
+            _same(t, _reduce_ref([_value(r, dt, shape) for r in range(W)], op, dt), f"cross-host all_reduce {dt} {op}")
+    for src in (0, 1, 3):
+        t = _value(rank, torch.float32, shape).to(dev)
+        dist.broadcast(t, src=src)
+        _same(t, _value(src, torch.float32, shape), f"cross-host broadcast from {src}")
+    inp = _value(rank, torch.float32, shape).to(dev)
+    big = torch.empty((W * 5, 7), device=dev)
+    dist.all_gather_into_tensor(big, inp)
+    _same(big, torch.cat([_value(r, torch.float32, shape) for r in range(W)]), "cross-host all_gather_into_tensor")
+    outs = [torch.empty(shape, device=dev) for _ in range(W)]
+    dist.all_gather(outs, inp)
+    for r in range(W):
+        _same(outs[r], _value(r, torch.float32, shape), f"cross-host all_gather [{r}]")
+    flat_in = torch.cat([_value(rank, torch.float32, shape, salt=k) for k in range(W)]).to(dev)
+    out = torch.empty(shape, device=dev)
+    dist.reduce_scatter_tensor(out, flat_in)
+    _same(out, _reduce_ref([_value(r, torch.float32, shape, salt=rank) for r in range(W)], R.SUM, torch.float32),
+          "cross-host reduce_scatter_tensor")
+    dist.barrier()
+    try:
+        dist.send(inp, (rank + 1) % W)
+        raise AssertionError("send across hosts was accepted")
+    except NotImplementedError as e:
+        assert "across hosts" in str(e), str(e)
+    dist.destroy_process_group()

@@ -20,7 +20,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _spawn(fn_name, world, topology=None, timeout=240, expect_dead=()):
+def _spawn(fn_name, world, topology=None, timeout=240, expect_dead=(), hosts=1):
     """Starts `world` ranks running dist_workers.<fn_name>; returns after all exit. Ranks in expect_dead must die
     by a signal; every other rank must report success."""
     import multiprocessing as mp
@@ -34,8 +34,8 @@ def _spawn(fn_name, world, topology=None, timeout=240, expect_dead=()):
         for r in range(world):
             os.environ.update({
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r), "WORLD_SIZE": str(world),
-                "LOCAL_RANK": str(r), "TORCH_TPU_TOPOLOGY": topology or str(world), "TORCH_TPU_NUM_THREADS": "1",
-                "TORCH_TPU_HBM_BYTES": "1G"})
+                "LOCAL_RANK": str(r % (world // hosts)), "TORCH_TPU_TOPOLOGY": topology or str(world // hosts),
+                "TORCH_TPU_NUM_THREADS": "1", "TORCH_TPU_HBM_BYTES": "1G", "TORCH_TPU_HOST_ID": f"host{r * hosts // world}"})
             p = ctx.Process(target=dist_workers.run_rank, args=(fn_name, r, world, outdir))
             p.start()
             procs.append(p)
@@ -120,6 +120,7 @@ def test_collectives(world):
     _spawn("collectives", world, topology="2x2" if world == 4 else "2")
 
 
+@pytest.mark.full
 def test_device_mesh_4_ranks():
     _spawn("device_mesh", 4, topology="2x2")
 
@@ -155,3 +156,8 @@ def test_fsdp2_parity_2_ranks():
 
 def test_tensor_parallel_parity_2_ranks():
     _spawn("tp_parity", 2)
+
+
+def test_two_hosts_of_two_chips():
+    """Multi-host as separate node groups on loopback: within each "host" shared memory, gloo between hosts."""
+    _spawn("cross_host", 4, hosts=2)

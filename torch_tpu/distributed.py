@@ -64,10 +64,43 @@ def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None) -> to
     return torch.tensor(flat, dtype=torch.int64).reshape(shape)
 
 
+def _host_key() -> str:
+    """Which host this process is on: TORCH_TPU_HOST_ID (tests run several "hosts" on one machine) or the
+    hostname."""
+    import socket
+    return os.environ.get("TORCH_TPU_HOST_ID") or socket.gethostname()
+
+
 def _create_backend(store, rank, size, timeout):
+    """c10d's creator for "tpu_dist". Within one host: the shared-memory communicator. Across hosts
+    (hierarchical): a communicator per host, and gloo between the first ranks of the hosts."""
+    import datetime
+    import torch.distributed as dist
     from torch_tpu import _C
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
-    return _C._dist_create_backend(store, rank, size, seconds)
+    from torch.distributed.constants import default_pg_timeout
+    if hasattr(timeout, "total_seconds") and timeout == default_pg_timeout:
+        # c10d's 30-minute default was not chosen by the user: a missing rank fails in 5 minutes instead
+        # (TORCH_TPU_DIST_TIMEOUT seconds); init_process_group(timeout=...) still sets it.
+        seconds = float(os.environ.get("TORCH_TPU_DIST_TIMEOUT") or 300)
+    host = _host_key()
+    store.set(f"tpu_dist/host/{rank}", host)
+    hosts = [store.get(f"tpu_dist/host/{r}").decode() for r in range(size)]
+    names = list(dict.fromkeys(hosts))
+    if len(names) == 1:
+        return _C._dist_create_backend(store, rank, size, seconds, rank, size, 0, 1, None)
+    local = size // len(names)
+    if any(hosts[r] != names[r // local] for r in range(size)) or local * len(names) != size:
+        raise NotImplementedError(
+            "tpu_dist across hosts needs the same number of ranks on every host, numbered host by host (as torchrun "
+            f"assigns them); got hosts {hosts}")
+    h = rank // local
+    local_store = dist.PrefixStore(f"tpu_dist/host{h}/", store)
+    cross = None
+    if rank % local == 0:
+        cross = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/hosts/", store), h, len(names),
+                                      datetime.timedelta(seconds=seconds))
+    return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross)
 
 
 def register_backend() -> None:

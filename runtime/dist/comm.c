@@ -720,6 +720,39 @@ static tpurt_status_t run_queued(void* user) {
   return s;
 }
 
+typedef struct queued_host_t {
+  tpurt_dist_comm_t* comm;
+  uint32_t ticket;
+  tpurt_status_t (*fn)(void* user);
+  void* user;
+} queued_host_t;
+
+static tpurt_status_t run_queued_host(void* user) {
+  queued_host_t* h = user;
+  ticket_wait(h->comm, h->ticket);
+  tpurt_status_t s = h->fn(h->user); /* it owns user, and asks tpurt_dist_comm_error itself */
+  ticket_done(h->comm);
+  free(h);
+  return s;
+}
+
+tpurt_status_t tpurt_dist_enqueue_host(tpurt_dist_comm_t* c, tpurt_queue_t* queue, tpurt_status_t (*fn)(void* user),
+                                       void* user) {
+  if (!c || !queue || !fn) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: enqueue_host: NULL argument");
+  queued_host_t* h = malloc(sizeof(*h));
+  if (!h) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
+  h->comm = c;
+  h->fn = fn;
+  h->user = user;
+  h->ticket = atomic_fetch_add(&c->next_ticket, 1);
+  tpurt_status_t s = tpurt_queue_submit_host_fn(queue, run_queued_host, h);
+  if (s) {
+    free(h);
+    ticket_done(c);
+  }
+  return s;
+}
+
 typedef struct queued_group_t {
   tpurt_dist_comm_t* comm;
   uint32_t ticket;

@@ -10,6 +10,7 @@
 #include <torch/extension.h>
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <random>
 #include <unistd.h>
@@ -94,8 +95,15 @@ class TpuWork : public c10d::Work {
 
 class TpuDistBackend : public c10d::Backend {
  public:
-  TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
-      : Backend(rank, size), timeout_(timeout) {
+  // rank/size: in the whole group; local_rank/local_size: among this host's
+  // chips (the shared-memory communicator); cross: the gloo group of the
+  // hosts' first ranks (on those ranks only) when the group spans hosts.
+  TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int local_rank, int local_size,
+                 int host, int hosts, c10::intrusive_ptr<c10d::Backend> cross, std::chrono::milliseconds timeout)
+      : Backend(rank, size), timeout_(timeout), local_rank_(local_rank), local_size_(local_size), host_(host),
+        hosts_(hosts), cross_(std::move(cross)) {
+    rank = local_rank;
+    size = local_size;
     ensure_init();
     tpurt_device_t* dev = get_device(-1);
     int fd;
@@ -140,6 +148,7 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
+    if (hosts_ > 1) return x_broadcast(one(tensors, "broadcast"), static_cast<int>(opts.rootRank));
     at::Tensor& t = one(tensors, "broadcast");
     at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_BROADCAST, d);
@@ -152,6 +161,7 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
+    if (hosts_ > 1) return x_allreduce(one(tensors, "allreduce"), opts.reduceOp);
     at::Tensor& t = one(tensors, "allreduce");
     at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_ALLREDUCE, d);
@@ -173,6 +183,13 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    if (hosts_ > 1) {
+      at::Tensor& t = one(tensors, "reduce");
+      at::Tensor tmp = t.clone(at::MemoryFormat::Contiguous);
+      x_allreduce(tmp, opts.reduceOp);
+      if (getRank() == static_cast<int>(opts.rootRank)) t.copy_(tmp);
+      return work(c10d::OpType::REDUCE, {t});
+    }
     at::Tensor& t = one(tensors, "reduce");
     at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
@@ -187,6 +204,15 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override {
+    if (hosts_ > 1) {
+      at::Tensor& in = one(inputs, "all_gather");
+      TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                        "tpu_dist: all_gather needs one list of ", getSize(), " output tensors");
+      at::Tensor flat = empty_tpu_contiguous({static_cast<int64_t>(getSize()) * in.numel()}, in.scalar_type());
+      _allgather_base(flat, in, opts);
+      for (int r = 0; r < getSize(); ++r) outputs[0][r].copy_(flat.narrow(0, r * in.numel(), in.numel()).view(in.sizes()));
+      return work(c10d::OpType::ALLGATHER, outputs[0]);
+    }
     at::Tensor& in = one(inputs, "all_gather");
     TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                       "tpu_dist: all_gather needs one list of ", getSize(), " output tensors");
@@ -203,6 +229,7 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
+    if (hosts_ > 1) return x_allgather(output, input);
     check_tpu(input, "all_gather_into_tensor");
     check_tpu(output, "all_gather_into_tensor");
     TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
@@ -241,6 +268,7 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
+    if (hosts_ > 1) not_across_hosts("gather");
     at::Tensor& in = one(inputs, "gather");
     int root = static_cast<int>(opts.rootRank);
     bool is_root = getRank() == root;
@@ -267,6 +295,7 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
+    if (hosts_ > 1) not_across_hosts("scatter");
     at::Tensor& out = one(outputs, "scatter");
     int root = static_cast<int>(opts.rootRank);
     bool is_root = getRank() == root;
@@ -294,6 +323,17 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
+    if (hosts_ > 1) {
+      at::Tensor& out = one(outputs, "reduce_scatter");
+      TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                        "tpu_dist: reduce_scatter needs one list of ", getSize(), " input tensors");
+      std::vector<at::Tensor> parts;
+      for (auto& t : inputs[0]) parts.push_back(t.reshape({-1}));
+      at::Tensor flat = at::cat(parts);
+      x_allreduce(flat, opts.reduceOp);
+      out.copy_(flat.narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes()));
+      return work(c10d::OpType::REDUCE_SCATTER, {out});
+    }
     at::Tensor& out = one(outputs, "reduce_scatter");
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                       "tpu_dist: reduce_scatter needs one list of ", getSize(), " input tensors");
@@ -308,6 +348,12 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
+    if (hosts_ > 1) {
+      at::Tensor flat = input.reshape({-1}).clone();
+      x_allreduce(flat, opts.reduceOp);
+      output.copy_(flat.narrow(0, getRank() * output.numel(), output.numel()).view(output.sizes()));
+      return work(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
+    }
     check_tpu(input, "reduce_scatter_tensor");
     TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                       "tpu_dist: reduce_scatter_tensor: input must have ", getSize(), " x the output's ", output.numel(),
@@ -325,6 +371,7 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& out_splits,
                                                std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
+    if (hosts_ > 1) not_across_hosts("all_to_all");
     check_tpu(input, "all_to_all_single");
     check_tpu(output, "all_to_all_single");
     TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "tpu_dist: all_to_all_single: input is ",
@@ -404,6 +451,21 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    if (hosts_ > 1) {
+      tpurt_dist_op_t op{};
+      op.kind = TPURT_DIST_BARRIER;
+      op.dtype = TPURT_DTYPE_UINT8;
+      submit(op, "barrier");
+      if (cross_) {
+        auto cross = cross_;
+        host_step([cross] {
+          cross->barrier()->wait();
+          return TPURT_OK;
+        });
+      }
+      submit(op, "barrier");
+      return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::BARRIER, comm_, std::vector<at::Tensor>{}, true);
+    }
     tpurt_dist_op_t op{};
     op.kind = TPURT_DIST_BARRIER;
     op.dtype = TPURT_DTYPE_UINT8;
@@ -412,6 +474,7 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    if (hosts_ > 1) not_across_hosts("send");
     at::Tensor& t = one(tensors, "send");
     at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_SEND, d);
@@ -424,6 +487,7 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    if (hosts_ > 1) not_across_hosts("recv");
     at::Tensor& t = one(tensors, "recv");
     at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_RECV, d);
@@ -535,11 +599,167 @@ class TpuDistBackend : public c10d::Backend {
     return work(is_recv ? c10d::OpType::RECV : c10d::OpType::SEND, {user});
   }
 
+  // ---- across hosts: within the host through shared memory, between hosts
+  // gloo on the first rank of each host (host-visible copies of the device
+  // buffers), then within the host again. Ranks are node-contiguous (rank =
+  // host * local_size + local_rank, as torchrun assigns them). ----
+  [[noreturn]] void not_across_hosts(const char* what) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist across hosts: ", what, " is not supported yet (within one host it is)");
+  }
+  struct HostStep {
+    std::function<tpurt_status_t()> fn;
+  };
+  static tpurt_status_t run_host_step(void* user) {
+    auto* step = static_cast<HostStep*>(user);
+    tpurt_status_t st;
+    try {
+      st = step->fn();
+    } catch (const std::exception& e) {
+      st = tpurt_status_make(TPURT_STATUS_UNAVAILABLE, __FILE__, __LINE__, "tpu_dist between hosts: %s", e.what());
+    }
+    delete step;
+    return st;
+  }
+  void host_step(std::function<tpurt_status_t()> fn) {
+    auto* step = new HostStep{std::move(fn)};
+    tpurt_status_t st = tpurt_dist_enqueue_host(comm_, current_queue(), run_host_step, step);
+    if (st) delete step;
+    check_status(st, "tpu_dist between hosts");
+  }
+  // A CPU tensor holding `bytes` of device memory at `ptr` (vTPU memory is host-visible).
+  static at::Tensor to_host(const void* ptr, int64_t numel, c10::ScalarType type) {
+    at::Tensor cpu = at::empty({numel}, at::TensorOptions().dtype(type));
+    memcpy(cpu.data_ptr(), ptr, cpu.nbytes());
+    return cpu;
+  }
+
+  c10::intrusive_ptr<c10d::Work> x_allreduce(at::Tensor& t, const c10d::ReduceOp& rop) {
+    tpurt_dist_redop_t red = to_redop(rop, "allreduce");
+    bool avg = red == TPURT_DIST_AVG;
+    TORCH_CHECK_VALUE(!avg || at::isFloatingType(t.scalar_type()), "tpu_dist: allreduce avg needs a floating tensor");
+    if (avg) red = TPURT_DIST_SUM;
+    at::Tensor d = dense(t);
+    tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
+    op.redop = red;
+    op.root = 0;
+    op.in = d.data_ptr();
+    op.out = local_rank_ == 0 ? d.data_ptr() : nullptr;
+    submit(op, "allreduce");
+    if (cross_) {
+      auto cross = cross_;
+      void* ptr = d.data_ptr();
+      int64_t n = d.numel();
+      c10::ScalarType type = d.scalar_type();
+      c10d::ReduceOp gop = avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+      host_step([cross, ptr, n, type, gop] {
+        bool is_bool = type == at::kBool;
+        at::Tensor cpu = to_host(ptr, n, is_bool ? at::kByte : type);
+        c10d::AllreduceOptions o;
+        o.reduceOp = gop;
+        if (is_bool) {  // logical: or for sum/max/bor, and for product/min/band
+          auto k = gop.op_;
+          o.reduceOp = (k == c10d::ReduceOp::PRODUCT || k == c10d::ReduceOp::MIN || k == c10d::ReduceOp::BAND)
+                           ? c10d::ReduceOp(c10d::ReduceOp::MIN)
+                           : k == c10d::ReduceOp::BXOR ? c10d::ReduceOp(c10d::ReduceOp::BXOR)
+                                                       : c10d::ReduceOp(c10d::ReduceOp::MAX);
+        }
+        std::vector<at::Tensor> v{cpu};
+        cross->allreduce(v, o)->wait();
+        memcpy(ptr, cpu.data_ptr(), cpu.nbytes());
+        return TPURT_OK;
+      });
+    }
+    tpurt_dist_op_t bc = base_op(TPURT_DIST_BROADCAST, d);
+    bc.root = 0;
+    bc.in = local_rank_ == 0 ? d.data_ptr() : nullptr;
+    bc.out = d.data_ptr();
+    submit(bc, "allreduce");
+    if (avg) d.div_(getSize());
+    write_back(t, d);
+    return work(c10d::OpType::ALLREDUCE, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> x_broadcast(at::Tensor& t, int root) {
+    int root_host = root / local_size_, root_local = root % local_size_;
+    at::Tensor d = dense(t);
+    if (host_ == root_host && root_local != 0) {  // the root's host leader gets the data first
+      tpurt_dist_op_t op = base_op(TPURT_DIST_BROADCAST, d);
+      op.root = root_local;
+      op.in = local_rank_ == root_local ? d.data_ptr() : nullptr;
+      op.out = d.data_ptr();
+      submit(op, "broadcast");
+    }
+    if (cross_) {
+      auto cross = cross_;
+      void* ptr = d.data_ptr();
+      int64_t n = d.numel();
+      c10::ScalarType type = d.scalar_type();
+      host_step([cross, ptr, n, type, root_host] {
+        at::Tensor cpu = to_host(ptr, n, type);
+        std::vector<at::Tensor> v{cpu};
+        c10d::BroadcastOptions o;
+        o.rootRank = root_host;
+        cross->broadcast(v, o)->wait();
+        memcpy(ptr, cpu.data_ptr(), cpu.nbytes());
+        return TPURT_OK;
+      });
+    }
+    tpurt_dist_op_t bc = base_op(TPURT_DIST_BROADCAST, d);
+    bc.root = 0;
+    bc.in = local_rank_ == 0 ? d.data_ptr() : nullptr;
+    bc.out = d.data_ptr();
+    submit(bc, "broadcast");
+    write_back(t, d);
+    return work(c10d::OpType::BROADCAST, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> x_allgather(at::Tensor& output, at::Tensor& input) {
+    check_tpu(input, "all_gather_into_tensor");
+    check_tpu(output, "all_gather_into_tensor");
+    TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
+                      "tpu_dist: all_gather_into_tensor: output must have ", getSize(), " x the input's ", input.numel(),
+                      " elements of ", input.scalar_type());
+    at::Tensor d = dense(input), o = dense(output);
+    int64_t n = d.numel();
+    at::Tensor hostbuf;
+    tpurt_dist_op_t op = base_op(TPURT_DIST_GATHER, d);
+    op.root = 0;
+    op.in = d.data_ptr();
+    if (local_rank_ == 0) {
+      hostbuf = empty_tpu_contiguous({n * local_size_}, d.scalar_type());
+      op.out = hostbuf.data_ptr();
+    }
+    submit(op, "all_gather");
+    if (cross_) {
+      auto cross = cross_;
+      void* src = hostbuf.data_ptr();
+      void* dst = o.data_ptr();
+      int64_t ln = n * local_size_, total = n * getSize();
+      c10::ScalarType type = d.scalar_type();
+      host_step([cross, src, dst, ln, total, type] {
+        at::Tensor cpu_in = to_host(src, ln, type);
+        at::Tensor cpu_out = at::empty({total}, at::TensorOptions().dtype(type));
+        cross->_allgather_base(cpu_out, cpu_in)->wait();
+        memcpy(dst, cpu_out.data_ptr(), cpu_out.nbytes());
+        return TPURT_OK;
+      });
+    }
+    tpurt_dist_op_t bc = base_op(TPURT_DIST_BROADCAST, o);
+    bc.root = 0;
+    bc.in = local_rank_ == 0 ? o.data_ptr() : nullptr;
+    bc.out = o.data_ptr();
+    submit(bc, "all_gather");
+    write_back(output, o);
+    return work(c10d::OpType::_ALLGATHER_BASE, {output});
+  }
+
   struct Pending {
     at::Tensor user, dense;
     bool is_recv;
   };
   std::chrono::milliseconds timeout_;
+  int local_rank_, local_size_, host_, hosts_;
+  c10::intrusive_ptr<c10d::Backend> cross_;
   tpurt_dist_comm_t* comm_ = nullptr;
   bool coalescing_ = false;
   std::vector<tpurt_dist_op_t> pending_;
@@ -547,9 +767,12 @@ class TpuDistBackend : public c10d::Backend {
 };
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                 double timeout_s) {
+                                                 double timeout_s, int local_rank, int local_size, int host, int hosts,
+                                                 py::object cross) {
   auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
-  return c10::make_intrusive<TpuDistBackend>(store, rank, size, ms);
+  c10::intrusive_ptr<c10d::Backend> x;
+  if (!cross.is_none()) x = cross.cast<c10::intrusive_ptr<c10d::Backend>>();
+  return c10::make_intrusive<TpuDistBackend>(store, rank, size, local_rank, local_size, host, hosts, x, ms);
 }
 
 // Bad shapes and topology strings are the caller's values: ValueError.

@@ -187,6 +187,12 @@ TPURT_API tpurt_status_t tpurt_dist_run_group(tpurt_dist_comm_t* comm, const tpu
 TPURT_API tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* comm, struct tpurt_queue_t* queue,
                                                   const tpurt_dist_op_t* ops, int n);
 
+/* Queues fn(user) on `queue` in the group's issue order, like a collective
+ * (the step between hosts of a hierarchical collective). fn runs exactly
+ * once and owns `user`; its status is the command's. */
+TPURT_API tpurt_status_t tpurt_dist_enqueue_host(tpurt_dist_comm_t* comm, struct tpurt_queue_t* queue,
+                                                 tpurt_status_t (*fn)(void* user), void* user);
+
 TPURT_API const char* tpurt_dist_kind_name(tpurt_dist_kind_t kind);
 TPURT_API const char* tpurt_dist_redop_name(tpurt_dist_redop_t redop);
 
