@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 bool tpurt_bytes_parse(const char* text, uint64_t* out_bytes) {
@@ -46,4 +47,22 @@ const char* tpurt_bytes_format(uint64_t bytes, char* buf, size_t buf_size) {
   while (v >= 1024.0 && u < 3) { v /= 1024.0; ++u; }
   snprintf(buf, buf_size, "%.2f %s", v, kUnits[u]);
   return buf;
+}
+
+void tpurt_bytebuf_put(tpurt_bytebuf_t* b, const void* src, size_t n) {
+  if (b->oom) return;
+  if (n > b->cap - b->n) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->n < n) cap *= 2;
+    uint8_t* np = realloc(b->p, cap);
+    if (!np) {
+      b->oom = true;
+      return;
+    }
+    b->p = np;
+    b->cap = cap;
+  }
+  if (src) memcpy(b->p + b->n, src, n);
+  else memset(b->p + b->n, 0, n);
+  b->n += n;
 }

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/bytes.h"
 #include "base/hash.h"
 
 #define EXPORT_MAGIC "TPUEXPT1"
@@ -42,29 +43,9 @@ struct tpurt_export_t {
 
 /* ---- writing ---- */
 
-typedef struct obuf_t {
-  uint8_t* p;
-  size_t n, cap;
-  bool oom;
-} obuf_t;
+typedef tpurt_bytebuf_t obuf_t;
 
-static void out(obuf_t* b, const void* src, size_t n) {
-  if (b->oom) return;
-  if (b->n + n > b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->n + n) cap *= 2;
-    uint8_t* np = realloc(b->p, cap);
-    if (!np) {
-      b->oom = true;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-  if (src) memcpy(b->p + b->n, src, n);
-  else memset(b->p + b->n, 0, n);
-  b->n += n;
-}
+static void out(obuf_t* b, const void* src, size_t n) { tpurt_bytebuf_put(b, src, n); }
 #define OUT(b, v) out((b), &(v), sizeof(v))
 
 static int64_t elem_size(tpurt_dtype_t dt) { return dt >= 0 && dt < TPURT_DTYPE_COUNT ? tpurt_dtype_traits[dt].size : 0; }

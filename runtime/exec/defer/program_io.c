@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
 #include "base/hash.h"
 #include "compiler/graph.h"
 #include "exec/defer/program_internal.h"
@@ -29,28 +30,9 @@
 
 /* ---- writing ---- */
 
-typedef struct wbuf_t {
-  uint8_t* p;
-  size_t n, cap;
-  bool oom;
-} wbuf_t;
+typedef tpurt_bytebuf_t wbuf_t;
 
-static void put(wbuf_t* w, const void* src, size_t n) {
-  if (w->oom) return;
-  if (w->n + n > w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 4096;
-    while (cap < w->n + n) cap *= 2;
-    uint8_t* np = realloc(w->p, cap);
-    if (!np) {
-      w->oom = true;
-      return;
-    }
-    w->p = np;
-    w->cap = cap;
-  }
-  memcpy(w->p + w->n, src, n);
-  w->n += n;
-}
+static void put(wbuf_t* w, const void* src, size_t n) { tpurt_bytebuf_put(w, src, n); }
 static void put_u8(wbuf_t* w, uint8_t v) { put(w, &v, 1); }
 static void put_u32(wbuf_t* w, uint32_t v) { put(w, &v, 4); }
 static void put_i32(wbuf_t* w, int32_t v) { put(w, &v, 4); }
