@@ -443,6 +443,9 @@ static int64_t inline_max_elements(void) {
 
 static bool run_inline(tpurt_hal_queue_t* q, const tpurt_hal_command_t* command) {
   if (command->kind != TPURT_HAL_COMMAND_DISPATCH || tls_queue != NULL) return false;
+  /* While the profiler records, every kernel goes through the worker, whose
+   * loop timestamps it for the device track. */
+  if (tpurt_trace_active()) return false;
   int64_t max = inline_max_elements();
   if (max == 0) return false;
   /* Idle: the worker has finished the last command submitted (it stores
