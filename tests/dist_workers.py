@@ -298,8 +298,8 @@ def fail_killed(rank, world):
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.monotonic()
-    dist.all_reduce(t)
     try:
+        dist.all_reduce(t)  # (raises here instead when the group has already failed)
         t.cpu()
         raise AssertionError("the allreduce with a dead peer did not fail")
     except RuntimeError as e:
@@ -324,8 +324,8 @@ def fail_skipped(rank, world):
     if rank == 1:
         time.sleep(6)
         return
-    dist.all_reduce(t)
     try:
+        dist.all_reduce(t)  # (raises here instead when the group has already failed)
         t.cpu()
         raise AssertionError("a skipped collective did not fail")
     except RuntimeError as e:
@@ -337,8 +337,10 @@ def fail_mismatch(rank, world):
     """Ranks call allreduce with different shapes: both fail before data moves, saying what each called."""
     dist = _init(rank, world)
     t = torch.ones(10 if rank == 0 else 12, device="tpu")
-    dist.all_reduce(t)
     try:
+        # the error surfaces at Work.wait() (all_reduce waits) when the peer's header is already there,
+        # else at the next synchronize
+        dist.all_reduce(t)
         t.cpu()
         raise AssertionError("mismatched shapes were not detected")
     except RuntimeError as e:
