@@ -626,11 +626,18 @@ class TpuDistBackend : public c10d::Backend {
     if (st) delete step;
     check_status(st, "tpu_dist between hosts");
   }
-  // A CPU tensor holding `bytes` of device memory at `ptr` (vTPU memory is host-visible).
-  static at::Tensor to_host(const void* ptr, int64_t numel, c10::ScalarType type) {
-    at::Tensor cpu = at::empty({numel}, at::TensorOptions().dtype(type));
-    memcpy(cpu.data_ptr(), ptr, cpu.nbytes());
-    return cpu;
+  // The `numel` elements of device memory at `ptr` as a CPU tensor over the same bytes, for gloo
+  // (vTPU memory is host-visible, so nothing is copied; the host step runs in queue order).
+  static at::Tensor host_view(void* ptr, int64_t numel, c10::ScalarType type) {
+    return at::from_blob(ptr, {numel}, at::TensorOptions().dtype(type));
+  }
+  // Within this host, local rank `root`'s `x` to every local rank.
+  void local_broadcast(const at::Tensor& x, int root, const char* what) {
+    tpurt_dist_op_t op = base_op(TPURT_DIST_BROADCAST, x);
+    op.root = root;
+    op.in = local_rank_ == root ? x.data_ptr() : nullptr;
+    op.out = x.data_ptr();
+    submit(op, what);
   }
 
   c10::intrusive_ptr<c10d::Work> x_allreduce(at::Tensor& t, const c10d::ReduceOp& rop) {
@@ -653,7 +660,7 @@ class TpuDistBackend : public c10d::Backend {
       c10d::ReduceOp gop = avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
       host_step([cross, ptr, n, type, gop] {
         bool is_bool = type == at::kBool;
-        at::Tensor cpu = to_host(ptr, n, is_bool ? at::kByte : type);
+        at::Tensor cpu = host_view(ptr, n, is_bool ? at::kByte : type);
         c10d::AllreduceOptions o;
         o.reduceOp = gop;
         if (is_bool) {  // logical: or for sum/max/bor, and for product/min/band
@@ -665,15 +672,10 @@ class TpuDistBackend : public c10d::Backend {
         }
         std::vector<at::Tensor> v{cpu};
         cross->allreduce(v, o)->wait();
-        memcpy(ptr, cpu.data_ptr(), cpu.nbytes());
         return TPURT_OK;
       });
     }
-    tpurt_dist_op_t bc = base_op(TPURT_DIST_BROADCAST, d);
-    bc.root = 0;
-    bc.in = local_rank_ == 0 ? d.data_ptr() : nullptr;
-    bc.out = d.data_ptr();
-    submit(bc, "allreduce");
+    local_broadcast(d, 0, "allreduce");
     if (avg) d.div_(getSize());
     write_back(t, d);
     return work(c10d::OpType::ALLREDUCE, {t});
@@ -683,11 +685,7 @@ class TpuDistBackend : public c10d::Backend {
     int root_host = root / local_size_, root_local = root % local_size_;
     at::Tensor d = dense(t);
     if (host_ == root_host && root_local != 0) {  // the root's host leader gets the data first
-      tpurt_dist_op_t op = base_op(TPURT_DIST_BROADCAST, d);
-      op.root = root_local;
-      op.in = local_rank_ == root_local ? d.data_ptr() : nullptr;
-      op.out = d.data_ptr();
-      submit(op, "broadcast");
+      local_broadcast(d, root_local, "broadcast");
     }
     if (cross_) {
       auto cross = cross_;
@@ -695,20 +693,14 @@ class TpuDistBackend : public c10d::Backend {
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
       host_step([cross, ptr, n, type, root_host] {
-        at::Tensor cpu = to_host(ptr, n, type);
-        std::vector<at::Tensor> v{cpu};
+        std::vector<at::Tensor> v{host_view(ptr, n, type)};
         c10d::BroadcastOptions o;
         o.rootRank = root_host;
         cross->broadcast(v, o)->wait();
-        memcpy(ptr, cpu.data_ptr(), cpu.nbytes());
         return TPURT_OK;
       });
     }
-    tpurt_dist_op_t bc = base_op(TPURT_DIST_BROADCAST, d);
-    bc.root = 0;
-    bc.in = local_rank_ == 0 ? d.data_ptr() : nullptr;
-    bc.out = d.data_ptr();
-    submit(bc, "broadcast");
+    local_broadcast(d, 0, "broadcast");
     write_back(t, d);
     return work(c10d::OpType::BROADCAST, {t});
   }
@@ -737,18 +729,12 @@ class TpuDistBackend : public c10d::Backend {
       int64_t ln = n * local_size_, total = n * getSize();
       c10::ScalarType type = d.scalar_type();
       host_step([cross, src, dst, ln, total, type] {
-        at::Tensor cpu_in = to_host(src, ln, type);
-        at::Tensor cpu_out = at::empty({total}, at::TensorOptions().dtype(type));
+        at::Tensor cpu_out = host_view(dst, total, type), cpu_in = host_view(src, ln, type);
         cross->_allgather_base(cpu_out, cpu_in)->wait();
-        memcpy(dst, cpu_out.data_ptr(), cpu_out.nbytes());
         return TPURT_OK;
       });
     }
-    tpurt_dist_op_t bc = base_op(TPURT_DIST_BROADCAST, o);
-    bc.root = 0;
-    bc.in = local_rank_ == 0 ? o.data_ptr() : nullptr;
-    bc.out = o.data_ptr();
-    submit(bc, "all_gather");
+    local_broadcast(o, 0, "all_gather");
     write_back(output, o);
     return work(c10d::OpType::_ALLGATHER_BASE, {output});
   }
