@@ -307,6 +307,12 @@ static void execute_traced(tpurt_hal_queue_t* q, cmd_t* c) {
   tpurt_trace_record(&ev);
 }
 
+/* How the worker, and a small kernel run inline, run a command. */
+static void run_command(tpurt_hal_queue_t* q, cmd_t* c) {
+  if (tpurt_trace_active()) execute_traced(q, c);
+  else execute(q, c);
+}
+
 static void queue_free(tpurt_hal_queue_t* q);
 
 static void* worker_main(void* arg) {
@@ -320,10 +326,7 @@ static void* worker_main(void* arg) {
       uint64_t size = c->size;
       bool counts = c->kind != CMD_PAD;
       uint64_t value = counts ? c->c.value : 0;
-      if (counts) {
-        if (tpurt_trace_active()) execute_traced(q, c);
-        else execute(q, c);
-      }
+      if (counts) run_command(q, c);
       head += size;
       atomic_store_explicit(&q->head, head, memory_order_release);
       if (counts) {
@@ -443,9 +446,6 @@ static int64_t inline_max_elements(void) {
 
 static bool run_inline(tpurt_hal_queue_t* q, const tpurt_hal_command_t* command) {
   if (command->kind != TPURT_HAL_COMMAND_DISPATCH || tls_queue != NULL) return false;
-  /* While the profiler records, every kernel goes through the worker, whose
-   * loop timestamps it for the device track. */
-  if (tpurt_trace_active()) return false;
   int64_t max = inline_max_elements();
   if (max == 0) return false;
   /* Idle: the worker has finished the last command submitted (it stores
@@ -462,7 +462,7 @@ static bool run_inline(tpurt_hal_queue_t* q, const tpurt_hal_command_t* command)
   uint64_t value = command->value;
   atomic_store_explicit(&q->submitted, value, memory_order_release);
   tls_queue = q;
-  execute(q, &c);
+  run_command(q, &c); /* traced like the worker's, so the profiler sees it on the queue's track */
   tls_queue = NULL;
   atomic_store_explicit(&q->completed, value, memory_order_release);
   atomic_fetch_add(&q->done_word, 1);
