@@ -91,6 +91,29 @@ def test_buffer_mutation_is_applied(tmp_path):
     torch.testing.assert_close(m.weights()["b_count"].cpu(), model.count)
 
 
+class AddInPlace(nn.Module):
+    """Mutates its input: saved as a user-input mutation, applied to the caller's tensor."""
+
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+@pytest.mark.parametrize("where", ["cpu", "tpu"])
+def test_user_input_mutation_is_applied(tmp_path, where):
+    ep = torch.export.export(AddInPlace(), (torch.zeros(5),))
+    tpu_export.save(ep, tmp_path / "m.tpuexp")
+    m = tpu_export.load(tmp_path / "m.tpuexp")
+    x = torch.arange(5.0)
+    ref = x.clone()
+    xs = x.to(where)
+    for _ in range(2):
+        out = m(xs)
+        ref_out = AddInPlace()(ref)
+        torch.testing.assert_close(out.cpu(), ref_out)
+        torch.testing.assert_close(xs.cpu(), ref)
+
+
 def test_runs_from_c_without_python(saved, tmp_path):
     if not RUN_EXPORT.exists():
         pytest.fail(f"{RUN_EXPORT} is not built (make examples)")
@@ -159,3 +182,18 @@ def test_save_refuses_what_it_cannot_keep(tmp_path):
         tpu_export.save(ep, tmp_path / "x.tpuexp")
     assert not torch_tpu._C._capture_active(-1)
     torch.testing.assert_close((torch.ones(3, device="tpu") * 2).cpu(), torch.full((3,), 2.0))
+
+
+def test_manifest_keeps_dynamic_ranges_and_other_sizes_raise(tmp_path):
+    from torch.export import Dim
+    torch.manual_seed(0)
+    model = Net().eval()
+    x, b = _inputs()
+    ep = torch.export.export(model, (x, b), dynamic_shapes={"x": {0: Dim("batch", min=2, max=64)}, "bias": None})
+    tpu_export.save(ep, tmp_path / "d.tpuexp")
+    m = tpu_export.load(tmp_path / "d.tpuexp")
+    assert [2, 64] in m.manifest["range_constraints"].values()
+    with torch.no_grad():
+        torch.testing.assert_close(m(x, b)[0].cpu(), model(x, b)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\[4, 32\].*saved for torch.float32 \[8, 32\]"):
+        m(torch.randn(4, 32), b)  # inside the exported range, but a program is specialised to its sizes

@@ -32,6 +32,14 @@ def _device(device):
     return torch.device("tpu", d.index if d.index is not None else torch.tpu.current_device())
 
 
+def _bound(v):
+    """A range bound as an int, None for an infinite one (sympy's oo and torch's int_oo)."""
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+
+
 def _fresh(t, device):
     """A contiguous copy on `device` in a storage of its own (a program input is a whole storage)."""
     return t.detach().to(device).clone(memory_format=torch.contiguous_format)
@@ -78,6 +86,10 @@ def save(ep, path, *, example_inputs=None, device=None):
     if not (isinstance(example_inputs, tuple) and len(example_inputs) == 2 and isinstance(example_inputs[1], dict)):
         example_inputs = (tuple(example_inputs), {})
     flat_user, in_spec = pytree.tree_flatten(example_inputs)
+    # Functional ATen: a mutation of an input or buffer becomes an output the loader writes back (the
+    # training IR torch.export gives by default keeps in-place ops on graph inputs, which a program
+    # run on a copy of the caller's CPU tensor would lose).
+    ep = ep.run_decompositions({})
     dev = _device(device)
     entries = _input_values(ep, flat_user)
     values = [_fresh(v, dev) for _, _, v, _, _ in entries]
@@ -130,8 +142,7 @@ def save(ep, path, *, example_inputs=None, device=None):
                           storage_offset=offset, storage_bytes=nbytes, program_index=index,
                           from_input=from_input, writes_back=writes_back))
         outputs_meta.append(meta)
-    ranges = {str(sym): [int(r.lower) if r.lower.is_finite else None, int(r.upper) if r.upper.is_finite else None]
-              for sym, r in ep.range_constraints.items()}
+    ranges = {str(sym): [_bound(r.lower), _bound(r.upper)] for sym, r in ep.range_constraints.items()}
     manifest = dict(format=FORMAT, in_spec=pytree.treespec_dumps(in_spec),
                     out_spec=pytree.treespec_dumps(ep.call_spec.out_spec), inputs=inputs_meta,
                     outputs=outputs_meta, range_constraints=ranges, torch=torch.__version__)
@@ -156,14 +167,19 @@ class ExportedTPUProgram:
         n_in = sum(1 for t in self._table if t["role"] != OUTPUT)
         self._inputs = [None] * n_in
         self._user = []  # (program index, table row) in call order
-        for row in self._table:
+        user_position = {}  # table index of a user input -> its position in the call
+        for i, row in enumerate(self._table):
             if row["role"] == WEIGHT:
                 data = row["data"]
                 t = data.view(row["dtype"]) if data.numel() else torch.empty(0, dtype=row["dtype"])
                 self._inputs[row["program_index"]] = t.as_strided(row["sizes"], row["strides"]).to(self.device)
             elif row["role"] == INPUT:
+                user_position[i] = len(self._user)
                 self._user.append((row["program_index"], row))
         self._outputs = [row for row in self._table if row["role"] == OUTPUT]
+        # per output: the user input it updates (a mutated input), by position in the call, or None
+        self._mutates = [user_position[m["input"]] if m["kind"] == "user_input_mutation" else None
+                         for m in self.manifest["outputs"]]
 
     def weights(self):
         """{name in the graph: device tensor} of the parameters, buffers and constants."""
@@ -190,15 +206,13 @@ class ExportedTPUProgram:
             given.append(v)
         outs = self._program.launch(inputs)
         user_outs = []
-        for o, row, meta in zip(outs, self._outputs, self.manifest["outputs"]):
+        for o, row, mutates in zip(outs, self._outputs, self._mutates):
             if row["writes_back"] >= 0:
                 w = self._inputs[self._table[row["writes_back"]]["program_index"]]
                 if w.data_ptr() != o.data_ptr():
                     w.copy_(o)
-            elif meta["kind"] == "user_input_mutation":
-                src = given[[k for k, (pi, r) in enumerate(self._user)
-                             if r is self._table[meta["input"]]][0]]
-                src.copy_(o)
+            elif mutates is not None:
+                given[mutates].copy_(o)
             else:
                 user_outs.append(o)
         return pytree.tree_unflatten(user_outs, self._out_spec)

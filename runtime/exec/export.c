@@ -39,6 +39,8 @@ struct tpurt_export_t {
   const char* manifest;
   size_t manifest_bytes;
   tpurt_program_t* program;
+  uint64_t* out_bytes; /* per program output storage: its size (the largest view the table gives of it) */
+  int32_t num_out;
 };
 
 /* ---- writing ---- */
@@ -217,6 +219,7 @@ void tpurt_export_free(tpurt_export_t* e) {
   if (e->tensors)
     for (int32_t i = 0; i < e->num_tensors; ++i) free((char*)e->tensors[i].name);
   free(e->tensors);
+  free(e->out_bytes);
   tpurt_program_release(e->program);
   free(e->file);
   free(e);
@@ -292,41 +295,42 @@ static tpurt_status_t parse(tpurt_export_t* e, const char* path) {
   if (t.bad || t.at != t.n) return TPURT_STATUS(DATA_LOSS, "export_load: %s: its tensor table is damaged", path);
   e->manifest = (const char*)f + sec[2];
   e->manifest_bytes = sec[3];
-  /* The program, with every address checked against the storages the table gives. */
-  const uint8_t* pb = f + sec[4];
+  /* The storages the table describes: one per program input (a weight or an
+   * input), and per program output storage the largest view of it. The
+   * program must have exactly these, and every address it holds is checked
+   * against them. */
   int32_t ni = 0, no = 0;
-  if (sec[5] >= 36) {
-    memcpy(&ni, pb + 16, 4);
-    memcpy(&no, pb + 20, 4);
-  }
-  if (ni < 0 || no < 0 || ni > e->num_tensors || no > e->num_tensors)
-    return TPURT_STATUS(DATA_LOSS, "export_load: %s: its program is damaged", path);
-  uint64_t* in_bytes = calloc((size_t)ni + 1, 8);
-  uint64_t* out_bytes = calloc((size_t)no + 1, 8);
-  if (!in_bytes || !out_bytes) {
-    free(in_bytes);
-    free(out_bytes);
-    return TPURT_STATUS(RESOURCE_EXHAUSTED, "export_load: out of host memory");
-  }
   for (int32_t i = 0; i < e->num_tensors; ++i) {
     const tpurt_export_tensor_t* x = &e->tensors[i];
-    int32_t k = x->program_index;
-    if (x->role != TPURT_EXPORT_OUTPUT && k >= 0 && k < ni) in_bytes[k] = x->storage_bytes;
-    if (x->role == TPURT_EXPORT_OUTPUT && !x->from_input && k >= 0 && k < no && x->storage_bytes > out_bytes[k])
-      out_bytes[k] = x->storage_bytes;
+    if (x->program_index < 0 || x->program_index >= e->num_tensors)
+      return TPURT_STATUS(DATA_LOSS, "export_load: %s: tensor %d names storage %d", path, i, x->program_index);
+    if (x->role != TPURT_EXPORT_OUTPUT) ni++;
+    else if (!x->from_input && x->program_index >= no) no = x->program_index + 1;
   }
-  tpurt_status_t s = tpurt_program_deserialize(pb, sec[5], in_bytes, out_bytes, &e->program);
+  uint64_t* in_bytes = calloc((size_t)ni + 1, 8);
+  e->out_bytes = calloc((size_t)no + 1, 8);
+  if (!in_bytes || !e->out_bytes) {
+    free(in_bytes);
+    return TPURT_STATUS(RESOURCE_EXHAUSTED, "export_load: out of host memory");
+  }
+  e->num_out = no;
+  tpurt_status_t s = TPURT_OK;
+  for (int32_t i = 0; i < e->num_tensors && !s; ++i) {
+    const tpurt_export_tensor_t* x = &e->tensors[i];
+    int32_t k = x->program_index;
+    if (x->role != TPURT_EXPORT_OUTPUT && k >= ni)
+      s = TPURT_STATUS(DATA_LOSS, "export_load: %s: tensor %d names program input %d of %d", path, i, k, ni);
+    else if (x->role != TPURT_EXPORT_OUTPUT) in_bytes[k] = x->storage_bytes;
+    else if (!x->from_input && x->storage_bytes > e->out_bytes[k]) e->out_bytes[k] = x->storage_bytes;
+  }
+  for (int32_t j = 0; j < no && !s; ++j)
+    if (!e->out_bytes[j]) s = TPURT_STATUS(DATA_LOSS, "export_load: %s: program output %d has no storage", path, j);
+  if (!s) s = tpurt_program_deserialize(f + sec[4], sec[5], in_bytes, ni, e->out_bytes, no, &e->program);
   free(in_bytes);
-  free(out_bytes);
   if (s) return s;
   tpurt_program_info_t info;
   tpurt_program_query(e->program, &info);
-  s = check_table(e->tensors, e->num_tensors, &info);
-  if (s) return s;
-  for (int32_t i = 0; i < e->num_tensors; ++i)  /* an output storage the table never names has no size */
-    if (e->tensors[i].role == TPURT_EXPORT_OUTPUT && !e->tensors[i].from_input && !e->tensors[i].storage_bytes)
-      return TPURT_STATUS(DATA_LOSS, "export_load: %s: output %d has no storage", path, i);
-  return TPURT_OK;
+  return check_table(e->tensors, e->num_tensors, &info);
 }
 
 tpurt_status_t tpurt_export_load(const char* path, tpurt_export_t** out_e) {
@@ -374,6 +378,9 @@ const char* tpurt_export_manifest(const tpurt_export_t* e, size_t* out_bytes) {
   return e ? e->manifest : NULL;
 }
 tpurt_program_t* tpurt_export_program(const tpurt_export_t* e) { return e ? e->program : NULL; }
+uint64_t tpurt_export_output_storage_bytes(const tpurt_export_t* e, int32_t j) {
+  return e && j >= 0 && j < e->num_out ? e->out_bytes[j] : 0;
+}
 
 /* ---- running from C ---- */
 
@@ -474,17 +481,11 @@ tpurt_status_t tpurt_export_session_run(tpurt_export_session_t* s, const void* c
   }
   if (st) return st;
   void** outs = calloc((size_t)no + 1, sizeof(void*));
-  uint64_t* out_bytes = calloc((size_t)no + 1, 8);
   void* arena = NULL;
-  if (!outs || !out_bytes) st = TPURT_STATUS(RESOURCE_EXHAUSTED, "export_session_run: out of host memory");
-  for (int32_t i = 0; i < e->num_tensors && !st; ++i) {
-    const tpurt_export_tensor_t* t = &e->tensors[i];
-    if (t->role == TPURT_EXPORT_OUTPUT && !t->from_input && t->storage_bytes > out_bytes[t->program_index])
-      out_bytes[t->program_index] = t->storage_bytes;
-  }
-  for (int32_t j = 0; j < no && !st; ++j) st = tpurt_memory_allocate(s->dev, s->q, out_bytes[j] ? out_bytes[j] : 1, &outs[j]);
+  if (!outs) st = TPURT_STATUS(RESOURCE_EXHAUSTED, "export_session_run: out of host memory");
+  for (int32_t j = 0; j < no && !st; ++j) st = tpurt_memory_allocate(s->dev, s->q, e->out_bytes[j], &outs[j]);
   if (!st && s->info.arena_bytes) st = tpurt_memory_allocate(s->dev, s->q, s->info.arena_bytes, &arena);
-  /* Random ops draw from one stream per session: seed 0, offsets advancing. */
+  /* Random ops draw from one stream per process: seed 0, offsets advancing. */
   static _Atomic uint64_t rng_next;
   tpurt_rng_t rng = {0, atomic_fetch_add(&rng_next, s->info.rng_count)};
   if (!st) st = tpurt_program_launch(e->program, s->q, s->inputs, s->num_inputs, outs, no, arena, rng);
@@ -528,6 +529,5 @@ tpurt_status_t tpurt_export_session_run(tpurt_export_session_t* s, const void* c
     if (outs[j]) tpurt_memory_free(s->dev, outs[j]);
   if (arena) tpurt_memory_free(s->dev, arena);
   free(outs);
-  free(out_bytes);
   return st;
 }

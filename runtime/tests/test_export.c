@@ -85,7 +85,7 @@ static void test_round_trip(void) {
   CHECK_OK(tpurt_program_serialize(p, &bytes, &n));
   tpurt_program_t* q = NULL;
   uint64_t sizes[2] = {N * 4, N * 4};
-  CHECK_OK(tpurt_program_deserialize(bytes, n, sizes, sizes, &q));
+  CHECK_OK(tpurt_program_deserialize(bytes, n, sizes, 2, sizes, 2, &q));
   if (!q) return;
   tpurt_program_info_t a, b;
   tpurt_program_query(p, &a);
@@ -110,13 +110,14 @@ static void test_round_trip(void) {
   uint8_t* bad_bytes = malloc(n);
   memcpy(bad_bytes, bytes, n);
   bad_bytes[n / 2] ^= 0x40;
-  CHECK_STATUS(tpurt_program_deserialize(bad_bytes, n, NULL, NULL, &r), DATA_LOSS);
-  CHECK_STATUS(tpurt_program_deserialize(bytes, n - 9, NULL, NULL, &r), DATA_LOSS);
-  CHECK_STATUS(tpurt_program_deserialize(bytes, 4, NULL, NULL, &r), DATA_LOSS);
+  CHECK_STATUS(tpurt_program_deserialize(bad_bytes, n, NULL, 0, NULL, 0, &r), DATA_LOSS);
+  CHECK_STATUS(tpurt_program_deserialize(bytes, n - 9, NULL, 0, NULL, 0, &r), DATA_LOSS);
+  CHECK_STATUS(tpurt_program_deserialize(bytes, 4, NULL, 0, NULL, 0, &r), DATA_LOSS);
   uint64_t small[2] = {N * 4, N * 2}; /* w's storage said to be half as big: mul reads past it */
-  CHECK_STATUS(tpurt_program_deserialize(bytes, n, small, sizes, &r), DATA_LOSS);
+  CHECK_STATUS(tpurt_program_deserialize(bytes, n, small, 2, sizes, 2, &r), DATA_LOSS);
   uint64_t small_out[2] = {N * 4, N * 2}; /* the copy writes past output 1 */
-  CHECK_STATUS(tpurt_program_deserialize(bytes, n, sizes, small_out, &r), DATA_LOSS);
+  CHECK_STATUS(tpurt_program_deserialize(bytes, n, sizes, 2, small_out, 2, &r), DATA_LOSS);
+  CHECK_STATUS(tpurt_program_deserialize(bytes, n, sizes, 1, sizes, 2, &r), DATA_LOSS); /* one input described, two held */
   CHECK(r == NULL);
   free(bad_bytes);
   free(bytes);
@@ -208,6 +209,8 @@ static void test_artifact(void) {
   CHECK(ml == sizeof(manifest) - 1 && memcmp(m, manifest, ml) == 0);
   CHECK(tpurt_export_num_tensors(e) == 4 && strcmp(tpurt_export_tensor(e, 1)->name, "w") == 0);
   CHECK(tpurt_export_tensor(e, 2)->sizes[1] == 2 && tpurt_export_tensor(e, 2)->strides[1] == N / 2);
+  CHECK(tpurt_export_output_storage_bytes(e, 0) == N * 4 && tpurt_export_output_storage_bytes(e, 1) == N * 4);
+  CHECK(tpurt_export_output_storage_bytes(e, 2) == 0);
   tpurt_export_session_t* s = NULL;
   CHECK_OK(tpurt_export_session_create(e, g_dev, NULL, &s));
   float y[N], wn[N], x2[N];

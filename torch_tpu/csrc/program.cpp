@@ -157,13 +157,13 @@ class Export {
     tpurt_program_t* p = tpurt_export_program(e_);
     tpurt_program_info_t info;
     tpurt_program_query(p, &info);
-    std::vector<int64_t> out_bytes(static_cast<size_t>(info.num_outputs), 0);
+    std::vector<int64_t> out_bytes;
+    for (int32_t j = 0; j < info.num_outputs; ++j)
+      out_bytes.push_back(static_cast<int64_t>(tpurt_export_output_storage_bytes(e_, j)));
     std::vector<OutSpec> outs;
     for (int32_t i = 0; i < tpurt_export_num_tensors(e_); ++i) {
       const tpurt_export_tensor_t* t = tpurt_export_tensor(e_, i);
       if (t->role != TPURT_EXPORT_OUTPUT) continue;
-      if (!t->from_input)
-        out_bytes[t->program_index] = std::max(out_bytes[t->program_index], static_cast<int64_t>(t->storage_bytes));
       outs.push_back({t->from_input, t->program_index, from_tpurt_dtype(t->dtype),
                       std::vector<int64_t>(t->sizes, t->sizes + t->ndim),
                       std::vector<int64_t>(t->strides, t->strides + t->ndim), t->storage_offset});

@@ -28,6 +28,12 @@
 #define PROGRAM_MAGIC 0x31475250555054ull /* "TPUPRG1" */
 #define PROGRAM_VERSION 1u
 
+/* This machine's layout: pointer size, and 1 in the next byte if little-endian. */
+static uint32_t layout_word(void) {
+  const uint16_t one = 1;
+  return (uint32_t)sizeof(void*) | (uint32_t)(*(const uint8_t*)&one) << 8;
+}
+
 /* ---- writing ---- */
 
 typedef tpurt_bytebuf_t wbuf_t;
@@ -170,7 +176,7 @@ tpurt_status_t tpurt_program_serialize(const tpurt_program_t* p, void** out, siz
   wbuf_t* w = &wr.w;
   put_u64(w, PROGRAM_MAGIC);
   put_u32(w, PROGRAM_VERSION);
-  put_u32(w, (uint32_t)sizeof(void*) | (uint32_t)(*(const uint8_t*)&(uint16_t){1}) << 8); /* layout */
+  put_u32(w, layout_word());
   put_i32(w, p->num_inputs);
   put_i32(w, p->num_outputs);
   put_u64(w, p->arena_bytes);
@@ -247,31 +253,18 @@ static bool take(reader_t* rd, void* dst, size_t n) {
   rd->at += n;
   return true;
 }
-static uint8_t get_u8(reader_t* rd) {
-  uint8_t v = 0;
-  take(rd, &v, 1);
-  return v;
-}
-static uint32_t get_u32(reader_t* rd) {
-  uint32_t v = 0;
-  take(rd, &v, 4);
-  return v;
-}
-static int32_t get_i32(reader_t* rd) {
-  int32_t v = 0;
-  take(rd, &v, 4);
-  return v;
-}
-static uint64_t get_u64(reader_t* rd) {
-  uint64_t v = 0;
-  take(rd, &v, 8);
-  return v;
-}
-static int64_t get_i64(reader_t* rd) {
-  int64_t v = 0;
-  take(rd, &v, 8);
-  return v;
-}
+#define GETTER(name, type)        \
+  static type name(reader_t* rd) { \
+    type v = 0;                    \
+    take(rd, &v, sizeof v);        \
+    return v;                      \
+  }
+GETTER(get_u8, uint8_t)
+GETTER(get_u32, uint32_t)
+GETTER(get_i32, int32_t)
+GETTER(get_u64, uint64_t)
+GETTER(get_i64, int64_t)
+#undef GETTER
 
 static void corrupt(reader_t* rd, const char* what) {
   if (!rd->error) rd->error = TPURT_STATUS(DATA_LOSS, "program_deserialize: %s (byte %zu)", what, rd->at);
@@ -466,7 +459,8 @@ static bool bind_tensor(tpurt_program_t* p, int32_t* cap, reader_t* rd, int32_t*
 }
 
 tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint64_t* input_bytes,
-                                         const uint64_t* output_bytes, tpurt_program_t** out) {
+                                         int32_t num_input_bytes, const uint64_t* output_bytes,
+                                         int32_t num_output_bytes, tpurt_program_t** out) {
   if (!bytes || !out) return TPURT_STATUS(INVALID_ARGUMENT, "program_deserialize: NULL argument");
   *out = NULL;
   if (n < 16) return TPURT_STATUS(DATA_LOSS, "program_deserialize: %zu bytes is not a program", n);
@@ -480,7 +474,7 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
   if (version != PROGRAM_VERSION)
     return TPURT_STATUS(FAILED_PRECONDITION, "program_deserialize: program version %u, this runtime reads %u", version,
                         PROGRAM_VERSION);
-  if (layout != ((uint32_t)sizeof(void*) | (uint32_t)(*(const uint8_t*)&(uint16_t){1}) << 8))
+  if (layout != layout_word())
     return TPURT_STATUS(FAILED_PRECONDITION, "program_deserialize: the program was written on a machine with "
                                              "another byte order or pointer size");
   tpurt_program_t* p = tpurt_program_alloc();
@@ -496,6 +490,8 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
   p->arena_bytes = rd.arena_bytes = get_u64(&rd);
   p->rng_count = get_u64(&rd);
   if (rd.num_inputs < 0 || rd.num_outputs < 0) corrupt(&rd, "negative input or output count");
+  if ((input_bytes && num_input_bytes != rd.num_inputs) || (output_bytes && num_output_bytes != rd.num_outputs))
+    corrupt(&rd, "input or output counts other than the caller's storages");
   int32_t num_recs = get_count(&rd, 4);
   int32_t cap_relocs = 0, cap_rngs = 0;
   tpurt_defer_list_t* l = p->list;

@@ -60,6 +60,8 @@ TPURT_API int32_t tpurt_export_num_tensors(const tpurt_export_t* e);
 TPURT_API const tpurt_export_tensor_t* tpurt_export_tensor(const tpurt_export_t* e, int32_t index);
 TPURT_API const char* tpurt_export_manifest(const tpurt_export_t* e, size_t* out_bytes);
 TPURT_API tpurt_program_t* tpurt_export_program(const tpurt_export_t* e); /* borrowed */
+/* Bytes of program output storage j (what a launch allocates for it). */
+TPURT_API uint64_t tpurt_export_output_storage_bytes(const tpurt_export_t* e, int32_t j);
 
 /* Running an artifact from C: the weights live on the device for the
  * session's life. A run copies the inputs (host, contiguous, in table

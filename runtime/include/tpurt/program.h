@@ -79,12 +79,15 @@ TPURT_API tpurt_status_t tpurt_program_launch(tpurt_program_t* p, tpurt_queue_t*
 TPURT_API tpurt_status_t tpurt_program_serialize(const tpurt_program_t* p, void** out, size_t* out_bytes);
 /* Reads what tpurt_program_serialize wrote (same runtime version and
  * machine layout). Every count, name and offset is checked; with
- * input_bytes / output_bytes (the storages' sizes, one per input / output;
- * either may be NULL) every address must also lie inside its storage, as
- * arena addresses always must. DATA_LOSS for damaged bytes, NOT_FOUND for a
- * kernel this runtime lacks. The program starts with refcount 1. */
+ * input_bytes[num_input_bytes] / output_bytes[num_output_bytes] (the
+ * storages' sizes; either may be NULL) the program must have that many
+ * inputs / outputs and every address must also lie inside its storage, as
+ * arena addresses always must. DATA_LOSS for damaged bytes or a mismatch,
+ * NOT_FOUND for a kernel this runtime lacks. The program starts with
+ * refcount 1. */
 TPURT_API tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint64_t* input_bytes,
-                                                   const uint64_t* output_bytes, tpurt_program_t** out);
+                                                   int32_t num_input_bytes, const uint64_t* output_bytes,
+                                                   int32_t num_output_bytes, tpurt_program_t** out);
 
 TPURT_API void tpurt_program_retain(tpurt_program_t* p);
 TPURT_API void tpurt_program_release(tpurt_program_t* p);
