@@ -38,12 +38,9 @@ static inline float tpurt_ew_expf(float x) {
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-/* tpurt_ew_expf on 8 lanes, operation for operation (same clamps, rounding,
- * fmas and scaling), so softmax results are bit-identical to the scalar
- * definition; gcc's own vectorization of that function spends about twice
- * the instructions on the selects. */
-static inline __m256 tpurt_ew_expf8(__m256 x) {
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
+/* The shared core: for xc already clamped, n = round(xc / ln2) and
+ * exp(xc - n ln2) from the polynomial (callers scale by 2^n). */
+static inline __m256 tpurt_ew_expf8_core(__m256 xc, __m256* n_out) {
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), xc);
@@ -54,7 +51,18 @@ static inline __m256 tpurt_ew_expf8(__m256 x) {
   q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(4.1665795894E-2f));
   q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.6666665459E-1f));
   q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(5.0000001201E-1f));
-  __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(q, r), r, r), _mm256_set1_ps(1.0f));
+  *n_out = n;
+  return _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(q, r), r, r), _mm256_set1_ps(1.0f));
+}
+
+/* tpurt_ew_expf on 8 lanes, operation for operation (same clamps, rounding,
+ * fmas and scaling), so softmax results are bit-identical to the scalar
+ * definition; gcc's own vectorization of that function spends about twice
+ * the instructions on the selects. */
+static inline __m256 tpurt_ew_expf8(__m256 x) {
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
+  __m256 n;
+  const __m256 y = tpurt_ew_expf8_core(xc, &n);
   const __m256i ni = _mm256_cvttps_epi32(n);
   const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
   const __m256i bias = _mm256_set1_epi32(127);

@@ -107,17 +107,8 @@ static float row_max(const float* x, int64_t n, float m) {
  * exp's subnormal tail (< 1.7e-38), far below a softmax sum's resolution. */
 static inline __m256 expf8_nonpos(__m256 x) {
   const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), xc);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-  __m256 q = _mm256_set1_ps(1.9875691500E-4f);
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.3981999507E-3f));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(8.3334519073E-3f));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(4.1665795894E-2f));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.6666665459E-1f));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(5.0000001201E-1f));
-  __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(q, r), r, r), _mm256_set1_ps(1.0f));
+  __m256 n;
+  const __m256 y = tpurt_ew_expf8_core(xc, &n);
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   __m256 v = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
   v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
