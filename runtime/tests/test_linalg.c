@@ -111,6 +111,15 @@ static void test_gemm(void) {
             false, false, 1, 1, false);
   gemm_case(TPURT_DTYPE_FLOAT64, TPURT_DTYPE_FLOAT64, 1, 300, 1030, 300, false, true, false, 0,
             true, true, 1, 1, false);
+  /* bf16 -> fp32 C in whole 32 x 32 tiles with alpha 1 (the AMX kernel accumulates those in C
+   * itself: zeroed for beta 0, loaded as the starting sums for beta 1 and every depth block after
+   * the first), with a depth that is not a multiple of the 32-deep tile */
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32, 1, 64, 96, 300, false, false, false, 0,
+            false, false, 1, 0, false);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32, 2, 96, 64, 45, false, true, false, 0,
+            false, false, 1, 1, false);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32, 1, 128, 160, 600, true, false, false, 0,
+            false, false, 1, 1, false);
   /* beta = 0 ignores NaN in C */
   {
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
@@ -227,7 +236,16 @@ static void bench_gemm(void) {
   printf("GEMM figures (threads of the default chip's kernel context):\n");
   bench_one("fp32 OpenBLAS", TPURT_DTYPE_FLOAT32, n, false);
   bench_one("fp32 own kernel", TPURT_DTYPE_FLOAT32, n, true);
-  bench_one("bf16 own (fp32 acc)", TPURT_DTYPE_BFLOAT16, n, false);
+  /* bf16 through each path this CPU can run: widened to fp32 (AVX2/FMA) and,
+   * where cpuid reports AVX-512 BF16, pairs through vdpbf16ps. */
+  const int modes[] = {0, 1, 3};
+  const char* names[] = {"bf16 widened (fp32 acc)", "bf16 vdpbf16ps", "bf16 AMX tiles"};
+  for (int i = 0; i < 3; ++i) {
+    if (!tpurt_gemm_bf16dp_supported(modes[i])) continue;
+    tpurt_gemm_set_bf16dp(modes[i]);
+    bench_one(names[i], TPURT_DTYPE_BFLOAT16, n, false);
+  }
+  tpurt_gemm_set_bf16dp(-1);
   bench_one("f16 own (fp32 acc)", TPURT_DTYPE_FLOAT16, n, false);
   bench_one("f64 own", TPURT_DTYPE_FLOAT64, n, false);
 }
@@ -246,9 +264,23 @@ int main(void) {
   tpurt_gemm_set_bf16dp(2);
   CHECK(tpurt_gemm_bf16dp_mode() == 2);
   test_gemm();
+  /* the AMX tile panels (32-deep chunks, zero-padded depth, 32 x 32 tiles)
+   * through the portable tile kernel, then AMX itself where the CPU has it */
+  tpurt_gemm_set_bf16dp(4);
+  CHECK(tpurt_gemm_bf16dp_mode() == 4);
+  test_gemm();
+  const int hw_modes[] = {1, 3};
+  const char* hw_names[] = {"the vdpbf16ps microkernel (AVX-512 BF16)", "the AMX tile kernel (AMX-BF16)"};
+  for (int i = 0; i < 2; ++i) {
+    if (!tpurt_gemm_bf16dp_supported(hw_modes[i])) {
+      printf("test_linalg: this CPU cannot run %s: not run\n", hw_names[i]);
+      continue;
+    }
+    tpurt_gemm_set_bf16dp(hw_modes[i]);
+    test_gemm();
+    printf("test_linalg: ran %s\n", hw_names[i]);
+  }
   tpurt_gemm_set_bf16dp(-1);
-  if (tpurt_gemm_bf16dp_mode() == 1) test_gemm();
-  else printf("test_linalg: this CPU has no AVX-512 BF16: the vdpbf16ps microkernel was not run\n");
   test_gemm_int_wrap();
   test_linalg_ops();
   bench_gemm();

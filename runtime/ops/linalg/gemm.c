@@ -24,6 +24,14 @@
 /* Blocking: KC x NR panels of B stay in L1, an MC x KC block of A in L2, a
  * KC x NC block of B in L3. MCH bounds how many rows of A are packed at once. */
 enum { KC = 256, NC = 1024, MC = 144, MCH = 2304, NCSUB = 256 };
+/* A thread's block of rows, a whole number of the microkernel's MR rows (so only the matrix's own
+ * last rows make a partial tile). */
+#define MC_FOR(MR) (MC / (MR) * (MR))
+/* The AMX kernel's depth block is longer: its C tiles are loaded and stored once per block, and at
+ * KC that traffic, not the tile multiplies, set its speed. */
+#ifndef KC_AMX
+#define KC_AMX 2048
+#endif
 /* Where C's dtype is not the accumulation type (bf16/f16/int C), C is
  * accumulated in a row-major workspace this many elements at most, so the
  * value is rounded once on store. */
@@ -384,25 +392,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void ukr_bdp_avx512(
 }
 #endif
 
-/* Which bf16 path runs: 0 widened fp32, 1 vdpbf16ps, 2 the portable pair kernel. */
-static _Atomic int g_bdp = -1;
-static int bdp_mode(void) {
-  int v = atomic_load_explicit(&g_bdp, memory_order_relaxed);
-  if (TPURT_LIKELY(v >= 0)) return v;
-  const char* e = getenv("TORCH_TPU_GEMM_BF16DP");
-  if (e && strcmp(e, "emulate") == 0) v = 2;
-  else if (e && strcmp(e, "0") == 0) v = 0;
-#ifdef GEMM_HAVE_BDP_X86
-  else v = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
-#else
-  else v = 0;
-#endif
-  atomic_store_explicit(&g_bdp, v, memory_order_relaxed);
-  return v;
-}
-void tpurt_gemm_set_bf16dp(int mode) { atomic_store(&g_bdp, mode < 0 ? -1 : mode); }
-int tpurt_gemm_bf16dp_mode(void) { return gemm_generic() ? 0 : bdp_mode(); }
-
+static int bdp_mode(void);
 static void ukr_bdp_dispatch(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c,
                              int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
 #ifdef GEMM_HAVE_BDP_X86
@@ -412,6 +402,216 @@ static void ukr_bdp_dispatch(int64_t kc, const uint16_t* restrict a, const uint1
   }
 #endif
   ukr_bdp_generic(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
+}
+
+/* ---- bf16 tiles: the AMX path ----
+ * AMX (Sapphire Rapids and later) multiplies a 16 x 32 bf16 tile by a 32 x 16
+ * one into a 16 x 16 fp32 tile (TDPBF16PS: per output, pairs along the depth,
+ * as vdpbf16ps). The microkernel keeps a 32 x 32 block of C in four tiles and
+ * streams 32-deep chunks of A and B through the other four. A is packed per
+ * 32-row panel as [depth / 32][32 rows][32] (a tile row is 32 consecutive depth
+ * values of one row of A), B as the pair panels above with 32 columns
+ * ([depth / 2][32][2]: a tile row is one pair of depth rows for 16 columns),
+ * both with the depth zero-padded to a multiple of 32. Chosen at run time when
+ * cpuid reports AMX-TILE and AMX-BF16, the OS enables tile state and grants
+ * this process its use (arch_prctl); TORCH_TPU_GEMM_BF16DP=amx-emulate runs the
+ * same packing and driver through a portable microkernel. */
+enum { MR_AMX = 32, NR_AMX = 32, KB_AMX = 32 };
+#define KCP_AMX(kc) (((kc) + KB_AMX - 1) & ~(int64_t)(KB_AMX - 1))
+
+static void pack_amx_a(const void* src_, int64_t rs, int64_t cs, int64_t rows, int64_t depth, int panel,
+                       void* dst_) {
+  const uint16_t* src = (const uint16_t*)src_;
+  uint16_t* dst = (uint16_t*)dst_;
+  int64_t kp = KCP_AMX(depth);
+  for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * kp) {
+    int pr = (int)imin(panel, rows - i0);
+    for (int64_t c0 = 0; c0 < kp; c0 += KB_AMX) {
+      uint16_t* d = dst + c0 * panel;
+      int64_t kn = imin(KB_AMX, depth - c0);
+      for (int r = 0; r < panel; ++r, d += KB_AMX) {
+        if (r >= pr) {
+          memset(d, 0, KB_AMX * sizeof(uint16_t));
+          continue;
+        }
+        const uint16_t* e = src + (i0 + r) * rs + c0 * cs;
+        if (cs == 1) memcpy(d, e, (size_t)kn * sizeof(uint16_t));
+        else
+          for (int64_t p = 0; p < kn; ++p) d[p] = e[p * cs];
+        if (kn < KB_AMX) memset(d + kn, 0, (size_t)(KB_AMX - kn) * sizeof(uint16_t));
+      }
+    }
+  }
+}
+
+static void pack_amx_b(const void* src_, int64_t rs, int64_t cs, int64_t rows, int64_t depth, int panel,
+                       void* dst_) {
+  const uint16_t* src = (const uint16_t*)src_;
+  uint16_t* dst = (uint16_t*)dst_;
+  int64_t kp = KCP_AMX(depth), used = 2 * ((depth + 1) / 2);
+  for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * kp) {
+    pack_bf16_pairs(src + i0 * rs, rs, cs, imin(panel, rows - i0), depth, panel, dst);
+    memset(dst + used * panel, 0, (size_t)(kp - used) * panel * sizeof(uint16_t));
+  }
+}
+
+/* What the tile kernel computes, from the same panels (pairs as in vdpbf16ps). */
+static void ukr_amx_generic(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c,
+                            int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
+  float acc[MR_AMX][NR_AMX];
+  memset(acc, 0, sizeof(acc));
+  for (int64_t c0 = 0; c0 < KCP_AMX(kc); c0 += KB_AMX) {
+    const uint16_t *ap = a + c0 * MR_AMX, *bp = b + c0 * NR_AMX;
+    for (int q = 0; q < KB_AMX / 2; ++q)
+      for (int r = 0; r < MR_AMX; ++r) {
+        float a0 = tpurt_bf16_to_f32(ap[r * KB_AMX + 2 * q]), a1 = tpurt_bf16_to_f32(ap[r * KB_AMX + 2 * q + 1]);
+        const uint16_t* bq = bp + q * 2 * NR_AMX;
+        for (int j = 0; j < NR_AMX; ++j) {
+          float v = acc[r][j] + a1 * tpurt_bf16_to_f32(bq[2 * j + 1]);
+          acc[r][j] = v + a0 * tpurt_bf16_to_f32(bq[2 * j]);
+        }
+      }
+  }
+  UKR_STORE_TAIL(float, MR_AMX, NR_AMX, acc)
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#define GEMM_HAVE_AMX 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Tile configuration (palette 1): tiles 0-3 hold C, 4-5 A, 6-7 B; each 16 rows of 64 bytes. It is
+ * per-thread state, loaded once on each thread that runs the kernel. */
+typedef struct amx_cfg_t {
+  uint8_t palette_id, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} amx_cfg_t;
+static _Thread_local bool t_amx_configured;
+
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void ukr_amx(
+    int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c, int64_t rs, int64_t cs,
+    float alpha, float beta, int mr, int nr) {
+  if (TPURT_UNLIKELY(!t_amx_configured)) {
+    amx_cfg_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+    t_amx_configured = true;
+  }
+  /* A full tile of row-major C with alpha 1 (the driver's usual call) is accumulated in place:
+   * loaded as the starting sums when beta is 1, stored straight back. */
+  bool direct = mr == MR_AMX && nr == NR_AMX && cs == 1 && alpha == 1 && (beta == 0 || beta == 1);
+  if (direct && beta == 1) {
+    _tile_loadd(0, c, rs * 4);
+    _tile_loadd(1, c + 16, rs * 4);
+    _tile_loadd(2, c + 16 * rs, rs * 4);
+    _tile_loadd(3, c + 16 * rs + 16, rs * 4);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t c0 = 0; c0 < KCP_AMX(kc); c0 += KB_AMX) {
+    const uint16_t *ap = a + c0 * MR_AMX, *bp = b + c0 * NR_AMX;
+    _tile_loadd(4, ap, KB_AMX * 2);
+    _tile_loadd(5, ap + 16 * KB_AMX, KB_AMX * 2);
+    _tile_loadd(6, bp, NR_AMX * 4);
+    _tile_loadd(7, bp + 32, NR_AMX * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  if (direct) {
+    _tile_stored(0, c, rs * 4);
+    _tile_stored(1, c + 16, rs * 4);
+    _tile_stored(2, c + 16 * rs, rs * 4);
+    _tile_stored(3, c + 16 * rs + 16, rs * 4);
+    return;
+  }
+  float tmp[MR_AMX][NR_AMX] __attribute__((aligned(64)));
+  _tile_stored(0, &tmp[0][0], NR_AMX * 4);
+  _tile_stored(1, &tmp[0][16], NR_AMX * 4);
+  _tile_stored(2, &tmp[16][0], NR_AMX * 4);
+  _tile_stored(3, &tmp[16][16], NR_AMX * 4);
+  if (mr == MR_AMX && nr == NR_AMX && cs == 1) {
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < MR_AMX; ++r)
+      for (int j = 0; j < NR_AMX; j += 16) {
+        __m512 v = _mm512_mul_ps(va, _mm512_load_ps(&tmp[r][j]));
+        if (beta != 0) v = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + r * rs + j), v);
+        _mm512_storeu_ps(c + r * rs + j, v);
+      }
+    return;
+  }
+  UKR_STORE_TAIL(float, MR_AMX, NR_AMX, tmp)
+}
+
+/* cpuid: AMX-TILE (leaf 7 EDX bit 24) and AMX-BF16 (bit 22); the OS: tile state enabled in XCR0
+ * (bits 17, 18), and this process allowed to use it (Linux: ARCH_REQ_XCOMP_PERM for
+ * XFEATURE_XTILEDATA; without it the first tile instruction faults). */
+static bool amx_usable(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!((d >> 24) & 1) || !((d >> 22) & 1)) return false;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return false; /* OSXSAVE */
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return false;
+  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+#endif
+
+/* Which bf16 path runs: 0 widened fp32, 1 vdpbf16ps, 2 the portable pair
+ * kernel, 3 AMX tiles, 4 the portable kernel on the AMX panels. By default the
+ * fastest the CPU has (3, else 1, else 0); TORCH_TPU_GEMM_BF16DP=0, avx512bf16,
+ * amx, emulate or amx-emulate picks one (a hardware one only where it exists). */
+static bool bf16_mode_supported(int mode) {
+  static _Atomic int hw = -1; /* bit 1: avx512bf16, bit 3: amx */
+  int h = atomic_load_explicit(&hw, memory_order_relaxed);
+  if (h < 0) {
+    h = 0;
+#ifdef GEMM_HAVE_BDP_X86
+    if (__builtin_cpu_supports("avx512bf16")) h |= 1 << 1;
+#endif
+#ifdef GEMM_HAVE_AMX
+    if (amx_usable()) h |= 1 << 3;
+#endif
+    atomic_store_explicit(&hw, h, memory_order_relaxed);
+  }
+  return mode == 0 || mode == 2 || mode == 4 || (mode >= 0 && mode < 8 && ((h >> mode) & 1));
+}
+static _Atomic int g_bdp = -1;
+static int bdp_mode(void) {
+  int v = atomic_load_explicit(&g_bdp, memory_order_relaxed);
+  if (TPURT_LIKELY(v >= 0)) return v;
+  const char* e = getenv("TORCH_TPU_GEMM_BF16DP");
+  static const char* const names[] = {"0", "avx512bf16", "emulate", "amx", "amx-emulate"};
+  v = -1;
+  for (int i = 0; e && i < 5; ++i)
+    if (strcmp(e, names[i]) == 0 && bf16_mode_supported(i)) v = i;
+  if (v < 0) v = bf16_mode_supported(3) ? 3 : bf16_mode_supported(1) ? 1 : 0;
+  atomic_store_explicit(&g_bdp, v, memory_order_relaxed);
+  return v;
+}
+/* A path this machine cannot run is not set (asking also gets the process its tile permission). */
+void tpurt_gemm_set_bf16dp(int mode) { atomic_store(&g_bdp, mode < 0 || !bf16_mode_supported(mode) ? -1 : mode); }
+int tpurt_gemm_bf16dp_mode(void) { return gemm_generic() ? 0 : bdp_mode(); }
+bool tpurt_gemm_bf16dp_supported(int mode) { return bf16_mode_supported(mode); }
+
+static void ukr_amx_dispatch(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c,
+                             int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
+#ifdef GEMM_HAVE_AMX
+  if (bdp_mode() == 3) {
+    ukr_amx(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
+    return;
+  }
+#endif
+  ukr_amx_generic(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
 }
 
 /* ---- the blocked driver, one instance per accumulation type ---- */
@@ -426,8 +626,9 @@ typedef struct core_args_t {
   double alpha, beta;
   size_t in_size; /* bytes per A/B element */
   pack_fn_t pack;
-  void* pa; /* packed A: round_up(min(m, MCH), MR) x KC */
-  void* pb; /* packed B: round_up(min(n, NC), NR) x KC */
+  pack_fn_t pack_a; /* NULL: `pack` packs A too */
+  void* pa; /* packed A: round_up(min(m, MCH), MR) x the depth block */
+  void* pb; /* packed B: round_up(min(n, NC), NR) x the depth block */
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc, ic, mch, ntile_n;
   double beta_eff;
@@ -437,7 +638,7 @@ typedef struct core_args_t {
   tpurt_dtype_t c16; /* C's dtype on that path */
 } core_args_t;
 
-#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP)                                                          \
+#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB)                                                       \
   static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->b +                                                       \
@@ -449,15 +650,16 @@ typedef struct core_args_t {
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->a +                                                       \
                       (size_t)(((s->ic + b0 * MR) * s->a_rs + s->pc * s->a_cs) * (int64_t)s->in_size); \
-    s->pack(src, s->a_rs, s->a_cs, imin(s->mch - b0 * MR, (b1 - b0) * MR), s->kc, MR,          \
+    (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, imin(s->mch - b0 * MR, (b1 - b0) * MR), \
+                                      s->kc, MR,                                                \
             (T*)s->pa + b0 * MR * KCP(s->kc));                                                       \
   }                                                                                             \
   static void SUF##_tiles(void* u, int64_t t0, int64_t t1, int tid) {                           \
     core_args_t* s = (core_args_t*)u;                                                           \
     TC alpha = (TC)s->alpha, beta = (TC)s->beta_eff;                                               \
     for (int64_t t = t0; t < t1; ++t) {                                                         \
-      int64_t i0 = (t / s->ntile_n) * MC, j0 = (t % s->ntile_n) * NCSUB;                        \
-      int64_t i1 = imin(i0 + MC, s->mch), j1 = imin(j0 + NCSUB, s->nc);                          \
+      int64_t i0 = (t / s->ntile_n) * MC_FOR(MR), j0 = (t % s->ntile_n) * NCSUB;                \
+      int64_t i1 = imin(i0 + MC_FOR(MR), s->mch), j1 = imin(j0 + NCSUB, s->nc);                  \
       for (int64_t j = j0; j < j1; j += NR) {                                                   \
         const T* bp = (const T*)s->pb + j * KCP(s->kc);                                              \
         for (int64_t i = i0; i < i1; i += MR) {                                                 \
@@ -471,15 +673,15 @@ typedef struct core_args_t {
   static void SUF##_core(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                             \
     for (s->jc = 0; s->jc < s->n; s->jc += NC) {                                                \
       s->nc = imin(NC, s->n - s->jc);                                                           \
-      for (s->pc = 0; s->pc < s->k; s->pc += KC) {                                              \
-        s->kc = imin(KC, s->k - s->pc);                                                         \
+      for (s->pc = 0; s->pc < s->k; s->pc += KCB) {                                             \
+        s->kc = imin(KCB, s->k - s->pc);                                                        \
         s->beta_eff = s->pc == 0 ? s->beta : 1.0;                                               \
         run_range(ctx, (s->nc + NR - 1) / NR, 4, SUF##_pack_b, s);                              \
         for (s->ic = 0; s->ic < s->m; s->ic += MCH) {                                           \
           s->mch = imin(MCH, s->m - s->ic);                                                     \
           run_range(ctx, (s->mch + MR - 1) / MR, 8, SUF##_pack_a, s);                           \
           s->ntile_n = (s->nc + NCSUB - 1) / NCSUB;                                             \
-          run_range(ctx, ((s->mch + MC - 1) / MC) * s->ntile_n, 1,                              \
+          run_range(ctx, ((s->mch + MC_FOR(MR) - 1) / MC_FOR(MR)) * s->ntile_n, 1,              \
                     s->tiles ? s->tiles : SUF##_tiles, s);                                      \
         }                                                                                       \
       }                                                                                         \
@@ -488,10 +690,11 @@ typedef struct core_args_t {
 
 #define KCP_ID(kc) (kc)
 #define KCP_PAIRS(kc) (((kc) + 1) & ~(int64_t)1)
-DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID)
-DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID)
-DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID)
-DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS)
+DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC)
+DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC)
+DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC)
+DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC)
+DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, KC_AMX)
 
 /* One finished mr x nr fp32 tile (rows `ld` apart, nr <= 64) into 16-bit C:
  * c = round(alpha * acc + beta * c). */
@@ -526,8 +729,8 @@ static void store_tile_c16(tpurt_dtype_t dt, const float* acc, int ld, uint16_t*
     float alpha = (float)s->alpha, beta = (float)s->beta_eff;                                   \
     float tmp[MR * NR] __attribute__((aligned(64)));                                            \
     for (int64_t t = t0; t < t1; ++t) {                                                         \
-      int64_t i0 = (t / s->ntile_n) * MC, j0 = (t % s->ntile_n) * NCSUB;                        \
-      int64_t i1 = imin(i0 + MC, s->mch), j1 = imin(j0 + NCSUB, s->nc);                          \
+      int64_t i0 = (t / s->ntile_n) * MC_FOR(MR), j0 = (t % s->ntile_n) * NCSUB;                \
+      int64_t i1 = imin(i0 + MC_FOR(MR), s->mch), j1 = imin(j0 + NCSUB, s->nc);                  \
       for (int64_t j = j0; j < j1; j += NR) {                                                   \
         const T* bp = (const T*)s->pb + j * KCP(s->kc);                                         \
         for (int64_t i = i0; i < i1; i += MR) {                                                 \
@@ -541,17 +744,24 @@ static void store_tile_c16(tpurt_dtype_t dt, const float* acc, int ld, uint16_t*
   }
 DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID)
 DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS)
+DEFINE_C16_TILES(amx, uint16_t, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX)
 
 /* ---- dtype plumbing ---- */
-/* ACC_BDP: bf16 operands as pairs into fp32 sums (the vdpbf16ps path). */
-typedef enum { ACC_F32, ACC_F64, ACC_I64, ACC_BDP, ACC_NONE } acc_kind_t;
+/* ACC_BDP: bf16 operands as pairs into fp32 sums (the vdpbf16ps path);
+ * ACC_AMX: bf16 operands in AMX tile panels into fp32 sums. */
+typedef enum { ACC_F32, ACC_F64, ACC_I64, ACC_BDP, ACC_AMX, ACC_NONE } acc_kind_t;
 
 static acc_kind_t acc_kind(tpurt_dtype_t ab, tpurt_dtype_t c) {
   switch (ab) {
     case TPURT_DTYPE_FLOAT32: return c == ab ? ACC_F32 : ACC_NONE;
     case TPURT_DTYPE_BFLOAT16:
       if (c != ab && c != TPURT_DTYPE_FLOAT32) return ACC_NONE;
-      return tpurt_gemm_bf16dp_mode() ? ACC_BDP : ACC_F32;
+      switch (tpurt_gemm_bf16dp_mode()) {
+        case 0: return ACC_F32;
+        case 3:
+        case 4: return ACC_AMX;
+        default: return ACC_BDP;
+      }
     case TPURT_DTYPE_FLOAT16:
       return (c == ab || c == TPURT_DTYPE_FLOAT32) ? ACC_F32 : ACC_NONE;
     case TPURT_DTYPE_FLOAT64: return c == ab ? ACC_F64 : ACC_NONE;
@@ -584,15 +794,26 @@ static pack_fn_t pack_for(tpurt_dtype_t ab) {
 
 /* Bytes per accumulator (and per packed element: a bf16 pair panel,
  * 2 * round_up(kc, 2) bytes per row, fits in 4 * kc). */
-static size_t acc_size(acc_kind_t k) { return k == ACC_F32 || k == ACC_BDP ? 4 : 8; }
+static size_t acc_size(acc_kind_t k) { return k == ACC_F32 || k == ACC_BDP || k == ACC_AMX ? 4 : 8; }
 static int acc_mr(acc_kind_t k) {
-  return k == ACC_F32 ? MR_F32 : k == ACC_F64 ? MR_F64 : k == ACC_BDP ? MR_BDP : MR_I64;
+  return k == ACC_F32 ? MR_F32 : k == ACC_F64 ? MR_F64 : k == ACC_BDP ? MR_BDP : k == ACC_AMX ? MR_AMX : MR_I64;
 }
 static int acc_nr(acc_kind_t k) {
-  return k == ACC_F32 ? NR_F32 : k == ACC_F64 ? NR_F64 : k == ACC_BDP ? NR_BDP : NR_I64;
+  return k == ACC_F32 ? NR_F32 : k == ACC_F64 ? NR_F64 : k == ACC_BDP ? NR_BDP : k == ACC_AMX ? NR_AMX : NR_I64;
 }
 static tpurt_dtype_t acc_dtype(acc_kind_t k) {
-  return k == ACC_F32 || k == ACC_BDP ? TPURT_DTYPE_FLOAT32 : k == ACC_F64 ? TPURT_DTYPE_FLOAT64 : TPURT_DTYPE_INT64;
+  return k == ACC_F32 || k == ACC_BDP || k == ACC_AMX ? TPURT_DTYPE_FLOAT32
+         : k == ACC_F64                               ? TPURT_DTYPE_FLOAT64
+                                                      : TPURT_DTYPE_INT64;
+}
+/* The depth block of kind k's driver. */
+static int64_t acc_kc(acc_kind_t k) { return k == ACC_AMX ? KC_AMX : KC; }
+/* Bytes of one packed block: `rows` rows (rounded up to the panel) of at most a depth block. AMX
+ * panels pad the depth to whole tiles; the others fit in acc_size bytes per element. */
+static size_t packed_bytes(acc_kind_t k, int64_t rows, int panel, int64_t depth) {
+  int64_t d = imin(depth, acc_kc(k));
+  if (k == ACC_AMX) return align64((size_t)mul_sat(round_up(rows, panel), KCP_AMX(d)) * 2);
+  return align64((size_t)mul_sat(round_up(rows, panel), d) * acc_size(k));
 }
 
 /* A matrix (rows x cols, rs, cs) as a BLAS operand: row-major (trans=false)
@@ -627,7 +848,7 @@ static bool c_direct(const tpurt_gemm_t* g, acc_kind_t k) { return g->c_dtype ==
 /* 16-bit C written straight from the fp32 tiles: one depth block, so no
  * partial sums have to be kept in float32 between blocks. */
 static bool c16_direct(const tpurt_gemm_t* g, acc_kind_t k) {
-  return (k == ACC_F32 || k == ACC_BDP) && g->k <= KC &&
+  return (k == ACC_F32 || k == ACC_BDP || k == ACC_AMX) && g->k <= acc_kc(k) &&
          (g->c_dtype == TPURT_DTYPE_BFLOAT16 || g->c_dtype == TPURT_DTYPE_FLOAT16);
 }
 
@@ -660,8 +881,7 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g) {
   if (k == ACC_NONE) return 0;
   int mr = acc_mr(k), nr = acc_nr(k);
   size_t es = acc_size(k);
-  size_t bytes = align64(round_up(imin(g->m, MCH), mr) * imin(g->k, KC) * es) +
-                 align64(round_up(imin(g->n, NC), nr) * imin(g->k, KC) * es);
+  size_t bytes = packed_bytes(k, imin(g->m, MCH), mr, g->k) + packed_bytes(k, imin(g->n, NC), nr, g->k);
   if (!c_direct(g, k) && !c16_direct(g, k))
     bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
   return bytes;
@@ -916,19 +1136,26 @@ static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) 
 static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   acc_kind_t kind = acc_kind(g->ab_dtype, g->c_dtype);
   int mr = acc_mr(kind), nr = acc_nr(kind);
-  size_t es = acc_size(kind);
   core_args_t s = {.m = g->m, .n = g->n, .k = g->k, .a = g->a, .a_rs = g->a_rs,
                    .a_cs = g->a_cs, .b = g->b, .b_rs = g->b_rs, .b_cs = g->b_cs,
                    .alpha = g->alpha, .beta = g->beta, .in_size = tpurt_dtype_size(g->ab_dtype),
-                   .pack = kind == ACC_BDP ? pack_bf16_pairs : pack_for(g->ab_dtype)};
+                   .pack = kind == ACC_BDP   ? pack_bf16_pairs
+                           : kind == ACC_AMX ? pack_amx_b
+                                             : pack_for(g->ab_dtype),
+                   .pack_a = kind == ACC_AMX ? pack_amx_a : NULL};
   s.pa = ws;
-  ws += align64(round_up(imin(g->m, MCH), mr) * imin(g->k, KC) * es);
+  ws += packed_bytes(kind, imin(g->m, MCH), mr, g->k);
   s.pb = ws;
-  ws += align64(round_up(imin(g->n, NC), nr) * imin(g->k, KC) * es);
-  void (*core)(tpurt_kernel_ctx_t*, core_args_t*) =
-      kind == ACC_F32 ? f32_core : kind == ACC_F64 ? f64_core : kind == ACC_BDP ? bdp_core : i64_core;
+  ws += packed_bytes(kind, imin(g->n, NC), nr, g->k);
+  void (*core)(tpurt_kernel_ctx_t*, core_args_t*) = kind == ACC_F32   ? f32_core
+                                                    : kind == ACC_F64 ? f64_core
+                                                    : kind == ACC_BDP ? bdp_core
+                                                    : kind == ACC_AMX ? amx_core
+                                                                      : i64_core;
   if (c_direct(g, kind) || c16_direct(g, kind)) {
-    if (!c_direct(g, kind)) s.tiles = kind == ACC_BDP ? bdp_c16_tiles : f32_c16_tiles, s.c16 = g->c_dtype;
+    if (!c_direct(g, kind))
+      s.tiles = kind == ACC_BDP ? bdp_c16_tiles : kind == ACC_AMX ? amx_c16_tiles : f32_c16_tiles,
+      s.c16 = g->c_dtype;
     c_in_to_c(ctx, g);
     s.c = g->c, s.c_rs = g->c_rs, s.c_cs = g->c_cs;
     core(ctx, &s);

@@ -52,12 +52,17 @@ void tpurt_gemm_set_fp32_own(bool own);
  * vector ones (also TORCH_TPU_GEMM_GENERIC=1 in the environment). */
 void tpurt_gemm_set_generic(bool generic);
 /* The bf16 x bf16 path: 0 widened to fp32 (the AVX2/FMA microkernel), 1 bf16
- * pairs through AVX-512 BF16 vdpbf16ps (chosen when cpuid reports it), 2 the
- * same pairs through a portable microkernel (TORCH_TPU_GEMM_BF16DP=emulate;
- * tests of the packing on machines without the instruction). Set -1 to read
- * the CPU and environment again. The mode in force is 0 whenever the generic
- * switch above is on. */
+ * pairs through AVX-512 BF16 vdpbf16ps, 2 the same pairs through a portable
+ * microkernel (tests of the packing on machines without the instruction), 3
+ * AMX tiles (TDPBF16PS), 4 the AMX packing through a portable microkernel.
+ * By default the fastest this CPU has: 3 where cpuid reports AMX-BF16 and the
+ * OS grants tile state, else 1 where it reports AVX-512 BF16, else 0;
+ * TORCH_TPU_GEMM_BF16DP=0|avx512bf16|emulate|amx|amx-emulate picks one. Set -1
+ * to read the CPU and environment again. The mode in force is 0 whenever the
+ * generic switch above is on. */
 void tpurt_gemm_set_bf16dp(int mode);
 int tpurt_gemm_bf16dp_mode(void);
+/* Whether this machine can run bf16 path `mode` (the portable ones always). */
+bool tpurt_gemm_bf16dp_supported(int mode);
 
 #endif /* TPURT_OPS_LINALG_GEMM_H_ */
