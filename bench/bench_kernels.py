@@ -4,6 +4,9 @@ measured beside PyTorch CPU in the same run (run.py interleaves the two).
 
 `python bench/bench_kernels.py` also prints the machine's bf16 peak and the GEMM rows as a
 share of it. The peak is instruction throughput x clock x cores:
+  - AMX (TDPBF16PS: a 16x32 by 32x16 bf16 tile product into 16x16 fp32, 16384 flop per
+    instruction, one every 16 cycles per core on Sapphire Rapids = 1024 flop/cycle), the path
+    the runtime takes where cpuid reports amx_bf16;
   - AVX-512 BF16 (vdpbf16ps on 512-bit vectors: 16 lanes x 2 products x 2 flops = 64 flop per
     instruction): two per cycle on Intel server cores, one on AMD Zen 4 (256-bit datapaths);
   - otherwise AVX2 FMA: bf16 is widened to fp32 while packing and computed by fp32 FMAs,
@@ -43,7 +46,10 @@ def bf16_peak_gflops():
     if not mhz:
         return None, "no cpu MHz in /proc/cpuinfo"
     cores = len(os.sched_getaffinity(0))
-    if "avx512_bf16" in flags:
+    if "amx_bf16" in flags and "amx_tile" in flags:
+        per = 1024
+        how = "AMX tdpbf16ps: 16384 flop / 16 cycles"
+    elif "avx512_bf16" in flags:
         per = 64 * (1 if vendor == "AuthenticAMD" else 2)
         how = f"vdpbf16ps zmm: 64 flop x {per // 64}/cycle"
     elif "fma" in flags and "avx2" in flags:

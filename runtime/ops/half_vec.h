@@ -32,8 +32,34 @@ static inline void tpurt_hv_bf16x8_store(uint16_t* d, __m256 v) {
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <float.h>
+/* 16 lanes at once where the build has AVX-512. */
+static inline __m512 tpurt_hv_bf16x16_load(const uint16_t* s) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)s)), 16));
+}
+static inline __m256i tpurt_hv_bf16x16_pack(__m512 v) {
+#if defined(__AVX512BF16__)
+  /* vcvtneps2bf16 rounds to nearest even and quiets NaNs as below, but reads denormal inputs as
+   * zero: a vector holding one takes the integer rounding instead, so results stay bit-identical. */
+  __mmask16 den = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ) &
+                  _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+  if (!den) return (__m256i)_mm512_cvtneps_pbh(v);
+#endif
+  __m512i b = _mm512_castps_si512(v);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+#endif
+
 static inline void tpurt_hv_bf16_to_f32(const uint16_t* s, float* d, int64_t n) {
   int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, tpurt_hv_bf16x16_load(s + i));
+#endif
 #if defined(__AVX2__)
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, tpurt_hv_bf16x8_load(s + i));
 #endif
@@ -41,6 +67,9 @@ static inline void tpurt_hv_bf16_to_f32(const uint16_t* s, float* d, int64_t n) 
 }
 static inline void tpurt_hv_f32_to_bf16(const float* s, uint16_t* d, int64_t n) {
   int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i*)(d + i), tpurt_hv_bf16x16_pack(_mm512_loadu_ps(s + i)));
+#endif
 #if defined(__AVX2__)
   for (; i + 8 <= n; i += 8) tpurt_hv_bf16x8_store(d + i, _mm256_loadu_ps(s + i));
 #endif

@@ -199,6 +199,39 @@ static void test_gemm_int_wrap(void) {
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#include <immintrin.h>
+__attribute__((target("amx-tile"))) static void release_tiles(void) { _tile_release(); }
+#else
+static void release_tiles(void) {}
+#endif
+
+/* AMX tile state belongs to the thread, and other code on it may release it between our products
+ * (oneDNN does after each of its own, on PyTorch CPU's bf16 matmuls): serial products on this
+ * thread with the tiles released before each still match the reference. */
+static void test_amx_after_release(void) {
+  if (!tpurt_gemm_bf16dp_supported(3)) return;
+  tpurt_gemm_set_bf16dp(3);
+  int64_t n = 64;
+  void* A = rand_buf(TPURT_DTYPE_BFLOAT16, n * n);
+  void* B = rand_buf(TPURT_DTYPE_BFLOAT16, n * n);
+  float *C = malloc(n * n * 4), *R = malloc(n * n * 4);
+  tpurt_gemm_t g = {.m = n, .n = n, .k = n, .ab_dtype = TPURT_DTYPE_BFLOAT16, .c_dtype = TPURT_DTYPE_FLOAT32,
+                    .a = A, .a_rs = n, .a_cs = 1, .b = B, .b_rs = n, .b_cs = 1, .c = R, .c_rs = n,
+                    .c_cs = 1, .alpha = 1, .beta = 0};
+  CHECK_OK(tpurt_gemm_reference(&g));
+  void* ws = malloc(tpurt_gemm_workspace_bytes(NULL, &g));
+  g.c = C;
+  for (int rep = 0; rep < 3; ++rep) {
+    release_tiles();
+    memset(C, 0, n * n * 4);
+    CHECK_OK(tpurt_gemm(NULL, &g, ws));
+    CHECK(max_err(TPURT_DTYPE_FLOAT32, C, R, n * n, 1.0 + sqrt((double)n)) <= tol_for(TPURT_DTYPE_BFLOAT16));
+  }
+  tpurt_gemm_set_bf16dp(-1);
+  free(A), free(B), free(C), free(R), free(ws);
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -281,6 +314,7 @@ int main(void) {
     printf("test_linalg: ran %s\n", hw_names[i]);
   }
   tpurt_gemm_set_bf16dp(-1);
+  test_amx_after_release();
   test_gemm_int_wrap();
   test_linalg_ops();
   bench_gemm();

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops/elementwise/ew_vmath.h"
+#include "ops/half_vec.h"
 #include "test_util.h"
 
 /* error of got in units of the float ulp at the exact value ref */
@@ -58,7 +59,33 @@ static double ref_erf(double x) { return erf(x); }
 
 static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
 
+/* The bulk bf16 converters (ops/half_vec.h: 16-, 8-lane and scalar loops, and vcvtneps2bf16 where
+ * built for AVX-512 BF16) give exactly the scalar converters' bits: every 9973th float bit pattern
+ * (denormals, NaN payloads, ties and overflow to infinity included) at every offset of a run. */
+static void test_half_vec_bits(void) {
+  enum { N = 4096 };
+  static float f[N], back[N];
+  static uint16_t h[N];
+  uint32_t bits = 0;
+  int bad = 0;
+  for (uint64_t start = 0; start < ((uint64_t)1 << 32); start += (uint64_t)9973 * N) {
+    for (int i = 0; i < N; ++i) {
+      bits = (uint32_t)(start + (uint64_t)i * 9973);
+      if (i % 61 == 7) bits = (bits & 0x807fffffu) | (i % 2 ? 0 : 0x7f800000u); /* denormal or NaN/inf */
+      if (i % 67 == 3) bits = (bits & 0xffff0000u) | 0x8000u;                   /* a tie */
+      memcpy(&f[i], &bits, 4);
+    }
+    int64_t len = N - (int64_t)(start / 9973 % 23); /* runs of odd lengths: every loop's tail */
+    tpurt_hv_f32_to_bf16(f, h, len);
+    for (int64_t i = 0; i < len; ++i) bad += h[i] != tpurt_f32_to_bf16(f[i]);
+    tpurt_hv_bf16_to_f32(h, back, len);
+    for (int64_t i = 0; i < len; ++i) bad += !same_bits(back[i], tpurt_bf16_to_f32(h[i]));
+  }
+  CHECK(bad == 0);
+}
+
 int main(void) {
+  test_half_vec_bits();
   float w;
   double e = sweep(tpurt_vm_tanhf, ref_tanh, 12.0f, false, &w);
   printf("tanhf: max %.3f ulp at %.9g\n", e, (double)w);

@@ -482,25 +482,27 @@ static void ukr_amx_generic(int64_t kc, const uint16_t* restrict a, const uint16
 #include <unistd.h>
 
 /* Tile configuration (palette 1): tiles 0-3 hold C, 4-5 A, 6-7 B; each 16 rows of 64 bytes. It is
- * per-thread state, loaded once on each thread that runs the kernel. */
+ * per-thread state that other code on the thread may change or release (oneDNN, which PyTorch CPU
+ * calls for bf16 matmuls, releases the tiles after each product), so it is loaded at the start of
+ * every tile loop, and the tiles are released at its end (a thread with live tile state makes
+ * every context switch save 8 KiB more). */
 typedef struct amx_cfg_t {
   uint8_t palette_id, start_row, reserved[14];
   uint16_t colsb[16];
   uint8_t rows[16];
 } amx_cfg_t;
-static _Thread_local bool t_amx_configured;
+__attribute__((target("amx-tile"))) static void amx_begin(void) {
+  amx_cfg_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+}
+__attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
 
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void ukr_amx(
     int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c, int64_t rs, int64_t cs,
     float alpha, float beta, int mr, int nr) {
-  if (TPURT_UNLIKELY(!t_amx_configured)) {
-    amx_cfg_t cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
-    t_amx_configured = true;
-  }
   /* A full tile of row-major C with alpha 1 (the driver's usual call) is accumulated in place:
    * loaded as the starting sums when beta is 1, stored straight back. */
   bool direct = mr == MR_AMX && nr == NR_AMX && cs == 1 && alpha == 1 && (beta == 0 || beta == 1);
@@ -613,6 +615,17 @@ static void ukr_amx_dispatch(int64_t kc, const uint16_t* restrict a, const uint1
 #endif
   ukr_amx_generic(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
 }
+/* Around every tile loop of the AMX driver (see amx_begin). */
+static void amx_tiles_begin(void) {
+#ifdef GEMM_HAVE_AMX
+  if (bdp_mode() == 3) amx_begin();
+#endif
+}
+static void amx_tiles_end(void) {
+#ifdef GEMM_HAVE_AMX
+  if (bdp_mode() == 3) amx_end();
+#endif
+}
 
 /* ---- the blocked driver, one instance per accumulation type ---- */
 typedef struct core_args_t {
@@ -638,7 +651,7 @@ typedef struct core_args_t {
   tpurt_dtype_t c16; /* C's dtype on that path */
 } core_args_t;
 
-#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB)                                                       \
+#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB, BEGIN, END)                                                       \
   static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->b +                                                       \
@@ -657,6 +670,7 @@ typedef struct core_args_t {
   static void SUF##_tiles(void* u, int64_t t0, int64_t t1, int tid) {                           \
     core_args_t* s = (core_args_t*)u;                                                           \
     TC alpha = (TC)s->alpha, beta = (TC)s->beta_eff;                                               \
+    BEGIN;                                                                                      \
     for (int64_t t = t0; t < t1; ++t) {                                                         \
       int64_t i0 = (t / s->ntile_n) * MC_FOR(MR), j0 = (t % s->ntile_n) * NCSUB;                \
       int64_t i1 = imin(i0 + MC_FOR(MR), s->mch), j1 = imin(j0 + NCSUB, s->nc);                  \
@@ -669,6 +683,7 @@ typedef struct core_args_t {
         }                                                                                       \
       }                                                                                         \
     }                                                                                           \
+    END;                                                                                        \
   }                                                                                             \
   static void SUF##_core(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                             \
     for (s->jc = 0; s->jc < s->n; s->jc += NC) {                                                \
@@ -690,11 +705,13 @@ typedef struct core_args_t {
 
 #define KCP_ID(kc) (kc)
 #define KCP_PAIRS(kc) (((kc) + 1) & ~(int64_t)1)
-DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC)
-DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC)
-DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC)
-DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC)
-DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, KC_AMX)
+#define NO_HOOK (void)0
+DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, KC_AMX, amx_tiles_begin(),
+            amx_tiles_end())
 
 /* One finished mr x nr fp32 tile (rows `ld` apart, nr <= 64) into 16-bit C:
  * c = round(alpha * acc + beta * c). */
@@ -704,6 +721,10 @@ static void store_tile_c16(tpurt_dtype_t dt, const float* acc, int ld, uint16_t*
   for (int r = 0; r < mr; ++r) {
     uint16_t* cr = c + r * rs;
     const float* a = acc + r * ld;
+    if (beta == 0 && alpha == 1 && cs == 1) {
+      tpurt_hv_from_f32(dt, a, cr, nr);
+      continue;
+    }
     if (beta == 0) {
       for (int j = 0; j < nr; ++j) row[j] = alpha * a[j];
     } else {
@@ -723,11 +744,12 @@ static void store_tile_c16(tpurt_dtype_t dt, const float* acc, int ld, uint16_t*
 
 /* The tile loop of a core for 16-bit C: each microkernel tile is computed
  * into registers-then-stack (alpha 1, beta 0) and rounded once on store. */
-#define DEFINE_C16_TILES(SUF, T, MR, NR, UKR, KCP)                                              \
+#define DEFINE_C16_TILES(SUF, T, MR, NR, UKR, KCP, BEGIN, END)                                              \
   static void SUF##_c16_tiles(void* u, int64_t t0, int64_t t1, int tid) {                       \
     core_args_t* s = (core_args_t*)u;                                                           \
     float alpha = (float)s->alpha, beta = (float)s->beta_eff;                                   \
     float tmp[MR * NR] __attribute__((aligned(64)));                                            \
+    BEGIN;                                                                                      \
     for (int64_t t = t0; t < t1; ++t) {                                                         \
       int64_t i0 = (t / s->ntile_n) * MC_FOR(MR), j0 = (t % s->ntile_n) * NCSUB;                \
       int64_t i1 = imin(i0 + MC_FOR(MR), s->mch), j1 = imin(j0 + NCSUB, s->nc);                  \
@@ -741,10 +763,11 @@ static void store_tile_c16(tpurt_dtype_t dt, const float* acc, int ld, uint16_t*
         }                                                                                       \
       }                                                                                         \
     }                                                                                           \
+    END;                                                                                        \
   }
-DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID)
-DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS)
-DEFINE_C16_TILES(amx, uint16_t, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX)
+DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, NO_HOOK, NO_HOOK)
+DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, NO_HOOK, NO_HOOK)
+DEFINE_C16_TILES(amx, uint16_t, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, amx_tiles_begin(), amx_tiles_end())
 
 /* ---- dtype plumbing ---- */
 /* ACC_BDP: bf16 operands as pairs into fp32 sums (the vdpbf16ps path);
