@@ -8,7 +8,8 @@ counted by callgrind over N ops after a warm-up, on the device and on PyTorch CP
 Runs itself under `valgrind --tool=callgrind --instr-atstart=no`; collection is switched on only
 around the timed loop (callgrind's client requests, through a small helper built with the system
 compiler into a temporary directory), so importing torch is not counted. Prints Ir per op (all
-threads: the chip's worker is counted too) and the functions with the most inclusive Ir.
+threads: the chip's worker is counted too) and the functions with the most inclusive Ir. On a CPU
+with AVX-512 it counts an x86-64-v3 build of the runtime (build/valgrind; valgrind runs no AVX-512).
 """
 import argparse
 import ctypes
@@ -59,6 +60,26 @@ def _inner(a):
     return 0
 
 
+def _has_avx512():
+    try:
+        return "avx512f" in pathlib.Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+def _valgrind_runtime():
+    """Valgrind runs no AVX-512 code, and the runtime is built with -march=native: on such a CPU,
+    count a build of the same sources for x86-64-v3 (AVX2, FMA), which the C++ layer loads from
+    LD_LIBRARY_PATH ahead of its RUNPATH (as the ASan build is loaded). CPU-dispatched code (ours
+    by cpuid, PyTorch's) sees the CPU valgrind reports and takes its AVX2 paths."""
+    root = HERE.parent
+    build = "build/valgrind"
+    opt = "-O3 -march=x86-64-v3 -fno-math-errno -fno-trapping-math"
+    subprocess.run(["make", "-s", "-C", str(root), "-j2", f"BUILD={build}", f"OPT={opt}", f"{build}/libtpurt.so"],
+                   check=True)
+    return str(root / build)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="tpu")
@@ -69,10 +90,13 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.inner:
         return _inner(a)
+    env = dict(os.environ)
+    if _has_avx512():
+        env["LD_LIBRARY_PATH"] = _valgrind_runtime() + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     out = pathlib.Path(tempfile.mkdtemp()) / "cg.out"
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
            sys.executable, __file__, "--inner", "--device", a.device, "--ops", str(a.ops)] + (["--inplace"] if a.inplace else [])
-    subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL, env=env)
     dumps = sorted(out.parent.glob(out.name + "*"))
     dump = max(dumps, key=lambda f: f.stat().st_size)
     ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],

@@ -50,8 +50,37 @@ static const char* jit_src(void) {
   return s ? s : TPURT_JIT_SRC;
 }
 
+/* The instruction set the kernels are built for: the flags say -march=native, so a kernel built on
+ * one CPU may use instructions another lacks (AVX-512 on one machine, AVX2 only on the next, both
+ * reading a cache directory shared between hosts). cpuid's vendor, family/model/stepping and
+ * feature words name it; the identity (and so the cache key of every kernel) includes them. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+static void jit_isa(char* buf, size_t cap) {
+  unsigned a = 0, b = 0, c = 0, d = 0, max = __get_cpuid_max(0, NULL);
+  if (max == 0) {
+    snprintf(buf, cap, "(no cpuid)");
+    return;
+  }
+  unsigned v[3] = {0}, f1[3] = {0}, f7[4] = {0};
+  __get_cpuid(0, &a, &v[0], &v[2], &v[1]);
+  if (max >= 1) __get_cpuid(1, &f1[0], &b, &f1[1], &f1[2]);
+  if (max >= 7) __get_cpuid_count(7, 0, &a, &f7[0], &f7[1], &f7[2]);
+  if (max >= 7) __get_cpuid_count(7, 1, &f7[3], &b, &c, &d);
+  char vendor[13];
+  memcpy(vendor, v, 12);
+  vendor[12] = 0;
+  snprintf(buf, cap, "%s %x %x.%x %x.%x.%x.%x", vendor, f1[0], f1[1], f1[2], f7[0], f7[1], f7[2], f7[3]);
+}
+#else
+static void jit_isa(char* buf, size_t cap) { snprintf(buf, cap, "(cpu features not read on this architecture)"); }
+#endif
+
 void tpurt_jit_identity(char* buf, size_t cap) {
-  snprintf(buf, cap, "runtime headers and compiler %s; cc %s; flags %s", TPURT_JIT_STAMP, jit_cc(), TPURT_JIT_CFLAGS);
+  char isa[128];
+  jit_isa(isa, sizeof isa);
+  snprintf(buf, cap, "runtime headers and compiler %s; cc %s; flags %s; cpu %s", TPURT_JIT_STAMP, jit_cc(),
+           TPURT_JIT_CFLAGS, isa);
 }
 
 void tpurt_jit_compiler_id(char* buf, size_t cap) {

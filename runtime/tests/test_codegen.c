@@ -482,7 +482,26 @@ static void rm_tree(const char* dir) {
   CHECK(system(cmd) == 0);
 }
 
+/* Kernels are built with -march=native, so their identity (in every generated source, hence in the
+ * cache key) names the CPU's instruction set: the vendor /proc/cpuinfo reports, and feature words. */
+static void test_identity_names_cpu(void) {
+  char ident[1024];
+  tpurt_jit_identity(ident, sizeof ident);
+  const char* cpu = strstr(ident, "; cpu ");
+  CHECK(cpu != NULL);
+#if defined(__x86_64__)
+  FILE* f = fopen("/proc/cpuinfo", "r");
+  char line[512], vendor[64] = "";
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "vendor_id : %63s", vendor) == 1) break;
+  if (f) fclose(f);
+  CHECK(vendor[0] && cpu && strncmp(cpu + 6, vendor, strlen(vendor)) == 0);
+  CHECK(cpu && strlen(cpu) > 6 + strlen(vendor) + 8); /* feature words follow */
+#endif
+}
+
 int main(void) {
+  test_identity_names_cpu();
   CHECK_OK(tpurt_init()); /* kernels load through the default chip's HAL */
   snprintf(g_dir, sizeof g_dir, "%s/tpurt_test_codegen.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(g_dir)) {
