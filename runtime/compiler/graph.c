@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
+
 /* Grows *arr (elements of `size` bytes) to hold `need`; false without memory. */
 static bool grow(void** arr, int32_t* cap, int32_t need, size_t size) {
   if (need <= *cap) return true;
@@ -165,6 +167,34 @@ int32_t tpurt_graph_add_free_range(tpurt_graph_t* g, tpurt_graph_range_t r) {
   for (; j < g->num_open && g->buffers[g->open[j]].bytes.lo < r.hi; ++j) g->buffers[g->open[j]].freed_at = n;
   open_remove(g, i, j);
   return n;
+}
+
+static inline uint64_t fp_mix(uint64_t h, int64_t v) { return tpurt_fnv1a(&v, sizeof v, h); }
+
+uint64_t tpurt_graph_fingerprint(const tpurt_graph_t* g) {
+  uint64_t h = TPURT_FNV_SEED;
+#define MIX(x) (h = fp_mix(h, (int64_t)(x)))
+  MIX(g->num_nodes), MIX(g->num_values), MIX(g->num_buffers), MIX(g->num_operands), MIX(g->num_syms);
+  for (int32_t i = 0; i < g->num_nodes; ++i) {
+    const tpurt_graph_node_t* n = &g->nodes[i];
+    MIX(n->kind), MIX((uintptr_t)n->op), MIX(n->first_in), MIX(n->num_in), MIX(n->first_out), MIX(n->num_out);
+    MIX(n->buffer);
+  }
+  h = tpurt_fnv1a(g->operands, sizeof(int32_t) * (size_t)g->num_operands, h);
+  for (int32_t i = 0; i < g->num_buffers; ++i) {
+    const tpurt_graph_buffer_t* b = &g->buffers[i];
+    MIX(b->bytes.hi - b->bytes.lo), MIX(b->freed_at), MIX(b->parent);
+  }
+  for (int32_t i = 0; i < g->num_values; ++i) {
+    const tpurt_graph_value_t* v = &g->values[i];
+    uintptr_t base = v->buffer >= 0 ? g->buffers[v->buffer].bytes.lo : v->bytes.lo;
+    MIX(v->buffer), MIX(v->producer), MIX(v->bytes.lo - base), MIX(v->bytes.hi - base), MIX(v->sym != NULL);
+    const tpurt_tensor_t* t = v->desc;
+    MIX(t->dtype), MIX(t->ndim);
+    for (int d = 0; d < t->ndim; ++d) MIX(t->sizes[d]), MIX(t->strides[d]);
+  }
+#undef MIX
+  return h;
 }
 
 bool tpurt_graph_finish(tpurt_graph_t* g) {

@@ -116,6 +116,12 @@ int32_t tpurt_graph_add_free_range(tpurt_graph_t* g, tpurt_graph_range_t r);
  * be built (out of memory). */
 bool tpurt_graph_finish(tpurt_graph_t* g);
 
+/* A finished graph's structure, as planning sees it: nodes (kind, op, operands), values (buffer,
+ * producer, footprint relative to their buffer, dtype, sizes, strides) and buffers (extent, end).
+ * Not the addresses themselves: two graphs with equal fingerprints lowered from the same records
+ * at other addresses plan the same (every overlap test gives the same answer). */
+uint64_t tpurt_graph_fingerprint(const tpurt_graph_t* g);
+
 /* The bytes a tensor touches (lo == hi when none: no data or an empty dim). */
 tpurt_graph_range_t tpurt_graph_tensor_bytes(const tpurt_tensor_t* t);
 

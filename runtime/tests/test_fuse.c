@@ -373,6 +373,58 @@ static void test_chain_into_reduction(int64_t rows, int64_t cols, int64_t dim) {
   free(r[1]);
 }
 
+/* A program keeps its fusion plan between launches: planned at the first, replayed after, planned
+ * again when a launch's buffers make another graph (its two inputs the same memory). Every launch
+ * matches chain10 run eagerly on the same buffers. */
+static void test_program_keeps_plan(void) {
+  const int64_t n = 100003;
+  size_t bytes = (size_t)n * 4;
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  float* hx = malloc(bytes);
+  float* hb = malloc(bytes);
+  float* got = malloc(bytes);
+  float* want = malloc(bytes);
+  for (int64_t i = 0; i < n; ++i) hx[i] = (float)((i % 97) - 48) / 50.0f, hb[i] = (float)(i % 13) / 7.0f;
+  void* x = dalloc(bytes);
+  void* b = dalloc(bytes);
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, hx, bytes));
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, b, hb, bytes));
+  CHECK_OK(tpurt_capture_begin(q));
+  void* out = chain10(x, b, n, false, NULL);
+  tpurt_program_range_t ins[2] = {{x, bytes}, {b, bytes}}, outs[1] = {{out, bytes}};
+  tpurt_program_t* p = NULL;
+  CHECK_OK(tpurt_capture_end(q, ins, 2, outs, 1, 0, 0, 0, &p));
+  if (!p) return;
+  tpurt_program_info_t info;
+  tpurt_program_query(p, &info);
+  void* arena = dalloc(info.arena_bytes ? info.arena_bytes : 64);
+  tpurt_fuse_stats_reset();
+  for (int launch = 0; launch < 4; ++launch) {
+    bool same = launch == 3; /* both inputs one buffer: x */
+    void* in[2] = {x, same ? x : b};
+    void* o[1] = {out};
+    CHECK_OK(tpurt_program_launch(p, q, in, 2, o, 1, arena, (tpurt_rng_t){0, 0}));
+    CHECK_OK(tpurt_queue_synchronize(q));
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, got, out, bytes));
+    void* e = chain10(x, same ? x : b, n, false, NULL); /* eager, Strict */
+    CHECK_OK(tpurt_queue_synchronize(q));
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, want, e, bytes));
+    tpurt_memory_free(g_dev, e);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += fabsf(got[i] - want[i]) > 1e-6f * (1 + fabsf(want[i]));
+    CHECK(bad == 0);
+    tpurt_fuse_stats_t st;
+    tpurt_fuse_stats_get(&st);
+    CHECK(st.fused_groups >= 1);
+    if (launch < 3) CHECK(st.plans_made == 1 && st.plans_replayed == (uint64_t)launch);
+    else CHECK(st.plans_made == 2 && st.plans_replayed == 2);
+  }
+  tpurt_program_release(p);
+  void* frees[] = {x, b, out, arena};
+  for (size_t i = 0; i < sizeof(frees) / sizeof(*frees); ++i) tpurt_memory_free(g_dev, frees[i]);
+  free(hx), free(hb), free(got), free(want);
+}
+
 int main(void) {
   CHECK_OK(tpurt_init());
   CHECK_OK(tpurt_device_get(0, &g_dev));
@@ -388,5 +440,6 @@ int main(void) {
   test_chain_into_reduction(300, 4096, 1);
   test_chain_into_reduction(2, 1 << 20, 1); /* few outputs: the reduced range splits over threads */
   test_chain_into_reduction(300, 70, 0);
+  test_program_keeps_plan();
   return test_finish("test_fuse");
 }

@@ -220,6 +220,8 @@ PYBIND11_MODULE(_C, m) {
     d["stores_skipped"] = st.stores_skipped;
     d["bytes_skipped"] = st.bytes_skipped;
     d["fallbacks"] = st.fallbacks;
+    d["plans_made"] = st.plans_made;
+    d["plans_replayed"] = st.plans_replayed;
     d["codegen_lookups"] = st.codegen_lookups;
     d["codegen_memory_hits"] = st.codegen_memory_hits;
     d["codegen_disk_loads"] = st.codegen_disk_loads;

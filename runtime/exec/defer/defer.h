@@ -40,6 +40,11 @@ typedef struct tpurt_defer_list_t {
    * A program sets it: its chains' tiny kernels cost less one by one than
    * the chain machinery does. */
   int64_t fuse_min_numel;
+  /* A program's list runs at every launch: keep_plan keeps its fusion plan between runs
+   * (fuse_run.c), replayed while the lowered graph has the same fingerprint, so planning is done
+   * once, not per launch. One-shot lists (DeferAndFuse's flushes) keep none. */
+  bool keep_plan;
+  struct tpurt_defer_plan_t* plan;
   uint64_t points;      /* queue points these records stand for (KERNEL + COPY) */
   uint64_t arena_bytes; /* payload bytes held */
   tpurt_defer_chunk_t* chunks;
@@ -47,6 +52,8 @@ typedef struct tpurt_defer_list_t {
 
 tpurt_defer_list_t* tpurt_defer_list_new(void);
 void tpurt_defer_list_free(tpurt_defer_list_t* list);
+/* Frees a kept plan (fuse_run.c). */
+void tpurt_defer_plan_free(struct tpurt_defer_plan_t* plan);
 /* Bump allocation from the list's arena (8-byte aligned); NULL when out of memory. */
 void* tpurt_defer_list_alloc(tpurt_defer_list_t* list, size_t bytes);
 /* Appends a record slot (zeroed); NULL when out of memory. */

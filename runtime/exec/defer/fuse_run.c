@@ -40,7 +40,7 @@
 
 static struct {
   _Atomic uint64_t ops_recorded, flushes, kernels_launched, fused_groups, fused_ops, stores_skipped,
-      bytes_skipped, fallbacks, codegen_runs;
+      bytes_skipped, fallbacks, codegen_runs, plans_made, plans_replayed;
 } g_stats;
 
 #define STAT_ADD(f, v) atomic_fetch_add_explicit(&g_stats.f, (v), memory_order_relaxed)
@@ -54,6 +54,8 @@ void tpurt_fuse_stats_get(tpurt_fuse_stats_t* o) {
   o->stores_skipped = atomic_load(&g_stats.stores_skipped);
   o->bytes_skipped = atomic_load(&g_stats.bytes_skipped);
   o->fallbacks = atomic_load(&g_stats.fallbacks);
+  o->plans_made = atomic_load(&g_stats.plans_made);
+  o->plans_replayed = atomic_load(&g_stats.plans_replayed);
   tpurt_chain_kernel_stats_t k;
   tpurt_chain_kernel_stats(&k);
   o->codegen_lookups = k.lookups;
@@ -74,6 +76,8 @@ void tpurt_fuse_stats_reset(void) {
   atomic_store(&g_stats.stores_skipped, 0);
   atomic_store(&g_stats.bytes_skipped, 0);
   atomic_store(&g_stats.fallbacks, 0);
+  atomic_store(&g_stats.plans_made, 0);
+  atomic_store(&g_stats.plans_replayed, 0);
   atomic_store(&g_stats.codegen_runs, 0);
   tpurt_chain_kernel_stats_reset();
 }
@@ -775,6 +779,44 @@ static run_state_t* run_state(void) {
   return st;
 }
 
+/* A kept plan: for each record that started a chain or ran alone, what tpurt_fuse_plan_chain said
+ * (n, and the chain when n >= 2 or it ends in a reduction), for the graph whose fingerprint is fp.
+ * Valid only when the run that recorded it planned every record with chains on and no chain fell
+ * back: replaying it then walks the planner through the same states (the same chains marked done,
+ * so the same liveness answers) without searching for the chains again. */
+typedef struct tpurt_defer_plan_t {
+  uint64_t fp;
+  bool valid;
+  int32_t num_recs;
+  int32_t* n;               /* per record: plan_chain's result, -1: not planned (done, or not a kernel) */
+  tpurt_fuse_chain_t* chain; /* per record */
+} tpurt_defer_plan_t;
+
+void tpurt_defer_plan_free(tpurt_defer_plan_t* pl) {
+  if (!pl) return;
+  free(pl->n);
+  free(pl->chain);
+  free(pl);
+}
+
+/* The list's kept plan, sized for it; NULL without memory (then it plans as a one-shot list). */
+static tpurt_defer_plan_t* kept_plan(tpurt_defer_list_t* l) {
+  tpurt_defer_plan_t* pl = l->plan;
+  if (pl && pl->num_recs == l->num_recs) return pl;
+  tpurt_defer_plan_free(pl);
+  l->plan = pl = calloc(1, sizeof(*pl));
+  if (pl) {
+    pl->num_recs = l->num_recs;
+    pl->n = malloc(sizeof(int32_t) * (size_t)(l->num_recs ? l->num_recs : 1));
+    pl->chain = malloc(sizeof(tpurt_fuse_chain_t) * (size_t)(l->num_recs ? l->num_recs : 1));
+    if (!pl->n || !pl->chain) {
+      tpurt_defer_plan_free(pl);
+      l->plan = pl = NULL;
+    }
+  }
+  return pl;
+}
+
 tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* ctx) {
   first_error_t first_error = {TPURT_OK, 0};
   STAT_ADD(flushes, 1);
@@ -796,6 +838,19 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
     snprintf(ev.name, sizeof ev.name, "DeferAndFuse: lower and plan (%d ops)", (int)l->num_kernels);
     tpurt_trace_record(&ev);
   }
+  /* A program's plan: replayed when this graph is the one it was made for, else recorded anew. */
+  tpurt_defer_plan_t* pl = fuse && l->keep_plan ? kept_plan(l) : NULL;
+  bool replay = false, record = false;
+  if (pl) {
+    uint64_t fp = tpurt_graph_fingerprint(&st->graph);
+    replay = pl->valid && pl->fp == fp;
+    if (!replay) {
+      pl->valid = false;
+      pl->fp = fp;
+      record = true;
+      for (int32_t i = 0; i < l->num_recs; ++i) pl->n[i] = -1;
+    }
+  }
   tpurt_fuse_chain_t c;
   for (int32_t i = 0; i < l->num_recs; ++i) {
     if (fuse && st->planner.done[i]) continue;
@@ -804,7 +859,19 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
     if (TPURT_UNLIKELY(first_error.status != NULL) && tpurt_poison_armed(ctx->poison)) chains = false;
     c.red = -1;
     uint64_t t0 = tracing ? tpurt_now_ns() : 0; /* a kernel's event includes its planning */
-    int n = chains && r->kind == TPURT_DEFER_KERNEL ? tpurt_fuse_plan_chain(&st->planner, i, &c) : 1;
+    int n = 1;
+    if (chains && r->kind == TPURT_DEFER_KERNEL) {
+      if (replay && pl->n[i] >= 1) {
+        n = pl->n[i];
+        c = pl->chain[i];
+      } else {
+        replay = false; /* a record the plan does not hold: plan from here on */
+        n = tpurt_fuse_plan_chain(&st->planner, i, &c);
+        if (record) pl->n[i] = n, pl->chain[i] = c;
+      }
+    } else if (!chains) {
+      record = replay = false; /* chains are off for the rest: no plan to keep or follow */
+    }
     if ((n >= 2 || c.red >= 0) && l->fuse_min_numel && r->call.num_outputs &&
         tpurt_tensor_numel(&r->call.outputs[0]) < l->fuse_min_numel) {
       n = 1;
@@ -816,12 +883,16 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
         if (tracing) trace_chain(&c, &st->chain, l, ctx, t0, tpurt_now_ns());
         continue;
       }
+      /* it fell back: the planner's state from here differs from the plan's */
+      record = replay = false;
       if (tracing) t0 = tpurt_now_ns();
     }
     /* alone, or the chain fell back: this record now, the rest plan again */
     run_one(r, ctx, &first_error);
     if (tracing) trace_one(r, ctx, t0, tpurt_now_ns());
   }
+  if (record && !first_error.status) pl->valid = true;
+  if (pl) STAT_ADD(plans_made, replay ? 0 : 1), STAT_ADD(plans_replayed, replay ? 1 : 0);
   if (first_error.status) ctx->issuer = first_error.issuer;
   return first_error.status;
 }

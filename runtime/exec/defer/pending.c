@@ -22,6 +22,7 @@ void tpurt_defer_list_free(tpurt_defer_list_t* list) {
     free(c);
     c = n;
   }
+  tpurt_defer_plan_free(list->plan);
   free(list->recs);
   free(list);
 }

@@ -220,6 +220,9 @@ typedef struct tpurt_fuse_stats_t {
   uint64_t codegen_build_failures; /* builds that gave no kernel (those chains stay on the generic path) */
   uint64_t codegen_disk_rejects;   /* disk cache entries refused and discarded (content, owner, mode, ABI) */
   uint64_t codegen_runs;           /* fused groups run by generated code */
+  /* Programs (captured graphs) keep their fusion plan between launches. */
+  uint64_t plans_made;     /* program runs that planned (the first, or the graph's structure changed) */
+  uint64_t plans_replayed; /* program runs that followed the kept plan */
 } tpurt_fuse_stats_t;
 TPURT_API void tpurt_fuse_stats_get(tpurt_fuse_stats_t* out_stats);
 TPURT_API void tpurt_fuse_stats_reset(void);
