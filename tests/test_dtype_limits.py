@@ -1,7 +1,9 @@
-"""What the device does not support yet says so at the call, and the process keeps working:
-unsigned dtypes wider than uint8 (uint16/uint32/uint64) and tensors of more than 16 dimensions
-(TPURT_MAX_DIMS, the runtime's fixed tensor descriptor; CPU allows 64). Moving such tensors
-between CPU and tpu, and views of them (metadata only), work and keep every value."""
+"""The unsigned dtypes wider than uint8 (uint16/uint32/uint64) do on tpu what they do on CPU
+(factories, copies and casts, eq/ne, mul, bitwise ops, sum, prod, cumsum, any, all) and raise where
+CPU raises; tensors
+of more than 16 dimensions (TPURT_MAX_DIMS, the runtime's fixed tensor descriptor; CPU allows 64)
+move between CPU and tpu and view, and every op on them raises NotImplementedError naming the limit
+at the call, with the process working after."""
 import pytest
 import torch
 
@@ -20,13 +22,66 @@ def test_unsigned_copies_round_trip(dtype, tpu):
     assert torch.equal(torch.tensor(x.tolist(), dtype=dtype, device=tpu).cpu(), x)
 
 
+def _same(got, want):
+    assert got.device.type == "tpu"
+    got = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape and got.stride() == want.stride()
+    assert torch.equal(got, want), (got, want)
+
+
 @pytest.mark.parametrize("dtype", UNSIGNED)
-def test_unsigned_ops_raise_at_the_call(dtype, tpu, eager_mode):
-    t = torch.tensor([1, 2, 3], dtype=dtype, device=tpu)
-    for fn in (lambda: t == t, lambda: t.sum(), lambda: torch.zeros(3, dtype=dtype, device=tpu),
-               lambda: t.float(), lambda: t.clone()):
-        with pytest.raises(NotImplementedError, match=str(dtype).split(".")[1].replace("uint", "UInt")):
-            fn()
+def test_unsigned_ops_match_cpu(dtype, tpu, eager_mode):
+    # what CPU runs on uint16/32/64: factories, copies and casts, eq/ne, mul, bitwise, sum, prod,
+    # cumsum, any, all
+    top = MAX[dtype]
+    a = torch.tensor([[0, 1, 2**15 + 3], [top, top - 1, 7]], dtype=dtype)
+    b = torch.tensor([[5, 1, 2**15 + 3], [top, 3, 2]], dtype=dtype)
+    at, bt = a.to(tpu), b.to(tpu)
+    _same(torch.zeros(2, 3, dtype=dtype, device=tpu), torch.zeros(2, 3, dtype=dtype))
+    _same(torch.ones(4, dtype=dtype, device=tpu), torch.ones(4, dtype=dtype))
+    _same(torch.full((3,), 2**15 + 9, dtype=dtype, device=tpu), torch.full((3,), 2**15 + 9, dtype=dtype))
+    _same(torch.zeros_like(at), torch.zeros_like(a))
+    _same(at.clone(), a.clone())
+    _same(at.t().contiguous(), a.t().contiguous())
+    for other in (torch.float32, torch.float64, torch.int64, torch.uint8, torch.bool, torch.int32):
+        _same(at.to(other), a.to(other))
+    for src in (torch.tensor([[0, 3, 250], [65535, -1, 12]]), torch.tensor([[0.0, 3.7, 250.0], [65535.0, 1e4, 12.5]])):
+        _same(src.to(tpu).to(dtype), src.to(dtype))
+    _same(at == bt, a == b)
+    _same(at != bt, a != b)
+    _same(at == 7, a == 7)
+    _same(at != 1, a != 1)
+    _same(at * bt, a * b)  # wraps as CPU
+    _same(at * 3, a * 3)
+    for fn in (torch.bitwise_and, torch.bitwise_or, torch.bitwise_xor):
+        _same(fn(at, bt), fn(a, b))
+    _same(at & 6, a & 6)
+    _same(at.sum(), a.sum())
+    _same(at.sum(0), a.sum(0))
+    _same(at.sum(1, keepdim=True), a.sum(1, keepdim=True))
+    _same(bt[:, 1:].prod(1), b[:, 1:].prod(1))
+    _same(at.cumsum(1), a.cumsum(1))
+    for fn in (torch.any, torch.all, lambda t: t.any(1), lambda t: t.all(0)):
+        _same(fn(at), fn(a))
+    _same(at[1], a[1])  # a view
+    x = torch.zeros(3, dtype=dtype, device=tpu)
+    x.fill_(top)
+    _same(x, torch.full((3,), top, dtype=dtype))
+    x.copy_(at[1])
+    _same(x, a[1].clone())
+
+
+@pytest.mark.parametrize("dtype", UNSIGNED)
+def test_unsigned_unsupported_raise_like_cpu(dtype, tpu, eager_mode):
+    # what CPU does not run on these dtypes raises at the call on tpu too, with CPU's exception type
+    a = torch.tensor([1, 2, 3], dtype=dtype)
+    at = a.to(tpu)
+    for fn in (lambda t: t + t, lambda t: t < t, lambda t: -t, lambda t: t.max(), lambda t: t.flip(0),
+               lambda t: t + torch.ones(3, dtype=torch.int64, device=t.device)):
+        with pytest.raises(Exception) as cpu_err:
+            fn(a)
+        with pytest.raises(type(cpu_err.value)):
+            fn(at)
     assert torch.equal((torch.ones(3, device=tpu) + 1).cpu(), torch.full((3,), 2.0))
 
 
