@@ -331,16 +331,18 @@ def _pct(a, b):
 
 
 def _summary_table(rows):
-    out = ["| file | mode | passed | failed | errors | skipped | xfail | tpu passes / CPU passes |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| file | mode | passed | failed | errors | skipped | xfail | fail on CPU too | known | "
+           "tpu passes / CPU passes |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         errs = r["error"] + r["crash"] + r["timeout"]
+        both = len(r["failing"]) - len(r["cpu_only_failures"]) if "cpu_only_failures" in r else "-"
         cmp_ = (f"{r['tpu_passed_of_cpu_passed']} / {r['cpu_passed']} "
                 f"({_pct(r['tpu_passed_of_cpu_passed'], r['cpu_passed'])})") if "cpu_passed" in r else "-"
         if r["import_error"]:
             cmp_ = f"import failed: {r['import_error'][:80]}"
         out.append(f"| {r['file']} | {r['mode']} | {r['passed']} | {r['failed']} | {errs} | "
-                   f"{r['skipped']} | {r['expected_failure']} | {cmp_} |")
+                   f"{r['skipped']} | {r['expected_failure']} | {both} | {r['known']} | {cmp_} |")
     return "\n".join(out) + "\n"
 
 
@@ -407,7 +409,7 @@ def main(argv=None):
     return 0
 
 
-DEFAULT_FILES = ["test_complex.py", "test_segment_reductions.py", "test_type_promotion.py"]
+DEFAULT_FILES = ["test_complex.py", "test_segment_reductions.py", "test_shape_ops.py", "test_sort_and_select.py"]
 
 if __name__ == "__main__":
     sys.exit(main())
