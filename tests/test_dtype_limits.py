@@ -1,6 +1,6 @@
 """The unsigned dtypes wider than uint8 (uint16/uint32/uint64) do on tpu what they do on CPU
-(factories, copies and casts, eq/ne, mul, bitwise ops, sum, prod, cumsum, any, all) and raise where
-CPU raises; tensors
+(factories, copies and casts, eq/ne, mul, bitwise ops, sum, prod, cumsum, any, all, cat, indexing)
+and raise where CPU raises; tensors
 of more than 16 dimensions (TPURT_MAX_DIMS, the runtime's fixed tensor descriptor; CPU allows 64)
 move between CPU and tpu and view, and every op on them raises NotImplementedError naming the limit
 at the call, with the process working after."""
@@ -32,7 +32,7 @@ def _same(got, want):
 @pytest.mark.parametrize("dtype", UNSIGNED)
 def test_unsigned_ops_match_cpu(dtype, tpu, eager_mode):
     # what CPU runs on uint16/32/64: factories, copies and casts, eq/ne, mul, bitwise, sum, prod,
-    # cumsum, any, all
+    # cumsum, any, all, cat/stack and indexing
     top = MAX[dtype]
     a = torch.tensor([[0, 1, 2**15 + 3], [top, top - 1, 7]], dtype=dtype)
     b = torch.tensor([[5, 1, 2**15 + 3], [top, 3, 2]], dtype=dtype)
@@ -64,6 +64,13 @@ def test_unsigned_ops_match_cpu(dtype, tpu, eager_mode):
     for fn in (torch.any, torch.all, lambda t: t.any(1), lambda t: t.all(0)):
         _same(fn(at), fn(a))
     _same(at[1], a[1])  # a view
+    _same(torch.cat([at, bt]), torch.cat([a, b]))
+    _same(torch.stack([at, bt], 1), torch.stack([a, b], 1))
+    mask = torch.tensor([[True, False, True], [True, True, False]])
+    _same(at[mask.to(tpu)], a[mask])
+    idx = torch.tensor([[1, 0], [0, 1]])
+    _same(at[idx.to(tpu)], a[idx])
+    _same(at[:, idx[0].to(tpu)], a[:, idx[0]])
     x = torch.zeros(3, dtype=dtype, device=tpu)
     x.fill_(top)
     _same(x, torch.full((3,), top, dtype=dtype))
