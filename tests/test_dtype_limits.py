@@ -32,7 +32,7 @@ def _same(got, want):
 @pytest.mark.parametrize("dtype", UNSIGNED)
 def test_unsigned_ops_match_cpu(dtype, tpu, eager_mode):
     # what CPU runs on uint16/32/64: factories, copies and casts, eq/ne, mul, bitwise, sum, prod,
-    # cumsum, any, all, cat/stack and indexing
+    # cumsum, any, all, cat/stack, indexing, true division
     top = MAX[dtype]
     a = torch.tensor([[0, 1, 2**15 + 3], [top, top - 1, 7]], dtype=dtype)
     b = torch.tensor([[5, 1, 2**15 + 3], [top, 3, 2]], dtype=dtype)
@@ -53,6 +53,8 @@ def test_unsigned_ops_match_cpu(dtype, tpu, eager_mode):
     _same(at != 1, a != 1)
     _same(at * bt, a * b)  # wraps as CPU
     _same(at * 3, a * 3)
+    _same(at / bt, a / b)  # true division: float32, as CPU
+    _same(at / 3, a / 3)
     for fn in (torch.bitwise_and, torch.bitwise_or, torch.bitwise_xor):
         _same(fn(at, bt), fn(a, b))
     _same(at & 6, a & 6)
@@ -84,7 +86,9 @@ def test_unsigned_unsupported_raise_like_cpu(dtype, tpu, eager_mode):
     a = torch.tensor([1, 2, 3], dtype=dtype)
     at = a.to(tpu)
     for fn in (lambda t: t + t, lambda t: t < t, lambda t: -t, lambda t: t.max(), lambda t: t.flip(0),
-               lambda t: t + torch.ones(3, dtype=torch.int64, device=t.device)):
+               lambda t: t + torch.ones(3, dtype=torch.int64, device=t.device),
+               lambda t: torch.div(t, t, rounding_mode="floor"), lambda t: torch.div(t, 2, rounding_mode="trunc"),
+               lambda t: t.div_(t)):
         with pytest.raises(Exception) as cpu_err:
             fn(a)
         with pytest.raises(type(cpu_err.value)):

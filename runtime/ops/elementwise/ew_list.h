@@ -22,7 +22,8 @@
 #define EW_DT_NUM (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT)     /* unary, allow EW_NUM: bool refused */
 #define EW_DT_FLOAT TPURT_DTYPES_FLOAT                        /* unary on floats, no promotion */
 #define EW_DT_INTB (TPURT_DTYPES_INT | TPURT_DTYPE_BIT(BOOL)) /* integer-only ops */
-/* and uint16/32/64, for the ops CPU runs on them (copy, fill, eq/ne, mul, bitwise) */
+/* and uint16/32/64, for the ops CPU runs on them (copy, fill, eq/ne, mul, true division, bitwise;
+ * div with a rounding mode is refused at the call, fallback_precheck.cpp) */
 #define EW_DT_ANY_U (EW_DT_ANY | TPURT_DTYPES_UINT_WIDE)
 #define EW_DT_INTB_U (EW_DT_INTB | TPURT_DTYPES_UINT_WIDE)
 
@@ -40,7 +41,7 @@
   EW_X(rsub, "rsub", EW_DT_ANY, 0) \
   EW_X(add_relu, "_add_relu", EW_DT_ANY, 0) \
   EW_X(mul, "mul", EW_DT_ANY_U, 0) \
-  EW_X(div, "div", EW_DT_ANY, 0) \
+  EW_X(div, "div", EW_DT_ANY_U, 0) \
   EW_X(remainder, "remainder", EW_DT_ANY, 0) \
   EW_X(fmod, "fmod", EW_DT_ANY, 0) \
   EW_X(floor_divide, "floor_divide", EW_DT_ANY, 0) \
