@@ -1,6 +1,6 @@
 """The unsigned dtypes wider than uint8 (uint16/uint32/uint64) do on tpu what they do on CPU
-(factories, copies and casts, eq/ne, mul, bitwise ops, sum, prod, cumsum, any, all, cat, indexing)
-and raise where CPU raises; tensors
+(factories, copies and casts, eq/ne, mul, true division, bitwise ops, sum, prod, cumsum, any, all,
+cat, indexing, sort, unique) and raise where CPU raises; tensors
 of more than 16 dimensions (TPURT_MAX_DIMS, the runtime's fixed tensor descriptor; CPU allows 64)
 move between CPU and tpu and view, and every op on them raises NotImplementedError naming the limit
 at the call, with the process working after."""
@@ -32,7 +32,7 @@ def _same(got, want):
 @pytest.mark.parametrize("dtype", UNSIGNED)
 def test_unsigned_ops_match_cpu(dtype, tpu, eager_mode):
     # what CPU runs on uint16/32/64: factories, copies and casts, eq/ne, mul, bitwise, sum, prod,
-    # cumsum, any, all, cat/stack, indexing, true division
+    # cumsum, any, all, cat/stack, indexing, true division, sort, unique
     top = MAX[dtype]
     a = torch.tensor([[0, 1, 2**15 + 3], [top, top - 1, 7]], dtype=dtype)
     b = torch.tensor([[5, 1, 2**15 + 3], [top, 3, 2]], dtype=dtype)
@@ -73,6 +73,13 @@ def test_unsigned_ops_match_cpu(dtype, tpu, eager_mode):
     idx = torch.tensor([[1, 0], [0, 1]])
     _same(at[idx.to(tpu)], a[idx])
     _same(at[:, idx[0].to(tpu)], a[:, idx[0]])
+    # sort orders them unsigned (uint64 above 2^63 too); unique sorts
+    for fn in (lambda t: t.sort(), lambda t: t.sort(descending=True), lambda t: t.sort(dim=0, stable=True),
+               lambda t: t.argsort(dim=1), lambda t: torch.unique(t, return_inverse=True, return_counts=True)):
+        got, want = fn(at), fn(a)
+        got, want = ([got], [want]) if isinstance(want, torch.Tensor) else (list(got), list(want))
+        for g, w in zip(got, want):
+            _same(g, w)
     x = torch.zeros(3, dtype=dtype, device=tpu)
     x.fill_(top)
     _same(x, torch.full((3,), top, dtype=dtype))

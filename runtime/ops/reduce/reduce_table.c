@@ -8,7 +8,7 @@
  * a floating input (var, std and renorm) take floating point only, and so does
  * logcumsumexp, whose output has its input's dtype. */
 #define REDUCE_DT_ANY TPURT_DTYPES_REAL
-/* sum, prod, cumsum (into int64, as CPU), any and all also take uint16/32/64 */
+/* sum, prod, cumsum (into int64, as CPU), any, all and sort also take uint16/32/64 */
 #define REDUCE_DT_SUM (TPURT_DTYPES_REAL | TPURT_DTYPES_UINT_WIDE)
 #define REDUCE_DT_FLOAT TPURT_DTYPES_FLOAT
 #define REDUCE_DT_NUM (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT) /* no bool, as on PyTorch CPU */
@@ -45,7 +45,7 @@ const tpurt_op_def_t tpurt_ops_reduce[] = {
     OP("cumprod", cumprod, REDUCE_DT_ANY),
     OP("logcumsumexp", logcumsumexp, REDUCE_DT_FLOAT),
     OP("_logcumsumexp", logcumsumexp, REDUCE_DT_FLOAT),
-    OP("sort", sort, REDUCE_DT_ANY),
+    OP("sort", sort, REDUCE_DT_SUM),
     OP("topk", topk, REDUCE_DT_ANY),
     OP("kthvalue", kthvalue, REDUCE_DT_NUM),
     OP("median", median, REDUCE_DT_NUM),
