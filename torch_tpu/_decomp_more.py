@@ -212,15 +212,30 @@ def _expand_ids(ids, data, axis):
 
 
 _SEGMENT_EMPTY = {"sum": 0.0, "mean": float("nan"), "max": float("-inf"), "min": float("inf"), "prod": 1.0}
+# CPU's get_reduction_enum: amax/amin are max/min's other names
+_SEGMENT_ALIASES = {"amax": "max", "amin": "min"}
+
+
+def _segment_reduce_name(reduce):
+    reduce = _SEGMENT_ALIASES.get(reduce, reduce)
+    if reduce not in _SEGMENT_EMPTY:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    return reduce
 
 
 def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False,
                     initial=None):
     """CPU's segment_reduce: `initial` joins every segment's reduction (mean: (sum + initial) / len);
     an empty segment gives `initial`, or 0 / nan / -inf / inf / 1 for sum / mean / max / min / prod."""
-    if reduce not in _SEGMENT_EMPTY:
-        raise RuntimeError(f"segment_reduce: reduction {reduce} is not supported")
+    reduce = _segment_reduce_name(reduce)
     axis = axis % max(data.dim(), 1)
+    if not unsafe and lengths is not None and lengths.numel():
+        # CPU checks the lengths' values at the call when !unsafe (a host sync, as on CPU)
+        if lengths.min().item() < 0:
+            raise RuntimeError("lengths contains negative value!")
+        if not bool((lengths.sum(-1) == data.shape[axis]).all().item()):
+            raise RuntimeError("segment_reduce(): Expected all rows of lengths along axis to sum to "
+                               "data.size(lengths.dim()-1) when !unsafe.")
     ids, count, seg_len = _segment_ids(data, lengths, offsets, axis)
     shape = list(data.shape)
     shape[axis] = count
@@ -253,6 +268,7 @@ def _segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offset
     element equal to the result (or NaN) and divide it among ties only where it is positive; prod
     divides grad * output by the element, except at a zero/NaN element, which gets grad times the
     product of the others (and `initial`)."""
+    reduce = _segment_reduce_name(reduce)
     axis = axis % max(data.dim(), 1)
     ids, count, seg_len = _segment_ids(data, lengths, offsets, axis)
     eids = _expand_ids(ids, data, axis)

@@ -16,7 +16,14 @@ const tpurt_dtype_traits_t tpurt_dtype_traits[TPURT_DTYPE_COUNT] = {
     [TPURT_DTYPE_FLOAT64] = {.name = "float64", .size = 8, .is_floating = true, .is_signed = true},
     [TPURT_DTYPE_COMPLEX64] = {.name = "complex64", .size = 8, .is_signed = true, .is_complex = true},
     [TPURT_DTYPE_COMPLEX128] = {.name = "complex128", .size = 16, .is_signed = true, .is_complex = true},
+    [TPURT_DTYPE_UINT16] = {.name = "uint16", .size = 2, .is_integral = true, .is_signed = false},
+    [TPURT_DTYPE_UINT32] = {.name = "uint32", .size = 4, .is_integral = true, .is_signed = false},
+    [TPURT_DTYPE_UINT64] = {.name = "uint64", .size = 8, .is_integral = true, .is_signed = false},
 };
+
+static bool dtype_is_uint_wide(tpurt_dtype_t d) {
+  return d == TPURT_DTYPE_UINT16 || d == TPURT_DTYPE_UINT32 || d == TPURT_DTYPE_UINT64;
+}
 
 tpurt_dtype_t tpurt_dtype_promote(tpurt_dtype_t a, tpurt_dtype_t b) {
   /* PyTorch's promotion lattice restricted to our dtypes. */
@@ -24,7 +31,7 @@ tpurt_dtype_t tpurt_dtype_promote(tpurt_dtype_t a, tpurt_dtype_t b) {
          i4 = TPURT_DTYPE_INT32, i8 = TPURT_DTYPE_INT64, f2 = TPURT_DTYPE_FLOAT16, bf = TPURT_DTYPE_BFLOAT16,
          f4 = TPURT_DTYPE_FLOAT32, f8 = TPURT_DTYPE_FLOAT64, c8 = TPURT_DTYPE_COMPLEX64,
          c16 = TPURT_DTYPE_COMPLEX128 };
-  static const signed char kTable[TPURT_DTYPE_COUNT][TPURT_DTYPE_COUNT] = {
+  static const signed char kTable[TPURT_DTYPE_COMPLEX128 + 1][TPURT_DTYPE_COMPLEX128 + 1] = {
       /*        b1  u1  i1  i2  i4  i8  f2  bf  f4  f8   c8   c16 */
       /* b1 */ {b1, u1, i1, i2, i4, i8, f2, bf, f4, f8,  c8,  c16},
       /* u1 */ {u1, u1, i2, i2, i4, i8, f2, bf, f4, f8,  c8,  c16},
@@ -40,6 +47,11 @@ tpurt_dtype_t tpurt_dtype_promote(tpurt_dtype_t a, tpurt_dtype_t b) {
       /* c16*/ {c16, c16, c16, c16, c16, c16, c16, c16, c16, c16, c16, c16},
   };
   if (a < 0 || a >= TPURT_DTYPE_COUNT || b < 0 || b >= TPURT_DTYPE_COUNT) return TPURT_DTYPE_INVALID;
+  if (dtype_is_uint_wide(a) || dtype_is_uint_wide(b)) {
+    if (a == b) return a;
+    tpurt_dtype_t other = dtype_is_uint_wide(a) ? b : a;
+    return tpurt_dtype_is_floating(other) || tpurt_dtype_is_complex(other) ? other : TPURT_DTYPE_INVALID;
+  }
   return (tpurt_dtype_t)kTable[a][b];
 }
 
@@ -104,6 +116,9 @@ double tpurt_dtype_load_f64(tpurt_dtype_t dtype, const void* p) {
     case TPURT_DTYPE_FLOAT64: return *(const double*)p;
     case TPURT_DTYPE_COMPLEX64: return *(const float*)p;
     case TPURT_DTYPE_COMPLEX128: return *(const double*)p;
+    case TPURT_DTYPE_UINT16: return *(const uint16_t*)p;
+    case TPURT_DTYPE_UINT32: return *(const uint32_t*)p;
+    case TPURT_DTYPE_UINT64: return (double)*(const uint64_t*)p;
     default: return 0.0;
   }
 }
@@ -116,6 +131,9 @@ int64_t tpurt_dtype_load_i64(tpurt_dtype_t dtype, const void* p) {
     case TPURT_DTYPE_INT16: return *(const int16_t*)p;
     case TPURT_DTYPE_INT32: return *(const int32_t*)p;
     case TPURT_DTYPE_INT64: return *(const int64_t*)p;
+    case TPURT_DTYPE_UINT16: return *(const uint16_t*)p;
+    case TPURT_DTYPE_UINT32: return *(const uint32_t*)p;
+    case TPURT_DTYPE_UINT64: return (int64_t)*(const uint64_t*)p; /* the same 64 bits */
     default: return (int64_t)tpurt_dtype_load_f64(dtype, p);
   }
 }
@@ -134,6 +152,9 @@ void tpurt_dtype_store_f64(tpurt_dtype_t dtype, void* p, double v) {
     case TPURT_DTYPE_FLOAT64: *(double*)p = v; break;
     case TPURT_DTYPE_COMPLEX64: ((float*)p)[0] = (float)v; ((float*)p)[1] = 0.0f; break;
     case TPURT_DTYPE_COMPLEX128: ((double*)p)[0] = v; ((double*)p)[1] = 0.0; break;
+    case TPURT_DTYPE_UINT16: *(uint16_t*)p = (uint16_t)(int64_t)v; break;
+    case TPURT_DTYPE_UINT32: *(uint32_t*)p = (uint32_t)(int64_t)v; break;
+    case TPURT_DTYPE_UINT64: *(uint64_t*)p = v >= 9223372036854775808.0 ? (uint64_t)v : (uint64_t)(int64_t)v; break;
     default: break;
   }
 }
@@ -146,6 +167,9 @@ void tpurt_dtype_store_i64(tpurt_dtype_t dtype, void* p, int64_t v) {
     case TPURT_DTYPE_INT16: *(int16_t*)p = (int16_t)v; break;
     case TPURT_DTYPE_INT32: *(int32_t*)p = (int32_t)v; break;
     case TPURT_DTYPE_INT64: *(int64_t*)p = v; break;
+    case TPURT_DTYPE_UINT16: *(uint16_t*)p = (uint16_t)v; break;
+    case TPURT_DTYPE_UINT32: *(uint32_t*)p = (uint32_t)v; break;
+    case TPURT_DTYPE_UINT64: *(uint64_t*)p = (uint64_t)v; break;
     default: tpurt_dtype_store_f64(dtype, p, (double)v); break;
   }
 }

@@ -23,6 +23,33 @@ static void test_dtype(void) {
   CHECK(tpurt_dtype_promote(TPURT_DTYPE_INT64, TPURT_DTYPE_FLOAT16) == TPURT_DTYPE_FLOAT16);
   CHECK(tpurt_dtype_promote(TPURT_DTYPE_BOOL, TPURT_DTYPE_BOOL) == TPURT_DTYPE_BOOL);
   CHECK(tpurt_dtype_size(TPURT_DTYPE_BFLOAT16) == 2);
+  /* uint16/32/64 promote with themselves, floating and complex only (PyTorch raises otherwise) */
+  CHECK(tpurt_dtype_promote(TPURT_DTYPE_UINT16, TPURT_DTYPE_UINT16) == TPURT_DTYPE_UINT16);
+  CHECK(tpurt_dtype_promote(TPURT_DTYPE_UINT64, TPURT_DTYPE_FLOAT32) == TPURT_DTYPE_FLOAT32);
+  CHECK(tpurt_dtype_promote(TPURT_DTYPE_COMPLEX64, TPURT_DTYPE_UINT32) == TPURT_DTYPE_COMPLEX64);
+  CHECK(tpurt_dtype_promote(TPURT_DTYPE_UINT16, TPURT_DTYPE_UINT8) == TPURT_DTYPE_INVALID);
+  CHECK(tpurt_dtype_promote(TPURT_DTYPE_INT64, TPURT_DTYPE_UINT32) == TPURT_DTYPE_INVALID);
+  CHECK(tpurt_dtype_promote(TPURT_DTYPE_UINT32, TPURT_DTYPE_UINT64) == TPURT_DTYPE_INVALID);
+  CHECK(tpurt_dtype_size(TPURT_DTYPE_UINT32) == 4 && !tpurt_dtype_traits[TPURT_DTYPE_UINT64].is_signed);
+  {
+    /* loads zero-extend, stores truncate; uint64 keeps all 64 bits through int64 */
+    uint16_t u16 = 65535;
+    uint32_t u32 = 4294967295u;
+    uint64_t u64 = 18446744073709551615ull, back = 0;
+    CHECK(tpurt_dtype_load_i64(TPURT_DTYPE_UINT16, &u16) == 65535);
+    CHECK(tpurt_dtype_load_i64(TPURT_DTYPE_UINT32, &u32) == 4294967295ll);
+    CHECK(tpurt_dtype_load_f64(TPURT_DTYPE_UINT64, &u64) == 18446744073709551615.0);
+    tpurt_dtype_store_i64(TPURT_DTYPE_UINT64, &back, tpurt_dtype_load_i64(TPURT_DTYPE_UINT64, &u64));
+    CHECK(back == u64);
+    tpurt_dtype_store_i64(TPURT_DTYPE_UINT16, &u16, 65536 + 7);
+    CHECK(u16 == 7);
+    tpurt_dtype_store_f64(TPURT_DTYPE_UINT64, &back, 9223372036854775808.0 * 1.5);
+    CHECK(back == 13835058055282163712ull);
+    double d[2] = {0};
+    uint32_t src[2] = {4294967295u, 3};
+    tpurt_dtype_convert(TPURT_DTYPE_FLOAT64, d, TPURT_DTYPE_UINT32, src, 2);
+    CHECK(d[0] == 4294967295.0 && d[1] == 3.0);
+  }
   /* bf16 rounds to nearest even */
   CHECK(tpurt_bf16_to_f32(tpurt_f32_to_bf16(1.0f)) == 1.0f);
   CHECK(tpurt_f32_to_bf16(1.00390625f) == 0x3f80); /* tie -> even */

@@ -438,8 +438,10 @@ at::Tensor tpu_nonzero(const at::Tensor& self) {
 }
 
 at::Tensor& tpu_nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  // CPU's check and words, before any work is queued
+  TORCH_CHECK(out.scalar_type() == c10::kLong, "nonzero: Expected out tensor to have scalar type Long but got scalar type",
+              out.scalar_type());
   at::Tensor r = tpu_nonzero(self);
-  TORCH_CHECK(out.scalar_type() == c10::kLong, "nonzero: expected out to be of dtype int64, got ", out.scalar_type());
   at::native::resize_output(out, r.sizes());
   out.copy_(r);
   return out;

@@ -230,6 +230,9 @@ inline tpurt_dtype_t map_dtype(c10::ScalarType type) {
     case c10::ScalarType::Double: return TPURT_DTYPE_FLOAT64;
     case c10::ScalarType::ComplexFloat: return TPURT_DTYPE_COMPLEX64;
     case c10::ScalarType::ComplexDouble: return TPURT_DTYPE_COMPLEX128;
+    case c10::ScalarType::UInt16: return TPURT_DTYPE_UINT16;
+    case c10::ScalarType::UInt32: return TPURT_DTYPE_UINT32;
+    case c10::ScalarType::UInt64: return TPURT_DTYPE_UINT64;
     default: return TPURT_DTYPE_INVALID;
   }
 }

@@ -190,6 +190,10 @@ tpurt_arg_t marshal_arg(const Call& c, size_t i, bool alias_safe, CallBuf& b, Ke
       if (v.isInt()) {
         a.kind = TPURT_ARG_INT;
         a.v.i = v.toInt();
+      } else if (v.isUnsigned()) {
+        // above INT64_MAX (a uint64 fill): the same 64 bits, which is what a uint64 kernel stores
+        a.kind = TPURT_ARG_INT;
+        a.v.i = static_cast<int64_t>(v.toUInt());
       } else if (v.isSymInt()) {
         a.kind = TPURT_ARG_INT;
         a.v.i = v.toSymInt().guard_int(__FILE__, __LINE__);
@@ -217,6 +221,10 @@ tpurt_arg_t marshal_arg(const Call& c, size_t i, bool alias_safe, CallBuf& b, Ke
       } else if (v.isBool()) {
         a.kind = TPURT_ARG_BOOL;
         a.v.b = v.toBool();
+      } else if (v.isUnsigned()) {
+        // above INT64_MAX (a uint64 fill): the same 64 bits, which is what a uint64 kernel stores
+        a.kind = TPURT_ARG_INT;
+        a.v.i = static_cast<int64_t>(v.toUInt());
       } else if (v.isSymInt()) {
         a.kind = TPURT_ARG_INT;
         a.v.i = v.toSymInt().guard_int(__FILE__, __LINE__);

@@ -249,6 +249,34 @@ std::shared_ptr<MetaEntry> layer_norm_layouts(at::ArrayRef<c10::IValue> args) {
   return entry;
 }
 
+// A convolution's output (and its backward's grad_input and grad_weight) is channels-last where
+// CPU's is: CPU's kernels (mkldnn_conv_use_channels_last, thnn_conv_use_channels_last) go
+// channels-last when the input or the weight suggests it, in 2-D for every dtype and in 3-D except
+// for float64 (which CPU runs through its contiguous slow kernel); else contiguous. PyTorch's meta
+// functions say contiguous for the forward and follow the input for the backward.
+void conv_layouts(const c10::IValue& input_v, const c10::IValue& weight_v, MetaEntry* entry) {
+  if (!input_v.isTensor() || !weight_v.isTensor()) return;
+  const at::Tensor& input = input_v.toTensor();
+  const at::Tensor& weight = weight_v.toTensor();
+  if (!input.defined() || !weight.defined()) return;
+  const int64_t nd = weight.dim();
+  const auto mf = nd == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+  if (nd != 4 && nd != 5) return;
+  bool channels_last = (input.suggest_memory_format() == mf || weight.suggest_memory_format() == mf) &&
+                       !(nd == 5 && (input.scalar_type() == at::kDouble || weight.scalar_type() == at::kDouble));
+  for (size_t r = 0; r < entry->rets.size() && r < 2; ++r) {
+    for (OutMeta& m : entry->rets[r]) {
+      if (!m.defined || static_cast<int64_t>(m.sizes.size()) != nd) continue;
+      if (!channels_last) {
+        contiguous_strides(m.sizes, &m.strides);
+        continue;
+      }
+      auto st = nd == 4 ? c10::get_channels_last_strides_2d(m.sizes) : c10::get_channels_last_strides_3d(m.sizes);
+      m.strides.assign(st.begin(), st.end());
+    }
+  }
+}
+
 // Thrown (and caught below) when PyTorch cannot give output shapes without
 // the data: no meta function, or a data-dependent one.
 struct NoMeta {
@@ -343,6 +371,9 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     }
     entry->rets.push_back(std::move(outs));
   }
+  if (info.meta_via == OpInfo::MetaVia::kConvolution || info.meta_via == OpInfo::MetaVia::kConvolutionBackward)
+    conv_layouts(info.meta_via == OpInfo::MetaVia::kConvolution ? args[0] : args[1],
+                 info.meta_via == OpInfo::MetaVia::kConvolution ? args[1] : args[2], entry.get());
   return entry;
 }
 

@@ -93,6 +93,17 @@ void floor_divide_bool(const Call& c) {
   TORCH_CHECK_NOT_IMPLEMENTED(r != at::kBool, "\"floor_divide\" not implemented for 'Bool'");
 }
 
+// div with a rounding mode on uint16/32/64: CPU has no kernel (NotImplementedError); true division
+// computes in float and is taken.
+void div_mode_unsigned(const Call& c) {
+  const c10::IValue &a = c.arg(0), &b = c.arg(1), &mode = c.arg(2);
+  if (!a.isTensor() || mode.isNone()) return;
+  c10::ScalarType r = b.isTensor() ? at::result_type(a.toTensor(), b.toTensor())
+                                   : at::result_type(a.toTensor(), b.toScalar());
+  TORCH_CHECK_NOT_IMPLEMENTED(r != at::kUInt16 && r != at::kUInt32 && r != at::kUInt64, "\"div_",
+                              mode.toStringRef(), "_cpu\" not implemented for '", c10::toString(r), "'");
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -102,6 +113,8 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return index_put_shapes;
   if (full_name == "aten::kthvalue.values") return kthvalue_empty_dim;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
+  if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
+    return div_mode_unsigned;
   return nullptr;
 }
 

@@ -26,6 +26,13 @@ typedef enum tpurt_dtype_e {
    * layout. Only kernels flagged TPURT_OP_COMPLEX see them (tpurt/kernel.h). */
   TPURT_DTYPE_COMPLEX64,
   TPURT_DTYPE_COMPLEX128,
+  /* PyTorch's "barebones" unsigned dtypes: CPU copies, fills, compares (eq/ne), sums and does
+   * bitwise ops on them and promotes them with nothing but floats. Kernels that take them say
+   * so (TPURT_DTYPES_UINT_WIDE); elementwise kernels compute them in int64 (zero-extended on
+   * load, truncated on store). */
+  TPURT_DTYPE_UINT16,
+  TPURT_DTYPE_UINT32,
+  TPURT_DTYPE_UINT64,
   TPURT_DTYPE_COUNT,
   TPURT_DTYPE_INVALID = -1,
 } tpurt_dtype_t;
@@ -39,6 +46,8 @@ typedef uint32_t tpurt_dtype_mask_t;
   (TPURT_DTYPE_BIT(UINT8) | TPURT_DTYPE_BIT(INT8) | TPURT_DTYPE_BIT(INT16) | TPURT_DTYPE_BIT(INT32) | \
    TPURT_DTYPE_BIT(INT64))
 #define TPURT_DTYPES_COMPLEX (TPURT_DTYPE_BIT(COMPLEX64) | TPURT_DTYPE_BIT(COMPLEX128))
+/* not in TPURT_DTYPES_INT/REAL/ALL: only the kernels that name them take them */
+#define TPURT_DTYPES_UINT_WIDE (TPURT_DTYPE_BIT(UINT16) | TPURT_DTYPE_BIT(UINT32) | TPURT_DTYPE_BIT(UINT64))
 /* every real dtype: floating, integer and bool */
 #define TPURT_DTYPES_REAL (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT | TPURT_DTYPE_BIT(BOOL))
 #define TPURT_DTYPES_ALL (TPURT_DTYPES_REAL | TPURT_DTYPES_COMPLEX)
@@ -91,7 +100,9 @@ static inline const char* tpurt_dtype_name(tpurt_dtype_t dtype) {
 }
 
 /* PyTorch's promote_types for two tensor dtypes (uint8+int8 -> int16,
- * float16+bfloat16 -> float32, int+float16 -> float16, ...). */
+ * float16+bfloat16 -> float32, int+float16 -> float16, ...); uint16/32/64
+ * promote only with themselves and with floating and complex dtypes
+ * (TPURT_DTYPE_INVALID otherwise, where PyTorch raises). */
 TPURT_API tpurt_dtype_t tpurt_dtype_promote(tpurt_dtype_t a, tpurt_dtype_t b);
 
 /* ---- 16-bit floats. Round-to-nearest-even on narrowing, as PyTorch does. ---- */

@@ -1,6 +1,7 @@
 /* More ops on complex tensors, built on the real kernels: normal_ (randn,
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
- * std^2 / 2), as CPU), eq/ne, and index_put_ (x[i] = v, accumulate too)
+ * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
+ * view_as_real), eq/ne, isnan (z != z), and index_put_ (x[i] = v, accumulate too)
  * through the index kernel on the (real, imaginary) pairs. */
 #include <math.h>
 #include <string.h>
@@ -20,18 +21,18 @@ static bool cx_pairs(const tpurt_tensor_t* t, tpurt_tensor_t* out) {
   return true;
 }
 
-/* ---- normal_(self, mean, std, generator) ---- */
+/* ---- normal_(self, mean, std, generator), uniform_(self, from, to, generator) ---- */
 
-static tpurt_status_t cx_normal(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
-  const tpurt_op_def_t* def = tpurt_op_lookup("normal");
+/* The real kernel `name` on each part (real, imaginary) of a complex self, with (p1, p2). */
+static tpurt_status_t cx_random_parts(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref,
+                                      const char* name, double p1, double p2) {
+  const tpurt_op_def_t* def = tpurt_op_lookup(name);
   const tpurt_rng_t* rng = tpurt_arg_rng(call);
   if (!def || !rng || call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
-    return TPURT_STATUS(INVALID_ARGUMENT, "normal_: expected a complex self and a generator state");
-  double mean = tpurt_arg_double(call, 1, 0.0), std = tpurt_arg_double(call, 2, 1.0);
-  if (std < 0) return TPURT_STATUS(INVALID_ARGUMENT, "normal: expects std >= 0.0, but found std %g", std);
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s_: expected a complex self and a generator state", name);
   tpurt_tensor_t pairs;
   if (!cx_pairs(&call->outputs[0], &pairs))
-    return TPURT_STATUS(UNIMPLEMENTED, "normal_: complex tensors of %d dims", (int)call->outputs[0].ndim);
+    return TPURT_STATUS(UNIMPLEMENTED, "%s_: complex tensors of %d dims", name, (int)call->outputs[0].ndim);
   for (int part = 0; part < 2; ++part) {
     /* one real view per part (the pair dim fixed), each from its own Philox key: the reserved
      * counter range covers the complex element count, once per key */
@@ -43,17 +44,28 @@ static tpurt_status_t cx_normal(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
     args[0].kind = TPURT_ARG_TENSOR;
     args[0].v.tensor = &view;
     args[1].kind = TPURT_ARG_DOUBLE;
-    args[1].v.d = mean;
+    args[1].v.d = p1;
     args[2].kind = TPURT_ARG_DOUBLE;
-    args[2].v.d = std / sqrt(2.0);
+    args[2].v.d = p2;
     args[3].kind = TPURT_ARG_RNG;
     args[3].v.rng = *rng;
     if (part == 1) args[3].v.rng.seed ^= 0x9E3779B97F4A7C15ull;
-    tpurt_op_call_t rc = {.name = "normal", .overload = "", .num_args = 4, .args = args, .num_outputs = 1,
+    tpurt_op_call_t rc = {.name = name, .overload = "", .num_args = 4, .args = args, .num_outputs = 1,
                           .outputs = &view};
     TPURT_RETURN_IF_ERROR((ref ? def->reference : def->fn)(ctx, &rc));
   }
   return TPURT_OK;
+}
+
+static tpurt_status_t cx_normal(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  double mean = tpurt_arg_double(call, 1, 0.0), std = tpurt_arg_double(call, 2, 1.0);
+  if (std < 0) return TPURT_STATUS(INVALID_ARGUMENT, "normal: expects std >= 0.0, but found std %g", std);
+  return cx_random_parts(ctx, call, ref, "normal", mean, std / sqrt(2.0));
+}
+
+/* CPU draws uniform_ on view_as_real(self): each part uniform in [from, to). */
+static tpurt_status_t cx_uniform(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  return cx_random_parts(ctx, call, ref, "uniform", tpurt_arg_double(call, 1, 0.0), tpurt_arg_double(call, 2, 1.0));
 }
 
 /* ---- eq / ne: (self, other) with other a tensor or a real scalar; broadcast ---- */
@@ -110,6 +122,20 @@ static tpurt_status_t cx_compare(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   return TPURT_OK;
 }
 
+/* isnan(z): a part is NaN exactly where z != z. */
+static tpurt_status_t k_isnan(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  const tpurt_tensor_t* a = tpurt_arg_tensor(call, 0);
+  if (!a) return TPURT_STATUS(INVALID_ARGUMENT, "isnan: expected a tensor");
+  tpurt_arg_t args[2];
+  memset(args, 0, sizeof(args));
+  args[0] = call->args[0];
+  args[1] = call->args[0];
+  tpurt_op_call_t rc = *call;
+  rc.num_args = 2;
+  rc.args = args;
+  return cx_compare(ctx, &rc, true);
+}
+
 /* ---- _index_put_impl_(self, indices, values, accumulate, unsafe) ---- */
 
 static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
@@ -135,6 +161,8 @@ static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
 
 static tpurt_status_t k_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, false); }
 static tpurt_status_t r_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, true); }
+static tpurt_status_t k_uniform(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_uniform(x, c, false); }
+static tpurt_status_t r_uniform(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_uniform(x, c, true); }
 static tpurt_status_t k_eq(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_compare(x, c, false); }
 static tpurt_status_t k_ne(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_compare(x, c, true); }
 static tpurt_status_t k_index_put(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_put(x, c, false); }
@@ -144,9 +172,12 @@ static tpurt_status_t r_index_put(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* 
 const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::normal", k_normal, r_normal, TPURT_OP_RANDOM | TPURT_OP_OVERWRITES_SELF, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
+    {"complex::uniform", k_uniform, r_uniform, TPURT_OP_RANDOM | TPURT_OP_OVERWRITES_SELF, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
     /* eq/ne are plain loops: each is its own reference */
     {"complex::eq", k_eq, k_eq, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
     {"complex::ne", k_ne, k_ne, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
+    {"complex::isnan", k_isnan, k_isnan, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::_index_put_impl", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
     {"complex::index_put", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,

@@ -34,6 +34,9 @@ typedef void (*ew_convert_fn_t)(char* dst, int64_t ds, const char* src, int64_t 
 #define CT_bf16 uint16_t
 #define CT_f32 float
 #define CT_f64 double
+#define CT_u16 uint16_t
+#define CT_u32 uint32_t
+#define CT_u64 uint64_t
 #define FROM_b(x) ((x) != 0)
 #define FROM_u8(x) (x)
 #define FROM_i8(x) (x)
@@ -44,6 +47,9 @@ typedef void (*ew_convert_fn_t)(char* dst, int64_t ds, const char* src, int64_t 
 #define FROM_bf16(x) tpurt_bf16_to_f32(x)
 #define FROM_f32(x) (x)
 #define FROM_f64(x) (x)
+#define FROM_u16(x) (x)
+#define FROM_u32(x) (x)
+#define FROM_u64(x) (x)
 /* Narrow integers go through int64 as PyTorch's uint8 cast does (a float
  * cast straight to a narrow type is undefined in C). */
 #define TO_b(v) ((uint8_t)((v) != 0))
@@ -57,6 +63,13 @@ static inline int32_t ew_float_to_i32(double x) {
 }
 #define TO_i32(v) _Generic((v), float: ew_float_to_i32(v), double: ew_float_to_i32(v), default: (int32_t)(int64_t)(v))
 #define TO_i64(v) ((int64_t)(v))
+#define TO_u16(v) ((uint16_t)(int64_t)(v))
+#define TO_u32(v) ((uint32_t)(int64_t)(v))
+/* a float at or above 2^63 converts as unsigned; below, through int64 as the narrow types */
+static inline uint64_t ew_float_to_u64(double x) {
+  return x >= 9223372036854775808.0 ? (uint64_t)x : (uint64_t)(int64_t)x;
+}
+#define TO_u64(v) _Generic((v), float: ew_float_to_u64(v), double: ew_float_to_u64(v), default: (uint64_t)(v))
 #define TO_f16(v) tpurt_f32_to_f16((float)(v))
 #define TO_bf16(v) tpurt_f32_to_bf16((float)(v))
 #define TO_f32(v) ((float)(v))
@@ -77,7 +90,8 @@ static inline int32_t ew_float_to_i32(double x) {
 #define DEF_CONVERT_ROW(D)                                                                 \
   DEF_CONVERT(D, b) DEF_CONVERT(D, u8) DEF_CONVERT(D, i8) DEF_CONVERT(D, i16)              \
   DEF_CONVERT(D, i32) DEF_CONVERT(D, i64) DEF_CONVERT(D, f16) DEF_CONVERT(D, bf16)         \
-  DEF_CONVERT(D, f32) DEF_CONVERT(D, f64)
+  DEF_CONVERT(D, f32) DEF_CONVERT(D, f64) DEF_CONVERT(D, u16) DEF_CONVERT(D, u32)          \
+  DEF_CONVERT(D, u64)
 DEF_CONVERT_ROW(b)
 DEF_CONVERT_ROW(u8)
 DEF_CONVERT_ROW(i8)
@@ -88,15 +102,27 @@ DEF_CONVERT_ROW(f16)
 DEF_CONVERT_ROW(bf16)
 DEF_CONVERT_ROW(f32)
 DEF_CONVERT_ROW(f64)
+DEF_CONVERT_ROW(u16)
+DEF_CONVERT_ROW(u32)
+DEF_CONVERT_ROW(u64)
 
-#define CONVERT_ROW(D)                                                                       \
-  {ew_convert_##D##_b,   ew_convert_##D##_u8,  ew_convert_##D##_i8,   ew_convert_##D##_i16, \
-   ew_convert_##D##_i32, ew_convert_##D##_i64, ew_convert_##D##_f16,  ew_convert_##D##_bf16, \
-   ew_convert_##D##_f32, ew_convert_##D##_f64}
-/* indexed [dst][src] in tpurt_dtype_t order */
+#define CONVERT_ROW(D)                                                                          \
+  {[TPURT_DTYPE_BOOL] = ew_convert_##D##_b,      [TPURT_DTYPE_UINT8] = ew_convert_##D##_u8,       \
+   [TPURT_DTYPE_INT8] = ew_convert_##D##_i8,     [TPURT_DTYPE_INT16] = ew_convert_##D##_i16,      \
+   [TPURT_DTYPE_INT32] = ew_convert_##D##_i32,   [TPURT_DTYPE_INT64] = ew_convert_##D##_i64,      \
+   [TPURT_DTYPE_FLOAT16] = ew_convert_##D##_f16, [TPURT_DTYPE_BFLOAT16] = ew_convert_##D##_bf16,  \
+   [TPURT_DTYPE_FLOAT32] = ew_convert_##D##_f32, [TPURT_DTYPE_FLOAT64] = ew_convert_##D##_f64,    \
+   [TPURT_DTYPE_UINT16] = ew_convert_##D##_u16,  [TPURT_DTYPE_UINT32] = ew_convert_##D##_u32,     \
+   [TPURT_DTYPE_UINT64] = ew_convert_##D##_u64}
+/* indexed [dst][src]; complex never reaches it (ew_complex.c) */
 static const ew_convert_fn_t kConvert[TPURT_DTYPE_COUNT][TPURT_DTYPE_COUNT] = {
-    CONVERT_ROW(b),   CONVERT_ROW(u8),  CONVERT_ROW(i8),   CONVERT_ROW(i16), CONVERT_ROW(i32),
-    CONVERT_ROW(i64), CONVERT_ROW(f16), CONVERT_ROW(bf16), CONVERT_ROW(f32), CONVERT_ROW(f64),
+    [TPURT_DTYPE_BOOL] = CONVERT_ROW(b),      [TPURT_DTYPE_UINT8] = CONVERT_ROW(u8),
+    [TPURT_DTYPE_INT8] = CONVERT_ROW(i8),     [TPURT_DTYPE_INT16] = CONVERT_ROW(i16),
+    [TPURT_DTYPE_INT32] = CONVERT_ROW(i32),   [TPURT_DTYPE_INT64] = CONVERT_ROW(i64),
+    [TPURT_DTYPE_FLOAT16] = CONVERT_ROW(f16), [TPURT_DTYPE_BFLOAT16] = CONVERT_ROW(bf16),
+    [TPURT_DTYPE_FLOAT32] = CONVERT_ROW(f32), [TPURT_DTYPE_FLOAT64] = CONVERT_ROW(f64),
+    [TPURT_DTYPE_UINT16] = CONVERT_ROW(u16),  [TPURT_DTYPE_UINT32] = CONVERT_ROW(u32),
+    [TPURT_DTYPE_UINT64] = CONVERT_ROW(u64),
 };
 
 /* Same dtype: a byte copy by element size (bool bytes are copied as they are,

@@ -97,8 +97,10 @@ TPURT_API tpurt_status_t tpurt_ew_run_reference(const tpurt_ew_config_t* cfg, tp
 /* ---- dtype helpers ---- */
 
 /* The dtype loops compute in for a compute dtype: float16/bfloat16 -> float32
- * (rounded once on store), the rest unchanged. */
+ * (rounded once on store), uint16/32/64 -> int64, the rest unchanged. */
 static inline tpurt_dtype_t tpurt_ew_loop_dtype(tpurt_dtype_t compute) {
+  if (compute == TPURT_DTYPE_UINT16 || compute == TPURT_DTYPE_UINT32 || compute == TPURT_DTYPE_UINT64)
+    return TPURT_DTYPE_INT64; /* zero-extended on load, truncated on store: the same low bits */
   return (compute == TPURT_DTYPE_FLOAT16 || compute == TPURT_DTYPE_BFLOAT16) ? TPURT_DTYPE_FLOAT32
                                                                              : compute;
 }

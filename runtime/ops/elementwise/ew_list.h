@@ -22,11 +22,15 @@
 #define EW_DT_NUM (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT)     /* unary, allow EW_NUM: bool refused */
 #define EW_DT_FLOAT TPURT_DTYPES_FLOAT                        /* unary on floats, no promotion */
 #define EW_DT_INTB (TPURT_DTYPES_INT | TPURT_DTYPE_BIT(BOOL)) /* integer-only ops */
+/* and uint16/32/64, for the ops CPU runs on them (copy, fill, eq/ne, mul, true division, bitwise;
+ * div with a rounding mode is refused at the call, fallback_precheck.cpp) */
+#define EW_DT_ANY_U (EW_DT_ANY | TPURT_DTYPES_UINT_WIDE)
+#define EW_DT_INTB_U (EW_DT_INTB | TPURT_DTYPES_UINT_WIDE)
 
 #define EW_OP_LIST(EW_X) \
-  EW_X(copy, "copy", EW_DT_ANY, TPURT_OP_OVERWRITES_SELF) \
-  EW_X(fill, "fill", EW_DT_ANY, TPURT_OP_OVERWRITES_SELF) \
-  EW_X(zero, "zero", EW_DT_ANY, TPURT_OP_OVERWRITES_SELF) \
+  EW_X(copy, "copy", EW_DT_ANY_U, TPURT_OP_OVERWRITES_SELF) \
+  EW_X(fill, "fill", EW_DT_ANY_U, TPURT_OP_OVERWRITES_SELF) \
+  EW_X(zero, "zero", EW_DT_ANY_U, TPURT_OP_OVERWRITES_SELF) \
   EW_X(where, "where", EW_DT_ANY, 0) \
   EW_X(masked_fill, "masked_fill", EW_DT_ANY, 0) \
   EW_X(clamp, "clamp", EW_DT_ANY, 0) \
@@ -36,8 +40,8 @@
   EW_X(sub, "sub", EW_DT_ANY, 0) \
   EW_X(rsub, "rsub", EW_DT_ANY, 0) \
   EW_X(add_relu, "_add_relu", EW_DT_ANY, 0) \
-  EW_X(mul, "mul", EW_DT_ANY, 0) \
-  EW_X(div, "div", EW_DT_ANY, 0) \
+  EW_X(mul, "mul", EW_DT_ANY_U, 0) \
+  EW_X(div, "div", EW_DT_ANY_U, 0) \
   EW_X(remainder, "remainder", EW_DT_ANY, 0) \
   EW_X(fmod, "fmod", EW_DT_ANY, 0) \
   EW_X(floor_divide, "floor_divide", EW_DT_ANY, 0) \
@@ -57,8 +61,8 @@
   EW_X(fmin, "fmin", EW_DT_ANY, 0) \
   EW_X(gcd, "gcd", EW_DT_INTB, 0) \
   EW_X(lcm, "lcm", EW_DT_INTB, 0) \
-  EW_X(eq, "eq", EW_DT_ANY, 0) \
-  EW_X(ne, "ne", EW_DT_ANY, 0) \
+  EW_X(eq, "eq", EW_DT_ANY_U, 0) \
+  EW_X(ne, "ne", EW_DT_ANY_U, 0) \
   EW_X(lt, "lt", EW_DT_ANY, 0) \
   EW_X(le, "le", EW_DT_ANY, 0) \
   EW_X(gt, "gt", EW_DT_ANY, 0) \
@@ -67,9 +71,9 @@
   EW_X(logical_or, "logical_or", EW_DT_ANY, 0) \
   EW_X(logical_xor, "logical_xor", EW_DT_ANY, 0) \
   EW_X(logical_not, "logical_not", EW_DT_ANY, 0) \
-  EW_X(bitwise_and, "bitwise_and", EW_DT_INTB, 0) \
-  EW_X(bitwise_or, "bitwise_or", EW_DT_INTB, 0) \
-  EW_X(bitwise_xor, "bitwise_xor", EW_DT_INTB, 0) \
+  EW_X(bitwise_and, "bitwise_and", EW_DT_INTB_U, 0) \
+  EW_X(bitwise_or, "bitwise_or", EW_DT_INTB_U, 0) \
+  EW_X(bitwise_xor, "bitwise_xor", EW_DT_INTB_U, 0) \
   EW_X(bitwise_not, "bitwise_not", EW_DT_INTB, 0) \
   EW_X(lshift, "bitwise_left_shift", EW_DT_INTB, 0) \
   EW_X(lshift, "__lshift__", EW_DT_INTB, 0) \

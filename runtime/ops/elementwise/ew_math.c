@@ -48,7 +48,7 @@ EW_OP_FI(sub, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_alpha2, EW_IN(0
 EW_OP_FI(add_relu, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_alpha2, EW_IN(0, 1),
          ({ T s_ = a + (T)p.d[0] * b; s_ < 0 ? (T)0 : s_; }),
          ({ T s_ = WADD(a, WMUL(p.i[0], b)); EW_NEG(s_) ? (T)0 : s_; }))
-EW_OP_FI(mul, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), a * b, WMUL(a, b))
+EW_OP_FI(mul, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL | EW_UWIDE, NULL, EW_IN(0, 1), a * b, WMUL(a, b))
 /* rsub(self, other, alpha) = other - alpha * self: sub with the inputs swapped */
 static const ew_op_t rsub_desc = {"rsub", 2, 1, {1, 0}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_alpha2,
                                   sub_loops, sub_ref, 0};
@@ -225,21 +225,21 @@ EW_OP_I(lcm, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
         ({ T g_ = IGCD; T r_ = g_ == 0 ? (T)0 : ({ int64_t m_ = (int64_t)(a / g_ * b); (T)(m_ < 0 ? (uint64_t)0 - (uint64_t)m_ : (uint64_t)m_); }); r_; }))
 
 /* ---- comparisons, logical, bitwise ---- */
-#define EW_CMP(name, OPX)                                                                      \
-  EW_OP_FI(name, 2, EW_L2B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0, 1), a OPX b, a OPX b)
-EW_CMP(eq, ==)
-EW_CMP(ne, !=)
-EW_CMP(lt, <)
-EW_CMP(le, <=)
-EW_CMP(gt, >)
-EW_CMP(ge, >=)
+#define EW_CMP(name, OPX, ALLOW)                                                               \
+  EW_OP_FI(name, 2, EW_L2B, EW_P_COMMON, EW_O_BOOL, ALLOW, NULL, EW_IN(0, 1), a OPX b, a OPX b)
+EW_CMP(eq, ==, EW_ALL | EW_UWIDE)
+EW_CMP(ne, !=, EW_ALL | EW_UWIDE)
+EW_CMP(lt, <, EW_ALL)
+EW_CMP(le, <=, EW_ALL)
+EW_CMP(gt, >, EW_ALL)
+EW_CMP(ge, >=, EW_ALL)
 EW_OP_I(logical_and, 2, EW_L2B, EW_P_BOOL, EW_O_BOOL, EW_M(BOOL), NULL, EW_IN(0, 1), a && b)
 EW_OP_I(logical_or, 2, EW_L2B, EW_P_BOOL, EW_O_BOOL, EW_M(BOOL), NULL, EW_IN(0, 1), a || b)
 EW_OP_I(logical_xor, 2, EW_L2B, EW_P_BOOL, EW_O_BOOL, EW_M(BOOL), NULL, EW_IN(0, 1), (a != 0) != (b != 0))
 EW_OP_I(logical_not, 1, EW_L1B, EW_P_BOOL, EW_O_BOOL, EW_M(BOOL), NULL, EW_IN(0), !a)
-EW_OP_I(bitwise_and, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0, 1), a & b)
-EW_OP_I(bitwise_or, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0, 1), a | b)
-EW_OP_I(bitwise_xor, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0, 1), a ^ b)
+EW_OP_I(bitwise_and, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB | EW_UWIDE, NULL, EW_IN(0, 1), a & b)
+EW_OP_I(bitwise_or, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB | EW_UWIDE, NULL, EW_IN(0, 1), a | b)
+EW_OP_I(bitwise_xor, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB | EW_UWIDE, NULL, EW_IN(0, 1), a ^ b)
 EW_OP_I(bitwise_not, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0), p.compute == TPURT_DTYPE_BOOL ? (T)!a : (T)~(uint64_t)a)
 /* shift counts out of [0, bits) give 0 (left) or the sign fill (right); a
  * uint8 count reads as int8, as PyTorch does */

@@ -40,6 +40,8 @@ enum { EW_O_COMPUTE = 0, EW_O_BOOL };
 #define EW_NUM (EW_FLOATS | EW_INTS)
 #define EW_ALL (EW_NUM | EW_M(BOOL))
 #define EW_INTB (EW_INTS | EW_M(BOOL))
+/* uint16/32/64: only the ops CPU has for them name these (their loops are int64's) */
+#define EW_UWIDE (EW_M(UINT16) | EW_M(UINT32) | EW_M(UINT64))
 
 typedef tpurt_status_t (*ew_setup_fn_t)(const tpurt_op_call_t* call, ew_params_t* p);
 

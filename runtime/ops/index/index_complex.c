@@ -79,12 +79,16 @@ static tpurt_status_t cxi_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
       if (n > TPURT_MAX_DIMS) return TPURT_STATUS(INVALID_ARGUMENT, "%s: too many dims", kernel);
       for (int32_t k = 0; k < n; ++k) {
         int64_t d = a.kind == TPURT_ARG_INT ? a.v.i : a.v.ints[k];
-        if (d < -ndim || d >= (ndim ? ndim : 1))
+        int32_t range = ndim ? ndim : 1; /* a 0-d tensor takes dims -1 and 0, as PyTorch's wrap */
+        if (d < -range || d >= range)
           return TPURT_STATUS(OUT_OF_RANGE, "%s: dimension %lld out of range for %d dims", kernel, (long long)d, ndim);
-        f->dims[k] = d < 0 ? d + ndim : d;
+        f->dims[k] = d < 0 ? d + range : d;
       }
       if (a.kind == TPURT_ARG_INT) a.v.i = f->dims[0];
       else a.v.ints = f->dims;
+      /* a 0-d tensor's dim 0 names no dim of it (flip and roll leave it as it is); in the pair
+       * view it would name the (real, imaginary) dim */
+      if (ndim == 0 && a.kind == TPURT_ARG_INT_LIST) a.count = 0;
     }
     f->args[i] = a;
   }

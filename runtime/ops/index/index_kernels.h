@@ -13,8 +13,10 @@
  * embedding_renorm_ and histc compute in floating point. */
 #define INDEX_DT_ANY TPURT_DTYPES_REAL
 #define INDEX_DT_FLOAT TPURT_DTYPES_FLOAT
+/* moves elements by their size: also uint16/32/64, which CPU indexes and concatenates */
+#define INDEX_DT_MOVE (TPURT_DTYPES_REAL | TPURT_DTYPES_UINT_WIDE)
 #define TPURT_INDEX_OPS(X) \
-  X("index", index, 0, INDEX_DT_ANY) \
+  X("index", index, 0, INDEX_DT_MOVE) \
   X("_index_put_impl", index_put, TPURT_OP_ALIAS_SAFE, INDEX_DT_ANY) \
   X("index_put", index_put, TPURT_OP_ALIAS_SAFE, INDEX_DT_ANY) \
   X("gather", gather, 0, INDEX_DT_ANY) \
@@ -34,7 +36,7 @@
   X("nonzero_static", nonzero, 0, INDEX_DT_ANY) \
   X("masked_select", masked_select, 0, INDEX_DT_ANY) \
   X("masked_scatter", masked_scatter, TPURT_OP_ALIAS_SAFE, INDEX_DT_ANY) \
-  X("cat", cat, 0, INDEX_DT_ANY) \
+  X("cat", cat, 0, INDEX_DT_MOVE) \
   X("flip", flip, 0, INDEX_DT_ANY) \
   X("roll", roll, 0, INDEX_DT_ANY) \
   X("tril", tril, TPURT_OP_ALIAS_SAFE, INDEX_DT_ANY) \

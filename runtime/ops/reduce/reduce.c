@@ -79,6 +79,9 @@ void tpurt_row_load_f32(tpurt_dtype_t dt, const void* p, int64_t stride, int64_t
     case TPURT_DTYPE_INT16: LOAD_ROW(int16_t, float, ID); break;
     case TPURT_DTYPE_INT8: LOAD_ROW(int8_t, float, ID); break;
     case TPURT_DTYPE_UINT8: LOAD_ROW(uint8_t, float, ID); break;
+    case TPURT_DTYPE_UINT16: LOAD_ROW(uint16_t, float, ID); break;
+    case TPURT_DTYPE_UINT32: LOAD_ROW(uint32_t, float, ID); break;
+    case TPURT_DTYPE_UINT64: LOAD_ROW(uint64_t, float, ID); break;
     case TPURT_DTYPE_BOOL: LOAD_ROW(uint8_t, float, BOOLV); break;
     default: for (int64_t i = 0; i < n; ++i) out[i] = 0; break;
   }
@@ -95,6 +98,9 @@ void tpurt_row_load_f64(tpurt_dtype_t dt, const void* p, int64_t stride, int64_t
     case TPURT_DTYPE_INT16: LOAD_ROW(int16_t, double, ID); break;
     case TPURT_DTYPE_INT8: LOAD_ROW(int8_t, double, ID); break;
     case TPURT_DTYPE_UINT8: LOAD_ROW(uint8_t, double, ID); break;
+    case TPURT_DTYPE_UINT16: LOAD_ROW(uint16_t, double, ID); break;
+    case TPURT_DTYPE_UINT32: LOAD_ROW(uint32_t, double, ID); break;
+    case TPURT_DTYPE_UINT64: LOAD_ROW(uint64_t, double, ID); break;
     case TPURT_DTYPE_BOOL: LOAD_ROW(uint8_t, double, BOOLV); break;
     default: for (int64_t i = 0; i < n; ++i) out[i] = 0; break;
   }
@@ -107,6 +113,9 @@ static void row_load_i64(tpurt_dtype_t dt, const void* p, int64_t stride, int64_
     case TPURT_DTYPE_INT16: LOAD_ROW(int16_t, int64_t, ID); break;
     case TPURT_DTYPE_INT8: LOAD_ROW(int8_t, int64_t, ID); break;
     case TPURT_DTYPE_UINT8: LOAD_ROW(uint8_t, int64_t, ID); break;
+    case TPURT_DTYPE_UINT16: LOAD_ROW(uint16_t, int64_t, ID); break;
+    case TPURT_DTYPE_UINT32: LOAD_ROW(uint32_t, int64_t, ID); break;
+    case TPURT_DTYPE_UINT64: LOAD_ROW(uint64_t, int64_t, ID); break; /* the same 64 bits: sums wrap alike */
     case TPURT_DTYPE_BOOL: LOAD_ROW(uint8_t, int64_t, BOOLV); break;
     default: for (int64_t i = 0; i < n; ++i) out[i] = 0; break;
   }

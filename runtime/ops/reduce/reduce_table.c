@@ -8,6 +8,8 @@
  * a floating input (var, std and renorm) take floating point only, and so does
  * logcumsumexp, whose output has its input's dtype. */
 #define REDUCE_DT_ANY TPURT_DTYPES_REAL
+/* sum, prod, cumsum (into int64, as CPU), any, all and sort also take uint16/32/64 */
+#define REDUCE_DT_SUM (TPURT_DTYPES_REAL | TPURT_DTYPES_UINT_WIDE)
 #define REDUCE_DT_FLOAT TPURT_DTYPES_FLOAT
 #define REDUCE_DT_NUM (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT) /* no bool, as on PyTorch CPU */
 
@@ -17,18 +19,18 @@
   {name, tpurt_kernel_##fn, tpurt_kernel_##fn##_ref, TPURT_OP_REDUCE_ENGINE, dt, TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_reduce[] = {
-    OPE("sum", sum, REDUCE_DT_ANY),
+    OPE("sum", sum, REDUCE_DT_SUM),
     OPE("nansum", nansum, REDUCE_DT_ANY),
     OPE("mean", mean, REDUCE_DT_ANY),
-    OPE("prod", prod, REDUCE_DT_ANY),
+    OPE("prod", prod, REDUCE_DT_SUM),
     OPE("amax", amax, REDUCE_DT_ANY),
     OPE("amin", amin, REDUCE_DT_ANY),
     OPE("max", max, REDUCE_DT_ANY),
     OPE("min", min, REDUCE_DT_ANY),
     OP("argmax", argmax, REDUCE_DT_ANY),
     OP("argmin", argmin, REDUCE_DT_ANY),
-    OPE("all", all, REDUCE_DT_ANY),
-    OPE("any", any, REDUCE_DT_ANY),
+    OPE("all", all, REDUCE_DT_SUM),
+    OPE("any", any, REDUCE_DT_SUM),
     OPE("count_nonzero", count_nonzero, REDUCE_DT_ANY),
     OPE("var", var, REDUCE_DT_FLOAT),
     OPE("std", std, REDUCE_DT_FLOAT),
@@ -39,11 +41,11 @@ const tpurt_op_def_t tpurt_ops_reduce[] = {
     OPE("logsumexp", logsumexp, REDUCE_DT_ANY),
     OP("aminmax", aminmax, REDUCE_DT_ANY),
     OP("_aminmax", aminmax, REDUCE_DT_ANY),
-    OP("cumsum", cumsum, REDUCE_DT_ANY),
+    OP("cumsum", cumsum, REDUCE_DT_SUM),
     OP("cumprod", cumprod, REDUCE_DT_ANY),
     OP("logcumsumexp", logcumsumexp, REDUCE_DT_FLOAT),
     OP("_logcumsumexp", logcumsumexp, REDUCE_DT_FLOAT),
-    OP("sort", sort, REDUCE_DT_ANY),
+    OP("sort", sort, REDUCE_DT_SUM),
     OP("topk", topk, REDUCE_DT_ANY),
     OP("kthvalue", kthvalue, REDUCE_DT_NUM),
     OP("median", median, REDUCE_DT_NUM),

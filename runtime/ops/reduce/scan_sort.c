@@ -233,11 +233,14 @@ static void sel_rows(void* user, int64_t b, int64_t e, int tid) {
   size_t isz = tpurt_dtype_size(j->in->dtype), vsz = tpurt_dtype_size(j->vals.dtype);
   int64_t vs = j->r.dim >= 0 ? j->vals.strides[j->r.dim] : 0;
   int64_t xs = j->r.dim >= 0 ? j->idxs.strides[j->r.dim] : 0;
+  /* uint64 keys are their 64 bits with the top one flipped, so that int64 order is unsigned order
+   * (uint8/16/32 load zero-extended and order as they are) */
+  const int64_t flip = j->in->dtype == TPURT_DTYPE_UINT64 ? INT64_MIN : 0;
   for (int64_t row = b; row < e; ++row) {
     const char* src = (const char*)j->in->data + tpurt_tensor_offset_of(j->in, row, j->r.dim) * (int64_t)isz;
     for (int64_t i = 0; i < n; ++i) {
       const char* p = src + i * j->r.in_stride * (int64_t)isz;
-      if (j->o.is_int) v[i].k = tpurt_dtype_load_i64(j->in->dtype, p);
+      if (j->o.is_int) v[i].k = tpurt_dtype_load_i64(j->in->dtype, p) ^ flip;
       else v[i].f = tpurt_dtype_load_f64(j->in->dtype, p);
       v[i].i = i;
     }
@@ -285,7 +288,7 @@ static void sel_rows(void* user, int64_t b, int64_t e, int tid) {
     for (int64_t t = 0; t < count; ++t) {
       const kv_t* x = &v[start + t];
       char* q = vd + t * vs * (int64_t)vsz;
-      if (j->o.is_int) tpurt_dtype_store_i64(j->vals.dtype, q, x->k);
+      if (j->o.is_int) tpurt_dtype_store_i64(j->vals.dtype, q, x->k ^ flip);
       else tpurt_dtype_store_f64(j->vals.dtype, q, x->f);
       xd[t * xs] = x->i;
     }

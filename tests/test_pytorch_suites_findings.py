@@ -1,0 +1,160 @@
+"""Defects found by running PyTorch's own device-generic test files on tpu (tests/pytorch_suites.py),
+each kept here as a test against PyTorch CPU so CI guards it without PyTorch's files; and the
+runner's own crash and hang isolation on a small generated test file."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_isnan_and_isclose(dtype, tpu, eager_mode):
+    # test_shape_ops.test_flip: assertEqual on complex tensors calls isclose, which calls isnan
+    nan = float("nan")
+    x = torch.tensor([1 + 2j, complex(nan, 1), complex(1, nan), complex(nan, nan), 0j], dtype=dtype)
+    assert torch.equal(torch.isnan(x.to(tpu)).cpu(), torch.isnan(x))
+    y = x + 1e-9
+    for equal_nan in (False, True):
+        got = torch.isclose(x.to(tpu), y.to(tpu), equal_nan=equal_nan).cpu()
+        assert torch.equal(got, torch.isclose(x, y, equal_nan=equal_nan))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_rand(dtype, tpu, eager_mode):
+    # test_shape_ops.test_sparse_dense_dim: torch.rand on complex128 (uniform_ on complex), as CPU:
+    # each of the real and imaginary parts uniform in [from, to)
+    torch.manual_seed(0)
+    x = torch.rand(20000, dtype=dtype, device=tpu).cpu()
+    assert x.dtype == torch.rand(1, dtype=dtype).dtype
+    for part in (x.real, x.imag):
+        assert part.min().item() >= 0 and part.max().item() < 1
+        assert abs(part.mean().item() - 0.5) < 0.02 and abs(part.var().item() - 1 / 12) < 0.01
+    assert abs(torch.corrcoef(torch.stack([x.real, x.imag]))[0, 1].item()) < 0.05
+    y = torch.empty(20000, dtype=dtype, device=tpu).uniform_(-2, 3).cpu()
+    for part in (y.real, y.imag):
+        assert part.min().item() >= -2 and part.max().item() < 3 and abs(part.mean().item() - 0.5) < 0.1
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_flip_roll_zero_dim(dtype, tpu, eager_mode):
+    # test_shape_ops.test_flip: flip(0) of a 0-d complex128 swapped its real and imaginary parts
+    x = torch.tensor(4.25 + 5.5j, dtype=dtype)
+    for fn in (lambda t: t.flip(0), lambda t: t.flip(()), lambda t: t.roll(1), lambda t: t.flip(-1)):
+        assert torch.equal(fn(x.to(tpu)).cpu(), fn(x))
+    v = torch.tensor([1 + 2j, 3 + 4j, 5 + 6j], dtype=dtype)
+    assert torch.equal(v.to(tpu).flip(0).cpu(), v.flip(0))
+    assert torch.equal(v.to(tpu).roll(1, 0).cpu(), v.roll(1, 0))
+
+
+def _raises_like_cpu(fn, tpu):
+    with pytest.raises(Exception) as cpu_err:
+        fn("cpu")
+    with pytest.raises(type(cpu_err.value)) as tpu_err:
+        fn(tpu)
+        torch.tpu.synchronize()
+    assert str(tpu_err.value).splitlines()[0] == str(cpu_err.value).splitlines()[0]
+
+
+def test_nonzero_out_dtype_error(tpu, eager_mode):
+    # test_shape_ops.test_nonzero matches CPU's message ("scalar type Long")
+    _raises_like_cpu(lambda d: torch.nonzero(torch.ones(3, device=d), out=torch.empty((), device=d)), tpu)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin", "max", "min"])
+def test_segment_reduce_amax_amin(reduce, tpu, eager_mode):
+    # test_segment_reductions.test_pytorch_scatter_test_cases: amax/amin are max/min's other names
+    data = torch.tensor([[1., 2.], [3., 4.], [5., 6.], [7., 8.], [9., 10.], [11., 12.]])
+    lengths = torch.tensor([2, 3, 0, 1])
+    offsets = torch.tensor([0, 2, 5, 5, 6])
+    for kw, kw_tpu in ((dict(lengths=lengths), dict(lengths=lengths.to(tpu))),
+                       (dict(offsets=offsets), dict(offsets=offsets.to(tpu)))):
+        want = torch._segment_reduce(data, reduce, unsafe=True, **kw)
+        got = torch._segment_reduce(data.to(tpu), reduce, unsafe=True, **kw_tpu).cpu()
+        assert torch.equal(got, want)
+
+
+def test_segment_reduce_checks_lengths_when_safe(tpu, eager_mode):
+    # test_segment_reductions.test_unsafe_flag: unsafe=False checks the lengths at the call, as CPU
+    data = torch.arange(6, dtype=torch.float)
+    for lengths in ([0, 2, 3, 0], [1, -1, 6]):
+        _raises_like_cpu(lambda d: torch._segment_reduce(data.to(d), "sum", lengths=torch.tensor(lengths, device=d),
+                                                          unsafe=False), tpu)
+    nd = torch.arange(12, dtype=torch.float).reshape(2, 6)
+    _raises_like_cpu(lambda d: torch._segment_reduce(nd.to(d), "sum", axis=1, unsafe=False,
+                                                      lengths=torch.tensor([[0, 3, 3, 0], [2, 3, 0, 0]], device=d)), tpu)
+    _raises_like_cpu(lambda d: torch._segment_reduce(data.to(d), "foo", lengths=torch.tensor([6], device=d)), tpu)
+    ok = torch._segment_reduce(data.to(tpu), "sum", lengths=torch.tensor([1, 2, 3], device=tpu), unsafe=False)
+    assert torch.equal(ok.cpu(), torch._segment_reduce(data, "sum", lengths=torch.tensor([1, 2, 3]), unsafe=False))
+
+
+_FAKE_SUITE = '''
+import os, time, torch
+from torch.testing._internal.common_utils import TestCase
+from torch.testing._internal.common_device_type import instantiate_device_type_tests, onlyCPU
+
+class TestFake(TestCase):
+    def test_pass(self, device):
+        self.assertEqual(torch.arange(4, device=device).sum().item(), 6)
+    def test_fail(self, device):
+        self.assertEqual(torch.ones(2, device=device), torch.zeros(2))
+    def test_raises(self, device):
+        raise ValueError("first line\\nsecond line")
+    def test_crash(self, device):
+        if "tpu" in str(device):
+            os.abort()
+    def test_hang(self, device):
+        if "tpu" in str(device):
+            time.sleep(600)
+    @onlyCPU
+    def test_cpu_only(self, device):
+        pass
+
+instantiate_device_type_tests(TestFake, globals())
+'''
+
+
+def test_runner_isolates_crashes_and_hangs(tmp_path, device):
+    if device == "cpu":
+        pytest.skip("the runner compares the tpu with CPU")
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_fake.py").write_text(_FAKE_SUITE)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "pytorch_suites.py"), "--pytorch-src", str(tmp_path),
+                        "--timeout", "8", "--out", str(tmp_path / "out"), "test_fake.py"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    row = json.loads((tmp_path / "out" / "strict" / "test_fake.json").read_text())
+    assert row["total"] == 6
+    assert (row["passed"], row["failed"], row["error"], row["crash"], row["timeout"], row["skipped"]) == (1, 1, 1, 1, 1, 1)
+    # on CPU: all but test_fail and test_raises pass; the comparison leaves out what tpu skips
+    assert row["cpu_passed"] == 3 and row["tpu_passed_of_cpu_passed"] == 1 and row["cpu_passed_tpu_skipped"] == 1
+    causes = dict((c, n) for c, n in row["top_causes"])
+    assert causes["ValueError: first line"] == 1
+    assert any(c.startswith("Crash: process died with signal SIGABRT") for c in causes)
+    assert any(c.startswith("Timeout:") for c in causes)
+    assert sorted(row["cpu_only_failures"]) == ["TestFake.test_crash_DEV", "TestFake.test_hang_DEV"]
+    md = (tmp_path / "out" / "strict" / "test_fake.md").read_text()
+    assert "| 1 | 1 | 1 | 1 | 1 | 1 | 0 | 0 | 6 |" in md
+
+
+def test_runner_requires_a_source_tree():
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "pytorch_suites.py")], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert r.returncode == 2 and "--pytorch-src" in r.stderr
+
+
+def test_known_failures_list_parses():
+    sys.path.insert(0, str(ROOT / "tests"))
+    import pytorch_suites
+    known = pytorch_suites.load_known_failures()
+    assert known, "tests/pytorch_suites_known_failures.txt lists no failures"
+    for (fname, test), reason in known.items():
+        assert fname.startswith("test_") and fname.endswith(".py") and "." in test and "_DEV" in test, (fname, test)
+        assert reason, f"{fname}::{test} has no reason"
