@@ -884,8 +884,11 @@ static tpurt_status_t run_queued(void* user) {
  * arrived within INLINE_WAIT_NS the call also ends here, with no hand-over
  * to the queue's thread and back (two wake-ups that dominate a small
  * collective's latency when the cores are shared). Otherwise the queue
- * finishes it, in order with what is submitted after. Returns true when
- * the call is over (*out_status: its result). */
+ * finishes it, in order with what is submitted after. Like a kernel run
+ * inline, it takes the submitting thread to be the stream's only submitter
+ * meanwhile (another thread's work on the same stream at the same moment is
+ * unordered with it anyway). Returns true when the call is over
+ * (*out_status: its result). */
 static bool try_inline(tpurt_dist_comm_t* c, tpurt_queue_t* queue, queued_t* q, tpurt_status_t* out_status) {
   if (slot_bytes(c, &q->op) == UINT64_MAX || atomic_load(&c->done_ticket) != q->ticket || !tpurt_queue_is_idle(queue))
     return false;
