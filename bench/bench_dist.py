@@ -1,8 +1,11 @@
 """tpu_dist collectives on this machine: allreduce and all_gather bus bandwidth (the NCCL-tests definition) from
 4 KiB to 256 MiB on 2 and 4 chips, beside gloo on CPU tensors in the same run and the same process group, as a
-fraction of this machine's copy bandwidth (measured in the same run), and the latency of an 8-byte allreduce.
+fraction of this machine's copy bandwidth (measured in the same run), the latency of an 8-byte allreduce, and the
+DDP training step time of the small GPT on 1, 2 and 4 chips beside the same DDP on CPU with gloo.
 
-    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--json bench/results_dist.json]
+    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--ddp-ranks 1,2,4] [--json bench/results_dist.json]
+
+(--max-mib 0: no bandwidth table; --ddp-ranks "": no DDP.)
 
 Bus bandwidth: allreduce moves size * 2(n-1)/n per rank, all_gather (of a size-byte output) size * (n-1)/n, so
 busbw = that / time; it is comparable across rank counts and with a copy's bandwidth (bytes copied per second, one
@@ -32,6 +35,17 @@ def _median_time(fn, sync, iters, repeats=3):
             fn()
         sync()
         times.append((time.perf_counter() - t0) / iters)
+    return statistics.median(times)
+
+
+def _per_call_median(fn, iters):
+    """The median of single calls' times: the typical latency, without the tail that other processes' use of the
+    shared cores adds to a mean."""
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
@@ -74,8 +88,10 @@ def rank_main(rank, world, sizes, outfile):
     small = torch.ones(2, device="tpu")
     lat["queued_us"] = 1e6 * _median_time(lambda: dist.all_reduce(small), tsync, 2000)
     lat["synced_us"] = 1e6 * _median_time(lambda: (dist.all_reduce(small), tsync()), lambda: None, 300)
+    lat["synced_p50_us"] = 1e6 * _per_call_median(lambda: (dist.all_reduce(small), tsync()), 1000)
     small_cpu = torch.ones(2)
     lat["gloo_us"] = 1e6 * _median_time(lambda: dist.all_reduce(small_cpu), lambda: None, 300)
+    lat["gloo_p50_us"] = 1e6 * _per_call_median(lambda: dist.all_reduce(small_cpu), 1000)
     copy_bw = None
     if rank == 0:
         # this machine's copy bandwidth, measured in the same run (64 MiB, CPU memcpy through torch)
@@ -90,7 +106,55 @@ def rank_main(rank, world, sizes, outfile):
     dist.destroy_process_group()
 
 
-def _spawn(world, sizes):
+# The small GPT of tests/test_models.py at the size bench/run.py trains; a fixed batch per rank (weak scaling).
+DDP_CFG = dict(vocab=256, d=128, heads=4, layers=2, seq=32)
+DDP_BATCH, DDP_STEPS = 8, 12
+
+
+def ddp_main(rank, world, _unused, outfile):
+    """DDP step time (forward, backward with its bucketed allreduce, SGD step, synchronize) of the small GPT: on
+    tpu chips through tpu_dist, and the same model on CPU through gloo, in the same process group."""
+    sys.path.insert(0, str(HERE.parent))
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import torch
+    import torch_tpu  # noqa: F401
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import test_models
+    torch.set_num_threads(1)  # each CPU rank gets one thread, as each chip does
+    dist.init_process_group("cpu:gloo,tpu:tpu_dist", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=600))
+    cfg = DDP_CFG
+    data = torch.randint(0, cfg["vocab"], (DDP_STEPS, DDP_BATCH, cfg["seq"] + 1),
+                         generator=torch.Generator().manual_seed(rank))
+    res = {}
+    for dev in ("tpu", "cpu"):
+        torch.manual_seed(0)
+        model = test_models.GPT(**cfg).to(dev)
+        ddp = DDP(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        sync = torch.tpu.synchronize if dev == "tpu" else (lambda: None)
+        times = []
+        for s in range(DDP_STEPS):
+            x = data[s].to(dev)
+            dist.barrier()
+            t0 = time.perf_counter()
+            logits = ddp(x[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), x[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sync()
+            times.append(time.perf_counter() - t0)
+        res[f"{dev}_step_s"] = statistics.median(times[2:])  # the first steps build caches and buckets
+    dist.barrier()
+    if rank == 0:
+        with open(outfile, "w") as f:
+            json.dump({"world": world, **res}, f)
+    dist.destroy_process_group()
+
+
+def _spawn(world, sizes, target=None):
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     with socket.socket() as s:
@@ -105,7 +169,7 @@ def _spawn(world, sizes):
                                "TORCH_TPU_TOPOLOGY": str(world)})
             os.environ.setdefault("TORCH_TPU_NUM_THREADS", "1")
             os.environ.setdefault("TORCH_TPU_HBM_BYTES", "2G")
-            p = ctx.Process(target=rank_main, args=(r, world, sizes, out))
+            p = ctx.Process(target=target or rank_main, args=(r, world, sizes, out))
             p.start()
             procs.append(p)
     finally:
@@ -127,6 +191,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--max-mib", type=int, default=256)
+    ap.add_argument("--ddp-ranks", default="1,2,4")
     ap.add_argument("--json", default=str(HERE / "results_dist.json"))
     args = ap.parse_args()
     sizes = []
@@ -134,10 +199,10 @@ def main():
     while s <= args.max_mib << 20:
         sizes.append(s)
         s *= 4
-    if sizes[-1] != args.max_mib << 20 and args.max_mib << 20 > 4 << 10:
+    if sizes and sizes[-1] != args.max_mib << 20 and args.max_mib << 20 > 4 << 10:
         sizes.append(args.max_mib << 20)
     results = []
-    for world in [int(x) for x in args.ranks.split(",")]:
+    for world in [int(x) for x in args.ranks.split(",") if x] if sizes else []:
         res = _spawn(world, sizes)
         results.append(res)
         cbw = res["copy_bw"]
@@ -151,10 +216,23 @@ def main():
                 line += f" {ours / 1e9:9.2f} (gloo {gloo / 1e9:6.2f}) {ours / gloo:7.1f} {ours / cbw:8.0%} |"
             print(line)
         lat = res["latency"]
-        print(f"8-byte allreduce: {lat['queued_us']:.1f} us queued back to back, {lat['synced_us']:.1f} us one call "
-              f"+ synchronize; gloo {lat['gloo_us']:.1f} us ({lat['gloo_us'] / lat['synced_us']:.1f}x)")
+        print(f"8-byte allreduce: {lat['queued_us']:.1f} us each queued back to back; one call + synchronize "
+              f"{lat['synced_us']:.1f} us mean, {lat['synced_p50_us']:.1f} us median; gloo {lat['gloo_us']:.1f} us mean "
+              f"({lat['gloo_us'] / lat['synced_us']:.1f}x), {lat['gloo_p50_us']:.1f} us median "
+              f"({lat['gloo_p50_us'] / lat['synced_p50_us']:.1f}x)")
+    ddp = []
+    ddp_worlds = [int(x) for x in args.ddp_ranks.split(",") if x]
+    if ddp_worlds:
+        print(f"\n== DDP step of the small GPT {DDP_CFG}, batch {DDP_BATCH} per rank, median of "
+              f"{DDP_STEPS - 2} steps")
+        print(f"{'chips':>5} | {'tpu_dist ms':>11} {'gloo CPU ms':>11} {'x CPU':>6} | load")
+    for world in ddp_worlds:
+        res = _spawn(world, None, target=ddp_main)
+        ddp.append(res)
+        print(f"{world:>5} | {res['tpu_step_s'] * 1e3:11.1f} {res['cpu_step_s'] * 1e3:11.1f} "
+              f"{res['cpu_step_s'] / res['tpu_step_s']:6.2f} | {os.getloadavg()[0]:.1f}")
     with open(args.json, "w") as f:
-        json.dump({"load_average": os.getloadavg(), "results": results}, f, indent=1)
+        json.dump({"load_average": os.getloadavg(), "results": results, "ddp": ddp}, f, indent=1)
     print(f"\nwritten to {args.json}; load average now {os.getloadavg()}")
 
 

@@ -443,7 +443,8 @@ def tp_parity(rank, world):
 
 def cross_host(rank, world):
     """Two "hosts" of 2 chips each on this machine (TORCH_TPU_HOST_ID): collectives go through each host's
-    shared memory and gloo between the hosts' first ranks; results equal the one-host answers."""
+    shared memory and gloo between the hosts' first ranks, point-to-point messages and all_to_all's parts between
+    ranks of different hosts through gloo; results equal the known answers."""
     import torch.distributed as dist
     _init(rank, world)
     dev = torch.device("tpu", 0)
@@ -474,9 +475,175 @@ def cross_host(rank, world):
     _same(out, _reduce_ref([_value(r, torch.float32, shape, salt=rank) for r in range(W)], R.SUM, torch.float32),
           "cross-host reduce_scatter_tensor")
     dist.barrier()
-    try:
-        dist.send(inp, (rank + 1) % W)
-        raise AssertionError("send across hosts was accepted")
-    except NotImplementedError as e:
-        assert "across hosts" in str(e), str(e)
+    for dt in (torch.float32, torch.bfloat16, torch.bool, torch.complex64, torch.int64):
+        # gather and scatter, with roots on either host and not always a host's first rank
+        for root in (0, 3):
+            outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)] if rank == root else None
+            dist.gather(_value(rank, dt, shape).to(dev), outs, dst=root)
+            if rank == root:
+                for r in range(W):
+                    _same(outs[r], _value(r, dt, shape), f"cross-host gather {dt} to {root} [{r}]")
+        for root in (1, 2):
+            out = torch.empty(shape, dtype=dt, device=dev)
+            ins = [_value(10 + q, dt, shape).to(dev) for q in range(W)] if rank == root else None
+            dist.scatter(out, ins, src=root)
+            _same(out, _value(10 + rank, dt, shape), f"cross-host scatter {dt} from {root}")
+        # all_to_all_single, uneven: rank p sends p + q + 1 rows to rank q
+        in_splits = [rank + q + 1 for q in range(W)]
+        out_splits = [p + rank + 1 for p in range(W)]
+        inp_a = torch.cat([torch.full((in_splits[q], 3), 100 * rank + q).to(dt) for q in range(W)]).to(dev)
+        out_a = torch.empty((sum(out_splits), 3), dtype=dt, device=dev)
+        dist.all_to_all_single(out_a, inp_a, out_splits, in_splits)
+        want = torch.cat([torch.full((out_splits[p], 3), 100 * p + rank).to(dt) for p in range(W)])
+        _same(out_a, want, f"cross-host all_to_all_single {dt}")
+        # all_to_all (lists), even
+        ins = [_value(rank, dt, (2, 3), salt=q).to(dev) for q in range(W)]
+        outs = [torch.empty((2, 3), dtype=dt, device=dev) for _ in range(W)]
+        dist.all_to_all(outs, ins)
+        for p in range(W):
+            _same(outs[p], _value(p, dt, (2, 3), salt=rank), f"cross-host all_to_all {dt} from {p}")
+        # send / recv to a rank two away (the other host) and to the neighbour on the same host
+        for step in (2, 1):
+            peer_to, peer_from = (rank + step) % W, (rank - step) % W
+            t = _value(rank, dt, shape).to(dev)
+            r_buf = torch.empty(shape, dtype=dt, device=dev)
+            if (rank // step) % 2 == 0:
+                dist.send(t, peer_to)
+                dist.recv(r_buf, peer_from)
+            else:
+                dist.recv(r_buf, peer_from)
+                dist.send(t, peer_to)
+            _same(r_buf, _value(peer_from, dt, shape), f"cross-host send/recv {dt} step {step}")
+    # isend / irecv, and batch_isend_irecv mixing same-host and other-host peers, every rank sending first
+    t = _value(rank, torch.float32, shape).to(dev)
+    r_next, r_far = torch.empty(shape, device=dev), torch.empty(shape, device=dev)
+    ops = [dist.P2POp(dist.isend, t, (rank + 1) % W), dist.P2POp(dist.isend, t, (rank + 2) % W),
+           dist.P2POp(dist.irecv, r_next, (rank - 1) % W), dist.P2POp(dist.irecv, r_far, (rank - 2) % W)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    _same(r_next, _value((rank - 1) % W, torch.float32, shape), "cross-host batch_isend_irecv (ring)")
+    _same(r_far, _value((rank - 2) % W, torch.float32, shape), "cross-host batch_isend_irecv (other host)")
+    if rank in (0, 3):
+        buf = _value(rank, torch.float32, shape).to(dev) if rank == 0 else torch.empty(shape, device=dev)
+        w = dist.isend(buf, 3) if rank == 0 else dist.irecv(buf, 0)
+        w.wait()
+        _same(buf, _value(0, torch.float32, shape), "cross-host isend/irecv")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _train_fsdp(model, mesh, data, rank, world, vocab, lr, steps, **shard_kw):
+    """fully_shard per block and at the root on `mesh`; per-step losses averaged over ranks."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    dev = torch.device("tpu", 0)
+    model = model.to(dev)
+    for blk in model.blocks:
+        fully_shard(blk, mesh=mesh, reshard_after_forward=True, **shard_kw)
+    fully_shard(model, mesh=mesh, **shard_kw)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    per = data.shape[1] // world
+    losses = []
+    for s in range(steps):
+        x = data[s, rank * per:(rank + 1) * per].to(dev)
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).float().reshape(-1, vocab), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        avg = loss.detach().clone()
+        dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+        losses.append(avg.item())
+    return model, losses
+
+
+def fsdp2_mixed_precision(rank, world):
+    """FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the small GPT's per-step losses stay
+    within bf16 tolerance of one fp32 process on the whole batch; the sharded parameters stay fp32."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    _init(rank, world)
+    vocab, seq, steps, lr = 64, 16, 3, 0.5
+    model, ref = _gpt_pair(vocab, seq)
+    data = torch.randint(0, vocab, (steps, 4 * world, seq + 1), generator=torch.Generator().manual_seed(1))
+    mesh = init_device_mesh("tpu", (world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    model, losses = _train_fsdp(model, mesh, data, rank, world, vocab, lr, steps, mp_policy=mp)
+    want = _ref_losses(ref, data, vocab, lr, steps)
+    for s in range(steps):
+        assert abs(want[s] - losses[s]) <= 2e-2 * abs(want[s]), (s, want[s], losses[s])
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    dist.destroy_process_group()
+
+
+def hsdp_two_hosts(rank, world):
+    """HSDP on a 2-D mesh over two 2-chip "hosts": replicate across hosts x shard within each host; the small GPT
+    trains to one process's per-step losses on the whole batch."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    _init(rank, world)
+    vocab, seq, steps, lr = 64, 16, 3, 0.5
+    model, ref = _gpt_pair(vocab, seq)
+    data = torch.randint(0, vocab, (steps, 2 * world, seq + 1), generator=torch.Generator().manual_seed(1))
+    mesh = init_device_mesh("tpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
+    assert dist.get_backend(mesh.get_group("replicate")) == "tpu_dist"
+    assert sorted(dist.get_process_group_ranks(mesh.get_group("replicate"))) == [rank % 2, rank % 2 + 2]
+    model, losses = _train_fsdp(model, mesh, data, rank, world, vocab, lr, steps)
+    want = _ref_losses(ref, data, vocab, lr, steps)
+    for s in range(steps):
+        assert abs(want[s] - losses[s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, want[s], losses[s])
+    dist.destroy_process_group()
+
+
+def _ckpt_dir():
+    return os.environ["TORCH_TPU_TEST_CKPT"]
+
+
+def dcp_save(rank, world):
+    """torch.distributed.checkpoint saves an FSDP2 model (one SGD step trained) from `world` ranks; rank 0 also
+    writes the full state dict as the reference."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    _init(rank, world)
+    vocab, seq = 64, 16
+    model, _ = _gpt_pair(vocab, seq)
+    data = torch.randint(0, vocab, (1, 2 * world, seq + 1), generator=torch.Generator().manual_seed(1))
+    model, _ = _train_fsdp(model, init_device_mesh("tpu", (world,)), data, rank, world, vocab, 0.5, 1)
+    dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=os.path.join(_ckpt_dir(), "ckpt"))
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        torch.save(full, os.path.join(_ckpt_dir(), "full.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def dcp_load(rank, world):
+    """The checkpoint dcp_save wrote, loaded into an FSDP2 model sharded over `world` ranks (a different count):
+    the full state equals the saved model's, bit for bit."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         set_model_state_dict)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    import test_models
+    _init(rank, world)
+    torch.manual_seed(123)  # other initial weights than the saved ones
+    model = test_models.GPT(vocab=64, d=32, heads=2, layers=2, seq=16).to("tpu")
+    mesh = init_device_mesh("tpu", (world,))
+    for blk in model.blocks:
+        fully_shard(blk, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    state = {"model": get_model_state_dict(model)}
+    dcp.load(state, checkpoint_id=os.path.join(_ckpt_dir(), "ckpt"))
+    set_model_state_dict(model, state["model"])
+    got = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        want = torch.load(os.path.join(_ckpt_dir(), "full.pt"))
+        assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+        for k in want:
+            assert torch.equal(got[k].cpu(), want[k].cpu()), k
+    dist.barrier()
     dist.destroy_process_group()

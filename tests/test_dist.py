@@ -161,3 +161,21 @@ def test_tensor_parallel_parity_2_ranks():
 def test_two_hosts_of_two_chips():
     """Multi-host as separate node groups on loopback: within each "host" shared memory, gloo between hosts."""
     _spawn("cross_host", 4, hosts=2)
+
+
+def test_fsdp2_mixed_precision_2_ranks():
+    """MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): within bf16 tolerance of one fp32 process."""
+    _spawn("fsdp2_mixed_precision", 2)
+
+
+def test_hsdp_two_hosts():
+    """HSDP on a (replicate=2 hosts, shard=2 chips) mesh: replication across hosts goes through gloo."""
+    _spawn("hsdp_two_hosts", 4, hosts=2)
+
+
+@pytest.mark.parametrize("load_world", [1, 4])
+def test_distributed_checkpoint_2_to_n(tmp_path, load_world, monkeypatch):
+    """torch.distributed.checkpoint: an FSDP2 model saved from 2 ranks loads into 1 and into 4, state equal."""
+    monkeypatch.setenv("TORCH_TPU_TEST_CKPT", str(tmp_path))
+    _spawn("dcp_save", 2)
+    _spawn("dcp_load", load_world, topology="2x2" if load_world == 4 else None)

@@ -73,7 +73,8 @@ def _host_key() -> str:
 
 def _create_backend(store, rank, size, timeout):
     """c10d's creator for "tpu_dist". Within one host: the shared-memory communicator. Across hosts
-    (hierarchical): a communicator per host, and gloo between the first ranks of the hosts."""
+    (hierarchical): a communicator per host, gloo between the first ranks of the hosts (collectives), and a gloo
+    group of every rank for what goes between two ranks of different hosts."""
     import datetime
     import torch.distributed as dist
     from torch_tpu import _C
@@ -88,7 +89,7 @@ def _create_backend(store, rank, size, timeout):
     hosts = [store.get(f"tpu_dist/host/{r}").decode() for r in range(size)]
     names = list(dict.fromkeys(hosts))
     if len(names) == 1:
-        return _C._dist_create_backend(store, rank, size, seconds, rank, size, 0, 1, None)
+        return _C._dist_create_backend(store, rank, size, seconds, rank, size, 0, 1, None, None)
     local = size // len(names)
     if any(hosts[r] != names[r // local] for r in range(size)) or local * len(names) != size:
         raise NotImplementedError(
@@ -100,7 +101,10 @@ def _create_backend(store, rank, size, timeout):
     if rank % local == 0:
         cross = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/hosts/", store), h, len(names),
                                       datetime.timedelta(seconds=seconds))
-    return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross)
+    # Every rank, for what goes between two ranks of different hosts (send/recv, all_to_all's parts).
+    world = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/world/", store), rank, size,
+                                  datetime.timedelta(seconds=seconds))
+    return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross, world)
 
 
 def register_backend() -> None:

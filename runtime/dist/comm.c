@@ -23,6 +23,13 @@
 #define PREFIX "tpurt_dist_"
 /* Elements per reduction block: small enough to stay in L2 with every input. */
 #define BLOCK_BYTES (32u << 10)
+/* Messages up to this many bytes per rank go through the control block
+ * itself (each rank's two slots, alternating calls): one synchronisation per
+ * call instead of two (see "Two protocols" below). */
+#define SLOT_BYTES (64u << 10)
+/* How long a thread that issued a small collective on an idle queue waits
+ * for its peers itself before leaving the rest to the queue's thread. */
+#define INLINE_WAIT_NS 30000u
 
 /* What every rank publishes about the collective it is in. */
 typedef struct header_t {
@@ -43,7 +50,7 @@ typedef struct __attribute__((aligned(64))) shm_rank_t {
   _Atomic uint32_t left;   /* destroyed its communicator */
   int32_t mem_fd;
   uint64_t mem_bytes;
-  header_t hdr;
+  header_t hdr[2];         /* call k's header in hdr[k & 1] */
   uint64_t send_counts[MAXR], send_offsets[MAXR], recv_counts[MAXR], recv_offsets[MAXR];
   _Atomic uint32_t p2p_posted[MAXR]; /* messages posted to rank d */
   _Atomic uint32_t p2p_taken[MAXR];  /* messages taken from rank s */
@@ -67,6 +74,7 @@ struct tpurt_dist_comm_t {
   shm_t* shm;
   size_t shm_bytes;
   uint8_t* base[MAXR]; /* each rank's device memory, mapped here (ours: the caller's) */
+  uint8_t* slots;      /* the ranks' data slots in the control block */
   uint64_t bytes[MAXR];
   uint64_t seq;
   uint32_t p2p_sent[MAXR], p2p_recvd[MAXR];
@@ -165,23 +173,36 @@ static bool pid_dead(int pid) {
   return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
+/* What a wait was for, for its error message: a collective's header
+ * (described only when the wait fails) or a text. */
+typedef struct waiting_t {
+  const header_t* call;
+  const char* text;
+} waiting_t;
+
 /* Fails the wait (and aborts the communicator for everyone) naming the rank
  * waited for and what this rank was doing. */
-static tpurt_status_t fail_wait(tpurt_dist_comm_t* c, int peer, const char* what, const char* cause) {
-  char msg[768];
+static tpurt_status_t fail_wait(tpurt_dist_comm_t* c, int peer, waiting_t what, const char* cause) {
+  char desc[160], call[200], msg[768];
+  if (what.call) {
+    describe(what.call, desc, sizeof(desc));
+    snprintf(call, sizeof(call), "%s (call #%llu of the group)", desc, (unsigned long long)what.call->seq);
+  }
   snprintf(msg, sizeof(msg), "rank %d (pid %d) %s %s; seen by rank %d", peer,
-           (int)atomic_load(&c->shm->ranks[peer].pid), cause, what, c->rank);
+           (int)atomic_load(&c->shm->ranks[peer].pid), cause, what.call ? call : what.text, c->rank);
   tpurt_dist_comm_abort(c, msg);
   return aborted_status(c);
 }
 
 /* Waits until ready(c, arg) names no missing rank (returns -1). Spins a
- * little (a peer on another core is usually microseconds away), then sleeps
- * on the shared wake word, checking every 50 ms for an abort, a dead peer
- * and the timeout. */
+ * little (a peer on another core is usually microseconds away), yielding
+ * the core (the peer may need it), then sleeps on the shared wake word,
+ * checking every 50 ms for an abort, a dead peer and the timeout. A waiter
+ * is woken only when what it waits for may be complete (a barrier's last
+ * arrival, a message, an abort), not at every peer's step. */
 typedef int (*missing_fn)(tpurt_dist_comm_t* c, uint64_t arg);
 
-static tpurt_status_t wait_for(tpurt_dist_comm_t* c, missing_fn missing, uint64_t arg, const char* what) {
+static tpurt_status_t wait_for(tpurt_dist_comm_t* c, missing_fn missing, uint64_t arg, waiting_t what) {
   shm_t* s = c->shm;
   uint64_t t0 = tpurt_now_ns();
   for (int i = 0;; ++i) {
@@ -217,7 +238,7 @@ static tpurt_status_t wait_for(tpurt_dist_comm_t* c, missing_fn missing, uint64_
 
 static int missing_arrive(tpurt_dist_comm_t* c, uint64_t target) {
   for (int p = 0; p < c->size; ++p)
-    if (atomic_load_explicit(&c->shm->ranks[p].arrive, memory_order_acquire) < (uint32_t)target) return p;
+    if (atomic_load(&c->shm->ranks[p].arrive) < (uint32_t)target) return p;
   return -1;
 }
 
@@ -228,9 +249,16 @@ static int missing_attach(tpurt_dist_comm_t* c, uint64_t unused) {
   return 0;
 }
 
-static tpurt_status_t barrier(tpurt_dist_comm_t* c, uint32_t target, const char* what) {
-  atomic_store_explicit(&c->shm->ranks[c->rank].arrive, target, memory_order_release);
-  notify(c->shm);
+/* Arrives at barrier value `target`; the rank that completes it wakes the
+ * sleepers. (Both the store and the loads are sequentially consistent: of
+ * two ranks arriving together, at least one sees the other.) */
+static void arrive(tpurt_dist_comm_t* c, uint32_t target) {
+  atomic_store(&c->shm->ranks[c->rank].arrive, target);
+  if (missing_arrive(c, target) < 0) notify(c->shm);
+}
+
+static tpurt_status_t barrier(tpurt_dist_comm_t* c, uint32_t target, waiting_t what) {
+  arrive(c, target);
   return wait_for(c, missing_arrive, target, what);
 }
 
@@ -252,7 +280,9 @@ static void sweep_stale(void) {
   closedir(d);
 }
 
-static size_t shm_size(int n) { return sizeof(shm_t) + (size_t)n * sizeof(shm_rank_t); }
+/* The control block, then each rank's two data slots (rank-major). */
+static size_t slots_offset(int n) { return (sizeof(shm_t) + (size_t)n * sizeof(shm_rank_t) + 63) & ~(size_t)63; }
+static size_t shm_size(int n) { return slots_offset(n) + (size_t)n * 2 * SLOT_BYTES; }
 
 tpurt_status_t tpurt_dist_comm_create(const tpurt_dist_comm_params_t* p, tpurt_dist_comm_t** out) {
   if (!p || !out || !p->name || p->name[0] != '/' || strlen(p->name) > 200 || strchr(p->name + 1, '/'))
@@ -311,6 +341,7 @@ tpurt_status_t tpurt_dist_comm_create(const tpurt_dist_comm_params_t* p, tpurt_d
     st = TPURT_STATUS(UNAVAILABLE, "tpu_dist: cannot map shared memory %s: %s", p->name, strerror(errno));
     goto fail;
   }
+  c->slots = (uint8_t*)c->shm + slots_offset(p->size);
   if (p->rank == 0) {
     c->shm->size = (uint32_t)p->size;
     __atomic_store_n(&c->shm->magic, MAGIC, __ATOMIC_RELEASE);
@@ -325,7 +356,7 @@ tpurt_status_t tpurt_dist_comm_create(const tpurt_dist_comm_params_t* p, tpurt_d
   atomic_store(&me->pid, (int32_t)getpid());
   atomic_fetch_add(&c->shm->attached, 1);
   notify(c->shm);
-  st = wait_for(c, missing_attach, 0, "joining the process group");
+  st = wait_for(c, missing_attach, 0, (waiting_t){NULL, "joining the process group"});
   if (st) goto fail;
   /* Everyone has opened the block: the name can go, so a crash from here on
    * leaves nothing in /dev/shm. */
@@ -353,7 +384,7 @@ tpurt_status_t tpurt_dist_comm_create(const tpurt_dist_comm_params_t* p, tpurt_d
   }
   /* Nobody returns before everyone has mapped everyone (a peer's first
    * collective may read our memory at once). */
-  st = barrier(c, 1, "joining the process group");
+  st = barrier(c, 1, (waiting_t){NULL, "joining the process group"});
   if (st) goto fail;
   *out = c;
   return TPURT_OK;
@@ -402,22 +433,23 @@ static uint64_t offset_of(tpurt_dist_comm_t* c, const void* ptr, uint64_t bytes,
 
 static inline uint8_t* at(tpurt_dist_comm_t* c, int r, uint64_t off) { return c->base[r] + off; }
 
-/* Reduces elements [lo, hi) of every rank's input (at in_off + lo) and
- * writes the result to the outputs of `dst_mask`'s ranks. */
-static void reduce_range(tpurt_dist_comm_t* c, const header_t* h, const uint64_t* in_off,
-                         const uint64_t* out_off, uint64_t lo, uint64_t hi, uint64_t dst_mask) {
+/* Reduces elements [lo, hi) of every rank's input (srcs[p]: rank p's
+ * element 0) block by block into a scratch block, and copies each block to
+ * every one of the ndst outputs (element 0 at dsts[j]). Reducing into
+ * scratch first lets an output be one of the inputs. */
+static void reduce_range(tpurt_dist_comm_t* c, const header_t* h, const uint8_t* const* srcs, uint8_t* const* dsts,
+                         int ndst, uint64_t lo, uint64_t hi) {
   tpurt_dtype_t dt = (tpurt_dtype_t)h->dtype;
   size_t es = tpurt_dtype_size(dt);
   uint64_t block = BLOCK_BYTES / es;
   for (uint64_t b = lo; b < hi; b += block) {
     uint64_t n = hi - b < block ? hi - b : block;
-    const void* srcs[MAXR];
-    for (int p = 0; p < c->size; ++p) srcs[p] = at(c, p, in_off[p] + b * es);
+    const void* src[MAXR];
+    for (int p = 0; p < c->size; ++p) src[p] = srcs[p] + b * es;
     void* tmp = c->scratch;
-    tpurt_dist_reduce_block(dt, (tpurt_dist_redop_t)h->redop, srcs, c->size, n, tmp,
+    tpurt_dist_reduce_block(dt, (tpurt_dist_redop_t)h->redop, src, c->size, n, tmp,
                             (uint8_t*)c->scratch + 2 * BLOCK_BYTES);
-    for (int p = 0; p < c->size; ++p)
-      if (dst_mask >> p & 1) memcpy(at(c, p, out_off[p] + b * es), tmp, n * es);
+    for (int j = 0; j < ndst; ++j) memcpy(dsts[j] + b * es, tmp, n * es);
   }
 }
 
@@ -433,12 +465,12 @@ static bool same_call(const header_t* a, const header_t* b) {
   }
 }
 
-static tpurt_status_t check_headers(tpurt_dist_comm_t* c) {
-  const header_t* mine = &c->shm->ranks[c->rank].hdr;
+static tpurt_status_t check_headers(tpurt_dist_comm_t* c, int slot) {
+  const header_t* mine = &c->shm->ranks[c->rank].hdr[slot];
   for (int p = 0; p < c->size; ++p) {
-    const header_t* h = &c->shm->ranks[p].hdr;
+    const header_t* h = &c->shm->ranks[p].hdr[slot];
     /* Everyone compares against rank 0, so every rank reports the same pair. */
-    const header_t* h0 = &c->shm->ranks[0].hdr;
+    const header_t* h0 = &c->shm->ranks[0].hdr[slot];
     if (!same_call(h0, h)) {
       char a[160], b[160], msg[512];
       describe(h0, a, sizeof(a));
@@ -484,6 +516,21 @@ static tpurt_status_t validate(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) 
                         tpurt_dist_kind_name(op->kind), op->peer, c->size);
   if (op->kind == TPURT_DIST_ALLTOALL && (!op->send_counts || !op->send_offsets || !op->recv_counts || !op->recv_offsets))
     return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: all_to_all needs send/recv counts and offsets");
+  if (op->count) {
+    /* The buffers each rank must give (the root's, or everyone's). */
+    bool root = op->root == c->rank, needs_in, needs_out;
+    switch (op->kind) {
+      case TPURT_DIST_BROADCAST: case TPURT_DIST_SCATTER: needs_in = root, needs_out = true; break;
+      case TPURT_DIST_REDUCE: case TPURT_DIST_GATHER: needs_in = true, needs_out = root; break;
+      case TPURT_DIST_ALLREDUCE: case TPURT_DIST_ALLGATHER: case TPURT_DIST_REDUCE_SCATTER:
+        needs_in = needs_out = true;
+        break;
+      default: needs_in = needs_out = false; break;
+    }
+    if ((needs_in && !op->in) || (needs_out && !op->out))
+      return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: rank %d gave no %s buffer", tpurt_dist_kind_name(op->kind),
+                          c->rank, needs_in && !op->in ? "input" : "output");
+  }
   return TPURT_OK;
 }
 
@@ -523,7 +570,7 @@ static tpurt_status_t finish_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* o
   snprintf(what, sizeof(what), "receiving message #%u (send of %llu %s elements, tag %d) from rank %d", n,
            (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
   p2p_wait_t w = {op->peer, n, true};
-  return wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, what);
+  return wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what});
 }
 
 static tpurt_status_t run_recv(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
@@ -537,7 +584,7 @@ static tpurt_status_t run_recv(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) 
   snprintf(what, sizeof(what), "sending message #%u (recv of %llu %s elements, tag %d) to rank %d", n,
            (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
   p2p_wait_t w = {op->peer, n, false};
-  TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, what));
+  TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
   p2p_msg_t m = c->shm->ranks[op->peer].p2p_msg[c->rank];
   if (m.count != op->count || m.dtype != (int32_t)op->dtype || m.tag != op->tag) {
     char msg[512];
@@ -561,12 +608,54 @@ static tpurt_status_t run_p2p(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
   return finish_send(c, op, n);
 }
 
-tpurt_status_t tpurt_dist_run(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
-  if (!c || !op) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: NULL communicator or op");
-  if (atomic_load(&c->shm->aborted)) return aborted_status(c);
-  TPURT_RETURN_IF_ERROR(validate(c, op));
-  if (op->kind == TPURT_DIST_SEND || op->kind == TPURT_DIST_RECV) return run_p2p(c, op);
+/* ---- Two protocols ----
+ * Call k of the group publishes its header in hdr[k & 1] and arrives at
+ * barrier value 2k; once every rank has arrived, each compares the headers,
+ * then data moves.
+ * Small messages (each rank's part at most SLOT_BYTES) go through the
+ * control block: before arriving, each rank copies its part into its slot
+ * k & 1, and after the barrier every rank reads what it needs from the
+ * slots. One synchronisation per call: a slot is written again at call k + 2,
+ * which no rank enters before every rank has entered k + 1, that is, has
+ * finished reading call k.
+ * Larger messages are read and written where they lie, in the ranks' device
+ * memory (each rank reduces 1/n of the message over every input and writes
+ * it into every output), and the call ends with a second barrier (2k + 1),
+ * so nobody reuses a buffer that a peer still reads or writes. */
 
+typedef struct call_t {
+  uint64_t seq;
+  int slot;
+  bool small;
+} call_t;
+
+/* The bytes each rank puts in its slot for `op`, or UINT64_MAX when the op
+ * takes the large protocol. It depends only on what the headers compare,
+ * so every rank chooses the same protocol (or the headers differ and the
+ * call fails before any data is read). */
+static uint64_t slot_bytes(const tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
+  uint64_t b = op->count * tpurt_dtype_size(op->dtype);
+  switch (op->kind) {
+    case TPURT_DIST_ALLREDUCE: case TPURT_DIST_REDUCE: case TPURT_DIST_BROADCAST: case TPURT_DIST_ALLGATHER:
+    case TPURT_DIST_GATHER:
+      break;
+    case TPURT_DIST_REDUCE_SCATTER: case TPURT_DIST_SCATTER: b *= (uint64_t)c->size; break;
+    case TPURT_DIST_BARRIER: return 0;
+    default: return UINT64_MAX;
+  }
+  /* And a rank reads at most 2 slots' worth (an allreduce reads n parts):
+   * beyond that, sharing the reduction (the large protocol) wins even
+   * with its second synchronisation (measured on 2 and 4 chips). */
+  uint64_t reads = op->count * tpurt_dtype_size(op->dtype) * (uint64_t)c->size;
+  return b <= SLOT_BYTES && reads <= 2 * SLOT_BYTES ? b : UINT64_MAX;
+}
+
+static inline uint8_t* slot_at(tpurt_dist_comm_t* c, int rank, int slot) {
+  return c->slots + ((size_t)rank * 2 + (size_t)slot) * SLOT_BYTES;
+}
+
+/* Publishes this rank's header (and, small, its part) and arrives. */
+static tpurt_status_t call_begin(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op, call_t* out) {
   int n = c->size, r = c->rank;
   size_t es = tpurt_dtype_size(op->dtype);
   uint64_t cnt = op->count;
@@ -591,8 +680,9 @@ tpurt_status_t tpurt_dist_run(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
   tpurt_status_t st = TPURT_OK;
   shm_rank_t* me = &c->shm->ranks[r];
   uint64_t seq = ++c->seq;
-  me->hdr = (header_t){seq, op->kind, op->dtype, op->redop, op->root, cnt,
-                       offset_of(c, op->in, in_bytes, "input", &st), offset_of(c, op->out, out_bytes, "output", &st)};
+  int slot = (int)(seq & 1);
+  me->hdr[slot] = (header_t){seq, op->kind, op->dtype, op->redop, op->root, cnt,
+                             offset_of(c, op->in, in_bytes, "input", &st), offset_of(c, op->out, out_bytes, "output", &st)};
   if (st) {
     /* Our peers are waiting for us: they learn why. */
     char msg[600];
@@ -607,51 +697,107 @@ tpurt_status_t tpurt_dist_run(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
       me->recv_counts[p] = op->recv_counts[p];
       me->recv_offsets[p] = op->recv_offsets[p];
     }
-  char what[200], desc[160];
-  describe(&me->hdr, desc, sizeof(desc));
-  snprintf(what, sizeof(what), "%s (call #%llu of the group)", desc, (unsigned long long)seq);
+  uint64_t sb = slot_bytes(c, op);
+  bool gives = !(op->kind == TPURT_DIST_BROADCAST || op->kind == TPURT_DIST_SCATTER) || r == op->root;
+  if (sb != UINT64_MAX && sb && gives) memcpy(slot_at(c, r, slot), op->in, sb);
+  *out = (call_t){seq, slot, sb != UINT64_MAX};
   /* Barrier values: 1 was the join; call k enters at 2k and leaves at 2k+1. */
-  TPURT_RETURN_IF_ERROR(barrier(c, (uint32_t)(2 * seq), what));
-  TPURT_RETURN_IF_ERROR(check_headers(c));
+  arrive(c, (uint32_t)(2 * seq));
+  return TPURT_OK;
+}
 
-  uint64_t in_off[MAXR], out_off[MAXR];
-  for (int p = 0; p < n; ++p) {
-    in_off[p] = c->shm->ranks[p].hdr.in_off;
-    out_off[p] = c->shm->ranks[p].hdr.out_off;
+static bool call_arrived(tpurt_dist_comm_t* c, const call_t* call) {
+  return missing_arrive(c, 2 * call->seq) < 0;
+}
+
+/* The small protocol's data movement: everything from the slots. */
+static void small_data(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op, const header_t* h, int slot) {
+  int n = c->size, r = c->rank;
+  size_t es = tpurt_dtype_size(op->dtype);
+  uint64_t cnt = op->count, bytes = cnt * es;
+  const uint8_t* sl[MAXR];
+  for (int p = 0; p < n; ++p) sl[p] = slot_at(c, p, slot);
+  uint8_t* out = op->out;
+  switch (op->kind) {
+    case TPURT_DIST_ALLREDUCE: reduce_range(c, h, sl, &out, 1, 0, cnt); break;
+    case TPURT_DIST_REDUCE:
+      if (r == op->root) reduce_range(c, h, sl, &out, 1, 0, cnt);
+      break;
+    case TPURT_DIST_REDUCE_SCATTER: {
+      const uint8_t* part[MAXR];
+      for (int p = 0; p < n; ++p) part[p] = sl[p] + (uint64_t)r * bytes;
+      reduce_range(c, h, part, &out, 1, 0, cnt);
+      break;
+    }
+    case TPURT_DIST_BROADCAST:
+      if (r != op->root) memcpy(out, sl[op->root], bytes);
+      else if (op->out != op->in) memmove(op->out, op->in, bytes);
+      break;
+    case TPURT_DIST_ALLGATHER:
+      for (int p = 0; p < n; ++p) memcpy(out + (uint64_t)p * bytes, sl[p], bytes);
+      break;
+    case TPURT_DIST_GATHER:
+      if (r == op->root)
+        for (int p = 0; p < n; ++p) memcpy(out + (uint64_t)p * bytes, sl[p], bytes);
+      break;
+    case TPURT_DIST_SCATTER: memcpy(out, sl[op->root] + (uint64_t)r * bytes, bytes); break;
+    default: break;
   }
-  const header_t* h = &me->hdr;
+}
+
+/* Waits for every rank's arrival, compares the headers, moves the data. */
+static tpurt_status_t call_finish(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op, const call_t* call) {
+  int n = c->size, r = c->rank;
+  const header_t* h = &c->shm->ranks[r].hdr[call->slot];
+  waiting_t what = {h, NULL};
+  TPURT_RETURN_IF_ERROR(wait_for(c, missing_arrive, 2 * call->seq, what));
+  TPURT_RETURN_IF_ERROR(check_headers(c, call->slot));
+  if (call->small) {
+    small_data(c, op, h, call->slot);
+    return TPURT_OK;
+  }
+  size_t es = tpurt_dtype_size(op->dtype);
+  uint64_t cnt = op->count;
+  const uint8_t* ins[MAXR];
+  uint8_t* outs[MAXR];
+  uint64_t in_off[MAXR];
+  for (int p = 0; p < n; ++p) {
+    const header_t* hp = &c->shm->ranks[p].hdr[call->slot];
+    in_off[p] = hp->in_off;
+    ins[p] = hp->in_off == UINT64_MAX ? NULL : at(c, p, hp->in_off);
+    outs[p] = hp->out_off == UINT64_MAX ? NULL : at(c, p, hp->out_off);
+  }
   switch (op->kind) {
     case TPURT_DIST_ALLREDUCE:
     case TPURT_DIST_REDUCE: {
       /* Rank r owns elements [r*cnt/n, (r+1)*cnt/n): it reduces them over every
        * input and writes them to every output (reduce: the root's). */
       uint64_t lo = cnt * (uint64_t)r / n, hi = cnt * (uint64_t)(r + 1) / n;
-      uint64_t mask = op->kind == TPURT_DIST_REDUCE ? 1ull << op->root : (n == 64 ? ~0ull : (1ull << n) - 1);
-      reduce_range(c, h, in_off, out_off, lo, hi, mask);
+      if (op->kind == TPURT_DIST_REDUCE) reduce_range(c, h, ins, &outs[op->root], 1, lo, hi);
+      else reduce_range(c, h, ins, outs, n, lo, hi);
       break;
     }
     case TPURT_DIST_REDUCE_SCATTER: {
-      uint64_t ins[MAXR];
-      for (int p = 0; p < n; ++p) ins[p] = in_off[p] + (uint64_t)r * cnt * es;
-      reduce_range(c, h, ins, out_off, 0, cnt, 1ull << r);
+      const uint8_t* part[MAXR];
+      for (int p = 0; p < n; ++p) part[p] = ins[p] + (uint64_t)r * cnt * es;
+      reduce_range(c, h, part, &outs[r], 1, 0, cnt);
       break;
     }
     case TPURT_DIST_BROADCAST:
-      if (op->out && at(c, r, out_off[r]) != at(c, op->root, in_off[op->root]))
-        memmove(op->out, at(c, op->root, in_off[op->root]), cnt * es);
+      if (op->out && op->out != ins[op->root]) memmove(op->out, ins[op->root], cnt * es);
       break;
     case TPURT_DIST_ALLGATHER:
       for (int k = 0; k < n; ++k) {
         int p = (r + k) % n; /* each rank starts at its own piece: spreads the reads */
-        memcpy((uint8_t*)op->out + (uint64_t)p * cnt * es, at(c, p, in_off[p]), cnt * es);
+        memcpy((uint8_t*)op->out + (uint64_t)p * cnt * es, ins[p], cnt * es);
       }
       break;
     case TPURT_DIST_GATHER:
       if (r == op->root)
-        for (int p = 0; p < n; ++p) memcpy((uint8_t*)op->out + (uint64_t)p * cnt * es, at(c, p, in_off[p]), cnt * es);
+        for (int p = 0; p < n; ++p) memcpy((uint8_t*)op->out + (uint64_t)p * cnt * es, ins[p], cnt * es);
       break;
     case TPURT_DIST_SCATTER:
-      memcpy(op->out, at(c, op->root, in_off[op->root] + (uint64_t)r * cnt * es), cnt * es);
+      memcpy(op->out, ins[op->root] + (uint64_t)r * cnt * es, cnt * es);
       break;
     case TPURT_DIST_ALLTOALL:
       for (int k = 0; k < n; ++k) {
@@ -664,7 +810,17 @@ tpurt_status_t tpurt_dist_run(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
     default: break;
   }
   /* Nobody reuses its buffers until every peer is done reading and writing them. */
-  return barrier(c, (uint32_t)(2 * seq + 1), what);
+  return barrier(c, (uint32_t)(2 * call->seq + 1), what);
+}
+
+tpurt_status_t tpurt_dist_run(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
+  if (!c || !op) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: NULL communicator or op");
+  if (atomic_load(&c->shm->aborted)) return aborted_status(c);
+  TPURT_RETURN_IF_ERROR(validate(c, op));
+  if (op->kind == TPURT_DIST_SEND || op->kind == TPURT_DIST_RECV) return run_p2p(c, op);
+  call_t call;
+  TPURT_RETURN_IF_ERROR(call_begin(c, op, &call));
+  return call_finish(c, op, &call);
 }
 
 tpurt_status_t tpurt_dist_run_group(tpurt_dist_comm_t* c, const tpurt_dist_op_t* ops, int n) {
@@ -707,6 +863,8 @@ static void ticket_done(tpurt_dist_comm_t* c) {
 typedef struct queued_t {
   tpurt_dist_comm_t* comm;
   uint32_t ticket;
+  bool begun; /* call_begin ran on the submitting thread: the queue finishes it */
+  call_t call;
   tpurt_dist_op_t op;
   uint64_t counts[4 * MAXR];
 } queued_t;
@@ -714,10 +872,43 @@ typedef struct queued_t {
 static tpurt_status_t run_queued(void* user) {
   queued_t* q = user;
   ticket_wait(q->comm, q->ticket);
-  tpurt_status_t s = tpurt_dist_run(q->comm, &q->op);
+  tpurt_status_t s = q->begun ? call_finish(q->comm, &q->op, &q->call) : tpurt_dist_run(q->comm, &q->op);
   ticket_done(q->comm);
   free(q);
   return s;
+}
+
+/* A small collective issued on an idle queue, with nothing of the group
+ * pending, starts on the submitting thread: its input is final (nothing
+ * queued before it), so it is published at once, and when every peer has
+ * arrived within INLINE_WAIT_NS the call also ends here, with no hand-over
+ * to the queue's thread and back (two wake-ups that dominate a small
+ * collective's latency when the cores are shared). Otherwise the queue
+ * finishes it, in order with what is submitted after. Like a kernel run
+ * inline, it takes the submitting thread to be the stream's only submitter
+ * meanwhile (another thread's work on the same stream at the same moment is
+ * unordered with it anyway). Returns true when the call is over
+ * (*out_status: its result). */
+static bool try_inline(tpurt_dist_comm_t* c, tpurt_queue_t* queue, queued_t* q, tpurt_status_t* out_status) {
+  if (slot_bytes(c, &q->op) == UINT64_MAX || atomic_load(&c->done_ticket) != q->ticket || !tpurt_queue_is_idle(queue))
+    return false;
+  tpurt_status_t st = atomic_load(&c->shm->aborted) ? aborted_status(c) : validate(c, &q->op);
+  if (!st) st = call_begin(c, &q->op, &q->call);
+  if (st) {
+    *out_status = st;
+    return true;
+  }
+  uint64_t t0 = tpurt_now_ns();
+  for (int i = 0; !call_arrived(c, &q->call) && !atomic_load(&c->shm->aborted); ++i) {
+    if ((i & 15) == 15 && tpurt_now_ns() - t0 > INLINE_WAIT_NS) {
+      q->begun = true;
+      return false;
+    }
+    if (i < 64) tpurt_cpu_relax();
+    else sched_yield();
+  }
+  *out_status = call_finish(c, &q->op, &q->call);
+  return true;
 }
 
 typedef struct queued_host_t {
@@ -809,8 +1000,17 @@ tpurt_status_t tpurt_dist_enqueue(tpurt_dist_comm_t* c, tpurt_queue_t* queue, co
     q->op.recv_offsets = q->counts + 3 * MAXR;
   }
   q->ticket = atomic_fetch_add(&c->next_ticket, 1);
-  tpurt_status_t s = tpurt_queue_submit_host_fn(queue, run_queued, q);
+  q->begun = false;
+  tpurt_status_t s = TPURT_OK;
+  if (try_inline(c, queue, q, &s)) {
+    ticket_done(c);
+    free(q);
+    return s;
+  }
+  s = tpurt_queue_submit_host_fn(queue, run_queued, q);
   if (s) {
+    /* Peers may already wait for this call (begun): they learn why. */
+    if (q->begun) tpurt_dist_comm_abort(c, tpurt_status_message(s));
     free(q);
     ticket_done(c); /* nobody will run this ticket */
   }

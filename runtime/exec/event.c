@@ -1,6 +1,6 @@
 /* Events: a point in a queue (everything submitted before the record), with
  * an optional timestamp the queue stamps when it gets there (a HAL SIGNAL
- * command). */
+ * command; an event without timing queues nothing). */
 #include <stdlib.h>
 
 #include "exec/event.h"
@@ -46,11 +46,26 @@ tpurt_status_t tpurt_event_record(tpurt_event_t* e, tpurt_queue_t* q) {
   if (!q || q->device != e->device)
     return TPURT_STATUS(INVALID_ARGUMENT, "event_record: queue is not on the event's device");
   TPURT_RETURN_IF_FORKED();
+  pthread_mutex_lock(&q->submit_lock);
+  if (!(e->flags & TPURT_EVENT_TIMING) && TPURT_LIKELY(q->capture == NULL)) {
+    /* Without a timestamp an event is only a point of the queue's timeline
+     * (everything submitted so far): nothing to queue, so recording one
+     * never wakes the queue's thread. (A capture refuses it below.) */
+    tpurt_queue_retain(q); /* held by the event */
+    uint64_t point = tpurt_queue_next_point_locked(q) - 1; /* pending work flushed */
+    pthread_mutex_lock(&e->lock);
+    tpurt_queue_t* old = e->queue;
+    e->queue = q;
+    e->point = point;
+    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_unlock(&q->submit_lock);
+    tpurt_queue_release(old);
+    return TPURT_OK;
+  }
   atomic_fetch_add(&e->refcount, 1); /* held by the command */
   tpurt_queue_retain(q);               /* held by the event */
   tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_SIGNAL, .u.signal = {event_reached, e},
                              .done = event_release_cb, .done_user = e};
-  pthread_mutex_lock(&q->submit_lock);
   /* The event points at the command before the queue can reach it (the
    * queue's thread takes event->lock to stamp it; not held while submitting,
    * which may wait for the queue to make room). */

@@ -272,9 +272,13 @@ static void rank_allreduce_all(tpurt_dist_comm_t* c) {
   }
 }
 
+/* Elements per rank in rank_collectives: small messages go through the
+ * control block's slots, large ones between the ranks' device memory. */
+static uint64_t g_cnt = 1001;
+
 static void rank_collectives(tpurt_dist_comm_t* c) {
   int r = g_rank, n = g_size;
-  const uint64_t cnt = 1001;
+  const uint64_t cnt = g_cnt;
   float* in = (float*)g_mem;
   float* out = (float*)(g_mem + (16u << 20));
   for (uint64_t i = 0; i < cnt * n; ++i) in[i] = (float)val(r, i);
@@ -366,6 +370,33 @@ static void rank_collectives(tpurt_dist_comm_t* c) {
   float host[4];
   o = (tpurt_dist_op_t){.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 4, .in = host, .out = host};
   if (r == 0) CHECK_STATUS(tpurt_dist_run(c, &o), INVALID_ARGUMENT);
+}
+
+/* Small and large allreduces and broadcasts in turn, ranks drifting apart
+ * by up to a millisecond: a fast rank starts call k + 1 (writing its other
+ * slot) while a slow one still reads call k's; every result is checked. */
+static void rank_alternating(tpurt_dist_comm_t* c) {
+  float* buf = (float*)g_mem;
+  unsigned seed = 1234u + (unsigned)g_rank;
+  int bad = 0;
+  for (int it = 0; it < 120; ++it) {
+    uint64_t cnt = it % 3 == 2 ? 50000 : (uint64_t)(1 + it * 37 % 3000);
+    for (uint64_t i = 0; i < cnt; ++i) buf[i] = (float)(g_rank * 1000 + it + (int)(i % 7));
+    if (rand_r(&seed) % 4 == 0) usleep(rand_r(&seed) % 1000);
+    bool bcast = it % 5 == 4;
+    tpurt_dist_op_t o = {.kind = bcast ? TPURT_DIST_BROADCAST : TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32,
+                         .root = it % g_size, .count = cnt, .in = buf, .out = buf};
+    if (bcast && g_rank != o.root) o.in = NULL;
+    CHECK_OK(tpurt_dist_run(c, &o));
+    for (uint64_t i = 0; i < cnt; ++i) {
+      float want = 0;
+      if (bcast) want = (float)(o.root * 1000 + it + (int)(i % 7));
+      else
+        for (int r = 0; r < g_size; ++r) want += (float)(r * 1000 + it + (int)(i % 7));
+      bad += buf[i] != want;
+    }
+  }
+  CHECK(bad == 0);
 }
 
 static bool status_says(tpurt_status_t s, const char* a, const char* b) {
@@ -498,6 +529,12 @@ int main(void) {
   CHECK(spawn(4, rank_allreduce_all, 30000) == 0);
   CHECK(spawn(3, rank_collectives, 30000) == 0);
   CHECK(spawn(4, rank_collectives, 30000) == 0);
+  g_cnt = 40000; /* 160 KB per rank: the large protocol for every collective */
+  CHECK(spawn(3, rank_collectives, 30000) == 0);
+  CHECK(spawn(4, rank_collectives, 30000) == 0);
+  g_cnt = 1001;
+  CHECK(spawn(2, rank_alternating, 30000) == 0);
+  CHECK(spawn(4, rank_alternating, 30000) == 0);
   CHECK(spawn(2, rank_mismatch, 30000) == 0);
   CHECK(spawn(3, rank_dtype_mismatch, 30000) == 0);
   CHECK(spawn(3, rank_killed, 60000) == 1); /* rank 1 killed itself; the others passed their checks */

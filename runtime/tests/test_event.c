@@ -58,6 +58,11 @@ static void test_query_sync(void) {
   /* NULL queue = the default queue. */
   CHECK_OK(tpurt_event_record(e, NULL));
   CHECK_OK(tpurt_event_synchronize(e));
+  /* Without timing, a record on an idle queue is reached at once: it queues
+   * nothing for the queue's thread to run. */
+  CHECK_OK(tpurt_queue_synchronize(q));
+  CHECK_OK(tpurt_event_record(e, q));
+  CHECK(tpurt_event_query(e));
   tpurt_event_release(e);
 }
 
@@ -149,11 +154,12 @@ static void test_cross_queue(void) {
   tpurt_queue_release(q1);
 
   /* The last reference to a queue dropped by its own worker: a queued record
-   * holds the only reference to an event that holds the only one to q3. */
+   * holds the only reference to an event that holds the only one to q3.
+   * (A timing event: only its record is a queued command.) */
   tpurt_queue_t* q3 = NULL;
   tpurt_event_t* e3 = NULL;
   CHECK_OK(tpurt_queue_create(g_dev, 0, &q3));
-  CHECK_OK(tpurt_event_create(g_dev, 0, &e3));
+  CHECK_OK(tpurt_event_create(g_dev, TPURT_EVENT_TIMING, &e3));
   atomic_store(&g_gate, 0);
   submit(q3, &op_gate);
   CHECK_OK(tpurt_event_record(e3, q3));

@@ -98,10 +98,13 @@ class TpuDistBackend : public c10d::Backend {
   // rank/size: in the whole group; local_rank/local_size: among this host's
   // chips (the shared-memory communicator); cross: the gloo group of the
   // hosts' first ranks (on those ranks only) when the group spans hosts.
+  // world: a gloo group of every rank (across hosts only), for what moves
+  // between two ranks of different hosts (send/recv, all_to_all).
   TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int local_rank, int local_size,
-                 int host, int hosts, c10::intrusive_ptr<c10d::Backend> cross, std::chrono::milliseconds timeout)
+                 int host, int hosts, c10::intrusive_ptr<c10d::Backend> cross, c10::intrusive_ptr<c10d::Backend> world,
+                 std::chrono::milliseconds timeout)
       : Backend(rank, size), timeout_(timeout), local_rank_(local_rank), local_size_(local_size), host_(host),
-        hosts_(hosts), cross_(std::move(cross)) {
+        hosts_(hosts), cross_(std::move(cross)), world_(std::move(world)) {
     rank = local_rank;
     size = local_size;
     ensure_init();
@@ -268,7 +271,7 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
-    if (hosts_ > 1) not_across_hosts("gather");
+    if (hosts_ > 1) return x_gather(outputs, one(inputs, "gather"), static_cast<int>(opts.rootRank));
     at::Tensor& in = one(inputs, "gather");
     int root = static_cast<int>(opts.rootRank);
     bool is_root = getRank() == root;
@@ -295,7 +298,7 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
-    if (hosts_ > 1) not_across_hosts("scatter");
+    if (hosts_ > 1) return x_scatter(one(outputs, "scatter"), inputs, static_cast<int>(opts.rootRank));
     at::Tensor& out = one(outputs, "scatter");
     int root = static_cast<int>(opts.rootRank);
     bool is_root = getRank() == root;
@@ -371,7 +374,6 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& out_splits,
                                                std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
-    if (hosts_ > 1) not_across_hosts("all_to_all");
     check_tpu(input, "all_to_all_single");
     check_tpu(output, "all_to_all_single");
     TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "tpu_dist: all_to_all_single: input is ",
@@ -414,11 +416,24 @@ class TpuDistBackend : public c10d::Backend {
     op.in = d.data_ptr();
     op.out = o.data_ptr();
     op.count = 0;
-    op.send_counts = sc.data();
-    op.send_offsets = so.data();
-    op.recv_counts = rc.data();
-    op.recv_offsets = ro.data();
+    // Across hosts: this host's ranks' parts through shared memory (the
+    // local group's counts are this host's slice), the others through gloo.
+    int first = host_ * local_size_;
+    op.send_counts = sc.data() + first;
+    op.send_offsets = so.data() + first;
+    op.recv_counts = rc.data() + first;
+    op.recv_offsets = ro.data() + first;
     submit(op, "all_to_all_single");
+    if (hosts_ > 1) {
+      size_t es = d.element_size();
+      std::vector<RemoteP2P> remote;
+      for (int g = 0; g < n; ++g) {
+        if (g / local_size_ == host_) continue;
+        if (sc[g]) remote.push_back({static_cast<uint8_t*>(d.data_ptr()) + so[g] * es, sc[g] * es, g, kAllToAllTag, false});
+        if (rc[g]) remote.push_back({static_cast<uint8_t*>(o.data_ptr()) + ro[g] * es, rc[g] * es, g, kAllToAllTag, true});
+      }
+      remote_p2p(std::move(remote));
+    }
     write_back(output, o);
     return work(c10d::OpType::ALLTOALL_BASE, {output});
   }
@@ -474,11 +489,16 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
-    if (hosts_ > 1) not_across_hosts("send");
     at::Tensor& t = one(tensors, "send");
     at::Tensor d = dense(t);
+    if (!same_host(dst)) {
+      RemoteP2P m{d.data_ptr(), static_cast<uint64_t>(d.nbytes()), dst, tag, false};
+      if (coalescing_) return defer_remote(m, t, d);
+      remote_p2p({m});
+      return work(c10d::OpType::SEND, {t});
+    }
     tpurt_dist_op_t op = base_op(TPURT_DIST_SEND, d);
-    op.peer = dst;
+    op.peer = dst % local_size_;
     op.tag = tag;
     op.in = d.data_ptr();
     if (coalescing_) return defer(op, t, d, false);
@@ -487,11 +507,17 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
-    if (hosts_ > 1) not_across_hosts("recv");
     at::Tensor& t = one(tensors, "recv");
     at::Tensor d = dense(t);
+    if (!same_host(src)) {
+      RemoteP2P m{d.data_ptr(), static_cast<uint64_t>(d.nbytes()), src, tag, true};
+      if (coalescing_) return defer_remote(m, t, d);
+      remote_p2p({m});
+      write_back(t, d);
+      return work(c10d::OpType::RECV, {t});
+    }
     tpurt_dist_op_t op = base_op(TPURT_DIST_RECV, d);
-    op.peer = src;
+    op.peer = src % local_size_;
     op.tag = tag;
     op.out = d.data_ptr();
     if (coalescing_) return defer(op, t, d, true);
@@ -502,12 +528,16 @@ class TpuDistBackend : public c10d::Backend {
 
   // batch_isend_irecv: the sends and receives between start and end run as
   // one group (every send posted first), so no order of them deadlocks.
+  // Across hosts, those with a rank of this host form the group, then those
+  // with other hosts' ranks go to gloo all at once (every rank queues its
+  // local group before its gloo part, so neither waits on the other).
   // Collectives called meanwhile run at once.
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override {
     coalescing_ = true;
     pending_.clear();
     pending_tensors_.clear();
+    pending_remote_.clear();
   }
   c10::intrusive_ptr<c10d::Work> endCoalescing() override {
     coalescing_ = false;
@@ -517,13 +547,15 @@ class TpuDistBackend : public c10d::Backend {
       check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
       check_status(tpurt_dist_enqueue_group(comm_, current_queue(), pending_.data(), static_cast<int>(pending_.size())),
                    "tpu_dist coalesced send/recv");
-      for (auto& p : pending_tensors_) {
-        if (p.is_recv) write_back(p.user, p.dense);
-        outs.push_back(p.user);
-      }
+    }
+    if (!pending_remote_.empty()) remote_p2p(pending_remote_);
+    for (auto& p : pending_tensors_) {
+      if (p.is_recv) write_back(p.user, p.dense);
+      outs.push_back(p.user);
     }
     pending_.clear();
     pending_tensors_.clear();
+    pending_remote_.clear();
     return work(c10d::OpType::COALESCED, outs);
   }
 
@@ -532,6 +564,15 @@ class TpuDistBackend : public c10d::Backend {
   }
 
  private:
+  // A message between this rank and a rank of another host: `bytes` at `ptr`
+  // (this rank's device memory) to or from `peer` through gloo.
+  struct RemoteP2P {
+    void* ptr;
+    uint64_t bytes;
+    int peer, tag;
+    bool is_recv;
+  };
+
   void release() {
     if (!comm_) return;
     // Queued collectives hold the communicator: let them finish first.
@@ -598,13 +639,36 @@ class TpuDistBackend : public c10d::Backend {
     pending_tensors_.push_back({user, d, is_recv});  // keeps d alive until the group is queued
     return work(is_recv ? c10d::OpType::RECV : c10d::OpType::SEND, {user});
   }
+  c10::intrusive_ptr<c10d::Work> defer_remote(const RemoteP2P& m, const at::Tensor& user, const at::Tensor& d) {
+    pending_remote_.push_back(m);
+    pending_tensors_.push_back({user, d, m.is_recv});
+    return work(m.is_recv ? c10d::OpType::RECV : c10d::OpType::SEND, {user});
+  }
 
   // ---- across hosts: within the host through shared memory, between hosts
   // gloo on the first rank of each host (host-visible copies of the device
   // buffers), then within the host again. Ranks are node-contiguous (rank =
   // host * local_size + local_rank, as torchrun assigns them). ----
-  [[noreturn]] void not_across_hosts(const char* what) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist across hosts: ", what, " is not supported yet (within one host it is)");
+  bool same_host(int rank) const { return rank / local_size_ == host_; }
+  static constexpr int kAllToAllTag = 0x74707561;  // all_to_all's parts between hosts
+  // The bytes at ptr as a CPU tensor for gloo's data movement (dtype-blind).
+  static at::Tensor host_bytes(void* ptr, uint64_t bytes) {
+    return at::from_blob(ptr, {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
+  }
+  // Posts every message at once on the queue (in issue order), then waits
+  // for all of them, so no order of sends and receives deadlocks.
+  void remote_p2p(std::vector<RemoteP2P> msgs) {
+    TORCH_CHECK(world_, "tpu_dist: no gloo group between the hosts' ranks");
+    auto world = world_;
+    host_step([world, msgs] {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (const auto& m : msgs) {
+        std::vector<at::Tensor> v{host_bytes(m.ptr, m.bytes)};
+        works.push_back(m.is_recv ? world->recv(v, m.peer, m.tag) : world->send(v, m.peer, m.tag));
+      }
+      for (auto& w : works) w->wait();
+      return TPURT_OK;
+    });
   }
   struct HostStep {
     std::function<tpurt_status_t()> fn;
@@ -739,26 +803,142 @@ class TpuDistBackend : public c10d::Backend {
     return work(c10d::OpType::_ALLGATHER_BASE, {output});
   }
 
+  // gather: within each host to its first rank, between hosts (gloo) to the
+  // root's host, then to the root within that host.
+  c10::intrusive_ptr<c10d::Work> x_gather(std::vector<std::vector<at::Tensor>>& outputs, at::Tensor& in, int root) {
+    TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "tpu_dist: gather: root ", root, " is not a rank of this group");
+    int root_host = root / local_size_, root_local = root % local_size_;
+    bool is_root = getRank() == root, on_root_host = host_ == root_host;
+    if (is_root)
+      TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                        "tpu_dist: gather: the root needs one list of ", getSize(), " output tensors");
+    at::Tensor d = dense(in);
+    int64_t n = d.numel();
+    at::Tensor hostbuf, all;
+    tpurt_dist_op_t op = base_op(TPURT_DIST_GATHER, d);
+    op.root = 0;
+    op.in = d.data_ptr();
+    if (local_rank_ == 0) {
+      hostbuf = empty_tpu_contiguous({n * local_size_}, d.scalar_type());
+      op.out = hostbuf.data_ptr();
+    }
+    submit(op, "gather");
+    if (on_root_host && (local_rank_ == 0 || is_root)) all = empty_tpu_contiguous({n * getSize()}, d.scalar_type());
+    if (cross_) {
+      auto cross = cross_;
+      uint64_t part = static_cast<uint64_t>(hostbuf.nbytes());
+      void* src = hostbuf.data_ptr();
+      uint8_t* dst = all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
+      int hosts = hosts_;
+      host_step([cross, src, dst, part, hosts, root_host] {
+        std::vector<at::Tensor> ins{host_bytes(src, part)};
+        std::vector<std::vector<at::Tensor>> outs;
+        if (dst) {
+          outs.emplace_back();
+          for (int h = 0; h < hosts; ++h) outs[0].push_back(host_bytes(dst + h * part, part));
+        }
+        c10d::GatherOptions o;
+        o.rootRank = root_host;
+        cross->gather(outs, ins, o)->wait();
+        return TPURT_OK;
+      });
+    }
+    if (on_root_host && root_local != 0 && (local_rank_ == 0 || is_root)) local_p2p(all, local_rank_ == 0 ? root_local : 0, is_root, "gather");
+    std::vector<at::Tensor> outs;
+    if (is_root) {
+      for (int r = 0; r < getSize(); ++r) {
+        check_like(outputs[0][r], in, "gather output");
+        outputs[0][r].copy_(all.narrow(0, r * n, n).view(outputs[0][r].sizes()));
+      }
+      outs = outputs[0];
+    }
+    return work(c10d::OpType::GATHER, outs);
+  }
+
+  // scatter: the root's inputs to its host's first rank, between hosts
+  // (gloo) each host's part to its first rank, then within each host.
+  c10::intrusive_ptr<c10d::Work> x_scatter(at::Tensor& out, std::vector<std::vector<at::Tensor>>& inputs, int root) {
+    TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "tpu_dist: scatter: root ", root, " is not a rank of this group");
+    int root_host = root / local_size_, root_local = root % local_size_;
+    bool is_root = getRank() == root, on_root_host = host_ == root_host;
+    at::Tensor d = dense(out);
+    int64_t n = d.numel();
+    at::Tensor all, hostbuf;
+    if (is_root) {
+      TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                        "tpu_dist: scatter: the root needs one list of ", getSize(), " input tensors");
+      std::vector<at::Tensor> parts;
+      for (auto& t : inputs[0]) {
+        check_like(t, out, "scatter input");
+        parts.push_back(t.reshape({-1}));
+      }
+      all = at::cat(parts);
+    }
+    if (on_root_host && root_local != 0) {
+      if (local_rank_ == 0) all = empty_tpu_contiguous({n * getSize()}, d.scalar_type());
+      if (local_rank_ == 0 || is_root) local_p2p(all, is_root ? 0 : root_local, local_rank_ == 0, "scatter");
+    }
+    if (local_rank_ == 0) hostbuf = empty_tpu_contiguous({n * local_size_}, d.scalar_type());
+    if (cross_) {
+      auto cross = cross_;
+      uint64_t part = static_cast<uint64_t>(hostbuf.nbytes());
+      void* dst = hostbuf.data_ptr();
+      uint8_t* src = on_root_host ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
+      int hosts = hosts_;
+      host_step([cross, src, dst, part, hosts, root_host] {
+        std::vector<at::Tensor> outs{host_bytes(dst, part)};
+        std::vector<std::vector<at::Tensor>> ins;
+        if (src) {
+          ins.emplace_back();
+          for (int h = 0; h < hosts; ++h) ins[0].push_back(host_bytes(src + h * part, part));
+        }
+        c10d::ScatterOptions o;
+        o.rootRank = root_host;
+        cross->scatter(outs, ins, o)->wait();
+        return TPURT_OK;
+      });
+    }
+    tpurt_dist_op_t op = base_op(TPURT_DIST_SCATTER, d);
+    op.root = 0;
+    op.in = local_rank_ == 0 ? hostbuf.data_ptr() : nullptr;
+    op.out = d.data_ptr();
+    submit(op, "scatter");
+    write_back(out, d);
+    return work(c10d::OpType::SCATTER, {out});
+  }
+
+  // Within this host: x (dense) sent to or received from local rank `peer`.
+  void local_p2p(const at::Tensor& x, int peer, bool is_recv, const char* what) {
+    tpurt_dist_op_t op = base_op(is_recv ? TPURT_DIST_RECV : TPURT_DIST_SEND, x);
+    op.peer = peer;
+    op.tag = 0;
+    if (is_recv) op.out = x.data_ptr();
+    else op.in = x.data_ptr();
+    submit(op, what);
+  }
+
   struct Pending {
     at::Tensor user, dense;
     bool is_recv;
   };
   std::chrono::milliseconds timeout_;
   int local_rank_, local_size_, host_, hosts_;
-  c10::intrusive_ptr<c10d::Backend> cross_;
+  c10::intrusive_ptr<c10d::Backend> cross_, world_;
   tpurt_dist_comm_t* comm_ = nullptr;
   bool coalescing_ = false;
   std::vector<tpurt_dist_op_t> pending_;
   std::vector<Pending> pending_tensors_;
+  std::vector<RemoteP2P> pending_remote_;
 };
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                  double timeout_s, int local_rank, int local_size, int host, int hosts,
-                                                 py::object cross) {
+                                                 py::object cross, py::object world) {
   auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
-  c10::intrusive_ptr<c10d::Backend> x;
+  c10::intrusive_ptr<c10d::Backend> x, w;
   if (!cross.is_none()) x = cross.cast<c10::intrusive_ptr<c10d::Backend>>();
-  return c10::make_intrusive<TpuDistBackend>(store, rank, size, local_rank, local_size, host, hosts, x, ms);
+  if (!world.is_none()) w = world.cast<c10::intrusive_ptr<c10d::Backend>>();
+  return c10::make_intrusive<TpuDistBackend>(store, rank, size, local_rank, local_size, host, hosts, x, w, ms);
 }
 
 // Bad shapes and topology strings are the caller's values: ValueError.

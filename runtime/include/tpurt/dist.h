@@ -11,10 +11,13 @@
  * Collectives ("ICI"). A communicator is a shared-memory control block (one
  * cache line group per rank) plus every member's device memory mapped into
  * every member: a chip's HBM is a memfd, which peers open through
- * /proc/<pid>/fd. Data therefore moves between the chips' device memory
+ * /proc/<pid>/fd. Large messages move between the chips' device memory
  * directly, by the rank that owns each piece (reduce-scatter + all-gather
  * in one pass: each rank reduces 1/N of the message over all inputs and
- * writes it into every output), block by block.
+ * writes it into every output), block by block, between two barriers.
+ * Small ones (up to 64 KiB per rank) go through two slots per rank in the
+ * shared block, with one synchronisation per call; one issued on an idle
+ * queue runs on the calling thread when the peers are already there.
  *
  * Every collective first publishes a header (sequence number, kind, dtype,
  * element count, root, reduction); peers compare headers before touching
@@ -174,7 +177,11 @@ typedef struct tpurt_dist_op_t {
 TPURT_API tpurt_status_t tpurt_dist_run(tpurt_dist_comm_t* comm, const tpurt_dist_op_t* op);
 /* Queues it on `queue` (a HAL host call, in order with the kernels around
  * it); the op and its count arrays are copied. Its error surfaces at the
- * queue's next synchronize, like a kernel's. */
+ * queue's next synchronize, like a kernel's. A small collective issued
+ * while the queue and the group have nothing pending starts at once on the
+ * calling thread (its inputs are final), and ends there too when every peer
+ * arrives within a few tens of microseconds; its error is then returned
+ * here. */
 struct tpurt_queue_t;
 TPURT_API tpurt_status_t tpurt_dist_enqueue(tpurt_dist_comm_t* comm, struct tpurt_queue_t* queue,
                                             const tpurt_dist_op_t* op);
