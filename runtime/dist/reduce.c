@@ -7,6 +7,8 @@
 #include "dist/reduce.h"
 
 tpurt_status_t tpurt_dist_redop_check(tpurt_dtype_t dt, tpurt_dist_redop_t op, const char* what) {
+  if ((int)dt < 0 || (int)dt >= TPURT_DTYPE_COUNT)
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: %d is not a dtype", what, (int)dt);
   const char* why = NULL;
   bool cx = tpurt_dtype_is_complex(dt), fl = tpurt_dtype_is_floating(dt);
   if (op < 0 || op >= TPURT_DIST_REDOP_COUNT) why = "is not a reduction";

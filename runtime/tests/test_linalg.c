@@ -120,6 +120,12 @@ static void test_gemm(void) {
             false, false, 1, 1, false);
   gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32, 1, 128, 160, 600, true, false, false, 0,
             false, false, 1, 1, false);
+  /* depths past the AMX path's 2048-deep block: partial sums carried between blocks, in C
+   * itself (fp32) and in the fp32 workspace (bf16 C, rounded once) */
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32, 1, 64, 70, 2100, false, false, false, 0,
+            false, false, 1, 1, false);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 40, 64, 4200, false, true, false, 0,
+            false, false, 1.5, -0.5, false);
   /* beta = 0 ignores NaN in C */
   {
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
