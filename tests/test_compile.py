@@ -170,6 +170,69 @@ def test_input_mutation_is_applied():
         torch.testing.assert_close(out.cpu(), torch.arange(5.0) * i * 2)
 
 
+def _foreach_graphs(monkeypatch):
+    """Records, per compiled graph, how many ops _foreach_in_place changed and the copies left."""
+    seen = []
+    orig = _compile._foreach_in_place
+
+    def spy(gm):
+        changed = orig(gm)
+        copies = sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.copy_.default)
+        seen.append((changed, copies))
+        return changed
+    monkeypatch.setattr(_compile, "_foreach_in_place", spy)
+    return seen
+
+
+def test_compiled_adamw_updates_its_state_in_place_and_matches_eager(monkeypatch):
+    """AOTAutograd's functional optimizer graph becomes in-place `_foreach_` ops on the parameters and
+    states (no copies back left), with every value equal to the eager step on the same device."""
+    seen = _foreach_graphs(monkeypatch)
+    torch.manual_seed(0)
+    m_ref = mlp().to("tpu")
+    m = copy.deepcopy(m_ref)
+    opt_ref = torch.optim.AdamW(m_ref.parameters(), lr=1e-2, capturable=True)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=True)
+    step = torch.compile(opt.step, backend="tpu")
+    for _ in range(4):
+        x = torch.randn(8, 24).to("tpu")
+        for mm, oo, st in ((m_ref, opt_ref, opt_ref.step), (m, opt, step)):
+            oo.zero_grad()
+            mm(x).square().mean().backward()
+            st()
+    for p_ref, p in zip(m_ref.parameters(), m.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach().cpu(), rtol=1e-6, atol=1e-7)
+    st, st_ref = opt.state_dict()["state"], opt_ref.state_dict()["state"]
+    assert sorted(st) == sorted(st_ref) and len(st) == len(list(m.parameters()))
+    for i in st:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(st[i][k].cpu(), st_ref[i][k].cpu(), rtol=1e-6, atol=1e-7)
+    assert any(changed > 0 and copies == 0 for changed, copies in seen), seen
+
+
+def test_foreach_in_place_keeps_old_values_that_are_read_later(monkeypatch):
+    """An op whose first list is read again later keeps its own output: y holds 2 * the old xs while
+    xs become old + 1, as on CPU."""
+    seen = _foreach_graphs(monkeypatch)
+
+    def f(xs):
+        y = torch._foreach_mul(xs, 2.0)
+        torch._foreach_add_(xs, 1.0)
+        return y
+
+    cf = torch.compile(f, backend="tpu")
+    base = [torch.randn(5), torch.randn(3, 2)]
+    xs_cpu = [b.clone() for b in base]
+    want = f(xs_cpu)
+    xs = [b.to("tpu") for b in base]
+    got = cf(xs)
+    for g_, w in zip(got, want):
+        torch.testing.assert_close(g_.cpu(), w)
+    for x, w in zip(xs, xs_cpu):
+        torch.testing.assert_close(x.cpu(), w)
+    assert seen and seen[0][0] == 1, seen  # the add only: the mul's inputs are read after it
+
+
 @torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True)
 def test_graph_that_reads_device_data_runs_eagerly():
     def f(x):

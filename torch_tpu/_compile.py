@@ -21,6 +21,7 @@ A graph that needs device data on the host while it runs (`.item()`,
 eagerly, as do all graphs in Debug mode (so Debug's checks apply).
 """
 import logging
+import os
 import sys
 import threading
 
@@ -277,9 +278,91 @@ def _now():
     return time.perf_counter()
 
 
+def _foreach_in_place(gm):
+    """Makes the graph's out-of-place `_foreach_*` ops in-place on their first list where that is
+    exact, and drops the copies back into mutated inputs that this leaves as self-copies.
+
+    AOTAutograd hands a compiled optimizer step over as a functional graph: every `_foreach_*` op
+    writes new tensors, and mutated inputs (parameters, optimizer states, step counts) get their final
+    values through `copy_` at the end. Run as is, the program writes each state twice and keeps a new
+    buffer per update. An op may instead write into its first list when no later node reads those
+    tensors' old values (a mutated input's only later use being the copy into it), the first list is
+    graph inputs AOTAutograd copies into at the end or earlier `_foreach_` results, and no tensor
+    appears twice in it. Returns the number of ops changed."""
+    import operator
+    g = gm.graph
+    aten = torch.ops.aten
+    nodes = list(g.nodes)
+    pos = {n: i for i, n in enumerate(nodes)}
+
+    def is_copy_into(u, x):
+        """u writes a new value into x without reading it (a copy of x into itself, which an earlier
+        rewrite leaves, keeps x's value to the end: a read)."""
+        return u.op == "call_function" and u.target is aten.copy_.default and u.args[0] is x and u.args[1] is not x
+
+    mutated = {n.args[0] for n in nodes
+               if n.op == "call_function" and n.target is aten.copy_.default and n.args[0].op == "placeholder"}
+    changed = 0
+    for n in nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        base = n.target._schema.name.split("::")[-1]
+        if not base.startswith("_foreach_") or base.endswith("_"):
+            continue
+        packet = getattr(aten, base + "_", None)
+        inplace = getattr(packet, n.target._overloadname, None) if packet is not None else None
+        first = n.args[0] if n.args else None
+        if inplace is None or not isinstance(first, (list, tuple)) or len(set(first)) != len(first):
+            continue
+        gets = list(n.users)
+        if any(u.op != "call_function" or u.target is not operator.getitem for u in gets):
+            continue
+        ok = True
+        for x in first:
+            if not isinstance(x, torch.fx.Node):
+                ok = False
+                break
+            if x.op == "placeholder":
+                ok = x in mutated
+            else:
+                ok = x.op == "call_function" and x.target is operator.getitem and isinstance(
+                    x.args[0].target, torch._ops.OpOverload) and x.args[0].target._schema.name.startswith(
+                    "aten::_foreach_")
+            ok = ok and all(u is n or pos[u] < pos[n] or is_copy_into(u, x) for u in x.users)
+            if not ok:
+                break
+        if not ok:
+            continue
+        with g.inserting_before(n):
+            new = g.call_function(inplace, tuple(n.args), dict(n.kwargs))
+        pos[new] = pos[n]
+        for u in gets:
+            u.replace_all_uses_with(first[u.args[1]])
+            g.erase_node(u)
+        g.erase_node(n)
+        changed += 1
+    if changed:
+        for n in list(g.nodes):
+            if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] is n.args[1]:
+                n.replace_all_uses_with(n.args[0])
+                g.erase_node(n)
+        g.lint()
+        gm.recompile()
+    return changed
+
+
 def _compile_graph(gm, example_inputs):
     from torch._functorch.aot_autograd import make_boxed_func
+    if _IN_PLACE:
+        try:
+            _foreach_in_place(gm)
+        except Exception as e:  # noqa: BLE001 - the functional graph as it came is still right
+            _log.info("tpu compile: graph %s kept functional: %s", gm._get_name(), e)
     return make_boxed_func(_GraphRunner(gm))
+
+
+# TORCH_TPU_COMPILE_IN_PLACE=0 keeps AOTAutograd's functional graphs as they come (comparisons).
+_IN_PLACE = os.environ.get("TORCH_TPU_COMPILE_IN_PLACE", "1") != "0"
 
 
 _aot_backend = None
