@@ -292,7 +292,17 @@ static void pack_bf16_pairs(const void* src_, int64_t rs, int64_t cs, int64_t ro
       for (; p + 2 <= depth; p += 2) {
         const uint16_t *e = s0 + p * cs, *o = e + cs;
         uint16_t* d = dst + p * panel;
-        for (int r = 0; r < panel; ++r) { d[2 * r] = e[r]; d[2 * r + 1] = o[r]; }
+        int r = 0;
+#if defined(__AVX2__)
+        /* 16 columns at a time: unpack interleaves within 128-bit lanes, the permutes restore order */
+        for (; r + 16 <= panel; r += 16) {
+          __m256i ve = _mm256_loadu_si256((const __m256i*)(e + r)), vo = _mm256_loadu_si256((const __m256i*)(o + r));
+          __m256i lo = _mm256_unpacklo_epi16(ve, vo), hi = _mm256_unpackhi_epi16(ve, vo);
+          _mm256_storeu_si256((__m256i*)(d + 2 * r), _mm256_permute2x128_si256(lo, hi, 0x20));
+          _mm256_storeu_si256((__m256i*)(d + 2 * r + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+#endif
+        for (; r < panel; ++r) { d[2 * r] = e[r]; d[2 * r + 1] = o[r]; }
       }
       if (p < depth) {
         const uint16_t* e = s0 + p * cs;
@@ -435,7 +445,8 @@ static void pack_amx_a(const void* src_, int64_t rs, int64_t cs, int64_t rows, i
           continue;
         }
         const uint16_t* e = src + (i0 + r) * rs + c0 * cs;
-        if (cs == 1) memcpy(d, e, (size_t)kn * sizeof(uint16_t));
+        if (cs == 1 && kn == KB_AMX) memcpy(d, e, KB_AMX * sizeof(uint16_t)); /* a constant size: inlined */
+        else if (cs == 1) memcpy(d, e, (size_t)kn * sizeof(uint16_t));
         else
           for (int64_t p = 0; p < kn; ++p) d[p] = e[p * cs];
         if (kn < KB_AMX) memset(d + kn, 0, (size_t)(KB_AMX - kn) * sizeof(uint16_t));
