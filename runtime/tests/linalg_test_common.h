@@ -8,19 +8,6 @@
 
 #include "test_util.h"
 
-static inline double rnd(void) { return 2.0 * test_rand_unit() - 1.0; } /* uniform in [-1, 1) */
-
-static inline void* rand_buf(tpurt_dtype_t dt, int64_t n) {
-  size_t es = tpurt_dtype_size(dt);
-  char* p = malloc((size_t)(n > 0 ? n : 1) * es);
-  for (int64_t i = 0; i < n; ++i) {
-    if (dt == TPURT_DTYPE_BOOL) tpurt_dtype_store_i64(dt, p + i * es, rnd() > 0);
-    else if (tpurt_dtype_is_integral(dt)) tpurt_dtype_store_i64(dt, p + i * es, (int64_t)(rnd() * 10));
-    else tpurt_dtype_store_f64(dt, p + i * es, rnd());
-  }
-  return p;
-}
-
 static inline double tol_for(tpurt_dtype_t dt) {
   switch (dt) {
     case TPURT_DTYPE_FLOAT64: return 1e-12;
@@ -29,20 +16,6 @@ static inline double tol_for(tpurt_dtype_t dt) {
     case TPURT_DTYPE_FLOAT16: return 2e-3;
     default: return 0;
   }
-}
-
-/* max |x - y| / (|y| + scale) over n elements of two buffers laid out alike */
-static inline double max_err(tpurt_dtype_t dt, const void* x, const void* y, int64_t n, double scale) {
-  double worst = 0;
-  size_t es = tpurt_dtype_size(dt);
-  for (int64_t i = 0; i < n; ++i) {
-    double a = tpurt_dtype_load_f64(dt, (const char*)x + i * es);
-    double b = tpurt_dtype_load_f64(dt, (const char*)y + i * es);
-    if (isnan(a) && isnan(b)) continue;
-    double e = fabs(a - b) / (fabs(b) + scale);
-    if (!(e <= worst)) worst = e; /* NaN counts as worst */
-  }
-  return worst;
 }
 
 /* ---- op kernels: fn vs reference through the op table ---- */
@@ -65,7 +38,7 @@ static inline tbuf_t mk(tpurt_dtype_t dt, int nd, const int64_t* sizes, bool per
     b.t.strides[order[i]] = st;
     st *= sizes[order[i]] + (i == nd - 1 ? pad : 0);
   }
-  b.mem = rand_buf(dt, st);
+  b.mem = test_rand_buf(dt, st);
   b.t.data = b.mem;
   return b;
 }
@@ -82,7 +55,7 @@ static inline tbuf_t mk_order(tpurt_dtype_t dt, int nd, const int64_t* sizes, co
     b.t.strides[order[i]] = st;
     st *= sizes[order[i]];
   }
-  b.mem = rand_buf(dt, st);
+  b.mem = test_rand_buf(dt, st);
   b.t.data = b.mem;
   return b;
 }
@@ -118,7 +91,7 @@ static inline void check_op(const char* name, const char* overload, tpurt_arg_t*
   CHECK_OK(tpurt_kernel_run(def->fn, &c1));
   CHECK_OK(tpurt_kernel_run(def->reference, &c2));
   for (int i = 0; i < nouts; ++i) {
-    double err = max_err(outs[i].t.dtype, outs[i].mem, m2[i], span(&outs[i].t), 1.0);
+    double err = test_max_err(outs[i].t.dtype, outs[i].mem, m2[i], span(&outs[i].t), 1.0);
     if (!(err <= tol)) fprintf(stderr, "%s output %d (%s): err %g\n", name, i,
                                tpurt_dtype_name(outs[i].t.dtype), err);
     CHECK(err <= tol);

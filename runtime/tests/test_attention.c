@@ -10,31 +10,12 @@
 #include "test_util.h"
 #include "tpurt/tpurt.h"
 
-static void* rnd(tpurt_dtype_t dt, int64_t n) {
-  void* p = malloc((size_t)(n > 0 ? n : 1) * tpurt_dtype_size(dt));
-  for (int64_t i = 0; i < n; ++i)
-    tpurt_dtype_store_f64(dt, (char*)p + (size_t)i * tpurt_dtype_size(dt), 2 * test_rand_unit() - 1);
-  return p;
-}
-
-static double max_diff(tpurt_dtype_t dt, const void* a, const void* b, int64_t n) {
-  double m = 0;
-  size_t es = tpurt_dtype_size(dt);
-  for (int64_t i = 0; i < n; ++i) {
-    double x = tpurt_dtype_load_f64(dt, (const char*)a + i * es), y = tpurt_dtype_load_f64(dt, (const char*)b + i * es);
-    if (isinf(x) && isinf(y) && (x > 0) == (y > 0)) continue;
-    double d = fabs(x - y) / (1 + fabs(y));
-    if (!(d <= m)) m = d; /* NaN sticks */
-  }
-  return m;
-}
-
 static void attn_case(tpurt_dtype_t dt, int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S,
                       int64_t E, bool causal, bool mask, bool hole) {
   int64_t qs[4] = {B, H, L, E}, ks[4] = {B, Hk, S, E}, ls[3] = {B, H, L}, ms[2] = {L, S};
   int64_t nq = B * H * L * E, nk = B * Hk * S * E;
-  void *q = rnd(dt, nq), *k = rnd(dt, nk), *v = rnd(dt, nk), *go = rnd(dt, nq);
-  float* mk = rnd(TPURT_DTYPE_FLOAT32, L * S);
+  void *q = test_rand_buf(dt, nq), *k = test_rand_buf(dt, nk), *v = test_rand_buf(dt, nk), *go = test_rand_buf(dt, nq);
+  float* mk = test_rand_buf(TPURT_DTYPE_FLOAT32, L * S);
   if (hole) /* query row 1 sees nothing: its output and grads are zeros */
     for (int64_t j = 0; j < S; ++j) mk[S + j] = -INFINITY;
   void *o[2], *lse[2], *dq[2], *dk[2], *dv[2];
@@ -79,9 +60,9 @@ static void attn_case(tpurt_dtype_t dt, int64_t B, int64_t H, int64_t Hk, int64_
   }
   /* relative to 1 + |ref|; float32: accumulation order only; bfloat16: one rounding of the result */
   double tol = dt == TPURT_DTYPE_FLOAT32 ? 1e-5 : 8e-3;
-  double e_o = max_diff(dt, o[0], o[1], nq), e_l = max_diff(TPURT_DTYPE_FLOAT32, lse[0], lse[1], B * H * L);
-  double e_q = max_diff(dt, dq[0], dq[1], nq), e_k = max_diff(dt, dk[0], dk[1], nk),
-         e_v = max_diff(dt, dv[0], dv[1], nk);
+  double e_o = test_max_err(dt, o[0], o[1], nq, 1.0), e_l = test_max_err(TPURT_DTYPE_FLOAT32, lse[0], lse[1], B * H * L, 1.0);
+  double e_q = test_max_err(dt, dq[0], dq[1], nq, 1.0), e_k = test_max_err(dt, dk[0], dk[1], nk, 1.0),
+         e_v = test_max_err(dt, dv[0], dv[1], nk, 1.0);
   bool ok = e_o <= tol && e_l <= 2e-5 && e_q <= tol && e_k <= tol && e_v <= tol;
   if (!ok)
     fprintf(stderr, "attention %s B=%lld H=%lld/%lld L=%lld S=%lld E=%lld causal=%d mask=%d: out %g lse %g dq %g dk %g dv %g\n",

@@ -30,12 +30,12 @@ static void gemm_case(tpurt_dtype_t ab, tpurt_dtype_t cd, int64_t batch, int64_t
                       double alpha, double beta, bool own) {
   int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = (tc ? m : n) + pad;
   int64_t sa = (ta ? k : m) * lda, sb = (tb ? n : k) * ldb, sc = (tc ? n : m) * ldc;
-  void* A = rand_buf(ab, batch * sa);
-  void* B = rand_buf(ab, batch * sb);
-  void* C0 = rand_buf(cd, batch * sc);
+  void* A = test_rand_buf(ab, batch * sa);
+  void* B = test_rand_buf(ab, batch * sb);
+  void* C0 = test_rand_buf(cd, batch * sc);
   void* C1 = malloc((size_t)(batch * sc > 0 ? batch * sc : 1) * tpurt_dtype_size(cd));
   memcpy(C1, C0, (size_t)(batch * sc) * tpurt_dtype_size(cd));
-  void* Cin = rand_buf(cd, batch * (n + 1) * (m + 1));
+  void* Cin = test_rand_buf(cd, batch * (n + 1) * (m + 1));
   tpurt_gemm_t g = {.m = m, .n = n, .k = k, .ab_dtype = ab, .c_dtype = cd,
                     .a = A, .a_rs = ta ? 1 : lda, .a_cs = ta ? lda : 1,
                     .b = B, .b_rs = tb ? 1 : ldb, .b_cs = tb ? ldb : 1,
@@ -53,7 +53,7 @@ static void gemm_case(tpurt_dtype_t ab, tpurt_dtype_t cd, int64_t batch, int64_t
   tpurt_gemm_set_fp32_own(false);
   g.c = C1;
   CHECK_OK(tpurt_gemm_reference(&g));
-  double err = max_err(cd, C0, C1, batch * sc, 1.0 + sqrt((double)k));
+  double err = test_max_err(cd, C0, C1, batch * sc, 1.0 + sqrt((double)k));
   bool ok = err <= tol_for(cd);
   if (!ok)
     fprintf(stderr, "gemm %s->%s b=%lld m=%lld n=%lld k=%lld ta=%d tb=%d tc=%d pad=%d own=%d: err %g\n",
@@ -219,8 +219,8 @@ static void test_amx_after_release(void) {
   if (!tpurt_gemm_bf16dp_supported(3)) return;
   tpurt_gemm_set_bf16dp(3);
   int64_t n = 64;
-  void* A = rand_buf(TPURT_DTYPE_BFLOAT16, n * n);
-  void* B = rand_buf(TPURT_DTYPE_BFLOAT16, n * n);
+  void* A = test_rand_buf(TPURT_DTYPE_BFLOAT16, n * n);
+  void* B = test_rand_buf(TPURT_DTYPE_BFLOAT16, n * n);
   float *C = malloc(n * n * 4), *R = malloc(n * n * 4);
   tpurt_gemm_t g = {.m = n, .n = n, .k = n, .ab_dtype = TPURT_DTYPE_BFLOAT16, .c_dtype = TPURT_DTYPE_FLOAT32,
                     .a = A, .a_rs = n, .a_cs = 1, .b = B, .b_rs = n, .b_cs = 1, .c = R, .c_rs = n,
@@ -232,7 +232,7 @@ static void test_amx_after_release(void) {
     release_tiles();
     memset(C, 0, n * n * 4);
     CHECK_OK(tpurt_gemm(NULL, &g, ws));
-    CHECK(max_err(TPURT_DTYPE_FLOAT32, C, R, n * n, 1.0 + sqrt((double)n)) <= tol_for(TPURT_DTYPE_BFLOAT16));
+    CHECK(test_max_err(TPURT_DTYPE_FLOAT32, C, R, n * n, 1.0 + sqrt((double)n)) <= tol_for(TPURT_DTYPE_BFLOAT16));
   }
   tpurt_gemm_set_bf16dp(-1);
   free(A), free(B), free(C), free(R), free(ws);
@@ -246,9 +246,9 @@ static double now_s(void) {
 
 /* Prints GFLOP/s of a square GEMM (median of 3). No threshold. */
 static void bench_one(const char* label, tpurt_dtype_t dt, int64_t n, bool own) {
-  void* A = rand_buf(dt, n * n);
-  void* B = rand_buf(dt, n * n);
-  void* C = rand_buf(dt, n * n);
+  void* A = test_rand_buf(dt, n * n);
+  void* B = test_rand_buf(dt, n * n);
+  void* C = test_rand_buf(dt, n * n);
   tpurt_gemm_t g = {.m = n, .n = n, .k = n, .ab_dtype = dt, .c_dtype = dt, .a = A, .a_rs = n,
                     .a_cs = 1, .b = B, .b_rs = n, .b_cs = 1, .c = C, .c_rs = n, .c_cs = 1,
                     .alpha = 1, .beta = 0};

@@ -12,24 +12,6 @@
 #include "test_util.h"
 #include "tpurt/tpurt.h"
 
-static void* rnd(tpurt_dtype_t dt, int64_t n) {
-  void* p = malloc((size_t)(n > 0 ? n : 1) * tpurt_dtype_size(dt));
-  for (int64_t i = 0; i < n; ++i)
-    tpurt_dtype_store_f64(dt, (char*)p + (size_t)i * tpurt_dtype_size(dt), 2 * test_rand_unit() - 1);
-  return p;
-}
-
-static double max_diff(tpurt_dtype_t dt, const void* a, const void* b, int64_t n) {
-  double m = 0;
-  size_t es = tpurt_dtype_size(dt);
-  for (int64_t i = 0; i < n; ++i) {
-    double x = tpurt_dtype_load_f64(dt, (const char*)a + i * es), y = tpurt_dtype_load_f64(dt, (const char*)b + i * es);
-    double d = fabs(x - y) / (1 + fabs(y));
-    if (!(d <= m)) m = d;
-  }
-  return m;
-}
-
 static tpurt_arg_t targ(const tpurt_tensor_t* t) { return (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = t}; }
 
 /* Runs paged_attention (fast when !ref) into out. */
@@ -74,7 +56,7 @@ static void pa_case(tpurt_dtype_t dt, int S, const int64_t* qlens, const int64_t
   int32_t* btd = malloc(S * MB * sizeof(int32_t));
   for (int64_t i = 0; i < S * MB; ++i) btd[i] = (int32_t)perm[i];
   int64_t qs[3] = {T, Hq, D}, s1[1] = {S + 1}, s0[1] = {S}, bs[2] = {S, MB};
-  void *q = rnd(dt, T * Hq * D), *kv = rnd(dt, NB * BS * Hkv * 2 * D);
+  void *q = test_rand_buf(dt, T * Hq * D), *kv = test_rand_buf(dt, NB * BS * Hkv * 2 * D);
   void *o0 = calloc(T * Hq * D, tpurt_dtype_size(dt)), *o1 = calloc(T * Hq * D, tpurt_dtype_size(dt));
   tpurt_tensor_t tq = test_tensor_dense(dt, q, 3, qs), tkv = kv_view(dt, kv, NB, BS, Hkv, 2 * D, head_major), tqsl = test_tensor_dense(TPURT_DTYPE_INT32, qsl, 1, s1),
                  tsl = test_tensor_dense(TPURT_DTYPE_INT32, sl, 1, s0), tbt = test_tensor_dense(TPURT_DTYPE_INT32, btd, 2, bs),
@@ -84,7 +66,7 @@ static void pa_case(tpurt_dtype_t dt, int S, const int64_t* qlens, const int64_t
   CHECK_OK(run_pa(false, &to0, &tq, &tkv, &tqsl, &tsl, &tbt, scale, window, softcap));
   CHECK_OK(run_pa(true, &to1, &tq, &tkv, &tqsl, &tsl, &tbt, scale, window, softcap));
   double tol = dt == TPURT_DTYPE_FLOAT32 ? 2e-5 : 1e-2;
-  double d = max_diff(dt, o0, o1, T * Hq * D);
+  double d = test_max_err(dt, o0, o1, T * Hq * D, 1.0);
   if (!(d <= tol)) fprintf(stderr, "paged_attention dt=%d Hq=%lld Hkv=%lld window=%lld: diff %g\n", dt,
                            (long long)Hq, (long long)Hkv, (long long)window, d);
   CHECK(d <= tol);
@@ -122,7 +104,7 @@ static void pa_hand(void) {
 static void rc_case(tpurt_dtype_t dt, tpurt_dtype_t cdt, bool head_major) {
   enum { T = 7, H = 2, D = 5, NB = 4, BS = 3 };
   int64_t ks[3] = {T, H, D}, ss[1] = {T};
-  void *k = rnd(dt, T * H * D), *v = rnd(dt, T * H * D);
+  void *k = test_rand_buf(dt, T * H * D), *v = test_rand_buf(dt, T * H * D);
   void* c[2];
   for (int r = 0; r < 2; ++r) c[r] = calloc(NB * BS * H * 2 * D, tpurt_dtype_size(cdt));
   int64_t slots[T] = {5, 0, -1, 11, 7, -1, 3};

@@ -1,6 +1,7 @@
 /* Minimal C test harness: CHECK macros and a closing "N passed, N failed" line. */
 #ifndef TPURT_TEST_UTIL_H_
 #define TPURT_TEST_UTIL_H_
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -18,6 +19,34 @@ static inline uint64_t test_rand_u64(void) {
 }
 /* Uniform in [0, 1) with 53 random bits. */
 static inline double test_rand_unit(void) { return (double)(test_rand_u64() >> 11) / 9007199254740992.0; }
+
+/* n random elements of dt (malloc'ed): floats uniform in [-1, 1), integers in (-10, 10), bools. */
+static inline void* test_rand_buf(tpurt_dtype_t dt, int64_t n) {
+  size_t es = tpurt_dtype_size(dt);
+  char* p = (char*)malloc((size_t)(n > 0 ? n : 1) * es);
+  for (int64_t i = 0; i < n; ++i) {
+    double r = 2.0 * test_rand_unit() - 1.0;
+    if (dt == TPURT_DTYPE_BOOL) tpurt_dtype_store_i64(dt, p + i * es, r > 0);
+    else if (tpurt_dtype_is_integral(dt)) tpurt_dtype_store_i64(dt, p + i * es, (int64_t)(r * 10));
+    else tpurt_dtype_store_f64(dt, p + i * es, r);
+  }
+  return p;
+}
+
+/* max |x - y| / (|y| + scale) over n elements of two buffers laid out alike; equal values (equal
+ * infinities too) and NaN against NaN count as no error, any other NaN as the worst. */
+static inline double test_max_err(tpurt_dtype_t dt, const void* x, const void* y, int64_t n, double scale) {
+  double worst = 0;
+  size_t es = tpurt_dtype_size(dt);
+  for (int64_t i = 0; i < n; ++i) {
+    double a = tpurt_dtype_load_f64(dt, (const char*)x + i * es);
+    double b = tpurt_dtype_load_f64(dt, (const char*)y + i * es);
+    if (a == b || (isnan(a) && isnan(b))) continue;
+    double e = fabs(a - b) / (fabs(b) + scale);
+    if (!(e <= worst)) worst = e;
+  }
+  return worst;
+}
 
 #define CHECK(cond)                                                          \
   do {                                                                       \
