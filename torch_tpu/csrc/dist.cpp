@@ -655,6 +655,16 @@ class TpuDistBackend : public c10d::Backend {
   static at::Tensor host_bytes(void* ptr, uint64_t bytes) {
     return at::from_blob(ptr, {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
   }
+  // The root's list for gloo's gather/scatter between hosts: one byte view per host of `part` bytes
+  // at base (none off the root: base is null there).
+  static std::vector<std::vector<at::Tensor>> host_parts(uint8_t* base, uint64_t part, int hosts) {
+    std::vector<std::vector<at::Tensor>> v;
+    if (!base) return v;
+    v.emplace_back();
+    for (int h = 0; h < hosts; ++h) v[0].push_back(host_bytes(base + h * part, part));
+    return v;
+  }
+
   // Posts every message at once on the queue (in issue order), then waits
   // for all of them, so no order of sends and receives deadlocks.
   void remote_p2p(std::vector<RemoteP2P> msgs) {
@@ -832,11 +842,7 @@ class TpuDistBackend : public c10d::Backend {
       int hosts = hosts_;
       host_step([cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> ins{host_bytes(src, part)};
-        std::vector<std::vector<at::Tensor>> outs;
-        if (dst) {
-          outs.emplace_back();
-          for (int h = 0; h < hosts; ++h) outs[0].push_back(host_bytes(dst + h * part, part));
-        }
+        std::vector<std::vector<at::Tensor>> outs = host_parts(dst, part, hosts);
         c10d::GatherOptions o;
         o.rootRank = root_host;
         cross->gather(outs, ins, o)->wait();
@@ -887,11 +893,7 @@ class TpuDistBackend : public c10d::Backend {
       int hosts = hosts_;
       host_step([cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> outs{host_bytes(dst, part)};
-        std::vector<std::vector<at::Tensor>> ins;
-        if (src) {
-          ins.emplace_back();
-          for (int h = 0; h < hosts; ++h) ins[0].push_back(host_bytes(src + h * part, part));
-        }
+        std::vector<std::vector<at::Tensor>> ins = host_parts(src, part, hosts);
         c10d::ScatterOptions o;
         o.rootRank = root_host;
         cross->scatter(outs, ins, o)->wait();
