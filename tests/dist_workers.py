@@ -99,6 +99,40 @@ def _same(got, want, what):
     assert ok, f"{what}: got {got.flatten()[:8]} want {want.flatten()[:8]}"
 
 
+
+def _check_all_to_all(rank, W, dt, dev, what):
+    """all_to_all_single with uneven splits (rank p sends p + q + 1 rows to rank q), then all_to_all of lists."""
+    import torch.distributed as dist
+    in_splits = [rank + q + 1 for q in range(W)]
+    out_splits = [p + rank + 1 for p in range(W)]
+    inp = torch.cat([torch.full((in_splits[q], 3), 100 * rank + q).to(dt) for q in range(W)]).to(dev)
+    out = torch.empty((sum(out_splits), 3), dtype=dt, device=dev)
+    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    want = torch.cat([torch.full((out_splits[p], 3), 100 * p + rank).to(dt) for p in range(W)])
+    _same(out, want, f"{what}all_to_all_single {dt}")
+    ins = [_value(rank, dt, (2, 3), salt=q).to(dev) for q in range(W)]
+    outs = [torch.empty((2, 3), dtype=dt, device=dev) for _ in range(W)]
+    dist.all_to_all(outs, ins)
+    for p in range(W):
+        _same(outs[p], _value(p, dt, (2, 3), salt=rank), f"{what}all_to_all {dt} from {p}")
+
+
+def _check_gather(rank, W, dt, shape, dev, root, what):
+    import torch.distributed as dist
+    outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)] if rank == root else None
+    dist.gather(_value(rank, dt, shape).to(dev), outs, dst=root)
+    if rank == root:
+        for r in range(W):
+            _same(outs[r], _value(r, dt, shape), f"{what}gather {dt} to {root} [{r}]")
+
+
+def _check_scatter(rank, W, dt, shape, dev, root, what):
+    import torch.distributed as dist
+    out = torch.empty(shape, dtype=dt, device=dev)
+    ins = [_value(10 + q, dt, shape).to(dev) for q in range(W)] if rank == root else None
+    dist.scatter(out, ins, src=root)
+    _same(out, _value(10 + rank, dt, shape), f"{what}scatter {dt} from {root}")
+
 def collectives(rank, world):
     dist = _init(rank, world)
     dev = torch.device("tpu", 0)
@@ -158,31 +192,9 @@ def collectives(rank, world):
             out2 = torch.empty(shape, dtype=dt, device=dev)
             dist.reduce_scatter_tensor(out2, flat_in)
             _same(out2, out.cpu(), f"reduce_scatter_tensor {dt}")
-        # all_to_all_single, uneven: rank p sends p + q + 1 rows to rank q
-        in_splits = [rank + q + 1 for q in range(W)]
-        out_splits = [p + rank + 1 for p in range(W)]
-        rows = [torch.full((in_splits[q], 3), 100 * rank + q).to(dt) for q in range(W)]
-        inp = torch.cat(rows).to(dev)
-        out = torch.empty((sum(out_splits), 3), dtype=dt, device=dev)
-        dist.all_to_all_single(out, inp, out_splits, in_splits)
-        want = torch.cat([torch.full((out_splits[p], 3), 100 * p + rank).to(dt) for p in range(W)])
-        _same(out, want, f"all_to_all_single {dt}")
-        # all_to_all (lists)
-        ins = [_value(rank, dt, (2, 3), salt=q).to(dev) for q in range(W)]
-        outs = [torch.empty((2, 3), dtype=dt, device=dev) for _ in range(W)]
-        dist.all_to_all(outs, ins)
-        for p in range(W):
-            _same(outs[p], _value(p, dt, (2, 3), salt=rank), f"all_to_all {dt} from {p}")
-        # gather to 0, scatter from 0
-        outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)] if rank == 0 else None
-        dist.gather(_value(rank, dt, shape).to(dev), outs, dst=0)
-        if rank == 0:
-            for r in range(W):
-                _same(outs[r], _value(r, dt, shape), f"gather {dt} [{r}]")
-        out = torch.empty(shape, dtype=dt, device=dev)
-        ins = [_value(10 + q, dt, shape).to(dev) for q in range(W)] if rank == 0 else None
-        dist.scatter(out, ins, src=0)
-        _same(out, _value(10 + rank, dt, shape), f"scatter {dt}")
+        _check_all_to_all(rank, W, dt, dev, "")
+        _check_gather(rank, W, dt, shape, dev, 0, "")
+        _check_scatter(rank, W, dt, shape, dev, 0, "")
         # send / recv around a ring (even ranks send first)
         t = _value(rank, dt, shape).to(dev)
         r_buf = torch.empty(shape, dtype=dt, device=dev)
@@ -478,30 +490,10 @@ def cross_host(rank, world):
     for dt in (torch.float32, torch.bfloat16, torch.bool, torch.complex64, torch.int64):
         # gather and scatter, with roots on either host and not always a host's first rank
         for root in (0, 3):
-            outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)] if rank == root else None
-            dist.gather(_value(rank, dt, shape).to(dev), outs, dst=root)
-            if rank == root:
-                for r in range(W):
-                    _same(outs[r], _value(r, dt, shape), f"cross-host gather {dt} to {root} [{r}]")
+            _check_gather(rank, W, dt, shape, dev, root, "cross-host ")
         for root in (1, 2):
-            out = torch.empty(shape, dtype=dt, device=dev)
-            ins = [_value(10 + q, dt, shape).to(dev) for q in range(W)] if rank == root else None
-            dist.scatter(out, ins, src=root)
-            _same(out, _value(10 + rank, dt, shape), f"cross-host scatter {dt} from {root}")
-        # all_to_all_single, uneven: rank p sends p + q + 1 rows to rank q
-        in_splits = [rank + q + 1 for q in range(W)]
-        out_splits = [p + rank + 1 for p in range(W)]
-        inp_a = torch.cat([torch.full((in_splits[q], 3), 100 * rank + q).to(dt) for q in range(W)]).to(dev)
-        out_a = torch.empty((sum(out_splits), 3), dtype=dt, device=dev)
-        dist.all_to_all_single(out_a, inp_a, out_splits, in_splits)
-        want = torch.cat([torch.full((out_splits[p], 3), 100 * p + rank).to(dt) for p in range(W)])
-        _same(out_a, want, f"cross-host all_to_all_single {dt}")
-        # all_to_all (lists), even
-        ins = [_value(rank, dt, (2, 3), salt=q).to(dev) for q in range(W)]
-        outs = [torch.empty((2, 3), dtype=dt, device=dev) for _ in range(W)]
-        dist.all_to_all(outs, ins)
-        for p in range(W):
-            _same(outs[p], _value(p, dt, (2, 3), salt=rank), f"cross-host all_to_all {dt} from {p}")
+            _check_scatter(rank, W, dt, shape, dev, root, "cross-host ")
+        _check_all_to_all(rank, W, dt, dev, "cross-host ")
         # send / recv to a rank two away (the other host) and to the neighbour on the same host
         for step in (2, 1):
             peer_to, peer_from = (rank + step) % W, (rank - step) % W
