@@ -282,27 +282,41 @@ static void classify(builder_t* bd, uintptr_t lo, uintptr_t hi, int32_t r, bool 
   *out = (reloc_t){.where = WHERE_FIXED, .off = (int64_t)lo};
 }
 
+bool tpurt_program_push_reloc(tpurt_program_t* p, int32_t* cap, reloc_t r) {
+  if (p->num_relocs == *cap) {
+    int32_t n = *cap ? *cap * 2 : 256;
+    reloc_t* np = realloc(p->relocs, sizeof(*np) * (size_t)n);
+    if (!np) return false;
+    p->relocs = np;
+    *cap = n;
+  }
+  p->relocs[p->num_relocs++] = r;
+  return true;
+}
+
+bool tpurt_program_push_rng(tpurt_program_t* p, int32_t* cap, rng_reloc_t r) {
+  if (p->num_rngs == *cap) {
+    int32_t n = *cap ? *cap * 2 : 16;
+    rng_reloc_t* np = realloc(p->rngs, sizeof(*np) * (size_t)n);
+    if (!np) return false;
+    p->rngs = np;
+    *cap = n;
+  }
+  p->rngs[p->num_rngs++] = r;
+  return true;
+}
+
 static void add_reloc(builder_t* bd, void** slot, uintptr_t lo, uintptr_t hi, int32_t r, bool is_free) {
   if (!*slot || bd->error) return;
   reloc_t rl;
   classify(bd, lo, hi, r, is_free, &rl);
   if (rl.where == WHERE_FIXED) return; /* stays where it is */
-  tpurt_program_t* p = bd->p;
-  if (p->num_relocs == bd->cap_relocs) {
-    int32_t n = bd->cap_relocs ? bd->cap_relocs * 2 : 256;
-    reloc_t* nr = realloc(p->relocs, sizeof(*nr) * (size_t)n);
-    if (!nr) {
-      bd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
-      return;
-    }
-    p->relocs = nr;
-    bd->cap_relocs = n;
-  }
   rl.slot = slot;
   /* A tensor's data pointer may sit past its footprint's low end (negative
    * strides): keep its distance from it. */
   rl.off += (int64_t)((uintptr_t)*slot - lo);
-  p->relocs[p->num_relocs++] = rl;
+  if (!tpurt_program_push_reloc(bd->p, &bd->cap_relocs, rl))
+    bd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
 }
 
 static void reloc_tensor(builder_t* bd, const tpurt_tensor_t* t, int32_t r) {
@@ -322,18 +336,8 @@ static void reloc_rng(builder_t* bd, tpurt_rng_t* rng, uint64_t seed, uint64_t b
                              "capture: a random op drew from another generator than the default one");
     return;
   }
-  tpurt_program_t* p = bd->p;
-  if (p->num_rngs == bd->cap_rngs) {
-    int32_t n = bd->cap_rngs ? bd->cap_rngs * 2 : 16;
-    rng_reloc_t* nr = realloc(p->rngs, sizeof(*nr) * (size_t)n);
-    if (!nr) {
-      bd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
-      return;
-    }
-    p->rngs = nr;
-    bd->cap_rngs = n;
-  }
-  p->rngs[p->num_rngs++] = (rng_reloc_t){.slot = rng, .rel = rng->offset - before};
+  if (!tpurt_program_push_rng(bd->p, &bd->cap_rngs, (rng_reloc_t){.slot = rng, .rel = rng->offset - before}))
+    bd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
 }
 
 /* The static memory plan: offsets for the blocks made and freed inside,

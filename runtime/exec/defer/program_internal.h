@@ -42,5 +42,9 @@ int64_t tpurt_program_fuse_min_numel(void);
 
 /* An empty program (refcount 1) for a builder to fill; NULL without memory. */
 tpurt_program_t* tpurt_program_alloc(void);
+/* Appends a relocation / a random-offset relocation to p, growing its array (*cap: its capacity,
+ * kept by the builder); false without memory (p unchanged). */
+bool tpurt_program_push_reloc(tpurt_program_t* p, int32_t* cap, reloc_t r);
+bool tpurt_program_push_rng(tpurt_program_t* p, int32_t* cap, rng_reloc_t r);
 
 #endif /* TPURT_EXEC_DEFER_PROGRAM_INTERNAL_H_ */

@@ -409,30 +409,6 @@ static void get_arg(reader_t* rd, tpurt_arg_t* a) {
   }
 }
 
-static bool push_reloc(tpurt_program_t* p, int32_t* cap, reloc_t r) {
-  if (p->num_relocs == *cap) {
-    int32_t n = *cap ? *cap * 2 : 256;
-    reloc_t* np = realloc(p->relocs, sizeof(*np) * (size_t)n);
-    if (!np) return false;
-    p->relocs = np;
-    *cap = n;
-  }
-  p->relocs[p->num_relocs++] = r;
-  return true;
-}
-
-static bool push_rng(tpurt_program_t* p, int32_t* cap, rng_reloc_t r) {
-  if (p->num_rngs == *cap) {
-    int32_t n = *cap ? *cap * 2 : 16;
-    rng_reloc_t* np = realloc(p->rngs, sizeof(*np) * (size_t)n);
-    if (!np) return false;
-    p->rngs = np;
-    *cap = n;
-  }
-  p->rngs[p->num_rngs++] = r;
-  return true;
-}
-
 /* Whether bytes [lo, hi) relative to the start of where r points lie inside
  * it: the arena always, inputs and outputs when the caller gave their sizes. */
 static bool inside(const reader_t* rd, const reloc_t* r, int64_t lo, int64_t hi) {
@@ -455,7 +431,7 @@ static bool bind_tensor(tpurt_program_t* p, int32_t* cap, reader_t* rd, int32_t*
   tpurt_graph_range_t fp = tpurt_graph_tensor_bytes(t);
   t->data = NULL;
   if (fp.lo != fp.hi && !inside(rd, &r, (int64_t)(fp.lo - base), (int64_t)(fp.hi - base))) return false;
-  return push_reloc(p, cap, r);
+  return tpurt_program_push_reloc(p, cap, r);
 }
 
 tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint64_t* input_bytes,
@@ -517,7 +493,7 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
           *slots[s] = NULL;
           if (kind == TPURT_DEFER_COPY && !inside(&rd, &rl, rl.off, rl.off + (int64_t)rec->bytes))
             corrupt(&rd, "a copy outside the memory it names");
-          else if (!push_reloc(p, &cap_relocs, rl))
+          else if (!tpurt_program_push_reloc(p, &cap_relocs, rl))
             rd.error = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_deserialize: out of host memory");
         }
       continue;
@@ -571,7 +547,7 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
       else if (arg->kind == TPURT_ARG_RNG)
         ok = next_rng < rd.num_pend_rng &&
              rd.pend_rng[next_rng] < p->rng_count &&
-             push_rng(p, &cap_rngs, (rng_reloc_t){.slot = &arg->v.rng, .rel = rd.pend_rng[next_rng++]});
+             tpurt_program_push_rng(p, &cap_rngs, (rng_reloc_t){.slot = &arg->v.rng, .rel = rd.pend_rng[next_rng++]});
     }
     for (int32_t o = 0; o < rec->call.num_outputs && ok; ++o)
       ok = bind_tensor(p, &cap_relocs, &rd, &next, (tpurt_tensor_t*)&rec->call.outputs[o]);
