@@ -16,6 +16,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <torch/library.h>
 #include <c10/util/SmallVector.h>
 
 #include "tpu_common.h"
@@ -89,6 +90,10 @@ struct MetaFn {
 };
 extern const MetaFn kCppMetaTable[];
 extern const size_t kCppMetaTableSize;
+
+// Registers the unboxed front (fallback_fast.cpp) for a direct structured op
+// it serves (add, sub, mul, div and their in-place forms); false for others.
+bool register_fast_op(torch::Library& lib, const c10::OperatorHandle& op);
 
 // The op's information, built on its first call (fallback_op_info.cpp); lock-free
 // after a thread's first call of the op.

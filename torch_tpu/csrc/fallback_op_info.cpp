@@ -294,7 +294,8 @@ void register_direct_structured_ops() {
         g_direct_ops.insert(&op->schema());
       }
       std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
-      lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+      if (!register_fast_op(*lib, *op))
+        lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
     }
     g_direct_lib = std::move(lib);
   });

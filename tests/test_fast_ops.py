@@ -1,0 +1,121 @@
+"""The unboxed front of add/sub/mul/div (torch_tpu/csrc/fallback_fast.cpp): calls it takes (dense,
+contiguous floating tensors of one dtype and size, or a Python number) and calls it hands to the
+generic path (broadcasting, mixed dtypes, strided views, aliasing, integers, complex alpha) give
+CPU's results and CPU's errors, in every eager mode, functional and in-place, and autograd
+records them as usual."""
+import operator
+
+import pytest
+import torch
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+OPS = {
+    "add": (torch.add, "add_"),
+    "sub": (torch.sub, "sub_"),
+    "mul": (torch.mul, "mul_"),
+    "div": (torch.div, "div_"),
+}
+
+
+def _pair(dtype, shape=(5, 7), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(shape, generator=g).to(dtype)
+    b = (torch.rand(shape, generator=g) + 0.5).to(dtype)
+    return a, b
+
+
+def _same(got, want):
+    assert got.device.type == "tpu"
+    assert got.dtype == want.dtype and got.shape == want.shape and got.stride() == want.stride()
+    # one rounding apart at most: CPU may fuse `a + alpha * b` differently
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}.get(want.dtype, 1e-6)
+    torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", OPS)
+def test_functional_and_in_place_match_cpu(eager_mode, name, dtype):
+    fn, inplace = OPS[name]
+    a, b = _pair(dtype)
+    kw = {"alpha": 3} if name in ("add", "sub") else {}
+    _same(fn(a.to("tpu"), b.to("tpu"), **kw), fn(a, b, **kw))
+    if kw:
+        _same(fn(a.to("tpu"), b.to("tpu"), alpha=-0.25), fn(a, b, alpha=-0.25))
+    x = a.to("tpu")
+    ptr = x.data_ptr()
+    r = getattr(x, inplace)(b.to("tpu"), **kw)
+    want = getattr(a.clone(), inplace)(b, **kw)
+    assert r is x and x.data_ptr() == ptr
+    _same(x, want)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_python_numbers_match_cpu(eager_mode, name):
+    fn, inplace = OPS[name]
+    a, _ = _pair(torch.bfloat16)
+    for number in (2, -0.5, 3.25):
+        _same(fn(a.to("tpu"), number), fn(a, number))
+        x = a.to("tpu")
+        getattr(x, inplace)(number)
+        _same(x, getattr(a.clone(), inplace)(number))
+    op = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}[name]
+    _same(op(1.5, a.to("tpu")), op(1.5, a))
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_calls_for_the_generic_path_match_cpu(eager_mode, name):
+    fn, inplace = OPS[name]
+    a, b = _pair(torch.float32, (4, 6))
+    ta, tb = a.to("tpu"), b.to("tpu")
+    cases = [
+        (ta, tb[0], a, b[0]),                                # broadcast
+        (ta, tb.to(torch.float64), a, b.to(torch.float64)),  # mixed dtypes
+        (ta.t(), tb.t(), a.t(), b.t()),                      # not contiguous
+        (ta[:, ::2], tb[:, 1::2], a[:, ::2], b[:, 1::2]),   # strided views
+        (ta, torch.tensor(2.0), a, torch.tensor(2.0)),        # a 0-d CPU tensor
+    ]
+    if name != "div":
+        ia, ib = (a * 10).to(torch.int64), (b * 10).to(torch.int64)
+        cases.append((ia.to("tpu"), ib.to("tpu"), ia, ib))  # integers
+    for x, y, cx, cy in cases:
+        got, want = fn(x, y), fn(cx, cy)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want)
+    # in place on a view, and with the other operand the same tensor or an overlapping one
+    x, cx = ta.clone(), a.clone()
+    getattr(x[1:3], inplace)(tb[1:3])
+    getattr(cx[1:3], inplace)(b[1:3])
+    torch.testing.assert_close(x.cpu(), cx)
+    x, cx = ta.clone(), a.clone()
+    getattr(x, inplace)(x)
+    getattr(cx, inplace)(cx)
+    torch.testing.assert_close(x.cpu(), cx)
+
+
+def test_errors_match_cpu():
+    a, b = _pair(torch.float32)
+    ta, tb = a.to("tpu"), b.to("tpu")
+    with pytest.raises(RuntimeError, match="alpha must not be a complex"):
+        torch.add(ta, tb, alpha=1j)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.add(ta, tb[:, :3])
+    x = ta.clone()
+    with pytest.raises(RuntimeError, match="result type Float can't be cast"):
+        x.to(torch.int64).add_(tb)
+    with pytest.raises(RuntimeError, match="unsupported operation"):  # internal overlap, as CPU
+        ta[:1].expand(5, 7).add_(tb)
+    torch.testing.assert_close((ta + tb).cpu(), a + b)  # the process keeps working
+
+
+def test_autograd_through_the_front():
+    a, b = _pair(torch.float32)
+    x = a.to("tpu").requires_grad_()
+    y = b.to("tpu").requires_grad_()
+    ((x * y + x) / y - 2 * x).sum().backward()
+    cx, cy = a.clone().requires_grad_(), b.clone().requires_grad_()
+    ((cx * cy + cx) / cy - 2 * cx).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), cx.grad)
+    torch.testing.assert_close(y.grad.cpu(), cy.grad)
+    leaf = a.to("tpu").requires_grad_()
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        leaf.add_(b.to("tpu"))

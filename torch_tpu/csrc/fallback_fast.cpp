@@ -1,0 +1,209 @@
+// An unboxed front for the hottest direct structured ops (fallback_op_info.cpp
+// registers them): add, sub, mul and div, functional and in-place, on tensors
+// that need none of the generic path's work. Boxing a call copies its tensors
+// into IValues; each copy takes a TensorImpl's count from one to two, which
+// increfs its Python object under the GIL; that and the generic stages (check,
+// cached layout lookup, alias rules, marshalling) cost more host time than the
+// kernel of a small op. A call qualifies when every tensor is a dense,
+// contiguous floating tpu tensor of one dtype and size on the current device,
+// with no math bits, and the other operand is such a tensor or a
+// Python number: then nothing can fail, the output is contiguous, and the call
+// goes to the same kernel and queue the generic path would use. Every other
+// call is boxed and handed to tpu_fallback, unchanged.
+#include <cstring>
+#include <optional>
+
+#include <torch/library.h>
+
+#include "fallback.h"
+
+namespace torch_tpu::fallback {
+namespace {
+
+bool floating(c10::ScalarType t) {
+  return t == c10::kFloat || t == c10::kBFloat16 || t == c10::kHalf || t == c10::kDouble;
+}
+
+// A dense tpu tensor the kernel can take as it is.
+inline bool plain(const at::Tensor& t, c10::DeviceIndex device) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  return t.defined() && impl->device_type() == kTpu && impl->device().index() == device &&
+         impl->layout() == c10::kStrided && impl->is_contiguous() && floating(t.scalar_type()) &&
+         !impl->is_neg() && impl->storage().data() != nullptr;
+}
+
+// A Python number (a wrapped 0-d CPU tensor) of a real category as a kernel
+// argument; the result keeps the tensor's floating dtype.
+inline bool number_arg(const at::Tensor& t, tpurt_arg_t* a) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!t.defined() || !impl->is_wrapped_number() || impl->device_type() != c10::DeviceType::CPU) return false;
+  if (t.scalar_type() == c10::kDouble) {
+    a->kind = TPURT_ARG_DOUBLE;
+    a->v.d = *t.const_data_ptr<double>();
+    return true;
+  }
+  if (t.scalar_type() == c10::kLong) {
+    a->kind = TPURT_ARG_INT;
+    a->v.i = *t.const_data_ptr<int64_t>();
+    return true;
+  }
+  return false;
+}
+
+inline bool scalar_arg(const c10::Scalar& s, tpurt_arg_t* a) {
+  if (s.isFloatingPoint()) {
+    a->kind = TPURT_ARG_DOUBLE;
+    a->v.d = s.toDouble();
+    return true;
+  }
+  if (s.isIntegral(false)) {
+    a->kind = TPURT_ARG_INT;
+    a->v.i = s.toLong();
+    return true;
+  }
+  return false;
+}
+
+// One op of the front: its handle (for the boxed path) and kernel.
+struct FastOp {
+  const char* name;      // "aten::add"
+  const char* overload;  // "Tensor"
+  const char* full;      // "aten::add.Tensor", for messages
+  std::optional<c10::OperatorHandle> handle;
+  const tpurt_op_def_t* def = nullptr;
+  std::string base;  // the kernel call's name ("add")
+};
+
+enum Op { kAdd, kSub, kMul, kDiv, kAdd_, kSub_, kMul_, kDiv_, kNumOps };
+FastOp g_ops[kNumOps] = {
+    {"aten::add", "Tensor", "aten::add.Tensor"},   {"aten::sub", "Tensor", "aten::sub.Tensor"},
+    {"aten::mul", "Tensor", "aten::mul.Tensor"},   {"aten::div", "Tensor", "aten::div.Tensor"},
+    {"aten::add_", "Tensor", "aten::add_.Tensor"}, {"aten::sub_", "Tensor", "aten::sub_.Tensor"},
+    {"aten::mul_", "Tensor", "aten::mul_.Tensor"}, {"aten::div_", "Tensor", "aten::div_.Tensor"},
+};
+
+// The kernel's arguments (self, other[, alpha]) and its output, or false when
+// the call must take the generic path.
+template <bool kInPlace>
+inline bool fast_args(const FastOp& op, const at::Tensor& self, const at::Tensor& other, const c10::Scalar* alpha,
+                      c10::DeviceIndex device, tpurt_tensor_t* t, tpurt_arg_t* a) {
+  if (!op.def || !plain(self, device)) return false;
+  std::memset(a, 0, 3 * sizeof(tpurt_arg_t));
+  const c10::ScalarType dtype = self.scalar_type();
+  if (!tpurt_op_supports_dtype(op.def, map_dtype(dtype))) return false;
+  if (alpha && !scalar_arg(*alpha, &a[2])) return false;
+  a[0].kind = TPURT_ARG_TENSOR;
+  a[0].v.tensor = &t[0];
+  if (plain(other, device)) {
+    if (other.scalar_type() != dtype || !other.sizes().equals(self.sizes())) return false;
+    // An in-place op whose other operand shares self's memory: the generic
+    // path applies CPU's overlap rules.
+    if (kInPlace && shares_storage(self, other)) return false;
+    fill_tensor_desc(other, &t[1], op.full);
+    a[1].kind = TPURT_ARG_TENSOR;
+    a[1].v.tensor = &t[1];
+  } else if (!(op.def->flags & TPURT_OP_ALIAS_SAFE) || !number_arg(other, &a[1])) {
+    return false;
+  }
+  fill_tensor_desc(self, &t[0], op.full);
+  return true;
+}
+
+inline void submit(const FastOp& op, c10::DeviceIndex device, tpurt_arg_t* a, int nargs, tpurt_tensor_t* out) {
+  tpurt_op_call_t call{op.base.c_str(), op.overload, nargs, a, 1, out};
+  tpurt_status_t s = tpurt_queue_submit_kernel(current_queue(device), op.def, &call);
+  if (TPURT_UNLIKELY(s != nullptr)) throw_status(s, op.full);
+}
+
+template <typename... Args>
+c10::IValue boxed(const FastOp& op, Args&&... args) {
+  torch::jit::Stack stack;
+  stack.reserve(sizeof...(Args));
+  torch::jit::push(stack, std::forward<Args>(args)...);
+  tpu_fallback(*op.handle, &stack);
+  return std::move(stack.back());
+}
+
+template <Op kOp>
+at::Tensor binary_alpha(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
+  const FastOp& op = g_ops[kOp];
+  const c10::DeviceIndex device = current_device_index();
+  tpurt_tensor_t t[3];
+  tpurt_arg_t a[3];
+  if (!fast_args<false>(op, self, other, &alpha, device, t, a)) return boxed(op, self, other, alpha).toTensor();
+  at::Tensor out = empty_tpu_contiguous(self.sizes(), self.scalar_type());
+  fill_tensor_desc(out, &t[2], op.full);
+  submit(op, device, a, 3, &t[2]);
+  return out;
+}
+
+template <Op kOp>
+at::Tensor binary(const at::Tensor& self, const at::Tensor& other) {
+  const FastOp& op = g_ops[kOp];
+  const c10::DeviceIndex device = current_device_index();
+  tpurt_tensor_t t[3];
+  tpurt_arg_t a[3];
+  if (!fast_args<false>(op, self, other, nullptr, device, t, a)) return boxed(op, self, other).toTensor();
+  at::Tensor out = empty_tpu_contiguous(self.sizes(), self.scalar_type());
+  fill_tensor_desc(out, &t[2], op.full);
+  submit(op, device, a, 2, &t[2]);
+  return out;
+}
+
+template <Op kOp>
+at::Tensor& binary_alpha_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
+  const FastOp& op = g_ops[kOp];
+  const c10::DeviceIndex device = current_device_index();
+  tpurt_tensor_t t[2];
+  tpurt_arg_t a[3];
+  if (!fast_args<true>(op, self, other, &alpha, device, t, a)) {
+    boxed(op, self, other, alpha);
+    return self;
+  }
+  submit(op, device, a, 3, &t[0]);
+  return self;
+}
+
+template <Op kOp>
+at::Tensor& binary_(at::Tensor& self, const at::Tensor& other) {
+  const FastOp& op = g_ops[kOp];
+  const c10::DeviceIndex device = current_device_index();
+  tpurt_tensor_t t[2];
+  tpurt_arg_t a[3];
+  if (!fast_args<true>(op, self, other, nullptr, device, t, a)) {
+    boxed(op, self, other);
+    return self;
+  }
+  submit(op, device, a, 2, &t[0]);
+  return self;
+}
+
+template <Op kOp, typename Fn>
+void add_impl(torch::Library& lib, const c10::OperatorHandle& handle, Fn fn) {
+  FastOp& op = g_ops[kOp];
+  op.handle = handle;
+  op.def = tpurt_op_resolve(op.name, op.overload, 0);
+  char buf[64];
+  op.base = tpurt_op_base_name(op.name, buf, sizeof buf);
+  lib.impl(op.full + 6, fn);
+}
+
+}  // namespace
+
+bool register_fast_op(torch::Library& lib, const c10::OperatorHandle& handle) {
+  const c10::OperatorName& name = handle.operator_name();
+  if (name.overload_name != "Tensor") return false;
+  const std::string& n = name.name;
+  if (n == "aten::add") add_impl<kAdd>(lib, handle, TORCH_FN(binary_alpha<kAdd>));
+  else if (n == "aten::sub") add_impl<kSub>(lib, handle, TORCH_FN(binary_alpha<kSub>));
+  else if (n == "aten::mul") add_impl<kMul>(lib, handle, TORCH_FN(binary<kMul>));
+  else if (n == "aten::div") add_impl<kDiv>(lib, handle, TORCH_FN(binary<kDiv>));
+  else if (n == "aten::add_") add_impl<kAdd_>(lib, handle, TORCH_FN(binary_alpha_<kAdd_>));
+  else if (n == "aten::sub_") add_impl<kSub_>(lib, handle, TORCH_FN(binary_alpha_<kSub_>));
+  else if (n == "aten::mul_") add_impl<kMul_>(lib, handle, TORCH_FN(binary_<kMul_>));
+  else if (n == "aten::div_") add_impl<kDiv_>(lib, handle, TORCH_FN(binary_<kDiv_>));
+  else return false;
+  return true;
+}
+
+}  // namespace torch_tpu::fallback
