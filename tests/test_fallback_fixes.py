@@ -360,3 +360,28 @@ def test_bad_arguments_raise_as_on_cpu(case):
     run("cpu")
     run("tpu")
     assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]  # the process goes on
+
+
+# ---- the structured wrapper's internal outputs raise no user warning ----
+def test_mse_loss_warns_only_where_cpu_warns():
+    import warnings
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(7, 5, generator=g), torch.randn(7, 5, generator=g)
+    for reduction in ("mean", "sum", "none"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a first call of this signature on tpu: no warning
+            got = torch.nn.functional.mse_loss(x.to(DEV), y.to(DEV), reduction=reduction)
+        same(torch.nn.functional.mse_loss(x, y, reduction=reduction), got, exact=False)
+    # a user's out= of another shape with elements warns on tpu as on CPU, also once cached
+    outs = []
+    for dev in ("cpu", DEV, DEV):
+        out = torch.empty(3, device=dev)
+        with pytest.warns(UserWarning, match="was resized since it had shape \\[3\\]"):
+            torch._C._nn.mse_loss(x.to(dev), y.to(dev), 0, out=out)
+        outs.append(out)
+    same(outs[0], outs[1], exact=False)
+    same(outs[0], outs[2], exact=False)
+    for dev in ("cpu", DEV):  # an out= with no elements is resized silently
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            torch.add(x.to(dev), y.to(dev), out=torch.empty(0, device=dev))

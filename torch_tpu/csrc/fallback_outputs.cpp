@@ -377,11 +377,30 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
   return entry;
 }
 
+// PyTorch's resize_output warns when a user's out= of another shape with
+// elements is resized. Our meta runs resize meta copies, and PyTorch's
+// structured wrapper resizes an output it allocated itself (an op whose .out
+// meta sizes it in two steps, mse_loss: elementwise, then reduced): neither
+// concerns a tensor of the caller's, so their warning is dropped, and
+// apply_layout gives the user's one, whether or not the layout was cached.
+constexpr const char kResizeWarning[] = "An output with one or more elements was resized";
+struct DropResizeWarning : c10::WarningHandler {
+  c10::WarningHandler* next = c10::WarningUtils::get_warning_handler();
+  void process(const c10::Warning& w) override {
+    if (w.msg().rfind(kResizeWarning, 0) == 0) return;
+    next->process(w);
+  }
+};
+
 // First call of a direct structured op with this signature: PyTorch's own
 // structured wrapper runs (C++ meta with all its checks, allocation, then our
 // .out kernel), and the output layout is remembered only if it succeeded.
 void run_structured_wrapper(const Call& c, bool cacheable, uint64_t h, const std::vector<int64_t>& key) {
-  c.op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *c.stack);
+  {
+    DropResizeWarning drop;
+    c10::WarningUtils::WarningHandlerGuard guard(&drop);
+    c.op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *c.stack);
+  }
   if (!cacheable) return;
   auto entry = std::make_shared<MetaEntry>();
   entry->key = key;
@@ -403,6 +422,11 @@ void run_structured_wrapper(const Call& c, bool cacheable, uint64_t h, const std
 void apply_layout(const at::Tensor& t, const OutMeta& m) {
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (impl->sizes().equals(m.sizes)) return;
+  if (impl->numel() != 0)
+    TORCH_WARN(kResizeWarning, " since it had shape ", impl->sizes(), ", which does not match the required output "
+               "shape ", c10::IntArrayRef(m.sizes), ". This behavior is deprecated, and in a future PyTorch release "
+               "outputs will not be resized unless they have zero elements. You can explicitly reuse an out tensor t "
+               "by resizing it, inplace, to zero elements with t.resize_(0).");
   size_t need = at::detail::computeStorageNbytes(m.sizes, m.strides, t.element_size(), t.storage_offset());
   c10::StorageImpl* st = impl->unsafe_storage().unsafeGetStorageImpl();
   if (need > st->nbytes()) resize_storage_bytes(st, need);
@@ -513,6 +537,8 @@ std::shared_ptr<const MetaEntry> output_layouts(const Call& c, std::vector<int64
   }
   std::shared_ptr<MetaEntry> fresh;
   try {
+    DropResizeWarning drop;
+    c10::WarningUtils::WarningHandlerGuard guard(&drop);
     fresh = run_meta(c.op, info, args);
   } catch (const NoMeta& e) {
     // An op that returns nothing and only writes its arguments (for
