@@ -1,8 +1,8 @@
 """The unboxed front of add/sub/mul/div (torch_tpu/csrc/fallback_fast.cpp): calls it takes (dense,
-contiguous floating tensors of one dtype and size, or a Python number) and calls it hands to the
-generic path (broadcasting, mixed dtypes, strided views, aliasing, integers, complex alpha) give
-CPU's results and CPU's errors, in every eager mode, functional and in-place, and autograd
-records them as usual."""
+contiguous tensors of one dtype whose sizes broadcast, or a Python number that keeps the dtype)
+and calls it hands to the generic path (mixed dtypes, strided views, aliasing, promotion, complex
+alpha) give CPU's results, layouts and errors, in every eager mode, functional and in-place, and
+autograd records them as usual."""
 import operator
 
 import pytest
@@ -47,6 +47,53 @@ def test_functional_and_in_place_match_cpu(eager_mode, name, dtype):
     want = getattr(a.clone(), inplace)(b, **kw)
     assert r is x and x.data_ptr() == ptr
     _same(x, want)
+
+
+BROADCASTS = [((5, 7), (7,)), ((7,), (5, 7)), ((5, 1), (1, 7)), ((1, 7), (5, 1)), ((2, 1, 3), (4, 1)),
+              ((64,), (1, 1, 64)), ((1, 4, 1, 16), (1, 1, 1, 16)), ((1, 1, 64), (1, 1, 1)), ((3, 1, 1), (1,)),
+              ((1, 1), (1, 1, 1, 1)), ((2, 3), ())]
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_broadcasts_match_cpu(eager_mode, name, dtype):
+    fn, inplace = OPS[name]
+    for i, (sa, sb) in enumerate(BROADCASTS):
+        a, _ = _pair(dtype, sa, seed=i)
+        _, b = _pair(dtype, sb, seed=i + 100)
+        _same(fn(a.to("tpu"), b.to("tpu")), fn(a, b))
+        if torch.broadcast_shapes(sa, sb) == a.shape:
+            x = a.to("tpu")
+            getattr(x, inplace)(b.to("tpu"))
+            _same(x, getattr(a.clone(), inplace)(b))
+        else:
+            with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+                getattr(a.to("tpu"), inplace)(b.to("tpu"))
+
+
+@pytest.mark.parametrize("dtype", (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))
+@pytest.mark.parametrize("name", ("add", "sub", "mul"))
+def test_integers_match_cpu(eager_mode, name, dtype):
+    fn, inplace = OPS[name]
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(0, 100, (5, 7), generator=g).to(dtype)
+    b = torch.randint(0, 100, (7,), generator=g).to(dtype)
+    kw = {"alpha": 3} if name != "mul" else {}
+
+    def exact(got, want):
+        assert got.dtype == want.dtype and got.shape == want.shape and got.stride() == want.stride()
+        assert torch.equal(got.cpu(), want)
+    exact(fn(a.to("tpu"), b.to("tpu"), **kw), fn(a, b, **kw))   # wraps as CPU does
+    exact(fn(a.to("tpu"), 7), fn(a, 7))
+    exact(fn(a.to("tpu"), 2.5), fn(a, 2.5))                     # a float number promotes
+    x = a.to("tpu")
+    getattr(x, inplace)(b.to("tpu"), **kw)
+    exact(x, getattr(a.clone(), inplace)(b, **kw))
+    if kw:
+        with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
+            fn(a.to("tpu"), b.to("tpu"), alpha=0.5)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        getattr(a.to("tpu"), inplace)(2.5)
 
 
 @pytest.mark.parametrize("name", OPS)

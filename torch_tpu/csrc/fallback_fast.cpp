@@ -4,12 +4,15 @@
 // into IValues; each copy takes a TensorImpl's count from one to two, which
 // increfs its Python object under the GIL; that and the generic stages (check,
 // cached layout lookup, alias rules, marshalling) cost more host time than the
-// kernel of a small op. A call qualifies when every tensor is a dense,
-// contiguous floating tpu tensor of one dtype and size on the current device,
-// with no math bits, and the other operand is such a tensor or a
-// Python number: then nothing can fail, the output is contiguous, and the call
-// goes to the same kernel and queue the generic path would use. Every other
-// call is boxed and handed to tpu_fallback, unchanged.
+// kernel of a small op. A call qualifies when both tensors are dense,
+// contiguous tpu tensors of one dtype (floating, or integral for add, sub and
+// mul) on the current device, with no math bits, whose sizes broadcast (an
+// in-place op's to self's), or the other operand is a Python number that
+// keeps the tensor's dtype: then nothing can fail, the output is contiguous
+// (TensorIterator's layout for contiguous operands), and the call goes to the
+// same kernel and queue the generic path would use. Every other call is boxed
+// and handed to tpu_fallback, unchanged.
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -23,21 +26,25 @@ namespace {
 bool floating(c10::ScalarType t) {
   return t == c10::kFloat || t == c10::kBFloat16 || t == c10::kHalf || t == c10::kDouble;
 }
+bool integral(c10::ScalarType t) {
+  return t == c10::kLong || t == c10::kInt || t == c10::kShort || t == c10::kChar || t == c10::kByte;
+}
 
 // A dense tpu tensor the kernel can take as it is.
 inline bool plain(const at::Tensor& t, c10::DeviceIndex device) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   return t.defined() && impl->device_type() == kTpu && impl->device().index() == device &&
-         impl->layout() == c10::kStrided && impl->is_contiguous() && floating(t.scalar_type()) &&
-         !impl->is_neg() && impl->storage().data() != nullptr;
+         impl->layout() == c10::kStrided && impl->is_contiguous() && !impl->is_neg() &&
+         impl->storage().data() != nullptr;
 }
 
-// A Python number (a wrapped 0-d CPU tensor) of a real category as a kernel
-// argument; the result keeps the tensor's floating dtype.
-inline bool number_arg(const at::Tensor& t, tpurt_arg_t* a) {
+// A Python number (a wrapped 0-d CPU tensor) as a kernel argument, when the
+// result keeps the tensor's dtype: any real number with a floating tensor, an
+// integer with an integral one.
+inline bool number_arg(const at::Tensor& t, bool is_float, tpurt_arg_t* a) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (!t.defined() || !impl->is_wrapped_number() || impl->device_type() != c10::DeviceType::CPU) return false;
-  if (t.scalar_type() == c10::kDouble) {
+  if (t.scalar_type() == c10::kDouble && is_float) {
     a->kind = TPURT_ARG_DOUBLE;
     a->v.d = *t.const_data_ptr<double>();
     return true;
@@ -50,8 +57,10 @@ inline bool number_arg(const at::Tensor& t, tpurt_arg_t* a) {
   return false;
 }
 
-inline bool scalar_arg(const c10::Scalar& s, tpurt_arg_t* a) {
-  if (s.isFloatingPoint()) {
+// alpha as a kernel argument; a floating alpha only with a floating tensor
+// (CPU refuses it for integral ones).
+inline bool scalar_arg(const c10::Scalar& s, bool is_float, tpurt_arg_t* a) {
+  if (s.isFloatingPoint() && is_float) {
     a->kind = TPURT_ARG_DOUBLE;
     a->v.d = s.toDouble();
     return true;
@@ -62,6 +71,25 @@ inline bool scalar_arg(const c10::Scalar& s, tpurt_arg_t* a) {
     return true;
   }
   return false;
+}
+
+using Sizes = c10::SmallVector<int64_t, 6>;
+
+// The broadcast of a's and b's sizes; false when they do not broadcast.
+inline bool broadcast(c10::IntArrayRef a, c10::IntArrayRef b, Sizes* out) {
+  if (a.equals(b)) {
+    out->assign(a.begin(), a.end());
+    return true;
+  }
+  const size_t n = std::max(a.size(), b.size());
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t sa = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t sb = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (sa != sb && sa != 1 && sb != 1) return false;
+    (*out)[i] = sa == 1 ? sb : sa;
+  }
+  return true;
 }
 
 // One op of the front: its handle (for the boxed path) and kernel.
@@ -82,27 +110,34 @@ FastOp g_ops[kNumOps] = {
     {"aten::mul_", "Tensor", "aten::mul_.Tensor"}, {"aten::div_", "Tensor", "aten::div_.Tensor"},
 };
 
-// The kernel's arguments (self, other[, alpha]) and its output, or false when
-// the call must take the generic path.
-template <bool kInPlace>
+// The kernel's arguments (self, other[, alpha]) and the output's sizes, or
+// false when the call must take the generic path.
+template <Op kOp, bool kInPlace>
 inline bool fast_args(const FastOp& op, const at::Tensor& self, const at::Tensor& other, const c10::Scalar* alpha,
-                      c10::DeviceIndex device, tpurt_tensor_t* t, tpurt_arg_t* a) {
+                      c10::DeviceIndex device, tpurt_tensor_t* t, tpurt_arg_t* a, Sizes* sizes) {
   if (!op.def || !plain(self, device)) return false;
-  std::memset(a, 0, 3 * sizeof(tpurt_arg_t));
   const c10::ScalarType dtype = self.scalar_type();
+  const bool is_float = floating(dtype);
+  // div of integers is a true division (a float result)
+  if (!is_float && (kOp == kDiv || kOp == kDiv_ || !integral(dtype))) return false;
   if (!tpurt_op_supports_dtype(op.def, map_dtype(dtype))) return false;
-  if (alpha && !scalar_arg(*alpha, &a[2])) return false;
+  std::memset(a, 0, 3 * sizeof(tpurt_arg_t));
+  if (alpha && !scalar_arg(*alpha, is_float, &a[2])) return false;
   a[0].kind = TPURT_ARG_TENSOR;
   a[0].v.tensor = &t[0];
   if (plain(other, device)) {
-    if (other.scalar_type() != dtype || !other.sizes().equals(self.sizes())) return false;
-    // An in-place op whose other operand shares self's memory: the generic
-    // path applies CPU's overlap rules.
-    if (kInPlace && shares_storage(self, other)) return false;
+    if (other.scalar_type() != dtype || !broadcast(self.sizes(), other.sizes(), sizes)) return false;
+    if (kInPlace) {
+      // an in-place op writes self's shape; one whose other operand shares
+      // self's memory gets CPU's overlap rules on the generic path
+      if (!self.sizes().equals(*sizes) || shares_storage(self, other)) return false;
+    }
     fill_tensor_desc(other, &t[1], op.full);
     a[1].kind = TPURT_ARG_TENSOR;
     a[1].v.tensor = &t[1];
-  } else if (!(op.def->flags & TPURT_OP_ALIAS_SAFE) || !number_arg(other, &a[1])) {
+  } else if ((op.def->flags & TPURT_OP_ALIAS_SAFE) && number_arg(other, is_float, &a[1])) {
+    if (!kInPlace) sizes->assign(self.sizes().begin(), self.sizes().end());
+  } else {
     return false;
   }
   fill_tensor_desc(self, &t[0], op.full);
@@ -130,8 +165,10 @@ at::Tensor binary_alpha(const at::Tensor& self, const at::Tensor& other, const c
   const c10::DeviceIndex device = current_device_index();
   tpurt_tensor_t t[3];
   tpurt_arg_t a[3];
-  if (!fast_args<false>(op, self, other, &alpha, device, t, a)) return boxed(op, self, other, alpha).toTensor();
-  at::Tensor out = empty_tpu_contiguous(self.sizes(), self.scalar_type());
+  Sizes sizes;
+  if (!fast_args<kOp, false>(op, self, other, &alpha, device, t, a, &sizes))
+    return boxed(op, self, other, alpha).toTensor();
+  at::Tensor out = empty_tpu_contiguous(sizes, self.scalar_type());
   fill_tensor_desc(out, &t[2], op.full);
   submit(op, device, a, 3, &t[2]);
   return out;
@@ -143,8 +180,9 @@ at::Tensor binary(const at::Tensor& self, const at::Tensor& other) {
   const c10::DeviceIndex device = current_device_index();
   tpurt_tensor_t t[3];
   tpurt_arg_t a[3];
-  if (!fast_args<false>(op, self, other, nullptr, device, t, a)) return boxed(op, self, other).toTensor();
-  at::Tensor out = empty_tpu_contiguous(self.sizes(), self.scalar_type());
+  Sizes sizes;
+  if (!fast_args<kOp, false>(op, self, other, nullptr, device, t, a, &sizes)) return boxed(op, self, other).toTensor();
+  at::Tensor out = empty_tpu_contiguous(sizes, self.scalar_type());
   fill_tensor_desc(out, &t[2], op.full);
   submit(op, device, a, 2, &t[2]);
   return out;
@@ -156,7 +194,8 @@ at::Tensor& binary_alpha_(at::Tensor& self, const at::Tensor& other, const c10::
   const c10::DeviceIndex device = current_device_index();
   tpurt_tensor_t t[2];
   tpurt_arg_t a[3];
-  if (!fast_args<true>(op, self, other, &alpha, device, t, a)) {
+  Sizes sizes;
+  if (!fast_args<kOp, true>(op, self, other, &alpha, device, t, a, &sizes)) {
     boxed(op, self, other, alpha);
     return self;
   }
@@ -170,7 +209,8 @@ at::Tensor& binary_(at::Tensor& self, const at::Tensor& other) {
   const c10::DeviceIndex device = current_device_index();
   tpurt_tensor_t t[2];
   tpurt_arg_t a[3];
-  if (!fast_args<true>(op, self, other, nullptr, device, t, a)) {
+  Sizes sizes;
+  if (!fast_args<kOp, true>(op, self, other, nullptr, device, t, a, &sizes)) {
     boxed(op, self, other);
     return self;
   }
