@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/elementwise/ew_expf.h"
 #include "ops/elementwise/ew_vmath.h"
 #include "ops/half_vec.h"
 #include "test_util.h"
@@ -84,8 +85,37 @@ static void test_half_vec_bits(void) {
   CHECK(bad == 0);
 }
 
+/* The 8- and 16-lane exps (ops/elementwise/ew_expf.h, where built) give the
+ * scalar tpurt_ew_expf's bits: every 997th float bit pattern (all exponents,
+ * both signs: overflow, underflow to denormals and 0, infinities and NaN). */
+static void test_expf_lanes_bits(void) {
+  int bad = 0, checked = 0;
+  float x[16], y[16];
+  for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += (uint64_t)997 * 16) {
+    for (int i = 0; i < 16; ++i) {
+      uint32_t u = (uint32_t)(b + (uint64_t)i * 997);
+      memcpy(&x[i], &u, 4);
+    }
+    (void)y;
+#if defined(__AVX2__) && defined(__FMA__)
+    _mm256_storeu_ps(y, tpurt_ew_expf8(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, tpurt_ew_expf8(_mm256_loadu_ps(x + 8)));
+    for (int i = 0; i < 16; ++i) bad += !same_bits(y[i], tpurt_ew_expf(x[i])) && !(isnan(y[i]) && isnan(x[i]));
+    checked += 16;
+#endif
+#if defined(__AVX512F__)
+    _mm512_storeu_ps(y, tpurt_ew_expf16(_mm512_loadu_ps(x)));
+    for (int i = 0; i < 16; ++i) bad += !same_bits(y[i], tpurt_ew_expf(x[i])) && !(isnan(y[i]) && isnan(x[i]));
+    checked += 16;
+#endif
+  }
+  printf("vector expf: %d lanes checked against the scalar bits\n", checked);
+  CHECK(bad == 0);
+}
+
 int main(void) {
   test_half_vec_bits();
+  test_expf_lanes_bits();
   float w;
   double e = sweep(tpurt_vm_tanhf, ref_tanh, 12.0f, false, &w);
   printf("tanhf: max %.3f ulp at %.9g\n", e, (double)w);

@@ -63,6 +63,22 @@ def test_softmax(device, dtype, dim):
     torch.testing.assert_close(F.softmax(xt.to(device), dim).cpu(), F.softmax(xt, dim), **tol(dtype))
 
 
+@pytest.mark.parametrize("n", [1024, 1000, 37])
+def test_softmax_large_outputs(device, n):
+    """float32 softmax/log_softmax writing 8 MiB or more (streamed stores, rows aligned or not) match
+    CPU, and the same rows computed in a small call (no streaming) bit for bit."""
+    if device == "cpu":
+        pytest.skip("the tpu kernel's large-output path")
+    rows = -(-(8 << 20) // (4 * n)) + 3
+    x = make((rows, n), torch.float32, scale=4)
+    xd = x.to(device)
+    for fn in (F.softmax, F.log_softmax):
+        big = fn(xd, -1).cpu()
+        torch.testing.assert_close(big, fn(x, -1), **tol(torch.float32))
+        small = torch.cat([fn(xd[i:i + 5], -1).cpu() for i in (0, 5, rows - 5)])
+        assert torch.equal(torch.cat([big[0:5], big[5:10], big[rows - 5:]]), small)
+
+
 def test_softmax_special(device):
     x = torch.tensor([[1.0, float("-inf"), 2.0], [float("nan"), 1.0, 0.0], [float("-inf")] * 3])
     torch.testing.assert_close(F.softmax(x.to(device), 1).cpu(), F.softmax(x, 1), equal_nan=True)

@@ -75,4 +75,34 @@ static inline __m256 tpurt_ew_expf8(__m256 x) {
 }
 #endif
 
+#if defined(__AVX512F__)
+/* tpurt_ew_expf on 16 lanes, operation for operation like tpurt_ew_expf8
+ * (bit-identical to the scalar definition). */
+static inline __m512 tpurt_ew_expf16(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 q = _mm512_set1_ps(1.9875691500E-4f);
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507E-3f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073E-3f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894E-2f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459E-1f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r), _mm512_set1_ps(1.0f));
+  const __m512i ni = _mm512_cvttps_epi32(n);
+  const __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+  const __m512i bias = _mm512_set1_epi32(127);
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+  __m512 v = _mm512_mul_ps(_mm512_mul_ps(y, s1), s2);
+  v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283935546875f), _CMP_GT_OQ), v,
+                           _mm512_set1_ps(INFINITY));
+  v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.972084045410f), _CMP_LT_OQ), v,
+                           _mm512_setzero_ps());
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), v, x);
+}
+#endif
+
 #endif /* TPURT_OPS_ELEMENTWISE_EW_EXPF_H_ */

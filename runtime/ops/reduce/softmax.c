@@ -11,8 +11,12 @@
 /* Lane-split reductions: 16 independent lanes so the compiler vectorizes
  * without reassociating a single accumulator. */
 #define LANES 16
-#if defined(__AVX2__) && defined(__FMA__)
+/* Outputs from this size on are written with streaming stores (sm_scale_stream). */
+#define SM_STREAM_BYTES ((size_t)8 << 20)
+#if defined(__SSE2__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
 #define sm_expf8 tpurt_ew_expf8
 #endif
 /* Max ignoring NaN (a plain compare-select, so it becomes vmaxps): a NaN in
@@ -21,7 +25,11 @@
 static float ROW_MAX_float(const float* x, int64_t n) {
   float l[LANES];
   int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+  __m512 l0 = _mm512_set1_ps(-INFINITY);
+  for (; i + LANES <= n; i += LANES) l0 = _mm512_max_ps(_mm512_loadu_ps(x + i), l0);
+  _mm512_storeu_ps(l, l0);
+#elif defined(__AVX2__) && defined(__FMA__)
   /* vmaxps(v, l) is exactly `v > l ? v : l`, lane by lane as below */
   __m256 l0 = _mm256_set1_ps(-INFINITY), l1 = l0;
   for (; i + LANES <= n; i += LANES) {
@@ -43,7 +51,17 @@ static float ROW_MAX_float(const float* x, int64_t n) {
 static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
   float l[LANES] = {0};
   int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+  /* the same 16 lane sums as the AVX2 path's two 8-lane accumulators */
+  __m512 a0 = _mm512_setzero_ps();
+  const __m512 vm = _mm512_set1_ps(mx);
+  for (; i + LANES <= n; i += LANES) {
+    __m512 v0 = tpurt_ew_expf16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    if (y) _mm512_storeu_ps(y + i, v0);
+    a0 = _mm512_add_ps(a0, v0);
+  }
+  _mm512_storeu_ps(l, a0);
+#elif defined(__AVX2__) && defined(__FMA__)
   __m256 a0 = _mm256_setzero_ps(), a1 = a0;
   const __m256 vm = _mm256_set1_ps(mx);
   for (; i + LANES <= n; i += LANES) {
@@ -83,6 +101,11 @@ static double ROW_EXPSUM_double(const double* x, double* y, int64_t n, double mx
  * (a scalar exp per element was most of the backward's time). */
 static void LSM_BWD_float(const float* g, const float* o, float* y, int64_t n, float s) {
   int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vs16 = _mm512_set1_ps(s);
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fnmadd_ps(tpurt_ew_expf16(_mm512_loadu_ps(o + i)), vs16, _mm512_loadu_ps(g + i)));
+#endif
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 vs = _mm256_set1_ps(s);
   for (; i + 8 <= n; i += 8)
@@ -94,11 +117,43 @@ static void LSM_BWD_double(const double* g, const double* o, double* y, int64_t 
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] - exp(o[i]) * s;
 }
 
+/* dst[i] = y[i] * inv (softmax) for a 64-byte aligned dst, with streaming
+ * stores where the CPU has them: an output larger than the caches is written
+ * without first reading its lines (a third of a large softmax's memory
+ * traffic). The values are the unstreamed path's, operation for operation. */
+static void sm_scale_stream(float* dst, const float* y, int64_t n, float inv) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 v = _mm512_set1_ps(inv);
+  for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), v));
+#elif defined(__AVX2__)
+  const __m256 v = _mm256_set1_ps(inv);
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), v));
+#endif
+  for (; i < n; ++i) dst[i] = y[i] * inv;
+}
+
+/* dst[i] = x[i] - mx - ls (log_softmax) the same way. */
+static void sm_shift_stream(float* dst, const float* x, int64_t n, float mx, float ls) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vm = _mm512_set1_ps(mx), vl = _mm512_set1_ps(ls);
+  for (; i + 16 <= n; i += 16)
+    _mm512_stream_ps(dst + i, _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm), vl));
+#elif defined(__AVX2__)
+  const __m256 vm = _mm256_set1_ps(mx), vl = _mm256_set1_ps(ls);
+  for (; i + 8 <= n; i += 8)
+    _mm256_stream_ps(dst + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vl));
+#endif
+  for (; i < n; ++i) dst[i] = x[i] - mx - ls;
+}
+
 typedef struct sm_job_t {
   const tpurt_tensor_t *a, *b, *out; /* forward: a = input; backward: a = grad, b = output */
   int32_t dim;
   int64_t n, rows;
   bool log, backward, ref;
+  bool stream;   /* a float32 forward writing more than the caches hold: streaming stores */
   float* fbuf;   /* per thread 3n floats */
   double* dbuf;  /* per thread 3n doubles */
 } sm_job_t;
@@ -123,7 +178,16 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       const T* x = (const T*)pa;                                                           \
       if (!(j->a->dtype == DT && (sa == 1 || n == 1))) { LOADER(j->a->dtype, pa, sa, n, xbuf); x = xbuf; } \
       bool direct = j->out->dtype == DT && (so == 1 || n == 1) && po != pa;               \
-      T* y = direct ? (T*)po : ybuf;                                                       \
+      bool stream = DT == TPURT_DTYPE_FLOAT32 && j->stream && direct && so == 1 &&         \
+                    ((uintptr_t)po & 63) == 0;                                             \
+      T* y = direct && !stream ? (T*)po : ybuf;                                            \
+      if (stream) {                                                                        \
+        T mx = ROW_MAX_##T(x, n);                                                          \
+        T sum = ROW_EXPSUM_##T(x, j->log ? NULL : y, n, mx);                               \
+        if (j->log) sm_shift_stream((float*)po, (const float*)x, n, (float)mx, (float)LOG(sum)); \
+        else sm_scale_stream((float*)po, (const float*)y, n, (float)((T)1 / sum));         \
+        continue;                                                                          \
+      }                                                                                    \
       if (!j->backward) {                                                                  \
         T mx = ROW_MAX_##T(x, n);                                                          \
         T sum = ROW_EXPSUM_##T(x, j->log && DT == TPURT_DTYPE_FLOAT32 ? NULL : y, n, mx);   \
@@ -160,6 +224,9 @@ static void sm_rows(void* user, int64_t b, int64_t e, int tid) {
     SM_ROWS(double, TPURT_DTYPE_FLOAT64, exp, log, tpurt_row_load_f64, tpurt_row_store_f64, dbuf);
   else
     SM_ROWS(float, TPURT_DTYPE_FLOAT32, tpurt_ew_expf, logf, tpurt_row_load_f32, tpurt_row_store_f32, fbuf);
+#if defined(__SSE2__)
+  if (j->stream) _mm_sfence(); /* the streamed rows are visible before the job ends */
+#endif
 }
 
 /* Reference: one element at a time in double through the scalar loaders. */
@@ -210,6 +277,8 @@ static tpurt_status_t sm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
   j.n = j.dim >= 0 ? j.a->sizes[j.dim] : 1;
   j.rows = numel / j.n;
   if (ref) { sm_reference(&j); return TPURT_OK; }
+  j.stream = !backward && j.out->dtype == TPURT_DTYPE_FLOAT32 &&
+             (size_t)numel * sizeof(float) >= SM_STREAM_BYTES;
   int nt = tpurt_kernel_num_threads(ctx);
   size_t bytes = sizeof(double) * 3 * (size_t)j.n * (size_t)nt;
   void* buf = tpurt_kernel_scratch(ctx, bytes);
