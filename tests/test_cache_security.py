@@ -57,6 +57,7 @@ _CHILD = textwrap.dedent("""
     _C._set_exec_mode(0)
     st = _C._fusion_stats()
     print(json.dumps({"same": bool(same), "loads": st["codegen_disk_loads"], "builds": st["codegen_builds"],
+                      "shared_loads": st["codegen_shared_loads"], "shared_stores": st["codegen_shared_stores"],
                       "failures": st["codegen_build_failures"], "rejects": st["codegen_disk_rejects"],
                       "runs": st["codegen_runs"]}))
 """)
@@ -480,3 +481,29 @@ def test_tier2_compilation_cache_names_the_directory(base):
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     assert runs[0]["builds"] == 1 and runs[1]["builds"] == 0 and runs[1]["runs"] >= 1
     assert any(n.endswith(".so") for n in os.listdir(cache))
+
+
+@pytest.mark.parametrize("who", [WHO])
+def test_tier3_shared_cache_serves_other_hosts_and_is_checked(base, evil_so, who):
+    """TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT, a cache shared by many hosts: a kernel built on one host
+    (its own per-host cache) is published there; a second host (an empty per-host cache) loads it from
+    there instead of building, and copies it into its own cache, whose next process loads it locally.
+    A shared root the user must not trust is not used: the kernel is built, nothing written there."""
+    shared = os.path.join(base, "shared")
+    host_a, host_b = os.path.join(base, "host_a"), os.path.join(base, "host_b")
+    st, _ = _child(host_a, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
+    assert st["same"] and st["builds"] == 1 and st["shared_stores"] == 1 and st["shared_loads"] == 0
+    assert sorted(os.path.splitext(n)[1] for n in os.listdir(os.path.join(shared, "fused"))) == [".kernel", ".so"]
+    st, _ = _child(host_b, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
+    assert st["same"] and st["runs"] >= 1 and st["builds"] == 0 and st["shared_loads"] == 1 and st["loads"] == 0
+    assert sorted(os.listdir(host_b)) == sorted(os.listdir(os.path.join(shared, "fused")))
+    st, _ = _child(host_b, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
+    assert st["same"] and st["builds"] == 0 and st["loads"] == 1 and st["shared_loads"] == 0
+
+    foreign = os.path.join(base, "drop", "shared")
+    _foreign_dir(foreign, evil_so)
+    before = _snapshot(foreign)
+    st, err = _child(os.path.join(base, "host_c"), TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=foreign)
+    assert st["same"] and st["builds"] == 1 and st["shared_loads"] == 0 and st["shared_stores"] == 0
+    assert _snapshot(foreign) == before and not os.path.exists(os.path.join(base, "marker"))
+    assert "kernel cache: not using " + foreign in err

@@ -53,7 +53,8 @@ static job_t *g_jobs, **g_jobs_tail = &g_jobs;
 static bool g_builder_started, g_building;
 
 static struct {
-  _Atomic uint64_t memory_hits, disk_loads, builds, build_failures, disk_rejects, evictions;
+  _Atomic uint64_t memory_hits, disk_loads, shared_loads, shared_stores, builds, build_failures, disk_rejects,
+      evictions;
 } g_stats;
 
 #define STAT_ADD(f) atomic_fetch_add_explicit(&g_stats.f, 1, memory_order_relaxed)
@@ -61,6 +62,8 @@ static struct {
 void tpurt_kernel_cache_stats(tpurt_kernel_cache_stats_t* o) {
   o->memory_hits = atomic_load(&g_stats.memory_hits);
   o->disk_loads = atomic_load(&g_stats.disk_loads);
+  o->shared_loads = atomic_load(&g_stats.shared_loads);
+  o->shared_stores = atomic_load(&g_stats.shared_stores);
   o->builds = atomic_load(&g_stats.builds);
   o->build_failures = atomic_load(&g_stats.build_failures);
   o->disk_rejects = atomic_load(&g_stats.disk_rejects);
@@ -70,6 +73,8 @@ void tpurt_kernel_cache_stats(tpurt_kernel_cache_stats_t* o) {
 void tpurt_kernel_cache_stats_reset(void) {
   atomic_store(&g_stats.memory_hits, 0);
   atomic_store(&g_stats.disk_loads, 0);
+  atomic_store(&g_stats.shared_loads, 0);
+  atomic_store(&g_stats.shared_stores, 0);
   atomic_store(&g_stats.builds, 0);
   atomic_store(&g_stats.build_failures, 0);
   atomic_store(&g_stats.disk_rejects, 0);
@@ -130,33 +135,59 @@ static uint64_t cache_limit(void) {
   return (uint64_t)mb << 20;
 }
 
+/* The shared cache for many hosts (TorchTPU's tier 3):
+ * TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT, with "fused" in it; false when it
+ * is not set (or set empty). Kernels found there are verified as in the
+ * per-host cache and copied into it; kernels built are published to it. */
+static bool shared_where(where_t* w) {
+  const char* d = getenv("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT");
+  if (!d || !d[0]) return false;
+  snprintf(w->root, sizeof w->root, "%s", d);
+  w->sub = "fused";
+  snprintf(w->shown, sizeof w->shown, "%s/fused", d);
+  return true;
+}
+
 static pthread_mutex_t g_warn_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_warned[1100]; /* the last directory refused with a warning */
 
-/* The cache directory opened and checked (base/file.h), or -1: none, missing
+/* A cache directory opened and checked (base/file.h), or -1: none, missing
  * (without create), or refused, which is said once per directory. */
-static int disk_open(bool create, char* why, size_t why_cap) {
-  where_t w;
-  if (!cache_where(&w)) {
+static int where_open(bool have, const where_t* w, bool create, char* why, size_t why_cap) {
+  if (!have) {
     snprintf(why, why_cap, "no disk cache (TORCH_TPU_FUSE_CACHE_DIR is set but empty, or no HOME)");
     errno = ENOENT;
     return -1;
   }
-  int fd = tpurt_file_dir_open_trusted(w.root, w.sub, create, why, why_cap);
+  int fd = tpurt_file_dir_open_trusted(w->root, w->sub, create, why, why_cap);
   if (fd >= 0 || (!create && errno == ENOENT)) return fd;
   int e = errno;
   pthread_mutex_lock(&g_warn_lock);
-  bool say = strcmp(g_warned, w.shown) != 0;
-  if (say) snprintf(g_warned, sizeof g_warned, "%s", w.shown);
+  bool say = strcmp(g_warned, w->shown) != 0;
+  if (say) snprintf(g_warned, sizeof g_warned, "%s", w->shown);
   pthread_mutex_unlock(&g_warn_lock);
   if (say)
     TPURT_LOG(WARNING,
               "kernel cache: not using %s: %s. Generated kernels are built for this process only; a cache "
               "directory, and every one from its root down, must belong to this user and be writable by no one "
               "else (README, Security)",
-              w.shown, why);
+              w->shown, why);
   errno = e;
   return -1;
+}
+
+/* The per-host cache directory (-1: none or refused). */
+static int disk_open(bool create, char* why, size_t why_cap) {
+  where_t w;
+  bool have = cache_where(&w);
+  return where_open(have, &w, create, why, why_cap);
+}
+
+/* The shared cache directory (-1: not configured, missing or refused). */
+static int shared_open(bool create, char* why, size_t why_cap) {
+  where_t w;
+  if (!shared_where(&w)) return -1;
+  return where_open(true, &w, create, why, why_cap);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -479,6 +510,19 @@ bool tpurt_kernel_cache_install(const char* source, int so_fd) {
   return ok;
 }
 
+/* Copies entry h (verified by disk_load just now) from one cache directory
+ * into another: its library, then its record. */
+static bool copy_entry(int from_fd, int to_fd, uint64_t h, const char* source) {
+  char so_name[64];
+  name_of(so_name, sizeof so_name, h, KIND_SO);
+  size_t size = 0;
+  int fd = tpurt_file_open_owned_at(from_fd, so_name, &size);
+  if (fd < 0) return false;
+  bool ok = install(to_fd, h, source, fd, size, NULL);
+  close(fd);
+  return ok;
+}
+
 /* The directory builds run in when there is no usable cache directory. */
 static int temp_parent(void) {
   const char* t = tpurt_env_str("TMPDIR");
@@ -504,6 +548,11 @@ static tpurt_gen_fn_t build_one(uint64_t h, const char* source) {
     int so = tpurt_jit_build_open_library(&b, &size);
     if (so >= 0) {
       fn = load_executable(so);
+      int shared = fn ? shared_open(true, why, sizeof why) : -1;
+      if (shared >= 0) { /* published for the other hosts (a copy: the build's file goes to this host's cache) */
+        if (install(shared, h, source, so, size, NULL)) STAT_ADD(shared_stores);
+        close(shared);
+      }
       if (fn && cached) install(dirfd, h, source, so, size, &b);
       close(so);
     }
@@ -768,8 +817,21 @@ tpurt_gen_fn_t tpurt_kernel_cache_find(const char* source, tpurt_kernel_cache_st
     } else if (disk_failed(dirfd, h, source)) {
       state = TPURT_KERNEL_CACHE_FAILED;
     }
-    close(dirfd);
   }
+  if (state == TPURT_KERNEL_CACHE_ABSENT) {
+    int shared = shared_open(false, why, sizeof why);
+    if (shared >= 0) {
+      fn = disk_load(shared, h, source); /* verified as the per-host cache's entries are */
+      if (fn) {
+        state = TPURT_KERNEL_CACHE_READY;
+        STAT_ADD(shared_loads);
+        if (dirfd < 0) dirfd = disk_open(true, why, sizeof why);
+        if (dirfd >= 0) copy_entry(shared, dirfd, h, source); /* the next process finds it on this host */
+      }
+      close(shared);
+    }
+  }
+  if (dirfd >= 0) close(dirfd);
   if (state != TPURT_KERNEL_CACHE_ABSENT) {
     pthread_mutex_lock(&g_lock);
     e = table_find(h, source, true);

@@ -21,7 +21,13 @@
  * the least recently used ones (a library is touched when it is loaded), and
  * only files the cache owns (its names; regular files of this user). Without
  * a usable cache directory a kernel is built in a private temporary directory
- * that is removed once it is loaded. Tools: tpurt/kernel_cache.h. Internal. */
+ * that is removed once it is loaded.
+ *
+ * A shared cache for many hosts ($TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT/fused,
+ * TorchTPU's tier 3; for example a network file system): checked, read and
+ * written the same way. A kernel missing from this host's cache is looked up
+ * there and, loaded, copied into this host's cache; a kernel built here is
+ * published there too. Tools: tpurt/kernel_cache.h. Internal. */
 #ifndef TPURT_COMPILER_CACHE_H_
 #define TPURT_COMPILER_CACHE_H_
 
@@ -82,6 +88,8 @@ bool tpurt_kernel_cache_entry_path(const char* source, const char* ext, char* bu
 typedef struct tpurt_kernel_cache_stats_t {
   uint64_t memory_hits;    /* finds answered by a kernel loaded in this process */
   uint64_t disk_loads;     /* kernels loaded from disk (verified) instead of built */
+  uint64_t shared_loads;   /* ... from the shared cache (TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT), then copied to this host's */
+  uint64_t shared_stores;  /* kernels built here and published to the shared cache */
   uint64_t builds;         /* kernels compiled (and loaded) */
   uint64_t build_failures; /* builds that gave no kernel (compiler refused, no toolchain, refused at load) */
   uint64_t disk_rejects;   /* disk entries refused and discarded: content, owner, mode, symlink, ABI */

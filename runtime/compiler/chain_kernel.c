@@ -42,6 +42,8 @@ void tpurt_chain_kernel_stats(tpurt_chain_kernel_stats_t* o) {
   o->lookups = atomic_load(&g_lookups);
   o->memory_hits = atomic_load(&g_hits) + c.memory_hits;
   o->disk_loads = c.disk_loads;
+  o->shared_loads = c.shared_loads;
+  o->shared_stores = c.shared_stores;
   o->builds = c.builds;
   o->build_failures = c.build_failures;
   o->disk_rejects = c.disk_rejects;

@@ -36,6 +36,8 @@ typedef struct tpurt_chain_kernel_stats_t {
   uint64_t lookups;        /* chains that asked for their kernel */
   uint64_t memory_hits;    /* ... answered by a kernel already loaded in this process */
   uint64_t disk_loads;     /* kernels loaded from the disk cache (verified) instead of built */
+  uint64_t shared_loads;   /* ... from the shared cache for many hosts */
+  uint64_t shared_stores;  /* kernels built here and published to the shared cache */
   uint64_t builds;         /* kernels compiled */
   uint64_t build_failures; /* builds that gave no kernel (the chains stay on their generic path) */
   uint64_t disk_rejects;   /* disk entries refused and discarded (content, owner, mode, symlink, ABI) */

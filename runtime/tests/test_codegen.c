@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/hash.h"
 #include "compiler/cache.h"
 #include "compiler/chain_kernel.h"
 #include "compiler/codegen.h"
@@ -453,6 +454,66 @@ static void test_disk_cache(data_t* d) {
   free(src);
 }
 
+/* The shared cache (TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT): a kernel built on one host is
+ * published there; another host (an empty per-host cache) loads it from there, verified, copies it
+ * into its own cache and builds nothing; a tampered shared entry is refused and the kernel built. */
+static void test_shared_cache(data_t* d) {
+  char* src = tpurt_codegen_source(&d->chain); /* built before, but into other directories */
+  CHECK(src != NULL);
+  if (!src) return;
+  char host_a[300], host_b[300], host_c[300], shared[300], path[700];
+  snprintf(host_a, sizeof host_a, "%s/host_a", g_dir);
+  snprintf(host_b, sizeof host_b, "%s/host_b", g_dir);
+  snprintf(host_c, sizeof host_c, "%s/host_c", g_dir);
+  snprintf(shared, sizeof shared, "%s/shared", g_dir);
+  setenv("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", shared, 1);
+  tpurt_kernel_cache_state_t st;
+
+  setenv("TORCH_TPU_FUSE_CACHE_DIR", host_a, 1);
+  tpurt_kernel_cache_clear();
+  tpurt_kernel_cache_stats_reset();
+  CHECK(tpurt_kernel_cache_find(src, &st) == NULL && st == TPURT_KERNEL_CACHE_ABSENT);
+  CHECK(build(src) != NULL && stats().builds == 1 && stats().shared_stores == 1);
+  snprintf(path, sizeof path, "%s/fused/%016llx.so", shared, (unsigned long long)tpurt_fnv1a_str(src, TPURT_FNV_SEED));
+  struct stat sb;
+  CHECK(lstat(path, &sb) == 0 && (sb.st_mode & 077) == 0);
+
+  setenv("TORCH_TPU_FUSE_CACHE_DIR", host_b, 1);
+  tpurt_kernel_cache_clear();
+  tpurt_kernel_cache_stats_reset();
+  tpurt_gen_fn_t fn = tpurt_kernel_cache_find(src, &st);
+  tpurt_kernel_cache_stats_t s = stats();
+  CHECK(fn != NULL && st == TPURT_KERNEL_CACHE_READY && s.shared_loads == 1 && s.disk_loads == 0 && s.builds == 0);
+  if (fn) CHECK(kernel_matches(d, fn, N, 0));
+  CHECK(exists(src, ".so") && exists(src, ".kernel")); /* copied into host b's cache */
+  tpurt_kernel_cache_clear();
+  CHECK(tpurt_kernel_cache_find(src, &st) != NULL && stats().disk_loads == 1 && stats().shared_loads == 1);
+
+  /* host c: the shared library's bytes changed under its record: refused, removed, built here */
+  FILE* f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  if (f) {
+    fseek(f, 64, SEEK_SET);
+    fputc(0x5a ^ fgetc(f), f);
+    fclose(f);
+  }
+  setenv("TORCH_TPU_FUSE_CACHE_DIR", host_c, 1);
+  tpurt_kernel_cache_clear();
+  tpurt_kernel_cache_stats_reset();
+  CHECK(tpurt_kernel_cache_find(src, &st) == NULL && st == TPURT_KERNEL_CACHE_ABSENT);
+  s = stats();
+  CHECK(s.disk_rejects == 1 && s.shared_loads == 0);
+  fn = build(src);
+  CHECK(fn != NULL && stats().builds == 1);
+  if (fn) CHECK(kernel_matches(d, fn, N, 0));
+
+  unsetenv("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT");
+  snprintf(path, sizeof path, "%s/cache", g_dir);
+  setenv("TORCH_TPU_FUSE_CACHE_DIR", path, 1);
+  tpurt_kernel_cache_clear();
+  free(src);
+}
+
 /* The chain-kernel front: first sight asks the cache, second builds, then memory. */
 static void test_chain_kernel(data_t* d) {
   tpurt_chain_kernel_clear();
@@ -516,6 +577,7 @@ int main(void) {
   data_init(&d);
   test_kernel_matches_library(&d);
   test_disk_cache(&d);
+  test_shared_cache(&d);
   test_chain_kernel(&d);
   data_free(&d);
   tpurt_kernel_cache_wait();

@@ -225,6 +225,8 @@ PYBIND11_MODULE(_C, m) {
     d["codegen_lookups"] = st.codegen_lookups;
     d["codegen_memory_hits"] = st.codegen_memory_hits;
     d["codegen_disk_loads"] = st.codegen_disk_loads;
+    d["codegen_shared_loads"] = st.codegen_shared_loads;
+    d["codegen_shared_stores"] = st.codegen_shared_stores;
     d["codegen_builds"] = st.codegen_builds;
     d["codegen_build_failures"] = st.codegen_build_failures;
     d["codegen_disk_rejects"] = st.codegen_disk_rejects;

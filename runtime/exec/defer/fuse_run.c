@@ -61,6 +61,8 @@ void tpurt_fuse_stats_get(tpurt_fuse_stats_t* o) {
   o->codegen_lookups = k.lookups;
   o->codegen_memory_hits = k.memory_hits;
   o->codegen_disk_loads = k.disk_loads;
+  o->codegen_shared_loads = k.shared_loads;
+  o->codegen_shared_stores = k.shared_stores;
   o->codegen_builds = k.builds;
   o->codegen_build_failures = k.build_failures;
   o->codegen_disk_rejects = k.disk_rejects;

@@ -216,6 +216,8 @@ typedef struct tpurt_fuse_stats_t {
   uint64_t codegen_lookups;        /* fused chains that asked for their generated kernel */
   uint64_t codegen_memory_hits;    /* ... answered by a kernel already loaded in this process */
   uint64_t codegen_disk_loads;     /* kernels loaded from the disk cache (verified) instead of built */
+  uint64_t codegen_shared_loads;   /* ... from the shared cache (TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT) */
+  uint64_t codegen_shared_stores;  /* kernels built here and published to the shared cache */
   uint64_t codegen_builds;         /* kernels compiled (background builds) */
   uint64_t codegen_build_failures; /* builds that gave no kernel (those chains stay on the generic path) */
   uint64_t codegen_disk_rejects;   /* disk cache entries refused and discarded (content, owner, mode, ABI) */
