@@ -334,3 +334,35 @@ def test_learning_rate_in_a_tensor_changes_without_recompiling():
     torch.testing.assert_close(losses["tpu"], losses["cpu"], rtol=1e-5, atol=1e-6)
     st = stats()
     assert st["graphs"] == 1 and st["captures"] == 1 and st["launches"] == 4
+
+
+def test_program_signature_keys_what_kernels_depend_on():
+    """_C._program_signature: one key per argument layout, dtype, alias pattern and CPU-scalar value,
+    the tpu tensors in argument order; None for arguments a program cannot take."""
+    sig = torch_tpu._C._program_signature
+    x = torch.randn(4, 6, device="tpu")
+    y = torch.randn(4, 6, device="tpu")
+    base = [x, y, 2, 0.5, True, None, "s", torch.float32, torch.device("tpu", 0), torch.tensor(3.0)]
+    key, tensors = sig(base)
+    assert isinstance(key, bytes) and len(tensors) == 2 and tensors[0] is x and tensors[1] is y
+    assert sig(list(base))[0] == key  # same arguments, same key
+    assert sig([torch.randn(4, 6, device="tpu"), torch.randn(4, 6, device="tpu")] + base[2:])[0] == key
+    changed = [
+        [x.t(), y] + base[2:],                       # strides
+        [x[1:], y] + base[2:],                       # sizes and offset
+        [x.double(), y] + base[2:],                  # dtype
+        [x, x] + base[2:],                           # one storage twice
+        [x, y, 3] + base[3:],                        # an int
+        [x, y, 2, 0.25] + base[4:],                  # a float
+        [x, y, 2, 0.5, False] + base[5:],            # a bool (not the int 0)
+        [x, y, 2, 0.5, True, None, "t"] + base[7:],  # a string
+        [x, y, 2, 0.5, True, None, "s", torch.float16] + base[8:],
+        base[:-1] + [torch.tensor(4.0)],             # a CPU scalar's value
+        base[:-1] + [torch.tensor(3, dtype=torch.int64)],
+        base[:2] + [2 ** 70] + base[3:],             # an int beyond 64 bits
+    ]
+    keys = {sig(a)[0] for a in changed}
+    assert key not in keys and len(keys) == len(changed)
+    assert sig([x, torch.randn(2)]) is None      # a CPU tensor of more than one element
+    assert sig([x, object()]) is None            # an argument of another kind
+    assert sig([x, torch.randn(2, 2, device="meta")]) is None  # another device

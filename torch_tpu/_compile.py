@@ -100,32 +100,6 @@ def _get_cache_stats():
 _EAGER = object()  # a signature that runs eagerly
 
 
-def _signature(args):
-    """What a program is specialised to: everything about the arguments that
-    the recorded kernels depend on. None: the call cannot use a program."""
-    key = []
-    storages = {}
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            dev = a.device
-            if dev.type == "cpu":
-                # A CPU scalar reaches kernels as a value: part of the key.
-                if a.numel() > 1:
-                    return None
-                key.append(("cpu", a.dtype, tuple(a.shape), a.item() if a.numel() else None))
-                continue
-            if dev.type != "tpu" or a.is_sparse or a.layout != torch.strided:
-                return None
-            st = a.untyped_storage().data_ptr()
-            alias = storages.setdefault(st, len(storages))
-            key.append((dev.index, a.dtype, tuple(a.shape), a.stride(), a.storage_offset(), alias))
-        elif isinstance(a, (int, float, bool, str, type(None), torch.dtype, torch.device)):
-            key.append((type(a), a))
-        else:
-            return None
-    return tuple(key)
-
-
 def _exec_mode_allows_programs():
     return _C._get_exec_mode() != 1  # 1: Debug (exec mode ids: tpurt/device.h)
 
@@ -151,14 +125,14 @@ class _GraphRunner:
             return self._eager(args)
         if self.scalars:
             args = self._scalars_to_device(args)
-        key = _signature(args)
-        if key is None:
+        sig = _C._program_signature(args)
+        if sig is None:
             return self._eager(args)
+        key, tensors = sig
         _count("cache_requests")
         entry = self.programs.get(key)
         if entry is _EAGER:
             return self._eager(args)
-        tensors = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == "tpu"]
         if entry is None:
             return self._capture(key, args, tensors)
         prog, template, stats = entry

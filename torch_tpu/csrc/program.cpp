@@ -3,6 +3,8 @@
 // the device's caching allocator, reserves the launch's random numbers from
 // the default generator and queues the program. The compile backend
 // (torch_tpu/_compile.py) decides what to capture and when.
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -180,9 +182,99 @@ c10::DeviceIndex resolve_dev(int64_t device) {
   return device < 0 ? current_device_index() : static_cast<c10::DeviceIndex>(device);
 }
 
+// The key a compiled graph's programs are kept under (torch_tpu/_compile.py,
+// _GraphRunner): everything about the arguments the recorded kernels depend
+// on, packed into bytes, and the tpu tensors among them (a launch's inputs),
+// in one pass. None when the call cannot use a program (a CPU tensor of more
+// than one element, another device, a sparse or non-strided tensor, an
+// argument of another type). A CPU scalar reaches kernels as a value, so its
+// value is part of the key; tpu tensors are keyed by layout and by which of
+// them share a storage.
+py::object program_signature(const py::sequence& args) {
+  std::string key;
+  key.reserve(64 * args.size());
+  py::list tensors;
+  std::vector<const void*> storages;  // alias classes, in order of first sight
+  auto put = [&key](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  auto put_shape = [&put](c10::IntArrayRef r) {
+    put(static_cast<int64_t>(r.size()));
+    for (int64_t v : r) put(v);
+  };
+  for (const py::handle& h : args) {
+    PyObject* o = h.ptr();
+    if (THPVariable_Check(o)) {
+      const at::Tensor& t = THPVariable_Unpack(o);
+      if (t.device().is_cpu()) {
+        if (t.numel() > 1 || t.layout() != c10::kStrided) return py::none();
+        put(1);
+        put(static_cast<int64_t>(t.scalar_type()));
+        put_shape(t.sizes());
+        if (t.numel() == 1) {
+          char v[16] = {0};
+          std::memcpy(v, t.const_data_ptr(), std::min<size_t>(t.element_size(), sizeof v));
+          key.append(v, sizeof v);
+        }
+        continue;
+      }
+      if (t.device().type() != kTpu || t.layout() != c10::kStrided) return py::none();
+      const void* st = t.storage().data();
+      size_t alias = std::find(storages.begin(), storages.end(), st) - storages.begin();
+      if (alias == storages.size()) storages.push_back(st);
+      put(2);
+      put(t.device().index());
+      put(static_cast<int64_t>(t.scalar_type()));
+      put_shape(t.sizes());
+      for (int64_t v : t.strides()) put(v);
+      put(t.storage_offset());
+      put(static_cast<int64_t>(alias));
+      tensors.append(h);
+    } else if (o == Py_None) {
+      put(3);
+    } else if (PyBool_Check(o)) {
+      put(4);
+      put(o == Py_True);
+    } else if (PyLong_Check(o)) {
+      int overflow = 0;
+      long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+      if (overflow) {  // beyond 64 bits: its decimal digits
+        std::string d = py::str(h);
+        put(5);
+        put(static_cast<int64_t>(d.size()));
+        key += d;
+      } else {
+        put(6);
+        put(static_cast<int64_t>(v));
+      }
+    } else if (PyFloat_Check(o)) {
+      double v = PyFloat_AS_DOUBLE(o);
+      put(7);
+      key.append(reinterpret_cast<const char*>(&v), sizeof v);
+    } else if (PyUnicode_Check(o)) {
+      Py_ssize_t n = 0;
+      const char* u = PyUnicode_AsUTF8AndSize(o, &n);
+      if (!u) throw py::error_already_set();
+      put(8);
+      put(static_cast<int64_t>(n));
+      key.append(u, static_cast<size_t>(n));
+    } else if (THPDtype_Check(o)) {
+      put(9);
+      put(static_cast<int64_t>(reinterpret_cast<THPDtype*>(o)->scalar_type));
+    } else if (THPDevice_Check(o)) {
+      const c10::Device& d = reinterpret_cast<THPDevice*>(o)->device;
+      put(10);
+      put(static_cast<int64_t>(d.type()));
+      put(d.index());
+    } else {
+      return py::none();
+    }
+  }
+  return py::make_tuple(py::bytes(key), tensors);
+}
+
 }  // namespace
 
 void register_program(py::module_& m) {
+  m.def("_program_signature", &program_signature, py::arg("args"));
   py::class_<Program, std::shared_ptr<Program>>(m, "_Program")
       .def("launch", &Program::launch, py::arg("inputs"), py::arg("storages") = std::vector<at::Tensor>(),
            py::arg("rng") = py::none())
