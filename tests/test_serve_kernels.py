@@ -1,8 +1,9 @@
 """The serving kernels (runtime/ops/serve, reached as torch_tpu::paged_attention and
 torch_tpu::reshape_and_cache) against a plain PyTorch reference on CPU: random block tables, ragged
 batches mixing decode, prefill and a prefill chunk after a cached prefix, grouped- and multi-query heads,
-sliding window, soft-capping, float32/bfloat16/float16; and seeded sampling's Tensor.exponential_ with a
-generator. Needs no vLLM."""
+sliding window, soft-capping, ALiBi, float32/bfloat16/float16 and FP8 (e4m3/e5m2 codes in a uint8 cache,
+per-tensor scales; PyTorch's float8 dtypes decode and encode the reference); and seeded sampling's
+Tensor.exponential_ with a generator. Needs no vLLM."""
 import pytest
 import torch
 
@@ -65,6 +66,136 @@ def test_paged_attention_bad_block_raises(device):
     out = torch.empty(q.shape, device=device)
     with pytest.raises((IndexError, RuntimeError), match="block_table"):
         ops.paged_attention(out, q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device), 1.0)
+        out.cpu()
+
+
+FP8 = ["fp8", "fp8_e5m2"]  # "fp8" is e4m3 (vLLM's "fp8_e4m3" names the same format)
+
+
+def _fp8_cache(kv, fmt, k_scale, v_scale):
+    """kv's keys and values quantized to fp8 codes (uint8) with the scales, by the PyTorch reference."""
+    d = kv.shape[-1] // 2
+    return torch.cat((ops.fp8_quantize_reference(kv[..., :d], fmt, k_scale),
+                      ops.fp8_quantize_reference(kv[..., d:], fmt, v_scale)), dim=-1)
+
+
+@pytest.mark.parametrize("fmt", FP8)
+@pytest.mark.parametrize("case", CASES[1:3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_paged_attention_fp8_matches_reference(device, fmt, case, dtype):
+    # The kernel decodes the codes and applies the scales itself; the reference decodes them with
+    # PyTorch's float8 dtype and computes in float64 from the same (dequantized) cache.
+    qlens, ctxs, hq, hkv, d, bs, window, cap = case
+    q, kv, qsl, sl, table = _batch(qlens, ctxs, hq, hkv, d, bs, dtype, True)
+    k_scale, v_scale = 0.05, 0.02
+    # stored head-major, as vLLM's cache is: [blocks, kv_heads, block_size, 2D] seen through the transpose
+    cache = _fp8_cache(kv.float() * 3, fmt, k_scale, v_scale).transpose(1, 2).contiguous().transpose(1, 2)
+    assert cache.dtype == torch.uint8
+    scale = d ** -0.5
+    ref = ops.paged_attention_reference(q, cache, qsl, sl, table, scale, window, cap, None, fmt, k_scale, v_scale)
+    out = torch.full(q.shape, float("nan"), dtype=dtype, device=device)
+    ops.paged_attention(out, q.to(device), cache.to(device), qsl.to(device), sl.to(device), table.to(device),
+                        scale, window, cap, None, fmt, k_scale, v_scale)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.cpu().float(), ref.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("fmt", FP8)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k_scale,v_scale", [(1.0, 1.0), (0.37, 2.5)])
+def test_reshape_and_cache_fp8_matches_reference(device, fmt, dtype, k_scale, v_scale):
+    # Bit-exact codes: round to nearest even over magnitudes from the subnormals to past the largest
+    # finite value (saturated), infinities saturated, NaN kept; padding slots leave the cache alone.
+    g = torch.Generator().manual_seed(4)
+    t, h, d, nb, bs = 9, 2, 32, 5, 4
+    mag = 10.0 ** (torch.rand(t, h, d, generator=g) * 12 - 7)
+    key = (torch.randn(t, h, d, generator=g).sign() * mag).to(dtype)
+    value = (torch.randn(t, h, d, generator=g) * 100).to(dtype)
+    key[0, 0, :4] = torch.tensor([float("inf"), -float("inf"), float("nan"), -1e6])
+    slots = torch.tensor([5, 0, -1, 19, 7, -1, 3, 12, 8])
+    cache = torch.randint(0, 256, (nb, h, bs, 2 * d), generator=g, dtype=torch.uint8)
+    ref = cache.clone().transpose(1, 2)
+    kq, vq = ops.fp8_quantize_reference(key, fmt, k_scale), ops.fp8_quantize_reference(value, fmt, v_scale)
+    for i, s in enumerate(slots.tolist()):
+        if s >= 0:
+            ref[s // bs, s % bs, :, :d] = kq[i]
+            ref[s // bs, s % bs, :, d:] = vq[i]
+    dev_cache = cache.to(device)
+    ops.reshape_and_cache(key.to(device), value.to(device), dev_cache.transpose(1, 2), slots.to(device), fmt,
+                          k_scale, v_scale)
+    assert torch.equal(dev_cache.cpu().transpose(1, 2), ref)
+
+
+@pytest.mark.parametrize("fmt", FP8)
+def test_fp8_cache_round_trip_is_exact_on_codes(device, fmt):
+    # Every finite value of the format written with scale 1 comes back as its own code, and attention
+    # over a one-token context returns the stored value (the softmax weight is exactly 1).
+    f8 = ops.FP8_FORMATS[fmt]
+    codes = torch.arange(256, dtype=torch.uint8)
+    vals = codes.view(f8).float()
+    finite = vals.isfinite()
+    n = int(finite.sum())
+    x = vals[finite].view(n, 1, 1)
+    cache = torch.zeros(n, 1, 1, 2, dtype=torch.uint8, device=device)
+    ops.reshape_and_cache(x.to(device), x.to(device), cache, torch.arange(n, device=device), fmt)
+    got = cache.cpu()
+    assert torch.equal(got[:, 0, 0, 0], codes[finite]) and torch.equal(got[:, 0, 0, 1], codes[finite])
+    q = torch.ones(n, 1, 1)
+    out = torch.empty(n, 1, 1, device=device)
+    ones = torch.ones(n, dtype=torch.int32)
+    ops.paged_attention(out, q.to(device), cache, torch.arange(n + 1, dtype=torch.int32).to(device),
+                        ones.to(device), torch.arange(n, dtype=torch.int32).view(n, 1).to(device), 1.0,
+                        kv_cache_dtype=fmt, v_scale=0.5)
+    assert torch.equal(out.cpu(), x * 0.5)
+
+
+def test_fp8_cache_bad_arguments_raise(device):
+    q, kv, qsl, sl, table = _batch((1,), (20,), 2, 2, 8, 16, torch.float32, False)
+    args = (q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device), 1.0)
+    out = torch.empty(q.shape, device=device)
+    with pytest.raises(RuntimeError, match="uint8 cache"):       # fp8 named, a float cache given
+        ops.paged_attention(out, *args, kv_cache_dtype="fp8")
+        out.cpu()
+    u8 = kv.to(torch.uint8).to(device)
+    with pytest.raises(RuntimeError, match="needs kv_cache_dtype"):  # a uint8 cache read as floats
+        ops.paged_attention(out, args[0], u8, *args[2:])
+        out.cpu()
+    with pytest.raises(RuntimeError, match="not supported"):
+        ops.reshape_and_cache(args[0], args[0], u8, torch.zeros(1, dtype=torch.int64, device=device), "int4")
+        u8.cpu()
+    with pytest.raises(RuntimeError, match="positive and finite"):
+        ops.paged_attention(out, args[0], u8, *args[2:], kv_cache_dtype="fp8", k_scale=0.0)
+        out.cpu()
+    # the device keeps working
+    ops.paged_attention(out, *args)
+    torch.testing.assert_close(out.cpu(), ops.paged_attention_reference(q, kv, qsl, sl, table, 1.0))
+
+
+@pytest.mark.parametrize("case", CASES[:3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_paged_attention_alibi_matches_reference(device, case, dtype):
+    qlens, ctxs, hq, hkv, d, bs, window, cap = case
+    q, kv, qsl, sl, table = _batch(qlens, ctxs, hq, hkv, d, bs, dtype, True)
+    # vLLM's (BLOOM's) slopes for hq heads: 2^(-8 (i + 1) / hq)
+    slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / hq) for i in range(hq)], dtype=torch.float32)
+    scale = d ** -0.5
+    ref = ops.paged_attention_reference(q, kv, qsl, sl, table, scale, window, cap, slopes)
+    out = torch.full(q.shape, float("nan"), dtype=dtype, device=device)
+    ops.paged_attention(out, q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device),
+                        scale, window, cap, slopes.to(device))
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.cpu().float(), ref.float(), atol=tol, rtol=tol)
+    # the slopes change the answer (a context longer than one token)
+    plain = ops.paged_attention_reference(q, kv, qsl, sl, table, scale, window, cap)
+    assert (plain.float() - ref.float()).abs().max() > 10 * tol
+
+
+def test_paged_attention_alibi_bad_slopes_raise(device):
+    q, kv, qsl, sl, table = _batch((1,), (20,), 2, 2, 8, 16, torch.float32, False)
+    out = torch.empty(q.shape, device=device)
+    with pytest.raises(RuntimeError, match="alibi_slopes"):
+        ops.paged_attention(out, q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device), 1.0,
+                            alibi_slopes=torch.ones(3, device=device))
         out.cpu()
 
 

@@ -58,12 +58,39 @@ def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hi
     return path
 
 
-def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins: bool = False):
+FP8_KV = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def fp8_kv_attention(kv_cache_dtype: str) -> str:
+    """Registers with transformers an attention that reads keys and values rounded through the fp8
+    format (saturated, unit scales) before scaled_dot_product_attention: what vLLM computes with
+    kv_cache_dtype=kv_cache_dtype, whose kernels read every key and value from the fp8 cache. Returns
+    the attn_implementation name."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    f8 = FP8_KV[kv_cache_dtype]
+    lim = torch.finfo(f8).max
+
+    def rounded(x):
+        return x.float().clamp(-lim, lim).to(f8).to(x.dtype)
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        return sdpa_attention_forward(module, query, rounded(key), rounded(value), attention_mask, **kwargs)
+
+    name = f"kv_{kv_cache_dtype}"
+    AttentionInterface.register(name, attention)
+    return name
+
+
+def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins: bool = False,
+              kv_cache_dtype: str = "auto"):
     """Greedy continuations by Hugging Face transformers on the CPU, one prompt at a time; with_margins
-    also gives, per generated token, the gap between transformers' best and second-best logit."""
+    also gives, per generated token, the gap between transformers' best and second-best logit. An fp8
+    kv_cache_dtype rounds keys and values through that format, as vLLM's fp8 KV cache does."""
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).eval()
+    kw = {} if kv_cache_dtype == "auto" else {"attn_implementation": fp8_kv_attention(kv_cache_dtype)}
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kw).eval()
     out, margins = [], []
     with torch.no_grad():
         for p in prompts:

@@ -130,9 +130,10 @@ class TpuPlatform(Platform):
         if cache is not None:
             if cache.block_size is None:
                 cache.block_size = 16
-            if cache.cache_dtype not in ("auto", "float16", "bfloat16", "float32"):
+            # fp8: 8-bit float codes in a uint8 cache, per-tensor scales (runtime/ops/serve/paged.c)
+            if cache.cache_dtype not in ("auto", "float16", "bfloat16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"):
                 raise NotImplementedError(f"tpu platform: kv_cache_dtype={cache.cache_dtype!r} is not supported "
-                                          f"yet; use 'auto'")
+                                          f"yet (auto, float16, bfloat16, float32, fp8, fp8_e4m3, fp8_e5m2)")
         spec = vllm_config.speculative_config
         if spec is not None and spec.method not in ("ngram",):
             raise NotImplementedError(f"tpu platform: speculative decoding method {spec.method!r} is not "
