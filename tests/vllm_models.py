@@ -1,6 +1,6 @@
 """Small Hugging Face model directories for the serving tests and benchmarks, made on the spot with no
 download: a byte-level BPE tokenizer trained on Python's own documentation strings, and randomly
-initialised Llama / Qwen2 weights (seeded) saved as safetensors. The weights are scaled up from
+initialised Llama / Qwen2 / BLOOM weights (seeded) saved as safetensors. The weights are scaled up from
 transformers' default initialisation so that greedy decoding has clear winners (random models with tiny
 weights have near-uniform logits, where the argmax is decided by rounding)."""
 import pathlib
@@ -35,7 +35,8 @@ def make_tokenizer(path, vocab_size: int = 512):
 
 def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hidden: int = 64, layers: int = 2,
                heads: int = 4, kv_heads: int = 2, max_len: int = 512, vocab_size: int = 512):
-    """Writes a tokenizer and a random model of `arch` ("llama", "qwen2") into path; returns the path."""
+    """Writes a tokenizer and a random model of `arch` ("llama", "qwen2", or "bloom": ALiBi positions,
+    no grouped-query heads) into path; returns the path."""
     import transformers
     path = pathlib.Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -50,6 +51,11 @@ def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hi
     elif arch == "qwen2":
         config = transformers.Qwen2Config(**common)
         cls = transformers.Qwen2ForCausalLM
+    elif arch == "bloom":
+        config = transformers.BloomConfig(vocab_size=len(tok), hidden_size=hidden, n_layer=layers, n_head=heads,
+                                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                          pad_token_id=tok.pad_token_id, initializer_range=0.2, torch_dtype=dtype)
+        cls = transformers.BloomForCausalLM
     else:
         raise ValueError(f"unknown architecture {arch!r}")
     torch.manual_seed(seed)
