@@ -271,3 +271,125 @@ def test_rotary_embedding_matches_reference(device, neox, dtype):
     torch.testing.assert_close(k.cpu().double(), want_k, atol=tol, rtol=tol)
     # the values part of the fused row is untouched
     assert torch.equal(dev[:, (hq + hkv) * hs:].cpu(), qkv[:, (hq + hkv) * hs:])
+
+
+# ---- speculative decoding's rejection sampling (runtime/ops/serve/spec.c) against a plain Python
+# ---- transcription of vLLM's Triton kernels (vllm/v1/sample/rejection_sampler.py)
+
+def _spec_batch(seed, vocab=37):
+    g = torch.Generator().manual_seed(seed)
+    counts = [3, 0, 2, 3, 1]                       # drafts per request (one proposes none)
+    B, S, N = len(counts), max(counts), sum(counts)
+    cu = torch.tensor(counts).cumsum(0).to(torch.int32)
+    target_probs = torch.rand(N, vocab, generator=g).softmax(-1)
+    draft = target_probs.argmax(-1).to(torch.int32)
+    flip = torch.rand(N, generator=g) < 0.4        # some drafts disagree with the target
+    draft[flip] = torch.randint(0, vocab, (int(flip.sum()),), generator=g, dtype=torch.int32)
+    draft[-1] = -1                                 # a padded draft is always rejected
+    return dict(B=B, S=S, N=N, V=vocab, cu=cu, draft=draft, target_probs=target_probs,
+                draft_probs=torch.rand(N, vocab, generator=g).softmax(-1),
+                bonus=torch.randint(0, vocab, (B, 1), generator=g), uniform=torch.rand(N, generator=g).double(),
+                is_greedy=torch.tensor([True, False, False, True, False]),
+                inv_q=1.0 / torch.empty(B, vocab).exponential_(generator=g))
+
+
+def _ranges(cu):
+    starts = [0] + cu.tolist()[:-1]
+    return list(zip(starts, cu.tolist()))
+
+
+def _greedy_ref(b, out, argmax):
+    for r, (a, e) in enumerate(_ranges(b["cu"])):
+        if not b["is_greedy"][r]:
+            continue
+        rejected = False
+        for p in range(e - a):
+            out[r, p] = argmax[a + p]
+            rejected = int(b["draft"][a + p]) != int(argmax[a + p])
+            if rejected:
+                break
+        if not rejected:
+            out[r, e - a] = b["bonus"].view(-1)[r]
+
+
+def _random_ref(b, out, recovered, with_draft_probs):
+    for r, (a, e) in enumerate(_ranges(b["cu"])):
+        if b["is_greedy"][r]:
+            continue
+        rejected = False
+        for p in range(e - a):
+            t, tok = a + p, int(b["draft"][a + p])
+            dp = float(b["draft_probs"][t, tok]) if with_draft_probs and tok >= 0 else 1.0
+            accepted = tok >= 0 and dp > 0 and float(b["target_probs"][t, tok]) / dp >= float(b["uniform"][t])
+            out[r, p] = tok if accepted else recovered[t]
+            if not accepted:
+                rejected = True
+                break
+        if not rejected:
+            out[r, e - a] = b["bonus"].view(-1)[r]
+
+
+def _recovered_ref(b, with_draft_probs):
+    rec = torch.zeros(b["N"], dtype=torch.int32)
+    for r, (a, e) in enumerate(_ranges(b["cu"])):
+        for t in range(a, e):
+            p = b["target_probs"][t].double().clone()
+            if with_draft_probs:
+                p = (p - b["draft_probs"][t].double()).clamp(min=0)
+            elif b["draft"][t] >= 0:
+                p[int(b["draft"][t])] = 0
+            rec[t] = int((p * b["inv_q"][r].double()).argmax())
+    return rec
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("with_draft_probs", [False, True])
+def test_rejection_sampling_kernels_match_reference(device, seed, with_draft_probs):
+    b = _spec_batch(seed)
+    d = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+    dp = d["draft_probs"] if with_draft_probs else None
+    # recovered tokens
+    rec = torch.full((b["N"],), -7, dtype=torch.int32, device=device)
+    ops.vllm_sample_recovered_tokens_kernel(rec, d["cu"], d["draft"], dp, d["target_probs"], d["inv_q"], b["V"],
+                                            NO_DRAFT_PROBS=not with_draft_probs)
+    want_rec = _recovered_ref(b, with_draft_probs)
+    assert torch.equal(rec.cpu(), want_rec)
+    # random acceptance (non-greedy requests)
+    out = torch.full((b["B"], b["S"] + 1), -1, dtype=torch.int32, device=device)
+    ops.vllm_rejection_random_sample_kernel(out, d["cu"], d["draft"], dp, d["target_probs"], d["bonus"], rec,
+                                            d["uniform"], d["is_greedy"], b["S"], b["V"],
+                                            NO_DRAFT_PROBS=not with_draft_probs)
+    want = torch.full((b["B"], b["S"] + 1), -1, dtype=torch.int32)
+    _random_ref(b, want, want_rec, with_draft_probs)
+    assert torch.equal(out.cpu(), want)
+    # greedy acceptance against the target's argmax (greedy requests only)
+    argmax = b["target_probs"].argmax(-1)
+    out = torch.full((b["B"], b["S"] + 1), -1, dtype=torch.int32, device=device)
+    ops.vllm_rejection_greedy_sample_kernel(out, d["cu"], d["draft"], argmax.to(device), d["bonus"], d["is_greedy"],
+                                            b["S"])
+    want = torch.full((b["B"], b["S"] + 1), -1, dtype=torch.int32)
+    _greedy_ref(b, want, argmax)
+    assert torch.equal(out.cpu(), want)
+    # each pass wrote its own requests only
+    assert (want[b["is_greedy"]] >= 0).any() and (want[~b["is_greedy"]] == -1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32])
+def test_spec_expand_matches_reference(device, dtype):
+    values = torch.tensor([4, 0, 9, 4], dtype=dtype)
+    cu = torch.tensor([2, 2, 5, 6], dtype=torch.int32)
+    out = torch.full((6,), -3, dtype=dtype, device=device)
+    ops.vllm_expand_kernel(out, values.to(device), cu.to(device), 4, 7)      # 4 becomes 7
+    assert torch.equal(out.cpu(), torch.tensor([7, 7, 9, 9, 9, 7], dtype=dtype))
+
+
+def test_rejection_sampling_bad_input_raises(device):
+    b = _spec_batch(0)
+    out = torch.zeros(b["B"], 2, dtype=torch.int32, device=device)    # rows too short for 3 drafts
+    with pytest.raises(IndexError, match="rejection_greedy_sample"):
+        ops.vllm_rejection_greedy_sample_kernel(out, b["cu"].to(device), b["draft"].to(device),
+                                                b["target_probs"].argmax(-1).to(device), b["bonus"].to(device),
+                                                None, b["S"])
+        out.cpu()
+    with pytest.raises(NotImplementedError, match="synthetic"):
+        ops.vllm_rejection_greedy_sample_kernel(out, None, None, None, None, None, 1, SYNTHETIC_MODE=True)

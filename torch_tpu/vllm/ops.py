@@ -22,6 +22,20 @@ _lib.define("compute_slot_mapping(Tensor(a!) slot_mapping, Tensor query_start_lo
             "Tensor block_table, int block_size, int num_tokens) -> ()")
 
 
+# Speculative decoding's rejection sampling (runtime/ops/serve/spec.c), vLLM's four Triton kernels.
+_lib.define("spec_expand(Tensor(a!) output, Tensor input, Tensor cu_num_tokens, Scalar replace_from, "
+            "Scalar replace_to) -> ()")
+_lib.define("rejection_greedy_sample(Tensor(a!) output, Tensor cu_num_draft_tokens, Tensor draft_token_ids, "
+            "Tensor target_argmax, Tensor bonus_token_ids, Tensor? is_greedy) -> ()")
+_lib.define("rejection_random_sample(Tensor(a!) output, Tensor cu_num_draft_tokens, Tensor draft_token_ids, "
+            "Tensor? draft_probs, Tensor target_probs, Tensor bonus_token_ids, Tensor recovered_token_ids, "
+            "Tensor uniform_probs, Tensor is_greedy) -> ()")
+_lib.define("sample_recovered_tokens(Tensor(a!) output, Tensor cu_num_draft_tokens, Tensor draft_token_ids, "
+            "Tensor? draft_probs, Tensor target_probs, Tensor inv_q) -> ()")
+for _name in ("spec_expand", "rejection_greedy_sample", "rejection_random_sample", "sample_recovered_tokens"):
+    torch.library.register_fake(f"torch_tpu::{_name}")(lambda *args, **kwargs: None)
+
+
 # Neither op returns anything: the fallback asks PyTorch's meta functions for the (empty) outputs.
 @torch.library.register_fake("torch_tpu::paged_attention")
 def _paged_attention_fake(out, query, kv_cache, query_start_loc, seq_lens, block_table, scale,
@@ -137,3 +151,60 @@ def vllm_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, po
         raise NotImplementedError(f"tpu slot mapping: padding id {PAD_ID} (the kernel pads with -1)")
     compute_slot_mapping(slot_mapping_ptr[:max_num_tokens], query_start_loc_ptr, positions_ptr, block_table_ptr,
                          KV_CACHE_BLOCK_SIZE, num_tokens)
+
+
+# vLLM's rejection-sampler Triton kernels (vllm/v1/sample/rejection_sampler.py), with their parameter
+# names, on tpu; the platform registers them through vLLM's kernel override registry. Synthetic
+# acceptance (a benchmarking mode of vLLM's) is not implemented.
+def _flat(t):
+    # Triton reads these as flat pointers; vLLM passes e.g. bonus tokens as [batch, 1]
+    return None if t is None else t.reshape(-1)
+
+
+def _no_synthetic(synthetic):
+    if synthetic:
+        raise NotImplementedError("tpu platform: synthetic speculative-decoding acceptance is not supported")
+
+
+def vllm_expand_kernel(output_ptr, input_ptr, cu_num_tokens_ptr, replace_from, replace_to, MAX_NUM_TOKENS=None):
+    torch.ops.torch_tpu.spec_expand(output_ptr, _flat(input_ptr), _flat(cu_num_tokens_ptr), replace_from, replace_to)
+
+
+def vllm_rejection_greedy_sample_kernel(output_token_ids_ptr, cu_num_draft_tokens_ptr, draft_token_ids_ptr,
+                                        target_argmax_ptr, bonus_token_ids_ptr, is_greedy_ptr, max_spec_len,
+                                        uniform_probs_ptr=None, synthetic_conditional_rates_ptr=None,
+                                        SYNTHETIC_MODE=False):
+    _no_synthetic(SYNTHETIC_MODE)
+    torch.ops.torch_tpu.rejection_greedy_sample(output_token_ids_ptr, _flat(cu_num_draft_tokens_ptr),
+                                                _flat(draft_token_ids_ptr), _flat(target_argmax_ptr),
+                                                _flat(bonus_token_ids_ptr), _flat(is_greedy_ptr))
+
+
+def vllm_rejection_random_sample_kernel(output_token_ids_ptr, cu_num_draft_tokens_ptr, draft_token_ids_ptr,
+                                        draft_probs_ptr, target_probs_ptr, bonus_token_ids_ptr,
+                                        recovered_token_ids_ptr, uniform_probs_ptr, is_greedy_ptr, max_spec_len,
+                                        vocab_size, synthetic_conditional_rates_ptr=None, NO_DRAFT_PROBS=False,
+                                        SYNTHETIC_MODE=False):
+    _no_synthetic(SYNTHETIC_MODE)
+    torch.ops.torch_tpu.rejection_random_sample(output_token_ids_ptr, _flat(cu_num_draft_tokens_ptr),
+                                                _flat(draft_token_ids_ptr), None if NO_DRAFT_PROBS else draft_probs_ptr,
+                                                target_probs_ptr, _flat(bonus_token_ids_ptr),
+                                                _flat(recovered_token_ids_ptr), _flat(uniform_probs_ptr),
+                                                _flat(is_greedy_ptr))
+
+
+def vllm_sample_recovered_tokens_kernel(output_token_ids_ptr, cu_num_draft_tokens_ptr, draft_token_ids_ptr,
+                                        draft_probs_ptr, target_probs_ptr, inv_q_ptr, vocab_size, BLOCK_SIZE=None,
+                                        NO_DRAFT_PROBS=False, USE_FP64_GUMBEL=False):
+    torch.ops.torch_tpu.sample_recovered_tokens(_flat(output_token_ids_ptr), _flat(cu_num_draft_tokens_ptr),
+                                                _flat(draft_token_ids_ptr), None if NO_DRAFT_PROBS else draft_probs_ptr,
+                                                target_probs_ptr, inv_q_ptr)
+
+
+VLLM_KERNEL_OVERRIDES = {
+    "vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": vllm_slot_mapping_kernel,
+    "vllm.v1.sample.rejection_sampler.expand_kernel": vllm_expand_kernel,
+    "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel": vllm_rejection_greedy_sample_kernel,
+    "vllm.v1.sample.rejection_sampler.rejection_random_sample_kernel": vllm_rejection_random_sample_kernel,
+    "vllm.v1.sample.rejection_sampler.sample_recovered_tokens_kernel": vllm_sample_recovered_tokens_kernel,
+}
