@@ -4,7 +4,8 @@ on the CPU for the same weights (a small random Llama, chunked prefill included)
 gives the same tokens; seeded sampling is reproducible; logprobs equal transformers' log_softmax; an FP8 KV
 cache gives transformers' tokens and logprobs when transformers rounds keys and values through the same
 format; a BLOOM model (ALiBi) gives transformers' tokens and logprobs, also with n-gram speculative
-decoding. --full adds Qwen2 and bfloat16.
+decoding; structured output (JSON schema, regex, choice) parses; preemption under a tiny KV cache loses no
+request and changes no token. --full adds Qwen2 and bfloat16.
 The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one engine per module, fast."""
 import gc
 import importlib.util
@@ -29,9 +30,12 @@ MAX_TOKENS = 10
 
 def _engine(path, dtype, **kw):
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # structured output: xgrammar (what vLLM's "auto" picks for JSON schema, regex and choice) without
+    # free whitespace, which a random model would fill its token budget with
     args = dict(model=str(path), dtype=dtype, max_model_len=256, max_num_seqs=8, max_num_batched_tokens=48,
                 enable_chunked_prefill=True, enable_prefix_caching=True, block_size=16,
-                kv_cache_memory_bytes=16 << 20, seed=0, disable_log_stats=False)
+                kv_cache_memory_bytes=16 << 20, seed=0, disable_log_stats=False,
+                structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True})
     args.update(kw)
     return vllm.LLM(**args)
 
@@ -39,6 +43,13 @@ def _engine(path, dtype, **kw):
 def _greedy(llm, prompts, n=MAX_TOKENS):
     sp = vllm.SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     return [o.outputs[0].token_ids for o in llm.generate(prompts, sp, use_tqdm=False)]
+
+
+def _metric(llm, name):
+    for m in llm.get_metrics():
+        if m.name == name:
+            return m.value
+    raise AssertionError(f"vLLM reported no {name} metric")
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +79,10 @@ def test_greedy_matches_transformers(llama, llama_path):
 def test_prefix_cache_hit_gives_same_tokens(llama):
     shared = PROMPTS[2] + " Counter, deque, OrderedDict."
     first = _greedy(llama, [shared + " one"])
-    before = _prefix_hits(llama)
+    before = _metric(llama, "vllm:prefix_cache_hits")
     second = _greedy(llama, [shared + " one"])
     assert second == first
-    assert _prefix_hits(llama) > before, "the second run found no cached prefix"
-
-
-def _prefix_hits(llm) -> float:
-    for m in llm.get_metrics():
-        if m.name == "vllm:prefix_cache_hits":
-            return m.value
-    raise AssertionError("vLLM reported no vllm:prefix_cache_hits metric")
+    assert _metric(llama, "vllm:prefix_cache_hits") > before, "the second run found no cached prefix"
 
 
 def test_seeded_sampling_is_reproducible(llama):
@@ -133,6 +137,60 @@ def test_logprobs_match_transformers(llama, llama_path):
     _check_logprobs(llama_path, llama.generate(PROMPTS, sp, use_tqdm=False))
 
 
+def test_structured_output_json_regex_choice(llama):
+    import json
+    import re
+    from vllm.sampling_params import StructuredOutputsParams
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                               "n": {"type": "integer"}},
+              "required": ["name", "n"], "additionalProperties": False}
+    regex = r"[a-z]{3}-[0-9]{2}"
+    choices = ["alpha", "beta", "gamma"]
+
+    def run(**constraint):
+        sp = vllm.SamplingParams(temperature=0.0, max_tokens=64,
+                                 structured_outputs=StructuredOutputsParams(**constraint))
+        outs = llama.generate(PROMPTS[:2], sp, use_tqdm=False)
+        assert all(o.outputs[0].finish_reason == "stop" for o in outs), "the grammar did not finish the output"
+        return [o.outputs[0].text for o in outs]
+
+    for text in run(json=schema):
+        value = json.loads(text)
+        assert set(value) == {"name", "n"} and isinstance(value["n"], int)
+        assert isinstance(value["name"], str) and len(value["name"]) <= 8
+    for text in run(regex=regex):
+        assert re.fullmatch(regex, text), text
+    for text in run(choice=choices):
+        assert text in choices
+    # unconstrained, the same prompts give none of these shapes
+    free = _greedy(llama, PROMPTS[:2], 16)
+    assert all(llama.get_tokenizer().decode(t) not in choices for t in free)
+
+
+def test_preemption_under_tiny_kv_cache_loses_nothing(llama, llama_path):
+    # Twelve 16-token blocks for four requests of 90 generated tokens (six blocks each): vLLM preempts
+    # (recomputes) requests; every one finishes, with the tokens of the roomy engine.
+    prompts = ["The standard library", "Return a new dictionary", "This module implements specialized container",
+               "Counter, deque, OrderedDict and"]
+    want = _greedy(llama, prompts, 90)
+    small = _engine(llama_path, "float32", max_model_len=128, kv_cache_memory_bytes=100_000)
+    try:
+        assert _greedy(small, prompts, 90) == want
+        assert _metric(small, "vllm:num_preemptions") > 0, "the tiny cache preempted nothing"
+    finally:
+        del small
+        gc.collect()
+
+
+def test_unsupported_features_raise(llama_path):
+    from vllm.engine.arg_utils import EngineArgs
+    with pytest.raises(NotImplementedError, match="offloading"):
+        EngineArgs(model=str(llama_path), kv_offloading_size=1.0).create_engine_config()
+
+
+# The tests above share the module's engine; each test below builds its own. Deleting an in-process
+# engine tears down vLLM's process-wide parallel state, which the shared engine needs, so the order
+# matters: the preemption test uses the shared engine before it builds its second one.
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e5m2"])
 def test_fp8_kv_cache_matches_rounded_transformers(llama_path, kv_cache_dtype):
     # vLLM's FP8 KV cache (uint8 codes, unit scales: the model has no checkpoint scales) against
@@ -167,13 +225,6 @@ def test_alibi_model_matches_transformers(tmp_path):
     finally:
         del llm
         gc.collect()
-
-
-def _metric(llm, name):
-    for m in llm.get_metrics():
-        if m.name == name:
-            return m.value
-    raise AssertionError(f"vLLM reported no {name} metric")
 
 
 def test_ngram_speculative_decoding_gives_greedy_tokens(tmp_path):
