@@ -7,8 +7,17 @@ import pathlib
 
 import torch
 
-CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
+# A chat template that supports tools in the Hermes style (vLLM's "hermes" tool parser reads
+# <tool_call>{"name": ..., "arguments": ...}</tool_call>): the tools' JSON in a system turn, an
+# assistant's tool calls as tagged JSON, tool results as "tool" turns. Without tools it renders each
+# message as "<s>role\ncontent</s>\n".
+CHAT_TEMPLATE = (
+    "{% if tools %}<s>system\nYou may call these tools, answering <tool_call>{\"name\": ..., \"arguments\": ...}"
+    "</tool_call>:\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}</s>\n{% endif %}"
+    "{% for m in messages %}<s>{{ m['role'] }}\n{% if m['content'] %}{{ m['content'] }}{% endif %}"
+    "{% if m['tool_calls'] %}{% for c in m['tool_calls'] %}<tool_call>{\"name\": {{ c['function']['name'] | tojson }}, "
+    "\"arguments\": {{ c['function']['arguments'] | tojson }}}</tool_call>{% endfor %}{% endif %}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
 
 
 def corpus() -> list[str]:
