@@ -8,7 +8,6 @@ decoding; structured output (JSON schema, regex, choice) parses; preemption unde
 request and changes no token. --full adds Qwen2 and bfloat16.
 The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one engine per module, fast."""
 import gc
-import importlib.util
 import os
 
 import pytest
@@ -231,10 +230,9 @@ def test_ngram_speculative_decoding_gives_greedy_tokens(tmp_path):
     # Prompt lookup proposes from the tokens so far; the random BLOOM model falls into repetitions, so
     # drafts get accepted (checked by vLLM's counters), and the tokens stay transformers' greedy ones.
     # Verification runs our rejection-sampling kernels (runtime/ops/serve/spec.c).
-    # find_spec, not an import: vLLM 0.32's kernel-override registry scans every module's objects and
-    # fails on llvmlite's library proxy, so numba must not be imported before the engine registers ours
-    if importlib.util.find_spec("numba") is None:
-        pytest.skip("vLLM's n-gram proposer needs numba (scripts/setup.sh installs it)")
+    # imported here on purpose: vLLM 0.32's kernel-override registry fails on llvmlite's objects when
+    # numba was loaded before an engine starts; the platform keeps them out of its scan
+    pytest.importorskip("numba", reason="vLLM's n-gram proposer needs numba (scripts/setup.sh installs it)")
     path = make_model(tmp_path / "bloom", "bloom", torch.float32)
     llm = _engine(path, "float32", speculative_config={"method": "ngram", "num_speculative_tokens": 3,
                                                        "prompt_lookup_max": 3, "prompt_lookup_min": 1})

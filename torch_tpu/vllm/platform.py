@@ -3,6 +3,7 @@ plug in): device name and memory from torch.tpu, our attention backend and worke
 (no CUDA graphs), and a clear error for each vLLM feature the platform does not support yet.
 """
 import importlib.util
+import sys
 
 import torch
 
@@ -49,7 +50,18 @@ class TpuPlatform(Platform):
         # vLLM's device-side bookkeeping kernels are Triton; ours are C (runtime/ops/serve).
         from vllm.triton_utils.dispatcher import register_kernels
         from torch_tpu.vllm import ops
-        register_kernels(ops.VLLM_KERNEL_OVERRIDES)
+        # vLLM 0.32's registry rebinds every reference to a replaced kernel by scanning each loaded
+        # module's objects with vars(); llvmlite's library proxy (loaded with numba, which the n-gram
+        # proposer uses) answers any attribute, __dict__ included, with a function wrapper, and the scan
+        # fails on it. Neither package holds a vLLM kernel: they sit out the scan.
+        hidden = {name: mod for name, mod in sys.modules.items()
+                  if name.split(".")[0] in ("llvmlite", "numba")}
+        for name in hidden:
+            del sys.modules[name]
+        try:
+            register_kernels(ops.VLLM_KERNEL_OVERRIDES)
+        finally:
+            sys.modules.update(hidden)
 
     @classmethod
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:
