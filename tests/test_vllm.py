@@ -194,19 +194,20 @@ def test_unsupported_features_raise(llama_path):
 def test_fp8_kv_cache_matches_rounded_transformers(llama_path, kv_cache_dtype):
     # vLLM's FP8 KV cache (uint8 codes, unit scales: the model has no checkpoint scales) against
     # transformers whose attention reads keys and values rounded through the same format: greedy
-    # tokens and logprobs agree as closely as with the float cache. The rounding is real: the
-    # logprobs differ from the float model's by far more than that.
+    # tokens agree, logprobs within 1e-2 (observed 6e-6; the margin is for a float32 difference that
+    # lands on an fp8 rounding boundary and moves one code by a step). The rounding is real: the
+    # logprobs differ from the float model's by more than 0.1 (observed 0.58 and 0.85).
     llm = _engine(llama_path, "float32", kv_cache_dtype=kv_cache_dtype)
     try:
         sp = vllm.SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=3)
         outputs = llm.generate(PROMPTS, sp, use_tqdm=False)
-        _check_logprobs(llama_path, outputs, kv_cache_dtype)
+        _check_logprobs(llama_path, outputs, kv_cache_dtype, tol=1e-2)
         shift = 0.0
         for o in outputs:
             ref = _hf_logprobs(llama_path, o.prompt_token_ids, o.outputs[0].token_ids)
             for step, entries in enumerate(o.outputs[0].logprobs):
                 shift = max(shift, max(abs(e.logprob - ref[step, t].item()) for t, e in entries.items()))
-        assert shift > 1e-2, f"the fp8 cache changed logprobs by only {shift}: was it quantized?"
+        assert shift > 0.1, f"the fp8 cache changed logprobs by only {shift}: was it quantized?"
     finally:
         del llm
         gc.collect()
