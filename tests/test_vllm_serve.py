@@ -164,7 +164,8 @@ def test_tool_calling(server, client):
     # (A random model never chooses a tool on its own, so "auto" is not asserted. "required" is not
     # either: xgrammar's JSON grammar admits raw control characters inside strings, which this model's
     # byte-level vocabulary emits, and vLLM's json.loads of the call list then rejects them, so the
-    # call is dropped; the same grammar accepts that output on the CPU, so it is not the device.)
+    # call is dropped; xgrammar's own matcher, on the CPU, accepts that output, so it is not the tpu
+    # bitmask.)
     messages = [{"role": "user", "content": "What will the weather be in Oslo for three days?"}]
     prompt = server.post("/tokenize", {"model": "tiny", "messages": messages, "tools": [WEATHER, TIME]})["tokens"]
     text = server.post("/detokenize", {"model": "tiny", "tokens": prompt})["prompt"]
