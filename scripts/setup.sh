@@ -97,6 +97,14 @@ if [ "${TORCH_TPU_SKIP_VLLM:-0}" != 1 ] && ! pinned vllm==0.32.0 "$OPENAI_PIN"; 
   CONSTRAIN="$TB_PINS" install_constrained setuptools-rust setuptools-scm wheel packaging
   CONSTRAIN="$TB_PINS" VLLM_TARGET_DEVICE=empty install_constrained "vllm @ $VLLM_URL" "$OPENAI_PIN"
 fi
+# numba: vLLM's n-gram speculative decoding (prompt lookup) runs its matcher through numba on the host;
+# vLLM's CUDA requirements bring it, the empty target does not. With its LLVM and nothing else (numpy
+# is already pinned by vLLM; numba 0.68 accepts numpy < 2.6).
+NUMBA_PINS="numba==0.68.1 llvmlite==0.50.0"
+if [ "${TORCH_TPU_SKIP_VLLM:-0}" != 1 ] && ! pinned $NUMBA_PINS; then
+  echo "setup: installing $NUMBA_PINS into .venv"
+  install_constrained --no-deps $NUMBA_PINS
+fi
 
 # The runtime (libtpurt) and the C++ layer (torch_tpu/_C*.so). Autoload stays off while building:
 # the build imports torch to read its flags, and a stale or half-built extension must not get in the way.

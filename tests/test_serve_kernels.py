@@ -1,8 +1,9 @@
 """The serving kernels (runtime/ops/serve, reached as torch_tpu::paged_attention and
 torch_tpu::reshape_and_cache) against a plain PyTorch reference on CPU: random block tables, ragged
 batches mixing decode, prefill and a prefill chunk after a cached prefix, grouped- and multi-query heads,
-sliding window, soft-capping, float32/bfloat16/float16; and seeded sampling's Tensor.exponential_ with a
-generator. Needs no vLLM."""
+sliding window, soft-capping, ALiBi, float32/bfloat16/float16 and FP8 (e4m3/e5m2 codes in a uint8 cache,
+per-tensor scales; PyTorch's float8 dtypes decode and encode the reference); and seeded sampling's
+Tensor.exponential_ with a generator. Needs no vLLM."""
 import pytest
 import torch
 
@@ -65,6 +66,136 @@ def test_paged_attention_bad_block_raises(device):
     out = torch.empty(q.shape, device=device)
     with pytest.raises((IndexError, RuntimeError), match="block_table"):
         ops.paged_attention(out, q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device), 1.0)
+        out.cpu()
+
+
+FP8 = ["fp8", "fp8_e5m2"]  # "fp8" is e4m3 (vLLM's "fp8_e4m3" names the same format)
+
+
+def _fp8_cache(kv, fmt, k_scale, v_scale):
+    """kv's keys and values quantized to fp8 codes (uint8) with the scales, by the PyTorch reference."""
+    d = kv.shape[-1] // 2
+    return torch.cat((ops.fp8_quantize_reference(kv[..., :d], fmt, k_scale),
+                      ops.fp8_quantize_reference(kv[..., d:], fmt, v_scale)), dim=-1)
+
+
+@pytest.mark.parametrize("fmt", FP8)
+@pytest.mark.parametrize("case", CASES[1:3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_paged_attention_fp8_matches_reference(device, fmt, case, dtype):
+    # The kernel decodes the codes and applies the scales itself; the reference decodes them with
+    # PyTorch's float8 dtype and computes in float64 from the same (dequantized) cache.
+    qlens, ctxs, hq, hkv, d, bs, window, cap = case
+    q, kv, qsl, sl, table = _batch(qlens, ctxs, hq, hkv, d, bs, dtype, True)
+    k_scale, v_scale = 0.05, 0.02
+    # stored head-major, as vLLM's cache is: [blocks, kv_heads, block_size, 2D] seen through the transpose
+    cache = _fp8_cache(kv.float() * 3, fmt, k_scale, v_scale).transpose(1, 2).contiguous().transpose(1, 2)
+    assert cache.dtype == torch.uint8
+    scale = d ** -0.5
+    ref = ops.paged_attention_reference(q, cache, qsl, sl, table, scale, window, cap, None, fmt, k_scale, v_scale)
+    out = torch.full(q.shape, float("nan"), dtype=dtype, device=device)
+    ops.paged_attention(out, q.to(device), cache.to(device), qsl.to(device), sl.to(device), table.to(device),
+                        scale, window, cap, None, fmt, k_scale, v_scale)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.cpu().float(), ref.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("fmt", FP8)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k_scale,v_scale", [(1.0, 1.0), (0.37, 2.5)])
+def test_reshape_and_cache_fp8_matches_reference(device, fmt, dtype, k_scale, v_scale):
+    # Bit-exact codes: round to nearest even over magnitudes from the subnormals to past the largest
+    # finite value (saturated), infinities saturated, NaN kept; padding slots leave the cache alone.
+    g = torch.Generator().manual_seed(4)
+    t, h, d, nb, bs = 9, 2, 32, 5, 4
+    mag = 10.0 ** (torch.rand(t, h, d, generator=g) * 12 - 7)
+    key = (torch.randn(t, h, d, generator=g).sign() * mag).to(dtype)
+    value = (torch.randn(t, h, d, generator=g) * 100).to(dtype)
+    key[0, 0, :4] = torch.tensor([float("inf"), -float("inf"), float("nan"), -1e6])
+    slots = torch.tensor([5, 0, -1, 19, 7, -1, 3, 12, 8])
+    cache = torch.randint(0, 256, (nb, h, bs, 2 * d), generator=g, dtype=torch.uint8)
+    ref = cache.clone().transpose(1, 2)
+    kq, vq = ops.fp8_quantize_reference(key, fmt, k_scale), ops.fp8_quantize_reference(value, fmt, v_scale)
+    for i, s in enumerate(slots.tolist()):
+        if s >= 0:
+            ref[s // bs, s % bs, :, :d] = kq[i]
+            ref[s // bs, s % bs, :, d:] = vq[i]
+    dev_cache = cache.to(device)
+    ops.reshape_and_cache(key.to(device), value.to(device), dev_cache.transpose(1, 2), slots.to(device), fmt,
+                          k_scale, v_scale)
+    assert torch.equal(dev_cache.cpu().transpose(1, 2), ref)
+
+
+@pytest.mark.parametrize("fmt", FP8)
+def test_fp8_cache_round_trip_is_exact_on_codes(device, fmt):
+    # Every finite value of the format written with scale 1 comes back as its own code, and attention
+    # over a one-token context returns the stored value (the softmax weight is exactly 1).
+    f8 = ops.FP8_FORMATS[fmt]
+    codes = torch.arange(256, dtype=torch.uint8)
+    vals = codes.view(f8).float()
+    finite = vals.isfinite()
+    n = int(finite.sum())
+    x = vals[finite].view(n, 1, 1)
+    cache = torch.zeros(n, 1, 1, 2, dtype=torch.uint8, device=device)
+    ops.reshape_and_cache(x.to(device), x.to(device), cache, torch.arange(n, device=device), fmt)
+    got = cache.cpu()
+    assert torch.equal(got[:, 0, 0, 0], codes[finite]) and torch.equal(got[:, 0, 0, 1], codes[finite])
+    q = torch.ones(n, 1, 1)
+    out = torch.empty(n, 1, 1, device=device)
+    ones = torch.ones(n, dtype=torch.int32)
+    ops.paged_attention(out, q.to(device), cache, torch.arange(n + 1, dtype=torch.int32).to(device),
+                        ones.to(device), torch.arange(n, dtype=torch.int32).view(n, 1).to(device), 1.0,
+                        kv_cache_dtype=fmt, v_scale=0.5)
+    assert torch.equal(out.cpu(), x * 0.5)
+
+
+def test_fp8_cache_bad_arguments_raise(device):
+    q, kv, qsl, sl, table = _batch((1,), (20,), 2, 2, 8, 16, torch.float32, False)
+    args = (q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device), 1.0)
+    out = torch.empty(q.shape, device=device)
+    with pytest.raises(RuntimeError, match="uint8 cache"):       # fp8 named, a float cache given
+        ops.paged_attention(out, *args, kv_cache_dtype="fp8")
+        out.cpu()
+    u8 = kv.to(torch.uint8).to(device)
+    with pytest.raises(RuntimeError, match="needs kv_cache_dtype"):  # a uint8 cache read as floats
+        ops.paged_attention(out, args[0], u8, *args[2:])
+        out.cpu()
+    with pytest.raises(RuntimeError, match="not supported"):
+        ops.reshape_and_cache(args[0], args[0], u8, torch.zeros(1, dtype=torch.int64, device=device), "int4")
+        u8.cpu()
+    with pytest.raises(RuntimeError, match="positive and finite"):
+        ops.paged_attention(out, args[0], u8, *args[2:], kv_cache_dtype="fp8", k_scale=0.0)
+        out.cpu()
+    # the device keeps working
+    ops.paged_attention(out, *args)
+    torch.testing.assert_close(out.cpu(), ops.paged_attention_reference(q, kv, qsl, sl, table, 1.0))
+
+
+@pytest.mark.parametrize("case", CASES[:3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_paged_attention_alibi_matches_reference(device, case, dtype):
+    qlens, ctxs, hq, hkv, d, bs, window, cap = case
+    q, kv, qsl, sl, table = _batch(qlens, ctxs, hq, hkv, d, bs, dtype, True)
+    # vLLM's (BLOOM's) slopes for hq heads: 2^(-8 (i + 1) / hq)
+    slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / hq) for i in range(hq)], dtype=torch.float32)
+    scale = d ** -0.5
+    ref = ops.paged_attention_reference(q, kv, qsl, sl, table, scale, window, cap, slopes)
+    out = torch.full(q.shape, float("nan"), dtype=dtype, device=device)
+    ops.paged_attention(out, q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device),
+                        scale, window, cap, slopes.to(device))
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.cpu().float(), ref.float(), atol=tol, rtol=tol)
+    # the slopes change the answer (a context longer than one token)
+    plain = ops.paged_attention_reference(q, kv, qsl, sl, table, scale, window, cap)
+    assert (plain.float() - ref.float()).abs().max() > 10 * tol
+
+
+def test_paged_attention_alibi_bad_slopes_raise(device):
+    q, kv, qsl, sl, table = _batch((1,), (20,), 2, 2, 8, 16, torch.float32, False)
+    out = torch.empty(q.shape, device=device)
+    with pytest.raises(RuntimeError, match="alibi_slopes"):
+        ops.paged_attention(out, q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device), 1.0,
+                            alibi_slopes=torch.ones(3, device=device))
         out.cpu()
 
 
@@ -140,3 +271,125 @@ def test_rotary_embedding_matches_reference(device, neox, dtype):
     torch.testing.assert_close(k.cpu().double(), want_k, atol=tol, rtol=tol)
     # the values part of the fused row is untouched
     assert torch.equal(dev[:, (hq + hkv) * hs:].cpu(), qkv[:, (hq + hkv) * hs:])
+
+
+# ---- speculative decoding's rejection sampling (runtime/ops/serve/spec.c) against a plain Python
+# ---- transcription of vLLM's Triton kernels (vllm/v1/sample/rejection_sampler.py)
+
+def _spec_batch(seed, vocab=37):
+    g = torch.Generator().manual_seed(seed)
+    counts = [3, 0, 2, 3, 1]                       # drafts per request (one proposes none)
+    B, S, N = len(counts), max(counts), sum(counts)
+    cu = torch.tensor(counts).cumsum(0).to(torch.int32)
+    target_probs = torch.rand(N, vocab, generator=g).softmax(-1)
+    draft = target_probs.argmax(-1).to(torch.int32)
+    flip = torch.rand(N, generator=g) < 0.4        # some drafts disagree with the target
+    draft[flip] = torch.randint(0, vocab, (int(flip.sum()),), generator=g, dtype=torch.int32)
+    draft[-1] = -1                                 # a padded draft is always rejected
+    return dict(B=B, S=S, N=N, V=vocab, cu=cu, draft=draft, target_probs=target_probs,
+                draft_probs=torch.rand(N, vocab, generator=g).softmax(-1),
+                bonus=torch.randint(0, vocab, (B, 1), generator=g), uniform=torch.rand(N, generator=g).double(),
+                is_greedy=torch.tensor([True, False, False, True, False]),
+                inv_q=1.0 / torch.empty(B, vocab).exponential_(generator=g))
+
+
+def _ranges(cu):
+    starts = [0] + cu.tolist()[:-1]
+    return list(zip(starts, cu.tolist()))
+
+
+def _greedy_ref(b, out, argmax):
+    for r, (a, e) in enumerate(_ranges(b["cu"])):
+        if not b["is_greedy"][r]:
+            continue
+        rejected = False
+        for p in range(e - a):
+            out[r, p] = argmax[a + p]
+            rejected = int(b["draft"][a + p]) != int(argmax[a + p])
+            if rejected:
+                break
+        if not rejected:
+            out[r, e - a] = b["bonus"].view(-1)[r]
+
+
+def _random_ref(b, out, recovered, with_draft_probs):
+    for r, (a, e) in enumerate(_ranges(b["cu"])):
+        if b["is_greedy"][r]:
+            continue
+        rejected = False
+        for p in range(e - a):
+            t, tok = a + p, int(b["draft"][a + p])
+            dp = float(b["draft_probs"][t, tok]) if with_draft_probs and tok >= 0 else 1.0
+            accepted = tok >= 0 and dp > 0 and float(b["target_probs"][t, tok]) / dp >= float(b["uniform"][t])
+            out[r, p] = tok if accepted else recovered[t]
+            if not accepted:
+                rejected = True
+                break
+        if not rejected:
+            out[r, e - a] = b["bonus"].view(-1)[r]
+
+
+def _recovered_ref(b, with_draft_probs):
+    rec = torch.zeros(b["N"], dtype=torch.int32)
+    for r, (a, e) in enumerate(_ranges(b["cu"])):
+        for t in range(a, e):
+            p = b["target_probs"][t].double().clone()
+            if with_draft_probs:
+                p = (p - b["draft_probs"][t].double()).clamp(min=0)
+            elif b["draft"][t] >= 0:
+                p[int(b["draft"][t])] = 0
+            rec[t] = int((p * b["inv_q"][r].double()).argmax())
+    return rec
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("with_draft_probs", [False, True])
+def test_rejection_sampling_kernels_match_reference(device, seed, with_draft_probs):
+    b = _spec_batch(seed)
+    d = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+    dp = d["draft_probs"] if with_draft_probs else None
+    # recovered tokens
+    rec = torch.full((b["N"],), -7, dtype=torch.int32, device=device)
+    ops.vllm_sample_recovered_tokens_kernel(rec, d["cu"], d["draft"], dp, d["target_probs"], d["inv_q"], b["V"],
+                                            NO_DRAFT_PROBS=not with_draft_probs)
+    want_rec = _recovered_ref(b, with_draft_probs)
+    assert torch.equal(rec.cpu(), want_rec)
+    # random acceptance (non-greedy requests)
+    out = torch.full((b["B"], b["S"] + 1), -1, dtype=torch.int32, device=device)
+    ops.vllm_rejection_random_sample_kernel(out, d["cu"], d["draft"], dp, d["target_probs"], d["bonus"], rec,
+                                            d["uniform"], d["is_greedy"], b["S"], b["V"],
+                                            NO_DRAFT_PROBS=not with_draft_probs)
+    want = torch.full((b["B"], b["S"] + 1), -1, dtype=torch.int32)
+    _random_ref(b, want, want_rec, with_draft_probs)
+    assert torch.equal(out.cpu(), want)
+    # greedy acceptance against the target's argmax (greedy requests only)
+    argmax = b["target_probs"].argmax(-1)
+    out = torch.full((b["B"], b["S"] + 1), -1, dtype=torch.int32, device=device)
+    ops.vllm_rejection_greedy_sample_kernel(out, d["cu"], d["draft"], argmax.to(device), d["bonus"], d["is_greedy"],
+                                            b["S"])
+    want = torch.full((b["B"], b["S"] + 1), -1, dtype=torch.int32)
+    _greedy_ref(b, want, argmax)
+    assert torch.equal(out.cpu(), want)
+    # each pass wrote its own requests only
+    assert (want[b["is_greedy"]] >= 0).any() and (want[~b["is_greedy"]] == -1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32])
+def test_spec_expand_matches_reference(device, dtype):
+    values = torch.tensor([4, 0, 9, 4], dtype=dtype)
+    cu = torch.tensor([2, 2, 5, 6], dtype=torch.int32)
+    out = torch.full((6,), -3, dtype=dtype, device=device)
+    ops.vllm_expand_kernel(out, values.to(device), cu.to(device), 4, 7)      # 4 becomes 7
+    assert torch.equal(out.cpu(), torch.tensor([7, 7, 9, 9, 9, 7], dtype=dtype))
+
+
+def test_rejection_sampling_bad_input_raises(device):
+    b = _spec_batch(0)
+    out = torch.zeros(b["B"], 2, dtype=torch.int32, device=device)    # rows too short for 3 drafts
+    with pytest.raises(IndexError, match="rejection_greedy_sample"):
+        ops.vllm_rejection_greedy_sample_kernel(out, b["cu"].to(device), b["draft"].to(device),
+                                                b["target_probs"].argmax(-1).to(device), b["bonus"].to(device),
+                                                None, b["S"])
+        out.cpu()
+    with pytest.raises(NotImplementedError, match="synthetic"):
+        ops.vllm_rejection_greedy_sample_kernel(out, None, None, None, None, None, 1, SYNTHETIC_MODE=True)

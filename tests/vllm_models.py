@@ -1,14 +1,23 @@
 """Small Hugging Face model directories for the serving tests and benchmarks, made on the spot with no
 download: a byte-level BPE tokenizer trained on Python's own documentation strings, and randomly
-initialised Llama / Qwen2 weights (seeded) saved as safetensors. The weights are scaled up from
+initialised Llama / Qwen2 / BLOOM weights (seeded) saved as safetensors. The weights are scaled up from
 transformers' default initialisation so that greedy decoding has clear winners (random models with tiny
 weights have near-uniform logits, where the argmax is decided by rounding)."""
 import pathlib
 
 import torch
 
-CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
+# A chat template that supports tools in the Hermes style (vLLM's "hermes" tool parser reads
+# <tool_call>{"name": ..., "arguments": ...}</tool_call>): the tools' JSON in a system turn, an
+# assistant's tool calls as tagged JSON, tool results as "tool" turns. Without tools it renders each
+# message as "<s>role\ncontent</s>\n".
+CHAT_TEMPLATE = (
+    "{% if tools %}<s>system\nYou may call these tools, answering <tool_call>{\"name\": ..., \"arguments\": ...}"
+    "</tool_call>:\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}</s>\n{% endif %}"
+    "{% for m in messages %}<s>{{ m['role'] }}\n{% if m['content'] %}{{ m['content'] }}{% endif %}"
+    "{% if m['tool_calls'] %}{% for c in m['tool_calls'] %}<tool_call>{\"name\": {{ c['function']['name'] | tojson }}, "
+    "\"arguments\": {{ c['function']['arguments'] | tojson }}}</tool_call>{% endfor %}{% endif %}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
 
 
 def corpus() -> list[str]:
@@ -35,7 +44,8 @@ def make_tokenizer(path, vocab_size: int = 512):
 
 def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hidden: int = 64, layers: int = 2,
                heads: int = 4, kv_heads: int = 2, max_len: int = 512, vocab_size: int = 512):
-    """Writes a tokenizer and a random model of `arch` ("llama", "qwen2") into path; returns the path."""
+    """Writes a tokenizer and a random model of `arch` ("llama", "qwen2", or "bloom": ALiBi positions,
+    no grouped-query heads) into path; returns the path."""
     import transformers
     path = pathlib.Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -50,6 +60,11 @@ def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hi
     elif arch == "qwen2":
         config = transformers.Qwen2Config(**common)
         cls = transformers.Qwen2ForCausalLM
+    elif arch == "bloom":
+        config = transformers.BloomConfig(vocab_size=len(tok), hidden_size=hidden, n_layer=layers, n_head=heads,
+                                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                          pad_token_id=tok.pad_token_id, initializer_range=0.2, torch_dtype=dtype)
+        cls = transformers.BloomForCausalLM
     else:
         raise ValueError(f"unknown architecture {arch!r}")
     torch.manual_seed(seed)
@@ -58,12 +73,39 @@ def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hi
     return path
 
 
-def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins: bool = False):
+FP8_KV = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def fp8_kv_attention(kv_cache_dtype: str) -> str:
+    """Registers with transformers an attention that reads keys and values rounded through the fp8
+    format (saturated, unit scales) before scaled_dot_product_attention: what vLLM computes with
+    kv_cache_dtype=kv_cache_dtype, whose kernels read every key and value from the fp8 cache. Returns
+    the attn_implementation name."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    f8 = FP8_KV[kv_cache_dtype]
+    lim = torch.finfo(f8).max
+
+    def rounded(x):
+        return x.float().clamp(-lim, lim).to(f8).to(x.dtype)
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        return sdpa_attention_forward(module, query, rounded(key), rounded(value), attention_mask, **kwargs)
+
+    name = f"kv_{kv_cache_dtype}"
+    AttentionInterface.register(name, attention)
+    return name
+
+
+def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins: bool = False,
+              kv_cache_dtype: str = "auto"):
     """Greedy continuations by Hugging Face transformers on the CPU, one prompt at a time; with_margins
-    also gives, per generated token, the gap between transformers' best and second-best logit."""
+    also gives, per generated token, the gap between transformers' best and second-best logit. An fp8
+    kv_cache_dtype rounds keys and values through that format, as vLLM's fp8 KV cache does."""
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).eval()
+    kw = {} if kv_cache_dtype == "auto" else {"attn_implementation": fp8_kv_attention(kv_cache_dtype)}
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kw).eval()
     out, margins = [], []
     with torch.no_grad():
         for p in prompts:

@@ -4,7 +4,9 @@ through scaled_dot_product_attention, which on tpu is one fused C kernel.
 
 The cache of a layer is vLLM 0.32's logical [num_blocks, kv_heads, block_size, 2 * head_size] (keys,
 then values, along the last dim), laid out head-major inside a block (KVCacheLayout.LBHNC): for one
-block and kv head, the block's rows are contiguous, which is what the decode kernel streams.
+block and kv head, the block's rows are contiguous, which is what the decode kernel streams. With
+kv_cache_dtype "fp8"/"fp8_e4m3"/"fp8_e5m2" the cache is vLLM's uint8 tensor of 8-bit float codes with the
+layer's per-tensor k/v scales; the C kernels quantize on write and dequantize as they read.
 """
 from dataclasses import dataclass
 from typing import ClassVar
@@ -22,7 +24,8 @@ from torch_tpu.vllm import ops
 class TpuAttentionBackend(AttentionBackend):
     forward_includes_kv_cache_update: bool = False
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
-    supported_kv_cache_dtypes: ClassVar[list] = ["auto", "float16", "bfloat16", "float32"]
+    supported_kv_cache_dtypes: ClassVar[list] = ["auto", "float16", "bfloat16", "float32", "fp8", "fp8_e4m3",
+                                                 "fp8_e5m2"]
 
     @staticmethod
     def get_name() -> str:
@@ -94,13 +97,13 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
                  kv_cache_dtype: str = "auto", logits_soft_cap: float | None = None,
                  attn_type: str = AttentionType.DECODER, kv_sharing_target_layer_name: str | None = None,
                  **kwargs) -> None:
-        if alibi_slopes is not None:
-            raise NotImplementedError("tpu attention: ALiBi is not supported yet")
-        if is_quantized_kv_cache(kv_cache_dtype):
-            raise NotImplementedError(f"tpu attention: kv_cache_dtype={kv_cache_dtype!r} (a quantized KV "
-                                      f"cache) is not supported yet; use 'auto'")
+        if is_quantized_kv_cache(kv_cache_dtype) and kv_cache_dtype not in ops.FP8_FORMATS:
+            raise NotImplementedError(f"tpu attention: kv_cache_dtype={kv_cache_dtype!r} is not supported yet "
+                                      f"(auto, fp8, fp8_e4m3, fp8_e5m2)")
         if attn_type not in (AttentionType.DECODER, AttentionType.ENCODER_ONLY):
             raise NotImplementedError(f"tpu attention: attention type {attn_type!r} is not supported yet")
+        if attn_type == AttentionType.ENCODER_ONLY and alibi_slopes is not None:
+            raise NotImplementedError("tpu attention: ALiBi in encoder-only attention is not supported yet")
         if kv_sharing_target_layer_name is not None:
             raise NotImplementedError("tpu attention: KV sharing between layers is not supported yet")
         self.num_heads = num_heads
@@ -110,6 +113,10 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         self.sliding_window = int(sliding_window) if sliding_window else 0
         self.logits_soft_cap = float(logits_soft_cap) if logits_soft_cap else 0.0
         self.kv_cache_dtype = kv_cache_dtype
+        # float32 slopes, one per query head; moved to the query's device on first use
+        self.alibi_slopes = None if alibi_slopes is None else torch.tensor(alibi_slopes, dtype=torch.float32)
+        if self.alibi_slopes is not None and self.alibi_slopes.shape != (num_heads,):
+            raise ValueError(f"tpu attention: {self.alibi_slopes.numel()} ALiBi slopes for {num_heads} heads")
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
 
@@ -122,7 +129,8 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         if self.attn_type == AttentionType.ENCODER_ONLY:
             return
         n = slot_mapping.shape[0]
-        ops.reshape_and_cache(key[:n], value[:n], self._cache_view(kv_cache), slot_mapping)
+        ops.reshape_and_cache(key[:n], value[:n], self._cache_view(kv_cache), slot_mapping, self.kv_cache_dtype,
+                              layer._k_scale_float, layer._v_scale_float)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output,
                 output_scale=None, output_block_scale=None):
@@ -133,9 +141,12 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         n = attn_metadata.num_actual_tokens
         if self.attn_type == AttentionType.ENCODER_ONLY:
             return self._forward_encoder(query, key, value, attn_metadata, output)
+        if self.alibi_slopes is not None and self.alibi_slopes.device != query.device:
+            self.alibi_slopes = self.alibi_slopes.to(query.device)
         ops.paged_attention(output[:n], query[:n], self._cache_view(kv_cache), attn_metadata.query_start_loc,
                             attn_metadata.seq_lens, attn_metadata.block_table, self.scale,
-                            self.sliding_window, self.logits_soft_cap)
+                            self.sliding_window, self.logits_soft_cap, self.alibi_slopes, self.kv_cache_dtype,
+                            layer._k_scale_float, layer._v_scale_float)
         return output
 
     def _forward_encoder(self, query, key, value, m, output):

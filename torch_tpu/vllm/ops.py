@@ -4,29 +4,48 @@ C kernels of runtime/ops/serve (paged.c) through the one boxed fallback (the op 
 Layouts are vLLM 0.32's: a layer's KV cache viewed as [num_blocks, block_size, kv_heads, 2 * head_size]
 (keys in the first half of the last dim, values in the second), block tables [num_seqs, max_blocks] of
 block ids, query_start_loc [num_seqs + 1] and seq_lens [num_seqs] (int32 or int64, on the device).
+An FP8 cache (kv_cache_dtype "fp8" = "fp8_e4m3", or "fp8_e5m2") is a uint8 tensor of 8-bit float codes
+holding key / k_scale and value / v_scale (per-tensor scales, vLLM's layer._k_scale_float/_v_scale_float).
 """
 import torch
 
 _lib = torch.library.Library("torch_tpu", "DEF")  # kept alive for the process
 _lib.define(
     "paged_attention(Tensor(a!) out, Tensor query, Tensor kv_cache, Tensor query_start_loc, Tensor seq_lens, "
-    "Tensor block_table, float scale, int sliding_window=0, float softcap=0.0) -> ()")
-_lib.define("reshape_and_cache(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping) -> ()")
+    "Tensor block_table, float scale, int sliding_window=0, float softcap=0.0, Tensor? alibi_slopes=None, "
+    "str kv_cache_dtype='auto', float k_scale=1.0, float v_scale=1.0) -> ()")
+_lib.define("reshape_and_cache(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping, "
+            "str kv_cache_dtype='auto', float k_scale=1.0, float v_scale=1.0) -> ()")
 _lib.define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, "
             "int head_size, bool is_neox) -> ()")
 _lib.define("compute_slot_mapping(Tensor(a!) slot_mapping, Tensor query_start_loc, Tensor positions, "
             "Tensor block_table, int block_size, int num_tokens) -> ()")
 
 
+# Speculative decoding's rejection sampling (runtime/ops/serve/spec.c), vLLM's four Triton kernels.
+_lib.define("spec_expand(Tensor(a!) output, Tensor input, Tensor cu_num_tokens, Scalar replace_from, "
+            "Scalar replace_to) -> ()")
+_lib.define("rejection_greedy_sample(Tensor(a!) output, Tensor cu_num_draft_tokens, Tensor draft_token_ids, "
+            "Tensor target_argmax, Tensor bonus_token_ids, Tensor? is_greedy) -> ()")
+_lib.define("rejection_random_sample(Tensor(a!) output, Tensor cu_num_draft_tokens, Tensor draft_token_ids, "
+            "Tensor? draft_probs, Tensor target_probs, Tensor bonus_token_ids, Tensor recovered_token_ids, "
+            "Tensor uniform_probs, Tensor is_greedy) -> ()")
+_lib.define("sample_recovered_tokens(Tensor(a!) output, Tensor cu_num_draft_tokens, Tensor draft_token_ids, "
+            "Tensor? draft_probs, Tensor target_probs, Tensor inv_q) -> ()")
+for _name in ("spec_expand", "rejection_greedy_sample", "rejection_random_sample", "sample_recovered_tokens"):
+    torch.library.register_fake(f"torch_tpu::{_name}")(lambda *args, **kwargs: None)
+
+
 # Neither op returns anything: the fallback asks PyTorch's meta functions for the (empty) outputs.
 @torch.library.register_fake("torch_tpu::paged_attention")
 def _paged_attention_fake(out, query, kv_cache, query_start_loc, seq_lens, block_table, scale,
-                          sliding_window=0, softcap=0.0):
+                          sliding_window=0, softcap=0.0, alibi_slopes=None, kv_cache_dtype="auto", k_scale=1.0,
+                          v_scale=1.0):
     return None
 
 
 @torch.library.register_fake("torch_tpu::reshape_and_cache")
-def _reshape_and_cache_fake(key, value, kv_cache, slot_mapping):
+def _reshape_and_cache_fake(key, value, kv_cache, slot_mapping, kv_cache_dtype="auto", k_scale=1.0, v_scale=1.0):
     return None
 
 
@@ -41,25 +60,51 @@ def _compute_slot_mapping_fake(slot_mapping, query_start_loc, positions, block_t
 
 
 def paged_attention(out, query, kv_cache, query_start_loc, seq_lens, block_table, scale,
-                    sliding_window=0, softcap=0.0):
-    """Writes causal attention of `query` [tokens, heads, head_size] over the paged cache into `out`."""
+                    sliding_window=0, softcap=0.0, alibi_slopes=None, kv_cache_dtype="auto", k_scale=1.0,
+                    v_scale=1.0):
+    """Writes causal attention of `query` [tokens, heads, head_size] over the paged cache into `out`;
+    alibi_slopes [heads] (float32) adds slope * (key position - query position) to each score."""
     torch.ops.torch_tpu.paged_attention(out, query, kv_cache, query_start_loc, seq_lens, block_table,
-                                        float(scale), int(sliding_window or 0), float(softcap or 0.0))
+                                        float(scale), int(sliding_window or 0), float(softcap or 0.0),
+                                        alibi_slopes, kv_cache_dtype, float(k_scale), float(v_scale))
     return out
 
 
-def reshape_and_cache(key, value, kv_cache, slot_mapping):
+def reshape_and_cache(key, value, kv_cache, slot_mapping, kv_cache_dtype="auto", k_scale=1.0, v_scale=1.0):
     """Writes key/value [tokens, kv_heads, head_size] into the cache slots slot_mapping names
-    (block * block_size + offset; negative: padding, skipped)."""
-    torch.ops.torch_tpu.reshape_and_cache(key, value, kv_cache, slot_mapping)
+    (block * block_size + offset; negative: padding, skipped); an fp8 cache gets key / k_scale and
+    value / v_scale rounded to nearest even, saturated to the format's largest finite value."""
+    torch.ops.torch_tpu.reshape_and_cache(key, value, kv_cache, slot_mapping, kv_cache_dtype, float(k_scale),
+                                          float(v_scale))
+
+
+FP8_FORMATS = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def fp8_quantize_reference(x, kv_cache_dtype, scale=1.0):
+    """Plain PyTorch of an fp8 cache write: x / scale, saturated to the format's finite range, as uint8
+    codes (PyTorch's float8 cast rounds to nearest even)."""
+    f8 = FP8_FORMATS[kv_cache_dtype]
+    lim = torch.finfo(f8).max
+    return (x.float() / scale).clamp(-lim, lim).to(f8).view(torch.uint8)
+
+
+def dequantize_kv_reference(kv_cache, kv_cache_dtype="auto", k_scale=1.0, v_scale=1.0):
+    """The cache's values in float64: an fp8 cache's codes decoded by PyTorch's float8 dtype and scaled."""
+    if kv_cache_dtype not in FP8_FORMATS:
+        return kv_cache.double()
+    kv = kv_cache.contiguous().view(FP8_FORMATS[kv_cache_dtype]).double()
+    d = kv.shape[-1] // 2
+    return torch.cat((kv[..., :d] * k_scale, kv[..., d:] * v_scale), dim=-1)
 
 
 def paged_attention_reference(query, kv_cache, query_start_loc, seq_lens, block_table, scale,
-                              sliding_window=0, softcap=0.0):
+                              sliding_window=0, softcap=0.0, alibi_slopes=None, kv_cache_dtype="auto",
+                              k_scale=1.0, v_scale=1.0):
     """Plain PyTorch (any device, float64 math) of what paged_attention computes, for the tests: each
     sequence's keys gathered from its blocks, a full causal softmax per sequence."""
     D = query.shape[-1]
-    kv = kv_cache.double()
+    kv = dequantize_kv_reference(kv_cache, kv_cache_dtype, k_scale, v_scale)
     bs = kv.shape[1]
     out = torch.zeros(query.shape, dtype=torch.float64, device=query.device)
     qsl, sl, bt = query_start_loc.tolist(), seq_lens.tolist(), block_table.tolist()
@@ -78,6 +123,8 @@ def paged_attention_reference(query, kv_cache, query_start_loc, seq_lens, block_
         if softcap:
             scores = softcap * torch.tanh(scores / softcap)
         qpos = torch.arange(ctx - (q1 - q0), ctx, device=query.device)
+        if alibi_slopes is not None:
+            scores = scores + alibi_slopes.double()[:, None, None] * (pos[None, :] - qpos[:, None])[None]
         mask = pos[None, :] > qpos[:, None]
         if sliding_window:
             mask |= pos[None, :] <= qpos[:, None] - sliding_window
@@ -104,3 +151,60 @@ def vllm_slot_mapping_kernel(num_tokens, max_num_tokens, query_start_loc_ptr, po
         raise NotImplementedError(f"tpu slot mapping: padding id {PAD_ID} (the kernel pads with -1)")
     compute_slot_mapping(slot_mapping_ptr[:max_num_tokens], query_start_loc_ptr, positions_ptr, block_table_ptr,
                          KV_CACHE_BLOCK_SIZE, num_tokens)
+
+
+# vLLM's rejection-sampler Triton kernels (vllm/v1/sample/rejection_sampler.py), with their parameter
+# names, on tpu; the platform registers them through vLLM's kernel override registry. Synthetic
+# acceptance (a benchmarking mode of vLLM's) is not implemented.
+def _flat(t):
+    # Triton reads these as flat pointers; vLLM passes e.g. bonus tokens as [batch, 1]
+    return None if t is None else t.reshape(-1)
+
+
+def _no_synthetic(synthetic):
+    if synthetic:
+        raise NotImplementedError("tpu platform: synthetic speculative-decoding acceptance is not supported")
+
+
+def vllm_expand_kernel(output_ptr, input_ptr, cu_num_tokens_ptr, replace_from, replace_to, MAX_NUM_TOKENS=None):
+    torch.ops.torch_tpu.spec_expand(output_ptr, _flat(input_ptr), _flat(cu_num_tokens_ptr), replace_from, replace_to)
+
+
+def vllm_rejection_greedy_sample_kernel(output_token_ids_ptr, cu_num_draft_tokens_ptr, draft_token_ids_ptr,
+                                        target_argmax_ptr, bonus_token_ids_ptr, is_greedy_ptr, max_spec_len,
+                                        uniform_probs_ptr=None, synthetic_conditional_rates_ptr=None,
+                                        SYNTHETIC_MODE=False):
+    _no_synthetic(SYNTHETIC_MODE)
+    torch.ops.torch_tpu.rejection_greedy_sample(output_token_ids_ptr, _flat(cu_num_draft_tokens_ptr),
+                                                _flat(draft_token_ids_ptr), _flat(target_argmax_ptr),
+                                                _flat(bonus_token_ids_ptr), _flat(is_greedy_ptr))
+
+
+def vllm_rejection_random_sample_kernel(output_token_ids_ptr, cu_num_draft_tokens_ptr, draft_token_ids_ptr,
+                                        draft_probs_ptr, target_probs_ptr, bonus_token_ids_ptr,
+                                        recovered_token_ids_ptr, uniform_probs_ptr, is_greedy_ptr, max_spec_len,
+                                        vocab_size, synthetic_conditional_rates_ptr=None, NO_DRAFT_PROBS=False,
+                                        SYNTHETIC_MODE=False):
+    _no_synthetic(SYNTHETIC_MODE)
+    torch.ops.torch_tpu.rejection_random_sample(output_token_ids_ptr, _flat(cu_num_draft_tokens_ptr),
+                                                _flat(draft_token_ids_ptr), None if NO_DRAFT_PROBS else draft_probs_ptr,
+                                                target_probs_ptr, _flat(bonus_token_ids_ptr),
+                                                _flat(recovered_token_ids_ptr), _flat(uniform_probs_ptr),
+                                                _flat(is_greedy_ptr))
+
+
+def vllm_sample_recovered_tokens_kernel(output_token_ids_ptr, cu_num_draft_tokens_ptr, draft_token_ids_ptr,
+                                        draft_probs_ptr, target_probs_ptr, inv_q_ptr, vocab_size, BLOCK_SIZE=None,
+                                        NO_DRAFT_PROBS=False, USE_FP64_GUMBEL=False):
+    torch.ops.torch_tpu.sample_recovered_tokens(_flat(output_token_ids_ptr), _flat(cu_num_draft_tokens_ptr),
+                                                _flat(draft_token_ids_ptr), None if NO_DRAFT_PROBS else draft_probs_ptr,
+                                                target_probs_ptr, inv_q_ptr)
+
+
+VLLM_KERNEL_OVERRIDES = {
+    "vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": vllm_slot_mapping_kernel,
+    "vllm.v1.sample.rejection_sampler.expand_kernel": vllm_expand_kernel,
+    "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel": vllm_rejection_greedy_sample_kernel,
+    "vllm.v1.sample.rejection_sampler.rejection_random_sample_kernel": vllm_rejection_random_sample_kernel,
+    "vllm.v1.sample.rejection_sampler.sample_recovered_tokens_kernel": vllm_sample_recovered_tokens_kernel,
+}

@@ -2,6 +2,9 @@
 plug in): device name and memory from torch.tpu, our attention backend and worker, eager execution
 (no CUDA graphs), and a clear error for each vLLM feature the platform does not support yet.
 """
+import importlib.util
+import sys
+
 import torch
 
 from vllm.logger import init_logger
@@ -47,7 +50,18 @@ class TpuPlatform(Platform):
         # vLLM's device-side bookkeeping kernels are Triton; ours are C (runtime/ops/serve).
         from vllm.triton_utils.dispatcher import register_kernels
         from torch_tpu.vllm import ops
-        register_kernels({"vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": ops.vllm_slot_mapping_kernel})
+        # vLLM 0.32's registry rebinds every reference to a replaced kernel by scanning each loaded
+        # module's objects with vars(); llvmlite's library proxy (loaded with numba, which the n-gram
+        # proposer uses) answers any attribute, __dict__ included, with a function wrapper, and the scan
+        # fails on it. Neither package holds a vLLM kernel: they sit out the scan.
+        hidden = {name: mod for name, mod in sys.modules.items()
+                  if name.split(".")[0] in ("llvmlite", "numba")}
+        for name in hidden:
+            del sys.modules[name]
+        try:
+            register_kernels(ops.VLLM_KERNEL_OVERRIDES)
+        finally:
+            sys.modules.update(hidden)
 
     @classmethod
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:
@@ -130,13 +144,23 @@ class TpuPlatform(Platform):
         if cache is not None:
             if cache.block_size is None:
                 cache.block_size = 16
-            if cache.cache_dtype not in ("auto", "float16", "bfloat16", "float32"):
+            # fp8: 8-bit float codes in a uint8 cache, per-tensor scales (runtime/ops/serve/paged.c)
+            if cache.cache_dtype not in ("auto", "float16", "bfloat16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"):
                 raise NotImplementedError(f"tpu platform: kv_cache_dtype={cache.cache_dtype!r} is not supported "
-                                          f"yet; use 'auto'")
+                                          f"yet (auto, float16, bfloat16, float32, fp8, fp8_e4m3, fp8_e5m2)")
+        # KV connectors (disaggregated prefill, CPU offloading through --kv-offloading-size) move blocks
+        # with CUDA's batched memcpy through vllm._C, and vLLM's offloading worker asserts CUDA or XPU
+        # tensors; vLLM's own engine never copies or swaps blocks (preemption recomputes).
+        if vllm_config.kv_transfer_config is not None or (cache is not None and cache.kv_offloading_size):
+            raise NotImplementedError("tpu platform: KV connectors and KV-cache offloading (kv_transfer_config, "
+                                      "kv_offloading_size) are not supported yet")
         spec = vllm_config.speculative_config
         if spec is not None and spec.method not in ("ngram",):
             raise NotImplementedError(f"tpu platform: speculative decoding method {spec.method!r} is not "
-                                      f"supported yet")
+                                      f"supported yet (ngram is)")
+        if spec is not None and importlib.util.find_spec("numba") is None:
+            raise ImportError("tpu platform: n-gram speculative decoding needs numba, which vLLM's prompt-lookup "
+                              "proposer runs on (scripts/setup.sh installs it)")
         if vllm_config.lora_config is not None:
             raise NotImplementedError("tpu platform: LoRA adapters are not supported yet")
 

@@ -9,15 +9,22 @@
  * chunked prefill (a chunk after a cached prefix) and both mixed. Attention is
  * causal (query at position p sees keys 0..p, or the last `sliding_window` of
  * them), grouped-query (query head h reads kv head h / (Hq / Hkv)), optionally
- * soft-capped (cap * tanh(score / cap)). Online softmax over one cache block
- * at a time: no score matrix is stored beyond one block. float32/bfloat16/
- * float16, computed in float32. */
+ * soft-capped (cap * tanh(score / cap)), optionally with ALiBi (score +=
+ * slope[head] * (key position - query position), after the cap, as vLLM's
+ * kernels add it). Online softmax over one cache block at a time: no score
+ * matrix is stored beyond one block. float32/bfloat16/float16, computed in
+ * float32. The cache may instead hold 8-bit floats (vLLM's kv_cache_dtype
+ * "fp8"/"fp8_e4m3"/"fp8_e5m2": a uint8 tensor, per-tensor scales k_scale and
+ * v_scale): the cache write stores key / k_scale rounded to fp8, attention
+ * reads fp8 * k_scale (the scales are folded into the query and the output,
+ * so a row is widened by a table lookup alone). */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "base/env.h"
 #include "ops/elementwise/ew_expf.h"
+#include "ops/fp8.h"
 #include "ops/half_vec.h"
 #include "ops/serve/serve.h"
 
@@ -158,14 +165,81 @@ static bool split_kv(const tpurt_tensor_t* kv, tpurt_tensor_t* k, tpurt_tensor_t
   return true;
 }
 
+/* How a cache's elements are stored: its own dtype (float), or 8-bit floats in
+ * a uint8 cache with per-tensor scales. */
+typedef struct kv_fmt_t {
+  tpurt_fp8_format_t fp8; /* TPURT_FP8_NONE: the cache's dtype */
+  float k_scale, v_scale;
+  float lut[256];         /* fp8: the format's values, unscaled */
+} kv_fmt_t;
+
+/* Reads vLLM's kv_cache_dtype name and the scales; checks the cache's dtype against them. */
+static tpurt_status_t kv_fmt_parse(const char* op, const char* name, double k_scale, double v_scale,
+                                   const tpurt_tensor_t* kv, kv_fmt_t* out) {
+  out->fp8 = TPURT_FP8_NONE, out->k_scale = 1.0f, out->v_scale = 1.0f;
+  if (!name || !strcmp(name, "auto") || !strcmp(name, "float32") || !strcmp(name, "bfloat16") ||
+      !strcmp(name, "float16") || !strcmp(name, "half") || !strcmp(name, "float")) {
+    if (kv && !tpurt_dtype_is_floating(kv->dtype))
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: a %s cache needs kv_cache_dtype 'fp8', 'fp8_e4m3' or 'fp8_e5m2'",
+                          op, tpurt_dtype_name(kv->dtype));
+    return TPURT_STATUS_OK;
+  }
+  if (!strcmp(name, "fp8") || !strcmp(name, "fp8_e4m3")) out->fp8 = TPURT_FP8_E4M3;
+  else if (!strcmp(name, "fp8_e5m2")) out->fp8 = TPURT_FP8_E5M2;
+  else
+    return TPURT_STATUS(INVALID_ARGUMENT,
+                        "%s: kv_cache_dtype '%s' is not supported (auto, fp8, fp8_e4m3, fp8_e5m2)", op, name);
+  if (kv && kv->dtype != TPURT_DTYPE_UINT8)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: kv_cache_dtype '%s' needs a uint8 cache, not %s", op, name,
+                        tpurt_dtype_name(kv->dtype));
+  if (!(k_scale > 0 && v_scale > 0 && isfinite(k_scale) && isfinite(v_scale)))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: k_scale %g and v_scale %g must be positive and finite", op,
+                        k_scale, v_scale);
+  out->k_scale = (float)k_scale, out->v_scale = (float)v_scale;
+  tpurt_fp8_table(out->fp8, out->lut);
+  return TPURT_STATUS_OK;
+}
+
+/* n fp8 codes at src (element stride st) widened through the table, unscaled. */
+static void fp8_row(const float* lut, const uint8_t* src, int64_t st, int64_t n, float* dst, bool generic) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  if (!generic && st == 1)
+    for (; i + 8 <= n; i += 8) {
+      __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(src + i)));
+      _mm256_storeu_ps(dst + i, _mm256_i32gather_ps(lut, idx, 4));
+    }
+#endif
+  for (; i < n; ++i) dst[i] = lut[src[i * st]];
+}
+
+/* A cache row (one block row, one kv head, D elements along the last dim) as floats: the cache's
+ * values, or fp8 codes widened but not scaled. */
+static const float* kv_row(const kv_fmt_t* f, const tpurt_tensor_t* t, const char* src, int64_t n, float* dst,
+                           bool generic) {
+  if (f->fp8) {
+    fp8_row(f->lut, (const uint8_t*)src, t->strides[3], n, dst, generic);
+    return dst;
+  }
+  return row_f32(t->dtype, src, t->strides[3], n, dst);
+}
+/* One cache element, scaled: what the reference kernels read. */
+static double kv_load(const kv_fmt_t* f, const tpurt_tensor_t* t, const char* p, bool is_value) {
+  if (f->fp8) return (double)f->lut[*(const uint8_t*)p] * (double)(is_value ? f->v_scale : f->k_scale);
+  return tpurt_dtype_load_f64(t->dtype, p);
+}
+
 /* ================================ paged attention ================================ */
 
 /* args: out (written), query [T, Hq, D], kv_cache [NB, BS, Hkv, 2D],
  * query_start_loc [S + 1], seq_lens [S], block_table [S, MB], scale,
- * sliding_window (<= 0: none), softcap (<= 0: none). */
+ * sliding_window (<= 0: none), softcap (<= 0: none), alibi_slopes [Hq] or
+ * None, kv_cache_dtype ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), k_scale,
+ * v_scale. */
 typedef struct pa_job_t {
-  const tpurt_tensor_t *out, *q, *kc, *vc, *qsl, *sl, *bt;
+  const tpurt_tensor_t *out, *q, *kc, *vc, *qsl, *sl, *bt, *alibi;
   tpurt_tensor_t kv_k, kv_v; /* kc, vc point here */
+  kv_fmt_t fmt;
   int64_t T, Hq, Hkv, D, NB, BS, S, MB, G;
   double scale, softcap;
   int64_t window;
@@ -190,6 +264,10 @@ static tpurt_status_t pa_prepare(const tpurt_op_call_t* c, pa_job_t* j) {
   j->scale = tpurt_arg_double(c, 6, 1.0);
   j->window = tpurt_arg_int(c, 7, 0);
   j->softcap = tpurt_arg_double(c, 8, 0.0);
+  j->alibi = tpurt_arg_tensor(c, 9);
+  tpurt_status_t st = kv_fmt_parse("paged_attention", tpurt_arg_string(c, 10, "auto"), tpurt_arg_double(c, 11, 1.0),
+                                   tpurt_arg_double(c, 12, 1.0), kv_ok ? &j->kv_k : NULL, &j->fmt);
+  if (st) return st;
   if (!j->out || !j->q || !kv_ok || j->q->ndim != 3 || j->out->ndim != 3)
     return TPURT_STATUS(INVALID_ARGUMENT,
                         "paged_attention: expects out and query [tokens, heads, head_size] and a cache "
@@ -210,6 +288,9 @@ static tpurt_status_t pa_prepare(const tpurt_op_call_t* c, pa_job_t* j) {
                         "paged_attention: query_start_loc has %lld entries and block_table %lld rows for %lld sequences",
                         (long long)j->qsl->sizes[0], (long long)j->bt->sizes[0], (long long)j->S);
   j->G = j->Hq / j->Hkv;
+  if (j->alibi && (j->alibi->ndim != 1 || j->alibi->sizes[0] != j->Hq || !tpurt_dtype_is_floating(j->alibi->dtype)))
+    return TPURT_STATUS(INVALID_ARGUMENT, "paged_attention: alibi_slopes must be a float tensor [%lld] (one slope "
+                        "per query head)", (long long)j->Hq);
   int64_t prev = ld_int(j->qsl, 0);
   if (prev != 0) return TPURT_STATUS(INVALID_ARGUMENT, "paged_attention: query_start_loc[0] is %lld, not 0", (long long)prev);
   for (int64_t s = 0; s < j->S; ++s) {
@@ -234,15 +315,22 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
   int64_t lt0 = tile, lt1 = imin64(tile + QTILE, qlen), R = (lt1 - lt0) * G;
   float* w = j->scratch + (int64_t)tid * j->per_thread;
   float *qf = w, *acc = qf + QTILE * G * D, *mx = acc + QTILE * G * D, *sum = mx + QTILE * G,
-        *kb = sum + QTILE * G, *vb = kb + D, *sc = vb + D;
+        *kb = sum + QTILE * G, *vb = kb + D, *slope = vb + D, *sc = slope + G;
   float (*dot)(const float*, const float*, int64_t) = j->generic ? dot_generic : dot_vec;
   void (*axpy)(float*, float, const float*, int64_t) = j->generic ? axpy_generic : axpy_vec;
 
+  /* an fp8 cache's k_scale goes into the query, its v_scale into the output */
+  const float qscale = (float)j->scale * j->fmt.k_scale;
+  for (int64_t g = 0; g < G; ++g)
+    slope[g] = j->alibi ? (float)tpurt_dtype_load_f64(j->alibi->dtype, (const char*)j->alibi->data +
+                                                       (h * G + g) * j->alibi->strides[0] *
+                                                           (int64_t)tpurt_dtype_size(j->alibi->dtype))
+                        : 0.0f;
   for (int64_t lt = lt0; lt < lt1; ++lt)
     for (int64_t g = 0; g < G; ++g) {
       int64_t r = (lt - lt0) * G + g;
       const float* src = row_f32(j->q->dtype, elem(j->q, q0 + lt, h * G + g, 0, 0), j->q->strides[2], D, qf + r * D);
-      for (int64_t d = 0; d < D; ++d) qf[r * D + d] = src[d] * (float)j->scale;
+      for (int64_t d = 0; d < D; ++d) qf[r * D + d] = src[d] * qscale;
       mx[r] = -INFINITY, sum[r] = 0;
       memset(acc + r * D, 0, (size_t)D * sizeof(float));
     }
@@ -253,7 +341,7 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
     if (phys < 0 || phys >= j->NB) { atomic_store(&j->bad_block, 1); return; }
     int64_t k0 = imax64(klo, b * BS), k1 = imin64(khi, (b + 1) * BS);
     for (int64_t kp = k0; kp < k1; ++kp) {
-      const float* kr = row_f32(j->kc->dtype, elem(j->kc, phys, kp - b * BS, h, 0), j->kc->strides[3], D, kb);
+      const float* kr = kv_row(&j->fmt, j->kc, elem(j->kc, phys, kp - b * BS, h, 0), D, kb, j->generic);
       for (int64_t r = 0; r < R; ++r) {
         int64_t pos = pos0 + r / G;
         bool visible = kp <= pos && (j->window <= 0 || kp > pos - j->window);
@@ -261,6 +349,7 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
         if (visible) {
           x = dot(qf + r * D, kr, D);
           if (j->softcap > 0) x = (float)(j->softcap * tanh(x / j->softcap));
+          if (j->alibi) x += slope[r % G] * (float)(kp - pos);
         }
         sc[r * BS + (kp - k0)] = x;
       }
@@ -286,7 +375,7 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
     }
     /* acc += weight * V, each value row loaded once for every row of the item */
     for (int64_t kp = k0; kp < k1; ++kp) {
-      const float* vr = row_f32(j->vc->dtype, elem(j->vc, phys, kp - b * BS, h, 0), j->vc->strides[3], D, vb);
+      const float* vr = kv_row(&j->fmt, j->vc, elem(j->vc, phys, kp - b * BS, h, 0), D, vb, j->generic);
       for (int64_t r = 0; r < R; ++r) {
         float p = sc[r * BS + (kp - k0)];
         if (p != 0.0f) axpy(acc + r * D, p, vr, D);
@@ -296,7 +385,7 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
   for (int64_t lt = lt0; lt < lt1; ++lt)
     for (int64_t g = 0; g < G; ++g) {
       int64_t r = (lt - lt0) * G + g;
-      float inv = sum[r] > 0 ? 1.0f / sum[r] : 0.0f;
+      float inv = sum[r] > 0 ? j->fmt.v_scale / sum[r] : 0.0f;
       for (int64_t d = 0; d < D; ++d) acc[r * D + d] *= inv;
       row_store(j->out->dtype, elem(j->out, q0 + lt, h * G + g, 0, 0), j->out->strides[2], acc + r * D, D);
     }
@@ -319,7 +408,7 @@ tpurt_status_t tpurt_serve_paged_attention(tpurt_kernel_ctx_t* ctx, const tpurt_
   }
   if (n == 0) return TPURT_STATUS_OK;
   int nt = tpurt_kernel_num_threads(ctx);
-  j.per_thread = 2 * QTILE * j.G * j.D + 2 * QTILE * j.G + 2 * j.D + QTILE * j.G * j.BS;
+  j.per_thread = 2 * QTILE * j.G * j.D + 2 * QTILE * j.G + 2 * j.D + j.G + QTILE * j.G * j.BS;
   j.per_thread = (j.per_thread + 15) & ~(int64_t)15; /* 64-byte aligned slices */
   int64_t* items = tpurt_kernel_scratch(ctx, (size_t)n * 3 * sizeof(int64_t));
   j.scratch = tpurt_kernel_scratch(ctx, (size_t)(nt > 0 ? nt : 1) * (size_t)j.per_thread * sizeof(float));
@@ -364,9 +453,13 @@ tpurt_status_t tpurt_serve_paged_attention_ref(tpurt_kernel_ctx_t* ctx, const tp
           double x = 0;
           for (int64_t d = 0; d < j.D; ++d)
             x += tpurt_dtype_load_f64(j.q->dtype, elem(j.q, q0 + t, hq, d, 0)) *
-                 tpurt_dtype_load_f64(j.kc->dtype, elem(j.kc, phys, kp % j.BS, h, d));
+                 kv_load(&j.fmt, j.kc, elem(j.kc, phys, kp % j.BS, h, d), false);
           x *= j.scale;
           if (j.softcap > 0) x = j.softcap * tanh(x / j.softcap);
+          if (j.alibi)
+            x += tpurt_dtype_load_f64(j.alibi->dtype, (const char*)j.alibi->data +
+                                                          hq * j.alibi->strides[0] * (int64_t)tpurt_dtype_size(j.alibi->dtype)) *
+                 (double)(kp - pos);
           p[kp] = x;
           if (x > m) m = x;
         }
@@ -377,7 +470,7 @@ tpurt_status_t tpurt_serve_paged_attention_ref(tpurt_kernel_ctx_t* ctx, const tp
           double e = exp(p[kp] - m);
           z += e;
           int64_t phys = ld_int2(j.bt, s, kp / j.BS);
-          for (int64_t d = 0; d < j.D; ++d) o[d] += e * tpurt_dtype_load_f64(j.vc->dtype, elem(j.vc, phys, kp % j.BS, h, d));
+          for (int64_t d = 0; d < j.D; ++d) o[d] += e * kv_load(&j.fmt, j.vc, elem(j.vc, phys, kp % j.BS, h, d), true);
         }
         for (int64_t d = 0; d < j.D; ++d)
           tpurt_dtype_store_f64(j.out->dtype, elem(j.out, q0 + t, hq, d, 0), z > 0 ? o[d] / z : 0.0);
@@ -390,10 +483,12 @@ tpurt_status_t tpurt_serve_paged_attention_ref(tpurt_kernel_ctx_t* ctx, const tp
 
 /* args: key, value [T, Hkv, D], kv_cache (written) [NB, BS, Hkv, 2D],
  * slot_mapping [T] (int32/int64; a negative slot is a padding token and is
- * skipped, as vLLM's CUDA kernel does). */
+ * skipped, as vLLM's CUDA kernel does), kv_cache_dtype, k_scale, v_scale (an
+ * fp8 cache stores key / k_scale and value / v_scale). */
 typedef struct rc_job_t {
   const tpurt_tensor_t *k, *v, *kc, *vc, *slots;
   tpurt_tensor_t kv_k, kv_v; /* kc, vc point here */
+  kv_fmt_t fmt;
   int64_t T, H, D, NB, BS;
   _Atomic int bad_slot;
 } rc_job_t;
@@ -404,6 +499,9 @@ static tpurt_status_t rc_prepare(const tpurt_op_call_t* c, rc_job_t* j) {
   bool kv_ok = split_kv(tpurt_arg_tensor(c, 2), &j->kv_k, &j->kv_v);
   j->kc = &j->kv_k, j->vc = &j->kv_v;
   j->slots = tpurt_arg_tensor(c, 3);
+  tpurt_status_t st = kv_fmt_parse("reshape_and_cache", tpurt_arg_string(c, 4, "auto"), tpurt_arg_double(c, 5, 1.0),
+                                   tpurt_arg_double(c, 6, 1.0), kv_ok ? &j->kv_k : NULL, &j->fmt);
+  if (st) return st;
   if (!j->k || !j->v || !kv_ok || j->k->ndim != 3 || !is_index(j->slots, 1))
     return TPURT_STATUS(INVALID_ARGUMENT,
                         "reshape_and_cache: expects key, value [tokens, kv_heads, head_size], a cache "
@@ -417,10 +515,19 @@ static tpurt_status_t rc_prepare(const tpurt_op_call_t* c, rc_job_t* j) {
   return TPURT_STATUS_OK;
 }
 
-static void rc_row(const tpurt_tensor_t* src, const tpurt_tensor_t* dst, int64_t t, int64_t blk, int64_t off,
-                   int64_t h, int64_t D, float* tmp) {
+/* fp8 codes of src[i] / scale (the division vLLM's CUDA cache write does) */
+static void fp8_store(tpurt_fp8_format_t fmt, uint8_t* dst, int64_t st, const float* src, float scale, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i * st] = tpurt_f32_to_fp8(fmt, src[i] / scale);
+}
+
+static void rc_row(const kv_fmt_t* fmt, float scale, const tpurt_tensor_t* src, const tpurt_tensor_t* dst, int64_t t,
+                   int64_t blk, int64_t off, int64_t h, int64_t D, float* tmp) {
   char* d = elem(dst, blk, off, h, 0);
   const char* s = elem(src, t, h, 0, 0);
+  if (fmt->fp8) {
+    fp8_store(fmt->fp8, (uint8_t*)d, dst->strides[3], row_f32(src->dtype, s, src->strides[2], D, tmp), scale, D);
+    return;
+  }
   if (src->dtype == dst->dtype && src->strides[2] == 1 && dst->strides[3] == 1) {
     memcpy(d, s, (size_t)D * tpurt_dtype_size(src->dtype));
     return;
@@ -444,8 +551,8 @@ static void rc_range(void* user, int64_t begin, int64_t end, int tid) {
     int64_t blk = slot / j->BS, off = slot % j->BS;
     if (blk >= j->NB) { atomic_store(&j->bad_slot, 1); continue; }
     for (int64_t h = 0; h < j->H; ++h) {
-      rc_row(j->k, j->kc, t, blk, off, h, j->D, tmp);
-      rc_row(j->v, j->vc, t, blk, off, h, j->D, tmp);
+      rc_row(&j->fmt, j->fmt.k_scale, j->k, j->kc, t, blk, off, h, j->D, tmp);
+      rc_row(&j->fmt, j->fmt.v_scale, j->v, j->vc, t, blk, off, h, j->D, tmp);
     }
   }
 }
@@ -477,10 +584,16 @@ tpurt_status_t tpurt_serve_reshape_and_cache_ref(tpurt_kernel_ctx_t* ctx, const 
                           (long long)(j.NB * j.BS));
     for (int64_t h = 0; h < j.H; ++h)
       for (int64_t d = 0; d < j.D; ++d) {
-        tpurt_dtype_store_f64(j.kc->dtype, elem(j.kc, slot / j.BS, slot % j.BS, h, d),
-                              tpurt_dtype_load_f64(j.k->dtype, elem(j.k, t, h, d, 0)));
-        tpurt_dtype_store_f64(j.vc->dtype, elem(j.vc, slot / j.BS, slot % j.BS, h, d),
-                              tpurt_dtype_load_f64(j.v->dtype, elem(j.v, t, h, d, 0)));
+        char *kd = elem(j.kc, slot / j.BS, slot % j.BS, h, d), *vd = elem(j.vc, slot / j.BS, slot % j.BS, h, d);
+        double kx = tpurt_dtype_load_f64(j.k->dtype, elem(j.k, t, h, d, 0));
+        double vx = tpurt_dtype_load_f64(j.v->dtype, elem(j.v, t, h, d, 0));
+        if (j.fmt.fp8) {
+          *(uint8_t*)kd = tpurt_f32_to_fp8(j.fmt.fp8, (float)kx / j.fmt.k_scale);
+          *(uint8_t*)vd = tpurt_f32_to_fp8(j.fmt.fp8, (float)vx / j.fmt.v_scale);
+        } else {
+          tpurt_dtype_store_f64(j.kc->dtype, kd, kx);
+          tpurt_dtype_store_f64(j.vc->dtype, vd, vx);
+        }
       }
   }
   return TPURT_STATUS_OK;

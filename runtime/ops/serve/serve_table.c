@@ -17,5 +17,14 @@ const tpurt_op_def_t tpurt_ops_serve[] = {
     /* an integer kernel: its first tensor is the int64 slot mapping */
     {"torch_tpu::compute_slot_mapping", tpurt_serve_compute_slot_mapping, tpurt_serve_compute_slot_mapping_ref, 0,
      TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
+    /* spec.c: integer bookkeeping; the first tensor is the output (token ids; expand: any real dtype) */
+    {"torch_tpu::spec_expand", tpurt_serve_spec_expand, tpurt_serve_spec_expand_ref, 0, TPURT_DTYPES_REAL,
+     TPURT_LAYOUT_STRIDED},
+    {"torch_tpu::rejection_greedy_sample", tpurt_serve_rejection_greedy_sample, tpurt_serve_rejection_greedy_sample_ref,
+     0, TPURT_DTYPES_INT, TPURT_LAYOUT_STRIDED},
+    {"torch_tpu::rejection_random_sample", tpurt_serve_rejection_random_sample, tpurt_serve_rejection_random_sample_ref,
+     0, TPURT_DTYPES_INT, TPURT_LAYOUT_STRIDED},
+    {"torch_tpu::sample_recovered_tokens", tpurt_serve_sample_recovered_tokens, tpurt_serve_sample_recovered_tokens_ref,
+     0, TPURT_DTYPES_INT, TPURT_LAYOUT_STRIDED},
     TPURT_OP_TABLE_END,
 };
