@@ -512,13 +512,14 @@ typedef struct amx_cfg_t {
   uint16_t colsb[16];
   uint8_t rows[16];
 } amx_cfg_t;
-__attribute__((target("amx-tile"))) static void amx_begin(void) {
-  amx_cfg_t cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-  _tile_loadconfig(&cfg);
-}
+/* A constant, not a local filled in place: gcc does not see ldtilecfg read its operand and, once
+ * inlined, dropped the stores that fill a local one (the load then faulted on a zeroed config). */
+static const amx_cfg_t kAmxCfg __attribute__((aligned(64))) = {
+    .palette_id = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+__attribute__((target("amx-tile"))) static void amx_begin(void) { _tile_loadconfig(&kAmxCfg); }
 __attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
 
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void ukr_amx(
@@ -647,6 +648,8 @@ static void amx_tiles_end(void) {
   if (bdp_mode() == 3) amx_end();
 #endif
 }
+void tpurt_gemm_amx_tiles_begin(void) { amx_tiles_begin(); }
+void tpurt_gemm_amx_tiles_end(void) { amx_tiles_end(); }
 
 /* ---- the blocked driver, one instance per accumulation type ---- */
 typedef struct core_args_t {

@@ -64,5 +64,11 @@ void tpurt_gemm_set_bf16dp(int mode);
 int tpurt_gemm_bf16dp_mode(void);
 /* Whether this machine can run bf16 path `mode` (the portable ones always). */
 bool tpurt_gemm_bf16dp_supported(int mode);
+/* Around a loop of AMX tile instructions outside the GEMM (the attention
+ * kernel's block products): loads the tile configuration every bf16 AMX user
+ * here shares (8 tiles of 16 rows x 64 bytes), and releases it, when the bf16
+ * path in force is AMX (mode 3); no-ops otherwise. */
+void tpurt_gemm_amx_tiles_begin(void);
+void tpurt_gemm_amx_tiles_end(void);
 
 #endif /* TPURT_OPS_LINALG_GEMM_H_ */

@@ -14,6 +14,7 @@
 
 #include "ops/elementwise/ew_expf.h"
 #include "ops/half_vec.h"
+#include "ops/linalg/gemm.h"
 #include "ops/nn/nn.h"
 
 enum { BQ = 64, BK = 64 };
@@ -166,9 +167,40 @@ static inline __m256 expf8_nonpos(__m256 x) {
 
 /* x[i] = exp(x[i] - sub) over n (a multiple of 8), returning the sum; every
  * x[i] - sub is <= 0 (sub is at least the row's max) or NaN. */
+#if defined(__AVX512F__)
+/* expf8_nonpos on 16 lanes, operation for operation. */
+static inline __m512 expf16_nonpos(__m512 x) {
+  const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 q = _mm512_set1_ps(1.9875691500E-4f);
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507E-3f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073E-3f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894E-2f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459E-1f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r), _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  __m512 v = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+  v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ), v, _mm512_setzero_ps());
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), v, x);
+}
+#endif
+
 static float exp_sub_sum(float* x, int64_t n, float sub) {
   int64_t i = 0;
   float s = 0;
+#if defined(__AVX512F__)
+  __m512 acc16 = _mm512_setzero_ps(), vs16 = _mm512_set1_ps(sub);
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = expf16_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), vs16));
+    _mm512_storeu_ps(x + i, v);
+    acc16 = _mm512_add_ps(acc16, v);
+  }
+  s = _mm512_reduce_add_ps(acc16);
+#endif
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 acc = _mm256_setzero_ps(), vs = _mm256_set1_ps(sub);
   for (; i + 8 <= n; i += 8) {
@@ -367,6 +399,211 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     }
   }
 }
+
+/* ---- forward on AMX tiles (bf16 q, k, v where the GEMM's bf16 path is AMX) ----
+ * The same blocks and online softmax as fwd_tasks, with both block products
+ * on tiles: S = Q K^T from bf16 Q rows and K packed as bf16 pairs along the
+ * head dim, then O += P V with P rounded to bf16 (as PyTorch CPU's flash
+ * kernel does) and V packed as pairs along the keys; the softmax, its sums
+ * and O stay float32. A tile product covers 32 x 32 outputs in four 16 x 16
+ * tiles (two of A, two of B), so the head dims are padded to 32 with zeros. */
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#define ATTN_HAVE_AMX 1
+#include <immintrin.h>
+#endif
+
+static inline int64_t pad32(int64_t x) { return (x + 31) & ~(int64_t)31; }
+
+static bool use_amx(const attn_t* a) {
+#ifdef ATTN_HAVE_AMX
+  return a->q.dt == TPURT_DTYPE_BFLOAT16 && a->k.dt == TPURT_DTYPE_BFLOAT16 && a->v.dt == TPURT_DTYPE_BFLOAT16 &&
+         tpurt_gemm_bf16dp_mode() == 3;
+#else
+  (void)a;
+  return false;
+#endif
+}
+
+#ifdef ATTN_HAVE_AMX
+static inline uint16_t at16(const view4_t* v, int64_t b, int64_t h, int64_t r, int64_t c) {
+  return ((const uint16_t*)v->p)[b * v->s[0] + h * v->s[1] + r * v->s[2] + c * v->s[3]];
+}
+
+/* K of (b, hk) as pairs: per block of BK keys, [EP / 2][BK][2] (pair row q
+ * holds head dims 2q, 2q + 1 of each key), zeros past S and E. */
+static void pack_k_pairs(const attn_t* a, int64_t b, int64_t hk, int64_t EP, uint16_t* kp) {
+  const view4_t* v = &a->k;
+  for (int64_t j0 = 0; j0 < a->S; j0 += BK) {
+    uint16_t* blk = kp + (j0 / BK) * EP * BK;
+    for (int64_t j = 0; j < BK; ++j) {
+      int64_t key = j0 + j;
+      if (key < a->S && v->s[3] == 1 && (a->E & 1) == 0) {
+        const uint16_t* row = (const uint16_t*)v->p + b * v->s[0] + hk * v->s[1] + key * v->s[2];
+        for (int64_t q = 0; q < a->E / 2; ++q) memcpy(blk + (q * BK + j) * 2, row + 2 * q, 4);
+        for (int64_t q = a->E / 2; q < EP / 2; ++q) memset(blk + (q * BK + j) * 2, 0, 4);
+        continue;
+      }
+      for (int64_t e = 0; e < EP; ++e)
+        blk[((e / 2) * BK + j) * 2 + (e & 1)] = key < a->S && e < a->E ? at16(v, b, hk, key, e) : 0;
+    }
+  }
+}
+
+/* V of (b, hk) as pairs along the keys: [Sp / 2][EvP][2], zeros past S and Ev. */
+static void pack_v_pairs(const attn_t* a, int64_t b, int64_t hk, int64_t Sp, int64_t EvP, uint16_t* vp) {
+  const view4_t* v = &a->v;
+  for (int64_t r = 0; r < Sp; ++r) {
+    uint16_t* d = vp + (r / 2) * EvP * 2 + (r & 1);
+    if (r >= a->S) {
+      for (int64_t c = 0; c < EvP; ++c) d[2 * c] = 0;
+      continue;
+    }
+    const uint16_t* row = (const uint16_t*)v->p + b * v->s[0] + hk * v->s[1] + r * v->s[2];
+    int64_t c = 0;
+    if (v->s[3] == 1)
+      for (; c < a->Ev; ++c) d[2 * c] = row[c];
+    for (; c < a->Ev; ++c) d[2 * c] = at16(v, b, hk, r, c);
+    for (; c < EvP; ++c) d[2 * c] = 0;
+  }
+}
+
+/* s[BQ][BK] = qb[BQ][EP] . (this block's keys)^T */
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_scores(const uint16_t* qb, int64_t EP,
+                                                                    const uint16_t* kblk, float* s) {
+  for (int ii = 0; ii < BQ; ii += 32)
+    for (int jj = 0; jj < BK; jj += 32) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t c0 = 0; c0 < EP; c0 += 32) {
+        _tile_loadd(4, qb + ii * EP + c0, EP * 2);
+        _tile_loadd(5, qb + (ii + 16) * EP + c0, EP * 2);
+        const uint16_t* bp = kblk + (c0 / 2) * BK * 2 + jj * 2;
+        _tile_loadd(6, bp, BK * 4);
+        _tile_loadd(7, bp + 32, BK * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, s + ii * BK + jj, BK * 4);
+      _tile_stored(1, s + ii * BK + jj + 16, BK * 4);
+      _tile_stored(2, s + (ii + 16) * BK + jj, BK * 4);
+      _tile_stored(3, s + (ii + 16) * BK + jj + 16, BK * 4);
+    }
+}
+
+/* o[BQ][EvP] += p16[BQ][BK] . (this block's values, as pairs) */
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_pv(const uint16_t* p16, const uint16_t* vblk,
+                                                                int64_t EvP, float* o) {
+  for (int ii = 0; ii < BQ; ii += 32)
+    for (int64_t cc = 0; cc < EvP; cc += 32) {
+      float* o0 = o + ii * EvP + cc;
+      float* o1 = o + (ii + 16) * EvP + cc;
+      _tile_loadd(0, o0, EvP * 4);
+      _tile_loadd(1, o0 + 16, EvP * 4);
+      _tile_loadd(2, o1, EvP * 4);
+      _tile_loadd(3, o1 + 16, EvP * 4);
+      for (int k0 = 0; k0 < BK; k0 += 32) {
+        _tile_loadd(4, p16 + ii * BK + k0, BK * 2);
+        _tile_loadd(5, p16 + (ii + 16) * BK + k0, BK * 2);
+        const uint16_t* bp = vblk + (k0 / 2) * EvP * 2 + cc * 2;
+        _tile_loadd(6, bp, EvP * 4);
+        _tile_loadd(7, bp + 32, EvP * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, o0, EvP * 4);
+      _tile_stored(1, o0 + 16, EvP * 4);
+      _tile_stored(2, o1, EvP * 4);
+      _tile_stored(3, o1 + 16, EvP * 4);
+    }
+}
+
+/* Floats of one thread's workspace for fwd_tasks_amx. */
+static size_t amx_ws_floats(const attn_t* a) {
+  int64_t EP = pad32(a->E), EvP = pad32(a->Ev), Sp = (a->S + BK - 1) / BK * BK;
+  return (size_t)(BQ * BK + BQ * EvP + 2 * BQ + (BQ * EP + BQ * BK + Sp * EP + Sp * EvP) / 2 + 32);
+}
+
+static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
+  const attn_t* a = (const attn_t*)u;
+  int64_t EP = pad32(a->E), EvP = pad32(a->Ev), nqb = (a->L + BQ - 1) / BQ;
+  int64_t Sp = (a->S + BK - 1) / BK * BK;
+  float* s = a->ws + (size_t)tid * a->ws_floats; /* BQ x BK */
+  float* o = s + BQ * BK;                        /* BQ x EvP */
+  float* mx = o + BQ * EvP;                      /* BQ */
+  float* l = mx + BQ;                            /* BQ */
+  uint16_t* qb = (uint16_t*)(l + BQ);            /* BQ x EP */
+  uint16_t* p16 = qb + BQ * EP;                  /* BQ x BK */
+  uint16_t* kp = p16 + BQ * BK;                  /* Sp x EP, as pairs per key block */
+  uint16_t* vp = kp + Sp * EP;                   /* Sp x EvP, as pairs along the keys */
+  int64_t cached = -1;
+  tpurt_gemm_amx_tiles_begin();
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t r = t % nqb, qbi = (r & 1) ? nqb - 1 - r / 2 : r / 2; /* from both ends, as fwd_tasks */
+    int64_t b = t / (a->Hq * nqb), h = (t / nqb) % a->Hq, i0 = qbi * BQ;
+    int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
+    if (cached != b * a->Hkv + hk) {
+      cached = b * a->Hkv + hk;
+      pack_k_pairs(a, b, hk, EP, kp);
+      pack_v_pairs(a, b, hk, Sp, EvP, vp);
+    }
+    for (int64_t i = 0; i < BQ; ++i) {
+      uint16_t* d = qb + i * EP;
+      int64_t e = 0;
+      if (i < ni && a->q.s[3] == 1) {
+        memcpy(d, (const uint16_t*)a->q.p + b * a->q.s[0] + h * a->q.s[1] + (i0 + i) * a->q.s[2], (size_t)a->E * 2);
+        e = a->E;
+      }
+      for (; i < ni && e < a->E; ++e) d[e] = at16(&a->q, b, h, i0 + i, e);
+      for (; e < EP; ++e) d[e] = 0;
+    }
+    memset(p16 + ni * BK, 0, (size_t)(BQ - ni) * BK * 2);
+    memset(o, 0, (size_t)BQ * EvP * sizeof(float));
+    for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
+    int64_t jend = kv_end(a, i0, ni);
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+      int64_t nj = imin64(BK, a->S - j0);
+      amx_scores(qb, EP, kp + (j0 / BK) * EP * BK, s);
+      for (int64_t x = 0; x < ni * BK; ++x) s[x] *= a->scale;
+      if (a->has_mask || nj < BK || (a->causal && j0 + BK - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BK);
+      /* the rows' new maxima, then their corrections exp(old max - new max) as one vector pass
+       * (a scalar exp per row cost a fifth of the kernel) */
+      float mnew[BQ], corr[BQ];
+      for (int64_t i = 0; i < ni; ++i) {
+        mnew[i] = row_max(s + i * BK, BK, mx[i]);
+        corr[i] = mnew[i] == -INFINITY ? -INFINITY : mx[i] - mnew[i]; /* -inf - x: -inf, exp 0 */
+      }
+      for (int64_t i = ni; i < BQ; ++i) corr[i] = -INFINITY;
+      exp_sub_sum(corr, BQ, 0.0f);
+      for (int64_t i = 0; i < ni; ++i) {
+        float* row = s + i * BK;
+        if (mnew[i] == -INFINITY) {
+          memset(row, 0, BK * sizeof(float));
+        } else {
+          l[i] = l[i] * corr[i] + exp_sub_sum(row, BK, mnew[i]);
+          if (corr[i] != 1.0f)
+            for (int64_t c = 0; c < EvP; ++c) o[i * EvP + c] *= corr[i];
+          mx[i] = mnew[i];
+        }
+        tpurt_hv_f32_to_bf16(row, p16 + i * BK, BK);
+      }
+      amx_pv(p16, vp + (j0 / 2) * EvP * 2, EvP, o);
+    }
+    for (int64_t i = 0; i < ni; ++i) {
+      float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+      for (int64_t c = 0; c < a->Ev; ++c) o[i * EvP + c] *= inv;
+      store_row(a->out, b, h, i0 + i, a->Ev, o + i * EvP);
+      *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
+    }
+  }
+  tpurt_gemm_amx_tiles_end();
+}
+#endif
 
 /* ---- backward: one task per (b, kv head); it owns dK, dV of that head and
  * loops over the query heads of its group and every block pair. ---- */
@@ -639,11 +876,21 @@ static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   }
   int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
   int64_t Sp = (a.S + BK - 1) / BK * BK;
+  bool amx = use_amx(&a);
   a.ws_floats = (size_t)(BQ * E8 + E8 * Sp + Sp * Ev8 + BQ * BK + BQ * Ev8 + 2 * BQ + BK * E8 + 16);
+#ifdef ATTN_HAVE_AMX
+  if (amx) a.ws_floats = amx_ws_floats(&a);
+#endif
   int nt = tpurt_kernel_num_threads(ctx);
   a.ws = tpurt_kernel_scratch(ctx, a.ws_floats * sizeof(float) * (size_t)nt);
   if (!a.ws) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
   int64_t tasks = a.B * a.Hq * ((a.L + BQ - 1) / BQ);
+#ifdef ATTN_HAVE_AMX
+  if (amx) {
+    tpurt_parallel_for(ctx, tasks, 1, fwd_tasks_amx, &a);
+    return TPURT_OK;
+  }
+#endif
   tpurt_parallel_for(ctx, tasks, 1, fwd_tasks, &a);
   return TPURT_OK;
 }
