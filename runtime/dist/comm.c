@@ -78,6 +78,7 @@ struct tpurt_dist_comm_t {
   uint64_t bytes[MAXR];
   uint64_t seq;
   uint32_t p2p_sent[MAXR], p2p_recvd[MAXR];
+  int any_next; /* where a receive from any source starts looking */
   void* scratch; /* reduction blocks */
   char name[256];
   /* Queued collectives run in the order they were issued, whichever queue
@@ -510,7 +511,8 @@ static tpurt_status_t validate(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) 
   if (rooted && (op->root < 0 || op->root >= c->size))
     return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: root %d is not a rank of this group of %d",
                         tpurt_dist_kind_name(op->kind), op->root, c->size);
-  if ((op->kind == TPURT_DIST_SEND || op->kind == TPURT_DIST_RECV) &&
+  bool any_source = op->kind == TPURT_DIST_RECV && op->peer == TPURT_DIST_ANY_SOURCE;
+  if ((op->kind == TPURT_DIST_SEND || op->kind == TPURT_DIST_RECV) && !any_source &&
       (op->peer < 0 || op->peer >= c->size || op->peer == c->rank))
     return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: peer %d is not another rank of this group of %d",
                         tpurt_dist_kind_name(op->kind), op->peer, c->size);
@@ -573,31 +575,69 @@ static tpurt_status_t finish_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* o
   return wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what});
 }
 
+/* A receive from any source waits for a message with its tag posted by any
+ * rank (the peers are scanned from `next`, rotating, so no sender starves);
+ * a message with another tag is left for the receive it belongs to. While
+ * none has come, the first rank with nothing posted is the one named if the
+ * wait fails. */
+typedef struct any_wait_t {
+  int tag, next, found;
+} any_wait_t;
+
+static int missing_any(tpurt_dist_comm_t* c, uint64_t arg) {
+  any_wait_t* w = (any_wait_t*)(uintptr_t)arg;
+  int blame = -1;
+  for (int k = 0; k < c->size; ++k) {
+    int p = (w->next + k) % c->size;
+    if (p == c->rank) continue;
+    const shm_rank_t* pr = &c->shm->ranks[p];
+    uint32_t posted = atomic_load_explicit(&pr->p2p_posted[c->rank], memory_order_acquire);
+    if (posted > c->p2p_recvd[p] && pr->p2p_msg[c->rank].tag == w->tag) {
+      w->found = p;
+      return -1;
+    }
+    if (blame < 0 && posted <= c->p2p_recvd[p]) blame = p;
+  }
+  return blame >= 0 ? blame : (c->rank + 1) % c->size;
+}
+
 static tpurt_status_t run_recv(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
   size_t es = tpurt_dtype_size(op->dtype);
   tpurt_status_t st = TPURT_OK;
   offset_of(c, op->out, op->count * es, "recv", &st); /* only checks it is device memory */
   if (st) return st;
   shm_rank_t* me = &c->shm->ranks[c->rank];
-  uint32_t n = ++c->p2p_recvd[op->peer];
+  int peer = op->peer;
   char what[160];
-  snprintf(what, sizeof(what), "sending message #%u (recv of %llu %s elements, tag %d) to rank %d", n,
-           (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
-  p2p_wait_t w = {op->peer, n, false};
-  TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
-  p2p_msg_t m = c->shm->ranks[op->peer].p2p_msg[c->rank];
+  if (peer == TPURT_DIST_ANY_SOURCE) {
+    snprintf(what, sizeof(what), "sending a message (recv from any rank of %llu %s elements, tag %d) to rank %d",
+             (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+    any_wait_t w = {op->tag, c->any_next, -1};
+    TPURT_RETURN_IF_ERROR(wait_for(c, missing_any, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
+    peer = w.found;
+    c->any_next = (peer + 1) % c->size;
+  }
+  uint32_t n = ++c->p2p_recvd[peer];
+  if (op->peer != TPURT_DIST_ANY_SOURCE) {
+    snprintf(what, sizeof(what), "sending message #%u (recv of %llu %s elements, tag %d) to rank %d", n,
+             (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+    p2p_wait_t w = {peer, n, false};
+    TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
+  }
+  p2p_msg_t m = c->shm->ranks[peer].p2p_msg[c->rank];
   if (m.count != op->count || m.dtype != (int32_t)op->dtype || m.tag != op->tag) {
     char msg[512];
     snprintf(msg, sizeof(msg), "mismatched point-to-point message #%u: rank %d sent %llu %s elements with tag %d, "
-             "rank %d receives %llu %s elements with tag %d", n, op->peer, (unsigned long long)m.count,
+             "rank %d receives %llu %s elements with tag %d%s", n, peer, (unsigned long long)m.count,
              tpurt_dtype_name((tpurt_dtype_t)m.dtype), m.tag, c->rank, (unsigned long long)op->count,
-             tpurt_dtype_name(op->dtype), op->tag);
+             tpurt_dtype_name(op->dtype), op->tag, op->peer == TPURT_DIST_ANY_SOURCE ? " from any rank" : "");
     tpurt_dist_comm_abort(c, msg);
     return aborted_status(c);
   }
-  memcpy(op->out, at(c, op->peer, m.off), op->count * es);
-  atomic_store_explicit(&me->p2p_taken[op->peer], n, memory_order_release);
+  memcpy(op->out, at(c, peer, m.off), op->count * es);
+  atomic_store_explicit(&me->p2p_taken[peer], n, memory_order_release);
   notify(c->shm);
+  if (op->out_source) *op->out_source = peer;
   return TPURT_OK;
 }
 
