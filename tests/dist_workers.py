@@ -639,3 +639,179 @@ def dcp_load(rank, world):
             assert torch.equal(got[k].cpu(), want[k].cpu()), k
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _premul_factor(r):
+    """Rank r's premul_sum factor: a binary fraction, so every product and sum of `_value`s is exact."""
+    return 0.5 + 0.25 * r
+
+
+def premul_sum(rank, world):
+    """ReduceOp.PREMUL_SUM with a float factor, a one-element tpu tensor and a cpu tensor, different on every rank:
+    all_reduce, reduce, reduce_scatter, reduce_scatter_tensor and the coalesced forms give sum_r f_r * x_r (worked on
+    CPU in float64), small and large (the shared-memory protocol) messages and a non-contiguous tensor; inputs the
+    caller still owns (reduce off the root, reduce_scatter's) are unchanged; an integer tensor is refused with a
+    clear error and the group keeps working."""
+    dist = _init(rank, world)
+    dev = torch.device("tpu", 0)
+    mk = dist._make_nccl_premul_sum
+    f = _premul_factor(rank)
+
+    def want(shape, dt, salt=0):
+        acc = sum(_premul_factor(r) * _value(r, torch.float64, shape, salt) for r in range(world))
+        return acc.to(dt)
+
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for kind in ("float", "tpu", "cpu"):
+            op = (mk(f) if kind == "float" else
+                  mk(torch.tensor([f], dtype=dt, device=dev)) if kind == "tpu" else mk(torch.tensor(f)))
+            what = f"premul_sum({kind} factor) {dt}"
+            shapes = [(6, 5)] + ([(2, 40000)] if dt == torch.float32 else [])
+            for shape in shapes:
+                t = _value(rank, dt, shape).to(dev)
+                dist.all_reduce(t, op=op)
+                _same(t, want(shape, dt), f"{what} all_reduce {shape}")
+            # non-contiguous: a transposed view
+            base = _value(rank, dt, (5, 6)).to(dev)
+            view = base.t()
+            dist.all_reduce(view, op=op)
+            _same(view, want((5, 6), dt).t(), f"{what} all_reduce of a transposed view")
+            for root in range(world):
+                t = _value(rank, dt, (7,)).to(dev)
+                dist.reduce(t, dst=root, op=op)
+                _same(t, want((7,), dt) if rank == root else _value(rank, dt, (7,)), f"{what} reduce to {root}")
+            inp = _value(rank, dt, (world * 3, 2)).to(dev)
+            out = torch.empty((3, 2), dtype=dt, device=dev)
+            dist.reduce_scatter_tensor(out, inp, op=op)
+            _same(out, want((world * 3, 2), dt)[rank * 3:(rank + 1) * 3], f"{what} reduce_scatter_tensor")
+            _same(inp, _value(rank, dt, (world * 3, 2)), f"{what} reduce_scatter_tensor leaves its input")
+            ins = [_value(rank, dt, (4,), salt=q).to(dev) for q in range(world)]
+            out = torch.empty(4, dtype=dt, device=dev)
+            dist.reduce_scatter(out, ins, op=op)
+            _same(out, want((4,), dt, salt=rank), f"{what} reduce_scatter")
+            for q in range(world):
+                _same(ins[q], _value(rank, dt, (4,), salt=q), f"{what} reduce_scatter leaves its inputs")
+    # the coalesced forms
+    op = mk(f)
+    ts = [_value(rank, torch.float32, (3,), salt=s).to(dev) for s in range(3)]
+    dist.all_reduce_coalesced(ts, op=op)
+    for s in range(3):
+        _same(ts[s], want((3,), torch.float32, salt=s), f"all_reduce_coalesced premul_sum [{s}]")
+    ins = [_value(rank, torch.float32, (world * 2,), salt=s).to(dev) for s in range(2)]
+    outs = [torch.empty(2, device=dev) for _ in range(2)]
+    with dist._coalescing_manager(async_ops=False):
+        for s in range(2):
+            dist.reduce_scatter_tensor(outs[s], ins[s], op=op)
+    for s in range(2):
+        _same(outs[s], want((world * 2,), torch.float32, salt=s)[rank * 2:rank * 2 + 2], f"coalesced rs premul [{s}]")
+        _same(ins[s], _value(rank, torch.float32, (world * 2,), salt=s), f"coalesced rs premul leaves input [{s}]")
+    # an integer tensor: refused on every rank before anything moves; the group goes on
+    bad = torch.ones(4, dtype=torch.int32, device=dev)
+    try:
+        dist.all_reduce(bad, op=op)
+    except ValueError as e:
+        assert "premul_sum needs a float16, bfloat16, float32 or float64 tensor, got Int" in str(e), str(e)
+    else:
+        raise AssertionError("premul_sum on int32 was accepted")
+    t = _value(rank, torch.float32, (5,)).to(dev)
+    dist.all_reduce(t)
+    _same(t, _reduce_ref([_value(r, torch.float32, (5,)) for r in range(world)], dist.ReduceOp.SUM, torch.float32),
+          "all_reduce after a refused premul_sum")
+    dist.destroy_process_group()
+
+
+def recv_any_source(rank, world):
+    """dist.recv(t) without src and irecv without src take whichever rank's message comes (gloo's semantics) and
+    return / report the sender's rank; in a subgroup, the sender's global rank."""
+    dist = _init(rank, world)
+    dev = torch.device("tpu", 0)
+    if rank == 0:
+        seen = set()
+        for _ in range(world - 1):
+            buf = torch.empty(4, device=dev)
+            src = dist.recv(buf)
+            assert src not in seen and 0 < src < world, (src, seen)
+            seen.add(src)
+            _same(buf, _value(src, torch.float32, (4,)), f"recv from any source (sent by {src})")
+        buf = torch.empty((2, 3), dtype=torch.bfloat16, device=dev)
+        w = dist.irecv(buf)
+        w.wait()
+        assert w._source_rank() == 1, w._source_rank()
+        _same(buf, _value(11, torch.bfloat16, (2, 3)), "irecv from any source")
+    else:
+        dist.send(_value(rank, torch.float32, (4,)).to(dev), 0)
+        if rank == 1:
+            dist.send(_value(11, torch.bfloat16, (2, 3)).to(dev), 0)
+    # a subgroup whose group ranks differ from the global ones: the last rank receives from any of the others
+    ranks = list(range(1, world)) if world > 2 else [0, 1]
+    g = dist.new_group(ranks)
+    if rank in ranks:
+        last = ranks[-1]
+        if rank == last:
+            for _ in range(len(ranks) - 1):
+                buf = torch.empty(3, dtype=torch.int64, device=dev)
+                src = dist.recv(buf, group=g)
+                assert src in ranks[:-1], (src, ranks)
+                _same(buf, _value(src, torch.int64, (3,), salt=5), f"subgroup recv from any source ({src})")
+        else:
+            dist.send(_value(rank, torch.int64, (3,), salt=5).to(dev), last, group=g)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def fsdp2_cpu_offload(rank, world):
+    """FSDP2 with CPUOffloadPolicy: sharded parameters and gradients live on the CPU between steps and the optimizer
+    steps there, while forward, backward and the collectives run on the tpu chip. Trained beside the same model
+    sharded without offload, both with a gradient divide factor of 2 * world (FSDP2 then reduce-scatters with
+    ReduceOp.PREMUL_SUM): per-step losses match each other and one process on the whole batch at half the learning
+    rate, and the parameter shards match after the last step."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    vocab, seq, steps, lr = 64, 16, 3, 0.5
+    batch = 4 * world
+    torch.manual_seed(0)
+    model, ref = _gpt_pair(vocab, seq)
+    plain, _ = _gpt_pair(vocab, seq)
+    data = torch.randint(0, vocab, (steps, batch, seq + 1), generator=torch.Generator().manual_seed(1))
+    mesh = init_device_mesh("tpu", (world,))
+
+    def shard(m, **kw):
+        for blk in m.blocks:
+            fully_shard(blk, mesh=mesh, reshard_after_forward=True, **kw)
+        fully_shard(m, mesh=mesh, **kw)
+        for mod in list(m.blocks) + [m]:
+            mod.set_gradient_divide_factor(2.0 * world)
+        return m
+
+    model = shard(model, offload_policy=CPUOffloadPolicy())
+    plain = shard(plain.to(dev))
+    for p in model.parameters():
+        assert p.device.type == "cpu" and p.to_local().is_pinned(), p.device
+    opts = [torch.optim.SGD(m.parameters(), lr=lr) for m in (model, plain)]
+    per = batch // world
+    losses = [[], []]
+    for s in range(steps):
+        x = data[s, rank * per:(rank + 1) * per].to(dev)
+        for i, m in enumerate((model, plain)):
+            loss = torch.nn.functional.cross_entropy(m(x[:, :-1]).reshape(-1, vocab), x[:, 1:].reshape(-1))
+            opts[i].zero_grad()
+            loss.backward()
+            if i == 0:
+                for p in m.parameters():
+                    assert p.grad is not None and p.grad.device.type == "cpu", p.grad
+            opts[i].step()
+            avg = loss.detach().clone()
+            dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+            losses[i].append(avg.item())
+    want = _ref_losses(ref, data, vocab, lr / 2, steps)
+    for s in range(steps):
+        for i in range(2):
+            assert abs(want[s] - losses[i][s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, i, want[s], losses[i][s])
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert p.device.type == "cpu", name
+        a, b = p.to_local(), q.to_local().cpu()
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), (name, (a - b).abs().max())
+    dist.destroy_process_group()

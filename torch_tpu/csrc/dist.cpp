@@ -46,7 +46,42 @@ tpurt_dist_redop_t to_redop(const c10d::ReduceOp& op, const char* what) {
     default: break;
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: ", what, ": reduction ", static_cast<int>(op.op_),
-                              " (premul_sum) is not supported yet");
+                              " is not supported");
+}
+
+// The runtime's reduction for `rop` over the dense tensor `d`, which is about
+// to be reduced. PREMUL_SUM (torch.distributed._make_nccl_premul_sum) is
+// NCCL's: each rank's input times its factor, then summed. The product is
+// the device's mul kernel on the current stream, before the sum: in place
+// when `d` is this collective's to overwrite (`in_place`), else into a new
+// tensor that replaces `d`, so no input the caller still owns changes.
+tpurt_dist_redop_t reduction(const c10d::ReduceOp& rop, at::Tensor& d, bool in_place, const char* what) {
+  if (rop.op_ != c10d::ReduceOp::PREMUL_SUM) return to_redop(rop, what);
+  // c10d makes PREMUL_SUM only with this supplement (makePreMulSum).
+  auto* sup = static_cast<c10d::PreMulSumSupplement*>(rop.supplement_.get());
+  TORCH_CHECK_VALUE(sup, "tpu_dist: ", what, ": premul_sum without its factor (make the op with "
+                    "torch.distributed._make_nccl_premul_sum(factor))");
+  auto t = d.scalar_type();
+  TORCH_CHECK_VALUE(t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble, "tpu_dist: ", what,
+                    ": premul_sum needs a float16, bfloat16, float32 or float64 tensor, got ", t);
+  const at::Tensor& f = sup->tensor_factor;
+  if (f.defined()) {
+    TORCH_CHECK_VALUE(f.numel() == 1 && at::isFloatingType(f.scalar_type()), "tpu_dist: ", what,
+                      ": premul_sum's factor must be one floating-point number, got ", f.numel(), " elements of ",
+                      f.scalar_type());
+    if (f.device().type() == kTpu) {
+      at::Tensor f0 = f.reshape({}).to(t);  // stays on the device: no host wait for its value
+      if (in_place) d.mul_(f0);
+      else d = d.mul(f0);
+      return TPURT_DIST_SUM;
+    }
+    TORCH_CHECK_VALUE(f.device().is_cpu(), "tpu_dist: ", what, ": premul_sum's factor must be a tpu or cpu tensor, got ",
+                      f.device().str());
+  }
+  double v = f.defined() ? f.item<double>() : sup->double_factor;
+  if (in_place) d.mul_(v);
+  else d = d.mul(v);
+  return TPURT_DIST_SUM;
 }
 
 // A queued collective. Its event marks where the queue is once the
@@ -84,6 +119,17 @@ class TpuWork : public c10d::Work {
   }
   void synchronize() override { wait(kNoTimeout); }
 
+  // recv from any source: the sender's rank, which the runtime writes into
+  // `source` (an int32 device tensor, so it outlives the queued receive as
+  // any buffer does) once the receive has run; the host waits for that.
+  void set_source(at::Tensor source) { source_ = std::move(source); }
+  int sourceRank() const override {
+    TORCH_CHECK(source_.defined(), "tpu_dist: sourceRank() is only known for a recv from any source");
+    check_status(without_gil([&] { return tpurt_event_synchronize(event_); }), "tpu_dist recv");
+    check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+    return source_.item<int>();
+  }
+
  private:
   tpurt_dist_comm_t* comm_;
   std::vector<at::Tensor> outputs_;
@@ -91,6 +137,7 @@ class TpuWork : public c10d::Work {
   tpurt_event_t* event_ = nullptr;
   tpurt_queue_t* queue_ = nullptr;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  at::Tensor source_;
 };
 
 class TpuDistBackend : public c10d::Backend {
@@ -168,7 +215,7 @@ class TpuDistBackend : public c10d::Backend {
     at::Tensor& t = one(tensors, "allreduce");
     at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_ALLREDUCE, d);
-    op.redop = to_redop(opts.reduceOp, "allreduce");
+    op.redop = reduction(opts.reduceOp, d, true, "allreduce");  // t is the output: scaled in place
     op.in = d.data_ptr();
     op.out = d.data_ptr();
     submit(op, "allreduce");
@@ -195,10 +242,14 @@ class TpuDistBackend : public c10d::Backend {
     }
     at::Tensor& t = one(tensors, "reduce");
     at::Tensor d = dense(t);
+    int root = static_cast<int>(opts.rootRank);
+    // premul_sum scales in place only the root's tensor (its output) or a dense copy.
+    at::Tensor in = d;
+    tpurt_dist_redop_t red = reduction(opts.reduceOp, in, getRank() == root || !d.is_same(t), "reduce");
     tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
-    op.redop = to_redop(opts.reduceOp, "reduce");
-    op.root = static_cast<int>(opts.rootRank);
-    op.in = d.data_ptr();
+    op.redop = red;
+    op.root = root;
+    op.in = in.data_ptr();
     op.out = getRank() == op.root ? d.data_ptr() : nullptr;
     submit(op, "reduce");
     if (getRank() == op.root) write_back(t, d);
@@ -346,7 +397,7 @@ class TpuDistBackend : public c10d::Backend {
       parts.push_back(t.reshape({-1}));
     }
     at::Tensor flat = at::cat(parts);
-    return reduce_scatter_flat(out, flat, opts, c10d::OpType::REDUCE_SCATTER);
+    return reduce_scatter_flat(out, flat, true, opts, c10d::OpType::REDUCE_SCATTER);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -361,7 +412,9 @@ class TpuDistBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                       "tpu_dist: reduce_scatter_tensor: input must have ", getSize(), " x the output's ", output.numel(),
                       " elements of ", output.scalar_type(), ", got ", input.numel(), " of ", input.scalar_type());
-    return reduce_scatter_flat(output, dense(input), opts, c10d::OpType::_REDUCE_SCATTER_BASE);
+    at::Tensor flat = dense(input);
+    bool owned = !flat.is_same(input);
+    return reduce_scatter_flat(output, flat, owned, opts, c10d::OpType::_REDUCE_SCATTER_BASE);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -559,8 +612,27 @@ class TpuDistBackend : public c10d::Backend {
     return work(c10d::OpType::COALESCED, outs);
   }
 
+  // The first message with this tag that any rank of the group sends here;
+  // Work.wait() then _source_rank() (what dist.recv(src=None) returns) says
+  // who sent it.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: recv from any source is not supported; name the source rank");
+    at::Tensor& t = one(tensors, "recv");
+    TORCH_CHECK_NOT_IMPLEMENTED(hosts_ == 1, "tpu_dist: recv from any source is not supported in a group that spans "
+                                "hosts; name the source rank");
+    TORCH_CHECK_NOT_IMPLEMENTED(!coalescing_, "tpu_dist: recv from any source inside batch_isend_irecv is not supported");
+    at::Tensor d = dense(t);
+    at::Tensor source = at::full({}, -1, at::TensorOptions().dtype(at::kInt).device(t.device()));
+    tpurt_dist_op_t op = base_op(TPURT_DIST_RECV, d);
+    op.peer = TPURT_DIST_ANY_SOURCE;
+    op.tag = tag;
+    op.out = d.data_ptr();
+    op.out_source = static_cast<int*>(source.data_ptr());
+    submit(op, "recv");
+    write_back(t, d);
+    auto w = c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::RECVANYSOURCE, comm_, std::vector<at::Tensor>{t},
+                                          false);
+    w->set_source(source);
+    return w;
   }
 
  private:
@@ -621,11 +693,13 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> work(c10d::OpType type, std::vector<at::Tensor> outs) {
     return c10::make_intrusive<TpuWork>(getRank(), type, comm_, std::move(outs), false);
   }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(at::Tensor& out, const at::Tensor& flat,
+  // flat: the dense input; `flat_owned` when it is a copy this call made
+  // (premul_sum may then scale it in place).
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(at::Tensor& out, at::Tensor flat, bool flat_owned,
                                                      const c10d::ReduceScatterOptions& opts, c10d::OpType type) {
     at::Tensor d = dense(out);
     tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE_SCATTER, d);
-    op.redop = to_redop(opts.reduceOp, "reduce_scatter");
+    op.redop = reduction(opts.reduceOp, flat, flat_owned, "reduce_scatter");
     op.in = flat.data_ptr();
     op.out = d.data_ptr();
     submit(op, "reduce_scatter");
@@ -714,12 +788,14 @@ class TpuDistBackend : public c10d::Backend {
     submit(op, what);
   }
 
+  // t is overwritten with the result (callers pass a copy when the
+  // collective's input is the user's: reduce, reduce_scatter).
   c10::intrusive_ptr<c10d::Work> x_allreduce(at::Tensor& t, const c10d::ReduceOp& rop) {
-    tpurt_dist_redop_t red = to_redop(rop, "allreduce");
+    at::Tensor d = dense(t);
+    tpurt_dist_redop_t red = reduction(rop, d, true, "allreduce");
     bool avg = red == TPURT_DIST_AVG;
     TORCH_CHECK_VALUE(!avg || at::isFloatingType(t.scalar_type()), "tpu_dist: allreduce avg needs a floating tensor");
     if (avg) red = TPURT_DIST_SUM;
-    at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
     op.redop = red;
     op.root = 0;
@@ -731,7 +807,7 @@ class TpuDistBackend : public c10d::Backend {
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
-      c10d::ReduceOp gop = avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+      c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
       host_step([cross, ptr, n, type, gop] {
         bool is_bool = type == at::kBool;
         at::Tensor cpu = host_view(ptr, n, is_bool ? at::kByte : type);
