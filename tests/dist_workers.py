@@ -734,14 +734,14 @@ def recv_any_source(rank, world):
             seen.add(src)
             _same(buf, _value(src, torch.float32, (4,)), f"recv from any source (sent by {src})")
         buf = torch.empty((2, 3), dtype=torch.bfloat16, device=dev)
-        w = dist.irecv(buf)
+        w = dist.irecv(buf, tag=1)
         w.wait()
         assert w._source_rank() == 1, w._source_rank()
         _same(buf, _value(11, torch.bfloat16, (2, 3)), "irecv from any source")
     else:
         dist.send(_value(rank, torch.float32, (4,)).to(dev), 0)
         if rank == 1:
-            dist.send(_value(11, torch.bfloat16, (2, 3)).to(dev), 0)
+            dist.send(_value(11, torch.bfloat16, (2, 3)).to(dev), 0, tag=1)  # not for the tag-0 receives
     # a subgroup whose group ranks differ from the global ones: the last rank receives from any of the others
     ranks = list(range(1, world)) if world > 2 else [0, 1]
     g = dist.new_group(ranks)
@@ -792,7 +792,7 @@ def fsdp2_cpu_offload(rank, world):
         assert p.device.type == "cpu" and p.to_local().is_pinned(), p.device
     opts = [torch.optim.SGD(m.parameters(), lr=lr) for m in (model, plain)]
     per = batch // world
-    losses = [[], []]
+    losses, norms = [[], []], [[], []]
     for s in range(steps):
         x = data[s, rank * per:(rank + 1) * per].to(dev)
         for i, m in enumerate((model, plain)):
@@ -802,6 +802,8 @@ def fsdp2_cpu_offload(rank, world):
             if i == 0:
                 for p in m.parameters():
                     assert p.grad is not None and p.grad.device.type == "cpu", p.grad
+            # the gradient norm over shards: an all_reduce of a CPU tensor on the offloaded model
+            norms[i].append(torch.nn.utils.clip_grad_norm_(m.parameters(), 1e9).item())
             opts[i].step()
             avg = loss.detach().clone()
             dist.all_reduce(avg, op=dist.ReduceOp.AVG)
@@ -810,8 +812,90 @@ def fsdp2_cpu_offload(rank, world):
     for s in range(steps):
         for i in range(2):
             assert abs(want[s] - losses[i][s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, i, want[s], losses[i][s])
+        assert abs(norms[0][s] - norms[1][s]) <= 1e-4 * norms[1][s], (s, norms[0][s], norms[1][s])
     for (name, p), q in zip(model.named_parameters(), plain.parameters()):
         assert p.device.type == "cpu", name
         a, b = p.to_local(), q.to_local().cpu()
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), (name, (a - b).abs().max())
+        # full_tensor() of an offloaded parameter: an all_gather of CPU shards
+        full = p.full_tensor()
+        assert full.device.type == "cpu" and torch.allclose(full, q.full_tensor().cpu(), rtol=1e-4, atol=1e-5), name
+    dist.destroy_process_group()
+
+
+def cpu_tensors(rank, world):
+    """CPU tensors given to a tpu_dist group (no gloo named): every collective, point to point, batch_isend_irecv,
+    async with Work.wait() and get_future(), the functional collectives and the object collectives give gloo's
+    answers (worked on CPU by hand); a collective on the chip in between stays in order."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+    _init(rank, world)
+    dt = torch.float32
+    vals = [_value(r, dt, (6,)) for r in range(world)]
+    t = vals[rank].clone()
+    dist.all_reduce(t)
+    _same(t, _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu all_reduce")
+    t = vals[rank].clone()
+    w = dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True)
+    chip = _value(rank, dt, (6,)).to("tpu")
+    dist.all_reduce(chip)  # a chip collective issued while the CPU one is pending
+    w.wait()
+    _same(t, _reduce_ref(vals, dist.ReduceOp.MAX, dt), "cpu async all_reduce max")
+    _same(chip, _reduce_ref(vals, dist.ReduceOp.SUM, dt), "chip all_reduce between")
+    t = vals[rank].clone()
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    _same(fut.wait()[0], _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu all_reduce future")
+    for root in range(world):
+        t = vals[rank].clone()
+        dist.broadcast(t, src=root)
+        _same(t, vals[root], f"cpu broadcast from {root}")
+        t = vals[rank].clone()
+        dist.reduce(t, dst=root)
+        _same(t, _reduce_ref(vals, dist.ReduceOp.SUM, dt) if rank == root else vals[rank], f"cpu reduce to {root}")
+        _check_gather(rank, world, dt, (2, 3), "cpu", root, "cpu ")
+        _check_scatter(rank, world, dt, (2, 3), "cpu", root, "cpu ")
+    out = torch.empty(6 * world)
+    dist.all_gather_into_tensor(out, vals[rank])
+    _same(out, torch.cat(vals), "cpu all_gather_into_tensor")
+    outs = [torch.empty(6) for _ in range(world)]
+    dist.all_gather(outs, vals[rank])
+    for r in range(world):
+        _same(outs[r], vals[r], f"cpu all_gather [{r}]")
+    big = [_value(r, dt, (world * 4,)) for r in range(world)]
+    o = torch.empty(4)
+    dist.reduce_scatter_tensor(o, big[rank])
+    _same(o, _reduce_ref(big, dist.ReduceOp.SUM, dt)[rank * 4:rank * 4 + 4], "cpu reduce_scatter_tensor")
+    _check_all_to_all(rank, world, dt, "cpu", "cpu ")
+    # point to point: a ring with batch_isend_irecv, then plain send / recv and recv from any source
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    got = torch.empty(6)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, vals[rank], nxt), dist.P2POp(dist.irecv, got, prv)])
+    for r in reqs:
+        r.wait()
+    _same(got, vals[prv], "cpu batch_isend_irecv")
+    if rank == 0:
+        for _ in range(world - 1):
+            buf = torch.empty(6)
+            src = dist.recv(buf)
+            _same(buf, vals[src], f"cpu recv from any source ({src})")
+        buf = torch.empty(6)
+        dist.recv(buf, src=1, tag=1)
+        _same(buf, vals[1] * 2, "cpu recv")
+    else:
+        dist.send(vals[rank], 0)
+        if rank == 1:  # another tag: the receives from any source must not take it
+            dist.send(vals[1] * 2, 0, tag=1)
+    # functional collectives on CPU tensors
+    r = fc.all_reduce(vals[rank], "sum", dist.group.WORLD)
+    _same(fc.wait_tensor(r), _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu functional all_reduce")
+    g = fc.all_gather_tensor(vals[rank], 0, dist.group.WORLD)
+    _same(fc.wait_tensor(g), torch.cat(vals), "cpu functional all_gather_tensor")
+    # object collectives
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank})
+    assert objs == [{"rank": r, "s": "x" * r} for r in range(world)], objs
+    lst = [rank * 10, "a"] if rank == 0 else [None, None]
+    dist.broadcast_object_list(lst, src=0)
+    assert lst == [0, "a"], lst
+    dist.barrier()
     dist.destroy_process_group()

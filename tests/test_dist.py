@@ -196,3 +196,9 @@ def test_fsdp2_cpu_offload_2_ranks():
     """FSDP2 with CPUOffloadPolicy (parameters, gradients and the optimizer step on the CPU) against the same model
     sharded on the chips and one process; gradient division by premul_sum."""
     _spawn("fsdp2_cpu_offload", 2)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_cpu_tensors(world):
+    """CPU tensors on a tpu_dist group (what FSDP2's CPU offload and object collectives hand it) give gloo's answers."""
+    _spawn("cpu_tensors", world, topology="2x2" if world == 4 else None)

@@ -105,7 +105,6 @@ class TpuWork : public c10d::Work {
   bool isCompleted() override { return tpurt_event_query(event_); }
   bool isSuccess() const override { return tpurt_dist_comm_error(comm_) == TPURT_OK; }
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
   bool wait(std::chrono::milliseconds timeout) override {
     if (block_host_) {
@@ -115,7 +114,27 @@ class TpuWork : public c10d::Work {
       check_status(tpurt_queue_wait_event(current_queue(), event_), "tpu_dist wait");
     }
     check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+    // CPU tensors' results: copied from their chip copies (the host waits for the collective, as with gloo).
+    std::vector<std::pair<at::Tensor, at::Tensor>> back;
+    back.swap(copy_back_);
+    for (auto& [user, chip] : back) user.copy_(chip);
     return true;
+  }
+
+  // At wait(): each CPU tensor `first` gets its chip copy `second`'s value.
+  void add_copy_back(std::vector<std::pair<at::Tensor, at::Tensor>> pairs) {
+    for (auto& p : pairs) copy_back_.push_back(std::move(p));
+    if (!copy_back_.empty()) {  // the future's value is the CPU tensors: complete once they are written
+      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<c10::Device>{});
+    }
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    if (!future_->completed()) {
+      wait(kNoTimeout);
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+    return future_;
   }
   void synchronize() override { wait(kNoTimeout); }
 
@@ -138,6 +157,7 @@ class TpuWork : public c10d::Work {
   tpurt_queue_t* queue_ = nullptr;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   at::Tensor source_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
 };
 
 class TpuDistBackend : public c10d::Backend {
@@ -198,6 +218,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(broadcast(c, opts), tensors, c);
+    }
     if (hosts_ > 1) return x_broadcast(one(tensors, "broadcast"), static_cast<int>(opts.rootRank));
     at::Tensor& t = one(tensors, "broadcast");
     at::Tensor d = dense(t);
@@ -211,6 +235,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(allreduce(c, opts), tensors, c);
+    }
     if (hosts_ > 1) return x_allreduce(one(tensors, "allreduce"), opts.reduceOp);
     at::Tensor& t = one(tensors, "allreduce");
     at::Tensor d = dense(t);
@@ -225,6 +253,10 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(allreduce_coalesced(c, opts), tensors, c);
+    }
     for (auto& t : tensors) {
       std::vector<at::Tensor> one_t{t};
       allreduce(one_t, opts);
@@ -233,6 +265,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(reduce(c, opts), tensors, c);
+    }
     if (hosts_ > 1) {
       at::Tensor& t = one(tensors, "reduce");
       at::Tensor tmp = t.clone(at::MemoryFormat::Contiguous);
@@ -258,6 +294,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(allgather(co, ci, opts), outputs, co);
+    }
     if (hosts_ > 1) {
       at::Tensor& in = one(inputs, "all_gather");
       TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
@@ -283,6 +324,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
+    if (on_cpu(output) || on_cpu(input)) {
+      std::vector<at::Tensor> o{output}, co{chip(output)};
+      at::Tensor ci = chip(input);
+      return copy_back(_allgather_base(co[0], ci, opts), o, co);
+    }
     if (hosts_ > 1) return x_allgather(output, input);
     check_tpu(input, "all_gather_into_tensor");
     check_tpu(output, "all_gather_into_tensor");
@@ -301,6 +347,10 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs), co = chip(outputs);
+      return copy_back(allgather_into_tensor_coalesced(co, ci, opts), outputs, co);
+    }
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: all_gather_into_tensor_coalesced: as many outputs as inputs");
     for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
     return work(c10d::OpType::COALESCED, outputs);
@@ -309,6 +359,11 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(allgather_coalesced(co, ci, opts), outputs, co);
+    }
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: allgather_coalesced: one output list per input");
     std::vector<at::Tensor> all;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -322,6 +377,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(gather(co, ci, opts), outputs, co);
+    }
     if (hosts_ > 1) return x_gather(outputs, one(inputs, "gather"), static_cast<int>(opts.rootRank));
     at::Tensor& in = one(inputs, "gather");
     int root = static_cast<int>(opts.rootRank);
@@ -349,6 +409,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(scatter(co, ci, opts), outputs, co);
+    }
     if (hosts_ > 1) return x_scatter(one(outputs, "scatter"), inputs, static_cast<int>(opts.rootRank));
     at::Tensor& out = one(outputs, "scatter");
     int root = static_cast<int>(opts.rootRank);
@@ -377,6 +442,11 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(reduce_scatter(co, ci, opts), outputs, co);
+    }
     if (hosts_ > 1) {
       at::Tensor& out = one(outputs, "reduce_scatter");
       TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
@@ -402,6 +472,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
+    if (on_cpu(output) || on_cpu(input)) {
+      std::vector<at::Tensor> o{output}, co{chip(output)};
+      at::Tensor ci = chip(input);
+      return copy_back(_reduce_scatter_base(co[0], ci, opts), o, co);
+    }
     if (hosts_ > 1) {
       at::Tensor flat = input.reshape({-1}).clone();
       x_allreduce(flat, opts.reduceOp);
@@ -420,6 +495,10 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs), co = chip(outputs);
+      return copy_back(reduce_scatter_tensor_coalesced(co, ci, opts), outputs, co);
+    }
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: reduce_scatter_tensor_coalesced: as many outputs as inputs");
     for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
     return work(c10d::OpType::COALESCED, outputs);
@@ -427,6 +506,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& out_splits,
                                                std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
+    if (on_cpu(output) || on_cpu(input)) {
+      std::vector<at::Tensor> o{output}, co{chip(output)};
+      at::Tensor ci = chip(input);
+      return copy_back(alltoall_base(co[0], ci, out_splits, in_splits, opts), o, co);
+    }
     check_tpu(input, "all_to_all_single");
     check_tpu(output, "all_to_all_single");
     TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "tpu_dist: all_to_all_single: input is ",
@@ -493,6 +577,10 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs), co = chip(outputs);
+      return copy_back(alltoall(co, ci, opts), outputs, co);
+    }
     int n = getSize();
     TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
                       "tpu_dist: all_to_all needs ", n, " input and ", n, " output tensors");
@@ -542,6 +630,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    if (any_cpu(tensors)) {  // the chip copy is what is sent: the caller may reuse its tensor at once
+      auto c = chip(tensors);
+      return send(c, dst, tag);
+    }
     at::Tensor& t = one(tensors, "send");
     at::Tensor d = dense(t);
     if (!same_host(dst)) {
@@ -560,6 +652,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(recv(c, src, tag), tensors, c);
+    }
     at::Tensor& t = one(tensors, "recv");
     at::Tensor d = dense(t);
     if (!same_host(src)) {
@@ -588,6 +684,7 @@ class TpuDistBackend : public c10d::Backend {
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override {
     coalescing_ = true;
+    pending_copy_back_.clear();
     pending_.clear();
     pending_tensors_.clear();
     pending_remote_.clear();
@@ -609,13 +706,20 @@ class TpuDistBackend : public c10d::Backend {
     pending_.clear();
     pending_tensors_.clear();
     pending_remote_.clear();
-    return work(c10d::OpType::COALESCED, outs);
+    auto w = work(c10d::OpType::COALESCED, outs);
+    static_cast<TpuWork*>(w.get())->add_copy_back(std::move(pending_copy_back_));
+    pending_copy_back_.clear();
+    return w;
   }
 
   // The first message with this tag that any rank of the group sends here;
   // Work.wait() then _source_rank() (what dist.recv(src=None) returns) says
   // who sent it.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(recvAnysource(c, tag), tensors, c);
+    }
     at::Tensor& t = one(tensors, "recv");
     TORCH_CHECK_NOT_IMPLEMENTED(hosts_ == 1, "tpu_dist: recv from any source is not supported in a group that spans "
                                 "hosts; name the source rank");
@@ -651,6 +755,57 @@ class TpuDistBackend : public c10d::Backend {
     tpurt_status_free(without_gil([&] { return tpurt_device_synchronize(get_device(-1)); }));
     tpurt_dist_comm_destroy(comm_);
     comm_ = nullptr;
+  }
+
+  // ---- CPU tensors (with FSDP2's CPU offload: clip_grad_norm_'s all_reduce, full_tensor() of an offloaded
+  // parameter; object collectives): each is copied to this chip, the collective runs on the copies, and the
+  // Work copies the results back at wait(), where the host waits (as gloo's Work does). ----
+  static bool on_cpu(const at::Tensor& t) { return t.defined() && t.device().is_cpu(); }
+  static bool any_cpu(const std::vector<at::Tensor>& v) {
+    for (auto& t : v)
+      if (on_cpu(t)) return true;
+    return false;
+  }
+  static bool any_cpu(const std::vector<std::vector<at::Tensor>>& vv) {
+    for (auto& v : vv)
+      if (any_cpu(v)) return true;
+    return false;
+  }
+  static at::Tensor chip(const at::Tensor& t) { return on_cpu(t) ? t.to(c10::Device(kTpu, current_device_index())) : t; }
+  static std::vector<at::Tensor> chip(const std::vector<at::Tensor>& v) {
+    std::vector<at::Tensor> r;
+    for (auto& t : v) r.push_back(chip(t));
+    return r;
+  }
+  static std::vector<std::vector<at::Tensor>> chip(const std::vector<std::vector<at::Tensor>>& vv) {
+    std::vector<std::vector<at::Tensor>> r;
+    for (auto& v : vv) r.push_back(chip(v));
+    return r;
+  }
+  // w copies each CPU tensor of `user` from its chip copy in `chips` at wait() (inside batch_isend_irecv, the
+  // group's Work does).
+  c10::intrusive_ptr<c10d::Work> copy_back(c10::intrusive_ptr<c10d::Work> w, const std::vector<at::Tensor>& user,
+                                           const std::vector<at::Tensor>& chips) {
+    std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+    for (size_t i = 0; i < user.size(); ++i)
+      if (on_cpu(user[i])) pairs.emplace_back(user[i], chips[i]);
+    if (coalescing_) {
+      for (auto& p : pairs) pending_copy_back_.push_back(std::move(p));
+    } else {
+      static_cast<TpuWork*>(w.get())->add_copy_back(std::move(pairs));
+    }
+    return w;
+  }
+  c10::intrusive_ptr<c10d::Work> copy_back(c10::intrusive_ptr<c10d::Work> w,
+                                           const std::vector<std::vector<at::Tensor>>& user,
+                                           const std::vector<std::vector<at::Tensor>>& chips) {
+    std::vector<at::Tensor> u, c;
+    for (size_t i = 0; i < user.size(); ++i)
+      for (size_t j = 0; j < user[i].size(); ++j) {
+        u.push_back(user[i][j]);
+        c.push_back(chips[i][j]);
+      }
+    return copy_back(std::move(w), u, c);
   }
 
   void check_tpu(const at::Tensor& t, const char* what) {
@@ -1007,6 +1162,7 @@ class TpuDistBackend : public c10d::Backend {
   std::vector<tpurt_dist_op_t> pending_;
   std::vector<Pending> pending_tensors_;
   std::vector<RemoteP2P> pending_remote_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> pending_copy_back_;
 };
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
