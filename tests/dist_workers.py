@@ -737,7 +737,8 @@ def premul_sum(rank, world):
 
 def recv_any_source(rank, world):
     """dist.recv(t) without src and irecv without src take whichever rank's message comes (gloo's semantics) and
-    return / report the sender's rank; in a subgroup, the sender's global rank."""
+    return / report the sender's rank; in a subgroup, the sender's global rank. Then batch_isend_irecv with two
+    messages to one peer."""
     dist = _init(rank, world)
     dev = torch.device("tpu", 0)
     if rank == 0:
@@ -770,6 +771,15 @@ def recv_any_source(rank, world):
                 _same(buf, _value(src, torch.int64, (3,), salt=5), f"subgroup recv from any source ({src})")
         else:
             dist.send(_value(rank, torch.int64, (3,), salt=5).to(dev), last, group=g)
+    # two sends to the same peer in one batch_isend_irecv (a ring): each receive gets its own message, in order
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    mine = [_value(rank, torch.float32, (4,), salt=k).to(dev) for k in range(2)]
+    got = [torch.full((4,), -7.0, device=dev) for _ in range(2)]
+    ops = [dist.P2POp(dist.isend, m, nxt) for m in mine] + [dist.P2POp(dist.irecv, x, prv) for x in got]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    for k in range(2):
+        _same(got[k], _value(prv, torch.float32, (4,), salt=k), f"batch_isend_irecv message {k} of 2 from {prv}")
     dist.barrier()
     dist.destroy_process_group()
 
