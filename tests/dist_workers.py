@@ -868,6 +868,11 @@ def cpu_tensors(rank, world):
     _same(t, _reduce_ref(vals, dist.ReduceOp.MAX, dt), "cpu async all_reduce max")
     _same(chip, _reduce_ref(vals, dist.ReduceOp.SUM, dt), "chip all_reduce between")
     t = vals[rank].clone()
+    w = dist.all_reduce(t, async_op=True)
+    while not w.is_completed():  # polling, no wait(): complete means the CPU tensor holds the result
+        time.sleep(0.001)
+    _same(t, _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu all_reduce polled with is_completed()")
+    t = vals[rank].clone()
     fut = dist.all_reduce(t, async_op=True).get_future()
     _same(fut.wait()[0], _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu all_reduce future")
     for root in range(world):

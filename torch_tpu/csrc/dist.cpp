@@ -102,7 +102,11 @@ class TpuWork : public c10d::Work {
   }
   ~TpuWork() override { tpurt_event_release(event_); }
 
-  bool isCompleted() override { return tpurt_event_query(event_); }
+  bool isCompleted() override {
+    if (!tpurt_event_query(event_)) return false;
+    if (!copy_back_.empty()) wait(kNoTimeout);  // done on the chip: CPU tensors get their results now
+    return true;
+  }
   bool isSuccess() const override { return tpurt_dist_comm_error(comm_) == TPURT_OK; }
   std::vector<at::Tensor> result() override { return outputs_; }
 
