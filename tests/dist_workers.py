@@ -469,6 +469,21 @@ def cross_host(rank, world):
             t = _value(rank, dt, shape).to(dev)
             dist.all_reduce(t, op=op)
             _same(t, _reduce_ref([_value(r, dt, shape) for r in range(W)], op, dt), f"cross-host all_reduce {dt} {op}")
+    # premul_sum across hosts: each rank's own factor, before the sum within and between hosts
+    pm = dist._make_nccl_premul_sum(_premul_factor(rank))
+    want = sum(_premul_factor(r) * _value(r, torch.float64, shape) for r in range(W)).float()
+    t = _value(rank, torch.float32, shape).to(dev)
+    dist.all_reduce(t, op=pm)
+    _same(t, want, "cross-host all_reduce premul_sum")
+    t = _value(rank, torch.float32, shape).to(dev)
+    dist.reduce(t, dst=2, op=pm)
+    _same(t, want if rank == 2 else _value(rank, torch.float32, shape), "cross-host reduce premul_sum")
+    rs_in = _value(rank, torch.float32, (W * 5, 7)).to(dev)
+    rs_out = torch.empty(shape, device=dev)
+    dist.reduce_scatter_tensor(rs_out, rs_in, op=pm)
+    rs_want = sum(_premul_factor(r) * _value(r, torch.float64, (W * 5, 7)) for r in range(W)).float()
+    _same(rs_out, rs_want[rank * 5:(rank + 1) * 5], "cross-host reduce_scatter_tensor premul_sum")
+    _same(rs_in, _value(rank, torch.float32, (W * 5, 7)), "cross-host reduce_scatter_tensor premul_sum input")
     for src in (0, 1, 3):
         t = _value(rank, torch.float32, shape).to(dev)
         dist.broadcast(t, src=src)
@@ -637,5 +652,280 @@ def dcp_load(rank, world):
         assert sorted(got) == sorted(want), (sorted(got), sorted(want))
         for k in want:
             assert torch.equal(got[k].cpu(), want[k].cpu()), k
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _premul_factor(r):
+    """Rank r's premul_sum factor: a binary fraction, so every product and sum of `_value`s is exact."""
+    return 0.5 + 0.25 * r
+
+
+def premul_sum(rank, world):
+    """ReduceOp.PREMUL_SUM with a float factor, a one-element tpu tensor and a cpu tensor, different on every rank:
+    all_reduce, reduce, reduce_scatter, reduce_scatter_tensor and the coalesced forms give sum_r f_r * x_r (worked on
+    CPU in float64), small and large (the shared-memory protocol) messages and a non-contiguous tensor; inputs the
+    caller still owns (reduce off the root, reduce_scatter's) are unchanged; an integer tensor is refused with a
+    clear error and the group keeps working."""
+    dist = _init(rank, world)
+    dev = torch.device("tpu", 0)
+    mk = dist._make_nccl_premul_sum
+    f = _premul_factor(rank)
+
+    def want(shape, dt, salt=0):
+        acc = sum(_premul_factor(r) * _value(r, torch.float64, shape, salt) for r in range(world))
+        return acc.to(dt)
+
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for kind in ("float", "tpu", "cpu"):
+            op = (mk(f) if kind == "float" else
+                  mk(torch.tensor([f], dtype=dt, device=dev)) if kind == "tpu" else mk(torch.tensor(f)))
+            what = f"premul_sum({kind} factor) {dt}"
+            shapes = [(6, 5)] + ([(2, 40000)] if dt == torch.float32 else [])
+            for shape in shapes:
+                t = _value(rank, dt, shape).to(dev)
+                dist.all_reduce(t, op=op)
+                _same(t, want(shape, dt), f"{what} all_reduce {shape}")
+            # non-contiguous: a transposed view
+            base = _value(rank, dt, (5, 6)).to(dev)
+            view = base.t()
+            dist.all_reduce(view, op=op)
+            _same(view, want((5, 6), dt).t(), f"{what} all_reduce of a transposed view")
+            for root in range(world):
+                t = _value(rank, dt, (7,)).to(dev)
+                dist.reduce(t, dst=root, op=op)
+                _same(t, want((7,), dt) if rank == root else _value(rank, dt, (7,)), f"{what} reduce to {root}")
+            inp = _value(rank, dt, (world * 3, 2)).to(dev)
+            out = torch.empty((3, 2), dtype=dt, device=dev)
+            dist.reduce_scatter_tensor(out, inp, op=op)
+            _same(out, want((world * 3, 2), dt)[rank * 3:(rank + 1) * 3], f"{what} reduce_scatter_tensor")
+            _same(inp, _value(rank, dt, (world * 3, 2)), f"{what} reduce_scatter_tensor leaves its input")
+            ins = [_value(rank, dt, (4,), salt=q).to(dev) for q in range(world)]
+            out = torch.empty(4, dtype=dt, device=dev)
+            dist.reduce_scatter(out, ins, op=op)
+            _same(out, want((4,), dt, salt=rank), f"{what} reduce_scatter")
+            for q in range(world):
+                _same(ins[q], _value(rank, dt, (4,), salt=q), f"{what} reduce_scatter leaves its inputs")
+    # the coalesced forms
+    op = mk(f)
+    ts = [_value(rank, torch.float32, (3,), salt=s).to(dev) for s in range(3)]
+    dist.all_reduce_coalesced(ts, op=op)
+    for s in range(3):
+        _same(ts[s], want((3,), torch.float32, salt=s), f"all_reduce_coalesced premul_sum [{s}]")
+    ins = [_value(rank, torch.float32, (world * 2,), salt=s).to(dev) for s in range(2)]
+    outs = [torch.empty(2, device=dev) for _ in range(2)]
+    with dist._coalescing_manager(async_ops=False):
+        for s in range(2):
+            dist.reduce_scatter_tensor(outs[s], ins[s], op=op)
+    for s in range(2):
+        _same(outs[s], want((world * 2,), torch.float32, salt=s)[rank * 2:rank * 2 + 2], f"coalesced rs premul [{s}]")
+        _same(ins[s], _value(rank, torch.float32, (world * 2,), salt=s), f"coalesced rs premul leaves input [{s}]")
+    # an integer tensor: refused on every rank before anything moves; the group goes on
+    bad = torch.ones(4, dtype=torch.int32, device=dev)
+    try:
+        dist.all_reduce(bad, op=op)
+    except ValueError as e:
+        assert "premul_sum needs a float16, bfloat16, float32 or float64 tensor, got Int" in str(e), str(e)
+    else:
+        raise AssertionError("premul_sum on int32 was accepted")
+    t = _value(rank, torch.float32, (5,)).to(dev)
+    dist.all_reduce(t)
+    _same(t, _reduce_ref([_value(r, torch.float32, (5,)) for r in range(world)], dist.ReduceOp.SUM, torch.float32),
+          "all_reduce after a refused premul_sum")
+    dist.destroy_process_group()
+
+
+def recv_any_source(rank, world):
+    """dist.recv(t) without src and irecv without src take whichever rank's message comes (gloo's semantics) and
+    return / report the sender's rank; in a subgroup, the sender's global rank. Then batch_isend_irecv with two
+    messages to one peer."""
+    dist = _init(rank, world)
+    dev = torch.device("tpu", 0)
+    if rank == 0:
+        seen = set()
+        for _ in range(world - 1):
+            buf = torch.empty(4, device=dev)
+            src = dist.recv(buf)
+            assert src not in seen and 0 < src < world, (src, seen)
+            seen.add(src)
+            _same(buf, _value(src, torch.float32, (4,)), f"recv from any source (sent by {src})")
+        buf = torch.empty((2, 3), dtype=torch.bfloat16, device=dev)
+        w = dist.irecv(buf, tag=1)
+        w.wait()
+        assert w._source_rank() == 1, w._source_rank()
+        _same(buf, _value(11, torch.bfloat16, (2, 3)), "irecv from any source")
+    else:
+        dist.send(_value(rank, torch.float32, (4,)).to(dev), 0)
+        if rank == 1:
+            dist.send(_value(11, torch.bfloat16, (2, 3)).to(dev), 0, tag=1)  # not for the tag-0 receives
+    # a subgroup whose group ranks differ from the global ones: the last rank receives from any of the others
+    ranks = list(range(1, world)) if world > 2 else [0, 1]
+    g = dist.new_group(ranks)
+    if rank in ranks:
+        last = ranks[-1]
+        if rank == last:
+            for _ in range(len(ranks) - 1):
+                buf = torch.empty(3, dtype=torch.int64, device=dev)
+                src = dist.recv(buf, group=g)
+                assert src in ranks[:-1], (src, ranks)
+                _same(buf, _value(src, torch.int64, (3,), salt=5), f"subgroup recv from any source ({src})")
+        else:
+            dist.send(_value(rank, torch.int64, (3,), salt=5).to(dev), last, group=g)
+    # two sends to the same peer in one batch_isend_irecv (a ring): each receive gets its own message, in order
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    mine = [_value(rank, torch.float32, (4,), salt=k).to(dev) for k in range(2)]
+    got = [torch.full((4,), -7.0, device=dev) for _ in range(2)]
+    ops = [dist.P2POp(dist.isend, m, nxt) for m in mine] + [dist.P2POp(dist.irecv, x, prv) for x in got]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    for k in range(2):
+        _same(got[k], _value(prv, torch.float32, (4,), salt=k), f"batch_isend_irecv message {k} of 2 from {prv}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def fsdp2_cpu_offload(rank, world):
+    """FSDP2 with CPUOffloadPolicy: sharded parameters and gradients live on the CPU between steps and the optimizer
+    steps there, while forward, backward and the collectives run on the tpu chip. Trained beside the same model
+    sharded without offload, both with a gradient divide factor of 2 * world (FSDP2 then reduce-scatters with
+    ReduceOp.PREMUL_SUM): per-step losses match each other and one process on the whole batch at half the learning
+    rate, and the parameter shards match after the last step."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    vocab, seq, steps, lr = 64, 16, 3, 0.5
+    batch = 4 * world
+    torch.manual_seed(0)
+    model, ref = _gpt_pair(vocab, seq)
+    plain, _ = _gpt_pair(vocab, seq)
+    data = torch.randint(0, vocab, (steps, batch, seq + 1), generator=torch.Generator().manual_seed(1))
+    mesh = init_device_mesh("tpu", (world,))
+
+    def shard(m, **kw):
+        for blk in m.blocks:
+            fully_shard(blk, mesh=mesh, reshard_after_forward=True, **kw)
+        fully_shard(m, mesh=mesh, **kw)
+        for mod in list(m.blocks) + [m]:
+            mod.set_gradient_divide_factor(2.0 * world)
+        return m
+
+    model = shard(model, offload_policy=CPUOffloadPolicy())
+    plain = shard(plain.to(dev))
+    for p in model.parameters():
+        assert p.device.type == "cpu" and p.to_local().is_pinned(), p.device
+    opts = [torch.optim.SGD(m.parameters(), lr=lr) for m in (model, plain)]
+    per = batch // world
+    losses, norms = [[], []], [[], []]
+    for s in range(steps):
+        x = data[s, rank * per:(rank + 1) * per].to(dev)
+        for i, m in enumerate((model, plain)):
+            loss = torch.nn.functional.cross_entropy(m(x[:, :-1]).reshape(-1, vocab), x[:, 1:].reshape(-1))
+            opts[i].zero_grad()
+            loss.backward()
+            if i == 0:
+                for p in m.parameters():
+                    assert p.grad is not None and p.grad.device.type == "cpu", p.grad
+            # the gradient norm over shards: an all_reduce of a CPU tensor on the offloaded model
+            norms[i].append(torch.nn.utils.clip_grad_norm_(m.parameters(), 1e9).item())
+            opts[i].step()
+            avg = loss.detach().clone()
+            dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+            losses[i].append(avg.item())
+    want = _ref_losses(ref, data, vocab, lr / 2, steps)
+    for s in range(steps):
+        for i in range(2):
+            assert abs(want[s] - losses[i][s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, i, want[s], losses[i][s])
+        assert abs(norms[0][s] - norms[1][s]) <= 1e-4 * norms[1][s], (s, norms[0][s], norms[1][s])
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert p.device.type == "cpu", name
+        a, b = p.to_local(), q.to_local().cpu()
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), (name, (a - b).abs().max())
+        # full_tensor() of an offloaded parameter: an all_gather of CPU shards
+        full = p.full_tensor()
+        assert full.device.type == "cpu" and torch.allclose(full, q.full_tensor().cpu(), rtol=1e-4, atol=1e-5), name
+    dist.destroy_process_group()
+
+
+def cpu_tensors(rank, world):
+    """CPU tensors given to a tpu_dist group (no gloo named): every collective, point to point, batch_isend_irecv,
+    async with Work.wait() and get_future(), the functional collectives and the object collectives give gloo's
+    answers (worked on CPU by hand); a collective on the chip in between stays in order."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+    _init(rank, world)
+    dt = torch.float32
+    vals = [_value(r, dt, (6,)) for r in range(world)]
+    t = vals[rank].clone()
+    dist.all_reduce(t)
+    _same(t, _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu all_reduce")
+    t = vals[rank].clone()
+    w = dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True)
+    chip = _value(rank, dt, (6,)).to("tpu")
+    dist.all_reduce(chip)  # a chip collective issued while the CPU one is pending
+    w.wait()
+    _same(t, _reduce_ref(vals, dist.ReduceOp.MAX, dt), "cpu async all_reduce max")
+    _same(chip, _reduce_ref(vals, dist.ReduceOp.SUM, dt), "chip all_reduce between")
+    t = vals[rank].clone()
+    w = dist.all_reduce(t, async_op=True)
+    while not w.is_completed():  # polling, no wait(): complete means the CPU tensor holds the result
+        time.sleep(0.001)
+    _same(t, _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu all_reduce polled with is_completed()")
+    t = vals[rank].clone()
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    _same(fut.wait()[0], _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu all_reduce future")
+    for root in range(world):
+        t = vals[rank].clone()
+        dist.broadcast(t, src=root)
+        _same(t, vals[root], f"cpu broadcast from {root}")
+        t = vals[rank].clone()
+        dist.reduce(t, dst=root)
+        _same(t, _reduce_ref(vals, dist.ReduceOp.SUM, dt) if rank == root else vals[rank], f"cpu reduce to {root}")
+        _check_gather(rank, world, dt, (2, 3), "cpu", root, "cpu ")
+        _check_scatter(rank, world, dt, (2, 3), "cpu", root, "cpu ")
+    out = torch.empty(6 * world)
+    dist.all_gather_into_tensor(out, vals[rank])
+    _same(out, torch.cat(vals), "cpu all_gather_into_tensor")
+    outs = [torch.empty(6) for _ in range(world)]
+    dist.all_gather(outs, vals[rank])
+    for r in range(world):
+        _same(outs[r], vals[r], f"cpu all_gather [{r}]")
+    big = [_value(r, dt, (world * 4,)) for r in range(world)]
+    o = torch.empty(4)
+    dist.reduce_scatter_tensor(o, big[rank])
+    _same(o, _reduce_ref(big, dist.ReduceOp.SUM, dt)[rank * 4:rank * 4 + 4], "cpu reduce_scatter_tensor")
+    _check_all_to_all(rank, world, dt, "cpu", "cpu ")
+    # point to point: a ring with batch_isend_irecv, then plain send / recv and recv from any source
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    got = torch.empty(6)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, vals[rank], nxt), dist.P2POp(dist.irecv, got, prv)])
+    for r in reqs:
+        r.wait()
+    _same(got, vals[prv], "cpu batch_isend_irecv")
+    if rank == 0:
+        for _ in range(world - 1):
+            buf = torch.empty(6)
+            src = dist.recv(buf)
+            _same(buf, vals[src], f"cpu recv from any source ({src})")
+        buf = torch.empty(6)
+        dist.recv(buf, src=1, tag=1)
+        _same(buf, vals[1] * 2, "cpu recv")
+    else:
+        dist.send(vals[rank], 0)
+        if rank == 1:  # another tag: the receives from any source must not take it
+            dist.send(vals[1] * 2, 0, tag=1)
+    # functional collectives on CPU tensors
+    r = fc.all_reduce(vals[rank], "sum", dist.group.WORLD)
+    _same(fc.wait_tensor(r), _reduce_ref(vals, dist.ReduceOp.SUM, dt), "cpu functional all_reduce")
+    g = fc.all_gather_tensor(vals[rank], 0, dist.group.WORLD)
+    _same(fc.wait_tensor(g), torch.cat(vals), "cpu functional all_gather_tensor")
+    # object collectives
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank})
+    assert objs == [{"rank": r, "s": "x" * r} for r in range(world)], objs
+    lst = [rank * 10, "a"] if rank == 0 else [None, None]
+    dist.broadcast_object_list(lst, src=0)
+    assert lst == [0, "a"], lst
     dist.barrier()
     dist.destroy_process_group()

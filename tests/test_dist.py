@@ -179,3 +179,26 @@ def test_distributed_checkpoint_2_to_n(tmp_path, load_world, monkeypatch):
     monkeypatch.setenv("TORCH_TPU_TEST_CKPT", str(tmp_path))
     _spawn("dcp_save", 2)
     _spawn("dcp_load", load_world, topology="2x2" if load_world == 4 else None)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_premul_sum(world):
+    """ReduceOp.PREMUL_SUM (FSDP's gradient division) on every reducing collective, against CPU by hand."""
+    _spawn("premul_sum", world, topology="2x2" if world == 4 else None)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_recv_any_source(world):
+    _spawn("recv_any_source", world)
+
+
+def test_fsdp2_cpu_offload_2_ranks():
+    """FSDP2 with CPUOffloadPolicy (parameters, gradients and the optimizer step on the CPU) against the same model
+    sharded on the chips and one process; gradient division by premul_sum."""
+    _spawn("fsdp2_cpu_offload", 2)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_cpu_tensors(world):
+    """CPU tensors on a tpu_dist group (what FSDP2's CPU offload and object collectives hand it) give gloo's answers."""
+    _spawn("cpu_tensors", world, topology="2x2" if world == 4 else None)

@@ -112,4 +112,7 @@ def register_backend() -> None:
     import torch.distributed as dist
     if not dist.is_available() or "tpu_dist" in dist.Backend.backend_list:
         return
-    dist.Backend.register_backend("tpu_dist", _create_backend, devices=["tpu"])
+    # Also for "cpu": CPU tensors given to a tpu_dist group (FSDP2's CPU offload: the gradient norm, full_tensor() of
+    # an offloaded parameter; object collectives) go through the chip's memory instead of failing for want of a CPU
+    # backend. c10d makes one backend per device, so the CPU one is a communicator of its own.
+    dist.Backend.register_backend("tpu_dist", _create_backend, devices=["tpu", "cpu"])

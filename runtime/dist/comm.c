@@ -30,6 +30,10 @@
 /* How long a thread that issued a small collective on an idle queue waits
  * for its peers itself before leaving the rest to the queue's thread. */
 #define INLINE_WAIT_NS 30000u
+/* Messages one rank may have posted to another and not yet seen taken: a
+ * group (batch_isend_irecv) posts all its sends before it waits, so this is
+ * the most sends to one peer a group may hold. */
+#define P2P_DEPTH 8
 
 /* What every rank publishes about the collective it is in. */
 typedef struct header_t {
@@ -54,7 +58,7 @@ typedef struct __attribute__((aligned(64))) shm_rank_t {
   uint64_t send_counts[MAXR], send_offsets[MAXR], recv_counts[MAXR], recv_offsets[MAXR];
   _Atomic uint32_t p2p_posted[MAXR]; /* messages posted to rank d */
   _Atomic uint32_t p2p_taken[MAXR];  /* messages taken from rank s */
-  p2p_msg_t p2p_msg[MAXR];           /* the message posted to rank d */
+  p2p_msg_t p2p_msg[MAXR][P2P_DEPTH]; /* message #n to rank d in [d][(n - 1) % P2P_DEPTH] */
 } shm_rank_t;
 
 typedef struct shm_t {
@@ -78,6 +82,7 @@ struct tpurt_dist_comm_t {
   uint64_t bytes[MAXR];
   uint64_t seq;
   uint32_t p2p_sent[MAXR], p2p_recvd[MAXR];
+  int any_next; /* where a receive from any source starts looking */
   void* scratch; /* reduction blocks */
   char name[256];
   /* Queued collectives run in the order they were issued, whichever queue
@@ -510,7 +515,8 @@ static tpurt_status_t validate(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) 
   if (rooted && (op->root < 0 || op->root >= c->size))
     return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: root %d is not a rank of this group of %d",
                         tpurt_dist_kind_name(op->kind), op->root, c->size);
-  if ((op->kind == TPURT_DIST_SEND || op->kind == TPURT_DIST_RECV) &&
+  bool any_source = op->kind == TPURT_DIST_RECV && op->peer == TPURT_DIST_ANY_SOURCE;
+  if ((op->kind == TPURT_DIST_SEND || op->kind == TPURT_DIST_RECV) && !any_source &&
       (op->peer < 0 || op->peer >= c->size || op->peer == c->rank))
     return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: %s: peer %d is not another rank of this group of %d",
                         tpurt_dist_kind_name(op->kind), op->peer, c->size);
@@ -556,8 +562,13 @@ static tpurt_status_t post_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op,
   uint64_t off = offset_of(c, op->in, op->count * es, "send", &st);
   if (st) return st;
   shm_rank_t* me = &c->shm->ranks[c->rank];
-  uint32_t n = ++c->p2p_sent[op->peer];
-  me->p2p_msg[op->peer] = (p2p_msg_t){off, op->count, op->dtype, op->tag};
+  uint32_t n = c->p2p_sent[op->peer] + 1;
+  if (n > P2P_DEPTH) { /* the slot of message n - P2P_DEPTH must have been taken (a group's limit makes this immediate) */
+    p2p_wait_t w = {op->peer, n - P2P_DEPTH, true};
+    TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, "taking an earlier message"}));
+  }
+  c->p2p_sent[op->peer] = n;
+  me->p2p_msg[op->peer][(n - 1) % P2P_DEPTH] = (p2p_msg_t){off, op->count, op->dtype, op->tag};
   atomic_store_explicit(&me->p2p_posted[op->peer], n, memory_order_release);
   notify(c->shm);
   *out_n = n;
@@ -573,31 +584,69 @@ static tpurt_status_t finish_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* o
   return wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what});
 }
 
+/* A receive from any source waits for a message with its tag posted by any
+ * rank (the peers are scanned from `next`, rotating, so no sender starves);
+ * a message with another tag is left for the receive it belongs to. While
+ * none has come, the first rank with nothing posted is the one named if the
+ * wait fails. */
+typedef struct any_wait_t {
+  int tag, next, found;
+} any_wait_t;
+
+static int missing_any(tpurt_dist_comm_t* c, uint64_t arg) {
+  any_wait_t* w = (any_wait_t*)(uintptr_t)arg;
+  int blame = -1;
+  for (int k = 0; k < c->size; ++k) {
+    int p = (w->next + k) % c->size;
+    if (p == c->rank) continue;
+    const shm_rank_t* pr = &c->shm->ranks[p];
+    uint32_t posted = atomic_load_explicit(&pr->p2p_posted[c->rank], memory_order_acquire);
+    if (posted > c->p2p_recvd[p] && pr->p2p_msg[c->rank][c->p2p_recvd[p] % P2P_DEPTH].tag == w->tag) {
+      w->found = p;
+      return -1;
+    }
+    if (blame < 0 && posted <= c->p2p_recvd[p]) blame = p;
+  }
+  return blame >= 0 ? blame : (c->rank + 1) % c->size;
+}
+
 static tpurt_status_t run_recv(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
   size_t es = tpurt_dtype_size(op->dtype);
   tpurt_status_t st = TPURT_OK;
   offset_of(c, op->out, op->count * es, "recv", &st); /* only checks it is device memory */
   if (st) return st;
   shm_rank_t* me = &c->shm->ranks[c->rank];
-  uint32_t n = ++c->p2p_recvd[op->peer];
+  int peer = op->peer;
   char what[160];
-  snprintf(what, sizeof(what), "sending message #%u (recv of %llu %s elements, tag %d) to rank %d", n,
-           (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
-  p2p_wait_t w = {op->peer, n, false};
-  TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
-  p2p_msg_t m = c->shm->ranks[op->peer].p2p_msg[c->rank];
+  if (peer == TPURT_DIST_ANY_SOURCE) {
+    snprintf(what, sizeof(what), "sending a message (recv from any rank of %llu %s elements, tag %d) to rank %d",
+             (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+    any_wait_t w = {op->tag, c->any_next, -1};
+    TPURT_RETURN_IF_ERROR(wait_for(c, missing_any, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
+    peer = w.found;
+    c->any_next = (peer + 1) % c->size;
+  }
+  uint32_t n = ++c->p2p_recvd[peer];
+  if (op->peer != TPURT_DIST_ANY_SOURCE) {
+    snprintf(what, sizeof(what), "sending message #%u (recv of %llu %s elements, tag %d) to rank %d", n,
+             (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+    p2p_wait_t w = {peer, n, false};
+    TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
+  }
+  p2p_msg_t m = c->shm->ranks[peer].p2p_msg[c->rank][(n - 1) % P2P_DEPTH];
   if (m.count != op->count || m.dtype != (int32_t)op->dtype || m.tag != op->tag) {
     char msg[512];
     snprintf(msg, sizeof(msg), "mismatched point-to-point message #%u: rank %d sent %llu %s elements with tag %d, "
-             "rank %d receives %llu %s elements with tag %d", n, op->peer, (unsigned long long)m.count,
+             "rank %d receives %llu %s elements with tag %d%s", n, peer, (unsigned long long)m.count,
              tpurt_dtype_name((tpurt_dtype_t)m.dtype), m.tag, c->rank, (unsigned long long)op->count,
-             tpurt_dtype_name(op->dtype), op->tag);
+             tpurt_dtype_name(op->dtype), op->tag, op->peer == TPURT_DIST_ANY_SOURCE ? " from any rank" : "");
     tpurt_dist_comm_abort(c, msg);
     return aborted_status(c);
   }
-  memcpy(op->out, at(c, op->peer, m.off), op->count * es);
-  atomic_store_explicit(&me->p2p_taken[op->peer], n, memory_order_release);
+  memcpy(op->out, at(c, peer, m.off), op->count * es);
+  atomic_store_explicit(&me->p2p_taken[peer], n, memory_order_release);
   notify(c->shm);
+  if (op->out_source) *op->out_source = peer;
   return TPURT_OK;
 }
 
@@ -823,10 +872,23 @@ tpurt_status_t tpurt_dist_run(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) {
   return call_finish(c, op, &call);
 }
 
+/* A group posts every send before waiting for any: at most P2P_DEPTH to one peer. */
+static tpurt_status_t check_group_sends(const tpurt_dist_comm_t* c, const tpurt_dist_op_t* ops, int n) {
+  int per_peer[MAXR] = {0};
+  for (int i = 0; i < n; ++i) {
+    if (ops[i].kind != TPURT_DIST_SEND || ops[i].peer < 0 || ops[i].peer >= c->size) continue;
+    if (++per_peer[ops[i].peer] > P2P_DEPTH)
+      return TPURT_STATUS(UNIMPLEMENTED, "tpu_dist: a group (batch_isend_irecv) holds more than %d sends to rank %d; "
+                          "split it", P2P_DEPTH, ops[i].peer);
+  }
+  return TPURT_OK;
+}
+
 tpurt_status_t tpurt_dist_run_group(tpurt_dist_comm_t* c, const tpurt_dist_op_t* ops, int n) {
   if (!c || (n && !ops) || n < 0) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: run_group: bad arguments");
   if (atomic_load(&c->shm->aborted)) return aborted_status(c);
   for (int i = 0; i < n; ++i) TPURT_RETURN_IF_ERROR(validate(c, &ops[i]));
+  TPURT_RETURN_IF_ERROR(check_group_sends(c, ops, n));
   /* Sends first (posting never waits), then everything else in order, then
    * the sends' completions: a ring of send+recv pairs cannot deadlock. */
   uint32_t* seqs = calloc((size_t)n + 1, sizeof(uint32_t));
@@ -966,6 +1028,7 @@ tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* c, tpurt_queue_t* que
   for (int i = 0; i < n; ++i)
     if (ops[i].kind == TPURT_DIST_ALLTOALL)
       return TPURT_STATUS(UNIMPLEMENTED, "tpu_dist: all_to_all inside a coalesced group is not supported yet");
+  TPURT_RETURN_IF_ERROR(check_group_sends(c, ops, n));
   queued_group_t* g = malloc(sizeof(*g) + (size_t)n * sizeof(tpurt_dist_op_t));
   if (!g) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
   g->comm = c;

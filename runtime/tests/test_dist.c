@@ -446,6 +446,77 @@ static void rank_absent(tpurt_dist_comm_t* c) {
                     "elements, sum) (call #1"));
 }
 
+/* Receives from any source: rank 1 posts a tag-9 message first, ranks 2..
+ * post tag-3 ones; rank 0's tag-3 receives take those (whichever comes
+ * first, learning each sender) and leave rank 1's for the receive that names
+ * tag 9. A matching tag with another size is a mismatch, named. */
+static void rank_any_source(tpurt_dist_comm_t* c) {
+  float* buf = (float*)g_mem;
+  int n = g_size, r = g_rank;
+  if (r == 0) {
+    uint64_t seen = 0;
+    for (int k = 0; k < n - 2; ++k) {
+      int src = -2;
+      tpurt_dist_op_t o = {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = TPURT_DIST_ANY_SOURCE,
+                           .tag = 3, .count = 5, .out = buf, .out_source = &src};
+      CHECK_OK(tpurt_dist_run(c, &o));
+      CHECK(src >= 2 && src < n && !(seen & (1ull << src)));
+      if (src < 2 || src >= n) return;
+      seen |= 1ull << src;
+      for (int i = 0; i < 5; ++i) CHECK(buf[i] == (float)(src * 10 + i));
+    }
+    int src = -2;
+    tpurt_dist_op_t o = {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = TPURT_DIST_ANY_SOURCE,
+                         .tag = 9, .count = 2, .out = buf + 8, .out_source = &src};
+    CHECK_OK(tpurt_dist_run(c, &o));
+    CHECK(src == 1 && buf[8] == 99.0f && buf[9] == 98.0f);
+    o = (tpurt_dist_op_t){.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = TPURT_DIST_ANY_SOURCE,
+                          .tag = 4, .count = 3, .out = buf};
+    CHECK(status_says(tpurt_dist_run(c, &o), "rank 1 sent 6 float32 elements with tag 4", "from any rank"));
+    return;
+  }
+  if (r == 1) {
+    buf[8] = 99.0f, buf[9] = 98.0f;
+    tpurt_dist_op_t o = {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = 0, .tag = 9, .count = 2,
+                         .in = buf + 8};
+    CHECK_OK(tpurt_dist_run(c, &o));
+    o = (tpurt_dist_op_t){.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = 0, .tag = 4, .count = 6, .in = buf};
+    CHECK(status_says(tpurt_dist_run(c, &o), "mismatched", "tag 4"));
+    return;
+  }
+  for (int i = 0; i < 5; ++i) buf[i] = (float)(r * 10 + i);
+  usleep(3000 * (uint32_t)(n - r)); /* after rank 1's post, in reverse rank order */
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = 0, .tag = 3, .count = 5, .in = buf};
+  CHECK_OK(tpurt_dist_run(c, &o));
+}
+
+/* A group may hold several sends to one peer: each receive gets its own
+ * message, in order (they once shared one slot, and both receives got the
+ * last). Rank 0 sends 3 to rank 1 and takes 2 back, in one group each way;
+ * a group of more sends to one peer than the ring holds is refused. */
+static void rank_group_many(tpurt_dist_comm_t* c) {
+  float* buf = (float*)g_mem;
+  int r = g_rank, peer = 1 - r, nsend = r == 0 ? 3 : 2, nrecv = r == 0 ? 2 : 3;
+  for (int k = 0; k < 16; ++k) buf[k] = (float)(r * 100 + k), buf[16 + k] = -1.0f;
+  tpurt_dist_op_t ops[6];
+  int n = 0;
+  for (int k = 0; k < nrecv; ++k)
+    ops[n++] = (tpurt_dist_op_t){.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = peer, .count = 4,
+                                 .out = buf + 16 + 4 * k};
+  for (int k = 0; k < nsend; ++k)
+    ops[n++] = (tpurt_dist_op_t){.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = peer, .count = 4,
+                                 .in = buf + 4 * k};
+  CHECK_OK(tpurt_dist_run_group(c, ops, n));
+  int bad = 0;
+  for (int k = 0; k < 4 * nrecv; ++k) bad += buf[16 + k] != (float)(peer * 100 + k);
+  CHECK(bad == 0);
+  tpurt_dist_op_t many[9];
+  for (int k = 0; k < 9; ++k)
+    many[k] = (tpurt_dist_op_t){.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = peer, .count = 1,
+                                .in = buf};
+  CHECK(status_says(tpurt_dist_run_group(c, many, 9), "more than 8 sends to rank", NULL));
+}
+
 static void rank_nothing(tpurt_dist_comm_t* c) {}
 
 static bool shm_exists(const char* name) {
@@ -539,6 +610,9 @@ int main(void) {
   CHECK(spawn(3, rank_dtype_mismatch, 30000) == 0);
   CHECK(spawn(3, rank_killed, 60000) == 1); /* rank 1 killed itself; the others passed their checks */
   CHECK(spawn(2, rank_absent, 500) == 0);
+  CHECK(spawn(3, rank_any_source, 30000) == 0);
+  CHECK(spawn(2, rank_group_many, 30000) == 0);
+  CHECK(spawn(4, rank_any_source, 30000) == 0);
   test_shm_cleanup();
   setenv("TORCH_TPU_HBM_BYTES", "64M", 1);
   setenv("TORCH_TPU_NUM_THREADS", "1", 1);

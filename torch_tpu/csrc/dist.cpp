@@ -46,7 +46,42 @@ tpurt_dist_redop_t to_redop(const c10d::ReduceOp& op, const char* what) {
     default: break;
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: ", what, ": reduction ", static_cast<int>(op.op_),
-                              " (premul_sum) is not supported yet");
+                              " is not supported");
+}
+
+// The runtime's reduction for `rop` over the dense tensor `d`, which is about
+// to be reduced. PREMUL_SUM (torch.distributed._make_nccl_premul_sum) is
+// NCCL's: each rank's input times its factor, then summed. The product is
+// the device's mul kernel on the current stream, before the sum: in place
+// when `d` is this collective's to overwrite (`in_place`), else into a new
+// tensor that replaces `d`, so no input the caller still owns changes.
+tpurt_dist_redop_t reduction(const c10d::ReduceOp& rop, at::Tensor& d, bool in_place, const char* what) {
+  if (rop.op_ != c10d::ReduceOp::PREMUL_SUM) return to_redop(rop, what);
+  // c10d makes PREMUL_SUM only with this supplement (makePreMulSum).
+  auto* sup = static_cast<c10d::PreMulSumSupplement*>(rop.supplement_.get());
+  TORCH_CHECK_VALUE(sup, "tpu_dist: ", what, ": premul_sum without its factor (make the op with "
+                    "torch.distributed._make_nccl_premul_sum(factor))");
+  auto t = d.scalar_type();
+  TORCH_CHECK_VALUE(t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble, "tpu_dist: ", what,
+                    ": premul_sum needs a float16, bfloat16, float32 or float64 tensor, got ", t);
+  const at::Tensor& f = sup->tensor_factor;
+  if (f.defined()) {
+    TORCH_CHECK_VALUE(f.numel() == 1 && at::isFloatingType(f.scalar_type()), "tpu_dist: ", what,
+                      ": premul_sum's factor must be one floating-point number, got ", f.numel(), " elements of ",
+                      f.scalar_type());
+    if (f.device().type() == kTpu) {
+      at::Tensor f0 = f.reshape({}).to(t);  // stays on the device: no host wait for its value
+      if (in_place) d.mul_(f0);
+      else d = d.mul(f0);
+      return TPURT_DIST_SUM;
+    }
+    TORCH_CHECK_VALUE(f.device().is_cpu(), "tpu_dist: ", what, ": premul_sum's factor must be a tpu or cpu tensor, got ",
+                      f.device().str());
+  }
+  double v = f.defined() ? f.item<double>() : sup->double_factor;
+  if (in_place) d.mul_(v);
+  else d = d.mul(v);
+  return TPURT_DIST_SUM;
 }
 
 // A queued collective. Its event marks where the queue is once the
@@ -67,10 +102,13 @@ class TpuWork : public c10d::Work {
   }
   ~TpuWork() override { tpurt_event_release(event_); }
 
-  bool isCompleted() override { return tpurt_event_query(event_); }
+  bool isCompleted() override {
+    if (!tpurt_event_query(event_)) return false;
+    if (!copy_back_.empty()) wait(kNoTimeout);  // done on the chip: CPU tensors get their results now
+    return true;
+  }
   bool isSuccess() const override { return tpurt_dist_comm_error(comm_) == TPURT_OK; }
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
   bool wait(std::chrono::milliseconds timeout) override {
     if (block_host_) {
@@ -80,9 +118,40 @@ class TpuWork : public c10d::Work {
       check_status(tpurt_queue_wait_event(current_queue(), event_), "tpu_dist wait");
     }
     check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+    // CPU tensors' results: copied from their chip copies (the host waits for the collective, as with gloo).
+    std::vector<std::pair<at::Tensor, at::Tensor>> back;
+    back.swap(copy_back_);
+    for (auto& [user, chip] : back) user.copy_(chip);
     return true;
   }
+
+  // At wait(): each CPU tensor `first` gets its chip copy `second`'s value.
+  void add_copy_back(std::vector<std::pair<at::Tensor, at::Tensor>> pairs) {
+    for (auto& p : pairs) copy_back_.push_back(std::move(p));
+    if (!copy_back_.empty()) {  // the future's value is the CPU tensors: complete once they are written
+      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<c10::Device>{});
+    }
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    if (!future_->completed()) {
+      wait(kNoTimeout);
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+    return future_;
+  }
   void synchronize() override { wait(kNoTimeout); }
+
+  // recv from any source: the sender's rank, which the runtime writes into
+  // `source` (an int32 device tensor, so it outlives the queued receive as
+  // any buffer does) once the receive has run; the host waits for that.
+  void set_source(at::Tensor source) { source_ = std::move(source); }
+  int sourceRank() const override {
+    TORCH_CHECK(source_.defined(), "tpu_dist: sourceRank() is only known for a recv from any source");
+    check_status(without_gil([&] { return tpurt_event_synchronize(event_); }), "tpu_dist recv");
+    check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+    return source_.item<int>();
+  }
 
  private:
   tpurt_dist_comm_t* comm_;
@@ -91,6 +160,8 @@ class TpuWork : public c10d::Work {
   tpurt_event_t* event_ = nullptr;
   tpurt_queue_t* queue_ = nullptr;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  at::Tensor source_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
 };
 
 class TpuDistBackend : public c10d::Backend {
@@ -151,6 +222,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(broadcast(c, opts), tensors, c);
+    }
     if (hosts_ > 1) return x_broadcast(one(tensors, "broadcast"), static_cast<int>(opts.rootRank));
     at::Tensor& t = one(tensors, "broadcast");
     at::Tensor d = dense(t);
@@ -164,11 +239,15 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(allreduce(c, opts), tensors, c);
+    }
     if (hosts_ > 1) return x_allreduce(one(tensors, "allreduce"), opts.reduceOp);
     at::Tensor& t = one(tensors, "allreduce");
     at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_ALLREDUCE, d);
-    op.redop = to_redop(opts.reduceOp, "allreduce");
+    op.redop = reduction(opts.reduceOp, d, true, "allreduce");  // t is the output: scaled in place
     op.in = d.data_ptr();
     op.out = d.data_ptr();
     submit(op, "allreduce");
@@ -178,6 +257,10 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(allreduce_coalesced(c, opts), tensors, c);
+    }
     for (auto& t : tensors) {
       std::vector<at::Tensor> one_t{t};
       allreduce(one_t, opts);
@@ -186,6 +269,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(reduce(c, opts), tensors, c);
+    }
     if (hosts_ > 1) {
       at::Tensor& t = one(tensors, "reduce");
       at::Tensor tmp = t.clone(at::MemoryFormat::Contiguous);
@@ -195,10 +282,14 @@ class TpuDistBackend : public c10d::Backend {
     }
     at::Tensor& t = one(tensors, "reduce");
     at::Tensor d = dense(t);
+    int root = static_cast<int>(opts.rootRank);
+    // premul_sum scales in place only the root's tensor (its output) or a dense copy.
+    at::Tensor in = d;
+    tpurt_dist_redop_t red = reduction(opts.reduceOp, in, getRank() == root || !d.is_same(t), "reduce");
     tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
-    op.redop = to_redop(opts.reduceOp, "reduce");
-    op.root = static_cast<int>(opts.rootRank);
-    op.in = d.data_ptr();
+    op.redop = red;
+    op.root = root;
+    op.in = in.data_ptr();
     op.out = getRank() == op.root ? d.data_ptr() : nullptr;
     submit(op, "reduce");
     if (getRank() == op.root) write_back(t, d);
@@ -207,6 +298,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(allgather(co, ci, opts), outputs, co);
+    }
     if (hosts_ > 1) {
       at::Tensor& in = one(inputs, "all_gather");
       TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
@@ -232,6 +328,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
+    if (on_cpu(output) || on_cpu(input)) {
+      std::vector<at::Tensor> o{output}, co{chip(output)};
+      at::Tensor ci = chip(input);
+      return copy_back(_allgather_base(co[0], ci, opts), o, co);
+    }
     if (hosts_ > 1) return x_allgather(output, input);
     check_tpu(input, "all_gather_into_tensor");
     check_tpu(output, "all_gather_into_tensor");
@@ -250,6 +351,10 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs), co = chip(outputs);
+      return copy_back(allgather_into_tensor_coalesced(co, ci, opts), outputs, co);
+    }
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: all_gather_into_tensor_coalesced: as many outputs as inputs");
     for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
     return work(c10d::OpType::COALESCED, outputs);
@@ -258,6 +363,11 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(allgather_coalesced(co, ci, opts), outputs, co);
+    }
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: allgather_coalesced: one output list per input");
     std::vector<at::Tensor> all;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -271,6 +381,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(gather(co, ci, opts), outputs, co);
+    }
     if (hosts_ > 1) return x_gather(outputs, one(inputs, "gather"), static_cast<int>(opts.rootRank));
     at::Tensor& in = one(inputs, "gather");
     int root = static_cast<int>(opts.rootRank);
@@ -298,6 +413,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(scatter(co, ci, opts), outputs, co);
+    }
     if (hosts_ > 1) return x_scatter(one(outputs, "scatter"), inputs, static_cast<int>(opts.rootRank));
     at::Tensor& out = one(outputs, "scatter");
     int root = static_cast<int>(opts.rootRank);
@@ -326,6 +446,11 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs);
+      auto co = chip(outputs);
+      return copy_back(reduce_scatter(co, ci, opts), outputs, co);
+    }
     if (hosts_ > 1) {
       at::Tensor& out = one(outputs, "reduce_scatter");
       TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
@@ -346,11 +471,16 @@ class TpuDistBackend : public c10d::Backend {
       parts.push_back(t.reshape({-1}));
     }
     at::Tensor flat = at::cat(parts);
-    return reduce_scatter_flat(out, flat, opts, c10d::OpType::REDUCE_SCATTER);
+    return reduce_scatter_flat(out, flat, true, opts, c10d::OpType::REDUCE_SCATTER);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
+    if (on_cpu(output) || on_cpu(input)) {
+      std::vector<at::Tensor> o{output}, co{chip(output)};
+      at::Tensor ci = chip(input);
+      return copy_back(_reduce_scatter_base(co[0], ci, opts), o, co);
+    }
     if (hosts_ > 1) {
       at::Tensor flat = input.reshape({-1}).clone();
       x_allreduce(flat, opts.reduceOp);
@@ -361,12 +491,18 @@ class TpuDistBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                       "tpu_dist: reduce_scatter_tensor: input must have ", getSize(), " x the output's ", output.numel(),
                       " elements of ", output.scalar_type(), ", got ", input.numel(), " of ", input.scalar_type());
-    return reduce_scatter_flat(output, dense(input), opts, c10d::OpType::_REDUCE_SCATTER_BASE);
+    at::Tensor flat = dense(input);
+    bool owned = !flat.is_same(input);
+    return reduce_scatter_flat(output, flat, owned, opts, c10d::OpType::_REDUCE_SCATTER_BASE);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs), co = chip(outputs);
+      return copy_back(reduce_scatter_tensor_coalesced(co, ci, opts), outputs, co);
+    }
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: reduce_scatter_tensor_coalesced: as many outputs as inputs");
     for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
     return work(c10d::OpType::COALESCED, outputs);
@@ -374,6 +510,11 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& out_splits,
                                                std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
+    if (on_cpu(output) || on_cpu(input)) {
+      std::vector<at::Tensor> o{output}, co{chip(output)};
+      at::Tensor ci = chip(input);
+      return copy_back(alltoall_base(co[0], ci, out_splits, in_splits, opts), o, co);
+    }
     check_tpu(input, "all_to_all_single");
     check_tpu(output, "all_to_all_single");
     TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "tpu_dist: all_to_all_single: input is ",
@@ -440,6 +581,10 @@ class TpuDistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
+    if (any_cpu(inputs) || any_cpu(outputs)) {
+      auto ci = chip(inputs), co = chip(outputs);
+      return copy_back(alltoall(co, ci, opts), outputs, co);
+    }
     int n = getSize();
     TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
                       "tpu_dist: all_to_all needs ", n, " input and ", n, " output tensors");
@@ -489,6 +634,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    if (any_cpu(tensors)) {  // the chip copy is what is sent: the caller may reuse its tensor at once
+      auto c = chip(tensors);
+      return send(c, dst, tag);
+    }
     at::Tensor& t = one(tensors, "send");
     at::Tensor d = dense(t);
     if (!same_host(dst)) {
@@ -507,6 +656,10 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(recv(c, src, tag), tensors, c);
+    }
     at::Tensor& t = one(tensors, "recv");
     at::Tensor d = dense(t);
     if (!same_host(src)) {
@@ -535,6 +688,7 @@ class TpuDistBackend : public c10d::Backend {
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override {
     coalescing_ = true;
+    pending_copy_back_.clear();
     pending_.clear();
     pending_tensors_.clear();
     pending_remote_.clear();
@@ -556,11 +710,37 @@ class TpuDistBackend : public c10d::Backend {
     pending_.clear();
     pending_tensors_.clear();
     pending_remote_.clear();
-    return work(c10d::OpType::COALESCED, outs);
+    auto w = work(c10d::OpType::COALESCED, outs);
+    static_cast<TpuWork*>(w.get())->add_copy_back(std::move(pending_copy_back_));
+    pending_copy_back_.clear();
+    return w;
   }
 
+  // The first message with this tag that any rank of the group sends here;
+  // Work.wait() then _source_rank() (what dist.recv(src=None) returns) says
+  // who sent it.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: recv from any source is not supported; name the source rank");
+    if (any_cpu(tensors)) {
+      auto c = chip(tensors);
+      return copy_back(recvAnysource(c, tag), tensors, c);
+    }
+    at::Tensor& t = one(tensors, "recv");
+    TORCH_CHECK_NOT_IMPLEMENTED(hosts_ == 1, "tpu_dist: recv from any source is not supported in a group that spans "
+                                "hosts; name the source rank");
+    TORCH_CHECK_NOT_IMPLEMENTED(!coalescing_, "tpu_dist: recv from any source inside batch_isend_irecv is not supported");
+    at::Tensor d = dense(t);
+    at::Tensor source = at::full({}, -1, at::TensorOptions().dtype(at::kInt).device(t.device()));
+    tpurt_dist_op_t op = base_op(TPURT_DIST_RECV, d);
+    op.peer = TPURT_DIST_ANY_SOURCE;
+    op.tag = tag;
+    op.out = d.data_ptr();
+    op.out_source = static_cast<int*>(source.data_ptr());
+    submit(op, "recv");
+    write_back(t, d);
+    auto w = c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::RECVANYSOURCE, comm_, std::vector<at::Tensor>{t},
+                                          false);
+    w->set_source(source);
+    return w;
   }
 
  private:
@@ -579,6 +759,57 @@ class TpuDistBackend : public c10d::Backend {
     tpurt_status_free(without_gil([&] { return tpurt_device_synchronize(get_device(-1)); }));
     tpurt_dist_comm_destroy(comm_);
     comm_ = nullptr;
+  }
+
+  // ---- CPU tensors (with FSDP2's CPU offload: clip_grad_norm_'s all_reduce, full_tensor() of an offloaded
+  // parameter; object collectives): each is copied to this chip, the collective runs on the copies, and the
+  // Work copies the results back at wait(), where the host waits (as gloo's Work does). ----
+  static bool on_cpu(const at::Tensor& t) { return t.defined() && t.device().is_cpu(); }
+  static bool any_cpu(const std::vector<at::Tensor>& v) {
+    for (auto& t : v)
+      if (on_cpu(t)) return true;
+    return false;
+  }
+  static bool any_cpu(const std::vector<std::vector<at::Tensor>>& vv) {
+    for (auto& v : vv)
+      if (any_cpu(v)) return true;
+    return false;
+  }
+  static at::Tensor chip(const at::Tensor& t) { return on_cpu(t) ? t.to(c10::Device(kTpu, current_device_index())) : t; }
+  static std::vector<at::Tensor> chip(const std::vector<at::Tensor>& v) {
+    std::vector<at::Tensor> r;
+    for (auto& t : v) r.push_back(chip(t));
+    return r;
+  }
+  static std::vector<std::vector<at::Tensor>> chip(const std::vector<std::vector<at::Tensor>>& vv) {
+    std::vector<std::vector<at::Tensor>> r;
+    for (auto& v : vv) r.push_back(chip(v));
+    return r;
+  }
+  // w copies each CPU tensor of `user` from its chip copy in `chips` at wait() (inside batch_isend_irecv, the
+  // group's Work does).
+  c10::intrusive_ptr<c10d::Work> copy_back(c10::intrusive_ptr<c10d::Work> w, const std::vector<at::Tensor>& user,
+                                           const std::vector<at::Tensor>& chips) {
+    std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+    for (size_t i = 0; i < user.size(); ++i)
+      if (on_cpu(user[i])) pairs.emplace_back(user[i], chips[i]);
+    if (coalescing_) {
+      for (auto& p : pairs) pending_copy_back_.push_back(std::move(p));
+    } else {
+      static_cast<TpuWork*>(w.get())->add_copy_back(std::move(pairs));
+    }
+    return w;
+  }
+  c10::intrusive_ptr<c10d::Work> copy_back(c10::intrusive_ptr<c10d::Work> w,
+                                           const std::vector<std::vector<at::Tensor>>& user,
+                                           const std::vector<std::vector<at::Tensor>>& chips) {
+    std::vector<at::Tensor> u, c;
+    for (size_t i = 0; i < user.size(); ++i)
+      for (size_t j = 0; j < user[i].size(); ++j) {
+        u.push_back(user[i][j]);
+        c.push_back(chips[i][j]);
+      }
+    return copy_back(std::move(w), u, c);
   }
 
   void check_tpu(const at::Tensor& t, const char* what) {
@@ -621,11 +852,13 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> work(c10d::OpType type, std::vector<at::Tensor> outs) {
     return c10::make_intrusive<TpuWork>(getRank(), type, comm_, std::move(outs), false);
   }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(at::Tensor& out, const at::Tensor& flat,
+  // flat: the dense input; `flat_owned` when it is a copy this call made
+  // (premul_sum may then scale it in place).
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(at::Tensor& out, at::Tensor flat, bool flat_owned,
                                                      const c10d::ReduceScatterOptions& opts, c10d::OpType type) {
     at::Tensor d = dense(out);
     tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE_SCATTER, d);
-    op.redop = to_redop(opts.reduceOp, "reduce_scatter");
+    op.redop = reduction(opts.reduceOp, flat, flat_owned, "reduce_scatter");
     op.in = flat.data_ptr();
     op.out = d.data_ptr();
     submit(op, "reduce_scatter");
@@ -714,12 +947,14 @@ class TpuDistBackend : public c10d::Backend {
     submit(op, what);
   }
 
+  // t is overwritten with the result (callers pass a copy when the
+  // collective's input is the user's: reduce, reduce_scatter).
   c10::intrusive_ptr<c10d::Work> x_allreduce(at::Tensor& t, const c10d::ReduceOp& rop) {
-    tpurt_dist_redop_t red = to_redop(rop, "allreduce");
+    at::Tensor d = dense(t);
+    tpurt_dist_redop_t red = reduction(rop, d, true, "allreduce");
     bool avg = red == TPURT_DIST_AVG;
     TORCH_CHECK_VALUE(!avg || at::isFloatingType(t.scalar_type()), "tpu_dist: allreduce avg needs a floating tensor");
     if (avg) red = TPURT_DIST_SUM;
-    at::Tensor d = dense(t);
     tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
     op.redop = red;
     op.root = 0;
@@ -731,7 +966,7 @@ class TpuDistBackend : public c10d::Backend {
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
-      c10d::ReduceOp gop = avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+      c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
       host_step([cross, ptr, n, type, gop] {
         bool is_bool = type == at::kBool;
         at::Tensor cpu = host_view(ptr, n, is_bool ? at::kByte : type);
@@ -931,6 +1166,7 @@ class TpuDistBackend : public c10d::Backend {
   std::vector<tpurt_dist_op_t> pending_;
   std::vector<Pending> pending_tensors_;
   std::vector<RemoteP2P> pending_remote_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> pending_copy_back_;
 };
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

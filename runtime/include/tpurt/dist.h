@@ -151,7 +151,10 @@ typedef enum tpurt_dist_kind_e {
  *  ALLTOALL        in: send_counts[p] at send_offsets[p] -> out: recv_counts[p] at recv_offsets[p]
  *  GATHER          in: count -> out (root only): size * count
  *  SCATTER         in (root only): size * count -> out: count
- *  SEND / RECV     in (SEND) or out (RECV): count, with `peer` and `tag`
+ *  SEND / RECV     in (SEND) or out (RECV): count, with `peer` and `tag`;
+ *                  a RECV's peer may be TPURT_DIST_ANY_SOURCE: it takes the
+ *                  first message with its tag that any rank posts to it, and
+ *                  writes the sender's rank to *out_source (when not NULL)
  * Pointers may be NULL where a rank has no such buffer; `count` must match
  * on every rank (for ALLTOALL: what p sends to r must be what r receives
  * from p). */
@@ -169,7 +172,11 @@ typedef struct tpurt_dist_op_t {
   const uint64_t* send_offsets;
   const uint64_t* recv_counts;
   const uint64_t* recv_offsets;
+  int* out_source; /* RECV from TPURT_DIST_ANY_SOURCE: the sender's rank, written when the op has run
+                    * (a queued op writes it later: it must stay valid until then) */
 } tpurt_dist_op_t;
+
+#define TPURT_DIST_ANY_SOURCE (-1)
 
 /* Runs it now on the calling thread. The error says which rank and which
  * collective (with its sequence number) when a peer is missing, dead or
