@@ -14,10 +14,19 @@ share of it. The peak is instruction throughput x clock x cores:
   clock: /proc/cpuinfo "cpu MHz" (the current/nominal clock; boost can exceed it, so a figure
   near or above 100% means the core ran faster than that clock);
   cores: the CPUs this process may run on (the chip's compute threads use all of them).
+
+`--one-thread` runs both sides on one core (TORCH_TPU_NUM_THREADS=1, torch.set_num_threads(1)): on a
+2-core machine that other work shares, the multi-threaded figures of both sides collapse at random
+(a thread waits for a peer that is not scheduled), while one-thread figures stay comparable.
 """
 import os
 import pathlib
 import sys
+
+ONE_THREAD = __name__ == "__main__" and "--one-thread" in sys.argv
+if ONE_THREAD:
+    sys.argv.remove("--one-thread")
+    os.environ["TORCH_TPU_NUM_THREADS"] = "1"  # before the device starts
 
 import torch
 import torch.nn.functional as F
@@ -123,12 +132,17 @@ if __name__ == "__main__":
     import json
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     import run
+    if ONE_THREAD:
+        torch.set_num_threads(1)
     names = ",".join(BENCHES)
     argv = sys.argv[1:] or ["--runs", "5"]
     out = str(pathlib.Path(run.__file__).parent / "results_kernels.json")
     rc = run.main(argv + ["--only", names, "--out", out] if "--only" not in argv else argv + ["--out", out])
     peak, how = bf16_peak_gflops()
     print(f"bf16 peak: {peak:.1f} GFLOP/s ({how})" if peak else f"bf16 peak unknown: {how}")
+    if peak and ONE_THREAD:
+        peak /= len(os.sched_getaffinity(0))
+        print(f"one thread: the peak of one core, {peak:.1f} GFLOP/s")
     if peak:
         for r in json.loads(pathlib.Path(out).read_text())["results"]:
             if r["unit"] == "GFLOP/s" and "ours" in r:
