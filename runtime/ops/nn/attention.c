@@ -429,97 +429,98 @@ static inline uint16_t at16(const view4_t* v, int64_t b, int64_t h, int64_t r, i
   return ((const uint16_t*)v->p)[b * v->s[0] + h * v->s[1] + r * v->s[2] + c * v->s[3]];
 }
 
-/* K of (b, hk) as pairs: per block of BK keys, [EP / 2][BK][2] (pair row q
- * holds head dims 2q, 2q + 1 of each key), zeros past S and E. */
-static void pack_k_pairs(const attn_t* a, int64_t b, int64_t hk, int64_t EP, uint16_t* kp) {
-  const view4_t* v = &a->k;
-  for (int64_t j0 = 0; j0 < a->S; j0 += BK) {
-    uint16_t* blk = kp + (j0 / BK) * EP * BK;
+/* Rows [0, rows) x cols [0, cols) of (b, h) in view v as pairs along the
+ * columns, per block of BK rows: [CP / 2][BK][2] (pair row q holds columns
+ * 2q, 2q + 1 of each row), zeros past rows and cols. Keys this way are the B
+ * operand of Q K^T; values, of dO V^T. */
+static void pack_col_pairs(const view4_t* v, int64_t b, int64_t h, int64_t rows, int64_t cols, int64_t CP,
+                           uint16_t* out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += BK) {
+    uint16_t* blk = out + (r0 / BK) * CP * BK;
     for (int64_t j = 0; j < BK; ++j) {
-      int64_t key = j0 + j;
-      if (key < a->S && v->s[3] == 1 && (a->E & 1) == 0) {
-        const uint16_t* row = (const uint16_t*)v->p + b * v->s[0] + hk * v->s[1] + key * v->s[2];
-        for (int64_t q = 0; q < a->E / 2; ++q) memcpy(blk + (q * BK + j) * 2, row + 2 * q, 4);
-        for (int64_t q = a->E / 2; q < EP / 2; ++q) memset(blk + (q * BK + j) * 2, 0, 4);
+      int64_t r = r0 + j;
+      if (r < rows && v->s[3] == 1 && (cols & 1) == 0) {
+        const uint16_t* row = (const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + r * v->s[2];
+        for (int64_t q = 0; q < cols / 2; ++q) memcpy(blk + (q * BK + j) * 2, row + 2 * q, 4);
+        for (int64_t q = cols / 2; q < CP / 2; ++q) memset(blk + (q * BK + j) * 2, 0, 4);
         continue;
       }
-      for (int64_t e = 0; e < EP; ++e)
-        blk[((e / 2) * BK + j) * 2 + (e & 1)] = key < a->S && e < a->E ? at16(v, b, hk, key, e) : 0;
+      for (int64_t e = 0; e < CP; ++e)
+        blk[((e / 2) * BK + j) * 2 + (e & 1)] = r < rows && e < cols ? at16(v, b, h, r, e) : 0;
     }
   }
 }
 
-/* V of (b, hk) as pairs along the keys: [Sp / 2][EvP][2], zeros past S and Ev. */
-static void pack_v_pairs(const attn_t* a, int64_t b, int64_t hk, int64_t Sp, int64_t EvP, uint16_t* vp) {
-  const view4_t* v = &a->v;
-  for (int64_t r = 0; r < Sp; ++r) {
-    uint16_t* d = vp + (r / 2) * EvP * 2 + (r & 1);
-    if (r >= a->S) {
-      for (int64_t c = 0; c < EvP; ++c) d[2 * c] = 0;
-      continue;
-    }
-    const uint16_t* row = (const uint16_t*)v->p + b * v->s[0] + hk * v->s[1] + r * v->s[2];
+/* The same rows as pairs along the rows: [RP / 2][CP][2], zeros past rows and
+ * cols. Values this way are the B operand of P V; keys, of dS K; queries, of
+ * dS^T Q; dO, of P^T dO. */
+static void pack_row_pairs(const view4_t* v, int64_t b, int64_t h, int64_t rows, int64_t RP, int64_t cols,
+                           int64_t CP, uint16_t* out) {
+  for (int64_t r = 0; r < RP; ++r) {
+    uint16_t* d = out + (r / 2) * CP * 2 + (r & 1);
     int64_t c = 0;
-    if (v->s[3] == 1)
-      for (; c < a->Ev; ++c) d[2 * c] = row[c];
-    for (; c < a->Ev; ++c) d[2 * c] = at16(v, b, hk, r, c);
-    for (; c < EvP; ++c) d[2 * c] = 0;
+    if (r < rows) {
+      const uint16_t* row = (const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + r * v->s[2];
+      if (v->s[3] == 1)
+        for (; c < cols; ++c) d[2 * c] = row[c];
+      for (; c < cols; ++c) d[2 * c] = at16(v, b, h, r, c);
+    }
+    for (; c < CP; ++c) d[2 * c] = 0;
   }
 }
 
-/* s[BQ][BK] = qb[BQ][EP] . (this block's keys)^T */
-__attribute__((target("amx-tile,amx-bf16"))) static void amx_scores(const uint16_t* qb, int64_t EP,
-                                                                    const uint16_t* kblk, float* s) {
-  for (int ii = 0; ii < BQ; ii += 32)
-    for (int jj = 0; jj < BK; jj += 32) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int64_t c0 = 0; c0 < EP; c0 += 32) {
-        _tile_loadd(4, qb + ii * EP + c0, EP * 2);
-        _tile_loadd(5, qb + (ii + 16) * EP + c0, EP * 2);
-        const uint16_t* bp = kblk + (c0 / 2) * BK * 2 + jj * 2;
-        _tile_loadd(6, bp, BK * 4);
-        _tile_loadd(7, bp + 32, BK * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-      _tile_stored(0, s + ii * BK + jj, BK * 4);
-      _tile_stored(1, s + ii * BK + jj + 16, BK * 4);
-      _tile_stored(2, s + (ii + 16) * BK + jj, BK * 4);
-      _tile_stored(3, s + (ii + 16) * BK + jj + 16, BK * 4);
+/* Rows [r0, r0 + n) of (b, h) as bf16 rows of CP columns, rows n..nrows and
+ * columns past cols zero: the A operand of a product. */
+static void pack_rows(const view4_t* v, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t cols, int64_t CP,
+                      int64_t nrows, uint16_t* out) {
+  for (int64_t i = 0; i < nrows; ++i) {
+    uint16_t* d = out + i * CP;
+    int64_t e = 0;
+    if (i < n && v->s[3] == 1) {
+      memcpy(d, (const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + (r0 + i) * v->s[2], (size_t)cols * 2);
+      e = cols;
     }
+    for (; i < n && e < cols; ++e) d[e] = at16(v, b, h, r0 + i, e);
+    for (; e < CP; ++e) d[e] = 0;
+  }
 }
 
-/* o[BQ][EvP] += p16[BQ][BK] . (this block's values, as pairs) */
-__attribute__((target("amx-tile,amx-bf16"))) static void amx_pv(const uint16_t* p16, const uint16_t* vblk,
-                                                                int64_t EvP, float* o) {
-  for (int ii = 0; ii < BQ; ii += 32)
-    for (int64_t cc = 0; cc < EvP; cc += 32) {
-      float* o0 = o + ii * EvP + cc;
-      float* o1 = o + (ii + 16) * EvP + cc;
-      _tile_loadd(0, o0, EvP * 4);
-      _tile_loadd(1, o0 + 16, EvP * 4);
-      _tile_loadd(2, o1, EvP * 4);
-      _tile_loadd(3, o1 + 16, EvP * 4);
-      for (int k0 = 0; k0 < BK; k0 += 32) {
-        _tile_loadd(4, p16 + ii * BK + k0, BK * 2);
-        _tile_loadd(5, p16 + (ii + 16) * BK + k0, BK * 2);
-        const uint16_t* bp = vblk + (k0 / 2) * EvP * 2 + cc * 2;
-        _tile_loadd(6, bp, EvP * 4);
-        _tile_loadd(7, bp + 32, EvP * 4);
+/* C[M x N] (acc: +)= A[M x K] . B: A bf16 rows (lda elements apart), B bf16
+ * pairs along K ([K / 2][N][2], pair rows ldb elements apart), C float32 (ldc
+ * apart); M, N and K multiples of 32. Four 16 x 16 C tiles at a time. */
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_mm(int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                                                                int64_t lda, const uint16_t* B, int64_t ldb,
+                                                                float* C, int64_t ldc, bool acc) {
+  for (int64_t ii = 0; ii < M; ii += 32)
+    for (int64_t jj = 0; jj < N; jj += 32) {
+      float* c0 = C + ii * ldc + jj;
+      float* c1 = C + (ii + 16) * ldc + jj;
+      if (acc) {
+        _tile_loadd(0, c0, ldc * 4);
+        _tile_loadd(1, c0 + 16, ldc * 4);
+        _tile_loadd(2, c1, ldc * 4);
+        _tile_loadd(3, c1 + 16, ldc * 4);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        _tile_loadd(4, A + ii * lda + k0, lda * 2);
+        _tile_loadd(5, A + (ii + 16) * lda + k0, lda * 2);
+        const uint16_t* bp = B + (k0 / 2) * ldb + jj * 2;
+        _tile_loadd(6, bp, ldb * 2);
+        _tile_loadd(7, bp + 32, ldb * 2);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
       }
-      _tile_stored(0, o0, EvP * 4);
-      _tile_stored(1, o0 + 16, EvP * 4);
-      _tile_stored(2, o1, EvP * 4);
-      _tile_stored(3, o1 + 16, EvP * 4);
+      _tile_stored(0, c0, ldc * 4);
+      _tile_stored(1, c0 + 16, ldc * 4);
+      _tile_stored(2, c1, ldc * 4);
+      _tile_stored(3, c1 + 16, ldc * 4);
     }
 }
 
@@ -549,26 +550,17 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
     if (cached != b * a->Hkv + hk) {
       cached = b * a->Hkv + hk;
-      pack_k_pairs(a, b, hk, EP, kp);
-      pack_v_pairs(a, b, hk, Sp, EvP, vp);
+      pack_col_pairs(&a->k, b, hk, a->S, a->E, EP, kp);
+      pack_row_pairs(&a->v, b, hk, a->S, Sp, a->Ev, EvP, vp);
     }
-    for (int64_t i = 0; i < BQ; ++i) {
-      uint16_t* d = qb + i * EP;
-      int64_t e = 0;
-      if (i < ni && a->q.s[3] == 1) {
-        memcpy(d, (const uint16_t*)a->q.p + b * a->q.s[0] + h * a->q.s[1] + (i0 + i) * a->q.s[2], (size_t)a->E * 2);
-        e = a->E;
-      }
-      for (; i < ni && e < a->E; ++e) d[e] = at16(&a->q, b, h, i0 + i, e);
-      for (; e < EP; ++e) d[e] = 0;
-    }
+    pack_rows(&a->q, b, h, i0, ni, a->E, EP, BQ, qb);
     memset(p16 + ni * BK, 0, (size_t)(BQ - ni) * BK * 2);
     memset(o, 0, (size_t)BQ * EvP * sizeof(float));
     for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
     int64_t jend = kv_end(a, i0, ni);
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
       int64_t nj = imin64(BK, a->S - j0);
-      amx_scores(qb, EP, kp + (j0 / BK) * EP * BK, s);
+      amx_mm(BQ, BK, EP, qb, EP, kp + (j0 / BK) * EP * BK, BK * 2, s, BK, false);
       for (int64_t x = 0; x < ni * BK; ++x) s[x] *= a->scale;
       if (a->has_mask || nj < BK || (a->causal && j0 + BK - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BK);
       /* the rows' new maxima, then their corrections exp(old max - new max) as one vector pass
@@ -592,7 +584,7 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
         }
         tpurt_hv_f32_to_bf16(row, p16 + i * BK, BK);
       }
-      amx_pv(p16, vp + (j0 / 2) * EvP * 2, EvP, o);
+      amx_mm(BQ, EvP, BK, p16, BK, vp + (j0 / 2) * EvP * 2, EvP * 2, o, EvP, true);
     }
     for (int64_t i = 0; i < ni; ++i) {
       float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
