@@ -682,6 +682,111 @@ static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   }
 }
 
+#ifdef ATTN_HAVE_AMX
+/* ---- backward on AMX tiles (bf16 q, k, v, dO where the bf16 path is AMX) ----
+ * bwd_tasks' loops and float32 softmax arithmetic, with the five block
+ * products on tiles: P = Q K^T, dV += P^T dO, dP = dO V^T, dQ += dS K and
+ * dK += dS^T Q, P and dS rounded to bf16 as their operands (PyTorch CPU's
+ * flash backward does the same), every sum in float32. */
+static size_t amx_bwd_ws_floats(const attn_t* a) {
+  int64_t EP = pad32(a->E), EvP = pad32(a->Ev), E8 = pad8(a->E), Ev8 = pad8(a->Ev);
+  int64_t Lp = (a->L + BQ - 1) / BQ * BQ, Sp = (a->S + BK - 1) / BK * BK;
+  (void)E8;
+  size_t f = (size_t)(Sp * EP + Sp * EvP + Lp * EP + Lp + 2 * BQ * BK + 2 * BQ * Ev8);
+  size_t h = (size_t)(2 * Lp * EP + 2 * Lp * EvP + 2 * Sp * EP + Sp * EvP + 3 * BQ * BK);
+  return f + h / 2 + 64;
+}
+
+static void bwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
+  const attn_t* a = (const attn_t*)u;
+  int64_t EP = pad32(a->E), EvP = pad32(a->Ev), Ev8 = pad8(a->Ev), L = a->L, S = a->S;
+  int64_t Lp = (L + BQ - 1) / BQ * BQ, Sp = (S + BK - 1) / BK * BK;
+  float* dka = a->ws + (size_t)tid * a->ws_floats; /* Sp x EP */
+  float* dva = dka + Sp * EP;                      /* Sp x EvP */
+  float* dqa = dva + Sp * EvP;                     /* Lp x EP */
+  float* dd = dqa + Lp * EP;                       /* Lp: rowsum(dO * O) */
+  float* p = dd + Lp;                              /* BQ x BK */
+  float* dp = p + BQ * BK;                         /* BQ x BK */
+  float* ob = dp + BQ * BK;                        /* BQ x Ev8 */
+  float* db = ob + BQ * Ev8;                       /* BQ x Ev8 */
+  uint16_t* qrows = (uint16_t*)(db + BQ * Ev8);    /* Lp x EP */
+  uint16_t* qpairs = qrows + Lp * EP;              /* pairs along the queries: [Lp/2][EP][2] */
+  uint16_t* drows = qpairs + Lp * EP;              /* dO: Lp x EvP */
+  uint16_t* dpairs = drows + Lp * EvP;             /* [Lp/2][EvP][2] */
+  uint16_t* kcp = dpairs + Lp * EvP;               /* K, pairs along the head dim, per key block */
+  uint16_t* vcp = kcp + Sp * EP;                   /* V, the same */
+  uint16_t* krp = vcp + Sp * EvP;                  /* K, pairs along the keys: [Sp/2][EP][2] */
+  uint16_t* pt16 = krp + Sp * EP;                  /* P^T: BK x BQ */
+  uint16_t* ds16 = pt16 + BK * BQ;                 /* dS: BQ x BK */
+  uint16_t* dst16 = ds16 + BQ * BK;                /* dS^T: BK x BQ */
+  tpurt_gemm_amx_tiles_begin();
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t b = t / a->Hkv, hk = t % a->Hkv;
+    memset(dka, 0, (size_t)(Sp * EP) * sizeof(float));
+    memset(dva, 0, (size_t)(Sp * EvP) * sizeof(float));
+    pack_col_pairs(&a->k, b, hk, S, a->E, EP, kcp);
+    pack_col_pairs(&a->v, b, hk, S, a->Ev, EvP, vcp);
+    pack_row_pairs(&a->k, b, hk, S, Sp, a->E, EP, krp);
+    for (int64_t h = hk * a->group; h < (hk + 1) * a->group; ++h) {
+      pack_rows(&a->q, b, h, 0, L, a->E, EP, Lp, qrows);
+      pack_row_pairs(&a->q, b, h, L, Lp, a->E, EP, qpairs);
+      pack_rows(&a->dout, b, h, 0, L, a->Ev, EvP, Lp, drows);
+      pack_row_pairs(&a->dout, b, h, L, Lp, a->Ev, EvP, dpairs);
+      memset(dqa, 0, (size_t)(Lp * EP) * sizeof(float));
+      for (int64_t i0 = 0; i0 < L; i0 += BQ) {
+        int64_t ni = imin64(BQ, L - i0);
+        load_rows(&a->o, b, h, i0, ni, a->Ev, ob, Ev8, ni, 1.0f);
+        load_rows(&a->dout, b, h, i0, ni, a->Ev, db, Ev8, ni, 1.0f);
+        for (int64_t i = 0; i < ni; ++i) {
+          float sum = 0;
+          for (int64_t c = 0; c < a->Ev; ++c) sum += db[i * Ev8 + c] * ob[i * Ev8 + c];
+          dd[i0 + i] = sum;
+        }
+      }
+      for (int64_t j0 = 0; j0 < S; j0 += BK) {
+        int64_t nj = imin64(BK, S - j0);
+        int64_t istart = a->causal ? j0 / BQ * BQ : 0;
+        for (int64_t i0 = istart; i0 < L; i0 += BQ) {
+          int64_t ni = imin64(BQ, L - i0);
+          /* P = exp(scale * Q K^T + mask - lse); rows past L are zero */
+          amx_mm(BQ, BK, EP, qrows + i0 * EP, EP, kcp + (j0 / BK) * EP * BK, BK * 2, p, BK, false);
+          for (int64_t x = 0; x < ni * BK; ++x) p[x] *= a->scale;
+          block_mask(a, b, h, i0, ni, j0, nj, p, BK);
+          for (int64_t i = 0; i < ni; ++i) {
+            float lse = *lse_ptr(a, b, h, i0 + i);
+            if (lse == -INFINITY) memset(p + i * BK, 0, BK * sizeof(float));
+            else exp_sub_sum(p + i * BK, BK, lse);
+          }
+          memset(p + ni * BK, 0, (size_t)(BQ - ni) * BK * sizeof(float));
+          /* dV += P^T dO */
+          for (int64_t j = 0; j < BK; ++j)
+            for (int64_t i = 0; i < BQ; ++i) pt16[j * BQ + i] = tpurt_f32_to_bf16(p[i * BK + j]);
+          amx_mm(BK, EvP, BQ, pt16, BQ, dpairs + (i0 / 2) * EvP * 2, EvP * 2, dva + j0 * EvP, EvP, true);
+          /* dP = dO V^T; dS = P * (dP - D) * scale */
+          amx_mm(BQ, BK, EvP, drows + i0 * EvP, EvP, vcp + (j0 / BK) * EvP * BK, BK * 2, dp, BK, false);
+          for (int64_t i = 0; i < BQ; ++i) {
+            float di = i < ni ? dd[i0 + i] : 0.0f;
+            for (int64_t j = 0; j < BK; ++j) dp[i * BK + j] = p[i * BK + j] * (dp[i * BK + j] - di) * a->scale;
+            tpurt_hv_f32_to_bf16(dp + i * BK, ds16 + i * BK, BK);
+          }
+          for (int64_t j = 0; j < BK; ++j)
+            for (int64_t i = 0; i < BQ; ++i) dst16[j * BQ + i] = ds16[i * BK + j];
+          /* dQ += dS K ; dK += dS^T Q */
+          amx_mm(BQ, EP, BK, ds16, BK, krp + (j0 / 2) * EP * 2, EP * 2, dqa + i0 * EP, EP, true);
+          amx_mm(BK, EP, BQ, dst16, BQ, qpairs + (i0 / 2) * EP * 2, EP * 2, dka + j0 * EP, EP, true);
+        }
+      }
+      for (int64_t i = 0; i < L; ++i) store_row(a->dq, b, h, i, a->E, dqa + i * EP);
+    }
+    for (int64_t j = 0; j < S; ++j) {
+      store_row(a->dk, b, hk, j, a->E, dka + j * EP);
+      store_row(a->dv, b, hk, j, a->Ev, dva + j * EvP);
+    }
+  }
+  tpurt_gemm_amx_tiles_end();
+}
+#endif
+
 /* ---- argument parsing shared by both directions and the references ---- */
 static tpurt_status_t parse(const tpurt_op_call_t* c, bool bwd, attn_t* a) {
   memset(a, 0, sizeof(*a));
@@ -898,9 +1003,19 @@ static tpurt_status_t sdpa_bwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   int64_t Lp = (a.L + BQ - 1) / BQ * BQ, Sp = (a.S + BK - 1) / BK * BK;
   a.ws_floats = (size_t)(Lp * E8 + Lp * Ev8 + Lp * E8 + Sp * E8 + Sp * Ev8 + Lp + BK * E8 + E8 * BK +
                          Ev8 * BK + BK * Ev8 + BQ * BK + BK * BQ + BQ * BK + BQ * Ev8 + 16);
+  bool amx = use_amx(&a) && a.dout.dt == TPURT_DTYPE_BFLOAT16;
+#ifdef ATTN_HAVE_AMX
+  if (amx) a.ws_floats = amx_bwd_ws_floats(&a);
+#endif
   int nt = tpurt_kernel_num_threads(ctx);
   a.ws = tpurt_kernel_scratch(ctx, a.ws_floats * sizeof(float) * (size_t)nt);
   if (!a.ws) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
+#ifdef ATTN_HAVE_AMX
+  if (amx) {
+    tpurt_parallel_for(ctx, a.B * a.Hkv, 1, bwd_tasks_amx, &a);
+    return TPURT_OK;
+  }
+#endif
   tpurt_parallel_for(ctx, a.B * a.Hkv, 1, bwd_tasks, &a);
   return TPURT_OK;
 }
