@@ -158,3 +158,123 @@ def test_known_failures_list_parses():
     for (fname, test), reason in known.items():
         assert fname.startswith("test_") and fname.endswith(".py") and "." in test and "_DEV" in test, (fname, test)
         assert reason, f"{fname}::{test} has no reason"
+
+
+def _raises_at_call_like_cpu(fn, tpu, warns=False):
+    """fn(device) raises on tpu at the call (no sync inside) what it raises on CPU: type and first line."""
+    with pytest.raises(Exception) as cpu_err:
+        fn("cpu")
+    with pytest.raises(type(cpu_err.value)) as tpu_err:
+        fn(tpu)
+    torch.tpu.synchronize()
+    assert str(tpu_err.value).splitlines()[0] == str(cpu_err.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool, torch.float16,
+                                   torch.bfloat16, torch.float32, torch.float64])
+def test_random_bounds_checked_at_the_call(dtype, tpu, eager_mode):
+    # test_tensor_creation_ops.test_random_from_to / _to / _from_to_bool: bounds outside the dtype, or from >= to,
+    # raise at the call with CPU's words
+    big = 2 ** 62
+    for args in ((-42 if dtype in (torch.uint8, torch.bool) else 2 ** 40, None), (5, 3), (0, big), (-big, 0)):
+        try:
+            torch.empty(4, dtype=dtype).random_(*args)
+            continue
+        except RuntimeError:
+            pass
+        _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(*args), tpu)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_random_float_bounds_move_inward_as_cpu(dtype, tpu, eager_mode):
+    # test_tensor_creation_ops.test_random_to_float16: a draw rounded to the dtype stays below `to`, and bounds past
+    # 2^digits warn as on CPU
+    to = {torch.float16: 32752, torch.bfloat16: 2 ** 40, torch.float32: 2 ** 30}[dtype]
+    digits = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24}[dtype]
+    t = torch.empty(20000, dtype=dtype, device=tpu)
+    with pytest.warns(UserWarning, match="to - 1 is out of bounds") if to > 2 ** digits else _no_warning():
+        t.random_(to)
+    v = t.double().cpu()
+    assert v.min().item() >= 0 and v.max().item() < to
+    assert v.max().item() > 0.9 * to
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_uniform_bounds_checked_at_the_call(dtype, tpu, eager_mode):
+    # test_tensor_creation_ops.test_uniform_from_to
+    fmax = torch.finfo(torch.float32).max
+    for a, b in ((1.0, -1.0), (-fmax, fmax)):
+        try:
+            torch.empty(4, dtype=dtype).uniform_(a, b)
+            continue
+        except RuntimeError:
+            pass
+        _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).uniform_(a, b), tpu)
+
+
+def test_normal_std_checked_at_the_call(tpu, eager_mode):
+    # test_tensor_creation_ops.test_normal_std_error: a negative std, float or tensor, raises at the call
+    _raises_at_call_like_cpu(lambda d: torch.normal(0.0, -1.0, (10,), device=d), tpu)
+    _raises_at_call_like_cpu(lambda d: torch.normal(torch.zeros(3, device=d), torch.tensor([1.0, -1.0, 1.0], device=d)), tpu)
+    _raises_at_call_like_cpu(lambda d: torch.empty(3, device=d).normal_(0.0, -2.0), tpu)
+    _raises_at_call_like_cpu(lambda d: torch.normal(0.0, torch.ones(3, dtype=torch.complex64, device=d)), tpu)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_linspace_logspace_eye(dtype, tpu, eager_mode):
+    # test_tensor_creation_ops.test_linspace*_complex*, test_logspace_deduction, test_eye: complex factories
+    for steps in (0, 1, 2, 5, 11, 256, 257):
+        for fn in (torch.linspace, torch.logspace):
+            want = fn(-0.03 + 0.88j, 0.031 + 0.44j, steps, dtype=dtype)
+            got = fn(-0.03 + 0.88j, 0.031 + 0.44j, steps, dtype=dtype, device=tpu).cpu()
+            torch.testing.assert_close(got, want)
+        if steps:  # both ends exact
+            got = torch.linspace(1 + 2j, -3.5 + 0.25j, steps, dtype=dtype, device=tpu).cpu()
+            want = torch.linspace(1 + 2j, -3.5 + 0.25j, steps, dtype=dtype)
+            assert torch.equal(got[[0, -1]], want[[0, -1]])
+    out = torch.zeros(2, 3, 4, dtype=dtype, device=tpu).permute(2, 0, 1)  # out= of any shape with steps elements
+    torch.linspace(0, 24j, 24, out=out)
+    torch.testing.assert_close(out.cpu(), torch.linspace(0, 24j, 24, out=torch.zeros(4, 2, 3, dtype=dtype)))
+    assert torch.linspace(1j, 2, 7, device=tpu).dtype == torch.linspace(1j, 2, 7).dtype
+    for n, m in ((3, 3), (2, 5), (4, 1)):
+        assert torch.equal(torch.eye(n, m, dtype=dtype, device=tpu).cpu(), torch.eye(n, m, dtype=dtype))
+    _raises_at_call_like_cpu(lambda d: torch.eye(-1, 2, dtype=dtype, device=d), tpu)
+
+
+def test_factory_checks_at_the_call(tpu, eager_mode):
+    # test_tensor_creation_ops: test_arange (CPU's order of checks and words), test_linlogspace_mem_overlap,
+    # test_repeat_interleave, test_roll, test_torch_complex_*_error
+    for args in ((-5, float("nan")), (0, float("-inf"), -1), (float("inf"),), (1.175494351e-38, 3.402823466e+38), (5, 0, 1)):
+        _raises_at_call_like_cpu(lambda d: torch.arange(*args, device=d), tpu)
+    _raises_at_call_like_cpu(lambda d: torch.arange(0, 64, 0.5, out=torch.empty(0, dtype=torch.int64, device=d)), tpu)
+    _raises_at_call_like_cpu(lambda d: torch.arange(10, out=torch.empty(1, device=d).expand(10)), tpu)
+    for fn in (torch.linspace, torch.logspace):
+        _raises_at_call_like_cpu(lambda d: fn(1, 10, 10, out=torch.rand(1, device=d).expand(10)), tpu)
+    for reps in ([1, 2, -1, 3], [[1, 2], [3, 4]], [1.0, 2.0]):
+        _raises_at_call_like_cpu(lambda d: torch.repeat_interleave(torch.tensor(reps, device=d)), tpu)
+    assert torch.equal(torch.repeat_interleave(torch.tensor([0, 2, 1], device=tpu)).cpu(),
+                       torch.repeat_interleave(torch.tensor([0, 2, 1])))
+    data = torch.arange(8).view(2, 4)
+    for kw in (dict(shifts=(), dims=()), dict(shifts=(), dims=1), dict(shifts=(1, 2), dims=(1,)), dict(shifts=(1,), dims=(1, 2))):
+        _raises_at_call_like_cpu(lambda d: data.to(d).roll(**kw), tpu)
+    for op in (torch.complex, torch.polar):
+        f32, f64, i32 = torch.ones(2), torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.int32)
+        _raises_at_call_like_cpu(lambda d: op(f32.to(d), f64.to(d)), tpu)
+        _raises_at_call_like_cpu(lambda d: op(i32.to(d), i32.to(d)), tpu)
+        _raises_at_call_like_cpu(lambda d: op(f32.to(d), f32.to(d), out=torch.zeros(2, device=d)), tpu)
+
+
+def test_cat_of_legacy_empty_tensors_only(tpu, eager_mode):
+    # test_tensor_creation_ops.test_cat_empty_legacy: cat of 1-d empties along a dim they lack is an empty tensor
+    e = torch.randn(0)
+    want = torch.cat([e, e], dim=1)
+    got = torch.cat([e.to(tpu), e.to(tpu)], dim=1)
+    assert got.shape == want.shape and got.cpu().dtype == want.dtype

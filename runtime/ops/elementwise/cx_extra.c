@@ -1,8 +1,10 @@
 /* More ops on complex tensors, built on the real kernels: normal_ (randn,
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
- * view_as_real), eq/ne, isnan (z != z), and index_put_ (x[i] = v, accumulate too)
+ * view_as_real), eq/ne, isnan (z != z), the factories linspace, logspace and
+ * eye, and index_put_ (x[i] = v, accumulate too)
  * through the index kernel on the (real, imaginary) pairs. */
+#include <complex.h>
 #include <math.h>
 #include <string.h>
 
@@ -136,6 +138,82 @@ static tpurt_status_t k_isnan(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   return cx_compare(ctx, &rc, true);
 }
 
+/* ---- linspace / logspace(start, end, steps[, base]) and eye(n[, m]) with a complex output ----
+ * As CPU: computed in the output's precision, the first half from start and the
+ * second from end; logspace is base ** (that value), base taken as complex. */
+
+/* A Scalar argument: a complex one arrives as a 0-d complex128 tensor. */
+static cx_val_t cx_scalar_arg(const tpurt_op_call_t* call, int i) {
+  const tpurt_tensor_t* t = tpurt_arg_tensor(call, i);
+  if (t) return cx_load(t, 0);
+  return (cx_val_t){tpurt_arg_is(call, i, TPURT_ARG_INT) ? (double)tpurt_arg_int(call, i, 0) : tpurt_arg_double(call, i, 0.0),
+                    0.0};
+}
+
+static void cx_store(const tpurt_tensor_t* t, int64_t off, double complex v) {
+  char* p = (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype);
+  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
+    ((float*)p)[0] = (float)creal(v);
+    ((float*)p)[1] = (float)cimag(v);
+  } else {
+    ((double*)p)[0] = creal(v);
+    ((double*)p)[1] = cimag(v);
+  }
+}
+
+/* The element offset of row-major element l of t (an out= tensor may have any shape of steps elements). */
+static int64_t cx_linear_offset(const tpurt_tensor_t* t, int64_t l) {
+  int64_t off = 0;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    off += (l % t->sizes[d]) * t->strides[d];
+    l /= t->sizes[d];
+  }
+  return off;
+}
+
+static tpurt_status_t cx_linspace(const tpurt_op_call_t* call, bool log) {
+  const char* op = log ? "logspace" : "linspace";
+  if (call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex output", op);
+  const tpurt_tensor_t* out = &call->outputs[0];
+  int64_t steps = tpurt_tensor_numel(out), half = steps / 2;
+  if (steps == 0) return TPURT_OK;
+  cx_val_t a = cx_scalar_arg(call, 0), b = cx_scalar_arg(call, 1);
+  double base = log ? tpurt_arg_double(call, 3, 10.0) : 0.0;
+  if (steps == 1) { /* start itself; logspace: base ** start in double */
+    double complex s = CMPLX(a.re, a.im);
+    cx_store(out, cx_linear_offset(out, 0), log ? cpow(CMPLX(base, 0.0), s) : s);
+    return TPURT_OK;
+  }
+  if (out->dtype == TPURT_DTYPE_COMPLEX64) {
+    float complex fa = CMPLXF((float)a.re, (float)a.im), fb = CMPLXF((float)b.re, (float)b.im);
+    float complex step = (fb - fa) / (float)(steps - 1), fbase = CMPLXF((float)base, 0.0f);
+    for (int64_t i = 0; i < steps; ++i) {
+      float complex v = i < half ? fa + step * (float)i : fb - step * (float)(steps - i - 1);
+      cx_store(out, cx_linear_offset(out, i), log ? cpowf(fbase, v) : v);
+    }
+  } else {
+    double complex da = CMPLX(a.re, a.im), db = CMPLX(b.re, b.im);
+    double complex step = (db - da) / (double)(steps - 1), dbase = CMPLX(base, 0.0);
+    for (int64_t i = 0; i < steps; ++i) {
+      double complex v = i < half ? da + step * (double)i : db - step * (double)(steps - i - 1);
+      cx_store(out, cx_linear_offset(out, i), log ? cpow(dbase, v) : v);
+    }
+  }
+  return TPURT_OK;
+}
+static tpurt_status_t k_linspace(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_linspace(c, false); }
+static tpurt_status_t k_logspace(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_linspace(c, true); }
+
+static tpurt_status_t k_eye(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* call) {
+  if (call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype) || call->outputs[0].ndim != 2)
+    return TPURT_STATUS(INVALID_ARGUMENT, "eye: expected a 2-d complex output");
+  const tpurt_tensor_t* out = &call->outputs[0];
+  for (int64_t i = 0; i < out->sizes[0]; ++i)
+    for (int64_t j = 0; j < out->sizes[1]; ++j) cx_store(out, i * out->strides[0] + j * out->strides[1], i == j);
+  return TPURT_OK;
+}
+
 /* ---- _index_put_impl_(self, indices, values, accumulate, unsafe) ---- */
 
 static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
@@ -178,6 +256,10 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::eq", k_eq, k_eq, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
     {"complex::ne", k_ne, k_ne, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
     {"complex::isnan", k_isnan, k_isnan, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    /* plain loops: each is its own reference */
+    {"complex::linspace", k_linspace, k_linspace, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::logspace", k_logspace, k_logspace, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::eye", k_eye, k_eye, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::_index_put_impl", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
     {"complex::index_put", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
