@@ -278,3 +278,63 @@ def test_cat_of_legacy_empty_tensors_only(tpu, eager_mode):
     want = torch.cat([e, e], dim=1)
     got = torch.cat([e.to(tpu), e.to(tpu)], dim=1)
     assert got.shape == want.shape and got.cpu().dtype == want.dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int8, torch.int64, torch.uint8,
+                                   torch.bool])
+def test_hash_tensor(dtype, tpu, eager_mode):
+    # test_reductions: every ReductionOpInfo test of hash_tensor (aten::hash_tensor.out had no kernel)
+    x = torch.randint(-3, 5, (4, 5, 6)).to(dtype)
+    for t, tt in ((x, x.to(tpu)), (x.transpose(0, 2), x.to(tpu).transpose(0, 2)), (x[:, ::2], x.to(tpu)[:, ::2])):
+        for kw in ({}, dict(dim=1), dict(dim=(0, 2), keepdim=True), dict(dim=[]), dict(dim=-1, keepdim=True)):
+            want = torch.hash_tensor(t, **kw)
+            got = torch.hash_tensor(tt, **kw).cpu()
+            assert got.dtype == want.dtype and torch.equal(got, want), (kw, got, want)
+    e = torch.empty(0, 3, dtype=dtype)
+    assert torch.equal(torch.hash_tensor(e.to(tpu), dim=1).cpu(), torch.hash_tensor(e, dim=1))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_reductions(dtype, tpu, eager_mode):
+    # test_reductions: var/std (of the parts, any correction, out= complex too), prod, all/any, count_nonzero and
+    # linalg_vector_norm on complex inputs (NotImplementedError before)
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 4, dtype=dtype)
+    x[0, 0, 0] = 0
+    x[1] = 0
+    for t in (x, x.transpose(0, 2), x[:, ::2]):
+        tt = t.to(tpu)
+        for kw in ({}, dict(dim=0), dict(dim=1, keepdim=True), dict(dim=(0, 2)), dict(dim=[-1], keepdim=True)):
+            for fn in (lambda a, **k: torch.var(a, **k), lambda a, **k: torch.std(a, correction=0, **k),
+                       lambda a, **k: torch.var(a, correction=3, **k), lambda a, **k: torch.linalg.vector_norm(a, **k),
+                       lambda a, **k: torch.linalg.vector_norm(a, ord=float("inf"), **k),
+                       lambda a, **k: torch.count_nonzero(a, dim=k.get("dim"))):
+                want, got = fn(t, **kw), fn(tt, **kw).cpu()
+                assert got.dtype == want.dtype and got.shape == want.shape
+                torch.testing.assert_close(got, want, equal_nan=True)  # correction >= K: nan/inf as CPU
+            if "dim" not in kw or isinstance(kw["dim"], int):
+                for fn in (torch.prod, torch.all, torch.any):
+                    want, got = fn(t, **kw), fn(tt, **kw).cpu()
+                    assert got.dtype == want.dtype and got.shape == want.shape
+                    torch.testing.assert_close(got, want)
+    out = torch.empty(0, dtype=dtype, device=tpu)
+    torch.var(x.to(tpu), 1, True, False, out=out)
+    torch.testing.assert_close(out.cpu(), torch.var(x, 1, True, False, out=torch.empty(0, dtype=dtype)))
+    e = torch.randn(2, 0, 3, dtype=dtype)
+    torch.testing.assert_close(torch.prod(e.to(tpu), dim=1).cpu(), torch.prod(e, dim=1))
+    assert torch.equal(torch.all(e.to(tpu), dim=1).cpu(), torch.all(e, dim=1))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_exp_log_sqrt_logical_not(dtype, tpu, eager_mode):
+    # test_reductions.test_logsumexp*/test_ref_* on complex: exp_, log_, sqrt and logical_not had no complex kernel;
+    # exp(inf + 0j) is inf + 0j as on CPU
+    inf = float("inf")
+    x = torch.randn(64, dtype=dtype) * 3
+    x[:6] = torch.tensor([0, complex(inf, 0), -4 + 0j, complex(-4, -0.0), complex(-inf, 0), 2.5j], dtype=dtype)
+    for fn in (torch.exp, torch.log, torch.sqrt):
+        torch.testing.assert_close(fn(x.to(tpu)).cpu(), fn(x), equal_nan=True)
+    assert torch.equal(torch.logical_not(x.to(tpu)).cpu(), torch.logical_not(x))
+    y = x.to(tpu)
+    y.exp_()
+    torch.testing.assert_close(y.cpu(), x.exp(), equal_nan=True)
