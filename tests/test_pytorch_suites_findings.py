@@ -338,3 +338,24 @@ def test_complex_exp_log_sqrt_logical_not(dtype, tpu, eager_mode):
     y = x.to(tpu)
     y.exp_()
     torch.testing.assert_close(y.cpu(), x.exp(), equal_nan=True)
+
+
+def test_reduction_checks_and_warnings_at_the_call(tpu, eager_mode):
+    # test_reductions.test_all_any_vs_numpy: all/any into a result that is not bool/uint8 raise at the call;
+    # test_warn_invalid_degrees_of_freedom: var/std(+_mean) warn when the correction leaves no degrees of freedom
+    x = torch.randn(4, 5)
+    for fn in (torch.all, torch.any):
+        _raises_at_call_like_cpu(lambda d: fn(x.to(d), 0, out=torch.empty(5, device=d)), tpu)
+        _raises_at_call_like_cpu(lambda d: fn(x.to(d), out=torch.empty((), dtype=torch.int32, device=d)), tpu)
+        got = fn(x.to(tpu) > 0, 1, out=torch.empty(4, dtype=torch.uint8, device=tpu)).cpu()
+        assert torch.equal(got, fn(x > 0, 1, out=torch.empty(4, dtype=torch.uint8)))
+    for fn in (torch.std, torch.var, torch.var_mean, torch.std_mean):
+        with pytest.warns(UserWarning, match="degrees of freedom is <= 0") as cpu_w:
+            fn(x, dim=-1, correction=5)
+        with pytest.warns(UserWarning, match="degrees of freedom is <= 0") as tpu_w:
+            fn(x.to(tpu), dim=-1, correction=5)
+        assert str(tpu_w[0].message).split(" (Triggered")[0] == str(cpu_w[0].message).split(" (Triggered")[0]
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fn(x.to(tpu), dim=-1, correction=4)

@@ -229,6 +229,32 @@ void complex_parts(const Call& c) {
   }
 }
 
+// all/any with out=: CPU takes a bool or uint8 result only.
+void all_any_result(const Call& c) {
+  for (size_t i = 0; i < c.info.num_args; ++i) {
+    if (!c.info.arg_is_out[i] || !c.arg(i).isTensor()) continue;
+    c10::ScalarType r = c.arg(i).toTensor().scalar_type();
+    TORCH_CHECK(r == at::kBool || r == at::kByte, c.info.base, " only supports bool tensor for result, got: ", r);
+  }
+}
+
+// var/std(+_mean).correction(self, dim?, correction?, keepdim): CPU warns when the correction
+// leaves no degrees of freedom (the reduced count K <= correction).
+void var_dof_warning(const Call& c) {
+  if (!c.arg(0).isTensor() || c.info.num_args < 3) return;
+  const at::Tensor& self = c.arg(0).toTensor();
+  int64_t k = 1;
+  if (self.dim() > 0 && c.arg(1).isIntList() && !c.arg(1).toDimVector().empty()) {
+    for (int64_t d : c.arg(1).toDimVector()) k *= self.size(c10::maybe_wrap_dim(d, self.dim()));
+  } else {
+    k = self.numel();
+  }
+  double correction = c.arg(2).isNone() ? 1.0 : c.arg(2).toScalar().toDouble();
+  if (k > 0 && static_cast<double>(k) - correction <= 0)
+    TORCH_WARN(c.info.base, "(): degrees of freedom is <= 0. Correction should be strictly less than the ",
+               "reduction factor (input numel divided by output numel).");
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -245,6 +271,14 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
   if (full_name == "aten::repeat_interleave.Tensor" || full_name == "aten::repeat_interleave.Tensor_out")
     return repeat_interleave_repeats;
   if (full_name.compare(0, 12, "aten::arange") == 0) return arange_range;
+  if (full_name == "aten::all.out" || full_name == "aten::all.dims_out" || full_name == "aten::all.all_out" ||
+      full_name == "aten::any.out" || full_name == "aten::any.dims_out" || full_name == "aten::any.all_out")
+    return all_any_result;
+  if (full_name == "aten::var.correction" || full_name == "aten::var.correction_out" ||
+      full_name == "aten::std.correction" || full_name == "aten::std.correction_out" ||
+      full_name == "aten::var_mean.correction" || full_name == "aten::var_mean.correction_out" ||
+      full_name == "aten::std_mean.correction" || full_name == "aten::std_mean.correction_out")
+    return var_dof_warning;
   if (full_name == "aten::complex" || full_name == "aten::complex.out" || full_name == "aten::polar" ||
       full_name == "aten::polar.out")
     return complex_parts;
