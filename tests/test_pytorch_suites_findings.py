@@ -359,3 +359,30 @@ def test_reduction_checks_and_warnings_at_the_call(tpu, eager_mode):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             fn(x.to(tpu), dim=-1, correction=4)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_cat_of_many_tensors(dtype, tpu, eager_mode):
+    # test_unary_ufuncs.test_batch_vs_slicing: torch.stack of 1024 complex slices (the complex cat path took at
+    # most 256 tensors)
+    x = torch.randn(600, 3, dtype=dtype)
+    assert torch.equal(torch.stack([s for s in x.to(tpu)]).cpu(), torch.stack([s for s in x]))
+    out = torch.empty(0, dtype=dtype, device=tpu)
+    torch.cat([s.unsqueeze(0) for s in x.to(tpu)], out=out)
+    assert torch.equal(out.cpu(), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_random_wide_unsigned(dtype, tpu, eager_mode):
+    # test_unary_ufuncs (make_tensor of uint16/32/64): random_(from, to) on the wide unsigned dtypes; random_()
+    # without bounds raises as CPU
+    for args, hi in (((5, 10), 10), ((10,), 10), ((3, None), 2 ** 16 if dtype == torch.uint16 else 2 ** 32)):
+        try:
+            torch.empty(4, dtype=dtype).random_(*args)
+        except RuntimeError:
+            _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(*args), tpu)
+            continue
+        t = torch.empty(2000, dtype=dtype, device=tpu).random_(*args).cpu().double()
+        assert t.min().item() >= (args[0] if len(args) == 2 else 0) and t.max().item() < hi
+        assert t.max().item() > t.min().item()
+    _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(), tpu)

@@ -121,11 +121,18 @@ struct NoUniformKernel {
 
 // random_.from(self, from, to?), random_.to(self, to) and their out= forms.
 void random_bounds(const Call& c) {
-  if (!c.arg(0).isTensor() || !c.arg(1).isInt()) return;
+  if (!c.arg(0).isTensor()) return;
   at::Tensor self = c.arg(0).toTensor();
   const std::string& ov = c.info.overload;
   bool has_from = ov.compare(0, 4, "from") == 0;
-  if (!has_from && ov.compare(0, 2, "to") != 0) return;
+  if (!has_from && ov.compare(0, 2, "to") != 0) {
+    // random_() without bounds: CPU has no kernel for the wide unsigned dtypes
+    c10::ScalarType st = self.scalar_type();
+    TORCH_CHECK_NOT_IMPLEMENTED(st != at::kUInt16 && st != at::kUInt32 && st != at::kUInt64,
+                                "\"random_kernel_cpu\" not implemented for '", c10::toString(st), "'");
+    return;
+  }
+  if (!c.arg(1).isInt()) return;
   int64_t from = has_from ? c.arg(1).toInt() : 0;
   std::optional<int64_t> to;
   if (!has_from) to = c.arg(1).toInt();

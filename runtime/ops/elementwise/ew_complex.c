@@ -72,10 +72,13 @@ CX_BOTH(CX_LOOP1, sgn, {
   cx_real_t m = hypot(ar, ai);
   if (ar == 0 && ai == 0) { o_r = 0; o_i = 0; } else { o_r = ar / m; o_i = ai / m; }
 })
-/* exp(z) = e^re (cos im, sin im), exactly e^re when im is 0 (so exp(inf + 0j) is inf + 0j, as CPU) */
+/* exp(z) = e^re (cos im, sin im), exactly e^re when im is 0 (so exp(inf + 0j) is inf + 0j, as CPU), and C99's
+ * values for an infinite re with a non-finite im */
 CX_BOTH(CX_LOOP1, exp, {
   double e = exp((double)ar);
-  if (ai == 0) { o_r = (cx_real_t)e; o_i = ai; } else { o_r = (cx_real_t)(e * cos((double)ai)); o_i = (cx_real_t)(e * sin((double)ai)); }
+  if (ai == 0) { o_r = (cx_real_t)e; o_i = ai; }
+  else if (isinf(ar) && !isfinite(ai)) { o_r = ar > 0 ? ar : 0; o_i = ar > 0 ? (cx_real_t)NAN : 0; } /* C99 cexp */
+  else { o_r = (cx_real_t)(e * cos((double)ai)); o_i = (cx_real_t)(e * sin((double)ai)); }
 })
 /* the principal root, without cancellation: t = sqrt((|re| + |z|) / 2) on the larger side */
 CX_BOTH(CX_LOOP1, sqrt, {
