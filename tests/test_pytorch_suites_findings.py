@@ -386,3 +386,13 @@ def test_random_wide_unsigned(dtype, tpu, eager_mode):
         assert t.min().item() >= (args[0] if len(args) == 2 else 0) and t.max().item() < hi
         assert t.max().item() > t.min().item()
     _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(), tpu)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])
+def test_isposinf_isneginf_need_a_bool_out(dtype, tpu, eager_mode):
+    # test_unary_ufuncs.test_isposinf_isneginf_non_boolean_output: CPU's error at the call
+    t = torch.tensor([float("inf"), -float("inf"), 1.2])
+    for fn in (torch.isposinf, torch.isneginf):
+        _raises_at_call_like_cpu(lambda d: fn(t.to(d), out=torch.empty(3, dtype=dtype, device=d)), tpu)
+        got = fn(t.to(tpu), out=torch.empty(3, dtype=torch.bool, device=tpu)).cpu()
+        assert torch.equal(got, fn(t))

@@ -262,6 +262,13 @@ void var_dof_warning(const Call& c) {
                "reduction factor (input numel divided by output numel).");
 }
 
+// isposinf/isneginf with out=: CPU takes a bool result only.
+void isinf_sign_result(const Call& c) {
+  if (c.info.num_args < 2 || !c.arg(1).isTensor()) return;
+  TORCH_CHECK(c.arg(1).toTensor().scalar_type() == at::kBool, c.info.base,
+              " does not support non-boolean outputs.");
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -278,6 +285,7 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
   if (full_name == "aten::repeat_interleave.Tensor" || full_name == "aten::repeat_interleave.Tensor_out")
     return repeat_interleave_repeats;
   if (full_name.compare(0, 12, "aten::arange") == 0) return arange_range;
+  if (full_name == "aten::isposinf.out" || full_name == "aten::isneginf.out") return isinf_sign_result;
   if (full_name == "aten::all.out" || full_name == "aten::all.dims_out" || full_name == "aten::all.all_out" ||
       full_name == "aten::any.out" || full_name == "aten::any.dims_out" || full_name == "aten::any.all_out")
     return all_any_result;
