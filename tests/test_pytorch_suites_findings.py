@@ -396,3 +396,15 @@ def test_isposinf_isneginf_need_a_bool_out(dtype, tpu, eager_mode):
         _raises_at_call_like_cpu(lambda d: fn(t.to(d), out=torch.empty(3, dtype=dtype, device=d)), tpu)
         got = fn(t.to(tpu), out=torch.empty(3, dtype=torch.bool, device=tpu)).cpu()
         assert torch.equal(got, fn(t))
+
+
+def test_nansum_of_no_dims_reduces_all_as_cpu(tpu, eager_mode):
+    # test_reductions.test_dim_empty_nansum: nansum(dim=[]) reduces every dim on CPU (the test expects no
+    # reduction and fails on CPU too); tpu shaped the output as no reduction and its kernel refused it at the sync
+    x = torch.randn(3, 4)
+    x[0, 0] = float("nan")
+    for kw in (dict(dim=[]), dict(dim=[], keepdim=True)):
+        want = torch.nansum(x, **kw)
+        got = torch.nansum(x.to(tpu), **kw).cpu()
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)

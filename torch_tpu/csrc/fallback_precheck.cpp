@@ -269,6 +269,12 @@ void isinf_sign_result(const Call& c) {
               " does not support non-boolean outputs.");
 }
 
+// nansum(self, dim=[]): CPU reduces every dim, as for dim=None (sum's legacy rule); PyTorch's
+// meta function reads [] as no dims at all, so the output would not be the kernel's.
+void nansum_empty_dims(const Call& c) {
+  if (c.info.num_args > 1 && c.arg(1).isIntList() && c.arg(1).toDimVector().empty()) c.arg(1) = c10::IValue();
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -286,6 +292,7 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return repeat_interleave_repeats;
   if (full_name.compare(0, 12, "aten::arange") == 0) return arange_range;
   if (full_name == "aten::isposinf.out" || full_name == "aten::isneginf.out") return isinf_sign_result;
+  if (full_name == "aten::nansum" || full_name == "aten::nansum.out") return nansum_empty_dims;
   if (full_name == "aten::all.out" || full_name == "aten::all.dims_out" || full_name == "aten::all.all_out" ||
       full_name == "aten::any.out" || full_name == "aten::any.dims_out" || full_name == "aten::any.all_out")
     return all_any_result;
