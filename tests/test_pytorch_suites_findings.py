@@ -408,3 +408,17 @@ def test_nansum_of_no_dims_reduces_all_as_cpu(tpu, eager_mode):
         got = torch.nansum(x.to(tpu), **kw).cpu()
         assert got.shape == want.shape
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_logical_not_in_place_and_0d_reductions(dtype, tpu, eager_mode):
+    # found by the OpInfo sweep on complex while checking this work: logical_not_ in place on a complex tensor
+    # (1 + 0j or 0, the imaginary part too) and sum/mean of a 0-d complex tensor over dim -1
+    x = torch.tensor([0, 1 + 2j, 0j, -3j, complex(0, -0.0)], dtype=dtype)
+    y = x.to(tpu)
+    y.logical_not_()
+    assert torch.equal(y.cpu(), x.clone().logical_not_())
+    s = torch.tensor(2 + 3j, dtype=dtype)
+    for fn in (torch.sum, torch.mean):
+        for kw in (dict(dim=-1), dict(dim=0, keepdim=True), dict(dim=[-1])):
+            assert torch.equal(fn(s.to(tpu), **kw).cpu(), fn(s, **kw))

@@ -92,6 +92,7 @@ CX_BOTH(CX_LOOP1, sqrt, {
 /* log(z) = log|z| + i arg(z) */
 CX_BOTH(CX_LOOP1, log, { o_r = (cx_real_t)log(hypot((double)ar, (double)ai)); o_i = (cx_real_t)atan2((double)ai, (double)ar); })
 CX_BOTH(CX_LOOP1R, logical_not, { o_r = (ar == 0 && ai == 0) ? 1 : 0; }) /* complex -> bool */
+CX_BOTH(CX_LOOP1, logical_not_c, { o_r = (ar == 0 && ai == 0) ? 1 : 0; o_i = 0; }) /* in place: 1 + 0j or 0 */
 CX_BOTH(CX_LOOP2, add, { o_r = ar + (alr * br - ali * bi); o_i = ai + (alr * bi + ali * br); })
 CX_BOTH(CX_LOOP2, sub, { o_r = ar - (alr * br - ali * bi); o_i = ai - (alr * bi + ali * br); })
 CX_BOTH(CX_LOOP2, mul, { o_r = ar * br - ai * bi; o_i = ar * bi + ai * br; })
@@ -346,7 +347,11 @@ CX_KERNEL(angle) { return cx_unary(ctx, call, "angle", angle_f, angle_d); }
 CX_KERNEL(exp) { return cx_unary(ctx, call, "exp", exp_f, exp_d); }
 CX_KERNEL(sqrt) { return cx_unary(ctx, call, "sqrt", sqrt_f, sqrt_d); }
 CX_KERNEL(log) { return cx_unary(ctx, call, "log", log_f, log_d); }
-CX_KERNEL(logical_not) { return cx_unary(ctx, call, "logical_not", logical_not_f, logical_not_d); }
+CX_KERNEL(logical_not) {
+  if (call->num_outputs >= 1 && tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return cx_unary(ctx, call, "logical_not", logical_not_c_f, logical_not_c_d);
+  return cx_unary(ctx, call, "logical_not", logical_not_f, logical_not_d);
+}
 
 /* where(condition, self, other) */
 CX_KERNEL(where) {
@@ -393,10 +398,10 @@ static tpurt_status_t cx_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   const int64_t* list = has_dim ? tpurt_arg_ints(call, 1, &count) : NULL;
   if (list && count > 0) {
     for (int i = 0; i < count && nd < TPURT_MAX_DIMS; ++i) {
-      int64_t d = list[i];
-      if (d < -self->ndim || d >= (self->ndim ? self->ndim : 1))
+      int64_t d = list[i], range = self->ndim ? self->ndim : 1; /* a 0-d tensor takes dims -1 and 0 */
+      if (d < -range || d >= range)
         return TPURT_STATUS(OUT_OF_RANGE, "%s: dimension %lld out of range", op, (long long)d);
-      dims[nd++] = d < 0 ? d + self->ndim : d;
+      dims[nd++] = d < 0 ? d + range : d;
     }
   } else if (has_dim && tpurt_arg_is(call, 1, TPURT_ARG_INT)) {
     int64_t d = tpurt_arg_int(call, 1, 0);
