@@ -1,6 +1,6 @@
 /* Elementwise kernels on complex64/complex128 (registered "complex::<op>", or
  * flagged TPURT_OP_COMPLEX for ops born complex): copy and fill, arithmetic,
- * neg/conj/sgn, abs/angle, exp, log, sqrt, logical_not, where, complex(real, imag) and polar(abs, angle).
+ * neg/conj/sgn, abs/angle, exp, log, sqrt, the trigonometric and hyperbolic functions and their inverses, logical_not, where, complex(real, imag) and polar(abs, angle).
  * They run on the elementwise engine (broadcasting, strides, threads); a loop
  * reads complex operands as they are and real operands cast by the engine to
  * the compute precision's real type, so the real-dtype kernels and the fusion
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/args.h"
+#include "ops/elementwise/cx_math.h"
 #include "ops/elementwise/elementwise.h"
 
 typedef struct cx_user_t {
@@ -91,6 +92,10 @@ CX_BOTH(CX_LOOP1, sqrt, {
 })
 /* log(z) = log|z| + i arg(z) */
 CX_BOTH(CX_LOOP1, log, { o_r = (cx_real_t)log(hypot((double)ar, (double)ai)); o_i = (cx_real_t)atan2((double)ai, (double)ar); })
+/* the trigonometric and hyperbolic functions and their inverses: the C library's, in double */
+#define CX_MATH_LOOPS(NAME, CFN) \
+  CX_BOTH(CX_LOOP1, NAME, { double r_, i_; tpurt_cx_math_##NAME(ar, ai, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
+TPURT_CX_MATH_LIST(CX_MATH_LOOPS)
 CX_BOTH(CX_LOOP1R, logical_not, { o_r = (ar == 0 && ai == 0) ? 1 : 0; }) /* complex -> bool */
 CX_BOTH(CX_LOOP1, logical_not_c, { o_r = (ar == 0 && ai == 0) ? 1 : 0; o_i = 0; }) /* in place: 1 + 0j or 0 */
 CX_BOTH(CX_LOOP2, add, { o_r = ar + (alr * br - ali * bi); o_i = ai + (alr * bi + ali * br); })
@@ -347,6 +352,9 @@ CX_KERNEL(angle) { return cx_unary(ctx, call, "angle", angle_f, angle_d); }
 CX_KERNEL(exp) { return cx_unary(ctx, call, "exp", exp_f, exp_d); }
 CX_KERNEL(sqrt) { return cx_unary(ctx, call, "sqrt", sqrt_f, sqrt_d); }
 CX_KERNEL(log) { return cx_unary(ctx, call, "log", log_f, log_d); }
+#define CX_MATH_KERNELS(NAME, CFN) \
+  CX_KERNEL(NAME) { return cx_unary(ctx, call, #NAME, NAME##_f, NAME##_d); }
+TPURT_CX_MATH_LIST(CX_MATH_KERNELS)
 CX_KERNEL(logical_not) {
   if (call->num_outputs >= 1 && tpurt_dtype_is_complex(call->outputs[0].dtype))
     return cx_unary(ctx, call, "logical_not", logical_not_c_f, logical_not_c_d);
@@ -469,6 +477,8 @@ const tpurt_op_def_t tpurt_ops_complex[] = {
     CX("complex::exp", exp, CX_DT_COMPLEX),
     CX("complex::sqrt", sqrt, CX_DT_COMPLEX),
     CX("complex::log", log, CX_DT_COMPLEX),
+#define CX_MATH_ENTRIES(NAME, CFN) CX("complex::" #NAME, NAME, CX_DT_COMPLEX),
+    TPURT_CX_MATH_LIST(CX_MATH_ENTRIES)
     CX("complex::logical_not", logical_not, CX_DT_COMPLEX),
     {"complex::sum", tpurt_cx_sum, tpurt_cx_sum_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::mean", tpurt_cx_mean, tpurt_cx_mean_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
