@@ -61,6 +61,7 @@ def _child_main(args):
     common_utils.parse_cmd_line_args()
     # run_tests() sets this in several files' __main__ blocks; a runner importing them does too.
     common_utils.TestCase._default_dtype_check_enabled = True
+    _accept_older_files(common_utils)
 
     test_dir = str(pathlib.Path(args.file).resolve().parent)
     sys.path.insert(0, test_dir)
@@ -124,6 +125,20 @@ def _child_main(args):
               "traceback": tb[-4000:] if tb else None})
     emit({"finished": True})
     return 0
+
+
+def _accept_older_files(common_utils):
+    """Lets versions of the files a little older than the installed torch import: they use
+    `@skipIfTorchDynamo` bare, which 2.13 refuses at import. Bare, it means the default message;
+    the runner never runs under Dynamo, so the decorator changes nothing else."""
+    original = common_utils.skipIfTorchDynamo
+
+    def skip_if_torch_dynamo(msg="test doesn't currently work with dynamo"):
+        if callable(msg):
+            return original()(msg)
+        return original(msg)
+
+    common_utils.skipIfTorchDynamo = skip_if_torch_dynamo
 
 
 def _cause(etype, e):

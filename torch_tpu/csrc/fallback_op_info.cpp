@@ -137,7 +137,8 @@ void overlap_rules(const std::string& base, OpInfo* info) {
   // elementwise and random families) but fill/zero/masked_fill/index_fill,
   // which CPU allows, and these others. Reductions, index_put, resize_ allow it.
   static const char* const kRefuseOverlap[] = {"cat", "gather", "index_select", "masked_select", "take", "mm",
-                                               "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv"};
+                                               "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv",
+                                               "linspace", "logspace", "arange", "range"};
   static const char* const kAllowOverlap[] = {"fill", "zero", "masked_fill", "index_fill"};
   const bool alias_safe = info->def && (info->def->flags & TPURT_OP_ALIAS_SAFE);
   info->refuse_overlap = alias_safe || info->random;

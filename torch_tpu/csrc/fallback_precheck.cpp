@@ -4,6 +4,7 @@
 // and Python scalars only, so it raises at the call in every eager mode, with
 // CPU's exception type and words.
 #include <ATen/ExpandUtils.h>
+#include <ATen/native/DistributionTemplates.h>
 
 #include "fallback.h"
 
@@ -104,6 +105,176 @@ void div_mode_unsigned(const Call& c) {
                               mode.toStringRef(), "_cpu\" not implemented for '", c10::toString(r), "'");
 }
 
+// The random fills: PyTorch's own templates (ATen/native/DistributionTemplates.h)
+// check the bounds against the dtype (errors, and CPU's warnings for float
+// bounds past 2^digits) and then call a kernel; given kernels that do nothing,
+// they are the checks alone.
+template <typename RNG>
+struct NoRandomKernel {
+  void operator()(at::TensorIteratorBase&, uint64_t, int64_t, std::optional<at::Generator>) {}
+  void operator()(at::TensorIteratorBase&, std::optional<at::Generator>) {}
+};
+template <typename RNG>
+struct NoUniformKernel {
+  void operator()(at::TensorIteratorBase&, double, double, std::optional<at::Generator>) {}
+};
+
+// random_.from(self, from, to?), random_.to(self, to) and their out= forms.
+void random_bounds(const Call& c) {
+  if (!c.arg(0).isTensor()) return;
+  at::Tensor self = c.arg(0).toTensor();
+  const std::string& ov = c.info.overload;
+  bool has_from = ov.compare(0, 4, "from") == 0;
+  if (!has_from && ov.compare(0, 2, "to") != 0) {
+    // random_() without bounds: CPU has no kernel for the wide unsigned dtypes
+    c10::ScalarType st = self.scalar_type();
+    TORCH_CHECK_NOT_IMPLEMENTED(st != at::kUInt16 && st != at::kUInt32 && st != at::kUInt64,
+                                "\"random_kernel_cpu\" not implemented for '", c10::toString(st), "'");
+    return;
+  }
+  if (!c.arg(1).isInt()) return;
+  int64_t from = has_from ? c.arg(1).toInt() : 0;
+  std::optional<int64_t> to;
+  if (!has_from) to = c.arg(1).toInt();
+  else if (c.info.num_args > 2 && c.arg(2).isInt()) to = c.arg(2).toInt();
+  at::native::templates::random_from_to_impl<NoRandomKernel, void*>(self, from, to, std::nullopt);
+  // A float output: the bounds move inward to values the dtype holds, as CPU's do, so a draw
+  // rounded to the dtype stays in [from, to); the kernel takes the moved ones.
+  if (!at::isFloatingType(self.scalar_type()) || from == std::numeric_limits<int64_t>::lowest()) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "random_bounds", [&] {
+    if (has_from) c.arg(1) = at::native::templates::update_from<scalar_t>(from);
+    if (to) c.arg(has_from ? 2 : 1) = at::native::templates::update_to<scalar_t>(*to);
+  });
+}
+
+// uniform_(self, from, to): bounds within the dtype, from <= to, to - from representable.
+void uniform_bounds(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isDouble() || !c.arg(2).isDouble()) return;
+  at::Tensor self = c.arg(0).toTensor();
+  at::native::templates::uniform_impl_<NoUniformKernel, void*>(self, c.arg(1).toDouble(), c.arg(2).toDouble(),
+                                                               std::nullopt);
+}
+
+// normal's standard deviation: a float one >= 0 at the call; a tensor one real, and all its
+// elements >= 0, which, as on CUDA, reads the tensor (a sync) so the error comes at the call.
+void normal_std(const Call& c) {
+  size_t i = c.info.overload.empty() || c.info.overload == "out" ? 2 : 1;  // normal_(self, mean, std) / normal.*(mean, std)
+  if (i >= c.info.num_args) return;
+  const c10::IValue& std = c.arg(i);
+  if (std.isDouble()) {
+    TORCH_CHECK(std.toDouble() >= 0.0, "normal expects std >= 0.0, but found std ", std.toDouble());
+  } else if (std.isTensor()) {
+    const at::Tensor& t = std.toTensor();
+    TORCH_CHECK(!t.is_complex(), "normal expects standard deviation to be non-complex");
+    TORCH_CHECK(t.numel() == 0 || t.min().ge(0).item<bool>(), "normal expects all elements of std >= 0.0");
+  }
+}
+
+// roll(self, shifts, dims): CPU checks the lists before the dims' range.
+void roll_lists(const Call& c) {
+  if (!c.arg(1).isIntList() || !c.arg(2).isIntList()) return;
+  auto shifts = c.arg(1).toDimVector();
+  auto dims = c.arg(2).toDimVector();
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  if (dims.empty() && shifts.size() == 1) return;
+  TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
+              ", dims:", dims.size());
+}
+
+// repeat_interleave.Tensor(repeats, output_size?): an int32/int64 vector of repeats, none negative.
+// The negative check reads the repeats, which the output size does too when it is not given.
+void repeat_interleave_repeats(const Call& c) {
+  if (!c.arg(0).isTensor()) return;
+  const at::Tensor& rep = c.arg(0).toTensor();
+  TORCH_CHECK_NOT_IMPLEMENTED(rep.scalar_type() == at::kLong || rep.scalar_type() == at::kInt,
+                              "\"repeat_interleave_cpu\" not implemented for '", c10::toString(rep.scalar_type()), "'");
+  TORCH_CHECK(rep.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  if (c.info.num_args > 1 && c.arg(1).isNone() && rep.numel() > 0)
+    TORCH_CHECK(rep.min().item<int64_t>() >= 0, "repeats can not be negative");
+}
+
+// arange.start_out(start, end, step, out) / arange.out(end, out): CPU's checks, in its order, in
+// the output's accumulate type (double for floats, int64 for integers).
+void arange_range(const Call& c) {
+  bool start_out = c.info.overload == "start_out";
+  if (c.info.overload != "out" && !start_out) return;
+  size_t n = start_out ? 3 : 1;
+  if (!c.arg(n).isTensor()) return;
+  c10::Scalar start = start_out ? c.arg(0).toScalar() : c10::Scalar(0);
+  c10::Scalar end = c.arg(start_out ? 1 : 0).toScalar();
+  c10::Scalar step = start_out ? c.arg(2).toScalar() : c10::Scalar(1);
+  auto check = [&](auto xstart, auto xend, auto xstep) {
+    TORCH_CHECK_VALUE(xstep > 0 || xstep < 0, "step must be nonzero");
+    TORCH_CHECK(std::isfinite(static_cast<double>(xstart)) && std::isfinite(static_cast<double>(xend)),
+                "unsupported range: ", xstart, " -> ", xend);
+    TORCH_CHECK(((xstep > 0) && (xend >= xstart)) || ((xstep < 0) && (xend <= xstart)),
+                "upper bound and lower bound inconsistent with step sign");
+  };
+  c10::ScalarType st = c.arg(n).toTensor().scalar_type();
+  if (at::isFloatingType(st)) {
+    check(start.to<double>(), end.to<double>(), step.to<double>());
+    double size_d = std::ceil((end.to<double>() - start.to<double>()) / step.to<double>());
+    TORCH_CHECK(size_d >= 0 && size_d <= static_cast<double>(std::numeric_limits<int64_t>::max()),
+                "invalid size, possible overflow?");
+  } else if (at::isIntegralType(st, /*includeBool=*/false)) {
+    check(start.to<int64_t>(), end.to<int64_t>(), step.to<int64_t>());
+  }
+}
+
+// complex(real, imag) / polar(abs, angle), and their out= forms: CPU's dtype checks.
+void complex_parts(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isTensor()) return;
+  c10::ScalarType a = c.arg(0).toTensor().scalar_type(), b = c.arg(1).toTensor().scalar_type();
+  auto floating = [](c10::ScalarType t) { return t == at::kFloat || t == at::kDouble || t == at::kHalf; };
+  TORCH_CHECK(floating(a) && floating(b), "Expected both inputs to be Half, Float or Double tensors but got ", a,
+              " and ", b);
+  TORCH_CHECK(a == b, "Expected object of scalar type ", a, " but got scalar type ", b, " for second argument");
+  if (c.info.num_args > 2 && c.arg(2).isTensor()) {
+    c10::ScalarType r = c.arg(2).toTensor().scalar_type();
+    TORCH_CHECK(r == c10::toComplexType(a), "Expected object of scalar type ", c10::toComplexType(a),
+                " but got scalar type ", r, " for argument 'out'");
+  }
+}
+
+// all/any with out=: CPU takes a bool or uint8 result only.
+void all_any_result(const Call& c) {
+  for (size_t i = 0; i < c.info.num_args; ++i) {
+    if (!c.info.arg_is_out[i] || !c.arg(i).isTensor()) continue;
+    c10::ScalarType r = c.arg(i).toTensor().scalar_type();
+    TORCH_CHECK(r == at::kBool || r == at::kByte, c.info.base, " only supports bool tensor for result, got: ", r);
+  }
+}
+
+// var/std(+_mean).correction(self, dim?, correction?, keepdim): CPU warns when the correction
+// leaves no degrees of freedom (the reduced count K <= correction).
+void var_dof_warning(const Call& c) {
+  if (!c.arg(0).isTensor() || c.info.num_args < 3) return;
+  const at::Tensor& self = c.arg(0).toTensor();
+  int64_t k = 1;
+  if (self.dim() > 0 && c.arg(1).isIntList() && !c.arg(1).toDimVector().empty()) {
+    for (int64_t d : c.arg(1).toDimVector()) k *= self.size(c10::maybe_wrap_dim(d, self.dim()));
+  } else {
+    k = self.numel();
+  }
+  double correction = c.arg(2).isNone() ? 1.0 : c.arg(2).toScalar().toDouble();
+  if (k > 0 && static_cast<double>(k) - correction <= 0)
+    TORCH_WARN(c.info.base, "(): degrees of freedom is <= 0. Correction should be strictly less than the ",
+               "reduction factor (input numel divided by output numel).");
+}
+
+// isposinf/isneginf with out=: CPU takes a bool result only.
+void isinf_sign_result(const Call& c) {
+  if (c.info.num_args < 2 || !c.arg(1).isTensor()) return;
+  TORCH_CHECK(c.arg(1).toTensor().scalar_type() == at::kBool, c.info.base,
+              " does not support non-boolean outputs.");
+}
+
+// nansum(self, dim=[]): CPU reduces every dim, as for dim=None (sum's legacy rule); PyTorch's
+// meta function reads [] as no dims at all, so the output would not be the kernel's.
+void nansum_empty_dims(const Call& c) {
+  if (c.info.num_args > 1 && c.arg(1).isIntList() && c.arg(1).toDimVector().empty()) c.arg(1) = c10::IValue();
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -112,6 +283,27 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
       full_name == "aten::index_put.out")
     return index_put_shapes;
   if (full_name == "aten::kthvalue.values") return kthvalue_empty_dim;
+  if (full_name.compare(0, 13, "aten::random_") == 0 || full_name.compare(0, 13, "aten::random.") == 0)
+    return random_bounds;
+  if (full_name == "aten::uniform_" || full_name.compare(0, 14, "aten::uniform.") == 0) return uniform_bounds;
+  if (full_name.compare(0, 12, "aten::normal") == 0) return normal_std;
+  if (full_name == "aten::roll" || full_name == "aten::roll.out") return roll_lists;
+  if (full_name == "aten::repeat_interleave.Tensor" || full_name == "aten::repeat_interleave.Tensor_out")
+    return repeat_interleave_repeats;
+  if (full_name.compare(0, 12, "aten::arange") == 0) return arange_range;
+  if (full_name == "aten::isposinf.out" || full_name == "aten::isneginf.out") return isinf_sign_result;
+  if (full_name == "aten::nansum" || full_name == "aten::nansum.out") return nansum_empty_dims;
+  if (full_name == "aten::all.out" || full_name == "aten::all.dims_out" || full_name == "aten::all.all_out" ||
+      full_name == "aten::any.out" || full_name == "aten::any.dims_out" || full_name == "aten::any.all_out")
+    return all_any_result;
+  if (full_name == "aten::var.correction" || full_name == "aten::var.correction_out" ||
+      full_name == "aten::std.correction" || full_name == "aten::std.correction_out" ||
+      full_name == "aten::var_mean.correction" || full_name == "aten::var_mean.correction_out" ||
+      full_name == "aten::std_mean.correction" || full_name == "aten::std_mean.correction_out")
+    return var_dof_warning;
+  if (full_name == "aten::complex" || full_name == "aten::complex.out" || full_name == "aten::polar" ||
+      full_name == "aten::polar.out")
+    return complex_parts;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
     return div_mode_unsigned;

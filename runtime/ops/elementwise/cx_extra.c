@@ -1,12 +1,15 @@
 /* More ops on complex tensors, built on the real kernels: normal_ (randn,
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
- * view_as_real), eq/ne, isnan (z != z), and index_put_ (x[i] = v, accumulate too)
+ * view_as_real), eq/ne, isnan (z != z), the factories linspace, logspace and
+ * eye, the reductions var/std/prod/all/any/count_nonzero/linalg_vector_norm, and index_put_ (x[i] = v, accumulate too)
  * through the index kernel on the (real, imaginary) pairs. */
+#include <complex.h>
 #include <math.h>
 #include <string.h>
 
 #include "ops/args.h"
+#include "ops/reduce/reduce.h"
 
 /* t (complex) as its real pairs: an extra trailing dim of 2 (false when t has
  * no room for one more dim). */
@@ -136,6 +139,240 @@ static tpurt_status_t k_isnan(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   return cx_compare(ctx, &rc, true);
 }
 
+/* ---- linspace / logspace(start, end, steps[, base]) and eye(n[, m]) with a complex output ----
+ * As CPU: computed in the output's precision, the first half from start and the
+ * second from end; logspace is base ** (that value), base taken as complex. */
+
+/* A Scalar argument: a complex one arrives as a 0-d complex128 tensor. */
+static cx_val_t cx_scalar_arg(const tpurt_op_call_t* call, int i) {
+  const tpurt_tensor_t* t = tpurt_arg_tensor(call, i);
+  if (t) return cx_load(t, 0);
+  return (cx_val_t){tpurt_arg_is(call, i, TPURT_ARG_INT) ? (double)tpurt_arg_int(call, i, 0) : tpurt_arg_double(call, i, 0.0),
+                    0.0};
+}
+
+static void cx_store(const tpurt_tensor_t* t, int64_t off, double complex v) {
+  char* p = (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype);
+  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
+    ((float*)p)[0] = (float)creal(v);
+    ((float*)p)[1] = (float)cimag(v);
+  } else {
+    ((double*)p)[0] = creal(v);
+    ((double*)p)[1] = cimag(v);
+  }
+}
+
+/* The element offset of row-major element l of t (an out= tensor may have any shape of steps elements). */
+static int64_t cx_linear_offset(const tpurt_tensor_t* t, int64_t l) {
+  int64_t off = 0;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    off += (l % t->sizes[d]) * t->strides[d];
+    l /= t->sizes[d];
+  }
+  return off;
+}
+
+static tpurt_status_t cx_linspace(const tpurt_op_call_t* call, bool log) {
+  const char* op = log ? "logspace" : "linspace";
+  if (call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex output", op);
+  const tpurt_tensor_t* out = &call->outputs[0];
+  int64_t steps = tpurt_tensor_numel(out), half = steps / 2;
+  if (steps == 0) return TPURT_OK;
+  cx_val_t a = cx_scalar_arg(call, 0), b = cx_scalar_arg(call, 1);
+  double base = log ? tpurt_arg_double(call, 3, 10.0) : 0.0;
+  if (steps == 1) { /* start itself; logspace: base ** start in double */
+    double complex s = CMPLX(a.re, a.im);
+    cx_store(out, cx_linear_offset(out, 0), log ? cpow(CMPLX(base, 0.0), s) : s);
+    return TPURT_OK;
+  }
+  if (out->dtype == TPURT_DTYPE_COMPLEX64) {
+    float complex fa = CMPLXF((float)a.re, (float)a.im), fb = CMPLXF((float)b.re, (float)b.im);
+    float complex step = (fb - fa) / (float)(steps - 1), fbase = CMPLXF((float)base, 0.0f);
+    for (int64_t i = 0; i < steps; ++i) {
+      float complex v = i < half ? fa + step * (float)i : fb - step * (float)(steps - i - 1);
+      cx_store(out, cx_linear_offset(out, i), log ? cpowf(fbase, v) : v);
+    }
+  } else {
+    double complex da = CMPLX(a.re, a.im), db = CMPLX(b.re, b.im);
+    double complex step = (db - da) / (double)(steps - 1), dbase = CMPLX(base, 0.0);
+    for (int64_t i = 0; i < steps; ++i) {
+      double complex v = i < half ? da + step * (double)i : db - step * (double)(steps - i - 1);
+      cx_store(out, cx_linear_offset(out, i), log ? cpow(dbase, v) : v);
+    }
+  }
+  return TPURT_OK;
+}
+static tpurt_status_t k_linspace(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_linspace(c, false); }
+static tpurt_status_t k_logspace(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_linspace(c, true); }
+
+static tpurt_status_t k_eye(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* call) {
+  if (call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype) || call->outputs[0].ndim != 2)
+    return TPURT_STATUS(INVALID_ARGUMENT, "eye: expected a 2-d complex output");
+  const tpurt_tensor_t* out = &call->outputs[0];
+  for (int64_t i = 0; i < out->sizes[0]; ++i)
+    for (int64_t j = 0; j < out->sizes[1]; ++j) cx_store(out, i * out->strides[0] + j * out->strides[1], i == j);
+  return TPURT_OK;
+}
+
+/* ---- reductions of a complex input: var/std (of the parts), prod, all, any, count_nonzero ---- */
+
+/* The real (part = 0) or imaginary (part = 1) part of complex t as a real view. */
+static bool cx_part(const tpurt_tensor_t* t, int part, tpurt_tensor_t* out) {
+  tpurt_tensor_t pairs;
+  if (!cx_pairs(t, &pairs)) return false;
+  *out = pairs;
+  out->ndim -= 1;
+  out->data = (char*)pairs.data + part * tpurt_dtype_size(pairs.dtype);
+  return true;
+}
+
+/* var/std(z) over the reduced dims, as CPU: sum |z - mean|^2 / (K - correction), which is var of
+ * the real part plus var of the imaginary part; both through the real var kernel, the second into
+ * scratch, then added (std: the root of the sum). */
+static tpurt_status_t cx_var_std(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref, bool std) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("var");
+  const tpurt_tensor_t* in = tpurt_arg_tensor(call, 0);
+  if (!def || !in || call->num_outputs < 1 || call->num_args > 8 || !tpurt_dtype_is_complex(in->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex input and an output", call->name);
+  const tpurt_tensor_t* out = &call->outputs[0]; /* real, or complex for an out= CPU also fills */
+  int64_t m = tpurt_tensor_numel(out);
+  tpurt_tensor_t parts[2], tmp[2];
+  if (!cx_part(in, 0, &parts[0]) || !cx_part(in, 1, &parts[1]))
+    return TPURT_STATUS(UNIMPLEMENTED, "%s: complex tensors of %d dims", call->name, (int)in->ndim);
+  size_t es = tpurt_dtype_size(parts[0].dtype);
+  char* buf = tpurt_kernel_scratch(ctx, 2 * (size_t)(m > 0 ? m : 1) * es);
+  if (!buf) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for %lld outputs", call->name, (long long)m);
+  for (int part = 0; part < 2; ++part) {
+    tmp[part] = *out;
+    tmp[part].dtype = parts[0].dtype;
+    tmp[part].data = buf + (size_t)part * (size_t)(m > 0 ? m : 1) * es;
+    for (int64_t d = out->ndim - 1, st = 1; d >= 0; --d) tmp[part].strides[d] = st, st *= out->sizes[d];
+    tpurt_arg_t args[8];
+    memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
+    args[0].v.tensor = &parts[part];
+    tpurt_op_call_t rc = *call;
+    rc.name = "var";
+    rc.args = args;
+    rc.num_outputs = 1;
+    rc.outputs = &tmp[part];
+    TPURT_RETURN_IF_ERROR((ref ? def->reference : def->fn)(ctx, &rc));
+  }
+  size_t oes = tpurt_dtype_size(out->dtype);
+  for (int64_t i = 0; i < m; ++i) {
+    double v = tpurt_dtype_load_f64(tmp[0].dtype, buf + i * (int64_t)es) +
+               tpurt_dtype_load_f64(tmp[1].dtype, (char*)tmp[1].data + i * (int64_t)es);
+    if (std) v = sqrt(v);
+    int64_t off = tpurt_reduce_out_offset(out, i);
+    if (tpurt_dtype_is_complex(out->dtype)) cx_store(out, off, v);
+    else tpurt_dtype_store_f64(out->dtype, (char*)out->data + off * (int64_t)oes, v);
+  }
+  return TPURT_OK;
+}
+
+typedef enum { CXR_PROD, CXR_ALL, CXR_ANY, CXR_COUNT } cxr_kind_t;
+typedef struct cxr_job_t {
+  const tpurt_tensor_t* in;
+  cxr_kind_t kind;
+  double complex* acc;
+} cxr_job_t;
+
+static void cxr_one(void* user, int64_t in_off, int64_t out_pos) {
+  cxr_job_t* j = (cxr_job_t*)user;
+  cx_val_t v = cx_load(j->in, in_off);
+  bool nz = v.re != 0 || v.im != 0;
+  switch (j->kind) {
+    case CXR_PROD: {
+      /* in the input's precision, as CPU's complex<float> product */
+      if (j->in->dtype == TPURT_DTYPE_COMPLEX64) {
+        float complex a = (float complex)j->acc[out_pos] * CMPLXF((float)v.re, (float)v.im);
+        j->acc[out_pos] = a;
+      } else {
+        j->acc[out_pos] *= CMPLX(v.re, v.im);
+      }
+      break;
+    }
+    case CXR_ALL: if (!nz) j->acc[out_pos] = 0; break;
+    case CXR_ANY: if (nz) j->acc[out_pos] = 1; break;
+    case CXR_COUNT: j->acc[out_pos] += nz; break;
+  }
+}
+
+/* prod(self, dtype?) / prod.dim_int(self, dim, keepdim, dtype?); all/any(self), .dim(self, dim, keepdim),
+ * .dims(self, dim?, keepdim); count_nonzero(self, dim?) / .dim_IntList(self, dims). */
+static tpurt_status_t cx_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, cxr_kind_t kind) {
+  const tpurt_tensor_t* in = tpurt_arg_tensor(call, 0);
+  if (!in || call->num_outputs < 1 || !tpurt_dtype_is_complex(in->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex input and an output", call->name);
+  const tpurt_tensor_t* out = &call->outputs[0];
+  if (kind == CXR_PROD && !tpurt_dtype_is_complex(out->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "prod: a complex input needs a complex output, got %s",
+                        tpurt_dtype_name(out->dtype));
+  tpurt_arg_kind_t k1 = tpurt_arg_kind(call, 1);
+  bool has_dim = call->num_args >= 2 && (k1 == TPURT_ARG_INT_LIST || k1 == TPURT_ARG_INT);
+  bool mask[TPURT_MAX_DIMS];
+  TPURT_RETURN_IF_ERROR(tpurt_reduce_dims_from_arg(call, has_dim ? 1 : -1, in->ndim, mask));
+  int64_t m = tpurt_tensor_numel(out);
+  double complex* acc = tpurt_kernel_scratch(ctx, (size_t)(m > 0 ? m : 1) * sizeof(double complex));
+  if (!acc) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for %lld outputs", call->name, (long long)m);
+  double complex init = kind == CXR_PROD || kind == CXR_ALL ? 1 : 0;
+  for (int64_t i = 0; i < m; ++i) acc[i] = init;
+  cxr_job_t j = {in, kind, acc};
+  tpurt_reduce_for_each(in, mask, cxr_one, &j);
+  size_t es = tpurt_dtype_size(out->dtype);
+  for (int64_t i = 0; i < m; ++i) {
+    int64_t off = tpurt_reduce_out_offset(out, i);
+    if (kind == CXR_PROD) cx_store(out, off, acc[i]);
+    else tpurt_dtype_store_i64(out->dtype, (char*)out->data + off * (int64_t)es, (int64_t)creal(acc[i]));
+  }
+  return TPURT_OK;
+}
+/* linalg_vector_norm(z, ord, dim, keepdim, dtype): the real kernel on |z|, taken densely into scratch. */
+typedef struct cx_abs_job_t {
+  const tpurt_tensor_t *in, *mag;
+} cx_abs_job_t;
+
+static void cx_abs_one(void* user, int64_t in_off, int64_t pos) {
+  const cx_abs_job_t* j = (const cx_abs_job_t*)user;
+  cx_val_t v = cx_load(j->in, in_off);
+  tpurt_dtype_store_f64(j->mag->dtype, (char*)j->mag->data + pos * (int64_t)tpurt_dtype_size(j->mag->dtype),
+                        hypot(v.re, v.im));
+}
+
+static tpurt_status_t cx_vector_norm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("linalg_vector_norm");
+  const tpurt_tensor_t* in = tpurt_arg_tensor(call, 0);
+  if (!def || !in || call->num_args > 8 || !tpurt_dtype_is_complex(in->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "linalg_vector_norm: expected a complex input");
+  tpurt_tensor_t mag = *in;
+  mag.dtype = tpurt_dtype_to_real(in->dtype);
+  int64_t n = tpurt_tensor_numel(in);
+  for (int64_t d = in->ndim - 1, st = 1; d >= 0; --d) mag.strides[d] = st, st *= in->sizes[d];
+  mag.data = tpurt_kernel_scratch(ctx, (size_t)(n > 0 ? n : 1) * tpurt_dtype_size(mag.dtype));
+  if (!mag.data) return TPURT_STATUS(RESOURCE_EXHAUSTED, "linalg_vector_norm: no scratch for %lld elements", (long long)n);
+  bool none[TPURT_MAX_DIMS] = {false};
+  cx_abs_job_t j = {in, &mag};
+  tpurt_reduce_for_each(in, none, cx_abs_one, &j);
+  tpurt_arg_t args[8];
+  memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
+  args[0].v.tensor = &mag;
+  tpurt_op_call_t rc = *call;
+  rc.args = args;
+  return (ref ? def->reference : def->fn)(ctx, &rc);
+}
+static tpurt_status_t k_vector_norm(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_vector_norm(x, c, false); }
+static tpurt_status_t r_vector_norm(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_vector_norm(x, c, true); }
+static tpurt_status_t k_var(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std(x, c, false, false); }
+static tpurt_status_t r_var(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std(x, c, true, false); }
+static tpurt_status_t k_std(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std(x, c, false, true); }
+static tpurt_status_t r_std(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std(x, c, true, true); }
+static tpurt_status_t k_prod(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_reduce(x, c, CXR_PROD); }
+static tpurt_status_t k_all(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_reduce(x, c, CXR_ALL); }
+static tpurt_status_t k_any(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_reduce(x, c, CXR_ANY); }
+static tpurt_status_t k_count_nonzero(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) {
+  return cx_reduce(x, c, CXR_COUNT);
+}
+
 /* ---- _index_put_impl_(self, indices, values, accumulate, unsafe) ---- */
 
 static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
@@ -178,6 +415,18 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::eq", k_eq, k_eq, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
     {"complex::ne", k_ne, k_ne, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
     {"complex::isnan", k_isnan, k_isnan, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    /* plain loops: each is its own reference */
+    {"complex::linspace", k_linspace, k_linspace, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::logspace", k_logspace, k_logspace, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::eye", k_eye, k_eye, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::linalg_vector_norm", k_vector_norm, r_vector_norm, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::var", k_var, r_var, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::std", k_std, r_std, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    /* plain loops: each is its own reference */
+    {"complex::prod", k_prod, k_prod, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::all", k_all, k_all, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::any", k_any, k_any, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::count_nonzero", k_count_nonzero, k_count_nonzero, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::_index_put_impl", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
     {"complex::index_put", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,

@@ -1,6 +1,6 @@
 /* Elementwise kernels on complex64/complex128 (registered "complex::<op>", or
  * flagged TPURT_OP_COMPLEX for ops born complex): copy and fill, arithmetic,
- * neg/conj/sgn, abs/angle, where, complex(real, imag) and polar(abs, angle).
+ * neg/conj/sgn, abs/angle, exp, log, sqrt, the trigonometric and hyperbolic functions and their inverses, logical_not, where, complex(real, imag) and polar(abs, angle).
  * They run on the elementwise engine (broadcasting, strides, threads); a loop
  * reads complex operands as they are and real operands cast by the engine to
  * the compute precision's real type, so the real-dtype kernels and the fusion
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/args.h"
+#include "ops/elementwise/cx_math.h"
 #include "ops/elementwise/elementwise.h"
 
 typedef struct cx_user_t {
@@ -72,6 +73,31 @@ CX_BOTH(CX_LOOP1, sgn, {
   cx_real_t m = hypot(ar, ai);
   if (ar == 0 && ai == 0) { o_r = 0; o_i = 0; } else { o_r = ar / m; o_i = ai / m; }
 })
+/* exp(z) = e^re (cos im, sin im), exactly e^re when im is 0 (so exp(inf + 0j) is inf + 0j, as CPU), and C99's
+ * values for an infinite re with a non-finite im */
+CX_BOTH(CX_LOOP1, exp, {
+  double e = exp((double)ar);
+  if (ai == 0) { o_r = (cx_real_t)e; o_i = ai; }
+  else if (isinf(ar) && !isfinite(ai)) { o_r = ar > 0 ? ar : 0; o_i = ar > 0 ? (cx_real_t)NAN : 0; } /* C99 cexp */
+  else { o_r = (cx_real_t)(e * cos((double)ai)); o_i = (cx_real_t)(e * sin((double)ai)); }
+})
+/* the principal root, without cancellation: t = sqrt((|re| + |z|) / 2) on the larger side */
+CX_BOTH(CX_LOOP1, sqrt, {
+  double xr = ar, xi = ai;
+  if (xr == 0 && xi == 0) { o_r = 0; o_i = ai; } else {
+    double t = sqrt((fabs(xr) + hypot(xr, xi)) / 2);
+    if (xr >= 0) { o_r = (cx_real_t)t; o_i = (cx_real_t)(xi / (2 * t)); }
+    else { o_r = (cx_real_t)(fabs(xi) / (2 * t)); o_i = (cx_real_t)copysign(t, xi); }
+  }
+})
+/* log(z) = log|z| + i arg(z) */
+CX_BOTH(CX_LOOP1, log, { o_r = (cx_real_t)log(hypot((double)ar, (double)ai)); o_i = (cx_real_t)atan2((double)ai, (double)ar); })
+/* the trigonometric and hyperbolic functions and their inverses: the C library's, in double */
+#define CX_MATH_LOOPS(NAME, CFN) \
+  CX_BOTH(CX_LOOP1, NAME, { double r_, i_; tpurt_cx_math_##NAME(ar, ai, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
+TPURT_CX_MATH_LIST(CX_MATH_LOOPS)
+CX_BOTH(CX_LOOP1R, logical_not, { o_r = (ar == 0 && ai == 0) ? 1 : 0; }) /* complex -> bool */
+CX_BOTH(CX_LOOP1, logical_not_c, { o_r = (ar == 0 && ai == 0) ? 1 : 0; o_i = 0; }) /* in place: 1 + 0j or 0 */
 CX_BOTH(CX_LOOP2, add, { o_r = ar + (alr * br - ali * bi); o_i = ai + (alr * bi + ali * br); })
 CX_BOTH(CX_LOOP2, sub, { o_r = ar - (alr * br - ali * bi); o_i = ai - (alr * bi + ali * br); })
 CX_BOTH(CX_LOOP2, mul, { o_r = ar * br - ai * bi; o_i = ar * bi + ai * br; })
@@ -323,6 +349,17 @@ CX_KERNEL(conj_physical) { return cx_unary(ctx, call, "conj_physical", conj_f, c
 CX_KERNEL(sgn) { return cx_unary(ctx, call, "sgn", sgn_f, sgn_d); }
 CX_KERNEL(abs) { return cx_unary(ctx, call, "abs", abs_f, abs_d); }
 CX_KERNEL(angle) { return cx_unary(ctx, call, "angle", angle_f, angle_d); }
+CX_KERNEL(exp) { return cx_unary(ctx, call, "exp", exp_f, exp_d); }
+CX_KERNEL(sqrt) { return cx_unary(ctx, call, "sqrt", sqrt_f, sqrt_d); }
+CX_KERNEL(log) { return cx_unary(ctx, call, "log", log_f, log_d); }
+#define CX_MATH_KERNELS(NAME, CFN) \
+  CX_KERNEL(NAME) { return cx_unary(ctx, call, #NAME, NAME##_f, NAME##_d); }
+TPURT_CX_MATH_LIST(CX_MATH_KERNELS)
+CX_KERNEL(logical_not) {
+  if (call->num_outputs >= 1 && tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return cx_unary(ctx, call, "logical_not", logical_not_c_f, logical_not_c_d);
+  return cx_unary(ctx, call, "logical_not", logical_not_f, logical_not_d);
+}
 
 /* where(condition, self, other) */
 CX_KERNEL(where) {
@@ -369,10 +406,10 @@ static tpurt_status_t cx_reduce(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   const int64_t* list = has_dim ? tpurt_arg_ints(call, 1, &count) : NULL;
   if (list && count > 0) {
     for (int i = 0; i < count && nd < TPURT_MAX_DIMS; ++i) {
-      int64_t d = list[i];
-      if (d < -self->ndim || d >= (self->ndim ? self->ndim : 1))
+      int64_t d = list[i], range = self->ndim ? self->ndim : 1; /* a 0-d tensor takes dims -1 and 0 */
+      if (d < -range || d >= range)
         return TPURT_STATUS(OUT_OF_RANGE, "%s: dimension %lld out of range", op, (long long)d);
-      dims[nd++] = d < 0 ? d + self->ndim : d;
+      dims[nd++] = d < 0 ? d + range : d;
     }
   } else if (has_dim && tpurt_arg_is(call, 1, TPURT_ARG_INT)) {
     int64_t d = tpurt_arg_int(call, 1, 0);
@@ -437,6 +474,12 @@ const tpurt_op_def_t tpurt_ops_complex[] = {
     CX("complex::abs", abs, CX_DT_ANY),
     CX("complex::angle", angle, CX_DT_ANY),
     CX("complex::where", where, CX_DT_ANY),
+    CX("complex::exp", exp, CX_DT_COMPLEX),
+    CX("complex::sqrt", sqrt, CX_DT_COMPLEX),
+    CX("complex::log", log, CX_DT_COMPLEX),
+#define CX_MATH_ENTRIES(NAME, CFN) CX("complex::" #NAME, NAME, CX_DT_COMPLEX),
+    TPURT_CX_MATH_LIST(CX_MATH_ENTRIES)
+    CX("complex::logical_not", logical_not, CX_DT_COMPLEX),
     {"complex::sum", tpurt_cx_sum, tpurt_cx_sum_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::mean", tpurt_cx_mean, tpurt_cx_mean_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
     CX("complex::addcmul", addcmul, CX_DT_ANY),

@@ -273,6 +273,9 @@ static tpurt_status_t random_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
     case TPURT_DTYPE_INT16: hi = 32767; break;
     case TPURT_DTYPE_INT32: hi = 2147483647; break;
     case TPURT_DTYPE_INT64: hi = INT64_MAX; break;
+    case TPURT_DTYPE_UINT16: hi = 65535; break;
+    case TPURT_DTYPE_UINT32: hi = 4294967295ll; break;
+    case TPURT_DTYPE_UINT64: hi = INT64_MAX; break; /* CPU's bound for uint64 bounds (DistributionTemplates.h) */
     case TPURT_DTYPE_FLOAT16: hi = 1 << 11; break;
     case TPURT_DTYPE_BFLOAT16: hi = 1 << 8; break;
     case TPURT_DTYPE_FLOAT32: hi = 1 << 24; break;

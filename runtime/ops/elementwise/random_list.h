@@ -9,9 +9,10 @@
 /* The dtypes of the first tensor argument (the tensor filled, or the
  * probabilities / the mean; a factory's output): the continuous distributions
  * and dropout write floating point only; bernoulli_, random_, geometric_ and
- * multinomial take every real dtype. */
+ * multinomial take every real dtype (random_ the wide unsigned ones too). */
 #define RND_DT_FLOAT TPURT_DTYPES_FLOAT
 #define RND_DT_ANY TPURT_DTYPES_REAL
+#define RND_DT_INTS (TPURT_DTYPES_REAL | TPURT_DTYPES_UINT_WIDE) /* random_ also fills uint16/32/64, as CPU */
 #define RND_DRAW (TPURT_OP_RANDOM | TPURT_OP_ALIAS_SAFE)
 #define RND_FILL (RND_DRAW | TPURT_OP_OVERWRITES_SELF) /* the in-place fills: self is not read */
 
@@ -19,7 +20,7 @@
   RND_X(uniform, "uniform", RND_FILL, RND_DT_FLOAT)                                    \
   RND_X(normal, "normal", RND_FILL, RND_DT_FLOAT)                                      \
   RND_X(bernoulli, "bernoulli", RND_FILL, RND_DT_ANY)                                  \
-  RND_X(random, "random", RND_FILL, RND_DT_ANY)                                        \
+  RND_X(random, "random", RND_FILL, RND_DT_INTS)                                        \
   RND_X(exponential, "exponential", RND_FILL, RND_DT_FLOAT)                            \
   RND_X(geometric, "geometric", RND_FILL, RND_DT_ANY)                                  \
   RND_X(cauchy, "cauchy", RND_FILL, RND_DT_FLOAT)                                      \

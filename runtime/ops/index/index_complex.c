@@ -9,21 +9,20 @@
 
 #include "tpurt/kernel.h"
 
-#define CXI_MAX_LIST 256
-
+/* The views live in kernel scratch, sized for the call: a tensor list may be of any length. */
 typedef struct cxi_frame_t {
   tpurt_arg_t args[8];
-  tpurt_tensor_t views[8 + CXI_MAX_LIST];
-  const tpurt_tensor_t* list[CXI_MAX_LIST];
+  tpurt_tensor_t* views;
+  const tpurt_tensor_t** list;
   int64_t dims[TPURT_MAX_DIMS], shifts[TPURT_MAX_DIMS];
   tpurt_tensor_t outs[2];
-  int nviews;
+  int64_t nviews, cap;
 } cxi_frame_t;
 
 /* t as the real kernel sees it; NULL when t is complex of another dtype. */
 static const tpurt_tensor_t* cxi_view(cxi_frame_t* f, const tpurt_tensor_t* t, tpurt_dtype_t cd) {
   if (!t || !tpurt_dtype_is_complex(t->dtype)) return t; /* index tensors, masks */
-  if (t->dtype != cd || f->nviews >= (int)(sizeof(f->views) / sizeof(f->views[0]))) return NULL;
+  if (t->dtype != cd || f->nviews >= f->cap) return NULL;
   tpurt_tensor_t* v = &f->views[f->nviews++];
   *v = *t;
   if (cd == TPURT_DTYPE_COMPLEX64) {
@@ -52,9 +51,17 @@ static tpurt_status_t cxi_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex output", kernel);
   if (cd == TPURT_DTYPE_COMPLEX128 && (!c128_ok || call->outputs[0].ndim >= TPURT_MAX_DIMS))
     return TPURT_STATUS(UNIMPLEMENTED, "%s: complex128 is not supported on the tpu device", kernel);
-  static _Thread_local cxi_frame_t frame; /* too big for a worker's stack; one kernel per thread at a time */
+  cxi_frame_t frame;
   cxi_frame_t* f = &frame;
   f->nviews = 0;
+  int64_t listed = 0;
+  for (int i = 0; i < call->num_args; ++i)
+    if (call->args[i].kind == TPURT_ARG_TENSOR_LIST) listed += call->args[i].count;
+  f->cap = 8 + 2 + listed;
+  f->views = tpurt_kernel_scratch(ctx, (size_t)f->cap * sizeof(tpurt_tensor_t));
+  f->list = tpurt_kernel_scratch(ctx, (size_t)(listed > 0 ? listed : 1) * sizeof(const tpurt_tensor_t*));
+  if (!f->views || !f->list)
+    return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for the views of %lld tensors", kernel, (long long)listed);
   int32_t ndim = call->outputs[0].ndim;
   bool list_is_data = strcmp(kernel, "cat") == 0;
   for (int i = 0; i < call->num_args; ++i) {
@@ -63,7 +70,6 @@ static tpurt_status_t cxi_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
       a.v.tensor = cxi_view(f, a.v.tensor, cd);
       if (!a.v.tensor) goto mixed;
     } else if (a.kind == TPURT_ARG_TENSOR_LIST) {
-      if (a.count > CXI_MAX_LIST) return TPURT_STATUS(UNIMPLEMENTED, "%s: more than %d tensors", kernel, CXI_MAX_LIST);
       for (int32_t k = 0; k < a.count; ++k) {
         const tpurt_tensor_t* t = a.v.tensors[k];
         /* cat's list holds data (index's holds indices): a real tensor in it would be moved as if its

@@ -34,6 +34,10 @@ static tpurt_status_t cat_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!list) return TPURT_STATUS(INVALID_ARGUMENT, "cat: expected a list of tensors");
   int32_t dim = 0;
+  /* only legacy empties: nothing to write, and dim may exceed their one dim (CPU returns an empty tensor) */
+  bool any = false;
+  for (int32_t i = 0; i < count; ++i) any |= !list[i] || !cat_skipped(list[i]);
+  if (!any && tpurt_tensor_numel(out) == 0) return TPURT_OK;
   if (out->ndim == 0) return TPURT_STATUS(INVALID_ARGUMENT, "cat: zero-dimensional tensor cannot be concatenated");
   TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("cat", tpurt_arg_int(call, 1, 0), out->ndim, &dim));
   /* validate before writing anything */

@@ -712,6 +712,36 @@ int64_t tpurt_reduce_num_reduced(const tpurt_reduce_spec_t* spec) {
   return k;
 }
 
+void tpurt_reduce_for_each(const tpurt_tensor_t* in, const bool mask[TPURT_MAX_DIMS],
+                           void (*fn)(void* user, int64_t in_offset, int64_t out_pos), void* user) {
+  int32_t nd = in->ndim;
+  int64_t n = tpurt_tensor_numel(in), idx[TPURT_MAX_DIMS] = {0}, ostride[TPURT_MAX_DIMS] = {0};
+  if (n == 0) return;
+  for (int64_t d = nd - 1, st = 1; d >= 0; --d) /* row-major strides among the kept dims */
+    if (!mask[d]) ostride[d] = st, st *= in->sizes[d];
+  int64_t off = 0, pos = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    fn(user, off, pos);
+    for (int32_t d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < in->sizes[d]) {
+        off += in->strides[d], pos += ostride[d];
+        break;
+      }
+      off -= (in->sizes[d] - 1) * in->strides[d], pos -= (in->sizes[d] - 1) * ostride[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+int64_t tpurt_reduce_out_offset(const tpurt_tensor_t* out, int64_t pos) {
+  int64_t off = 0;
+  for (int32_t d = out->ndim - 1; d >= 0; --d) {
+    off += (pos % out->sizes[d]) * out->strides[d];
+    pos /= out->sizes[d];
+  }
+  return off;
+}
+
 _Thread_local const tpurt_reduce_source_t* tpurt_reduce_tls_source;
 
 tpurt_status_t tpurt_reduce_run(tpurt_kernel_ctx_t* ctx, const tpurt_reduce_spec_t* s) {

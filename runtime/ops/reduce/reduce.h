@@ -72,6 +72,15 @@ tpurt_status_t tpurt_reduce_run_reference(tpurt_kernel_ctx_t* ctx, const tpurt_r
 
 /* Number of output elements / reduced elements of a spec. */
 int64_t tpurt_reduce_num_outputs(const tpurt_reduce_spec_t* spec);
+
+/* A plain serial walk for the reductions the engine has no accumulator for (hash_tensor's xor,
+ * complex prod/all/any/count_nonzero): fn(user, in_offset, out_pos) for every element of `in`,
+ * in_offset in elements, out_pos the row-major position of its output among the non-reduced
+ * dims (the same order whether or not the output keeps the reduced dims). */
+void tpurt_reduce_for_each(const tpurt_tensor_t* in, const bool mask[TPURT_MAX_DIMS],
+                           void (*fn)(void* user, int64_t in_offset, int64_t out_pos), void* user);
+/* The row-major position `pos` of an output tensor as an element offset through its strides. */
+int64_t tpurt_reduce_out_offset(const tpurt_tensor_t* out, int64_t pos);
 int64_t tpurt_reduce_num_reduced(const tpurt_reduce_spec_t* spec);
 
 /* ---- row helpers for the row-wise kernels (softmax, norms, losses, scans) ---- */

@@ -278,6 +278,52 @@ KERNEL_PAIR(std_mean)
 KERNEL_PAIR(linalg_vector_norm)
 KERNEL_PAIR(norm)
 KERNEL_PAIR(logsumexp)
+
+/* hash_tensor(self, dim=[], keepdim, mode=0) -> uint64: the xor of every element's 64 bits, a
+ * floating element taken as float64 and an integer one as int64 (uint64 as itself), as CPU. A plain
+ * serial walk: the engine has no bitwise accumulator, and the op is a checksum, not a hot path. */
+typedef struct hash_job_t {
+  const tpurt_tensor_t* in;
+  uint64_t* acc;
+} hash_job_t;
+
+static void hash_one(void* user, int64_t in_off, int64_t out_pos) {
+  hash_job_t* j = (hash_job_t*)user;
+  const char* p = (const char*)j->in->data + in_off * (int64_t)tpurt_dtype_size(j->in->dtype);
+  uint64_t bits;
+  if (tpurt_dtype_is_floating(j->in->dtype)) {
+    double v = tpurt_dtype_load_f64(j->in->dtype, p);
+    memcpy(&bits, &v, sizeof bits);
+  } else if (j->in->dtype == TPURT_DTYPE_UINT64) {
+    memcpy(&bits, p, sizeof bits);
+  } else {
+    bits = (uint64_t)tpurt_dtype_load_i64(j->in->dtype, p);
+  }
+  j->acc[out_pos] ^= bits;
+}
+
+static tpurt_status_t hash_tensor_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, engine_fn run) {
+  (void)run;
+  const tpurt_tensor_t* in;
+  TPURT_RETURN_IF_ERROR(need_in_out(c, 1, &in));
+  const tpurt_tensor_t* out = &c->outputs[0];
+  if (out->dtype != TPURT_DTYPE_UINT64)
+    return TPURT_STATUS(INVALID_ARGUMENT, "hash_tensor: output must be uint64, got %s", tpurt_dtype_name(out->dtype));
+  int64_t mode = tpurt_arg_int(c, 3, 0);
+  if (mode != 0) return TPURT_STATUS(INVALID_ARGUMENT, "hash_tensor: unknown mode %lld (0: xor)", (long long)mode);
+  bool mask[TPURT_MAX_DIMS];
+  TPURT_RETURN_IF_ERROR(tpurt_reduce_dims_from_arg(c, 1, in->ndim, mask));
+  int64_t m = tpurt_tensor_numel(out);
+  uint64_t* acc = (uint64_t*)tpurt_kernel_scratch(ctx, (size_t)(m > 0 ? m : 1) * sizeof(uint64_t));
+  if (!acc) return TPURT_STATUS(RESOURCE_EXHAUSTED, "hash_tensor: no scratch for %lld outputs", (long long)m);
+  memset(acc, 0, (size_t)m * sizeof(uint64_t));
+  hash_job_t j = {in, acc};
+  tpurt_reduce_for_each(in, mask, hash_one, &j);
+  for (int64_t i = 0; i < m; ++i)
+    memcpy((char*)out->data + tpurt_reduce_out_offset(out, i) * 8, &acc[i], sizeof(uint64_t));
+  return TPURT_OK;
+}
+KERNEL_PAIR(hash_tensor)
 KERNEL_PAIR(aminmax)
 
 /* trace(self) -> 0-d: sum of the main diagonal of a 2-d tensor (ints -> int64). */

@@ -55,5 +55,6 @@ const tpurt_op_def_t tpurt_ops_reduce[] = {
     OP("_cummin_helper", cummin_helper, REDUCE_DT_ANY),
     OP("trace", trace, REDUCE_DT_ANY),
     OP("renorm", renorm, REDUCE_DT_FLOAT),
+    OP("hash_tensor", hash_tensor, REDUCE_DT_SUM),
     TPURT_OP_TABLE_END,
 };
