@@ -35,6 +35,10 @@ def load_device(device):
             import torch_tpu  # noqa: F401
 
 
+# The pause before each timed sample (see main).
+SETTLE_S = 0.02
+
+
 def sync(device):
     dev = torch.device(device)
     if dev.type != "cpu":
@@ -176,6 +180,10 @@ def main(argv=None):
             for _ in range(a.runs):  # interleave so drifting machine load hits both
                 for side, dev in (("ours", a.device), ("cpu", "cpu")):
                     fn, conv = fns[side]
+                    # a pause first: the other side's threads stop spinning (PyTorch's OpenMP
+                    # threads stay busy for a while after a region), so neither side's sample
+                    # starts beside the other's leftovers
+                    time.sleep(SETTLE_S)
                     _, ts = timed(fn, dev, 1, warmup=0)
                     samples[side].append(conv(ts[0]))
             for side in samples:
