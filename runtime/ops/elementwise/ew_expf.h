@@ -76,10 +76,8 @@ static inline __m256 tpurt_ew_expf8(__m256 x) {
 #endif
 
 #if defined(__AVX512F__)
-/* tpurt_ew_expf on 16 lanes, operation for operation like tpurt_ew_expf8
- * (bit-identical to the scalar definition). */
-static inline __m512 tpurt_ew_expf16(__m512 x) {
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+/* tpurt_ew_expf8_core on 16 lanes. */
+static inline __m512 tpurt_ew_expf16_core(__m512 xc, __m512* n_out) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
@@ -90,7 +88,16 @@ static inline __m512 tpurt_ew_expf16(__m512 x) {
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894E-2f));
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459E-1f));
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201E-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r), _mm512_set1_ps(1.0f));
+  *n_out = n;
+  return _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r), _mm512_set1_ps(1.0f));
+}
+
+/* tpurt_ew_expf on 16 lanes, operation for operation like tpurt_ew_expf8
+ * (bit-identical to the scalar definition). */
+static inline __m512 tpurt_ew_expf16(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+  __m512 n;
+  const __m512 y = tpurt_ew_expf16_core(xc, &n);
   const __m512i ni = _mm512_cvttps_epi32(n);
   const __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
   const __m512i bias = _mm512_set1_epi32(127);

@@ -165,23 +165,12 @@ static inline __m256 expf8_nonpos(__m256 x) {
 }
 #endif
 
-/* x[i] = exp(x[i] - sub) over n (a multiple of 8), returning the sum; every
- * x[i] - sub is <= 0 (sub is at least the row's max) or NaN. */
 #if defined(__AVX512F__)
 /* expf8_nonpos on 16 lanes, operation for operation. */
 static inline __m512 expf16_nonpos(__m512 x) {
   const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 q = _mm512_set1_ps(1.9875691500E-4f);
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507E-3f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073E-3f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894E-2f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459E-1f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201E-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r), _mm512_set1_ps(1.0f));
+  __m512 n;
+  const __m512 y = tpurt_ew_expf16_core(xc, &n);
   const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   __m512 v = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
   v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ), v, _mm512_setzero_ps());
@@ -189,6 +178,8 @@ static inline __m512 expf16_nonpos(__m512 x) {
 }
 #endif
 
+/* x[i] = exp(x[i] - sub) over n (a multiple of 8), returning the sum; every
+ * x[i] - sub is <= 0 (sub is at least the row's max) or NaN. */
 static float exp_sub_sum(float* x, int64_t n, float sub) {
   int64_t i = 0;
   float s = 0;
