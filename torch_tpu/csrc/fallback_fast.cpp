@@ -159,62 +159,47 @@ c10::IValue boxed(const FastOp& op, Args&&... args) {
   return std::move(stack.back());
 }
 
-template <Op kOp>
-at::Tensor binary_alpha(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
+// Runs the call on the fast path: the functional forms into a fresh `out`,
+// the in-place ones into self. False when it must be boxed instead.
+template <Op kOp, bool kInPlace>
+bool run_fast(const at::Tensor& self, const at::Tensor& other, const c10::Scalar* alpha, at::Tensor* out) {
   const FastOp& op = g_ops[kOp];
   const c10::DeviceIndex device = current_device_index();
   tpurt_tensor_t t[3];
   tpurt_arg_t a[3];
   Sizes sizes;
-  if (!fast_args<kOp, false>(op, self, other, &alpha, device, t, a, &sizes))
-    return boxed(op, self, other, alpha).toTensor();
-  at::Tensor out = empty_tpu_contiguous(sizes, self.scalar_type());
-  fill_tensor_desc(out, &t[2], op.full);
-  submit(op, device, a, 3, &t[2]);
-  return out;
+  if (!fast_args<kOp, kInPlace>(op, self, other, alpha, device, t, a, &sizes)) return false;
+  tpurt_tensor_t* result = &t[0];
+  if (!kInPlace) {
+    *out = empty_tpu_contiguous(sizes, self.scalar_type());
+    fill_tensor_desc(*out, &t[2], op.full);
+    result = &t[2];
+  }
+  submit(op, device, a, alpha ? 3 : 2, result);
+  return true;
+}
+
+template <Op kOp>
+at::Tensor binary_alpha(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
+  at::Tensor out;
+  return run_fast<kOp, false>(self, other, &alpha, &out) ? out : boxed(g_ops[kOp], self, other, alpha).toTensor();
 }
 
 template <Op kOp>
 at::Tensor binary(const at::Tensor& self, const at::Tensor& other) {
-  const FastOp& op = g_ops[kOp];
-  const c10::DeviceIndex device = current_device_index();
-  tpurt_tensor_t t[3];
-  tpurt_arg_t a[3];
-  Sizes sizes;
-  if (!fast_args<kOp, false>(op, self, other, nullptr, device, t, a, &sizes)) return boxed(op, self, other).toTensor();
-  at::Tensor out = empty_tpu_contiguous(sizes, self.scalar_type());
-  fill_tensor_desc(out, &t[2], op.full);
-  submit(op, device, a, 2, &t[2]);
-  return out;
+  at::Tensor out;
+  return run_fast<kOp, false>(self, other, nullptr, &out) ? out : boxed(g_ops[kOp], self, other).toTensor();
 }
 
 template <Op kOp>
 at::Tensor& binary_alpha_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
-  const FastOp& op = g_ops[kOp];
-  const c10::DeviceIndex device = current_device_index();
-  tpurt_tensor_t t[2];
-  tpurt_arg_t a[3];
-  Sizes sizes;
-  if (!fast_args<kOp, true>(op, self, other, &alpha, device, t, a, &sizes)) {
-    boxed(op, self, other, alpha);
-    return self;
-  }
-  submit(op, device, a, 3, &t[0]);
+  if (!run_fast<kOp, true>(self, other, &alpha, nullptr)) boxed(g_ops[kOp], self, other, alpha);
   return self;
 }
 
 template <Op kOp>
 at::Tensor& binary_(at::Tensor& self, const at::Tensor& other) {
-  const FastOp& op = g_ops[kOp];
-  const c10::DeviceIndex device = current_device_index();
-  tpurt_tensor_t t[2];
-  tpurt_arg_t a[3];
-  Sizes sizes;
-  if (!fast_args<kOp, true>(op, self, other, nullptr, device, t, a, &sizes)) {
-    boxed(op, self, other);
-    return self;
-  }
-  submit(op, device, a, 2, &t[0]);
+  if (!run_fast<kOp, true>(self, other, nullptr, nullptr)) boxed(g_ops[kOp], self, other);
   return self;
 }
 
