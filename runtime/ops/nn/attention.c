@@ -26,92 +26,63 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
  * C[m x n] (+)= A[m x k] B[k x n], all row-major; n is a multiple of 8 (the
  * callers pad their buffers with zeros). */
 #if defined(__AVX2__) && defined(__FMA__)
-#define MMROWS(R)                                                                          \
-  static void mm_rows##R(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, \
-                         int64_t ldb, float* c, int64_t ldc, bool acc) {                    \
+/* R rows: 2W then W columns at a time on W-lane registers VT, then TAIL for
+ * what is left. Each output is one chain of fmas over p whatever the width,
+ * so the 8- and 16-lane forms give identical results. */
+#define MMROWS(NAME, R, VT, W, LOADU, STOREU, SET1, FMA, ZERO, TAIL)                        \
+  static void NAME(int64_t n, int64_t k, const float* a, int64_t lda, const float* b,       \
+                   int64_t ldb, float* c, int64_t ldc, bool acc) {                          \
     int64_t j = 0;                                                                         \
-    for (; j + 16 <= n; j += 16) {                                                         \
-      __m256 c0[R], c1[R];                                                                 \
+    for (; j + 2 * W <= n; j += 2 * W) {                                                   \
+      VT c0[R], c1[R];                                                                     \
       for (int r = 0; r < R; ++r) {                                                        \
-        c0[r] = acc ? _mm256_loadu_ps(c + r * ldc + j) : _mm256_setzero_ps();              \
-        c1[r] = acc ? _mm256_loadu_ps(c + r * ldc + j + 8) : _mm256_setzero_ps();          \
+        c0[r] = acc ? LOADU(c + r * ldc + j) : ZERO();                                     \
+        c1[r] = acc ? LOADU(c + r * ldc + j + W) : ZERO();                                 \
       }                                                                                    \
       for (int64_t p = 0; p < k; ++p) {                                                    \
-        __m256 b0 = _mm256_loadu_ps(b + p * ldb + j), b1 = _mm256_loadu_ps(b + p * ldb + j + 8); \
+        VT b0 = LOADU(b + p * ldb + j), b1 = LOADU(b + p * ldb + j + W);                   \
         for (int r = 0; r < R; ++r) {                                                      \
-          __m256 av = _mm256_broadcast_ss(a + r * lda + p);                                \
-          c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);                                          \
-          c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);                                          \
+          VT av = SET1(a[r * lda + p]);                                                    \
+          c0[r] = FMA(av, b0, c0[r]);                                                      \
+          c1[r] = FMA(av, b1, c1[r]);                                                      \
         }                                                                                  \
       }                                                                                    \
       for (int r = 0; r < R; ++r) {                                                        \
-        _mm256_storeu_ps(c + r * ldc + j, c0[r]);                                          \
-        _mm256_storeu_ps(c + r * ldc + j + 8, c1[r]);                                      \
+        STOREU(c + r * ldc + j, c0[r]);                                                    \
+        STOREU(c + r * ldc + j + W, c1[r]);                                                \
       }                                                                                    \
     }                                                                                      \
-    for (; j < n; j += 8) {                                                                \
-      __m256 c0[R];                                                                        \
-      for (int r = 0; r < R; ++r) c0[r] = acc ? _mm256_loadu_ps(c + r * ldc + j) : _mm256_setzero_ps(); \
+    for (; j + W <= n; j += W) {                                                           \
+      VT c0[R];                                                                            \
+      for (int r = 0; r < R; ++r) c0[r] = acc ? LOADU(c + r * ldc + j) : ZERO();           \
       for (int64_t p = 0; p < k; ++p) {                                                    \
-        __m256 b0 = _mm256_loadu_ps(b + p * ldb + j);                                      \
-        for (int r = 0; r < R; ++r)                                                        \
-          c0[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + p), b0, c0[r]);        \
+        VT b0 = LOADU(b + p * ldb + j);                                                    \
+        for (int r = 0; r < R; ++r) c0[r] = FMA(SET1(a[r * lda + p]), b0, c0[r]);          \
       }                                                                                    \
-      for (int r = 0; r < R; ++r) _mm256_storeu_ps(c + r * ldc + j, c0[r]);                \
+      for (int r = 0; r < R; ++r) STOREU(c + r * ldc + j, c0[r]);                          \
     }                                                                                      \
+    TAIL;                                                                                  \
   }
+#define MMROWS8(R) \
+  MMROWS(mm_rows##R, R, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, \
+         _mm256_setzero_ps, (void)0)
+MMROWS8(6)
+MMROWS8(4)
+MMROWS8(2)
+MMROWS8(1)
 #if defined(__AVX512F__)
-/* The same on 16-lane registers (a build for AVX-512): 32 then 16 columns at
- * a time, the 8-wide loop above for the last 8. Each output is the same
- * chain of fmas over p as in the 8-lane form, so results are identical. */
-#define MMROWS512(R)                                                                       \
-  static void mm512_rows##R(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, \
-                            int64_t ldb, float* c, int64_t ldc, bool acc) {                \
-    int64_t j = 0;                                                                         \
-    for (; j + 32 <= n; j += 32) {                                                         \
-      __m512 c0[R], c1[R];                                                                 \
-      for (int r = 0; r < R; ++r) {                                                        \
-        c0[r] = acc ? _mm512_loadu_ps(c + r * ldc + j) : _mm512_setzero_ps();              \
-        c1[r] = acc ? _mm512_loadu_ps(c + r * ldc + j + 16) : _mm512_setzero_ps();         \
-      }                                                                                    \
-      for (int64_t p = 0; p < k; ++p) {                                                    \
-        __m512 b0 = _mm512_loadu_ps(b + p * ldb + j), b1 = _mm512_loadu_ps(b + p * ldb + j + 16); \
-        for (int r = 0; r < R; ++r) {                                                      \
-          __m512 av = _mm512_set1_ps(a[r * lda + p]);                                      \
-          c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);                                          \
-          c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);                                          \
-        }                                                                                  \
-      }                                                                                    \
-      for (int r = 0; r < R; ++r) {                                                        \
-        _mm512_storeu_ps(c + r * ldc + j, c0[r]);                                          \
-        _mm512_storeu_ps(c + r * ldc + j + 16, c1[r]);                                     \
-      }                                                                                    \
-    }                                                                                      \
-    for (; j + 16 <= n; j += 16) {                                                         \
-      __m512 c0[R];                                                                        \
-      for (int r = 0; r < R; ++r) c0[r] = acc ? _mm512_loadu_ps(c + r * ldc + j) : _mm512_setzero_ps(); \
-      for (int64_t p = 0; p < k; ++p) {                                                    \
-        __m512 b0 = _mm512_loadu_ps(b + p * ldb + j);                                      \
-        for (int r = 0; r < R; ++r)                                                        \
-          c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, c0[r]);              \
-      }                                                                                    \
-      for (int r = 0; r < R; ++r) _mm512_storeu_ps(c + r * ldc + j, c0[r]);                \
-    }                                                                                      \
-    if (j < n) mm_rows##R(n - j, k, a, lda, b + j, ldb, c + j, ldc, acc);                  \
-  }
+/* A build for AVX-512: 32 then 16 columns at a time, the 8-lane form for the last 8. */
+#define MMROWS16(R)                                                                                    \
+  MMROWS(mm512_rows##R, R, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, \
+         _mm512_setzero_ps, if (j < n) mm_rows##R(n - j, k, a, lda, b + j, ldb, c + j, ldc, acc))
+MMROWS16(6)
+MMROWS16(4)
+MMROWS16(2)
+MMROWS16(1)
 #define MM_ROWS(R) mm512_rows##R
 #else
-#define MMROWS512(R)
 #define MM_ROWS(R) mm_rows##R
 #endif
-MMROWS(6)
-MMROWS(4)
-MMROWS(2)
-MMROWS(1)
-MMROWS512(6)
-MMROWS512(4)
-MMROWS512(2)
-MMROWS512(1)
 static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                int64_t ldb, float* c, int64_t ldc, bool acc) {
   int64_t i = 0;
