@@ -2,8 +2,9 @@
 in the same run:
 
 - new_shape_first / new_shape_repeat: a small transformer's forward (the 2-layer, width-128 GPT of
-  tests/test_models.py) over 40 sequence lengths, ms per forward. `first` gives every call 40 lengths
-  this process has never run (per-signature caches all miss), `repeat` the same 40 lengths each call.
+  tests/test_models.py) over 40 sequence lengths spread from 8 to 487, ms per forward. `first` gives
+  every call 40 lengths this process has never run (per-signature caches all miss; each call's are
+  the first call's shifted by one, so the work stays the same), `repeat` the first call's 40 lengths.
   The aim is first <= 1.5x repeat on the device.
 - decode_gpt_greedy / decode_gpt_sample: a batch-1 generation loop as karpathy/nanoGPT's generate()
   writes it (forward over the growing sequence, last position's logits, top-k + softmax + multinomial
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-NEW_TOKENS, PROMPT, LENGTHS = 40, 8, 40
+NEW_TOKENS, PROMPT, LENGTHS, SPREAD = 40, 8, 40, 12
 
 
 def _cpu_one_thread(device, setup):
@@ -53,17 +54,23 @@ def _gpt(device, seq):
 
 
 def _forward_lengths(device, fresh):
+    """A forward at each of LENGTHS sequence lengths spread over 8 .. 8 + LENGTHS * SPREAD. Call i of
+    the `fresh` form shifts them all by i (lengths no call has run, of nearly the same cost as call
+    0's), the repeated form runs call 0's every time: so the two compare the same work, seen and
+    unseen (before, fresh calls walked to ever longer sequences and the ratio grew with --runs)."""
     model = _gpt(device, seq=1024)
-    state = {"next": 8}
+    state = {"calls": 0}
 
     def fn():
+        shift = 0
         if fresh:
-            start = state["next"]
-            state["next"] += LENGTHS
-        else:
-            start = 8
+            shift = state["calls"]
+            state["calls"] += 1
+            if shift >= SPREAD:
+                raise RuntimeError(f"new_shape_first: more than {SPREAD} calls would repeat lengths")
         with torch.no_grad():
-            for n in range(start, start + LENGTHS):
+            for j in range(LENGTHS):
+                n = 8 + j * SPREAD + shift
                 idx = torch.arange(n, device=device).remainder(256).unsqueeze(0)
                 out = model(idx)
         return out
