@@ -1,5 +1,5 @@
-"""Hugging Face benchmarks: forward and one AdamW training step of a GPT-2 and a BERT built
-from their `transformers` configs (seeded random weights), timed on the device and on PyTorch CPU in the
+"""Hugging Face benchmarks: forward and one AdamW training step of a GPT-2 and a BERT, and a bf16
+training step of a Llama, built from their `transformers` configs (seeded random weights), timed on the device and on PyTorch CPU in the
 same run by bench/run.py, which loads this module's BENCHES.
 
 The configs are the test families of tests/test_hf_models.py at a size where the matrix products, not
@@ -35,10 +35,22 @@ def _bert():
     return transformers.BertForMaskedLM(cfg)
 
 
-def _setup(builder, device, train):
-    """The same weights and batch on either side (seeded), moved to `device`."""
+def _llama():
+    import transformers
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=688,
+                                   num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=HEADS // 2,
+                                   max_position_embeddings=SEQ, bos_token_id=1, eos_token_id=None, pad_token_id=0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def _setup(builder, device, train, dtype=None):
+    """The same weights and batch on either side (seeded), moved to `device` (and to `dtype`: weights,
+    activations, gradients and AdamW's states all in it, as a bf16 run is)."""
     torch.manual_seed(0)
     model = builder()
+    if dtype is not None:
+        model = model.to(dtype)
     ids = torch.randint(2, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     labels = ids.clone()  # GPT-2: next-token loss; BERT: every position is a masked-LM target
@@ -71,6 +83,10 @@ def bench_hf_gpt2_train_step(device):
     return _setup(_gpt2, device, train=True)
 
 
+def bench_hf_llama_train_step_bf16(device):
+    return _setup(_llama, device, train=True, dtype=torch.bfloat16)
+
+
 def bench_hf_bert_forward(device):
     return _setup(_bert, device, train=False)
 
@@ -90,4 +106,7 @@ BENCHES = {
                         f"transformers BertForMaskedLM forward, no_grad ({_WHAT})"),
     "hf_bert_train_step": (bench_hf_bert_train_step, "ms/step", False,
                            f"transformers BertForMaskedLM MLM loss + backward + AdamW step ({_WHAT})"),
+    "hf_llama_train_step_bf16": (bench_hf_llama_train_step_bf16, "ms/step", False,
+                                 f"transformers LlamaForCausalLM in bfloat16 (weights, grads, AdamW states), "
+                                 f"LM loss + backward + AdamW step ({_WHAT}, 2 kv heads, MLP 688)"),
 }

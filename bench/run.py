@@ -17,6 +17,12 @@ import statistics
 import sys
 import time
 
+# --one-thread (parsed again below): both sides on one core, set before torch (and with it the
+# device, through autoload) starts. See bench_kernels.py for why that keeps figures comparable on a
+# shared 2-core machine.
+if __name__ == "__main__" and "--one-thread" in sys.argv:
+    os.environ["TORCH_TPU_NUM_THREADS"] = "1"
+
 import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -112,20 +118,28 @@ def bench_softmax(device):
     return (lambda: torch.softmax(a, dim=-1)), lambda s: 2 * 4 * a.numel() / s / 1e9
 
 
-def bench_gpt_step(device):
+def bench_gpt_step(device, autocast=False):
     from test_models import GPT, _lm_batch, _lm_loss
     torch.manual_seed(0)
     model = GPT(vocab=256, d=128, heads=4, layers=2, seq=32).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     x, y = _lm_batch(256, 8, 32)(torch.Generator().manual_seed(1))
     x, y = x.to(device), y.to(device)
+    dev_type = torch.device(device).type
 
     def fn():
         opt.zero_grad(set_to_none=True)
-        loss = _lm_loss(model(x), y)
+        # forward and loss under autocast, backward and step outside it (PyTorch's AMP recipe)
+        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=autocast):
+            loss = _lm_loss(model(x), y)
         loss.backward()
         opt.step()
     return fn, lambda s: s * 1e3
+
+
+def bench_gpt_step_autocast(device):
+    """gpt_train_step with bf16 autocast (matrix products in bf16, fp32 weights and optimizer)."""
+    return bench_gpt_step(device, autocast=True)
 
 
 BENCHES = {
@@ -139,6 +153,8 @@ BENCHES = {
     "softmax": (bench_softmax, "GB/s", True, "softmax rows of 4096x1024 fp32, bytes = 2*4*N"),
     "gpt_train_step": (bench_gpt_step, "ms/step", False,
                        "small GPT (2 layers, d 128, 4 heads, vocab 256, seq 32, batch 8) AdamW step"),
+    "gpt_train_step_autocast": (bench_gpt_step_autocast, "ms/step", False,
+                                "the same step, forward and loss under torch.autocast(bfloat16)"),
 }
 
 
@@ -161,7 +177,12 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--only", default="", help="comma-separated benchmark names")
     p.add_argument("--out", default=str(HERE / "results.json"))
+    p.add_argument("--one-thread", action="store_true",
+                   help="one compute thread on each side (TORCH_TPU_NUM_THREADS=1, torch.set_num_threads(1))")
     a = p.parse_args(argv)
+    if a.one_thread:
+        os.environ["TORCH_TPU_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
     load_device(a.device)
     BENCHES.update(_plugin_benches())
     names = [n for n in BENCHES if not a.only or n in a.only.split(",")]
