@@ -41,6 +41,7 @@ _stats = {
     "eager_runs": 0,        # graph calls run eagerly
     "cache_requests": 0,    # program lookups
     "cache_hits": 0,
+    "disk_loads": 0,        # compiled graphs loaded from AOTAutograd's cache on disk (_compile_cache)
 }
 _entries = []  # per program: read_count, compilation_duration (s), last_read
 
@@ -325,14 +326,23 @@ def _foreach_in_place(gm):
     return changed
 
 
-def _compile_graph(gm, example_inputs):
-    from torch._functorch.aot_autograd import make_boxed_func
+def _prepare_graph(gm):
     if _IN_PLACE:
         try:
             _foreach_in_place(gm)
         except Exception as e:  # noqa: BLE001 - the functional graph as it came is still right
             _log.info("tpu compile: graph %s kept functional: %s", gm._get_name(), e)
-    return make_boxed_func(_GraphRunner(gm))
+    return gm
+
+
+def _compile_graph(gm, example_inputs):
+    from torch._functorch.aot_autograd import make_boxed_func
+    return make_boxed_func(_GraphRunner(_prepare_graph(gm)))
+
+
+def _compile_graph_cacheable(gm, example_inputs):
+    from ._compile_cache import TpuOutputCode
+    return TpuOutputCode(_prepare_graph(gm))
 
 
 # TORCH_TPU_COMPILE_IN_PLACE=0 keeps AOTAutograd's functional graphs as they come (comparisons).
@@ -349,8 +359,14 @@ def tpu_backend(gm, example_inputs, **options):
     _count("graphs")
     if _aot_backend is None:
         from torch._dynamo.backends.common import aot_autograd
-        _aot_backend = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
-                                    inference_compiler=_compile_graph, keep_inference_input_mutations=True)
+        from . import _compile_cache
+        compiler = _compile_graph
+        if _compile_cache.use_aot_cache():
+            # compiled graphs AOTAutograd's cache can save and load (see _compile_cache)
+            from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+            compiler = SerializableAOTDispatchCompiler(_compile_cache.TpuOutputCode, _compile_graph_cacheable)
+        _aot_backend = aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+                                    inference_compiler=compiler, keep_inference_input_mutations=True)
     return _aot_backend(gm, example_inputs)
 
 
