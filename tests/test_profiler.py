@@ -5,6 +5,7 @@ import json
 import math
 import os
 import pickle
+import subprocess
 import sys
 
 import pytest
@@ -323,6 +324,34 @@ def test_memory_snapshot_round_trips_through_memory_viz(tmp_path):
         torch.empty(1 << 45, dtype=torch.uint8, device="tpu")
     assert "_dump_snapshot" not in str(e.value)
     assert torch.tpu.memory._snapshot()["device_traces"][0] == []
+
+
+SNAPSHOT_UNDER_GC = r"""
+import gc, torch, torch_tpu
+torch.tpu.memory._record_memory_history(max_entries=1000)
+class Cycle:
+    pass
+for i in range(200):  # garbage only the cycle collector frees, each holding a tpu tensor
+    c = Cycle(); c.me = c; c.t = torch.full((64,), float(i), device="tpu")
+del c
+gc.set_threshold(1)  # a collection at the snapshot's first new dict frees those tensors
+snap = torch.tpu.memory._snapshot()
+gc.set_threshold(700)
+frees = sum(1 for e in snap["device_traces"][0] if e["action"] == "free_completed")
+gc.collect()
+after = sum(1 for e in torch.tpu.memory._snapshot()["device_traces"][0] if e["action"] == "free_completed")
+print("ok", frees, after)
+"""
+
+
+def test_memory_snapshot_while_the_garbage_collector_frees_tpu_tensors():
+    """Building the snapshot's Python objects can run the cycle collector, which frees tpu tensors,
+    whose frees are recorded under the history's lock: the snapshot deadlocked when it built them with
+    that lock held (a hang seen in the test suite). In a subprocess, so a hang fails by its timeout."""
+    out = subprocess.run([sys.executable, "-c", SNAPSHOT_UNDER_GC], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ok, frees, after = out.stdout.split()
+    assert ok == "ok" and int(after) == 200 and int(frees) <= 200  # every free recorded, once
 
 
 def test_profile_memory_reports_tpu_allocations():

@@ -206,32 +206,68 @@ void record_history(py::object enabled, py::object context, py::object stacks, s
   bool on = !enabled.is_none() && !(py::isinstance<py::bool_>(enabled) && !enabled.cast<bool>());
   std::string st = stacks.is_none() ? "python" : py::str(stacks).cast<std::string>();
   if (on) torch::installCapturedTracebackPython();
+  // what is dropped is destroyed after the lock is released (its stacks hold Python objects)
+  std::deque<Entry> old_trace[TPURT_MAX_CHIPS];
+  std::unordered_map<uint64_t, Live> old_live;
+  std::unordered_map<uint64_t, std::shared_ptr<torch::CapturedTraceback>> old_segment_frames;
   std::lock_guard<std::mutex> g(g_mu);
   g_history = on;
   g_max_entries = max_entries ? max_entries : 1;
   g_python = st == "python" || st == "all";
   g_cpp = st == "all";
   if (!on) {
-    for (auto& t : g_trace) t.clear();
-    g_live.clear();
-    g_segment_frames.clear();
+    for (int i = 0; i < TPURT_MAX_CHIPS; ++i) old_trace[i].swap(g_trace[i]);
+    old_live.swap(g_live);
+    old_segment_frames.swap(g_segment_frames);
   }
   tpurt_memory_set_observer(on ? observer : nullptr, nullptr);
   update_observing();
 }
 
+// What a snapshot reads, copied under g_mu. The Python objects are built after the lock is
+// released: making them can run Python's garbage collector, which can free a tpu tensor, whose
+// free takes g_mu (mem_observe_free): built under the lock, that deadlocked.
+struct SnapBlock {
+  tpurt_memory_block_info_t info;
+  uint64_t requested;
+  std::shared_ptr<torch::CapturedTraceback> frames, segment_frames;
+};
+
 py::dict snapshot() {
-  std::vector<tpurt_memory_block_info_t> blocks;
-  std::unordered_map<torch::CapturedTraceback*, py::object> cache;
-  py::list segments;
   int n = device_count_noexcept();
-  std::lock_guard<std::mutex> g(g_mu);
+  std::vector<std::vector<SnapBlock>> dev_blocks(n > 0 ? n : 0);
+  std::vector<std::vector<Entry>> dev_trace(n > 0 ? n : 0);
+  // The allocator's blocks first, without g_mu: the allocator calls `observer` (which takes g_mu)
+  // with its own lock held, so g_mu is never held while asking for the allocator's.
+  std::vector<std::vector<tpurt_memory_block_info_t>> dev_infos(dev_blocks.size());
   for (int dev = 0; dev < n; ++dev) {
     tpurt_device_t* d = nullptr;
     if (tpurt_device_get(dev, &d) != nullptr || !d) continue;
+    auto& blocks = dev_infos[dev];
     size_t count = tpurt_memory_snapshot(d, nullptr, 0);
     blocks.resize(count + 64);  // room for segments made meanwhile
     blocks.resize(std::min(tpurt_memory_snapshot(d, blocks.data(), blocks.size()), blocks.size()));
+  }
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    for (int dev = 0; dev < n; ++dev) {
+      for (const auto& b : dev_infos[dev]) {
+        SnapBlock sb{b, 0, nullptr, nullptr};
+        auto sf = g_segment_frames.find(b.segment);
+        if (sf != g_segment_frames.end()) sb.segment_frames = sf->second;
+        auto lv = g_live.find(b.addr);
+        if (b.state != 0) {
+          sb.requested = lv != g_live.end() ? lv->second.requested : b.size;
+          if (lv != g_live.end()) sb.frames = lv->second.frames;
+        }
+        dev_blocks[dev].push_back(std::move(sb));
+      }
+      dev_trace[dev].assign(g_trace[dev].begin(), g_trace[dev].end());
+    }
+  }
+  std::unordered_map<torch::CapturedTraceback*, py::object> cache;
+  py::list segments;
+  for (int dev = 0; dev < n; ++dev) {
     py::dict seg;
     py::list seg_blocks;
     uint64_t cur = UINT64_MAX, allocated = 0, requested = 0;
@@ -243,7 +279,8 @@ py::dict snapshot() {
       seg["requested_size"] = requested;
       segments.append(seg);
     };
-    for (const auto& b : blocks) {
+    for (const auto& sb : dev_blocks[dev]) {
+      const auto& b = sb.info;
       if (b.segment != cur) {
         close();
         seg = py::dict();
@@ -257,22 +294,19 @@ py::dict snapshot() {
         seg["segment_type"] = b.small ? "small" : "large";
         seg["segment_pool_id"] = py::make_tuple(0, 0);
         seg["is_expandable"] = false;
-        auto sf = g_segment_frames.find(b.segment);
-        seg["frames"] = sf != g_segment_frames.end() ? frames_list(sf->second.get(), cache) : py::list();
+        seg["frames"] = frames_list(sb.segment_frames.get(), cache);
       }
       py::dict blk;
       blk["address"] = b.addr;
       blk["size"] = b.size;
-      auto lv = g_live.find(b.addr);
       bool live = b.state != 0;
-      uint64_t req = live ? (lv != g_live.end() ? lv->second.requested : b.size) : 0;
-      blk["requested_size"] = req;
+      blk["requested_size"] = sb.requested;
       blk["state"] = b.state == 1 ? "active_allocated" : b.state == 2 ? "active_pending_free" : "inactive";
-      blk["frames"] = live && lv != g_live.end() ? frames_list(lv->second.frames.get(), cache) : py::list();
+      blk["frames"] = frames_list(sb.frames.get(), cache);
       seg_blocks.append(blk);
       if (live) {
         allocated += b.size;
-        requested += req;
+        requested += sb.requested;
       }
     }
     close();
@@ -280,7 +314,7 @@ py::dict snapshot() {
   py::list traces;
   for (int dev = 0; dev < n; ++dev) {
     py::list t;
-    for (const auto& e : g_trace[dev]) {
+    for (const auto& e : dev_trace[dev]) {
       py::dict d;
       d["action"] = kActionNames[e.action];
       d["addr"] = e.addr;
