@@ -329,14 +329,23 @@ void register_profiler(py::module_& m) {
     g_last_offset_ns = unix_minus_trace_ns();
   });
   m.def("_trace_last", [] {
-    // Device events joined with their launches: one dict per device event.
-    std::lock_guard<std::mutex> g(g_mu);
+    // Device events joined with their launches: one dict per device event. Copied under the lock,
+    // built after it (making Python objects can run the garbage collector, and with it any code).
+    std::vector<tpurt_trace_event_t> last;
+    int64_t offset_ns;
+    uint64_t busy_ns;
+    {
+      std::lock_guard<std::mutex> g(g_mu);
+      last = g_last;
+      offset_ns = g_last_offset_ns;
+      busy_ns = g_last_busy_ns;
+    }
     std::map<uint64_t, const tpurt_trace_event_t*> launches;
-    for (const auto& e : g_last)
+    for (const auto& e : last)
       if (e.kind == TPURT_TRACE_LAUNCH && e.id) launches[e.id] = &e;
     py::list out;
     static const char* kinds[] = {"", "launch", "kernel", "fused", "copy", "call"};
-    for (const auto& e : g_last) {
+    for (const auto& e : last) {
       if (!is_device_kind(e.kind)) continue;
       auto it = launches.find(e.id);
       const tpurt_trace_event_t* l = it != launches.end() ? it->second : nullptr;
@@ -346,17 +355,17 @@ void register_profiler(py::module_& m) {
       d["name"] = std::string(e.name);
       d["device"] = e.device;
       d["queue"] = e.queue;
-      d["start_ns"] = static_cast<int64_t>(e.start_ns) + g_last_offset_ns;
-      d["end_ns"] = static_cast<int64_t>(e.end_ns) + g_last_offset_ns;
+      d["start_ns"] = static_cast<int64_t>(e.start_ns) + offset_ns;
+      d["end_ns"] = static_cast<int64_t>(e.end_ns) + offset_ns;
       d["correlation"] = l ? l->corr : 0;
-      d["launch_ns"] = static_cast<int64_t>(l ? l->start_ns : e.start_ns) + g_last_offset_ns;
+      d["launch_ns"] = static_cast<int64_t>(l ? l->start_ns : e.start_ns) + offset_ns;
       d["flops"] = own && e.kind == TPURT_TRACE_FUSED ? e.flops : (l ? l->flops : 0.0);
       d["bytes"] = own ? e.bytes : (l ? l->bytes : 0.0);
       d["dtype"] = e.kind == TPURT_TRACE_FUSED ? e.dtype : (l ? l->dtype : -1);
       d["matmul"] = ((e.kind == TPURT_TRACE_FUSED ? e.flags : (l ? l->flags : 0u)) & TPURT_TRACE_F_MATMUL) != 0;
       out.append(d);
     }
-    return py::make_tuple(out, g_last_busy_ns);
+    return py::make_tuple(out, busy_ns);
   });
   m.def("_project_chips", [] {
     py::list out;
