@@ -374,3 +374,31 @@ def test_program_signature_keys_what_kernels_depend_on():
     assert sig([x, torch.randn(2)]) is None      # a CPU tensor of more than one element
     assert sig([x, object()]) is None            # an argument of another kind
     assert sig([x, torch.randn(2, 2, device="meta")]) is None  # another device
+
+
+RECOMPILES = r"""
+import torch, torch_tpu
+from torch_tpu import _compile
+f = torch.compile(lambda x: (x * 2).sum(), backend="tpu")
+vals = []
+for n in (4, 4, 5, 6, 6, 7):
+    y = f(torch.ones(n, device="tpu"))
+    vals.append(y.item())  # reading a result: never a compile
+    print("step", n, y)     # printing one: never a compile
+print("VALS", vals, _compile.compile_stats()["graphs"])
+"""
+
+
+def test_recompiles_are_logged_with_the_failed_guard_and_reads_never_compile():
+    """TORCH_LOGS=recompiles (PyTorch's switch) names the guard that failed; the backend's graph count
+    counts each compile; .item() and printing around the compiled call compile nothing."""
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", RECOMPILES], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TORCH_LOGS="recompiles"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    vals_line = [ln for ln in out.stdout.splitlines() if ln.startswith("VALS")][-1]
+    assert vals_line == "VALS [8.0, 8.0, 10.0, 12.0, 12.0, 14.0] 2"  # 4, then 5 recompiles as dynamic
+    assert out.stderr.count("Recompiling function") == 1
+    assert "tensor 'x' size mismatch at index 0. expected 4, actual 5" in out.stderr
