@@ -62,11 +62,12 @@ def test_forward_backward_match_cpu_and_each_call_is_one_launch():
         torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def _train(model, opt, batches, device, step_fn=None):
+def _train(model, opt, batches, device, step_fn=None, autocast=False):
     losses = []
     for x, y in batches:
         opt.zero_grad(set_to_none=True)
-        loss = _lm_loss(model(x.to(device)), y.to(device))
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
+            loss = _lm_loss(model(x.to(device)), y.to(device))
         loss.backward()
         (step_fn or opt.step)()
         losses.append(loss.item())
@@ -93,6 +94,35 @@ def test_gpt_training_with_compiled_model_and_optimizer_step():
         torch.testing.assert_close(p.detach().cpu(), p_cpu.detach(), rtol=1e-4, atol=3e-4, msg=name)
     s = stats()
     assert s["launches"] > s["captures"] and s["eager_runs"] == 0 and s["capture_failures"] == 0
+
+
+def test_gpt_training_step_under_bf16_autocast_compiles_and_matches_eager():
+    """The whole step under torch.autocast("tpu", bfloat16) (forward and loss autocast, backward and the
+    compiled AdamW step outside it): the same losses and weights as the eager step on tpu (both round
+    the matrix products' operands to bf16), near CPU's autocast run, with the graphs run as programs."""
+    vocab, seq, batch = 128, 16, 4
+    torch.manual_seed(0)
+    m_cpu = GPT(vocab=vocab, d=64, heads=4, layers=2, seq=seq)
+    m_eager, m = copy.deepcopy(m_cpu).to("tpu"), copy.deepcopy(m_cpu).to("tpu")
+    make = _lm_batch(vocab, batch, seq)
+    g = torch.Generator().manual_seed(1)
+    batches = [make(g) for _ in range(5)]
+    with torch.no_grad():
+        fp32_first = _lm_loss(m_cpu(batches[0][0]), batches[0][1]).item()
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3, capturable=True)
+    opt_eager = torch.optim.AdamW(m_eager.parameters(), lr=3e-3, capturable=True)
+    opt_cpu = torch.optim.AdamW(m_cpu.parameters(), lr=3e-3)
+    losses = _train(torch.compile(m, backend="tpu"), opt, batches, "tpu", torch.compile(opt.step, backend="tpu"),
+                    autocast=True)
+    losses_eager = _train(m_eager, opt_eager, batches, "tpu", autocast=True)
+    losses_cpu = _train(m_cpu, opt_cpu, batches, "cpu", autocast=True)
+    assert losses == pytest.approx(losses_eager, rel=1e-5, abs=1e-6)
+    assert losses == pytest.approx(losses_cpu, rel=2e-2, abs=2e-2)  # bf16 products, summed in other orders
+    assert abs(losses[0] - fp32_first) > 1e-5 * abs(fp32_first)  # autocast took effect in the program
+    for (name, p_e), p in zip(m_eager.named_parameters(), m.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), p_e.detach().cpu(), rtol=1e-5, atol=1e-6, msg=name)
+    s = stats()
+    assert s["launches"] > s["captures"] > 0 and s["eager_runs"] == 0 and s["capture_failures"] == 0
 
 
 def test_compiled_optimizer_with_cpu_step_counts_runs_eagerly_and_right():
