@@ -67,6 +67,8 @@ def _cpu_reference():
 
 def test_new_process_loads_compiled_graphs_and_matches(tmp_path):
     cache = tmp_path / "inductor"
+    cache.mkdir()
+    os.chmod(cache, 0o700)  # whatever the umask
     first = _run(cache)
     second = _run(cache)
     assert first["status"][0] and second["status"][0]
