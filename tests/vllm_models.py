@@ -109,12 +109,19 @@ def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins:
     out, margins = [], []
     with torch.no_grad():
         for p in prompts:
+            # a plain greedy loop: no end-of-sequence handling, as vLLM's ignore_eos (generate's
+            # min_new_tokens would instead ban the end token, a different choice where it is the best)
             ids = torch.tensor([tok(p)["input_ids"]]) if isinstance(p, str) else torch.tensor([p])
-            gen = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
-                                 pad_token_id=tok.pad_token_id, output_scores=True, return_dict_in_generate=True)
-            out.append(gen.sequences[0, ids.shape[1]:].tolist())
-            top2 = [s[0].float().topk(2).values for s in gen.scores]
-            margins.append([float(t[0] - t[1]) for t in top2])
+            tokens, gaps, past = [], [], None
+            for _ in range(max_tokens):
+                r = model(ids, past_key_values=past, use_cache=True)
+                logits, past = r.logits[0, -1].float(), r.past_key_values
+                top2 = logits.topk(2).values
+                tokens.append(int(logits.argmax()))
+                gaps.append(float(top2[0] - top2[1]))
+                ids = torch.tensor([[tokens[-1]]])
+            out.append(tokens)
+            margins.append(gaps)
     return (out, margins) if with_margins else out
 
 
@@ -126,3 +133,28 @@ def decided_prefix(tokens, margins, tol: float) -> int:
         if m <= tol:
             return i
     return len(tokens)
+
+
+def teach(path, examples, steps: int = 400, lr: float = 1e-2, seed: int = 0):
+    """Trains the model in `path` on the CPU until it answers each (prompt_ids, answer_ids) example with
+    that answer (the loss on the answer tokens only), and saves it back: a model that knows what to
+    say where a test needs one (a tool call, say), random elsewhere. Returns the final loss."""
+    import transformers
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    batch = []
+    for prompt, answer in examples:
+        ids = torch.tensor([list(prompt) + list(answer)])
+        labels = ids.clone()
+        labels[0, :len(prompt)] = -100
+        batch.append((ids, labels))
+    for step in range(steps):
+        opt.zero_grad()
+        loss = sum(model(input_ids=ids, labels=labels).loss for ids, labels in batch) / len(batch)
+        loss.backward()
+        opt.step()
+        if loss.item() < 1e-2:
+            break
+    model.eval().save_pretrained(str(path), safe_serialization=True)
+    return loss.item(), step
