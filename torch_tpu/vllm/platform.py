@@ -27,7 +27,10 @@ class TpuPlatform(Platform):
     # torch.compile of vLLM's small helpers: run them eagerly (our compile backend is not yet used).
     simple_compile_backend: str = "eager"
     dist_backend: str = "gloo"
-    supported_quantization: list[str] = []
+    # compressed-tensors for its FP8 KV-cache scales only (check_and_update_config refuses its weight
+    # schemes); every other method quantizes weights through CUDA, Triton or vllm._C kernels. vLLM reads
+    # an empty list as "all", hence the one entry.
+    supported_quantization: list[str] = ["compressed-tensors"]
 
     @property
     def supported_dtypes(self) -> list[torch.dtype]:
@@ -163,6 +166,23 @@ class TpuPlatform(Platform):
                               "proposer runs on (scripts/setup.sh installs it)")
         if vllm_config.lora_config is not None:
             raise NotImplementedError("tpu platform: LoRA adapters are not supported yet")
+        cls._check_quantization(vllm_config.model_config)
+
+    @classmethod
+    def _check_quantization(cls, model_config) -> None:
+        # A compressed-tensors checkpoint that carries only a kv_cache_scheme (what llm-compressor writes
+        # for an FP8 KV cache: per-tensor k_scale / v_scale per layer, weights left as they are) runs; its
+        # weight, activation, sparsity and transform schemes would need quantized GEMM kernels.
+        if model_config is None or model_config.quantization != "compressed-tensors":
+            return
+        qc = getattr(model_config.hf_config, "quantization_config", None) or {}
+        if not isinstance(qc, dict):
+            qc = qc.to_dict()
+        schemes = [name for name in ("config_groups", "sparsity_config", "transform_config") if qc.get(name)]
+        if schemes:
+            raise NotImplementedError(f"tpu platform: quantized weights are not supported yet (this compressed-"
+                                      f"tensors checkpoint has {', '.join(schemes)}); its kv_cache_scheme alone, "
+                                      f"an FP8 KV cache with per-tensor scales, is")
 
     @classmethod
     def get_punica_wrapper(cls) -> str:
