@@ -393,3 +393,86 @@ def test_rejection_sampling_bad_input_raises(device):
         out.cpu()
     with pytest.raises(NotImplementedError, match="synthetic"):
         ops.vllm_rejection_greedy_sample_kernel(out, None, None, None, None, None, 1, SYNTHETIC_MODE=True)
+
+
+# vLLM's RMSNorm and SiLU-and-mul as our kernels (torch_tpu::rms_norm, fused_add_rms_norm, silu_and_mul;
+# runtime/ops/serve/layers.c) against vLLM's native PyTorch formulas on the CPU, which round where the
+# kernels round (x * rstd through the weight's dtype, silu(gate) through the input's).
+def _rms_norm_native(x, weight, eps, residual=None):
+    dt = x.dtype
+    x = x.float()
+    if residual is not None:
+        x = x + residual.float()
+        residual = x.to(dt)
+    x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    if weight is not None:
+        x = x.to(weight.dtype) * weight
+    return x.to(dt), residual
+
+
+def _layer_rows(shape, dtype, gen, strided):
+    # strided: a view whose leading dims step over a wider buffer (vLLM's q/k slices of a fused QKV row)
+    big = torch.randn(*shape[:-1], shape[-1] + (24 if strided else 0), generator=gen).to(dtype)
+    return big[..., :shape[-1]]
+
+
+LAYER_SHAPES = [((5, 64), False), ((3, 4, 48), True), ((2, 1000), False), ((7, 33), True)]
+
+
+@pytest.mark.parametrize("shape,strided", LAYER_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_rms_norm_matches_vllm_native(device, shape, strided, dtype, with_weight):
+    gen = torch.Generator().manual_seed(0)
+    x = _layer_rows(shape, dtype, gen, strided)
+    w = torch.randn(shape[-1], generator=gen).to(dtype) if with_weight else None
+    want, _ = _rms_norm_native(x, w, 1e-6)
+    out = torch.empty(shape, dtype=dtype, device=device)
+    torch.ops.torch_tpu.rms_norm(out, x.to(device), None if w is None else w.to(device), 1e-6)
+    torch.testing.assert_close(out.cpu(), want)
+
+
+@pytest.mark.parametrize("shape,strided", LAYER_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_fused_add_rms_norm_matches_vllm_native(device, shape, strided, dtype):
+    gen = torch.Generator().manual_seed(1)
+    x = _layer_rows(shape, dtype, gen, strided)
+    res = torch.randn(shape, generator=gen).to(dtype)
+    w = torch.randn(shape[-1], generator=gen).to(dtype)
+    want, want_res = _rms_norm_native(x, w, 1e-5, res)
+    xd, rd = x.to(device), res.to(device)
+    torch.ops.torch_tpu.fused_add_rms_norm(xd, rd, w.to(device), 1e-5)
+    torch.testing.assert_close(rd.cpu(), want_res, rtol=0, atol=0)  # one rounding of the same float sum
+    torch.testing.assert_close(xd.cpu(), want)
+
+
+@pytest.mark.parametrize("shape,strided", [((5, 2 * 64), False), ((3, 4, 2 * 48), True), ((2, 2 * 1000), False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_silu_and_mul_matches_vllm_native(device, shape, strided, dtype):
+    gen = torch.Generator().manual_seed(2)
+    x = _layer_rows(shape, dtype, gen, strided) * 4
+    d = shape[-1] // 2
+    want = torch.nn.functional.silu(x[..., :d]) * x[..., d:]
+    out = torch.empty(shape[:-1] + (d,), dtype=dtype, device=device)
+    torch.ops.torch_tpu.silu_and_mul(out, x.to(device))
+    torch.testing.assert_close(out.cpu(), want)
+
+
+def test_layer_kernels_bad_input_raise(device):
+    x = torch.randn(4, 8, device=device)
+    with pytest.raises(RuntimeError, match="weight must be a float vector"):
+        torch.ops.torch_tpu.rms_norm(torch.empty_like(x), x, torch.ones(5, device=device), 1e-6)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="residual must have the input's shape"):
+        torch.ops.torch_tpu.fused_add_rms_norm(x, torch.randn(4, 9, device=device), None, 1e-6)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="silu_and_mul: out must be"):
+        torch.ops.torch_tpu.silu_and_mul(torch.empty(4, 8, device=device), x)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="contiguous in the last dim"):
+        torch.ops.torch_tpu.silu_and_mul(torch.empty(8, 2, device=device), x.t())
+        torch.tpu.synchronize()
+    # the device keeps working
+    y = torch.empty(4, 4, device=device)
+    torch.ops.torch_tpu.silu_and_mul(y, x)
+    torch.testing.assert_close(y.cpu(), torch.nn.functional.silu(x.cpu()[:, :4]) * x.cpu()[:, 4:])

@@ -71,6 +71,22 @@ def test_platform_is_tpu(llama):
     assert type(current_platform).__module__ == "torch_tpu.vllm.platform"
 
 
+def test_model_layers_run_our_kernels(llama):
+    # vLLM built the model with our layer classes (out-of-tree custom ops) and dispatches its IR RMSNorm
+    # to our kernels; the greedy and logprob tests below check what they compute.
+    def layers(worker):
+        from vllm import ir
+        from vllm.model_executor.layers.activation import SiluAndMul
+        from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+        model = worker.model_runner.model
+        x = torch.randn(3, model.config.hidden_size, device=worker.device)
+        w = torch.ones(model.config.hidden_size, device=worker.device)
+        return (sorted({type(m).__name__ for m in model.modules() if isinstance(m, (SiluAndMul, RotaryEmbedding))}),
+                ir.ops.rms_norm.dispatch(x, w, 1e-6).provider,
+                ir.ops.fused_add_rms_norm.dispatch(x, x.clone(), w, 1e-6).provider)
+    assert llama.collective_rpc(layers)[0] == (["TpuRotaryEmbedding", "TpuSiluAndMul"], "tpu", "tpu")
+
+
 def test_greedy_matches_transformers(llama, llama_path):
     # The long prompt (over 48 tokens) is prefilled in chunks; all three run as one batch.
     assert _greedy(llama, PROMPTS) == [list(t) for t in hf_greedy(llama_path, PROMPTS, MAX_TOKENS)]

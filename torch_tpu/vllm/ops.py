@@ -22,6 +22,15 @@ _lib.define("compute_slot_mapping(Tensor(a!) slot_mapping, Tensor query_start_lo
             "Tensor block_table, int block_size, int num_tokens) -> ()")
 
 
+# Model layers (runtime/ops/serve/layers.c): vLLM's RMSNorm, RMSNorm after a residual add (in place, as
+# vLLM's fused_add_rms_norm), SiLU-and-mul.
+_lib.define("rms_norm(Tensor(a!) out, Tensor x, Tensor? weight, float epsilon) -> ()")
+_lib.define("fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, float epsilon) -> ()")
+_lib.define("silu_and_mul(Tensor(a!) out, Tensor x) -> ()")
+for _name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+    torch.library.register_fake(f"torch_tpu::{_name}")(lambda *args, **kwargs: None)
+
+
 # Speculative decoding's rejection sampling (runtime/ops/serve/spec.c), vLLM's four Triton kernels.
 _lib.define("spec_expand(Tensor(a!) output, Tensor input, Tensor cu_num_tokens, Scalar replace_from, "
             "Scalar replace_to) -> ()")

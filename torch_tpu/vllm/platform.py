@@ -49,6 +49,19 @@ class TpuPlatform(Platform):
         import torch_tpu.vllm.ops  # noqa: F401
 
     @classmethod
+    def import_ir_kernels(cls) -> None:
+        # vLLM's IR ops (RMSNorm) with our C kernels as the "tpu" provider (torch_tpu/vllm/ir.py)
+        import torch_tpu.vllm.ir  # noqa: F401
+
+    @classmethod
+    def get_default_ir_op_priority(cls, vllm_config):
+        from vllm.config.kernel import IrOpPriorityConfig
+        from torch_tpu.vllm.ir import PROVIDER
+        # ours first; vLLM's dispatch falls back to native for arguments ours does not take
+        return IrOpPriorityConfig.with_default(["native"], rms_norm=[PROVIDER, "native"],
+                                               fused_add_rms_norm=[PROVIDER, "native"])
+
+    @classmethod
     def register_triton_kernel_overrides(cls) -> None:
         # vLLM's device-side bookkeeping kernels are Triton; ours are C (runtime/ops/serve).
         from vllm.triton_utils.dispatcher import register_kernels
