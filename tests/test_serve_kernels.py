@@ -149,6 +149,30 @@ def test_fp8_cache_round_trip_is_exact_on_codes(device, fmt):
     assert torch.equal(out.cpu(), x * 0.5)
 
 
+@pytest.mark.parametrize("fmt", FP8)
+@pytest.mark.parametrize("width", [8, 16, 24])
+def test_fp8_cache_every_code_decodes_in_rows(device, fmt, width):
+    # All 256 codes (NaNs, infinities and subnormals included) as the values of one-token contexts,
+    # `width` to a row (the vector widening takes 8 or 16 codes at a time, the rest one by one): PyTorch's
+    # float8 decoding exactly.
+    f8 = ops.FP8_FORMATS[fmt]
+    n = (256 + width - 1) // width
+    codes = torch.cat((torch.arange(256), torch.zeros(n * width - 256, dtype=torch.long))).to(torch.uint8)
+    codes = codes.view(n, width)
+    cache = torch.zeros(n, 1, 1, 2 * width, dtype=torch.uint8)
+    cache[:, 0, 0, width:] = codes
+    out = torch.empty(n, 1, width, device=device)
+    ones = torch.ones(n, dtype=torch.int32)
+    ops.paged_attention(out, torch.zeros(n, 1, width).to(device), cache.to(device),
+                        torch.arange(n + 1, dtype=torch.int32).to(device), ones.to(device),
+                        torch.arange(n, dtype=torch.int32).view(n, 1).to(device), 1.0, kv_cache_dtype=fmt)
+    want = codes.view(f8).float().view(n, 1, width)
+    got = out.cpu()
+    assert torch.equal(got.isnan(), want.isnan())
+    # (as values: a code of -0 comes out +0, the softmax's accumulator starting at +0)
+    assert torch.equal(torch.where(want.isnan(), 0, got), torch.where(want.isnan(), 0, want))
+
+
 def test_fp8_cache_bad_arguments_raise(device):
     q, kv, qsl, sl, table = _batch((1,), (20,), 2, 2, 8, 16, torch.float32, False)
     args = (q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device), 1.0)
