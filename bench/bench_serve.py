@@ -9,8 +9,8 @@ Rows:
   - serving at each concurrency: request throughput, output tokens/s, TTFT and TPOT (mean, median, p99),
     against transformers generate on CPU one request at a time and batched (the concurrency's batch);
   - a prefix-sharing workload (90% of each prompt shared) with prefix caching on and off: TTFT;
-  - vLLM's RMSNorm with a residual add and SiLU-and-mul at decode shapes: our kernels beside vLLM's
-    native PyTorch versions on tpu (the path they replace) and on the CPU;
+  - vLLM's RMSNorm with a residual add, SiLU-and-mul and the sampler's top-k/top-p filtering at decode
+    shapes: our kernels beside vLLM's native PyTorch versions on tpu (the path they replace) and on the CPU;
   - the paged-attention decode kernel's KV-cache read rate against this machine's copy bandwidth (a tpu
     tensor copy) and against PyTorch CPU's SDPA on the same keys and values already gathered; the same
     decode over an FP8 (e4m3) cache.
@@ -160,10 +160,11 @@ def bench_decode_kernel(runs=15):
             "paged_decode_fp8_ms": t_pa8 * 1e3}
 
 
-def bench_layer_kernels(runs=7, iters=200):
-    """Per call (us) of vLLM's RMSNorm with a residual add and SiLU-and-mul at decode shapes (16 tokens):
-    our kernels (torch_tpu::fused_add_rms_norm, silu_and_mul) beside vLLM's native PyTorch versions on
-    tpu (the path they replace: the same formulas as generic ops) and on the CPU."""
+def bench_layer_kernels(runs=7, iters=20):
+    """Per call (us) of vLLM's RMSNorm with a residual add, SiLU-and-mul and the sampler's top-k/top-p
+    filtering at decode shapes (16 tokens): our kernels (torch_tpu::fused_add_rms_norm, silu_and_mul,
+    top_k_top_p) beside vLLM's native PyTorch versions on tpu (the path they replace: the same
+    formulas as generic ops) and on the CPU."""
     import torch.nn.functional as F
     from torch_tpu.vllm import ops  # noqa: F401  (defines the torch_tpu:: ops)
 
@@ -206,6 +207,17 @@ def bench_layer_kernels(runs=7, iters=200):
                      "ours_us": per_call(lambda: torch.ops.torch_tpu.silu_and_mul(out, gud), tsync),
                      "native_tpu_us": per_call(lambda: native_silu(gud), tsync),
                      "native_cpu_us": per_call(lambda: native_silu(gu), lambda: None)})
+    # the sampler's top-k (50) and top-p (0.9) filtering: vLLM's sort-based PyTorch version is the native one
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+    for vocab in (32000, 152064):
+        g = torch.Generator().manual_seed(0)
+        logits = torch.randn(16, vocab, generator=g) * 3
+        k, p = torch.full((16,), 50), torch.full((16,), 0.9)
+        ld, kd, pd = logits.to("tpu"), k.to("tpu"), p.to("tpu")
+        rows.append({"op": f"top_k_top_p float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: torch.ops.torch_tpu.top_k_top_p(ld.clone(), kd, pd), tsync),
+                     "native_tpu_us": per_call(lambda: apply_top_k_top_p_pytorch(ld.clone(), kd, pd), tsync),
+                     "native_cpu_us": per_call(lambda: apply_top_k_top_p_pytorch(logits.clone(), k, p), lambda: None)})
     return rows
 
 

@@ -500,3 +500,51 @@ def test_layer_kernels_bad_input_raise(device):
     y = torch.empty(4, 4, device=device)
     torch.ops.torch_tpu.silu_and_mul(y, x)
     torch.testing.assert_close(y.cpu(), torch.nn.functional.silu(x.cpu()[:, :4]) * x.cpu()[:, 4:])
+
+
+# The sampler's top-k / top-p filtering (torch_tpu::top_k_top_p, runtime/ops/serve/sample.c) against
+# vLLM's sort-based PyTorch version (apply_top_k_top_p_pytorch, restated here) on the CPU.
+def _top_k_top_p_sorted(logits, k, p):
+    logits = logits.clone()
+    srt, idx = logits.sort(dim=-1, descending=False)
+    if k is not None:
+        kth = srt.gather(1, (srt.size(1) - k.long()).unsqueeze(1))
+        srt.masked_fill_(srt < kth, -float("inf"))
+    near = torch.zeros_like(srt, dtype=torch.bool)
+    if p is not None:
+        cum = srt.softmax(dim=-1).cumsum(dim=-1)
+        mask = cum <= 1 - p.unsqueeze(1)
+        mask[:, -1] = False
+        srt.masked_fill_(mask, -float("inf"))
+        near = (cum - (1 - p.unsqueeze(1))).abs() < 1e-5  # a float32 sum's order decides these
+    return logits.scatter_(-1, idx, srt), torch.zeros_like(near).scatter_(-1, idx, near)
+
+
+@pytest.mark.parametrize("vocab", [7, 512, 32000])
+@pytest.mark.parametrize("mode", ["k", "p", "kp"])
+def test_top_k_top_p_matches_vllm_sorted(device, vocab, mode):
+    gen = torch.Generator().manual_seed(vocab)
+    B = 6
+    logits = torch.randn(B, vocab, generator=gen) * 3
+    k = torch.tensor([1, 2, 5, vocab, max(1, vocab // 3), vocab - 1])[:B] if "k" in mode else None
+    p = torch.tensor([0.9, 0.5, 1.0, 0.99, 0.1, 0.0])[:B] if "p" in mode else None
+    want, near = _top_k_top_p_sorted(logits, k, p)
+    got = logits.to(device)
+    torch.ops.torch_tpu.top_k_top_p(got, None if k is None else k.to(device), None if p is None else p.to(device))
+    got = got.cpu()
+    kept, kept_want = got.isfinite(), want.isfinite()
+    assert torch.equal(kept | near, kept_want | near) and kept.any(dim=-1).all()
+    assert torch.equal(got[kept], logits[kept])  # what stays is untouched
+
+
+def test_top_k_top_p_keeps_ties_and_rejects_bad_input(device):
+    logits = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0]], device=device)
+    torch.ops.torch_tpu.top_k_top_p(logits, torch.tensor([2], device=device), None)
+    assert logits.cpu().isfinite().tolist() == [[False, True, True, False, True]]  # the tie at the 2nd all stays
+    with pytest.raises(RuntimeError, match="k must be an integer tensor"):
+        torch.ops.torch_tpu.top_k_top_p(logits, torch.tensor([2.0, 1.0], device=device), None)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="logits must be float32"):
+        torch.ops.torch_tpu.top_k_top_p(torch.zeros(2, 3, dtype=torch.float16, device=device), None,
+                                        torch.tensor([0.5, 0.5], device=device))
+        torch.tpu.synchronize()

@@ -78,13 +78,30 @@ def test_model_layers_run_our_kernels(llama):
         from vllm import ir
         from vllm.model_executor.layers.activation import SiluAndMul
         from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+        from vllm.v1.sample import rejection_sampler
+        from vllm.v1.sample.ops import topk_topp_sampler
+        from torch_tpu.vllm import ops
         model = worker.model_runner.model
         x = torch.randn(3, model.config.hidden_size, device=worker.device)
         w = torch.ones(model.config.hidden_size, device=worker.device)
         return (sorted({type(m).__name__ for m in model.modules() if isinstance(m, (SiluAndMul, RotaryEmbedding))}),
                 ir.ops.rms_norm.dispatch(x, w, 1e-6).provider,
-                ir.ops.fused_add_rms_norm.dispatch(x, x.clone(), w, 1e-6).provider)
-    assert llama.collective_rpc(layers)[0] == (["TpuRotaryEmbedding", "TpuSiluAndMul"], "tpu", "tpu")
+                ir.ops.fused_add_rms_norm.dispatch(x, x.clone(), w, 1e-6).provider,
+                topk_topp_sampler.apply_top_k_top_p is ops.apply_top_k_top_p,
+                rejection_sampler.apply_top_k_top_p is ops.apply_top_k_top_p)
+    assert llama.collective_rpc(layers)[0] == (["TpuRotaryEmbedding", "TpuSiluAndMul"], "tpu", "tpu", True, True)
+
+
+def test_top_k_top_p_sampling(llama):
+    # top_k=1, or a top_p below the best token's probability, leaves one token: sampling at temperature
+    # 1 gives the greedy tokens (the filtering is our kernel; the sampled draws are vLLM's)
+    want = _greedy(llama, PROMPTS)
+    for kw in ({"top_k": 1}, {"top_p": 1e-6}, {"top_k": 3, "top_p": 1e-6}):
+        sp = vllm.SamplingParams(temperature=1.0, seed=5, max_tokens=MAX_TOKENS, ignore_eos=True, **kw)
+        assert [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)] == want, kw
+    # a wide top_k / top_p leaves several: the same seed gives other tokens than greedy
+    sp = vllm.SamplingParams(temperature=1.0, seed=5, max_tokens=MAX_TOKENS, ignore_eos=True, top_k=50, top_p=0.95)
+    assert [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)] != want
 
 
 def test_greedy_matches_transformers(llama, llama_path):
