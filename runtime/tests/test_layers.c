@@ -1,5 +1,7 @@
 /* The serving family's layer kernels (ops/serve/layers.c): RMSNorm, RMSNorm
- * after a residual add in place, and SiLU-and-mul, the fast kernels against
+ * after a residual add in place, and SiLU-and-mul; and the sampler's top-k /
+ * top-p filtering (ops/serve/sample.c, same masks as its reference, the
+ * largest logit always kept). The fast kernels against
  * their plain references on random rows (float32 and bfloat16; row lengths
  * off the vector width; rows with a stride wider than the row); the residual
  * the fused kernel writes equals the reference's bit for bit; bad shapes are
@@ -66,6 +68,33 @@ static void silu_case(tpurt_dtype_t dt, int64_t M, int64_t d, int64_t pitch) {
   free(x), free(out), free(out2);
 }
 
+static void top_k_top_p_case(int64_t B, int64_t V, bool with_k, bool with_p) {
+  float* x = test_rand_buf(TPURT_DTYPE_FLOAT32, B * V);
+  for (int64_t i = 0; i < B * V; ++i) x[i] *= 6;
+  float* x2 = malloc((size_t)(B * V) * 4);
+  memcpy(x2, x, (size_t)(B * V) * 4);
+  int64_t k[4] = {1, 7, V, V / 2};
+  float p[4] = {0.9f, 0.0f, 0.5f, 1.0f};
+  tpurt_tensor_t tk = test_tensor_dense(TPURT_DTYPE_INT64, k, 1, (int64_t[]){B}),
+                 tp = test_tensor_dense(TPURT_DTYPE_FLOAT32, p, 1, (int64_t[]){B});
+  for (int ref = 0; ref < 2; ++ref) {
+    tpurt_tensor_t tx = test_tensor_dense(TPURT_DTYPE_FLOAT32, ref ? x2 : x, 2, (int64_t[]){B, V});
+    tpurt_arg_t a[3] = {targ(&tx), with_k ? targ(&tk) : (tpurt_arg_t){0}, with_p ? targ(&tp) : (tpurt_arg_t){0}};
+    CHECK_OK(test_op_run("torch_tpu::top_k_top_p", ref, a, 3, NULL, 0));
+  }
+  for (int64_t r = 0; r < B; ++r) {
+    int64_t kept = 0, differ = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      differ += isinf(x[r * V + i]) != isinf(x2[r * V + i]);
+      kept += !isinf(x[r * V + i]);
+    }
+    CHECK(differ == 0 && kept >= 1);
+    if (with_k && !with_p) CHECK(kept == k[r]);     /* random floats: no ties */
+    if (with_p && p[r] == 0.0f) CHECK(kept == 1);  /* only the largest */
+  }
+  free(x), free(x2);
+}
+
 static void bad_cases(void) {
   float x[4 * 8] = {0}, w[5] = {0}, o[4 * 8];
   tpurt_tensor_t tx = test_tensor_dense(TPURT_DTYPE_FLOAT32, x, 2, (int64_t[]){4, 8}),
@@ -91,6 +120,10 @@ int main(void) {
     }
     silu_case(dts[k], 5, 64, 128);
     silu_case(dts[k], 3, 1001, 2050);
+  }
+  for (int m = 1; m < 4; ++m) {
+    top_k_top_p_case(4, 1000, m & 1, m & 2);
+    top_k_top_p_case(4, 40000, m & 1, m & 2);
   }
   bad_cases();
   return test_finish("test_layers");
