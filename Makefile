@@ -60,6 +60,11 @@ $(BUILD)/tests/%: runtime/tests/%.c $(RT_OBJS) runtime/tests/test_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -fvisibility=default $(OPT) $< $(RT_OBJS) -o $@ $(LIBS)
 
+# C benchmarks of single kernels, linked like the tests (bench/paged_decode.c).
+$(BUILD)/bench/%: bench/%.c $(RT_OBJS) runtime/tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Iruntime/tests -fvisibility=default $(OPT) $< $(RT_OBJS) -o $@ $(LIBS)
+
 $(BUILD)/asan-tests/%: runtime/tests/%.c $(ASAN_OBJS) runtime/tests/test_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -fvisibility=default -O1 -g -march=native $(SANFLAGS) $< $(ASAN_OBJS) -o $@ $(LIBS)

@@ -3,12 +3,14 @@ and in the same run the same work through Hugging Face transformers' `generate` 
 
     .venv/bin/python bench/bench_serve.py            # concurrency 1, 4, 16; prefix workload; kernel rows
     .venv/bin/python bench/bench_serve.py --full     # adds concurrency 64
-    .venv/bin/python bench/bench_serve.py --kernel-only   # only the decode kernel rows (seconds)
+    .venv/bin/python bench/bench_serve.py --kernel-only   # only the kernel rows (seconds)
 
 Rows:
   - serving at each concurrency: request throughput, output tokens/s, TTFT and TPOT (mean, median, p99),
     against transformers generate on CPU one request at a time and batched (the concurrency's batch);
   - a prefix-sharing workload (90% of each prompt shared) with prefix caching on and off: TTFT;
+  - vLLM's RMSNorm with a residual add, SiLU-and-mul and the sampler's top-k/top-p filtering at decode
+    shapes: our kernels beside vLLM's native PyTorch versions on tpu (the path they replace) and on the CPU;
   - the paged-attention decode kernel's KV-cache read rate against this machine's copy bandwidth (a tpu
     tensor copy) and against PyTorch CPU's SDPA on the same keys and values already gathered; the same
     decode over an FP8 (e4m3) cache.
@@ -35,6 +37,11 @@ from vllm_models import make_model  # noqa: E402
 
 VLLM = pathlib.Path(sys.executable).with_name("vllm")
 MODEL = dict(hidden=256, layers=4, heads=8, kv_heads=4, max_len=1024, vocab_size=512)
+# The prefix-sharing workload: 90% of each 960-token prompt is one shared prefix, after one warm-up
+# request (a shared system prompt is hot in a running server; without it the first wave of concurrent
+# requests all miss, a quarter of 16). At 240 tokens this model's prefill cost little beside vLLM's
+# per-step host work, so caching it saved little (1.3-1.9x).
+PREFIX_LEN, PREFIX_INPUT = 864, 96
 
 
 def _free_port():
@@ -72,13 +79,14 @@ def stop_server(proc):
         proc.kill()
 
 
-def bench_serve(url, path, workdir, concurrency, num_prompts, input_len, output_len, prefix_len=0, tag=""):
+def bench_serve(url, path, workdir, concurrency, num_prompts, input_len, output_len, prefix_len=0, tag="",
+                warmups=0):
     name = f"c{concurrency}{tag}.json"
     cmd = [str(VLLM), "bench", "serve", "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
            "--model", "bench", "--tokenizer", str(path), "--dataset-name", "random",
            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
            "--random-prefix-len", str(prefix_len), "--num-prompts", str(num_prompts),
-           "--max-concurrency", str(concurrency), "--ignore-eos", "--seed", "0",
+           "--max-concurrency", str(concurrency), "--ignore-eos", "--seed", "0", "--num-warmups", str(warmups),
            "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
            "--save-result", "--result-dir", str(workdir), "--result-filename", name]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -152,6 +160,75 @@ def bench_decode_kernel(runs=15):
             "paged_decode_fp8_ms": t_pa8 * 1e3}
 
 
+def bench_layer_kernels(runs=7, iters=20):
+    """Per call (us) of vLLM's RMSNorm with a residual add, SiLU-and-mul and the sampler's top-k/top-p
+    filtering at decode shapes (16 tokens): our kernels (torch_tpu::fused_add_rms_norm, silu_and_mul,
+    top_k_top_p) beside vLLM's native PyTorch versions on tpu (the path they replace: the same
+    formulas as generic ops) and on the CPU."""
+    import torch.nn.functional as F
+    from torch_tpu.vllm import ops  # noqa: F401  (defines the torch_tpu:: ops)
+
+    def native_rms(x, res, w, eps=1e-6):
+        x = x.float() + res.float()
+        res = x.to(w.dtype)
+        x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+        return (x.to(w.dtype) * w).to(w.dtype), res
+
+    def native_silu(x):
+        d = x.shape[-1] // 2
+        return F.silu(x[..., :d]) * x[..., d:]
+
+    def per_call(fn, sync):
+        fn(), sync()
+        ts = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            sync()
+            ts.append((time.perf_counter() - t) / iters)
+        return statistics.median(ts) * 1e6
+
+    rows = []
+    tsync = torch.tpu.synchronize
+    for dtype, hidden, inter in ((torch.float32, 256, 512), (torch.float32, 4096, 11008), (torch.bfloat16, 4096, 11008)):
+        g = torch.Generator().manual_seed(0)
+        x, res, w = (torch.randn(*s, generator=g).to(dtype) for s in ((16, hidden), (16, hidden), (hidden,)))
+        gu = torch.randn(16, 2 * inter, generator=g).to(dtype)
+        xd, rd, wd, gud = (t.to("tpu") for t in (x, res, w, gu))
+        out = torch.empty(16, inter, dtype=dtype, device="tpu")
+        name = f"{str(dtype).replace('torch.', '')} 16 x {hidden}"
+        rows.append({"op": f"fused_add_rms_norm {name}",
+                     "ours_us": per_call(lambda: torch.ops.torch_tpu.fused_add_rms_norm(xd, rd, wd, 1e-6), tsync),
+                     "native_tpu_us": per_call(lambda: native_rms(xd, rd, wd), tsync),
+                     "native_cpu_us": per_call(lambda: native_rms(x, res, w), lambda: None)})
+        name = f"{str(dtype).replace('torch.', '')} 16 x 2*{inter}"
+        rows.append({"op": f"silu_and_mul {name}",
+                     "ours_us": per_call(lambda: torch.ops.torch_tpu.silu_and_mul(out, gud), tsync),
+                     "native_tpu_us": per_call(lambda: native_silu(gud), tsync),
+                     "native_cpu_us": per_call(lambda: native_silu(gu), lambda: None)})
+    # the sampler's top-k (50) and top-p (0.9) filtering: vLLM's sort-based PyTorch version is the native one
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+    for vocab in (32000, 152064):
+        g = torch.Generator().manual_seed(0)
+        logits = torch.randn(16, vocab, generator=g) * 3
+        k, p = torch.full((16,), 50), torch.full((16,), 0.9)
+        ld, kd, pd = logits.to("tpu"), k.to("tpu"), p.to("tpu")
+        rows.append({"op": f"top_k_top_p float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: torch.ops.torch_tpu.top_k_top_p(ld.clone(), kd, pd), tsync),
+                     "native_tpu_us": per_call(lambda: apply_top_k_top_p_pytorch(ld.clone(), kd, pd), tsync),
+                     "native_cpu_us": per_call(lambda: apply_top_k_top_p_pytorch(logits.clone(), k, p), lambda: None)})
+    return rows
+
+
+def print_layers(rows):
+    print(f"{'layer kernel (decode, 16 tokens)':>42} | {'ours us':>8} | {'native tpu us':>13} | {'native CPU us':>13} | "
+          f"{'vs native tpu':>13} | {'vs CPU':>6}")
+    for r in rows:
+        print(f"{r['op']:>42} | {r['ours_us']:8.1f} | {r['native_tpu_us']:13.1f} | {r['native_cpu_us']:13.1f} | "
+              f"{r['native_tpu_us'] / r['ours_us']:13.2f} | {r['native_cpu_us'] / r['ours_us']:6.2f}")
+
+
 def print_kernel(k):
     print(f"paged-attention decode (16 x 1024 tokens): {k['paged_decode_ms']:.2f} ms, KV read {k['kv_read_gbs']:.1f} GB/s "
           f"= {100 * k['share_of_copy']:.0f}% of the device's copy bandwidth ({k['copy_gbs']:.1f} GB/s); "
@@ -172,25 +249,30 @@ def main(argv=None):
     if a.kernel_only:
         load = os.getloadavg()
         k = bench_decode_kernel()
+        layers = bench_layer_kernels()
         print(f"load {load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
         print_kernel(k)
-        return k
+        print_layers(layers)
+        return k, layers
     concs = [1, 4, 16] + ([64] if a.full else [])
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench_serve_"))
     path = make_model(work / "model", "llama", torch.float32, **MODEL)
     doc = {"load_before": os.getloadavg(), "model": MODEL, "input_len": a.input_len, "output_len": a.output_len}
 
     doc["kernel"] = bench_decode_kernel()
+    doc["layers"] = bench_layer_kernels()
     proc, url = start_server(path, work / "serve.log")
     try:
         doc["serve"] = {c: bench_serve(url, path, work, c, max(8, 2 * c), a.input_len, a.output_len) for c in concs}
         # prefix-sharing: 90% of each prompt is one shared prefix (prefix caching on in this server)
-        doc["prefix_on"] = bench_serve(url, path, work, 4, 16, 24, 8, prefix_len=216, tag="prefix_on")
+        doc["prefix_on"] = bench_serve(url, path, work, 4, 16, PREFIX_INPUT, 8, prefix_len=PREFIX_LEN, tag="prefix_on",
+                                       warmups=1)
     finally:
         stop_server(proc)
     proc, url = start_server(path, work / "serve_nocache.log", "--no-enable-prefix-caching")
     try:
-        doc["prefix_off"] = bench_serve(url, path, work, 4, 16, 24, 8, prefix_len=216, tag="prefix_off")
+        doc["prefix_off"] = bench_serve(url, path, work, 4, 16, PREFIX_INPUT, 8, prefix_len=PREFIX_LEN, tag="prefix_off",
+                                        warmups=1)
     finally:
         stop_server(proc)
     doc["hf_cpu"] = {1: hf_generate_cpu(path, 1, a.input_len, a.output_len, 3)}
@@ -212,10 +294,11 @@ def main(argv=None):
     if s16:
         print(f"output tokens/s at concurrency 16 over concurrency 1: {s16['output_throughput'] / s1['output_throughput']:.2f}x")
     on, off = doc["prefix_on"], doc["prefix_off"]
-    print(f"prefix-sharing workload (216 of 240 prompt tokens shared, concurrency 4): mean TTFT "
+    print(f"prefix-sharing workload ({PREFIX_LEN} of {PREFIX_LEN + PREFIX_INPUT} prompt tokens shared, concurrency 4): mean TTFT "
           f"{on['mean_ttft_ms']:.0f} ms with prefix caching, {off['mean_ttft_ms']:.0f} ms without "
           f"({off['mean_ttft_ms'] / on['mean_ttft_ms']:.2f}x)")
     print_kernel(doc["kernel"])
+    print_layers(doc["layers"])
     pathlib.Path(a.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
     print(f"wrote {a.out}")
 

@@ -149,6 +149,30 @@ def test_fp8_cache_round_trip_is_exact_on_codes(device, fmt):
     assert torch.equal(out.cpu(), x * 0.5)
 
 
+@pytest.mark.parametrize("fmt", FP8)
+@pytest.mark.parametrize("width", [8, 16, 24])
+def test_fp8_cache_every_code_decodes_in_rows(device, fmt, width):
+    # All 256 codes (NaNs, infinities and subnormals included) as the values of one-token contexts,
+    # `width` to a row (the vector widening takes 8 or 16 codes at a time, the rest one by one): PyTorch's
+    # float8 decoding exactly.
+    f8 = ops.FP8_FORMATS[fmt]
+    n = (256 + width - 1) // width
+    codes = torch.cat((torch.arange(256), torch.zeros(n * width - 256, dtype=torch.long))).to(torch.uint8)
+    codes = codes.view(n, width)
+    cache = torch.zeros(n, 1, 1, 2 * width, dtype=torch.uint8)
+    cache[:, 0, 0, width:] = codes
+    out = torch.empty(n, 1, width, device=device)
+    ones = torch.ones(n, dtype=torch.int32)
+    ops.paged_attention(out, torch.zeros(n, 1, width).to(device), cache.to(device),
+                        torch.arange(n + 1, dtype=torch.int32).to(device), ones.to(device),
+                        torch.arange(n, dtype=torch.int32).view(n, 1).to(device), 1.0, kv_cache_dtype=fmt)
+    want = codes.view(f8).float().view(n, 1, width)
+    got = out.cpu()
+    assert torch.equal(got.isnan(), want.isnan())
+    # (as values: a code of -0 comes out +0, the softmax's accumulator starting at +0)
+    assert torch.equal(torch.where(want.isnan(), 0, got), torch.where(want.isnan(), 0, want))
+
+
 def test_fp8_cache_bad_arguments_raise(device):
     q, kv, qsl, sl, table = _batch((1,), (20,), 2, 2, 8, 16, torch.float32, False)
     args = (q.to(device), kv.to(device), qsl.to(device), sl.to(device), table.to(device), 1.0)
@@ -393,3 +417,134 @@ def test_rejection_sampling_bad_input_raises(device):
         out.cpu()
     with pytest.raises(NotImplementedError, match="synthetic"):
         ops.vllm_rejection_greedy_sample_kernel(out, None, None, None, None, None, 1, SYNTHETIC_MODE=True)
+
+
+# vLLM's RMSNorm and SiLU-and-mul as our kernels (torch_tpu::rms_norm, fused_add_rms_norm, silu_and_mul;
+# runtime/ops/serve/layers.c) against vLLM's native PyTorch formulas on the CPU, which round where the
+# kernels round (x * rstd through the weight's dtype, silu(gate) through the input's).
+def _rms_norm_native(x, weight, eps, residual=None):
+    dt = x.dtype
+    x = x.float()
+    if residual is not None:
+        x = x + residual.float()
+        residual = x.to(dt)
+    x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    if weight is not None:
+        x = x.to(weight.dtype) * weight
+    return x.to(dt), residual
+
+
+def _layer_rows(shape, dtype, gen, strided):
+    # strided: a view whose leading dims step over a wider buffer (vLLM's q/k slices of a fused QKV row)
+    big = torch.randn(*shape[:-1], shape[-1] + (24 if strided else 0), generator=gen).to(dtype)
+    return big[..., :shape[-1]]
+
+
+LAYER_SHAPES = [((5, 64), False), ((3, 4, 48), True), ((2, 1000), False), ((7, 33), True)]
+
+
+@pytest.mark.parametrize("shape,strided", LAYER_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_rms_norm_matches_vllm_native(device, shape, strided, dtype, with_weight):
+    gen = torch.Generator().manual_seed(0)
+    x = _layer_rows(shape, dtype, gen, strided)
+    w = torch.randn(shape[-1], generator=gen).to(dtype) if with_weight else None
+    want, _ = _rms_norm_native(x, w, 1e-6)
+    out = torch.empty(shape, dtype=dtype, device=device)
+    torch.ops.torch_tpu.rms_norm(out, x.to(device), None if w is None else w.to(device), 1e-6)
+    torch.testing.assert_close(out.cpu(), want)
+
+
+@pytest.mark.parametrize("shape,strided", LAYER_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_fused_add_rms_norm_matches_vllm_native(device, shape, strided, dtype):
+    gen = torch.Generator().manual_seed(1)
+    x = _layer_rows(shape, dtype, gen, strided)
+    res = torch.randn(shape, generator=gen).to(dtype)
+    w = torch.randn(shape[-1], generator=gen).to(dtype)
+    want, want_res = _rms_norm_native(x, w, 1e-5, res)
+    xd, rd = x.to(device), res.to(device)
+    torch.ops.torch_tpu.fused_add_rms_norm(xd, rd, w.to(device), 1e-5)
+    torch.testing.assert_close(rd.cpu(), want_res, rtol=0, atol=0)  # one rounding of the same float sum
+    torch.testing.assert_close(xd.cpu(), want)
+
+
+@pytest.mark.parametrize("shape,strided", [((5, 2 * 64), False), ((3, 4, 2 * 48), True), ((2, 2 * 1000), False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_silu_and_mul_matches_vllm_native(device, shape, strided, dtype):
+    gen = torch.Generator().manual_seed(2)
+    x = _layer_rows(shape, dtype, gen, strided) * 4
+    d = shape[-1] // 2
+    want = torch.nn.functional.silu(x[..., :d]) * x[..., d:]
+    out = torch.empty(shape[:-1] + (d,), dtype=dtype, device=device)
+    torch.ops.torch_tpu.silu_and_mul(out, x.to(device))
+    torch.testing.assert_close(out.cpu(), want)
+
+
+def test_layer_kernels_bad_input_raise(device):
+    x = torch.randn(4, 8, device=device)
+    with pytest.raises(RuntimeError, match="weight must be a float vector"):
+        torch.ops.torch_tpu.rms_norm(torch.empty_like(x), x, torch.ones(5, device=device), 1e-6)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="residual must have the input's shape"):
+        torch.ops.torch_tpu.fused_add_rms_norm(x, torch.randn(4, 9, device=device), None, 1e-6)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="silu_and_mul: out must be"):
+        torch.ops.torch_tpu.silu_and_mul(torch.empty(4, 8, device=device), x)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="contiguous in the last dim"):
+        torch.ops.torch_tpu.silu_and_mul(torch.empty(8, 2, device=device), x.t())
+        torch.tpu.synchronize()
+    # the device keeps working
+    y = torch.empty(4, 4, device=device)
+    torch.ops.torch_tpu.silu_and_mul(y, x)
+    torch.testing.assert_close(y.cpu(), torch.nn.functional.silu(x.cpu()[:, :4]) * x.cpu()[:, 4:])
+
+
+# The sampler's top-k / top-p filtering (torch_tpu::top_k_top_p, runtime/ops/serve/sample.c) against
+# vLLM's sort-based PyTorch version (apply_top_k_top_p_pytorch, restated here) on the CPU.
+def _top_k_top_p_sorted(logits, k, p):
+    logits = logits.clone()
+    srt, idx = logits.sort(dim=-1, descending=False)
+    if k is not None:
+        kth = srt.gather(1, (srt.size(1) - k.long()).unsqueeze(1))
+        srt.masked_fill_(srt < kth, -float("inf"))
+    near = torch.zeros_like(srt, dtype=torch.bool)
+    if p is not None:
+        cum = srt.softmax(dim=-1).cumsum(dim=-1)
+        mask = cum <= 1 - p.unsqueeze(1)
+        mask[:, -1] = False
+        srt.masked_fill_(mask, -float("inf"))
+        near = (cum - (1 - p.unsqueeze(1))).abs() < 1e-5  # a float32 sum's order decides these
+    return logits.scatter_(-1, idx, srt), torch.zeros_like(near).scatter_(-1, idx, near)
+
+
+@pytest.mark.parametrize("vocab", [7, 512, 32000])
+@pytest.mark.parametrize("mode", ["k", "p", "kp"])
+def test_top_k_top_p_matches_vllm_sorted(device, vocab, mode):
+    gen = torch.Generator().manual_seed(vocab)
+    B = 6
+    logits = torch.randn(B, vocab, generator=gen) * 3
+    k = torch.tensor([1, 2, 5, vocab, max(1, vocab // 3), vocab - 1])[:B] if "k" in mode else None
+    p = torch.tensor([0.9, 0.5, 1.0, 0.99, 0.1, 0.0])[:B] if "p" in mode else None
+    want, near = _top_k_top_p_sorted(logits, k, p)
+    got = logits.to(device)
+    torch.ops.torch_tpu.top_k_top_p(got, None if k is None else k.to(device), None if p is None else p.to(device))
+    got = got.cpu()
+    kept, kept_want = got.isfinite(), want.isfinite()
+    assert torch.equal(kept | near, kept_want | near) and kept.any(dim=-1).all()
+    assert torch.equal(got[kept], logits[kept])  # what stays is untouched
+
+
+def test_top_k_top_p_keeps_ties_and_rejects_bad_input(device):
+    logits = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0]], device=device)
+    torch.ops.torch_tpu.top_k_top_p(logits, torch.tensor([2], device=device), None)
+    assert logits.cpu().isfinite().tolist() == [[False, True, True, False, True]]  # the tie at the 2nd all stays
+    with pytest.raises(RuntimeError, match="k must be an integer tensor"):
+        torch.ops.torch_tpu.top_k_top_p(logits, torch.tensor([2.0, 1.0], device=device), None)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="logits must be float32"):
+        torch.ops.torch_tpu.top_k_top_p(torch.zeros(2, 3, dtype=torch.float16, device=device), None,
+                                        torch.tensor([0.5, 0.5], device=device))
+        torch.tpu.synchronize()

@@ -15,7 +15,8 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs it)")
 
-from vllm_models import decided_prefix, fp8_kv_attention, hf_greedy, make_model  # noqa: E402
+from vllm_models import (add_kv_cache_scales, decided_prefix, fp8_kv_attention, hf_greedy, kv_absmax,  # noqa: E402
+                         make_model)
 
 PROMPTS = [
     "The standard library",
@@ -70,6 +71,39 @@ def test_platform_is_tpu(llama):
     assert type(current_platform).__module__ == "torch_tpu.vllm.platform"
 
 
+def test_model_layers_run_our_kernels(llama):
+    # vLLM built the model with our layer classes (out-of-tree custom ops) and dispatches its IR RMSNorm
+    # to our kernels; the greedy and logprob tests below check what they compute.
+    def layers(worker):
+        from vllm import ir
+        from vllm.model_executor.layers.activation import SiluAndMul
+        from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+        from vllm.v1.sample import rejection_sampler
+        from vllm.v1.sample.ops import topk_topp_sampler
+        from torch_tpu.vllm import ops
+        model = worker.model_runner.model
+        x = torch.randn(3, model.config.hidden_size, device=worker.device)
+        w = torch.ones(model.config.hidden_size, device=worker.device)
+        return (sorted({type(m).__name__ for m in model.modules() if isinstance(m, (SiluAndMul, RotaryEmbedding))}),
+                ir.ops.rms_norm.dispatch(x, w, 1e-6).provider,
+                ir.ops.fused_add_rms_norm.dispatch(x, x.clone(), w, 1e-6).provider,
+                topk_topp_sampler.apply_top_k_top_p is ops.apply_top_k_top_p,
+                rejection_sampler.apply_top_k_top_p is ops.apply_top_k_top_p)
+    assert llama.collective_rpc(layers)[0] == (["TpuRotaryEmbedding", "TpuSiluAndMul"], "tpu", "tpu", True, True)
+
+
+def test_top_k_top_p_sampling(llama):
+    # top_k=1, or a top_p below the best token's probability, leaves one token: sampling at temperature
+    # 1 gives the greedy tokens (the filtering is our kernel; the sampled draws are vLLM's)
+    want = _greedy(llama, PROMPTS)
+    for kw in ({"top_k": 1}, {"top_p": 1e-6}, {"top_k": 3, "top_p": 1e-6}):
+        sp = vllm.SamplingParams(temperature=1.0, seed=5, max_tokens=MAX_TOKENS, ignore_eos=True, **kw)
+        assert [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)] == want, kw
+    # a wide top_k / top_p leaves several: the same seed gives other tokens than greedy
+    sp = vllm.SamplingParams(temperature=1.0, seed=5, max_tokens=MAX_TOKENS, ignore_eos=True, top_k=50, top_p=0.95)
+    assert [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)] != want
+
+
 def test_greedy_matches_transformers(llama, llama_path):
     # The long prompt (over 48 tokens) is prefilled in chunks; all three run as one batch.
     assert _greedy(llama, PROMPTS) == [list(t) for t in hf_greedy(llama_path, PROMPTS, MAX_TOKENS)]
@@ -94,11 +128,12 @@ def test_seeded_sampling_is_reproducible(llama):
     assert [o.outputs[0].token_ids for o in a] != [o.outputs[0].token_ids for o in c]
 
 
-def _hf_logprobs(path, prompt_ids, tokens, kv_cache_dtype="auto"):
+def _hf_logprobs(path, prompt_ids, tokens, kv_cache_dtype="auto", scales=None):
     """transformers' (CPU, float32) log_softmax at each of `tokens`' steps, fed the prompt and the tokens
-    before it (teacher forcing along vLLM's own continuation)."""
+    before it (teacher forcing along vLLM's own continuation); an fp8 kv_cache_dtype rounds keys and
+    values through that format with `scales` ({layer: (k_scale, v_scale)}, unit without)."""
     import transformers
-    kw = {} if kv_cache_dtype == "auto" else {"attn_implementation": fp8_kv_attention(kv_cache_dtype)}
+    kw = {} if kv_cache_dtype == "auto" else {"attn_implementation": fp8_kv_attention(kv_cache_dtype, scales)}
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path), **kw).eval()
     if model.config.model_type == "bloom":
         # vLLM's BLOOM uses the exact (erf) GELU where transformers' uses the tanh approximation
@@ -111,14 +146,14 @@ def _hf_logprobs(path, prompt_ids, tokens, kv_cache_dtype="auto"):
     return torch.log_softmax(logits.double(), dim=-1)
 
 
-def _check_logprobs(path, outputs, kv_cache_dtype="auto", tol=1e-4):
+def _check_logprobs(path, outputs, kv_cache_dtype="auto", tol=1e-4, scales=None):
     """Each greedy token is transformers' argmax, and every logprob vLLM returned (the chosen token's and
     the top ones) is transformers' within tol (float32 rounding of two implementations: the observed
     differences are below 5e-5). Returns the largest difference."""
     worst = 0.0
     for o in outputs:
         c = o.outputs[0]
-        ref = _hf_logprobs(path, o.prompt_token_ids, c.token_ids, kv_cache_dtype)
+        ref = _hf_logprobs(path, o.prompt_token_ids, c.token_ids, kv_cache_dtype, scales)
         assert ref.argmax(-1).tolist() == list(c.token_ids)
         assert len(c.logprobs) == len(c.token_ids)
         for step, (tok, entries) in enumerate(zip(c.token_ids, c.logprobs)):
@@ -211,6 +246,64 @@ def test_fp8_kv_cache_matches_rounded_transformers(llama_path, kv_cache_dtype):
     finally:
         del llm
         gc.collect()
+
+
+def test_fp8_kv_cache_with_checkpoint_scales(llama_path, tmp_path):
+    # An FP8-KV-cache checkpoint as llm-compressor writes one (compressed-tensors, a kv_cache_scheme and
+    # nothing else, each layer's k_scale / v_scale), with scales far from 1: |key| / k_scale reaches 240
+    # of e4m3's 448. vLLM loads them into the layers, our cache write divides by them and attention
+    # multiplies back: tokens and logprobs are transformers' reading keys and values rounded with the same
+    # scales (within 1e-2), where the rounding with unit scales would be another answer. (240 is an e4m3
+    # value: with 200, halfway between 192 and 208, the largest key lands on a rounding tie, which the
+    # last bit of either implementation's float32 key decides, and a code a step apart moved the long
+    # prompt's logprobs by 0.05.)
+    import shutil
+    f32 = lambda x: torch.tensor(x, dtype=torch.float32).item()  # noqa: E731  (as the checkpoint holds it)
+    scales = {i: (f32(k / 240), f32(v / 240)) for i, (k, v) in kv_absmax(llama_path, PROMPTS).items()}
+    assert all(k < 0.1 and v < 0.1 for k, v in scales.values()), scales  # far from unit scales
+    path = tmp_path / "fp8_scaled"
+    shutil.copytree(llama_path, path)
+    add_kv_cache_scales(path, scales)
+    llm = _engine(path, "float32", kv_cache_dtype="fp8")
+    try:
+        def layer_scales(worker):
+            return {name: (m._k_scale_float, m._v_scale_float)
+                    for name, m in worker.model_runner.model.named_modules() if hasattr(m, "_k_scale_float")}
+        loaded = llm.collective_rpc(layer_scales)[0]
+        assert sorted(loaded) == [f"model.layers.{i}.self_attn.attn" for i in sorted(scales)]
+        for i, (k, v) in scales.items():
+            assert loaded[f"model.layers.{i}.self_attn.attn"] == pytest.approx((k, v), rel=1e-6)
+        sp = vllm.SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=3)
+        outputs = llm.generate(PROMPTS, sp, use_tqdm=False)
+        _check_logprobs(llama_path, outputs, "fp8", tol=1e-2, scales=scales)
+        apart = 0.0  # how far the unit-scale rounding is from the scaled one, along vLLM's tokens
+        for o in outputs:
+            c = o.outputs[0]
+            scaled = _hf_logprobs(llama_path, o.prompt_token_ids, c.token_ids, "fp8", scales)
+            unit = _hf_logprobs(llama_path, o.prompt_token_ids, c.token_ids, "fp8")
+            apart = max(apart, (scaled - unit).abs().max().item())
+        assert apart > 5e-2, f"unit and checkpoint scales round to answers only {apart} apart"
+    finally:
+        del llm
+        gc.collect()
+
+
+def test_quantized_weights_are_refused(llama_path, tmp_path):
+    import json
+    import shutil
+    from vllm.engine.arg_utils import EngineArgs
+    path = tmp_path / "w8"
+    shutil.copytree(llama_path, path)
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True}}}}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(NotImplementedError, match="quantized weights"):
+        EngineArgs(model=str(path)).create_engine_config()
+    config["quantization_config"] = {"quant_method": "fp8"}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Exception, match="fp8 quantization is currently not supported in tpu"):
+        EngineArgs(model=str(path)).create_engine_config()
 
 
 def test_alibi_model_matches_transformers(tmp_path):

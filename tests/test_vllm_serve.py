@@ -1,6 +1,6 @@
 """`vllm serve` on the tpu device, queried with the official `openai` client as a user would: completions
 (tokens equal transformers' greedy ones on the CPU), chat completions streamed with usage, tool calling
-(Hermes-style chat template and parser; a named tool choice), /health,
+(Hermes-style chat template and parser; tool_choice auto, required and named, streamed and not), /health,
 /metrics (vLLM's Prometheus metrics), /tokenize and /detokenize; and /v1/embeddings with the real
 all-MiniLM-L6-v2 weights (cosine similarity to transformers' mean-pooled embeddings on the CPU).
 Each server is a subprocess on a free loopback port, started once per module and stopped at its end."""
@@ -19,7 +19,7 @@ import torch
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs it)")
 openai = pytest.importorskip("openai", reason="the openai client is not installed (scripts/setup.sh installs it)")
 
-from vllm_models import hf_greedy, make_model  # noqa: E402
+from vllm_models import hf_greedy, make_model, teach  # noqa: E402
 
 VLLM = pathlib.Path(sys.executable).with_name("vllm")
 START_TIMEOUT_S = 600  # two cores shared with builds: an engine start has taken 100 s
@@ -37,7 +37,9 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         # VLLM_ENFORCE_STRICT_TOOL_CALLING=0: named and "required" tool choice constrain the answer with the
         # tools' JSON schema (structured output, no free whitespace under the config below) instead of
-        # xgrammar structural tags, whose envelope lets a random model spend its budget on whitespace
+        # xgrammar structural tags, whose JSON admits free whitespace (the structured-output config's
+        # disable_any_whitespace does not reach it): a model off its training (this one under a forced
+        # choice) fills its budget with it. ("auto" gives the same calls in both modes.)
         env = dict(os.environ, TORCH_TPU_HBM_BYTES="2G", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
                    VLLM_ENFORCE_STRICT_TOOL_CALLING="0")
         self.log = open(log_path, "w")
@@ -79,17 +81,54 @@ class Server:
         self.log.close()
 
 
+# Tools whose arguments are enums and bounded integers: a constrained answer (named or "required" tool
+# choice) is then valid JSON whatever the model. (Free strings with maxLength are not: xgrammar 0.2.8
+# compiles them to a character class that excludes only quote, backslash, CR and LF, so raw control
+# characters, which JSON forbids, get through, and vLLM's parse of the call then drops it.)
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Forecast for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Oslo", "Lima", "Perth"]},
+                                                    "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Time in a zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+                   "required": ["zone"], "additionalProperties": False}}}
+TOOLS = [WEATHER, TIME]
+# What the served model has been taught to answer, with TOOLS in its prompt: a Hermes-style call to one
+# question, plain text to the other (a random model never calls a tool on its own).
+WEATHER_Q = "What will the weather be in Oslo for three days?"
+WEATHER_CALL = {"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}}
+HELLO_Q = "Say hello."
+HELLO = "Hello there."
+
+
+def _chat_ids(tok, question):
+    """The prompt of one user question with TOOLS, as vLLM's server renders it (its request model's dump
+    of each tool, into the chat template)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionToolsParam
+    tools = [ChatCompletionToolsParam(**t).model_dump() for t in TOOLS]
+    return tok.apply_chat_template([{"role": "user", "content": question}], tools=tools,
+                                   add_generation_prompt=True, tokenize=True, return_dict=False)
+
+
 @pytest.fixture(scope="module")
 def llama_path(tmp_path_factory):
-    return make_model(tmp_path_factory.mktemp("serve_llama"), "llama", torch.float32)
+    import transformers
+    path = make_model(tmp_path_factory.mktemp("serve_llama"), "llama", torch.float32, max_len=1024)
+    tok = transformers.AutoTokenizer.from_pretrained(str(path))
+    answers = [(WEATHER_Q, f"<tool_call>{json.dumps(WEATHER_CALL)}</tool_call></s>"), (HELLO_Q, HELLO + "</s>")]
+    loss, _ = teach(path, [(_chat_ids(tok, q), tok(a)["input_ids"]) for q, a in answers])
+    assert loss < 1e-2, f"the model did not learn its answers (loss {loss})"
+    return path
 
 
 @pytest.fixture(scope="module")
 def server(llama_path, tmp_path_factory):
     # tool calling with the Hermes parser (the model's chat template renders tools in that style);
     # structured output without free whitespace, which a random model would fill its budget with; the
-    # model's whole context (512: two tools' JSON take ~250 of its tokens; the later flag wins)
-    s = Server(llama_path, "tiny", tmp_path_factory.mktemp("logs") / "serve.log", "--max-model-len", "512",
+    # model's whole context (1024: the two tools' JSON take ~400 of its tokens; the later flag wins)
+    s = Server(llama_path, "tiny", tmp_path_factory.mktemp("logs") / "serve.log", "--max-model-len", "1024",
                "--enable-auto-tool-choice",
                "--tool-call-parser", "hermes", "--structured-outputs-config",
                json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}))
@@ -136,52 +175,107 @@ def test_chat_streaming_with_usage(client):
     assert usage.prompt_tokens == whole.usage.prompt_tokens
 
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Forecast for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-                                                    "days": {"type": "integer"}},
-                   "required": ["city", "days"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Time in a zone",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 12}},
-                   "required": ["zone"], "additionalProperties": False}}}
-
-
-def _check_call(call, tools):
+def _check_call(name, arguments, tools=TOOLS):
+    """A call names one of `tools` and its arguments (a JSON string) follow that tool's schema."""
     spec = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-    assert call.type == "function" and call.function.name in spec
-    args = json.loads(call.function.arguments)
-    schema = spec[call.function.name]
+    assert name in spec, f"{name!r} is none of {list(spec)}"
+    args = json.loads(arguments)
+    schema = spec[name]
     assert set(args) == set(schema["required"])
     for k, v in args.items():
-        assert isinstance(v, {"string": str, "integer": int}[schema["properties"][k]["type"]])
-    return call.function.name
+        prop = schema["properties"][k]
+        assert isinstance(v, {"string": str, "integer": int}[prop["type"]])
+        assert v in prop.get("enum", [v]) and prop.get("minimum", v) <= v <= prop.get("maximum", v), (k, v)
+    return args
 
 
-def test_tool_calling(server, client):
-    # The chat template puts the tools in the prompt; a named tool choice makes vLLM constrain the
-    # answer to the tool's argument schema (structured output on tpu), and the call comes back parsed.
-    # (A random model never chooses a tool on its own, so "auto" is not asserted. "required" is not
-    # either: xgrammar's JSON grammar admits raw control characters inside strings, which this model's
-    # byte-level vocabulary emits, and vLLM's json.loads of the call list then rejects them, so the
-    # call is dropped; xgrammar's own matcher, on the CPU, accepts that output, so it is not the tpu
-    # bitmask.)
-    messages = [{"role": "user", "content": "What will the weather be in Oslo for three days?"}]
-    prompt = server.post("/tokenize", {"model": "tiny", "messages": messages, "tools": [WEATHER, TIME]})["tokens"]
+def _streamed(stream):
+    """The content, tool calls ({index: [name, arguments]}) and finish reason of a streamed chat answer."""
+    content, calls, finish = [], {}, None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        content.append(choice.delta.content or "")
+        for d in choice.delta.tool_calls or []:
+            call = calls.setdefault(d.index, ["", ""])
+            if d.function and d.function.name:
+                call[0] += d.function.name
+            if d.function and d.function.arguments:
+                call[1] += d.function.arguments
+        finish = choice.finish_reason or finish
+    return "".join(content), calls, finish
+
+
+def test_chat_template_renders_tools_as_taught(server, llama_path):
+    # The served model learned its answers on transformers' rendering of the prompt; the server's must
+    # be the same tokens, or the tool tests below would be testing a model off its training.
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(str(llama_path))
+    messages = [{"role": "user", "content": WEATHER_Q}]
+    prompt = server.post("/tokenize", {"model": "tiny", "messages": messages, "tools": TOOLS})["tokens"]
+    assert prompt == _chat_ids(tok, WEATHER_Q)
     text = server.post("/detokenize", {"model": "tiny", "tokens": prompt})["prompt"]
     assert '"get_weather"' in text and "Forecast for a city" in text and '"get_time"' in text
-    r = client.chat.completions.create(model="tiny", messages=messages, tools=[WEATHER, TIME], max_tokens=64,
-                                       temperature=0, tool_choice={"type": "function",
-                                                                   "function": {"name": "get_weather"}})
+
+
+def test_tool_choice_auto(client):
+    # "auto": the model decides. To the weather question it writes a Hermes call, which vLLM's parser
+    # returns as a tool call (finish reason "tool_calls"); to the greeting it answers in text.
+    ask = lambda q, **kw: client.chat.completions.create(  # noqa: E731
+        model="tiny", messages=[{"role": "user", "content": q}], tools=TOOLS, tool_choice="auto", max_tokens=64,
+        temperature=0, **kw)
+    r = ask(WEATHER_Q)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert not msg.content and len(msg.tool_calls) == 1
+    assert msg.tool_calls[0].function.name == WEATHER_CALL["name"]
+    assert _check_call(msg.tool_calls[0].function.name, msg.tool_calls[0].function.arguments) == \
+        WEATHER_CALL["arguments"]
+    content, calls, finish = _streamed(ask(WEATHER_Q, stream=True))
+    assert finish == "tool_calls" and not content.strip()
+    assert list(calls) == [0] and calls[0][0] == WEATHER_CALL["name"]
+    assert json.loads(calls[0][1]) == WEATHER_CALL["arguments"]
+
+    r = ask(HELLO_Q)
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.content == HELLO and not r.choices[0].message.tool_calls
+    content, calls, finish = _streamed(ask(HELLO_Q, stream=True))
+    assert (content, calls, finish) == (HELLO, {}, "stop")
+
+
+def test_tool_choice_required(client):
+    # "required": vLLM constrains the answer to a JSON list of calls (structured output on tpu) even
+    # where the model would answer in text; one call (parallel_tool_calls=False), following its schema.
+    ask = lambda **kw: client.chat.completions.create(  # noqa: E731
+        model="tiny", messages=[{"role": "user", "content": HELLO_Q}], tools=TOOLS, tool_choice="required",
+        parallel_tool_calls=False, max_tokens=64, temperature=0, **kw)
+    r = ask()
     calls = r.choices[0].message.tool_calls
-    assert len(calls) == 1 and _check_call(calls[0], [WEATHER]) == "get_weather"
-    # the call goes back into the conversation with its result (the template renders it as the parser
-    # reads it), and the model answers; without the tools' JSON, which fills most of this model's context
+    assert r.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+    args = _check_call(calls[0].function.name, calls[0].function.arguments)
+    content, streamed, finish = _streamed(ask(stream=True))
+    assert finish == "tool_calls" and list(streamed) == [0]
+    assert streamed[0][0] == calls[0].function.name and json.loads(streamed[0][1]) == args
+
+
+def test_tool_choice_named_and_the_result_turn(server, client):
+    # A named tool choice constrains the answer to that tool's argument schema, and the call comes back
+    # parsed; the call and its result go back into the conversation (the template renders the call as
+    # the parser reads it), and the model answers.
+    messages = [{"role": "user", "content": WEATHER_Q}]
+    r = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=64,
+                                       temperature=0, tool_choice={"type": "function",
+                                                                   "function": {"name": "get_time"}})
+    calls = r.choices[0].message.tool_calls
+    assert len(calls) == 1 and calls[0].function.name == "get_time"
+    _check_call("get_time", calls[0].function.arguments)
+    # without the tools' JSON, which fills most of this model's context
     follow = messages + [{"role": "assistant", "tool_calls": [c.model_dump() for c in calls]},
-                         {"role": "tool", "tool_call_id": calls[0].id, "content": "sunny"}]
+                         {"role": "tool", "tool_call_id": calls[0].id, "content": "noon"}]
     prompt = server.post("/tokenize", {"model": "tiny", "messages": follow})["tokens"]
     text = server.post("/detokenize", {"model": "tiny", "tokens": prompt})["prompt"]
-    assert f'<tool_call>{{"name": "{calls[0].function.name}"' in text and "<s>tool\nsunny</s>" in text
+    assert '<tool_call>{"name": "get_time"' in text and "<s>tool\nnoon</s>" in text
     r = client.chat.completions.create(model="tiny", messages=follow, max_tokens=4, temperature=0,
                                        extra_body={"ignore_eos": True})
     assert r.usage.completion_tokens == 4

@@ -76,25 +76,72 @@ def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hi
 FP8_KV = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
-def fp8_kv_attention(kv_cache_dtype: str) -> str:
+def fp8_kv_attention(kv_cache_dtype: str, scales=None) -> str:
     """Registers with transformers an attention that reads keys and values rounded through the fp8
-    format (saturated, unit scales) before scaled_dot_product_attention: what vLLM computes with
-    kv_cache_dtype=kv_cache_dtype, whose kernels read every key and value from the fp8 cache. Returns
-    the attn_implementation name."""
+    format (key / k_scale saturated to the format's range, rounded, times k_scale; likewise values)
+    before scaled_dot_product_attention: what vLLM computes with kv_cache_dtype=kv_cache_dtype, whose
+    kernels read every key and value from the fp8 cache. `scales` gives (k_scale, v_scale) per layer
+    index (unit scales without it). Returns the attn_implementation name."""
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     f8 = FP8_KV[kv_cache_dtype]
     lim = torch.finfo(f8).max
 
-    def rounded(x):
-        return x.float().clamp(-lim, lim).to(f8).to(x.dtype)
+    def rounded(x, scale):
+        return ((x.float() / scale).clamp(-lim, lim).to(f8).float() * scale).to(x.dtype)
 
     def attention(module, query, key, value, attention_mask, **kwargs):
-        return sdpa_attention_forward(module, query, rounded(key), rounded(value), attention_mask, **kwargs)
+        k_scale, v_scale = scales[module.layer_idx] if scales else (1.0, 1.0)
+        return sdpa_attention_forward(module, query, rounded(key, k_scale), rounded(value, v_scale), attention_mask,
+                                      **kwargs)
 
-    name = f"kv_{kv_cache_dtype}"
+    name = f"kv_{kv_cache_dtype}" + ("_scaled" if scales else "")
     AttentionInterface.register(name, attention)
     return name
+
+
+def kv_absmax(path, prompts) -> dict:
+    """The largest |key| and |value| (after rotary: what the cache holds) per layer index of the model in
+    `path` over `prompts`, by transformers on the CPU."""
+    import transformers
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    seen = {}
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        k, v = seen.get(module.layer_idx, (0.0, 0.0))
+        seen[module.layer_idx] = (max(k, key.abs().max().item()), max(v, value.abs().max().item()))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("kv_absmax", attention)
+    tok = transformers.AutoTokenizer.from_pretrained(str(path))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="kv_absmax").eval()
+    with torch.no_grad():
+        for p in prompts:
+            model(torch.tensor([tok(p)["input_ids"]]))
+    return seen
+
+
+def add_kv_cache_scales(path, scales: dict) -> None:
+    """Makes the Llama/Qwen2 directory `path` an FP8-KV-cache checkpoint as llm-compressor writes one: a
+    compressed-tensors quantization config with only a kv_cache_scheme (per-tensor float8, weights
+    unquantized) and each layer's self_attn.k_scale / v_scale tensors, from `scales` ({layer index:
+    (k_scale, v_scale)})."""
+    import json
+    from safetensors.torch import load_file, save_file
+    path = pathlib.Path(path)
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "dense", "quantization_status": "compressed",
+        "config_groups": {}, "ignore": [],
+        "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
+                            "symmetric": True}}
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    weights = load_file(str(path / "model.safetensors"))
+    for i, (k, v) in scales.items():
+        weights[f"model.layers.{i}.self_attn.k_scale"] = torch.tensor(float(k))
+        weights[f"model.layers.{i}.self_attn.v_scale"] = torch.tensor(float(v))
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
 
 
 def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins: bool = False,
@@ -109,12 +156,19 @@ def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins:
     out, margins = [], []
     with torch.no_grad():
         for p in prompts:
+            # a plain greedy loop: no end-of-sequence handling, as vLLM's ignore_eos (generate's
+            # min_new_tokens would instead ban the end token, a different choice where it is the best)
             ids = torch.tensor([tok(p)["input_ids"]]) if isinstance(p, str) else torch.tensor([p])
-            gen = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
-                                 pad_token_id=tok.pad_token_id, output_scores=True, return_dict_in_generate=True)
-            out.append(gen.sequences[0, ids.shape[1]:].tolist())
-            top2 = [s[0].float().topk(2).values for s in gen.scores]
-            margins.append([float(t[0] - t[1]) for t in top2])
+            tokens, gaps, past = [], [], None
+            for _ in range(max_tokens):
+                r = model(ids, past_key_values=past, use_cache=True)
+                logits, past = r.logits[0, -1].float(), r.past_key_values
+                top2 = logits.topk(2).values
+                tokens.append(int(logits.argmax()))
+                gaps.append(float(top2[0] - top2[1]))
+                ids = torch.tensor([[tokens[-1]]])
+            out.append(tokens)
+            margins.append(gaps)
     return (out, margins) if with_margins else out
 
 
@@ -126,3 +180,28 @@ def decided_prefix(tokens, margins, tol: float) -> int:
         if m <= tol:
             return i
     return len(tokens)
+
+
+def teach(path, examples, steps: int = 400, lr: float = 1e-2, seed: int = 0):
+    """Trains the model in `path` on the CPU until it answers each (prompt_ids, answer_ids) example with
+    that answer (the loss on the answer tokens only), and saves it back: a model that knows what to
+    say where a test needs one (a tool call, say), random elsewhere. Returns the final loss."""
+    import transformers
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    batch = []
+    for prompt, answer in examples:
+        ids = torch.tensor([list(prompt) + list(answer)])
+        labels = ids.clone()
+        labels[0, :len(prompt)] = -100
+        batch.append((ids, labels))
+    for step in range(steps):
+        opt.zero_grad()
+        loss = sum(model(input_ids=ids, labels=labels).loss for ids, labels in batch) / len(batch)
+        loss.backward()
+        opt.step()
+        if loss.item() < 1e-2:
+            break
+    model.eval().save_pretrained(str(path), safe_serialization=True)
+    return loss.item(), step

@@ -5,6 +5,7 @@ Imported by the platform's import_kernels, before any model is built.
 import torch
 
 from vllm.model_executor.custom_op import CustomOp
+from vllm.model_executor.layers.activation import SiluAndMul
 from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
 
 from torch_tpu.vllm import ops  # noqa: F401  (the torch_tpu:: ops)
@@ -26,3 +27,17 @@ class TpuRotaryEmbedding(RotaryEmbedding):
         torch.ops.torch_tpu.rotary_embedding(positions.flatten(), q[:n], k[:n] if k is not None else None, cache,
                                              self.head_size, self.is_neox_style)
         return query, key
+
+
+@CustomOp.register_oot(name="SiluAndMul")
+class TpuSiluAndMul(SiluAndMul):
+    """silu(x[..., :d]) * x[..., d:] through torch_tpu::silu_and_mul (runtime/ops/serve/layers.c): one
+    pass instead of the native version's silu, then multiply (and their intermediate)."""
+
+    def forward_oot(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "tpu" or x.stride(-1) != 1 or x.dtype not in (torch.float32, torch.bfloat16,
+                                                                           torch.float16):
+            return self.forward_native(x)
+        out = torch.empty(x.shape[:-1] + (x.shape[-1] // 2,), dtype=x.dtype, device=x.device)
+        torch.ops.torch_tpu.silu_and_mul(out, x)
+        return out

@@ -22,6 +22,17 @@ _lib.define("compute_slot_mapping(Tensor(a!) slot_mapping, Tensor query_start_lo
             "Tensor block_table, int block_size, int num_tokens) -> ()")
 
 
+# Model layers (runtime/ops/serve/layers.c): vLLM's RMSNorm, RMSNorm after a residual add (in place, as
+# vLLM's fused_add_rms_norm), SiLU-and-mul.
+_lib.define("rms_norm(Tensor(a!) out, Tensor x, Tensor? weight, float epsilon) -> ()")
+_lib.define("fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, float epsilon) -> ()")
+_lib.define("silu_and_mul(Tensor(a!) out, Tensor x) -> ()")
+# The sampler's top-k / top-p filtering (runtime/ops/serve/sample.c), in place on float32 logits.
+_lib.define("top_k_top_p(Tensor(a!) logits, Tensor? k, Tensor? p) -> ()")
+for _name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "top_k_top_p"):
+    torch.library.register_fake(f"torch_tpu::{_name}")(lambda *args, **kwargs: None)
+
+
 # Speculative decoding's rejection sampling (runtime/ops/serve/spec.c), vLLM's four Triton kernels.
 _lib.define("spec_expand(Tensor(a!) output, Tensor input, Tensor cu_num_tokens, Scalar replace_from, "
             "Scalar replace_to) -> ()")
@@ -131,6 +142,20 @@ def paged_attention_reference(query, kv_cache, query_start_loc, seq_lens, block_
         scores = scores.masked_fill(mask[None], float("-inf"))
         out[q0:q1] = torch.einsum("hnk,khd->nhd", torch.softmax(scores, dim=-1), v)
     return out.to(query.dtype)
+
+
+def apply_top_k_top_p(logits, k, p):
+    """vLLM's apply_top_k_top_p (vllm/v1/sample/ops/topk_topp_sampler.py) on tpu: logits below the
+    k-th largest, then the smallest whose ascending cumulative probability stays at or below 1 - p,
+    become -inf, in place, by selection instead of a sort (sample.c; ties at a threshold all stay).
+    Other devices and dtypes take vLLM's PyTorch version."""
+    if k is None and p is None:
+        return logits
+    if logits.device.type != "tpu" or logits.dtype != torch.float32 or logits.dim() != 2 or logits.stride(-1) != 1:
+        from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+        return apply_top_k_top_p_pytorch(logits, k, p)
+    torch.ops.torch_tpu.top_k_top_p(logits, k, p)
+    return logits
 
 
 def compute_slot_mapping(slot_mapping, query_start_loc, positions, block_table, block_size, num_tokens):

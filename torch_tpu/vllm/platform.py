@@ -27,7 +27,10 @@ class TpuPlatform(Platform):
     # torch.compile of vLLM's small helpers: run them eagerly (our compile backend is not yet used).
     simple_compile_backend: str = "eager"
     dist_backend: str = "gloo"
-    supported_quantization: list[str] = []
+    # compressed-tensors for its FP8 KV-cache scales only (check_and_update_config refuses its weight
+    # schemes); every other method quantizes weights through CUDA, Triton or vllm._C kernels. vLLM reads
+    # an empty list as "all", hence the one entry.
+    supported_quantization: list[str] = ["compressed-tensors"]
 
     @property
     def supported_dtypes(self) -> list[torch.dtype]:
@@ -44,6 +47,36 @@ class TpuPlatform(Platform):
         # torch_tpu.vllm.layers puts our layer classes in vLLM's out-of-tree custom-op registry.
         import torch_tpu.vllm.layers  # noqa: F401
         import torch_tpu.vllm.ops  # noqa: F401
+        cls._use_tpu_top_k_top_p()
+
+    @staticmethod
+    def _use_tpu_top_k_top_p() -> None:
+        # vLLM's sampler filters top-k/top-p with apply_top_k_top_p, which on a platform without Triton
+        # sorts every row of logits in PyTorch (74 ms a step for 16 rows of 32000 on tpu); ours selects
+        # the thresholds instead (runtime/ops/serve/sample.c). vLLM has no registry for this host
+        # function, so its module attribute is rebound, with the names other vLLM modules (the
+        # rejection sampler) imported from it, as vLLM's own kernel-override registry rebinds.
+        from vllm.v1.sample.ops import topk_topp_sampler
+        from torch_tpu.vllm import ops
+        original = topk_topp_sampler.apply_top_k_top_p
+        if original is ops.apply_top_k_top_p:
+            return
+        for name, mod in list(sys.modules.items()):
+            if name.startswith("vllm") and getattr(mod, "apply_top_k_top_p", None) is original:
+                mod.apply_top_k_top_p = ops.apply_top_k_top_p
+
+    @classmethod
+    def import_ir_kernels(cls) -> None:
+        # vLLM's IR ops (RMSNorm) with our C kernels as the "tpu" provider (torch_tpu/vllm/ir.py)
+        import torch_tpu.vllm.ir  # noqa: F401
+
+    @classmethod
+    def get_default_ir_op_priority(cls, vllm_config):
+        from vllm.config.kernel import IrOpPriorityConfig
+        from torch_tpu.vllm.ir import PROVIDER
+        # ours first; vLLM's dispatch falls back to native for arguments ours does not take
+        return IrOpPriorityConfig.with_default(["native"], rms_norm=[PROVIDER, "native"],
+                                               fused_add_rms_norm=[PROVIDER, "native"])
 
     @classmethod
     def register_triton_kernel_overrides(cls) -> None:
@@ -163,6 +196,23 @@ class TpuPlatform(Platform):
                               "proposer runs on (scripts/setup.sh installs it)")
         if vllm_config.lora_config is not None:
             raise NotImplementedError("tpu platform: LoRA adapters are not supported yet")
+        cls._check_quantization(vllm_config.model_config)
+
+    @classmethod
+    def _check_quantization(cls, model_config) -> None:
+        # A compressed-tensors checkpoint that carries only a kv_cache_scheme (what llm-compressor writes
+        # for an FP8 KV cache: per-tensor k_scale / v_scale per layer, weights left as they are) runs; its
+        # weight, activation, sparsity and transform schemes would need quantized GEMM kernels.
+        if model_config is None or model_config.quantization != "compressed-tensors":
+            return
+        qc = getattr(model_config.hf_config, "quantization_config", None) or {}
+        if not isinstance(qc, dict):
+            qc = qc.to_dict()
+        schemes = [name for name in ("config_groups", "sparsity_config", "transform_config") if qc.get(name)]
+        if schemes:
+            raise NotImplementedError(f"tpu platform: quantized weights are not supported yet (this compressed-"
+                                      f"tensors checkpoint has {', '.join(schemes)}); its kv_cache_scheme alone, "
+                                      f"an FP8 KV cache with per-tensor scales, is")
 
     @classmethod
     def get_punica_wrapper(cls) -> str:

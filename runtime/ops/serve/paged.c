@@ -20,6 +20,7 @@
  * so a row is widened by a table lookup alone). */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "base/env.h"
@@ -85,6 +86,62 @@ static void axpy_vec(float* y, float p, const float* x, int64_t n) {
 #else
 #define dot_vec dot_generic
 #define axpy_vec axpy_generic
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* The 8 sums of a0..a7's lanes, as one vector [sum(a0), ..., sum(a7)]. */
+static inline __m256 hsum8x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+                             __m256 a7) {
+  __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* sc[r * ldsc + k] = q_r . key_k for R query rows (qf, D apart) and nk key rows (D % 8 == 0): eight
+ * keys at a time, each key row loaded once per query row from L1, the eight dot products reduced
+ * together (one horizontal reduction per eight keys instead of one per key). */
+static void block_scores_vec(const float* qf, int64_t R, const float* const* keys, int64_t nk, int64_t D,
+                             float* sc, int64_t ldsc) {
+  for (int64_t r = 0; r < R; ++r) {
+    const float* q = qf + r * D;
+    int64_t k = 0;
+    for (; k + 8 <= nk; k += 8) {
+      __m256 a[8];
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < D; d += 8) {
+        __m256 qv = _mm256_loadu_ps(q + d);
+        for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys[k + i] + d), a[i]);
+      }
+      _mm256_storeu_ps(sc + r * ldsc + k, hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
+    }
+    for (; k < nk; ++k) sc[r * ldsc + k] = dot_vec(q, keys[k], D);
+  }
+}
+
+/* acc_r += sum_k p[r * ldp + k] * value_k for R rows (D % 8 == 0): 64 columns of acc_r stay in
+ * registers while every value row of the block streams past. */
+static void block_values_vec(float* acc, int64_t R, const float* const* vals, int64_t nk, int64_t D,
+                             const float* p, int64_t ldp) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t d0 = 0; d0 < D; d0 += 64) {
+      int nv = (int)((D - d0) / 8 < 8 ? (D - d0) / 8 : 8);
+      float* a = acc + r * D + d0;
+      __m256 v[8];
+      for (int i = 0; i < nv; ++i) v[i] = _mm256_loadu_ps(a + 8 * i);
+      for (int64_t k = 0; k < nk; ++k) {
+        float w = p[r * ldp + k];
+        if (w == 0.0f) continue;
+        __m256 wv = _mm256_set1_ps(w);
+        const float* x = vals[k] + d0;
+        if (nv == 8) {
+          for (int i = 0; i < 8; ++i) v[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 8 * i), v[i]);
+        } else {
+          for (int i = 0; i < nv; ++i) v[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 8 * i), v[i]);
+        }
+      }
+      for (int i = 0; i < nv; ++i) _mm256_storeu_ps(a + 8 * i, v[i]);
+    }
+}
 #endif
 
 /* s[k] = exp(s[k] - m), 0 where s[k] is -inf (a masked key); returns the sum. The elementwise
@@ -200,17 +257,59 @@ static tpurt_status_t kv_fmt_parse(const char* op, const char* name, double k_sc
   return TPURT_STATUS_OK;
 }
 
-/* n fp8 codes at src (element stride st) widened through the table, unscaled. */
-static void fp8_row(const float* lut, const uint8_t* src, int64_t st, int64_t n, float* dst, bool generic) {
+/* n fp8 codes at src (element stride st) widened, unscaled: the table's values. With F16C, 8 at a
+ * time through binary16, which holds both formats exactly: e5m2 is a binary16's high byte; e4m3's
+ * exponent and mantissa bits set below binary16's (bias 15, not 7) read 2^-8 of the value, subnormals
+ * included, and 0x7f/0xff are its NaNs. (A table gather per 8 codes cost more than the float32 cache's
+ * four times the bytes.) */
+static void fp8_row(const kv_fmt_t* f, const uint8_t* src, int64_t st, int64_t n, float* dst, bool generic) {
   int64_t i = 0;
-#if defined(__AVX2__)
-  if (!generic && st == 1)
-    for (; i + 8 <= n; i += 8) {
-      __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(src + i)));
-      _mm256_storeu_ps(dst + i, _mm256_i32gather_ps(lut, idx, 4));
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if (!generic && st == 1) {
+    if (f->fp8 == TPURT_FP8_E5M2) {
+      for (; i + 16 <= n; i += 16) {
+        __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(src + i)));
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_slli_epi16(c, 8)));
+      }
+    } else {
+      const __m256i m7f = _mm256_set1_epi16(0x7f), m80 = _mm256_set1_epi16(0x80);
+      for (; i + 16 <= n; i += 16) {
+        __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(src + i)));
+        __m256i mag = _mm256_and_si256(c, m7f), sign = _mm256_slli_epi16(_mm256_and_si256(c, m80), 8);
+        __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7))),
+                                 _mm512_set1_ps(256.0f));
+        __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, m7f);
+        if (nan) {
+          __m512i sign32 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(sign), 16);
+          v = _mm512_mask_blend_ps(nan, v, _mm512_castsi512_ps(_mm512_or_si512(sign32, _mm512_set1_epi32(0x7fc00000))));
+        }
+        _mm512_storeu_ps(dst + i, v);
+      }
     }
+  }
 #endif
-  for (; i < n; ++i) dst[i] = lut[src[i * st]];
+#if defined(__AVX2__) && defined(__F16C__)
+  if (!generic && st == 1) {
+    if (f->fp8 == TPURT_FP8_E5M2) {
+      for (; i + 8 <= n; i += 8) {
+        __m128i c = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_slli_epi16(c, 8)));
+      }
+    } else {
+      const __m128i m7f = _mm_set1_epi16(0x7f), m80 = _mm_set1_epi16(0x80);
+      for (; i + 8 <= n; i += 8) {
+        __m128i c = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)(src + i)));
+        __m128i mag = _mm_and_si128(c, m7f), sign = _mm_slli_epi16(_mm_and_si128(c, m80), 8);
+        __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(sign, _mm_slli_epi16(mag, 7))), _mm256_set1_ps(256.0f));
+        __m256i sign32 = _mm256_slli_epi32(_mm256_cvtepu16_epi32(sign), 16);
+        __m256 nan = _mm256_castsi256_ps(_mm256_or_si256(sign32, _mm256_set1_epi32(0x7fc00000)));
+        __m256 is_nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, m7f)));
+        _mm256_storeu_ps(dst + i, _mm256_blendv_ps(v, nan, is_nan));
+      }
+    }
+  }
+#endif
+  for (; i < n; ++i) dst[i] = f->lut[src[i * st]];
 }
 
 /* A cache row (one block row, one kv head, D elements along the last dim) as floats: the cache's
@@ -218,7 +317,7 @@ static void fp8_row(const float* lut, const uint8_t* src, int64_t st, int64_t n,
 static const float* kv_row(const kv_fmt_t* f, const tpurt_tensor_t* t, const char* src, int64_t n, float* dst,
                            bool generic) {
   if (f->fp8) {
-    fp8_row(f->lut, (const uint8_t*)src, t->strides[3], n, dst, generic);
+    fp8_row(f, (const uint8_t*)src, t->strides[3], n, dst, generic);
     return dst;
   }
   return row_f32(t->dtype, src, t->strides[3], n, dst);
@@ -307,6 +406,21 @@ static tpurt_status_t pa_prepare(const tpurt_op_call_t* c, pa_job_t* j) {
   return TPURT_STATUS_OK;
 }
 
+/* Asks for the cache rows of kv head h in block `phys` (keys and values) ahead of use: blocks lie
+ * where the block table puts them, so the hardware prefetcher cannot follow from one to the next. */
+static inline void prefetch_block(const pa_job_t* j, int64_t phys, int64_t h) {
+  if (phys < 0 || phys >= j->NB) return;
+  size_t es = tpurt_dtype_size(j->kc->dtype);
+  for (int64_t r = 0; r < j->BS; ++r) {
+    const char* k = elem(j->kc, phys, r, h, 0);
+    const char* v = elem(j->vc, phys, r, h, 0);
+    for (int64_t off = 0; off < j->D * (int64_t)es; off += 64) {
+      __builtin_prefetch(k + off);
+      __builtin_prefetch(v + off);
+    }
+  }
+}
+
 /* One work item: tokens [t0, t1) of sequence s (positions ctx - qlen + local
  * index), every query head of kv head h. Rows r = token * G + g. */
 static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
@@ -315,9 +429,16 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
   int64_t lt0 = tile, lt1 = imin64(tile + QTILE, qlen), R = (lt1 - lt0) * G;
   float* w = j->scratch + (int64_t)tid * j->per_thread;
   float *qf = w, *acc = qf + QTILE * G * D, *mx = acc + QTILE * G * D, *sum = mx + QTILE * G,
-        *kb = sum + QTILE * G, *vb = kb + D, *slope = vb + D, *sc = slope + G;
+        *kb = sum + QTILE * G, *slope = kb + BS * D, *sc = slope + G;
+  /* BS row pointers after the scores, at pointer alignment */
+  const float** rows = (const float**)(((uintptr_t)(sc + QTILE * G * BS) + 7) & ~(uintptr_t)7);
   float (*dot)(const float*, const float*, int64_t) = j->generic ? dot_generic : dot_vec;
   void (*axpy)(float*, float, const float*, int64_t) = j->generic ? axpy_generic : axpy_vec;
+  /* the block-at-a-time vector loops: AVX2 builds, head sizes a multiple of 8 */
+  bool vec = false;
+#if defined(__AVX2__) && defined(__FMA__)
+  vec = !j->generic && D % 8 == 0;
+#endif
 
   /* an fp8 cache's k_scale goes into the query, its v_scale into the output */
   const float qscale = (float)j->scale * j->fmt.k_scale;
@@ -339,24 +460,31 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
   for (int64_t b = klo / BS; b * BS < khi; ++b) {
     int64_t phys = ld_int2(j->bt, s, b);
     if (phys < 0 || phys >= j->NB) { atomic_store(&j->bad_block, 1); return; }
-    int64_t k0 = imax64(klo, b * BS), k1 = imin64(khi, (b + 1) * BS);
-    for (int64_t kp = k0; kp < k1; ++kp) {
-      const float* kr = kv_row(&j->fmt, j->kc, elem(j->kc, phys, kp - b * BS, h, 0), D, kb, j->generic);
-      for (int64_t r = 0; r < R; ++r) {
-        int64_t pos = pos0 + r / G;
+    int64_t k0 = imax64(klo, b * BS), k1 = imin64(khi, (b + 1) * BS), nk = k1 - k0;
+    /* the block's key rows as floats (the cache's own rows for float32) */
+    for (int64_t kp = k0; kp < k1; ++kp)
+      rows[kp - k0] = kv_row(&j->fmt, j->kc, elem(j->kc, phys, kp - b * BS, h, 0), D, kb + (kp - k0) * D,
+                             j->generic);
+    if (b * BS + BS < khi) prefetch_block(j, ld_int2(j->bt, s, b + 1), h);
+#if defined(__AVX2__) && defined(__FMA__)
+    if (vec) block_scores_vec(qf, R, rows, nk, D, sc, BS);
+#endif
+    /* every key of the block visible to every row, nothing added to the scores (a decode step's
+     * blocks but the last): the scores are final */
+    bool plain = vec && k1 - 1 <= pos0 && (j->window <= 0 || k0 > pos1 - j->window) && j->softcap <= 0 && !j->alibi;
+    for (int64_t r = 0; r < R && !plain; ++r) {
+      int64_t pos = pos0 + r / G;
+      for (int64_t kp = k0; kp < k1; ++kp) {
         bool visible = kp <= pos && (j->window <= 0 || kp > pos - j->window);
-        float x = -INFINITY;
-        if (visible) {
-          x = dot(qf + r * D, kr, D);
-          if (j->softcap > 0) x = (float)(j->softcap * tanh(x / j->softcap));
-          if (j->alibi) x += slope[r % G] * (float)(kp - pos);
-        }
-        sc[r * BS + (kp - k0)] = x;
+        float* x = sc + r * BS + (kp - k0);
+        if (!visible) { *x = -INFINITY; continue; }
+        if (!vec) *x = dot(qf + r * D, rows[kp - k0], D);
+        if (j->softcap > 0) *x = (float)(j->softcap * tanh(*x / j->softcap));
+        if (j->alibi) *x += slope[r % G] * (float)(kp - pos);
       }
     }
     /* online softmax, once per block and row: the running max moves to the block's, what was
      * accumulated is rescaled once, the block's scores become weights exp(s - max) */
-    int64_t nk = k1 - k0;
     for (int64_t r = 0; r < R; ++r) {
       float* srow = sc + r * BS;
       float bm = -INFINITY;
@@ -373,14 +501,21 @@ static void pa_item(pa_job_t* j, int64_t s, int64_t h, int64_t tile, int tid) {
       }
       sum[r] += exp_row(srow, nk, mx[r], j->generic);
     }
-    /* acc += weight * V, each value row loaded once for every row of the item */
-    for (int64_t kp = k0; kp < k1; ++kp) {
-      const float* vr = kv_row(&j->fmt, j->vc, elem(j->vc, phys, kp - b * BS, h, 0), D, vb, j->generic);
+    /* acc += weight * V over the block's value rows (converted into the buffer the keys used) */
+    for (int64_t kp = k0; kp < k1; ++kp)
+      rows[kp - k0] = kv_row(&j->fmt, j->vc, elem(j->vc, phys, kp - b * BS, h, 0), D, kb + (kp - k0) * D,
+                             j->generic);
+#if defined(__AVX2__) && defined(__FMA__)
+    if (vec) {
+      block_values_vec(acc, R, rows, nk, D, sc, BS);
+      continue;
+    }
+#endif
+    for (int64_t kp = k0; kp < k1; ++kp)
       for (int64_t r = 0; r < R; ++r) {
         float p = sc[r * BS + (kp - k0)];
-        if (p != 0.0f) axpy(acc + r * D, p, vr, D);
+        if (p != 0.0f) axpy(acc + r * D, p, rows[kp - k0], D);
       }
-    }
   }
   for (int64_t lt = lt0; lt < lt1; ++lt)
     for (int64_t g = 0; g < G; ++g) {
@@ -408,7 +543,9 @@ tpurt_status_t tpurt_serve_paged_attention(tpurt_kernel_ctx_t* ctx, const tpurt_
   }
   if (n == 0) return TPURT_STATUS_OK;
   int nt = tpurt_kernel_num_threads(ctx);
-  j.per_thread = 2 * QTILE * j.G * j.D + 2 * QTILE * j.G + 2 * j.D + j.G + QTILE * j.G * j.BS;
+  /* qf, acc; mx, sum; a block of converted rows; slopes; scores; BS row pointers (2 floats each,
+   * after up to one float of alignment) */
+  j.per_thread = 2 * QTILE * j.G * j.D + 2 * QTILE * j.G + j.BS * j.D + j.G + QTILE * j.G * j.BS + 2 * j.BS + 2;
   j.per_thread = (j.per_thread + 15) & ~(int64_t)15; /* 64-byte aligned slices */
   int64_t* items = tpurt_kernel_scratch(ctx, (size_t)n * 3 * sizeof(int64_t));
   j.scratch = tpurt_kernel_scratch(ctx, (size_t)(nt > 0 ? nt : 1) * (size_t)j.per_thread * sizeof(float));

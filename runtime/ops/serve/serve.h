@@ -1,7 +1,9 @@
 /* The serving kernel family: what vLLM's attention backend on the tpu device
  * calls (torch_tpu/vllm/attention.py): paged attention over vLLM's block
  * tables, the paged cache write and the slot mapping (paged.c), rotary
- * embedding (rotary.c), speculative decoding's rejection sampling (spec.c).
+ * embedding (rotary.c), speculative decoding's rejection sampling (spec.c),
+ * RMSNorm (with a residual add) and SiLU-and-mul (layers.c), the sampler's top-k /
+ * top-p filtering (sample.c).
  * Each kernel has a reference twin
  * (suffix _ref); the op table is serve_table.c. Internal to runtime/ops. */
 #ifndef TPURT_OPS_SERVE_SERVE_H_
@@ -21,6 +23,10 @@ TPURT_SERVE_DECLARE(spec_expand)
 TPURT_SERVE_DECLARE(rejection_greedy_sample)
 TPURT_SERVE_DECLARE(rejection_random_sample)
 TPURT_SERVE_DECLARE(sample_recovered_tokens)
+TPURT_SERVE_DECLARE(rms_norm)
+TPURT_SERVE_DECLARE(fused_add_rms_norm)
+TPURT_SERVE_DECLARE(silu_and_mul)
+TPURT_SERVE_DECLARE(top_k_top_p)
 
 /* The portable loops instead of the vector ones (TORCH_TPU_SERVE_GENERIC=1
  * sets it from the environment), so tests cover both on one machine. */

@@ -26,5 +26,11 @@ const tpurt_op_def_t tpurt_ops_serve[] = {
      0, TPURT_DTYPES_INT, TPURT_LAYOUT_STRIDED},
     {"torch_tpu::sample_recovered_tokens", tpurt_serve_sample_recovered_tokens, tpurt_serve_sample_recovered_tokens_ref,
      0, TPURT_DTYPES_INT, TPURT_LAYOUT_STRIDED},
+    /* layers.c: vLLM's RMSNorm (plain, and after a residual add in place) and SiLU-and-mul */
+    OP("torch_tpu::rms_norm", rms_norm),
+    OP("torch_tpu::fused_add_rms_norm", fused_add_rms_norm),
+    OP("torch_tpu::silu_and_mul", silu_and_mul),
+    /* sample.c: the sampler's top-k / top-p filtering of float32 logits in place */
+    OP("torch_tpu::top_k_top_p", top_k_top_p),
     TPURT_OP_TABLE_END,
 };
