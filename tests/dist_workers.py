@@ -117,6 +117,30 @@ def _check_all_to_all(rank, W, dt, dev, what):
         _same(outs[p], _value(p, dt, (2, 3), salt=rank), f"{what}all_to_all {dt} from {p}")
 
 
+def _check_coalesced_all_to_all(rank, W, dev, what):
+    """all_to_all_single and all_to_all inside a coalescing manager, beside an isend/irecv pair around a ring and an
+    all_reduce (the mix batched code issues)."""
+    import torch.distributed as dist
+    inp = torch.cat([torch.full((2,), 100.0 * rank + q) for q in range(W)]).to(dev)
+    out = torch.empty(2 * W, device=dev)
+    lst_in = [torch.full((3,), 10.0 * rank + q, device=dev) for q in range(W)]
+    lst_out = [torch.empty(3, device=dev) for _ in range(W)]
+    mine, got = _value(rank, torch.float32, (4,)).to(dev), torch.empty(4, device=dev)
+    acc = torch.full((5,), float(rank + 1), device=dev)
+    with dist._coalescing_manager(device=dev, async_ops=True) as cm:
+        dist.isend(mine, (rank + 1) % W)
+        dist.all_to_all_single(out, inp)
+        dist.irecv(got, (rank - 1) % W)
+        dist.all_to_all(lst_out, lst_in)
+        dist.all_reduce(acc)
+    cm.wait()
+    _same(out, torch.cat([torch.full((2,), 100.0 * p + rank) for p in range(W)]), f"{what}coalesced all_to_all_single")
+    for p in range(W):
+        _same(lst_out[p], torch.full((3,), 10.0 * p + rank), f"{what}coalesced all_to_all from {p}")
+    _same(got, _value((rank - 1) % W, torch.float32, (4,)), f"{what}coalesced irecv")
+    _same(acc, torch.full((5,), float(W * (W + 1) // 2)), f"{what}coalesced all_reduce")
+
+
 def _check_gather(rank, W, dt, shape, dev, root, what):
     import torch.distributed as dist
     outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)] if rank == root else None
@@ -213,6 +237,7 @@ def collectives(rank, world):
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     _same(r_buf, _value((rank - 1) % W, torch.float32, shape), "batch_isend_irecv")
+    _check_coalesced_all_to_all(rank, W, dev, "")
     dist.barrier()
     # functional collectives (what DTensor and FSDP2 call)
     import torch.distributed._functional_collectives as funcol
@@ -530,6 +555,7 @@ def cross_host(rank, world):
         w.wait()
     _same(r_next, _value((rank - 1) % W, torch.float32, shape), "cross-host batch_isend_irecv (ring)")
     _same(r_far, _value((rank - 2) % W, torch.float32, shape), "cross-host batch_isend_irecv (other host)")
+    _check_coalesced_all_to_all(rank, W, dev, "cross-host ")
     if rank in (0, 3):
         buf = _value(rank, torch.float32, shape).to(dev) if rank == 0 else torch.empty(shape, device=dev)
         w = dist.isend(buf, 3) if rank == 0 else dist.irecv(buf, 0)
@@ -854,7 +880,19 @@ def cpu_tensors(rank, world):
     answers (worked on CPU by hand); a collective on the chip in between stays in order."""
     import torch.distributed as dist
     import torch.distributed._functional_collectives as fc
-    _init(rank, world)
+    # One backend per group serves both devices (c10d registers a single backend when every device names the same
+    # one): CPU tensors cost no second communicator.
+    made = []
+    plugin = dist.Backend._plugins["TPU_DIST"]
+    dist.Backend._plugins["TPU_DIST"] = dist.Backend._BackendPlugin(
+        lambda *a: made.append(1) or plugin.creator_fn(*a), plugin.extended_api)
+    try:
+        _init(rank, world)
+        sub = dist.new_group(list(range(world)))
+    finally:
+        dist.Backend._plugins["TPU_DIST"] = plugin
+    assert len(made) == 2, f"{len(made)} backends for 2 groups"
+    assert dist.get_backend_config(sub) == "tpu:tpu_dist,cpu:tpu_dist", dist.get_backend_config(sub)
     dt = torch.float32
     vals = [_value(r, dt, (6,)) for r in range(world)]
     t = vals[rank].clone()

@@ -1025,15 +1025,34 @@ static tpurt_status_t run_queued_group(void* user) {
 tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* c, tpurt_queue_t* queue, const tpurt_dist_op_t* ops,
                                         int n) {
   if (!c || !queue || n < 0 || (n && !ops)) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: enqueue_group: bad arguments");
-  for (int i = 0; i < n; ++i)
-    if (ops[i].kind == TPURT_DIST_ALLTOALL)
-      return TPURT_STATUS(UNIMPLEMENTED, "tpu_dist: all_to_all inside a coalesced group is not supported yet");
+  int a2a = 0;
+  for (int i = 0; i < n; ++i) {
+    if (ops[i].kind != TPURT_DIST_ALLTOALL) continue;
+    if (!ops[i].send_counts || !ops[i].send_offsets || !ops[i].recv_counts || !ops[i].recv_offsets)
+      return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: all_to_all needs send/recv counts and offsets");
+    ++a2a;
+  }
   TPURT_RETURN_IF_ERROR(check_group_sends(c, ops, n));
-  queued_group_t* g = malloc(sizeof(*g) + (size_t)n * sizeof(tpurt_dist_op_t));
+  /* The ops, then each all_to_all's four count arrays: the caller's may be
+   * gone when the queue runs the group. */
+  size_t ops_bytes = (size_t)n * sizeof(tpurt_dist_op_t), per = (size_t)c->size * sizeof(uint64_t);
+  queued_group_t* g = malloc(sizeof(*g) + ops_bytes + (size_t)a2a * 4 * per);
   if (!g) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
   g->comm = c;
   g->n = n;
-  memcpy(g->ops, ops, (size_t)n * sizeof(tpurt_dist_op_t));
+  memcpy(g->ops, ops, ops_bytes);
+  uint64_t* counts = (uint64_t*)((uint8_t*)g->ops + ops_bytes);
+  for (int i = 0; i < n; ++i) {
+    tpurt_dist_op_t* o = &g->ops[i];
+    if (o->kind != TPURT_DIST_ALLTOALL) continue;
+    const uint64_t* src[4] = {o->send_counts, o->send_offsets, o->recv_counts, o->recv_offsets};
+    for (int k = 0; k < 4; ++k) memcpy(counts + (size_t)k * c->size, src[k], per);
+    o->send_counts = counts;
+    o->send_offsets = counts + c->size;
+    o->recv_counts = counts + 2 * c->size;
+    o->recv_offsets = counts + 3 * c->size;
+    counts += 4 * (size_t)c->size;
+  }
   /* Submitters of one communicator serialize (c10d calls from one thread at
    * a time per group), so ticket order is submit order. */
   g->ticket = atomic_fetch_add(&c->next_ticket, 1);

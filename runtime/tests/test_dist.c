@@ -582,6 +582,36 @@ static void rank_queue(tpurt_dist_comm_t* unused) {
     bad += back[i] != want;
   }
   CHECK(bad == 0);
+  /* A queued group holding an all_to_all beside a send and a receive: the
+   * group keeps its own copy of the counts (the caller's are overwritten
+   * before the queue runs it). Rank r sends 2 + p elements to rank p. */
+  int n = g_size, r = g_rank;
+  uint64_t sc[4], so[4], rc[4], ro[4], a_off = 0, b_off = 0;
+  for (int p2 = 0; p2 < n; ++p2) {
+    sc[p2] = 2 + (uint64_t)p2, so[p2] = a_off, a_off += sc[p2];
+    rc[p2] = 2 + (uint64_t)r, ro[p2] = b_off, b_off += rc[p2];
+  }
+  for (int i = 0; i < 256; ++i) host[i] = (float)(r * 1000 + i);
+  CHECK_OK(tpurt_memcpy_h2d(d, q, a, host, sizeof(host)));
+  tpurt_dist_op_t grp[3] = {
+      {.kind = TPURT_DIST_ALLTOALL, .dtype = TPURT_DTYPE_FLOAT32, .in = a, .out = b, .send_counts = sc,
+       .send_offsets = so, .recv_counts = rc, .recv_offsets = ro},
+      {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = (r + 1) % n, .count = 8, .in = (float*)a + 200},
+      {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = (r + n - 1) % n, .count = 8,
+       .out = (float*)b + 200}};
+  CHECK_OK(tpurt_dist_enqueue_group(c, q, grp, 3));
+  memset(sc, 0xff, sizeof(sc)), memset(so, 0xff, sizeof(so)), memset(rc, 0xff, sizeof(rc)), memset(ro, 0xff, sizeof(ro));
+  CHECK_OK(tpurt_queue_synchronize(q));
+  CHECK_OK(tpurt_memcpy_d2h(d, q, back, b, sizeof(back)));
+  bad = 0;
+  uint64_t k = 0;
+  for (int p2 = 0; p2 < n; ++p2) {
+    uint64_t from = 0; /* where rank p2's part for r starts in its input */
+    for (int t = 0; t < r; ++t) from += 2 + (uint64_t)t;
+    for (uint64_t i = 0; i < 2 + (uint64_t)r; ++i) bad += back[k++] != (float)(p2 * 1000 + (int)(from + i));
+  }
+  for (int i = 0; i < 8; ++i) bad += back[200 + i] != (float)(((r + n - 1) % n) * 1000 + 200 + i);
+  CHECK(bad == 0);
   /* rank 1 skips the next one: rank 0's error surfaces at its sync, naming rank 1 */
   if (g_rank == 0) {
     CHECK_OK(tpurt_dist_enqueue(c, q, &o));
