@@ -526,6 +526,20 @@ def cross_host(rank, world):
     dist.reduce_scatter_tensor(out, flat_in)
     _same(out, _reduce_ref([_value(r, torch.float32, shape, salt=rank) for r in range(W)], R.SUM, torch.float32),
           "cross-host reduce_scatter_tensor")
+    # reduce_scatter (within each host, then between hosts on each rank's column): dtypes and reductions, a list of
+    # non-contiguous inputs
+    for dt, op in ((torch.float32, R.AVG), (torch.float32, R.MAX), (torch.int64, R.MIN), (torch.int32, R.PRODUCT),
+                   (torch.complex64, R.SUM), (torch.bfloat16, R.SUM), (torch.float64, R.AVG)):
+        ins = [_value(rank, dt, (7, 5), salt=k).to(dev).t() for k in range(W)]
+        out = torch.empty(shape, dtype=dt, device=dev)
+        dist.reduce_scatter(out, ins, op=op)
+        want = _reduce_ref([_value(r, dt, (7, 5), salt=rank).t() for r in range(W)], op, dt)
+        _same(out, want, f"cross-host reduce_scatter {dt} {op}")
+        flat_in = torch.cat([_value(rank, dt, shape, salt=k) for k in range(W)]).to(dev)
+        out2 = torch.empty(shape, dtype=dt, device=dev)
+        dist.reduce_scatter_tensor(out2, flat_in, op=op)
+        _same(out2, _reduce_ref([_value(r, dt, shape, salt=rank) for r in range(W)], op, dt),
+              f"cross-host reduce_scatter_tensor {dt} {op}")
     dist.barrier()
     for dt in (torch.float32, torch.bfloat16, torch.bool, torch.complex64, torch.int64):
         # gather and scatter, with roots on either host and not always a host's first rank
@@ -561,6 +575,53 @@ def cross_host(rank, world):
         w = dist.isend(buf, 3) if rank == 0 else dist.irecv(buf, 0)
         w.wait()
         _same(buf, _value(0, torch.float32, shape), "cross-host isend/irecv")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def recv_any_source_two_hosts(rank, world):
+    """recv / irecv from any source in a group spanning two "hosts" (TORCH_TPU_HOST_ID), tpu and cpu tensors."""
+    import torch.distributed as dist
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    # recv from any source in a group spanning hosts: rank 0 takes one message from each other rank (its own host's
+    # through shared memory, the other host's through gloo), whichever comes first; a message with another tag
+    # waits for its own receive
+    if rank == 0:
+        seen = set()
+        for _ in range(world - 1):
+            buf = torch.empty(4, device=dev)
+            src = dist.recv(buf)
+            assert src not in seen and 0 < src < world, (src, seen)
+            seen.add(src)
+            _same(buf, _value(src, torch.float32, (4,)), f"cross-host recv from any source (sent by {src})")
+        buf = torch.empty((2, 3), dtype=torch.bfloat16, device=dev)
+        w = dist.irecv(buf, tag=1)
+        w.wait()
+        assert w._source_rank() == 3, w._source_rank()
+        _same(buf, _value(13, torch.bfloat16, (2, 3)), "cross-host irecv from any source")
+    elif rank == 3:
+        # the tag-1 message posted first (one batch: a lone send across hosts holds the stream until taken)
+        ops = [dist.P2POp(dist.isend, _value(13, torch.bfloat16, (2, 3)).to(dev), 0, tag=1),
+               dist.P2POp(dist.isend, _value(rank, torch.float32, (4,)).to(dev), 0)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+    else:
+        dist.send(_value(rank, torch.float32, (4,)).to(dev), 0)
+    # CPU tensors, and a subgroup spanning the hosts whose group ranks differ from the global ones: its last rank
+    # receives from any of the others
+    ranks = [1, 2, 3, 0]
+    g = dist.new_group(ranks)
+    if rank == 0:
+        got = set()
+        for _ in range(3):
+            buf = torch.empty(3, dtype=torch.int64)
+            src = dist.recv(buf, group=g)
+            assert src in (1, 2, 3) and src not in got, (src, got)
+            got.add(src)
+            _same(buf, _value(src, torch.int64, (3,), salt=5), f"cpu subgroup recv from any source ({src})")
+    else:
+        dist.send(_value(rank, torch.int64, (3,), salt=5), 0, group=g)
     dist.barrier()
     dist.destroy_process_group()
 

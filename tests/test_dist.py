@@ -163,6 +163,11 @@ def test_two_hosts_of_two_chips():
     _spawn("cross_host", 4, hosts=2)
 
 
+def test_recv_any_source_two_hosts():
+    """recv from any source across hosts: same-host messages through shared memory, other-host ones through gloo."""
+    _spawn("recv_any_source_two_hosts", 4, hosts=2, timeout=120)
+
+
 def test_fsdp2_mixed_precision_2_ranks():
     """MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): within bf16 tolerance of one fp32 process."""
     _spawn("fsdp2_mixed_precision", 2)

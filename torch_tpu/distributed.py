@@ -89,7 +89,7 @@ def _create_backend(store, rank, size, timeout):
     hosts = [store.get(f"tpu_dist/host/{r}").decode() for r in range(size)]
     names = list(dict.fromkeys(hosts))
     if len(names) == 1:
-        return _C._dist_create_backend(store, rank, size, seconds, rank, size, 0, 1, None, None)
+        return _C._dist_create_backend(store, rank, size, seconds, rank, size, 0, 1, None, None, None, None)
     local = size // len(names)
     if any(hosts[r] != names[r // local] for r in range(size)) or local * len(names) != size:
         raise NotImplementedError(
@@ -97,14 +97,24 @@ def _create_backend(store, rank, size, timeout):
             f"assigns them); got hosts {hosts}")
     h = rank // local
     local_store = dist.PrefixStore(f"tpu_dist/host{h}/", store)
-    cross = None
-    if rank % local == 0:
-        cross = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/hosts/", store), h, len(names),
-                                      datetime.timedelta(seconds=seconds))
+
+    def gloo(prefix, r, n):
+        # Connections are made on first use (gloo's lazy init): a pair of ranks that never exchange a message costs
+        # nothing, and the groups below cost no rendezvous when made.
+        opts = dist.ProcessGroupGloo._Options()
+        opts._devices = [dist.ProcessGroupGloo.create_default_device(lazy_init=True)]
+        opts._timeout = datetime.timedelta(seconds=seconds)
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), r, n, opts)
+
+    # The hosts' first ranks (the step between hosts of a collective reduced within each host first).
+    cross = gloo("tpu_dist/hosts/", h, len(names)) if rank % local == 0 else None
+    # This rank's column: the ranks with its local rank on every host (reduce_scatter's step between hosts, on
+    # each local rank's share at once).
+    column = gloo(f"tpu_dist/col{rank % local}/", h, len(names))
     # Every rank, for what goes between two ranks of different hosts (send/recv, all_to_all's parts).
-    world = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/world/", store), rank, size,
-                                  datetime.timedelta(seconds=seconds))
-    return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross, world)
+    world = gloo("tpu_dist/world/", rank, size)
+    return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross, world,
+                                   column, dist.PrefixStore("tpu_dist/p2p/", store))
 
 
 def register_backend() -> None:
@@ -114,5 +124,5 @@ def register_backend() -> None:
         return
     # Also for "cpu": CPU tensors given to a tpu_dist group (FSDP2's CPU offload: the gradient norm, full_tensor() of
     # an offloaded parameter; object collectives) go through the chip's memory instead of failing for want of a CPU
-    # backend. c10d makes one backend per device, so the CPU one is a communicator of its own.
+    # backend. Both devices name this backend, so c10d makes one per group and registers it for both.
     dist.Backend.register_backend("tpu_dist", _create_backend, devices=["tpu", "cpu"])

@@ -275,12 +275,13 @@ static void rank_allreduce_all(tpurt_dist_comm_t* c) {
 /* Elements per rank in rank_collectives: small messages go through the
  * control block's slots, large ones between the ranks' device memory. */
 static uint64_t g_cnt = 1001;
+static uint32_t g_out_mib = 16; /* where rank_collectives' output starts in device memory */
 
 static void rank_collectives(tpurt_dist_comm_t* c) {
   int r = g_rank, n = g_size;
   const uint64_t cnt = g_cnt;
   float* in = (float*)g_mem;
-  float* out = (float*)(g_mem + (16u << 20));
+  float* out = (float*)(g_mem + ((size_t)g_out_mib << 20));
   for (uint64_t i = 0; i < cnt * n; ++i) in[i] = (float)val(r, i);
   /* broadcast from the last rank, in place */
   tpurt_dist_op_t o = {.kind = TPURT_DIST_BROADCAST, .dtype = TPURT_DTYPE_FLOAT32, .root = n - 1, .count = cnt,
@@ -633,7 +634,11 @@ int main(void) {
   g_cnt = 40000; /* 160 KB per rank: the large protocol for every collective */
   CHECK(spawn(3, rank_collectives, 30000) == 0);
   CHECK(spawn(4, rank_collectives, 30000) == 0);
+  g_cnt = (2u << 20) + 5; /* 8 MiB + 20 bytes per rank: the copies stream their output, heads and tails unaligned */
+  g_out_mib = 32;
+  CHECK(spawn(2, rank_collectives, 30000) == 0);
   g_cnt = 1001;
+  g_out_mib = 16;
   CHECK(spawn(2, rank_alternating, 30000) == 0);
   CHECK(spawn(4, rank_alternating, 30000) == 0);
   CHECK(spawn(2, rank_mismatch, 30000) == 0);
