@@ -3,9 +3,12 @@
 fraction of this machine's copy bandwidth (measured in the same run), the latency of an 8-byte allreduce, and the
 DDP training step time of the small GPT on 1, 2 and 4 chips beside the same DDP on CPU with gloo.
 
-    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--ddp-ranks 1,2,4] [--json bench/results_dist.json]
+    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--sizes-mib 64,256] [--ddp-ranks 1,2,4]
+                               [--hosts 2] [--json bench/results_dist.json]
 
-(--max-mib 0: no bandwidth table; --ddp-ranks "": no DDP.)
+(--max-mib 0: no bandwidth table; --ddp-ranks "": no DDP.) --hosts H runs each rank count as H "hosts" on this
+machine: H torchrun node groups (--nnodes H, on loopback), each with its own TORCH_TPU_HOST_ID, so collectives go
+through shared memory within a node group and gloo between them, as on H machines.
 
 Bus bandwidth: allreduce moves size * 2(n-1)/n per rank, all_gather (of a size-byte output) size * (n-1)/n, so
 busbw = that / time; it is comparable across rank counts and with a copy's bandwidth (bytes copied per second, one
@@ -207,6 +210,31 @@ def _spawn(world, sizes, target=None):
         return json.load(f)
 
 
+def _spawn_hosts(world, hosts, sizes):
+    """world ranks as `hosts` torchrun node groups on loopback, each its own host (TORCH_TPU_HOST_ID)."""
+    import subprocess
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tempfile.mktemp(prefix="bench_dist_", suffix=".json")
+    chips = world // hosts
+    procs = []
+    for h in range(hosts):
+        env = dict(os.environ, TORCH_TPU_HOST_ID=f"node{h}", TORCH_TPU_TOPOLOGY=str(chips),
+                   PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.setdefault("TORCH_TPU_NUM_THREADS", "1")
+        env.setdefault("TORCH_TPU_HBM_BYTES", "2G")
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={hosts}", f"--node-rank={h}",
+               f"--nproc-per-node={chips}", "--master-addr=127.0.0.1", f"--master-port={port}", str(HERE / "bench_dist.py"),
+               "--worker", out, "--sizes-mib", ",".join(str(b >> 20) for b in sizes)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL))
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"bench_dist: a node group failed: {codes}")
+    with open(out) as f:
+        return json.load(f)
+
+
 def _fmt_bytes(n):
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
@@ -217,8 +245,14 @@ def main():
     ap.add_argument("--max-mib", type=int, default=256)
     ap.add_argument("--ddp-ranks", default="1,2,4")
     ap.add_argument("--sizes-mib", default="", help="only these sizes, e.g. 64,256 (default: 4 KiB .. --max-mib)")
+    ap.add_argument("--hosts", type=int, default=1, help="split each rank count into this many torchrun node groups")
+    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)  # a torchrun rank of --hosts: writes here
     ap.add_argument("--json", default=str(HERE / "results_dist.json"))
     args = ap.parse_args()
+    if args.worker:
+        rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+                  [int(x) << 20 for x in args.sizes_mib.split(",") if x], args.worker)
+        return
     sizes = []
     s = 4 << 10
     while s <= args.max_mib << 20:
@@ -230,10 +264,13 @@ def main():
         sizes = [int(x) << 20 for x in args.sizes_mib.split(",") if x]
     results = []
     for world in [int(x) for x in args.ranks.split(",") if x] if sizes else []:
-        res = _spawn(world, sizes)
+        res = _spawn_hosts(world, args.hosts, sizes) if args.hosts > 1 else _spawn(world, sizes)
+        res["hosts"] = args.hosts
         results.append(res)
         cbw, chip_bw = res["copy_bw"], res["chip_copy_bw"]
-        print(f"\n== {world} chips (load average {os.getloadavg()[0]:.1f}); copy bandwidth {cbw / 1e9:.2f} GB/s "
+        where = f"{args.hosts} hosts x {world // args.hosts} chips (torchrun node groups on loopback)" \
+            if args.hosts > 1 else f"{world} chips"
+        print(f"\n== {where} (load average {os.getloadavg()[0]:.1f}); copy bandwidth {cbw / 1e9:.2f} GB/s "
               f"(one process, its threads); a chip's while all {world} copy at once: {chip_bw / 1e9:.2f} GB/s")
         print(f"{'size':>9} | {'allreduce busbw GB/s':>22} {'x gloo':>7} {'of copy':>8} {'of chip':>8} | "
               f"{'all_gather busbw GB/s':>22} {'x gloo':>7} {'of copy':>8} {'of chip':>8}")

@@ -100,19 +100,25 @@ def _same(got, want, what):
 
 
 
-def _check_all_to_all(rank, W, dt, dev, what):
+def _w(work):
+    """Waits for an async collective's Work (None when it ran synchronously)."""
+    if work is not None:
+        work.wait()
+
+
+def _check_all_to_all(rank, W, dt, dev, what, async_op=False):
     """all_to_all_single with uneven splits (rank p sends p + q + 1 rows to rank q), then all_to_all of lists."""
     import torch.distributed as dist
     in_splits = [rank + q + 1 for q in range(W)]
     out_splits = [p + rank + 1 for p in range(W)]
     inp = torch.cat([torch.full((in_splits[q], 3), 100 * rank + q).to(dt) for q in range(W)]).to(dev)
     out = torch.empty((sum(out_splits), 3), dtype=dt, device=dev)
-    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    _w(dist.all_to_all_single(out, inp, out_splits, in_splits, async_op=async_op))
     want = torch.cat([torch.full((out_splits[p], 3), 100 * p + rank).to(dt) for p in range(W)])
     _same(out, want, f"{what}all_to_all_single {dt}")
     ins = [_value(rank, dt, (2, 3), salt=q).to(dev) for q in range(W)]
     outs = [torch.empty((2, 3), dtype=dt, device=dev) for _ in range(W)]
-    dist.all_to_all(outs, ins)
+    _w(dist.all_to_all(outs, ins, async_op=async_op))
     for p in range(W):
         _same(outs[p], _value(p, dt, (2, 3), salt=rank), f"{what}all_to_all {dt} from {p}")
 
@@ -141,20 +147,20 @@ def _check_coalesced_all_to_all(rank, W, dev, what):
     _same(acc, torch.full((5,), float(W * (W + 1) // 2)), f"{what}coalesced all_reduce")
 
 
-def _check_gather(rank, W, dt, shape, dev, root, what):
+def _check_gather(rank, W, dt, shape, dev, root, what, async_op=False):
     import torch.distributed as dist
     outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)] if rank == root else None
-    dist.gather(_value(rank, dt, shape).to(dev), outs, dst=root)
+    _w(dist.gather(_value(rank, dt, shape).to(dev), outs, dst=root, async_op=async_op))
     if rank == root:
         for r in range(W):
             _same(outs[r], _value(r, dt, shape), f"{what}gather {dt} to {root} [{r}]")
 
 
-def _check_scatter(rank, W, dt, shape, dev, root, what):
+def _check_scatter(rank, W, dt, shape, dev, root, what, async_op=False):
     import torch.distributed as dist
     out = torch.empty(shape, dtype=dt, device=dev)
     ins = [_value(10 + q, dt, shape).to(dev) for q in range(W)] if rank == root else None
-    dist.scatter(out, ins, src=root)
+    _w(dist.scatter(out, ins, src=root, async_op=async_op))
     _same(out, _value(10 + rank, dt, shape), f"{what}scatter {dt} from {root}")
 
 def collectives(rank, world):
@@ -181,49 +187,54 @@ def collectives(rank, world):
         raise AssertionError("BAND on float32 was accepted")
     except RuntimeError as e:
         assert "band" in str(e) and "float32" in str(e), str(e)
-    # every collective on a few dtypes, non-contiguous inputs and outputs included
-    for dt in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64):
+    # every collective on every dtype, sync or async (Work.wait) in turn, non-contiguous inputs and outputs included
+    for di, dt in enumerate(DTYPES):
+        a = di % 2 == 1
         # broadcast from the last rank, into a transposed (non-contiguous) view
         base = _value(rank, dt, (7, 5)).to(dev)
         t = base.t()
         assert not t.is_contiguous()
-        dist.broadcast(t, src=W - 1)
+        _w(dist.broadcast(t, src=W - 1, async_op=a))
         _same(t, _value(W - 1, dt, (7, 5)).t(), f"broadcast {dt}")
         _same(base, _value(W - 1, dt, (7, 5)), f"broadcast {dt} (base of the view)")
         # reduce to rank 1
         if dt != torch.bool:
             t = _value(rank, dt, shape).to(dev)
-            dist.reduce(t, dst=1, op=dist.ReduceOp.SUM)
+            _w(dist.reduce(t, dst=1, op=dist.ReduceOp.SUM, async_op=a))
             if rank == 1:
                 _same(t, _reduce_ref([_value(r, dt, shape) for r in range(W)], dist.ReduceOp.SUM, dt), f"reduce {dt}")
         # all_gather (list) and all_gather_into_tensor
         inp = _value(rank, dt, shape).to(dev)
         outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)]
-        dist.all_gather(outs, inp)
+        _w(dist.all_gather(outs, inp, async_op=a))
         for r in range(W):
             _same(outs[r], _value(r, dt, shape), f"all_gather {dt} [{r}]")
         big = torch.empty((W * 5, 7), dtype=dt, device=dev)
-        dist.all_gather_into_tensor(big, inp)
+        _w(dist.all_gather_into_tensor(big, inp, async_op=a))
         _same(big, torch.cat([_value(r, dt, shape) for r in range(W)]), f"all_gather_into_tensor {dt}")
         # reduce_scatter (list) and reduce_scatter_tensor
         if dt != torch.bool:
             ins = [_value(rank, dt, shape, salt=k).to(dev) for k in range(W)]
             out = torch.empty(shape, dtype=dt, device=dev)
-            dist.reduce_scatter(out, ins)
+            _w(dist.reduce_scatter(out, ins, async_op=a))
             _same(out, _reduce_ref([_value(r, dt, shape, salt=rank) for r in range(W)], dist.ReduceOp.SUM, dt),
                   f"reduce_scatter {dt}")
             flat_in = torch.cat([_value(rank, dt, shape, salt=k) for k in range(W)]).to(dev)
             out2 = torch.empty(shape, dtype=dt, device=dev)
-            dist.reduce_scatter_tensor(out2, flat_in)
+            _w(dist.reduce_scatter_tensor(out2, flat_in, async_op=a))
             _same(out2, out.cpu(), f"reduce_scatter_tensor {dt}")
-        _check_all_to_all(rank, W, dt, dev, "")
-        _check_gather(rank, W, dt, shape, dev, 0, "")
-        _check_scatter(rank, W, dt, shape, dev, 0, "")
+        _check_all_to_all(rank, W, dt, dev, "", a)
+        _check_gather(rank, W, dt, shape, dev, 0, "", a)
+        _check_scatter(rank, W, dt, shape, dev, 0, "", a)
         # send / recv around a ring (even ranks send first)
         t = _value(rank, dt, shape).to(dev)
         r_buf = torch.empty(shape, dtype=dt, device=dev)
         nxt, prv = (rank + 1) % W, (rank - 1) % W
-        if rank % 2 == 0:
+        if a:  # isend / irecv
+            ws = [dist.isend(t, nxt), dist.irecv(r_buf, prv)] if rank % 2 == 0 else [dist.irecv(r_buf, prv), dist.isend(t, nxt)]
+            for w in ws:
+                w.wait()
+        elif rank % 2 == 0:
             dist.send(t, nxt)
             dist.recv(r_buf, prv)
         else:
@@ -475,7 +486,57 @@ def tp_parity(rank, world):
     want = _ref_losses(ref, data, vocab, lr, steps)
     for s in range(steps):
         assert abs(want[s] - losses[s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, want[s], losses[s])
+    _sequence_parallel_parity(rank, world, mesh)
     dist.destroy_process_group()
+
+
+def _sequence_parallel_parity(rank, world, mesh):
+    """SequenceParallel: a LayerNorm on each rank's slice of the sequence, then ColwiseParallel (gathering the
+    sequence) and RowwiseParallel (reduce-scattering it back): the per-step losses, outputs and LayerNorm weights of
+    one process on the whole sequence."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+    dev = torch.device("tpu", 0)
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc1, self.fc2 = torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return self.fc2(torch.nn.functional.gelu(self.fc1(self.ln(x))))
+
+    torch.manual_seed(3)
+    ref = MLP()
+    model = MLP()
+    model.load_state_dict(ref.state_dict())
+    model = model.to(dev)
+    parallelize_module(model, mesh, {"ln": SequenceParallel(), "fc1": ColwiseParallel(input_layouts=Shard(1)),
+                                     "fc2": RowwiseParallel(output_layouts=Shard(1))})
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, foreach=False)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    seq = 4 * world
+    for step in range(3):
+        x = torch.randn(2, seq, 16, generator=torch.Generator().manual_seed(10 + step))
+        y = ref(x)
+        ref_loss = (y * y).mean()
+        ref_opt.zero_grad()
+        ref_loss.backward()
+        ref_opt.step()
+        local = x[:, rank * 4:(rank + 1) * 4].to(dev)
+        out = model(local)  # this rank's slice of the sequence
+        loss = (out * out).sum() / y.numel()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        assert torch.allclose(out.detach().cpu(), y.detach()[:, rank * 4:(rank + 1) * 4], rtol=1e-4, atol=1e-5), step
+        assert abs(total.item() - ref_loss.item()) <= 1e-4 * abs(ref_loss.item()) + 1e-6, (step, total, ref_loss)
+    ln_w = model.ln.weight.full_tensor().cpu()
+    assert torch.allclose(ln_w, ref.ln.weight.detach(), rtol=1e-4, atol=1e-5), (ln_w, ref.ln.weight)
 
 
 def cross_host(rank, world):
