@@ -457,6 +457,51 @@ def fsdp2_parity(rank, world):
     dist.destroy_process_group()
 
 
+def fsdp2_hf_llama(rank, world):
+    """FSDP2 (fully_shard per decoder layer and at the root) on a Hugging Face Llama config (GQA, RMSNorm, rotary,
+    SiLU MLP): the per-step losses of one process on the whole batch."""
+    import transformers
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   pad_token_id=0, tie_word_embeddings=False, attention_dropout=0.0)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    ref = transformers.LlamaForCausalLM(cfg)
+    ref.load_state_dict(model.state_dict())
+    steps, lr, per, seq = 3, 0.5, 2, 16
+    data = torch.randint(1, 96, (steps, per * world, seq), generator=torch.Generator().manual_seed(2))
+    ref = ref.to(dev)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    want = []
+    for s in range(steps):
+        loss = ref(input_ids=data[s].to(dev), labels=data[s].to(dev)).loss
+        ref_opt.zero_grad()
+        loss.backward()
+        ref_opt.step()
+        want.append(loss.item())
+    mesh = init_device_mesh("tpu", (world,))
+    model = model.to(dev)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for s in range(steps):
+        x = data[s, rank * per:(rank + 1) * per].to(dev)
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        avg = loss.detach().clone()
+        dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+        assert abs(avg.item() - want[s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, want[s], avg.item())
+    dist.destroy_process_group()
+
+
 def tp_parity(rank, world):
     """DTensor tensor parallelism (ColwiseParallel qkv/fc1, RowwiseParallel proj/fc2) on the small GPT's blocks:
     the same per-step losses as one process."""

@@ -154,7 +154,13 @@ def test_fsdp2_parity_2_ranks():
     _spawn("fsdp2_parity", 2)
 
 
+@pytest.mark.full
+def test_fsdp2_hf_llama_2_ranks():
+    _spawn("fsdp2_hf_llama", 2)
+
+
 def test_tensor_parallel_parity_2_ranks():
+    """ColwiseParallel / RowwiseParallel on the small GPT, and SequenceParallel: one process's losses."""
     _spawn("tp_parity", 2)
 
 
