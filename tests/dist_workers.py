@@ -398,6 +398,38 @@ def fail_mismatch(rank, world):
     dist.destroy_process_group()
 
 
+def fail_mismatch_two_hosts(rank, world):
+    """Two "hosts" whose ranks agree within each host but not between them (10 against 12 elements, then allreduce
+    against broadcast in a fresh group): every rank fails naming both calls, before data moves between the hosts."""
+    import torch.distributed as dist
+    _init(rank, world, timeout_s=30)
+    dev = torch.device("tpu", 0)
+    t = torch.ones(10 if rank < 2 else 12, device=dev)
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+        raise AssertionError("mismatched shapes between hosts were not detected")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "mismatched collectives between hosts" in msg, msg
+        assert "rank 0 called allreduce(float32, 10 elements, sum)" in msg, msg
+        assert "rank 2 called allreduce(float32, 12 elements, sum)" in msg, msg
+    g = dist.new_group(list(range(world)))
+    t = torch.ones(6, device=dev)
+    try:
+        if rank < 2:
+            dist.all_reduce(t, group=g)
+        else:
+            dist.broadcast(t, src=2, group=g)
+        t.cpu()
+        raise AssertionError("allreduce against broadcast between hosts was not detected")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "rank 0 called allreduce(float32, 6 elements, sum)" in msg, msg
+        assert "rank 2 called broadcast(float32, 6 elements, root 2)" in msg, msg
+    dist.destroy_process_group()
+
+
 def _gpt_pair(vocab, seq):
     import test_models
     torch.manual_seed(0)

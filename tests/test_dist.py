@@ -150,6 +150,11 @@ def test_failure_mismatched_shapes_and_no_leftovers():
     assert after <= before, after - before
 
 
+def test_failure_mismatch_between_hosts():
+    """Hosts that called different collectives fail naming both, though each host's ranks agree."""
+    _spawn("fail_mismatch_two_hosts", 4, hosts=2, timeout=120)
+
+
 def test_fsdp2_parity_2_ranks():
     _spawn("fsdp2_parity", 2)
 

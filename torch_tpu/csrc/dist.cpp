@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <functional>
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <thread>
 #include <chrono>
@@ -182,6 +184,8 @@ class TpuDistBackend : public c10d::Backend {
       : Backend(rank, size), timeout_(timeout), local_rank_(local_rank), local_size_(local_size), host_(host),
         hosts_(hosts), cross_(std::move(cross)), world_(std::move(world)), column_(std::move(column)),
         p2p_store_(std::move(p2p_store)) {
+    const char* hc = getenv("TORCH_TPU_DIST_HOST_CHECK");
+    host_check_ = !(hc && strcmp(hc, "0") == 0);
     rank = local_rank;
     size = local_size;
     ensure_init();
@@ -610,7 +614,7 @@ class TpuDistBackend : public c10d::Backend {
       submit(op, "barrier");
       if (cross_) {
         auto cross = cross_;
-        host_step([cross] {
+        x_step(cross_, 0, {TPURT_DIST_BARRIER, -1, 0, -1, -1}, [cross] {
           cross->barrier()->wait();
           return TPURT_OK;
         });
@@ -994,6 +998,53 @@ class TpuDistBackend : public c10d::Backend {
     if (st) delete step;
     check_status(st, "tpu_dist between hosts");
   }
+
+  // What a collective's step between hosts runs (-1: not part of this kind), for the hosts to compare.
+  struct XCall {
+    int64_t kind, dtype, count, root, redop;
+  };
+  static int64_t dtype_code(c10::ScalarType t) { return to_tpurt_dtype(t, "tpu_dist"); }
+  static std::string describe(const int64_t* h) {  // h: call number, then an XCall
+    char buf[160];
+    const char* kind = tpurt_dist_kind_name(static_cast<tpurt_dist_kind_t>(h[1]));
+    if (h[1] == TPURT_DIST_BARRIER) return "barrier";
+    int n = snprintf(buf, sizeof(buf), "%s(%s, %lld elements", kind, tpurt_dtype_name(static_cast<tpurt_dtype_t>(h[2])),
+                     static_cast<long long>(h[3]));
+    if (h[5] >= 0) n += snprintf(buf + n, sizeof(buf) - n, ", %s", tpurt_dist_redop_name(static_cast<tpurt_dist_redop_t>(h[5])));
+    if (h[4] >= 0) n += snprintf(buf + n, sizeof(buf) - n, ", root %lld", static_cast<long long>(h[4]));
+    snprintf(buf + n, sizeof(buf) - n, ")");
+    return buf;
+  }
+  // Queues fn, a collective's step between hosts over the gloo group g (the hosts' first ranks, offset 0, or this
+  // rank's column, offset local_rank_). First g's members exchange what they are about to run (call number,
+  // collective, dtype, count, root, reduction: one gloo all_gather of 48 bytes each), so hosts that called
+  // different collectives fail on every rank, naming both calls, before any data moves between them (within a host
+  // the shared-memory header does the same). TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange.
+  void x_step(const c10::intrusive_ptr<c10d::Backend>& g, int offset, XCall call, std::function<tpurt_status_t()> fn) {
+    int64_t seq = ++x_calls_;
+    tpurt_dist_comm_t* comm = comm_;
+    int L = local_size_;
+    bool check = host_check_;
+    host_step([g, offset, call, fn, seq, comm, L, check]() -> tpurt_status_t {
+      if (check) {
+        int n = g->getSize();
+        int64_t mine[6] = {seq, call.kind, call.dtype, call.count, call.root, call.redop};
+        at::Tensor me = at::from_blob(mine, {6}, at::kLong).clone(), all = at::empty({6 * n}, at::kLong);
+        g->_allgather_base(all, me)->wait();
+        const int64_t* a = all.data_ptr<int64_t>();
+        for (int i = 1; i < n; ++i) {
+          if (std::equal(a, a + 6, a + 6 * i)) continue;
+          char msg[512];
+          snprintf(msg, sizeof(msg), "mismatched collectives between hosts at call #%lld of the group's steps between "
+                   "hosts: rank %d called %s but rank %d called %s (no data was exchanged between the hosts)",
+                   static_cast<long long>(seq), offset, describe(a).c_str(), i * L + offset, describe(a + 6 * i).c_str());
+          tpurt_dist_comm_abort(comm, msg);
+          return tpurt_dist_comm_error(comm);
+        }
+      }
+      return fn();
+    });
+  }
   // The `numel` elements of device memory at `ptr` as a CPU tensor over the same bytes, for gloo
   // (vTPU memory is host-visible, so nothing is copied; the host step runs in queue order).
   static at::Tensor host_view(void* ptr, int64_t numel, c10::ScalarType type) {
@@ -1028,7 +1079,8 @@ class TpuDistBackend : public c10d::Backend {
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
       c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-      host_step([cross, ptr, n, type, gop] {
+      x_step(cross_, 0, {TPURT_DIST_ALLREDUCE, dtype_code(type), n, -1, avg ? TPURT_DIST_AVG : red},
+             [cross, ptr, n, type, gop] {
         at::Tensor cpu = host_view(ptr, n, type == at::kBool ? at::kByte : type);
         c10d::AllreduceOptions o;
         o.reduceOp = gloo_op(type, gop);
@@ -1090,7 +1142,8 @@ class TpuDistBackend : public c10d::Backend {
     auto column = column_;
     void *src = part.data_ptr(), *dst = d.data_ptr();
     c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-    host_step([column, src, dst, c, H, st, gop] {
+    x_step(column_, local_rank_, {TPURT_DIST_REDUCE_SCATTER, dtype_code(st), c, -1, avg ? TPURT_DIST_AVG : red},
+           [column, src, dst, c, H, st, gop] {
       at::Tensor in = gloo_view(src, H * c, st), o = gloo_view(dst, c, st);
       c10d::ReduceScatterOptions opts;
       opts.reduceOp = gloo_op(st, gop);
@@ -1113,7 +1166,7 @@ class TpuDistBackend : public c10d::Backend {
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
-      host_step([cross, ptr, n, type, root_host] {
+      x_step(cross_, 0, {TPURT_DIST_BROADCAST, dtype_code(type), n, root, -1}, [cross, ptr, n, type, root_host] {
         std::vector<at::Tensor> v{host_view(ptr, n, type)};
         c10d::BroadcastOptions o;
         o.rootRank = root_host;
@@ -1149,7 +1202,7 @@ class TpuDistBackend : public c10d::Backend {
       void* dst = o.data_ptr();
       int64_t ln = n * local_size_, total = n * getSize();
       c10::ScalarType type = d.scalar_type();
-      host_step([cross, src, dst, ln, total, type] {
+      x_step(cross_, 0, {TPURT_DIST_ALLGATHER, dtype_code(type), n, -1, -1}, [cross, src, dst, ln, total, type] {
         at::Tensor cpu_out = host_view(dst, total, type), cpu_in = host_view(src, ln, type);
         cross->_allgather_base(cpu_out, cpu_in)->wait();
         return TPURT_OK;
@@ -1187,7 +1240,8 @@ class TpuDistBackend : public c10d::Backend {
       void* src = hostbuf.data_ptr();
       uint8_t* dst = all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      host_step([cross, src, dst, part, hosts, root_host] {
+      x_step(cross_, 0, {TPURT_DIST_GATHER, dtype_code(d.scalar_type()), n, root, -1},
+             [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> ins{host_bytes(src, part)};
         std::vector<std::vector<at::Tensor>> outs = host_parts(dst, part, hosts);
         c10d::GatherOptions o;
@@ -1238,7 +1292,8 @@ class TpuDistBackend : public c10d::Backend {
       void* dst = hostbuf.data_ptr();
       uint8_t* src = on_root_host ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      host_step([cross, src, dst, part, hosts, root_host] {
+      x_step(cross_, 0, {TPURT_DIST_SCATTER, dtype_code(d.scalar_type()), n, root, -1},
+             [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> outs{host_bytes(dst, part)};
         std::vector<std::vector<at::Tensor>> ins = host_parts(src, part, hosts);
         c10d::ScatterOptions o;
@@ -1274,6 +1329,8 @@ class TpuDistBackend : public c10d::Backend {
   int local_rank_, local_size_, host_, hosts_;
   c10::intrusive_ptr<c10d::Backend> cross_, world_, column_;
   c10::intrusive_ptr<c10d::Store> p2p_store_;
+  int64_t x_calls_ = 0;     // collectives' steps between hosts issued (the same sequence on every rank)
+  bool host_check_ = true;  // x_step's exchange (TORCH_TPU_DIST_HOST_CHECK=0: off)
   // Messages from other hosts received, per tag (touched by host steps only, which run one at a time in issue order).
   std::shared_ptr<std::map<int, int64_t>> remote_taken_ = std::make_shared<std::map<int, int64_t>>();
   tpurt_dist_comm_t* comm_ = nullptr;
