@@ -1,4 +1,4 @@
-"""tpu_dist collectives on this machine: allreduce and all_gather bus bandwidth (the NCCL-tests definition) from
+"""tpu_dist collectives on this machine: allreduce, all_gather and reduce_scatter bus bandwidth (the NCCL-tests definition) from
 4 KiB to 256 MiB on 2 and 4 chips, beside gloo on CPU tensors in the same run and the same process group, as a
 fraction of this machine's copy bandwidth (measured in the same run), the latency of an 8-byte allreduce, and the
 DDP training step time of the small GPT on 1, 2 and 4 chips beside the same DDP on CPU with gloo.
@@ -27,6 +27,10 @@ import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+
+
+# reduce_scatter (of a size-byte input) moves size * (n-1)/n per rank, as all_gather does.
+KINDS = ("allreduce", "all_gather", "reduce_scatter")
 
 
 def _median_time(fn, sync, iters, repeats=3):
@@ -87,12 +91,17 @@ def rank_main(rank, world, sizes, outfile):
     for nbytes in sizes:
         n = nbytes // 4
         row = {"bytes": nbytes}
-        for kind in ("allreduce", "all_gather"):
+        for kind in KINDS:
             for dev in ("tpu", "cpu"):
                 if kind == "allreduce":
                     t = torch.ones(n, device=dev)
                     fn = (lambda t=t: dist.all_reduce(t))
                     busf = 2 * (world - 1) / world
+                elif kind == "reduce_scatter":
+                    inp = torch.ones((n // world) * world, device=dev)
+                    out = torch.empty(n // world, device=dev)
+                    fn = (lambda inp=inp, out=out: dist.reduce_scatter_tensor(out, inp))
+                    busf = (world - 1) / world
                 else:
                     inp = torch.ones(n // world, device=dev)
                     out = torch.empty((n // world) * world, device=dev)
@@ -226,7 +235,7 @@ def _spawn_hosts(world, hosts, sizes):
         env.setdefault("TORCH_TPU_HBM_BYTES", "2G")
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={hosts}", f"--node-rank={h}",
                f"--nproc-per-node={chips}", "--master-addr=127.0.0.1", f"--master-port={port}", str(HERE / "bench_dist.py"),
-               "--worker", out, "--sizes-mib", ",".join(str(b >> 20) for b in sizes)]
+               "--worker", out, "--worker-bytes", ",".join(str(b) for b in sizes)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL))
     codes = [p.wait() for p in procs]
     if any(codes):
@@ -247,11 +256,12 @@ def main():
     ap.add_argument("--sizes-mib", default="", help="only these sizes, e.g. 64,256 (default: 4 KiB .. --max-mib)")
     ap.add_argument("--hosts", type=int, default=1, help="split each rank count into this many torchrun node groups")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)  # a torchrun rank of --hosts: writes here
+    ap.add_argument("--worker-bytes", default="", help=argparse.SUPPRESS)  # its sizes
     ap.add_argument("--json", default=str(HERE / "results_dist.json"))
     args = ap.parse_args()
     if args.worker:
         rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
-                  [int(x) << 20 for x in args.sizes_mib.split(",") if x], args.worker)
+                  [int(x) for x in args.worker_bytes.split(",") if x], args.worker)
         return
     sizes = []
     s = 4 << 10
@@ -272,13 +282,13 @@ def main():
             if args.hosts > 1 else f"{world} chips"
         print(f"\n== {where} (load average {os.getloadavg()[0]:.1f}); copy bandwidth {cbw / 1e9:.2f} GB/s "
               f"(one process, its threads); a chip's while all {world} copy at once: {chip_bw / 1e9:.2f} GB/s")
-        print(f"{'size':>9} | {'allreduce busbw GB/s':>22} {'x gloo':>7} {'of copy':>8} {'of chip':>8} | "
-              f"{'all_gather busbw GB/s':>22} {'x gloo':>7} {'of copy':>8} {'of chip':>8}")
+        print(f"{'size':>9} |" + "".join(f" {kind + ' busbw GB/s':>26} {'x gloo':>7} {'of copy':>8} {'of chip':>8} |"
+                                         for kind in KINDS))
         for row in res["rows"]:
             line = f"{_fmt_bytes(row['bytes']):>9} |"
-            for kind in ("allreduce", "all_gather"):
+            for kind in KINDS:
                 ours, gloo = row[f"{kind}_tpu_busbw"], row[f"{kind}_cpu_busbw"]
-                line += (f" {ours / 1e9:9.2f} (gloo {gloo / 1e9:6.2f}) {ours / gloo:7.1f} {ours / cbw:8.0%}"
+                line += (f" {ours / 1e9:13.2f} (gloo {gloo / 1e9:6.2f}) {ours / gloo:7.1f} {ours / cbw:8.0%}"
                          f" {ours / chip_bw:8.0%} |")
             print(line)
         lat = res["latency"]
