@@ -491,6 +491,37 @@ static void rank_any_source(tpurt_dist_comm_t* c) {
   CHECK_OK(tpurt_dist_run(c, &o));
 }
 
+/* tpurt_dist_recv_poll: takes a message with its tag when one is next from
+ * some rank, else returns at once; a message with another tag ahead of it
+ * waits for its own receive. */
+static void rank_recv_poll(tpurt_dist_comm_t* c) {
+  float* buf = (float*)g_mem;
+  if (g_rank == 1) {
+    for (int i = 0; i < 8; ++i) buf[i] = (float)(50 + i);
+    tpurt_dist_op_t ops[2] = {
+        {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = 0, .tag = 6, .count = 4, .in = buf},
+        {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = 0, .tag = 5, .count = 4, .in = buf + 4}};
+    CHECK_OK(tpurt_dist_run_group(c, ops, 2));
+    return;
+  }
+  int src = -2;
+  bool got = true;
+  tpurt_dist_op_t any5 = {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = TPURT_DIST_ANY_SOURCE,
+                          .tag = 5, .count = 4, .out = buf + 16, .out_source = &src};
+  CHECK_OK(tpurt_dist_recv_poll(c, &any5, &got));
+  CHECK(!got && src == -2); /* nothing yet, or the tag-6 message ahead of it */
+  tpurt_dist_op_t six = {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = 1, .tag = 6, .count = 4,
+                         .out = buf + 8};
+  CHECK(status_says(tpurt_dist_recv_poll(c, &six, &got), "recv from any source", NULL));
+  CHECK_OK(tpurt_dist_run(c, &six));
+  uint64_t t0 = tpurt_now_ns();
+  while (!got && tpurt_now_ns() - t0 < 10000000000ull) CHECK_OK(tpurt_dist_recv_poll(c, &any5, &got));
+  CHECK(got && src == 1);
+  int bad = 0;
+  for (int i = 0; i < 4; ++i) bad += buf[8 + i] != (float)(50 + i) || buf[16 + i] != (float)(54 + i);
+  CHECK(bad == 0);
+}
+
 /* A group may hold several sends to one peer: each receive gets its own
  * message, in order (they once shared one slot, and both receives got the
  * last). Rank 0 sends 3 to rank 1 and takes 2 back, in one group each way;
@@ -647,6 +678,7 @@ int main(void) {
   CHECK(spawn(2, rank_absent, 500) == 0);
   CHECK(spawn(3, rank_any_source, 30000) == 0);
   CHECK(spawn(2, rank_group_many, 30000) == 0);
+  CHECK(spawn(2, rank_recv_poll, 30000) == 0);
   CHECK(spawn(4, rank_any_source, 30000) == 0);
   test_shm_cleanup();
   setenv("TORCH_TPU_HBM_BYTES", "64M", 1);
