@@ -45,23 +45,59 @@ def topology() -> Topology:
     return Topology(os.environ.get("TORCH_TPU_TOPOLOGY") or "1")
 
 
-def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None) -> torch.Tensor:
+def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None, process_is_granule=False,
+                        allow_split_physical_axes=False, contiguous_submeshes=False) -> torch.Tensor:
     """The int64 rank layout to pass to `DeviceMesh("tpu", mesh=...)`: the product of `mesh_shape` is a host's chips,
     the last mesh dimension runs along physical neighbours (a ring along a torus axis where the axes allow), and
     `dcn_mesh_shape` (same length) puts hosts outside: dimension i gets dcn_mesh_shape[i] * mesh_shape[i] entries,
-    host h holding ranks h * chips .. (h + 1) * chips - 1. `topology`: "2x2", a Topology, or None for this host's."""
+    host h holding ranks h * chips .. (h + 1) * chips - 1. `topology`: "2x2", a Topology, or None for this host's.
+    As TorchTPU's (JAX's create_device_mesh): `allow_split_physical_axes=False` refuses a layout that would spread one
+    physical axis over two mesh dimensions (ValueError; True allows it); `process_is_granule=True` makes each process
+    (one chip) a unit of the outer network, so `mesh_shape` must be all ones and `dcn_mesh_shape` lays out the
+    processes; `contiguous_submeshes` is met by any layout here (a process owns one chip)."""
     if topology is None:
         spec = os.environ.get("TORCH_TPU_TOPOLOGY") or "1"
     elif isinstance(topology, Topology):
         spec = topology.spec
     else:
         spec = str(topology)
+    if process_is_granule:
+        spec = "1"  # each process's devices (one chip) are a granule; the layout is over processes
     mesh = [int(x) for x in (mesh_shape if isinstance(mesh_shape, (tuple, list)) else (mesh_shape,))]
     dcn = [] if dcn_mesh_shape is None else [int(x) for x in dcn_mesh_shape]
     from torch_tpu import _C
     flat = _C._dist_mesh_layout(spec, mesh, dcn)
+    if not allow_split_physical_axes and len(mesh) > 1:
+        _check_unsplit(spec, mesh, _host_layout(flat, mesh, dcn))
     shape = [m * (dcn[i] if dcn else 1) for i, m in enumerate(mesh)]
     return torch.tensor(flat, dtype=torch.int64).reshape(shape)
+
+
+def _host_layout(flat, mesh, dcn):
+    """Host 0's chips in the layout, shaped as mesh (the ICI part every host repeats)."""
+    full = torch.tensor(flat).reshape([m * (dcn[i] if dcn else 1) for i, m in enumerate(mesh)])
+    return full[tuple(slice(0, m) for m in mesh)]
+
+
+def _check_unsplit(spec, mesh, chips):
+    """ValueError when a physical axis varies along two mesh dimensions (the layout split it)."""
+    topo = Topology(spec)
+    coords = {c: topo.coords(c) for c in range(topo.num_chips)}
+    origin = coords[int(chips[tuple([0] * len(mesh))])]
+    owner = {}
+    for i, m in enumerate(mesh):
+        varies = set()  # the physical axes along which mesh dimension i moves
+        for k in range(1, m):
+            idx = [0] * len(mesh)
+            idx[i] = k
+            c = coords[int(chips[tuple(idx)])]
+            varies |= {axis for axis in range(len(c)) if c[axis] != origin[axis]}
+        for axis in sorted(varies):
+            if owner.setdefault(axis, i) != i:
+                raise ValueError(
+                    f"topology_aware_mesh: mesh shape {tuple(mesh)} splits physical axis {axis} of topology "
+                    f"'{spec}' between mesh dimensions {owner[axis]} and {i}; pass allow_split_physical_axes=True "
+                    "to allow it")
 
 
 def _host_key() -> str:
