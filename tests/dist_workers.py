@@ -427,6 +427,16 @@ def fail_mismatch_two_hosts(rank, world):
         msg = str(e)
         assert "rank 0 called allreduce(float32, 6 elements, sum)" in msg, msg
         assert "rank 2 called broadcast(float32, 6 elements, root 2)" in msg, msg
+    # a receive from any source that nobody sends to fails after the group's timeout, naming itself
+    g2 = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=2))
+    if rank == 0:
+        t0 = time.monotonic()
+        try:
+            dist.recv(torch.empty(3, device=dev), group=g2, tag=4)
+            raise AssertionError("a recv from any source with no sender returned")
+        except RuntimeError as e:
+            assert "no rank sent rank 0 a message with tag 4" in str(e) and "2.0 s timeout" in str(e), str(e)
+        assert time.monotonic() - t0 < 30
     dist.destroy_process_group()
 
 
