@@ -133,6 +133,14 @@ def _create_backend(store, rank, size, timeout):
             f"assigns them); got hosts {hosts}")
     h = rank // local
     local_store = dist.PrefixStore(f"tpu_dist/host{h}/", store)
+    # What the queue's threads ask of the store (gloo's connections made on first use, the counts of messages
+    # between hosts for receives from any source) goes through a connection of its own (clone): a store connection
+    # serves one request at a time, and the application's thread may hold its own in a long wait (new_group
+    # waiting for a rank that waits for a message this process has queued).
+    try:
+        queue_store = store.clone()
+    except (RuntimeError, NotImplementedError):
+        queue_store = store  # a store without clone (HashStore, FileStore) has no connection to hold
 
     def gloo(prefix, r, n):
         # Connections are made on first use (gloo's lazy init): a pair of ranks that never exchange a message costs
@@ -140,7 +148,7 @@ def _create_backend(store, rank, size, timeout):
         opts = dist.ProcessGroupGloo._Options()
         opts._devices = [dist.ProcessGroupGloo.create_default_device(lazy_init=True)]
         opts._timeout = datetime.timedelta(seconds=seconds)
-        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), r, n, opts)
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, queue_store), r, n, opts)
 
     # The hosts' first ranks (the step between hosts of a collective reduced within each host first).
     cross = gloo("tpu_dist/hosts/", h, len(names)) if rank % local == 0 else None
@@ -150,7 +158,7 @@ def _create_backend(store, rank, size, timeout):
     # Every rank, for what goes between two ranks of different hosts (send/recv, all_to_all's parts).
     world = gloo("tpu_dist/world/", rank, size)
     return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross, world,
-                                   column, dist.PrefixStore("tpu_dist/p2p/", store))
+                                   column, dist.PrefixStore("tpu_dist/p2p/", queue_store))
 
 
 def register_backend() -> None:
