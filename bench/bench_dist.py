@@ -1,11 +1,14 @@
-"""tpu_dist collectives on this machine: allreduce and all_gather bus bandwidth (the NCCL-tests definition) from
+"""tpu_dist collectives on this machine: allreduce, all_gather and reduce_scatter bus bandwidth (the NCCL-tests definition) from
 4 KiB to 256 MiB on 2 and 4 chips, beside gloo on CPU tensors in the same run and the same process group, as a
 fraction of this machine's copy bandwidth (measured in the same run), the latency of an 8-byte allreduce, and the
 DDP training step time of the small GPT on 1, 2 and 4 chips beside the same DDP on CPU with gloo.
 
-    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--ddp-ranks 1,2,4] [--json bench/results_dist.json]
+    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--sizes-mib 64,256] [--ddp-ranks 1,2,4]
+                               [--hosts 2] [--json bench/results_dist.json]
 
-(--max-mib 0: no bandwidth table; --ddp-ranks "": no DDP.)
+(--max-mib 0: no bandwidth table; --ddp-ranks "": no DDP.) --hosts H runs each rank count as H "hosts" on this
+machine: H torchrun node groups (--nnodes H, on loopback), each with its own TORCH_TPU_HOST_ID, so collectives go
+through shared memory within a node group and gloo between them, as on H machines.
 
 Bus bandwidth: allreduce moves size * 2(n-1)/n per rank, all_gather (of a size-byte output) size * (n-1)/n, so
 busbw = that / time; it is comparable across rank counts and with a copy's bandwidth (bytes copied per second, one
@@ -24,6 +27,10 @@ import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+
+
+# reduce_scatter (of a size-byte input) moves size * (n-1)/n per rank, as all_gather does.
+KINDS = ("allreduce", "all_gather", "reduce_scatter")
 
 
 def _median_time(fn, sync, iters, repeats=3):
@@ -53,6 +60,25 @@ def _iters_for(nbytes):
     return max(2, min(200, (32 << 20) // max(nbytes, 1)))
 
 
+def _concurrent_copy_bw(torch, dist, n):
+    """Bytes per second one rank copies (float32, n elements) while every rank copies, one thread each."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    src, dst = torch.ones(n), torch.empty(n)
+    dst.copy_(src)
+    times = []
+    for _ in range(5):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(2):
+            dst.copy_(src)
+        t = torch.tensor([(time.perf_counter() - t0) / 2], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        times.append(t.item())
+    torch.set_num_threads(threads)
+    return n * 4 / statistics.median(times)
+
+
 def rank_main(rank, world, sizes, outfile):
     sys.path.insert(0, str(HERE.parent))
     import torch
@@ -65,12 +91,17 @@ def rank_main(rank, world, sizes, outfile):
     for nbytes in sizes:
         n = nbytes // 4
         row = {"bytes": nbytes}
-        for kind in ("allreduce", "all_gather"):
+        for kind in KINDS:
             for dev in ("tpu", "cpu"):
                 if kind == "allreduce":
                     t = torch.ones(n, device=dev)
                     fn = (lambda t=t: dist.all_reduce(t))
                     busf = 2 * (world - 1) / world
+                elif kind == "reduce_scatter":
+                    inp = torch.ones((n // world) * world, device=dev)
+                    out = torch.empty(n // world, device=dev)
+                    fn = (lambda inp=inp, out=out: dist.reduce_scatter_tensor(out, inp))
+                    busf = (world - 1) / world
                 else:
                     inp = torch.ones(n // world, device=dev)
                     out = torch.empty((n // world) * world, device=dev)
@@ -99,10 +130,15 @@ def rank_main(rank, world, sizes, outfile):
         dst = torch.empty_like(src)
         sec = _median_time(lambda: dst.copy_(src), lambda: None, 10, repeats=5)
         copy_bw = src.numel() * 4 / sec
+    # A chip's copy bandwidth while every chip copies at once, one thread each (what a chip is given: the host's
+    # cores and memory are shared by its chips): every rank copies 256 MiB within its own memory at the same time;
+    # the slowest rank's time counts. A collective's bytes all pass through that shared memory, so this is its bound.
+    chip_copy_bw = _concurrent_copy_bw(torch, dist, 64 << 20)
     dist.barrier()
     if rank == 0:
         with open(outfile, "w") as f:
-            json.dump({"world": world, "rows": rows, "latency": lat, "copy_bw": copy_bw}, f)
+            json.dump({"world": world, "rows": rows, "latency": lat, "copy_bw": copy_bw,
+                       "chip_copy_bw": chip_copy_bw}, f)
     dist.destroy_process_group()
 
 
@@ -183,6 +219,31 @@ def _spawn(world, sizes, target=None):
         return json.load(f)
 
 
+def _spawn_hosts(world, hosts, sizes):
+    """world ranks as `hosts` torchrun node groups on loopback, each its own host (TORCH_TPU_HOST_ID)."""
+    import subprocess
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tempfile.mktemp(prefix="bench_dist_", suffix=".json")
+    chips = world // hosts
+    procs = []
+    for h in range(hosts):
+        env = dict(os.environ, TORCH_TPU_HOST_ID=f"node{h}", TORCH_TPU_TOPOLOGY=str(chips),
+                   PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.setdefault("TORCH_TPU_NUM_THREADS", "1")
+        env.setdefault("TORCH_TPU_HBM_BYTES", "2G")
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={hosts}", f"--node-rank={h}",
+               f"--nproc-per-node={chips}", "--master-addr=127.0.0.1", f"--master-port={port}", str(HERE / "bench_dist.py"),
+               "--worker", out, "--worker-bytes", ",".join(str(b) for b in sizes)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL))
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"bench_dist: a node group failed: {codes}")
+    with open(out) as f:
+        return json.load(f)
+
+
 def _fmt_bytes(n):
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
@@ -192,8 +253,16 @@ def main():
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--max-mib", type=int, default=256)
     ap.add_argument("--ddp-ranks", default="1,2,4")
+    ap.add_argument("--sizes-mib", default="", help="only these sizes, e.g. 64,256 (default: 4 KiB .. --max-mib)")
+    ap.add_argument("--hosts", type=int, default=1, help="split each rank count into this many torchrun node groups")
+    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)  # a torchrun rank of --hosts: writes here
+    ap.add_argument("--worker-bytes", default="", help=argparse.SUPPRESS)  # its sizes
     ap.add_argument("--json", default=str(HERE / "results_dist.json"))
     args = ap.parse_args()
+    if args.worker:
+        rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+                  [int(x) for x in args.worker_bytes.split(",") if x], args.worker)
+        return
     sizes = []
     s = 4 << 10
     while s <= args.max_mib << 20:
@@ -201,19 +270,26 @@ def main():
         s *= 4
     if sizes and sizes[-1] != args.max_mib << 20 and args.max_mib << 20 > 4 << 10:
         sizes.append(args.max_mib << 20)
+    if args.sizes_mib:
+        sizes = [int(x) << 20 for x in args.sizes_mib.split(",") if x]
     results = []
     for world in [int(x) for x in args.ranks.split(",") if x] if sizes else []:
-        res = _spawn(world, sizes)
+        res = _spawn_hosts(world, args.hosts, sizes) if args.hosts > 1 else _spawn(world, sizes)
+        res["hosts"] = args.hosts
         results.append(res)
-        cbw = res["copy_bw"]
-        print(f"\n== {world} chips (load average {os.getloadavg()[0]:.1f}); copy bandwidth {cbw / 1e9:.2f} GB/s")
-        print(f"{'size':>9} | {'allreduce busbw GB/s':>22} {'x gloo':>7} {'of copy':>8} | "
-              f"{'all_gather busbw GB/s':>22} {'x gloo':>7} {'of copy':>8}")
+        cbw, chip_bw = res["copy_bw"], res["chip_copy_bw"]
+        where = f"{args.hosts} hosts x {world // args.hosts} chips (torchrun node groups on loopback)" \
+            if args.hosts > 1 else f"{world} chips"
+        print(f"\n== {where} (load average {os.getloadavg()[0]:.1f}); copy bandwidth {cbw / 1e9:.2f} GB/s "
+              f"(one process, its threads); a chip's while all {world} copy at once: {chip_bw / 1e9:.2f} GB/s")
+        print(f"{'size':>9} |" + "".join(f" {kind + ' busbw GB/s':>26} {'x gloo':>7} {'of copy':>8} {'of chip':>8} |"
+                                         for kind in KINDS))
         for row in res["rows"]:
             line = f"{_fmt_bytes(row['bytes']):>9} |"
-            for kind in ("allreduce", "all_gather"):
+            for kind in KINDS:
                 ours, gloo = row[f"{kind}_tpu_busbw"], row[f"{kind}_cpu_busbw"]
-                line += f" {ours / 1e9:9.2f} (gloo {gloo / 1e9:6.2f}) {ours / gloo:7.1f} {ours / cbw:8.0%} |"
+                line += (f" {ours / 1e9:13.2f} (gloo {gloo / 1e9:6.2f}) {ours / gloo:7.1f} {ours / cbw:8.0%}"
+                         f" {ours / chip_bw:8.0%} |")
             print(line)
         lat = res["latency"]
         print(f"8-byte allreduce: {lat['queued_us']:.1f} us each queued back to back; one call + synchronize "

@@ -100,37 +100,67 @@ def _same(got, want, what):
 
 
 
-def _check_all_to_all(rank, W, dt, dev, what):
+def _w(work):
+    """Waits for an async collective's Work (None when it ran synchronously)."""
+    if work is not None:
+        work.wait()
+
+
+def _check_all_to_all(rank, W, dt, dev, what, async_op=False):
     """all_to_all_single with uneven splits (rank p sends p + q + 1 rows to rank q), then all_to_all of lists."""
     import torch.distributed as dist
     in_splits = [rank + q + 1 for q in range(W)]
     out_splits = [p + rank + 1 for p in range(W)]
     inp = torch.cat([torch.full((in_splits[q], 3), 100 * rank + q).to(dt) for q in range(W)]).to(dev)
     out = torch.empty((sum(out_splits), 3), dtype=dt, device=dev)
-    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    _w(dist.all_to_all_single(out, inp, out_splits, in_splits, async_op=async_op))
     want = torch.cat([torch.full((out_splits[p], 3), 100 * p + rank).to(dt) for p in range(W)])
     _same(out, want, f"{what}all_to_all_single {dt}")
     ins = [_value(rank, dt, (2, 3), salt=q).to(dev) for q in range(W)]
     outs = [torch.empty((2, 3), dtype=dt, device=dev) for _ in range(W)]
-    dist.all_to_all(outs, ins)
+    _w(dist.all_to_all(outs, ins, async_op=async_op))
     for p in range(W):
         _same(outs[p], _value(p, dt, (2, 3), salt=rank), f"{what}all_to_all {dt} from {p}")
 
 
-def _check_gather(rank, W, dt, shape, dev, root, what):
+def _check_coalesced_all_to_all(rank, W, dev, what):
+    """all_to_all_single and all_to_all inside a coalescing manager, beside an isend/irecv pair around a ring and an
+    all_reduce (the mix batched code issues)."""
+    import torch.distributed as dist
+    inp = torch.cat([torch.full((2,), 100.0 * rank + q) for q in range(W)]).to(dev)
+    out = torch.empty(2 * W, device=dev)
+    lst_in = [torch.full((3,), 10.0 * rank + q, device=dev) for q in range(W)]
+    lst_out = [torch.empty(3, device=dev) for _ in range(W)]
+    mine, got = _value(rank, torch.float32, (4,)).to(dev), torch.empty(4, device=dev)
+    acc = torch.full((5,), float(rank + 1), device=dev)
+    with dist._coalescing_manager(device=dev, async_ops=True) as cm:
+        dist.isend(mine, (rank + 1) % W)
+        dist.all_to_all_single(out, inp)
+        dist.irecv(got, (rank - 1) % W)
+        dist.all_to_all(lst_out, lst_in)
+        dist.all_reduce(acc)
+    cm.wait()
+    _same(out, torch.cat([torch.full((2,), 100.0 * p + rank) for p in range(W)]), f"{what}coalesced all_to_all_single")
+    for p in range(W):
+        _same(lst_out[p], torch.full((3,), 10.0 * p + rank), f"{what}coalesced all_to_all from {p}")
+    _same(got, _value((rank - 1) % W, torch.float32, (4,)), f"{what}coalesced irecv")
+    _same(acc, torch.full((5,), float(W * (W + 1) // 2)), f"{what}coalesced all_reduce")
+
+
+def _check_gather(rank, W, dt, shape, dev, root, what, async_op=False):
     import torch.distributed as dist
     outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)] if rank == root else None
-    dist.gather(_value(rank, dt, shape).to(dev), outs, dst=root)
+    _w(dist.gather(_value(rank, dt, shape).to(dev), outs, dst=root, async_op=async_op))
     if rank == root:
         for r in range(W):
             _same(outs[r], _value(r, dt, shape), f"{what}gather {dt} to {root} [{r}]")
 
 
-def _check_scatter(rank, W, dt, shape, dev, root, what):
+def _check_scatter(rank, W, dt, shape, dev, root, what, async_op=False):
     import torch.distributed as dist
     out = torch.empty(shape, dtype=dt, device=dev)
     ins = [_value(10 + q, dt, shape).to(dev) for q in range(W)] if rank == root else None
-    dist.scatter(out, ins, src=root)
+    _w(dist.scatter(out, ins, src=root, async_op=async_op))
     _same(out, _value(10 + rank, dt, shape), f"{what}scatter {dt} from {root}")
 
 def collectives(rank, world):
@@ -157,49 +187,54 @@ def collectives(rank, world):
         raise AssertionError("BAND on float32 was accepted")
     except RuntimeError as e:
         assert "band" in str(e) and "float32" in str(e), str(e)
-    # every collective on a few dtypes, non-contiguous inputs and outputs included
-    for dt in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64):
+    # every collective on every dtype, sync or async (Work.wait) in turn, non-contiguous inputs and outputs included
+    for di, dt in enumerate(DTYPES):
+        a = di % 2 == 1
         # broadcast from the last rank, into a transposed (non-contiguous) view
         base = _value(rank, dt, (7, 5)).to(dev)
         t = base.t()
         assert not t.is_contiguous()
-        dist.broadcast(t, src=W - 1)
+        _w(dist.broadcast(t, src=W - 1, async_op=a))
         _same(t, _value(W - 1, dt, (7, 5)).t(), f"broadcast {dt}")
         _same(base, _value(W - 1, dt, (7, 5)), f"broadcast {dt} (base of the view)")
         # reduce to rank 1
         if dt != torch.bool:
             t = _value(rank, dt, shape).to(dev)
-            dist.reduce(t, dst=1, op=dist.ReduceOp.SUM)
+            _w(dist.reduce(t, dst=1, op=dist.ReduceOp.SUM, async_op=a))
             if rank == 1:
                 _same(t, _reduce_ref([_value(r, dt, shape) for r in range(W)], dist.ReduceOp.SUM, dt), f"reduce {dt}")
         # all_gather (list) and all_gather_into_tensor
         inp = _value(rank, dt, shape).to(dev)
         outs = [torch.empty(shape, dtype=dt, device=dev) for _ in range(W)]
-        dist.all_gather(outs, inp)
+        _w(dist.all_gather(outs, inp, async_op=a))
         for r in range(W):
             _same(outs[r], _value(r, dt, shape), f"all_gather {dt} [{r}]")
         big = torch.empty((W * 5, 7), dtype=dt, device=dev)
-        dist.all_gather_into_tensor(big, inp)
+        _w(dist.all_gather_into_tensor(big, inp, async_op=a))
         _same(big, torch.cat([_value(r, dt, shape) for r in range(W)]), f"all_gather_into_tensor {dt}")
         # reduce_scatter (list) and reduce_scatter_tensor
         if dt != torch.bool:
             ins = [_value(rank, dt, shape, salt=k).to(dev) for k in range(W)]
             out = torch.empty(shape, dtype=dt, device=dev)
-            dist.reduce_scatter(out, ins)
+            _w(dist.reduce_scatter(out, ins, async_op=a))
             _same(out, _reduce_ref([_value(r, dt, shape, salt=rank) for r in range(W)], dist.ReduceOp.SUM, dt),
                   f"reduce_scatter {dt}")
             flat_in = torch.cat([_value(rank, dt, shape, salt=k) for k in range(W)]).to(dev)
             out2 = torch.empty(shape, dtype=dt, device=dev)
-            dist.reduce_scatter_tensor(out2, flat_in)
+            _w(dist.reduce_scatter_tensor(out2, flat_in, async_op=a))
             _same(out2, out.cpu(), f"reduce_scatter_tensor {dt}")
-        _check_all_to_all(rank, W, dt, dev, "")
-        _check_gather(rank, W, dt, shape, dev, 0, "")
-        _check_scatter(rank, W, dt, shape, dev, 0, "")
+        _check_all_to_all(rank, W, dt, dev, "", a)
+        _check_gather(rank, W, dt, shape, dev, 0, "", a)
+        _check_scatter(rank, W, dt, shape, dev, 0, "", a)
         # send / recv around a ring (even ranks send first)
         t = _value(rank, dt, shape).to(dev)
         r_buf = torch.empty(shape, dtype=dt, device=dev)
         nxt, prv = (rank + 1) % W, (rank - 1) % W
-        if rank % 2 == 0:
+        if a:  # isend / irecv
+            ws = [dist.isend(t, nxt), dist.irecv(r_buf, prv)] if rank % 2 == 0 else [dist.irecv(r_buf, prv), dist.isend(t, nxt)]
+            for w in ws:
+                w.wait()
+        elif rank % 2 == 0:
             dist.send(t, nxt)
             dist.recv(r_buf, prv)
         else:
@@ -213,6 +248,7 @@ def collectives(rank, world):
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     _same(r_buf, _value((rank - 1) % W, torch.float32, shape), "batch_isend_irecv")
+    _check_coalesced_all_to_all(rank, W, dev, "")
     dist.barrier()
     # functional collectives (what DTensor and FSDP2 call)
     import torch.distributed._functional_collectives as funcol
@@ -362,6 +398,59 @@ def fail_mismatch(rank, world):
     dist.destroy_process_group()
 
 
+def _drain():
+    """Lets the failed group's work still queued fail here: the call that failed may have raised the error
+    itself (Work.wait sees the aborted group), leaving its queued part to fail at the next synchronize."""
+    try:
+        torch.tpu.synchronize()
+    except RuntimeError as e:
+        assert "was aborted" in str(e), str(e)
+
+
+def fail_mismatch_two_hosts(rank, world):
+    """Two "hosts" whose ranks agree within each host but not between them (10 against 12 elements, then allreduce
+    against broadcast in a fresh group): every rank fails naming both calls, before data moves between the hosts."""
+    import torch.distributed as dist
+    _init(rank, world, timeout_s=30)
+    dev = torch.device("tpu", 0)
+    t = torch.ones(10 if rank < 2 else 12, device=dev)
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+        raise AssertionError("mismatched shapes between hosts were not detected")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "mismatched collectives between hosts" in msg, msg
+        assert "rank 0 called allreduce(float32, 10 elements, sum)" in msg, msg
+        assert "rank 2 called allreduce(float32, 12 elements, sum)" in msg, msg
+    _drain()
+    g = dist.new_group(list(range(world)))
+    t = torch.ones(6, device=dev)
+    try:
+        if rank < 2:
+            dist.all_reduce(t, group=g)
+        else:
+            dist.broadcast(t, src=2, group=g)
+        t.cpu()
+        raise AssertionError("allreduce against broadcast between hosts was not detected")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "rank 0 called allreduce(float32, 6 elements, sum)" in msg, msg
+        assert "rank 2 called broadcast(float32, 6 elements, root 2)" in msg, msg
+    _drain()
+    # a receive from any source that nobody sends to fails after the group's timeout, naming itself
+    g2 = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=2))
+    if rank == 0:
+        t0 = time.monotonic()
+        try:
+            dist.recv(torch.empty(3, device=dev), group=g2, tag=4)
+            raise AssertionError("a recv from any source with no sender returned")
+        except RuntimeError as e:
+            assert "no rank sent rank 0 a message with tag 4" in str(e) and "2.0 s timeout" in str(e), str(e)
+        assert time.monotonic() - t0 < 30
+    dist.destroy_process_group()
+
+
 def _gpt_pair(vocab, seq):
     import test_models
     torch.manual_seed(0)
@@ -421,6 +510,51 @@ def fsdp2_parity(rank, world):
     dist.destroy_process_group()
 
 
+def fsdp2_hf_llama(rank, world):
+    """FSDP2 (fully_shard per decoder layer and at the root) on a Hugging Face Llama config (GQA, RMSNorm, rotary,
+    SiLU MLP): the per-step losses of one process on the whole batch."""
+    import transformers
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   pad_token_id=0, tie_word_embeddings=False, attention_dropout=0.0)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    ref = transformers.LlamaForCausalLM(cfg)
+    ref.load_state_dict(model.state_dict())
+    steps, lr, per, seq = 3, 0.5, 2, 16
+    data = torch.randint(1, 96, (steps, per * world, seq), generator=torch.Generator().manual_seed(2))
+    ref = ref.to(dev)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    want = []
+    for s in range(steps):
+        loss = ref(input_ids=data[s].to(dev), labels=data[s].to(dev)).loss
+        ref_opt.zero_grad()
+        loss.backward()
+        ref_opt.step()
+        want.append(loss.item())
+    mesh = init_device_mesh("tpu", (world,))
+    model = model.to(dev)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for s in range(steps):
+        x = data[s, rank * per:(rank + 1) * per].to(dev)
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        avg = loss.detach().clone()
+        dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+        assert abs(avg.item() - want[s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, want[s], avg.item())
+    dist.destroy_process_group()
+
+
 def tp_parity(rank, world):
     """DTensor tensor parallelism (ColwiseParallel qkv/fc1, RowwiseParallel proj/fc2) on the small GPT's blocks:
     the same per-step losses as one process."""
@@ -450,7 +584,57 @@ def tp_parity(rank, world):
     want = _ref_losses(ref, data, vocab, lr, steps)
     for s in range(steps):
         assert abs(want[s] - losses[s]) <= 1e-4 * abs(want[s]) + 1e-5, (s, want[s], losses[s])
+    _sequence_parallel_parity(rank, world, mesh)
     dist.destroy_process_group()
+
+
+def _sequence_parallel_parity(rank, world, mesh):
+    """SequenceParallel: a LayerNorm on each rank's slice of the sequence, then ColwiseParallel (gathering the
+    sequence) and RowwiseParallel (reduce-scattering it back): the per-step losses, outputs and LayerNorm weights of
+    one process on the whole sequence."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+    dev = torch.device("tpu", 0)
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc1, self.fc2 = torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return self.fc2(torch.nn.functional.gelu(self.fc1(self.ln(x))))
+
+    torch.manual_seed(3)
+    ref = MLP()
+    model = MLP()
+    model.load_state_dict(ref.state_dict())
+    model = model.to(dev)
+    parallelize_module(model, mesh, {"ln": SequenceParallel(), "fc1": ColwiseParallel(input_layouts=Shard(1)),
+                                     "fc2": RowwiseParallel(output_layouts=Shard(1))})
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, foreach=False)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    seq = 4 * world
+    for step in range(3):
+        x = torch.randn(2, seq, 16, generator=torch.Generator().manual_seed(10 + step))
+        y = ref(x)
+        ref_loss = (y * y).mean()
+        ref_opt.zero_grad()
+        ref_loss.backward()
+        ref_opt.step()
+        local = x[:, rank * 4:(rank + 1) * 4].to(dev)
+        out = model(local)  # this rank's slice of the sequence
+        loss = (out * out).sum() / y.numel()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        assert torch.allclose(out.detach().cpu(), y.detach()[:, rank * 4:(rank + 1) * 4], rtol=1e-4, atol=1e-5), step
+        assert abs(total.item() - ref_loss.item()) <= 1e-4 * abs(ref_loss.item()) + 1e-6, (step, total, ref_loss)
+    ln_w = model.ln.weight.full_tensor().cpu()
+    assert torch.allclose(ln_w, ref.ln.weight.detach(), rtol=1e-4, atol=1e-5), (ln_w, ref.ln.weight)
 
 
 def cross_host(rank, world):
@@ -501,6 +685,20 @@ def cross_host(rank, world):
     dist.reduce_scatter_tensor(out, flat_in)
     _same(out, _reduce_ref([_value(r, torch.float32, shape, salt=rank) for r in range(W)], R.SUM, torch.float32),
           "cross-host reduce_scatter_tensor")
+    # reduce_scatter (within each host, then between hosts on each rank's column): dtypes and reductions, a list of
+    # non-contiguous inputs
+    for dt, op in ((torch.float32, R.AVG), (torch.float32, R.MAX), (torch.int64, R.MIN), (torch.int32, R.PRODUCT),
+                   (torch.complex64, R.SUM), (torch.bfloat16, R.SUM), (torch.float64, R.AVG)):
+        ins = [_value(rank, dt, (7, 5), salt=k).to(dev).t() for k in range(W)]
+        out = torch.empty(shape, dtype=dt, device=dev)
+        dist.reduce_scatter(out, ins, op=op)
+        want = _reduce_ref([_value(r, dt, (7, 5), salt=rank).t() for r in range(W)], op, dt)
+        _same(out, want, f"cross-host reduce_scatter {dt} {op}")
+        flat_in = torch.cat([_value(rank, dt, shape, salt=k) for k in range(W)]).to(dev)
+        out2 = torch.empty(shape, dtype=dt, device=dev)
+        dist.reduce_scatter_tensor(out2, flat_in, op=op)
+        _same(out2, _reduce_ref([_value(r, dt, shape, salt=rank) for r in range(W)], op, dt),
+              f"cross-host reduce_scatter_tensor {dt} {op}")
     dist.barrier()
     for dt in (torch.float32, torch.bfloat16, torch.bool, torch.complex64, torch.int64):
         # gather and scatter, with roots on either host and not always a host's first rank
@@ -530,11 +728,59 @@ def cross_host(rank, world):
         w.wait()
     _same(r_next, _value((rank - 1) % W, torch.float32, shape), "cross-host batch_isend_irecv (ring)")
     _same(r_far, _value((rank - 2) % W, torch.float32, shape), "cross-host batch_isend_irecv (other host)")
+    _check_coalesced_all_to_all(rank, W, dev, "cross-host ")
     if rank in (0, 3):
         buf = _value(rank, torch.float32, shape).to(dev) if rank == 0 else torch.empty(shape, device=dev)
         w = dist.isend(buf, 3) if rank == 0 else dist.irecv(buf, 0)
         w.wait()
         _same(buf, _value(0, torch.float32, shape), "cross-host isend/irecv")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def recv_any_source_two_hosts(rank, world):
+    """recv / irecv from any source in a group spanning two "hosts" (TORCH_TPU_HOST_ID), tpu and cpu tensors."""
+    import torch.distributed as dist
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    # recv from any source in a group spanning hosts: rank 0 takes one message from each other rank (its own host's
+    # through shared memory, the other host's through gloo), whichever comes first; a message with another tag
+    # waits for its own receive
+    if rank == 0:
+        seen = set()
+        for _ in range(world - 1):
+            buf = torch.empty(4, device=dev)
+            src = dist.recv(buf)
+            assert src not in seen and 0 < src < world, (src, seen)
+            seen.add(src)
+            _same(buf, _value(src, torch.float32, (4,)), f"cross-host recv from any source (sent by {src})")
+        buf = torch.empty((2, 3), dtype=torch.bfloat16, device=dev)
+        w = dist.irecv(buf, tag=1)
+        w.wait()
+        assert w._source_rank() == 3, w._source_rank()
+        _same(buf, _value(13, torch.bfloat16, (2, 3)), "cross-host irecv from any source")
+    elif rank == 3:
+        # the tag-1 message posted first (one batch: a lone send across hosts holds the stream until taken)
+        ops = [dist.P2POp(dist.isend, _value(13, torch.bfloat16, (2, 3)).to(dev), 0, tag=1),
+               dist.P2POp(dist.isend, _value(rank, torch.float32, (4,)).to(dev), 0)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+    else:
+        dist.send(_value(rank, torch.float32, (4,)).to(dev), 0)
+    # CPU tensors, and a subgroup spanning the hosts whose group ranks differ from the global ones: its last rank
+    # receives from any of the others
+    ranks = [1, 2, 3, 0]
+    g = dist.new_group(ranks)
+    if rank == 0:
+        got = set()
+        for _ in range(3):
+            buf = torch.empty(3, dtype=torch.int64)
+            src = dist.recv(buf, group=g)
+            assert src in (1, 2, 3) and src not in got, (src, got)
+            got.add(src)
+            _same(buf, _value(src, torch.int64, (3,), salt=5), f"cpu subgroup recv from any source ({src})")
+    else:
+        dist.send(_value(rank, torch.int64, (3,), salt=5), 0, group=g)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -854,7 +1100,19 @@ def cpu_tensors(rank, world):
     answers (worked on CPU by hand); a collective on the chip in between stays in order."""
     import torch.distributed as dist
     import torch.distributed._functional_collectives as fc
-    _init(rank, world)
+    # One backend per group serves both devices (c10d registers a single backend when every device names the same
+    # one): CPU tensors cost no second communicator.
+    made = []
+    plugin = dist.Backend._plugins["TPU_DIST"]
+    dist.Backend._plugins["TPU_DIST"] = dist.Backend._BackendPlugin(
+        lambda *a: made.append(1) or plugin.creator_fn(*a), plugin.extended_api)
+    try:
+        _init(rank, world)
+        sub = dist.new_group(list(range(world)))
+    finally:
+        dist.Backend._plugins["TPU_DIST"] = plugin
+    assert len(made) == 2, f"{len(made)} backends for 2 groups"
+    assert dist.get_backend_config(sub) == "tpu:tpu_dist,cpu:tpu_dist", dist.get_backend_config(sub)
     dt = torch.float32
     vals = [_value(r, dt, (6,)) for r in range(world)]
     t = vals[rank].clone()

@@ -92,6 +92,14 @@ def test_topology_aware_mesh_layouts():
     for a, b in zip(ring, ring[1:] + ring[:1]):
         assert b in topo.neighbors(a), (a, b)
     assert topo.coords(5) == (1, 1) and topo.neighbors(0) == [1, 3, 4]
+    # TorchTPU's (JAX's) keywords: a physical axis spread over two mesh dimensions only when allowed
+    with pytest.raises(ValueError, match="splits physical axis 0 of topology '8' between mesh dimensions 0 and 1"):
+        tam((2, 4), topology="8")
+    assert tam((2, 4), topology="8", allow_split_physical_axes=True).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert tam((4, 2), topology="2x2x2").tolist() == [[0, 1], [2, 3], [6, 7], [4, 5]]  # two whole axes: no split
+    # each process a granule of the outer network: the layout is over processes
+    assert tam((1, 1), process_is_granule=True, dcn_mesh_shape=(2, 3)).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert torch.tpu.distributed.topology_aware_mesh((4,), topology="2x2", contiguous_submeshes=True).tolist() == [0, 1, 3, 2]
 
 
 def test_chip_per_process_and_split(tmp_path):
@@ -150,17 +158,33 @@ def test_failure_mismatched_shapes_and_no_leftovers():
     assert after <= before, after - before
 
 
+def test_failure_mismatch_between_hosts():
+    """Hosts that called different collectives fail naming both, though each host's ranks agree."""
+    _spawn("fail_mismatch_two_hosts", 4, hosts=2, timeout=120)
+
+
 def test_fsdp2_parity_2_ranks():
     _spawn("fsdp2_parity", 2)
 
 
+@pytest.mark.full
+def test_fsdp2_hf_llama_2_ranks():
+    _spawn("fsdp2_hf_llama", 2)
+
+
 def test_tensor_parallel_parity_2_ranks():
+    """ColwiseParallel / RowwiseParallel on the small GPT, and SequenceParallel: one process's losses."""
     _spawn("tp_parity", 2)
 
 
 def test_two_hosts_of_two_chips():
     """Multi-host as separate node groups on loopback: within each "host" shared memory, gloo between hosts."""
     _spawn("cross_host", 4, hosts=2)
+
+
+def test_recv_any_source_two_hosts():
+    """recv from any source across hosts: same-host messages through shared memory, other-host ones through gloo."""
+    _spawn("recv_any_source_two_hosts", 4, hosts=2, timeout=120)
 
 
 def test_fsdp2_mixed_precision_2_ranks():

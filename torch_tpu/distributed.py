@@ -45,23 +45,59 @@ def topology() -> Topology:
     return Topology(os.environ.get("TORCH_TPU_TOPOLOGY") or "1")
 
 
-def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None) -> torch.Tensor:
+def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None, process_is_granule=False,
+                        allow_split_physical_axes=False, contiguous_submeshes=False) -> torch.Tensor:
     """The int64 rank layout to pass to `DeviceMesh("tpu", mesh=...)`: the product of `mesh_shape` is a host's chips,
     the last mesh dimension runs along physical neighbours (a ring along a torus axis where the axes allow), and
     `dcn_mesh_shape` (same length) puts hosts outside: dimension i gets dcn_mesh_shape[i] * mesh_shape[i] entries,
-    host h holding ranks h * chips .. (h + 1) * chips - 1. `topology`: "2x2", a Topology, or None for this host's."""
+    host h holding ranks h * chips .. (h + 1) * chips - 1. `topology`: "2x2", a Topology, or None for this host's.
+    As TorchTPU's (JAX's create_device_mesh): `allow_split_physical_axes=False` refuses a layout that would spread one
+    physical axis over two mesh dimensions (ValueError; True allows it); `process_is_granule=True` makes each process
+    (one chip) a unit of the outer network, so `mesh_shape` must be all ones and `dcn_mesh_shape` lays out the
+    processes; `contiguous_submeshes` is met by any layout here (a process owns one chip)."""
     if topology is None:
         spec = os.environ.get("TORCH_TPU_TOPOLOGY") or "1"
     elif isinstance(topology, Topology):
         spec = topology.spec
     else:
         spec = str(topology)
+    if process_is_granule:
+        spec = "1"  # each process's devices (one chip) are a granule; the layout is over processes
     mesh = [int(x) for x in (mesh_shape if isinstance(mesh_shape, (tuple, list)) else (mesh_shape,))]
     dcn = [] if dcn_mesh_shape is None else [int(x) for x in dcn_mesh_shape]
     from torch_tpu import _C
     flat = _C._dist_mesh_layout(spec, mesh, dcn)
+    if not allow_split_physical_axes and len(mesh) > 1:
+        _check_unsplit(spec, mesh, _host_layout(flat, mesh, dcn))
     shape = [m * (dcn[i] if dcn else 1) for i, m in enumerate(mesh)]
     return torch.tensor(flat, dtype=torch.int64).reshape(shape)
+
+
+def _host_layout(flat, mesh, dcn):
+    """Host 0's chips in the layout, shaped as mesh (the ICI part every host repeats)."""
+    full = torch.tensor(flat).reshape([m * (dcn[i] if dcn else 1) for i, m in enumerate(mesh)])
+    return full[tuple(slice(0, m) for m in mesh)]
+
+
+def _check_unsplit(spec, mesh, chips):
+    """ValueError when a physical axis varies along two mesh dimensions (the layout split it)."""
+    topo = Topology(spec)
+    coords = {c: topo.coords(c) for c in range(topo.num_chips)}
+    origin = coords[int(chips[tuple([0] * len(mesh))])]
+    owner = {}
+    for i, m in enumerate(mesh):
+        varies = set()  # the physical axes along which mesh dimension i moves
+        for k in range(1, m):
+            idx = [0] * len(mesh)
+            idx[i] = k
+            c = coords[int(chips[tuple(idx)])]
+            varies |= {axis for axis in range(len(c)) if c[axis] != origin[axis]}
+        for axis in sorted(varies):
+            if owner.setdefault(axis, i) != i:
+                raise ValueError(
+                    f"topology_aware_mesh: mesh shape {tuple(mesh)} splits physical axis {axis} of topology "
+                    f"'{spec}' between mesh dimensions {owner[axis]} and {i}; pass allow_split_physical_axes=True "
+                    "to allow it")
 
 
 def _host_key() -> str:
@@ -89,7 +125,7 @@ def _create_backend(store, rank, size, timeout):
     hosts = [store.get(f"tpu_dist/host/{r}").decode() for r in range(size)]
     names = list(dict.fromkeys(hosts))
     if len(names) == 1:
-        return _C._dist_create_backend(store, rank, size, seconds, rank, size, 0, 1, None, None)
+        return _C._dist_create_backend(store, rank, size, seconds, rank, size, 0, 1, None, None, None, None)
     local = size // len(names)
     if any(hosts[r] != names[r // local] for r in range(size)) or local * len(names) != size:
         raise NotImplementedError(
@@ -97,14 +133,32 @@ def _create_backend(store, rank, size, timeout):
             f"assigns them); got hosts {hosts}")
     h = rank // local
     local_store = dist.PrefixStore(f"tpu_dist/host{h}/", store)
-    cross = None
-    if rank % local == 0:
-        cross = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/hosts/", store), h, len(names),
-                                      datetime.timedelta(seconds=seconds))
+    # What the queue's threads ask of the store (gloo's connections made on first use, the counts of messages
+    # between hosts for receives from any source) goes through a connection of its own (clone): a store connection
+    # serves one request at a time, and the application's thread may hold its own in a long wait (new_group
+    # waiting for a rank that waits for a message this process has queued).
+    try:
+        queue_store = store.clone()
+    except (RuntimeError, NotImplementedError):
+        queue_store = store  # a store without clone (HashStore, FileStore) has no connection to hold
+
+    def gloo(prefix, r, n):
+        # Connections are made on first use (gloo's lazy init): a pair of ranks that never exchange a message costs
+        # nothing, and the groups below cost no rendezvous when made.
+        opts = dist.ProcessGroupGloo._Options()
+        opts._devices = [dist.ProcessGroupGloo.create_default_device(lazy_init=True)]
+        opts._timeout = datetime.timedelta(seconds=seconds)
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, queue_store), r, n, opts)
+
+    # The hosts' first ranks (the step between hosts of a collective reduced within each host first).
+    cross = gloo("tpu_dist/hosts/", h, len(names)) if rank % local == 0 else None
+    # This rank's column: the ranks with its local rank on every host (reduce_scatter's step between hosts, on
+    # each local rank's share at once).
+    column = gloo(f"tpu_dist/col{rank % local}/", h, len(names))
     # Every rank, for what goes between two ranks of different hosts (send/recv, all_to_all's parts).
-    world = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/world/", store), rank, size,
-                                  datetime.timedelta(seconds=seconds))
-    return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross, world)
+    world = gloo("tpu_dist/world/", rank, size)
+    return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross, world,
+                                   column, dist.PrefixStore("tpu_dist/p2p/", queue_store))
 
 
 def register_backend() -> None:
@@ -114,5 +168,5 @@ def register_backend() -> None:
         return
     # Also for "cpu": CPU tensors given to a tpu_dist group (FSDP2's CPU offload: the gradient norm, full_tensor() of
     # an offloaded parameter; object collectives) go through the chip's memory instead of failing for want of a CPU
-    # backend. c10d makes one backend per device, so the CPU one is a communicator of its own.
+    # backend. Both devices name this backend, so c10d makes one per group and registers it for both.
     dist.Backend.register_backend("tpu_dist", _create_backend, devices=["tpu", "cpu"])

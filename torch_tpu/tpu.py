@@ -203,10 +203,10 @@ def topology():
     return distributed.topology()
 
 
-def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None):
+def topology_aware_mesh(mesh_shape, *, topology=None, dcn_mesh_shape=None, **kwargs):
     """The rank layout for DeviceMesh("tpu", mesh=...) (torch_tpu.distributed.topology_aware_mesh)."""
     from torch_tpu import distributed
-    return distributed.topology_aware_mesh(mesh_shape, topology=topology, dcn_mesh_shape=dcn_mesh_shape)
+    return distributed.topology_aware_mesh(mesh_shape, topology=topology, dcn_mesh_shape=dcn_mesh_shape, **kwargs)
 
 
 def __getattr__(name):

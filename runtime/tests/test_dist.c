@@ -275,12 +275,13 @@ static void rank_allreduce_all(tpurt_dist_comm_t* c) {
 /* Elements per rank in rank_collectives: small messages go through the
  * control block's slots, large ones between the ranks' device memory. */
 static uint64_t g_cnt = 1001;
+static uint32_t g_out_mib = 16; /* where rank_collectives' output starts in device memory */
 
 static void rank_collectives(tpurt_dist_comm_t* c) {
   int r = g_rank, n = g_size;
   const uint64_t cnt = g_cnt;
   float* in = (float*)g_mem;
-  float* out = (float*)(g_mem + (16u << 20));
+  float* out = (float*)(g_mem + ((size_t)g_out_mib << 20));
   for (uint64_t i = 0; i < cnt * n; ++i) in[i] = (float)val(r, i);
   /* broadcast from the last rank, in place */
   tpurt_dist_op_t o = {.kind = TPURT_DIST_BROADCAST, .dtype = TPURT_DTYPE_FLOAT32, .root = n - 1, .count = cnt,
@@ -490,6 +491,37 @@ static void rank_any_source(tpurt_dist_comm_t* c) {
   CHECK_OK(tpurt_dist_run(c, &o));
 }
 
+/* tpurt_dist_recv_poll: takes a message with its tag when one is next from
+ * some rank, else returns at once; a message with another tag ahead of it
+ * waits for its own receive. */
+static void rank_recv_poll(tpurt_dist_comm_t* c) {
+  float* buf = (float*)g_mem;
+  if (g_rank == 1) {
+    for (int i = 0; i < 8; ++i) buf[i] = (float)(50 + i);
+    tpurt_dist_op_t ops[2] = {
+        {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = 0, .tag = 6, .count = 4, .in = buf},
+        {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = 0, .tag = 5, .count = 4, .in = buf + 4}};
+    CHECK_OK(tpurt_dist_run_group(c, ops, 2));
+    return;
+  }
+  int src = -2;
+  bool got = true;
+  tpurt_dist_op_t any5 = {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = TPURT_DIST_ANY_SOURCE,
+                          .tag = 5, .count = 4, .out = buf + 16, .out_source = &src};
+  CHECK_OK(tpurt_dist_recv_poll(c, &any5, &got));
+  CHECK(!got && src == -2); /* nothing yet, or the tag-6 message ahead of it */
+  tpurt_dist_op_t six = {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = 1, .tag = 6, .count = 4,
+                         .out = buf + 8};
+  CHECK(status_says(tpurt_dist_recv_poll(c, &six, &got), "recv from any source", NULL));
+  CHECK_OK(tpurt_dist_run(c, &six));
+  uint64_t t0 = tpurt_now_ns();
+  while (!got && tpurt_now_ns() - t0 < 10000000000ull) CHECK_OK(tpurt_dist_recv_poll(c, &any5, &got));
+  CHECK(got && src == 1);
+  int bad = 0;
+  for (int i = 0; i < 4; ++i) bad += buf[8 + i] != (float)(50 + i) || buf[16 + i] != (float)(54 + i);
+  CHECK(bad == 0);
+}
+
 /* A group may hold several sends to one peer: each receive gets its own
  * message, in order (they once shared one slot, and both receives got the
  * last). Rank 0 sends 3 to rank 1 and takes 2 back, in one group each way;
@@ -582,6 +614,36 @@ static void rank_queue(tpurt_dist_comm_t* unused) {
     bad += back[i] != want;
   }
   CHECK(bad == 0);
+  /* A queued group holding an all_to_all beside a send and a receive: the
+   * group keeps its own copy of the counts (the caller's are overwritten
+   * before the queue runs it). Rank r sends 2 + p elements to rank p. */
+  int n = g_size, r = g_rank;
+  uint64_t sc[4], so[4], rc[4], ro[4], a_off = 0, b_off = 0;
+  for (int p2 = 0; p2 < n; ++p2) {
+    sc[p2] = 2 + (uint64_t)p2, so[p2] = a_off, a_off += sc[p2];
+    rc[p2] = 2 + (uint64_t)r, ro[p2] = b_off, b_off += rc[p2];
+  }
+  for (int i = 0; i < 256; ++i) host[i] = (float)(r * 1000 + i);
+  CHECK_OK(tpurt_memcpy_h2d(d, q, a, host, sizeof(host)));
+  tpurt_dist_op_t grp[3] = {
+      {.kind = TPURT_DIST_ALLTOALL, .dtype = TPURT_DTYPE_FLOAT32, .in = a, .out = b, .send_counts = sc,
+       .send_offsets = so, .recv_counts = rc, .recv_offsets = ro},
+      {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = (r + 1) % n, .count = 8, .in = (float*)a + 200},
+      {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = (r + n - 1) % n, .count = 8,
+       .out = (float*)b + 200}};
+  CHECK_OK(tpurt_dist_enqueue_group(c, q, grp, 3));
+  memset(sc, 0xff, sizeof(sc)), memset(so, 0xff, sizeof(so)), memset(rc, 0xff, sizeof(rc)), memset(ro, 0xff, sizeof(ro));
+  CHECK_OK(tpurt_queue_synchronize(q));
+  CHECK_OK(tpurt_memcpy_d2h(d, q, back, b, sizeof(back)));
+  bad = 0;
+  uint64_t k = 0;
+  for (int p2 = 0; p2 < n; ++p2) {
+    uint64_t from = 0; /* where rank p2's part for r starts in its input */
+    for (int t = 0; t < r; ++t) from += 2 + (uint64_t)t;
+    for (uint64_t i = 0; i < 2 + (uint64_t)r; ++i) bad += back[k++] != (float)(p2 * 1000 + (int)(from + i));
+  }
+  for (int i = 0; i < 8; ++i) bad += back[200 + i] != (float)(((r + n - 1) % n) * 1000 + 200 + i);
+  CHECK(bad == 0);
   /* rank 1 skips the next one: rank 0's error surfaces at its sync, naming rank 1 */
   if (g_rank == 0) {
     CHECK_OK(tpurt_dist_enqueue(c, q, &o));
@@ -603,7 +665,11 @@ int main(void) {
   g_cnt = 40000; /* 160 KB per rank: the large protocol for every collective */
   CHECK(spawn(3, rank_collectives, 30000) == 0);
   CHECK(spawn(4, rank_collectives, 30000) == 0);
+  g_cnt = (2u << 20) + 5; /* 8 MiB + 20 bytes per rank: the copies stream their output, heads and tails unaligned */
+  g_out_mib = 32;
+  CHECK(spawn(2, rank_collectives, 30000) == 0);
   g_cnt = 1001;
+  g_out_mib = 16;
   CHECK(spawn(2, rank_alternating, 30000) == 0);
   CHECK(spawn(4, rank_alternating, 30000) == 0);
   CHECK(spawn(2, rank_mismatch, 30000) == 0);
@@ -612,6 +678,7 @@ int main(void) {
   CHECK(spawn(2, rank_absent, 500) == 0);
   CHECK(spawn(3, rank_any_source, 30000) == 0);
   CHECK(spawn(2, rank_group_many, 30000) == 0);
+  CHECK(spawn(2, rank_recv_poll, 30000) == 0);
   CHECK(spawn(4, rank_any_source, 30000) == 0);
   test_shm_cleanup();
   setenv("TORCH_TPU_HBM_BYTES", "64M", 1);

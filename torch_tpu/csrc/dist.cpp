@@ -11,6 +11,10 @@
 
 #include <atomic>
 #include <functional>
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <thread>
 #include <chrono>
 #include <random>
 #include <unistd.h>
@@ -171,11 +175,17 @@ class TpuDistBackend : public c10d::Backend {
   // hosts' first ranks (on those ranks only) when the group spans hosts.
   // world: a gloo group of every rank (across hosts only), for what moves
   // between two ranks of different hosts (send/recv, all_to_all).
+  // column: a gloo group of the ranks with this local rank on every host (reduce_scatter between hosts).
+  // p2p_store: the group's store, where a send between hosts is counted (a receive from any source asks it).
   TpuDistBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int local_rank, int local_size,
                  int host, int hosts, c10::intrusive_ptr<c10d::Backend> cross, c10::intrusive_ptr<c10d::Backend> world,
+                 c10::intrusive_ptr<c10d::Backend> column, c10::intrusive_ptr<c10d::Store> p2p_store,
                  std::chrono::milliseconds timeout)
       : Backend(rank, size), timeout_(timeout), local_rank_(local_rank), local_size_(local_size), host_(host),
-        hosts_(hosts), cross_(std::move(cross)), world_(std::move(world)) {
+        hosts_(hosts), cross_(std::move(cross)), world_(std::move(world)), column_(std::move(column)),
+        p2p_store_(std::move(p2p_store)) {
+    const char* hc = getenv("TORCH_TPU_DIST_HOST_CHECK");
+    host_check_ = !(hc && strcmp(hc, "0") == 0);
     rank = local_rank;
     size = local_size;
     ensure_init();
@@ -451,17 +461,6 @@ class TpuDistBackend : public c10d::Backend {
       auto co = chip(outputs);
       return copy_back(reduce_scatter(co, ci, opts), outputs, co);
     }
-    if (hosts_ > 1) {
-      at::Tensor& out = one(outputs, "reduce_scatter");
-      TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
-                        "tpu_dist: reduce_scatter needs one list of ", getSize(), " input tensors");
-      std::vector<at::Tensor> parts;
-      for (auto& t : inputs[0]) parts.push_back(t.reshape({-1}));
-      at::Tensor flat = at::cat(parts);
-      x_allreduce(flat, opts.reduceOp);
-      out.copy_(flat.narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes()));
-      return work(c10d::OpType::REDUCE_SCATTER, {out});
-    }
     at::Tensor& out = one(outputs, "reduce_scatter");
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                       "tpu_dist: reduce_scatter needs one list of ", getSize(), " input tensors");
@@ -471,6 +470,7 @@ class TpuDistBackend : public c10d::Backend {
       parts.push_back(t.reshape({-1}));
     }
     at::Tensor flat = at::cat(parts);
+    if (hosts_ > 1) return x_reduce_scatter(out, flat, opts.reduceOp, c10d::OpType::REDUCE_SCATTER);
     return reduce_scatter_flat(out, flat, true, opts, c10d::OpType::REDUCE_SCATTER);
   }
 
@@ -481,16 +481,12 @@ class TpuDistBackend : public c10d::Backend {
       at::Tensor ci = chip(input);
       return copy_back(_reduce_scatter_base(co[0], ci, opts), o, co);
     }
-    if (hosts_ > 1) {
-      at::Tensor flat = input.reshape({-1}).clone();
-      x_allreduce(flat, opts.reduceOp);
-      output.copy_(flat.narrow(0, getRank() * output.numel(), output.numel()).view(output.sizes()));
-      return work(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
-    }
     check_tpu(input, "reduce_scatter_tensor");
+    check_tpu(output, "reduce_scatter_tensor");
     TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                       "tpu_dist: reduce_scatter_tensor: input must have ", getSize(), " x the output's ", output.numel(),
                       " elements of ", output.scalar_type(), ", got ", input.numel(), " of ", input.scalar_type());
+    if (hosts_ > 1) return x_reduce_scatter(output, input, opts.reduceOp, c10d::OpType::_REDUCE_SCATTER_BASE);
     at::Tensor flat = dense(input);
     bool owned = !flat.is_same(input);
     return reduce_scatter_flat(output, flat, owned, opts, c10d::OpType::_REDUCE_SCATTER_BASE);
@@ -570,8 +566,8 @@ class TpuDistBackend : public c10d::Backend {
       std::vector<RemoteP2P> remote;
       for (int g = 0; g < n; ++g) {
         if (g / local_size_ == host_) continue;
-        if (sc[g]) remote.push_back({static_cast<uint8_t*>(d.data_ptr()) + so[g] * es, sc[g] * es, g, kAllToAllTag, false});
-        if (rc[g]) remote.push_back({static_cast<uint8_t*>(o.data_ptr()) + ro[g] * es, rc[g] * es, g, kAllToAllTag, true});
+        if (sc[g]) remote.push_back({static_cast<uint8_t*>(d.data_ptr()) + so[g] * es, sc[g] * es, g, kAllToAllTag, false, false});
+        if (rc[g]) remote.push_back({static_cast<uint8_t*>(o.data_ptr()) + ro[g] * es, rc[g] * es, g, kAllToAllTag, true, false});
       }
       remote_p2p(std::move(remote));
     }
@@ -618,7 +614,7 @@ class TpuDistBackend : public c10d::Backend {
       submit(op, "barrier");
       if (cross_) {
         auto cross = cross_;
-        host_step([cross] {
+        x_step(cross_, 0, {TPURT_DIST_BARRIER, -1, 0, -1, -1}, [cross] {
           cross->barrier()->wait();
           return TPURT_OK;
         });
@@ -725,17 +721,19 @@ class TpuDistBackend : public c10d::Backend {
       return copy_back(recvAnysource(c, tag), tensors, c);
     }
     at::Tensor& t = one(tensors, "recv");
-    TORCH_CHECK_NOT_IMPLEMENTED(hosts_ == 1, "tpu_dist: recv from any source is not supported in a group that spans "
-                                "hosts; name the source rank");
     TORCH_CHECK_NOT_IMPLEMENTED(!coalescing_, "tpu_dist: recv from any source inside batch_isend_irecv is not supported");
     at::Tensor d = dense(t);
     at::Tensor source = at::full({}, -1, at::TensorOptions().dtype(at::kInt).device(t.device()));
-    tpurt_dist_op_t op = base_op(TPURT_DIST_RECV, d);
-    op.peer = TPURT_DIST_ANY_SOURCE;
-    op.tag = tag;
-    op.out = d.data_ptr();
-    op.out_source = static_cast<int*>(source.data_ptr());
-    submit(op, "recv");
+    if (hosts_ > 1) {
+      x_recv_anysource(d, tag, source);
+    } else {
+      tpurt_dist_op_t op = base_op(TPURT_DIST_RECV, d);
+      op.peer = TPURT_DIST_ANY_SOURCE;
+      op.tag = tag;
+      op.out = d.data_ptr();
+      op.out_source = static_cast<int*>(source.data_ptr());
+      submit(op, "recv");
+    }
     write_back(t, d);
     auto w = c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::RECVANYSOURCE, comm_, std::vector<at::Tensor>{t},
                                           false);
@@ -751,6 +749,7 @@ class TpuDistBackend : public c10d::Backend {
     uint64_t bytes;
     int peer, tag;
     bool is_recv;
+    bool counted = true;  // a user's message (not all_to_all's part): counted for receives from any source
   };
 
   void release() {
@@ -900,17 +899,83 @@ class TpuDistBackend : public c10d::Backend {
 
   // Posts every message at once on the queue (in issue order), then waits
   // for all of them, so no order of sends and receives deadlocks.
+  // A send between hosts is also counted in the group's store under (receiver, tag), and each rank counts the
+  // messages from other hosts it has received per tag: a receive from any source learns from the two whether a
+  // message from another host is there to take (gloo has no probe, and a posted gloo receive cannot be taken back).
   void remote_p2p(std::vector<RemoteP2P> msgs) {
     TORCH_CHECK(world_, "tpu_dist: no gloo group between the hosts' ranks");
     auto world = world_;
-    host_step([world, msgs] {
+    auto store = p2p_store_;
+    auto taken = remote_taken_;
+    host_step([world, store, taken, msgs] {
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       for (const auto& m : msgs) {
         std::vector<at::Tensor> v{host_bytes(m.ptr, m.bytes)};
+        if (!m.is_recv && m.counted && store) store->add(any_source_key(m.peer, m.tag), 1);
         works.push_back(m.is_recv ? world->recv(v, m.peer, m.tag) : world->send(v, m.peer, m.tag));
       }
       for (auto& w : works) w->wait();
+      for (const auto& m : msgs)
+        if (m.is_recv && m.counted) ++(*taken)[m.tag];
       return TPURT_OK;
+    });
+  }
+  static std::string any_source_key(int dst, int tag) {
+    return "any/" + std::to_string(dst) + "/" + std::to_string(tag);
+  }
+
+  // recv from any source in a group spanning hosts: on the queue, in issue order, polls this host's shared
+  // memory for a message with the tag (tpurt_dist_recv_poll) and, every millisecond, the store's count of
+  // messages sent here with the tag from other hosts; when that count is ahead of the ones received, a gloo
+  // receive from any rank takes the next of them. The sender's group rank goes into `source`.
+  void x_recv_anysource(const at::Tensor& d, int tag, const at::Tensor& source) {
+    TORCH_CHECK(world_ && p2p_store_, "tpu_dist: no gloo group between the hosts' ranks");
+    tpurt_dist_op_t op = base_op(TPURT_DIST_RECV, d);
+    op.peer = TPURT_DIST_ANY_SOURCE;
+    op.tag = tag;
+    op.out = d.data_ptr();
+    op.out_source = static_cast<int*>(source.data_ptr());
+    auto world = world_;
+    auto store = p2p_store_;
+    auto taken = remote_taken_;
+    tpurt_dist_comm_t* comm = comm_;
+    int first = host_ * local_size_, me = getRank();
+    std::string key = any_source_key(me, tag);
+    auto timeout = timeout_;
+    host_step([op, world, store, taken, comm, first, me, key, timeout, tag] {
+      using clock = std::chrono::steady_clock;
+      auto t0 = clock::now(), asked = t0 - std::chrono::seconds(1);
+      for (;;) {
+        bool got = false;
+        tpurt_status_t st = tpurt_dist_recv_poll(comm, &op, &got);
+        if (st) return st;
+        if (got) {
+          *op.out_source += first;  // a local rank: the group's rank
+          return TPURT_OK;
+        }
+        auto now = clock::now();
+        if (now - asked >= std::chrono::milliseconds(1)) {
+          asked = now;
+          if (store->add(key, 0) > (*taken)[tag]) {
+            std::vector<at::Tensor> v{host_bytes(op.out, op.count * tpurt_dtype_size(op.dtype))};
+            auto w = world->recvAnysource(v, tag);
+            w->wait();
+            ++(*taken)[tag];
+            *op.out_source = w->sourceRank();
+            return TPURT_OK;
+          }
+        }
+        st = tpurt_dist_comm_error(comm);
+        if (st) return st;
+        if (now - t0 > timeout) {
+          char msg[256];
+          snprintf(msg, sizeof(msg), "no rank sent rank %d a message with tag %d for its recv from any source within "
+                   "the %.1f s timeout", me, tag, std::chrono::duration<double>(timeout).count());
+          tpurt_dist_comm_abort(comm, msg);
+          return tpurt_dist_comm_error(comm);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
     });
   }
   struct HostStep {
@@ -932,6 +997,53 @@ class TpuDistBackend : public c10d::Backend {
     tpurt_status_t st = tpurt_dist_enqueue_host(comm_, current_queue(), run_host_step, step);
     if (st) delete step;
     check_status(st, "tpu_dist between hosts");
+  }
+
+  // What a collective's step between hosts runs (-1: not part of this kind), for the hosts to compare.
+  struct XCall {
+    int64_t kind, dtype, count, root, redop;
+  };
+  static int64_t dtype_code(c10::ScalarType t) { return to_tpurt_dtype(t, "tpu_dist"); }
+  static std::string describe(const int64_t* h) {  // h: call number, then an XCall
+    char buf[160];
+    const char* kind = tpurt_dist_kind_name(static_cast<tpurt_dist_kind_t>(h[1]));
+    if (h[1] == TPURT_DIST_BARRIER) return "barrier";
+    int n = snprintf(buf, sizeof(buf), "%s(%s, %lld elements", kind, tpurt_dtype_name(static_cast<tpurt_dtype_t>(h[2])),
+                     static_cast<long long>(h[3]));
+    if (h[5] >= 0) n += snprintf(buf + n, sizeof(buf) - n, ", %s", tpurt_dist_redop_name(static_cast<tpurt_dist_redop_t>(h[5])));
+    if (h[4] >= 0) n += snprintf(buf + n, sizeof(buf) - n, ", root %lld", static_cast<long long>(h[4]));
+    snprintf(buf + n, sizeof(buf) - n, ")");
+    return buf;
+  }
+  // Queues fn, a collective's step between hosts over the gloo group g (the hosts' first ranks, offset 0, or this
+  // rank's column, offset local_rank_). First g's members exchange what they are about to run (call number,
+  // collective, dtype, count, root, reduction: one gloo all_gather of 48 bytes each), so hosts that called
+  // different collectives fail on every rank, naming both calls, before any data moves between them (within a host
+  // the shared-memory header does the same). TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange.
+  void x_step(const c10::intrusive_ptr<c10d::Backend>& g, int offset, XCall call, std::function<tpurt_status_t()> fn) {
+    int64_t seq = ++x_calls_;
+    tpurt_dist_comm_t* comm = comm_;
+    int L = local_size_;
+    bool check = host_check_;
+    host_step([g, offset, call, fn, seq, comm, L, check]() -> tpurt_status_t {
+      if (check) {
+        int n = g->getSize();
+        int64_t mine[6] = {seq, call.kind, call.dtype, call.count, call.root, call.redop};
+        at::Tensor me = at::from_blob(mine, {6}, at::kLong).clone(), all = at::empty({6 * n}, at::kLong);
+        g->_allgather_base(all, me)->wait();
+        const int64_t* a = all.data_ptr<int64_t>();
+        for (int i = 1; i < n; ++i) {
+          if (std::equal(a, a + 6, a + 6 * i)) continue;
+          char msg[512];
+          snprintf(msg, sizeof(msg), "mismatched collectives between hosts at call #%lld of the group's steps between "
+                   "hosts: rank %d called %s but rank %d called %s (no data was exchanged between the hosts)",
+                   static_cast<long long>(seq), offset, describe(a).c_str(), i * L + offset, describe(a + 6 * i).c_str());
+          tpurt_dist_comm_abort(comm, msg);
+          return tpurt_dist_comm_error(comm);
+        }
+      }
+      return fn();
+    });
   }
   // The `numel` elements of device memory at `ptr` as a CPU tensor over the same bytes, for gloo
   // (vTPU memory is host-visible, so nothing is copied; the host step runs in queue order).
@@ -967,18 +1079,11 @@ class TpuDistBackend : public c10d::Backend {
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
       c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-      host_step([cross, ptr, n, type, gop] {
-        bool is_bool = type == at::kBool;
-        at::Tensor cpu = host_view(ptr, n, is_bool ? at::kByte : type);
+      x_step(cross_, 0, {TPURT_DIST_ALLREDUCE, dtype_code(type), n, -1, avg ? TPURT_DIST_AVG : red},
+             [cross, ptr, n, type, gop] {
+        at::Tensor cpu = host_view(ptr, n, type == at::kBool ? at::kByte : type);
         c10d::AllreduceOptions o;
-        o.reduceOp = gop;
-        if (is_bool) {  // logical: or for sum/max/bor, and for product/min/band
-          auto k = gop.op_;
-          o.reduceOp = (k == c10d::ReduceOp::PRODUCT || k == c10d::ReduceOp::MIN || k == c10d::ReduceOp::BAND)
-                           ? c10d::ReduceOp(c10d::ReduceOp::MIN)
-                           : k == c10d::ReduceOp::BXOR ? c10d::ReduceOp(c10d::ReduceOp::BXOR)
-                                                       : c10d::ReduceOp(c10d::ReduceOp::MAX);
-        }
+        o.reduceOp = gloo_op(type, gop);
         std::vector<at::Tensor> v{cpu};
         cross->allreduce(v, o)->wait();
         return TPURT_OK;
@@ -988,6 +1093,66 @@ class TpuDistBackend : public c10d::Backend {
     if (avg) d.div_(getSize());
     write_back(t, d);
     return work(c10d::OpType::ALLREDUCE, {t});
+  }
+
+  // Between hosts, gloo works on the host-visible bytes of a chip buffer: bool as bytes (with the logical
+  // reduction: or for sum/max/bor, and for product/min/band), complex as its (real, imaginary) pairs (what c10d
+  // allows on complex tensors, sum and avg, is the same reduction on them).
+  static at::Tensor gloo_view(void* ptr, int64_t numel, c10::ScalarType type) {
+    if (type == at::kBool) return host_view(ptr, numel, at::kByte);
+    if (at::isComplexType(type)) return host_view(ptr, numel * 2, c10::toRealValueType(type));
+    return host_view(ptr, numel, type);
+  }
+  static c10d::ReduceOp gloo_op(c10::ScalarType type, const c10d::ReduceOp& op) {
+    if (type != at::kBool) return op;
+    auto k = op.op_;
+    if (k == c10d::ReduceOp::PRODUCT || k == c10d::ReduceOp::MIN || k == c10d::ReduceOp::BAND)
+      return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    return k == c10d::ReduceOp::BXOR ? c10d::ReduceOp(c10d::ReduceOp::BXOR) : c10d::ReduceOp(c10d::ReduceOp::MAX);
+  }
+
+  // reduce_scatter across hosts. Rank (host h, local rank l) gets block h * local_size + l. Within each host a
+  // reduce-scatter hands local rank l the host's partial reduction of its column's blocks ((h', l) for every host
+  // h'); then the column (local rank l of every host) reduce-scatters those through gloo, each rank keeping its own
+  // block. Between hosts each rank moves (hosts - 1) blocks, every local rank at once, where an all_reduce and a
+  // slice moved the whole message through each host's first rank.
+  c10::intrusive_ptr<c10d::Work> x_reduce_scatter(at::Tensor& out, const at::Tensor& input, const c10d::ReduceOp& rop,
+                                                  c10d::OpType type) {
+    TORCH_CHECK(column_, "tpu_dist: no gloo group between the hosts' ranks");
+    int64_t c = out.numel(), H = hosts_, L = local_size_;
+    c10::ScalarType st = input.scalar_type();
+    // [H, L, c] -> [L, H, c]: local rank l's share contiguous (a copy this call owns, so premul_sum scales it)
+    at::Tensor perm = empty_tpu_contiguous({L * H * c}, st);
+    perm.view({L, H, c}).copy_(input.reshape({H, L, c}).transpose(0, 1));
+    tpurt_dist_redop_t red = reduction(rop, perm, true, "reduce_scatter");
+    bool avg = red == TPURT_DIST_AVG;
+    TORCH_CHECK_VALUE(!avg || at::isFloatingType(st) || at::isComplexType(st), "tpu_dist: reduce_scatter avg needs a "
+                      "floating or complex tensor, got ", st);
+    if (avg) red = TPURT_DIST_SUM;
+    at::Tensor part = perm;
+    if (L > 1) {
+      part = empty_tpu_contiguous({H * c}, st);
+      tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE_SCATTER, part);
+      op.redop = red;
+      op.in = perm.data_ptr();
+      op.out = part.data_ptr();
+      submit(op, "reduce_scatter");
+    }
+    at::Tensor d = dense(out);
+    auto column = column_;
+    void *src = part.data_ptr(), *dst = d.data_ptr();
+    c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+    x_step(column_, local_rank_, {TPURT_DIST_REDUCE_SCATTER, dtype_code(st), c, -1, avg ? TPURT_DIST_AVG : red},
+           [column, src, dst, c, H, st, gop] {
+      at::Tensor in = gloo_view(src, H * c, st), o = gloo_view(dst, c, st);
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = gloo_op(st, gop);
+      column->_reduce_scatter_base(o, in, opts)->wait();
+      return TPURT_OK;
+    });
+    if (avg) d.div_(getSize());
+    write_back(out, d);
+    return work(type, {out});
   }
 
   c10::intrusive_ptr<c10d::Work> x_broadcast(at::Tensor& t, int root) {
@@ -1001,7 +1166,7 @@ class TpuDistBackend : public c10d::Backend {
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
-      host_step([cross, ptr, n, type, root_host] {
+      x_step(cross_, 0, {TPURT_DIST_BROADCAST, dtype_code(type), n, root, -1}, [cross, ptr, n, type, root_host] {
         std::vector<at::Tensor> v{host_view(ptr, n, type)};
         c10d::BroadcastOptions o;
         o.rootRank = root_host;
@@ -1037,7 +1202,7 @@ class TpuDistBackend : public c10d::Backend {
       void* dst = o.data_ptr();
       int64_t ln = n * local_size_, total = n * getSize();
       c10::ScalarType type = d.scalar_type();
-      host_step([cross, src, dst, ln, total, type] {
+      x_step(cross_, 0, {TPURT_DIST_ALLGATHER, dtype_code(type), n, -1, -1}, [cross, src, dst, ln, total, type] {
         at::Tensor cpu_out = host_view(dst, total, type), cpu_in = host_view(src, ln, type);
         cross->_allgather_base(cpu_out, cpu_in)->wait();
         return TPURT_OK;
@@ -1075,7 +1240,8 @@ class TpuDistBackend : public c10d::Backend {
       void* src = hostbuf.data_ptr();
       uint8_t* dst = all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      host_step([cross, src, dst, part, hosts, root_host] {
+      x_step(cross_, 0, {TPURT_DIST_GATHER, dtype_code(d.scalar_type()), n, root, -1},
+             [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> ins{host_bytes(src, part)};
         std::vector<std::vector<at::Tensor>> outs = host_parts(dst, part, hosts);
         c10d::GatherOptions o;
@@ -1126,7 +1292,8 @@ class TpuDistBackend : public c10d::Backend {
       void* dst = hostbuf.data_ptr();
       uint8_t* src = on_root_host ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      host_step([cross, src, dst, part, hosts, root_host] {
+      x_step(cross_, 0, {TPURT_DIST_SCATTER, dtype_code(d.scalar_type()), n, root, -1},
+             [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> outs{host_bytes(dst, part)};
         std::vector<std::vector<at::Tensor>> ins = host_parts(src, part, hosts);
         c10d::ScatterOptions o;
@@ -1160,7 +1327,12 @@ class TpuDistBackend : public c10d::Backend {
   };
   std::chrono::milliseconds timeout_;
   int local_rank_, local_size_, host_, hosts_;
-  c10::intrusive_ptr<c10d::Backend> cross_, world_;
+  c10::intrusive_ptr<c10d::Backend> cross_, world_, column_;
+  c10::intrusive_ptr<c10d::Store> p2p_store_;
+  int64_t x_calls_ = 0;     // collectives' steps between hosts issued (the same sequence on every rank)
+  bool host_check_ = true;  // x_step's exchange (TORCH_TPU_DIST_HOST_CHECK=0: off)
+  // Messages from other hosts received, per tag (touched by host steps only, which run one at a time in issue order).
+  std::shared_ptr<std::map<int, int64_t>> remote_taken_ = std::make_shared<std::map<int, int64_t>>();
   tpurt_dist_comm_t* comm_ = nullptr;
   bool coalescing_ = false;
   std::vector<tpurt_dist_op_t> pending_;
@@ -1171,12 +1343,16 @@ class TpuDistBackend : public c10d::Backend {
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                  double timeout_s, int local_rank, int local_size, int host, int hosts,
-                                                 py::object cross, py::object world) {
+                                                 py::object cross, py::object world, py::object column,
+                                                 py::object p2p_store) {
   auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
-  c10::intrusive_ptr<c10d::Backend> x, w;
+  c10::intrusive_ptr<c10d::Backend> x, w, col;
+  c10::intrusive_ptr<c10d::Store> ps;
   if (!cross.is_none()) x = cross.cast<c10::intrusive_ptr<c10d::Backend>>();
   if (!world.is_none()) w = world.cast<c10::intrusive_ptr<c10d::Backend>>();
-  return c10::make_intrusive<TpuDistBackend>(store, rank, size, local_rank, local_size, host, hosts, x, w, ms);
+  if (!column.is_none()) col = column.cast<c10::intrusive_ptr<c10d::Backend>>();
+  if (!p2p_store.is_none()) ps = p2p_store.cast<c10::intrusive_ptr<c10d::Store>>();
+  return c10::make_intrusive<TpuDistBackend>(store, rank, size, local_rank, local_size, host, hosts, x, w, col, ps, ms);
 }
 
 // Bad shapes and topology strings are the caller's values: ValueError.

@@ -178,6 +178,13 @@ typedef struct tpurt_dist_op_t {
 
 #define TPURT_DIST_ANY_SOURCE (-1)
 
+/* A RECV from TPURT_DIST_ANY_SOURCE that does not wait: when a message with
+ * its tag has been posted to this rank, takes it (as tpurt_dist_run would)
+ * and sets *out_received; otherwise returns OK with *out_received false.
+ * (A receive that must also watch another transport polls this.) */
+TPURT_API tpurt_status_t tpurt_dist_recv_poll(tpurt_dist_comm_t* comm, const tpurt_dist_op_t* op,
+                                              bool* out_received);
+
 /* Runs it now on the calling thread. The error says which rank and which
  * collective (with its sequence number) when a peer is missing, dead or
  * called something else. */
@@ -196,7 +203,7 @@ TPURT_API tpurt_status_t tpurt_dist_enqueue(tpurt_dist_comm_t* comm, struct tpur
 /* A group (batch_isend_irecv, coalesced calls): every SEND is posted first,
  * then the other ops run in order, then the sends' completions are awaited,
  * so pairs of sends and receives in any order between ranks cannot deadlock.
- * ALLTOALL is not allowed in a queued group. */
+ * A queued group keeps its own copy of its ops and ALLTOALL count arrays. */
 TPURT_API tpurt_status_t tpurt_dist_run_group(tpurt_dist_comm_t* comm, const tpurt_dist_op_t* ops, int n);
 TPURT_API tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* comm, struct tpurt_queue_t* queue,
                                                   const tpurt_dist_op_t* ops, int n);
