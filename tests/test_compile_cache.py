@@ -39,7 +39,8 @@ print(json.dumps({{"losses": losses, "aot": dict(counters["aot_autograd"]), "sta
 
 
 def _run(cache_dir, **env_extra):
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir), **env_extra)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir), TORCH_TPU_AOT_CACHE="1")
+    env.update(env_extra)
     out = subprocess.run([sys.executable, "-c", STEP.format(here=HERE)], capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -97,8 +98,9 @@ def test_untrusted_or_disabled_cache_is_not_used(tmp_path):
     (tmp_path / "elsewhere").mkdir(mode=0o700)
     r2 = _run(link)
     assert not r2["status"][0] and "symlink" in r2["status"][1]
-    r3 = _run(tmp_path / "off", TORCH_TPU_AOT_CACHE="0")
-    assert r3["status"] == [False, "TORCH_TPU_AOT_CACHE=0"] and r3["aot"].get("autograd_cache_saved", 0) == 0
+    r3 = _run(tmp_path / "off", TORCH_TPU_AOT_CACHE="0")  # the default
+    assert r3["status"] == [False, "off (TORCH_TPU_AOT_CACHE=1 turns it on)"]
+    assert r3["aot"].get("autograd_cache_saved", 0) == 0
     losses, _ = _cpu_reference()
     for r_ in (r, r2, r3):
         assert r_["losses"] == pytest.approx(losses, rel=1e-4, abs=1e-5)

@@ -9,11 +9,16 @@ PyTorch's regional Inductor output does), never code: a loaded graph gets a fres
 _GraphRunner, whose programs are captured on its first call, with their fused
 kernels from our own kernel cache (which checks what it loads, README "Security").
 
+It is opt-in (TORCH_TPU_AOT_CACHE=1): measured on the small-GPT training step, a
+hit saves about 0.2 s of a 2.7 s first call, while the first compile, which
+pickles and saves the entries, takes 0.8 s longer. It is the form Dynamo's
+precompile cache needs, which would skip Dynamo's tracing too (see README).
+
 The entry is a pickle that PyTorch loads, so the cache is used only when its
 directory (Inductor's cache directory, `TORCHINDUCTOR_CACHE_DIR`, default
 /tmp/torchinductor_$USER, and its `aotautograd` folder) is this user's, is not a
-symlink and no one else may write it; otherwise, or with TORCH_TPU_AOT_CACHE=0,
-graphs are compiled in every process. `aot_cache_status()` says which and why.
+symlink and no one else may write it; otherwise graphs are compiled in every
+process. `aot_cache_status()` says whether it is used and why not.
 """
 import os
 import stat
@@ -73,8 +78,8 @@ def use_aot_cache():
     if _status is not None:
         return _status[0]
     import torch._functorch.config as fconfig
-    if os.environ.get("TORCH_TPU_AOT_CACHE", "1") == "0":
-        _status = (False, "TORCH_TPU_AOT_CACHE=0")
+    if os.environ.get("TORCH_TPU_AOT_CACHE", "0") != "1":
+        _status = (False, "off (TORCH_TPU_AOT_CACHE=1 turns it on)")
     elif torch.compiler.config.force_disable_caches or not fconfig.enable_autograd_cache:
         _status = (False, "PyTorch's AOTAutograd cache is off (force_disable_caches / enable_autograd_cache)")
     else:
