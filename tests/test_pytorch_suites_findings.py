@@ -437,3 +437,153 @@ def test_complex_trigonometric_and_hyperbolic(dtype, tpu, eager_mode):
         y = x.to(tpu)
         getattr(y, name + "_")()
         torch.testing.assert_close(y.cpu(), want, equal_nan=True)
+
+
+def _raise_alike(fn_cpu, fn_tpu):
+    """Both raise, with the same exception type and first line of message."""
+    with pytest.raises(Exception) as cpu:
+        fn_cpu()
+    with pytest.raises(Exception) as tpu_e:
+        fn_tpu()
+    assert type(tpu_e.value) is type(cpu.value)
+    assert str(tpu_e.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def test_default_dtype_reaches_cached_layouts(tpu, eager_mode):
+    # test_type_promotion.test_div_promotion / test_from_issue: the output layouts are cached per
+    # call signature, and integer true division or an integer tensor with a Python float gives the
+    # default dtype, so the default dtype is part of the signature
+    a, u = torch.arange(1, 6), torch.tensor([1, 2], dtype=torch.uint8)
+    try:
+        for default in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(default)
+            for got, want in (((a.to(tpu) / a.to(tpu)), a / a), ((u.to(tpu) + 5.5), u + 5.5)):
+                assert got.dtype == want.dtype == default and torch.equal(got.cpu(), want)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("op", [torch.neg, torch.floor, torch.ceil])
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float64), (torch.int64, torch.float32),
+                                    (torch.complex64, torch.complex128)])
+def test_unary_out_of_another_dtype_raises_at_the_call(op, dtypes, tpu, eager_mode):
+    # test_type_promotion.test_unary_op_out_casting: these unary ops want out= of the input's dtype
+    # (ATen's check_all_same_dtype); PyTorch's Python meta let it through and the kernel cast
+    x = torch.tensor(1, dtype=dtypes[0])
+    _raise_alike(lambda: op(x, out=torch.empty(0, dtype=dtypes[1])),
+                     lambda: op(x.to(tpu), out=torch.empty(0, dtype=dtypes[1], device=tpu)))
+
+
+def test_cpp_meta_error_wins_over_python_meta(tpu, eager_mode):
+    # test_type_promotion.test_integer_addcdiv_deprecated and test_alternate_result: where ATen's C++
+    # meta function and PyTorch's Python one both refuse, ATen's words are CPU's
+    for dtype in (torch.int8, torch.int64):
+        t = torch.tensor(1, dtype=dtype)
+        d = t.to(tpu)
+        _raise_alike(lambda: torch.addcdiv(t, t, t, out=t), lambda: torch.addcdiv(d, d, d, out=d))
+    f = torch.ones(4)
+    _raise_alike(lambda: torch.add(f, f, out=torch.zeros(4, dtype=torch.long)),
+                     lambda: torch.add(f.to(tpu), f.to(tpu), out=torch.zeros(4, dtype=torch.long, device=tpu)))
+
+
+def test_index_put_of_another_dtype_raises_at_the_call(tpu, eager_mode):
+    # test_type_promotion.test_indexing_fail: index_put_ wants values of self's dtype
+    def put(dev):
+        a = torch.ones(5, 2, dtype=torch.double, device=dev)
+        a[:, [1]] = torch.zeros(5, 1, dtype=torch.int, device=dev)
+    _raise_alike(lambda: put("cpu"), lambda: put(tpu))
+    a = torch.ones(5, 2, dtype=torch.double, device=tpu)
+    a[:, [1]] = torch.zeros(5, 1, dtype=torch.double, device=tpu)
+    assert torch.equal(a.cpu(), torch.tensor([[1.0, 0.0]] * 5, dtype=torch.double))
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.complex64), (torch.int64, torch.complex128),
+                                    (torch.complex64, torch.complex128), (torch.bool, torch.complex64)])
+def test_cat_of_real_and_complex(dtypes, tpu, eager_mode):
+    # test_type_promotion.test_cat_different_dtypes: cat promotes its inputs, real ones into a complex result
+    x = torch.tensor([1, 2, 3]).to(dtypes[0])
+    y = (torch.tensor([4, 5, 6]) + 1j * torch.tensor([1, 0, 2])).to(dtypes[1])
+    z = torch.randn(6, 3, dtype=torch.complex128).t()[:, ::2]  # a strided complex128 tensor too
+    for parts in ((x, y), (y, x), (x, y.real.to(x.dtype), y)):
+        assert torch.equal(torch.cat([p.to(tpu) for p in parts]).cpu(), torch.cat(parts))
+    assert torch.equal(torch.cat([y.view(3, 1).expand(3, 3).to(tpu), z.to(tpu)], 1).cpu(),
+                       torch.cat([y.view(3, 1).expand(3, 3), z], 1))
+    out = torch.empty(0, dtype=torch.complex128, device=tpu)
+    torch.cat([x.to(tpu), y.to(tpu)], out=out)
+    assert torch.equal(out.cpu(), torch.cat([x, y]).to(torch.complex128))
+
+
+@pytest.mark.parametrize("op", ["logical_and", "logical_or", "logical_xor"])
+@pytest.mark.parametrize("dtypes", [(torch.complex64, torch.complex64), (torch.complex128, torch.float32),
+                                    (torch.int64, torch.complex64), (torch.bool, torch.complex128)])
+def test_complex_logical_binary(op, dtypes, tpu, eager_mode):
+    # test_binary_ufuncs.test_logical_and/or/xor: complex operands read as "nonzero"
+    x = (torch.tensor([10, 0, 1, 0]) + (1j * torch.tensor([0, 0, 0, 1]) if dtypes[0].is_complex else 0)).to(dtypes[0])
+    y = torch.tensor([1, 0, 0, 10]).to(dtypes[1])
+    fn = getattr(torch, op)
+    assert torch.equal(fn(x.to(tpu), y.to(tpu)).cpu(), fn(x, y))
+    assert torch.equal(fn(x.to(tpu), y[:1].to(tpu)).cpu(), fn(x, y[:1]))  # broadcast
+    xi, xt = x.clone(), x.to(tpu)
+    getattr(xi, op + "_")(y)
+    getattr(xt, op + "_")(y.to(tpu))
+    assert torch.equal(xt.cpu(), xi)
+    out, out_cpu = torch.empty(0, dtype=torch.complex128, device=tpu), torch.empty(0, dtype=torch.complex128)
+    fn(x.to(tpu), y.to(tpu), out=out)
+    fn(x, y, out=out_cpu)
+    assert torch.equal(out.cpu(), out_cpu)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_pow_and_reciprocal(dtype, tpu, eager_mode):
+    # test_binary_ufuncs: pow (and float_power, __rpow__, ldexp through it) and reciprocal (__rdiv__) on complex
+    torch.manual_seed(0)
+    a, b = torch.randn(64, dtype=dtype), torch.randn(64, dtype=dtype)
+    a[0] = 0
+    A, B = a.to(tpu), b.to(tpu)
+    tol = dict(rtol=1e-4, atol=1e-5, equal_nan=True)  # 0 ** b: inf+nanj where b.real < 0, as CPU
+    torch.testing.assert_close((A ** B).cpu(), a ** b, **tol)
+    for e in (2, 3, 0.5, -0.5, -1, -2, 1.7, 2j, 1 - 0.5j, 0, 1):
+        torch.testing.assert_close((A[1:] ** e).cpu(), a[1:] ** e, **tol)
+    torch.testing.assert_close((2 ** A).cpu(), 2 ** a, **tol)
+    torch.testing.assert_close((A ** b.real.to(tpu)).cpu(), a ** b.real, **tol)
+    torch.testing.assert_close((torch.arange(5.0, device=tpu) ** (1 + 1j)).cpu(), torch.arange(5.0) ** (1 + 1j), **tol)
+    torch.testing.assert_close(torch.float_power(A, B).cpu(), torch.float_power(a, b), **tol)
+    torch.testing.assert_close(A[1:].reciprocal().cpu(), a[1:].reciprocal())
+    torch.testing.assert_close((1 / A[1:]).cpu(), 1 / a[1:])
+
+
+@pytest.mark.parametrize("case", ["maximum", "fmax", "max", "heaviside", "heaviside_dtypes"])
+def test_refused_dtypes_raise_cpus_error(case, tpu, eager_mode):
+    # test_binary_ufuncs.test_maximum_minimum_complex / test_heaviside*: where CPU itself refuses the
+    # dtypes, tpu raises CPU's RuntimeError (from PyTorch's meta function), not its own NotImplementedError
+    def call(dev):
+        c, r = torch.ones(2, dtype=torch.complex64, device=dev), torch.ones(2, device=dev)
+        return {"maximum": lambda: torch.maximum(c, r), "fmax": lambda: torch.fmax(r, c),
+                "max": lambda: torch.max(c, c), "heaviside": lambda: torch.heaviside(c, r),
+                "heaviside_dtypes": lambda: r.int().heaviside_(r)}[case]()
+    _raise_alike(lambda: call("cpu"), lambda: call(tpu))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_binary_special_ops_on_wide_unsigned(dtype, tpu, eager_mode):
+    # test_binary_ufuncs.test_batch_vs_slicing_special_*: CPU runs zeta, the orthogonal polynomials
+    # and xlog1py on uint16/32/64 (promoted to float)
+    x = torch.tensor([0, 1, 2, 3, 7], dtype=dtype)
+    n = torch.tensor([0, 1, 2, 3, 4], dtype=dtype)
+    for fn in (torch.special.zeta, torch.special.chebyshev_polynomial_t, torch.special.hermite_polynomial_he,
+               torch.special.laguerre_polynomial_l, torch.special.legendre_polynomial_p, torch.special.xlog1py):
+        want = fn(x, n)
+        got = fn(x.to(tpu), n.to(tpu)).cpu()
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_reductions_of_65_dims_raise_cpus_error(tpu, eager_mode):
+    # test_reductions.test_dim_ndim_limit: a 65-d tensor is made (make_tensor: empty + uniform_, which
+    # tpu runs folded), and reducing along a dim raises CPU's error from PyTorch's meta function
+    t = torch.testing.make_tensor([1] * 65, dtype=torch.float, device=tpu)
+    c = t.cpu()
+    assert c.shape == (1,) * 65
+    for op in (torch.sum, torch.amax, torch.argmax, torch.mean, torch.any):
+        _raise_alike(lambda: op(c, dim=0), lambda: op(t, dim=0))
+    assert t.sum().item() == c.sum().item()

@@ -103,6 +103,8 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (auto& r : outs.results) stack->push_back(std::move(r));
   } catch (const Unsupported& u) {
     if (cpu_fallback_enabled()) return run_on_cpu(op, stack, c.info, u.why);
+    // A dtype CPU refuses too (maximum or heaviside of complex tensors): CPU's error, from PyTorch's meta function.
+    if (u.dtype) raise_meta_refusal(c);
     TORCH_CHECK_NOT_IMPLEMENTED(false, u.message);
   }
 }

@@ -21,7 +21,7 @@ namespace {
 
 [[noreturn]] void refuse_dtype(const Call& c, c10::ScalarType dtype) {
   throw Unsupported{"has no kernel for this dtype",
-                    c10::str(c.name, ": dtype ", dtype, " is not supported on the tpu device")};
+                    c10::str(c.name, ": dtype ", dtype, " is not supported on the tpu device"), true};
 }
 
 // The dtype mask of the op-table entry (tpurt/kernel.h), in its words.
@@ -39,7 +39,8 @@ std::string dtype_list(const tpurt_op_def_t* def) {
   throw Unsupported{"has no kernel for this dtype",
                     c10::str(c.name, ": dtype ", tpurt_dtype_name(d), " is not supported by its tpu kernel '",
                              def->name, "' (which computes in ", dtype_list(def),
-                             "). Set TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow).")};
+                             "). Set TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow)."),
+                    true};
 }
 
 inline void check_dtype_mask(const Call& c, const tpurt_op_def_t* def, c10::ScalarType dtype) {

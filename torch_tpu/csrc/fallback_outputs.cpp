@@ -13,6 +13,7 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/DefaultDtype.h>
 
 #include "fallback.h"
 
@@ -277,14 +278,19 @@ void conv_layouts(const c10::IValue& input_v, const c10::IValue& weight_v, MetaE
   }
 }
 
+bool is_dtype_refusal(const std::string& msg) {
+  return msg.rfind("Found dtype ", 0) == 0 || msg.find("can't be cast to the desired output type") != std::string::npos;
+}
+
 // Thrown (and caught below) when PyTorch cannot give output shapes without
 // the data: no meta function, or a data-dependent one.
 struct NoMeta {
   std::string why;
 };
 
+// strict: an error of ATen's C++ meta function stands (no retry with the Python one).
 std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo& info,
-                                    at::ArrayRef<c10::IValue> args) {
+                                    at::ArrayRef<c10::IValue> args, bool strict = false) {
   if (info.meta_via == OpInfo::MetaVia::kGeqrf) return geqrf_layouts(args[0].toTensor());
   if (info.meta_via == OpInfo::MetaVia::kLikeSelf) return like_self_layouts(info, args[0].toTensor());
   if (info.meta_via == OpInfo::MetaVia::kLayerNorm) return layer_norm_layouts(args);
@@ -344,9 +350,19 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
       torch::jit::Stack retry = meta_stack;
       try {
         info.cpp_meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
-      } catch (const c10::Error&) {
+      } catch (const c10::Error& e) {
+        // Dtype checks (TensorIterator's "Found dtype ... but expected ...", a
+        // result that "can't be cast to the desired output type") read only
+        // dtypes, so they hold on Meta as on CPU: CPU raises them too.
+        if (strict || is_dtype_refusal(e.what_without_backtrace())) throw;
+        std::exception_ptr cpp_error = std::current_exception();
         meta_stack = std::move(retry);
-        meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+        try {
+          meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+        } catch (...) {
+          // Both refuse: ATen's words are CPU's (the Python meta's may differ).
+          std::rethrow_exception(cpp_error);
+        }
       }
     } else {
       meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
@@ -502,10 +518,27 @@ void settle_repeat_interleave_size(const Call& c) {
   }
 }
 
+void raise_meta_refusal(const Call& c) {
+  if (c.info.cpp_meta && c.info.meta_via == OpInfo::MetaVia::kSelf) {
+    // ATen's own meta function: each of its errors, NotImplementedError ones included, is CPU's
+    torch::jit::Stack st;
+    for (const auto& a : c.args()) st.push_back(a.isGenerator() ? c10::IValue() : ivalue_to_meta(a));
+    c.info.cpp_meta->callBoxed(c.op, c10::DispatchKeySet(c10::DispatchKey::Meta), &st);
+    return;
+  }
+  try {
+    run_meta(c.op, c.info, c.args(), /*strict=*/true);
+  } catch (const NoMeta&) {
+  }
+}
+
 std::shared_ptr<const MetaEntry> output_layouts(const Call& c, std::vector<int64_t>& key) {
   const OpInfo& info = c.info;
   at::ArrayRef<c10::IValue> args = c.args();
   key.push_back(reinterpret_cast<intptr_t>(&info));
+  // Integer inputs promote to the default dtype (true division, a Python float
+  // with an integer tensor), so the same arguments can give another dtype.
+  key.push_back(static_cast<int64_t>(c10::get_default_dtype_as_scalartype()));
   bool cacheable = true;
   for (const auto& a : args)
     if (!key_ivalue(key, a)) {

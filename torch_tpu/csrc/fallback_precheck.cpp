@@ -13,7 +13,7 @@ namespace {
 
 // index_put_ / _index_put_impl_ (self, indices, values, accumulate, ...):
 // the index tensors broadcast together, there are no more of them than self
-// has dims, and values broadcast to the indexing result (ATen's
+// has dims, and values broadcast to the indexing result and have self's dtype (ATen's
 // index_put_ / TensorIterator checks). Boolean masks are long indices by now.
 void index_put_shapes(const Call& c) {
   if (!c.arg(0).isTensor() || !c.arg(1).isList() || !c.arg(2).isTensor()) return;
@@ -72,6 +72,9 @@ void index_put_shapes(const Call& c) {
   }
   TORCH_CHECK(at::is_expandable_to(values.sizes(), result), "shape mismatch: value tensor of shape ",
               values.sizes(), " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(result));
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ", self.scalar_type(),
+              " for the destination and ", values.scalar_type(), " for the source.");
 }
 
 // kthvalue.values(self, k, dim, keepdim, values!, indices!): an empty reduced
