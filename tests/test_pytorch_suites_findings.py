@@ -587,3 +587,43 @@ def test_reductions_of_65_dims_raise_cpus_error(tpu, eager_mode):
     for op in (torch.sum, torch.amax, torch.argmax, torch.mean, torch.any):
         _raise_alike(lambda: op(c, dim=0), lambda: op(t, dim=0))
     assert t.sum().item() == c.sum().item()
+
+
+def _eq32(a, b):
+    """torch.equal, which CPU lacks for complex32: on the (real, imaginary) float16 pairs."""
+    if a.dtype == torch.chalf:
+        a = torch.view_as_real(a)
+    if b.dtype == torch.chalf:
+        b = torch.view_as_real(b)
+    return torch.equal(a, b)
+
+
+def test_complex32_runs_in_complex64(tpu, eager_mode):
+    # test_binary_ufuncs (*_complex32), test_type_promotion.test_complex_half, test_tensor_creation_ops
+    # (ones/zeros/empty/fill/cat/complex of float16): complex32 has no kernel dtype; its calls run in
+    # complex64 (float16 beside it in float32) and round back to complex32 as the op's result is
+    c = torch.tensor([1 + 2j, 3 - 1j, -0.5 + 0.25j], dtype=torch.chalf)
+    t = c.to(tpu)
+    assert t.dtype == torch.chalf and _eq32(t.cpu(), c)
+    for fn in (lambda x: x * 2, lambda x: x + x, lambda x: x * 2.2, lambda x: x - 1j, lambda x: x.conj_physical()):
+        got, want = fn(t), fn(c)
+        assert got.dtype == want.dtype == torch.chalf
+        torch.testing.assert_close(torch.view_as_real(got.cpu()), torch.view_as_real(want))
+    assert _eq32((t == t).cpu(), c == c) and (t == t).dtype == torch.bool
+    assert _eq32(torch.cat([t, t]).cpu(), torch.cat([c, c]))
+    for f in (torch.ones, torch.zeros):
+        assert _eq32(f(3, dtype=torch.chalf, device=tpu).cpu(), f(3, dtype=torch.chalf))
+    assert _eq32(torch.full((2,), 1 + 1j, dtype=torch.chalf, device=tpu).cpu(),
+                       torch.full((2,), 1 + 1j, dtype=torch.chalf))
+    h = torch.tensor([1.5, 2.0], dtype=torch.half)
+    assert _eq32(torch.complex(h.to(tpu), h.to(tpu)).cpu(), torch.complex(h, h))
+    u, v = t.clone(), c.clone()
+    u.mul_(2)
+    v.mul_(2)
+    assert _eq32(u.cpu(), v)
+    assert _eq32(t.to(torch.complex64).cpu(), c.to(torch.complex64))
+    assert _eq32(t.real.cpu(), c.real) and _eq32(t[1:].cpu(), c[1:])
+    # promotion as CPU: complex32 with float32 is complex64, with float16 complex32
+    assert (t * torch.ones(3, device=tpu)).dtype == (c * torch.ones(3)).dtype == torch.complex64
+    r = torch.randn(8, dtype=torch.chalf, device=tpu)
+    assert r.dtype == torch.chalf and bool(torch.isfinite(torch.view_as_real(r.cpu())).all())
