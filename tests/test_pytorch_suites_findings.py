@@ -627,3 +627,17 @@ def test_complex32_runs_in_complex64(tpu, eager_mode):
     assert (t * torch.ones(3, device=tpu)).dtype == (c * torch.ones(3)).dtype == torch.complex64
     r = torch.randn(8, dtype=torch.chalf, device=tpu)
     assert r.dtype == torch.chalf and bool(torch.isfinite(torch.view_as_real(r.cpu())).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_log1p_and_logaddexp(dtype, tpu, eager_mode):
+    # test_binary_ufuncs.*logaddexp*_complex*: logaddexp and the log1p its ref uses, on complex, as CPU
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 2, dtype=dtype) - 0.5, torch.randn(64, 2, dtype=dtype) - 0.5
+    a[0, 0] = 1e-9 + 1e-9j  # log1p near 0
+    torch.testing.assert_close(torch.log1p(a.to(tpu)).cpu(), torch.log1p(a))
+    torch.testing.assert_close(torch.logaddexp(a.to(tpu), b.to(tpu)).cpu(), torch.logaddexp(a, b))
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([inf, -inf, inf, nan], dtype=dtype)
+    y = torch.tensor([inf, -inf, -inf, nan], dtype=dtype)
+    torch.testing.assert_close(torch.logaddexp(x.to(tpu), y.to(tpu)).cpu(), torch.logaddexp(x, y), equal_nan=True)
