@@ -641,3 +641,24 @@ def test_complex_log1p_and_logaddexp(dtype, tpu, eager_mode):
     x = torch.tensor([inf, -inf, inf, nan], dtype=dtype)
     y = torch.tensor([inf, -inf, -inf, nan], dtype=dtype)
     torch.testing.assert_close(torch.logaddexp(x.to(tpu), y.to(tpu)).cpu(), torch.logaddexp(x, y), equal_nan=True)
+
+
+def test_bincount_as_cpu(tpu, eager_mode):
+    # test_reductions.test_bincount: bincount had no tpu kernel; it runs as index_add_ into bins
+    x = torch.tensor([0, 1, 1, 1, 4])
+    for args, kw in (((), {}), ((torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5]),), {}),
+                     ((torch.tensor([1, 2, 3, 4, 5], dtype=torch.int8),), {}), ((), {"minlength": 8})):
+        want = torch.bincount(x, *args, **kw)
+        got = torch.bincount(x.to(tpu), *[a.to(tpu) for a in args], **kw)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want)
+    u = torch.tensor([0, 1, 2, 3, 255], dtype=torch.uint8)
+    assert torch.equal(u.to(tpu).bincount().cpu(), u.bincount())
+    e = torch.tensor([], dtype=torch.long)
+    assert torch.equal(torch.bincount(e.to(tpu), minlength=3).cpu(), torch.bincount(e, minlength=3))
+    for bad in (lambda d: torch.bincount(torch.tensor([1, -1], device=d)),
+                lambda d: torch.bincount(torch.tensor([[1, 2], [3, 4]], device=d)),
+                lambda d: torch.bincount(torch.tensor([1.0, 0.3], device=d)),
+                lambda d: torch.bincount(torch.tensor([1, 3], device=d), minlength=-1),
+                lambda d: torch.bincount(torch.tensor([1, 0], device=d), torch.tensor([1.0, 0.3, 0.5], device=d))):
+        _raise_alike(lambda: bad("cpu"), lambda: bad(tpu))
