@@ -197,9 +197,9 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     make_outputs(c, *meta, &outs);
 
     if (!c.info.all_views) {
-      const tpurt_op_def_t* def = check_outputs_kernel(c, k, outs.kernel_outs);
-      KeepAlive keep_alive;
       CopyBacks copy_back;
+      const tpurt_op_def_t* def = check_outputs_kernel(c, k, outs, &copy_back);
+      KeepAlive keep_alive;
       tpurt_op_call_t call;
       marshal_call(c, def, device, outs, b, &keep_alive, &copy_back, &call);
       submit_call(c, def, device, call, copy_back);

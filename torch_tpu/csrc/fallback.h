@@ -136,12 +136,6 @@ struct Checked {
 // expands boolean index masks in place on the stack. Throws Unsupported or the
 // error CPU raises.
 Checked check_call(const Call& c);
-// The kernel once the outputs are known: a complex result from real inputs
-// goes to the complex kernel; an op without tensor arguments has its dtype
-// mask checked against its first output. Throws Unsupported.
-const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k,
-                                           at::ArrayRef<at::Tensor> kernel_outs);
-
 // ================================ outputs ================================
 
 struct OutMeta {
@@ -227,6 +221,14 @@ struct CallBuf {
 using CopyBacks = c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2>;  // (real, temp)
 // Device copies of CPU scalars, alive until the kernel is queued.
 using KeepAlive = c10::SmallVector<at::Tensor, 4>;
+
+// The kernel once the outputs are known: a complex result from real inputs
+// goes to the complex kernel; where there is none, the real kernel writes a
+// temporary of the complex dtype's real part, copied (cast) into the result
+// after it (CPU computes such an out= in the inputs' dtypes and casts too). An
+// op without tensor arguments has its dtype mask checked against its first
+// output. Throws Unsupported.
+const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k, Outputs& outs, CopyBacks* copy_back);
 
 // IValues -> tpurt_op_call_t: the schema's arguments in order, out= removed
 // (CPU scalars become device tensors, Python numbers keep their category for

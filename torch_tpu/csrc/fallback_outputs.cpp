@@ -278,10 +278,6 @@ void conv_layouts(const c10::IValue& input_v, const c10::IValue& weight_v, MetaE
   }
 }
 
-bool is_dtype_refusal(const std::string& msg) {
-  return msg.rfind("Found dtype ", 0) == 0 || msg.find("can't be cast to the desired output type") != std::string::npos;
-}
-
 // Thrown (and caught below) when PyTorch cannot give output shapes without
 // the data: no meta function, or a data-dependent one.
 struct NoMeta {
@@ -343,18 +339,17 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     // eager kernels, in microseconds instead of a millisecond of Python, so a
     // new shape costs little more than a cached one.
     if (info.cpp_meta && meta_op == &op) {
-      // Where the C++ meta function refuses, PyTorch's Python meta decides (the answer this
-      // fallback gave before the C++ table): some of ATen's C++ meta functions assume real
-      // tensors, e.g. index_add's selects slice 0 along a size-0 dim when the result is on Meta,
-      // an error CPU's kernel never reaches. Refusals are rare, so the copy is a miss-path cost.
+      // Where the C++ meta function raises an IndexError, PyTorch's Python meta decides: some of
+      // ATen's C++ meta functions assume real tensors, e.g. index_add's selects slice 0 along a
+      // size-0 dim when the result is on Meta, an error CPU's kernel never reaches. Refusals are
+      // rare, so the copy is a miss-path cost.
       torch::jit::Stack retry = meta_stack;
       try {
         info.cpp_meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
-      } catch (const c10::Error& e) {
-        // Dtype checks (TensorIterator's "Found dtype ... but expected ...", a
-        // result that "can't be cast to the desired output type") read only
-        // dtypes, so they hold on Meta as on CPU: CPU raises them too.
-        if (strict || is_dtype_refusal(e.what_without_backtrace())) throw;
+      } catch (const c10::IndexError& e) {
+        // An index error of a size-0 dim (see above) is a Meta artefact; any other refusal is CPU's
+        // (dtype checks, heaviside's "different dtypes", ...), and stands.
+        if (strict) throw;
         std::exception_ptr cpp_error = std::current_exception();
         meta_stack = std::move(retry);
         try {

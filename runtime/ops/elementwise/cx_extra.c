@@ -100,11 +100,11 @@ static bool cx_bstrides(const tpurt_tensor_t* t, const tpurt_tensor_t* out, int6
 typedef enum { CXB_EQ, CXB_NE, CXB_AND, CXB_OR, CXB_XOR } cxb_kind_t;
 
 /* eq/ne and logical_and/or/xor: a truth per element. The output is bool, or
- * (logical_*_ in place, an out= of another dtype) any dtype taking 1 or 0. */
+ * (logical_*_ in place, an out= of another dtype) any dtype, taking 1 or 0. */
 static tpurt_status_t cx_truth(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, cxb_kind_t kind) {
   const tpurt_tensor_t *a = tpurt_arg_tensor(call, 0), *b = tpurt_arg_tensor(call, 1);
-  if (!a || call->num_outputs < 1 || (kind <= CXB_NE && call->outputs[0].dtype != TPURT_DTYPE_BOOL))
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor and a bool output", call->name);
+  if (!a || call->num_outputs < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor and an output", call->name);
   const tpurt_tensor_t* out = &call->outputs[0];
   cx_val_t scalar = {tpurt_arg_double(call, 1, 0.0), 0.0};
   int64_t sa[TPURT_MAX_DIMS], sb[TPURT_MAX_DIMS], pos[TPURT_MAX_DIMS] = {0};
