@@ -683,3 +683,66 @@ def test_heaviside_out_of_another_dtype_raises(tpu, eager_mode):
         i = torch.tensor([1.0, 0, -2], dtype=torch.bfloat16, device=dev)
         torch.heaviside(i, i, out=torch.empty(3, dtype=torch.float32, device=dev))
     _raise_alike(lambda: call("cpu"), lambda: call(tpu))
+
+
+def test_result_rounded_to_the_compute_dtype_before_a_wider_out(tpu, eager_mode):
+    # test_type_promotion.test_computation_ignores_out: CPU computes float16 + float16 in float16
+    # (66000 is inf) and uint8 - uint8 in uint8 (wrapping), then casts into the float64 out=
+    cases = ((torch.add, torch.tensor(33000, dtype=torch.float16), torch.tensor(33000, dtype=torch.float16)),
+             (torch.sub, torch.tensor(5, dtype=torch.uint8), torch.tensor(8, dtype=torch.uint8)),
+             (torch.true_divide, torch.tensor(1.5, dtype=torch.float16), torch.tensor(0.666, dtype=torch.float16)),
+             (torch.mul, torch.tensor([300.0, 7.1], dtype=torch.bfloat16), torch.tensor([301.0, 3.3], dtype=torch.bfloat16)))
+    for op, a, b in cases:
+        want, got = torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.float64, device=tpu)
+        op(a, b, out=want)
+        op(a.to(tpu), b.to(tpu), out=got)
+        assert torch.equal(got.cpu(), want), (op, got.cpu(), want)
+
+
+def test_integer_true_division_in_the_default_dtype(tpu, eager_mode):
+    # test_binary_ufuncs.test_div_rounding_numpy (int64): under a float64 default, int64 / int64 is
+    # computed in float64 (it was computed in float32 and widened)
+    a = torch.tensor([2**62 + 12345, 7, -(2**40) + 3], dtype=torch.int64)
+    b = torch.tensor([3, 2**31 + 11, 7], dtype=torch.int64)
+    try:
+        torch.set_default_dtype(torch.float64)
+        want = a / b
+        got = (a.to(tpu) / b.to(tpu)).cpu()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert got.dtype == want.dtype == torch.float64 and torch.equal(got, want)
+
+
+def test_pow_out_of_negative_integer_exponent_raises_at_the_call(tpu, eager_mode):
+    # test_binary_ufuncs.test_int_tensor_pow_neg_ints: pow(int tensor, -2, out=) as CPU
+    def call(dev):
+        base = torch.tensor([1, 2, -3], dtype=torch.int32, device=dev)
+        torch.pow(base, -2, out=torch.empty_like(base))
+    _raise_alike(lambda: call("cpu"), lambda: call(tpu))
+
+
+def test_uint8_right_shift_past_its_bits(tpu, eager_mode):
+    # test_binary_ufuncs.test_shift_limits (uint8): a count of 8 or more gives 0, no sign fill
+    x = torch.tensor([255, 0, 1, 128], dtype=torch.uint8)
+    for shift in (7, 8, 9, 100):
+        assert torch.equal((x.to(tpu) >> shift).cpu(), x >> shift)
+        assert torch.equal((x.to(tpu) << shift).cpu(), x << shift)
+
+
+def test_float16_times_complex_number_is_complex32(tpu, eager_mode):
+    # test_type_promotion.test_complex_promotion: float16 * a Python complex is complex32 with no
+    # complex32 input, which also runs widened
+    t = torch.tensor([1.5, -2.0, 0.25], dtype=torch.half)
+    for fn in (lambda x: x * (1 + 2j), lambda x: (0.5j) * x, lambda x: x + torch.tensor(1j, dtype=torch.chalf, device=x.device)):
+        got, want = fn(t.to(tpu)), fn(t)
+        assert got.dtype == want.dtype == torch.chalf
+        assert _eq32(got.cpu(), want)
+
+
+def test_complex_cat_with_an_empty_tensor_of_the_other_complex_dtype(tpu, eager_mode):
+    # test_type_promotion.test_cat_different_dtypes: a legacy empty tensor (1-d, size 0) of another
+    # complex dtype in a complex cat
+    x = torch.tensor([1, 2, 3], dtype=torch.complex128)
+    for y in (torch.tensor([], dtype=torch.complex64), torch.tensor([], dtype=torch.float32)):
+        assert torch.equal(torch.cat([x.to(tpu), y.to(tpu)]).cpu(), torch.cat([x, y]))
+        assert torch.equal(torch.cat([y.to(tpu), x.to(tpu)]).cpu(), torch.cat([y, x]))

@@ -112,10 +112,11 @@ c10::IValue widen_chalf(const c10::IValue& v, const fallback::ArgClass k) {
 // runs in complex64, its float16 tensors in float32, and the results are rounded back where the
 // op's result is complex32 or float16 (PyTorch's meta function says which); a written argument
 // (out=, in place) gets the result copied back. True when it ran.
-bool run_widened_chalf(const c10::OperatorHandle& op, torch::jit::Stack* stack, const fallback::Call& c) {
+bool run_widened_chalf(const c10::OperatorHandle& op, torch::jit::Stack* stack, const fallback::Call& c,
+                       bool chalf_result) {
   using namespace fallback;
   const OpInfo& info = c.info;
-  bool any = false;
+  bool any = chalf_result;
   for (size_t i = 0; i < info.num_args; ++i)
     any = any || is_chalf(c.arg(i)) ||
           (info.arg_class[i] == ArgClass::kDtype && c.arg(i).isInt() &&
@@ -207,7 +208,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     torch::jit::drop(*stack, c.info.num_args);
     for (auto& r : outs.results) stack->push_back(std::move(r));
   } catch (const Unsupported& u) {
-    if (u.dtype && run_widened_chalf(op, stack, c)) return;
+    if (u.dtype && run_widened_chalf(op, stack, c, u.chalf)) return;
     if (cpu_fallback_enabled()) return run_on_cpu(op, stack, c.info, u.why);
     // A dtype CPU refuses too (maximum or heaviside of complex tensors): CPU's error, from PyTorch's meta function.
     if (u.dtype) raise_meta_refusal(c);

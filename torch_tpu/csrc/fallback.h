@@ -120,6 +120,7 @@ struct Unsupported {
   const char* why;      // completes "The operator 'x' ... on the tpu device" in the CPU fallback's warning
   std::string message;  // the NotImplementedError's message
   bool dtype = false;   // refused for a dtype of the call
+  bool chalf = false;   // ... for complex32 (ComplexHalf), which runs widened (fallback.cpp)
 };
 
 // ================================ check ================================

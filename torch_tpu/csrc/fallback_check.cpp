@@ -23,7 +23,8 @@ namespace {
 
 [[noreturn]] void refuse_dtype(const Call& c, c10::ScalarType dtype) {
   throw Unsupported{"has no kernel for this dtype",
-                    c10::str(c.name, ": dtype ", dtype, " is not supported on the tpu device"), true};
+                    c10::str(c.name, ": dtype ", dtype, " is not supported on the tpu device"), true,
+                    dtype == c10::ScalarType::ComplexHalf};
 }
 
 // The dtype mask of the op-table entry (tpurt/kernel.h), in its words.
@@ -222,6 +223,8 @@ Checked check_call(const Call& c) {
 const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k, Outputs& outs, CopyBacks* copy_back) {
   const tpurt_op_def_t* def = k.def;
   auto& kernel_outs = outs.kernel_outs;
+  for (const at::Tensor& out : kernel_outs)  // a complex32 result of other inputs (float16 * 1j)
+    if (out.defined() && out.scalar_type() == c10::ScalarType::ComplexHalf) refuse_dtype(c, out.scalar_type());
   if (!(def->flags & TPURT_OP_COMPLEX)) {
     // A complex result from real inputs (a dtype= argument, an out=): the complex kernel, if any,
     // else the real kernel into real temporaries.

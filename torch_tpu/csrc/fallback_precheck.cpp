@@ -278,6 +278,16 @@ void nansum_empty_dims(const Call& c) {
   if (c.info.num_args > 1 && c.arg(1).isIntList() && c.arg(1).toDimVector().empty()) c.arg(1) = c10::IValue();
 }
 
+// pow.Tensor_Scalar_out(self, exponent, out!): an integral self with a negative integral exponent
+// (its layouts come from the functional overload's Python meta, which does not check it).
+void pow_negative_int_exponent(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isScalar()) return;
+  const at::Tensor& self = c.arg(0).toTensor();
+  const c10::Scalar e = c.arg(1).toScalar();
+  TORCH_CHECK(!(at::isIntegralType(self.scalar_type(), /*includeBool=*/true) && e.isIntegral(true) && e.toLong() < 0),
+              "Integers to negative integer powers are not allowed.");
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -308,6 +318,7 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
       full_name == "aten::polar.out")
     return complex_parts;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
+  if (full_name == "aten::pow.Tensor_Scalar_out") return pow_negative_int_exponent;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
     return div_mode_unsigned;
   return nullptr;

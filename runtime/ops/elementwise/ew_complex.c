@@ -185,7 +185,14 @@ CX_BOTH(CX_LOOP1, reciprocal, CX_DIV((cx_real_t)1, (cx_real_t)0, ar, ai, o_r, o_
       o_i = cimag(r_);                                                             \
     }                                                                              \
   } while (0)
-CX_LOOP2(pow_f, float, CX_POW(cpow, csqrt, double complex)) /* cpowf loses 0 ** b's special values */
+/* complex64 in float (cpowf), as CPU and NumPy compute it, except a zero base: cpowf gives NaN
+ * where CPU's formula gives its special values (0, or inf + nanj for b.real < 0) */
+#define CX_POW_F(CPLX_UNUSED)                                        \
+  do {                                                               \
+    if (ar == 0 && ai == 0) CX_POW(cpow, csqrt, double complex);     \
+    else CX_POW(cpowf, csqrtf, float complex);                       \
+  } while (0)
+CX_LOOP2(pow_f, float, CX_POW_F(0))
 CX_LOOP2(pow_d, double, CX_POW(cpow, csqrt, double complex))
 /* addcmul / addcdiv: a + alpha * (b * c) / a + alpha * (b / c) */
 CX_BOTH(CX_LOOP3, addcmul, {

@@ -48,7 +48,7 @@ static bool cxi_cat_mixed(const tpurt_op_call_t* call, tpurt_dtype_t cd) {
   const tpurt_tensor_t* const* list = tpurt_arg_tensors(call, 0, &count);
   for (int32_t k = 0; list && k < count; ++k) {
     const tpurt_tensor_t* t = list[k];
-    if (t && t->dtype != cd && !(t->ndim == 1 && t->sizes[0] == 0)) return true;
+    if (t && t->dtype != cd) return true; /* a legacy empty one too: the real cat skips it */
   }
   return false;
 }
