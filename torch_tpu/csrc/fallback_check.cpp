@@ -214,8 +214,8 @@ Checked check_call(const Call& c) {
   if (TPURT_UNLIKELY(layout != c10::kStrided)) check_layout(c, k.def, layout);
   if (k.has_tensor)
     check_dtype_mask(c, k.def,
-                     !(k.def->flags & TPURT_OP_COMPLEX) && complex_type == c10::ScalarType::Undefined &&
-                             c10::isComplexType(k.first_dtype)
+                     k.def == info.def && !(k.def->flags & TPURT_OP_COMPLEX) &&
+                             complex_type == c10::ScalarType::Undefined && c10::isComplexType(k.first_dtype)
                          ? c10::toRealValueType(k.first_dtype)  // only a complex out=: a real temporary
                          : k.first_dtype);
   if (info.refuse_overlap) check_written_overlap(c);
