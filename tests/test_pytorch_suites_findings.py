@@ -437,3 +437,312 @@ def test_complex_trigonometric_and_hyperbolic(dtype, tpu, eager_mode):
         y = x.to(tpu)
         getattr(y, name + "_")()
         torch.testing.assert_close(y.cpu(), want, equal_nan=True)
+
+
+def _raise_alike(fn_cpu, fn_tpu):
+    """Both raise, with the same exception type and first line of message."""
+    with pytest.raises(Exception) as cpu:
+        fn_cpu()
+    with pytest.raises(Exception) as tpu_e:
+        fn_tpu()
+    assert type(tpu_e.value) is type(cpu.value)
+    assert str(tpu_e.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def test_default_dtype_reaches_cached_layouts(tpu, eager_mode):
+    # test_type_promotion.test_div_promotion / test_from_issue: the output layouts are cached per
+    # call signature, and integer true division or an integer tensor with a Python float gives the
+    # default dtype, so the default dtype is part of the signature
+    a, u = torch.arange(1, 6), torch.tensor([1, 2], dtype=torch.uint8)
+    try:
+        for default in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(default)
+            for got, want in (((a.to(tpu) / a.to(tpu)), a / a), ((u.to(tpu) + 5.5), u + 5.5)):
+                assert got.dtype == want.dtype == default and torch.equal(got.cpu(), want)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("op", [torch.neg, torch.floor, torch.ceil])
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float64), (torch.int64, torch.float32),
+                                    (torch.complex64, torch.complex128)])
+def test_unary_out_of_another_dtype_raises_at_the_call(op, dtypes, tpu, eager_mode):
+    # test_type_promotion.test_unary_op_out_casting: these unary ops want out= of the input's dtype
+    # (ATen's check_all_same_dtype); PyTorch's Python meta let it through and the kernel cast
+    x = torch.tensor(1, dtype=dtypes[0])
+    _raise_alike(lambda: op(x, out=torch.empty(0, dtype=dtypes[1])),
+                     lambda: op(x.to(tpu), out=torch.empty(0, dtype=dtypes[1], device=tpu)))
+
+
+def test_cpp_meta_error_wins_over_python_meta(tpu, eager_mode):
+    # test_type_promotion.test_integer_addcdiv_deprecated and test_alternate_result: where ATen's C++
+    # meta function and PyTorch's Python one both refuse, ATen's words are CPU's
+    for dtype in (torch.int8, torch.int64):
+        t = torch.tensor(1, dtype=dtype)
+        d = t.to(tpu)
+        _raise_alike(lambda: torch.addcdiv(t, t, t, out=t), lambda: torch.addcdiv(d, d, d, out=d))
+    f = torch.ones(4)
+    _raise_alike(lambda: torch.add(f, f, out=torch.zeros(4, dtype=torch.long)),
+                     lambda: torch.add(f.to(tpu), f.to(tpu), out=torch.zeros(4, dtype=torch.long, device=tpu)))
+
+
+def test_index_put_of_another_dtype_raises_at_the_call(tpu, eager_mode):
+    # test_type_promotion.test_indexing_fail: index_put_ wants values of self's dtype
+    def put(dev):
+        a = torch.ones(5, 2, dtype=torch.double, device=dev)
+        a[:, [1]] = torch.zeros(5, 1, dtype=torch.int, device=dev)
+    _raise_alike(lambda: put("cpu"), lambda: put(tpu))
+    a = torch.ones(5, 2, dtype=torch.double, device=tpu)
+    a[:, [1]] = torch.zeros(5, 1, dtype=torch.double, device=tpu)
+    assert torch.equal(a.cpu(), torch.tensor([[1.0, 0.0]] * 5, dtype=torch.double))
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.complex64), (torch.int64, torch.complex128),
+                                    (torch.complex64, torch.complex128), (torch.bool, torch.complex64)])
+def test_cat_of_real_and_complex(dtypes, tpu, eager_mode):
+    # test_type_promotion.test_cat_different_dtypes: cat promotes its inputs, real ones into a complex result
+    x = torch.tensor([1, 2, 3]).to(dtypes[0])
+    y = (torch.tensor([4, 5, 6]) + 1j * torch.tensor([1, 0, 2])).to(dtypes[1])
+    z = torch.randn(6, 3, dtype=torch.complex128).t()[:, ::2]  # a strided complex128 tensor too
+    for parts in ((x, y), (y, x), (x, y.real.to(x.dtype), y)):
+        assert torch.equal(torch.cat([p.to(tpu) for p in parts]).cpu(), torch.cat(parts))
+    assert torch.equal(torch.cat([y.view(3, 1).expand(3, 3).to(tpu), z.to(tpu)], 1).cpu(),
+                       torch.cat([y.view(3, 1).expand(3, 3), z], 1))
+    out = torch.empty(0, dtype=torch.complex128, device=tpu)
+    torch.cat([x.to(tpu), y.to(tpu)], out=out)
+    assert torch.equal(out.cpu(), torch.cat([x, y]).to(torch.complex128))
+
+
+@pytest.mark.parametrize("op", ["logical_and", "logical_or", "logical_xor"])
+@pytest.mark.parametrize("dtypes", [(torch.complex64, torch.complex64), (torch.complex128, torch.float32),
+                                    (torch.int64, torch.complex64), (torch.bool, torch.complex128)])
+def test_complex_logical_binary(op, dtypes, tpu, eager_mode):
+    # test_binary_ufuncs.test_logical_and/or/xor: complex operands read as "nonzero"
+    x = (torch.tensor([10, 0, 1, 0]) + (1j * torch.tensor([0, 0, 0, 1]) if dtypes[0].is_complex else 0)).to(dtypes[0])
+    y = torch.tensor([1, 0, 0, 10]).to(dtypes[1])
+    fn = getattr(torch, op)
+    assert torch.equal(fn(x.to(tpu), y.to(tpu)).cpu(), fn(x, y))
+    assert torch.equal(fn(x.to(tpu), y[:1].to(tpu)).cpu(), fn(x, y[:1]))  # broadcast
+    xi, xt = x.clone(), x.to(tpu)
+    getattr(xi, op + "_")(y)
+    getattr(xt, op + "_")(y.to(tpu))
+    assert torch.equal(xt.cpu(), xi)
+    out, out_cpu = torch.empty(0, dtype=torch.complex128, device=tpu), torch.empty(0, dtype=torch.complex128)
+    fn(x.to(tpu), y.to(tpu), out=out)
+    fn(x, y, out=out_cpu)
+    assert torch.equal(out.cpu(), out_cpu)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_pow_and_reciprocal(dtype, tpu, eager_mode):
+    # test_binary_ufuncs: pow (and float_power, __rpow__, ldexp through it) and reciprocal (__rdiv__) on complex
+    torch.manual_seed(0)
+    a, b = torch.randn(64, dtype=dtype), torch.randn(64, dtype=dtype)
+    a[0] = 0
+    A, B = a.to(tpu), b.to(tpu)
+    tol = dict(rtol=1e-4, atol=1e-5, equal_nan=True)  # 0 ** b: inf+nanj where b.real < 0, as CPU
+    torch.testing.assert_close((A ** B).cpu(), a ** b, **tol)
+    for e in (2, 3, 0.5, -0.5, -1, -2, 1.7, 2j, 1 - 0.5j, 0, 1):
+        torch.testing.assert_close((A[1:] ** e).cpu(), a[1:] ** e, **tol)
+    torch.testing.assert_close((2 ** A).cpu(), 2 ** a, **tol)
+    torch.testing.assert_close((A ** b.real.to(tpu)).cpu(), a ** b.real, **tol)
+    torch.testing.assert_close((torch.arange(5.0, device=tpu) ** (1 + 1j)).cpu(), torch.arange(5.0) ** (1 + 1j), **tol)
+    torch.testing.assert_close(torch.float_power(A, B).cpu(), torch.float_power(a, b), **tol)
+    torch.testing.assert_close(A[1:].reciprocal().cpu(), a[1:].reciprocal())
+    torch.testing.assert_close((1 / A[1:]).cpu(), 1 / a[1:])
+
+
+@pytest.mark.parametrize("case", ["maximum", "fmax", "max", "heaviside", "heaviside_dtypes"])
+def test_refused_dtypes_raise_cpus_error(case, tpu, eager_mode):
+    # test_binary_ufuncs.test_maximum_minimum_complex / test_heaviside*: where CPU itself refuses the
+    # dtypes, tpu raises CPU's RuntimeError (from PyTorch's meta function), not its own NotImplementedError
+    def call(dev):
+        c, r = torch.ones(2, dtype=torch.complex64, device=dev), torch.ones(2, device=dev)
+        return {"maximum": lambda: torch.maximum(c, r), "fmax": lambda: torch.fmax(r, c),
+                "max": lambda: torch.max(c, c), "heaviside": lambda: torch.heaviside(c, r),
+                "heaviside_dtypes": lambda: r.int().heaviside_(r)}[case]()
+    _raise_alike(lambda: call("cpu"), lambda: call(tpu))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_binary_special_ops_on_wide_unsigned(dtype, tpu, eager_mode):
+    # test_binary_ufuncs.test_batch_vs_slicing_special_*: CPU runs zeta, the orthogonal polynomials
+    # and xlog1py on uint16/32/64 (promoted to float)
+    x = torch.tensor([0, 1, 2, 3, 7], dtype=dtype)
+    n = torch.tensor([0, 1, 2, 3, 4], dtype=dtype)
+    for fn in (torch.special.zeta, torch.special.chebyshev_polynomial_t, torch.special.hermite_polynomial_he,
+               torch.special.laguerre_polynomial_l, torch.special.legendre_polynomial_p, torch.special.xlog1py):
+        want = fn(x, n)
+        got = fn(x.to(tpu), n.to(tpu)).cpu()
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_reductions_of_65_dims_raise_cpus_error(tpu, eager_mode):
+    # test_reductions.test_dim_ndim_limit: a 65-d tensor is made (make_tensor: empty + uniform_, which
+    # tpu runs folded), and reducing along a dim raises CPU's error from PyTorch's meta function
+    t = torch.testing.make_tensor([1] * 65, dtype=torch.float, device=tpu)
+    c = t.cpu()
+    assert c.shape == (1,) * 65
+    for op in (torch.sum, torch.amax, torch.argmax, torch.mean, torch.any):
+        _raise_alike(lambda: op(c, dim=0), lambda: op(t, dim=0))
+    assert t.sum().item() == c.sum().item()
+
+
+def _eq32(a, b):
+    """torch.equal, which CPU lacks for complex32: on the (real, imaginary) float16 pairs."""
+    if a.dtype == torch.chalf:
+        a = torch.view_as_real(a)
+    if b.dtype == torch.chalf:
+        b = torch.view_as_real(b)
+    return torch.equal(a, b)
+
+
+def test_complex32_runs_in_complex64(tpu, eager_mode):
+    # test_binary_ufuncs (*_complex32), test_type_promotion.test_complex_half, test_tensor_creation_ops
+    # (ones/zeros/empty/fill/cat/complex of float16): complex32 has no kernel dtype; its calls run in
+    # complex64 (float16 beside it in float32) and round back to complex32 as the op's result is
+    c = torch.tensor([1 + 2j, 3 - 1j, -0.5 + 0.25j], dtype=torch.chalf)
+    t = c.to(tpu)
+    assert t.dtype == torch.chalf and _eq32(t.cpu(), c)
+    for fn in (lambda x: x * 2, lambda x: x + x, lambda x: x * 2.2, lambda x: x - 1j, lambda x: x.conj_physical()):
+        got, want = fn(t), fn(c)
+        assert got.dtype == want.dtype == torch.chalf
+        torch.testing.assert_close(torch.view_as_real(got.cpu()), torch.view_as_real(want))
+    assert _eq32((t == t).cpu(), c == c) and (t == t).dtype == torch.bool
+    assert _eq32(torch.cat([t, t]).cpu(), torch.cat([c, c]))
+    for f in (torch.ones, torch.zeros):
+        assert _eq32(f(3, dtype=torch.chalf, device=tpu).cpu(), f(3, dtype=torch.chalf))
+    assert _eq32(torch.full((2,), 1 + 1j, dtype=torch.chalf, device=tpu).cpu(),
+                       torch.full((2,), 1 + 1j, dtype=torch.chalf))
+    h = torch.tensor([1.5, 2.0], dtype=torch.half)
+    assert _eq32(torch.complex(h.to(tpu), h.to(tpu)).cpu(), torch.complex(h, h))
+    u, v = t.clone(), c.clone()
+    u.mul_(2)
+    v.mul_(2)
+    assert _eq32(u.cpu(), v)
+    assert _eq32(t.to(torch.complex64).cpu(), c.to(torch.complex64))
+    assert _eq32(t.real.cpu(), c.real) and _eq32(t[1:].cpu(), c[1:])
+    # promotion as CPU: complex32 with float32 is complex64, with float16 complex32
+    assert (t * torch.ones(3, device=tpu)).dtype == (c * torch.ones(3)).dtype == torch.complex64
+    r = torch.randn(8, dtype=torch.chalf, device=tpu)
+    assert r.dtype == torch.chalf and bool(torch.isfinite(torch.view_as_real(r.cpu())).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_log1p_and_logaddexp(dtype, tpu, eager_mode):
+    # test_binary_ufuncs.*logaddexp*_complex*: logaddexp and the log1p its ref uses, on complex, as CPU
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 2, dtype=dtype) - 0.5, torch.randn(64, 2, dtype=dtype) - 0.5
+    a[0, 0] = 1e-9 + 1e-9j  # log1p near 0
+    torch.testing.assert_close(torch.log1p(a.to(tpu)).cpu(), torch.log1p(a))
+    torch.testing.assert_close(torch.logaddexp(a.to(tpu), b.to(tpu)).cpu(), torch.logaddexp(a, b))
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([inf, -inf, inf, nan], dtype=dtype)
+    y = torch.tensor([inf, -inf, -inf, nan], dtype=dtype)
+    torch.testing.assert_close(torch.logaddexp(x.to(tpu), y.to(tpu)).cpu(), torch.logaddexp(x, y), equal_nan=True)
+
+
+def test_bincount_as_cpu(tpu, eager_mode):
+    # test_reductions.test_bincount: bincount had no tpu kernel; it runs as index_add_ into bins
+    x = torch.tensor([0, 1, 1, 1, 4])
+    for args, kw in (((), {}), ((torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5]),), {}),
+                     ((torch.tensor([1, 2, 3, 4, 5], dtype=torch.int8),), {}), ((), {"minlength": 8})):
+        want = torch.bincount(x, *args, **kw)
+        got = torch.bincount(x.to(tpu), *[a.to(tpu) for a in args], **kw)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want)
+    u = torch.tensor([0, 1, 2, 3, 255], dtype=torch.uint8)
+    assert torch.equal(u.to(tpu).bincount().cpu(), u.bincount())
+    e = torch.tensor([], dtype=torch.long)
+    assert torch.equal(torch.bincount(e.to(tpu), minlength=3).cpu(), torch.bincount(e, minlength=3))
+    for bad in (lambda d: torch.bincount(torch.tensor([1, -1], device=d)),
+                lambda d: torch.bincount(torch.tensor([[1, 2], [3, 4]], device=d)),
+                lambda d: torch.bincount(torch.tensor([1.0, 0.3], device=d)),
+                lambda d: torch.bincount(torch.tensor([1, 3], device=d), minlength=-1),
+                lambda d: torch.bincount(torch.tensor([1, 0], device=d), torch.tensor([1.0, 0.3, 0.5], device=d))):
+        _raise_alike(lambda: bad("cpu"), lambda: bad(tpu))
+
+
+@pytest.mark.parametrize("op", [torch.lt, torch.eq, torch.atan2, torch.fmod, torch.bitwise_and, torch.maximum])
+def test_complex_out_of_real_inputs(op, tpu, eager_mode):
+    # test_binary_ufuncs.test_type_promotion_*: an out= of complex dtype for real inputs takes the
+    # result computed in the inputs' dtypes, cast (the real kernel writes a real temporary)
+    a, b = torch.tensor([1, 2, 3], dtype=torch.int16), torch.tensor([2, 2, 2], dtype=torch.int32)
+    for dtype in (torch.complex64, torch.complex128):
+        want, got = torch.empty(3, dtype=dtype), torch.empty(3, dtype=dtype, device=tpu)
+        op(a, b, out=want)
+        op(a.to(tpu), b.to(tpu), out=got)
+        torch.testing.assert_close(got.cpu(), want)
+
+
+def test_heaviside_out_of_another_dtype_raises(tpu, eager_mode):
+    # test_binary_ufuncs.test_heaviside: ATen's meta refuses an out= of another dtype; PyTorch's
+    # Python meta let it through (only an IndexError of ATen's meta now defers to the Python one)
+    def call(dev):
+        i = torch.tensor([1.0, 0, -2], dtype=torch.bfloat16, device=dev)
+        torch.heaviside(i, i, out=torch.empty(3, dtype=torch.float32, device=dev))
+    _raise_alike(lambda: call("cpu"), lambda: call(tpu))
+
+
+def test_result_rounded_to_the_compute_dtype_before_a_wider_out(tpu, eager_mode):
+    # test_type_promotion.test_computation_ignores_out: CPU computes float16 + float16 in float16
+    # (66000 is inf) and uint8 - uint8 in uint8 (wrapping), then casts into the float64 out=
+    cases = ((torch.add, torch.tensor(33000, dtype=torch.float16), torch.tensor(33000, dtype=torch.float16)),
+             (torch.sub, torch.tensor(5, dtype=torch.uint8), torch.tensor(8, dtype=torch.uint8)),
+             (torch.true_divide, torch.tensor(1.5, dtype=torch.float16), torch.tensor(0.666, dtype=torch.float16)),
+             (torch.mul, torch.tensor([300.0, 7.1], dtype=torch.bfloat16), torch.tensor([301.0, 3.3], dtype=torch.bfloat16)))
+    for op, a, b in cases:
+        want, got = torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.float64, device=tpu)
+        op(a, b, out=want)
+        op(a.to(tpu), b.to(tpu), out=got)
+        assert torch.equal(got.cpu(), want), (op, got.cpu(), want)
+
+
+def test_integer_true_division_in_the_default_dtype(tpu, eager_mode):
+    # test_binary_ufuncs.test_div_rounding_numpy (int64): under a float64 default, int64 / int64 is
+    # computed in float64 (it was computed in float32 and widened)
+    a = torch.tensor([2**62 + 12345, 7, -(2**40) + 3], dtype=torch.int64)
+    b = torch.tensor([3, 2**31 + 11, 7], dtype=torch.int64)
+    try:
+        torch.set_default_dtype(torch.float64)
+        want = a / b
+        got = (a.to(tpu) / b.to(tpu)).cpu()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert got.dtype == want.dtype == torch.float64 and torch.equal(got, want)
+
+
+def test_pow_out_of_negative_integer_exponent_raises_at_the_call(tpu, eager_mode):
+    # test_binary_ufuncs.test_int_tensor_pow_neg_ints: pow(int tensor, -2, out=) as CPU
+    def call(dev):
+        base = torch.tensor([1, 2, -3], dtype=torch.int32, device=dev)
+        torch.pow(base, -2, out=torch.empty_like(base))
+    _raise_alike(lambda: call("cpu"), lambda: call(tpu))
+
+
+def test_uint8_right_shift_past_its_bits(tpu, eager_mode):
+    # test_binary_ufuncs.test_shift_limits (uint8): a count of 8 or more gives 0, no sign fill
+    x = torch.tensor([255, 0, 1, 128], dtype=torch.uint8)
+    for shift in (7, 8, 9, 100):
+        assert torch.equal((x.to(tpu) >> shift).cpu(), x >> shift)
+        assert torch.equal((x.to(tpu) << shift).cpu(), x << shift)
+
+
+def test_float16_times_complex_number_is_complex32(tpu, eager_mode):
+    # test_type_promotion.test_complex_promotion: float16 * a Python complex is complex32 with no
+    # complex32 input, which also runs widened
+    t = torch.tensor([1.5, -2.0, 0.25], dtype=torch.half)
+    for fn in (lambda x: x * (1 + 2j), lambda x: (0.5j) * x, lambda x: x + torch.tensor(1j, dtype=torch.chalf, device=x.device)):
+        got, want = fn(t.to(tpu)), fn(t)
+        assert got.dtype == want.dtype == torch.chalf
+        assert _eq32(got.cpu(), want)
+
+
+def test_complex_cat_with_an_empty_tensor_of_the_other_complex_dtype(tpu, eager_mode):
+    # test_type_promotion.test_cat_different_dtypes: a legacy empty tensor (1-d, size 0) of another
+    # complex dtype in a complex cat
+    x = torch.tensor([1, 2, 3], dtype=torch.complex128)
+    for y in (torch.tensor([], dtype=torch.complex64), torch.tensor([], dtype=torch.float32)):
+        assert torch.equal(torch.cat([x.to(tpu), y.to(tpu)]).cpu(), torch.cat([x, y]))
+        assert torch.equal(torch.cat([y.to(tpu), x.to(tpu)]).cpu(), torch.cat([y, x]))

@@ -359,6 +359,28 @@ def _linalg_lstsq(self, b, rcond=None, *, driver=None):
     return x, residuals, rank, sv
 
 
+def _bincount(self, weights=None, minlength=0):
+    """CPU's bincount (SummaryOps.cpp): integral 1-d input, counts (int64) or sums of weights (float32
+    weights stay float32, others become float64) in max(max(self) + 1, minlength) bins; the bin count
+    and the sign check read the data, so this waits for the device."""
+    if self.is_floating_point() or self.is_complex() or self.dtype == torch.bool:
+        torch.bincount(torch.zeros(1, dtype=self.dtype))  # raises CPU's "not implemented for" error
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if self.dim() == 1 and self.numel() == 0:
+        return torch.zeros(minlength, dtype=torch.long, device=self.device)
+    if self.dim() != 1 or self.min().item() < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.dim() != 1 or weights.size(0) != self.size(0)):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    n = max(int(self.max().item()) + 1, minlength)
+    index = self.long()
+    if weights is None:
+        return torch.zeros(n, dtype=torch.long, device=self.device).index_add_(0, index, torch.ones_like(index))
+    dt = torch.float32 if weights.dtype == torch.float32 else torch.float64
+    return torch.zeros(n, dtype=dt, device=self.device).index_add_(0, index, weights.to(dt))
+
+
 def decompositions() -> dict:
     """Ops PyTorch has no decomposition for."""
     return {
@@ -373,6 +395,7 @@ def decompositions() -> dict:
         aten._segment_reduce_backward.default: _segment_reduce_backward,
         aten.linalg_lstsq.default: _linalg_lstsq,  # reached as linalg_lstsq.out (adapted)
         aten.linalg_lstsq.out: _linalg_lstsq,
+        aten.bincount.default: _bincount,
     }
 
 

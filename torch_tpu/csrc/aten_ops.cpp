@@ -17,6 +17,7 @@
 #include <ATen/ops/eq.h>
 #include <ATen/ops/index.h>
 #include <ATen/ops/nonzero.h>
+#include <ATen/ops/view_as_real.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/StorageImpl.h>
 #include <torch/library.h>
@@ -88,6 +89,21 @@ const tpurt_op_def_t* complex_copy_kernel() {
 }
 
 void submit_copy_kernel(const at::Tensor& dst, const at::Tensor& src, const char* op) {
+  // complex32 (ComplexHalf) has no kernel dtype: its (real, imaginary) float16 pairs are copied as
+  // such (view_as_real), to or from complex32 or complex64; any other dtype goes through complex64.
+  const bool dh = dst.scalar_type() == at::kComplexHalf, sh = src.scalar_type() == at::kComplexHalf;
+  if (dh || sh) {
+    at::ScalarType other = dh ? src.scalar_type() : dst.scalar_type();
+    if (other == at::kComplexHalf || other == at::kComplexFloat) {
+      TORCH_CHECK_NOT_IMPLEMENTED(dst.dim() < TPURT_MAX_DIMS, op, ": complex32 tensors of ", dst.dim(),
+                                  " dimensions are not supported on the tpu device");
+      at::Tensor s = src.sizes().equals(dst.sizes()) ? src : src.expand(dst.sizes());
+      return submit_copy_kernel(at::view_as_real(dst), at::view_as_real(s), op);
+    }
+    at::Tensor mid = empty_tpu_contiguous(dst.sizes(), at::kComplexFloat);
+    submit_copy_kernel(mid, src.expand(dst.sizes()), op);
+    return submit_copy_kernel(dst, mid, op);
+  }
   const tpurt_op_def_t* def = copy_kernel();
   if (dst.is_complex() || src.is_complex()) {
     def = complex_copy_kernel();

@@ -12,6 +12,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/layer_norm.h>
 #include <ATen/ops/_fused_rms_norm.h>
+#include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
 #include "fallback.h"
@@ -72,6 +73,111 @@ struct BufScope {
   BufScope& operator=(const BufScope&) = delete;
 };
 
+bool is_chalf(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() && v.toTensor().scalar_type() == at::kComplexHalf;
+  if (v.isList()) {
+    for (const auto& e : v.toListRef())
+      if (is_chalf(e)) return true;
+  }
+  return false;
+}
+
+// complex32 -> complex64 and, beside it, float16 -> float32 (complex(float16, float16) is complex32)
+at::Tensor widen_half(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  if (t.scalar_type() == at::kComplexHalf) return t.to(at::kComplexFloat);
+  if (t.scalar_type() == at::kHalf) return t.to(at::kFloat);
+  return t;
+}
+
+c10::IValue widen_chalf(const c10::IValue& v, const fallback::ArgClass k) {
+  if (v.isTensor()) return widen_half(v.toTensor());
+  if (k == fallback::ArgClass::kDtype && v.isInt() && v.toInt() == static_cast<int64_t>(at::kComplexHalf))
+    return c10::IValue(static_cast<int64_t>(at::kComplexFloat));
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(widen_half(t));
+    return out;
+  }
+  if (v.isList() && (k == fallback::ArgClass::kOptTensorList)) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const auto& e : v.toListRef())
+      out.push_back(e.isTensor() ? std::optional<at::Tensor>(widen_chalf(e, k).toTensor()) : std::nullopt);
+    return out;
+  }
+  return v;
+}
+
+// complex32 (ComplexHalf) is no kernel dtype: a call with complex32 tensors (or dtype=complex32)
+// runs in complex64, its float16 tensors in float32, and the results are rounded back where the
+// op's result is complex32 or float16 (PyTorch's meta function says which); a written argument
+// (out=, in place) gets the result copied back. True when it ran.
+bool run_widened_chalf(const c10::OperatorHandle& op, torch::jit::Stack* stack, const fallback::Call& c,
+                       bool chalf_result) {
+  using namespace fallback;
+  const OpInfo& info = c.info;
+  bool any = chalf_result;
+  for (size_t i = 0; i < info.num_args; ++i)
+    any = any || is_chalf(c.arg(i)) ||
+          (info.arg_class[i] == ArgClass::kDtype && c.arg(i).isInt() &&
+           c.arg(i).toInt() == static_cast<int64_t>(at::kComplexHalf));
+  if (!any || info.unsupported_ret) return false;
+  // the result dtypes of the complex32 call (and CPU's errors for arguments PyTorch refuses)
+  std::vector<c10::ScalarType> want;
+  {
+    auto to_meta = [](const at::Tensor& t) {
+      if (!t.defined() || (t.is_cpu() && t.unsafeGetTensorImpl()->is_wrapped_number())) return t;
+      return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+    };
+    torch::jit::Stack meta;
+    for (const auto& a : c.args()) {
+      if (a.isTensor()) {
+        meta.push_back(to_meta(a.toTensor()));
+      } else if (a.isTensorList()) {
+        c10::List<at::Tensor> l;
+        for (const at::Tensor& t : a.toTensorList()) l.push_back(to_meta(t));
+        meta.push_back(l);
+      } else {
+        meta.push_back(a.isGenerator() ? c10::IValue() : a);
+      }
+    }
+    try {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+      for (size_t r = 0; r < info.rets.size() && r < meta.size(); ++r)
+        want.push_back(meta[r].isTensor() ? meta[r].toTensor().scalar_type() : c10::ScalarType::Undefined);
+    } catch (const c10::NotImplementedError&) {
+    } catch (const c10::Error& e) {
+      std::string msg = e.what_without_backtrace();
+      if (msg.find("meta") == std::string::npos && msg.find("Meta") == std::string::npos) throw;
+    }
+  }
+  torch::jit::Stack wide;
+  for (size_t i = 0; i < info.num_args; ++i) wide.push_back(widen_chalf(c.arg(i), info.arg_class[i]));
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &wide);
+  // written complex32 (and float16) arguments take their widened results
+  for (size_t i = 0; i < info.num_args; ++i) {
+    if (!info.arg_written[i] || !c.arg(i).isTensor() || !c.arg(i).toTensor().defined()) continue;
+    at::Tensor orig = c.arg(i).toTensor();
+    if (orig.scalar_type() != at::kComplexHalf && orig.scalar_type() != at::kHalf) continue;
+    for (size_t r = 0; r < info.rets.size(); ++r)
+      if (info.rets[r].kind == RetKind::kWritten && info.rets[r].arg == static_cast<int>(i) && wide[r].isTensor()) {
+        const at::Tensor& res = wide[r].toTensor();
+        if (!orig.sizes().equals(res.sizes())) orig.resize_(res.sizes());
+        orig.copy_(res);
+        wide[r] = orig;
+      }
+  }
+  for (size_t r = 0; r < info.rets.size() && r < wide.size(); ++r) {
+    if (info.rets[r].kind != RetKind::kFresh || !wide[r].isTensor() || r >= want.size()) continue;
+    const at::Tensor& t = wide[r].toTensor();
+    if (t.defined() && (want[r] == at::kComplexHalf || want[r] == at::kHalf) && t.scalar_type() != want[r])
+      wide[r] = t.to(want[r]);
+  }
+  torch::jit::drop(*stack, info.num_args);
+  for (auto& r : wide) stack->push_back(std::move(r));
+  return true;
+}
+
 }  // namespace
 
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -92,9 +198,9 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     make_outputs(c, *meta, &outs);
 
     if (!c.info.all_views) {
-      const tpurt_op_def_t* def = check_outputs_kernel(c, k, outs.kernel_outs);
-      KeepAlive keep_alive;
       CopyBacks copy_back;
+      const tpurt_op_def_t* def = check_outputs_kernel(c, k, outs, &copy_back);
+      KeepAlive keep_alive;
       tpurt_op_call_t call;
       marshal_call(c, def, device, outs, b, &keep_alive, &copy_back, &call);
       submit_call(c, def, device, call, copy_back);
@@ -102,7 +208,10 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     torch::jit::drop(*stack, c.info.num_args);
     for (auto& r : outs.results) stack->push_back(std::move(r));
   } catch (const Unsupported& u) {
+    if (u.dtype && run_widened_chalf(op, stack, c, u.chalf)) return;
     if (cpu_fallback_enabled()) return run_on_cpu(op, stack, c.info, u.why);
+    // A dtype CPU refuses too (maximum or heaviside of complex tensors): CPU's error, from PyTorch's meta function.
+    if (u.dtype) raise_meta_refusal(c);
     TORCH_CHECK_NOT_IMPLEMENTED(false, u.message);
   }
 }

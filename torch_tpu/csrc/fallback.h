@@ -119,6 +119,8 @@ struct Call {
 struct Unsupported {
   const char* why;      // completes "The operator 'x' ... on the tpu device" in the CPU fallback's warning
   std::string message;  // the NotImplementedError's message
+  bool dtype = false;   // refused for a dtype of the call
+  bool chalf = false;   // ... for complex32 (ComplexHalf), which runs widened (fallback.cpp)
 };
 
 // ================================ check ================================
@@ -135,12 +137,6 @@ struct Checked {
 // expands boolean index masks in place on the stack. Throws Unsupported or the
 // error CPU raises.
 Checked check_call(const Call& c);
-// The kernel once the outputs are known: a complex result from real inputs
-// goes to the complex kernel; an op without tensor arguments has its dtype
-// mask checked against its first output. Throws Unsupported.
-const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k,
-                                           at::ArrayRef<at::Tensor> kernel_outs);
-
 // ================================ outputs ================================
 
 struct OutMeta {
@@ -165,6 +161,9 @@ void settle_repeat_interleave_size(const Call& c);
 // op's first call of a signature ran through PyTorch's own wrapper: the stack
 // then holds the results. Throws Unsupported when shapes need the data.
 std::shared_ptr<const MetaEntry> output_layouts(const Call& c, std::vector<int64_t>& key);
+// Runs PyTorch's meta function for the call, for its errors only: raises the
+// error CPU raises for arguments PyTorch itself refuses; returns otherwise.
+void raise_meta_refusal(const Call& c);
 
 // The results as the schema's alias annotations say (written arguments,
 // views of arguments, fresh tensors), and the tensors the kernel writes.
@@ -176,9 +175,25 @@ void make_outputs(const Call& c, const MetaEntry& meta, Outputs* out);
 
 // ============================ marshal and submit ============================
 
+// Tensors of more than TPURT_MAX_DIMS dims reach a kernel folded: the call's
+// tensors (0-d ones aside) all have one shape, dims of size 1 are dropped and
+// neighbours that are one run in every tensor are merged, as the elementwise
+// engine coalesces them. Row-major element order is kept, so an elementwise,
+// random or whole-tensor reduction kernel computes the same thing. Folded dim
+// g covers the original dims up to last[g], takes size[g] and the strides of
+// dim last[g].
+struct DimFold {
+  bool active = false;
+  int64_t ndim = 0;  // the original dims
+  int32_t folded = 0;
+  int64_t size[TPURT_MAX_DIMS];
+  int64_t last[TPURT_MAX_DIMS];
+};
+
 // A kernel call's arrays, reused per thread and nesting depth so the hot path
 // does not allocate (tpu_fallback holds one for the call it runs).
 struct CallBuf {
+  DimFold fold;
   std::vector<tpurt_arg_t> args;
   std::vector<tpurt_tensor_t> tensors;
   std::vector<int64_t> list_slots;  // tensor index + 1, 0 for None; patched into list_ptrs
@@ -198,6 +213,7 @@ struct CallBuf {
     bools.clear();
     outputs.clear();
     key.clear();
+    fold.active = false;
   }
 };
 
@@ -206,6 +222,14 @@ struct CallBuf {
 using CopyBacks = c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2>;  // (real, temp)
 // Device copies of CPU scalars, alive until the kernel is queued.
 using KeepAlive = c10::SmallVector<at::Tensor, 4>;
+
+// The kernel once the outputs are known: a complex result from real inputs
+// goes to the complex kernel; where there is none, the real kernel writes a
+// temporary of the complex dtype's real part, copied (cast) into the result
+// after it (CPU computes such an out= in the inputs' dtypes and casts too). An
+// op without tensor arguments has its dtype mask checked against its first
+// output. Throws Unsupported.
+const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k, Outputs& outs, CopyBacks* copy_back);
 
 // IValues -> tpurt_op_call_t: the schema's arguments in order, out= removed
 // (CPU scalars become device tensors, Python numbers keep their category for

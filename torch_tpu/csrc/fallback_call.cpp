@@ -47,6 +47,64 @@ void fill_tensor_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* 
 namespace fallback {
 namespace {
 
+// ============================ folded dims ============================
+
+void fill_folded_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* op, const DimFold& f) {
+  if (!f.active || t.dim() != f.ndim) return fill_tensor_desc(t, out, op);
+  check_in_storage(t, op);
+  out->data = t.unsafeGetTensorImpl()->storage().data() == nullptr ? nullptr : t.data_ptr();
+  out->dtype = to_tpurt_dtype(t.scalar_type(), op);
+  out->ndim = f.folded;
+  for (int32_t g = 0; g < f.folded; ++g) {
+    out->sizes[g] = f.size[g];
+    out->strides[g] = t.stride(f.last[g]);
+  }
+}
+
+// Plans the fold for a call with a tensor of more than TPURT_MAX_DIMS dims (DimFold);
+// leaves it inactive where the kernel could not take the folded call: a kernel
+// that is not elementwise, random, a fill or a whole-tensor reduction, an int
+// argument given (a dim; None or [] is the whole tensor), a tensor list, tensors of different shapes, or still too
+// many dims once folded (fill_tensor_desc then refuses, naming the count).
+void plan_fold(const Call& c, const tpurt_op_def_t* def, const Outputs& outs, DimFold* f) {
+  const uint32_t kinds = TPURT_OP_ELEMENTWISE | TPURT_OP_RANDOM | TPURT_OP_OVERWRITES_SELF | TPURT_OP_REDUCE_ENGINE;
+  if (!(def->flags & kinds)) return;
+  c10::SmallVector<const at::Tensor*, 6> ts;
+  for (size_t i = 0; i < c.info.num_args; ++i) {
+    ArgClass k = c.info.arg_class[i];
+    const c10::IValue& v = c.arg(i);
+    bool whole = v.isNone() || (k == ArgClass::kIntList && v.isList() && v.toListRef().empty());
+    if (((k == ArgClass::kInt || k == ArgClass::kIntList) && !whole) || k == ArgClass::kTensorList ||
+        k == ArgClass::kOptTensorList)
+      return;
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().dim() > 0) ts.push_back(&v.toTensor());
+  }
+  for (const at::Tensor& t : outs.kernel_outs)
+    if (t.defined() && t.dim() > 0) ts.push_back(&t);
+  if (ts.empty() || ts[0]->dim() <= TPURT_MAX_DIMS) return;
+  at::IntArrayRef sizes = ts[0]->sizes();
+  for (const at::Tensor* t : ts)
+    if (t->sizes() != sizes) return;
+  int32_t n = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
+    if (sizes[d] == 1) continue;
+    bool merge = n > 0;
+    for (const at::Tensor* t : ts) merge = merge && t->stride(f->last[n - 1]) == t->stride(d) * sizes[d];
+    if (merge) {
+      f->size[n - 1] *= sizes[d];
+      f->last[n - 1] = d;
+      continue;
+    }
+    if (n == TPURT_MAX_DIMS) return;
+    f->size[n] = sizes[d];
+    f->last[n] = d;
+    ++n;
+  }
+  f->ndim = static_cast<int64_t>(sizes.size());
+  f->folded = n;
+  f->active = true;
+}
+
 // ============================ CPU scalars ============================
 
 const tpurt_op_def_t* fill_kernel() {
@@ -130,7 +188,7 @@ int64_t add_tensor(CallBuf& b, const at::Tensor& t0, const char* name, KeepAlive
     t = &keep_alive->back();
   }
   b.tensors.emplace_back();
-  fill_tensor_desc(*t, &b.tensors.back(), name);
+  fill_folded_desc(*t, &b.tensors.back(), name, b.fold);
   *max_numel = std::max<int64_t>(*max_numel, t->numel());
   return static_cast<int64_t>(b.tensors.size() - 1);
 }
@@ -384,6 +442,7 @@ void marshal_call(const Call& c, const tpurt_op_def_t* def, c10::DeviceIndex dev
   const OpInfo& info = c.info;
   const bool alias_safe = def->flags & TPURT_OP_ALIAS_SAFE;
   int64_t max_numel = 0;
+  plan_fold(c, def, outs, &b.fold);
   for (size_t i = 0; i < info.num_args; ++i)
     if (!info.arg_is_out[i]) b.args.push_back(marshal_arg(c, i, alias_safe, b, keep_alive, &max_numel));
   if (info.random && !info.has_generator_arg) {  // native_dropout: the RNG goes last (tpurt/kernel.h)
@@ -396,7 +455,7 @@ void marshal_call(const Call& c, const tpurt_op_def_t* def, c10::DeviceIndex dev
   b.outputs.resize(outs.kernel_outs.size());
   for (size_t k = 0; k < outs.kernel_outs.size(); ++k) {
     if (outs.kernel_outs[k].defined()) {
-      fill_tensor_desc(outs.kernel_outs[k], &b.outputs[k], c.name);
+      fill_folded_desc(outs.kernel_outs[k], &b.outputs[k], c.name, b.fold);
     } else {  // an output the caller did not ask for (output_mask): data == NULL
       std::memset(&b.outputs[k], 0, sizeof(tpurt_tensor_t));
       b.outputs[k].dtype = TPURT_DTYPE_FLOAT32;

@@ -7,6 +7,8 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/nonzero.h>
 
+#include <ATen/ops/empty_strided.h>
+
 #include "fallback.h"
 
 namespace torch_tpu::fallback {
@@ -21,7 +23,8 @@ namespace {
 
 [[noreturn]] void refuse_dtype(const Call& c, c10::ScalarType dtype) {
   throw Unsupported{"has no kernel for this dtype",
-                    c10::str(c.name, ": dtype ", dtype, " is not supported on the tpu device")};
+                    c10::str(c.name, ": dtype ", dtype, " is not supported on the tpu device"), true,
+                    dtype == c10::ScalarType::ComplexHalf};
 }
 
 // The dtype mask of the op-table entry (tpurt/kernel.h), in its words.
@@ -39,7 +42,8 @@ std::string dtype_list(const tpurt_op_def_t* def) {
   throw Unsupported{"has no kernel for this dtype",
                     c10::str(c.name, ": dtype ", tpurt_dtype_name(d), " is not supported by its tpu kernel '",
                              def->name, "' (which computes in ", dtype_list(def),
-                             "). Set TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow).")};
+                             "). Set TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow)."),
+                    true};
 }
 
 inline void check_dtype_mask(const Call& c, const tpurt_op_def_t* def, c10::ScalarType dtype) {
@@ -149,6 +153,7 @@ Checked check_call(const Call& c) {
   Checked k;
   c10::ScalarType bad_dtype = c10::ScalarType::Undefined;     // the first the device has no dtype for
   c10::ScalarType complex_type = c10::ScalarType::Undefined;  // of a complex tensor argument, if any
+  c10::ScalarType complex_out = c10::ScalarType::Undefined;   // of a complex out= argument, if any
   c10::Layout layout = c10::kStrided;                         // a non-strided layout, if any
   auto visit = [&](const at::Tensor& t, size_t i) __attribute__((always_inline)) {
     if (!t.defined()) return;
@@ -172,7 +177,7 @@ Checked check_call(const Call& c) {
     }
     if (TPURT_UNLIKELY(map_dtype(st) == TPURT_DTYPE_INVALID) && bad_dtype == c10::ScalarType::Undefined)
       bad_dtype = st;
-    if (c10::isComplexType(st)) complex_type = st;
+    if (c10::isComplexType(st)) (info.arg_is_out[i] ? complex_out : complex_type) = st;
     if (TPURT_UNLIKELY(t.layout() != c10::kStrided)) layout = t.layout();
   };
   for (size_t i = 0; i < info.num_args; ++i) {
@@ -197,27 +202,46 @@ Checked check_call(const Call& c) {
   if (bad_dtype != c10::ScalarType::Undefined) refuse_dtype(c, bad_dtype);
 
   // Complex tensors reach only kernels that take them (TPURT_OP_COMPLEX, tpurt/kernel.h).
-  k.def = complex_type != c10::ScalarType::Undefined ? info.cdef : info.def;
+  // (a complex out= of real inputs: the complex kernel if any, else the real one into a real
+  // temporary, check_outputs_kernel)
+  k.def = complex_type != c10::ScalarType::Undefined || (complex_out != c10::ScalarType::Undefined && info.cdef)
+              ? info.cdef
+              : info.def;
   if (!k.def) {
     if (complex_type == c10::ScalarType::Undefined) refuse_no_kernel(info);
     refuse_dtype(c, complex_type);
   }
   if (TPURT_UNLIKELY(layout != c10::kStrided)) check_layout(c, k.def, layout);
-  if (k.has_tensor) check_dtype_mask(c, k.def, k.first_dtype);
+  if (k.has_tensor)
+    check_dtype_mask(c, k.def,
+                     k.def == info.def && !(k.def->flags & TPURT_OP_COMPLEX) &&
+                             complex_type == c10::ScalarType::Undefined && c10::isComplexType(k.first_dtype)
+                         ? c10::toRealValueType(k.first_dtype)  // only a complex out=: a real temporary
+                         : k.first_dtype);
   if (info.refuse_overlap) check_written_overlap(c);
   if (TPURT_UNLIKELY(info.precheck != nullptr)) info.precheck(c);
   return k;
 }
 
-const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k, at::ArrayRef<at::Tensor> kernel_outs) {
+const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k, Outputs& outs, CopyBacks* copy_back) {
   const tpurt_op_def_t* def = k.def;
+  auto& kernel_outs = outs.kernel_outs;
+  for (const at::Tensor& out : kernel_outs)  // a complex32 result of other inputs (float16 * 1j)
+    if (out.defined() && out.scalar_type() == c10::ScalarType::ComplexHalf) refuse_dtype(c, out.scalar_type());
   if (!(def->flags & TPURT_OP_COMPLEX)) {
-    // A complex result from real inputs (a dtype= argument): the complex kernel, if any.
-    for (const at::Tensor& out : kernel_outs) {
-      if (!out.defined() || !out.is_complex()) continue;
+    // A complex result from real inputs (a dtype= argument, an out=): the complex kernel, if any,
+    // else the real kernel into real temporaries.
+    bool complex_out = false;
+    for (const at::Tensor& out : kernel_outs) complex_out |= out.defined() && out.is_complex();
+    if (complex_out && c.info.cdef) {
       def = c.info.cdef;
-      if (!def) refuse_dtype(c, out.scalar_type());
-      break;
+    } else if (complex_out) {
+      for (at::Tensor& out : kernel_outs) {
+        if (!out.defined() || !out.is_complex()) continue;
+        at::Tensor temp = at::empty_strided(out.sizes(), out.strides(), out.options().dtype(c10::toRealValueType(out.scalar_type())));
+        copy_back->emplace_back(out, temp);
+        out = temp;
+      }
     }
   }
   if (!k.has_tensor) {  // a factory: its first output's dtype is the kernel's

@@ -35,7 +35,7 @@ inline bool plain(const at::Tensor& t, c10::DeviceIndex device) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   return t.defined() && impl->device_type() == kTpu && impl->device().index() == device &&
          impl->layout() == c10::kStrided && impl->is_contiguous() && !impl->is_neg() &&
-         impl->storage().data() != nullptr;
+         impl->storage().data() != nullptr && impl->dim() <= TPURT_MAX_DIMS;  // more: folded by the boxed path
 }
 
 // A Python number (a wrapped 0-d CPU tensor) as a kernel argument, when the

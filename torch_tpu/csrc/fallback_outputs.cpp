@@ -13,6 +13,7 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/DefaultDtype.h>
 
 #include "fallback.h"
 
@@ -283,8 +284,9 @@ struct NoMeta {
   std::string why;
 };
 
+// strict: an error of ATen's C++ meta function stands (no retry with the Python one).
 std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo& info,
-                                    at::ArrayRef<c10::IValue> args) {
+                                    at::ArrayRef<c10::IValue> args, bool strict = false) {
   if (info.meta_via == OpInfo::MetaVia::kGeqrf) return geqrf_layouts(args[0].toTensor());
   if (info.meta_via == OpInfo::MetaVia::kLikeSelf) return like_self_layouts(info, args[0].toTensor());
   if (info.meta_via == OpInfo::MetaVia::kLayerNorm) return layer_norm_layouts(args);
@@ -337,16 +339,25 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     // eager kernels, in microseconds instead of a millisecond of Python, so a
     // new shape costs little more than a cached one.
     if (info.cpp_meta && meta_op == &op) {
-      // Where the C++ meta function refuses, PyTorch's Python meta decides (the answer this
-      // fallback gave before the C++ table): some of ATen's C++ meta functions assume real
-      // tensors, e.g. index_add's selects slice 0 along a size-0 dim when the result is on Meta,
-      // an error CPU's kernel never reaches. Refusals are rare, so the copy is a miss-path cost.
+      // Where the C++ meta function raises an IndexError, PyTorch's Python meta decides: some of
+      // ATen's C++ meta functions assume real tensors, e.g. index_add's selects slice 0 along a
+      // size-0 dim when the result is on Meta, an error CPU's kernel never reaches. Refusals are
+      // rare, so the copy is a miss-path cost.
       torch::jit::Stack retry = meta_stack;
       try {
         info.cpp_meta->callBoxed(op, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
-      } catch (const c10::Error&) {
+      } catch (const c10::IndexError& e) {
+        // An index error of a size-0 dim (see above) is a Meta artefact; any other refusal is CPU's
+        // (dtype checks, heaviside's "different dtypes", ...), and stands.
+        if (strict) throw;
+        std::exception_ptr cpp_error = std::current_exception();
         meta_stack = std::move(retry);
-        meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+        try {
+          meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+        } catch (...) {
+          // Both refuse: ATen's words are CPU's (the Python meta's may differ).
+          std::rethrow_exception(cpp_error);
+        }
       }
     } else {
       meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
@@ -502,10 +513,27 @@ void settle_repeat_interleave_size(const Call& c) {
   }
 }
 
+void raise_meta_refusal(const Call& c) {
+  if (c.info.cpp_meta && c.info.meta_via == OpInfo::MetaVia::kSelf) {
+    // ATen's own meta function: each of its errors, NotImplementedError ones included, is CPU's
+    torch::jit::Stack st;
+    for (const auto& a : c.args()) st.push_back(a.isGenerator() ? c10::IValue() : ivalue_to_meta(a));
+    c.info.cpp_meta->callBoxed(c.op, c10::DispatchKeySet(c10::DispatchKey::Meta), &st);
+    return;
+  }
+  try {
+    run_meta(c.op, c.info, c.args(), /*strict=*/true);
+  } catch (const NoMeta&) {
+  }
+}
+
 std::shared_ptr<const MetaEntry> output_layouts(const Call& c, std::vector<int64_t>& key) {
   const OpInfo& info = c.info;
   at::ArrayRef<c10::IValue> args = c.args();
   key.push_back(reinterpret_cast<intptr_t>(&info));
+  // Integer inputs promote to the default dtype (true division, a Python float
+  // with an integer tensor), so the same arguments can give another dtype.
+  key.push_back(static_cast<int64_t>(c10::get_default_dtype_as_scalartype()));
   bool cacheable = true;
   for (const auto& a : args)
     if (!key_ivalue(key, a)) {

@@ -13,7 +13,7 @@ namespace {
 
 // index_put_ / _index_put_impl_ (self, indices, values, accumulate, ...):
 // the index tensors broadcast together, there are no more of them than self
-// has dims, and values broadcast to the indexing result (ATen's
+// has dims, and values broadcast to the indexing result and have self's dtype (ATen's
 // index_put_ / TensorIterator checks). Boolean masks are long indices by now.
 void index_put_shapes(const Call& c) {
   if (!c.arg(0).isTensor() || !c.arg(1).isList() || !c.arg(2).isTensor()) return;
@@ -72,6 +72,9 @@ void index_put_shapes(const Call& c) {
   }
   TORCH_CHECK(at::is_expandable_to(values.sizes(), result), "shape mismatch: value tensor of shape ",
               values.sizes(), " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(result));
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ", self.scalar_type(),
+              " for the destination and ", values.scalar_type(), " for the source.");
 }
 
 // kthvalue.values(self, k, dim, keepdim, values!, indices!): an empty reduced
@@ -275,6 +278,16 @@ void nansum_empty_dims(const Call& c) {
   if (c.info.num_args > 1 && c.arg(1).isIntList() && c.arg(1).toDimVector().empty()) c.arg(1) = c10::IValue();
 }
 
+// pow.Tensor_Scalar_out(self, exponent, out!): an integral self with a negative integral exponent
+// (its layouts come from the functional overload's Python meta, which does not check it).
+void pow_negative_int_exponent(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isScalar()) return;
+  const at::Tensor& self = c.arg(0).toTensor();
+  const c10::Scalar e = c.arg(1).toScalar();
+  TORCH_CHECK(!(at::isIntegralType(self.scalar_type(), /*includeBool=*/true) && e.isIntegral(true) && e.toLong() < 0),
+              "Integers to negative integer powers are not allowed.");
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -305,6 +318,7 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
       full_name == "aten::polar.out")
     return complex_parts;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
+  if (full_name == "aten::pow.Tensor_Scalar_out") return pow_negative_int_exponent;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
     return div_mode_unsigned;
   return nullptr;

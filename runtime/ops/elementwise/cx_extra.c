@@ -1,7 +1,7 @@
 /* More ops on complex tensors, built on the real kernels: normal_ (randn,
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
- * view_as_real), eq/ne, isnan (z != z), the factories linspace, logspace and
+ * view_as_real), eq/ne, logical_and/or/xor, isnan (z != z), the factories linspace, logspace and
  * eye, the reductions var/std/prod/all/any/count_nonzero/linalg_vector_norm, and index_put_ (x[i] = v, accumulate too)
  * through the index kernel on the (real, imaginary) pairs. */
 #include <complex.h>
@@ -71,7 +71,7 @@ static tpurt_status_t cx_uniform(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   return cx_random_parts(ctx, call, ref, "uniform", tpurt_arg_double(call, 1, 0.0), tpurt_arg_double(call, 2, 1.0));
 }
 
-/* ---- eq / ne: (self, other) with other a tensor or a real scalar; broadcast ---- */
+/* ---- eq / ne / logical_and / or / xor: (self, other) with other a tensor or a real scalar; broadcast ---- */
 
 typedef struct cx_val_t { double re, im; } cx_val_t;
 
@@ -97,20 +97,33 @@ static bool cx_bstrides(const tpurt_tensor_t* t, const tpurt_tensor_t* out, int6
   return true;
 }
 
-static tpurt_status_t cx_compare(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ne) {
+typedef enum { CXB_EQ, CXB_NE, CXB_AND, CXB_OR, CXB_XOR } cxb_kind_t;
+
+/* eq/ne and logical_and/or/xor: a truth per element. The output is bool, or
+ * (logical_*_ in place, an out= of another dtype) any dtype, taking 1 or 0. */
+static tpurt_status_t cx_truth(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, cxb_kind_t kind) {
   const tpurt_tensor_t *a = tpurt_arg_tensor(call, 0), *b = tpurt_arg_tensor(call, 1);
-  if (!a || call->num_outputs < 1 || call->outputs[0].dtype != TPURT_DTYPE_BOOL)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor and a bool output", call->name);
+  if (!a || call->num_outputs < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor and an output", call->name);
   const tpurt_tensor_t* out = &call->outputs[0];
   cx_val_t scalar = {tpurt_arg_double(call, 1, 0.0), 0.0};
   int64_t sa[TPURT_MAX_DIMS], sb[TPURT_MAX_DIMS], pos[TPURT_MAX_DIMS] = {0};
   if (!cx_bstrides(a, out, sa) || (b && !cx_bstrides(b, out, sb)))
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: operands do not broadcast to the output", call->name);
   int64_t n = tpurt_tensor_numel(out), oa = 0, ob = 0, oo = 0;
+  size_t oes = tpurt_dtype_size(out->dtype);
   for (int64_t i = 0; i < n; ++i) {
     cx_val_t x = cx_load(a, oa), y = b ? cx_load(b, ob) : scalar;
-    bool eq = x.re == y.re && x.im == y.im;
-    ((bool*)out->data)[oo] = ne ? !eq : eq;
+    bool xt = x.re != 0 || x.im != 0, yt = y.re != 0 || y.im != 0, r;
+    switch (kind) {
+      case CXB_EQ: r = x.re == y.re && x.im == y.im; break;
+      case CXB_NE: r = !(x.re == y.re && x.im == y.im); break;
+      case CXB_AND: r = xt && yt; break;
+      case CXB_OR: r = xt || yt; break;
+      default: r = xt != yt; break;
+    }
+    if (out->dtype == TPURT_DTYPE_BOOL) ((bool*)out->data)[oo] = r;
+    else tpurt_dtype_store_f64(out->dtype, (char*)out->data + oo * (int64_t)oes, r ? 1.0 : 0.0);
     for (int32_t d = out->ndim - 1; d >= 0; --d) {
       if (++pos[d] < out->sizes[d]) {
         oa += sa[d], ob += b ? sb[d] : 0, oo += out->strides[d];
@@ -136,7 +149,7 @@ static tpurt_status_t k_isnan(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   tpurt_op_call_t rc = *call;
   rc.num_args = 2;
   rc.args = args;
-  return cx_compare(ctx, &rc, true);
+  return cx_truth(ctx, &rc, CXB_NE);
 }
 
 /* ---- linspace / logspace(start, end, steps[, base]) and eye(n[, m]) with a complex output ----
@@ -400,8 +413,11 @@ static tpurt_status_t k_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) 
 static tpurt_status_t r_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, true); }
 static tpurt_status_t k_uniform(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_uniform(x, c, false); }
 static tpurt_status_t r_uniform(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_uniform(x, c, true); }
-static tpurt_status_t k_eq(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_compare(x, c, false); }
-static tpurt_status_t k_ne(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_compare(x, c, true); }
+static tpurt_status_t k_eq(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_truth(x, c, CXB_EQ); }
+static tpurt_status_t k_ne(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_truth(x, c, CXB_NE); }
+static tpurt_status_t k_and(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_truth(x, c, CXB_AND); }
+static tpurt_status_t k_or(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_truth(x, c, CXB_OR); }
+static tpurt_status_t k_xor(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_truth(x, c, CXB_XOR); }
 static tpurt_status_t k_index_put(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_put(x, c, false); }
 static tpurt_status_t r_index_put(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_put(x, c, true); }
 
@@ -411,9 +427,12 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
      TPURT_LAYOUT_STRIDED},
     {"complex::uniform", k_uniform, r_uniform, TPURT_OP_RANDOM | TPURT_OP_OVERWRITES_SELF, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
-    /* eq/ne are plain loops: each is its own reference */
+    /* eq/ne and the logical ops are plain loops: each is its own reference */
     {"complex::eq", k_eq, k_eq, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
     {"complex::ne", k_ne, k_ne, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
+    {"complex::logical_and", k_and, k_and, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
+    {"complex::logical_or", k_or, k_or, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
+    {"complex::logical_xor", k_xor, k_xor, 0, TPURT_DTYPES_ALL, TPURT_LAYOUT_STRIDED},
     {"complex::isnan", k_isnan, k_isnan, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     /* plain loops: each is its own reference */
     {"complex::linspace", k_linspace, k_linspace, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},

@@ -1,11 +1,12 @@
 /* Elementwise kernels on complex64/complex128 (registered "complex::<op>", or
  * flagged TPURT_OP_COMPLEX for ops born complex): copy and fill, arithmetic,
- * neg/conj/sgn, abs/angle, exp, log, sqrt, the trigonometric and hyperbolic functions and their inverses, logical_not, where, complex(real, imag) and polar(abs, angle).
+ * pow, reciprocal, log1p, logaddexp, neg/conj/sgn, abs/angle, exp, log, sqrt, the trigonometric and hyperbolic functions and their inverses, logical_not, where, complex(real, imag) and polar(abs, angle).
  * They run on the elementwise engine (broadcasting, strides, threads); a loop
  * reads complex operands as they are and real operands cast by the engine to
  * the compute precision's real type, so the real-dtype kernels and the fusion
  * engine never see a complex tensor. Formulas follow c10::complex, so special
  * values (inf * 0) come out as on PyTorch CPU. */
+#include <complex.h>
 #include <math.h>
 #include <string.h>
 
@@ -121,6 +122,78 @@ CX_BOTH(CX_LOOP2, mul, { o_r = ar * br - ai * bi; o_i = ar * bi + ai * br; })
     }                                                  \
   } while (0)
 CX_BOTH(CX_LOOP2, div, CX_DIV(ar, ai, br, bi, o_r, o_i))
+/* c10::complex's log1p: 0.5 * log1p(x (2 + x) + y^2) near 0 (|z| < 0.5), else log |1 + z|; the angle of 1 + z */
+static void cx_log1p(double x, double y, double* o_r, double* o_i) {
+  double theta = atan2(y, x + 1);
+  if (hypot(x, y) < 0.5) {
+    double r = x * (2 + x) + y * y;
+    *o_r = r == 0 ? x : 0.5 * log1p(r);
+  } else {
+    *o_r = log(hypot(x + 1, y));
+  }
+  *o_i = theta;
+}
+/* CPU's _log_add_exp_helper on complex: NaN in the smaller (by real part) is NaN; two equal
+ * infinite real parts give the smaller (-inf) or log(exp(a) + exp(b)) (+inf); else
+ * log1p(exp(min - max)) + max */
+static void cx_logaddexp(double ar, double ai, double br, double bi, double* o_r, double* o_i) {
+  bool a_min = ar < br || (ar == br && ar != ar); /* mirrors std::real(x) < std::real(y) ? (x, y) : (y, x) */
+  double mnr = a_min ? ar : br, mni = a_min ? ai : bi, mxr = a_min ? br : ar, mxi = a_min ? bi : ai;
+  if (isnan(mnr) || isnan(mni)) {
+    *o_r = *o_i = NAN;
+  } else if (!isfinite(mnr) && mnr == mxr) {
+    if (mnr < 0) {
+      *o_r = mnr, *o_i = mni;
+    } else {
+      double complex e = cexp(CMPLX(mnr, mni)) + cexp(CMPLX(mxr, mxi)), l = clog(e);
+      *o_r = creal(l), *o_i = cimag(l);
+    }
+  } else {
+    double complex e = cexp(CMPLX(mnr - mxr, mni - mxi));
+    double lr, li;
+    cx_log1p(creal(e), cimag(e), &lr, &li);
+    *o_r = lr + mxr, *o_i = li + mxi;
+  }
+}
+CX_BOTH(CX_LOOP1, log1p, { double r_, i_; cx_log1p(ar, ai, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
+CX_BOTH(CX_LOOP2, logaddexp, { double r_, i_; cx_logaddexp(ar, ai, br, bi, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
+CX_BOTH(CX_LOOP1, reciprocal, CX_DIV((cx_real_t)1, (cx_real_t)0, ar, ai, o_r, o_i))
+/* pow(a, b): CPU's shortcuts for a real exponent 2, 3, 0.5, -0.5, -1, -2 (c10::complex products
+ * and quotients, std::sqrt), else std::pow, which is C's cpow */
+#define CX_POW(CPOW, CSQRT, CPLX)                                                      \
+  do {                                                                             \
+    cx_real_t sr_, si_;                                                            \
+    if (bi == 0 && (br == 2 || br == -2)) {                                        \
+      sr_ = ar * ar - ai * ai;                                                     \
+      si_ = ar * ai + ai * ar;                                                     \
+      if (br == 2) o_r = sr_, o_i = si_;                                           \
+      else CX_DIV((cx_real_t)1, (cx_real_t)0, sr_, si_, o_r, o_i);                 \
+    } else if (bi == 0 && br == 3) {                                               \
+      sr_ = ar * ar - ai * ai;                                                     \
+      si_ = ar * ai + ai * ar;                                                     \
+      o_r = sr_ * ar - si_ * ai;                                                   \
+      o_i = sr_ * ai + si_ * ar;                                                   \
+    } else if (bi == 0 && br == -1) {                                              \
+      CX_DIV((cx_real_t)1, (cx_real_t)0, ar, ai, o_r, o_i);                        \
+    } else if (bi == 0 && (br == 0.5 || br == -0.5)) {                             \
+      CPLX r_ = CSQRT(CMPLX(ar, ai));                                              \
+      if (br > 0) o_r = creal(r_), o_i = cimag(r_);                                \
+      else CX_DIV((cx_real_t)1, (cx_real_t)0, (cx_real_t)creal(r_), (cx_real_t)cimag(r_), o_r, o_i); \
+    } else {                                                                       \
+      CPLX r_ = CPOW(CMPLX(ar, ai), CMPLX(br, bi));                                \
+      o_r = creal(r_);                                                             \
+      o_i = cimag(r_);                                                             \
+    }                                                                              \
+  } while (0)
+/* complex64 in float (cpowf), as CPU and NumPy compute it, except a zero base: cpowf gives NaN
+ * where CPU's formula gives its special values (0, or inf + nanj for b.real < 0) */
+#define CX_POW_F(CPLX_UNUSED)                                        \
+  do {                                                               \
+    if (ar == 0 && ai == 0) CX_POW(cpow, csqrt, double complex);     \
+    else CX_POW(cpowf, csqrtf, float complex);                       \
+  } while (0)
+CX_LOOP2(pow_f, float, CX_POW_F(0))
+CX_LOOP2(pow_d, double, CX_POW(cpow, csqrt, double complex))
 /* addcmul / addcdiv: a + alpha * (b * c) / a + alpha * (b / c) */
 CX_BOTH(CX_LOOP3, addcmul, {
   cx_real_t pr = br * cr - bi * ci, pi = br * ci + bi * cr;
@@ -314,6 +387,8 @@ CX_KERNEL(complex) {
                         tpurt_dtype_name(tpurt_dtype_to_complex(re->dtype)), tpurt_dtype_name(call->outputs[0].dtype));
   return cx_binary(ctx, call, "complex", make_f, make_d, false, false);
 }
+CX_KERNEL(logaddexp) { return cx_binary(ctx, call, "logaddexp", logaddexp_f, logaddexp_d, false, false); }
+CX_KERNEL(pow) { return cx_binary(ctx, call, "pow", pow_f, pow_d, false, false); }
 CX_KERNEL(polar) { return cx_binary(ctx, call, "polar", polar_f, polar_d, false, false); }
 
 /* addcmul / addcdiv(self, tensor1, tensor2, value) */
@@ -345,6 +420,8 @@ static tpurt_status_t cx_unary(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   return cx_run(ctx, op, compute, &call->outputs[0], 1, &a, f, dl, &u);
 }
 CX_KERNEL(neg) { return cx_unary(ctx, call, "neg", neg_f, neg_d); }
+CX_KERNEL(log1p) { return cx_unary(ctx, call, "log1p", log1p_f, log1p_d); }
+CX_KERNEL(reciprocal) { return cx_unary(ctx, call, "reciprocal", reciprocal_f, reciprocal_d); }
 CX_KERNEL(conj_physical) { return cx_unary(ctx, call, "conj_physical", conj_f, conj_d); }
 CX_KERNEL(sgn) { return cx_unary(ctx, call, "sgn", sgn_f, sgn_d); }
 CX_KERNEL(abs) { return cx_unary(ctx, call, "abs", abs_f, abs_d); }
@@ -468,6 +545,10 @@ const tpurt_op_def_t tpurt_ops_complex[] = {
     CX("complex::rsub", rsub, CX_DT_ANY),
     CX("complex::mul", mul, CX_DT_ANY),
     CX("complex::div", div, CX_DT_ANY),
+    CX("complex::pow", pow, CX_DT_ANY),
+    CX("complex::reciprocal", reciprocal, CX_DT_COMPLEX),
+    CX("complex::log1p", log1p, CX_DT_COMPLEX),
+    CX("complex::logaddexp", logaddexp, CX_DT_ANY),
     CX("complex::neg", neg, CX_DT_ANY),
     CX("complex::conj_physical", conj_physical, CX_DT_ANY),
     CX("complex::sgn", sgn, CX_DT_ANY),

@@ -7,6 +7,8 @@
 #include "ops/elementwise/ew_list.h"
 #include "ops/elementwise/ew_ops.h"
 
+static tpurt_status_t ew_cast_copy(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* dst, const tpurt_tensor_t* src);
+
 tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const ew_op_t* op,
                                       const tpurt_arg_t* const* ins, ew_params_t* p, bool reference) {
   if (call->num_outputs < op->nout)
@@ -20,7 +22,11 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   }
   if (compute == TPURT_DTYPE_INVALID)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: inputs must be tensors or numbers", op->name);
-  if (op->promote == EW_P_FLOAT && !tpurt_dtype_is_floating(compute)) compute = TPURT_DTYPE_FLOAT32;
+  /* integers promote to the default dtype, which a floating output's dtype shows (float64 under
+   * torch.set_default_dtype(torch.float64)) */
+  if (op->promote == EW_P_FLOAT && !tpurt_dtype_is_floating(compute))
+    compute = op->out != EW_O_BOOL && call->outputs[0].dtype == TPURT_DTYPE_FLOAT64 ? TPURT_DTYPE_FLOAT64
+                                                                                    : TPURT_DTYPE_FLOAT32;
   tpurt_dtype_t ld = tpurt_ew_loop_dtype(compute);
   if (!(op->allow & (1u << compute)) || !op->loops[ld])
     return TPURT_STATUS(UNIMPLEMENTED, "%s: not implemented for dtype %s", op->name, tpurt_dtype_name(compute));
@@ -76,9 +82,30 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
     cfg.tensors[op->nout + k] = t;
     cfg.loop_dtypes[op->nout + k] = op->promote == EW_P_BOOL ? TPURT_DTYPE_BOOL : ld;
   }
+  /* An output of another dtype than a compute dtype the loops widen (float16/bfloat16 in float32,
+   * uint16/32/64 in int64), as an out= of float64 for float16 inputs: CPU rounds each result to the
+   * compute dtype first, then casts (float16 33000 + 33000 is inf in a float64 out too). The loop
+   * writes a dense scratch of the compute dtype, which a copy then casts. */
+  tpurt_tensor_t narrow;
+  const tpurt_tensor_t* cast_to = NULL;
+  if (op->nout == 1 && ld != compute && out_ld == ld && call->outputs[0].dtype != compute &&
+      tpurt_tensor_numel(&call->outputs[0]) > 0) {
+    cast_to = &call->outputs[0];
+    narrow = *cast_to;
+    narrow.dtype = compute;
+    narrow.data = tpurt_kernel_scratch(ctx, (size_t)tpurt_tensor_numel(cast_to) * tpurt_dtype_size(compute));
+    if (!narrow.data) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch memory", op->name);
+    int64_t st = 1;
+    for (int32_t d = narrow.ndim - 1; d >= 0; --d) {
+      narrow.strides[d] = st;
+      st *= narrow.sizes[d] > 1 ? narrow.sizes[d] : 1;
+    }
+    cfg.tensors[0] = &narrow;
+  }
   tpurt_status_t s = reference ? tpurt_ew_run_reference(&cfg, op->ref, p) : tpurt_ew_run(ctx, &cfg);
   if (s) return s;
   if (p->err) return TPURT_STATUS(INVALID_ARGUMENT, "%s: ZeroDivisionError (integer division by zero)", op->name);
+  if (cast_to) return ew_cast_copy(ctx, cast_to, &narrow);
   return TPURT_OK;
 }
 
@@ -125,6 +152,16 @@ static tpurt_status_t copy_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
     cfg.loop_dtypes[0] = cfg.loop_dtypes[1] = dst->dtype;
     return tpurt_ew_run_reference(&cfg, copy_ref, NULL);
   }
+  cfg.loop_dtypes[0] = dst->dtype;
+  cfg.loop_dtypes[1] = src->dtype;
+  return tpurt_ew_run(ctx, &cfg);
+}
+static tpurt_status_t ew_cast_copy(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* dst, const tpurt_tensor_t* src) {
+  copy_user_t u = {dst->dtype, src->dtype};
+  tpurt_ew_config_t cfg = {.op = "copy_", .num_outputs = 1, .num_inputs = 1, .loop = copy_loop, .user = &u,
+                           .grain = 65536};
+  cfg.tensors[0] = dst;
+  cfg.tensors[1] = src;
   cfg.loop_dtypes[0] = dst->dtype;
   cfg.loop_dtypes[1] = src->dtype;
   return tpurt_ew_run(ctx, &cfg);

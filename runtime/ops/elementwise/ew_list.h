@@ -22,7 +22,7 @@
 #define EW_DT_NUM (TPURT_DTYPES_FLOAT | TPURT_DTYPES_INT)     /* unary, allow EW_NUM: bool refused */
 #define EW_DT_FLOAT TPURT_DTYPES_FLOAT                        /* unary on floats, no promotion */
 #define EW_DT_INTB (TPURT_DTYPES_INT | TPURT_DTYPE_BIT(BOOL)) /* integer-only ops */
-/* and uint16/32/64, for the ops CPU runs on them (copy, fill, eq/ne, mul, true division, bitwise;
+/* and uint16/32/64, for the ops CPU runs on them (copy, fill, eq/ne, mul, true division, bitwise, xlog1py;
  * div with a rounding mode is refused at the call, fallback_precheck.cpp) */
 #define EW_DT_ANY_U (EW_DT_ANY | TPURT_DTYPES_UINT_WIDE)
 #define EW_DT_INTB_U (EW_DT_INTB | TPURT_DTYPES_UINT_WIDE)
@@ -51,7 +51,7 @@
   EW_X(copysign, "copysign", EW_DT_ANY, 0) \
   EW_X(nextafter, "nextafter", EW_DT_ANY, 0) \
   EW_X(xlogy, "xlogy", EW_DT_ANY, 0) \
-  EW_X(xlog1py, "special_xlog1py", EW_DT_ANY, 0) \
+  EW_X(xlog1py, "special_xlog1py", EW_DT_ANY_U, 0) \
   EW_X(logaddexp, "logaddexp", EW_DT_ANY, 0) \
   EW_X(logaddexp2, "logaddexp2", EW_DT_ANY, 0) \
   EW_X(heaviside, "heaviside", EW_DT_ANY, 0) \

@@ -241,13 +241,14 @@ EW_OP_I(bitwise_and, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB | EW_UWIDE, NU
 EW_OP_I(bitwise_or, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB | EW_UWIDE, NULL, EW_IN(0, 1), a | b)
 EW_OP_I(bitwise_xor, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTB | EW_UWIDE, NULL, EW_IN(0, 1), a ^ b)
 EW_OP_I(bitwise_not, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_INTB, NULL, EW_IN(0), p.compute == TPURT_DTYPE_BOOL ? (T)!a : (T)~(uint64_t)a)
-/* shift counts out of [0, bits) give 0 (left) or the sign fill (right); a
+/* shift counts out of [0, bits) give 0 (left) or the sign fill (right; 0 for uint8); a
  * uint8 count reads as int8, as PyTorch does */
 #define SHIFT_COUNT (p.compute == TPURT_DTYPE_UINT8 ? (int64_t)(int8_t)(uint8_t)b : (int64_t)b)
 EW_OP_I(lshift, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
         ({ int64_t c_ = SHIFT_COUNT; (c_ < 0 || c_ >= p.bits) ? (T)0 : (T)((uint64_t)a << c_); }))
 EW_OP_I(rshift, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
-        ({ int64_t c_ = SHIFT_COUNT; (c_ < 0 || c_ >= p.bits) ? (T)(a >> (p.bits - 1)) : (T)(a >> c_); }))
+        ({ int64_t c_ = SHIFT_COUNT;
+           (c_ < 0 || c_ >= p.bits) ? (p.compute == TPURT_DTYPE_UINT8 ? (T)0 : (T)(a >> (p.bits - 1))) : (T)(a >> c_); }))
 
 /* ---- unary ---- */
 EW_OP_FI(neg, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), -a, (T)((uint64_t)0 - (uint64_t)a))

@@ -206,7 +206,9 @@ static void copy_row(void* user, const int64_t* offs, int64_t n) {
   copy_job_t* j = (copy_job_t*)user;
   char* d = j->dst + offs[0] * (int64_t)j->des;
   const char* s = j->src + offs[1] * (int64_t)j->ses;
-  if (j->ddt == j->sdt) {
+  if (j->ddt == j->sdt && j->des == 16) { /* complex128: two words per element */
+    for (int64_t i = 0; i < n; ++i) memcpy(d + i * j->dstride, s + i * j->sstride, 16);
+  } else if (j->ddt == j->sdt) {
     tpurt_index_copy_elems(d, j->dstride, s, j->sstride, n, j->des);
   } else if (j->dstride == (int64_t)j->des && j->sstride == (int64_t)j->ses) {
     tpurt_dtype_convert(j->ddt, d, j->sdt, s, n);

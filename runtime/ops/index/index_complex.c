@@ -7,7 +7,8 @@
  * wrapped against the complex tensor's own dims first). */
 #include <string.h>
 
-#include "tpurt/kernel.h"
+#include "ops/args.h"
+#include "ops/index/index_kernels.h"
 
 /* The views live in kernel scratch, sized for the call: a tensor list may be of any length. */
 typedef struct cxi_frame_t {
@@ -38,6 +39,20 @@ static const tpurt_tensor_t* cxi_view(cxi_frame_t* f, const tpurt_tensor_t* t, t
   return v;
 }
 
+/* A cat whose list holds real tensors, or complex ones of another dtype than
+ * the output: the real cat kernel takes it as it is, converting each element
+ * (tpurt_dtype_convert: a real value gets a zero imaginary part), as CPU's cat
+ * promotes its inputs to the result dtype. */
+static bool cxi_cat_mixed(const tpurt_op_call_t* call, tpurt_dtype_t cd) {
+  int32_t count;
+  const tpurt_tensor_t* const* list = tpurt_arg_tensors(call, 0, &count);
+  for (int32_t k = 0; list && k < count; ++k) {
+    const tpurt_tensor_t* t = list[k];
+    if (t && t->dtype != cd) return true; /* a legacy empty one too: the real cat skips it */
+  }
+  return false;
+}
+
 /* Runs `kernel` on the views. dims_arg: the argument holding dim(s) to wrap
  * for complex128 (-1: none); roll: a flattened roll (no dims) shifts twice as
  * many reals. */
@@ -64,6 +79,8 @@ static tpurt_status_t cxi_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch for the views of %lld tensors", kernel, (long long)listed);
   int32_t ndim = call->outputs[0].ndim;
   bool list_is_data = strcmp(kernel, "cat") == 0;
+  if (list_is_data && cxi_cat_mixed(call, cd))
+    return reference ? tpurt_index_r_cat(ctx, call) : tpurt_index_k_cat(ctx, call);
   for (int i = 0; i < call->num_args; ++i) {
     tpurt_arg_t a = call->args[i];
     if (a.kind == TPURT_ARG_TENSOR) {
@@ -136,7 +153,7 @@ CXI_KERNELS(index, false, -1, false)
 /* complex128 reaches only the ops that take it (above); complex64 all. */
 #define CXI(NAME, DT) {"complex::" #NAME, cxi_k_##NAME, cxi_r_##NAME, 0, DT, TPURT_LAYOUT_STRIDED}
 const tpurt_op_def_t tpurt_ops_index_complex[] = {
-    CXI(cat, TPURT_DTYPES_COMPLEX),
+    CXI(cat, TPURT_DTYPES_ALL | TPURT_DTYPES_UINT_WIDE), /* a list may start with a real tensor */
     CXI(flip, TPURT_DTYPES_COMPLEX),
     CXI(roll, TPURT_DTYPES_COMPLEX),
     CXI(index_select, TPURT_DTYPES_COMPLEX),

@@ -167,6 +167,10 @@ static tpurt_status_t special_reference(tpurt_kernel_ctx_t* ctx, const tpurt_op_
 /* Every input is read in float64 and every output is floating point, so each
  * op takes every real dtype for its first tensor argument. */
 #define SP(NAME) {NAME, special_kernel, special_reference, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_REAL, TPURT_LAYOUT_STRIDED}
+/* and uint16/32/64, which CPU's binary special ops (zeta, the polynomials) take too */
+#define SP_U(NAME)                                                                                    \
+  {NAME, special_kernel, special_reference, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_REAL | TPURT_DTYPES_UINT_WIDE, \
+   TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_special[] = {
     SP("i0"),
@@ -187,22 +191,22 @@ const tpurt_op_def_t tpurt_ops_special[] = {
     SP("special_spherical_bessel_j0"),
     SP("special_erfcx"),
     SP("special_ndtri"),
-    SP("special_zeta"),
+    SP_U("special_zeta"),
     SP("igamma"),
     SP("igammac"),
     SP("polygamma"),
-    SP("special_chebyshev_polynomial_t"),
-    SP("special_chebyshev_polynomial_u"),
-    SP("special_chebyshev_polynomial_v"),
-    SP("special_chebyshev_polynomial_w"),
-    SP("special_shifted_chebyshev_polynomial_t"),
-    SP("special_shifted_chebyshev_polynomial_u"),
-    SP("special_shifted_chebyshev_polynomial_v"),
-    SP("special_shifted_chebyshev_polynomial_w"),
-    SP("special_hermite_polynomial_h"),
-    SP("special_hermite_polynomial_he"),
-    SP("special_laguerre_polynomial_l"),
-    SP("special_legendre_polynomial_p"),
+    SP_U("special_chebyshev_polynomial_t"),
+    SP_U("special_chebyshev_polynomial_u"),
+    SP_U("special_chebyshev_polynomial_v"),
+    SP_U("special_chebyshev_polynomial_w"),
+    SP_U("special_shifted_chebyshev_polynomial_t"),
+    SP_U("special_shifted_chebyshev_polynomial_u"),
+    SP_U("special_shifted_chebyshev_polynomial_v"),
+    SP_U("special_shifted_chebyshev_polynomial_w"),
+    SP_U("special_hermite_polynomial_h"),
+    SP_U("special_hermite_polynomial_he"),
+    SP_U("special_laguerre_polynomial_l"),
+    SP_U("special_legendre_polynomial_p"),
     SP("frexp"),
     TPURT_OP_TABLE_END,
 };
