@@ -53,12 +53,16 @@ def test_complex_flip_roll_zero_dim(dtype, tpu, eager_mode):
     assert torch.equal(v.to(tpu).roll(1, 0).cpu(), v.roll(1, 0))
 
 
-def _raises_like_cpu(fn, tpu):
+def _raises_like_cpu(fn, tpu, at_call=False):
+    """fn(device) raises on tpu what it raises on CPU (type and first line); at_call: at the call itself,
+    before any sync (else by the next sync)."""
     with pytest.raises(Exception) as cpu_err:
         fn("cpu")
     with pytest.raises(type(cpu_err.value)) as tpu_err:
         fn(tpu)
-        torch.tpu.synchronize()
+        if not at_call:
+            torch.tpu.synchronize()
+    torch.tpu.synchronize()
     assert str(tpu_err.value).splitlines()[0] == str(cpu_err.value).splitlines()[0]
 
 
@@ -160,16 +164,6 @@ def test_known_failures_list_parses():
         assert reason, f"{fname}::{test} has no reason"
 
 
-def _raises_at_call_like_cpu(fn, tpu, warns=False):
-    """fn(device) raises on tpu at the call (no sync inside) what it raises on CPU: type and first line."""
-    with pytest.raises(Exception) as cpu_err:
-        fn("cpu")
-    with pytest.raises(type(cpu_err.value)) as tpu_err:
-        fn(tpu)
-    torch.tpu.synchronize()
-    assert str(tpu_err.value).splitlines()[0] == str(cpu_err.value).splitlines()[0]
-
-
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool, torch.float16,
                                    torch.bfloat16, torch.float32, torch.float64])
 def test_random_bounds_checked_at_the_call(dtype, tpu, eager_mode):
@@ -182,7 +176,7 @@ def test_random_bounds_checked_at_the_call(dtype, tpu, eager_mode):
             continue
         except RuntimeError:
             pass
-        _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(*args), tpu)
+        _raises_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(*args), tpu, at_call=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -217,15 +211,15 @@ def test_uniform_bounds_checked_at_the_call(dtype, tpu, eager_mode):
             continue
         except RuntimeError:
             pass
-        _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).uniform_(a, b), tpu)
+        _raises_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).uniform_(a, b), tpu, at_call=True)
 
 
 def test_normal_std_checked_at_the_call(tpu, eager_mode):
     # test_tensor_creation_ops.test_normal_std_error: a negative std, float or tensor, raises at the call
-    _raises_at_call_like_cpu(lambda d: torch.normal(0.0, -1.0, (10,), device=d), tpu)
-    _raises_at_call_like_cpu(lambda d: torch.normal(torch.zeros(3, device=d), torch.tensor([1.0, -1.0, 1.0], device=d)), tpu)
-    _raises_at_call_like_cpu(lambda d: torch.empty(3, device=d).normal_(0.0, -2.0), tpu)
-    _raises_at_call_like_cpu(lambda d: torch.normal(0.0, torch.ones(3, dtype=torch.complex64, device=d)), tpu)
+    _raises_like_cpu(lambda d: torch.normal(0.0, -1.0, (10,), device=d), tpu, at_call=True)
+    _raises_like_cpu(lambda d: torch.normal(torch.zeros(3, device=d), torch.tensor([1.0, -1.0, 1.0], device=d)), tpu, at_call=True)
+    _raises_like_cpu(lambda d: torch.empty(3, device=d).normal_(0.0, -2.0), tpu, at_call=True)
+    _raises_like_cpu(lambda d: torch.normal(0.0, torch.ones(3, dtype=torch.complex64, device=d)), tpu, at_call=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
@@ -246,30 +240,30 @@ def test_complex_linspace_logspace_eye(dtype, tpu, eager_mode):
     assert torch.linspace(1j, 2, 7, device=tpu).dtype == torch.linspace(1j, 2, 7).dtype
     for n, m in ((3, 3), (2, 5), (4, 1)):
         assert torch.equal(torch.eye(n, m, dtype=dtype, device=tpu).cpu(), torch.eye(n, m, dtype=dtype))
-    _raises_at_call_like_cpu(lambda d: torch.eye(-1, 2, dtype=dtype, device=d), tpu)
+    _raises_like_cpu(lambda d: torch.eye(-1, 2, dtype=dtype, device=d), tpu, at_call=True)
 
 
 def test_factory_checks_at_the_call(tpu, eager_mode):
     # test_tensor_creation_ops: test_arange (CPU's order of checks and words), test_linlogspace_mem_overlap,
     # test_repeat_interleave, test_roll, test_torch_complex_*_error
     for args in ((-5, float("nan")), (0, float("-inf"), -1), (float("inf"),), (1.175494351e-38, 3.402823466e+38), (5, 0, 1)):
-        _raises_at_call_like_cpu(lambda d: torch.arange(*args, device=d), tpu)
-    _raises_at_call_like_cpu(lambda d: torch.arange(0, 64, 0.5, out=torch.empty(0, dtype=torch.int64, device=d)), tpu)
-    _raises_at_call_like_cpu(lambda d: torch.arange(10, out=torch.empty(1, device=d).expand(10)), tpu)
+        _raises_like_cpu(lambda d: torch.arange(*args, device=d), tpu, at_call=True)
+    _raises_like_cpu(lambda d: torch.arange(0, 64, 0.5, out=torch.empty(0, dtype=torch.int64, device=d)), tpu, at_call=True)
+    _raises_like_cpu(lambda d: torch.arange(10, out=torch.empty(1, device=d).expand(10)), tpu, at_call=True)
     for fn in (torch.linspace, torch.logspace):
-        _raises_at_call_like_cpu(lambda d: fn(1, 10, 10, out=torch.rand(1, device=d).expand(10)), tpu)
+        _raises_like_cpu(lambda d: fn(1, 10, 10, out=torch.rand(1, device=d).expand(10)), tpu, at_call=True)
     for reps in ([1, 2, -1, 3], [[1, 2], [3, 4]], [1.0, 2.0]):
-        _raises_at_call_like_cpu(lambda d: torch.repeat_interleave(torch.tensor(reps, device=d)), tpu)
+        _raises_like_cpu(lambda d: torch.repeat_interleave(torch.tensor(reps, device=d)), tpu, at_call=True)
     assert torch.equal(torch.repeat_interleave(torch.tensor([0, 2, 1], device=tpu)).cpu(),
                        torch.repeat_interleave(torch.tensor([0, 2, 1])))
     data = torch.arange(8).view(2, 4)
     for kw in (dict(shifts=(), dims=()), dict(shifts=(), dims=1), dict(shifts=(1, 2), dims=(1,)), dict(shifts=(1,), dims=(1, 2))):
-        _raises_at_call_like_cpu(lambda d: data.to(d).roll(**kw), tpu)
+        _raises_like_cpu(lambda d: data.to(d).roll(**kw), tpu, at_call=True)
     for op in (torch.complex, torch.polar):
         f32, f64, i32 = torch.ones(2), torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.int32)
-        _raises_at_call_like_cpu(lambda d: op(f32.to(d), f64.to(d)), tpu)
-        _raises_at_call_like_cpu(lambda d: op(i32.to(d), i32.to(d)), tpu)
-        _raises_at_call_like_cpu(lambda d: op(f32.to(d), f32.to(d), out=torch.zeros(2, device=d)), tpu)
+        _raises_like_cpu(lambda d: op(f32.to(d), f64.to(d)), tpu, at_call=True)
+        _raises_like_cpu(lambda d: op(i32.to(d), i32.to(d)), tpu, at_call=True)
+        _raises_like_cpu(lambda d: op(f32.to(d), f32.to(d), out=torch.zeros(2, device=d)), tpu, at_call=True)
 
 
 def test_cat_of_legacy_empty_tensors_only(tpu, eager_mode):
@@ -345,8 +339,8 @@ def test_reduction_checks_and_warnings_at_the_call(tpu, eager_mode):
     # test_warn_invalid_degrees_of_freedom: var/std(+_mean) warn when the correction leaves no degrees of freedom
     x = torch.randn(4, 5)
     for fn in (torch.all, torch.any):
-        _raises_at_call_like_cpu(lambda d: fn(x.to(d), 0, out=torch.empty(5, device=d)), tpu)
-        _raises_at_call_like_cpu(lambda d: fn(x.to(d), out=torch.empty((), dtype=torch.int32, device=d)), tpu)
+        _raises_like_cpu(lambda d: fn(x.to(d), 0, out=torch.empty(5, device=d)), tpu, at_call=True)
+        _raises_like_cpu(lambda d: fn(x.to(d), out=torch.empty((), dtype=torch.int32, device=d)), tpu, at_call=True)
         got = fn(x.to(tpu) > 0, 1, out=torch.empty(4, dtype=torch.uint8, device=tpu)).cpu()
         assert torch.equal(got, fn(x > 0, 1, out=torch.empty(4, dtype=torch.uint8)))
     for fn in (torch.std, torch.var, torch.var_mean, torch.std_mean):
@@ -380,12 +374,12 @@ def test_random_wide_unsigned(dtype, tpu, eager_mode):
         try:
             torch.empty(4, dtype=dtype).random_(*args)
         except RuntimeError:
-            _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(*args), tpu)
+            _raises_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(*args), tpu, at_call=True)
             continue
         t = torch.empty(2000, dtype=dtype, device=tpu).random_(*args).cpu().double()
         assert t.min().item() >= (args[0] if len(args) == 2 else 0) and t.max().item() < hi
         assert t.max().item() > t.min().item()
-    _raises_at_call_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(), tpu)
+    _raises_like_cpu(lambda d: torch.empty(8, dtype=dtype, device=d).random_(), tpu, at_call=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])
@@ -393,7 +387,7 @@ def test_isposinf_isneginf_need_a_bool_out(dtype, tpu, eager_mode):
     # test_unary_ufuncs.test_isposinf_isneginf_non_boolean_output: CPU's error at the call
     t = torch.tensor([float("inf"), -float("inf"), 1.2])
     for fn in (torch.isposinf, torch.isneginf):
-        _raises_at_call_like_cpu(lambda d: fn(t.to(d), out=torch.empty(3, dtype=dtype, device=d)), tpu)
+        _raises_like_cpu(lambda d: fn(t.to(d), out=torch.empty(3, dtype=dtype, device=d)), tpu, at_call=True)
         got = fn(t.to(tpu), out=torch.empty(3, dtype=torch.bool, device=tpu)).cpu()
         assert torch.equal(got, fn(t))
 
