@@ -738,6 +738,23 @@ def cross_host(rank, world):
     dist.destroy_process_group()
 
 
+def _recv_from_any_source(dist, dev, world, tagged_from, what=""):
+    """Rank 0's side of the any-source cases: one untagged message from each other rank, in whatever order
+    they come (each names its sender), then a tag-1 message (the value 10 + its sender) from `tagged_from`."""
+    seen = set()
+    for _ in range(world - 1):
+        buf = torch.empty(4, device=dev)
+        src = dist.recv(buf)
+        assert src not in seen and 0 < src < world, (src, seen)
+        seen.add(src)
+        _same(buf, _value(src, torch.float32, (4,)), f"{what}recv from any source (sent by {src})")
+    buf = torch.empty((2, 3), dtype=torch.bfloat16, device=dev)
+    w = dist.irecv(buf, tag=1)
+    w.wait()
+    assert w._source_rank() == tagged_from, w._source_rank()
+    _same(buf, _value(10 + tagged_from, torch.bfloat16, (2, 3)), f"{what}irecv from any source")
+
+
 def recv_any_source_two_hosts(rank, world):
     """recv / irecv from any source in a group spanning two "hosts" (TORCH_TPU_HOST_ID), tpu and cpu tensors."""
     import torch.distributed as dist
@@ -747,18 +764,7 @@ def recv_any_source_two_hosts(rank, world):
     # through shared memory, the other host's through gloo), whichever comes first; a message with another tag
     # waits for its own receive
     if rank == 0:
-        seen = set()
-        for _ in range(world - 1):
-            buf = torch.empty(4, device=dev)
-            src = dist.recv(buf)
-            assert src not in seen and 0 < src < world, (src, seen)
-            seen.add(src)
-            _same(buf, _value(src, torch.float32, (4,)), f"cross-host recv from any source (sent by {src})")
-        buf = torch.empty((2, 3), dtype=torch.bfloat16, device=dev)
-        w = dist.irecv(buf, tag=1)
-        w.wait()
-        assert w._source_rank() == 3, w._source_rank()
-        _same(buf, _value(13, torch.bfloat16, (2, 3)), "cross-host irecv from any source")
+        _recv_from_any_source(dist, dev, world, tagged_from=3, what="cross-host ")
     elif rank == 3:
         # the tag-1 message posted first (one batch: a lone send across hosts holds the stream until taken)
         ops = [dist.P2POp(dist.isend, _value(13, torch.bfloat16, (2, 3)).to(dev), 0, tag=1),
@@ -988,18 +994,7 @@ def recv_any_source(rank, world):
     dist = _init(rank, world)
     dev = torch.device("tpu", 0)
     if rank == 0:
-        seen = set()
-        for _ in range(world - 1):
-            buf = torch.empty(4, device=dev)
-            src = dist.recv(buf)
-            assert src not in seen and 0 < src < world, (src, seen)
-            seen.add(src)
-            _same(buf, _value(src, torch.float32, (4,)), f"recv from any source (sent by {src})")
-        buf = torch.empty((2, 3), dtype=torch.bfloat16, device=dev)
-        w = dist.irecv(buf, tag=1)
-        w.wait()
-        assert w._source_rank() == 1, w._source_rank()
-        _same(buf, _value(11, torch.bfloat16, (2, 3)), "irecv from any source")
+        _recv_from_any_source(dist, dev, world, tagged_from=1)
     else:
         dist.send(_value(rank, torch.float32, (4,)).to(dev), 0)
         if rank == 1:
