@@ -39,8 +39,7 @@ def _stamp():
     if _stamp_value is None:
         import hashlib
         h = hashlib.sha256()
-        for mod in (_compile, __file__):
-            path = mod if isinstance(mod, str) else mod.__file__
+        for path in (_compile.__file__, __file__):
             with open(path, "rb") as f:
                 h.update(f.read())
         h.update(b"in-place" if _compile._IN_PLACE else b"functional")  # TORCH_TPU_COMPILE_IN_PLACE
