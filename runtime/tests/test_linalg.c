@@ -126,6 +126,15 @@ static void test_gemm(void) {
             false, false, 1, 1, false);
   gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 40, 64, 4200, false, true, false, 0,
             false, false, 1.5, -0.5, false);
+  /* the AMX path's own blocks: B columns past one 2048-wide block (A packed once per block), B
+   * packed from row-major rows in 64-deep runs across its panels with a partial last panel, an
+   * odd depth (the generic packing), and several tiles per thread (the next panel prefetched) */
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 70, 2100, 130, false, false, false, 0,
+            false, false, 1, 0, false);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32, 1, 300, 600, 77, false, false, false, 0,
+            false, false, 1, 1, false);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 260, 520, 2500, false, false, false, 0,
+            false, false, 1, 0, false);
   /* beta = 0 ignores NaN in C */
   {
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};

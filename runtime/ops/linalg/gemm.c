@@ -32,6 +32,11 @@ enum { KC = 256, NC = 1024, MC = 144, MCH = 2304, NCSUB = 256 };
 #ifndef KC_AMX
 #define KC_AMX 2048
 #endif
+/* ... and its column block wider: the whole of A is packed once per column block, and at NC A's
+ * packing was done twice for a 2048-wide product. */
+#ifndef NC_AMX
+#define NC_AMX 2048
+#endif
 /* Where C's dtype is not the accumulation type (bf16/f16/int C), C is
  * accumulated in a row-major workspace this many elements at most, so the
  * value is rounded once on store. */
@@ -446,6 +451,16 @@ static void pack_amx_a(const void* src_, int64_t rs, int64_t cs, int64_t rows, i
   int64_t kp = KCP_AMX(depth);
   for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * kp) {
     int pr = (int)imin(panel, rows - i0);
+#if defined(__AVX512F__)
+    if (pr == panel && cs == 1 && depth % KB_AMX == 0) { /* whole 32-deep chunks of whole panels */
+      for (int64_t c0 = 0; c0 < kp; c0 += KB_AMX) {
+        const uint16_t* e = src + i0 * rs + c0;
+        uint16_t* d = dst + c0 * panel;
+        for (int r = 0; r < panel; ++r) _mm512_storeu_si512(d + r * KB_AMX, _mm512_loadu_si512(e + r * rs));
+      }
+      continue;
+    }
+#endif
     for (int64_t c0 = 0; c0 < kp; c0 += KB_AMX) {
       uint16_t* d = dst + c0 * panel;
       int64_t kn = imin(KB_AMX, depth - c0);
@@ -465,12 +480,52 @@ static void pack_amx_a(const void* src_, int64_t rs, int64_t cs, int64_t rows, i
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* B row-major (its NR_AMX columns of each depth row contiguous) and an even depth: the whole
+ * panels among `rows`, each pair of depth rows becoming 32 (even, odd) pairs with two vpermt2w and
+ * two 64-byte stores. The depth runs in blocks of PACK_ROWS rows across all the panels, so the
+ * source's rows (each on its own page when B is wide) are read once each, not once per panel.
+ * Returns the rows packed (whole panels; the caller packs the rest). */
+enum { PACK_ROWS = 64 };
+static int64_t pack_amx_b_fast(const uint16_t* src, int64_t cs, int64_t rows, int64_t depth, uint16_t* dst) {
+  if (depth % 2) return 0;
+  static const uint16_t lo_idx[32] __attribute__((aligned(64))) = {
+      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  static const uint16_t hi_idx[32] __attribute__((aligned(64))) = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  int64_t kp = KCP_AMX(depth), panels = rows / NR_AMX;
+  for (int64_t p0 = 0; p0 < depth; p0 += PACK_ROWS) {
+    int64_t p1 = imin(p0 + PACK_ROWS, depth);
+    for (int64_t q = 0; q < panels; ++q) {
+      uint16_t* d = dst + q * NR_AMX * kp;
+      for (int64_t p = p0; p < p1; p += 2) {
+        __m512i e = _mm512_loadu_si512(src + p * cs + q * NR_AMX), o = _mm512_loadu_si512(src + (p + 1) * cs + q * NR_AMX);
+        _mm512_storeu_si512(d + p * NR_AMX, _mm512_permutex2var_epi16(e, lo, o));
+        _mm512_storeu_si512(d + p * NR_AMX + 32, _mm512_permutex2var_epi16(e, hi, o));
+      }
+    }
+  }
+  for (int64_t q = 0; q < panels; ++q) /* the zero depth that pads to whole 32-deep chunks */
+    memset(dst + q * NR_AMX * kp + depth * NR_AMX, 0, (size_t)(kp - depth) * NR_AMX * sizeof(uint16_t));
+  return panels * NR_AMX;
+}
+#endif
+
 static void pack_amx_b(const void* src_, int64_t rs, int64_t cs, int64_t rows, int64_t depth, int panel,
                        void* dst_) {
   const uint16_t* src = (const uint16_t*)src_;
   uint16_t* dst = (uint16_t*)dst_;
   int64_t kp = KCP_AMX(depth), used = 2 * ((depth + 1) / 2);
-  for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * kp) {
+  int64_t i0 = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if (rs == 1 && panel == NR_AMX) {
+    i0 = pack_amx_b_fast(src, cs, rows, depth, dst);
+    dst += (size_t)i0 * kp;
+  }
+#endif
+  for (; i0 < rows; i0 += panel, dst += (size_t)panel * kp) {
     pack_bf16_pairs(src + i0 * rs, rs, cs, imin(panel, rows - i0), depth, panel, dst);
     memset(dst + used * panel, 0, (size_t)(kp - used) * panel * sizeof(uint16_t));
   }
@@ -522,6 +577,16 @@ static const amx_cfg_t kAmxCfg __attribute__((aligned(64))) = {
 __attribute__((target("amx-tile"))) static void amx_begin(void) { _tile_loadconfig(&kAmxCfg); }
 __attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
 
+/* What the AMX kernel pulls toward L2 while its tiles multiply: a share of the next B panel, set by
+ * the tile loop before each call (amx_next_b) and cleared when the loop ends. The tiles run at
+ * about 60% of their peak when the panels are in L2 and at 35% when each B panel comes from L3;
+ * the hardware prefetchers do not run far enough ahead of 1 KiB tile loads. */
+typedef struct amx_prefetch_t {
+  const char* p;
+  int64_t lines;
+} amx_prefetch_t;
+static _Thread_local amx_prefetch_t g_amx_pf;
+
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void ukr_amx(
     int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c, int64_t rs, int64_t cs,
     float alpha, float beta, int mr, int nr) {
@@ -539,12 +604,15 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void ukr_amx(
     _tile_zero(2);
     _tile_zero(3);
   }
+  const char* pf = g_amx_pf.p;
+  int64_t steps = KCP_AMX(kc) / KB_AMX, pf_per = pf ? (g_amx_pf.lines + steps - 1) / steps : 0;
   for (int64_t c0 = 0; c0 < KCP_AMX(kc); c0 += KB_AMX) {
     const uint16_t *ap = a + c0 * MR_AMX, *bp = b + c0 * NR_AMX;
     _tile_loadd(4, ap, KB_AMX * 2);
     _tile_loadd(5, ap + 16 * KB_AMX, KB_AMX * 2);
     _tile_loadd(6, bp, NR_AMX * 4);
     _tile_loadd(7, bp + 32, NR_AMX * 4);
+    for (int64_t q = 0; q < pf_per; ++q, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(2, 5, 6);
@@ -646,13 +714,17 @@ static void amx_tiles_begin(void) {
 static void amx_tiles_end(void) {
 #ifdef GEMM_HAVE_AMX
   if (bdp_mode() == 3) amx_end();
+  g_amx_pf = (amx_prefetch_t){0};
 #endif
 }
 void tpurt_gemm_amx_tiles_begin(void) { amx_tiles_begin(); }
 void tpurt_gemm_amx_tiles_end(void) { amx_tiles_end(); }
 
 /* ---- the blocked driver, one instance per accumulation type ---- */
-typedef struct core_args_t {
+typedef struct core_args_t core_args_t;
+static void amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, int64_t i0, int64_t i1, int64_t j,
+                       int64_t j1);
+struct core_args_t {
   int64_t m, n, k;
   const void* a;
   int64_t a_rs, a_cs; /* in elements of the A/B dtype */
@@ -665,7 +737,7 @@ typedef struct core_args_t {
   pack_fn_t pack;
   pack_fn_t pack_a; /* NULL: `pack` packs A too */
   void* pa; /* packed A: round_up(min(m, MCH), MR) x the depth block */
-  void* pb; /* packed B: round_up(min(n, NC), NR) x the depth block */
+  void* pb; /* packed B: round_up(min(n, the column block), NR) x the depth block */
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc, ic, mch, ntile_n;
   double beta_eff;
@@ -673,9 +745,28 @@ typedef struct core_args_t {
    * (k fits one depth block, so each tile is finished in one pass). */
   tpurt_range_fn_t tiles;
   tpurt_dtype_t c16; /* C's dtype on that path */
-} core_args_t;
+};
 
-#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB, BEGIN, END)                                                       \
+/* Before the AMX kernel's call for rows i of panel j in tile t (of this thread's t..t1): the
+ * panel the loop reads after this one (the next in the tile, else the next tile's first), split
+ * among the calls that read panel j, so each call prefetches its share. */
+static void amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, int64_t i0, int64_t i1, int64_t j,
+                       int64_t j1) {
+#ifdef GEMM_HAVE_AMX
+  int64_t nj = -1;
+  if (j + NR_AMX < j1) nj = j + NR_AMX;
+  else if (t + 1 < t1) nj = ((t + 1) % s->ntile_n) * NCSUB;
+  if (nj < 0) {
+    g_amx_pf.p = NULL;
+    return;
+  }
+  int64_t calls = (i1 - i0 + MR_AMX - 1) / MR_AMX, share = NR_AMX * KCP_AMX(s->kc) * 2 / calls;
+  g_amx_pf.p = (const char*)((const uint16_t*)s->pb + nj * KCP_AMX(s->kc)) + (i - i0) / MR_AMX * share;
+  g_amx_pf.lines = (share + 63) / 64;
+#endif
+}
+
+#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB, NCB, BEGIN, END, NEXT)                                                       \
   static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->b +                                                       \
@@ -701,6 +792,7 @@ typedef struct core_args_t {
       for (int64_t j = j0; j < j1; j += NR) {                                                   \
         const T* bp = (const T*)s->pb + j * KCP(s->kc);                                              \
         for (int64_t i = i0; i < i1; i += MR) {                                                 \
+          NEXT;                                                                                 \
           TC* cp = (TC*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;                     \
           UKR(s->kc, (const T*)s->pa + i * KCP(s->kc), bp, cp, s->c_rs, s->c_cs, alpha, beta,        \
               (int)imin(MR, i1 - i), (int)imin(NR, j1 - j));                                    \
@@ -710,8 +802,8 @@ typedef struct core_args_t {
     END;                                                                                        \
   }                                                                                             \
   static void SUF##_core(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                             \
-    for (s->jc = 0; s->jc < s->n; s->jc += NC) {                                                \
-      s->nc = imin(NC, s->n - s->jc);                                                           \
+    for (s->jc = 0; s->jc < s->n; s->jc += NCB) {                                               \
+      s->nc = imin(NCB, s->n - s->jc);                                                          \
       for (s->pc = 0; s->pc < s->k; s->pc += KCB) {                                             \
         s->kc = imin(KCB, s->k - s->pc);                                                        \
         s->beta_eff = s->pc == 0 ? s->beta : 1.0;                                               \
@@ -730,12 +822,12 @@ typedef struct core_args_t {
 #define KCP_ID(kc) (kc)
 #define KCP_PAIRS(kc) (((kc) + 1) & ~(int64_t)1)
 #define NO_HOOK (void)0
-DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NO_HOOK, NO_HOOK)
-DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NO_HOOK, NO_HOOK)
-DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NO_HOOK, NO_HOOK)
-DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC, NO_HOOK, NO_HOOK)
-DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, KC_AMX, amx_tiles_begin(),
-            amx_tiles_end())
+DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NC, NO_HOOK, NO_HOOK, NO_HOOK)
+DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK, NO_HOOK)
+DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK, NO_HOOK)
+DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC, NC, NO_HOOK, NO_HOOK, NO_HOOK)
+DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, KC_AMX, NC_AMX, amx_tiles_begin(),
+            amx_tiles_end(), amx_next_b(s, t, t1, i, i0, i1, j, j1))
 
 /* One finished mr x nr fp32 tile (rows `ld` apart, nr <= 64) into 16-bit C:
  * c = round(alpha * acc + beta * c). */
@@ -788,7 +880,7 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
 
 /* The tile loop of a core for 16-bit C: each microkernel tile is computed
  * into registers-then-stack (alpha 1, beta 0) and rounded once on store. */
-#define DEFINE_C16_TILES(SUF, T, MR, NR, UKR, KCP, BEGIN, END)                                              \
+#define DEFINE_C16_TILES(SUF, T, MR, NR, UKR, KCP, BEGIN, END, NEXT)                                              \
   static void SUF##_c16_tiles(void* u, int64_t t0, int64_t t1, int tid) {                       \
     core_args_t* s = (core_args_t*)u;                                                           \
     float alpha = (float)s->alpha, beta = (float)s->beta_eff;                                   \
@@ -801,6 +893,7 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
         const T* bp = (const T*)s->pb + j * KCP(s->kc);                                         \
         for (int64_t i = i0; i < i1; i += MR) {                                                 \
           int mr = (int)imin(MR, i1 - i), nr = (int)imin(NR, j1 - j);                           \
+          NEXT;                                                                                 \
           UKR(s->kc, (const T*)s->pa + i * KCP(s->kc), bp, tmp, NR, 1, 1.0f, 0.0f, MR, NR);     \
           uint16_t* cp = (uint16_t*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;       \
           store_tile_c16_fast(s->c16, tmp, NR, cp, s->c_rs, s->c_cs, alpha, beta, mr, nr);      \
@@ -809,9 +902,10 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
     }                                                                                           \
     END;                                                                                        \
   }
-DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, NO_HOOK, NO_HOOK)
-DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, NO_HOOK, NO_HOOK)
-DEFINE_C16_TILES(amx, uint16_t, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, amx_tiles_begin(), amx_tiles_end())
+DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, NO_HOOK, NO_HOOK, NO_HOOK)
+DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, NO_HOOK, NO_HOOK, NO_HOOK)
+DEFINE_C16_TILES(amx, uint16_t, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, amx_tiles_begin(), amx_tiles_end(),
+                 amx_next_b(s, t, t1, i, i0, i1, j, j1))
 
 /* ---- dtype plumbing ---- */
 /* ACC_BDP: bf16 operands as pairs into fp32 sums (the vdpbf16ps path);
@@ -861,6 +955,7 @@ static pack_fn_t pack_for(tpurt_dtype_t ab) {
 
 /* Bytes per accumulator (and per packed element: a bf16 pair panel,
  * 2 * round_up(kc, 2) bytes per row, fits in 4 * kc). */
+static int64_t acc_nc(acc_kind_t k) { return k == ACC_AMX ? NC_AMX : NC; }
 static size_t acc_size(acc_kind_t k) { return k == ACC_F32 || k == ACC_BDP || k == ACC_AMX ? 4 : 8; }
 static int acc_mr(acc_kind_t k) {
   return k == ACC_F32 ? MR_F32 : k == ACC_F64 ? MR_F64 : k == ACC_BDP ? MR_BDP : k == ACC_AMX ? MR_AMX : MR_I64;
@@ -948,7 +1043,7 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g) {
   if (k == ACC_NONE) return 0;
   int mr = acc_mr(k), nr = acc_nr(k);
   size_t es = acc_size(k);
-  size_t bytes = packed_bytes(k, imin(g->m, MCH), mr, g->k) + packed_bytes(k, imin(g->n, NC), nr, g->k);
+  size_t bytes = packed_bytes(k, imin(g->m, MCH), mr, g->k) + packed_bytes(k, imin(g->n, acc_nc(k)), nr, g->k);
   if (!c_direct(g, k) && !c16_direct(g, k))
     bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
   return bytes;
@@ -1213,7 +1308,7 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   s.pa = ws;
   ws += packed_bytes(kind, imin(g->m, MCH), mr, g->k);
   s.pb = ws;
-  ws += packed_bytes(kind, imin(g->n, NC), nr, g->k);
+  ws += packed_bytes(kind, imin(g->n, acc_nc(kind)), nr, g->k);
   void (*core)(tpurt_kernel_ctx_t*, core_args_t*) = kind == ACC_F32   ? f32_core
                                                     : kind == ACC_F64 ? f64_core
                                                     : kind == ACC_BDP ? bdp_core
