@@ -577,19 +577,18 @@ static const amx_cfg_t kAmxCfg __attribute__((aligned(64))) = {
 __attribute__((target("amx-tile"))) static void amx_begin(void) { _tile_loadconfig(&kAmxCfg); }
 __attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
 
-/* What the AMX kernel pulls toward L2 while its tiles multiply: a share of the next B panel, set by
- * the tile loop before each call (amx_next_b) and cleared when the loop ends. The tiles run at
- * about 60% of their peak when the panels are in L2 and at 35% when each B panel comes from L3;
- * the hardware prefetchers do not run far enough ahead of 1 KiB tile loads. */
+/* What the AMX kernel pulls toward L2 while its tiles multiply: a share of the B panel the tile loop
+ * reads next (amx_next_b). The tiles run at about 60% of their peak when the panels are in L2 and
+ * at 35% when each B panel comes from L3; the hardware prefetchers do not run far enough ahead of
+ * 1 KiB tile loads. */
 typedef struct amx_prefetch_t {
   const char* p;
   int64_t lines;
 } amx_prefetch_t;
-static _Thread_local amx_prefetch_t g_amx_pf;
 
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void ukr_amx(
-    int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c, int64_t rs, int64_t cs,
-    float alpha, float beta, int mr, int nr) {
+    amx_prefetch_t next, int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c, int64_t rs,
+    int64_t cs, float alpha, float beta, int mr, int nr) {
   /* A full tile of row-major C with alpha 1 (the driver's usual call) is accumulated in place:
    * loaded as the starting sums when beta is 1, stored straight back. */
   bool direct = mr == MR_AMX && nr == NR_AMX && cs == 1 && alpha == 1 && (beta == 0 || beta == 1);
@@ -604,8 +603,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void ukr_amx(
     _tile_zero(2);
     _tile_zero(3);
   }
-  const char* pf = g_amx_pf.p;
-  int64_t steps = KCP_AMX(kc) / KB_AMX, pf_per = pf ? (g_amx_pf.lines + steps - 1) / steps : 0;
+  const char* pf = next.p;
+  int64_t steps = KCP_AMX(kc) / KB_AMX, pf_per = pf ? (next.lines + steps - 1) / steps : 0;
   for (int64_t c0 = 0; c0 < KCP_AMX(kc); c0 += KB_AMX) {
     const uint16_t *ap = a + c0 * MR_AMX, *bp = b + c0 * NR_AMX;
     _tile_loadd(4, ap, KB_AMX * 2);
@@ -695,11 +694,11 @@ void tpurt_gemm_set_bf16dp(int mode) { atomic_store(&g_bdp, mode < 0 || !bf16_mo
 int tpurt_gemm_bf16dp_mode(void) { return gemm_generic() ? 0 : bdp_mode(); }
 bool tpurt_gemm_bf16dp_supported(int mode) { return bf16_mode_supported(mode); }
 
-static void ukr_amx_dispatch(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c,
-                             int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
+static void ukr_amx_dispatch(amx_prefetch_t next, int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b,
+                             float* c, int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
 #ifdef GEMM_HAVE_AMX
   if (bdp_mode() == 3) {
-    ukr_amx(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
+    ukr_amx(next, kc, a, b, c, rs, cs, alpha, beta, mr, nr);
     return;
   }
 #endif
@@ -714,7 +713,6 @@ static void amx_tiles_begin(void) {
 static void amx_tiles_end(void) {
 #ifdef GEMM_HAVE_AMX
   if (bdp_mode() == 3) amx_end();
-  g_amx_pf = (amx_prefetch_t){0};
 #endif
 }
 void tpurt_gemm_amx_tiles_begin(void) { amx_tiles_begin(); }
@@ -722,8 +720,10 @@ void tpurt_gemm_amx_tiles_end(void) { amx_tiles_end(); }
 
 /* ---- the blocked driver, one instance per accumulation type ---- */
 typedef struct core_args_t core_args_t;
-static void amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, int64_t i0, int64_t i1, int64_t j,
-                       int64_t j1);
+static amx_prefetch_t amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, int64_t i0, int64_t i1,
+                                 int64_t j, int64_t j1);
+/* The AMX kernel as the tile loops call it, given what to prefetch (from the loop's own variables). */
+#define UKR_AMX(...) ukr_amx_dispatch(amx_next_b(s, t, t1, i, i0, i1, j, j1), __VA_ARGS__)
 struct core_args_t {
   int64_t m, n, k;
   const void* a;
@@ -750,23 +750,18 @@ struct core_args_t {
 /* Before the AMX kernel's call for rows i of panel j in tile t (of this thread's t..t1): the
  * panel the loop reads after this one (the next in the tile, else the next tile's first), split
  * among the calls that read panel j, so each call prefetches its share. */
-static void amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, int64_t i0, int64_t i1, int64_t j,
-                       int64_t j1) {
-#ifdef GEMM_HAVE_AMX
+static amx_prefetch_t amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, int64_t i0, int64_t i1,
+                                 int64_t j, int64_t j1) {
   int64_t nj = -1;
   if (j + NR_AMX < j1) nj = j + NR_AMX;
   else if (t + 1 < t1) nj = ((t + 1) % s->ntile_n) * NCSUB;
-  if (nj < 0) {
-    g_amx_pf.p = NULL;
-    return;
-  }
+  if (nj < 0) return (amx_prefetch_t){0};
   int64_t calls = (i1 - i0 + MR_AMX - 1) / MR_AMX, share = NR_AMX * KCP_AMX(s->kc) * 2 / calls;
-  g_amx_pf.p = (const char*)((const uint16_t*)s->pb + nj * KCP_AMX(s->kc)) + (i - i0) / MR_AMX * share;
-  g_amx_pf.lines = (share + 63) / 64;
-#endif
+  return (amx_prefetch_t){(const char*)((const uint16_t*)s->pb + nj * KCP_AMX(s->kc)) + (i - i0) / MR_AMX * share,
+                          (share + 63) / 64};
 }
 
-#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB, NCB, BEGIN, END, NEXT)                                                       \
+#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB, NCB, BEGIN, END)                                                       \
   static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->b +                                                       \
@@ -792,7 +787,6 @@ static void amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, i
       for (int64_t j = j0; j < j1; j += NR) {                                                   \
         const T* bp = (const T*)s->pb + j * KCP(s->kc);                                              \
         for (int64_t i = i0; i < i1; i += MR) {                                                 \
-          NEXT;                                                                                 \
           TC* cp = (TC*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;                     \
           UKR(s->kc, (const T*)s->pa + i * KCP(s->kc), bp, cp, s->c_rs, s->c_cs, alpha, beta,        \
               (int)imin(MR, i1 - i), (int)imin(NR, j1 - j));                                    \
@@ -822,12 +816,12 @@ static void amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, i
 #define KCP_ID(kc) (kc)
 #define KCP_PAIRS(kc) (((kc) + 1) & ~(int64_t)1)
 #define NO_HOOK (void)0
-DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NC, NO_HOOK, NO_HOOK, NO_HOOK)
-DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK, NO_HOOK)
-DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK, NO_HOOK)
-DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC, NC, NO_HOOK, NO_HOOK, NO_HOOK)
-DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, KC_AMX, NC_AMX, amx_tiles_begin(),
-            amx_tiles_end(), amx_next_b(s, t, t1, i, i0, i1, j, j1))
+DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC, NC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, UKR_AMX, KCP_AMX, KC_AMX, NC_AMX, amx_tiles_begin(),
+            amx_tiles_end())
 
 /* One finished mr x nr fp32 tile (rows `ld` apart, nr <= 64) into 16-bit C:
  * c = round(alpha * acc + beta * c). */
@@ -880,7 +874,7 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
 
 /* The tile loop of a core for 16-bit C: each microkernel tile is computed
  * into registers-then-stack (alpha 1, beta 0) and rounded once on store. */
-#define DEFINE_C16_TILES(SUF, T, MR, NR, UKR, KCP, BEGIN, END, NEXT)                                              \
+#define DEFINE_C16_TILES(SUF, T, MR, NR, UKR, KCP, BEGIN, END)                                              \
   static void SUF##_c16_tiles(void* u, int64_t t0, int64_t t1, int tid) {                       \
     core_args_t* s = (core_args_t*)u;                                                           \
     float alpha = (float)s->alpha, beta = (float)s->beta_eff;                                   \
@@ -893,7 +887,6 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
         const T* bp = (const T*)s->pb + j * KCP(s->kc);                                         \
         for (int64_t i = i0; i < i1; i += MR) {                                                 \
           int mr = (int)imin(MR, i1 - i), nr = (int)imin(NR, j1 - j);                           \
-          NEXT;                                                                                 \
           UKR(s->kc, (const T*)s->pa + i * KCP(s->kc), bp, tmp, NR, 1, 1.0f, 0.0f, MR, NR);     \
           uint16_t* cp = (uint16_t*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;       \
           store_tile_c16_fast(s->c16, tmp, NR, cp, s->c_rs, s->c_cs, alpha, beta, mr, nr);      \
@@ -902,10 +895,9 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
     }                                                                                           \
     END;                                                                                        \
   }
-DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, NO_HOOK, NO_HOOK, NO_HOOK)
-DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, NO_HOOK, NO_HOOK, NO_HOOK)
-DEFINE_C16_TILES(amx, uint16_t, MR_AMX, NR_AMX, ukr_amx_dispatch, KCP_AMX, amx_tiles_begin(), amx_tiles_end(),
-                 amx_next_b(s, t, t1, i, i0, i1, j, j1))
+DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, NO_HOOK, NO_HOOK)
+DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, NO_HOOK, NO_HOOK)
+DEFINE_C16_TILES(amx, uint16_t, MR_AMX, NR_AMX, UKR_AMX, KCP_AMX, amx_tiles_begin(), amx_tiles_end())
 
 /* ---- dtype plumbing ---- */
 /* ACC_BDP: bf16 operands as pairs into fp32 sums (the vdpbf16ps path);
