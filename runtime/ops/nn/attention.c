@@ -94,8 +94,14 @@ static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, con
 /* max(m, x[0..n)), n a multiple of 8; NaN in x is ignored here (it reaches the
  * output through exp and the sum, as in softmax). */
 static float row_max(const float* x, int64_t n, float m) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  __m512 w = _mm512_set1_ps(m);
+  for (; j + 16 <= n; j += 16) w = _mm512_max_ps(_mm512_loadu_ps(x + j), w);
+  m = _mm512_reduce_max_ps(w);
+#endif
   __m256 v = _mm256_set1_ps(m);
-  for (int64_t j = 0; j < n; j += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + j), v);
+  for (; j < n; j += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + j), v);
   float l[8];
   _mm256_storeu_ps(l, v);
   for (int q = 0; q < 8; ++q) m = l[q] > m ? l[q] : m;
@@ -120,32 +126,34 @@ static float row_max(const float* x, int64_t n, float m) {
 }
 #endif
 
+/* exp(x - sub) for the softmax of a block: d = x - sub (<= 0 but for rounding: sub is at least the
+ * row's max), t = d log2(e) = n + f with n = round(t), |f| <= 1/2, and 2^f by a degree-5
+ * polynomial fitted on [-1/2, 1/2] (relative error 2e-7, about 2 ulp), times 2^n. That is half
+ * the instructions of the exp op's (tpurt_ew_expf: Cody-Waite reduction and overflow handling a
+ * softmax never needs); PyTorch's CPU flash attention makes the same trade with its exp_u20.
+ * Where t <= -126 the result is 0 (-inf, a masked score, included): those values are below what a
+ * sum with exp(0) = 1 in it can see, and computing them would make subnormal numbers, which cost
+ * the CPU a microcode assist each (a causal block's masked half made the whole kernel slower).
+ * Above -126 every product is normal (n = -126 only with 2^f >= 1); NaN passes through. */
+#define EXP2_POLY(FMA, SET1, f)                                                                            \
+  FMA(FMA(FMA(FMA(FMA(SET1(1.3266970636323094e-3f), f, SET1(9.675459936261177e-3f)), f,                 \
+                  SET1(5.550742521882057e-2f)), f, SET1(2.4022121727466583e-1f)), f,                    \
+          SET1(6.931469440460205e-1f)), f, SET1(1.0000001192092896f))
 #if defined(__AVX2__) && defined(__FMA__)
-/* exp of x <= 0 (scores minus their running max), -inf or NaN: tpurt_ew_expf8's
- * range reduction and polynomial without its overflow side (the scale 2^n is
- * one exponent field, n >= -126); below -87 the result is 0, dropping only
- * exp's subnormal tail (< 1.7e-38), far below a softmax sum's resolution. */
-static inline __m256 expf8_nonpos(__m256 x) {
-  const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  __m256 n;
-  const __m256 y = tpurt_ew_expf8_core(xc, &n);
+static inline __m256 exp_nonpos8(__m256 d) {
+  const __m256 t = _mm256_mul_ps(d, _mm256_set1_ps(1.44269504088896341f));
+  const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 p = EXP2_POLY(_mm256_fmadd_ps, _mm256_set1_ps, _mm256_sub_ps(t, n));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 v = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
-  return _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  return _mm256_and_ps(_mm256_cmp_ps(t, _mm256_set1_ps(-126.0f), _CMP_NLE_UQ), _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 #endif
-
 #if defined(__AVX512F__)
-/* expf8_nonpos on 16 lanes, operation for operation. */
-static inline __m512 expf16_nonpos(__m512 x) {
-  const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  __m512 n;
-  const __m512 y = tpurt_ew_expf16_core(xc, &n);
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  __m512 v = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-  v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ), v, _mm512_setzero_ps());
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), v, x);
+static inline __m512 exp_nonpos16(__m512 d) {
+  const __m512 t = _mm512_mul_ps(d, _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 p = EXP2_POLY(_mm512_fmadd_ps, _mm512_set1_ps, _mm512_sub_ps(t, n));
+  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ), p, n);
 }
 #endif
 
@@ -157,7 +165,7 @@ static float exp_sub_sum(float* x, int64_t n, float sub) {
 #if defined(__AVX512F__)
   __m512 acc16 = _mm512_setzero_ps(), vs16 = _mm512_set1_ps(sub);
   for (; i + 16 <= n; i += 16) {
-    __m512 v = expf16_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), vs16));
+    __m512 v = exp_nonpos16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vs16));
     _mm512_storeu_ps(x + i, v);
     acc16 = _mm512_add_ps(acc16, v);
   }
@@ -166,7 +174,7 @@ static float exp_sub_sum(float* x, int64_t n, float sub) {
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 acc = _mm256_setzero_ps(), vs = _mm256_set1_ps(sub);
   for (; i + 8 <= n; i += 8) {
-    __m256 v = expf8_nonpos(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+    __m256 v = exp_nonpos8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
     _mm256_storeu_ps(x + i, v);
     acc = _mm256_add_ps(acc, v);
   }
@@ -659,41 +667,73 @@ static size_t amx_bwd_ws_floats(const attn_t* a) {
   return f + h / 2 + 64;
 }
 
+/* Two consecutive rows of a rows x cols bf16 block (cols a multiple of 32) as pairs along the rows:
+ * out[r / 2][c][r & 1], the B operand of a tile product whose depth runs over those rows. */
+__attribute__((target("avx512f,avx512bw"))) static void interleave_rows(const uint16_t* in, int64_t rows,
+                                                                        int64_t cols, uint16_t* out) {
+  static const uint16_t lo_idx[32] __attribute__((aligned(64))) = {
+      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  static const uint16_t hi_idx[32] __attribute__((aligned(64))) = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  for (int64_t r = 0; r < rows; r += 2)
+    for (int64_t c = 0; c < cols; c += 32) {
+      __m512i e = _mm512_loadu_si512(in + r * cols + c), o = _mm512_loadu_si512(in + (r + 1) * cols + c);
+      _mm512_storeu_si512(out + r * cols + 2 * c, _mm512_permutex2var_epi16(e, lo, o));
+      _mm512_storeu_si512(out + r * cols + 2 * c + 32, _mm512_permutex2var_epi16(e, hi, o));
+    }
+}
+
+/* dst[c][r] = src[r][c] for a rows x cols bf16 matrix (src rows ls apart, dst rows ld apart), in
+ * 16 x 16 blocks so both sides stay in a few cache lines. */
+static void transpose16(const uint16_t* src, int64_t rows, int64_t cols, int64_t ls, uint16_t* dst, int64_t ld) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16)
+    for (int64_t c0 = 0; c0 < cols; c0 += 16)
+      for (int64_t c = c0; c < imin64(c0 + 16, cols); ++c)
+        for (int64_t r = r0; r < imin64(r0 + 16, rows); ++r) dst[c * ld + r] = src[r * ls + c];
+}
+
+/* The backward on tiles. The products whose depth runs over the queries (dV += P^T dO and
+ * dK += dS^T Q) are computed transposed, dV^T += dO^T P and dK^T += Q^T dS: Q^T and dO^T are
+ * transposed once per head, and P and dS only need their row pairs interleaved, where the direct
+ * form transposed two 64 x 64 blocks element by element for every block pair (two thirds of the
+ * backward's time). dK^T and dV^T are transposed back once per kv head. */
 static void bwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
   const attn_t* a = (const attn_t*)u;
   int64_t EP = pad32(a->E), EvP = pad32(a->Ev), Ev8 = pad8(a->Ev), L = a->L, S = a->S;
   int64_t Lp = (L + BQ - 1) / BQ * BQ, Sp = (S + BK - 1) / BK * BK;
-  float* dka = a->ws + (size_t)tid * a->ws_floats; /* Sp x EP */
-  float* dva = dka + Sp * EP;                      /* Sp x EvP */
-  float* dqa = dva + Sp * EvP;                     /* Lp x EP */
+  float* dkt = a->ws + (size_t)tid * a->ws_floats; /* dK^T: EP x Sp */
+  float* dvt = dkt + Sp * EP;                      /* dV^T: EvP x Sp */
+  float* dqa = dvt + Sp * EvP;                     /* Lp x EP */
   float* dd = dqa + Lp * EP;                       /* Lp: rowsum(dO * O) */
   float* p = dd + Lp;                              /* BQ x BK */
   float* dp = p + BQ * BK;                         /* BQ x BK */
   float* ob = dp + BQ * BK;                        /* BQ x Ev8 */
   float* db = ob + BQ * Ev8;                       /* BQ x Ev8 */
   uint16_t* qrows = (uint16_t*)(db + BQ * Ev8);    /* Lp x EP */
-  uint16_t* qpairs = qrows + Lp * EP;              /* pairs along the queries: [Lp/2][EP][2] */
-  uint16_t* drows = qpairs + Lp * EP;              /* dO: Lp x EvP */
-  uint16_t* dpairs = drows + Lp * EvP;             /* [Lp/2][EvP][2] */
-  uint16_t* kcp = dpairs + Lp * EvP;               /* K, pairs along the head dim, per key block */
+  uint16_t* qt = qrows + Lp * EP;                  /* Q^T: EP x Lp */
+  uint16_t* drows = qt + Lp * EP;                  /* dO: Lp x EvP */
+  uint16_t* dot = drows + Lp * EvP;                /* dO^T: EvP x Lp */
+  uint16_t* kcp = dot + Lp * EvP;                  /* K, pairs along the head dim, per key block */
   uint16_t* vcp = kcp + Sp * EP;                   /* V, the same */
   uint16_t* krp = vcp + Sp * EvP;                  /* K, pairs along the keys: [Sp/2][EP][2] */
-  uint16_t* pt16 = krp + Sp * EP;                  /* P^T: BK x BQ */
-  uint16_t* ds16 = pt16 + BK * BQ;                 /* dS: BQ x BK */
-  uint16_t* dst16 = ds16 + BQ * BK;                /* dS^T: BK x BQ */
+  uint16_t* p16 = krp + Sp * EP;                   /* P, then dS: BQ x BK */
+  uint16_t* pp = p16 + BQ * BK;                    /* P as pairs along the queries: [BQ/2][BK][2] */
+  uint16_t* dsp = pp + BQ * BK;                    /* dS, the same */
   tpurt_gemm_amx_tiles_begin();
   for (int64_t t = t0; t < t1; ++t) {
     int64_t b = t / a->Hkv, hk = t % a->Hkv;
-    memset(dka, 0, (size_t)(Sp * EP) * sizeof(float));
-    memset(dva, 0, (size_t)(Sp * EvP) * sizeof(float));
+    memset(dkt, 0, (size_t)(Sp * EP) * sizeof(float));
+    memset(dvt, 0, (size_t)(Sp * EvP) * sizeof(float));
     pack_col_pairs(&a->k, b, hk, S, a->E, EP, kcp);
     pack_col_pairs(&a->v, b, hk, S, a->Ev, EvP, vcp);
     pack_row_pairs(&a->k, b, hk, S, Sp, a->E, EP, krp);
     for (int64_t h = hk * a->group; h < (hk + 1) * a->group; ++h) {
       pack_rows(&a->q, b, h, 0, L, a->E, EP, Lp, qrows);
-      pack_row_pairs(&a->q, b, h, L, Lp, a->E, EP, qpairs);
+      transpose16(qrows, Lp, EP, EP, qt, Lp);
       pack_rows(&a->dout, b, h, 0, L, a->Ev, EvP, Lp, drows);
-      pack_row_pairs(&a->dout, b, h, L, Lp, a->Ev, EvP, dpairs);
+      transpose16(drows, Lp, EvP, EvP, dot, Lp);
       memset(dqa, 0, (size_t)(Lp * EP) * sizeof(float));
       for (int64_t i0 = 0; i0 < L; i0 += BQ) {
         int64_t ni = imin64(BQ, L - i0);
@@ -720,29 +760,30 @@ static void bwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
             else exp_sub_sum(p + i * BK, BK, lse);
           }
           memset(p + ni * BK, 0, (size_t)(BQ - ni) * BK * sizeof(float));
-          /* dV += P^T dO */
-          for (int64_t j = 0; j < BK; ++j)
-            for (int64_t i = 0; i < BQ; ++i) pt16[j * BQ + i] = tpurt_f32_to_bf16(p[i * BK + j]);
-          amx_mm(BK, EvP, BQ, pt16, BQ, dpairs + (i0 / 2) * EvP * 2, EvP * 2, dva + j0 * EvP, EvP, true);
+          /* dV^T += dO^T P */
+          tpurt_hv_f32_to_bf16(p, p16, BQ * BK);
+          interleave_rows(p16, BQ, BK, pp);
+          amx_mm(EvP, BK, BQ, dot + i0, Lp, pp, BK * 2, dvt + j0, Sp, true);
           /* dP = dO V^T; dS = P * (dP - D) * scale */
           amx_mm(BQ, BK, EvP, drows + i0 * EvP, EvP, vcp + (j0 / BK) * EvP * BK, BK * 2, dp, BK, false);
           for (int64_t i = 0; i < BQ; ++i) {
             float di = i < ni ? dd[i0 + i] : 0.0f;
             for (int64_t j = 0; j < BK; ++j) dp[i * BK + j] = p[i * BK + j] * (dp[i * BK + j] - di) * a->scale;
-            tpurt_hv_f32_to_bf16(dp + i * BK, ds16 + i * BK, BK);
           }
-          for (int64_t j = 0; j < BK; ++j)
-            for (int64_t i = 0; i < BQ; ++i) dst16[j * BQ + i] = ds16[i * BK + j];
-          /* dQ += dS K ; dK += dS^T Q */
-          amx_mm(BQ, EP, BK, ds16, BK, krp + (j0 / 2) * EP * 2, EP * 2, dqa + i0 * EP, EP, true);
-          amx_mm(BK, EP, BQ, dst16, BQ, qpairs + (i0 / 2) * EP * 2, EP * 2, dka + j0 * EP, EP, true);
+          tpurt_hv_f32_to_bf16(dp, p16, BQ * BK);
+          interleave_rows(p16, BQ, BK, dsp);
+          /* dQ += dS K ; dK^T += Q^T dS */
+          amx_mm(BQ, EP, BK, p16, BK, krp + (j0 / 2) * EP * 2, EP * 2, dqa + i0 * EP, EP, true);
+          amx_mm(EP, BK, BQ, qt + i0, Lp, dsp, BK * 2, dkt + j0, Sp, true);
         }
       }
       for (int64_t i = 0; i < L; ++i) store_row(a->dq, b, h, i, a->E, dqa + i * EP);
     }
-    for (int64_t j = 0; j < S; ++j) {
-      store_row(a->dk, b, hk, j, a->E, dka + j * EP);
-      store_row(a->dv, b, hk, j, a->Ev, dva + j * EvP);
+    for (int64_t j = 0; j < S; ++j) { /* back from the transposed sums, through the dP buffer */
+      for (int64_t e = 0; e < a->E; ++e) dp[e] = dkt[e * Sp + j];
+      store_row(a->dk, b, hk, j, a->E, dp);
+      for (int64_t e = 0; e < a->Ev; ++e) dp[e] = dvt[e * Sp + j];
+      store_row(a->dv, b, hk, j, a->Ev, dp);
     }
   }
   tpurt_gemm_amx_tiles_end();
