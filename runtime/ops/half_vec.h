@@ -38,13 +38,20 @@ static inline void tpurt_hv_bf16x8_store(uint16_t* d, __m256 v) {
 static inline __m512 tpurt_hv_bf16x16_load(const uint16_t* s) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)s)), 16));
 }
+/* The lanes of v holding denormal numbers (vfpclassps category 0x20 where AVX-512 DQ has it). */
+static inline __mmask16 tpurt_hv_denormal16(__m512 v) {
+#if defined(__AVX512DQ__)
+  return _mm512_fpclass_ps_mask(v, 0x20);
+#else
+  return _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ) &
+         _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+#endif
+}
 static inline __m256i tpurt_hv_bf16x16_pack(__m512 v) {
 #if defined(__AVX512BF16__)
   /* vcvtneps2bf16 rounds to nearest even and quiets NaNs as below, but reads denormal inputs as
    * zero: a vector holding one takes the integer rounding instead, so results stay bit-identical. */
-  __mmask16 den = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(FLT_MIN), _CMP_LT_OQ) &
-                  _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_OQ);
-  if (!den) return (__m256i)_mm512_cvtneps_pbh(v);
+  if (!tpurt_hv_denormal16(v)) return (__m256i)_mm512_cvtneps_pbh(v);
 #endif
   __m512i b = _mm512_castps_si512(v);
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
@@ -54,6 +61,15 @@ static inline __m256i tpurt_hv_bf16x16_pack(__m512 v) {
   return _mm512_cvtepi32_epi16(r);
 }
 #endif
+
+/* tpurt_hv_bf16x16_pack of lo and hi (lanes 0-15, then 16-31), in one vcvtne2ps2bf16 where the
+ * CPU has it. */
+static inline __m512i tpurt_hv_bf16x32_pack(__m512 lo, __m512 hi) {
+#if defined(__AVX512BF16__)
+  if (!(tpurt_hv_denormal16(lo) | tpurt_hv_denormal16(hi))) return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+#endif
+  return _mm512_inserti64x4(_mm512_castsi256_si512(tpurt_hv_bf16x16_pack(lo)), tpurt_hv_bf16x16_pack(hi), 1);
+}
 
 static inline void tpurt_hv_bf16_to_f32(const uint16_t* s, float* d, int64_t n) {
   int64_t i = 0;
@@ -68,6 +84,8 @@ static inline void tpurt_hv_bf16_to_f32(const uint16_t* s, float* d, int64_t n) 
 static inline void tpurt_hv_f32_to_bf16(const float* s, uint16_t* d, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
+  for (; i + 32 <= n; i += 32)
+    _mm512_storeu_si512(d + i, tpurt_hv_bf16x32_pack(_mm512_loadu_ps(s + i), _mm512_loadu_ps(s + i + 16)));
   for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i*)(d + i), tpurt_hv_bf16x16_pack(_mm512_loadu_ps(s + i)));
 #endif
 #if defined(__AVX2__)

@@ -853,19 +853,16 @@ static void store_tile_c16(tpurt_dtype_t dt, const float* acc, int ld, uint16_t*
 }
 
 /* store_tile_c16 for its most common call, inline: whole 32-column rows of
- * bf16 C with alpha 1 and beta 0 (the bf16 kernels' own tile width), two
- * 16-lane conversions and one 64-byte store per row. The generic version
+ * bf16 C with alpha 1 and beta 0 (the bf16 kernels' own tile width), one
+ * 32-lane conversion and one 64-byte store per row. The generic version
  * costs more than the tile's multiplies when the depth is short (attention's
  * head dim of 64). */
 static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int ld, uint16_t* c, int64_t rs,
                                        int64_t cs, float alpha, float beta, int mr, int nr) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   if (dt == TPURT_DTYPE_BFLOAT16 && nr == 32 && cs == 1 && alpha == 1 && beta == 0) {
-    for (int r = 0; r < mr; ++r) {
-      __m256i lo = tpurt_hv_bf16x16_pack(_mm512_loadu_ps(acc + r * ld));
-      __m256i hi = tpurt_hv_bf16x16_pack(_mm512_loadu_ps(acc + r * ld + 16));
-      _mm512_storeu_si512(c + r * rs, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-    }
+    for (int r = 0; r < mr; ++r)
+      _mm512_storeu_si512(c + r * rs, tpurt_hv_bf16x32_pack(_mm512_loadu_ps(acc + r * ld), _mm512_loadu_ps(acc + r * ld + 16)));
     return;
   }
 #endif
