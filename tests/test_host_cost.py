@@ -164,3 +164,58 @@ def test_cpp_meta_refusal_falls_back_to_python_meta(device):
     src = torch.ones(3, 2)
     idx = torch.tensor([3, 0])
     torch.testing.assert_close(x.to(device).index_add(1, idx.to(device), src.to(device)).cpu(), x.index_add(1, idx, src))
+
+
+def _mask_put(dev, self, mask, value, grad=False):
+    x = self.to(dev).requires_grad_(grad)
+    y = x.clone() if grad else x
+    y[mask.to(dev)] = value.cpu() if dev == "cpu" and isinstance(value, torch.Tensor) else value
+    if grad:
+        y.backward(torch.arange(y.numel(), dtype=y.dtype).reshape(y.shape).to(dev))
+        return y.detach().cpu(), x.grad.cpu()
+    return y.cpu()
+
+
+@pytest.mark.usefixtures("eager_mode")
+def test_full_bool_mask_put_matches_cpu_without_expanding_the_mask(device):
+    """`x[mask] = v` with one value (nanoGPT's top-k filter) runs as masked_fill_ on the device, as
+    ATen's index_put_ does on CPU: the result, including through autograd, is CPU's, and the mask
+    never becomes indices (aten::nonzero, whose count of elements the host would wait for)."""
+    from torch.profiler import profile, ProfilerActivity
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 40, generator=g)
+    mask = x < x.topk(5, dim=-1).values[:, [-1]]
+    cases = [(x, mask, -float("inf")), (x, mask, torch.tensor(2.5)), (x, mask, torch.tensor(2.5).to(device)), (x, mask, torch.tensor([7.0])),
+             (x.to(torch.bfloat16), mask, -1.0), (torch.arange(12).reshape(3, 4), torch.arange(12).reshape(3, 4) % 3 == 0, 9),
+             (x, torch.zeros_like(mask), 1.0), (x, mask[:, 0], 4.0), (x, mask, torch.tensor(3, dtype=torch.int64)),
+             (x, mask, torch.tensor(1.5, dtype=torch.float64))]
+    for self, m, v in cases:
+        assert torch.equal(_mask_put(device, self, m, v), _mask_put("cpu", self, m, v))
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            _mask_put(device, self, m, v)
+        assert not [e.name for e in prof.events() if e.name == "aten::nonzero"]
+    got, gg = _mask_put(device, x, mask, -1.0, grad=True)
+    want, wg = _mask_put("cpu", x, mask, -1.0, grad=True)
+    assert torch.equal(got, want) and torch.equal(gg, wg)
+
+
+@pytest.mark.usefixtures("eager_mode")
+def test_other_bool_mask_puts_still_match_cpu(device):
+    """Masks over some dims with several values, accumulation and a device value of another dtype
+    keep index_put_'s own path, with CPU's results."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 5, generator=g)
+    rows = torch.tensor([True, False, True, False])
+    assert torch.equal(_mask_put(device, x, rows, 3.0), _mask_put("cpu", x, rows, 3.0))
+    vals = torch.arange(10.0).reshape(2, 5)
+    assert torch.equal(_mask_put(device, x, rows, vals.to(device)), _mask_put("cpu", x, rows, vals))
+    full = x > 0
+    acc = [t.index_put_((full.to(t.device),), torch.tensor(1.0, device=t.device), accumulate=True).cpu()
+           for t in (x.clone().to(device), x.clone())]
+    assert torch.equal(acc[0], acc[1])
+    # a value of another dtype: converted when it is a CPU scalar (ATen's masked_fill_ path, on CPU
+    # too); on the device, index_put_'s general path refuses it, as it does on CUDA
+    v64 = torch.tensor(1.0, dtype=torch.float64)
+    assert torch.equal(x.clone().to(device).index_put_((full.to(device),), v64).cpu(), x.clone().index_put_((full,), v64))
+    with pytest.raises(RuntimeError, match="dtypes match"):
+        x.clone().to(device).index_put_((full.to(device),), v64.to(device))

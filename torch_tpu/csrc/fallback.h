@@ -154,6 +154,9 @@ struct MetaEntry {
 // (true: the stack holds the result); repeat_interleave without output_size
 // learns it from the data first (tpu_fallback calls them for those ops only).
 bool answer_pow_without_kernel(const Call& c);
+// self[mask] = value with one bool mask and one value, run as masked_fill_ where ATen's index_put_
+// would (true: done, self is the result).
+bool put_full_mask_as_masked_fill(const Call& c);
 void settle_repeat_interleave_size(const Call& c);
 
 // The output layouts for this call: the meta cache, else PyTorch's meta

@@ -144,6 +144,31 @@ void check_written_overlap(const Call& c) {
 
 }  // namespace
 
+// self[mask] = value with one value, as ATen's own index_put_ does it (canDispatchToMaskedFill):
+// masked_fill_, over the dims the mask covers. nanoGPT's top-k filter is one such call
+// (`logits[logits < v[:, [-1]]] = -float("Inf")`): as indices (expand_bool_indices) the mask's
+// count of true elements would have to reach the host, a wait for the queue on every call. Taken
+// where ATen takes it (one bool mask, sizes matching self's leading dims, a one-element value on
+// the CPU, no accumulation) and for a value on self's device of self's dtype, which index_put_'s
+// general path accepts with the same result.
+bool put_full_mask_as_masked_fill(const Call& c) {
+  const std::string& n = c.info.full_name;
+  if (n != "aten::_index_put_impl_" && n != "aten::index_put_") return false;
+  const c10::IValue &s = c.arg(0), &idx = c.arg(1), &v = c.arg(2);
+  if (!s.isTensor() || !idx.isList() || !v.isTensor() || !c.arg(3).isBool() || c.arg(3).toBool()) return false;
+  auto l = idx.toListRef();
+  if (l.size() != 1 || !l[0].isTensor()) return false;
+  const at::Tensor &self = s.toTensor(), &mask = l[0].toTensor(), &val = v.toTensor();
+  if (mask.scalar_type() != c10::kBool || mask.device() != self.device() || mask.dim() > self.dim() ||
+      !mask.sizes().equals(self.sizes().slice(0, mask.dim())) || val.numel() != 1 ||
+      !(val.is_cpu() || (val.device() == self.device() && val.scalar_type() == self.scalar_type())))
+    return false;
+  std::vector<int64_t> shape(mask.sizes().begin(), mask.sizes().end());
+  shape.resize(self.dim(), 1);  // the dims after the mask's: broadcast
+  self.masked_fill_(mask.view(shape), val.dim() == 0 ? val : val.reshape({}));
+  return true;
+}
+
 Checked check_call(const Call& c) {
   const OpInfo& info = c.info;
   if ((!info.def && !info.cdef && !info.all_views) || info.unsupported_ret) refuse_no_kernel(info);
