@@ -215,7 +215,7 @@ class _GraphRunner:
         prog, storages, template, rng = rec
         stats = _CacheEntryStats(_now() - t0, prog)
         bound = {}
-        if self.general is None and self.sizes is None:
+        if self.general is None and self.sizes is None and _SIZES_AT_LAUNCH:
             self.sizes = _Sizes(self.gm)
             if self.sizes.ok:
                 bound = self._generalize(prog, args, tensors, template, dev, stats) or {}
@@ -716,6 +716,9 @@ def _compile_graph_cacheable(gm, example_inputs):
     from ._compile_cache import TpuOutputCode
     return TpuOutputCode(_prepare_graph(gm))
 
+
+# TORCH_TPU_COMPILE_SIZES=0 keeps a program per size for graphs with symbolic sizes (comparisons).
+_SIZES_AT_LAUNCH = os.environ.get("TORCH_TPU_COMPILE_SIZES", "1") != "0"
 
 # TORCH_TPU_COMPILE_IN_PLACE=0 keeps AOTAutograd's functional graphs as they come (comparisons).
 _IN_PLACE = os.environ.get("TORCH_TPU_COMPILE_IN_PLACE", "1") != "0"
