@@ -12,9 +12,12 @@ with the signature is one launch of the program on the queue: the queue's
 thread runs the recorded kernels, fusing elementwise chains into generated
 C kernels (the compiler shared with DeferAndFuse, cached on disk by a
 shape-independent key), and the host returns as soon as the launch is
-queued. A new signature inside a dynamic graph costs one capture (one eager
-pass of host dispatch, no C compile, no Dynamo recompile); the generated
-kernels take sizes at run time, so none is built again.
+queued. A graph with symbolic sizes is captured twice more at other sizes
+at its first call, and its program then takes the sizes at launch
+(_Sizes, tpurt_program_generalize): a new size inside the range is a
+binding of the same program, with no capture, no C build and no Dynamo
+recompile. Where the captures cannot be explained by the sizes, each new
+signature costs one capture instead.
 
 A graph that needs device data on the host while it runs (`.item()`,
 `nonzero`) or a CPU tensor output cannot be a program: that signature runs
