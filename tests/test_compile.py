@@ -220,6 +220,24 @@ def test_sizes_are_launch_parameters_gpt_forward_backward():
     assert graphs <= 2  # Dynamo did not recompile for a size
 
 
+def test_dynamic_graph_whose_numbers_follow_no_size_keeps_a_program_per_size():
+    """Dropout reserves its random counters rounded up: no multiple of a size, so the program cannot take
+    sizes at launch. The graph keeps a capture per size, draws as the seed says, and the extra
+    captures leave the generator where it was."""
+    f = torch.compile(lambda x: F.dropout(x, 0.5, training=True) * 2 + 1, backend="tpu", dynamic=True)
+    for n in (64, 96, 130, 64):
+        x = torch.ones(n, 32, device="tpu")
+        torch.manual_seed(5)
+        a = f(x).cpu()
+        torch.manual_seed(5)
+        b = f(x).cpu()
+        assert torch.equal(a, b) and not torch.equal(b, f(x).cpu())
+        assert set(a.unique().tolist()) == {1.0, 5.0}
+    s = stats()
+    assert s["graphs"] == 1 and s["generalized"] == 0 and s["size_probes"] == 2 and s["captures"] == 3
+    assert s["bindings"] == 0 and s["eager_runs"] == 0
+
+
 def test_size_outside_the_marked_range_recompiles():
     """mark_dynamic's bounds are Dynamo's guards: a size past them recompiles, as PyTorch says, and is
     right; sizes inside run the one program."""
