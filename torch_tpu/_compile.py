@@ -149,7 +149,7 @@ class _GraphRunner:
         if entry is _EAGER:
             return self._eager(args)
         if entry is None:
-            entry = self._bind(args, tensors) if self.general is not None else None
+            entry = self._bind_or_none(args, tensors) if self.general is not None else None
             if entry is None:
                 return self._capture(key, args, tensors)
             self.programs[key] = entry
@@ -219,9 +219,17 @@ class _GraphRunner:
         stats = _CacheEntryStats(_now() - t0, prog)
         bound = {}
         if self.general is None and self.sizes is None and _SIZES_AT_LAUNCH:
-            self.sizes = _Sizes(self.gm)
-            if self.sizes.ok:
-                bound = self._generalize(prog, args, tensors, template, dev, stats) or {}
+            # Taking sizes at launch is a gain, never a condition: whatever fails here leaves the
+            # program captured above, with its sizes fixed.
+            try:
+                self.sizes = _Sizes(self.gm)
+                if self.sizes.ok:
+                    bound = self._generalize(prog, args, tensors, template, dev, stats) or {}
+            except Exception as e:  # noqa: BLE001 - logged; the fixed-size program is right
+                _log.info("tpu compile: graph %s keeps a program per size: %s: %s", self.gm._get_name(),
+                          type(e).__name__, e)
+                self.sizes = self.sizes or False
+                bound = {}
         self.programs[key] = (prog, template, stats, bound)
         with _lock:
             _stats["captures"] += 1
@@ -282,6 +290,13 @@ class _GraphRunner:
         _count("generalized")
         self.general = (prog, *rules, stats, aliasing)
         return dict(binding=prog.bind(vals), out_bytes=prog.out_bytes(), out_specs=prog.out_specs())
+
+    def _bind_or_none(self, args, tensors):
+        try:
+            return self._bind(args, tensors)
+        except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as e:
+            _log.info("tpu compile: graph %s captures this size: %s", self.gm._get_name(), e)
+            return None
 
     def _bind(self, args, tensors):
         """The program that takes sizes, bound to these arguments' sizes; None when they do not fit it."""

@@ -30,7 +30,8 @@ typedef struct field_t {
 
 typedef struct walk_t {
   int64_t* tokens;
-  int32_t num_tokens, cap_tokens;
+  int32_t* token_recs; /* the record each token belongs to (messages) */
+  int32_t num_tokens, cap_tokens, cap_token_recs;
   field_t* fields;
   int32_t num_fields, cap_fields;
   void** ptrs; /* address slots, in walk order */
@@ -53,7 +54,10 @@ static void* grow(void* a, int32_t* cap, int32_t n, size_t elem, bool* oom) {
 
 static void token(walk_t* w, int64_t v) {
   w->tokens = grow(w->tokens, &w->cap_tokens, w->num_tokens, sizeof(int64_t), &w->oom);
-  if (!w->oom) w->tokens[w->num_tokens++] = v;
+  w->token_recs = grow(w->token_recs, &w->cap_token_recs, w->num_tokens, sizeof(int32_t), &w->oom);
+  if (w->oom) return;
+  w->token_recs[w->num_tokens] = w->rec;
+  w->tokens[w->num_tokens++] = v;
 }
 
 static void field(walk_t* w, void* slot, int32_t type) {
@@ -85,6 +89,7 @@ static void walk_tensor(walk_t* w, tpurt_tensor_t* t) {
 
 static void walk_program(walk_t* w, const tpurt_program_t* p) {
   const tpurt_defer_list_t* l = p->list;
+  w->rec = -1;
   token(w, l->num_recs), token(w, p->num_inputs), token(w, p->num_outputs);
   for (int32_t r = 0; r < l->num_recs && !w->oom; ++r) {
     tpurt_defer_rec_t* rec = &l->recs[r];
@@ -102,7 +107,9 @@ static void walk_program(walk_t* w, const tpurt_program_t* p) {
       continue;
     }
     tpurt_op_call_t* call = &rec->call;
-    token(w, (int64_t)(uintptr_t)rec->op), token(w, str_token(call->name)), token(w, str_token(call->overload));
+    /* The op and its name say which kernel runs; the overload string is not compared: the boxed
+     * fallback's fast path for a signature it has seen leaves it empty where the first call names it. */
+    token(w, (int64_t)(uintptr_t)rec->op), token(w, str_token(call->name));
     token(w, call->num_outputs);
     for (int32_t o = 0; o < call->num_outputs; ++o) walk_tensor(w, (tpurt_tensor_t*)&call->outputs[o]);
     token(w, call->num_args);
@@ -141,6 +148,7 @@ static void walk_program(walk_t* w, const tpurt_program_t* p) {
 
 static void walk_free(walk_t* w) {
   free(w->tokens);
+  free(w->token_recs);
   free(w->fields);
   free(w->ptrs);
 }
@@ -278,12 +286,18 @@ tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_
     int32_t t = 0;
     while (same && t < w[0].num_tokens && w[k].tokens[t] == w[0].tokens[t]) ++t;
     if (!same || t < w[0].num_tokens) {
-      int32_t r = -1; /* the record where they part, for the message */
-      for (int32_t f = 0; f < w[0].num_fields && f < w[k].num_fields; ++f)
-        if (w[0].fields[f].rec == w[k].fields[f].rec) r = w[0].fields[f].rec;
+      /* The first record that differs in kind or op, for the message. */
+      int32_t r = 0, n = p->list->num_recs < q->list->num_recs ? p->list->num_recs : q->list->num_recs;
+      while (r < n && p->list->recs[r].kind == q->list->recs[r].kind && p->list->recs[r].op == q->list->recs[r].op)
+        ++r;
+      if (r == n && t < w[0].num_tokens && t < w[k].num_tokens) r = w[0].token_recs[t];
       s = TPURT_STATUS(FAILED_PRECONDITION,
-                       "generalize: the captures at other sizes ran other kernels (they part near %s, record %d)",
-                       rec_name(p, r), r);
+                       "generalize: the captures at other sizes ran other kernels (%d and %d records; record %d is "
+                       "%s here, %s there; item %d: %lld here, %lld there)",
+                       p->list->num_recs, q->list->num_recs, r, r < p->list->num_recs ? rec_name(p, r) : "the end",
+                       r < q->list->num_recs ? rec_name(q, r) : "the end", t,
+                       (long long)(t < w[0].num_tokens ? w[0].tokens[t] : -1),
+                       (long long)(t < w[k].num_tokens ? w[k].tokens[t] : -1));
     }
     for (int32_t b = 0; same && !s && b < p->num_blocks; ++b) {
       const prog_block_t *x = &p->blocks[b], *y = &q->blocks[b];
