@@ -289,7 +289,7 @@ class _GraphRunner:
             return None
         _count("generalized")
         self.general = (prog, *rules, stats, aliasing)
-        return dict(binding=prog.bind(vals), out_bytes=prog.out_bytes(), out_specs=prog.out_specs())
+        return dict(binding=prog.bind(vals, prog.out_bytes(), prog.out_specs()))
 
     def _bind_or_none(self, args, tensors):
         try:
@@ -312,13 +312,13 @@ class _GraphRunner:
         vals = sz.values(point)
         if not sz.fits(args, vals) or _aliasing(tensors) != aliasing:
             return None
-        b = prog.bind(vals)
         out_bytes = [_at(r, vals) for r in byte_rules]
         specs = [(fi, idx, dt, [_at(r, vals) for r in sizes], [_at(r, vals) for r in strides], _at(off, vals))
                  for fi, idx, dt, sizes, strides, off in view_rules]
         template = [t if isinstance(t, int) else (_at(t, vals),) for t in tmpl_rules]
+        b = prog.bind(vals, out_bytes, specs)
         _count("bindings")
-        return (prog, template, stats, dict(binding=b, out_bytes=out_bytes, out_specs=specs))
+        return (prog, template, stats, dict(binding=b))
 
     def _give_up(self, key, args, why):
         _log.info("tpu compile: graph %s runs eagerly for this signature: %s", self.gm._get_name(), why)

@@ -49,10 +49,9 @@ class Program {
   // own), else new ones; `rng` the Philox (seed, offset) to use when given
   // (the first run uses what the capture already reserved), else reserved now.
   // A program that takes sizes at launch (generalize) runs with `binding`
-  // (an index from bind()) and the outputs' bytes and views at those sizes.
+  // (an index from bind(), which holds the outputs' bytes and views).
   std::vector<at::Tensor> launch(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> storages,
-                                 std::optional<std::pair<uint64_t, uint64_t>> rng_given, int64_t binding,
-                                 std::optional<std::vector<int64_t>> out_bytes, std::optional<py::list> out_specs) {
+                                 std::optional<std::pair<uint64_t, uint64_t>> rng_given, int64_t binding) {
     TORCH_CHECK(static_cast<int32_t>(inputs.size()) == info_.num_inputs, "compiled program: expected ",
                 info_.num_inputs, " tensor inputs, got ", inputs.size());
     const Binding* b = nullptr;
@@ -60,21 +59,8 @@ class Program {
       TORCH_CHECK(binding < static_cast<int64_t>(bindings_.size()), "compiled program: no binding ", binding);
       b = &bindings_[binding];
     }
-    TORCH_CHECK(!b || (out_bytes && out_specs), "compiled program: a binding needs the outputs' bytes and views");
-    const std::vector<int64_t>& obytes = out_bytes ? *out_bytes : out_bytes_;
-    TORCH_CHECK(obytes.size() == out_bytes_.size(), "compiled program: ", out_bytes_.size(), " output storages, ",
-                obytes.size(), " sizes given");
-    std::vector<OutSpec> given;
-    if (out_specs) {
-      for (const py::handle& h : *out_specs) {
-        auto t = h.cast<py::tuple>();
-        given.push_back({t[0].cast<bool>(), t[1].cast<int64_t>(), t[2].cast<at::ScalarType>(),
-                         t[3].cast<std::vector<int64_t>>(), t[4].cast<std::vector<int64_t>>(), t[5].cast<int64_t>()});
-      }
-      TORCH_CHECK(given.size() == outs_.size(), "compiled program: ", outs_.size(), " outputs, ", given.size(),
-                  " views given");
-    }
-    const std::vector<OutSpec>& specs = out_specs ? given : outs_;
+    const std::vector<int64_t>& obytes = b ? b->out_bytes : out_bytes_;
+    const std::vector<OutSpec>& specs = b ? b->outs : outs_;
     auto opts = at::TensorOptions().dtype(at::kByte).device(c10::Device(kTpu, dev_));
     std::vector<void*> in(inputs.size()), out(obytes.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -124,15 +110,24 @@ class Program {
                  "compiled program");
   }
 
-  // The program's sizes at `values`: an index for launch(binding=).
-  int64_t bind(const std::vector<int64_t>& values) {
+  // The program's sizes at `values`, with the outputs' storage bytes and
+  // views (out_specs() tuples) at those sizes: an index for launch(binding=).
+  int64_t bind(const std::vector<int64_t>& values, const std::vector<int64_t>& out_bytes, const py::list& out_specs) {
     Binding b{};
+    TORCH_CHECK(out_bytes.size() == out_bytes_.size(), "compiled program: ", out_bytes_.size(),
+                " output storages, ", out_bytes.size(), " sizes given");
+    for (const py::handle& h : out_specs) {
+      auto t = h.cast<py::tuple>();
+      b.outs.push_back({t[0].cast<bool>(), t[1].cast<int64_t>(), t[2].cast<at::ScalarType>(),
+                        t[3].cast<std::vector<int64_t>>(), t[4].cast<std::vector<int64_t>>(), t[5].cast<int64_t>()});
+    }
+    TORCH_CHECK(b.outs.size() == outs_.size(), "compiled program: ", outs_.size(), " outputs, ", b.outs.size(),
+                " views given");
+    b.out_bytes = out_bytes;
     check_status(tpurt_program_bind(p_, values.data(), static_cast<int32_t>(values.size()), &b.b, &b.arena_bytes,
                                     &b.rng_count),
                  "compiled program");
-    for (size_t i = 0; i < bindings_.size(); ++i)
-      if (bindings_[i].b == b.b) return static_cast<int64_t>(i);
-    bindings_.push_back(b);
+    bindings_.push_back(std::move(b));
     return static_cast<int64_t>(bindings_.size() - 1);
   }
 
@@ -167,8 +162,10 @@ class Program {
   std::vector<OutSpec> outs_;
   tpurt_program_info_t info_;
   struct Binding {
-    tpurt_program_binding_t* b;
+    tpurt_program_binding_t* b;  // owned by p_
     uint64_t arena_bytes, rng_count;
+    std::vector<int64_t> out_bytes;
+    std::vector<OutSpec> outs;
   };
   std::vector<Binding> bindings_;
 };
@@ -336,10 +333,9 @@ void register_program(py::module_& m) {
   m.def("_program_signature", &program_signature, py::arg("args"));
   py::class_<Program, std::shared_ptr<Program>>(m, "_Program")
       .def("launch", &Program::launch, py::arg("inputs"), py::arg("storages") = std::vector<at::Tensor>(),
-           py::arg("rng") = py::none(), py::arg("binding") = -1, py::arg("out_bytes") = py::none(),
-           py::arg("out_specs") = py::none())
+           py::arg("rng") = py::none(), py::arg("binding") = -1)
       .def("generalize", &Program::generalize, py::arg("others"), py::arg("values"))
-      .def("bind", &Program::bind, py::arg("values"))
+      .def("bind", &Program::bind, py::arg("values"), py::arg("out_bytes"), py::arg("out_specs"))
       .def("info", &Program::info)
       .def("out_specs", &Program::out_specs)
       .def("out_bytes", &Program::out_bytes);
