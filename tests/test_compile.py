@@ -181,6 +181,13 @@ def test_sizes_are_launch_parameters_mlp():
     s = stats()
     assert s["graphs"] == 1 and s["captures"] == 1 and s["generalized"] == 1 and s["bindings"] == 6
     assert s["eager_runs"] == 0 and s["capture_failures"] == 0
+    # sizes seen before, alternating: their fusion plans are kept (one per size), none is made again
+    torch.tpu.synchronize()
+    made = torch_tpu._C._fusion_stats()["plans_made"]
+    for b in (40, 96, 40, 129, 96):
+        x = torch.randn(b, 24)
+        torch.testing.assert_close(cm(x.to("tpu")).cpu(), m_cpu(x), rtol=1e-5, atol=1e-5)
+    assert torch_tpu._C._fusion_stats()["plans_made"] == made
 
 
 def test_sizes_are_launch_parameters_gpt_forward_backward():
