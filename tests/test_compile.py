@@ -245,6 +245,20 @@ def test_dynamic_graph_whose_numbers_follow_no_size_keeps_a_program_per_size():
     assert s["bindings"] == 0 and s["eager_runs"] == 0
 
 
+def test_piecewise_size_keeps_a_program_per_size():
+    """Min(n, 24) equals n at every size below 24: a program generalized from captures there was wrong
+    at 30 (every element). A graph with a size that is no polynomial keeps a capture per size."""
+    pos = torch.randn(24, 8)
+    f = torch.compile(lambda x, p: x[:, :8] + p[: torch.sym_min(x.shape[0], 24)].sum(0), backend="tpu",
+                      dynamic=True)
+    for n in (5, 9, 30, 40):
+        x = torch.randn(n, 10)
+        torch.testing.assert_close(f(x.to("tpu"), pos.to("tpu")).cpu(), x[:, :8] + pos[: min(n, 24)].sum(0))
+    s = stats()
+    assert s["graphs"] == 1 and s["captures"] == 4
+    assert s["generalized"] == 0 and s["bindings"] == 0 and s["eager_runs"] == 0
+
+
 def test_size_outside_the_marked_range_recompiles():
     """mark_dynamic's bounds are Dynamo's guards: a size past them recompiles, as PyTorch says, and is
     right; sizes inside run the one program."""

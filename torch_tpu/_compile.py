@@ -429,6 +429,12 @@ class _Sizes:
         if not exprs:
             return
         symbols = sorted(set().union(*(e.free_symbols for e in exprs)), key=str)
+        # A piecewise size (Min(s0, 64), s0 // 2) can agree with a simpler one at every point captured
+        # and not beyond: such graphs keep a program per size.
+        odd = next((e for e in exprs if not e.is_polynomial(*symbols)), None)
+        if odd is not None:
+            _log.info("tpu compile: graph %s keeps a program per size: size %s is no polynomial", gm._get_name(), odd)
+            return
         # How each symbol is read off the arguments: a SymInt argument, or a tensor argument's size.
         self.readers = {}
         for i, m in enumerate(self.metas):
