@@ -1,13 +1,15 @@
 """torch.compile(backend="tpu") benchmarks, loaded by bench/run.py (BENCHES below: the compiled tpu step
 beside PyTorch CPU eager), or run alone for the whole comparison:
 
-    python bench/bench_compile.py [--runs 5] [--inductor]
+    python bench/bench_compile.py [--runs 5] [--inductor] [--new-sizes-only]
 
 which prints, per model, ms per call for: compiled tpu (one program launch per graph), eager tpu in
 Strict and DeferAndFuse, PyTorch CPU eager, and with --inductor torch.compile with Inductor on CPU
 (its cold compile takes minutes here); then the cold compile time of the first call (Dynamo +
 AOTAutograd + our capture, fused kernels built) and of a warm start in a new process (kernel cache
-on disk), beside Inductor's when --inductor is given. Medians of interleaved runs.
+on disk), beside Inductor's when --inductor is given; and the small-GPT step compiled with
+dynamic=True at a (batch, length) it has not seen against a repeated one, beside CPU eager
+(TORCH_TPU_COMPILE_SIZES=0 gives the program-per-size behaviour for comparison). Medians.
 """
 import argparse
 import copy
@@ -170,14 +172,72 @@ def warm_start():
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def _new_size_step(device, how):
+    """The small GPT's training step (forward, backward, AdamW) compiled with dynamic=True, called
+    with (batch, length) batches: fn(b, t)."""
+    from test_models import GPT, _lm_batch, _lm_loss
+    torch.manual_seed(0)
+    model = GPT(vocab=256, d=128, heads=4, layers=2, seq=64).to(device)
+
+    def loss_of(x, y):  # the loss inside the compiled region, as nanoGPT's forward has it
+        return _lm_loss(model(x), y)
+    run = torch.compile(loss_of, backend="tpu", dynamic=True) if how == "tpu" else loss_of
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, capturable=how == "tpu")
+    step = torch.compile(opt.step, backend="tpu") if how == "tpu" else opt.step
+    batches = {}
+
+    def fn(b, t):
+        if (b, t) not in batches:
+            x, y = _lm_batch(256, b, t)(torch.Generator().manual_seed(b * 100 + t))
+            batches[(b, t)] = (x.to(device), y.to(device))
+        x, y = batches[(b, t)]
+        opt.zero_grad(set_to_none=True)
+        run(x, y).backward()
+        step()
+    return fn
+
+
+def new_sizes(runs):
+    """The first call at a (batch, length) not seen before against a repeated one, compiled tpu
+    (dynamic=True) beside CPU eager on the same sizes. Returns medians in ms."""
+    import torch_tpu
+    torch_tpu.set_eager_mode("strict")
+    sizes = [(b, t) for t in (9, 13, 17, 21, 27, 33, 41, 47, 53, 61) for b in (2, 3, 5, 7)]
+    import random
+    random.Random(0).shuffle(sizes)
+    assert runs + 3 <= len(sizes), "too many runs for the sizes listed"
+    out = {}
+    for label, dev, how in (("compiled tpu", "tpu", "tpu"), ("CPU eager", "cpu", "eager")):
+        fn = _new_size_step(dev, how)
+        for b, t in sizes[:3]:  # the compile, and the graphs' first sizes
+            _time(lambda: fn(b, t), dev)
+        first, repeat = [], []
+        for b, t in sizes[3:3 + runs]:
+            first.append(_time(lambda: fn(b, t), dev) * 1e3)
+            repeat.append(min(_time(lambda: fn(b, t), dev) for _ in range(2)) * 1e3)
+        out[label] = (statistics.median(first), statistics.median(repeat))
+    ours, cpu = out["compiled tpu"], out["CPU eager"]
+    print(f"small-GPT step, dynamic=True, a new (batch, length) each time ({runs} sizes): "
+          f"first call {ours[0]:.2f} ms, repeated {ours[1]:.2f} ms (first/repeat {ours[0] / ours[1]:.2f}x); "
+          f"CPU eager {cpu[0]:.2f} / {cpu[1]:.2f} ms; CPU / ours on first calls {cpu[0] / ours[0]:.2f}x, "
+          f"repeated {cpu[1] / ours[1]:.2f}x")
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--inductor", action="store_true", help="also torch.compile with Inductor on CPU (slow)")
     p.add_argument("--out", default=str(HERE / "results_compile.json"))
+    p.add_argument("--new-sizes-only", action="store_true",
+                   help="only the first call at a new size against a repeated one (dynamic=True)")
     a = p.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f}")
+    if a.new_sizes_only:
+        new_sizes(max(a.runs, 5))
+        return 0
     rows = compare(a.runs, a.inductor)
+    rows["new_sizes_ms"] = new_sizes(max(a.runs, 5))
     warm = warm_start()
     print(f"gpt_step warm start in a new process (Dynamo + AOTAutograd + capture, kernels from the disk cache): "
           f"{warm:.2f} s; cold first call in this run {rows['gpt_step']['first_call_s']['compiled tpu']:.2f} s")

@@ -153,7 +153,133 @@ def test_dynamic_batch_compiles_once_and_matches_cpu():
         torch.testing.assert_close(cm(x.to("tpu")).cpu(), m_cpu(x), rtol=1e-5, atol=1e-6)
     s = stats()
     assert s["graphs"] == 1  # one Dynamo compile for every batch size
-    assert s["captures"] == 4 and s["cache_hits"] == 1  # a program per new size, reused for a repeat
+    # one capture (and two at other sizes that never run) makes a program that takes the batch size
+    # at launch: each new size is a binding of it, the repeated 5 a cache hit
+    assert s["captures"] == 1 and s["size_probes"] == 2 and s["generalized"] == 1
+    assert s["bindings"] == 3 and s["cache_hits"] == 1 and s["launches"] == 5 and s["eager_runs"] == 0
+
+
+def _codegen_builds():
+    torch_tpu._C._fusion_wait_builds()
+    return torch_tpu._C._fusion_stats()["codegen_builds"]
+
+
+def test_sizes_are_launch_parameters_mlp():
+    """A program captured at one batch size runs every other size in the range: one capture, no C
+    build, no recompile, results as CPU's."""
+    torch.manual_seed(0)
+    m_cpu = nn.Sequential(nn.Linear(24, 512), nn.GELU(), nn.Linear(512, 64), nn.Tanh(), nn.Linear(64, 5))
+    m = copy.deepcopy(m_cpu).to("tpu")
+    cm = torch.compile(m, backend="tpu", dynamic=True)
+    builds = None
+    for b in (40, 7, 96, 33, 64, 2, 129):
+        x = torch.randn(b, 24)
+        torch.testing.assert_close(cm(x.to("tpu")).cpu(), m_cpu(x), rtol=1e-5, atol=1e-5)
+        if builds is None:
+            builds = _codegen_builds()  # what the first size built
+    assert _codegen_builds() == builds
+    s = stats()
+    assert s["graphs"] == 1 and s["captures"] == 1 and s["generalized"] == 1 and s["bindings"] == 6
+    assert s["eager_runs"] == 0 and s["capture_failures"] == 0
+    # sizes seen before, alternating: their fusion plans are kept (one per size), none is made again
+    torch.tpu.synchronize()
+    made = torch_tpu._C._fusion_stats()["plans_made"]
+    for b in (40, 96, 40, 129, 96):
+        x = torch.randn(b, 24)
+        torch.testing.assert_close(cm(x.to("tpu")).cpu(), m_cpu(x), rtol=1e-5, atol=1e-5)
+    assert torch_tpu._C._fusion_stats()["plans_made"] == made
+
+
+def test_sizes_are_launch_parameters_gpt_forward_backward():
+    """The small GPT's forward and backward graphs, batch and sequence length dynamic: one capture each
+    for every (batch, length) in the range, and logits and gradients match eager tpu and CPU."""
+    vocab = 96
+    torch.manual_seed(0)
+    m_cpu = GPT(vocab=vocab, d=64, heads=4, layers=2, seq=64)
+    m = copy.deepcopy(m_cpu).to("tpu")
+    m_eager = copy.deepcopy(m_cpu).to("tpu")
+    cm = torch.compile(m, backend="tpu", dynamic=True)
+    g = torch.Generator().manual_seed(1)
+    builds = None
+    sizes = ((2, 8), (3, 8), (4, 16), (5, 12), (2, 31), (6, 40), (3, 8))
+    for b, t in sizes:
+        x, y = torch.randint(0, vocab, (b, t), generator=g), torch.randint(0, vocab, (b, t), generator=g)
+        for mod in (m, m_cpu, m_eager):
+            mod.zero_grad()
+        logits = cm(x.to("tpu"))
+        _lm_loss(logits, y.to("tpu")).backward()
+        logits_eager = m_eager(x.to("tpu"))
+        _lm_loss(logits_eager, y.to("tpu")).backward()
+        logits_cpu = m_cpu(x)
+        _lm_loss(logits_cpu, y).backward()
+        torch.testing.assert_close(logits.detach().cpu(), logits_eager.detach().cpu(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(logits.detach().cpu(), logits_cpu.detach(), rtol=1e-4, atol=1e-4)
+        for (name, p_cpu), p, p_eager in zip(m_cpu.named_parameters(), m.parameters(), m_eager.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), p_eager.grad.cpu(), rtol=1e-4, atol=1e-6, msg=name)
+            torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5, msg=name)
+        if builds is None:
+            builds = _codegen_builds()
+    assert _codegen_builds() == builds  # no generated kernel built for a new size
+    s = stats()
+    graphs = s["graphs"]
+    assert s["captures"] == 2 and s["generalized"] == 2  # forward and backward, captured once each
+    assert s["bindings"] == 2 * (len(set(sizes)) - 1) and s["eager_runs"] == 0 and s["capture_failures"] == 0
+    assert graphs <= 2  # Dynamo did not recompile for a size
+
+
+def test_dynamic_graph_whose_numbers_follow_no_size_keeps_a_program_per_size():
+    """Dropout reserves its random counters rounded up: no multiple of a size, so the program cannot take
+    sizes at launch. The graph keeps a capture per size, draws as the seed says, and the extra
+    captures leave the generator where it was."""
+    f = torch.compile(lambda x: F.dropout(x, 0.5, training=True) * 2 + 1, backend="tpu", dynamic=True)
+    for n in (64, 96, 130, 64):
+        x = torch.ones(n, 32, device="tpu")
+        torch.manual_seed(5)
+        a = f(x).cpu()
+        torch.manual_seed(5)
+        b = f(x).cpu()
+        assert torch.equal(a, b) and not torch.equal(b, f(x).cpu())
+        assert set(a.unique().tolist()) == {1.0, 5.0}
+    s = stats()
+    assert s["graphs"] == 1 and s["generalized"] == 0 and s["size_probes"] == 2 and s["captures"] == 3
+    assert s["bindings"] == 0 and s["eager_runs"] == 0
+
+
+def test_piecewise_size_keeps_a_program_per_size():
+    """Min(n, 24) equals n at every size below 24: a program generalized from captures there was wrong
+    at 30 (every element). A graph with a size that is no polynomial keeps a capture per size."""
+    pos = torch.randn(24, 8)
+    f = torch.compile(lambda x, p: x[:, :8] + p[: torch.sym_min(x.shape[0], 24)].sum(0), backend="tpu",
+                      dynamic=True)
+    for n in (5, 9, 30, 40):
+        x = torch.randn(n, 10)
+        torch.testing.assert_close(f(x.to("tpu"), pos.to("tpu")).cpu(), x[:, :8] + pos[: min(n, 24)].sum(0))
+    s = stats()
+    assert s["graphs"] == 1 and s["captures"] == 4
+    assert s["generalized"] == 0 and s["bindings"] == 0 and s["eager_runs"] == 0
+
+
+def test_size_outside_the_marked_range_recompiles():
+    """mark_dynamic's bounds are Dynamo's guards: a size past them recompiles, as PyTorch says, and is
+    right; sizes inside run the one program."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+    torch.manual_seed(0)
+    f = torch.compile(lambda a, w: (a @ w).relu().sum(-1), backend="tpu")
+    w = torch.randn(8, 16)
+    for n in (4, 9, 15, 16, 40):
+        a = torch.randn(n, 8)
+        at = a.to("tpu")
+        if n <= 16:
+            torch._dynamo.mark_dynamic(at, 0, min=2, max=16)
+        else:  # marking it with a range it is outside of is Dynamo's error
+            marked = a.to("tpu")
+            torch._dynamo.mark_dynamic(marked, 0, min=2, max=16)
+            with pytest.raises(ConstraintViolationError, match="not in range"):
+                f(marked, w.to("tpu"))
+        torch.testing.assert_close(f(at, w.to("tpu")).cpu(), (a @ w).relu().sum(-1), rtol=1e-5, atol=1e-5)
+    s = stats()
+    assert s["graphs"] == 2  # 40 fails the guard s0 <= 16: a recompile, not the program for the range
+    assert s["captures"] == 2 and s["bindings"] == 3
 
 
 def test_mark_dynamic_range():

@@ -12,9 +12,12 @@ with the signature is one launch of the program on the queue: the queue's
 thread runs the recorded kernels, fusing elementwise chains into generated
 C kernels (the compiler shared with DeferAndFuse, cached on disk by a
 shape-independent key), and the host returns as soon as the launch is
-queued. A new signature inside a dynamic graph costs one capture (one eager
-pass of host dispatch, no C compile, no Dynamo recompile); the generated
-kernels take sizes at run time, so none is built again.
+queued. A graph with symbolic sizes is captured twice more at other sizes
+at its first call, and its program then takes the sizes at launch
+(_Sizes, tpurt_program_generalize): a new size inside the range is a
+binding of the same program, with no capture, no C build and no Dynamo
+recompile. Where the captures cannot be explained by the sizes, each new
+signature costs one capture instead.
 
 A graph that needs device data on the host while it runs (`.item()`,
 `nonzero`) or a CPU tensor output cannot be a program: that signature runs
@@ -42,6 +45,9 @@ _stats = {
     "cache_requests": 0,    # program lookups
     "cache_hits": 0,
     "disk_loads": 0,        # compiled graphs loaded from AOTAutograd's cache on disk (_compile_cache)
+    "size_probes": 0,       # captures at other sizes made to turn a program's sizes into parameters
+    "generalized": 0,       # programs that take their sizes at launch
+    "bindings": 0,          # new sizes run by such a program: no capture, no build
 }
 _entries = []  # per program: read_count, compilation_duration (s), last_read
 
@@ -107,7 +113,13 @@ def _exec_mode_allows_programs():
 
 class _GraphRunner:
     """One AOTAutograd graph (forward, backward or inference): programs per
-    signature. Called with the graph's arguments (AOTAutograd boxes it)."""
+    signature. Called with the graph's arguments (AOTAutograd boxes it).
+
+    A graph with symbolic sizes captures twice more at its first call, at other
+    sizes inside their ranges (never run), and makes its program take the sizes
+    at launch (tpurt_program_generalize); a new size is then a binding of that
+    program: no capture, no build. Where the captures differ in a way no size
+    expression explains, the graph keeps a program per size."""
 
     def __init__(self, gm):
         self.gm = gm
@@ -116,6 +128,8 @@ class _GraphRunner:
         # when a capture fails): such a graph always runs eagerly.
         self.cpu_work = _makes_cpu_tensors(gm)
         self.scalars = _scalar_inputs(gm)
+        self.sizes = None    # _Sizes, read at the first capture
+        self.general = None  # (program, out_bytes rules, out view rules, template rules, stats, aliasing)
 
     def _eager(self, args):
         _count("eager_runs")
@@ -135,13 +149,17 @@ class _GraphRunner:
         if entry is _EAGER:
             return self._eager(args)
         if entry is None:
-            return self._capture(key, args, tensors)
-        prog, template, stats = entry
-        _count("cache_hits")
+            entry = self._bind_or_none(args, tensors) if self.general is not None else None
+            if entry is None:
+                return self._capture(key, args, tensors)
+            self.programs[key] = entry
+        else:
+            _count("cache_hits")
+        prog, template, stats, bound = entry
         _count("launches")
         stats.read_count += 1
         stats.last_read = _now()
-        return _assemble(template, prog.launch(tensors))
+        return _assemble(template, prog.launch(tensors, **bound))
 
     def _scalars_to_device(self, args):
         """The scalar inputs as 0-dim tensors on the graph's device, filled by a queued kernel (no wait)."""
@@ -155,6 +173,36 @@ class _GraphRunner:
                 args[i] = torch.full((), a.item(), dtype=a.dtype, device=dev)
         return args
 
+    def _record(self, args, tensors, dev, probe=False):
+        """One capture of the graph on these arguments: (program, output storages, template, rng), or a
+        string saying why this cannot be a program. A probe (other sizes, never run) gives up on any error."""
+        seed, before = _C._capture_begin(dev)
+        try:
+            out = self.gm(*args)
+        except Exception as e:  # noqa: BLE001 - decided below
+            _C._capture_abort(dev)
+            if not probe and "capture:" not in str(e):
+                raise
+            return str(e)
+        flat = list(out) if isinstance(out, (tuple, list)) else [out]
+        template, out_tensors = [], []
+        for o in flat:
+            if isinstance(o, torch.Tensor):
+                if o.device.type != "tpu" or o.device.index != dev:
+                    _C._capture_abort(dev)
+                    return f"an output is on {o.device}"
+                template.append(len(out_tensors))
+                out_tensors.append(o)
+            else:
+                template.append((o,))
+        try:
+            prog, storages = _C._capture_end(tensors, out_tensors, seed, before, dev)
+        except RuntimeError as e:
+            if not probe and "capture:" not in str(e):
+                raise
+            return str(e)
+        return prog, storages, template, (seed, before)
+
     def _capture(self, key, args, tensors):
         if not tensors:
             self.programs[key] = _EAGER
@@ -164,47 +212,395 @@ class _GraphRunner:
             self.programs[key] = _EAGER
             return self._eager(args)
         t0 = _now()
-        seed, before = _C._capture_begin(dev)
-        try:
-            out = self.gm(*args)
-        except Exception as e:  # noqa: BLE001 - decided below
-            _C._capture_abort(dev)
-            if "capture:" not in str(e):
-                raise
-            return self._give_up(key, args, str(e))
-        flat = list(out) if isinstance(out, (tuple, list)) else [out]
-        template, out_tensors = [], []
-        for o in flat:
-            if isinstance(o, torch.Tensor):
-                if o.device.type != "tpu" or o.device.index != dev:
-                    _C._capture_abort(dev)
-                    return self._give_up(key, args, f"an output is on {o.device}")
-                template.append(len(out_tensors))
-                out_tensors.append(o)
-            else:
-                template.append((o,))
-        try:
-            prog, storages = _C._capture_end(tensors, out_tensors, seed, before, dev)
-        except RuntimeError as e:
-            if "capture:" not in str(e):
-                raise
-            return self._give_up(key, args, str(e))
+        rec = self._record(args, tensors, dev)
+        if isinstance(rec, str):
+            return self._give_up(key, args, rec)
+        prog, storages, template, rng = rec
         stats = _CacheEntryStats(_now() - t0, prog)
-        self.programs[key] = (prog, template, stats)
+        bound = {}
+        if self.general is None and self.sizes is None and _SIZES_AT_LAUNCH:
+            # Taking sizes at launch is a gain, never a condition: whatever fails here leaves the
+            # program captured above, with its sizes fixed.
+            try:
+                self.sizes = _Sizes(self.gm)
+                if self.sizes.ok:
+                    bound = self._generalize(prog, args, tensors, template, dev, stats) or {}
+            except Exception as e:  # noqa: BLE001 - logged; the fixed-size program is right
+                _log.info("tpu compile: graph %s keeps a program per size: %s: %s", self.gm._get_name(),
+                          type(e).__name__, e)
+                self.sizes = self.sizes or False
+                bound = {}
+        self.programs[key] = (prog, template, stats, bound)
         with _lock:
             _stats["captures"] += 1
             _stats["launches"] += 1
             _entries.append(stats)
         stats.read_count += 1
         stats.last_read = _now()
-        result = _assemble(template, prog.launch(tensors, storages, (seed, before)))
-        return result
+        return _assemble(template, prog.launch(tensors, storages, rng, **bound))
+
+    def _generalize(self, prog, args, tensors, template, dev, stats):
+        """Captures the graph at two other points of its sizes and makes prog take sizes at launch.
+        Returns the launch arguments for this call's sizes, or None (prog keeps its sizes)."""
+        sz = self.sizes
+        name = self.gm._get_name()
+        point = sz.read(args)
+        vals = sz.values(point)
+        aliasing = _aliasing(tensors)
+        if not sz.fits(args, vals):
+            _log.info("tpu compile: graph %s keeps a program per size: arguments unlike its metadata", name)
+            return None
+        probes = sz.probes(point)
+        if probes is None:
+            _log.info("tpu compile: graph %s keeps a program per size: no room for other sizes", name)
+            return None
+        rows = [vals]
+        caps = [(prog.out_specs(), prog.out_bytes(), template)]
+        others = []
+        rng_state = torch.tpu.get_rng_state(dev) if prog.info()["rng_count"] else None
+        try:
+            for pt in probes:
+                try:
+                    pargs = sz.probe_args(args, pt)
+                except (ValueError, RuntimeError) as e:
+                    _log.info("tpu compile: graph %s keeps a program per size: %s", name, e)
+                    return None
+                ptens = [a for a in pargs if isinstance(a, torch.Tensor) and a.device.type == "tpu"]
+                rec = self._record(pargs, ptens, dev, probe=True)
+                _count("size_probes")
+                if isinstance(rec, str):
+                    _log.info("tpu compile: graph %s keeps a program per size: at sizes %s: %s", name, pt, rec)
+                    return None
+                p2, _, tmpl2, _ = rec
+                others.append(p2)
+                rows.append(sz.values(pt))
+                caps.append((p2.out_specs(), p2.out_bytes(), tmpl2))
+        finally:
+            if rng_state is not None:
+                torch.tpu.set_rng_state(rng_state, dev)
+        rules = _output_rules(caps, rows)
+        if isinstance(rules, str):
+            _log.info("tpu compile: graph %s keeps a program per size: %s", name, rules)
+            return None
+        try:
+            prog.generalize(others, rows)
+        except RuntimeError as e:
+            _log.info("tpu compile: graph %s keeps a program per size: %s", name, e)
+            return None
+        _count("generalized")
+        self.general = (prog, *rules, stats, aliasing)
+        return dict(binding=prog.bind(vals, prog.out_bytes(), prog.out_specs()))
+
+    def _bind_or_none(self, args, tensors):
+        try:
+            return self._bind(args, tensors)
+        except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as e:
+            _log.info("tpu compile: graph %s captures this size: %s", self.gm._get_name(), e)
+            return None
+
+    def _bind(self, args, tensors):
+        """The program that takes sizes, bound to these arguments' sizes; None when they do not fit it."""
+        prog, byte_rules, view_rules, tmpl_rules, stats, aliasing = self.general
+        sz = self.sizes
+        try:
+            point = sz.read(args)
+        except (IndexError, TypeError, ValueError):
+            return None
+        for x, (lo, hi) in zip(point, sz.ranges):
+            if x < max(2, lo) or (hi is not None and x > hi):
+                return None
+        vals = sz.values(point)
+        if not sz.fits(args, vals) or _aliasing(tensors) != aliasing:
+            return None
+        out_bytes = [_at(r, vals) for r in byte_rules]
+        specs = [(fi, idx, dt, [_at(r, vals) for r in sizes], [_at(r, vals) for r in strides], _at(off, vals))
+                 for fi, idx, dt, sizes, strides, off in view_rules]
+        template = [t if isinstance(t, int) else (_at(t, vals),) for t in tmpl_rules]
+        b = prog.bind(vals, out_bytes, specs)
+        _count("bindings")
+        return (prog, template, stats, dict(binding=b))
 
     def _give_up(self, key, args, why):
         _log.info("tpu compile: graph %s runs eagerly for this signature: %s", self.gm._get_name(), why)
         self.programs[key] = _EAGER
         _count("capture_failures")
         return self._eager(args)
+
+
+def _aliasing(tensors):
+    """Which tpu tensor arguments share a storage: for each, the first with its storage."""
+    bases = [t.untyped_storage().data_ptr() for t in tensors]
+    return tuple(bases.index(b) for b in bases)
+
+
+def _output_rules(caps, rows):
+    """How the outputs' storages, views and non-tensor values follow the sizes, from the captures'
+    (out_specs, out_bytes, template) at the points whose size values are rows; a string when they
+    do not."""
+    specs0, bytes0, tmpl0 = caps[0]
+    if any(len(c[0]) != len(specs0) or len(c[1]) != len(bytes0) or len(c[2]) != len(tmpl0) for c in caps):
+        return "the outputs differ at other sizes"
+    byte_rules = []
+    for j in range(len(bytes0)):
+        r = _explain([c[1][j] for c in caps], rows)
+        if r is None:
+            return f"output storage {j}'s bytes follow no size"
+        byte_rules.append(r)
+    view_rules = []
+    for j, s0 in enumerate(specs0):
+        ss = [c[0][j] for c in caps]
+        if any(s[:3] != s0[:3] or len(s[3]) != len(s0[3]) for s in ss):
+            return f"output {j} differs at other sizes"
+        parts = []
+        for f in (3, 4):
+            rs = [_explain([s[f][d] for s in ss], rows) for d in range(len(s0[f]))]
+            if any(r is None for r in rs):
+                return f"output {j}'s {'sizes' if f == 3 else 'strides'} follow no size"
+            parts.append(rs)
+        off = _explain([s[5] for s in ss], rows)
+        if off is None:
+            return f"output {j}'s offset follows no size"
+        view_rules.append((*s0[:3], parts[0], parts[1], off))
+    tmpl_rules = []
+    for j, t0 in enumerate(tmpl0):
+        ts = [c[2][j] for c in caps]
+        if isinstance(t0, int):
+            if any(t != t0 for t in ts):
+                return "the outputs differ at other sizes"
+            tmpl_rules.append(t0)
+            continue
+        vs = [t[0] if isinstance(t, tuple) else None for t in ts]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in vs):
+            r = _explain(vs, rows)
+            if r is None:
+                return f"output {j} (an int) follows no size"
+            tmpl_rules.append(r)
+        elif all(v == vs[0] and type(v) is type(vs[0]) for v in vs):
+            tmpl_rules.append(("c", vs[0]))
+        else:
+            return f"output {j} ({type(vs[0]).__name__}) changes with the sizes"
+    return byte_rules, view_rules, tmpl_rules
+
+
+# ---- sizes as run-time parameters ----------------------------------------
+
+_PROBE_STEPS = (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73)
+
+
+def _expr_of(v):
+    """The sympy expression of a SymInt (or an int), or None."""
+    if isinstance(v, torch.SymInt):
+        return v.node.expr
+    if isinstance(v, int) and not isinstance(v, bool):
+        import sympy
+        return sympy.Integer(v)
+    return None
+
+
+class _Sizes:
+    """A graph's symbolic sizes (dynamic=True, mark_dynamic): its symbols, how each is read off the
+    arguments, the layout each tensor argument must have, and the size expressions its values and
+    intermediates have (the candidates a program's numbers are explained by, tpurt_program_generalize).
+    None-like (ok False) when the graph has no symbols or a symbol that no argument gives."""
+
+    def __init__(self, gm):
+        from torch.utils._pytree import tree_leaves
+        self.ok = False
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.metas = [n.meta.get("val") for n in phs]
+        exprs, seen = [], set()
+
+        def add(e):
+            if e is not None and e.free_symbols and e not in seen:
+                seen.add(e)
+                exprs.append(e)
+
+        shape_env = None
+        for n in gm.graph.nodes:
+            for v in tree_leaves(n.meta.get("val")):
+                if isinstance(v, torch.SymInt):
+                    shape_env = shape_env or v.node.shape_env
+                    add(v.node.expr)
+                elif isinstance(v, torch.Tensor):
+                    for x in (*v.shape, *v.stride(), v.storage_offset(), v.numel()):
+                        if isinstance(x, torch.SymInt):
+                            shape_env = shape_env or x.node.shape_env
+                        add(_expr_of(x))
+        if not exprs:
+            return
+        symbols = sorted(set().union(*(e.free_symbols for e in exprs)), key=str)
+        # A piecewise size (Min(s0, 64), s0 // 2) can agree with a simpler one at every point captured
+        # and not beyond: such graphs keep a program per size.
+        odd = next((e for e in exprs if not e.is_polynomial(*symbols)), None)
+        if odd is not None:
+            _log.info("tpu compile: graph %s keeps a program per size: size %s is no polynomial", gm._get_name(), odd)
+            return
+        # How each symbol is read off the arguments: a SymInt argument, or a tensor argument's size.
+        self.readers = {}
+        for i, m in enumerate(self.metas):
+            if isinstance(m, torch.SymInt) and m.node.expr.is_Symbol:
+                self.readers.setdefault(m.node.expr, ("int", i, 0))
+            elif isinstance(m, torch.Tensor):
+                for d, x in enumerate(m.shape):
+                    e = _expr_of(x)
+                    if e is not None and e.is_Symbol:
+                        self.readers.setdefault(e, ("size", i, d))
+        if any(s not in self.readers for s in symbols):
+            _log.info("tpu compile: graph %s keeps a program per size: a size no argument gives", gm._get_name())
+            return
+        exprs.sort(key=lambda e: (len(e.free_symbols), e.count_ops(), str(e)))
+        self.symbols = symbols
+        self.exprs = exprs
+        index = {e: k for k, e in enumerate(exprs)}
+        # The layout each argument must have: (arg, what, dim, expr index or -1, constant).
+        self.layout = []
+        for i, m in enumerate(self.metas):
+            if isinstance(m, torch.Tensor):
+                for what, xs in (("size", m.shape), ("stride", m.stride()), ("offset", (m.storage_offset(),))):
+                    for d, x in enumerate(xs):
+                        e = _expr_of(x)
+                        self.layout.append((i, what, d, index.get(e, -1), None if e in index else int(e)))
+            elif isinstance(m, torch.SymInt):
+                self.layout.append((i, "int", 0, index[m.node.expr], None))
+        from torch.utils._sympy.printers import PythonPrinter
+        printer = PythonPrinter()
+        names = [f"_s{k}" for k in range(len(symbols))]
+        subs = {s: __import__("sympy").Symbol(n, integer=True) for s, n in zip(symbols, names)}
+        try:
+            body = ", ".join(printer.doprint(e.xreplace(subs)) for e in exprs)
+            self.evaluate = eval(f"lambda {', '.join(names)}: ({body},)", {"math": __import__("math")})
+        except Exception as e:  # noqa: BLE001 - an expression Python cannot print: sizes stay fixed
+            _log.info("tpu compile: graph %s keeps a program per size: %s", gm._get_name(), e)
+            return
+        ranges = shape_env.var_to_range if shape_env is not None else {}
+        self.ranges = [_int_range(ranges.get(s)) for s in symbols]  # (lo, hi), hi None: unbounded
+        self.ok = True
+
+    def read(self, args):
+        """The symbols' values in these arguments, in self.symbols' order."""
+        out = []
+        for s in self.symbols:
+            kind, i, d = self.readers[s]
+            a = args[i]
+            out.append(int(a) if kind == "int" else a.shape[d])
+        return out
+
+    def values(self, point):
+        return [int(v) for v in self.evaluate(*point)]
+
+    def fits(self, args, vals):
+        """Whether the arguments have the layout the graph's symbolic metadata says at these values."""
+        for i, what, d, k, const in self.layout:
+            want = vals[k] if k >= 0 else const
+            a = args[i]
+            if what == "int":
+                got = int(a)
+            elif not isinstance(a, torch.Tensor):
+                return False
+            elif what == "size":
+                got = a.shape[d] if d < a.dim() else None
+            elif what == "stride":
+                got = a.stride(d) if d < a.dim() else None
+                if a.shape[d] == 1:
+                    continue  # a size-1 dim's stride says nothing
+            else:
+                got = a.storage_offset()
+            if got != want:
+                return False
+        return True
+
+    def probes(self, point, n=2):
+        """n other points for the symbols: inside their ranges, distinct from each other and from point's."""
+        used = set(point)
+        out = []
+        for k in range(n):
+            p = []
+            for j, a in enumerate(point):
+                lo, hi = self.ranges[j]
+                lo = max(2, lo)
+                hi = a + 1000 if hi is None else hi
+                pick = None
+                for step in _PROBE_STEPS[k * 3 + j % 3:] + _PROBE_STEPS:
+                    for x in (a + step, a - step):
+                        if lo <= x <= hi and x not in used:
+                            pick = x
+                            break
+                    if pick is not None:
+                        break
+                if pick is None:
+                    return None
+                used.add(pick)
+                p.append(pick)
+            out.append(p)
+        return out
+
+    def probe_args(self, args, point):
+        """The arguments at another point: new (unwritten) tensors where a size is symbolic, the same
+        objects elsewhere. Tensors that share a storage get one new storage, each its view of it."""
+        vals = self.values(point)
+        out = list(args)
+        groups = {}
+        for i, m in enumerate(self.metas):
+            if isinstance(m, torch.SymInt):
+                out[i] = vals[self.layout_index(i)]
+            elif isinstance(m, torch.Tensor) and isinstance(args[i], torch.Tensor) and args[i].device.type == "tpu":
+                groups.setdefault(args[i].untyped_storage().data_ptr(), []).append(i)
+        for members in groups.values():
+            if all(k < 0 for j, w, d, k, c in self.layout if j in members):
+                continue  # no symbolic size: the same tensors
+            views, extent = [], 1
+            for i in members:
+                lay = {(w, d): (vals[k] if k >= 0 else c) for j, w, d, k, c in self.layout if j == i}
+                a = args[i]
+                sizes = [lay[("size", d)] for d in range(a.dim())]
+                strides = [lay[("stride", d)] for d in range(a.dim())]
+                off = lay[("offset", 0)]
+                end = off + sum((sz - 1) * st for sz, st in zip(sizes, strides)) + 1 if all(sizes) else off
+                extent = max(extent, end * a.element_size())
+                views.append((i, sizes, strides, off))
+            base = torch.empty(extent, dtype=torch.uint8, device=args[members[0]].device)
+            for i, sizes, strides, off in views:
+                out[i] = base.view(args[i].dtype)[: extent // args[i].element_size()].as_strided(sizes, strides, off) \
+                    if extent % args[i].element_size() == 0 else None
+                if out[i] is None:
+                    raise ValueError("shared storage of mixed element sizes")
+        return out
+
+    def layout_index(self, i):
+        return next(k for j, w, d, k, c in self.layout if j == i and w == "int")
+
+
+def _int_range(r):
+    """A symbol's value range as (lo, hi) ints, hi None when unbounded."""
+    def bound(x):
+        try:
+            return int(x) if x.is_finite else None
+        except (TypeError, ValueError, AttributeError):
+            return None
+    if r is None:
+        return (2, None)
+    lo = bound(r.lower)
+    return (2 if lo is None else lo, bound(r.upper))
+
+
+def _explain(rows, values):
+    """A number per capture (rows) as ('c', v) when all equal, else ('e', k, coef) with rows[r] = coef *
+    values[r][k] for every capture r; None when no size expression explains it."""
+    if all(v == rows[0] for v in rows):
+        return ("c", rows[0])
+    for k in range(len(values[0])):
+        x0 = values[0][k]
+        if x0 == 0 or rows[0] % x0:
+            continue
+        c = rows[0] // x0
+        if c and all(values[r][k] and rows[r] % values[r][k] == 0 and rows[r] // values[r][k] == c
+                     for r in range(1, len(rows))):
+            return ("e", k, c)
+    return None
+
+
+def _at(rule, vals):
+    return rule[1] if rule[0] == "c" else rule[2] * vals[rule[1]]
 
 
 def _is_cpu_scalar(v):
@@ -344,6 +740,9 @@ def _compile_graph_cacheable(gm, example_inputs):
     from ._compile_cache import TpuOutputCode
     return TpuOutputCode(_prepare_graph(gm))
 
+
+# TORCH_TPU_COMPILE_SIZES=0 keeps a program per size for graphs with symbolic sizes (comparisons).
+_SIZES_AT_LAUNCH = os.environ.get("TORCH_TPU_COMPILE_SIZES", "1") != "0"
 
 # TORCH_TPU_COMPILE_IN_PLACE=0 keeps AOTAutograd's functional graphs as they come (comparisons).
 _IN_PLACE = os.environ.get("TORCH_TPU_COMPILE_IN_PLACE", "1") != "0"

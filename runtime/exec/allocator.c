@@ -577,7 +577,7 @@ tpurt_status_t tpurt_memory_allocate(tpurt_device_t* d, tpurt_queue_t* q, size_t
   }
   int fill = fill_byte();
   if (TPURT_UNLIKELY(fill >= 0)) fill_block(q, (void*)b->addr, b->size, fill);
-  if (TPURT_UNLIKELY(q->capture != NULL)) tpurt_capture_note_alloc(q, (void*)b->addr, b->size);
+  if (TPURT_UNLIKELY(q->capture != NULL)) tpurt_capture_note_alloc(q, (void*)b->addr, bytes);
   *out_ptr = (void*)b->addr;
   return TPURT_OK;
 }

@@ -19,7 +19,7 @@ tpurt_status_t tpurt_capture_record_copy(tpurt_queue_t* q, void* dst, const void
  * this status (FAILED_PRECONDITION naming `what`). */
 tpurt_status_t tpurt_capture_refuse(tpurt_queue_t* q, const char* what);
 tpurt_status_t tpurt_capture_refuse_locked(tpurt_queue_t* q, const char* what); /* submit_lock held */
-/* The allocator made / the host freed a block of q's pools. */
+/* The allocator made (`bytes`: what was asked for) / the host freed a block of q's pools. */
 void tpurt_capture_note_alloc(tpurt_queue_t* q, void* ptr, size_t bytes);
 void tpurt_capture_note_free(tpurt_queue_t* q, void* ptr);
 

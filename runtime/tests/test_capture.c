@@ -3,7 +3,9 @@
  * the arena reuses dead intermediates' memory; host copies, syncs and other
  * commands break a capture with FAILED_PRECONDITION and leave the queue
  * usable; a block made inside and kept alive without being an output fails
- * the capture. */
+ * the capture. A program generalized over captures at other sizes runs
+ * sizes it never saw; numbers no size explains are refused. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -192,6 +194,137 @@ static void test_refusals(void) {
   tpurt_memory_free(g_dev, x);
 }
 
+/* A chain out = (x * 2 + 1) * 3 over n floats through an intermediate, captured at size n; `b2`: the
+ * second kernel's added term (a size-dependent one makes a number no size explains). */
+static tpurt_program_t* capture_chain(int64_t n, double b2, void** out_x, void** out_y) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  void* x = dev_alloc((size_t)n * 4);
+  CHECK_OK(tpurt_capture_begin(q));
+  void* t = dev_alloc((size_t)n * 4);
+  void* y = dev_alloc((size_t)n * 4);
+  tpurt_tensor_t tx = vec(x, TPURT_DTYPE_FLOAT32, n), tt = vec(t, TPURT_DTYPE_FLOAT32, n),
+                 ty = vec(y, TPURT_DTYPE_FLOAT32, n);
+  tpurt_arg_t a1[3] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &tx},
+                       {.kind = TPURT_ARG_DOUBLE, .v.d = 2.0},
+                       {.kind = TPURT_ARG_DOUBLE, .v.d = 1.0}};
+  tpurt_arg_t a2[3] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &tt},
+                       {.kind = TPURT_ARG_DOUBLE, .v.d = 3.0},
+                       {.kind = TPURT_ARG_DOUBLE, .v.d = b2}};
+  tpurt_op_call_t c1 = {.name = "axpb", .overload = "", .num_args = 3, .args = a1, .num_outputs = 1, .outputs = &tt};
+  tpurt_op_call_t c2 = {.name = "axpb", .overload = "", .num_args = 3, .args = a2, .num_outputs = 1, .outputs = &ty};
+  CHECK_OK(tpurt_queue_submit_kernel(q, &op_axpb, &c1));
+  CHECK_OK(tpurt_queue_submit_kernel(q, &op_axpb, &c2));
+  tpurt_memory_free(g_dev, t);
+  tpurt_program_range_t ins[1] = {{x, (uint64_t)n * 4}}, outs[1] = {{y, (uint64_t)n * 4}};
+  tpurt_program_t* p = NULL;
+  CHECK_OK(tpurt_capture_end(q, ins, 1, outs, 1, 0, 0, 0, &p));
+  *out_x = x;
+  *out_y = y;
+  return p;
+}
+
+static void run_bound(tpurt_program_t* p, int64_t n, double b2) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  int64_t values[2] = {n, 4 * n};
+  tpurt_program_binding_t* b = NULL;
+  uint64_t arena_bytes = 0, rng_count = 1;
+  CHECK_OK(tpurt_program_bind(p, values, 2, &b, &arena_bytes, &rng_count));
+  CHECK(b != NULL && arena_bytes >= (uint64_t)n * 4 && arena_bytes < (uint64_t)n * 4 + 512 && rng_count == 0);
+  float* hx = malloc((size_t)n * 4);
+  float* hy = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; ++i) hx[i] = (float)(i % 97);
+  void* x = dev_alloc((size_t)n * 4);
+  void* y = dev_alloc((size_t)n * 4);
+  void* arena = dev_alloc(arena_bytes);
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, hx, (size_t)n * 4));
+  void *in[1] = {x}, *out[1] = {y};
+  CHECK_OK(tpurt_program_launch_bound(p, b, q, in, 1, out, 1, arena, (tpurt_rng_t){0, 0}));
+  tpurt_memory_free(g_dev, arena);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, hy, y, (size_t)n * 4));
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += hy[i] != (hx[i] * 2 + 1) * 3 + (float)b2;
+  CHECK(bad == 0);
+  tpurt_memory_free(g_dev, x);
+  tpurt_memory_free(g_dev, y);
+  free(hx);
+  free(hy);
+}
+
+static void test_sizes_at_launch(void) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  void *x[3], *y[3];
+  const int64_t ns[3] = {100, 160, 226};
+  tpurt_program_t* p[3];
+  for (int k = 0; k < 3; ++k) p[k] = capture_chain(ns[k], 0.0, &x[k], &y[k]);
+  /* Expressions n and 4n (bytes) at each capture. */
+  int64_t values[6] = {100, 400, 160, 640, 226, 904};
+  const tpurt_program_t* others[2] = {p[1], p[2]};
+  CHECK(tpurt_program_num_values(p[0]) == 0);
+  CHECK_STATUS(tpurt_program_generalize(p[0], others, 0, values, 2), INVALID_ARGUMENT);
+  CHECK_OK(tpurt_program_generalize(p[0], others, 2, values, 2));
+  CHECK(tpurt_program_num_values(p[0]) == 2);
+  CHECK_STATUS(tpurt_program_generalize(p[0], others, 2, values, 2), FAILED_PRECONDITION);
+  /* Sizes never captured, larger and smaller, and one again. */
+  run_bound(p[0], 333, 0.0);
+  run_bound(p[0], 7, 0.0);
+  run_bound(p[0], 4096, 0.0);
+  run_bound(p[0], 333, 0.0);
+  tpurt_program_binding_t* b = NULL;
+  CHECK_STATUS(tpurt_program_bind(p[0], values, 1, &b, NULL, NULL), INVALID_ARGUMENT);
+  int64_t negative[2] = {-3, -12};
+  CHECK_STATUS(tpurt_program_bind(p[0], negative, 2, &b, NULL, NULL), INVALID_ARGUMENT);
+  void *in[1] = {x[0]}, *out[1] = {y[0]};
+  void* arena = dev_alloc(4096);
+  CHECK_STATUS(tpurt_program_launch(p[0], q, in, 1, out, 1, arena, (tpurt_rng_t){0, 0}), INVALID_ARGUMENT);
+  void* bytes = NULL;
+  size_t nbytes = 0;
+  CHECK_STATUS(tpurt_program_serialize(p[0], &bytes, &nbytes), UNIMPLEMENTED);
+  for (int k = 0; k < 3; ++k) {
+    tpurt_program_release(p[k]);
+    tpurt_memory_free(g_dev, x[k]);
+    tpurt_memory_free(g_dev, y[k]);
+  }
+
+  /* A float argument that changes with the size but is no multiple of one: refused, and the program
+   * keeps its own sizes (it still launches, unbound). */
+  for (int k = 0; k < 3; ++k) p[k] = capture_chain(ns[k], 0.5 * (double)ns[k] + 0.25, &x[k], &y[k]);
+  others[0] = p[1];
+  others[1] = p[2];
+  CHECK_STATUS(tpurt_program_generalize(p[0], others, 2, values, 2), FAILED_PRECONDITION);
+  CHECK(tpurt_program_num_values(p[0]) == 0);
+  float hx[100], hy[100];
+  for (int i = 0; i < 100; ++i) hx[i] = (float)i;
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x[0], hx, 400));
+  in[0] = x[0];
+  out[0] = y[0];
+  CHECK_OK(tpurt_program_launch(p[0], q, in, 1, out, 1, arena, (tpurt_rng_t){0, 0}));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, hy, y[0], 400));
+  int bad = 0;
+  for (int i = 0; i < 100; ++i) bad += hy[i] != (hx[i] * 2 + 1) * 3 + 50.25f;
+  CHECK(bad == 0);
+  /* Other kernels at another size: refused. */
+  tpurt_program_t* one = NULL;
+  {
+    void* x1 = dev_alloc(400);
+    CHECK_OK(tpurt_capture_begin(q));
+    void* y1 = dev_alloc(400);
+    submit_axpb(q, x1, y1, 1.0, 0.0);
+    tpurt_program_range_t ins[1] = {{x1, 400}}, outs[1] = {{y1, 400}};
+    CHECK_OK(tpurt_capture_end(q, ins, 1, outs, 1, 0, 0, 0, &one));
+    others[0] = one;
+    CHECK_STATUS(tpurt_program_generalize(p[1], others, 1, values, 2), FAILED_PRECONDITION);
+    tpurt_program_release(one);
+    tpurt_memory_free(g_dev, x1);
+    tpurt_memory_free(g_dev, y1);
+  }
+  tpurt_memory_free(g_dev, arena);
+  for (int k = 0; k < 3; ++k) {
+    tpurt_program_release(p[k]);
+    tpurt_memory_free(g_dev, x[k]);
+    tpurt_memory_free(g_dev, y[k]);
+  }
+}
+
 int main(void) {
   CHECK_OK(tpurt_init());
   CHECK_OK(tpurt_device_get(0, &g_dev));
@@ -199,6 +332,7 @@ int main(void) {
   test_capture_then_launch();
   test_arena_reuses_dead_blocks();
   test_refusals();
+  test_sizes_at_launch();
   printf("test_capture: %d passed, %d failed\n", g_test_passed, g_test_failed);
   return g_test_failed ? 1 : 0;
 }

@@ -48,38 +48,87 @@ class Program {
   // One run; `storages` are the outputs' storages when given (the capture's
   // own), else new ones; `rng` the Philox (seed, offset) to use when given
   // (the first run uses what the capture already reserved), else reserved now.
+  // A program that takes sizes at launch (generalize) runs with `binding`
+  // (an index from bind(), which holds the outputs' bytes and views).
   std::vector<at::Tensor> launch(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> storages,
-                                 std::optional<std::pair<uint64_t, uint64_t>> rng_given) {
+                                 std::optional<std::pair<uint64_t, uint64_t>> rng_given, int64_t binding) {
     TORCH_CHECK(static_cast<int32_t>(inputs.size()) == info_.num_inputs, "compiled program: expected ",
                 info_.num_inputs, " tensor inputs, got ", inputs.size());
+    const Binding* b = nullptr;
+    if (binding >= 0) {
+      TORCH_CHECK(binding < static_cast<int64_t>(bindings_.size()), "compiled program: no binding ", binding);
+      b = &bindings_[binding];
+    }
+    const std::vector<int64_t>& obytes = b ? b->out_bytes : out_bytes_;
+    const std::vector<OutSpec>& specs = b ? b->outs : outs_;
     auto opts = at::TensorOptions().dtype(at::kByte).device(c10::Device(kTpu, dev_));
-    std::vector<void*> in(inputs.size()), out(out_bytes_.size());
+    std::vector<void*> in(inputs.size()), out(obytes.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
       TORCH_CHECK(inputs[i].device().type() == kTpu && inputs[i].device().index() == dev_,
                   "compiled program: input ", i, " is on ", inputs[i].device(), ", the program on tpu:", dev_);
       in[i] = storage_base(inputs[i]);
     }
     if (storages.empty())
-      for (int64_t b : out_bytes_) storages.push_back(at::empty({b}, opts));
+      for (int64_t n : obytes) storages.push_back(at::empty({n}, opts));
     for (size_t j = 0; j < out.size(); ++j) out[j] = storage_base(storages[j]);
-    at::Tensor arena = info_.arena_bytes ? at::empty({static_cast<int64_t>(info_.arena_bytes)}, opts) : at::Tensor();
+    uint64_t arena_bytes = b ? b->arena_bytes : info_.arena_bytes;
+    uint64_t rng_count = b ? b->rng_count : info_.rng_count;
+    at::Tensor arena = arena_bytes ? at::empty({static_cast<int64_t>(arena_bytes)}, opts) : at::Tensor();
     tpurt_rng_t rng{0, 0};
     if (rng_given) rng = {rng_given->first, rng_given->second};
-    else if (info_.rng_count) rng = generator_reserve(default_generator(dev_), info_.rng_count);
+    else if (rng_count) rng = generator_reserve(default_generator(dev_), rng_count);
     tpurt_queue_t* q = current_queue(dev_);
-    check_status(tpurt_program_launch(p_, q, in.data(), static_cast<int32_t>(in.size()), out.data(),
-                                      static_cast<int32_t>(out.size()), arena.defined() ? storage_base(arena) : nullptr,
-                                      rng),
+    check_status(tpurt_program_launch_bound(p_, b ? b->b : nullptr, q, in.data(), static_cast<int32_t>(in.size()),
+                                            out.data(), static_cast<int32_t>(out.size()),
+                                            arena.defined() ? storage_base(arena) : nullptr, rng),
                  "compiled program");
     std::vector<at::Tensor> result;
-    result.reserve(outs_.size());
-    for (const OutSpec& s : outs_) {
+    result.reserve(specs.size());
+    for (const OutSpec& s : specs) {
       const at::Tensor& base = s.from_input ? inputs[s.index] : storages[s.index];
       at::Tensor t = at::empty({0}, base.options().dtype(s.dtype));
       t.set_(base.storage(), s.offset, s.sizes, s.strides);
       result.push_back(std::move(t));
     }
     return result;
+  }
+
+  // Makes this program take sizes at launch (tpurt_program_generalize):
+  // `others` captured the graph at other sizes; values[k][e] is size
+  // expression e at capture k (this program's first).
+  void generalize(const std::vector<std::shared_ptr<Program>>& others, const std::vector<std::vector<int64_t>>& values) {
+    TORCH_CHECK(values.size() == others.size() + 1 && !values.empty(), "generalize: one row of values per capture");
+    std::vector<const tpurt_program_t*> o;
+    for (const auto& x : others) o.push_back(x->p_);
+    std::vector<int64_t> flat;
+    for (const auto& row : values) {
+      TORCH_CHECK(row.size() == values[0].size(), "generalize: rows of values differ in length");
+      flat.insert(flat.end(), row.begin(), row.end());
+    }
+    check_status(tpurt_program_generalize(p_, o.data(), static_cast<int32_t>(o.size()), flat.data(),
+                                          static_cast<int32_t>(values[0].size())),
+                 "compiled program");
+  }
+
+  // The program's sizes at `values`, with the outputs' storage bytes and
+  // views (out_specs() tuples) at those sizes: an index for launch(binding=).
+  int64_t bind(const std::vector<int64_t>& values, const std::vector<int64_t>& out_bytes, const py::list& out_specs) {
+    Binding b{};
+    TORCH_CHECK(out_bytes.size() == out_bytes_.size(), "compiled program: ", out_bytes_.size(),
+                " output storages, ", out_bytes.size(), " sizes given");
+    for (const py::handle& h : out_specs) {
+      auto t = h.cast<py::tuple>();
+      b.outs.push_back({t[0].cast<bool>(), t[1].cast<int64_t>(), t[2].cast<at::ScalarType>(),
+                        t[3].cast<std::vector<int64_t>>(), t[4].cast<std::vector<int64_t>>(), t[5].cast<int64_t>()});
+    }
+    TORCH_CHECK(b.outs.size() == outs_.size(), "compiled program: ", outs_.size(), " outputs, ", b.outs.size(),
+                " views given");
+    b.out_bytes = out_bytes;
+    check_status(tpurt_program_bind(p_, values.data(), static_cast<int32_t>(values.size()), &b.b, &b.arena_bytes,
+                                    &b.rng_count),
+                 "compiled program");
+    bindings_.push_back(std::move(b));
+    return static_cast<int64_t>(bindings_.size() - 1);
   }
 
   // What torch_tpu.export needs to describe the outputs.
@@ -112,6 +161,13 @@ class Program {
   std::vector<int64_t> out_bytes_;
   std::vector<OutSpec> outs_;
   tpurt_program_info_t info_;
+  struct Binding {
+    tpurt_program_binding_t* b;  // owned by p_
+    uint64_t arena_bytes, rng_count;
+    std::vector<int64_t> out_bytes;
+    std::vector<OutSpec> outs;
+  };
+  std::vector<Binding> bindings_;
 };
 
 // A loaded artifact (tpurt/export.h), for torch_tpu.export.load.
@@ -277,7 +333,9 @@ void register_program(py::module_& m) {
   m.def("_program_signature", &program_signature, py::arg("args"));
   py::class_<Program, std::shared_ptr<Program>>(m, "_Program")
       .def("launch", &Program::launch, py::arg("inputs"), py::arg("storages") = std::vector<at::Tensor>(),
-           py::arg("rng") = py::none())
+           py::arg("rng") = py::none(), py::arg("binding") = -1)
+      .def("generalize", &Program::generalize, py::arg("others"), py::arg("values"))
+      .def("bind", &Program::bind, py::arg("values"), py::arg("out_bytes"), py::arg("out_specs"))
       .def("info", &Program::info)
       .def("out_specs", &Program::out_specs)
       .def("out_bytes", &Program::out_bytes);

@@ -34,10 +34,12 @@ int64_t tpu_fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at:
       v.scalar_type() != q.scalar_type())
     return math;
   if (dropout_p > 0.0) return math;
-  const int64_t B = q.size(0), Hq = q.size(1), L = q.size(2), E = q.size(3);
-  const int64_t Hk = k.size(1), S = k.size(2);
-  if (k.size(0) != B || v.size(0) != B || v.size(1) != Hk || v.size(2) != S || k.size(3) != E ||
-      v.size(3) != E)
+  // Symbolic sizes (torch.compile with dynamic shapes) are compared as such: reading them as
+  // ints would specialize the graph to this call's batch and sequence length.
+  const c10::SymInt B = q.sym_size(0), Hq = q.sym_size(1), L = q.sym_size(2), E = q.sym_size(3);
+  const c10::SymInt Hk = k.sym_size(1), S = k.sym_size(2);
+  if (k.sym_size(0) != B || v.sym_size(0) != B || v.sym_size(1) != Hk || v.sym_size(2) != S ||
+      k.sym_size(3) != E || v.sym_size(3) != E)
     return math;
   if (Hk <= 0 || Hq % Hk != 0 || (Hq != Hk && !enable_gqa)) return math;
   if (L == 0 || S == 0 || E == 0) return math;

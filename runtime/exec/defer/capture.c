@@ -48,12 +48,16 @@ int64_t tpurt_program_fuse_min_numel(void) {
   return v;
 }
 
+static uint64_t round_block(uint64_t bytes) {
+  return bytes == 0 ? ARENA_ALIGN : (bytes + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+}
+
 typedef struct cap_block_t {
   uintptr_t lo, hi;
+  uint64_t requested;
   int32_t made_at, freed_at; /* record indices; freed_at INT32_MAX: alive at the end */
   int32_t output;            /* the output whose storage it is, or -1 */
   bool used;                 /* a record touches it */
-  uint64_t arena_off;
 } cap_block_t;
 
 struct tpurt_capture_t {
@@ -141,8 +145,10 @@ void tpurt_capture_note_alloc(tpurt_queue_t* q, void* ptr, size_t bytes) {
   if (c) {
     cap_block_t* b = push_block(c);
     if (b) {
-      *b = (cap_block_t){.lo = (uintptr_t)ptr, .hi = (uintptr_t)ptr + bytes, .made_at = c->list->num_recs,
-                         .freed_at = INT32_MAX, .output = -1};
+      /* What was asked for (the allocator's block may be larger): a block's size is then a function of
+       * the graph's sizes, which programs that take sizes at launch need (program_sizes.c). */
+      *b = (cap_block_t){.lo = (uintptr_t)ptr, .hi = (uintptr_t)ptr + round_block(bytes), .requested = bytes,
+                         .made_at = c->list->num_recs, .freed_at = INT32_MAX, .output = -1};
     } else {
       breaks(c, TPURT_STATUS(RESOURCE_EXHAUSTED, "capture: out of host memory logging a block"));
     }
@@ -161,7 +167,7 @@ void tpurt_capture_note_free(tpurt_queue_t* q, void* ptr) {
     if (r) { /* the fusion planner's liveness: nothing after reads it */
       r->kind = TPURT_DEFER_FREE;
       r->dst = ptr;
-      r->bytes = b->hi - b->lo;
+      r->bytes = b->requested ? b->requested : b->hi - b->lo; /* what tensors could use: a size */
     } else {
       breaks(c, TPURT_STATUS(RESOURCE_EXHAUSTED, "capture: out of host memory recording a free"));
     }
@@ -225,6 +231,8 @@ tpurt_program_t* tpurt_program_alloc(void) {
   if (!p) return NULL;
   atomic_init(&p->refcount, 1);
   pthread_mutex_init(&p->run_lock, NULL);
+  pthread_mutex_init(&p->bind_lock, NULL);
+  p->rng_sym.value = -1;
   return p;
 }
 
@@ -237,7 +245,10 @@ void tpurt_program_release(tpurt_program_t* p) {
   tpurt_defer_list_free(p->list);
   free(p->relocs);
   free(p->rngs);
+  free(p->blocks);
+  tpurt_program_sizes_free(p);
   pthread_mutex_destroy(&p->run_lock);
+  pthread_mutex_destroy(&p->bind_lock);
   free(p);
 }
 
@@ -340,40 +351,44 @@ static void reloc_rng(builder_t* bd, tpurt_rng_t* rng, uint64_t seed, uint64_t b
     bd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
 }
 
-/* The static memory plan: offsets for the blocks made and freed inside,
- * biggest first, each at the lowest offset clear of every placed block alive
- * at an overlapping time. */
-static uint64_t plan_arena(tpurt_capture_t* c) {
+/* The static memory plan: offsets for the blocks made and freed inside
+ * (in_arena), biggest first, each at the lowest offset clear of every placed
+ * block alive at an overlapping time. size[i]: block i's bytes (512-aligned).
+ * Returns the arena's bytes (UINT64_MAX without memory). */
+uint64_t tpurt_program_plan_arena(const prog_block_t* blocks, int32_t num_blocks, const uint64_t* size,
+                                  uint64_t* out_off) {
   int32_t n = 0;
-  int32_t* order = malloc(sizeof(int32_t) * (size_t)(c->num_blocks ? c->num_blocks : 1));
+  int32_t* order = malloc(sizeof(int32_t) * (size_t)(num_blocks ? num_blocks : 1));
   if (!order) return UINT64_MAX;
-  for (int32_t i = 0; i < c->num_blocks; ++i)
-    if (c->blocks[i].freed_at != INT32_MAX && c->blocks[i].used) order[n++] = i;
+  for (int32_t i = 0; i < num_blocks; ++i) {
+    out_off[i] = 0;
+    if (blocks[i].in_arena) order[n++] = i;
+  }
   for (int32_t i = 1; i < n; ++i) /* insertion sort by size, descending (n is a graph's intermediates) */
     for (int32_t j = i; j > 0; --j) {
-      const cap_block_t *a = &c->blocks[order[j - 1]], *b = &c->blocks[order[j]];
-      if (a->hi - a->lo >= b->hi - b->lo) break;
+      if (size[order[j - 1]] >= size[order[j]]) break;
       int32_t t = order[j];
       order[j] = order[j - 1];
       order[j - 1] = t;
     }
   uint64_t total = 0;
   for (int32_t k = 0; k < n; ++k) {
-    cap_block_t* b = &c->blocks[order[k]];
-    uint64_t size = b->hi - b->lo, off = 0;
+    const prog_block_t* b = &blocks[order[k]];
+    uint64_t sz = size[order[k]], off = 0;
     for (bool moved = true; moved;) {
       moved = false;
       for (int32_t m = 0; m < k; ++m) {
-        const cap_block_t* o = &c->blocks[order[m]];
+        const prog_block_t* o = &blocks[order[m]];
+        uint64_t osz = size[order[m]], ooff = out_off[order[m]];
         bool same_time = b->made_at < o->freed_at && o->made_at < b->freed_at;
-        if (same_time && off < o->arena_off + (o->hi - o->lo) && o->arena_off < off + size) {
-          off = (o->arena_off + (o->hi - o->lo) + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+        if (same_time && off < ooff + osz && ooff < off + sz) {
+          off = (ooff + osz + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
           moved = true;
         }
       }
     }
-    b->arena_off = off;
-    if (off + size > total) total = off + size;
+    out_off[order[k]] = off;
+    if (off + sz > total) total = off + sz;
   }
   free(order);
   return total;
@@ -436,8 +451,30 @@ tpurt_status_t tpurt_capture_end(tpurt_queue_t* q, const tpurt_program_range_t* 
       }
     }
   }
-  uint64_t arena = bd.error ? 0 : plan_arena(c);
-  if (!bd.error && arena == UINT64_MAX) bd.error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
+  /* The blocks, kept: a program that takes sizes at launch plans its arena again for each. */
+  if (!bd.error && c->num_blocks) {
+    p->blocks = malloc(sizeof(prog_block_t) * (size_t)c->num_blocks);
+    if (!p->blocks) bd.error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
+    else p->num_blocks = c->num_blocks;
+  }
+  uint64_t* sizes = bd.error ? NULL : malloc(sizeof(uint64_t) * (size_t)(c->num_blocks ? c->num_blocks : 1));
+  uint64_t* offs = sizes ? malloc(sizeof(uint64_t) * (size_t)(c->num_blocks ? c->num_blocks : 1)) : NULL;
+  if (!bd.error && !offs) bd.error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
+  uint64_t arena = 0;
+  if (!bd.error) {
+    for (int32_t i = 0; i < c->num_blocks; ++i) {
+      const cap_block_t* b = &c->blocks[i];
+      p->blocks[i] = (prog_block_t){.made_at = b->made_at, .freed_at = b->freed_at, .bytes = b->requested,
+                                    .in_arena = b->freed_at != INT32_MAX && b->used};
+      sizes[i] = b->hi - b->lo;
+    }
+    arena = tpurt_program_plan_arena(p->blocks, p->num_blocks, sizes, offs);
+    if (arena == UINT64_MAX) bd.error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
+    else
+      for (int32_t i = 0; i < c->num_blocks; ++i) p->blocks[i].arena_off = offs[i];
+  }
+  free(sizes);
+  free(offs);
   if (bd.error) {
     capture_free(c);
     tpurt_program_release(p);
@@ -445,7 +482,7 @@ tpurt_status_t tpurt_capture_end(tpurt_queue_t* q, const tpurt_program_range_t* 
   }
   /* Arena relocations carry their block: now its planned offset. */
   for (int32_t k = 0; k < p->num_relocs; ++k)
-    if (p->relocs[k].where == WHERE_ARENA) p->relocs[k].off += (int64_t)c->blocks[p->relocs[k].index].arena_off;
+    if (p->relocs[k].where == WHERE_ARENA) p->relocs[k].off += (int64_t)p->blocks[p->relocs[k].index].arena_off;
   p->arena_bytes = arena;
   p->list = c->list;
   p->list->fuse_min_numel = tpurt_program_fuse_min_numel();
@@ -472,6 +509,7 @@ void tpurt_program_query(const tpurt_program_t* p, tpurt_program_info_t* out) {
 
 typedef struct launch_t {
   tpurt_program_t* p;
+  const tpurt_program_binding_t* binding; /* a program that takes sizes: its values and arena plan */
   void* arena;
   tpurt_rng_t rng;
   void* bases[]; /* inputs, then outputs */
@@ -481,10 +519,13 @@ static tpurt_status_t run_launch(void* user, tpurt_kernel_ctx_t* ctx) {
   launch_t* L = user;
   tpurt_program_t* p = L->p;
   pthread_mutex_lock(&p->run_lock);
+  const tpurt_program_binding_t* b = L->binding;
+  if (b) tpurt_program_apply_binding(p, b); /* sizes first: relocation offsets are among them */
   for (int32_t k = 0; k < p->num_relocs; ++k) {
     const reloc_t* r = &p->relocs[k];
     char* base = r->where == WHERE_INPUT    ? L->bases[r->index]
                  : r->where == WHERE_OUTPUT ? L->bases[p->num_inputs + r->index]
+                 : b                        ? (char*)L->arena + b->arena_off[r->index]
                                             : L->arena;
     *r->slot = base + r->off;
   }
@@ -501,14 +542,25 @@ static tpurt_status_t run_launch(void* user, tpurt_kernel_ctx_t* ctx) {
 
 tpurt_status_t tpurt_program_launch(tpurt_program_t* p, tpurt_queue_t* q, void* const* inputs, int32_t num_inputs,
                                     void* const* outputs, int32_t num_outputs, void* arena, tpurt_rng_t rng) {
+  return tpurt_program_launch_bound(p, NULL, q, inputs, num_inputs, outputs, num_outputs, arena, rng);
+}
+
+tpurt_status_t tpurt_program_launch_bound(tpurt_program_t* p, const tpurt_program_binding_t* binding,
+                                          tpurt_queue_t* q, void* const* inputs, int32_t num_inputs,
+                                          void* const* outputs, int32_t num_outputs, void* arena, tpurt_rng_t rng) {
   if (!p || !q) return TPURT_STATUS(INVALID_ARGUMENT, "program_launch: NULL program or queue");
   TPURT_RETURN_IF_FORKED();
+  if (p->num_values > 0 && !binding)
+    return TPURT_STATUS(INVALID_ARGUMENT, "program_launch: the program takes sizes at launch: bind it first");
+  if (p->num_values == 0 && binding)
+    return TPURT_STATUS(INVALID_ARGUMENT, "program_launch: a binding given to a program of fixed sizes");
+  uint64_t arena_bytes = binding ? binding->arena_bytes : p->arena_bytes;
   if (num_inputs != p->num_inputs || num_outputs != p->num_outputs)
     return TPURT_STATUS(INVALID_ARGUMENT, "program_launch: %d inputs and %d outputs given, the program has %d and %d",
                         num_inputs, num_outputs, p->num_inputs, p->num_outputs);
-  if (p->arena_bytes && !tpurt_device_range_ok(q->device, arena, p->arena_bytes))
+  if (arena_bytes && !tpurt_device_range_ok(q->device, arena, arena_bytes))
     return TPURT_STATUS(INVALID_ARGUMENT, "program_launch: the arena [%p, +%llu) is not inside the chip's memory",
-                        arena, (unsigned long long)p->arena_bytes);
+                        arena, (unsigned long long)arena_bytes);
   for (int32_t i = 0; i < num_inputs + num_outputs; ++i) {
     void* b = i < num_inputs ? inputs[i] : outputs[i - num_inputs];
     if (!b) return TPURT_STATUS(INVALID_ARGUMENT, "program_launch: %s %d is NULL", i < num_inputs ? "input" : "output",
@@ -517,6 +569,7 @@ tpurt_status_t tpurt_program_launch(tpurt_program_t* p, tpurt_queue_t* q, void* 
   launch_t* L = malloc(sizeof(*L) + sizeof(void*) * (size_t)(num_inputs + num_outputs));
   if (!L) return TPURT_STATUS(RESOURCE_EXHAUSTED, "program_launch: out of host memory");
   L->p = p;
+  L->binding = binding;
   L->arena = arena;
   L->rng = rng;
   if (num_inputs) memcpy(L->bases, inputs, sizeof(void*) * (size_t)num_inputs);

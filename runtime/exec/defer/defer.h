@@ -28,6 +28,8 @@ typedef struct tpurt_defer_rec_t {
 
 typedef struct tpurt_defer_chunk_t tpurt_defer_chunk_t;
 
+#define TPURT_DEFER_PLANS 8
+
 /* The pending records of one queue, in submission order. Owned by the queue
  * (under submit_lock) until a flush hands it to the queue's thread inside
  * one CALL command, which runs it and frees it. */
@@ -40,11 +42,14 @@ typedef struct tpurt_defer_list_t {
    * A program sets it: its chains' tiny kernels cost less one by one than
    * the chain machinery does. */
   int64_t fuse_min_numel;
-  /* A program's list runs at every launch: keep_plan keeps its fusion plan between runs
-   * (fuse_run.c), replayed while the lowered graph has the same fingerprint, so planning is done
-   * once, not per launch. One-shot lists (DeferAndFuse's flushes) keep none. */
+  /* A program's list runs at every launch: keep_plan keeps its fusion plans between runs
+   * (fuse_run.c), one per lowered graph's fingerprint (a program that takes sizes at launch has one
+   * per size; the least recently used of TPURT_DEFER_PLANS goes), replayed when the fingerprint
+   * matches, so planning is done once per size, not per launch. One-shot lists (DeferAndFuse's
+   * flushes) keep none. */
   bool keep_plan;
-  struct tpurt_defer_plan_t* plan;
+  struct tpurt_defer_plan_t* plans[8];
+  uint64_t plan_clock;
   uint64_t points;      /* queue points these records stand for (KERNEL + COPY) */
   uint64_t arena_bytes; /* payload bytes held */
   tpurt_defer_chunk_t* chunks;

@@ -789,6 +789,7 @@ static run_state_t* run_state(void) {
 typedef struct tpurt_defer_plan_t {
   uint64_t fp;
   bool valid;
+  uint64_t used; /* the list's plan_clock when last used */
   int32_t num_recs;
   int32_t* n;               /* per record: plan_chain's result, -1: not planned (done, or not a kernel) */
   tpurt_fuse_chain_t* chain; /* per record */
@@ -801,20 +802,40 @@ void tpurt_defer_plan_free(tpurt_defer_plan_t* pl) {
   free(pl);
 }
 
-/* The list's kept plan, sized for it; NULL without memory (then it plans as a one-shot list). */
-static tpurt_defer_plan_t* kept_plan(tpurt_defer_list_t* l) {
-  tpurt_defer_plan_t* pl = l->plan;
-  if (pl && pl->num_recs == l->num_recs) return pl;
-  tpurt_defer_plan_free(pl);
-  l->plan = pl = calloc(1, sizeof(*pl));
-  if (pl) {
-    pl->num_recs = l->num_recs;
-    pl->n = malloc(sizeof(int32_t) * (size_t)(l->num_recs ? l->num_recs : 1));
-    pl->chain = malloc(sizeof(tpurt_fuse_chain_t) * (size_t)(l->num_recs ? l->num_recs : 1));
-    if (!pl->n || !pl->chain) {
-      tpurt_defer_plan_free(pl);
-      l->plan = pl = NULL;
+/* The list's kept plan for the graph whose fingerprint is fp: a valid one made for it, else the
+ * least recently used slot, emptied and sized for the list (valid false: record into it); NULL
+ * without memory (then it plans as a one-shot list). */
+static tpurt_defer_plan_t* kept_plan(tpurt_defer_list_t* l, uint64_t fp) {
+  int victim = 0;
+  uint64_t best = UINT64_MAX; /* an empty slot first, then one holding no valid plan, then the LRU */
+  for (int i = 0; i < TPURT_DEFER_PLANS; ++i) {
+    tpurt_defer_plan_t* pl = l->plans[i];
+    if (pl && pl->valid && pl->fp == fp && pl->num_recs == l->num_recs) {
+      pl->used = ++l->plan_clock;
+      return pl;
     }
+    uint64_t score = !pl ? 0 : !pl->valid ? 1 : pl->used + 2;
+    if (score < best) best = score, victim = i;
+  }
+  tpurt_defer_plan_t* pl = l->plans[victim];
+  if (!pl || pl->num_recs != l->num_recs) {
+    tpurt_defer_plan_free(pl);
+    l->plans[victim] = pl = calloc(1, sizeof(*pl));
+    if (pl) {
+      pl->num_recs = l->num_recs;
+      pl->n = malloc(sizeof(int32_t) * (size_t)(l->num_recs ? l->num_recs : 1));
+      pl->chain = malloc(sizeof(tpurt_fuse_chain_t) * (size_t)(l->num_recs ? l->num_recs : 1));
+      if (!pl->n || !pl->chain) {
+        tpurt_defer_plan_free(pl);
+        l->plans[victim] = pl = NULL;
+        return NULL;
+      }
+    }
+  }
+  if (pl) {
+    pl->valid = false;
+    pl->fp = fp;
+    pl->used = ++l->plan_clock;
   }
   return pl;
 }
@@ -840,15 +861,12 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
     snprintf(ev.name, sizeof ev.name, "DeferAndFuse: lower and plan (%d ops)", (int)l->num_kernels);
     tpurt_trace_record(&ev);
   }
-  /* A program's plan: replayed when this graph is the one it was made for, else recorded anew. */
-  tpurt_defer_plan_t* pl = fuse && l->keep_plan ? kept_plan(l) : NULL;
+  /* A program's plan: replayed when this graph is one a kept plan was made for, else recorded anew. */
+  tpurt_defer_plan_t* pl = fuse && l->keep_plan ? kept_plan(l, tpurt_graph_fingerprint(&st->graph)) : NULL;
   bool replay = false, record = false;
   if (pl) {
-    uint64_t fp = tpurt_graph_fingerprint(&st->graph);
-    replay = pl->valid && pl->fp == fp;
+    replay = pl->valid;
     if (!replay) {
-      pl->valid = false;
-      pl->fp = fp;
       record = true;
       for (int32_t i = 0; i < l->num_recs; ++i) pl->n[i] = -1;
     }

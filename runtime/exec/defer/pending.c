@@ -22,7 +22,7 @@ void tpurt_defer_list_free(tpurt_defer_list_t* list) {
     free(c);
     c = n;
   }
-  tpurt_defer_plan_free(list->plan);
+  for (int i = 0; i < TPURT_DEFER_PLANS; ++i) tpurt_defer_plan_free(list->plans[i]);
   free(list->recs);
   free(list);
 }

@@ -23,6 +23,31 @@ typedef struct rng_reloc_t {
   uint64_t rel;
 } rng_reloc_t;
 
+/* A block the capture saw made: when and by how much (for the arena plan). */
+typedef struct prog_block_t {
+  int32_t made_at, freed_at; /* record indices; freed_at INT32_MAX: alive at the end */
+  uint64_t bytes;            /* asked for */
+  uint64_t arena_off;        /* the capture's plan */
+  bool in_arena;             /* made and freed inside, and used: an arena block */
+} prog_block_t;
+
+/* A field of the program that is a size (program_sizes.c): value = coef * values[value] at launch. */
+typedef struct sym_field_t {
+  void* slot;
+  int32_t type; /* SYM_I64, SYM_U64, SYM_F64 */
+  int32_t value;
+  int64_t coef;
+} sym_field_t;
+
+enum { SYM_I64 = 0, SYM_U64, SYM_F64 };
+
+/* A program's sizes bound to values (tpurt_program_bind). */
+struct tpurt_program_binding_t {
+  int64_t* values;
+  uint64_t* arena_off; /* per block */
+  uint64_t arena_bytes, rng_count;
+};
+
 struct tpurt_program_t {
   _Atomic int refcount;
   pthread_mutex_t run_lock;
@@ -34,11 +59,32 @@ struct tpurt_program_t {
   uint64_t rng_count, arena_bytes;
   int32_t num_inputs, num_outputs;
   _Atomic uint64_t launches;
+  prog_block_t* blocks; /* every block the capture saw made (NULL for a deserialized program) */
+  int32_t num_blocks;
+  /* Sizes as run-time parameters (program_sizes.c): num_values > 0 once generalized. Arena
+   * relocations then hold offsets inside their block, placed by the binding's plan. */
+  int32_t num_values;
+  sym_field_t* syms;
+  int32_t num_syms;
+  sym_field_t* block_syms; /* per block: its bytes (value -1: constant) */
+  sym_field_t rng_sym;     /* rng_count (value -1: constant) */
+  pthread_mutex_t bind_lock;
+  tpurt_program_binding_t** bindings;
+  int32_t num_bindings, cap_bindings;
 };
 
 /* The element count below which a program's chains run kernel by kernel
  * (TORCH_TPU_PROGRAM_FUSE_MIN_NUMEL, read once). */
 int64_t tpurt_program_fuse_min_numel(void);
+
+/* The static memory plan (capture.c): out_off[i] for each in_arena block, size[i] its bytes; the
+ * arena's bytes, UINT64_MAX without memory. */
+uint64_t tpurt_program_plan_arena(const prog_block_t* blocks, int32_t num_blocks, const uint64_t* size,
+                                  uint64_t* out_off);
+/* Applies a binding's values to the program's fields (run_lock held; program_sizes.c). */
+void tpurt_program_apply_binding(tpurt_program_t* p, const tpurt_program_binding_t* b);
+/* Frees what program_sizes.c added (tpurt_program_release). */
+void tpurt_program_sizes_free(tpurt_program_t* p);
 
 /* An empty program (refcount 1) for a builder to fill; NULL without memory. */
 tpurt_program_t* tpurt_program_alloc(void);

@@ -160,6 +160,8 @@ tpurt_status_t tpurt_program_serialize(const tpurt_program_t* p, void** out, siz
   if (!p || !out || !out_bytes) return TPURT_STATUS(INVALID_ARGUMENT, "program_serialize: NULL argument");
   *out = NULL;
   *out_bytes = 0;
+  if (p->num_values > 0)
+    return TPURT_STATUS(UNIMPLEMENTED, "program_serialize: a program that takes sizes at launch cannot be saved yet");
   writer_t wr = {.p = p};
   wr.relocs = malloc(sizeof(slot_index_t) * (size_t)(p->num_relocs + 1));
   wr.rngs = malloc(sizeof(slot_index_t) * (size_t)(p->num_rngs + 1));

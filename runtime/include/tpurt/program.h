@@ -71,6 +71,40 @@ TPURT_API void tpurt_program_query(const tpurt_program_t* p, tpurt_program_info_
 TPURT_API tpurt_status_t tpurt_program_launch(tpurt_program_t* p, tpurt_queue_t* q, void* const* inputs, int32_t num_inputs,
                                     void* const* outputs, int32_t num_outputs, void* arena, tpurt_rng_t rng);
 
+/* Sizes as run-time parameters.
+ *
+ * A capture records the sizes of one call. When the caller captures the same
+ * graph at other values of its symbolic sizes (others: captures at different
+ * points, never launched) and gives, for each capture, the values of a list
+ * of size expressions (values[k * num_values + e]: expression e at capture k,
+ * k = 0 for p), generalize checks that every capture recorded the same
+ * kernels, and explains every number that differs between them (a tensor's
+ * sizes, strides and offsets, an int or integral float argument, a copy's
+ * bytes, a block's bytes) as coef * expression e, the same coef at every
+ * capture. Then p takes sizes at launch: bind it to the expressions' values
+ * at a new point and launch with the binding; the records are rewritten for
+ * it and the arena planned for its block sizes (no capture, no C build).
+ * FAILED_PRECONDITION naming the first number it cannot explain, or the
+ * first record that differs; p is then unchanged. */
+TPURT_API tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_t* const* others,
+                                                  int32_t num_others, const int64_t* values, int32_t num_values);
+/* Number of size expressions p takes (0: p has fixed sizes). */
+TPURT_API int32_t tpurt_program_num_values(const tpurt_program_t* p);
+
+typedef struct tpurt_program_binding_t tpurt_program_binding_t;
+/* p's sizes at values[num_values] (the expressions' values, in generalize's
+ * order). *out is owned by p and lives as long as it. out_arena_bytes /
+ * out_rng_count: what a launch with it needs. INVALID_ARGUMENT for a wrong
+ * count, a negative size or an arena beyond 2^62 bytes. */
+TPURT_API tpurt_status_t tpurt_program_bind(tpurt_program_t* p, const int64_t* values, int32_t num_values,
+                                            tpurt_program_binding_t** out, uint64_t* out_arena_bytes,
+                                            uint64_t* out_rng_count);
+/* tpurt_program_launch with a binding (required when p takes sizes; NULL: the captured sizes). */
+TPURT_API tpurt_status_t tpurt_program_launch_bound(tpurt_program_t* p, const tpurt_program_binding_t* binding,
+                                                    tpurt_queue_t* q, void* const* inputs, int32_t num_inputs,
+                                                    void* const* outputs, int32_t num_outputs, void* arena,
+                                                    tpurt_rng_t rng);
+
 /* A program as bytes, to keep past this process (torch_tpu.export's
  * artifacts). *out is malloc'ed; free() it. FAILED_PRECONDITION when a
  * record holds device memory that is not an input, an output or the

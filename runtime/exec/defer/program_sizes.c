@@ -1,0 +1,485 @@
+/* Programs whose sizes are run-time parameters (tpurt/program.h: generalize,
+ * bind, launch_bound).
+ *
+ * A capture holds one call's numbers: each kernel's sizes and strides, its
+ * int arguments, copy and block bytes, offsets into inputs and the arena.
+ * Captures of the same graph at other values of its symbolic sizes differ
+ * only in those numbers when the graph is the same program at every size.
+ * generalize walks the captures in lockstep: whatever must be equal (kinds,
+ * ops, dtypes, ranks, flags, which buffer an address lives in) is compared,
+ * and each number that differs must be coef * (a size expression the caller
+ * evaluated at each capture), one coef for all captures, or the program keeps
+ * its fixed sizes. A binding evaluates the fields for new values and plans
+ * the arena for the new block sizes; a launch writes the fields into the
+ * records (on the queue's thread, under the program's lock, as relocation
+ * does) and the fusion executor plans chains for what it sees (generated
+ * kernels take sizes at run time, so none is built again). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hash.h"
+#include "exec/defer/program_internal.h"
+
+typedef struct field_t {
+  void* slot;
+  int32_t type;
+  int32_t rec;
+  int64_t i; /* the value (integral doubles as ints) */
+  double d;
+} field_t;
+
+typedef struct walk_t {
+  int64_t* tokens;
+  int32_t* token_recs; /* the record each token belongs to (messages) */
+  int32_t num_tokens, cap_tokens, cap_token_recs;
+  field_t* fields;
+  int32_t num_fields, cap_fields;
+  void** ptrs; /* address slots, in walk order */
+  int32_t num_ptrs, cap_ptrs;
+  bool oom;
+  int32_t rec;
+} walk_t;
+
+static void* grow(void* a, int32_t* cap, int32_t n, size_t elem, bool* oom) {
+  if (n < *cap) return a;
+  int32_t c = *cap ? *cap * 2 : 256;
+  void* b = realloc(a, elem * (size_t)c);
+  if (!b) {
+    *oom = true;
+    return a;
+  }
+  *cap = c;
+  return b;
+}
+
+static void token(walk_t* w, int64_t v) {
+  w->tokens = grow(w->tokens, &w->cap_tokens, w->num_tokens, sizeof(int64_t), &w->oom);
+  w->token_recs = grow(w->token_recs, &w->cap_token_recs, w->num_tokens, sizeof(int32_t), &w->oom);
+  if (w->oom) return;
+  w->token_recs[w->num_tokens] = w->rec;
+  w->tokens[w->num_tokens++] = v;
+}
+
+static void field(walk_t* w, void* slot, int32_t type) {
+  w->fields = grow(w->fields, &w->cap_fields, w->num_fields, sizeof(field_t), &w->oom);
+  if (w->oom) return;
+  field_t f = {.slot = slot, .type = type, .rec = w->rec};
+  if (type == SYM_I64) f.i = *(int64_t*)slot;
+  else if (type == SYM_U64) f.i = (int64_t)*(uint64_t*)slot;
+  else f.d = *(double*)slot;
+  w->fields[w->num_fields++] = f;
+}
+
+static void ptr(walk_t* w, void* slot) {
+  w->ptrs = grow(w->ptrs, &w->cap_ptrs, w->num_ptrs, sizeof(void*), &w->oom);
+  if (!w->oom) w->ptrs[w->num_ptrs++] = slot;
+}
+
+static int64_t str_token(const char* s) { return s ? (int64_t)tpurt_fnv1a(s, strlen(s), TPURT_FNV_SEED) : -1; }
+
+static void walk_tensor(walk_t* w, tpurt_tensor_t* t) {
+  token(w, t != NULL);
+  if (!t) return;
+  token(w, t->dtype);
+  token(w, t->ndim);
+  token(w, t->data != NULL);
+  for (int32_t d = 0; d < t->ndim; ++d) field(w, &t->sizes[d], SYM_I64), field(w, &t->strides[d], SYM_I64);
+  if (t->data) ptr(w, &t->data);
+}
+
+static void walk_program(walk_t* w, const tpurt_program_t* p) {
+  const tpurt_defer_list_t* l = p->list;
+  w->rec = -1;
+  token(w, l->num_recs), token(w, p->num_inputs), token(w, p->num_outputs);
+  for (int32_t r = 0; r < l->num_recs && !w->oom; ++r) {
+    tpurt_defer_rec_t* rec = &l->recs[r];
+    w->rec = r;
+    token(w, rec->kind);
+    if (rec->kind == TPURT_DEFER_COPY) {
+      field(w, &rec->bytes, SYM_U64);
+      ptr(w, &rec->dst);
+      ptr(w, (void*)&rec->src);
+      continue;
+    }
+    if (rec->kind == TPURT_DEFER_FREE) {
+      field(w, &rec->bytes, SYM_U64);
+      ptr(w, &rec->dst);
+      continue;
+    }
+    tpurt_op_call_t* call = &rec->call;
+    /* The op and its name say which kernel runs; the overload string is not compared: the boxed
+     * fallback's fast path for a signature it has seen leaves it empty where the first call names it. */
+    token(w, (int64_t)(uintptr_t)rec->op), token(w, str_token(call->name));
+    token(w, call->num_outputs);
+    for (int32_t o = 0; o < call->num_outputs; ++o) walk_tensor(w, (tpurt_tensor_t*)&call->outputs[o]);
+    token(w, call->num_args);
+    for (int32_t a = 0; a < call->num_args; ++a) {
+      tpurt_arg_t* arg = (tpurt_arg_t*)&call->args[a];
+      token(w, arg->kind);
+      switch (arg->kind) {
+        case TPURT_ARG_TENSOR: walk_tensor(w, (tpurt_tensor_t*)arg->v.tensor); break;
+        case TPURT_ARG_TENSOR_LIST:
+          token(w, arg->count);
+          for (int32_t e = 0; e < arg->count; ++e) walk_tensor(w, (tpurt_tensor_t*)arg->v.tensors[e]);
+          break;
+        case TPURT_ARG_INT: field(w, &arg->v.i, SYM_I64); break;
+        case TPURT_ARG_DOUBLE: field(w, &arg->v.d, SYM_F64); break;
+        case TPURT_ARG_BOOL: token(w, arg->v.b); break;
+        case TPURT_ARG_DTYPE:
+        case TPURT_ARG_OTHER: token(w, arg->v.i); break;
+        case TPURT_ARG_INT_LIST:
+          token(w, arg->count);
+          for (int32_t e = 0; e < arg->count; ++e) field(w, (int64_t*)&arg->v.ints[e], SYM_I64);
+          break;
+        case TPURT_ARG_DOUBLE_LIST:
+          token(w, arg->count);
+          for (int32_t e = 0; e < arg->count; ++e) field(w, (double*)&arg->v.doubles[e], SYM_F64);
+          break;
+        case TPURT_ARG_BOOL_LIST:
+          token(w, arg->count);
+          for (int32_t e = 0; e < arg->count; ++e) token(w, arg->v.bools[e]);
+          break;
+        case TPURT_ARG_STRING: token(w, str_token(arg->v.s)); break;
+        default: break; /* NONE; RNG: the random relocations below */
+      }
+    }
+  }
+}
+
+static void walk_free(walk_t* w) {
+  free(w->tokens);
+  free(w->token_recs);
+  free(w->fields);
+  free(w->ptrs);
+}
+
+/* Relocation index of each address slot (sorted by slot), for lookups. */
+typedef struct slot_k_t {
+  void* slot;
+  int32_t k;
+} slot_k_t;
+
+static int slot_cmp(const void* a, const void* b) {
+  uintptr_t x = (uintptr_t)((const slot_k_t*)a)->slot, y = (uintptr_t)((const slot_k_t*)b)->slot;
+  return x < y ? -1 : x > y;
+}
+
+static slot_k_t* reloc_index(const tpurt_program_t* p) {
+  slot_k_t* idx = malloc(sizeof(slot_k_t) * (size_t)(p->num_relocs + 1));
+  if (!idx) return NULL;
+  for (int32_t k = 0; k < p->num_relocs; ++k) idx[k] = (slot_k_t){p->relocs[k].slot, k};
+  qsort(idx, (size_t)p->num_relocs, sizeof(slot_k_t), slot_cmp);
+  return idx;
+}
+
+static int32_t reloc_of(const slot_k_t* idx, int32_t n, void* slot) {
+  slot_k_t key = {slot, 0};
+  const slot_k_t* f = bsearch(&key, idx, (size_t)n, sizeof(slot_k_t), slot_cmp);
+  return f ? f->k : -1;
+}
+
+static int64_t reloc_inner(const tpurt_program_t* p, const reloc_t* r) {
+  return r->where == WHERE_ARENA ? r->off - (int64_t)p->blocks[r->index].arena_off : r->off;
+}
+
+/* The value of a field at capture k as an int; false for a non-integral double. */
+static bool as_int(const field_t* f, int64_t* out) {
+  if (f->type != SYM_F64) {
+    *out = f->i;
+    return true;
+  }
+  double d = f->d;
+  if (!(d >= -4.6e18 && d <= 4.6e18) || (double)(int64_t)d != d) return false;
+  *out = (int64_t)d;
+  return true;
+}
+
+/* v[k] = coef * values[k][e] for every capture k: the first such e. -1 when none. */
+static int32_t explain(const int64_t* v, int32_t rows, const int64_t* values, int32_t num_values, int64_t* coef) {
+  for (int32_t e = 0; e < num_values; ++e) {
+    int64_t x0 = values[e];
+    if (x0 == 0 || v[0] % x0 != 0) continue;
+    int64_t c = v[0] / x0;
+    if (c == 0) continue;
+    bool ok = true;
+    for (int32_t k = 1; k < rows && ok; ++k) {
+      int64_t x = values[(size_t)k * (size_t)num_values + (size_t)e];
+      ok = x != 0 && v[k] % x == 0 && v[k] / x == c;
+    }
+    if (ok) {
+      *coef = c;
+      return e;
+    }
+  }
+  return -1;
+}
+
+typedef struct syms_t {
+  sym_field_t* a;
+  int32_t n, cap;
+  bool oom;
+} syms_t;
+
+static void push_sym(syms_t* s, sym_field_t f) {
+  s->a = grow(s->a, &s->cap, s->n, sizeof(sym_field_t), &s->oom);
+  if (!s->oom) s->a[s->n++] = f;
+}
+
+static const char* rec_name(const tpurt_program_t* p, int32_t r) {
+  if (r < 0 || r >= p->list->num_recs) return "the program";
+  const tpurt_defer_rec_t* rec = &p->list->recs[r];
+  return rec->kind == TPURT_DEFER_KERNEL ? rec->call.name : rec->kind == TPURT_DEFER_COPY ? "a device copy" : "a free";
+}
+
+/* A number that differs between captures: a sym field, or the error naming it. */
+static tpurt_status_t explain_field(const tpurt_program_t* p, int32_t rec, const char* what, void* slot, int32_t type,
+                                    const int64_t* v, int32_t rows, const int64_t* values, int32_t num_values,
+                                    syms_t* out) {
+  bool same = true;
+  for (int32_t k = 1; k < rows; ++k) same = same && v[k] == v[0];
+  if (same) return TPURT_OK;
+  int64_t coef = 0;
+  int32_t e = explain(v, rows, values, num_values, &coef);
+  if (e < 0)
+    return TPURT_STATUS(FAILED_PRECONDITION,
+                        "generalize: %s of %s (record %d) is %lld, then %lld at other sizes: not a multiple of "
+                        "any size expression given",
+                        what, rec_name(p, rec), rec, (long long)v[0], (long long)v[1]);
+  push_sym(out, (sym_field_t){.slot = slot, .type = type, .value = e, .coef = coef});
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_t* const* others, int32_t num_others,
+                                        const int64_t* values, int32_t num_values) {
+  if (!p || num_others < 1 || !others || num_values < 1 || !values)
+    return TPURT_STATUS(INVALID_ARGUMENT, "generalize: a program, at least one other capture and size values needed");
+  if (p->num_values > 0) return TPURT_STATUS(FAILED_PRECONDITION, "generalize: the program already takes sizes");
+  if (atomic_load(&p->launches) != 0)
+    return TPURT_STATUS(FAILED_PRECONDITION, "generalize: the program was launched already");
+  int32_t rows = num_others + 1;
+  for (int32_t k = 0; k < num_others; ++k)
+    if (!others[k] || !others[k]->list) return TPURT_STATUS(INVALID_ARGUMENT, "generalize: NULL capture");
+  walk_t* w = calloc((size_t)rows, sizeof(walk_t));
+  slot_k_t** idx = calloc((size_t)rows, sizeof(slot_k_t*));
+  int64_t* v = malloc(sizeof(int64_t) * (size_t)rows);
+  syms_t syms = {0};
+  sym_field_t* block_syms = NULL;
+  sym_field_t rng_sym = {.value = -1};
+  tpurt_status_t s = TPURT_OK;
+  if (!w || !idx || !v) {
+    s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
+    goto done;
+  }
+  for (int32_t k = 0; k < rows && !s; ++k) {
+    const tpurt_program_t* q = k ? others[k - 1] : p;
+    walk_program(&w[k], q);
+    idx[k] = reloc_index(q);
+    if (w[k].oom || !idx[k]) s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
+  }
+  if (s) goto done;
+  /* The same program at every size: every token equal, the same numbers of fields and addresses. */
+  for (int32_t k = 1; k < rows && !s; ++k) {
+    const tpurt_program_t* q = others[k - 1];
+    bool same = w[k].num_tokens == w[0].num_tokens && w[k].num_fields == w[0].num_fields &&
+                w[k].num_ptrs == w[0].num_ptrs && q->num_rngs == p->num_rngs && q->num_blocks == p->num_blocks &&
+                q->num_relocs == p->num_relocs && q->blocks && p->blocks;
+    int32_t t = 0;
+    while (same && t < w[0].num_tokens && w[k].tokens[t] == w[0].tokens[t]) ++t;
+    if (!same || t < w[0].num_tokens) {
+      /* The first record that differs in kind or op, for the message. */
+      int32_t r = 0, n = p->list->num_recs < q->list->num_recs ? p->list->num_recs : q->list->num_recs;
+      while (r < n && p->list->recs[r].kind == q->list->recs[r].kind && p->list->recs[r].op == q->list->recs[r].op)
+        ++r;
+      if (r == n && t < w[0].num_tokens && t < w[k].num_tokens) r = w[0].token_recs[t];
+      s = TPURT_STATUS(FAILED_PRECONDITION,
+                       "generalize: the captures at other sizes ran other kernels (%d and %d records; record %d is "
+                       "%s here, %s there; item %d: %lld here, %lld there)",
+                       p->list->num_recs, q->list->num_recs, r, r < p->list->num_recs ? rec_name(p, r) : "the end",
+                       r < q->list->num_recs ? rec_name(q, r) : "the end", t,
+                       (long long)(t < w[0].num_tokens ? w[0].tokens[t] : -1),
+                       (long long)(t < w[k].num_tokens ? w[k].tokens[t] : -1));
+    }
+    for (int32_t b = 0; same && !s && b < p->num_blocks; ++b) {
+      const prog_block_t *x = &p->blocks[b], *y = &q->blocks[b];
+      if (x->made_at != y->made_at || x->freed_at != y->freed_at || x->in_arena != y->in_arena)
+        s = TPURT_STATUS(FAILED_PRECONDITION, "generalize: the captures at other sizes made other blocks");
+    }
+  }
+  if (s) goto done;
+  /* Numbers in the records. */
+  for (int32_t f = 0; f < w[0].num_fields && !s; ++f) {
+    bool ok = true;
+    for (int32_t k = 0; k < rows && ok; ++k) ok = as_int(&w[k].fields[f], &v[k]);
+    const field_t* f0 = &w[0].fields[f];
+    if (!ok) {
+      bool same = true;
+      for (int32_t k = 1; k < rows; ++k) same = same && w[k].fields[f].d == f0->d;
+      if (!same)
+        s = TPURT_STATUS(FAILED_PRECONDITION,
+                         "generalize: a float argument of %s (record %d) changes with the sizes and is no size",
+                         rec_name(p, f0->rec), f0->rec);
+      continue;
+    }
+    s = explain_field(p, f0->rec, f0->type == SYM_F64 ? "a float argument" : "a size, stride or count", f0->slot,
+                      f0->type, v, rows, values, num_values, &syms);
+  }
+  /* Addresses: the same buffer at every size, offsets inside it as numbers. */
+  for (int32_t a = 0; a < w[0].num_ptrs && !s; ++a) {
+    int32_t k0 = reloc_of(idx[0], p->num_relocs, w[0].ptrs[a]);
+    for (int32_t k = 1; k < rows && !s; ++k) {
+      const tpurt_program_t* q = others[k - 1];
+      int32_t kq = reloc_of(idx[k], q->num_relocs, w[k].ptrs[a]);
+      bool same = (k0 < 0) == (kq < 0);
+      if (same && k0 < 0) same = *(void**)w[0].ptrs[a] == *(void**)w[k].ptrs[a]; /* a fixed address */
+      else if (same) {
+        const reloc_t *x = &p->relocs[k0], *y = &q->relocs[kq];
+        same = x->where == y->where && x->index == y->index;
+        v[k] = reloc_inner(q, y);
+      }
+      if (!same)
+        s = TPURT_STATUS(FAILED_PRECONDITION,
+                         "generalize: an address of the captures at other sizes lives in another buffer (address "
+                         "%d)",
+                         a);
+    }
+    if (s || k0 < 0) continue;
+    v[0] = reloc_inner(p, &p->relocs[k0]);
+    s = explain_field(p, -1, "an offset into a buffer", &p->relocs[k0].off, SYM_I64, v, rows, values, num_values,
+                      &syms);
+  }
+  /* Random ops' offsets and count. */
+  for (int32_t r = 0; r < p->num_rngs && !s; ++r) {
+    for (int32_t k = 0; k < rows; ++k) v[k] = (int64_t)(k ? others[k - 1] : p)->rngs[r].rel;
+    s = explain_field(p, -1, "a random op's counter offset", &p->rngs[r].rel, SYM_U64, v, rows, values, num_values,
+                      &syms);
+  }
+  if (!s) {
+    syms_t one = {0};
+    for (int32_t k = 0; k < rows; ++k) v[k] = (int64_t)(k ? others[k - 1] : p)->rng_count;
+    s = explain_field(p, -1, "the random counter count", &p->rng_count, SYM_U64, v, rows, values, num_values, &one);
+    if (!s && one.n) rng_sym = one.a[0];
+    free(one.a);
+  }
+  /* Block sizes, for the arena plan. */
+  if (!s && p->num_blocks) {
+    block_syms = malloc(sizeof(sym_field_t) * (size_t)p->num_blocks);
+    if (!block_syms) s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
+  }
+  for (int32_t b = 0; b < p->num_blocks && !s; ++b) {
+    block_syms[b] = (sym_field_t){.slot = NULL, .type = SYM_U64, .value = -1};
+    if (!p->blocks[b].in_arena) continue;
+    for (int32_t k = 0; k < rows; ++k) v[k] = (int64_t)(k ? others[k - 1] : p)->blocks[b].bytes;
+    syms_t one = {0};
+    s = explain_field(p, p->blocks[b].made_at, "a block's bytes", NULL, SYM_U64, v, rows, values, num_values, &one);
+    if (!s && one.n) block_syms[b] = one.a[0];
+    if (one.oom) s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
+    free(one.a);
+  }
+  if (!s && syms.oom) s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
+  if (s) goto done;
+  /* Commit: arena relocations hold offsets inside their block from now on. */
+  pthread_mutex_lock(&p->run_lock);
+  for (int32_t k = 0; k < p->num_relocs; ++k)
+    if (p->relocs[k].where == WHERE_ARENA) p->relocs[k].off = reloc_inner(p, &p->relocs[k]);
+  p->syms = syms.a;
+  p->num_syms = syms.n;
+  syms.a = NULL;
+  p->block_syms = block_syms;
+  block_syms = NULL;
+  p->rng_sym = rng_sym;
+  p->num_values = num_values;
+  pthread_mutex_unlock(&p->run_lock);
+done:
+  for (int32_t k = 0; w && k < rows; ++k) walk_free(&w[k]);
+  for (int32_t k = 0; idx && k < rows; ++k) free(idx[k]);
+  free(w);
+  free(idx);
+  free(v);
+  free(syms.a);
+  free(block_syms);
+  return s;
+}
+
+int32_t tpurt_program_num_values(const tpurt_program_t* p) { return p ? p->num_values : 0; }
+
+static int64_t eval(const sym_field_t* f, const int64_t* values) { return f->coef * values[f->value]; }
+
+tpurt_status_t tpurt_program_bind(tpurt_program_t* p, const int64_t* values, int32_t num_values,
+                                  tpurt_program_binding_t** out, uint64_t* out_arena_bytes, uint64_t* out_rng_count) {
+  if (!out) return TPURT_STATUS(INVALID_ARGUMENT, "program_bind: NULL out");
+  *out = NULL;
+  if (!p || (num_values && !values)) return TPURT_STATUS(INVALID_ARGUMENT, "program_bind: NULL program or values");
+  if (num_values != p->num_values || num_values == 0)
+    return TPURT_STATUS(INVALID_ARGUMENT, "program_bind: %d values given, the program takes %d", num_values,
+                        p->num_values);
+  for (int32_t e = 0; e < num_values; ++e)
+    if (values[e] < 0 || values[e] > ((int64_t)1 << 40))
+      return TPURT_STATUS(INVALID_ARGUMENT, "program_bind: size value %d is %lld", e, (long long)values[e]);
+  pthread_mutex_lock(&p->bind_lock);
+  for (int32_t i = 0; i < p->num_bindings; ++i)
+    if (!memcmp(p->bindings[i]->values, values, sizeof(int64_t) * (size_t)num_values)) {
+      *out = p->bindings[i];
+      break;
+    }
+  tpurt_status_t s = TPURT_OK;
+  if (!*out) {
+    tpurt_program_binding_t* b = calloc(1, sizeof(*b));
+    uint64_t* sizes = malloc(sizeof(uint64_t) * (size_t)(p->num_blocks + 1));
+    if (b) b->values = malloc(sizeof(int64_t) * (size_t)num_values);
+    if (b) b->arena_off = malloc(sizeof(uint64_t) * (size_t)(p->num_blocks + 1));
+    p->bindings = grow(p->bindings, &p->cap_bindings, p->num_bindings, sizeof(*p->bindings), &(bool){false});
+    if (!b || !sizes || !b->values || !b->arena_off || p->num_bindings >= p->cap_bindings) {
+      s = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_bind: out of host memory");
+    } else {
+      memcpy(b->values, values, sizeof(int64_t) * (size_t)num_values);
+      for (int32_t i = 0; i < p->num_blocks && !s; ++i) {
+        int64_t n = p->block_syms[i].value >= 0 ? eval(&p->block_syms[i], values) : (int64_t)p->blocks[i].bytes;
+        if (n < 0 || n > ((int64_t)1 << 62))
+          s = TPURT_STATUS(INVALID_ARGUMENT, "program_bind: a block of %lld bytes at these sizes", (long long)n);
+        sizes[i] = n == 0 ? 512u : ((uint64_t)n + 511u) & ~(uint64_t)511u;
+      }
+      if (!s) {
+        b->arena_bytes = tpurt_program_plan_arena(p->blocks, p->num_blocks, sizes, b->arena_off);
+        if (b->arena_bytes == UINT64_MAX) s = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_bind: out of host memory");
+        int64_t rc = p->rng_sym.value >= 0 ? eval(&p->rng_sym, values) : (int64_t)p->rng_count;
+        b->rng_count = rc < 0 ? 0 : (uint64_t)rc;
+      }
+    }
+    free(sizes);
+    if (!s) {
+      p->bindings[p->num_bindings++] = b;
+      *out = b;
+    } else if (b) {
+      free(b->values);
+      free(b->arena_off);
+      free(b);
+    }
+  }
+  pthread_mutex_unlock(&p->bind_lock);
+  if (!s) {
+    if (out_arena_bytes) *out_arena_bytes = (*out)->arena_bytes;
+    if (out_rng_count) *out_rng_count = (*out)->rng_count;
+  }
+  return s;
+}
+
+void tpurt_program_apply_binding(tpurt_program_t* p, const tpurt_program_binding_t* b) {
+  for (int32_t k = 0; k < p->num_syms; ++k) {
+    const sym_field_t* f = &p->syms[k];
+    int64_t x = eval(f, b->values);
+    if (f->type == SYM_I64) *(int64_t*)f->slot = x;
+    else if (f->type == SYM_U64) *(uint64_t*)f->slot = (uint64_t)x;
+    else *(double*)f->slot = (double)x;
+  }
+}
+
+void tpurt_program_sizes_free(tpurt_program_t* p) {
+  free(p->syms);
+  free(p->block_syms);
+  for (int32_t i = 0; i < p->num_bindings; ++i) {
+    free(p->bindings[i]->values);
+    free(p->bindings[i]->arena_off);
+    free(p->bindings[i]);
+  }
+  free(p->bindings);
+}
