@@ -116,6 +116,10 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   // bool ** True as int64 and refuses the bool out tensor that the C++
   // structured meta (and CPU) chose; only the out layout is needed here.
   if (full_name == "aten::pow.Tensor_Scalar_out") return OpInfo::MetaVia::kPowScalarOut;
+  // abs.out, angle.out: CPU's unary_op_impl_with_complex_to_float_out takes a complex out= for a
+  // complex self (the real result, imaginary parts 0), which PyTorch's Python meta (torch._refs.abs)
+  // refuses, and checks a real out= with its own words.
+  if (full_name == "aten::abs.out" || full_name == "aten::angle.out") return OpInfo::MetaVia::kComplexToFloatOut;
   // geqrf has no meta function; its shapes follow from the input's.
   if (full_name == "aten::geqrf" || full_name == "aten::geqrf.a") return OpInfo::MetaVia::kGeqrf;
   // _thnn_fused_lstm_cell's Python meta dereferences its optional biases.

@@ -305,6 +305,21 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
         c10::Dispatcher::singleton().findSchemaOrThrow("aten::pow", "Tensor_Scalar");
     meta_op = &pow_ts;
     meta_stack.pop_back();  // the out argument
+  } else if (info.meta_via == OpInfo::MetaVia::kComplexToFloatOut && args.size() == 2 && args[0].isTensor() &&
+             args[1].isTensor() && args[0].toTensor().is_complex()) {
+    // the functional op's layout (self's shape), after CPU's check of the out= dtype; into a complex
+    // out= the complex kernel writes 0 imaginary parts
+    const c10::ScalarType real = c10::toRealValueType(args[0].toTensor().scalar_type());
+    const c10::ScalarType r = args[1].toTensor().scalar_type();
+    TORCH_CHECK(c10::isComplexType(r) || c10::canCast(real, r), "result type ", real,
+                " can't be cast to the desired output type ", r);
+    const bool is_abs = info.base == "abs";  // abs keeps a complex result's precision, angle may widen it
+    TORCH_CHECK(!is_abs || !c10::isComplexType(r) || r == args[0].toTensor().scalar_type(), "Found dtype ", r,
+                " but expected ", args[0].toTensor().scalar_type());
+    static const c10::OperatorHandle abs = c10::Dispatcher::singleton().findSchemaOrThrow("aten::abs", "");
+    static const c10::OperatorHandle angle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::angle", "");
+    meta_op = is_abs ? &abs : &angle;
+    meta_stack.pop_back();  // the out argument
   } else if (info.meta_via == OpInfo::MetaVia::kConvolutionBackward) {
     // convolution_backward adds bias_sizes after weight: [out_channels].
     static const c10::OperatorHandle conv_bwd =
