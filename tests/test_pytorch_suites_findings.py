@@ -832,3 +832,70 @@ def test_nansum_and_copy_of_65_dims(tpu, eager_mode):
     w = torch.empty([1] * 30 + [2] + [1] * 30 + [3] + [1] * 4, device=tpu)
     w.copy_(u.to(tpu).transpose(30, 61))
     assert torch.equal(w.cpu(), u.transpose(30, 61))
+
+
+@pytest.mark.parametrize("reduce", ["prod", "amax", "mean"])
+def test_index_reduce_of_a_source_empty_along_dim(reduce, tpu, eager_mode):
+    # test_indexing.test_index_reduce: ATen's C++ meta selects slice 0 of an empty source (CPU never does)
+    d, s, i = torch.randn(3, 4, 5), torch.randn(3, 4, 0), torch.zeros(0, dtype=torch.long)
+    got = d.to(tpu).index_reduce_(2, i.to(tpu), s.to(tpu), reduce)
+    assert torch.equal(got.cpu(), d.clone().index_reduce_(2, i, s, reduce))
+    assert torch.equal(d.to(tpu).index_reduce(2, i.to(tpu), s.to(tpu), reduce, include_self=False).cpu(),
+                       d.index_reduce(2, i, s, reduce, include_self=False))
+
+
+def test_randperm(tpu, eager_mode):
+    # test_tensor_creation_ops.test_randperm, test_indexing.test_index_copy: aten::randperm had no tpu kernel
+    for n, dtype in ((0, torch.long), (1, torch.long), (100, torch.long), (2049, torch.half), (300, torch.float),
+                     (255, torch.uint8)):
+        p = torch.randperm(n, dtype=dtype, device=tpu).cpu()
+        assert p.dtype == dtype and torch.equal(p.long().sort().values, torch.arange(n))
+    g = torch.Generator(tpu)
+    g.manual_seed(7)
+    a = torch.randperm(1000, device=tpu, generator=g)
+    g.manual_seed(7)
+    b = torch.randperm(1000, device=tpu, generator=g)
+    assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(a.cpu(), torch.arange(1000))
+    nc = torch.zeros((2, 3), dtype=torch.long, device=tpu).t()
+    torch.randperm(6, out=nc)
+    assert nc.shape == (6,) and torch.equal(nc.cpu().sort().values, torch.arange(6))
+    for dtype, n in ((torch.half, 2050), (torch.float, 2 ** 24 + 2), (torch.long, -1)):
+        _raises_like_cpu(lambda d: torch.randperm(n, out=torch.empty(0, dtype=dtype, device=d)), tpu, at_call=True)
+    with pytest.raises(RuntimeError):  # n - 1 does not fit uint8 (CPU's words name the C type)
+        torch.randperm(257, out=torch.empty(0, dtype=torch.uint8, device=tpu))
+
+
+def test_index_put_warnings_and_checks_as_cpu(tpu, eager_mode):
+    # test_indexing.test_byte_tensor_assignment / test_byte_mask_accumulate: a uint8 mask warns once per call;
+    # test_index_put_accumulate_empty: no index tensors, values must broadcast to self
+    import warnings
+    for fn in (lambda x, b, v: x.__setitem__(b, v), lambda x, b, v: x[b],
+               lambda x, b, v: x.index_put_((b,), v, accumulate=True)):
+        counts = []
+        for d in ("cpu", tpu):
+            x = torch.arange(16.0, device=d).view(4, 4)
+            b = torch.tensor([1, 0, 1, 0], dtype=torch.uint8, device=d)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                fn(x, b, torch.tensor([3.0, 4.0, 5.0, 6.0], device=d))
+            counts.append(len([m for m in w if "uint8" in str(m.message)]))
+        assert counts[0] == counts[1] == 1
+    _raises_like_cpu(lambda d: torch.rand([], device=d).index_put([], torch.tensor([1.0], device=d), True), tpu,
+                     at_call=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_index_copy_fill_select(dtype, tpu, eager_mode):
+    # test_indexing.test_index_copy / test_index_copy_scalars / test_index_fill / test_index_select on complex
+    x, s, i = torch.randn(4, 5, dtype=dtype), torch.randn(4, 3, dtype=dtype), torch.tensor([4, 0, 2])
+    assert torch.equal(x.to(tpu).index_copy_(1, i.to(tpu), s.to(tpu)).cpu(), x.clone().index_copy_(1, i, s))
+    t, one = torch.tensor(2 + 1j, dtype=dtype), torch.tensor([0])
+    assert torch.equal(t.to(tpu).index_copy(0, one.to(tpu), torch.tensor([5 - 1j], dtype=dtype, device=tpu)).cpu(),
+                       t.index_copy(0, one, torch.tensor([5 - 1j], dtype=dtype)))
+    for idx in (one, torch.tensor(0)):
+        assert torch.equal(t.to(tpu).index_select(0, idx.to(tpu)).cpu(), t.index_select(0, idx))
+    if dtype == torch.complex64:  # complex128 index_fill is refused, naming the op and dtype
+        for v in (0, -1, 2.5, 1 + 2j, torch.tensor(3 - 1j), torch.tensor(2.0)):
+            vt = v.to(tpu) if isinstance(v, torch.Tensor) else v
+            assert torch.equal(x.to(tpu).index_fill_(1, i.to(tpu), vt).cpu(), x.clone().index_fill_(1, i, v))
+        assert torch.equal(t.to(tpu).index_fill(0, one.to(tpu), -1).cpu(), t.index_fill(0, one, -1))

@@ -131,6 +131,9 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   if (full_name == "aten::nll_loss_backward" || full_name == "aten::nll_loss2d_backward" ||
       full_name == "aten::nll_loss_backward.grad_input" || full_name == "aten::nll_loss2d_backward.grad_input")
     return OpInfo::MetaVia::kNllLossBackward;
+  // index_reduce's C++ meta selects slice 0 of source along dim, which a source empty along dim
+  // lacks (CPU's kernel never selects it); the layout is self's either way.
+  if (full_name.compare(0, 18, "aten::index_reduce") == 0) return OpInfo::MetaVia::kIndexReduce;
   return OpInfo::MetaVia::kSelf;
 }
 

@@ -13,6 +13,7 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/DefaultDtype.h>
 
 #include "fallback.h"
@@ -346,6 +347,21 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     if (t < meta_stack.size() && meta_stack[t].isTensor()) {
       const at::Tensor target = meta_stack[t].toTensor();
       if (target.defined() && target.scalar_type() == at::kByte) meta_stack[t] = target.to(at::kLong);
+    }
+  }
+  if (info.meta_via == OpInfo::MetaVia::kIndexReduce && meta_stack.size() > 3 && meta_stack[0].isTensor() &&
+      meta_stack[1].isInt() && meta_stack[2].isTensor() && meta_stack[3].isTensor()) {
+    // (self, dim, index, source, ...): a source empty along dim, and its empty index, as one slice
+    const at::Tensor self = meta_stack[0].toTensor(), index = meta_stack[2].toTensor();
+    at::Tensor source = meta_stack[3].toTensor();
+    if (source.dim() > 0 && index.numel() == 0) {
+      const int64_t d = c10::maybe_wrap_dim(meta_stack[1].toInt(), source.dim());
+      if (source.size(d) == 0) {
+        std::vector<int64_t> sizes = source.sizes().vec();
+        sizes[d] = 1;
+        meta_stack[3] = at::empty(sizes, source.options());
+        meta_stack[2] = at::zeros({1}, index.options());
+      }
     }
   }
   try {
