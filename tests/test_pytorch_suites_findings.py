@@ -894,8 +894,8 @@ def test_complex_index_copy_fill_select(dtype, tpu, eager_mode):
                        t.index_copy(0, one, torch.tensor([5 - 1j], dtype=dtype)))
     for idx in (one, torch.tensor(0)):
         assert torch.equal(t.to(tpu).index_select(0, idx.to(tpu)).cpu(), t.index_select(0, idx))
-    if dtype == torch.complex64:  # complex128 index_fill is refused, naming the op and dtype
-        for v in (0, -1, 2.5, 1 + 2j, torch.tensor(3 - 1j), torch.tensor(2.0)):
-            vt = v.to(tpu) if isinstance(v, torch.Tensor) else v
-            assert torch.equal(x.to(tpu).index_fill_(1, i.to(tpu), vt).cpu(), x.clone().index_fill_(1, i, v))
-        assert torch.equal(t.to(tpu).index_fill(0, one.to(tpu), -1).cpu(), t.index_fill(0, one, -1))
+    for v in (0, -1, 2.5, 1 + 2j, torch.tensor(3 - 1j), torch.tensor(2.0)):
+        vt = v.to(tpu) if isinstance(v, torch.Tensor) else v
+        assert torch.equal(x.to(tpu).index_fill_(1, i.to(tpu), vt).cpu(), x.clone().index_fill_(1, i, v))
+        assert torch.equal(x.to(tpu).index_fill(0, one.to(tpu), vt).cpu(), x.index_fill(0, one, v))
+    assert torch.equal(t.to(tpu).index_fill(0, one.to(tpu), -1).cpu(), t.index_fill(0, one, -1))

@@ -158,8 +158,46 @@ CXI_KERNELS(index, false, -1, false)
 
 CXI_KERNELS(index_copy, true, 1, false)   /* (self, dim, index, source) */
 
+/* The real (part 0) or imaginary (part 1) float64 part of complex128 t, with t's dims. */
+static tpurt_tensor_t cxi_part(const tpurt_tensor_t* t, int part) {
+  tpurt_tensor_t v = *t;
+  v.dtype = TPURT_DTYPE_FLOAT64;
+  v.data = (char*)t->data + part * sizeof(double);
+  for (int32_t k = 0; k < t->ndim; ++k) v.strides[k] = 2 * t->strides[k];
+  return v;
+}
+
+/* index_fill on complex128: the real index_fill on each part, with that part of the value. */
+static tpurt_status_t cxi_index_fill_parts(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call,
+                                           const tpurt_tensor_t* vt, bool reference) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("index_fill");
+  if (!def) return TPURT_STATUS(UNIMPLEMENTED, "index_fill: no real kernel");
+  double val[2] = {0, 0};
+  if (vt && tpurt_dtype_is_complex(vt->dtype)) {
+    bool c64 = vt->dtype == TPURT_DTYPE_COMPLEX64;
+    val[0] = c64 ? ((const float*)vt->data)[0] : ((const double*)vt->data)[0];
+    val[1] = c64 ? ((const float*)vt->data)[1] : ((const double*)vt->data)[1];
+  } else {
+    val[0] = vt ? tpurt_dtype_load_f64(vt->dtype, vt->data) : tpurt_arg_double(call, 3, 0.0);
+  }
+  for (int part = 0; part < 2; ++part) {
+    tpurt_tensor_t self = cxi_part(tpurt_arg_tensor(call, 0), part), out = cxi_part(&call->outputs[0], part);
+    tpurt_arg_t args[4];
+    memcpy(args, call->args, sizeof(args));
+    args[0].v.tensor = &self;
+    args[3].kind = TPURT_ARG_DOUBLE;
+    args[3].v.d = val[part];
+    tpurt_op_call_t rc = *call;
+    rc.args = args;
+    rc.outputs = &out;
+    TPURT_RETURN_IF_ERROR((reference ? def->reference : def->fn)(ctx, &rc));
+  }
+  return TPURT_OK;
+}
+
 /* index_fill(self, dim, index, value) on complex64: the value as a 0-d complex64 tensor, so the real
- * kernel moves its 8 bytes as one int64 element (a real Scalar gets a zero imaginary part). */
+ * kernel moves its 8 bytes as one int64 element (a real Scalar gets a zero imaginary part); complex128
+ * fills its two float64 parts apart. */
 static tpurt_status_t cxi_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   if (call->num_args != 4) return TPURT_STATUS(INVALID_ARGUMENT, "index_fill: expected (self, dim, index, value)");
   tpurt_arg_t args[4];
@@ -168,6 +206,9 @@ static tpurt_status_t cxi_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   if (vt && vt->ndim != 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "index_fill: only supports a 0-dimensional value tensor, got %d dims",
                         vt->ndim);
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  if (self && self->dtype == TPURT_DTYPE_COMPLEX128 && call->num_outputs == 1)
+    return cxi_index_fill_parts(ctx, call, vt, reference);
   float val[2] = {0, 0};
   tpurt_tensor_t v0 = {.data = val, .dtype = TPURT_DTYPE_COMPLEX64, .ndim = 0};
   if (!vt || vt->dtype != TPURT_DTYPE_COMPLEX64) {
@@ -202,6 +243,6 @@ const tpurt_op_def_t tpurt_ops_index_complex[] = {
     CXI(take, TPURT_DTYPE_BIT(COMPLEX64)),
     CXI(index, TPURT_DTYPE_BIT(COMPLEX64)),
     CXI(index_copy, TPURT_DTYPES_COMPLEX),
-    CXI(index_fill, TPURT_DTYPE_BIT(COMPLEX64)),
+    CXI(index_fill, TPURT_DTYPES_COMPLEX),
     TPURT_OP_TABLE_END,
 };
