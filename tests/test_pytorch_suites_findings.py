@@ -899,3 +899,15 @@ def test_complex_index_copy_fill_select(dtype, tpu, eager_mode):
         assert torch.equal(x.to(tpu).index_fill_(1, i.to(tpu), vt).cpu(), x.clone().index_fill_(1, i, v))
         assert torch.equal(x.to(tpu).index_fill(0, one.to(tpu), vt).cpu(), x.index_fill(0, one, v))
     assert torch.equal(t.to(tpu).index_fill(0, one.to(tpu), -1).cpu(), t.index_fill(0, one, -1))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_sqrt_rsqrt_of_extremal_values(dtype, tpu, eager_mode):
+    # test_unary_ufuncs.test_reference_numerics_extremal_sqrt (complex64): infinite and NaN parts take C99's
+    # values, and complex64 rounds as CPU's csqrtf does
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([complex(a, b) for a in (inf, -inf, nan, 0.0, -0.0, 1.0, -1.0, 1e-30)
+                      for b in (inf, -inf, nan, 0.0, -0.0, 1.0, -1.0)], dtype=dtype)
+    for fn in (torch.sqrt, torch.rsqrt):
+        got, want = fn(x.to(tpu)).cpu(), fn(x)
+        assert [str(v) for v in got.tolist()] == [str(v) for v in want.tolist()]

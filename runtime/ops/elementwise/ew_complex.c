@@ -83,15 +83,19 @@ CX_BOTH(CX_LOOP1, exp, {
   else if (isinf(ar) && !isfinite(ai)) { o_r = ar > 0 ? ar : 0; o_i = ar > 0 ? (cx_real_t)NAN : 0; } /* C99 cexp */
   else { o_r = (cx_real_t)(e * cos((double)ai)); o_i = (cx_real_t)(e * sin((double)ai)); }
 })
-/* the principal root, without cancellation: t = sqrt((|re| + |z|) / 2) on the larger side */
-CX_BOTH(CX_LOOP1, sqrt, {
-  double xr = ar, xi = ai;
-  if (xr == 0 && xi == 0) { o_r = 0; o_i = ai; } else {
-    double t = sqrt((fabs(xr) + hypot(xr, xi)) / 2);
-    if (xr >= 0) { o_r = (cx_real_t)t; o_i = (cx_real_t)(xi / (2 * t)); }
-    else { o_r = (cx_real_t)(fabs(xi) / (2 * t)); o_i = (cx_real_t)copysign(t, xi); }
-  }
-})
+/* the principal root as CPU takes it (std::sqrt of std::complex: C's csqrtf / csqrt, in the dtype's
+ * precision), with C99's values for infinite and NaN parts */
+#define CX_CSQRT(xr, xi, sr, si)                                        \
+  do {                                                                  \
+    if (sizeof(cx_real_t) == sizeof(float)) {                           \
+      float complex z_ = csqrtf(CMPLXF((float)(xr), (float)(xi)));      \
+      sr = (cx_real_t)crealf(z_), si = (cx_real_t)cimagf(z_);           \
+    } else {                                                            \
+      double complex z_ = csqrt(CMPLX((double)(xr), (double)(xi)));     \
+      sr = (cx_real_t)creal(z_), si = (cx_real_t)cimag(z_);             \
+    }                                                                   \
+  } while (0)
+CX_BOTH(CX_LOOP1, sqrt, CX_CSQRT(ar, ai, o_r, o_i))
 /* log(z) = log|z| + i arg(z) */
 CX_BOTH(CX_LOOP1, log, { o_r = (cx_real_t)log(hypot((double)ar, (double)ai)); o_i = (cx_real_t)atan2((double)ai, (double)ar); })
 /* the trigonometric and hyperbolic functions and their inverses: the C library's, in double */
@@ -187,15 +191,10 @@ CX_BOTH(CX_LOOP1, log10, {
   o_r = lr_ / l_;
   o_i = li_ / l_;
 })
-/* rsqrt(z) = 1 / sqrt(z) (CPU's rsqrt_wrapper), sqrt as the sqrt loop */
+/* rsqrt(z) = 1 / sqrt(z) (CPU's rsqrt_wrapper) */
 CX_BOTH(CX_LOOP1, rsqrt, {
-  double xr = ar, xi = ai;
   cx_real_t sr_, si_;
-  if (xr == 0 && xi == 0) { sr_ = 0; si_ = ai; } else {
-    double t = sqrt((fabs(xr) + hypot(xr, xi)) / 2);
-    if (xr >= 0) { sr_ = (cx_real_t)t; si_ = (cx_real_t)(xi / (2 * t)); }
-    else { sr_ = (cx_real_t)(fabs(xi) / (2 * t)); si_ = (cx_real_t)copysign(t, xi); }
-  }
+  CX_CSQRT(ar, ai, sr_, si_);
   CX_DIV((cx_real_t)1, (cx_real_t)0, sr_, si_, o_r, o_i);
 })
 /* sigmoid(z) = 1 / (1 + exp(-z)), silu(z) = z / (1 + exp(-z)), as CPU's complex paths */
