@@ -440,7 +440,8 @@ def main(argv=None):
     return 0
 
 
-DEFAULT_FILES = ["test_complex.py", "test_segment_reductions.py", "test_shape_ops.py", "test_sort_and_select.py"]
+DEFAULT_FILES = ["test_complex.py", "test_segment_reductions.py", "test_shape_ops.py", "test_sort_and_select.py",
+                 "test_view_ops.py", "test_indexing.py"]
 
 if __name__ == "__main__":
     sys.exit(main())
