@@ -352,8 +352,7 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
   if (info.meta_via == OpInfo::MetaVia::kIndexReduce && meta_stack.size() > 3 && meta_stack[0].isTensor() &&
       meta_stack[1].isInt() && meta_stack[2].isTensor() && meta_stack[3].isTensor()) {
     // (self, dim, index, source, ...): a source empty along dim, and its empty index, as one slice
-    const at::Tensor self = meta_stack[0].toTensor(), index = meta_stack[2].toTensor();
-    at::Tensor source = meta_stack[3].toTensor();
+    const at::Tensor index = meta_stack[2].toTensor(), source = meta_stack[3].toTensor();
     if (source.dim() > 0 && index.numel() == 0) {
       const int64_t d = c10::maybe_wrap_dim(meta_stack[1].toInt(), source.dim());
       if (source.size(d) == 0) {
