@@ -378,6 +378,9 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per test (default 120)")
     ap.add_argument("--file-timeout", type=float, default=0, help="seconds per file and device (0: none)")
     ap.add_argument("--no-cpu", action="store_true", help="do not run the files on CPU to compare")
+    ap.add_argument("--reuse-cpu", action="store_true",
+                    help="compare with the CPU results an earlier run saved in --out (same file and -k) instead "
+                         "of running the file on CPU again")
     ap.add_argument("--out", default=str(ROOT / "build" / "pytorch_suites"), help="report directory")
     ap.add_argument("-k", dest="only", default=None,
                     help="run only the tests whose name contains this string (the report is then partial)")
@@ -413,10 +416,18 @@ def main(argv=None):
             tpu = _run_file(p, "tpu", mode, args.timeout, workdir, args.file_timeout, args.only)
             cpu = None
             if not args.no_cpu:
+                saved = out / f"{p.stem}.cpu.json"
+                if p.name not in cpu_cache and args.reuse_cpu and saved.exists():
+                    prev = json.loads(saved.read_text())
+                    if prev.get("only") == args.only and prev.get("file_size") == p.stat().st_size:
+                        print(f"[{mode}] {p.name} on cpu: results of {saved}", flush=True)
+                        cpu_cache[p.name] = prev["run"]
                 if p.name not in cpu_cache:
                     print(f"[{mode}] {p.name} on cpu ...", flush=True)
                     cpu_cache[p.name] = _run_file(p, "cpu", mode, args.timeout, out, args.file_timeout,
                                                   args.only)
+                    saved.write_text(json.dumps({"only": args.only, "file_size": p.stat().st_size,
+                                                 "run": cpu_cache[p.name]}))
                 cpu = cpu_cache[p.name]
             row = _summarize(p.name, mode, tpu, cpu, known)
             (workdir / f"{p.stem}.json").write_text(json.dumps(row, indent=1))
@@ -429,7 +440,8 @@ def main(argv=None):
     return 0
 
 
-DEFAULT_FILES = ["test_complex.py", "test_segment_reductions.py", "test_shape_ops.py", "test_sort_and_select.py"]
+DEFAULT_FILES = ["test_complex.py", "test_segment_reductions.py", "test_shape_ops.py", "test_sort_and_select.py",
+                 "test_view_ops.py", "test_indexing.py"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -740,3 +740,174 @@ def test_complex_cat_with_an_empty_tensor_of_the_other_complex_dtype(tpu, eager_
     for y in (torch.tensor([], dtype=torch.complex64), torch.tensor([], dtype=torch.float32)):
         assert torch.equal(torch.cat([x.to(tpu), y.to(tpu)]).cpu(), torch.cat([x, y]))
         assert torch.equal(torch.cat([y.to(tpu), x.to(tpu)]).cpu(), torch.cat([y, x]))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("op", ["exp2", "expm1", "log2", "log10", "rsqrt", "sigmoid", "sinc", "silu"])
+def test_complex_unary_ops(op, dtype, tpu, eager_mode):
+    # test_unary_ufuncs (*_complex64): these ops had no complex kernel; zeros and infinities included
+    fn = torch.nn.functional.silu if op == "silu" else getattr(torch, op)
+    torch.manual_seed(0)
+    x = torch.randn(64, dtype=dtype) * 3
+    x[:4] = torch.tensor([0, 1e-4j, complex(float("inf"), 0), complex(0, 2)], dtype=dtype)
+    torch.testing.assert_close(fn(x.to(tpu)).cpu(), fn(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_masked_fill(dtype, tpu, eager_mode):
+    # test_unary_ufuncs: make_tensor's noncontiguous/extremal samples call masked_fill_ on complex
+    torch.manual_seed(0)
+    x = torch.randn(6, 5, dtype=dtype)
+    m = torch.rand(6, 5) > 0.5
+    for v in (2 + 3j, 1.5, torch.tensor(-1j, dtype=dtype)):
+        want = x.clone().masked_fill_(m, v)
+        got = x.to(tpu).masked_fill_(m.to(tpu), v.to(tpu) if isinstance(v, torch.Tensor) else v)
+        assert torch.equal(got.cpu(), want)
+    xt = x.to(tpu).t()  # a strided self, broadcast mask
+    assert torch.equal(xt.masked_fill(m[:, :1].t().to(tpu), 7j).cpu(), x.t().masked_fill(m[:, :1].t(), 7j))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_lerp_cumprod_var_mean(dtype, tpu, eager_mode):
+    # test_binary_ufuncs.test_lerp, test_tensor_creation_ops.test_vander_types (cumprod),
+    # test_reductions.test_var_mean_correction / test_std_mean_correction on complex
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 5, dtype=dtype), torch.randn(4, 5, dtype=dtype)
+    w = torch.rand(4, 5, dtype=dtype)
+    for weight, weight_tpu in ((0.3, 0.3), (0.8, 0.8), (0.7 + 0.2j, 0.7 + 0.2j), (w, w.to(tpu))):
+        torch.testing.assert_close(torch.lerp(x.to(tpu), y.to(tpu), weight_tpu).cpu(), torch.lerp(x, y, weight))
+    for d in (0, 1):
+        torch.testing.assert_close(torch.cumprod(x.to(tpu), d).cpu(), torch.cumprod(x, d))
+    for fn in (torch.var_mean, torch.std_mean):
+        for kw in ({}, {"dim": 1}, {"dim": (0, 1), "keepdim": True}, {"dim": 0, "correction": 0}):
+            want, got = fn(x, **kw), fn(x.to(tpu), **kw)
+            for a, b in zip(got, want):
+                assert a.dtype == b.dtype and a.shape == b.shape
+                torch.testing.assert_close(a.cpu(), b)
+
+
+@pytest.mark.parametrize("op", [torch.abs, torch.angle])
+def test_complex_to_real_op_into_a_complex_out(op, tpu, eager_mode):
+    # test_unary_ufuncs.test_abs_angle_complex_to_float: CPU takes a complex out= for abs/angle of a
+    # complex tensor and writes 0 imaginary parts (the out= starts with other values)
+    x = torch.tensor([1 + 1j, -2j, -3 + 0.5j, 0j])
+    out = torch.full((4,), 7 + 7j, device=tpu)
+    op(x.to(tpu), out=out)
+    want = torch.full((4,), 7 + 7j)
+    op(x, out=want)
+    assert torch.equal(out.cpu(), want)
+    _raises_like_cpu(lambda d: op(x.to(d), out=torch.empty(0, dtype=torch.long, device=d)), tpu, at_call=True)
+    wide = lambda d: op(x.to(d), out=torch.empty(0, dtype=torch.complex128, device=d))  # noqa: E731
+    if op is torch.abs:  # abs keeps the precision (TensorIterator's same-dtype check), angle widens it
+        _raises_like_cpu(wide, tpu, at_call=True)
+    else:
+        torch.testing.assert_close(wide(tpu).cpu(), wide("cpu"))
+
+
+def test_unique_dim(tpu, eager_mode):
+    # test_sort_and_select.test_unique_dim: aten::unique_dim had no tpu kernel
+    x = torch.tensor([[[1, 1], [0, 1], [2, 1], [0, 1]], [[1, 1], [0, 1], [2, 1], [0, 1]]])
+    for t in (x, x.float(), x.bool(), torch.tensor([[1, 2], [0, 1], [1, 2], [0, 0]])):
+        for dim in range(t.dim()):
+            want = torch.unique(t, dim=dim, return_inverse=True, return_counts=True)
+            got = torch.unique(t.to(tpu), dim=dim, return_inverse=True, return_counts=True)
+            for a, b in zip(got, want):
+                assert torch.equal(a.cpu(), b)
+    for shape, dim in (((5, 0), 1), ((0, 3), 0)):
+        got = torch.unique(torch.empty(shape, device=tpu), dim=dim, return_inverse=True, return_counts=True)
+        want = torch.unique(torch.empty(shape), dim=dim, return_inverse=True, return_counts=True)
+        assert [g.shape for g in got] == [w.shape for w in want]
+    for shape, dim in (((5, 0, 5), 0), ((5, 0, 0), 1), ((), 0), ((3, 2), 2)):
+        _raises_like_cpu(lambda d: torch.unique(torch.ones(shape, device=d), dim=dim), tpu, at_call=True)
+
+
+def test_nansum_and_copy_of_65_dims(tpu, eager_mode):
+    # test_reductions.test_dim_ndim_limit_nansum / test_dim_reduction_less_than_64: CPU's 64-dims error at
+    # the call; copy_ of a 65-d tensor works on CPU, and on tpu (the size-1 dims folded away)
+    t = torch.randn([1] * 65)
+    _raises_like_cpu(lambda d: torch.nansum(t.to(d), dim=0), tpu, at_call=True)
+    _raises_like_cpu(lambda d: torch.logsumexp(t.to(d), dim=-1), tpu, at_call=True)
+    u = torch.randn([1] * 30 + [3] + [1] * 30 + [2] + [1] * 4)
+    assert torch.equal(u.to(tpu).clone().cpu(), u)
+    w = torch.empty([1] * 30 + [2] + [1] * 30 + [3] + [1] * 4, device=tpu)
+    w.copy_(u.to(tpu).transpose(30, 61))
+    assert torch.equal(w.cpu(), u.transpose(30, 61))
+
+
+@pytest.mark.parametrize("reduce", ["prod", "amax", "mean"])
+def test_index_reduce_of_a_source_empty_along_dim(reduce, tpu, eager_mode):
+    # test_indexing.test_index_reduce: ATen's C++ meta selects slice 0 of an empty source (CPU never does)
+    d, s, i = torch.randn(3, 4, 5), torch.randn(3, 4, 0), torch.zeros(0, dtype=torch.long)
+    got = d.to(tpu).index_reduce_(2, i.to(tpu), s.to(tpu), reduce)
+    assert torch.equal(got.cpu(), d.clone().index_reduce_(2, i, s, reduce))
+    assert torch.equal(d.to(tpu).index_reduce(2, i.to(tpu), s.to(tpu), reduce, include_self=False).cpu(),
+                       d.index_reduce(2, i, s, reduce, include_self=False))
+
+
+def test_randperm(tpu, eager_mode):
+    # test_tensor_creation_ops.test_randperm, test_indexing.test_index_copy: aten::randperm had no tpu kernel
+    for n, dtype in ((0, torch.long), (1, torch.long), (100, torch.long), (2049, torch.half), (300, torch.float),
+                     (255, torch.uint8)):
+        p = torch.randperm(n, dtype=dtype, device=tpu).cpu()
+        assert p.dtype == dtype and torch.equal(p.long().sort().values, torch.arange(n))
+    g = torch.Generator(tpu)
+    g.manual_seed(7)
+    a = torch.randperm(1000, device=tpu, generator=g)
+    g.manual_seed(7)
+    b = torch.randperm(1000, device=tpu, generator=g)
+    assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(a.cpu(), torch.arange(1000))
+    nc = torch.zeros((2, 3), dtype=torch.long, device=tpu).t()
+    torch.randperm(6, out=nc)
+    assert nc.shape == (6,) and torch.equal(nc.cpu().sort().values, torch.arange(6))
+    for dtype, n in ((torch.half, 2050), (torch.float, 2 ** 24 + 2), (torch.long, -1)):
+        _raises_like_cpu(lambda d: torch.randperm(n, out=torch.empty(0, dtype=dtype, device=d)), tpu, at_call=True)
+    with pytest.raises(RuntimeError):  # n - 1 does not fit uint8 (CPU's words name the C type)
+        torch.randperm(257, out=torch.empty(0, dtype=torch.uint8, device=tpu))
+
+
+def test_index_put_warnings_and_checks_as_cpu(tpu, eager_mode):
+    # test_indexing.test_byte_tensor_assignment / test_byte_mask_accumulate: a uint8 mask warns once per call;
+    # test_index_put_accumulate_empty: no index tensors, values must broadcast to self
+    import warnings
+    for fn in (lambda x, b, v: x.__setitem__(b, v), lambda x, b, v: x[b],
+               lambda x, b, v: x.index_put_((b,), v, accumulate=True)):
+        counts = []
+        for d in ("cpu", tpu):
+            x = torch.arange(16.0, device=d).view(4, 4)
+            b = torch.tensor([1, 0, 1, 0], dtype=torch.uint8, device=d)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                fn(x, b, torch.tensor([3.0, 4.0, 5.0, 6.0], device=d))
+            counts.append(len([m for m in w if "uint8" in str(m.message)]))
+        assert counts[0] == counts[1] == 1
+    _raises_like_cpu(lambda d: torch.rand([], device=d).index_put([], torch.tensor([1.0], device=d), True), tpu,
+                     at_call=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_index_copy_fill_select(dtype, tpu, eager_mode):
+    # test_indexing.test_index_copy / test_index_copy_scalars / test_index_fill / test_index_select on complex
+    x, s, i = torch.randn(4, 5, dtype=dtype), torch.randn(4, 3, dtype=dtype), torch.tensor([4, 0, 2])
+    assert torch.equal(x.to(tpu).index_copy_(1, i.to(tpu), s.to(tpu)).cpu(), x.clone().index_copy_(1, i, s))
+    t, one = torch.tensor(2 + 1j, dtype=dtype), torch.tensor([0])
+    assert torch.equal(t.to(tpu).index_copy(0, one.to(tpu), torch.tensor([5 - 1j], dtype=dtype, device=tpu)).cpu(),
+                       t.index_copy(0, one, torch.tensor([5 - 1j], dtype=dtype)))
+    for idx in (one, torch.tensor(0)):
+        assert torch.equal(t.to(tpu).index_select(0, idx.to(tpu)).cpu(), t.index_select(0, idx))
+    for v in (0, -1, 2.5, 1 + 2j, torch.tensor(3 - 1j), torch.tensor(2.0)):
+        vt = v.to(tpu) if isinstance(v, torch.Tensor) else v
+        assert torch.equal(x.to(tpu).index_fill_(1, i.to(tpu), vt).cpu(), x.clone().index_fill_(1, i, v))
+        assert torch.equal(x.to(tpu).index_fill(0, one.to(tpu), vt).cpu(), x.index_fill(0, one, v))
+    assert torch.equal(t.to(tpu).index_fill(0, one.to(tpu), -1).cpu(), t.index_fill(0, one, -1))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_sqrt_rsqrt_of_extremal_values(dtype, tpu, eager_mode):
+    # test_unary_ufuncs.test_reference_numerics_extremal_sqrt (complex64): infinite and NaN parts take C99's
+    # values, and complex64 rounds as CPU's csqrtf does
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([complex(a, b) for a in (inf, -inf, nan, 0.0, -0.0, 1.0, -1.0, 1e-30)
+                      for b in (inf, -inf, nan, 0.0, -0.0, 1.0, -1.0)], dtype=dtype)
+    for fn in (torch.sqrt, torch.rsqrt):
+        got, want = fn(x.to(tpu)).cpu(), fn(x)
+        assert [str(v) for v in got.tolist()] == [str(v) for v in want.tolist()]

@@ -431,10 +431,35 @@ def _ctc_loss_backward_meta(grad, log_probs, targets, input_lengths, target_leng
     return log_probs.new_empty(log_probs.shape)
 
 
+_RANDPERM_FLOAT_LIMIT = {torch.float16: ((1 << 11) + 1, "2049", "Half"),
+                         torch.float32: ((1 << 24) + 1, "2^24+1", "Float"),
+                         torch.float64: ((1 << 53) + 1, "2^53+1", "Double")}
+
+
+def _randperm_out(n, *, generator=None, out):
+    """randperm(n) into out: CPU's checks (n >= 0; n - 1 representable in out's dtype, exactly for
+    floating types), then the order that sorts n uniform float64 keys drawn on the device (from
+    `generator` or the default tpu generator): a uniformly random permutation, as the keys are
+    distinct with probability 1 - n^2 / 2^54."""
+    torch._check(n >= 0, lambda: f"n must be non-negative, got{n}")
+    if out.dtype in _RANDPERM_FLOAT_LIMIT:
+        limit, words, name = _RANDPERM_FLOAT_LIMIT[out.dtype]
+        torch._check(n <= limit, lambda: f"n cannot be greater than {words} for {name} type.")
+    elif out.dtype != torch.bool and not out.dtype.is_floating_point:
+        hi = torch.iinfo(out.dtype).max
+        torch._check(n - 1 <= hi, lambda: f"value cannot be converted to type {out.dtype} without overflow")
+    keys = torch.rand(n, dtype=torch.float64, device=out.device, generator=generator)
+    perm = keys.argsort(stable=True)
+    if out.shape != (n,):
+        out.resize_(n)
+    return out.copy_(perm)
+
+
 def register_kernels(lib) -> "list[str]":
     lib.impl("addbmm_", _addbmm_, "PrivateUse1")
+    lib.impl("randperm.generator_out", _randperm_out, "PrivateUse1")
     lib.impl("_efficientzerotensor", _efficientzerotensor, "PrivateUse1")
     for overload in ("_ctc_loss_backward", "_ctc_loss_backward.Tensor"):
         if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{overload}", "Meta"):
             lib.impl(overload, _ctc_loss_backward_meta, "Meta")
-    return ["aten::addbmm_", "aten::_efficientzerotensor"]
+    return ["aten::addbmm_", "aten::_efficientzerotensor", "aten::randperm.generator_out"]

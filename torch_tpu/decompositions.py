@@ -127,6 +127,44 @@ def _unique_consecutive(self, return_inverse=False, return_counts=False, dim=Non
     return out, inverse, counts
 
 
+def _unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
+    """unique_dim: the distinct slices along dim, in lexicographic order of their elements (as CPU
+    sorts them; NaN, which CPU's comparator leaves unordered, sorts above +inf here). The order comes
+    from stable sorts by each element of the slices, the last first; inverse maps every slice to its
+    unique one, counts are the run lengths."""
+    nd = self.dim()
+    if nd == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    if not -nd <= dim < nd:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {dim})")
+    dim %= nd
+    n = self.shape[dim]
+    long = dict(dtype=torch.long, device=self.device)
+    zero_dims = list(self.shape).count(0)
+    if n == 0:  # CPU's checks and result for empty tensors
+        torch._check(zero_dims == 1,
+                     lambda: "Number of zero sized dimensions is more than one, so unique cannot be applied ")
+        return torch.empty_like(self), torch.empty(0, **long), torch.empty(0, **long)
+    torch._check(zero_dims == 0,
+                 lambda: "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    rows = self.movedim(dim, 0).reshape(n, -1)
+    perm = torch.arange(n, **long)
+    for col in range(rows.shape[1] - 1, -1, -1):
+        key = rows[:, col].index_select(0, perm)
+        perm = perm.index_select(0, key.sort(stable=True).indices)
+    srt = rows.index_select(0, perm)
+    mask = torch.ones(n, dtype=torch.bool, device=self.device)
+    if n > 1:
+        mask[1:] = (srt[1:] != srt[:-1]).any(1)
+    out = self.index_select(dim, perm[mask])
+    inverse = torch.empty(0, **long)
+    if return_inverse:
+        inverse = torch.empty(n, **long)
+        inverse[perm] = mask.long().cumsum(0) - 1
+    counts = _run_counts(mask, n) if return_counts else torch.empty(0, **long)
+    return out, inverse, counts
+
+
 def _matrix_exp(self):
     """linalg_matrix_exp: scaling and squaring with a [13/13] Pade approximant (Higham 2005),
     through matmul and linalg.solve; 16-bit floats compute in float32."""
@@ -159,6 +197,7 @@ def _coverage_decompositions() -> dict:
         aten._unique2.default: _unique2,
         aten._unique.default: _unique,
         aten.unique_consecutive.default: _unique_consecutive,
+        aten.unique_dim.default: _unique_dim,
         aten.linalg_matrix_exp.default: _matrix_exp,
     }
 

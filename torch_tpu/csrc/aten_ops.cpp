@@ -104,6 +104,26 @@ void submit_copy_kernel(const at::Tensor& dst, const at::Tensor& src, const char
     submit_copy_kernel(mid, src.expand(dst.sizes()), op);
     return submit_copy_kernel(dst, mid, op);
   }
+  if (dst.dim() > TPURT_MAX_DIMS) {
+    // More dims than a kernel takes (CPU copies up to its 64 and more): drop the size-1 dims and
+    // merge the dims that are contiguous in both tensors; what still has too many is refused below.
+    at::Tensor s = src.sizes().equals(dst.sizes()) ? src : src.expand(dst.sizes());
+    c10::SmallVector<int64_t, TPURT_MAX_DIMS> sz, ds, ss;
+    for (int64_t k = 0; k < dst.dim(); ++k) {
+      const int64_t n = dst.size(k);
+      if (n == 1) continue;
+      if (!sz.empty() && ds.back() == dst.stride(k) * n && ss.back() == s.stride(k) * n) {
+        sz.back() *= n;
+        ds.back() = dst.stride(k);
+        ss.back() = s.stride(k);
+        continue;
+      }
+      sz.push_back(n);
+      ds.push_back(dst.stride(k));
+      ss.push_back(s.stride(k));
+    }
+    if (sz.size() <= TPURT_MAX_DIMS) return submit_copy_kernel(dst.as_strided(sz, ds), s.as_strided(sz, ss), op);
+  }
   const tpurt_op_def_t* def = copy_kernel();
   if (dst.is_complex() || src.is_complex()) {
     def = complex_copy_kernel();

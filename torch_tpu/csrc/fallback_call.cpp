@@ -29,6 +29,8 @@ c10::ScalarType from_tpurt_dtype(tpurt_dtype_t dtype) {
 
 void fill_tensor_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* op) {
   int64_t ndim = t.dim();
+  // Past 64 dims CPU's TensorIterator refuses the tensor: the same RuntimeError, in its words.
+  TORCH_CHECK(ndim <= 64, "only tensors with up to 64 dims are supported");
   TORCH_CHECK_NOT_IMPLEMENTED(ndim <= TPURT_MAX_DIMS, op, ": tensors of ", ndim,
                               " dimensions are not supported on the tpu device (at most ",
                               TPURT_MAX_DIMS, ")");

@@ -87,6 +87,9 @@ void expand_bool_indices(const Call& c) {
     at::Tensor t = e.toTensor();
     if (t.is_cpu()) t = t.to(self.device());
     if (t.scalar_type() == c10::kBool || t.scalar_type() == c10::kByte) {
+      // ATen's words; aten::index has warned already, above the backend
+      if (t.scalar_type() == c10::kByte && c.info.base != "index")
+        TORCH_WARN("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.");
       // ATen's expandTensors: a mask covers t.dim() dims of self, size for size
       for (int64_t j = 0; j < t.dim(); ++j)
         TORCH_CHECK_INDEX(pos + j < self.dim() && t.size(j) == self.size(pos + j), "The shape of the mask ",

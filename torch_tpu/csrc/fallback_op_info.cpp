@@ -116,6 +116,10 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   // bool ** True as int64 and refuses the bool out tensor that the C++
   // structured meta (and CPU) chose; only the out layout is needed here.
   if (full_name == "aten::pow.Tensor_Scalar_out") return OpInfo::MetaVia::kPowScalarOut;
+  // abs.out, angle.out: CPU's unary_op_impl_with_complex_to_float_out takes a complex out= for a
+  // complex self (the real result, imaginary parts 0), which PyTorch's Python meta (torch._refs.abs)
+  // refuses, and checks a real out= with its own words.
+  if (full_name == "aten::abs.out" || full_name == "aten::angle.out") return OpInfo::MetaVia::kComplexToFloatOut;
   // geqrf has no meta function; its shapes follow from the input's.
   if (full_name == "aten::geqrf" || full_name == "aten::geqrf.a") return OpInfo::MetaVia::kGeqrf;
   // _thnn_fused_lstm_cell's Python meta dereferences its optional biases.
@@ -127,6 +131,9 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   if (full_name == "aten::nll_loss_backward" || full_name == "aten::nll_loss2d_backward" ||
       full_name == "aten::nll_loss_backward.grad_input" || full_name == "aten::nll_loss2d_backward.grad_input")
     return OpInfo::MetaVia::kNllLossBackward;
+  // index_reduce's C++ meta selects slice 0 of source along dim, which a source empty along dim
+  // lacks (CPU's kernel never selects it); the layout is self's either way.
+  if (full_name.compare(0, 18, "aten::index_reduce") == 0) return OpInfo::MetaVia::kIndexReduce;
   return OpInfo::MetaVia::kSelf;
 }
 

@@ -13,6 +13,7 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/DefaultDtype.h>
 
 #include "fallback.h"
@@ -305,6 +306,21 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
         c10::Dispatcher::singleton().findSchemaOrThrow("aten::pow", "Tensor_Scalar");
     meta_op = &pow_ts;
     meta_stack.pop_back();  // the out argument
+  } else if (info.meta_via == OpInfo::MetaVia::kComplexToFloatOut && args.size() == 2 && args[0].isTensor() &&
+             args[1].isTensor() && args[0].toTensor().is_complex()) {
+    // the functional op's layout (self's shape), after CPU's check of the out= dtype; into a complex
+    // out= the complex kernel writes 0 imaginary parts
+    const c10::ScalarType real = c10::toRealValueType(args[0].toTensor().scalar_type());
+    const c10::ScalarType r = args[1].toTensor().scalar_type();
+    TORCH_CHECK(c10::isComplexType(r) || c10::canCast(real, r), "result type ", real,
+                " can't be cast to the desired output type ", r);
+    const bool is_abs = info.base == "abs";  // abs keeps a complex result's precision, angle may widen it
+    TORCH_CHECK(!is_abs || !c10::isComplexType(r) || r == args[0].toTensor().scalar_type(), "Found dtype ", r,
+                " but expected ", args[0].toTensor().scalar_type());
+    static const c10::OperatorHandle abs = c10::Dispatcher::singleton().findSchemaOrThrow("aten::abs", "");
+    static const c10::OperatorHandle angle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::angle", "");
+    meta_op = is_abs ? &abs : &angle;
+    meta_stack.pop_back();  // the out argument
   } else if (info.meta_via == OpInfo::MetaVia::kConvolutionBackward) {
     // convolution_backward adds bias_sizes after weight: [out_channels].
     static const c10::OperatorHandle conv_bwd =
@@ -331,6 +347,20 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
     if (t < meta_stack.size() && meta_stack[t].isTensor()) {
       const at::Tensor target = meta_stack[t].toTensor();
       if (target.defined() && target.scalar_type() == at::kByte) meta_stack[t] = target.to(at::kLong);
+    }
+  }
+  if (info.meta_via == OpInfo::MetaVia::kIndexReduce && meta_stack.size() > 3 && meta_stack[0].isTensor() &&
+      meta_stack[1].isInt() && meta_stack[2].isTensor() && meta_stack[3].isTensor()) {
+    // (self, dim, index, source, ...): a source empty along dim, and its empty index, as one slice
+    const at::Tensor index = meta_stack[2].toTensor(), source = meta_stack[3].toTensor();
+    if (source.dim() > 0 && index.numel() == 0) {
+      const int64_t d = c10::maybe_wrap_dim(meta_stack[1].toInt(), source.dim());
+      if (source.size(d) == 0) {
+        std::vector<int64_t> sizes = source.sizes().vec();
+        sizes[d] = 1;
+        meta_stack[3] = at::empty(sizes, source.options());
+        meta_stack[2] = at::zeros({1}, index.options());
+      }
     }
   }
   try {

@@ -55,11 +55,12 @@ void index_put_shapes(const Call& c) {
     if (first < 0) first = static_cast<int64_t>(i);
     last = static_cast<int64_t>(i);
   }
-  if (!any) return;
   // the indexing result: the broadcast index shape replaces the indexed dims
-  // (placed first when the indexed dims are not adjacent)
+  // (placed first when the indexed dims are not adjacent); with no index tensor, self's shape
   std::vector<int64_t> result;
-  if (adjacent) {
+  if (!any) {
+    result = self.sizes().vec();
+  } else if (adjacent) {
     for (int64_t d = 0; d < first; ++d) result.push_back(self.size(d));
     result.insert(result.end(), bshape.begin(), bshape.end());
     for (int64_t d = last + 1; d < self.dim(); ++d) result.push_back(self.size(d));

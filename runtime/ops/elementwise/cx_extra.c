@@ -2,7 +2,7 @@
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
  * view_as_real), eq/ne, logical_and/or/xor, isnan (z != z), the factories linspace, logspace and
- * eye, the reductions var/std/prod/all/any/count_nonzero/linalg_vector_norm, and index_put_ (x[i] = v, accumulate too)
+ * eye, cumprod, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, and index_put_ (x[i] = v, accumulate too)
  * through the index kernel on the (real, imaginary) pairs. */
 #include <complex.h>
 #include <math.h>
@@ -283,6 +283,32 @@ static tpurt_status_t cx_var_std(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   return TPURT_OK;
 }
 
+/* cumprod(self, dim, dtype?) of a complex input: row by row along dim, the running product in
+ * complex128 (CPU's acc_type) with c10::complex's plain multiply, rounded to the output's dtype */
+static tpurt_status_t k_cumprod(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  const tpurt_tensor_t* in = tpurt_arg_tensor(call, 0);
+  if (!in || call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "cumprod: expected (self, dim) and a complex output");
+  const tpurt_tensor_t* out = &call->outputs[0];
+  int32_t dim;
+  TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim("cumprod", tpurt_arg_int(call, 1, 0), in->ndim, &dim));
+  if (tpurt_tensor_numel(in) == 0) return TPURT_OK;
+  int64_t n = in->ndim ? in->sizes[dim] : 1, rows = tpurt_tensor_numel(in) / n;
+  int64_t is = in->ndim ? in->strides[dim] : 0, os = in->ndim ? out->strides[dim] : 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t io = in->ndim ? tpurt_tensor_offset_of(in, row, dim) : 0;
+    int64_t oo = in->ndim ? tpurt_tensor_offset_of(out, row, dim) : 0;
+    double ar = 1, ai = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      cx_val_t v = cx_load(in, io + i * is);
+      double r = ar * v.re - ai * v.im, im = ar * v.im + ai * v.re;
+      ar = r, ai = im;
+      cx_store(out, oo + i * os, CMPLX(ar, ai));
+    }
+  }
+  return TPURT_OK;
+}
+
 typedef enum { CXR_PROD, CXR_ALL, CXR_ANY, CXR_COUNT } cxr_kind_t;
 typedef struct cxr_job_t {
   const tpurt_tensor_t* in;
@@ -375,6 +401,31 @@ static tpurt_status_t cx_vector_norm(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
 }
 static tpurt_status_t k_vector_norm(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_vector_norm(x, c, false); }
 static tpurt_status_t r_vector_norm(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_vector_norm(x, c, true); }
+/* var_mean / std_mean(self, dim?, correction, keepdim) -> (real var or std, complex mean): the
+ * var/std above into outputs[0], then complex::mean(self, dim?, keepdim) into outputs[1] */
+static tpurt_status_t cx_var_std_mean(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref, bool std) {
+  const tpurt_op_def_t* mean = tpurt_op_lookup("complex::mean");
+  if (!mean || call->num_outputs < 2 || call->num_args < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, dim?, correction, keepdim) and 2 outputs", call->name);
+  tpurt_op_call_t vc = *call;
+  vc.num_outputs = 1;
+  TPURT_RETURN_IF_ERROR(cx_var_std(ctx, &vc, ref, std));
+  tpurt_arg_t args[4];
+  memset(args, 0, sizeof(args));
+  args[0] = call->args[0];
+  if (call->num_args > 1) args[1] = call->args[1];
+  else args[1].kind = TPURT_ARG_NONE;
+  args[2].kind = TPURT_ARG_BOOL;
+  args[2].v.b = tpurt_arg_bool(call, 3, false);
+  args[3].kind = TPURT_ARG_NONE;
+  tpurt_op_call_t mc = {.name = "mean", .overload = "dim", .num_args = 4, .args = args, .num_outputs = 1,
+                        .outputs = &call->outputs[1]};
+  return (ref ? mean->reference : mean->fn)(ctx, &mc);
+}
+static tpurt_status_t k_var_mean(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std_mean(x, c, false, false); }
+static tpurt_status_t r_var_mean(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std_mean(x, c, true, false); }
+static tpurt_status_t k_std_mean(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std_mean(x, c, false, true); }
+static tpurt_status_t r_std_mean(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std_mean(x, c, true, true); }
 static tpurt_status_t k_var(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std(x, c, false, false); }
 static tpurt_status_t r_var(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std(x, c, true, false); }
 static tpurt_status_t k_std(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_var_std(x, c, false, true); }
@@ -441,6 +492,9 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::linalg_vector_norm", k_vector_norm, r_vector_norm, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::var", k_var, r_var, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::std", k_std, r_std, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::cumprod", k_cumprod, k_cumprod, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::var_mean", k_var_mean, r_var_mean, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::std_mean", k_std_mean, r_std_mean, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     /* plain loops: each is its own reference */
     {"complex::prod", k_prod, k_prod, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::all", k_all, k_all, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},

@@ -1,6 +1,7 @@
 /* Elementwise kernels on complex64/complex128 (registered "complex::<op>", or
  * flagged TPURT_OP_COMPLEX for ops born complex): copy and fill, arithmetic,
- * pow, reciprocal, log1p, logaddexp, neg/conj/sgn, abs/angle, exp, log, sqrt, the trigonometric and hyperbolic functions and their inverses, logical_not, where, complex(real, imag) and polar(abs, angle).
+ * pow, reciprocal, log1p, logaddexp, neg/conj/sgn, abs/angle, exp, exp2, expm1, log, log2, log10, sqrt,
+ * rsqrt, sigmoid, silu, sinc, masked_fill, lerp, the trigonometric and hyperbolic functions and their inverses, logical_not, where, complex(real, imag) and polar(abs, angle).
  * They run on the elementwise engine (broadcasting, strides, threads); a loop
  * reads complex operands as they are and real operands cast by the engine to
  * the compute precision's real type, so the real-dtype kernels and the fusion
@@ -15,7 +16,7 @@
 #include "ops/elementwise/elementwise.h"
 
 typedef struct cx_user_t {
-  bool cplx[TPURT_EW_MAX_OPERANDS]; /* operand k is complex (else real, in the compute's real type) */
+  bool cplx[TPURT_EW_MAX_OPERANDS]; /* operand k is complex (else real, in the compute's real type); 0: the output */
   double alpha_re, alpha_im;         /* add/sub: other is scaled by alpha */
 } cx_user_t;
 
@@ -52,7 +53,7 @@ typedef struct cx_user_t {
       if (NIN >= 3) CX_LD(R, 3, i, cr, ci);                                       \
       (void)ai, (void)br, (void)bi, (void)cr, (void)ci;                           \
       __VA_ARGS__;                                                                \
-      if (OUT_CPLX) CX_ST(R, i, o_r, o_i);                                        \
+      if (OUT_CPLX || u->cplx[0]) CX_ST(R, i, o_r, o_i); /* a real result: 0j */  \
       else *(R*)(d[0] + i * s[0]) = o_r;                                          \
     }                                                                             \
   }
@@ -82,15 +83,19 @@ CX_BOTH(CX_LOOP1, exp, {
   else if (isinf(ar) && !isfinite(ai)) { o_r = ar > 0 ? ar : 0; o_i = ar > 0 ? (cx_real_t)NAN : 0; } /* C99 cexp */
   else { o_r = (cx_real_t)(e * cos((double)ai)); o_i = (cx_real_t)(e * sin((double)ai)); }
 })
-/* the principal root, without cancellation: t = sqrt((|re| + |z|) / 2) on the larger side */
-CX_BOTH(CX_LOOP1, sqrt, {
-  double xr = ar, xi = ai;
-  if (xr == 0 && xi == 0) { o_r = 0; o_i = ai; } else {
-    double t = sqrt((fabs(xr) + hypot(xr, xi)) / 2);
-    if (xr >= 0) { o_r = (cx_real_t)t; o_i = (cx_real_t)(xi / (2 * t)); }
-    else { o_r = (cx_real_t)(fabs(xi) / (2 * t)); o_i = (cx_real_t)copysign(t, xi); }
-  }
-})
+/* the principal root as CPU takes it (std::sqrt of std::complex: C's csqrtf / csqrt, in the dtype's
+ * precision), with C99's values for infinite and NaN parts */
+#define CX_CSQRT(xr, xi, sr, si)                                        \
+  do {                                                                  \
+    if (sizeof(cx_real_t) == sizeof(float)) {                           \
+      float complex z_ = csqrtf(CMPLXF((float)(xr), (float)(xi)));      \
+      sr = (cx_real_t)crealf(z_), si = (cx_real_t)cimagf(z_);           \
+    } else {                                                            \
+      double complex z_ = csqrt(CMPLX((double)(xr), (double)(xi)));     \
+      sr = (cx_real_t)creal(z_), si = (cx_real_t)cimag(z_);             \
+    }                                                                   \
+  } while (0)
+CX_BOTH(CX_LOOP1, sqrt, CX_CSQRT(ar, ai, o_r, o_i))
 /* log(z) = log|z| + i arg(z) */
 CX_BOTH(CX_LOOP1, log, { o_r = (cx_real_t)log(hypot((double)ar, (double)ai)); o_i = (cx_real_t)atan2((double)ai, (double)ar); })
 /* the trigonometric and hyperbolic functions and their inverses: the C library's, in double */
@@ -155,6 +160,63 @@ static void cx_logaddexp(double ar, double ai, double br, double bi, double* o_r
     *o_r = lr + mxr, *o_i = li + mxi;
   }
 }
+/* exp in double, as the exp loop: exactly e^re when im is 0, C99's values for an infinite re with a non-finite im */
+static void cx_exp_d(double ar, double ai, double* o_r, double* o_i) {
+  double e = exp(ar);
+  if (ai == 0) { *o_r = e; *o_i = ai; }
+  else if (isinf(ar) && !isfinite(ai)) { *o_r = ar > 0 ? ar : 0; *o_i = ar > 0 ? NAN : 0; }
+  else { *o_r = e * cos(ai); *o_i = e * sin(ai); }
+}
+/* exp2(z) = exp(ln 2 * z) (CPU's exp2_impl: no std::exp2 for complex); the product rounds to the dtype first */
+CX_BOTH(CX_LOOP1, exp2, {
+  const cx_real_t ln2 = (cx_real_t)0.693147180559945309417232121458176;
+  double r_, i_; cx_exp_d((double)(ln2 * ar), (double)(ln2 * ai), &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_;
+})
+/* c10::complex's expm1: expm1(x) cos(y) - 2 sin(y / 2)^2 + i e^x sin(y), without cancellation near 0 */
+CX_BOTH(CX_LOOP1, expm1, {
+  double x_ = ar, y_ = ai, a_ = sin(y_ / 2);
+  o_r = (cx_real_t)(expm1(x_) * cos(y_) - 2 * a_ * a_);
+  o_i = (cx_real_t)(exp(x_) * sin(y_));
+})
+/* log2(z), log10(z) = log(z) / log(2 or 10), as c10's complex_math: a complex over a real, part by part */
+CX_BOTH(CX_LOOP1, log2, {
+  const cx_real_t l_ = (cx_real_t)log(2.0);
+  cx_real_t lr_ = (cx_real_t)log(hypot((double)ar, (double)ai)), li_ = (cx_real_t)atan2((double)ai, (double)ar);
+  o_r = lr_ / l_;
+  o_i = li_ / l_;
+})
+CX_BOTH(CX_LOOP1, log10, {
+  const cx_real_t l_ = (cx_real_t)log(10.0);
+  cx_real_t lr_ = (cx_real_t)log(hypot((double)ar, (double)ai)), li_ = (cx_real_t)atan2((double)ai, (double)ar);
+  o_r = lr_ / l_;
+  o_i = li_ / l_;
+})
+/* rsqrt(z) = 1 / sqrt(z) (CPU's rsqrt_wrapper) */
+CX_BOTH(CX_LOOP1, rsqrt, {
+  cx_real_t sr_, si_;
+  CX_CSQRT(ar, ai, sr_, si_);
+  CX_DIV((cx_real_t)1, (cx_real_t)0, sr_, si_, o_r, o_i);
+})
+/* sigmoid(z) = 1 / (1 + exp(-z)), silu(z) = z / (1 + exp(-z)), as CPU's complex paths */
+CX_BOTH(CX_LOOP1, sigmoid, {
+  double r_, i_; cx_exp_d(-(double)ar, -(double)ai, &r_, &i_);
+  cx_real_t dr_ = (cx_real_t)(1 + r_), di_ = (cx_real_t)i_;
+  CX_DIV((cx_real_t)1, (cx_real_t)0, dr_, di_, o_r, o_i);
+})
+CX_BOTH(CX_LOOP1, silu, {
+  double r_, i_; cx_exp_d(-(double)ar, -(double)ai, &r_, &i_);
+  cx_real_t dr_ = (cx_real_t)(1 + r_), di_ = (cx_real_t)i_;
+  CX_DIV(ar, ai, dr_, di_, o_r, o_i);
+})
+/* sinc(z) = sin(pi z) / (pi z), and 1 at 0 */
+CX_BOTH(CX_LOOP1, sinc, {
+  if (ar == 0 && ai == 0) { o_r = 1; o_i = 0; } else {
+    const cx_real_t pi_ = (cx_real_t)3.14159265358979323846264338327950288;
+    cx_real_t pr_ = pi_ * ar, pi2_ = pi_ * ai;
+    double r_, i_; tpurt_cx_math_sin(pr_, pi2_, &r_, &i_);
+    CX_DIV((cx_real_t)r_, (cx_real_t)i_, pr_, pi2_, o_r, o_i);
+  }
+})
 CX_BOTH(CX_LOOP1, log1p, { double r_, i_; cx_log1p(ar, ai, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
 CX_BOTH(CX_LOOP2, logaddexp, { double r_, i_; cx_logaddexp(ar, ai, br, bi, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
 CX_BOTH(CX_LOOP1, reciprocal, CX_DIV((cx_real_t)1, (cx_real_t)0, ar, ai, o_r, o_i))
@@ -205,6 +267,18 @@ CX_BOTH(CX_LOOP3, addcdiv, {
   CX_DIV(br, bi, cr, ci, pr, pi);
   o_r = ar + (alr * pr - ali * pi);
   o_i = ai + (alr * pi + ali * pr);
+})
+/* lerp(self, end, weight) as CPU's lerp: self + w (end - self) for |w| < 0.5, else end - (end - self)(1 - w) */
+CX_BOTH(CX_LOOP3, lerp, {
+  cx_real_t dr = br - ar, di = bi - ai;
+  if (hypot(cr, ci) < 0.5) {
+    o_r = ar + (cr * dr - ci * di);
+    o_i = ai + (cr * di + ci * dr);
+  } else {
+    cx_real_t wr = 1 - cr, wi = -ci;
+    o_r = br - (dr * wr - di * wi);
+    o_i = bi - (dr * wi + di * wr);
+  }
 })
 /* complex(real, imag) and polar(abs, angle): both inputs real */
 CX_BOTH(CX_LOOP2, make, { o_r = ar; o_i = br; })
@@ -267,7 +341,8 @@ static tpurt_status_t cx_run(tpurt_kernel_ctx_t* ctx, const char* op, tpurt_dtyp
                         tpurt_dtype_name(out->dtype), tpurt_dtype_name(compute));
   if (tpurt_tensor_numel(out) == 0) return TPURT_OK;
   cfg.tensors[0] = out;
-  cfg.loop_dtypes[0] = tpurt_dtype_is_complex(out->dtype) ? compute : real;
+  u->cplx[0] = tpurt_dtype_is_complex(out->dtype);
+  cfg.loop_dtypes[0] = u->cplx[0] ? compute : real;
   tpurt_tensor_t dense[TPURT_EW_MAX_OPERANDS];
   for (int k = 0; k < nin; ++k) {
     const tpurt_tensor_t* t = ins[k];
@@ -406,6 +481,19 @@ static tpurt_status_t cx_addc(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   u.alpha_re = tpurt_arg_double(call, 3, 1.0);
   return cx_run(ctx, op, call->outputs[0].dtype, &call->outputs[0], 3, ins, f, dl, &u);
 }
+/* lerp(self, end, weight): weight a Scalar (lerp.Scalar) or a tensor (lerp.Tensor) */
+CX_KERNEL(lerp) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, "lerp"));
+  tpurt_tensor_t w[3];
+  _Alignas(8) char st[3][8];
+  const tpurt_tensor_t* ins[3];
+  for (int k = 0; k < 3; ++k) {
+    ins[k] = cx_arg(call, k, &w[k], st[k]);
+    if (!ins[k]) return TPURT_STATUS(INVALID_ARGUMENT, "lerp: expected (self, end, weight)");
+  }
+  cx_user_t u = {0};
+  return cx_run(ctx, "lerp", call->outputs[0].dtype, &call->outputs[0], 3, ins, lerp_f, lerp_d, &u);
+}
 CX_KERNEL(addcmul) { return cx_addc(ctx, call, "addcmul", addcmul_f, addcmul_d); }
 CX_KERNEL(addcdiv) { return cx_addc(ctx, call, "addcdiv", addcdiv_f, addcdiv_d); }
 
@@ -416,7 +504,9 @@ static tpurt_status_t cx_unary(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   const tpurt_tensor_t* a = tpurt_arg_tensor(call, 0);
   if (!a) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a tensor argument", op);
   cx_user_t u = {0};
-  tpurt_dtype_t compute = tpurt_dtype_is_complex(a->dtype) ? a->dtype : call->outputs[0].dtype;
+  /* a complex out= of the other precision (angle's, which CPU widens) sets the compute dtype */
+  const tpurt_dtype_t od = call->outputs[0].dtype;
+  tpurt_dtype_t compute = tpurt_dtype_is_complex(a->dtype) && !tpurt_dtype_is_complex(od) ? a->dtype : od;
   return cx_run(ctx, op, compute, &call->outputs[0], 1, &a, f, dl, &u);
 }
 CX_KERNEL(neg) { return cx_unary(ctx, call, "neg", neg_f, neg_d); }
@@ -429,6 +519,14 @@ CX_KERNEL(angle) { return cx_unary(ctx, call, "angle", angle_f, angle_d); }
 CX_KERNEL(exp) { return cx_unary(ctx, call, "exp", exp_f, exp_d); }
 CX_KERNEL(sqrt) { return cx_unary(ctx, call, "sqrt", sqrt_f, sqrt_d); }
 CX_KERNEL(log) { return cx_unary(ctx, call, "log", log_f, log_d); }
+CX_KERNEL(exp2) { return cx_unary(ctx, call, "exp2", exp2_f, exp2_d); }
+CX_KERNEL(expm1) { return cx_unary(ctx, call, "expm1", expm1_f, expm1_d); }
+CX_KERNEL(log2) { return cx_unary(ctx, call, "log2", log2_f, log2_d); }
+CX_KERNEL(log10) { return cx_unary(ctx, call, "log10", log10_f, log10_d); }
+CX_KERNEL(rsqrt) { return cx_unary(ctx, call, "rsqrt", rsqrt_f, rsqrt_d); }
+CX_KERNEL(sigmoid) { return cx_unary(ctx, call, "sigmoid", sigmoid_f, sigmoid_d); }
+CX_KERNEL(silu) { return cx_unary(ctx, call, "silu", silu_f, silu_d); }
+CX_KERNEL(sinc) { return cx_unary(ctx, call, "sinc", sinc_f, sinc_d); }
 #define CX_MATH_KERNELS(NAME, CFN) \
   CX_KERNEL(NAME) { return cx_unary(ctx, call, #NAME, NAME##_f, NAME##_d); }
 TPURT_CX_MATH_LIST(CX_MATH_KERNELS)
@@ -451,6 +549,27 @@ CX_KERNEL(where) {
   const tpurt_tensor_t* ins[3] = {c, a, b};
   cx_user_t u = {0};
   return cx_run(ctx, "where", call->outputs[0].dtype, &call->outputs[0], 3, ins, where_f, where_d, &u);
+}
+
+/* masked_fill_(self, mask, value): where(mask, value, self), written over self */
+CX_KERNEL(masked_fill) {
+  TPURT_RETURN_IF_ERROR(cx_need_output(call, "masked_fill_"));
+  tpurt_tensor_t wv;
+  _Alignas(8) char sv[8];
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* mask = tpurt_arg_tensor(call, 1);
+  const tpurt_tensor_t* v = cx_arg(call, 2, &wv, sv);
+  if (!self || !mask || !v || mask->dtype != TPURT_DTYPE_BOOL)
+    return TPURT_STATUS(INVALID_ARGUMENT, "masked_fill_: expected (self, bool mask, value)");
+  if (tpurt_tensor_numel(v) != 1)
+    return TPURT_STATUS(INVALID_ARGUMENT,
+                        "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with %d dimension(s).",
+                        (int)v->ndim);
+  tpurt_tensor_t v0 = *v;
+  v0.ndim = 0;
+  const tpurt_tensor_t* ins[3] = {mask, &v0, self};
+  cx_user_t u = {0};
+  return cx_run(ctx, "masked_fill_", call->outputs[0].dtype, &call->outputs[0], 3, ins, where_f, where_d, &u);
 }
 
 /* ---- linear reductions (sum, mean) through the real kernels ----
@@ -558,12 +677,22 @@ const tpurt_op_def_t tpurt_ops_complex[] = {
     CX("complex::exp", exp, CX_DT_COMPLEX),
     CX("complex::sqrt", sqrt, CX_DT_COMPLEX),
     CX("complex::log", log, CX_DT_COMPLEX),
+    CX("complex::exp2", exp2, CX_DT_COMPLEX),
+    CX("complex::expm1", expm1, CX_DT_COMPLEX),
+    CX("complex::log2", log2, CX_DT_COMPLEX),
+    CX("complex::log10", log10, CX_DT_COMPLEX),
+    CX("complex::rsqrt", rsqrt, CX_DT_COMPLEX),
+    CX("complex::sigmoid", sigmoid, CX_DT_COMPLEX),
+    CX("complex::silu", silu, CX_DT_COMPLEX),
+    CX("complex::sinc", sinc, CX_DT_COMPLEX),
+    CX("complex::masked_fill", masked_fill, CX_DT_COMPLEX),
 #define CX_MATH_ENTRIES(NAME, CFN) CX("complex::" #NAME, NAME, CX_DT_COMPLEX),
     TPURT_CX_MATH_LIST(CX_MATH_ENTRIES)
     CX("complex::logical_not", logical_not, CX_DT_COMPLEX),
     {"complex::sum", tpurt_cx_sum, tpurt_cx_sum_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::mean", tpurt_cx_mean, tpurt_cx_mean_ref, 0, CX_DT_COMPLEX, TPURT_LAYOUT_STRIDED},
     CX("complex::addcmul", addcmul, CX_DT_ANY),
+    CX("complex::lerp", lerp, CX_DT_COMPLEX),
     CX("complex::addcdiv", addcdiv, CX_DT_ANY),
     CX_BORN("complex", complex, CX_DT_PARTS),
     CX_BORN("polar", polar, CX_DT_PARTS),

@@ -3,7 +3,7 @@
  * travels as opaque 8-byte int64 elements (the same sizes and strides), so
  * every op here takes it; complex128 travels as its (real, imaginary) float64
  * pairs, an extra trailing dim of 2, which only ops whose dims never reach
- * the last one accept (cat, flip, roll, index_select: their dim arguments are
+ * the last one accept (cat, flip, roll, index_select, index_copy: their dim arguments are
  * wrapped against the complex tensor's own dims first). */
 #include <string.h>
 
@@ -32,6 +32,12 @@ static const tpurt_tensor_t* cxi_view(cxi_frame_t* f, const tpurt_tensor_t* t, t
   }
   v->dtype = TPURT_DTYPE_FLOAT64;
   if (t->ndim == 1 && t->sizes[0] == 0) return v; /* cat's legacy empty tensor stays one that cat skips */
+  if (t->ndim == 0) { /* one element: [1, 2], so a 0-d self of index_select lines up with its [1] result */
+    v->ndim = 2;
+    v->sizes[0] = 1, v->strides[0] = 2;
+    v->sizes[1] = 2, v->strides[1] = 1;
+    return v;
+  }
   for (int32_t k = 0; k < t->ndim; ++k) v->strides[k] = 2 * t->strides[k];
   v->sizes[t->ndim] = 2;
   v->strides[t->ndim] = 1;
@@ -150,6 +156,82 @@ CXI_KERNELS(gather, false, -1, false)
 CXI_KERNELS(take, false, -1, false)
 CXI_KERNELS(index, false, -1, false)
 
+CXI_KERNELS(index_copy, true, 1, false)   /* (self, dim, index, source) */
+
+/* The real (part 0) or imaginary (part 1) float64 part of complex128 t, with t's dims. */
+static tpurt_tensor_t cxi_part(const tpurt_tensor_t* t, int part) {
+  tpurt_tensor_t v = *t;
+  v.dtype = TPURT_DTYPE_FLOAT64;
+  v.data = (char*)t->data + part * sizeof(double);
+  for (int32_t k = 0; k < t->ndim; ++k) v.strides[k] = 2 * t->strides[k];
+  return v;
+}
+
+/* index_fill on complex128: the real index_fill on each part, with that part of the value. */
+static tpurt_status_t cxi_index_fill_parts(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call,
+                                           const tpurt_tensor_t* vt, bool reference) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("index_fill");
+  if (!def) return TPURT_STATUS(UNIMPLEMENTED, "index_fill: no real kernel");
+  double val[2] = {0, 0};
+  if (vt && tpurt_dtype_is_complex(vt->dtype)) {
+    bool c64 = vt->dtype == TPURT_DTYPE_COMPLEX64;
+    val[0] = c64 ? ((const float*)vt->data)[0] : ((const double*)vt->data)[0];
+    val[1] = c64 ? ((const float*)vt->data)[1] : ((const double*)vt->data)[1];
+  } else {
+    val[0] = vt ? tpurt_dtype_load_f64(vt->dtype, vt->data) : tpurt_arg_double(call, 3, 0.0);
+  }
+  for (int part = 0; part < 2; ++part) {
+    tpurt_tensor_t self = cxi_part(tpurt_arg_tensor(call, 0), part), out = cxi_part(&call->outputs[0], part);
+    tpurt_arg_t args[4];
+    memcpy(args, call->args, sizeof(args));
+    args[0].v.tensor = &self;
+    args[3].kind = TPURT_ARG_DOUBLE;
+    args[3].v.d = val[part];
+    tpurt_op_call_t rc = *call;
+    rc.args = args;
+    rc.outputs = &out;
+    TPURT_RETURN_IF_ERROR((reference ? def->reference : def->fn)(ctx, &rc));
+  }
+  return TPURT_OK;
+}
+
+/* index_fill(self, dim, index, value) on complex64: the value as a 0-d complex64 tensor, so the real
+ * kernel moves its 8 bytes as one int64 element (a real Scalar gets a zero imaginary part); complex128
+ * fills its two float64 parts apart. */
+static tpurt_status_t cxi_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
+  if (call->num_args != 4) return TPURT_STATUS(INVALID_ARGUMENT, "index_fill: expected (self, dim, index, value)");
+  tpurt_arg_t args[4];
+  memcpy(args, call->args, sizeof(args));
+  const tpurt_tensor_t* vt = tpurt_arg_tensor(call, 3);
+  if (vt && vt->ndim != 0)
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_fill: only supports a 0-dimensional value tensor, got %d dims",
+                        vt->ndim);
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  if (self && self->dtype == TPURT_DTYPE_COMPLEX128 && call->num_outputs == 1)
+    return cxi_index_fill_parts(ctx, call, vt, reference);
+  float val[2] = {0, 0};
+  tpurt_tensor_t v0 = {.data = val, .dtype = TPURT_DTYPE_COMPLEX64, .ndim = 0};
+  if (!vt || vt->dtype != TPURT_DTYPE_COMPLEX64) {
+    if (vt && vt->dtype == TPURT_DTYPE_COMPLEX128) {
+      val[0] = (float)((const double*)vt->data)[0];
+      val[1] = (float)((const double*)vt->data)[1];
+    } else {
+      val[0] = (float)(vt ? tpurt_dtype_load_f64(vt->dtype, vt->data) : tpurt_arg_double(call, 3, 0.0));
+    }
+    args[3].kind = TPURT_ARG_TENSOR;
+    args[3].v.tensor = &v0;
+  }
+  tpurt_op_call_t rc = *call;
+  rc.args = args;
+  return cxi_run(ctx, &rc, "index_fill", false, 1, false, reference);
+}
+static tpurt_status_t cxi_k_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return cxi_index_fill(ctx, call, false);
+}
+static tpurt_status_t cxi_r_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return cxi_index_fill(ctx, call, true);
+}
+
 /* complex128 reaches only the ops that take it (above); complex64 all. */
 #define CXI(NAME, DT) {"complex::" #NAME, cxi_k_##NAME, cxi_r_##NAME, 0, DT, TPURT_LAYOUT_STRIDED}
 const tpurt_op_def_t tpurt_ops_index_complex[] = {
@@ -160,5 +242,7 @@ const tpurt_op_def_t tpurt_ops_index_complex[] = {
     CXI(gather, TPURT_DTYPE_BIT(COMPLEX64)),
     CXI(take, TPURT_DTYPE_BIT(COMPLEX64)),
     CXI(index, TPURT_DTYPE_BIT(COMPLEX64)),
+    CXI(index_copy, TPURT_DTYPES_COMPLEX),
+    CXI(index_fill, TPURT_DTYPES_COMPLEX),
     TPURT_OP_TABLE_END,
 };
