@@ -14,6 +14,7 @@ logger = init_logger(__name__)
 
 _ATTENTION = "torch_tpu.vllm.attention.TpuAttentionBackend"
 _WORKER = "torch_tpu.vllm.worker.TpuWorker"
+_EXECUTOR = "torch_tpu.vllm.executor.TpuMultiprocExecutor"
 
 
 class TpuPlatform(Platform):
@@ -26,7 +27,9 @@ class TpuPlatform(Platform):
     device_control_env_var: str = "TORCH_TPU_VISIBLE_CHIPS"
     # torch.compile of vLLM's small helpers: run them eagerly (our compile backend is not yet used).
     simple_compile_backend: str = "eager"
-    dist_backend: str = "gloo"
+    # vLLM's device groups (tensor parallelism's collectives) are tpu_dist groups: the runtime's collectives
+    # between the chips' memories (torch_tpu/distributed.py); its CPU groups stay gloo.
+    dist_backend: str = "tpu_dist"
     # compressed-tensors for its FP8 KV-cache scales only (check_and_update_config refuses its weight
     # schemes); every other method quantizes weights through CUDA, Triton or vllm._C kernels. vLLM reads
     # an empty list as "all", hence the one entry.
@@ -154,11 +157,23 @@ class TpuPlatform(Platform):
         parallel = vllm_config.parallel_config
         if parallel.worker_cls == "auto":
             parallel.worker_cls = _WORKER
-        for name, size in (("tensor", parallel.tensor_parallel_size), ("pipeline", parallel.pipeline_parallel_size),
-                           ("data", parallel.data_parallel_size)):
+        for name, size in (("pipeline", parallel.pipeline_parallel_size), ("data", parallel.data_parallel_size),
+                           ("prefill context", parallel.prefill_context_parallel_size),
+                           ("decode context", parallel.decode_context_parallel_size)):
             if size > 1:
-                raise NotImplementedError(f"tpu platform: {name} parallelism (size {size}) is not supported yet; "
-                                          f"serve one chip per process")
+                raise NotImplementedError(f"tpu platform: {name} parallelism (size {size}) is not supported yet "
+                                          f"(tensor parallelism is)")
+        if parallel.enable_expert_parallel:
+            raise NotImplementedError("tpu platform: expert parallelism is not supported yet")
+        if parallel.world_size > 1:
+            # One process per chip: vLLM's multiprocessing executor, each worker spawned on its own chip
+            # (torch_tpu/vllm/executor.py).
+            backend = parallel.distributed_executor_backend
+            if backend in (None, "mp"):
+                parallel.distributed_executor_backend = _EXECUTOR
+            elif backend != _EXECUTOR:
+                raise NotImplementedError(f"tpu platform: distributed executor {backend!r} is not supported yet "
+                                          f"(\"mp\", vLLM's multiprocessing executor, is)")
         comp = vllm_config.compilation_config
         # Eager: torch.compile(backend="tpu") is not yet wired into vLLM's piecewise compilation, and
         # CUDA graphs have no tpu counterpart.
@@ -220,7 +235,7 @@ class TpuPlatform(Platform):
 
     @classmethod
     def get_device_communicator_cls(cls) -> str:
-        return "vllm.distributed.device_communicators.base_device_communicator.DeviceCommunicatorBase"
+        return "torch_tpu.vllm.communicator.TpuCommunicator"
 
     @classmethod
     def support_hybrid_kv_cache(cls) -> bool:
