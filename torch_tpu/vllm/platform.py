@@ -50,23 +50,36 @@ class TpuPlatform(Platform):
         # torch_tpu.vllm.layers puts our layer classes in vLLM's out-of-tree custom-op registry.
         import torch_tpu.vllm.layers  # noqa: F401
         import torch_tpu.vllm.ops  # noqa: F401
-        cls._use_tpu_top_k_top_p()
 
-    @staticmethod
-    def _use_tpu_top_k_top_p() -> None:
-        # vLLM's sampler filters top-k/top-p with apply_top_k_top_p, which on a platform without Triton
-        # sorts every row of logits in PyTorch (74 ms a step for 16 rows of 32000 on tpu); ours selects
-        # the thresholds instead (runtime/ops/serve/sample.c). vLLM has no registry for this host
-        # function, so its module attribute is rebound, with the names other vLLM modules (the
-        # rejection sampler) imported from it, as vLLM's own kernel-override registry rebinds.
-        from vllm.v1.sample.ops import topk_topp_sampler
+    # vLLM's sampler steps that run as PyTorch code on a platform without Triton, one generic op after
+    # another over every logit, and ours in C (runtime/ops/serve/sample.c): top-k/top-p filtering (vLLM
+    # sorts every row: 74 ms a step for 16 rows of 32000 on tpu), the penalties (a [batch, vocab + 1]
+    # histogram per step), min-p (a softmax) and the draw. vLLM has no registry for these host
+    # functions, so each module attribute is rebound, with the names other vLLM modules imported from it
+    # (the sampler's and the rejection sampler's), as vLLM's own kernel-override registry rebinds; vLLM's
+    # versions stay in ops.VLLM_ORIGINALS for logits our kernels do not take. The model runner installs
+    # them (import_kernels runs while vLLM's sampler modules are still being imported).
+    _SAMPLER_FUNCTIONS = (("vllm.v1.sample.ops.topk_topp_sampler", "apply_top_k_top_p"),
+                          ("vllm.v1.sample.ops.penalties", "apply_all_penalties"),
+                          ("vllm.v1.sample.ops.topk_topp_sampler", "random_sample"))
+
+    @classmethod
+    def use_tpu_sampler_kernels(cls) -> None:
+        from vllm.v1.sample.logits_processor import builtin
         from torch_tpu.vllm import ops
-        original = topk_topp_sampler.apply_top_k_top_p
-        if original is ops.apply_top_k_top_p:
-            return
-        for name, mod in list(sys.modules.items()):
-            if name.startswith("vllm") and getattr(mod, "apply_top_k_top_p", None) is original:
-                mod.apply_top_k_top_p = ops.apply_top_k_top_p
+        for module, name in cls._SAMPLER_FUNCTIONS:
+            original = getattr(importlib.import_module(module), name)
+            ours = getattr(ops, name)
+            if original is ours:
+                continue
+            ops.VLLM_ORIGINALS[name] = original
+            for mod_name, mod in list(sys.modules.items()):
+                if mod_name.startswith("vllm") and getattr(mod, name, None) is original:
+                    setattr(mod, name, ours)
+        # min-p is a method of vLLM's built-in logits processor (its state: the rows' min_p on the device)
+        if builtin.MinPLogitsProcessor.apply is not ops.min_p_apply:
+            ops.VLLM_ORIGINALS["MinPLogitsProcessor.apply"] = builtin.MinPLogitsProcessor.apply
+            builtin.MinPLogitsProcessor.apply = ops.min_p_apply
 
     @classmethod
     def import_ir_kernels(cls) -> None:

@@ -38,6 +38,7 @@ def _cuda_as_tpu():
 
 class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device):
+        current_platform.use_tpu_sampler_kernels()
         with _cuda_as_tpu():
             super().__init__(vllm_config, device)
 
