@@ -281,6 +281,47 @@ def bench_layer_kernels(runs=7, iters=20):
                      "ours_us": per_call(lambda: torch.ops.torch_tpu.top_k_top_p(ld.clone(), kd, pd), tsync),
                      "native_tpu_us": per_call(lambda: apply_top_k_top_p_pytorch(ld.clone(), kd, pd), tsync),
                      "native_cpu_us": per_call(lambda: apply_top_k_top_p_pytorch(logits.clone(), k, p), lambda: None)})
+    rows += bench_sampler_kernels(per_call)
+    return rows
+
+
+def bench_sampler_kernels(per_call):
+    """The sampler's penalties (64 prompt and 32 output tokens a row), min-p and the draw (argmax of
+    probs / exponential noise, the noise included) for 16 rows: ours (sample.c, through the functions
+    the platform puts in vLLM's place) beside vLLM's PyTorch versions on tpu and on the CPU. Each call
+    includes a copy of the logits on every side (the ops write in place)."""
+    import types
+    from vllm.v1.sample.logits_processor import builtin
+    from vllm.v1.sample.ops import penalties, topk_topp_sampler
+    from torch_tpu.vllm import ops
+    vllm_pen = ops.VLLM_ORIGINALS.get("apply_all_penalties", penalties.apply_all_penalties)
+    vllm_minp = ops.VLLM_ORIGINALS.get("MinPLogitsProcessor.apply", builtin.MinPLogitsProcessor.apply)
+    vllm_draw = ops.VLLM_ORIGINALS.get("random_sample", topk_topp_sampler.random_sample)
+    tsync, none = torch.tpu.synchronize, (lambda: None)
+    rows = []
+    for vocab in (32000, 152064):
+        g = torch.Generator().manual_seed(0)
+        logits = torch.randn(16, vocab, generator=g) * 3
+        prompt = torch.randint(0, vocab, (16, 64), generator=g)
+        outs = torch.randint(0, vocab, (16, 32), generator=g).tolist()
+        pen = [torch.full((16,), v) for v in (0.5, 0.3, 1.2)]
+        ld, pd, pend = logits.to("tpu"), prompt.to("tpu"), [t.to("tpu") for t in pen]
+        rows.append({"op": f"penalties float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: ops.apply_all_penalties(ld.clone(), pd, *pend, outs), tsync),
+                     "native_tpu_us": per_call(lambda: vllm_pen(ld.clone(), pd, *pend, outs), tsync),
+                     "native_cpu_us": per_call(lambda: vllm_pen(logits.clone(), prompt, *pen, outs), none)})
+        mp = torch.full((16, 1), 0.05)
+        mine, theirs_d, theirs = (types.SimpleNamespace(min_p_count=16, min_p=t) for t in (mp.to("tpu"), mp.to("tpu"), mp))
+        rows.append({"op": f"min_p float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: ops.min_p_apply(mine, ld.clone()), tsync),
+                     "native_tpu_us": per_call(lambda: vllm_minp(theirs_d, ld.clone()), tsync),
+                     "native_cpu_us": per_call(lambda: vllm_minp(theirs, logits.clone()), none)})
+        probs = logits.softmax(dim=-1)
+        prd = probs.to("tpu")
+        rows.append({"op": f"draw float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: ops.random_sample(prd.clone(), {}), tsync),
+                     "native_tpu_us": per_call(lambda: vllm_draw(prd.clone(), {}), tsync),
+                     "native_cpu_us": per_call(lambda: vllm_draw(probs.clone(), {}), none)})
     return rows
 
 
