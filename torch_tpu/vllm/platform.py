@@ -23,8 +23,8 @@ class TpuPlatform(Platform):
     device_type: str = "tpu"
     dispatch_key: str = "PrivateUse1"
     ray_device_key: str = ""
-    # Which chips a process sees (the runtime's own variable; vLLM sets it per worker).
-    device_control_env_var: str = "TORCH_TPU_VISIBLE_CHIPS"
+    # Which chip a process drives (the runtime reads it at start; torch_tpu/vllm/executor.py sets it per worker).
+    device_control_env_var: str = "TPU_VISIBLE_CHIPS"
     # torch.compile of vLLM's small helpers: run them eagerly (our compile backend is not yet used).
     simple_compile_backend: str = "eager"
     # vLLM's device groups (tensor parallelism's collectives) are tpu_dist groups: the runtime's collectives
