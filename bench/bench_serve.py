@@ -287,7 +287,7 @@ def bench_layer_kernels(runs=7, iters=20):
 
 def bench_sampler_kernels(per_call):
     """The sampler's penalties (64 prompt and 32 output tokens a row), min-p and the draw (argmax of
-    probs / exponential noise, the noise included) for 16 rows: ours (sample.c, through the functions
+    probs / exponential noise, the noise included; on full rows and on rows left by top-k 50) for 16 rows: ours (sample.c, through the functions
     the platform puts in vLLM's place) beside vLLM's PyTorch versions on tpu and on the CPU. Each call
     includes a copy of the logits on every side (the ops write in place)."""
     import types
@@ -322,6 +322,14 @@ def bench_sampler_kernels(per_call):
                      "ours_us": per_call(lambda: ops.random_sample(prd.clone(), {}), tsync),
                      "native_tpu_us": per_call(lambda: vllm_draw(prd.clone(), {}), tsync),
                      "native_cpu_us": per_call(lambda: vllm_draw(probs.clone(), {}), none)})
+        # after top-k 50, as a sampled request with top_k reaches the draw: the rest is zero
+        top = logits.topk(50, dim=-1)
+        probs50 = torch.zeros_like(logits).scatter_(1, top.indices, top.values.softmax(dim=-1))
+        prd50 = probs50.to("tpu")
+        rows.append({"op": f"draw top-k 50 float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: ops.random_sample(prd50.clone(), {}), tsync),
+                     "native_tpu_us": per_call(lambda: vllm_draw(prd50.clone(), {}), tsync),
+                     "native_cpu_us": per_call(lambda: vllm_draw(probs50.clone(), {}), none)})
     return rows
 
 

@@ -626,17 +626,23 @@ def test_min_p_matches_vllm(device, vocab):
 
 
 def test_sample_exponential_matches_vllm_random_sample(device):
-    # The same probabilities and the same generators give vLLM's tokens: rows 1 and 4 with generators of
-    # their own (seeded requests), the rest from the device's default generator, as vLLM draws them.
+    # The same probabilities and the same generators give vLLM's tokens, the kernel drawing the noise
+    # itself: rows 1 and 4 with generators of their own (seeded requests), the rest from the device's
+    # default generator, as vLLM draws them; the generators are left as vLLM leaves them.
     g = torch.Generator().manual_seed(3)
     probs = torch.softmax(torch.randn(6, 32000, generator=g) * 2, dim=-1).to(device)
     probs[5] = 0
     probs[5, 123] = 1  # a row with one possible token
 
+    probs[2, ::2] = 0  # a filtered row (top-k/top-p leave zeros)
+    probs[2] /= probs[2].sum()
+
     def draw(fn):
+        # the tokens, and what the default and a request's generator draw next (their states after)
         torch.tpu.manual_seed(11)
         gens = {i: torch.Generator(device=device).manual_seed(100 + i) for i in (1, 4)}
-        return fn(probs.clone(), gens)
+        tokens = fn(probs.clone(), gens)
+        return tokens, torch.rand(5, device=device).cpu(), torch.rand(5, device=device, generator=gens[4]).cpu()
 
     def vllm_random_sample(p, generators):
         q = torch.empty_like(p)
@@ -645,9 +651,12 @@ def test_sample_exponential_matches_vllm_random_sample(device):
         for i, gen in generators.items():
             q[i].exponential_(generator=gen)
         return p.div_(q).argmax(dim=-1).view(-1)
-    want = draw(vllm_random_sample).cpu()
-    got = draw(ops.random_sample).cpu()
+    want, want_next, want_next4 = draw(vllm_random_sample)
+    got, got_next, got_next4 = draw(ops.random_sample)
+    got, want = got.cpu(), want.cpu()
     assert got.dtype == torch.int64 and torch.equal(got, want)
+    assert torch.equal(got_next, want_next) and torch.equal(got_next4, want_next4)
+    assert got[2] % 2 == 1  # never a zero-probability token
     assert got[5] == 123 and len(set(got.tolist())) > 3
     # another seed, other tokens
     torch.tpu.manual_seed(12)

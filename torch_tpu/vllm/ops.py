@@ -34,8 +34,10 @@ _lib.define("apply_penalties(Tensor(a!) logits, Tensor prompt_tokens, Tensor out
             "Tensor frequency, Tensor repetition) -> ()")
 _lib.define("min_p(Tensor(a!) logits, Tensor min_p) -> ()")
 _lib.define("sample_exponential(Tensor(a!) out, Tensor probs, Tensor q) -> ()")
+# the same draw with the noise drawn inside the kernel from the generator (the default one when None)
+_lib.define("sample_exponential_noise(Tensor(a!) out, Tensor probs, Generator? generator=None) -> ()")
 for _name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "top_k_top_p", "apply_penalties", "min_p",
-              "sample_exponential"):
+              "sample_exponential", "sample_exponential_noise"):
     torch.library.register_fake(f"torch_tpu::{_name}")(lambda *args, **kwargs: None)
 
 
@@ -200,18 +202,19 @@ def min_p_apply(self, logits):
 
 
 def random_sample(probs, generators, use_fp64_gumbel=False):
-    """vLLM's random_sample (vllm/v1/sample/ops/topk_topp_sampler.py) on tpu: the same exponential noise
-    from the same generators (each seeded request's own, the default one for the rest), then the token
-    with the largest probs / q in one pass (sample.c) where vLLM divides in place and takes an argmax."""
-    if use_fp64_gumbel or not _sampler_logits(probs):
+    """vLLM's random_sample (vllm/v1/sample/ops/topk_topp_sampler.py) on tpu: the token with the largest
+    probs / q for exponential noise q, in one pass with the noise drawn inside the kernel (sample.c)
+    exactly as vLLM's q.exponential_() calls draw it on tpu: the default generator for every row unless
+    each row has its own, then each seeded request's row again from its own generator, each call
+    reserving the counters exponential_ would. So the tokens, and the generators' states after, are
+    vLLM's."""
+    if use_fp64_gumbel or not _sampler_logits(probs) or probs.stride(0) != probs.shape[1]:
         return VLLM_ORIGINALS["random_sample"](probs, generators, use_fp64_gumbel)
-    q = torch.empty_like(probs)
-    if len(generators) != probs.shape[0]:
-        q.exponential_()
-    for i, generator in generators.items():
-        q[i].exponential_(generator=generator)
     out = torch.empty(probs.shape[0], dtype=torch.int64, device=probs.device)
-    torch.ops.torch_tpu.sample_exponential(out, probs, q)
+    if len(generators) != probs.shape[0]:
+        torch.ops.torch_tpu.sample_exponential_noise(out, probs, None)
+    for i, generator in generators.items():
+        torch.ops.torch_tpu.sample_exponential_noise(out[i:i + 1], probs[i:i + 1], generator)
     return out
 
 

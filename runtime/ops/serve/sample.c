@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ops/elementwise/ew_expf.h"
+#include "ops/elementwise/philox.h"
 #include "ops/serve/serve.h"
 
 /* Order-preserving key of a float: larger float, larger key (-inf lowest but NaN). */
@@ -331,11 +332,18 @@ tpurt_status_t tpurt_serve_min_p_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
 
 /* ---- the draw ---- */
 
-/* args: out [B] int64 (written), probs [B, V] float32, q [B, V] float32 (exponential noise). out[r] is
- * the first index of the largest probs / q of row r, a NaN counting as the largest (torch.argmax's
- * rule), so the token is the one vLLM's probs.div_(q).argmax() gives. */
+/* args: out [B] int64 (written), probs [B, V] float32, q [B, V] float32 (exponential noise), or in
+ * place of q the call's Philox reservation (torch_tpu::sample_exponential_noise, a Generator argument):
+ * then the noise of element i = r * V + c is what exponential_ on a contiguous [B, V] tensor draws with
+ * that reservation (ops/elementwise/random.c: Philox block offset + i / 4, lane i % 4, -log1p(-u) in
+ * double rounded to float), so the draw is the one vLLM's random_sample makes with the same generator,
+ * without writing and reading the noise, and with the logarithm only where probs is nonzero (a zero
+ * probability scores 0 unless its noise is 0, which gives NaN). out[r] is the first index of the
+ * largest probs / q of row r, a NaN counting as the largest (torch.argmax's rule), so the token is the
+ * one vLLM's probs.div_(q).argmax() gives. */
 typedef struct draw_job_t {
   const tpurt_tensor_t *out, *probs, *q;
+  const tpurt_rng_t* rng;
   int64_t V;
 } draw_job_t;
 
@@ -343,30 +351,46 @@ static void draw_rows(void* user, int64_t rb, int64_t re, int tid) {
   const draw_job_t* j = user;
   for (int64_t r = rb; r < re; ++r) {
     const float* p = (const float*)j->probs->data + r * j->probs->strides[0];
-    const float* q = (const float*)j->q->data + r * j->q->strides[0];
-    int64_t best = 0;
-    float bv = p[0] / q[0];
-    if (!isnan(bv)) {
-      for (int64_t i = 1; i < j->V; ++i) {
-        const float s = p[i] / q[i];
-        if (s > bv) bv = s, best = i;
-        else if (isnan(s)) {
-          best = i;
-          break;
+    const float* q = j->q ? (const float*)j->q->data + r * j->q->strides[0] : NULL;
+    int64_t best = -1;
+    float bv = 0;
+    uint64_t block = UINT64_MAX;
+    tpurt_philox_out_t ph = {{0}};
+    for (int64_t i = 0; i < j->V; ++i) {
+      float s;
+      if (q) {
+        s = p[i] / q[i];
+      } else {
+        const uint64_t e = (uint64_t)(r * j->V + i);
+        if (e / 4 != block) block = e / 4, ph = tpurt_philox4x32_10(j->rng->seed, j->rng->offset + block, 0);
+        const uint32_t u = ph.v[e & 3];
+        if (p[i] == 0 && (u >> 8) != 0) {
+          s = 0; /* 0 / q with q > 0 */
+        } else {
+          const float qi = (float)(-log1p(-(double)tpurt_philox_u32_to_unit_f(u)));
+          s = p[i] / qi;
         }
       }
+      if (isnan(s)) {
+        best = i;
+        break;
+      }
+      if (best < 0 || s > bv) bv = s, best = i;
     }
     ((int64_t*)j->out->data)[r * j->out->strides[0]] = best;
   }
 }
 
 static tpurt_status_t draw_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool ref) {
-  draw_job_t j = {.out = tpurt_arg_tensor(c, 0), .probs = tpurt_arg_tensor(c, 1), .q = tpurt_arg_tensor(c, 2)};
+  draw_job_t j = {.out = tpurt_arg_tensor(c, 0), .probs = tpurt_arg_tensor(c, 1), .q = tpurt_arg_tensor(c, 2),
+                  .rng = tpurt_arg_rng(c)};
   TPURT_RETURN_IF_ERROR(check_logits(j.probs, "sample_exponential"));
   const int64_t B = j.probs->sizes[0];
   j.V = j.probs->sizes[1];
-  if (!j.q || j.q->ndim != 2 || j.q->sizes[0] != B || j.q->sizes[1] != j.V || j.q->dtype != TPURT_DTYPE_FLOAT32 ||
-      (j.V > 1 && j.q->strides[1] != 1))
+  if (!j.q && !j.rng)
+    return TPURT_STATUS(INVALID_ARGUMENT, "sample_exponential: needs the noise q or a generator's reservation");
+  if (j.q && (j.q->ndim != 2 || j.q->sizes[0] != B || j.q->sizes[1] != j.V || j.q->dtype != TPURT_DTYPE_FLOAT32 ||
+      (j.V > 1 && j.q->strides[1] != 1)))
     return TPURT_STATUS(INVALID_ARGUMENT, "sample_exponential: q must be float32 [%lld, %lld] like probs",
                         (long long)B, (long long)j.V);
   if (!j.out || j.out->ndim != 1 || j.out->sizes[0] != B || j.out->dtype != TPURT_DTYPE_INT64)

@@ -38,5 +38,8 @@ const tpurt_op_def_t tpurt_ops_serve[] = {
     /* the draw: the first tensor is the int64 token ids it writes */
     {"torch_tpu::sample_exponential", tpurt_serve_sample_exponential, tpurt_serve_sample_exponential_ref, 0,
      TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
+    /* the same draw with its noise drawn inside from the Generator argument's reservation */
+    {"torch_tpu::sample_exponential_noise", tpurt_serve_sample_exponential, tpurt_serve_sample_exponential_ref,
+     TPURT_OP_RANDOM, TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
     TPURT_OP_TABLE_END,
 };
