@@ -670,8 +670,9 @@ def test_sample_exponential_matches_vllm_random_sample(device):
 def test_sampler_kernels_reject_bad_input(device):
     logits = torch.zeros(2, 8, device=device)
     with pytest.raises(RuntimeError, match="prompt token ids must be int32/int64"):
-        torch.ops.torch_tpu.apply_penalties(logits, torch.zeros(2, 3, device=device), torch.zeros(2, 1, dtype=torch.int64,
-                                            device=device), *[torch.zeros(2, device=device)] * 3)
+        ids = torch.zeros(2, 1, dtype=torch.int64, device=device)
+        torch.ops.torch_tpu.apply_penalties(logits, torch.zeros(2, 3, device=device), ids,
+                                            *[torch.zeros(2, device=device)] * 3)
         torch.tpu.synchronize()
     with pytest.raises(RuntimeError, match=r"min_p must be a float tensor \[2\]"):
         torch.ops.torch_tpu.min_p(logits, torch.zeros(3, device=device))

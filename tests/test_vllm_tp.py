@@ -195,8 +195,12 @@ def test_tensor_parallel_2_matches_one_chip_and_transformers(llama_path, tp1):
                 assert abs(step[t] - want[t]) < 1e-4, (t, step[t], want[t])
 
 
-def test_unsupported_parallelism_is_refused(llama_path):
+def test_unsupported_parallelism_is_refused(llama_path, monkeypatch):
     with pytest.raises(Exception, match="pipeline parallelism"):
         _engine(llama_path, 1, pipeline_parallel_size=2)
     with pytest.raises(Exception, match="distributed executor 'external_launcher' is not supported"):
         _engine(llama_path, 2, distributed_executor_backend="external_launcher")
+    # more workers than the host's chips
+    monkeypatch.setenv("TORCH_TPU_TOPOLOGY", "1")
+    with pytest.raises(Exception, match="need as many chips, but TORCH_TPU_TOPOLOGY=1 has 1"):
+        _engine(llama_path, 2)
