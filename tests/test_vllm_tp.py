@@ -2,7 +2,8 @@
 per chip (torch_tpu/vllm/executor.py), and vLLM's device communicator moves tpu tensors through tpu_dist
 (torch_tpu/vllm/communicator.py). The communicator's collectives are checked on two spawned ranks against
 results worked out from every rank's inputs; `vllm.LLM(..., tensor_parallel_size=2)` gives the greedy tokens
-of one chip and of transformers on the CPU, and logprobs within float32 rounding of one chip's."""
+of one chip and of transformers on the CPU, and logprobs within float32 rounding of one chip's; --full adds
+torchrun (vLLM's external launcher) with one engine process per chip."""
 import datetime
 import gc
 import multiprocessing as mp
@@ -198,9 +199,42 @@ def test_tensor_parallel_2_matches_one_chip_and_transformers(llama_path, tp1):
 def test_unsupported_parallelism_is_refused(llama_path, monkeypatch):
     with pytest.raises(Exception, match="pipeline parallelism"):
         _engine(llama_path, 1, pipeline_parallel_size=2)
-    with pytest.raises(Exception, match="distributed executor 'external_launcher' is not supported"):
-        _engine(llama_path, 2, distributed_executor_backend="external_launcher")
+    with pytest.raises(Exception, match="distributed executor 'uni' is not supported"):
+        _engine(llama_path, 2, distributed_executor_backend="uni")
     # more workers than the host's chips
     monkeypatch.setenv("TORCH_TPU_TOPOLOGY", "1")
     with pytest.raises(Exception, match="need as many chips, but TORCH_TPU_TOPOLOGY=1 has 1"):
         _engine(llama_path, 2)
+
+
+_TORCHRUN_SCRIPT = """
+import os, sys
+import torch, vllm
+def main():
+    llm = vllm.LLM(model=sys.argv[1], dtype="float32", max_model_len=256, kv_cache_memory_bytes=16 << 20, seed=0,
+                   tensor_parallel_size=2, distributed_executor_backend="external_launcher")
+    sp = vllm.SamplingParams(temperature=0.0, max_tokens={n}, ignore_eos=True)
+    got = [list(o.outputs[0].token_ids) for o in llm.generate({prompts!r}, sp, use_tqdm=False)]
+    print("RESULT", os.environ["RANK"], torch.tpu.get_device_properties(0).chip_id, got, flush=True)
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.full
+def test_tensor_parallel_under_torchrun(llama_path, tmp_path):
+    # vLLM's external launcher: torchrun starts one process per chip (its LOCAL_RANK picks the chip), each
+    # an engine of its own holding one shard; both give transformers' greedy tokens
+    import subprocess
+    script = tmp_path / "tp_torchrun.py"
+    script.write_text(_TORCHRUN_SCRIPT.format(n=MAX_TOKENS, prompts=PROMPTS[:2]))
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = dict(os.environ, TORCH_TPU_TOPOLOGY="2", TORCH_TPU_HBM_BYTES="1G", VLLM_NO_USAGE_STATS="1",
+               PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                         os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([torchrun, "--standalone", "--nproc-per-node=2", str(script), str(llama_path)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    results = sorted(line.split(" ", 3)[1:] for line in out.stdout.splitlines() if line.startswith("RESULT "))
+    want = str(hf_greedy(llama_path, PROMPTS[:2], MAX_TOKENS))
+    assert results == [["0", "0", want], ["1", "1", want]]

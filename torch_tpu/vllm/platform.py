@@ -180,13 +180,15 @@ class TpuPlatform(Platform):
             raise NotImplementedError("tpu platform: expert parallelism is not supported yet")
         if parallel.world_size > 1:
             # One process per chip: vLLM's multiprocessing executor, each worker spawned on its own chip
-            # (torch_tpu/vllm/executor.py).
+            # (torch_tpu/vllm/executor.py), or torchrun's processes (vLLM's "external_launcher"), whose
+            # LOCAL_RANK picks each one's chip.
             backend = parallel.distributed_executor_backend
             if backend in (None, "mp"):
                 parallel.distributed_executor_backend = _EXECUTOR
-            elif backend != _EXECUTOR:
+            elif backend not in (_EXECUTOR, "external_launcher"):
                 raise NotImplementedError(f"tpu platform: distributed executor {backend!r} is not supported yet "
-                                          f"(\"mp\", vLLM's multiprocessing executor, is)")
+                                          f"(\"mp\", vLLM's multiprocessing executor, and \"external_launcher\", "
+                                          f"torchrun's processes, are)")
         comp = vllm_config.compilation_config
         # Eager: torch.compile(backend="tpu") is not yet wired into vLLM's piecewise compilation, and
         # CUDA graphs have no tpu counterpart.
