@@ -4,6 +4,7 @@ and in the same run the same work through Hugging Face transformers' `generate` 
     .venv/bin/python bench/bench_serve.py            # concurrency 1, 4, 16; prefix workload; kernel rows
     .venv/bin/python bench/bench_serve.py --full     # adds concurrency 64
     .venv/bin/python bench/bench_serve.py --kernel-only   # only the kernel rows (seconds)
+    .venv/bin/python bench/bench_serve.py --tp       # only decode tokens/s on 1 chip vs 2 (tensor parallel)
 
 Rows:
   - serving at each concurrency: request throughput, output tokens/s, TTFT and TPOT (mean, median, p99),
@@ -14,6 +15,8 @@ Rows:
   - the paged-attention decode kernel's KV-cache read rate against this machine's copy bandwidth (a tpu
     tensor copy) and against PyTorch CPU's SDPA on the same keys and values already gathered; the same
     decode over an FP8 (e4m3) cache.
+  - (--tp) decode tokens/s of vllm.LLM with tensor_parallel_size 1 and 2 (one worker process per chip),
+    beside transformers generate on the CPU at the same batch, for the model below and a wider one.
 The model is a small random Llama made on the spot (tests/vllm_models.py). Prints a table and writes
 bench/results_serve.json. Timings on a shared 2-core machine are noisy: compare within one run.
 """
@@ -111,6 +114,66 @@ def hf_generate_cpu(path, batch, input_len, output_len, rounds):
                            min_new_tokens=output_len, do_sample=False, pad_token_id=2)
             rates.append(batch * output_len / (time.perf_counter() - t))
     return statistics.median(rates)
+
+
+TP_MODELS = {"width 256": MODEL, "width 1024": dict(MODEL, hidden=1024, heads=16, kv_heads=8)}
+
+
+def tp_decode(path, tp, batch, input_len, output_len, rounds):
+    """Decode tokens/s of vllm.LLM at tensor_parallel_size tp, in a process of its own: `batch` random
+    prompts of input_len tokens, output_len tokens each (greedy, ignore_eos); the median over rounds after
+    one warm-up round. Prefill is short beside the decode steps, and counted in the time."""
+    code = f"""
+import json, os, statistics, time, torch, vllm
+def main():
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    llm = vllm.LLM(model={str(path)!r}, dtype="float32", max_model_len=1024, max_num_seqs={batch},
+                   kv_cache_memory_bytes={256 << 20}, tensor_parallel_size={tp}, seed=0)
+    g = torch.Generator().manual_seed(0)
+    sp = vllm.SamplingParams(temperature=0.0, max_tokens={output_len}, ignore_eos=True)
+    rates = []
+    for i in range({rounds} + 1):
+        prompts = [{{"prompt_token_ids": torch.randint(3, 500, ({input_len},), generator=g).tolist()}}
+                   for _ in range({batch})]
+        t = time.perf_counter()
+        outs = llm.generate(prompts, sp, use_tqdm=False)
+        dt = time.perf_counter() - t
+        assert sum(len(o.outputs[0].token_ids) for o in outs) == {batch * output_len}
+        if i:
+            rates.append({batch * output_len} / dt)
+    print("RESULT", json.dumps(statistics.median(rates)))
+if __name__ == "__main__":
+    main()
+"""
+    env = dict(os.environ, TORCH_TPU_HBM_BYTES="4G", VLLM_NO_USAGE_STATS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"tensor_parallel_size={tp} run failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1][7:])
+
+
+def bench_tp(work, batches=(1, 16), input_len=16, output_len=64, rounds=3):
+    rows = []
+    for name, dims in TP_MODELS.items():
+        path = make_model(work / name.replace(" ", "_"), "llama", torch.float32, **dims)
+        for b in batches:
+            row = {"model": name, "batch": b, "load_before": os.getloadavg()[0]}
+            for tp in (1, 2):
+                row[f"tp{tp}"] = tp_decode(path, tp, b, input_len, output_len, rounds)
+            row["hf_cpu"] = hf_generate_cpu(path, b, input_len, output_len, 2)
+            row["load_after"] = os.getloadavg()[0]
+            rows.append(row)
+            print_tp([row])
+    return rows
+
+
+def print_tp(rows):
+    for r in rows:
+        print(f"decode tok/s, {r['model']}, batch {r['batch']:>2}: 1 chip {r['tp1']:8.1f} | 2 chips (TP=2) "
+              f"{r['tp2']:8.1f} ({r['tp2'] / r['tp1']:.2f}x) | transformers CPU {r['hf_cpu']:8.1f} (1 chip "
+              f"{r['tp1'] / r['hf_cpu']:.2f}x, TP=2 {r['tp2'] / r['hf_cpu']:.2f}x) | load {r['load_before']:.1f} -> "
+              f"{r['load_after']:.1f}", flush=True)
 
 
 def bench_decode_kernel(runs=15):
@@ -218,6 +281,55 @@ def bench_layer_kernels(runs=7, iters=20):
                      "ours_us": per_call(lambda: torch.ops.torch_tpu.top_k_top_p(ld.clone(), kd, pd), tsync),
                      "native_tpu_us": per_call(lambda: apply_top_k_top_p_pytorch(ld.clone(), kd, pd), tsync),
                      "native_cpu_us": per_call(lambda: apply_top_k_top_p_pytorch(logits.clone(), k, p), lambda: None)})
+    rows += bench_sampler_kernels(per_call)
+    return rows
+
+
+def bench_sampler_kernels(per_call):
+    """The sampler's penalties (64 prompt and 32 output tokens a row), min-p and the draw (argmax of
+    probs / exponential noise, the noise included; on full rows and on rows left by top-k 50) for 16 rows: ours (sample.c, through the functions
+    the platform puts in vLLM's place) beside vLLM's PyTorch versions on tpu and on the CPU. Each call
+    includes a copy of the logits on every side (the ops write in place)."""
+    import types
+    from vllm.v1.sample.logits_processor import builtin
+    from vllm.v1.sample.ops import penalties, topk_topp_sampler
+    from torch_tpu.vllm import ops
+    vllm_pen = ops.VLLM_ORIGINALS.get("apply_all_penalties", penalties.apply_all_penalties)
+    vllm_minp = ops.VLLM_ORIGINALS.get("MinPLogitsProcessor.apply", builtin.MinPLogitsProcessor.apply)
+    vllm_draw = ops.VLLM_ORIGINALS.get("random_sample", topk_topp_sampler.random_sample)
+    tsync, none = torch.tpu.synchronize, (lambda: None)
+    rows = []
+    for vocab in (32000, 152064):
+        g = torch.Generator().manual_seed(0)
+        logits = torch.randn(16, vocab, generator=g) * 3
+        prompt = torch.randint(0, vocab, (16, 64), generator=g)
+        outs = torch.randint(0, vocab, (16, 32), generator=g).tolist()
+        pen = [torch.full((16,), v) for v in (0.5, 0.3, 1.2)]
+        ld, pd, pend = logits.to("tpu"), prompt.to("tpu"), [t.to("tpu") for t in pen]
+        rows.append({"op": f"penalties float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: ops.apply_all_penalties(ld.clone(), pd, *pend, outs), tsync),
+                     "native_tpu_us": per_call(lambda: vllm_pen(ld.clone(), pd, *pend, outs), tsync),
+                     "native_cpu_us": per_call(lambda: vllm_pen(logits.clone(), prompt, *pen, outs), none)})
+        mp = torch.full((16, 1), 0.05)
+        mine, theirs_d, theirs = (types.SimpleNamespace(min_p_count=16, min_p=t) for t in (mp.to("tpu"), mp.to("tpu"), mp))
+        rows.append({"op": f"min_p float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: ops.min_p_apply(mine, ld.clone()), tsync),
+                     "native_tpu_us": per_call(lambda: vllm_minp(theirs_d, ld.clone()), tsync),
+                     "native_cpu_us": per_call(lambda: vllm_minp(theirs, logits.clone()), none)})
+        probs = logits.softmax(dim=-1)
+        prd = probs.to("tpu")
+        rows.append({"op": f"draw float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: ops.random_sample(prd.clone(), {}), tsync),
+                     "native_tpu_us": per_call(lambda: vllm_draw(prd.clone(), {}), tsync),
+                     "native_cpu_us": per_call(lambda: vllm_draw(probs.clone(), {}), none)})
+        # after top-k 50, as a sampled request with top_k reaches the draw: the rest is zero
+        top = logits.topk(50, dim=-1)
+        probs50 = torch.zeros_like(logits).scatter_(1, top.indices, top.values.softmax(dim=-1))
+        prd50 = probs50.to("tpu")
+        rows.append({"op": f"draw top-k 50 float32 16 x {vocab}",
+                     "ours_us": per_call(lambda: ops.random_sample(prd50.clone(), {}), tsync),
+                     "native_tpu_us": per_call(lambda: vllm_draw(prd50.clone(), {}), tsync),
+                     "native_cpu_us": per_call(lambda: vllm_draw(probs50.clone(), {}), none)})
     return rows
 
 
@@ -245,7 +357,13 @@ def main(argv=None):
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--out", default=str(HERE / "results_serve.json"))
     p.add_argument("--kernel-only", action="store_true", help="only the paged-attention decode kernel figures")
+    p.add_argument("--tp", action="store_true", help="only decode tokens/s at tensor_parallel_size 1 and 2")
     a = p.parse_args(argv)
+    if a.tp:
+        rows = bench_tp(pathlib.Path(tempfile.mkdtemp(prefix="bench_tp_")))
+        print("\nsummary:")
+        print_tp(rows)
+        return rows
     if a.kernel_only:
         load = os.getloadavg()
         k = bench_decode_kernel()

@@ -548,3 +548,141 @@ def test_top_k_top_p_keeps_ties_and_rejects_bad_input(device):
         torch.ops.torch_tpu.top_k_top_p(torch.zeros(2, 3, dtype=torch.float16, device=device), None,
                                         torch.tensor([0.5, 0.5], device=device))
         torch.tpu.synchronize()
+
+
+# The sampler's penalties, min-p and draw (torch_tpu::apply_penalties / min_p / sample_exponential,
+# runtime/ops/serve/sample.c) against vLLM 0.32's PyTorch versions, restated here: apply_penalties
+# (vllm/model_executor/layers/utils.py with apply_repetition_penalties_torch), MinPLogitsProcessor.apply,
+# random_sample (vllm/v1/sample/ops/topk_topp_sampler.py).
+def _vllm_penalties(logits, prompt, output, presence, frequency, repetition):
+    logits = logits.clone()
+    B, V = logits.shape
+
+    def counts(tokens):
+        c = torch.zeros(B, V + 1, dtype=torch.long)
+        c.scatter_add_(1, tokens, torch.ones_like(tokens))
+        return c[:, :V], c[:, :V] > 0
+    _, prompt_mask = counts(prompt)
+    out_counts, out_mask = counts(output.masked_fill(output == -1, V))
+    rep = repetition.unsqueeze(1).repeat(1, V)
+    pen = torch.where(prompt_mask | out_mask, rep, 1.0)
+    logits *= torch.where(logits > 0, 1.0 / pen, pen)
+    logits -= frequency.unsqueeze(1) * out_counts
+    logits -= presence.unsqueeze(1) * out_mask
+    return logits
+
+
+def _penalty_batch(vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    B = 5
+    logits = torch.randn(B, vocab, generator=g) * 4
+    logits[0, 3] = float("-inf")
+    plens, olens = [7, 0, 30, 1, 12], [5, 9, 0, 40, 3]
+    prompt = torch.full((B, max(plens)), vocab, dtype=torch.int64)   # vLLM pads with the vocab size
+    output = torch.full((B, max(olens)), vocab, dtype=torch.int64)
+    for r in range(B):
+        prompt[r, :plens[r]] = torch.randint(0, min(vocab, 20), (plens[r],), generator=g)  # repeats
+        output[r, :olens[r]] = torch.randint(0, min(vocab, 25), (olens[r],), generator=g)
+    output[3, 5] = -1  # a speculative placeholder
+    presence = torch.tensor([0.0, 0.5, -0.3, 1.5, 0.2])
+    frequency = torch.tensor([0.0, 0.25, 0.1, -0.4, 0.7])
+    repetition = torch.tensor([1.0, 1.3, 0.8, 2.0, 1.1])
+    return logits, prompt, output, presence, frequency, repetition
+
+
+@pytest.mark.parametrize("vocab", [32, 32000])
+@pytest.mark.parametrize("ids", [torch.int64, torch.int32])
+def test_penalties_match_vllm(device, vocab, ids):
+    logits, prompt, output, presence, frequency, repetition = _penalty_batch(vocab)
+    want = _vllm_penalties(logits, prompt, output, presence, frequency, repetition)
+    got = logits.to(device)
+    torch.ops.torch_tpu.apply_penalties(got, prompt.to(device, ids), output.to(device, ids), presence.to(device),
+                                        frequency.to(device), repetition.to(device))
+    assert torch.equal(got.cpu(), want)  # bit for bit: the same float32 operations in the same order
+    assert not torch.equal(want, logits)
+
+
+def _vllm_min_p(logits, min_p):
+    probs = torch.softmax(logits, dim=-1)
+    thr = probs.amax(dim=-1, keepdim=True) * min_p.unsqueeze(1)
+    near = (probs.log() - thr.log()).abs() < 1e-5  # within float32 rounding of the threshold
+    return logits.masked_fill(probs < thr, float("-inf")), near
+
+
+@pytest.mark.parametrize("vocab", [7, 32000])
+def test_min_p_matches_vllm(device, vocab):
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(6, vocab, generator=g) * 3
+    logits[2, :2] = float("-inf")
+    min_p = torch.tensor([0.0, 0.05, 0.1, 0.5, 1.0, 1e-4])
+    want, near = _vllm_min_p(logits, min_p)
+    got = logits.to(device)
+    torch.ops.torch_tpu.min_p(got, min_p.to(device))
+    got = got.cpu()
+    kept, kept_want = got.isfinite(), want.isfinite()
+    assert torch.equal(kept | near, kept_want | near) and kept.any(dim=-1).all()
+    assert torch.equal(got[kept], logits[kept])
+    assert torch.equal(got[0], logits[0]) and not kept[3].all()  # min_p 0 leaves a row, 0.5 cuts
+
+
+def test_sample_exponential_matches_vllm_random_sample(device):
+    # The same probabilities and the same generators give vLLM's tokens, the kernel drawing the noise
+    # itself: rows 1 and 4 with generators of their own (seeded requests), the rest from the device's
+    # default generator, as vLLM draws them; the generators are left as vLLM leaves them.
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(6, 32000, generator=g) * 2, dim=-1).to(device)
+    probs[5] = 0
+    probs[5, 123] = 1  # a row with one possible token
+
+    probs[2, ::2] = 0  # a filtered row (top-k/top-p leave zeros)
+    probs[2] /= probs[2].sum()
+
+    def draw(fn):
+        # the tokens, and what the default and a request's generator draw next (their states after)
+        torch.tpu.manual_seed(11)
+        gens = {i: torch.Generator(device=device).manual_seed(100 + i) for i in (1, 4)}
+        tokens = fn(probs.clone(), gens)
+        return tokens, torch.rand(5, device=device).cpu(), torch.rand(5, device=device, generator=gens[4]).cpu()
+
+    def vllm_random_sample(p, generators):
+        q = torch.empty_like(p)
+        if len(generators) != p.shape[0]:
+            q.exponential_()
+        for i, gen in generators.items():
+            q[i].exponential_(generator=gen)
+        return p.div_(q).argmax(dim=-1).view(-1)
+    want, want_next, want_next4 = draw(vllm_random_sample)
+    got, got_next, got_next4 = draw(ops.random_sample)
+    got, want = got.cpu(), want.cpu()
+    assert got.dtype == torch.int64 and torch.equal(got, want)
+    assert torch.equal(got_next, want_next) and torch.equal(got_next4, want_next4)
+    assert got[2] % 2 == 1  # never a zero-probability token
+    assert got[5] == 123 and len(set(got.tolist())) > 3
+    # another seed, other tokens
+    torch.tpu.manual_seed(12)
+    assert not torch.equal(ops.random_sample(probs.clone(), {}).cpu(), want)
+    # draws follow the distribution: a two-token row, 4000 draws
+    two = torch.zeros(4000, 2, device=device)
+    two[:, 0], two[:, 1] = 0.25, 0.75
+    assert abs(ops.random_sample(two, {}).float().mean().item() - 0.75) < 0.03
+
+
+def test_sampler_kernels_reject_bad_input(device):
+    logits = torch.zeros(2, 8, device=device)
+    with pytest.raises(RuntimeError, match="prompt token ids must be int32/int64"):
+        ids = torch.zeros(2, 1, dtype=torch.int64, device=device)
+        torch.ops.torch_tpu.apply_penalties(logits, torch.zeros(2, 3, device=device), ids,
+                                            *[torch.zeros(2, device=device)] * 3)
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match=r"min_p must be a float tensor \[2\]"):
+        torch.ops.torch_tpu.min_p(logits, torch.zeros(3, device=device))
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="q must be float32"):
+        torch.ops.torch_tpu.sample_exponential(torch.empty(2, dtype=torch.int64, device=device), logits,
+                                               torch.ones(2, 7, device=device))
+        torch.tpu.synchronize()
+    # the device keeps working
+    out = torch.empty(2, dtype=torch.int64, device=device)
+    logits[:, 5] = 1
+    torch.ops.torch_tpu.sample_exponential(out, logits, torch.ones(2, 8, device=device))
+    assert out.tolist() == [5, 5]

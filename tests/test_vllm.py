@@ -104,6 +104,48 @@ def test_top_k_top_p_sampling(llama):
     assert [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)] != want
 
 
+def test_sampler_runs_our_kernels(llama):
+    # penalties, min-p and the draw are ours (sample.c) wherever vLLM's sampler looks them up
+    def bound(worker):
+        from vllm.v1.sample import sampler
+        from vllm.v1.sample.logits_processor import builtin
+        from vllm.v1.sample.ops import topk_topp_sampler
+        from torch_tpu.vllm import ops
+        return (sampler.apply_all_penalties is ops.apply_all_penalties,
+                topk_topp_sampler.random_sample is ops.random_sample,
+                builtin.MinPLogitsProcessor.apply is ops.min_p_apply)
+    assert llama.collective_rpc(bound)[0] == (True, True, True)
+
+
+def test_repetition_penalty_matches_transformers(llama, llama_path):
+    sp = vllm.SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True, repetition_penalty=1.5)
+    got = [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)]
+    assert got == hf_greedy(llama_path, PROMPTS, MAX_TOKENS, repetition_penalty=1.5)
+    assert got != _greedy(llama, PROMPTS)  # the penalty changed something
+
+
+def test_presence_and_frequency_penalties(llama, llama_path):
+    # OpenAI's definitions (vLLM's), applied to transformers' logits on the CPU in its greedy loop
+    for kw in ({"presence_penalty": 2.0}, {"frequency_penalty": 1.5}, {"presence_penalty": -1.0,
+                                                                       "frequency_penalty": 0.7}):
+        sp = vllm.SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, **kw)
+        got = [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)]
+        assert got == hf_greedy(llama_path, PROMPTS, 16, **kw), kw
+        assert got != _greedy(llama, PROMPTS, 16), kw
+
+
+def test_min_p_sampling(llama):
+    # min_p=1 keeps only the most probable token: sampling at temperature 1 gives the greedy tokens; a
+    # small min_p leaves others, and a seed repeats its draw
+    want = _greedy(llama, PROMPTS)
+    sp = vllm.SamplingParams(temperature=1.0, seed=5, max_tokens=MAX_TOKENS, ignore_eos=True, min_p=1.0)
+    assert [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)] == want
+    sp = vllm.SamplingParams(temperature=1.0, seed=5, max_tokens=MAX_TOKENS, ignore_eos=True, min_p=0.01)
+    first = [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)]
+    assert first != want
+    assert [o.outputs[0].token_ids for o in llama.generate(PROMPTS, sp, use_tqdm=False)] == first
+
+
 def test_greedy_matches_transformers(llama, llama_path):
     # The long prompt (over 48 tokens) is prefilled in chunks; all three run as one batch.
     assert _greedy(llama, PROMPTS) == [list(t) for t in hf_greedy(llama_path, PROMPTS, MAX_TOKENS)]

@@ -1,6 +1,7 @@
 """`vllm serve` on the tpu device, queried with the official `openai` client as a user would: completions
 (tokens equal transformers' greedy ones on the CPU), chat completions streamed with usage, tool calling
-(Hermes-style chat template and parser; tool_choice auto, required and named, streamed and not), /health,
+(Hermes-style chat template and parser; tool_choice auto, required and named, streamed and not), tensor
+parallelism on two chips (--tensor-parallel-size 2: the same answers), /health,
 /metrics (vLLM's Prometheus metrics), /tokenize and /detokenize; and /v1/embeddings with the real
 all-MiniLM-L6-v2 weights (cosine similarity to transformers' mean-pooled embeddings on the CPU).
 Each server is a subprocess on a free loopback port, started once per module and stopped at its end."""
@@ -173,6 +174,27 @@ def test_chat_streaming_with_usage(client):
     assert "".join(parts) == whole.choices[0].message.content
     assert usage is not None and usage.completion_tokens == 12
     assert usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_tensor_parallel_2_server(llama_path, client, tmp_path_factory):
+    # `vllm serve --tensor-parallel-size 2`: two worker processes, one per vTPU chip; the same greedy answers
+    # as transformers and as the one-chip server
+    s = Server(llama_path, "tiny", tmp_path_factory.mktemp("logs") / "serve_tp2.log", "--max-model-len", "1024",
+               "--tensor-parallel-size", "2")
+    try:
+        tp = openai.OpenAI(base_url=s.url + "/v1", api_key="unused")
+        prompts = ["The standard library", "Return a new dictionary"]
+        r = tp.completions.create(model="tiny", prompt=prompts, max_tokens=8, temperature=0,
+                                  extra_body={"return_token_ids": True, "ignore_eos": True})
+        choices = sorted(r.choices, key=lambda c: c.index)
+        assert [list(c.token_ids) for c in choices] == hf_greedy(llama_path, [c.prompt_token_ids for c in choices], 8)
+        messages = [{"role": "user", "content": "Which module parses command-line options?"}]
+        answers = [c.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0,
+                                             extra_body={"ignore_eos": True}).choices[0].message.content
+                   for c in (tp, client)]
+        assert answers[0] == answers[1]
+    finally:
+        s.stop()
 
 
 def _check_call(name, arguments, tools=TOOLS):

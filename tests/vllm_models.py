@@ -145,10 +145,15 @@ def add_kv_cache_scales(path, scales: dict) -> None:
 
 
 def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins: bool = False,
-              kv_cache_dtype: str = "auto"):
+              kv_cache_dtype: str = "auto", repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
+              frequency_penalty: float = 0.0):
     """Greedy continuations by Hugging Face transformers on the CPU, one prompt at a time; with_margins
     also gives, per generated token, the gap between transformers' best and second-best logit. An fp8
-    kv_cache_dtype rounds keys and values through that format, as vLLM's fp8 KV cache does."""
+    kv_cache_dtype rounds keys and values through that format, as vLLM's fp8 KV cache does. A
+    repetition_penalty other than 1 applies transformers' RepetitionPenaltyLogitsProcessor (over the
+    prompt and the tokens so far, as vLLM's); presence and frequency penalties subtract, as OpenAI
+    defines them, presence_penalty once and frequency_penalty per occurrence from the logit of each token
+    generated so far."""
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
     kw = {} if kv_cache_dtype == "auto" else {"attn_implementation": fp8_kv_attention(kv_cache_dtype)}
@@ -159,14 +164,22 @@ def hf_greedy(path, prompts, max_tokens: int, dtype=torch.float32, with_margins:
             # a plain greedy loop: no end-of-sequence handling, as vLLM's ignore_eos (generate's
             # min_new_tokens would instead ban the end token, a different choice where it is the best)
             ids = torch.tensor([tok(p)["input_ids"]]) if isinstance(p, str) else torch.tensor([p])
+            seen = ids
             tokens, gaps, past = [], [], None
             for _ in range(max_tokens):
                 r = model(ids, past_key_values=past, use_cache=True)
                 logits, past = r.logits[0, -1].float(), r.past_key_values
+                if repetition_penalty != 1.0:
+                    rp = transformers.RepetitionPenaltyLogitsProcessor(repetition_penalty)
+                    logits = rp(seen, logits[None])[0]
+                if tokens and (presence_penalty or frequency_penalty):
+                    counts = torch.bincount(torch.tensor(tokens), minlength=logits.numel()).float()
+                    logits = logits - frequency_penalty * counts - presence_penalty * (counts > 0).float()
                 top2 = logits.topk(2).values
                 tokens.append(int(logits.argmax()))
                 gaps.append(float(top2[0] - top2[1]))
                 ids = torch.tensor([[tokens[-1]]])
+                seen = torch.cat([seen, ids], dim=1)
             out.append(tokens)
             margins.append(gaps)
     return (out, margins) if with_margins else out

@@ -95,6 +95,78 @@ static void top_k_top_p_case(int64_t B, int64_t V, bool with_k, bool with_p) {
   free(x), free(x2);
 }
 
+/* Penalties: the threaded kernel equals the one-thread reference, and a worked token: 3.0 seen in the
+ * prompt and twice in the output with rep 2, freq 0.5, presence 0.25 gives 3 * 0.5 - 1 - 0.25. */
+static void penalties_case(int64_t V) {
+  enum { B = 3, P = 6, O = 5 };
+  float* x = test_rand_buf(TPURT_DTYPE_FLOAT32, B * V);
+  x[0] = 3.0f;
+  float* x2 = malloc((size_t)(B * V) * 4);
+  memcpy(x2, x, (size_t)(B * V) * 4);
+  int64_t prompt[B * P], output[B * O];
+  for (int i = 0; i < B * P; ++i) prompt[i] = (i * 7) % (V + 1); /* V: padding */
+  for (int i = 0; i < B * O; ++i) output[i] = i % 4 == 3 ? -1 : (i * 5) % V;
+  prompt[0] = 0, output[0] = 0, output[1] = 0;
+  float pres[B] = {0.25f, -0.5f, 0}, freq[B] = {0.5f, 0.1f, 0}, rep[B] = {2.0f, 0.7f, 1};
+  tpurt_tensor_t tp = test_tensor_dense(TPURT_DTYPE_INT64, prompt, 2, (int64_t[]){B, P}),
+                 to = test_tensor_dense(TPURT_DTYPE_INT64, output, 2, (int64_t[]){B, O}),
+                 t1 = test_tensor_dense(TPURT_DTYPE_FLOAT32, pres, 1, (int64_t[]){B}),
+                 t2 = test_tensor_dense(TPURT_DTYPE_FLOAT32, freq, 1, (int64_t[]){B}),
+                 t3 = test_tensor_dense(TPURT_DTYPE_FLOAT32, rep, 1, (int64_t[]){B});
+  for (int ref = 0; ref < 2; ++ref) {
+    tpurt_tensor_t tx = test_tensor_dense(TPURT_DTYPE_FLOAT32, ref ? x2 : x, 2, (int64_t[]){B, V});
+    tpurt_arg_t a[6] = {targ(&tx), targ(&tp), targ(&to), targ(&t1), targ(&t2), targ(&t3)};
+    CHECK_OK(test_op_run("torch_tpu::apply_penalties", ref, a, 6, NULL, 0));
+  }
+  CHECK(memcmp(x, x2, (size_t)(B * V) * 4) == 0);
+  CHECK(x[0] == 3.0f * 0.5f - 1.0f - 0.25f);
+  free(x), free(x2);
+}
+
+/* min-p in logit space against the reference's softmax in double: equal masks but within rounding of
+ * the threshold; min_p 0 leaves its row. */
+static void min_p_case(int64_t V) {
+  enum { B = 4 };
+  float* x = test_rand_buf(TPURT_DTYPE_FLOAT32, B * V);
+  for (int64_t i = 0; i < B * V; ++i) x[i] *= 5;
+  float* x0 = malloc((size_t)(B * V) * 4), *x2 = malloc((size_t)(B * V) * 4);
+  memcpy(x0, x, (size_t)(B * V) * 4), memcpy(x2, x, (size_t)(B * V) * 4);
+  float mp[B] = {0.1f, 0, 0.5f, 1e-3f};
+  tpurt_tensor_t tm = test_tensor_dense(TPURT_DTYPE_FLOAT32, mp, 1, (int64_t[]){B});
+  for (int ref = 0; ref < 2; ++ref) {
+    tpurt_tensor_t tx = test_tensor_dense(TPURT_DTYPE_FLOAT32, ref ? x2 : x, 2, (int64_t[]){B, V});
+    tpurt_arg_t a[2] = {targ(&tx), targ(&tm)};
+    CHECK_OK(test_op_run("torch_tpu::min_p", ref, a, 2, NULL, 0));
+  }
+  for (int64_t r = 0; r < B; ++r) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < V; ++i) mx = fmaxf(mx, x0[r * V + i]);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const int64_t k = r * V + i;
+      kept += !isinf(x[k]);
+      if (isinf(x[k]) != isinf(x2[k])) CHECK(fabs(x0[k] - mx - log(mp[r])) < 1e-5);
+    }
+    CHECK(kept >= 1 && (mp[r] != 0 || kept == V));
+  }
+  free(x), free(x0), free(x2);
+}
+
+/* The draw: argmax of probs / q, the first of equals; a NaN wins as in torch.argmax. */
+static void draw_case(void) {
+  float probs[3 * 4] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.5f, 0, 0, 0, 0.5f, 0, 0.5f};
+  float q[3 * 4] = {1, 1, 1, 4, 1, 1, 1, 1, 1, 1, 0, 1}; /* row 0: 0.3 wins; row 1: a tie; row 2: 0/0 */
+  for (int ref = 0; ref < 2; ++ref) {
+    int64_t out[3] = {-1, -1, -1};
+    tpurt_tensor_t to = test_tensor_dense(TPURT_DTYPE_INT64, out, 1, (int64_t[]){3}),
+                   tp = test_tensor_dense(TPURT_DTYPE_FLOAT32, probs, 2, (int64_t[]){3, 4}),
+                   tq = test_tensor_dense(TPURT_DTYPE_FLOAT32, q, 2, (int64_t[]){3, 4});
+    tpurt_arg_t a[3] = {targ(&to), targ(&tp), targ(&tq)};
+    CHECK_OK(test_op_run("torch_tpu::sample_exponential", ref, a, 3, NULL, 0));
+    CHECK(out[0] == 2 && out[1] == 0 && out[2] == 2);
+  }
+}
+
 static void bad_cases(void) {
   float x[4 * 8] = {0}, w[5] = {0}, o[4 * 8];
   tpurt_tensor_t tx = test_tensor_dense(TPURT_DTYPE_FLOAT32, x, 2, (int64_t[]){4, 8}),
@@ -125,6 +197,11 @@ int main(void) {
     top_k_top_p_case(4, 1000, m & 1, m & 2);
     top_k_top_p_case(4, 40000, m & 1, m & 2);
   }
+  penalties_case(50);
+  penalties_case(32000);
+  min_p_case(7);
+  min_p_case(32000);
+  draw_case();
   bad_cases();
   return test_finish("test_layers");
 }

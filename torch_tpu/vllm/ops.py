@@ -29,7 +29,15 @@ _lib.define("fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor? weigh
 _lib.define("silu_and_mul(Tensor(a!) out, Tensor x) -> ()")
 # The sampler's top-k / top-p filtering (runtime/ops/serve/sample.c), in place on float32 logits.
 _lib.define("top_k_top_p(Tensor(a!) logits, Tensor? k, Tensor? p) -> ()")
-for _name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "top_k_top_p"):
+# Its penalties and min-p (in place on float32 logits) and the draw (token ids of argmax probs / q).
+_lib.define("apply_penalties(Tensor(a!) logits, Tensor prompt_tokens, Tensor output_tokens, Tensor presence, "
+            "Tensor frequency, Tensor repetition) -> ()")
+_lib.define("min_p(Tensor(a!) logits, Tensor min_p) -> ()")
+_lib.define("sample_exponential(Tensor(a!) out, Tensor probs, Tensor q) -> ()")
+# the same draw with the noise drawn inside the kernel from the generator (the default one when None)
+_lib.define("sample_exponential_noise(Tensor(a!) out, Tensor probs, Generator? generator=None) -> ()")
+for _name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "top_k_top_p", "apply_penalties", "min_p",
+              "sample_exponential", "sample_exponential_noise"):
     torch.library.register_fake(f"torch_tpu::{_name}")(lambda *args, **kwargs: None)
 
 
@@ -156,6 +164,63 @@ def apply_top_k_top_p(logits, k, p):
         return apply_top_k_top_p_pytorch(logits, k, p)
     torch.ops.torch_tpu.top_k_top_p(logits, k, p)
     return logits
+
+
+def _sampler_logits(logits):
+    """Whether our sampler kernels take these logits: float32 [batch, vocab] rows on tpu."""
+    return logits.device.type == "tpu" and logits.dtype == torch.float32 and logits.dim() == 2 and \
+        logits.stride(-1) == 1
+
+
+def apply_all_penalties(logits, prompt_token_ids, presence_penalties, frequency_penalties, repetition_penalties,
+                        output_token_ids):
+    """vLLM's apply_all_penalties (vllm/v1/sample/ops/penalties.py) on tpu: repetition, frequency and
+    presence penalties in place, in vLLM's arithmetic, touching only the tokens each row has seen
+    (sample.c). Other devices and dtypes take vLLM's PyTorch version."""
+    if not _sampler_logits(logits):
+        return VLLM_ORIGINALS["apply_all_penalties"](logits, prompt_token_ids, presence_penalties, frequency_penalties,
+                                             repetition_penalties, output_token_ids)
+    from vllm.utils.torch_utils import make_tensor_with_pad
+    vocab = logits.shape[1]
+    # vLLM's padding (vocab) and its speculative placeholders (-1) are both ids outside [0, vocab): skipped
+    out = make_tensor_with_pad(output_token_ids, pad=vocab, device="cpu", dtype=torch.int64).reshape(
+        logits.shape[0], -1).to(logits.device)
+    torch.ops.torch_tpu.apply_penalties(logits, prompt_token_ids, out, presence_penalties, frequency_penalties,
+                                        repetition_penalties)
+    return logits
+
+
+def min_p_apply(self, logits):
+    """vLLM's MinPLogitsProcessor.apply on tpu: logits whose probability is below min_p times the row's
+    largest become -inf, in place, compared in logit space (sample.c)."""
+    if not self.min_p_count:
+        return logits
+    if not _sampler_logits(logits) or self.min_p.numel() != logits.shape[0]:
+        return VLLM_ORIGINALS["MinPLogitsProcessor.apply"](self, logits)
+    torch.ops.torch_tpu.min_p(logits, self.min_p.reshape(-1))
+    return logits
+
+
+def random_sample(probs, generators, use_fp64_gumbel=False):
+    """vLLM's random_sample (vllm/v1/sample/ops/topk_topp_sampler.py) on tpu: the token with the largest
+    probs / q for exponential noise q, in one pass with the noise drawn inside the kernel (sample.c)
+    exactly as vLLM's q.exponential_() calls draw it on tpu: the default generator for every row unless
+    each row has its own, then each seeded request's row again from its own generator, each call
+    reserving the counters exponential_ would. So the tokens, and the generators' states after, are
+    vLLM's."""
+    if use_fp64_gumbel or not _sampler_logits(probs) or probs.stride(0) != probs.shape[1]:
+        return VLLM_ORIGINALS["random_sample"](probs, generators, use_fp64_gumbel)
+    out = torch.empty(probs.shape[0], dtype=torch.int64, device=probs.device)
+    if len(generators) != probs.shape[0]:
+        torch.ops.torch_tpu.sample_exponential_noise(out, probs, None)
+    for i, generator in generators.items():
+        torch.ops.torch_tpu.sample_exponential_noise(out[i:i + 1], probs[i:i + 1], generator)
+    return out
+
+
+# vLLM's own versions of what the platform replaced with the functions above (platform.py fills it): the
+# path for logits our kernels do not take.
+VLLM_ORIGINALS = {}
 
 
 def compute_slot_mapping(slot_mapping, query_start_loc, positions, block_table, block_size, num_tokens):

@@ -14,6 +14,7 @@ logger = init_logger(__name__)
 
 _ATTENTION = "torch_tpu.vllm.attention.TpuAttentionBackend"
 _WORKER = "torch_tpu.vllm.worker.TpuWorker"
+_EXECUTOR = "torch_tpu.vllm.executor.TpuMultiprocExecutor"
 
 
 class TpuPlatform(Platform):
@@ -22,11 +23,13 @@ class TpuPlatform(Platform):
     device_type: str = "tpu"
     dispatch_key: str = "PrivateUse1"
     ray_device_key: str = ""
-    # Which chips a process sees (the runtime's own variable; vLLM sets it per worker).
-    device_control_env_var: str = "TORCH_TPU_VISIBLE_CHIPS"
+    # Which chip a process drives (the runtime reads it at start; torch_tpu/vllm/executor.py sets it per worker).
+    device_control_env_var: str = "TPU_VISIBLE_CHIPS"
     # torch.compile of vLLM's small helpers: run them eagerly (our compile backend is not yet used).
     simple_compile_backend: str = "eager"
-    dist_backend: str = "gloo"
+    # vLLM's device groups (tensor parallelism's collectives) are tpu_dist groups: the runtime's collectives
+    # between the chips' memories (torch_tpu/distributed.py); its CPU groups stay gloo.
+    dist_backend: str = "tpu_dist"
     # compressed-tensors for its FP8 KV-cache scales only (check_and_update_config refuses its weight
     # schemes); every other method quantizes weights through CUDA, Triton or vllm._C kernels. vLLM reads
     # an empty list as "all", hence the one entry.
@@ -47,23 +50,36 @@ class TpuPlatform(Platform):
         # torch_tpu.vllm.layers puts our layer classes in vLLM's out-of-tree custom-op registry.
         import torch_tpu.vllm.layers  # noqa: F401
         import torch_tpu.vllm.ops  # noqa: F401
-        cls._use_tpu_top_k_top_p()
 
-    @staticmethod
-    def _use_tpu_top_k_top_p() -> None:
-        # vLLM's sampler filters top-k/top-p with apply_top_k_top_p, which on a platform without Triton
-        # sorts every row of logits in PyTorch (74 ms a step for 16 rows of 32000 on tpu); ours selects
-        # the thresholds instead (runtime/ops/serve/sample.c). vLLM has no registry for this host
-        # function, so its module attribute is rebound, with the names other vLLM modules (the
-        # rejection sampler) imported from it, as vLLM's own kernel-override registry rebinds.
-        from vllm.v1.sample.ops import topk_topp_sampler
+    # vLLM's sampler steps that run as PyTorch code on a platform without Triton, one generic op after
+    # another over every logit, and ours in C (runtime/ops/serve/sample.c): top-k/top-p filtering (vLLM
+    # sorts every row: 74 ms a step for 16 rows of 32000 on tpu), the penalties (a [batch, vocab + 1]
+    # histogram per step), min-p (a softmax) and the draw. vLLM has no registry for these host
+    # functions, so each module attribute is rebound, with the names other vLLM modules imported from it
+    # (the sampler's and the rejection sampler's), as vLLM's own kernel-override registry rebinds; vLLM's
+    # versions stay in ops.VLLM_ORIGINALS for logits our kernels do not take. The model runner installs
+    # them (import_kernels runs while vLLM's sampler modules are still being imported).
+    _SAMPLER_FUNCTIONS = (("vllm.v1.sample.ops.topk_topp_sampler", "apply_top_k_top_p"),
+                          ("vllm.v1.sample.ops.penalties", "apply_all_penalties"),
+                          ("vllm.v1.sample.ops.topk_topp_sampler", "random_sample"))
+
+    @classmethod
+    def use_tpu_sampler_kernels(cls) -> None:
+        from vllm.v1.sample.logits_processor import builtin
         from torch_tpu.vllm import ops
-        original = topk_topp_sampler.apply_top_k_top_p
-        if original is ops.apply_top_k_top_p:
-            return
-        for name, mod in list(sys.modules.items()):
-            if name.startswith("vllm") and getattr(mod, "apply_top_k_top_p", None) is original:
-                mod.apply_top_k_top_p = ops.apply_top_k_top_p
+        for module, name in cls._SAMPLER_FUNCTIONS:
+            original = getattr(importlib.import_module(module), name)
+            ours = getattr(ops, name)
+            if original is ours:
+                continue
+            ops.VLLM_ORIGINALS[name] = original
+            for mod_name, mod in list(sys.modules.items()):
+                if mod_name.startswith("vllm") and getattr(mod, name, None) is original:
+                    setattr(mod, name, ours)
+        # min-p is a method of vLLM's built-in logits processor (its state: the rows' min_p on the device)
+        if builtin.MinPLogitsProcessor.apply is not ops.min_p_apply:
+            ops.VLLM_ORIGINALS["MinPLogitsProcessor.apply"] = builtin.MinPLogitsProcessor.apply
+            builtin.MinPLogitsProcessor.apply = ops.min_p_apply
 
     @classmethod
     def import_ir_kernels(cls) -> None:
@@ -154,11 +170,25 @@ class TpuPlatform(Platform):
         parallel = vllm_config.parallel_config
         if parallel.worker_cls == "auto":
             parallel.worker_cls = _WORKER
-        for name, size in (("tensor", parallel.tensor_parallel_size), ("pipeline", parallel.pipeline_parallel_size),
-                           ("data", parallel.data_parallel_size)):
+        for name, size in (("pipeline", parallel.pipeline_parallel_size), ("data", parallel.data_parallel_size),
+                           ("prefill context", parallel.prefill_context_parallel_size),
+                           ("decode context", parallel.decode_context_parallel_size)):
             if size > 1:
-                raise NotImplementedError(f"tpu platform: {name} parallelism (size {size}) is not supported yet; "
-                                          f"serve one chip per process")
+                raise NotImplementedError(f"tpu platform: {name} parallelism (size {size}) is not supported yet "
+                                          f"(tensor parallelism is)")
+        if parallel.enable_expert_parallel:
+            raise NotImplementedError("tpu platform: expert parallelism is not supported yet")
+        if parallel.world_size > 1:
+            # One process per chip: vLLM's multiprocessing executor, each worker spawned on its own chip
+            # (torch_tpu/vllm/executor.py), or torchrun's processes (vLLM's "external_launcher"), whose
+            # LOCAL_RANK picks each one's chip.
+            backend = parallel.distributed_executor_backend
+            if backend in (None, "mp"):
+                parallel.distributed_executor_backend = _EXECUTOR
+            elif backend not in (_EXECUTOR, "external_launcher"):
+                raise NotImplementedError(f"tpu platform: distributed executor {backend!r} is not supported yet "
+                                          f"(\"mp\", vLLM's multiprocessing executor, and \"external_launcher\", "
+                                          f"torchrun's processes, are)")
         comp = vllm_config.compilation_config
         # Eager: torch.compile(backend="tpu") is not yet wired into vLLM's piecewise compilation, and
         # CUDA graphs have no tpu counterpart.
@@ -220,7 +250,7 @@ class TpuPlatform(Platform):
 
     @classmethod
     def get_device_communicator_cls(cls) -> str:
-        return "vllm.distributed.device_communicators.base_device_communicator.DeviceCommunicatorBase"
+        return "torch_tpu.vllm.communicator.TpuCommunicator"
 
     @classmethod
     def support_hybrid_kv_cache(cls) -> bool:

@@ -38,6 +38,7 @@ def _cuda_as_tpu():
 
 class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device):
+        current_platform.use_tpu_sampler_kernels()
         with _cuda_as_tpu():
             super().__init__(vllm_config, device)
 
@@ -52,7 +53,9 @@ class TpuWorker(Worker):
     def init_device(self):
         if self.device_config.device_type != "tpu":
             raise RuntimeError(f"TpuWorker: unsupported device type {self.device_config.device}")
-        self.device = torch.device(f"tpu:{self.local_rank}")
+        # Each process drives one chip and sees it as tpu:0 (the executor spawned this worker on chip
+        # local_rank: torch_tpu/vllm/executor.py).
+        self.device = torch.device("tpu", 0)
         torch.tpu.set_device(self.device)
         current_platform.check_if_supports_dtype(self.model_config.dtype)
         init_worker_distributed_environment(self.vllm_config, self.rank, self.distributed_init_method,

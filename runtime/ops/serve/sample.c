@@ -1,4 +1,15 @@
-/* Top-k and top-p (nucleus) filtering of sampling logits in place, as vLLM's
+/* The sampler's work on float32 logits [batch, vocab] between the model and
+ * the next tokens, as vLLM's PyTorch sampler does it:
+ *  - penalties (repetition, frequency, presence) from each row's prompt and
+ *    output tokens, touching only the tokens that occur (vLLM counts every
+ *    row into a [batch, vocab + 1] int64 histogram and rewrites every logit);
+ *  - min-p: logits whose probability is below min_p times the row's largest
+ *    become -inf, compared in logit space (x < max + log(min_p)), so a row is a
+ *    max and a compare, no softmax;
+ *  - the draw: argmax of probs / q for exponential noise q (vLLM's
+ *    random_sample: the Gumbel-max trick in its exponential form), one pass.
+ *
+ * Top-k and top-p (nucleus) filtering of sampling logits in place, as vLLM's
  * sampler applies them before it samples: per row, logits below the k-th
  * largest become -inf; then, over the softmax of what is left, the smallest
  * logits whose cumulative probability (ascending) stays at or below 1 - p
@@ -10,9 +21,11 @@
  * top-p after top-k works on top-k's survivors alone. Logits tied at a
  * threshold are all kept (a sort keeps an arbitrary subset of them). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/elementwise/ew_expf.h"
+#include "ops/elementwise/philox.h"
 #include "ops/serve/serve.h"
 
 /* Order-preserving key of a float: larger float, larger key (-inf lowest but NaN). */
@@ -147,4 +160,251 @@ tpurt_status_t tpurt_serve_top_k_top_p(tpurt_kernel_ctx_t* ctx, const tpurt_op_c
  * integer work; tests compare both against vLLM's sort-based PyTorch version. */
 tpurt_status_t tpurt_serve_top_k_top_p_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return tkp_run(ctx, call, true);
+}
+
+/* ---- penalties ---- */
+
+/* args: logits [B, V] float32 (written), prompt [B, P] and output [B, O] token ids (int32/int64; ids
+ * outside [0, V) are padding: vLLM pads with V, and -1 marks a speculative placeholder), presence,
+ * frequency, repetition [B] floats. Per row, as vLLM's apply_penalties in float32 and in its order: a
+ * logit of a token in the prompt or the output is multiplied by 1/rep where positive, by rep otherwise;
+ * then count * frequency and (count > 0) * presence are subtracted, count being its output
+ * occurrences. */
+#define PEN_PROMPT 0x40000000u
+#define PEN_DONE 0x80000000u
+#define PEN_COUNT 0x3fffffffu
+
+typedef struct pen_job_t {
+  const tpurt_tensor_t *logits, *prompt, *output, *pres, *freq, *rep;
+  int64_t V;
+  uint32_t* buf; /* per thread: V words, zero between rows */
+} pen_job_t;
+
+static inline int64_t ld_tok(const tpurt_tensor_t* t, int64_t r, int64_t i) {
+  size_t off = (size_t)(r * t->strides[0] + i * t->strides[1]);
+  return t->dtype == TPURT_DTYPE_INT64 ? ((const int64_t*)t->data)[off] : ((const int32_t*)t->data)[off];
+}
+
+static void pen_rows(void* user, int64_t rb, int64_t re, int tid) {
+  const pen_job_t* j = user;
+  const int64_t V = j->V;
+  uint32_t* w = j->buf + (size_t)tid * (size_t)V;
+  const int64_t P = j->prompt->sizes[1], O = j->output->sizes[1];
+  for (int64_t r = rb; r < re; ++r) {
+    float* x = (float*)j->logits->data + r * j->logits->strides[0];
+    const float rep = (float)ld_num(j->rep, r), freq = (float)ld_num(j->freq, r), pres = (float)ld_num(j->pres, r);
+    const float inv_rep = 1.0f / rep;
+    for (int64_t i = 0; i < P; ++i) {
+      int64_t t = ld_tok(j->prompt, r, i);
+      if (t >= 0 && t < V) w[t] |= PEN_PROMPT;
+    }
+    for (int64_t i = 0; i < O; ++i) {
+      int64_t t = ld_tok(j->output, r, i);
+      if (t >= 0 && t < V && (w[t] & PEN_COUNT) < PEN_COUNT) ++w[t];
+    }
+    /* each token once (PEN_DONE), then its word cleared for the next row */
+    for (int pass = 0; pass < 2; ++pass) {
+      const tpurt_tensor_t* list = pass ? j->output : j->prompt;
+      const int64_t n = pass ? O : P;
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t t = ld_tok(list, r, i);
+        if (t < 0 || t >= V || (w[t] & PEN_DONE)) continue;
+        w[t] |= PEN_DONE;
+        const uint32_t c = w[t] & PEN_COUNT;
+        float v = x[t];
+        v *= v > 0 ? inv_rep : rep;
+        const float fc = freq * (float)c;
+        v -= fc;
+        const float pm = pres * (c > 0 ? 1.0f : 0.0f);
+        v -= pm;
+        x[t] = v;
+      }
+    }
+    for (int64_t i = 0; i < P; ++i) {
+      int64_t t = ld_tok(j->prompt, r, i);
+      if (t >= 0 && t < V) w[t] = 0;
+    }
+    for (int64_t i = 0; i < O; ++i) {
+      int64_t t = ld_tok(j->output, r, i);
+      if (t >= 0 && t < V) w[t] = 0;
+    }
+  }
+}
+
+static tpurt_status_t check_rows(const tpurt_tensor_t* t, int64_t B, const char* op, const char* what) {
+  if (!t || t->ndim != 1 || t->sizes[0] != B || !tpurt_dtype_is_floating(t->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: %s must be a float tensor [%lld]", op, what, (long long)B);
+  return TPURT_STATUS_OK;
+}
+
+static tpurt_status_t check_logits(const tpurt_tensor_t* l, const char* op) {
+  if (!l || l->ndim != 2 || l->dtype != TPURT_DTYPE_FLOAT32 || (l->sizes[1] > 1 && l->strides[1] != 1))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: logits must be float32 [batch, vocab] with a contiguous vocab dim", op);
+  return TPURT_STATUS_OK;
+}
+
+static tpurt_status_t pen_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool ref) {
+  pen_job_t j = {.logits = tpurt_arg_tensor(c, 0), .prompt = tpurt_arg_tensor(c, 1), .output = tpurt_arg_tensor(c, 2),
+                 .pres = tpurt_arg_tensor(c, 3), .freq = tpurt_arg_tensor(c, 4), .rep = tpurt_arg_tensor(c, 5)};
+  TPURT_RETURN_IF_ERROR(check_logits(j.logits, "apply_penalties"));
+  const int64_t B = j.logits->sizes[0];
+  j.V = j.logits->sizes[1];
+  for (int i = 0; i < 2; ++i) {
+    const tpurt_tensor_t* t = i ? j.output : j.prompt;
+    if (!t || t->ndim != 2 || t->sizes[0] != B || (t->dtype != TPURT_DTYPE_INT64 && t->dtype != TPURT_DTYPE_INT32))
+      return TPURT_STATUS(INVALID_ARGUMENT, "apply_penalties: %s token ids must be int32/int64 [%lld, n]",
+                          i ? "output" : "prompt", (long long)B);
+  }
+  TPURT_RETURN_IF_ERROR(check_rows(j.pres, B, "apply_penalties", "presence penalties"));
+  TPURT_RETURN_IF_ERROR(check_rows(j.freq, B, "apply_penalties", "frequency penalties"));
+  TPURT_RETURN_IF_ERROR(check_rows(j.rep, B, "apply_penalties", "repetition penalties"));
+  if (B == 0 || j.V == 0) return TPURT_STATUS_OK;
+  int nt = ref ? 1 : tpurt_kernel_num_threads(ctx);
+  if (nt < 1) nt = 1;
+  j.buf = tpurt_kernel_scratch(ctx, (size_t)nt * (size_t)j.V * 4);
+  if (!j.buf) return TPURT_STATUS(RESOURCE_EXHAUSTED, "apply_penalties: no scratch for a %lld-token vocabulary", (long long)j.V);
+  memset(j.buf, 0, (size_t)nt * (size_t)j.V * 4);
+  if (ref) pen_rows(&j, 0, B, 0);
+  else tpurt_parallel_for(ctx, B, 1, pen_rows, &j);
+  return TPURT_STATUS_OK;
+}
+
+tpurt_status_t tpurt_serve_apply_penalties(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return pen_run(ctx, call, false);
+}
+/* The reference is the same per-token arithmetic on one thread (it is exact float32 work; tests compare
+ * both against vLLM's dense PyTorch version). */
+tpurt_status_t tpurt_serve_apply_penalties_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return pen_run(ctx, call, true);
+}
+
+/* ---- min-p ---- */
+
+/* args: logits [B, V] float32 (written), min_p [B] floats (0: the row is left as it is). */
+typedef struct minp_job_t {
+  const tpurt_tensor_t *logits, *min_p;
+  int64_t V;
+  bool ref;
+} minp_job_t;
+
+static void minp_rows(void* user, int64_t rb, int64_t re, int tid) {
+  const minp_job_t* j = user;
+  for (int64_t r = rb; r < re; ++r) {
+    const double mp = ld_num(j->min_p, r);
+    if (!(mp > 0)) continue;
+    float* x = (float*)j->logits->data + r * j->logits->strides[0];
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < j->V; ++i) mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY || isnan(mx)) continue;
+    if (j->ref) {
+      /* vLLM's form: probs below min_p * the largest prob, the softmax in double */
+      double z = 0;
+      for (int64_t i = 0; i < j->V; ++i) z += exp((double)x[i] - mx);
+      const double thr = mp / z;
+      for (int64_t i = 0; i < j->V; ++i)
+        if (exp((double)x[i] - mx) / z < thr) x[i] = -INFINITY;
+      continue;
+    }
+    /* p_i < min_p * p_max  <=>  x_i - max < log(min_p) */
+    const float t = mx + (float)log(mp);
+    for (int64_t i = 0; i < j->V; ++i)
+      if (x[i] < t) x[i] = -INFINITY;
+  }
+}
+
+static tpurt_status_t minp_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool ref) {
+  minp_job_t j = {.logits = tpurt_arg_tensor(c, 0), .min_p = tpurt_arg_tensor(c, 1), .ref = ref};
+  TPURT_RETURN_IF_ERROR(check_logits(j.logits, "min_p"));
+  TPURT_RETURN_IF_ERROR(check_rows(j.min_p, j.logits->sizes[0], "min_p", "min_p"));
+  j.V = j.logits->sizes[1];
+  if (j.logits->sizes[0] == 0 || j.V == 0) return TPURT_STATUS_OK;
+  if (ref) minp_rows(&j, 0, j.logits->sizes[0], 0);
+  else tpurt_parallel_for(ctx, j.logits->sizes[0], 1, minp_rows, &j);
+  return TPURT_STATUS_OK;
+}
+
+tpurt_status_t tpurt_serve_min_p(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return minp_run(ctx, call, false);
+}
+tpurt_status_t tpurt_serve_min_p_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return minp_run(ctx, call, true);
+}
+
+/* ---- the draw ---- */
+
+/* args: out [B] int64 (written), probs [B, V] float32, q [B, V] float32 (exponential noise), or in
+ * place of q the call's Philox reservation (torch_tpu::sample_exponential_noise, a Generator argument):
+ * then the noise of element i = r * V + c is what exponential_ on a contiguous [B, V] tensor draws with
+ * that reservation (ops/elementwise/random.c: Philox block offset + i / 4, lane i % 4, -log1p(-u) in
+ * double rounded to float), so the draw is the one vLLM's random_sample makes with the same generator,
+ * without writing and reading the noise, and with the logarithm only where probs is nonzero (a zero
+ * probability scores 0 unless its noise is 0, which gives NaN). out[r] is the first index of the
+ * largest probs / q of row r, a NaN counting as the largest (torch.argmax's rule), so the token is the
+ * one vLLM's probs.div_(q).argmax() gives. */
+typedef struct draw_job_t {
+  const tpurt_tensor_t *out, *probs, *q;
+  const tpurt_rng_t* rng;
+  int64_t V;
+} draw_job_t;
+
+static void draw_rows(void* user, int64_t rb, int64_t re, int tid) {
+  const draw_job_t* j = user;
+  for (int64_t r = rb; r < re; ++r) {
+    const float* p = (const float*)j->probs->data + r * j->probs->strides[0];
+    const float* q = j->q ? (const float*)j->q->data + r * j->q->strides[0] : NULL;
+    int64_t best = -1;
+    float bv = 0;
+    uint64_t block = UINT64_MAX;
+    tpurt_philox_out_t ph = {{0}};
+    for (int64_t i = 0; i < j->V; ++i) {
+      float s;
+      if (q) {
+        s = p[i] / q[i];
+      } else {
+        const uint64_t e = (uint64_t)(r * j->V + i);
+        if (e / 4 != block) block = e / 4, ph = tpurt_philox4x32_10(j->rng->seed, j->rng->offset + block, 0);
+        const uint32_t u = ph.v[e & 3];
+        if (p[i] == 0 && (u >> 8) != 0) {
+          s = 0; /* 0 / q with q > 0 */
+        } else {
+          const float qi = (float)(-log1p(-(double)tpurt_philox_u32_to_unit_f(u)));
+          s = p[i] / qi;
+        }
+      }
+      if (isnan(s)) {
+        best = i;
+        break;
+      }
+      if (best < 0 || s > bv) bv = s, best = i;
+    }
+    ((int64_t*)j->out->data)[r * j->out->strides[0]] = best;
+  }
+}
+
+static tpurt_status_t draw_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool ref) {
+  draw_job_t j = {.out = tpurt_arg_tensor(c, 0), .probs = tpurt_arg_tensor(c, 1), .q = tpurt_arg_tensor(c, 2),
+                  .rng = tpurt_arg_rng(c)};
+  TPURT_RETURN_IF_ERROR(check_logits(j.probs, "sample_exponential"));
+  const int64_t B = j.probs->sizes[0];
+  j.V = j.probs->sizes[1];
+  if (!j.q && !j.rng)
+    return TPURT_STATUS(INVALID_ARGUMENT, "sample_exponential: needs the noise q or a generator's reservation");
+  if (j.q && (j.q->ndim != 2 || j.q->sizes[0] != B || j.q->sizes[1] != j.V || j.q->dtype != TPURT_DTYPE_FLOAT32 ||
+      (j.V > 1 && j.q->strides[1] != 1)))
+    return TPURT_STATUS(INVALID_ARGUMENT, "sample_exponential: q must be float32 [%lld, %lld] like probs",
+                        (long long)B, (long long)j.V);
+  if (!j.out || j.out->ndim != 1 || j.out->sizes[0] != B || j.out->dtype != TPURT_DTYPE_INT64)
+    return TPURT_STATUS(INVALID_ARGUMENT, "sample_exponential: out must be int64 [%lld]", (long long)B);
+  if (B == 0) return TPURT_STATUS_OK;
+  if (j.V == 0) return TPURT_STATUS(INVALID_ARGUMENT, "sample_exponential: an empty vocabulary");
+  if (ref) draw_rows(&j, 0, B, 0);
+  else tpurt_parallel_for(ctx, B, 1, draw_rows, &j);
+  return TPURT_STATUS_OK;
+}
+
+tpurt_status_t tpurt_serve_sample_exponential(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return draw_run(ctx, call, false);
+}
+tpurt_status_t tpurt_serve_sample_exponential_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return draw_run(ctx, call, true);
 }

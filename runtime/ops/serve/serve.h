@@ -3,7 +3,7 @@
  * tables, the paged cache write and the slot mapping (paged.c), rotary
  * embedding (rotary.c), speculative decoding's rejection sampling (spec.c),
  * RMSNorm (with a residual add) and SiLU-and-mul (layers.c), the sampler's top-k /
- * top-p filtering (sample.c).
+ * top-p filtering, penalties, min-p and the draw (sample.c).
  * Each kernel has a reference twin
  * (suffix _ref); the op table is serve_table.c. Internal to runtime/ops. */
 #ifndef TPURT_OPS_SERVE_SERVE_H_
@@ -27,6 +27,9 @@ TPURT_SERVE_DECLARE(rms_norm)
 TPURT_SERVE_DECLARE(fused_add_rms_norm)
 TPURT_SERVE_DECLARE(silu_and_mul)
 TPURT_SERVE_DECLARE(top_k_top_p)
+TPURT_SERVE_DECLARE(apply_penalties)
+TPURT_SERVE_DECLARE(min_p)
+TPURT_SERVE_DECLARE(sample_exponential)
 
 /* The portable loops instead of the vector ones (TORCH_TPU_SERVE_GENERIC=1
  * sets it from the environment), so tests cover both on one machine. */

@@ -32,5 +32,14 @@ const tpurt_op_def_t tpurt_ops_serve[] = {
     OP("torch_tpu::silu_and_mul", silu_and_mul),
     /* sample.c: the sampler's top-k / top-p filtering of float32 logits in place */
     OP("torch_tpu::top_k_top_p", top_k_top_p),
+    /* its penalties and min-p (logits in place) */
+    OP("torch_tpu::apply_penalties", apply_penalties),
+    OP("torch_tpu::min_p", min_p),
+    /* the draw: the first tensor is the int64 token ids it writes */
+    {"torch_tpu::sample_exponential", tpurt_serve_sample_exponential, tpurt_serve_sample_exponential_ref, 0,
+     TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
+    /* the same draw with its noise drawn inside from the Generator argument's reservation */
+    {"torch_tpu::sample_exponential_noise", tpurt_serve_sample_exponential, tpurt_serve_sample_exponential_ref,
+     TPURT_OP_RANDOM, TPURT_DTYPE_BIT(INT64), TPURT_LAYOUT_STRIDED},
     TPURT_OP_TABLE_END,
 };
