@@ -337,6 +337,48 @@ def ddp_parity(rank, world):
     dist.destroy_process_group()
 
 
+def ddp_overlap(rank, world):
+    """DDP's bucket allreduces run on the group's stream while backward's kernels run on the default stream: in the
+    device trace, an allreduce's interval intersects a backward kernel's. The gradients equal one process's on the
+    whole batch."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch_tpu import projection
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    torch.manual_seed(0)
+    # The first bucket ready (the head's) is small; the rest of backward (the wide layers' gradient GEMMs) is long.
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 8))
+    ref = type(model)(*[type(m)(m.in_features, m.out_features) if isinstance(m, torch.nn.Linear) else m
+                        for m in model])
+    ref.load_state_dict(model.state_dict())
+    ddp = DDP(model.to(dev), bucket_cap_mb=0.01)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(world * 512, 256, generator=g)
+    per = x.shape[0] // world
+    overlapped = 0
+    for step in range(3):  # the first step is one bucket (DDP rebuilds its buckets in backward order after it)
+        ddp.zero_grad()
+        out = ddp(x[rank * per:(rank + 1) * per].to(dev))
+        loss = out.square().mean()
+        with projection.record():
+            loss.backward()
+        evs = projection.events()
+        ars = [e for e in evs if e["name"] == "tpu_dist allreduce"]
+        kernels = [e for e in evs if e["kind"] == "kernel" and e["queue"] == 0]
+        assert ars and kernels, (len(ars), len(kernels))
+        assert all(e["queue"] != 0 for e in ars), "the allreduces ran on the default stream"
+        if step:
+            overlapped += any(a["start_ns"] < k["end_ns"] and k["start_ns"] < a["end_ns"] for a in ars for k in kernels)
+    assert overlapped == 2, f"no allreduce overlapped a backward kernel in {2 - overlapped} of 2 steps"
+    # gradients: the mean over the whole batch, as one process computes them
+    ref(x).square().mean().backward()
+    for (name, p), q in zip(ddp.module.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-6, msg=name)
+    dist.destroy_process_group()
+
+
 def fail_killed(rank, world):
     """Rank 1 is killed (SIGKILL) before the second allreduce; the others' allreduce fails naming it."""
     dist = _init(rank, world, timeout_s=60)
