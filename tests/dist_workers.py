@@ -2,6 +2,7 @@
 check compares against a reference computed on CPU from the inputs every rank can rebuild (`_value`)."""
 import datetime
 import os
+import re
 import signal
 import time
 import traceback
@@ -462,9 +463,10 @@ def fail_mismatch_two_hosts(rank, world):
         raise AssertionError("mismatched shapes between hosts were not detected")
     except RuntimeError as e:
         msg = str(e)
+        # each column (local rank l of both hosts) compares its calls: the first to abort names its pair
         assert "mismatched collectives between hosts" in msg, msg
-        assert "rank 0 called allreduce(float32, 10 elements, sum)" in msg, msg
-        assert "rank 2 called allreduce(float32, 12 elements, sum)" in msg, msg
+        assert re.search(r"rank ([01]) called allreduce\(float32, 10 elements, sum\) but rank ([23]) called "
+                         r"allreduce\(float32, 12 elements, sum\)", msg), msg
     _drain()
     g = dist.new_group(list(range(world)))
     t = torch.ones(6, device=dev)
@@ -681,8 +683,9 @@ def _sequence_parallel_parity(rank, world, mesh):
 
 def cross_host(rank, world):
     """Two "hosts" of 2 chips each on this machine (TORCH_TPU_HOST_ID): collectives go through each host's
-    shared memory and gloo between the hosts' first ranks, point-to-point messages and all_to_all's parts between
-    ranks of different hosts through gloo; results equal the known answers."""
+    shared memory and gloo between the hosts (by columns for all_reduce, all_gather and reduce_scatter, through the
+    hosts' first ranks for the others), point-to-point messages and all_to_all's parts between ranks of different
+    hosts through gloo; results equal the known answers."""
     import torch.distributed as dist
     _init(rank, world)
     dev = torch.device("tpu", 0)
@@ -695,6 +698,23 @@ def cross_host(rank, world):
             t = _value(rank, dt, shape).to(dev)
             dist.all_reduce(t, op=op)
             _same(t, _reduce_ref([_value(r, dt, shape) for r in range(W)], op, dt), f"cross-host all_reduce {dt} {op}")
+    # all_reduce and all_gather by columns (a reduce-scatter within each host, each local rank's block between the
+    # hosts, an all-gather within the host): non-contiguous tensors, sizes that do not divide by the host's ranks,
+    # more dtypes and reductions, async
+    for dt, op in ((torch.complex64, R.SUM), (torch.float16, R.MAX), (torch.int8, R.BAND), (torch.uint8, R.BOR),
+                   (torch.float64, R.AVG), (torch.int32, R.PRODUCT), (torch.bool, R.BXOR)):
+        t = _value(rank, dt, (7, 5)).to(dev).t()
+        w = dist.all_reduce(t, op=op, async_op=True)
+        w.wait()
+        _same(t, _reduce_ref([_value(r, dt, (7, 5)).t() for r in range(W)], op, dt), f"cross-host all_reduce {dt} {op}")
+        inp = _value(rank, dt, (3, 4)).to(dev).t()
+        out = torch.empty((W, 3, 4), dtype=dt, device=dev).transpose(1, 2)  # (W, 4, 3), non-contiguous
+        dist.all_gather_into_tensor(out, inp)
+        _same(out, torch.stack([_value(r, dt, (3, 4)).t() for r in range(W)]), f"cross-host all_gather_into_tensor {dt}")
+        outs = [torch.empty((4, 3), dtype=dt, device=dev) for _ in range(W)]
+        dist.all_gather(outs, inp)
+        for r in range(W):
+            _same(outs[r], _value(r, dt, (3, 4)).t(), f"cross-host all_gather {dt} [{r}]")
     # premul_sum across hosts: each rank's own factor, before the sum within and between hosts
     pm = dist._make_nccl_premul_sum(_premul_factor(rank))
     want = sum(_premul_factor(r) * _value(r, torch.float64, shape) for r in range(W)).float()

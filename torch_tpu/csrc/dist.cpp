@@ -1134,17 +1134,33 @@ class TpuDistBackend : public c10d::Backend {
   // collective, dtype, count, root, reduction: one gloo all_gather of 48 bytes each), so hosts that called
   // different collectives fail on every rank, naming both calls, before any data moves between them (within a host
   // the shared-memory header does the same). TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange.
+  // The exchange goes through this rank's column (for a host's first rank, the same ranks as the hosts' group), so
+  // a step on the hosts' group (broadcast) meets a step on the columns (allreduce) and the mismatch is named; a
+  // column whose peers called something with no step between hosts gives up when the group is aborted meanwhile
+  // (another column, or the shared memory within the host, saw the mismatch).
   void x_step(const c10::intrusive_ptr<c10d::Backend>& g, int offset, XCall call, std::function<tpurt_status_t()> fn) {
     int64_t seq = ++x_calls_;
     tpurt_dist_comm_t* comm = comm_;
     int L = local_size_;
     bool check = host_check_;
-    host_step([g, offset, call, fn, seq, comm, L, check]() -> tpurt_status_t {
+    auto hg = column_ ? column_ : g;
+    if (column_) offset = local_rank_;
+    host_step([hg, offset, call, fn, seq, comm, L, check]() -> tpurt_status_t {
       if (check) {
-        int n = g->getSize();
+        int n = hg->getSize();
         int64_t mine[6] = {seq, call.kind, call.dtype, call.count, call.root, call.redop};
         at::Tensor me = at::from_blob(mine, {6}, at::kLong).clone(), all = at::empty({6 * n}, at::kLong);
-        g->_allgather_base(all, me)->wait();
+        auto w = hg->_allgather_base(all, me);
+        for (;;) {  // gloo's wait cannot be interrupted: wait in slices, watching the group
+          try {
+            w->wait(std::chrono::milliseconds(20));
+            break;
+          } catch (const std::exception&) {
+            if (w->isCompleted()) throw;
+          }
+          tpurt_status_t st = tpurt_dist_comm_error(comm);
+          if (st) return st;
+        }
         const int64_t* a = all.data_ptr<int64_t>();
         for (int i = 1; i < n; ++i) {
           if (std::equal(a, a + 6, a + 6 * i)) continue;
@@ -1175,35 +1191,54 @@ class TpuDistBackend : public c10d::Backend {
 
   // t is overwritten with the result (callers pass a copy when the
   // collective's input is the user's: reduce, reduce_scatter).
+  // By columns, as reduce_scatter: within each host a reduce-scatter hands local rank l the host's partial sum of
+  // block l (the message padded to a multiple of the host's ranks), the column (local rank l of every host, a gloo
+  // group) all-reduces that block, and an all-gather within the host puts the blocks together. Every local rank
+  // moves 1/local_size of the message between hosts at once, where a reduce to the host's first rank, its
+  // all_reduce and a broadcast sent all of it through that one rank.
   c10::intrusive_ptr<c10d::Work> x_allreduce(at::Tensor& t, const c10d::ReduceOp& rop) {
+    TORCH_CHECK(column_, "tpu_dist: no gloo group between the hosts' ranks");
     at::Tensor d = dense(t);
     tpurt_dist_redop_t red = reduction(rop, d, true, "allreduce");
     bool avg = red == TPURT_DIST_AVG;
-    TORCH_CHECK_VALUE(!avg || at::isFloatingType(t.scalar_type()), "tpu_dist: allreduce avg needs a floating tensor");
+    c10::ScalarType st = d.scalar_type();
+    TORCH_CHECK_VALUE(!avg || at::isFloatingType(st) || at::isComplexType(st), "tpu_dist: allreduce avg needs a "
+                      "floating or complex tensor, got ", st);
     if (avg) red = TPURT_DIST_SUM;
-    tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
-    op.redop = red;
-    op.root = 0;
-    op.in = d.data_ptr();
-    op.out = local_rank_ == 0 ? d.data_ptr() : nullptr;
-    submit(op, "allreduce");
-    if (cross_) {
-      auto cross = cross_;
-      void* ptr = d.data_ptr();
-      int64_t n = d.numel();
-      c10::ScalarType type = d.scalar_type();
-      c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-      x_step(cross_, 0, {TPURT_DIST_ALLREDUCE, dtype_code(type), n, -1, avg ? TPURT_DIST_AVG : red},
-             [cross, ptr, n, type, gop] {
-        at::Tensor cpu = host_view(ptr, n, type == at::kBool ? at::kByte : type);
-        c10d::AllreduceOptions o;
-        o.reduceOp = gloo_op(type, gop);
-        std::vector<at::Tensor> v{cpu};
-        cross->allreduce(v, o)->wait();
-        return TPURT_OK;
-      });
+    int64_t n = d.numel(), L = local_size_, c = (n + L - 1) / L;
+    at::Tensor flat = d.view({-1}), block = flat;
+    if (L > 1) {
+      at::Tensor padded = flat;
+      if (c * L != n) {  // the padding's values are reduced and dropped
+        padded = empty_tpu_contiguous({c * L}, st);
+        padded.narrow(0, 0, n).copy_(flat);
+      }
+      block = empty_tpu_contiguous({c}, st);
+      tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE_SCATTER, block);
+      op.redop = red;
+      op.in = padded.data_ptr();
+      op.out = block.data_ptr();
+      submit(op, "allreduce");
+      flat = padded;
     }
-    local_broadcast(d, 0, "allreduce");
+    auto column = column_;
+    void* ptr = block.data_ptr();
+    c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+    x_step(column_, local_rank_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red},
+           [column, ptr, c, st, gop] {
+      std::vector<at::Tensor> v{gloo_view(ptr, c, st)};
+      c10d::AllreduceOptions o;
+      o.reduceOp = gloo_op(st, gop);
+      column->allreduce(v, o)->wait();
+      return TPURT_OK;
+    });
+    if (L > 1) {
+      tpurt_dist_op_t op = base_op(TPURT_DIST_ALLGATHER, block);
+      op.in = block.data_ptr();
+      op.out = flat.data_ptr();
+      submit(op, "allreduce");
+      if (!flat.is_same(d.view({-1}))) d.view({-1}).copy_(flat.narrow(0, 0, n));
+    }
     if (avg) d.div_(getSize());
     write_back(t, d);
     return work(c10d::OpType::ALLREDUCE, {t});
@@ -1293,36 +1328,35 @@ class TpuDistBackend : public c10d::Backend {
     return work(c10d::OpType::BROADCAST, {t});
   }
 
+  // By columns: the column (local rank l of every host, a gloo group) all-gathers its members' inputs, then an
+  // all-gather within each host puts the columns together ([local rank, host] order, transposed into the output's
+  // rank order). Each rank sends its own input to every other host, every local rank at once.
   c10::intrusive_ptr<c10d::Work> x_allgather(at::Tensor& output, at::Tensor& input) {
     check_tpu(input, "all_gather_into_tensor");
     check_tpu(output, "all_gather_into_tensor");
     TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                       "tpu_dist: all_gather_into_tensor: output must have ", getSize(), " x the input's ", input.numel(),
                       " elements of ", input.scalar_type());
+    TORCH_CHECK(column_, "tpu_dist: no gloo group between the hosts' ranks");
     at::Tensor d = dense(input), o = dense(output);
-    int64_t n = d.numel();
-    at::Tensor hostbuf;
-    tpurt_dist_op_t op = base_op(TPURT_DIST_GATHER, d);
-    op.root = 0;
-    op.in = d.data_ptr();
-    if (local_rank_ == 0) {
-      hostbuf = empty_tpu_contiguous({n * local_size_}, d.scalar_type());
-      op.out = hostbuf.data_ptr();
+    int64_t n = d.numel(), H = hosts_, L = local_size_;
+    c10::ScalarType st = d.scalar_type();
+    at::Tensor col = L > 1 ? empty_tpu_contiguous({H * n}, st) : o;  // this column's inputs, host-major
+    auto column = column_;
+    void *src = d.data_ptr(), *dst = col.data_ptr();
+    x_step(column_, local_rank_, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [column, src, dst, n, H, st] {
+      at::Tensor out = gloo_view(dst, H * n, st), in = gloo_view(src, n, st);
+      column->_allgather_base(out, in)->wait();
+      return TPURT_OK;
+    });
+    if (L > 1) {
+      at::Tensor all = empty_tpu_contiguous({L * H * n}, st);
+      tpurt_dist_op_t op = base_op(TPURT_DIST_ALLGATHER, col);
+      op.in = col.data_ptr();
+      op.out = all.data_ptr();
+      submit(op, "all_gather");
+      o.view({H, L, n}).copy_(all.view({L, H, n}).transpose(0, 1));
     }
-    submit(op, "all_gather");
-    if (cross_) {
-      auto cross = cross_;
-      void* src = hostbuf.data_ptr();
-      void* dst = o.data_ptr();
-      int64_t ln = n * local_size_, total = n * getSize();
-      c10::ScalarType type = d.scalar_type();
-      x_step(cross_, 0, {TPURT_DIST_ALLGATHER, dtype_code(type), n, -1, -1}, [cross, src, dst, ln, total, type] {
-        at::Tensor cpu_out = host_view(dst, total, type), cpu_in = host_view(src, ln, type);
-        cross->_allgather_base(cpu_out, cpu_in)->wait();
-        return TPURT_OK;
-      });
-    }
-    local_broadcast(o, 0, "all_gather");
     write_back(output, o);
     return work(c10d::OpType::_ALLGATHER_BASE, {output});
   }
