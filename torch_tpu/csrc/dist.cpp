@@ -671,13 +671,11 @@ class TpuDistBackend : public c10d::Backend {
       op.kind = TPURT_DIST_BARRIER;
       op.dtype = TPURT_DTYPE_UINT8;
       submit(op, "barrier");
-      if (cross_) {
-        auto cross = cross_;
-        x_step(cross_, 0, {TPURT_DIST_BARRIER, -1, 0, -1, -1}, [cross] {
-          cross->barrier()->wait();
-          return TPURT_OK;
-        });
-      }
+      auto cross = cross_;
+      x_step(cross_, {TPURT_DIST_BARRIER, -1, 0, -1, -1}, [cross] {
+        cross->barrier()->wait();
+        return TPURT_OK;
+      });
       submit(op, "barrier");
       return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::BARRIER, comm_, std::vector<at::Tensor>{}, true);
     }
@@ -1129,22 +1127,22 @@ class TpuDistBackend : public c10d::Backend {
     snprintf(buf + n, sizeof(buf) - n, ")");
     return buf;
   }
-  // Queues fn, a collective's step between hosts over the gloo group g (the hosts' first ranks, offset 0, or this
-  // rank's column, offset local_rank_). First g's members exchange what they are about to run (call number,
-  // collective, dtype, count, root, reduction: one gloo all_gather of 48 bytes each), so hosts that called
-  // different collectives fail on every rank, naming both calls, before any data moves between them (within a host
-  // the shared-memory header does the same). TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange.
-  // The exchange goes through this rank's column (for a host's first rank, the same ranks as the hosts' group), so
-  // a step on the hosts' group (broadcast) meets a step on the columns (allreduce) and the mismatch is named; a
-  // column whose peers called something with no step between hosts gives up when the group is aborted meanwhile
-  // (another column, or the shared memory within the host, saw the mismatch).
-  void x_step(const c10::intrusive_ptr<c10d::Backend>& g, int offset, XCall call, std::function<tpurt_status_t()> fn) {
+  // Queues fn, a collective's step between hosts over the gloo group g (this rank's column, or the hosts' first
+  // ranks; null on a rank with no part in the step: a host's other ranks in a step of its first ranks). First every
+  // rank's column (local rank l of every host) exchanges what it is about to run (call number, collective, dtype,
+  // count, root, reduction: one gloo all_gather of 48 bytes each), every column at once and every rank whether or not
+  // it moves data, so hosts that called different collectives fail on every rank, naming both calls, before any data
+  // moves between them (within a host the shared-memory header does the same), and no column waits for a peer that
+  // called a step of the first ranks only. TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange. The exchange gives up
+  // when the group is aborted meanwhile (gloo's wait cannot be interrupted: it waits in slices).
+  void x_step(const c10::intrusive_ptr<c10d::Backend>& g, XCall call, std::function<tpurt_status_t()> fn) {
     int64_t seq = ++x_calls_;
     tpurt_dist_comm_t* comm = comm_;
-    int L = local_size_;
+    int L = local_size_, offset = local_rank_;
     bool check = host_check_;
-    auto hg = column_ ? column_ : g;
-    if (column_) offset = local_rank_;
+    if (!g) fn = nullptr;
+    if (!check && !fn) return;
+    auto hg = column_;
     host_step([hg, offset, call, fn, seq, comm, L, check]() -> tpurt_status_t {
       if (check) {
         int n = hg->getSize();
@@ -1172,7 +1170,7 @@ class TpuDistBackend : public c10d::Backend {
           return tpurt_dist_comm_error(comm);
         }
       }
-      return fn();
+      return fn ? fn() : TPURT_OK;
     });
   }
   // The `numel` elements of device memory at `ptr` as a CPU tensor over the same bytes, for gloo
@@ -1224,7 +1222,7 @@ class TpuDistBackend : public c10d::Backend {
     auto column = column_;
     void* ptr = block.data_ptr();
     c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-    x_step(column_, local_rank_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red},
+    x_step(column_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red},
            [column, ptr, c, st, gop] {
       std::vector<at::Tensor> v{gloo_view(ptr, c, st)};
       c10d::AllreduceOptions o;
@@ -1291,7 +1289,7 @@ class TpuDistBackend : public c10d::Backend {
     auto column = column_;
     void *src = part.data_ptr(), *dst = d.data_ptr();
     c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-    x_step(column_, local_rank_, {TPURT_DIST_REDUCE_SCATTER, dtype_code(st), c, -1, avg ? TPURT_DIST_AVG : red},
+    x_step(column_, {TPURT_DIST_REDUCE_SCATTER, dtype_code(st), c, -1, avg ? TPURT_DIST_AVG : red},
            [column, src, dst, c, H, st, gop] {
       at::Tensor in = gloo_view(src, H * c, st), o = gloo_view(dst, c, st);
       c10d::ReduceScatterOptions opts;
@@ -1310,12 +1308,12 @@ class TpuDistBackend : public c10d::Backend {
     if (host_ == root_host && root_local != 0) {  // the root's host leader gets the data first
       local_broadcast(d, root_local, "broadcast");
     }
-    if (cross_) {
+    {
       auto cross = cross_;
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
-      x_step(cross_, 0, {TPURT_DIST_BROADCAST, dtype_code(type), n, root, -1}, [cross, ptr, n, type, root_host] {
+      x_step(cross_, {TPURT_DIST_BROADCAST, dtype_code(type), n, root, -1}, [cross, ptr, n, type, root_host] {
         std::vector<at::Tensor> v{host_view(ptr, n, type)};
         c10d::BroadcastOptions o;
         o.rootRank = root_host;
@@ -1344,7 +1342,7 @@ class TpuDistBackend : public c10d::Backend {
     at::Tensor col = L > 1 ? empty_tpu_contiguous({H * n}, st) : o;  // this column's inputs, host-major
     auto column = column_;
     void *src = d.data_ptr(), *dst = col.data_ptr();
-    x_step(column_, local_rank_, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [column, src, dst, n, H, st] {
+    x_step(column_, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [column, src, dst, n, H, st] {
       at::Tensor out = gloo_view(dst, H * n, st), in = gloo_view(src, n, st);
       column->_allgather_base(out, in)->wait();
       return TPURT_OK;
@@ -1382,13 +1380,13 @@ class TpuDistBackend : public c10d::Backend {
     }
     submit(op, "gather");
     if (on_root_host && (local_rank_ == 0 || is_root)) all = empty_tpu_contiguous({n * getSize()}, d.scalar_type());
-    if (cross_) {
+    {
       auto cross = cross_;
-      uint64_t part = static_cast<uint64_t>(hostbuf.nbytes());
-      void* src = hostbuf.data_ptr();
+      uint64_t part = hostbuf.defined() ? static_cast<uint64_t>(hostbuf.nbytes()) : 0;
+      void* src = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
       uint8_t* dst = all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      x_step(cross_, 0, {TPURT_DIST_GATHER, dtype_code(d.scalar_type()), n, root, -1},
+      x_step(cross_, {TPURT_DIST_GATHER, dtype_code(d.scalar_type()), n, root, -1},
              [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> ins{host_bytes(src, part)};
         std::vector<std::vector<at::Tensor>> outs = host_parts(dst, part, hosts);
@@ -1434,13 +1432,13 @@ class TpuDistBackend : public c10d::Backend {
       if (local_rank_ == 0 || is_root) local_p2p(all, is_root ? 0 : root_local, local_rank_ == 0, "scatter");
     }
     if (local_rank_ == 0) hostbuf = empty_tpu_contiguous({n * local_size_}, d.scalar_type());
-    if (cross_) {
+    {
       auto cross = cross_;
-      uint64_t part = static_cast<uint64_t>(hostbuf.nbytes());
-      void* dst = hostbuf.data_ptr();
-      uint8_t* src = on_root_host ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
+      uint64_t part = hostbuf.defined() ? static_cast<uint64_t>(hostbuf.nbytes()) : 0;
+      void* dst = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
+      uint8_t* src = on_root_host && all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      x_step(cross_, 0, {TPURT_DIST_SCATTER, dtype_code(d.scalar_type()), n, root, -1},
+      x_step(cross_, {TPURT_DIST_SCATTER, dtype_code(d.scalar_type()), n, root, -1},
              [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> outs{host_bytes(dst, part)};
         std::vector<std::vector<at::Tensor>> ins = host_parts(src, part, hosts);
