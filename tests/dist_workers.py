@@ -698,23 +698,27 @@ def cross_host(rank, world):
             t = _value(rank, dt, shape).to(dev)
             dist.all_reduce(t, op=op)
             _same(t, _reduce_ref([_value(r, dt, shape) for r in range(W)], op, dt), f"cross-host all_reduce {dt} {op}")
-    # all_reduce and all_gather by columns (a reduce-scatter within each host, each local rank's block between the
-    # hosts, an all-gather within the host): non-contiguous tensors, sizes that do not divide by the host's ranks,
-    # more dtypes and reductions, async
+    # all_reduce and all_gather: small messages through the hosts' first ranks, larger ones (over 64 KiB) by
+    # columns (a reduce-scatter within each host, each local rank's block between the hosts, an all-gather within
+    # the host): non-contiguous tensors, sizes that do not divide by the host's ranks, more dtypes and reductions,
+    # async
     for dt, op in ((torch.complex64, R.SUM), (torch.float16, R.MAX), (torch.int8, R.BAND), (torch.uint8, R.BOR),
                    (torch.float64, R.AVG), (torch.int32, R.PRODUCT), (torch.bool, R.BXOR)):
-        t = _value(rank, dt, (7, 5)).to(dev).t()
-        w = dist.all_reduce(t, op=op, async_op=True)
-        w.wait()
-        _same(t, _reduce_ref([_value(r, dt, (7, 5)).t() for r in range(W)], op, dt), f"cross-host all_reduce {dt} {op}")
-        inp = _value(rank, dt, (3, 4)).to(dev).t()
-        out = torch.empty((W, 3, 4), dtype=dt, device=dev).transpose(1, 2)  # (W, 4, 3), non-contiguous
-        dist.all_gather_into_tensor(out, inp)
-        _same(out, torch.stack([_value(r, dt, (3, 4)).t() for r in range(W)]), f"cross-host all_gather_into_tensor {dt}")
-        outs = [torch.empty((4, 3), dtype=dt, device=dev) for _ in range(W)]
-        dist.all_gather(outs, inp)
-        for r in range(W):
-            _same(outs[r], _value(r, dt, (3, 4)).t(), f"cross-host all_gather {dt} [{r}]")
+        for a, b in ((7, 5), (257, 259)):  # 66563 elements: over 64 KiB in every dtype
+            t = _value(rank, dt, (a, b)).to(dev).t()
+            w = dist.all_reduce(t, op=op, async_op=True)
+            w.wait()
+            _same(t, _reduce_ref([_value(r, dt, (a, b)).t() for r in range(W)], op, dt),
+                  f"cross-host all_reduce {dt} {op} {a}x{b}")
+            inp = _value(rank, dt, (b, a)).to(dev).t()
+            out = torch.empty((W, b, a), dtype=dt, device=dev).transpose(1, 2)  # (W, a, b), non-contiguous
+            dist.all_gather_into_tensor(out, inp)
+            _same(out, torch.stack([_value(r, dt, (b, a)).t() for r in range(W)]),
+                  f"cross-host all_gather_into_tensor {dt} {a}x{b}")
+            outs = [torch.empty((a, b), dtype=dt, device=dev) for _ in range(W)]
+            dist.all_gather(outs, inp)
+            for r in range(W):
+                _same(outs[r], _value(r, dt, (b, a)).t(), f"cross-host all_gather {dt} {a}x{b} [{r}]")
     # premul_sum across hosts: each rank's own factor, before the sum within and between hosts
     pm = dist._make_nccl_premul_sum(_premul_factor(rank))
     want = sum(_premul_factor(r) * _value(r, torch.float64, shape) for r in range(W)).float()

@@ -1194,6 +1194,10 @@ class TpuDistBackend : public c10d::Backend {
   // group) all-reduces that block, and an all-gather within the host puts the blocks together. Every local rank
   // moves 1/local_size of the message between hosts at once, where a reduce to the host's first rank, its
   // all_reduce and a broadcast sent all of it through that one rank.
+  // Messages up to kLeaderBytes go through the hosts' first ranks instead (a reduce to the host's first rank, its
+  // all_reduce between the hosts, a broadcast within the host): one gloo step on two ranks per column of hosts
+  // rather than on every local rank, which is what a small message's latency is made of.
+  static constexpr int64_t kLeaderBytes = 64 << 10;
   c10::intrusive_ptr<c10d::Work> x_allreduce(at::Tensor& t, const c10d::ReduceOp& rop) {
     TORCH_CHECK(column_, "tpu_dist: no gloo group between the hosts' ranks");
     at::Tensor d = dense(t);
@@ -1203,6 +1207,29 @@ class TpuDistBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(!avg || at::isFloatingType(st) || at::isComplexType(st), "tpu_dist: allreduce avg needs a "
                       "floating or complex tensor, got ", st);
     if (avg) red = TPURT_DIST_SUM;
+    c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+    if (static_cast<int64_t>(d.nbytes()) <= kLeaderBytes) {
+      tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
+      op.redop = red;
+      op.root = 0;
+      op.in = d.data_ptr();
+      op.out = local_rank_ == 0 ? d.data_ptr() : nullptr;
+      submit(op, "allreduce");
+      auto cross = cross_;
+      void* ptr = d.data_ptr();
+      int64_t n = d.numel();
+      x_step(cross_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red}, [cross, ptr, n, st, gop] {
+        std::vector<at::Tensor> v{gloo_view(ptr, n, st)};
+        c10d::AllreduceOptions o;
+        o.reduceOp = gloo_op(st, gop);
+        cross->allreduce(v, o)->wait();
+        return TPURT_OK;
+      });
+      local_broadcast(d, 0, "allreduce");
+      if (avg) d.div_(getSize());
+      write_back(t, d);
+      return work(c10d::OpType::ALLREDUCE, {t});
+    }
     int64_t n = d.numel(), L = local_size_, c = (n + L - 1) / L;
     at::Tensor flat = d.view({-1}), block = flat;
     if (L > 1) {
@@ -1221,7 +1248,6 @@ class TpuDistBackend : public c10d::Backend {
     }
     auto column = column_;
     void* ptr = block.data_ptr();
-    c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
     x_step(column_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red},
            [column, ptr, c, st, gop] {
       std::vector<at::Tensor> v{gloo_view(ptr, c, st)};
@@ -1339,6 +1365,29 @@ class TpuDistBackend : public c10d::Backend {
     at::Tensor d = dense(input), o = dense(output);
     int64_t n = d.numel(), H = hosts_, L = local_size_;
     c10::ScalarType st = d.scalar_type();
+    if (static_cast<int64_t>(o.nbytes()) <= kLeaderBytes) {  // small: a gather to the host's first rank, its
+      at::Tensor hostbuf;                                   // all_gather between hosts, a broadcast in the host
+      tpurt_dist_op_t op = base_op(TPURT_DIST_GATHER, d);
+      op.root = 0;
+      op.in = d.data_ptr();
+      if (local_rank_ == 0) {
+        hostbuf = empty_tpu_contiguous({n * L}, st);
+        op.out = hostbuf.data_ptr();
+      }
+      submit(op, "all_gather");
+      auto cross = cross_;
+      void* src = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
+      void* dst = o.data_ptr();
+      int64_t ln = n * L, total = n * getSize();
+      x_step(cross_, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [cross, src, dst, ln, total, st] {
+        at::Tensor out = gloo_view(dst, total, st), in = gloo_view(src, ln, st);
+        cross->_allgather_base(out, in)->wait();
+        return TPURT_OK;
+      });
+      local_broadcast(o, 0, "all_gather");
+      write_back(output, o);
+      return work(c10d::OpType::_ALLGATHER_BASE, {output});
+    }
     at::Tensor col = L > 1 ? empty_tpu_contiguous({H * n}, st) : o;  // this column's inputs, host-major
     auto column = column_;
     void *src = d.data_ptr(), *dst = col.data_ptr();
