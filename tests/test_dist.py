@@ -137,6 +137,11 @@ def test_ddp_parity_2_ranks():
     _spawn("ddp_parity", 2)
 
 
+def test_ddp_allreduce_overlaps_backward():
+    """DDP's bucket allreduces run on the group's stream, concurrently with backward's kernels (device trace)."""
+    _spawn("ddp_overlap", 2)
+
+
 @pytest.mark.full
 def test_ddp_parity_4_ranks():
     _spawn("ddp_parity", 4, topology="2x2")

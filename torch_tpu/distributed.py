@@ -150,11 +150,12 @@ def _create_backend(store, rank, size, timeout):
         opts._timeout = datetime.timedelta(seconds=seconds)
         return dist.ProcessGroupGloo(dist.PrefixStore(prefix, queue_store), r, n, opts)
 
-    # The hosts' first ranks (the step between hosts of a collective reduced within each host first).
-    cross = gloo("tpu_dist/hosts/", h, len(names)) if rank % local == 0 else None
-    # This rank's column: the ranks with its local rank on every host (reduce_scatter's step between hosts, on
-    # each local rank's share at once).
+    # This rank's column: the ranks with its local rank on every host (the steps between hosts of all_reduce,
+    # all_gather and reduce_scatter, on each local rank's share at once, and every step's check of the calls).
     column = gloo(f"tpu_dist/col{rank % local}/", h, len(names))
+    # The hosts' first ranks (the step between hosts of a collective gathered within each host first) are column 0:
+    # the same group, so a first rank's check and data go through one set of connections.
+    cross = column if rank % local == 0 else None
     # Every rank, for what goes between two ranks of different hosts (send/recv, all_to_all's parts).
     world = gloo("tpu_dist/world/", rank, size)
     return _C._dist_create_backend(local_store, rank, size, seconds, rank % local, local, h, len(names), cross, world,

@@ -110,6 +110,14 @@ static const char* kind_names[TPURT_DIST_KIND_COUNT] = {
 static const char* redop_names[TPURT_DIST_REDOP_COUNT] = {"sum", "avg", "product", "min", "max",
                                                            "band", "bor", "bxor"};
 
+/* What a queued collective is called on the device trace (the profiler's device track). */
+static const char* trace_names[TPURT_DIST_KIND_COUNT] = {
+    [TPURT_DIST_ALLREDUCE] = "tpu_dist allreduce", [TPURT_DIST_BROADCAST] = "tpu_dist broadcast",
+    [TPURT_DIST_REDUCE] = "tpu_dist reduce", [TPURT_DIST_ALLGATHER] = "tpu_dist all_gather",
+    [TPURT_DIST_REDUCE_SCATTER] = "tpu_dist reduce_scatter", [TPURT_DIST_ALLTOALL] = "tpu_dist all_to_all",
+    [TPURT_DIST_GATHER] = "tpu_dist gather", [TPURT_DIST_SCATTER] = "tpu_dist scatter",
+    [TPURT_DIST_BARRIER] = "tpu_dist barrier", [TPURT_DIST_SEND] = "tpu_dist send", [TPURT_DIST_RECV] = "tpu_dist recv"};
+
 const char* tpurt_dist_kind_name(tpurt_dist_kind_t k) {
   return k > 0 && k < TPURT_DIST_KIND_COUNT ? kind_names[k] : "unknown collective";
 }
@@ -1048,7 +1056,7 @@ tpurt_status_t tpurt_dist_enqueue_host(tpurt_dist_comm_t* c, tpurt_queue_t* queu
   h->fn = fn;
   h->user = user;
   h->ticket = atomic_fetch_add(&c->next_ticket, 1);
-  tpurt_status_t s = tpurt_queue_submit_host_fn(queue, run_queued_host, h);
+  tpurt_status_t s = tpurt_queue_submit_host_fn_named(queue, run_queued_host, h, "tpu_dist between hosts");
   if (s) {
     free(h);
     ticket_done(c);
@@ -1106,7 +1114,7 @@ tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* c, tpurt_queue_t* que
   /* Submitters of one communicator serialize (c10d calls from one thread at
    * a time per group), so ticket order is submit order. */
   g->ticket = atomic_fetch_add(&c->next_ticket, 1);
-  tpurt_status_t s = tpurt_queue_submit_host_fn(queue, run_queued_group, g);
+  tpurt_status_t s = tpurt_queue_submit_host_fn_named(queue, run_queued_group, g, "tpu_dist group");
   if (s) {
     free(g);
     ticket_done(c); /* nobody will run this ticket */
@@ -1139,7 +1147,8 @@ tpurt_status_t tpurt_dist_enqueue(tpurt_dist_comm_t* c, tpurt_queue_t* queue, co
     free(q);
     return s;
   }
-  s = tpurt_queue_submit_host_fn(queue, run_queued, q);
+  s = tpurt_queue_submit_host_fn_named(queue, run_queued, q,
+                                       op->kind > 0 && op->kind < TPURT_DIST_KIND_COUNT ? trace_names[op->kind] : NULL);
   if (s) {
     /* Peers may already wait for this call (begun): they learn why. */
     if (q->begun) tpurt_dist_comm_abort(c, tpurt_status_message(s));

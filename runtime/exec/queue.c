@@ -170,9 +170,14 @@ tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* q, void* dst, const void* 
 }
 
 tpurt_status_t tpurt_queue_submit_host_fn(tpurt_queue_t* q, tpurt_status_t (*fn)(void* user), void* user) {
+  return tpurt_queue_submit_host_fn_named(q, fn, user, NULL);
+}
+
+tpurt_status_t tpurt_queue_submit_host_fn_named(tpurt_queue_t* q, tpurt_status_t (*fn)(void* user), void* user,
+                                                const char* name) {
   if (!q || !fn) return TPURT_STATUS(INVALID_ARGUMENT, "submit_host_fn: NULL queue or function");
   TPURT_RETURN_IF_FORKED();
-  tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_CALL, .u.call = {.host_fn = fn, .user = user}};
+  tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_CALL, .u.call = {.host_fn = fn, .user = user, .name = name}};
   pthread_mutex_lock(&q->submit_lock);
   tpurt_status_t s = tpurt_queue_submit_locked(q, &cmd, NULL);
   pthread_mutex_unlock(&q->submit_lock);

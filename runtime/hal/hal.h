@@ -99,6 +99,7 @@ typedef struct tpurt_hal_command_t {
       tpurt_status_t (*fn)(void* user, tpurt_kernel_ctx_t* ctx); /* or NULL and host_fn */
       tpurt_status_t (*host_fn)(void* user);
       void* user;
+      const char* name; /* host_fn's name on the trace (a static string; NULL: "host callback") */
     } call;
     struct {
       void (*reached)(void* user, tpurt_hal_queue_t* queue, uint64_t value, uint64_t time_ns);

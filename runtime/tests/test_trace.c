@@ -45,6 +45,11 @@ static tpurt_status_t submit_add(float* a, float* b, float* out, int64_t n) {
   return tpurt_queue_submit_kernel(tpurt_device_default_queue(g_dev), op, &call);
 }
 
+static tpurt_status_t noop_fn(void* user) {
+  (void)user;
+  return TPURT_OK;
+}
+
 static void test_trace(void) {
   const int64_t n = 1 << 16;
   float* a = alloc(n * 4);
@@ -102,6 +107,17 @@ static void test_trace(void) {
   }
   CHECK(launches == 2 && kernels == 1 && copies == 1);
   CHECK(busy == dev_ns); /* every command's device time is one event */
+  /* A host callback is a "call" event on its queue's track, under its name when it has one. */
+  tpurt_trace_enable(true);
+  CHECK_OK(tpurt_queue_submit_host_fn_named(tpurt_device_default_queue(g_dev), noop_fn, NULL, "tpu_dist allreduce"));
+  CHECK_OK(tpurt_queue_submit_host_fn(tpurt_device_default_queue(g_dev), noop_fn, NULL));
+  CHECK_OK(tpurt_device_synchronize(g_dev));
+  tpurt_trace_enable(false);
+  got = tpurt_trace_take(ev, 8);
+  CHECK(got == 2);
+  CHECK(ev[0].kind == TPURT_TRACE_CALL && strcmp(ev[0].name, "tpu_dist allreduce") == 0);
+  CHECK(ev[1].kind == TPURT_TRACE_CALL && strcmp(ev[1].name, "host callback") == 0);
+  CHECK(ev[0].end_ns <= ev[1].start_ns && ev[0].queue == 0);
   /* Enabling again starts afresh. */
   tpurt_trace_enable(true);
   CHECK(tpurt_trace_count() == 0 && tpurt_trace_busy_ns() == 0);

@@ -88,21 +88,30 @@ tpurt_dist_redop_t reduction(const c10d::ReduceOp& rop, at::Tensor& d, bool in_p
   return TPURT_DIST_SUM;
 }
 
-// A queued collective. Its event marks where the queue is once the
-// collective has run; wait() makes the current stream wait for it (the host
-// does not block, as with NCCL on a CUDA stream) and raises at once when the
-// group has already failed.
+// The group's error as a command on a stream that waits for a collective run
+// on the group's stream: a failed collective then fails that stream's next
+// synchronize too (.cpu(), .item()), not only the group's.
+tpurt_status_t group_error_on_queue(void* comm) {
+  return tpurt_dist_comm_error(static_cast<tpurt_dist_comm_t*>(comm));
+}
+
+c10::Stream current_stream() {
+  return c10::impl::getDeviceGuardImpl(kTpu)->getStream(c10::Device(kTpu, current_device_index()));
+}
+
+// A queued collective. Its event marks where its stream (the group's) is once
+// the collective has run; wait() makes the current stream wait for it (the
+// host does not block, as with NCCL on a CUDA stream) and raises at once when
+// the group has already failed. The future (DDP's bucket allreduce waits on
+// it) is device-aware, as NCCL's: its wait() makes the waiter's stream wait.
 class TpuWork : public c10d::Work {
  public:
   TpuWork(int rank, c10d::OpType type, tpurt_dist_comm_t* comm, std::vector<at::Tensor> outputs, bool block_host)
-      : Work(rank, type), comm_(comm), outputs_(std::move(outputs)), block_host_(block_host) {
+      : Work(rank, type), comm_(comm), outputs_(std::move(outputs)), block_host_(block_host), stream_(current_stream()) {
     tpurt_device_t* dev = get_device(-1);
     check_status(tpurt_event_create(dev, 0, &event_), "tpu_dist work");
-    queue_ = current_queue();
+    queue_ = queue_for_stream(stream_);
     check_status(tpurt_event_record(event_, queue_), "tpu_dist work");
-    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                       std::vector<c10::Device>{});
-    future_->markCompleted(c10::IValue(outputs_));
   }
   ~TpuWork() override { tpurt_event_release(event_); }
 
@@ -118,8 +127,12 @@ class TpuWork : public c10d::Work {
     if (block_host_) {
       // barrier(): the host waits for the queue (and raises its error).
       check_status(without_gil([&] { return tpurt_queue_synchronize(queue_); }), "tpu_dist barrier");
-    } else {
-      check_status(tpurt_queue_wait_event(current_queue(), event_), "tpu_dist wait");
+    } else if (!tpurt_event_query(event_)) {
+      tpurt_queue_t* cur = current_queue();
+      check_status(tpurt_queue_wait_event(cur, event_), "tpu_dist wait");
+      if (cur != queue_)
+        check_status(tpurt_queue_submit_host_fn_named(cur, group_error_on_queue, comm_, "tpu_dist wait"),
+                     "tpu_dist wait");
     }
     check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
     // CPU tensors' results: copied from their chip copies (the host waits for the collective, as with gloo).
@@ -132,16 +145,22 @@ class TpuWork : public c10d::Work {
   // At wait(): each CPU tensor `first` gets its chip copy `second`'s value.
   void add_copy_back(std::vector<std::pair<at::Tensor, at::Tensor>> pairs) {
     for (auto& p : pairs) copy_back_.push_back(std::move(p));
-    if (!copy_back_.empty()) {  // the future's value is the CPU tensors: complete once they are written
-      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                         std::vector<c10::Device>{});
-    }
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    if (!future_->completed()) {
+    if (future_) return future_;
+    if (!copy_back_.empty()) {  // the CPU tensors are written at wait(): the host waits, as with gloo
       wait(kNoTimeout);
+      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<c10::Device>{});
       future_->markCompleted(c10::IValue(outputs_));
+      return future_;
     }
+    // Completed on the collective's stream: the future records an event there (the stream has not moved on
+    // when this is asked right after the call, as DDP does), and its wait() makes the waiter's stream wait for it.
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       std::vector<c10::Device>{stream_.device()});
+    c10::StreamGuard on(stream_);
+    future_->markCompleted(c10::IValue(outputs_));
     return future_;
   }
   void synchronize() override { wait(kNoTimeout); }
@@ -161,6 +180,7 @@ class TpuWork : public c10d::Work {
   tpurt_dist_comm_t* comm_;
   std::vector<at::Tensor> outputs_;
   bool block_host_;
+  c10::Stream stream_;  // where the collective ran (the group's stream)
   tpurt_event_t* event_ = nullptr;
   tpurt_queue_t* queue_ = nullptr;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -186,6 +206,8 @@ class TpuDistBackend : public c10d::Backend {
         p2p_store_(std::move(p2p_store)) {
     const char* hc = getenv("TORCH_TPU_DIST_HOST_CHECK");
     host_check_ = !(hc && strcmp(hc, "0") == 0);
+    const char* os = getenv("TORCH_TPU_DIST_OWN_STREAM");
+    own_stream_ = !(os && strcmp(os, "0") == 0);
     rank = local_rank;
     size = local_size;
     ensure_init();
@@ -216,6 +238,12 @@ class TpuDistBackend : public c10d::Backend {
     p.mem_base = base;
     p.mem_bytes = bytes;
     check_status(without_gil([&] { return tpurt_dist_comm_create(&p, &comm_); }), "tpu_dist init");
+    if (own_stream_) {
+      // A high-priority stream of the pool, as ProcessGroupNCCL takes one from CUDA's (FSDP2's streams come from
+      // the normal-priority pool).
+      stream_ = c10::impl::getDeviceGuardImpl(kTpu)->getStreamFromGlobalPool(
+          c10::Device(kTpu, current_device_index()), /*high_priority=*/true);
+    }
   }
 
   ~TpuDistBackend() override { release(); }
@@ -236,6 +264,8 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return copy_back(broadcast(c, opts), tensors, c);
     }
+    OnGroupStream on(this);
+    on.use(tensors);
     if (hosts_ > 1) return x_broadcast(one(tensors, "broadcast"), static_cast<int>(opts.rootRank));
     at::Tensor& t = one(tensors, "broadcast");
     at::Tensor d = dense(t);
@@ -253,6 +283,8 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return copy_back(allreduce(c, opts), tensors, c);
     }
+    OnGroupStream on(this);
+    on.use(tensors);
     if (hosts_ > 1) return x_allreduce(one(tensors, "allreduce"), opts.reduceOp);
     at::Tensor& t = one(tensors, "allreduce");
     at::Tensor d = dense(t);
@@ -271,6 +303,8 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return copy_back(allreduce_coalesced(c, opts), tensors, c);
     }
+    OnGroupStream on(this);
+    on.use(tensors);
     for (auto& t : tensors) {
       std::vector<at::Tensor> one_t{t};
       allreduce(one_t, opts);
@@ -283,6 +317,8 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return copy_back(reduce(c, opts), tensors, c);
     }
+    OnGroupStream on(this);
+    on.use(tensors);
     if (hosts_ > 1) {
       at::Tensor& t = one(tensors, "reduce");
       at::Tensor tmp = t.clone(at::MemoryFormat::Contiguous);
@@ -313,6 +349,8 @@ class TpuDistBackend : public c10d::Backend {
       auto co = chip(outputs);
       return copy_back(allgather(co, ci, opts), outputs, co);
     }
+    OnGroupStream on(this);
+    on.use(outputs, inputs);
     if (hosts_ > 1) {
       at::Tensor& in = one(inputs, "all_gather");
       TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
@@ -343,6 +381,8 @@ class TpuDistBackend : public c10d::Backend {
       at::Tensor ci = chip(input);
       return copy_back(_allgather_base(co[0], ci, opts), o, co);
     }
+    OnGroupStream on(this);
+    on.use(output, input);
     if (hosts_ > 1) return x_allgather(output, input);
     check_tpu(input, "all_gather_into_tensor");
     check_tpu(output, "all_gather_into_tensor");
@@ -365,6 +405,8 @@ class TpuDistBackend : public c10d::Backend {
       auto ci = chip(inputs), co = chip(outputs);
       return copy_back(allgather_into_tensor_coalesced(co, ci, opts), outputs, co);
     }
+    OnGroupStream on(this);
+    on.use(outputs, inputs);
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: all_gather_into_tensor_coalesced: as many outputs as inputs");
     for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
     return work(c10d::OpType::COALESCED, outputs);
@@ -378,6 +420,8 @@ class TpuDistBackend : public c10d::Backend {
       auto co = chip(outputs);
       return copy_back(allgather_coalesced(co, ci, opts), outputs, co);
     }
+    OnGroupStream on(this);
+    on.use(outputs, inputs);
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: allgather_coalesced: one output list per input");
     std::vector<at::Tensor> all;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -396,6 +440,8 @@ class TpuDistBackend : public c10d::Backend {
       auto co = chip(outputs);
       return copy_back(gather(co, ci, opts), outputs, co);
     }
+    OnGroupStream on(this);
+    on.use(outputs, inputs);
     if (hosts_ > 1) return x_gather(outputs, one(inputs, "gather"), static_cast<int>(opts.rootRank));
     at::Tensor& in = one(inputs, "gather");
     int root = static_cast<int>(opts.rootRank);
@@ -428,6 +474,8 @@ class TpuDistBackend : public c10d::Backend {
       auto co = chip(outputs);
       return copy_back(scatter(co, ci, opts), outputs, co);
     }
+    OnGroupStream on(this);
+    on.use(outputs, inputs);
     if (hosts_ > 1) return x_scatter(one(outputs, "scatter"), inputs, static_cast<int>(opts.rootRank));
     at::Tensor& out = one(outputs, "scatter");
     int root = static_cast<int>(opts.rootRank);
@@ -461,6 +509,8 @@ class TpuDistBackend : public c10d::Backend {
       auto co = chip(outputs);
       return copy_back(reduce_scatter(co, ci, opts), outputs, co);
     }
+    OnGroupStream on(this);
+    on.use(outputs, inputs);
     at::Tensor& out = one(outputs, "reduce_scatter");
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                       "tpu_dist: reduce_scatter needs one list of ", getSize(), " input tensors");
@@ -481,6 +531,8 @@ class TpuDistBackend : public c10d::Backend {
       at::Tensor ci = chip(input);
       return copy_back(_reduce_scatter_base(co[0], ci, opts), o, co);
     }
+    OnGroupStream on(this);
+    on.use(output, input);
     check_tpu(input, "reduce_scatter_tensor");
     check_tpu(output, "reduce_scatter_tensor");
     TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
@@ -499,6 +551,8 @@ class TpuDistBackend : public c10d::Backend {
       auto ci = chip(inputs), co = chip(outputs);
       return copy_back(reduce_scatter_tensor_coalesced(co, ci, opts), outputs, co);
     }
+    OnGroupStream on(this);
+    on.use(outputs, inputs);
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist: reduce_scatter_tensor_coalesced: as many outputs as inputs");
     for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
     return work(c10d::OpType::COALESCED, outputs);
@@ -511,6 +565,8 @@ class TpuDistBackend : public c10d::Backend {
       at::Tensor ci = chip(input);
       return copy_back(alltoall_base(co[0], ci, out_splits, in_splits, opts), o, co);
     }
+    OnGroupStream on(this);
+    on.use(output, input);
     check_tpu(input, "all_to_all_single");
     check_tpu(output, "all_to_all_single");
     TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "tpu_dist: all_to_all_single: input is ",
@@ -581,6 +637,8 @@ class TpuDistBackend : public c10d::Backend {
       auto ci = chip(inputs), co = chip(outputs);
       return copy_back(alltoall(co, ci, opts), outputs, co);
     }
+    OnGroupStream on(this);
+    on.use(outputs, inputs);
     int n = getSize();
     TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
                       "tpu_dist: all_to_all needs ", n, " input and ", n, " output tensors");
@@ -607,18 +665,17 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    OnGroupStream on(this);
     if (hosts_ > 1) {
       tpurt_dist_op_t op{};
       op.kind = TPURT_DIST_BARRIER;
       op.dtype = TPURT_DTYPE_UINT8;
       submit(op, "barrier");
-      if (cross_) {
-        auto cross = cross_;
-        x_step(cross_, 0, {TPURT_DIST_BARRIER, -1, 0, -1, -1}, [cross] {
-          cross->barrier()->wait();
-          return TPURT_OK;
-        });
-      }
+      auto cross = cross_;
+      x_step(cross_, {TPURT_DIST_BARRIER, -1, 0, -1, -1}, [cross] {
+        cross->barrier()->wait();
+        return TPURT_OK;
+      });
       submit(op, "barrier");
       return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::BARRIER, comm_, std::vector<at::Tensor>{}, true);
     }
@@ -634,6 +691,8 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return send(c, dst, tag);
     }
+    OnGroupStream on(this);
+    on.use(tensors);
     at::Tensor& t = one(tensors, "send");
     at::Tensor d = dense(t);
     if (!same_host(dst)) {
@@ -656,6 +715,8 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return copy_back(recv(c, src, tag), tensors, c);
     }
+    OnGroupStream on(this);
+    on.use(tensors);
     at::Tensor& t = one(tensors, "recv");
     at::Tensor d = dense(t);
     if (!same_host(src)) {
@@ -691,6 +752,8 @@ class TpuDistBackend : public c10d::Backend {
   }
   c10::intrusive_ptr<c10d::Work> endCoalescing() override {
     coalescing_ = false;
+    OnGroupStream on(this);
+    for (auto& p : pending_tensors_) on.use(p.user, p.dense);
     std::vector<at::Tensor> outs;
     if (!pending_.empty()) {
       TORCH_CHECK(comm_ != nullptr, "tpu_dist: the process group has been shut down");
@@ -720,6 +783,8 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return copy_back(recvAnysource(c, tag), tensors, c);
     }
+    OnGroupStream on(this);
+    on.use(tensors);
     at::Tensor& t = one(tensors, "recv");
     TORCH_CHECK_NOT_IMPLEMENTED(!coalescing_, "tpu_dist: recv from any source inside batch_isend_irecv is not supported");
     at::Tensor d = dense(t);
@@ -742,6 +807,53 @@ class TpuDistBackend : public c10d::Backend {
   }
 
  private:
+  // The group's stream (NCCL's way: a stream per process group). A collective runs there, after what the caller's
+  // current stream had queued when it was called, and so overlaps what the caller queues next (DDP's bucket
+  // allreduces overlap the rest of backward). For the call's duration the group's stream is current, so what the
+  // call allocates and runs itself (dense copies, premul_sum's product, write-backs, the Work's event) is ordered
+  // there. The caller's tensors are recorded as used there (record_stream): the caching allocator does not hand
+  // their memory to the caller's stream before the group's stream is past the collective. Work.wait() and the
+  // Work's future make the waiter's stream wait. TORCH_TPU_DIST_OWN_STREAM=0: on the caller's stream instead.
+  class OnGroupStream {
+   public:
+    explicit OnGroupStream(TpuDistBackend* b) : b_(b) {
+      if (!b->stream_) return;
+      c10::Stream cur = current_stream();
+      if (cur == *b->stream_) return;  // a call made by another of this group's calls
+      tpurt_event_t* e = nullptr;
+      check_status(tpurt_event_create(get_device(-1), 0, &e), "tpu_dist");
+      tpurt_status_t st = tpurt_event_record(e, queue_for_stream(cur));
+      if (!st) st = tpurt_queue_wait_event(queue_for_stream(*b->stream_), e);
+      tpurt_event_release(e);
+      check_status(st, "tpu_dist: ordering the group's stream after the caller's");
+      prev_ = c10::impl::getDeviceGuardImpl(kTpu)->exchangeStream(*b->stream_);
+    }
+    ~OnGroupStream() {
+      if (prev_) c10::impl::getDeviceGuardImpl(kTpu)->exchangeStream(*prev_);
+    }
+    OnGroupStream(const OnGroupStream&) = delete;
+    OnGroupStream& operator=(const OnGroupStream&) = delete;
+    // The caller's tensors, used on the group's stream.
+    template <class... T>
+    void use(const T&... ts) {
+      if (prev_) (keep(ts), ...);
+    }
+
+   private:
+    void keep(const at::Tensor& t) {
+      if (t.defined() && t.device().type() == kTpu && t.has_storage())
+        c10::impl::getDeviceGuardImpl(kTpu)->recordDataPtrOnStream(t.storage().data_ptr(), *b_->stream_);
+    }
+    void keep(const std::vector<at::Tensor>& v) {
+      for (auto& t : v) keep(t);
+    }
+    void keep(const std::vector<std::vector<at::Tensor>>& vv) {
+      for (auto& v : vv) keep(v);
+    }
+    TpuDistBackend* b_;
+    std::optional<c10::Stream> prev_;
+  };
+
   // A message between this rank and a rank of another host: `bytes` at `ptr`
   // (this rank's device memory) to or from `peer` through gloo.
   struct RemoteP2P {
@@ -1015,22 +1127,38 @@ class TpuDistBackend : public c10d::Backend {
     snprintf(buf + n, sizeof(buf) - n, ")");
     return buf;
   }
-  // Queues fn, a collective's step between hosts over the gloo group g (the hosts' first ranks, offset 0, or this
-  // rank's column, offset local_rank_). First g's members exchange what they are about to run (call number,
-  // collective, dtype, count, root, reduction: one gloo all_gather of 48 bytes each), so hosts that called
-  // different collectives fail on every rank, naming both calls, before any data moves between them (within a host
-  // the shared-memory header does the same). TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange.
-  void x_step(const c10::intrusive_ptr<c10d::Backend>& g, int offset, XCall call, std::function<tpurt_status_t()> fn) {
+  // Queues fn, a collective's step between hosts over the gloo group g (this rank's column, or the hosts' first
+  // ranks; null on a rank with no part in the step: a host's other ranks in a step of its first ranks). First every
+  // rank's column (local rank l of every host) exchanges what it is about to run (call number, collective, dtype,
+  // count, root, reduction: one gloo all_gather of 48 bytes each), every column at once and every rank whether or not
+  // it moves data, so hosts that called different collectives fail on every rank, naming both calls, before any data
+  // moves between them (within a host the shared-memory header does the same), and no column waits for a peer that
+  // called a step of the first ranks only. TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange. The exchange gives up
+  // when the group is aborted meanwhile (gloo's wait cannot be interrupted: it waits in slices).
+  void x_step(const c10::intrusive_ptr<c10d::Backend>& g, XCall call, std::function<tpurt_status_t()> fn) {
     int64_t seq = ++x_calls_;
     tpurt_dist_comm_t* comm = comm_;
-    int L = local_size_;
+    int L = local_size_, offset = local_rank_;
     bool check = host_check_;
-    host_step([g, offset, call, fn, seq, comm, L, check]() -> tpurt_status_t {
+    if (!g) fn = nullptr;
+    if (!check && !fn) return;
+    auto hg = column_;
+    host_step([hg, offset, call, fn, seq, comm, L, check]() -> tpurt_status_t {
       if (check) {
-        int n = g->getSize();
+        int n = hg->getSize();
         int64_t mine[6] = {seq, call.kind, call.dtype, call.count, call.root, call.redop};
         at::Tensor me = at::from_blob(mine, {6}, at::kLong).clone(), all = at::empty({6 * n}, at::kLong);
-        g->_allgather_base(all, me)->wait();
+        auto w = hg->_allgather_base(all, me);
+        for (;;) {  // gloo's wait cannot be interrupted: wait in slices, watching the group
+          try {
+            w->wait(std::chrono::milliseconds(20));
+            break;
+          } catch (const std::exception&) {
+            if (w->isCompleted()) throw;
+          }
+          tpurt_status_t st = tpurt_dist_comm_error(comm);
+          if (st) return st;
+        }
         const int64_t* a = all.data_ptr<int64_t>();
         for (int i = 1; i < n; ++i) {
           if (std::equal(a, a + 6, a + 6 * i)) continue;
@@ -1042,7 +1170,7 @@ class TpuDistBackend : public c10d::Backend {
           return tpurt_dist_comm_error(comm);
         }
       }
-      return fn();
+      return fn ? fn() : TPURT_OK;
     });
   }
   // The `numel` elements of device memory at `ptr` as a CPU tensor over the same bytes, for gloo
@@ -1061,35 +1189,80 @@ class TpuDistBackend : public c10d::Backend {
 
   // t is overwritten with the result (callers pass a copy when the
   // collective's input is the user's: reduce, reduce_scatter).
+  // By columns, as reduce_scatter: within each host a reduce-scatter hands local rank l the host's partial sum of
+  // block l (the message padded to a multiple of the host's ranks), the column (local rank l of every host, a gloo
+  // group) all-reduces that block, and an all-gather within the host puts the blocks together. Every local rank
+  // moves 1/local_size of the message between hosts at once, where a reduce to the host's first rank, its
+  // all_reduce and a broadcast sent all of it through that one rank.
+  // Messages up to kLeaderBytes go through the hosts' first ranks instead (a reduce to the host's first rank, its
+  // all_reduce between the hosts, a broadcast within the host): one gloo step on two ranks per column of hosts
+  // rather than on every local rank, which is what a small message's latency is made of.
+  static constexpr int64_t kLeaderBytes = 64 << 10;
   c10::intrusive_ptr<c10d::Work> x_allreduce(at::Tensor& t, const c10d::ReduceOp& rop) {
+    TORCH_CHECK(column_, "tpu_dist: no gloo group between the hosts' ranks");
     at::Tensor d = dense(t);
     tpurt_dist_redop_t red = reduction(rop, d, true, "allreduce");
     bool avg = red == TPURT_DIST_AVG;
-    TORCH_CHECK_VALUE(!avg || at::isFloatingType(t.scalar_type()), "tpu_dist: allreduce avg needs a floating tensor");
+    c10::ScalarType st = d.scalar_type();
+    TORCH_CHECK_VALUE(!avg || at::isFloatingType(st) || at::isComplexType(st), "tpu_dist: allreduce avg needs a "
+                      "floating or complex tensor, got ", st);
     if (avg) red = TPURT_DIST_SUM;
-    tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
-    op.redop = red;
-    op.root = 0;
-    op.in = d.data_ptr();
-    op.out = local_rank_ == 0 ? d.data_ptr() : nullptr;
-    submit(op, "allreduce");
-    if (cross_) {
+    c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+    if (static_cast<int64_t>(d.nbytes()) <= kLeaderBytes) {
+      tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE, d);
+      op.redop = red;
+      op.root = 0;
+      op.in = d.data_ptr();
+      op.out = local_rank_ == 0 ? d.data_ptr() : nullptr;
+      submit(op, "allreduce");
       auto cross = cross_;
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
-      c10::ScalarType type = d.scalar_type();
-      c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-      x_step(cross_, 0, {TPURT_DIST_ALLREDUCE, dtype_code(type), n, -1, avg ? TPURT_DIST_AVG : red},
-             [cross, ptr, n, type, gop] {
-        at::Tensor cpu = host_view(ptr, n, type == at::kBool ? at::kByte : type);
+      x_step(cross_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red}, [cross, ptr, n, st, gop] {
+        std::vector<at::Tensor> v{gloo_view(ptr, n, st)};
         c10d::AllreduceOptions o;
-        o.reduceOp = gloo_op(type, gop);
-        std::vector<at::Tensor> v{cpu};
+        o.reduceOp = gloo_op(st, gop);
         cross->allreduce(v, o)->wait();
         return TPURT_OK;
       });
+      local_broadcast(d, 0, "allreduce");
+      if (avg) d.div_(getSize());
+      write_back(t, d);
+      return work(c10d::OpType::ALLREDUCE, {t});
     }
-    local_broadcast(d, 0, "allreduce");
+    int64_t n = d.numel(), L = local_size_, c = (n + L - 1) / L;
+    at::Tensor flat = d.view({-1}), block = flat;
+    if (L > 1) {
+      at::Tensor padded = flat;
+      if (c * L != n) {  // the padding's values are reduced and dropped
+        padded = empty_tpu_contiguous({c * L}, st);
+        padded.narrow(0, 0, n).copy_(flat);
+      }
+      block = empty_tpu_contiguous({c}, st);
+      tpurt_dist_op_t op = base_op(TPURT_DIST_REDUCE_SCATTER, block);
+      op.redop = red;
+      op.in = padded.data_ptr();
+      op.out = block.data_ptr();
+      submit(op, "allreduce");
+      flat = padded;
+    }
+    auto column = column_;
+    void* ptr = block.data_ptr();
+    x_step(column_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red},
+           [column, ptr, c, st, gop] {
+      std::vector<at::Tensor> v{gloo_view(ptr, c, st)};
+      c10d::AllreduceOptions o;
+      o.reduceOp = gloo_op(st, gop);
+      column->allreduce(v, o)->wait();
+      return TPURT_OK;
+    });
+    if (L > 1) {
+      tpurt_dist_op_t op = base_op(TPURT_DIST_ALLGATHER, block);
+      op.in = block.data_ptr();
+      op.out = flat.data_ptr();
+      submit(op, "allreduce");
+      if (!flat.is_same(d.view({-1}))) d.view({-1}).copy_(flat.narrow(0, 0, n));
+    }
     if (avg) d.div_(getSize());
     write_back(t, d);
     return work(c10d::OpType::ALLREDUCE, {t});
@@ -1142,7 +1315,7 @@ class TpuDistBackend : public c10d::Backend {
     auto column = column_;
     void *src = part.data_ptr(), *dst = d.data_ptr();
     c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-    x_step(column_, local_rank_, {TPURT_DIST_REDUCE_SCATTER, dtype_code(st), c, -1, avg ? TPURT_DIST_AVG : red},
+    x_step(column_, {TPURT_DIST_REDUCE_SCATTER, dtype_code(st), c, -1, avg ? TPURT_DIST_AVG : red},
            [column, src, dst, c, H, st, gop] {
       at::Tensor in = gloo_view(src, H * c, st), o = gloo_view(dst, c, st);
       c10d::ReduceScatterOptions opts;
@@ -1161,12 +1334,12 @@ class TpuDistBackend : public c10d::Backend {
     if (host_ == root_host && root_local != 0) {  // the root's host leader gets the data first
       local_broadcast(d, root_local, "broadcast");
     }
-    if (cross_) {
+    {
       auto cross = cross_;
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
-      x_step(cross_, 0, {TPURT_DIST_BROADCAST, dtype_code(type), n, root, -1}, [cross, ptr, n, type, root_host] {
+      x_step(cross_, {TPURT_DIST_BROADCAST, dtype_code(type), n, root, -1}, [cross, ptr, n, type, root_host] {
         std::vector<at::Tensor> v{host_view(ptr, n, type)};
         c10d::BroadcastOptions o;
         o.rootRank = root_host;
@@ -1179,36 +1352,58 @@ class TpuDistBackend : public c10d::Backend {
     return work(c10d::OpType::BROADCAST, {t});
   }
 
+  // By columns: the column (local rank l of every host, a gloo group) all-gathers its members' inputs, then an
+  // all-gather within each host puts the columns together ([local rank, host] order, transposed into the output's
+  // rank order). Each rank sends its own input to every other host, every local rank at once.
   c10::intrusive_ptr<c10d::Work> x_allgather(at::Tensor& output, at::Tensor& input) {
     check_tpu(input, "all_gather_into_tensor");
     check_tpu(output, "all_gather_into_tensor");
     TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                       "tpu_dist: all_gather_into_tensor: output must have ", getSize(), " x the input's ", input.numel(),
                       " elements of ", input.scalar_type());
+    TORCH_CHECK(column_, "tpu_dist: no gloo group between the hosts' ranks");
     at::Tensor d = dense(input), o = dense(output);
-    int64_t n = d.numel();
-    at::Tensor hostbuf;
-    tpurt_dist_op_t op = base_op(TPURT_DIST_GATHER, d);
-    op.root = 0;
-    op.in = d.data_ptr();
-    if (local_rank_ == 0) {
-      hostbuf = empty_tpu_contiguous({n * local_size_}, d.scalar_type());
-      op.out = hostbuf.data_ptr();
-    }
-    submit(op, "all_gather");
-    if (cross_) {
+    int64_t n = d.numel(), H = hosts_, L = local_size_;
+    c10::ScalarType st = d.scalar_type();
+    if (static_cast<int64_t>(o.nbytes()) <= kLeaderBytes) {  // small: a gather to the host's first rank, its
+      at::Tensor hostbuf;                                   // all_gather between hosts, a broadcast in the host
+      tpurt_dist_op_t op = base_op(TPURT_DIST_GATHER, d);
+      op.root = 0;
+      op.in = d.data_ptr();
+      if (local_rank_ == 0) {
+        hostbuf = empty_tpu_contiguous({n * L}, st);
+        op.out = hostbuf.data_ptr();
+      }
+      submit(op, "all_gather");
       auto cross = cross_;
-      void* src = hostbuf.data_ptr();
+      void* src = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
       void* dst = o.data_ptr();
-      int64_t ln = n * local_size_, total = n * getSize();
-      c10::ScalarType type = d.scalar_type();
-      x_step(cross_, 0, {TPURT_DIST_ALLGATHER, dtype_code(type), n, -1, -1}, [cross, src, dst, ln, total, type] {
-        at::Tensor cpu_out = host_view(dst, total, type), cpu_in = host_view(src, ln, type);
-        cross->_allgather_base(cpu_out, cpu_in)->wait();
+      int64_t ln = n * L, total = n * getSize();
+      x_step(cross_, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [cross, src, dst, ln, total, st] {
+        at::Tensor out = gloo_view(dst, total, st), in = gloo_view(src, ln, st);
+        cross->_allgather_base(out, in)->wait();
         return TPURT_OK;
       });
+      local_broadcast(o, 0, "all_gather");
+      write_back(output, o);
+      return work(c10d::OpType::_ALLGATHER_BASE, {output});
     }
-    local_broadcast(o, 0, "all_gather");
+    at::Tensor col = L > 1 ? empty_tpu_contiguous({H * n}, st) : o;  // this column's inputs, host-major
+    auto column = column_;
+    void *src = d.data_ptr(), *dst = col.data_ptr();
+    x_step(column_, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [column, src, dst, n, H, st] {
+      at::Tensor out = gloo_view(dst, H * n, st), in = gloo_view(src, n, st);
+      column->_allgather_base(out, in)->wait();
+      return TPURT_OK;
+    });
+    if (L > 1) {
+      at::Tensor all = empty_tpu_contiguous({L * H * n}, st);
+      tpurt_dist_op_t op = base_op(TPURT_DIST_ALLGATHER, col);
+      op.in = col.data_ptr();
+      op.out = all.data_ptr();
+      submit(op, "all_gather");
+      o.view({H, L, n}).copy_(all.view({L, H, n}).transpose(0, 1));
+    }
     write_back(output, o);
     return work(c10d::OpType::_ALLGATHER_BASE, {output});
   }
@@ -1234,13 +1429,13 @@ class TpuDistBackend : public c10d::Backend {
     }
     submit(op, "gather");
     if (on_root_host && (local_rank_ == 0 || is_root)) all = empty_tpu_contiguous({n * getSize()}, d.scalar_type());
-    if (cross_) {
+    {
       auto cross = cross_;
-      uint64_t part = static_cast<uint64_t>(hostbuf.nbytes());
-      void* src = hostbuf.data_ptr();
+      uint64_t part = hostbuf.defined() ? static_cast<uint64_t>(hostbuf.nbytes()) : 0;
+      void* src = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
       uint8_t* dst = all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      x_step(cross_, 0, {TPURT_DIST_GATHER, dtype_code(d.scalar_type()), n, root, -1},
+      x_step(cross_, {TPURT_DIST_GATHER, dtype_code(d.scalar_type()), n, root, -1},
              [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> ins{host_bytes(src, part)};
         std::vector<std::vector<at::Tensor>> outs = host_parts(dst, part, hosts);
@@ -1286,13 +1481,13 @@ class TpuDistBackend : public c10d::Backend {
       if (local_rank_ == 0 || is_root) local_p2p(all, is_root ? 0 : root_local, local_rank_ == 0, "scatter");
     }
     if (local_rank_ == 0) hostbuf = empty_tpu_contiguous({n * local_size_}, d.scalar_type());
-    if (cross_) {
+    {
       auto cross = cross_;
-      uint64_t part = static_cast<uint64_t>(hostbuf.nbytes());
-      void* dst = hostbuf.data_ptr();
-      uint8_t* src = on_root_host ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
+      uint64_t part = hostbuf.defined() ? static_cast<uint64_t>(hostbuf.nbytes()) : 0;
+      void* dst = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
+      uint8_t* src = on_root_host && all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      x_step(cross_, 0, {TPURT_DIST_SCATTER, dtype_code(d.scalar_type()), n, root, -1},
+      x_step(cross_, {TPURT_DIST_SCATTER, dtype_code(d.scalar_type()), n, root, -1},
              [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> outs{host_bytes(dst, part)};
         std::vector<std::vector<at::Tensor>> ins = host_parts(src, part, hosts);
@@ -1331,6 +1526,8 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> p2p_store_;
   int64_t x_calls_ = 0;     // collectives' steps between hosts issued (the same sequence on every rank)
   bool host_check_ = true;  // x_step's exchange (TORCH_TPU_DIST_HOST_CHECK=0: off)
+  bool own_stream_ = true;  // TORCH_TPU_DIST_OWN_STREAM=0: collectives on the caller's stream
+  std::optional<c10::Stream> stream_;  // the group's stream (OnGroupStream)
   // Messages from other hosts received, per tag (touched by host steps only, which run one at a time in issue order).
   std::shared_ptr<std::map<int, int64_t>> remote_taken_ = std::make_shared<std::map<int, int64_t>>();
   tpurt_dist_comm_t* comm_ = nullptr;

@@ -180,6 +180,10 @@ TPURT_API tpurt_status_t tpurt_queue_submit_copy(tpurt_queue_t* queue, void* dst
  * returns is kept like a kernel's and surfaces at the next synchronize. */
 TPURT_API tpurt_status_t tpurt_queue_submit_host_fn(tpurt_queue_t* queue, tpurt_status_t (*fn)(void* user),
                                                     void* user);
+/* The same, named on the device trace (the profiler's device track) by
+ * `name`, a string that outlives the command (a literal). */
+TPURT_API tpurt_status_t tpurt_queue_submit_host_fn_named(tpurt_queue_t* queue, tpurt_status_t (*fn)(void* user),
+                                                          void* user, const char* name);
 /* Waits until everything queued so far has run; returns (and clears) the
  * first error of the calling thread's ops since its last synchronize. */
 TPURT_API tpurt_status_t tpurt_queue_synchronize(tpurt_queue_t* queue);

@@ -299,7 +299,7 @@ static void execute_traced(tpurt_hal_queue_t* q, cmd_t* c) {
     case TPURT_HAL_COMMAND_CALL:
       if (c->c.u.call.fn) return;
       ev.kind = TPURT_TRACE_CALL;
-      snprintf(ev.name, sizeof ev.name, "host callback");
+      snprintf(ev.name, sizeof ev.name, "%s", c->c.u.call.name ? c->c.u.call.name : "host callback");
       break;
     default:
       return;
