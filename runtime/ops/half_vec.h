@@ -62,6 +62,7 @@ static inline __m256i tpurt_hv_bf16x16_pack(__m512 v) {
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
 /* tpurt_hv_bf16x16_pack of lo and hi (lanes 0-15, then 16-31), in one vcvtne2ps2bf16 where the
  * CPU has it. */
 static inline __m512i tpurt_hv_bf16x32_pack(__m512 lo, __m512 hi) {
@@ -70,6 +71,7 @@ static inline __m512i tpurt_hv_bf16x32_pack(__m512 lo, __m512 hi) {
 #endif
   return _mm512_inserti64x4(_mm512_castsi256_si512(tpurt_hv_bf16x16_pack(lo)), tpurt_hv_bf16x16_pack(hi), 1);
 }
+#endif
 
 static inline void tpurt_hv_bf16_to_f32(const uint16_t* s, float* d, int64_t n) {
   int64_t i = 0;
@@ -117,5 +119,25 @@ static inline void tpurt_hv_from_f32(tpurt_dtype_t dt, const float* s, void* d, 
   if (dt == TPURT_DTYPE_BFLOAT16) tpurt_hv_f32_to_bf16(s, (uint16_t*)d, n);
   else tpurt_hv_f32_to_f16(s, (uint16_t*)d, n);
 }
+
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#include <immintrin.h>
+/* Two rows of 32 16-bit values as 32 (even, odd) pairs, out[2 j] = e[j], out[2 j + 1] = o[j]: the
+ * pair layout of AMX's B operand (bf16 pairs along the depth), two vpermt2w. Built with its own
+ * target so the AMX paths can call it whatever -march says; only those (AMX implies AVX-512 BW)
+ * do. */
+__attribute__((target("avx512f,avx512bw"))) static inline void tpurt_hv_u16_pairs32(const uint16_t* e,
+                                                                                   const uint16_t* o,
+                                                                                   uint16_t* out) {
+  static const uint16_t lo_idx[32] __attribute__((aligned(64))) = {
+      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  static const uint16_t hi_idx[32] __attribute__((aligned(64))) = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i ve = _mm512_loadu_si512(e), vo = _mm512_loadu_si512(o);
+  _mm512_storeu_si512(out, _mm512_permutex2var_epi16(ve, _mm512_load_si512(lo_idx), vo));
+  _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi16(ve, _mm512_load_si512(hi_idx), vo));
+}
+#endif
 
 #endif /* TPURT_OPS_HALF_VEC_H_ */

@@ -482,30 +482,20 @@ static void pack_amx_a(const void* src_, int64_t rs, int64_t cs, int64_t rows, i
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 /* B row-major (its NR_AMX columns of each depth row contiguous) and an even depth: the whole
- * panels among `rows`, each pair of depth rows becoming 32 (even, odd) pairs with two vpermt2w and
- * two 64-byte stores. The depth runs in blocks of PACK_ROWS rows across all the panels, so the
+ * panels among `rows`, each pair of depth rows becoming 32 (even, odd) pairs (tpurt_hv_u16_pairs32).
+ * The depth runs in blocks of PACK_ROWS rows across all the panels, so the
  * source's rows (each on its own page when B is wide) are read once each, not once per panel.
  * Returns the rows packed (whole panels; the caller packs the rest). */
 enum { PACK_ROWS = 64 };
 static int64_t pack_amx_b_fast(const uint16_t* src, int64_t cs, int64_t rows, int64_t depth, uint16_t* dst) {
   if (depth % 2) return 0;
-  static const uint16_t lo_idx[32] __attribute__((aligned(64))) = {
-      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  static const uint16_t hi_idx[32] __attribute__((aligned(64))) = {
-      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
   int64_t kp = KCP_AMX(depth), panels = rows / NR_AMX;
   for (int64_t p0 = 0; p0 < depth; p0 += PACK_ROWS) {
     int64_t p1 = imin(p0 + PACK_ROWS, depth);
-    for (int64_t q = 0; q < panels; ++q) {
-      uint16_t* d = dst + q * NR_AMX * kp;
-      for (int64_t p = p0; p < p1; p += 2) {
-        __m512i e = _mm512_loadu_si512(src + p * cs + q * NR_AMX), o = _mm512_loadu_si512(src + (p + 1) * cs + q * NR_AMX);
-        _mm512_storeu_si512(d + p * NR_AMX, _mm512_permutex2var_epi16(e, lo, o));
-        _mm512_storeu_si512(d + p * NR_AMX + 32, _mm512_permutex2var_epi16(e, hi, o));
-      }
-    }
+    for (int64_t q = 0; q < panels; ++q)
+      for (int64_t p = p0; p < p1; p += 2)
+        tpurt_hv_u16_pairs32(src + p * cs + q * NR_AMX, src + (p + 1) * cs + q * NR_AMX,
+                             dst + q * NR_AMX * kp + p * NR_AMX);
   }
   for (int64_t q = 0; q < panels; ++q) /* the zero depth that pads to whole 32-deep chunks */
     memset(dst + q * NR_AMX * kp + depth * NR_AMX, 0, (size_t)(kp - depth) * NR_AMX * sizeof(uint16_t));

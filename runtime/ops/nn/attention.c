@@ -669,20 +669,9 @@ static size_t amx_bwd_ws_floats(const attn_t* a) {
 
 /* Two consecutive rows of a rows x cols bf16 block (cols a multiple of 32) as pairs along the rows:
  * out[r / 2][c][r & 1], the B operand of a tile product whose depth runs over those rows. */
-__attribute__((target("avx512f,avx512bw"))) static void interleave_rows(const uint16_t* in, int64_t rows,
-                                                                        int64_t cols, uint16_t* out) {
-  static const uint16_t lo_idx[32] __attribute__((aligned(64))) = {
-      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  static const uint16_t hi_idx[32] __attribute__((aligned(64))) = {
-      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+static void interleave_rows(const uint16_t* in, int64_t rows, int64_t cols, uint16_t* out) {
   for (int64_t r = 0; r < rows; r += 2)
-    for (int64_t c = 0; c < cols; c += 32) {
-      __m512i e = _mm512_loadu_si512(in + r * cols + c), o = _mm512_loadu_si512(in + (r + 1) * cols + c);
-      _mm512_storeu_si512(out + r * cols + 2 * c, _mm512_permutex2var_epi16(e, lo, o));
-      _mm512_storeu_si512(out + r * cols + 2 * c + 32, _mm512_permutex2var_epi16(e, hi, o));
-    }
+    for (int64_t c = 0; c < cols; c += 32) tpurt_hv_u16_pairs32(in + r * cols + c, in + (r + 1) * cols + c, out + r * cols + 2 * c);
 }
 
 /* dst[c][r] = src[r][c] for a rows x cols bf16 matrix (src rows ls apart, dst rows ld apart), in
@@ -761,7 +750,7 @@ static void bwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
           }
           memset(p + ni * BK, 0, (size_t)(BQ - ni) * BK * sizeof(float));
           /* dV^T += dO^T P */
-          tpurt_hv_f32_to_bf16(p, p16, BQ * BK);
+          for (int64_t i = 0; i < BQ; ++i) tpurt_hv_f32_to_bf16(p + i * BK, p16 + i * BK, BK);
           interleave_rows(p16, BQ, BK, pp);
           amx_mm(EvP, BK, BQ, dot + i0, Lp, pp, BK * 2, dvt + j0, Sp, true);
           /* dP = dO V^T; dS = P * (dP - D) * scale */
@@ -769,8 +758,8 @@ static void bwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
           for (int64_t i = 0; i < BQ; ++i) {
             float di = i < ni ? dd[i0 + i] : 0.0f;
             for (int64_t j = 0; j < BK; ++j) dp[i * BK + j] = p[i * BK + j] * (dp[i * BK + j] - di) * a->scale;
+            tpurt_hv_f32_to_bf16(dp + i * BK, p16 + i * BK, BK);
           }
-          tpurt_hv_f32_to_bf16(dp, p16, BQ * BK);
           interleave_rows(p16, BQ, BK, dsp);
           /* dQ += dS K ; dK^T += Q^T dS */
           amx_mm(BQ, EP, BK, p16, BK, krp + (j0 / 2) * EP * 2, EP * 2, dqa + i0 * EP, EP, true);
