@@ -1248,3 +1248,72 @@ def cpu_tensors(rank, world):
     assert lst == [0, "a"], lst
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _exact_ints(r, shape, dtype=torch.float32, salt=0):
+    """Rank r's input: small integers, so every sum is exact in every dtype."""
+    n = 1
+    for s in shape:
+        n *= s
+    return (((torch.arange(n) * 7 + r * 3 + salt) % 5) + r - 1).to(dtype).reshape(shape)
+
+
+def vllm_communicator(rank, world):
+    """tests/test_vllm_tp.py: vLLM's device communicator on tpu_dist against results worked out from every rank's
+    inputs (each rank on its own chip)."""
+    import torch.distributed as dist
+    from torch_tpu.vllm.communicator import TpuCommunicator
+    timeout = datetime.timedelta(seconds=60)
+    dist.init_process_group("tpu_dist", rank=rank, world_size=world, timeout=timeout)
+    ranks = list(range(world))
+    comm = TpuCommunicator(dist.new_group(ranks, backend="gloo", timeout=timeout), device=torch.device("tpu", rank),
+                           device_group=dist.new_group(ranks, backend="tpu_dist", timeout=timeout))
+    assert comm.device == torch.device("tpu", 0), comm.device  # this process's chip, whatever vLLM names
+    assert torch.tpu.get_device_properties(0).chip_id == rank
+    dev = comm.device
+    xs = [_exact_ints(r, (4, 6)) for r in ranks]
+    total = sum(xs)
+
+    def eq(got, want, what):
+        assert got.device.type == "tpu", what
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, msg=what)
+
+    eq(comm.all_reduce(xs[rank].to(dev)), total, "all_reduce")
+    eq(comm.all_reduce(xs[rank].to(dev, torch.bfloat16)), total.bfloat16(), "all_reduce bf16")
+    for dim in (0, 1, -1):
+        eq(comm.all_gather(xs[rank].to(dev), dim), torch.cat(xs, dim), f"all_gather dim {dim}")
+        eq(comm.reduce_scatter(xs[rank].to(dev), dim), total.chunk(world, dim)[rank], f"reduce_scatter dim {dim}")
+    g = comm.gather(xs[rank].to(dev), dst=0, dim=1)
+    if rank == 0:
+        eq(g, torch.cat(xs, 1), "gather")
+    else:
+        assert g is None
+    b = xs[rank].to(dev)
+    eq(comm.broadcast(b, src=1), xs[1], "broadcast")
+    # uneven rows: rank r has sizes[r] of them
+    sizes = [2, 3][:world] + [1] * max(0, world - 2)
+    parts = [_exact_ints(r, (sizes[r], 5), salt=1) for r in ranks]
+    eq(comm.all_gatherv(parts[rank].to(dev), 0, sizes), torch.cat(parts), "all_gatherv uneven")
+    got = comm.all_gatherv([parts[rank].to(dev), parts[rank].to(dev) * 2], 0, sizes)
+    eq(got[1], torch.cat(parts) * 2, "all_gatherv list")
+    eq(comm.all_gatherv(xs[rank].to(dev), 0), torch.cat(xs), "all_gatherv even")
+    ys = [_exact_ints(r, (sum(sizes), 3), salt=2) for r in ranks]
+    eq(comm.reduce_scatterv(ys[rank].to(dev), 0, sizes), sum(ys).split(sizes)[rank], "reduce_scatterv uneven")
+    zs = [_exact_ints(r, (2, sum(sizes), 3), salt=3) for r in ranks]
+    eq(comm.reduce_scatterv(zs[rank].to(dev), 1, sizes), sum(zs).split(sizes, 1)[rank], "reduce_scatterv dim 1")
+    # point to point (a send blocks until it is received, as NCCL's does): around the ring from rank 0
+    if rank > 0:
+        eq(comm.recv(torch.Size((4, 6)), torch.float32), xs[rank - 1], "send/recv")
+    comm.send(xs[rank].to(dev))
+    if rank == 0:
+        eq(comm.recv(torch.Size((4, 6)), torch.float32), xs[world - 1], "send/recv")
+    for bad in (lambda: comm.all_gatherv(parts[rank].to(dev), 0, [9] * world),
+                lambda: comm.reduce_scatterv(ys[rank].to(dev), 0, [1] * world),
+                lambda: comm.all_gatherv(parts[rank].to(dev), 1, sizes)):
+        try:
+            bad()
+        except (ValueError, NotImplementedError) as e:
+            assert "tpu communicator" in str(e), e
+        else:
+            raise AssertionError("bad sizes were accepted")
+    dist.destroy_process_group()

@@ -15,17 +15,8 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs it)")
 
-from vllm_models import (add_kv_cache_scales, decided_prefix, fp8_kv_attention, hf_greedy, kv_absmax,  # noqa: E402
-                         make_model)
-
-PROMPTS = [
-    "The standard library",
-    "Return a new dictionary",
-    # long enough for two prefill chunks at max_num_batched_tokens=48
-    "This module implements specialized container datatypes providing alternatives to Python's general "
-    "purpose built-in containers, dict, list, set, and tuple. It also provides a named tuple factory.",
-]
-MAX_TOKENS = 10
+from vllm_models import (MAX_TOKENS, PROMPTS, add_kv_cache_scales, decided_prefix, fp8_kv_attention,  # noqa: E402
+                         hf_greedy, kv_absmax, make_model)
 
 
 def _engine(path, dtype, **kw):

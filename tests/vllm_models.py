@@ -20,6 +20,17 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
 
 
+# The prompts the engine tests generate from, and how many tokens.
+PROMPTS = [
+    "The standard library",
+    "Return a new dictionary",
+    # long enough for two prefill chunks at max_num_batched_tokens=48
+    "This module implements specialized container datatypes providing alternatives to Python's general "
+    "purpose built-in containers, dict, list, set, and tuple. It also provides a named tuple factory.",
+]
+MAX_TOKENS = 10
+
+
 def corpus() -> list[str]:
     """Text every Python has: the standard library's module documentation."""
     import collections, json, os, re, string, textwrap, unittest, argparse, logging, pathlib as pl
