@@ -183,7 +183,7 @@ bool run_widened_chalf(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   using namespace fallback;
   const Call c(op, get_op_info(op), stack);
-  if (TPURT_UNLIKELY(c.info.bool_index_arg1) && put_full_mask_as_masked_fill(c)) {
+  if (TPURT_UNLIKELY(c.info.mask_put) && put_mask_as_masked_fill(c)) {
     at::Tensor self = c.arg(0).toTensor();
     torch::jit::drop(*stack, c.info.num_args);
     stack->push_back(std::move(self));

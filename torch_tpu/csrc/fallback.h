@@ -61,6 +61,7 @@ struct OpInfo {
   bool all_views = false;     // a view op: metadata only, no kernel
   bool unsupported_ret = false;
   bool bool_index_arg1 = false;  // index / index_put: bool masks become long indices
+  bool mask_put = false;         // index_put_ / _index_put_impl_: one value through a mask is a masked_fill_
   bool random = false;
   bool has_generator_arg = false;
   // Ops PyTorch gives no meta function take their shapes from a twin op.
@@ -156,7 +157,7 @@ struct MetaEntry {
 bool answer_pow_without_kernel(const Call& c);
 // self[mask] = value with one bool mask and one value, run as masked_fill_ where ATen's index_put_
 // would (true: done, self is the result).
-bool put_full_mask_as_masked_fill(const Call& c);
+bool put_mask_as_masked_fill(const Call& c);
 void settle_repeat_interleave_size(const Call& c);
 
 // The output layouts for this call: the meta cache, else PyTorch's meta

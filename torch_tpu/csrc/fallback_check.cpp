@@ -154,9 +154,7 @@ void check_written_overlap(const Call& c) {
 // where ATen takes it (one bool mask, sizes matching self's leading dims, a one-element value on
 // the CPU, no accumulation) and for a value on self's device of self's dtype, which index_put_'s
 // general path accepts with the same result.
-bool put_full_mask_as_masked_fill(const Call& c) {
-  const std::string& n = c.info.full_name;
-  if (n != "aten::_index_put_impl_" && n != "aten::index_put_") return false;
+bool put_mask_as_masked_fill(const Call& c) {
   const c10::IValue &s = c.arg(0), &idx = c.arg(1), &v = c.arg(2);
   if (!s.isTensor() || !idx.isList() || !v.isTensor() || !c.arg(3).isBool() || c.arg(3).toBool()) return false;
   auto l = idx.toListRef();

@@ -188,6 +188,8 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   info->repeat_interleave = info->full_name == "aten::repeat_interleave.Tensor";
   info->bool_index_arg1 = (info->base == "index" || info->base == "index_put" || info->base == "_index_put_impl") &&
                           args.size() > 1 && info->arg_class[1] == ArgClass::kOptTensorList;
+  info->mask_put = info->bool_index_arg1 &&
+                   (info->full_name == "aten::_index_put_impl_" || info->full_name == "aten::index_put_");
   return info;
 }
 
