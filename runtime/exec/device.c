@@ -200,6 +200,42 @@ tpurt_device_t* tpurt_device_at(int index) {
 
 /* ---- host <-> device copies ---- */
 
+/* A small host-to-device copy behind queued work does not wait for that
+ * work: the source is staged in host memory at the call and the write is
+ * queued in order with the kernels (CUDA stages pageable copies the same
+ * way). A token index copied to the chip per decode step then costs a
+ * malloc and a memcpy, not the wait for the step's queued matmuls. Taken
+ * only where the plain path would not do more: not in Debug mode (its
+ * guarded copy), not with poison armed (a failed command's bytes: the plain
+ * path clears them at once), and not on an idle queue (nothing to wait for,
+ * and the direct copy is cheaper). The queue's kept errors surface at its
+ * next sync, as for any queued command. TORCH_TPU_STAGED_H2D=0 turns it off. */
+enum { TPURT_STAGED_H2D_MAX = 64 << 10 };
+
+static _Atomic int g_staged_h2d = -1;
+static bool staged_h2d_enabled(void) { return tpurt_env_switch(&g_staged_h2d, "TORCH_TPU_STAGED_H2D", true); }
+
+static tpurt_status_t staged_h2d(tpurt_device_t* d, tpurt_queue_t* q, void* dst, const void* src, size_t bytes,
+                                 bool* queued) {
+  if (!staged_h2d_enabled() || tpurt_exec_mode_get() == TPURT_EXEC_DEBUG || tpurt_queue_is_idle(q)) return TPURT_OK;
+  tpurt_poison_t* poison = d->driver->device_poison ? d->driver->device_poison(d->hal) : NULL;
+  if (TPURT_UNLIKELY(tpurt_poison_armed(poison))) return TPURT_OK;
+  void* stage = malloc(bytes);
+  if (!stage) return TPURT_OK; /* the plain path needs no memory */
+  memcpy(stage, src, bytes);
+  tpurt_hal_command_t cmd = {.kind = TPURT_HAL_COMMAND_COPY, .u.copy = {dst, stage, bytes, true},
+                             .done = free, .done_user = stage};
+  pthread_mutex_lock(&q->submit_lock);
+  tpurt_status_t s = tpurt_queue_submit_locked(q, &cmd, NULL);
+  pthread_mutex_unlock(&q->submit_lock);
+  if (TPURT_UNLIKELY(s != NULL)) {
+    free(stage);
+    return tpurt_status_annotate(s, "memcpy_h2d");
+  }
+  *queued = true;
+  return TPURT_OK;
+}
+
 static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, const void* src,
                                 size_t bytes, bool to_device) {
   const char* what = to_device ? "memcpy_h2d" : "memcpy_d2h";
@@ -216,6 +252,11 @@ static tpurt_status_t host_copy(tpurt_device_t* d, tpurt_queue_t* q, void* dst, 
   if (tpurt_queue_is_current(q))
     return TPURT_STATUS(FAILED_PRECONDITION, "%s from the queue's own thread", what);
   if (TPURT_UNLIKELY(q->capture != NULL)) return tpurt_capture_refuse(q, to_device ? "a copy to the device" : "a copy to the host");
+  if (to_device && bytes <= TPURT_STAGED_H2D_MAX) {
+    bool queued = false;
+    TPURT_RETURN_IF_ERROR(staged_h2d(d, q, dst, src, bytes, &queued));
+    if (queued) return TPURT_OK;
+  }
   /* Queued work may still read/write these bytes: wait for it. A kernel error
    * kept by the queue surfaces here, as at any sync point. */
   TPURT_RETURN_IF_ERROR(tpurt_queue_wait_point_interruptible(q, tpurt_queue_point(q)));

@@ -94,6 +94,10 @@ typedef struct tpurt_hal_command_t {
       void* dst;
       const void* src;
       size_t bytes;
+      /* src is host memory (a staged host-to-device write that the command's
+       * done callback frees), not device memory: no poison to check there,
+       * and a driver with its own memory copies it across the bus. */
+      bool from_host;
     } copy;
     struct {
       tpurt_status_t (*fn)(void* user, tpurt_kernel_ctx_t* ctx); /* or NULL and host_fn */

@@ -146,6 +146,15 @@ void tpurt_kernel_ctx_copy(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, 
   tpurt_kernel_copy(ctx, dst, src, bytes);
 }
 
+void tpurt_kernel_ctx_write(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, size_t bytes) {
+  if (TPURT_UNLIKELY(ctx->cancel != NULL)) {
+    tpurt_poison_mark(ctx->poison, dst, bytes, ctx->cancel);
+    return;
+  }
+  if (TPURT_UNLIKELY(tpurt_poison_armed(ctx->poison))) tpurt_poison_clear(ctx->poison, dst, bytes);
+  memcpy(dst, src, bytes);
+}
+
 typedef struct copy_job_t {
   uint8_t* dst;
   const uint8_t* src;

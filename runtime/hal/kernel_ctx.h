@@ -64,6 +64,9 @@ void tpurt_kernel_copy(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, size
 /* A COPY command: tpurt_kernel_copy, with the source's poison carried to
  * the destination (or the destination cleared). */
 void tpurt_kernel_ctx_copy(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, size_t bytes);
+/* A queued copy from host memory (a staged host-to-device write): dropped, it
+ * poisons dst like any command; run, dst is good again. */
+void tpurt_kernel_ctx_write(tpurt_kernel_ctx_t* ctx, void* dst, const void* src, size_t bytes);
 /* The same prefix on a status a kernel returned. */
 tpurt_status_t tpurt_kernel_status_annotate(tpurt_status_t status, const tpurt_op_call_t* call);
 

@@ -356,6 +356,51 @@ static void test_copy_host_fn(void) {
   free(back);
 }
 
+/* A small host-to-device copy behind queued work returns before that work
+ * has run (its source is staged), and lands in order: a kernel queued before
+ * it reads the old bytes, one after it the new. The gate keeps the queue busy
+ * until the copy call has returned, so no timing decides it; a copy that
+ * waited for the queue would find the gate shut and time out there. */
+static atomic_int g_gate;
+static tpurt_status_t host_fn_gate(void* user) {
+  for (int i = 0; i < 5000 && !atomic_load(&g_gate); ++i) usleep(1000);
+  return atomic_load(&g_gate) ? TPURT_OK : TPURT_STATUS(DEADLINE_EXCEEDED, "gate never opened");
+}
+
+static void test_staged_h2d(void) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  enum { N = 256 };
+  uint32_t host[N], back[N], before[N];
+  void *a = NULL, *b = NULL;
+  CHECK_OK(tpurt_memory_allocate(g_dev, q, sizeof host, &a));
+  CHECK_OK(tpurt_memory_allocate(g_dev, q, sizeof host, &b));
+  for (int i = 0; i < N; ++i) host[i] = 7u * i;
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, q, a, host, sizeof host)); /* idle queue: the direct path */
+  atomic_store(&g_gate, 0);
+  CHECK_OK(tpurt_queue_submit_host_fn(q, host_fn_gate, NULL));
+  CHECK_OK(tpurt_queue_submit_copy(q, b, a, sizeof host));    /* reads the old bytes */
+  for (int i = 0; i < N; ++i) host[i] = 3u * i + 1;
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, q, a, host, sizeof host)); /* staged: returns with the gate shut */
+  CHECK(!tpurt_queue_is_idle(q));
+  memset(host, 0xff, sizeof host);                            /* the caller's buffer is free at once */
+  atomic_store(&g_gate, 1);
+  CHECK_OK(tpurt_queue_synchronize(q));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, q, before, b, sizeof before));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, q, back, a, sizeof back));
+  int bad = 0;
+  for (int i = 0; i < N; ++i) bad += before[i] != 7u * i || back[i] != 3u * i + 1;
+  CHECK(bad == 0);
+  /* Debug mode copies at the call, as before (its guarded copy). */
+  tpurt_exec_mode_set(TPURT_EXEC_DEBUG);
+  for (int i = 0; i < N; ++i) host[i] = 5u * i;
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, q, a, host, sizeof host));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, q, back, a, sizeof back));
+  CHECK(memcmp(back, host, sizeof host) == 0);
+  tpurt_exec_mode_set(TPURT_EXEC_STRICT);
+  tpurt_memory_free(g_dev, a);
+  tpurt_memory_free(g_dev, b);
+}
+
 /* ---- parallel_for ---- */
 typedef struct pf_t {
   _Atomic uint8_t* hits;
@@ -583,6 +628,7 @@ int main(void) {
   test_multithread_submit();
   test_many_waiters();
   test_copy_host_fn();
+  test_staged_h2d();
   test_parallel_for();
   test_full_ring_and_big_records();
   test_fork_child();

@@ -251,7 +251,10 @@ static void execute(tpurt_hal_queue_t* q, cmd_t* c) {
       break;
     }
     case TPURT_HAL_COMMAND_COPY:
-      tpurt_kernel_ctx_copy(&ctx, c->c.u.copy.dst, c->c.u.copy.src, c->c.u.copy.bytes);
+      if (c->c.u.copy.from_host)
+        tpurt_kernel_ctx_write(&ctx, c->c.u.copy.dst, c->c.u.copy.src, c->c.u.copy.bytes);
+      else
+        tpurt_kernel_ctx_copy(&ctx, c->c.u.copy.dst, c->c.u.copy.src, c->c.u.copy.bytes);
       break;
     case TPURT_HAL_COMMAND_CALL: {
       tpurt_status_t s = c->c.u.call.fn ? c->c.u.call.fn(c->c.u.call.user, &ctx) : c->c.u.call.host_fn(c->c.u.call.user);
@@ -293,8 +296,8 @@ static void execute_traced(tpurt_hal_queue_t* q, cmd_t* c) {
       break;
     case TPURT_HAL_COMMAND_COPY:
       ev.kind = TPURT_TRACE_COPY;
-      ev.bytes = 2.0 * (double)c->c.u.copy.bytes;
-      snprintf(ev.name, sizeof ev.name, "copy (device to device)");
+      ev.bytes = (c->c.u.copy.from_host ? 1.0 : 2.0) * (double)c->c.u.copy.bytes;
+      snprintf(ev.name, sizeof ev.name, c->c.u.copy.from_host ? "copy (host to device)" : "copy (device to device)");
       break;
     case TPURT_HAL_COMMAND_CALL:
       if (c->c.u.call.fn) return;
