@@ -101,6 +101,48 @@ def test_small_kernel_error_surfaces_at_sync(device):
 
 
 @pytest.mark.usefixtures("eager_mode")
+def test_small_copies_to_device_land_in_order(device):
+    """Small copies to the device behind queued work are staged and queued (Strict, DeferAndFuse) or
+    copied at the call (Debug): either way a kernel queued before the copy reads the old values, one
+    after it the new, and the caller's source buffer may change as soon as the call returns."""
+    a = torch.randn(400, 400, device=device)
+    x = torch.zeros(64, device=device)
+    src = torch.empty(64)
+    outs = []
+    for k in range(6):
+        b = a @ a  # keeps the queue busy
+        y = x + 1
+        src.fill_(k)
+        x.copy_(src)
+        src.fill_(-100.0)
+        outs.append((y, x * 2, b))
+    for k, (y, z, _) in enumerate(outs):
+        torch.testing.assert_close(y.cpu(), torch.full((64,), float(max(k - 1, 0) + 1)))
+        torch.testing.assert_close(z.cpu(), torch.full((64,), 2.0 * k))
+    # an index built on the CPU, used at once (nanoGPT's v[:, [-1]])
+    v = torch.randn(3, 20)
+    vd = v.to(device)
+    for k in range(20):
+        torch.testing.assert_close(vd[:, [k]].cpu(), v[:, [k]])
+
+
+def test_small_copy_to_device_is_a_queued_device_event(device):
+    """Behind queued work, a small copy to the device is a queued command (its device-trace event is
+    "copy (host to device)"), not a wait for the queue."""
+    from torch_tpu import projection
+    a = torch.randn(1500, 1500, device=device) / 40
+    with projection.record():
+        b = a @ a @ a @ a  # about 20 GFLOP queued: the copy below is issued long before it has run
+        i = torch.tensor([3]).to(device)
+        c = b[:, i]
+        c.cpu()
+    names = [e["name"] for e in projection.events() if e["kind"] != "launch"]
+    assert "copy (host to device)" in names, sorted(set(names))
+    ac = a.cpu()
+    torch.testing.assert_close(c.cpu(), (ac @ ac @ ac @ ac)[:, [3]], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.usefixtures("eager_mode")
 @pytest.mark.parametrize("sample", [False, True])
 def test_nanogpt_generate_matches_cpu(device, sample):
     """bench/bench_decode.py's generation loop: greedy tokens equal CPU's; with sampling, every token
