@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ops/elementwise/ew_expf.h"
 #include "ops/reduce/reduce_ops.h"
 #include "test_util.h"
 
@@ -357,6 +358,35 @@ static void test_losses(void) {
   tt_free(&x); tt_free(&tg); tt_free(&w); tt_free(&out); tt_free(&tw); tt_free(&gi); tt_free(&go);
 }
 
+/* The softmax exp (ew_expf.h) against the exp op's definition: bit-equal
+ * where that is at least 2^-125, 0 below, NaN for NaN, 0 for -inf, on every
+ * vector width this build has. */
+static void test_softmax_exp(void) {
+  enum { N = 16 * 4096 };
+  static float d[N], want[N], got[N];
+  for (int i = 0; i < N - 16; ++i) d[i] = -100.0f + 188.0f * (float)i / (N - 16); /* [-100, 88] */
+  for (int i = N - 16; i < N; ++i) d[i] = -(float)(i - (N - 16)) * 1e-3f;
+  d[7] = -INFINITY;
+  d[9] = NAN;
+  d[11] = 0.0f;
+  for (int i = 0; i < N; ++i) want[i] = tpurt_ew_expf(d[i]);
+  int bad = 0, widths = 0;
+#if defined(__AVX512F__)
+  for (int i = 0; i < N; i += 16) _mm512_storeu_ps(got + i, tpurt_ew_expf16_softmax(_mm512_loadu_ps(d + i)));
+  ++widths;
+  for (int i = 0; i < N; ++i)
+    bad += want[i] >= 0x1p-125f ? memcmp(&got[i], &want[i], 4) != 0 : d[i] != d[i] ? got[i] == got[i] : got[i] > want[i];
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+  for (int i = 0; i < N; i += 8) _mm256_storeu_ps(got + i, tpurt_ew_expf8_softmax(_mm256_loadu_ps(d + i)));
+  ++widths;
+  for (int i = 0; i < N; ++i)
+    bad += want[i] >= 0x1p-125f ? memcmp(&got[i], &want[i], 4) != 0 : d[i] != d[i] ? got[i] == got[i] : got[i] > want[i];
+#endif
+  CHECK(bad == 0);
+  if (widths) CHECK(got[7] == 0.0f && got[9] != got[9] && got[11] == 1.0f);
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -381,6 +411,7 @@ static void bench_softmax(void) {
 }
 
 int main(void) {
+  test_softmax_exp();
   test_softmax();
   test_layer_norm();
   test_batch_norm();

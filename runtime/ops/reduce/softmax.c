@@ -16,9 +16,6 @@
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
-#if defined(__AVX2__) && defined(__FMA__)
-#define sm_expf8 tpurt_ew_expf8
-#endif
 /* Max ignoring NaN (a plain compare-select, so it becomes vmaxps): a NaN in
  * the row still makes the row all NaN, because exp(NaN - mx) poisons the sum
  * every output is scaled by (or, for log_softmax, log(sum) is subtracted). */
@@ -48,7 +45,11 @@ static float ROW_MAX_float(const float* x, int64_t n) {
   for (int k = 0; k < LANES; ++k) m = l[k] > m ? l[k] : m;
   return m;
 }
-static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
+/* exp(x - mx) into y (NULL: only the sum) and the sum. `next`, the row after
+ * (or NULL), is fetched into L1 a line per 16 elements meanwhile, so that
+ * the next row's max pass finds it there: without it the rows' memory reads
+ * and this pass's arithmetic take turns. */
+static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx, const float* next) {
   float l[LANES] = {0};
   int64_t i = 0;
 #if defined(__AVX512F__)
@@ -56,7 +57,8 @@ static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
   __m512 a0 = _mm512_setzero_ps();
   const __m512 vm = _mm512_set1_ps(mx);
   for (; i + LANES <= n; i += LANES) {
-    __m512 v0 = tpurt_ew_expf16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    if (next) _mm_prefetch((const char*)(next + i), _MM_HINT_T0);
+    __m512 v0 = tpurt_ew_expf16_softmax(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
     if (y) _mm512_storeu_ps(y + i, v0);
     a0 = _mm512_add_ps(a0, v0);
   }
@@ -65,8 +67,9 @@ static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0;
   const __m256 vm = _mm256_set1_ps(mx);
   for (; i + LANES <= n; i += LANES) {
-    __m256 v0 = sm_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-    __m256 v1 = sm_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
+    if (next) _mm_prefetch((const char*)(next + i), _MM_HINT_T0);
+    __m256 v0 = tpurt_ew_expf8_softmax(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    __m256 v1 = tpurt_ew_expf8_softmax(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
     if (y) { /* NULL: log_softmax needs only the sum */
       _mm256_storeu_ps(y + i, v0);
       _mm256_storeu_ps(y + i + 8, v1);
@@ -91,7 +94,7 @@ static double ROW_MAX_double(const double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) { nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }
   return nan ? NAN : m;
 }
-static double ROW_EXPSUM_double(const double* x, double* y, int64_t n, double mx) {
+static double ROW_EXPSUM_double(const double* x, double* y, int64_t n, double mx, const double* next) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) { y[i] = exp(x[i] - mx); s += y[i]; }
   return s;
@@ -104,12 +107,12 @@ static void LSM_BWD_float(const float* g, const float* o, float* y, int64_t n, f
 #if defined(__AVX512F__)
   const __m512 vs16 = _mm512_set1_ps(s);
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(y + i, _mm512_fnmadd_ps(tpurt_ew_expf16(_mm512_loadu_ps(o + i)), vs16, _mm512_loadu_ps(g + i)));
+    _mm512_storeu_ps(y + i, _mm512_fnmadd_ps(tpurt_ew_expf16_softmax(_mm512_loadu_ps(o + i)), vs16, _mm512_loadu_ps(g + i)));
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 vs = _mm256_set1_ps(s);
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fnmadd_ps(sm_expf8(_mm256_loadu_ps(o + i)), vs, _mm256_loadu_ps(g + i)));
+    _mm256_storeu_ps(y + i, _mm256_fnmadd_ps(tpurt_ew_expf8_softmax(_mm256_loadu_ps(o + i)), vs, _mm256_loadu_ps(g + i)));
 #endif
   for (; i < n; ++i) y[i] = g[i] - tpurt_ew_expf(o[i]) * s;
 }
@@ -176,6 +179,12 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       char* po; int64_t so;                                                                \
       row_ptrs(j, j->out, row, (const char**)&po, &so);                                    \
       const T* x = (const T*)pa;                                                           \
+      /* the next row, where it is read in place: fetched during this one's exp */            \
+      const T* nx = row + 1 < e && j->a->dtype == DT && (sa == 1 || n == 1)                 \
+                        ? (const T*)((const char*)pa + (tpurt_tensor_offset_of(j->a, row + 1, j->dim) - \
+                                                       tpurt_tensor_offset_of(j->a, row, j->dim)) *     \
+                                                          (int64_t)sizeof(T))              \
+                        : NULL;                                                            \
       if (!(j->a->dtype == DT && (sa == 1 || n == 1))) { LOADER(j->a->dtype, pa, sa, n, xbuf); x = xbuf; } \
       bool direct = j->out->dtype == DT && (so == 1 || n == 1) && po != pa;               \
       bool stream = DT == TPURT_DTYPE_FLOAT32 && j->stream && direct && so == 1 &&         \
@@ -183,14 +192,14 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       T* y = direct && !stream ? (T*)po : ybuf;                                            \
       if (stream) {                                                                        \
         T mx = ROW_MAX_##T(x, n);                                                          \
-        T sum = ROW_EXPSUM_##T(x, j->log ? NULL : y, n, mx);                               \
+        T sum = ROW_EXPSUM_##T(x, j->log ? NULL : y, n, mx, nx);                           \
         if (j->log) sm_shift_stream((float*)po, (const float*)x, n, (float)mx, (float)LOG(sum)); \
         else sm_scale_stream((float*)po, (const float*)y, n, (float)((T)1 / sum));         \
         continue;                                                                          \
       }                                                                                    \
       if (!j->backward) {                                                                  \
         T mx = ROW_MAX_##T(x, n);                                                          \
-        T sum = ROW_EXPSUM_##T(x, j->log && DT == TPURT_DTYPE_FLOAT32 ? NULL : y, n, mx);   \
+        T sum = ROW_EXPSUM_##T(x, j->log && DT == TPURT_DTYPE_FLOAT32 ? NULL : y, n, mx, nx); \
         if (j->log) {                                                                      \
           T ls = LOG(sum);                                                                 \
           for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mx - ls;                           \
