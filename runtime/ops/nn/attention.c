@@ -33,7 +33,7 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
 /* R rows: 2W then W columns at a time on W-lane registers VT, then TAIL for
  * what is left. Each output is one chain of fmas over p whatever the width,
  * so the 8- and 16-lane forms give identical results. */
-#define MMROWS(NAME, R, VT, W, LOADU, STOREU, SET1, FMA, ZERO, TAIL)                        \
+#define MMROWS(NAME, R, VT, W, LOADU, STOREU, SET1, FMA, ZERO, TAIL, AT)                    \
   static void NAME(int64_t n, int64_t k, const float* a, int64_t lda, const float* b,       \
                    int64_t ldb, float* c, int64_t ldc, bool acc) {                          \
     int64_t j = 0;                                                                         \
@@ -46,7 +46,7 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
       for (int64_t p = 0; p < k; ++p) {                                                    \
         VT b0 = LOADU(b + p * ldb + j), b1 = LOADU(b + p * ldb + j + W);                   \
         for (int r = 0; r < R; ++r) {                                                      \
-          VT av = SET1(a[r * lda + p]);                                                    \
+          VT av = SET1(a[AT(r, p)]);                                                       \
           c0[r] = FMA(av, b0, c0[r]);                                                      \
           c1[r] = FMA(av, b1, c1[r]);                                                      \
         }                                                                                  \
@@ -61,39 +61,55 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
       for (int r = 0; r < R; ++r) c0[r] = acc ? LOADU(c + r * ldc + j) : ZERO();           \
       for (int64_t p = 0; p < k; ++p) {                                                    \
         VT b0 = LOADU(b + p * ldb + j);                                                    \
-        for (int r = 0; r < R; ++r) c0[r] = FMA(SET1(a[r * lda + p]), b0, c0[r]);          \
+        for (int r = 0; r < R; ++r) c0[r] = FMA(SET1(a[AT(r, p)]), b0, c0[r]);             \
       }                                                                                    \
       for (int r = 0; r < R; ++r) STOREU(c + r * ldc + j, c0[r]);                          \
     }                                                                                      \
     TAIL;                                                                                  \
   }
-#define MMROWS8(R) \
-  MMROWS(mm_rows##R, R, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, \
-         _mm256_setzero_ps, (void)0)
-MMROWS8(6)
-MMROWS8(4)
-MMROWS8(2)
-MMROWS8(1)
+/* A's element (r, p): A row-major (mm), or A stored transposed, k x m (mm_at). */
+#define A_RM(r, p) (r) * lda + (p)
+#define A_TR(r, p) (p) * lda + (r)
+#define MMROWS8(R, SUF, AT) \
+  MMROWS(mm_rows##R##SUF, R, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, \
+         _mm256_setzero_ps, (void)0, AT)
+#define MMROWS8_BOTH(R) MMROWS8(R, , A_RM) MMROWS8(R, _at, A_TR)
+MMROWS8_BOTH(6)
+MMROWS8_BOTH(4)
+MMROWS8_BOTH(2)
+MMROWS8_BOTH(1)
 #if defined(__AVX512F__)
 /* A build for AVX-512: 32 then 16 columns at a time, the 8-lane form for the last 8. */
-#define MMROWS16(R)                                                                                    \
-  MMROWS(mm512_rows##R, R, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, \
-         _mm512_setzero_ps, if (j < n) mm_rows##R(n - j, k, a, lda, b + j, ldb, c + j, ldc, acc))
-MMROWS16(6)
-MMROWS16(4)
-MMROWS16(2)
-MMROWS16(1)
-#define MM_ROWS(R) mm512_rows##R
+#define MMROWS16(R, SUF, AT)                                                                             \
+  MMROWS(mm512_rows##R##SUF, R, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, \
+         _mm512_setzero_ps, if (j < n) mm_rows##R##SUF(n - j, k, a, lda, b + j, ldb, c + j, ldc, acc), AT)
+#define MMROWS16_BOTH(R) MMROWS16(R, , A_RM) MMROWS16(R, _at, A_TR)
+MMROWS16_BOTH(6)
+MMROWS16_BOTH(4)
+MMROWS16_BOTH(2)
+MMROWS16_BOTH(1)
+#define MM_ROWS(R, SUF) mm512_rows##R##SUF
 #else
-#define MM_ROWS(R) mm_rows##R
+#define MM_ROWS(R, SUF) mm_rows##R##SUF
 #endif
 static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                int64_t ldb, float* c, int64_t ldc, bool acc) {
   int64_t i = 0;
-  for (; i + 6 <= m; i += 6) MM_ROWS(6)(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
-  if (i + 4 <= m) MM_ROWS(4)(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc), i += 4;
-  if (i + 2 <= m) MM_ROWS(2)(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc), i += 2;
-  if (i < m) MM_ROWS(1)(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
+  for (; i + 6 <= m; i += 6) MM_ROWS(6, )(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
+  if (i + 4 <= m) MM_ROWS(4, )(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc), i += 4;
+  if (i + 2 <= m) MM_ROWS(2, )(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc), i += 2;
+  if (i < m) MM_ROWS(1, )(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, acc);
+}
+/* C[m x n] (+)= A^T B for A stored k x m (row stride lda): the backward's
+ * P^T dO and dS^T Q without transposing P or dS first. The same chains of
+ * fmas as mm on the transposed copy, so the same results. */
+static void mm_at(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc, bool acc) {
+  int64_t i = 0;
+  for (; i + 6 <= m; i += 6) MM_ROWS(6, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc);
+  if (i + 4 <= m) MM_ROWS(4, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc), i += 4;
+  if (i + 2 <= m) MM_ROWS(2, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc), i += 2;
+  if (i < m) MM_ROWS(1, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc);
 }
 /* max(m, x[0..n)), n a multiple of 8; NaN in x is ignored here (it reaches the
  * output through exp and the sum, as in softmax). */
@@ -112,17 +128,26 @@ static float row_max(const float* x, int64_t n, float m) {
   return m;
 }
 #else
-static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-               int64_t ldb, float* c, int64_t ldc, bool acc) {
+/* A's element (i, p) at a[i * ai + p * ap]: mm (ai = lda, ap = 1) and mm_at (ai = 1, ap = lda). */
+static void mm_strided(int64_t m, int64_t n, int64_t k, const float* a, int64_t ai, int64_t ap, const float* b,
+                       int64_t ldb, float* c, int64_t ldc, bool acc) {
   for (int64_t i = 0; i < m; ++i) {
     float* cr = c + i * ldc;
     if (!acc) memset(cr, 0, (size_t)n * sizeof(float));
     for (int64_t p = 0; p < k; ++p) {
-      float av = a[i * lda + p];
+      float av = a[i * ai + p * ap];
       const float* br = b + p * ldb;
       for (int64_t j = 0; j < n; ++j) cr[j] += av * br[j];
     }
   }
+}
+static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float* c, int64_t ldc, bool acc) {
+  mm_strided(m, n, k, a, lda, 1, b, ldb, c, ldc, acc);
+}
+static void mm_at(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc, bool acc) {
+  mm_strided(m, n, k, a, 1, lda, b, ldb, c, ldc, acc);
 }
 static float row_max(const float* x, int64_t n, float m) {
   for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
@@ -591,8 +616,7 @@ static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   float* vt = kt + E8 * BK;       /* Ev8 x BK */
   float* vb = vt + Ev8 * BK;      /* BK x Ev8 */
   float* p = vb + BK * Ev8;       /* BQ x BK */
-  float* pt = p + BQ * BK;        /* BK x BQ */
-  float* dp = pt + BK * BQ;       /* BQ x BK */
+  float* dp = p + BQ * BK;        /* BQ x BK */
   float* ob = dp + BQ * BK;       /* BQ x Ev8 */
   for (int64_t t = t0; t < t1; ++t) {
     int64_t b = t / a->Hkv, hk = t % a->Hkv;
@@ -615,6 +639,7 @@ static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
         int64_t nj = imin64(BK, S - j0);
         load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BK, 1.0f);
         transpose(kb, BK, E8, E8, kt, BK);
+        for (int64_t x = 0; x < E8 * BK; ++x) kt[x] *= a->scale; /* P's scale, once per block of keys */
         load_rows(&a->v, b, hk, j0, nj, a->Ev, vb, Ev8, BK, 1.0f);
         transpose(vb, BK, Ev8, Ev8, vt, BK);
         /* causal: query rows before j0 see none of this block */
@@ -624,8 +649,8 @@ static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
           const float* q = qf + i0 * E8;
           /* P = exp(scale * Q K^T + mask - lse) */
           mm(ni, BK, E8, q, E8, kt, BK, p, BK, false);
-          for (int64_t x = 0; x < ni * BK; ++x) p[x] *= a->scale;
-          block_mask(a, b, h, i0, ni, j0, nj, p, BK);
+          /* a whole block at or below the diagonal, with no mask and no padding, needs no masking */
+          if (a->has_mask || nj < BK || (a->causal && j0 + BK - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, p, BK);
           for (int64_t i = 0; i < ni; ++i) {
             float lse = *lse_ptr(a, b, h, i0 + i);
             if (lse == -INFINITY) {
@@ -635,8 +660,7 @@ static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
             exp_sub_sum(p + i * BK, BK, lse);
           }
           /* dV += P^T dO */
-          transpose(p, ni, BK, BK, pt, BQ);
-          mm(BK, Ev8, ni, pt, BQ, dof + i0 * Ev8, Ev8, dva + j0 * Ev8, Ev8, true);
+          mm_at(BK, Ev8, ni, p, BK, dof + i0 * Ev8, Ev8, dva + j0 * Ev8, Ev8, true);
           /* dP = dO V^T; dS = P * (dP - D) * scale (stored in dp) */
           mm(ni, BK, Ev8, dof + i0 * Ev8, Ev8, vt, BK, dp, BK, false);
           for (int64_t i = 0; i < ni; ++i) {
@@ -645,8 +669,7 @@ static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
           }
           /* dQ += dS K ; dK += dS^T Q */
           mm(ni, E8, BK, dp, BK, kb, E8, dqa + i0 * E8, E8, true);
-          transpose(dp, ni, BK, BK, pt, BQ);
-          mm(BK, E8, ni, pt, BQ, q, E8, dka + j0 * E8, E8, true);
+          mm_at(BK, E8, ni, dp, BK, q, E8, dka + j0 * E8, E8, true);
         }
       }
       for (int64_t i = 0; i < L; ++i) store_row(a->dq, b, h, i, a->E, dqa + i * E8);
@@ -1000,7 +1023,7 @@ static tpurt_status_t sdpa_bwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
   int64_t Lp = (a.L + BQ - 1) / BQ * BQ, Sp = (a.S + BK - 1) / BK * BK;
   a.ws_floats = (size_t)(Lp * E8 + Lp * Ev8 + Lp * E8 + Sp * E8 + Sp * Ev8 + Lp + BK * E8 + E8 * BK +
-                         Ev8 * BK + BK * Ev8 + BQ * BK + BK * BQ + BQ * BK + BQ * Ev8 + 16);
+                         Ev8 * BK + BK * Ev8 + BQ * BK + BQ * BK + BQ * Ev8 + 16);
   bool amx = use_amx(&a) && a.dout.dt == TPURT_DTYPE_BFLOAT16;
 #ifdef ATTN_HAVE_AMX
   if (amx) a.ws_floats = amx_bwd_ws_floats(&a);
