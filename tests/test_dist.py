@@ -168,6 +168,22 @@ def test_failure_mismatch_between_hosts():
     _spawn("fail_mismatch_two_hosts", 4, hosts=2, timeout=120)
 
 
+def test_failure_mismatch_between_hosts_step_kinds():
+    """Hosts whose calls take different kinds of step between hosts (data in the call exchange, through the first
+    ranks, by columns) fail naming both calls, and exit without waiting for gloo's timeout."""
+    _spawn("fail_mismatch_two_hosts_step_kinds", 4, hosts=2, timeout=100)
+
+
+def test_cross_host_size_boundaries():
+    """all_reduce, all_gather and broadcast across two hosts on each side of 4 KiB and 64 KiB."""
+    _spawn("cross_host_size_boundaries", 4, hosts=2)
+
+
+def test_future_error_at_wait():
+    """Work.get_future(): the collective's output as its value; a failed collective raises at the future's wait."""
+    _spawn("future_error", 2)
+
+
 def test_fsdp2_parity_2_ranks():
     _spawn("fsdp2_parity", 2)
 
