@@ -203,6 +203,33 @@ def test_two_hosts_of_two_chips():
     _spawn("cross_host", 4, hosts=2)
 
 
+def test_torchrun_two_node_groups():
+    """examples/ddp_tpu.py under torchrun as two node groups of one chip each on loopback (two "hosts": their step
+    between hosts goes through gloo): rank 0's per-step losses match one process on the whole batches."""
+    import subprocess
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "ddp_tpu.py")
+    port = _free_port()
+    procs = []
+    for h in range(2):
+        env = dict(os.environ, TORCH_TPU_HOST_ID=f"node{h}", TORCH_TPU_TOPOLOGY="1", TORCH_TPU_NUM_THREADS="1",
+                   TORCH_TPU_HBM_BYTES="1G")
+        procs.append(subprocess.Popen(
+            [torchrun, "--nnodes=2", f"--node-rank={h}", "--nproc-per-node=1", "--master-addr=127.0.0.1",
+             f"--master-port={port}", example], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=240)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    diff = [line for line in outs[0].splitlines() if "largest per-step loss difference" in line]
+    assert diff and float(diff[0].split()[-1]) < 1e-5, outs[0]
+
+
 def test_recv_any_source_two_hosts():
     """recv from any source across hosts: same-host messages through shared memory, other-host ones through gloo."""
     _spawn("recv_any_source_two_hosts", 4, hosts=2, timeout=120)

@@ -124,6 +124,7 @@ class TpuWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
 
   bool wait(std::chrono::milliseconds timeout) override {
+    waited_ = true;
     if (block_host_) {
       // barrier(): the host waits for the queue (and raises its error).
       check_status(without_gil([&] { return tpurt_queue_synchronize(queue_); }), "tpu_dist barrier");
@@ -162,6 +163,9 @@ class TpuWork : public c10d::Work {
     // wait(), as with gloo's futures; callbacks added with then() run on the stream's thread when it completes.
     future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
                                                        std::vector<c10::Device>{});
+    // Asked after wait() (`w.wait(); w.get_future().value()`, which NCCL's and gloo's futures allow): the host
+    // waits for the collective here, so the future is complete on return.
+    if (waited_) tpurt_status_free(without_gil([&] { return tpurt_event_synchronize(event_); }));
     if (tpurt_event_query(event_)) {
       complete_future(new FutureDone{future_, outputs_, comm_});
       return future_;
@@ -210,6 +214,7 @@ class TpuWork : public c10d::Work {
   tpurt_event_t* event_ = nullptr;
   tpurt_queue_t* queue_ = nullptr;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool waited_ = false;  // wait() was called
   at::Tensor source_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
 };
