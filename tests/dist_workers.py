@@ -1421,3 +1421,59 @@ def future_error(rank, world):
         msg = str(e)
         assert "rank 1" in msg and "timeout" in msg and "allreduce(float32, 16 elements, sum)" in msg, msg
     _drain()
+
+
+def lone_sends(rank, world):
+    """A send outside batch_isend_irecv waits for its receiver on a queue of its peer's, not on the group's stream:
+    rank 0 sends, then all-reduces, while rank 1 all-reduces before it receives; both ranks isend before they
+    irecv. (With the sends on the group's stream, both waited until the timeout.) Messages to a peer keep their
+    order across lone sends and batch_isend_irecv; a non-contiguous tensor is sent as its values."""
+    dist = _init(rank, world, timeout_s=20)
+    dev = torch.device("tpu", 0)
+    peer = 1 - rank
+    x = torch.full((4,), float(rank + 1), device=dev)
+    msg = _value(rank, torch.float32, (5, 3)).to(dev).t()  # non-contiguous
+    if rank == 0:
+        w = dist.isend(msg, 1)
+        dist.all_reduce(x)
+        _same(x, torch.full((4,), 3.0), "all_reduce behind a send not yet received")
+        w.wait()
+    else:
+        dist.all_reduce(x)
+        _same(x, torch.full((4,), 3.0), "all_reduce")
+        buf = torch.empty((3, 5), device=dev)
+        dist.recv(buf, 0)
+        _same(buf, _value(0, torch.float32, (5, 3)).t(), "recv of a lone send")
+    # both ranks send first, then receive
+    mine, theirs = _value(rank, torch.int64, (7,)).to(dev), torch.empty(7, dtype=torch.int64, device=dev)
+    ws = dist.isend(mine, peer)
+    wr = dist.irecv(theirs, peer)
+    wr.wait()
+    ws.wait()
+    _same(theirs, _value(peer, torch.int64, (7,)), "isend then irecv on both ranks")
+    # order: lone send, batch, lone send to the same peer
+    if rank == 0:
+        vals = [torch.full((3,), float(k), device=dev) for k in range(4)]
+        dist.send(vals[0], 1)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, vals[1], 1), dist.P2POp(dist.isend, vals[2], 1)]):
+            w.wait()
+        dist.send(vals[3], 1)
+    else:
+        for k in range(4):
+            buf = torch.empty(3, device=dev)
+            dist.recv(buf, 0)
+            _same(buf, torch.full((3,), float(k)), f"message {k} in order")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def init_with_device_id(rank, world):
+    """init_process_group(device_id=tpu:0) with no backend named picks tpu_dist (registered for the tpu device)."""
+    import torch.distributed as dist
+    dev = torch.device("tpu", 0)
+    dist.init_process_group(rank=rank, world_size=world, device_id=dev, timeout=datetime.timedelta(seconds=60))
+    assert dist.get_backend() == "tpu_dist", dist.get_backend()
+    t = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(t)
+    _same(t, torch.full((3,), float(world * (world + 1) // 2)), "all_reduce after init with device_id")
+    dist.destroy_process_group()

@@ -133,6 +133,10 @@ def test_device_mesh_4_ranks():
     _spawn("device_mesh", 4, topology="2x2")
 
 
+def test_init_with_device_id():
+    _spawn("init_with_device_id", 2)
+
+
 def test_ddp_parity_2_ranks():
     _spawn("ddp_parity", 2)
 
@@ -182,6 +186,11 @@ def test_cross_host_size_boundaries():
 def test_future_error_at_wait():
     """Work.get_future(): the collective's output as its value; a failed collective raises at the future's wait."""
     _spawn("future_error", 2)
+
+
+def test_lone_sends_beside_collectives():
+    """A send waits for its receiver on a queue of its own: the group's collectives after it run meanwhile."""
+    _spawn("lone_sends", 2, timeout=120)
 
 
 def test_fsdp2_parity_2_ranks():

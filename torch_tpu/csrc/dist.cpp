@@ -99,18 +99,21 @@ c10::Stream current_stream() {
   return c10::impl::getDeviceGuardImpl(kTpu)->getStream(c10::Device(kTpu, current_device_index()));
 }
 
-// A queued collective. Its event marks where its stream (the group's) is once
-// the collective has run; wait() makes the current stream wait for it (the
-// host does not block, as with NCCL on a CUDA stream) and raises at once when
-// the group has already failed. The future (DDP's bucket allreduce waits on
-// it) is device-aware, as NCCL's: its wait() makes the waiter's stream wait.
+// A queued collective. Its event marks where its stream (the group's, or a
+// send's lane) is once the collective has run; wait() makes the current stream
+// wait for it (the host does not block, as with NCCL on a CUDA stream) and
+// raises at once when the group has already failed. The future (DDP's bucket
+// allreduce waits on it) completes once the collective has run, with the
+// group's error when it failed (getFuture).
 class TpuWork : public c10d::Work {
  public:
-  TpuWork(int rank, c10d::OpType type, tpurt_dist_comm_t* comm, std::vector<at::Tensor> outputs, bool block_host)
+  // on: the queue the collective ran on (default: the current stream's)
+  TpuWork(int rank, c10d::OpType type, tpurt_dist_comm_t* comm, std::vector<at::Tensor> outputs, bool block_host,
+          tpurt_queue_t* on = nullptr)
       : Work(rank, type), comm_(comm), outputs_(std::move(outputs)), block_host_(block_host), stream_(current_stream()) {
     tpurt_device_t* dev = get_device(-1);
     check_status(tpurt_event_create(dev, 0, &event_), "tpu_dist work");
-    queue_ = queue_for_stream(stream_);
+    queue_ = on ? on : queue_for_stream(stream_);
     check_status(tpurt_event_record(event_, queue_), "tpu_dist work");
   }
   ~TpuWork() override { tpurt_event_release(event_); }
@@ -718,6 +721,15 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return send(c, dst, tag);
     }
+    if (stream_ && !coalescing_ && same_host(dst)) {  // on its peer's lane (lone_send)
+      at::Tensor& t = one(tensors, "send");
+      at::Tensor d = dense(t);  // on the caller's stream, which the lane waits for
+      tpurt_dist_op_t op = base_op(TPURT_DIST_SEND, d);
+      op.peer = dst % local_size_;
+      op.tag = tag;
+      op.in = d.data_ptr();
+      return lone_send(op, t, d);
+    }
     OnGroupStream on(this);
     on.use(tensors);
     at::Tensor& t = one(tensors, "send");
@@ -785,8 +797,14 @@ class TpuDistBackend : public c10d::Backend {
     if (!pending_.empty()) {
       TORCH_CHECK(comm_ != nullptr, "tpu_dist: the process group has been shut down");
       check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+      for (auto& o : pending_)  // after the lone sends to the same peers: messages to a peer keep their order
+        if (o.kind == TPURT_DIST_SEND && lane(o.peer).queue)
+          check_status(tpurt_queue_wait_event(current_queue(), lane(o.peer).done), "tpu_dist coalesced send/recv");
       check_status(tpurt_dist_enqueue_group(comm_, current_queue(), pending_.data(), static_cast<int>(pending_.size())),
                    "tpu_dist coalesced send/recv");
+      for (auto& o : pending_)
+        if (o.kind == TPURT_DIST_SEND)
+          check_status(tpurt_event_record(lane(o.peer).group_done, current_queue()), "tpu_dist coalesced send/recv");
     }
     if (!pending_remote_.empty()) remote_p2p(pending_remote_);
     for (auto& p : pending_tensors_) {
@@ -895,8 +913,69 @@ class TpuDistBackend : public c10d::Backend {
     if (!comm_) return;
     // Queued collectives hold the communicator: let them finish first.
     tpurt_status_free(without_gil([&] { return tpurt_device_synchronize(get_device(-1)); }));
+    for (auto& l : lanes_)
+      if (l.queue) tpurt_status_free(without_gil([&] { return tpurt_queue_synchronize(l.queue); }));
     tpurt_dist_comm_destroy(comm_);
     comm_ = nullptr;
+    for (auto& l : lanes_) {
+      if (l.queue) tpurt_queue_release(l.queue);
+      tpurt_event_release(l.done);
+      tpurt_event_release(l.group_done);
+    }
+    lanes_.clear();
+  }
+
+  // A send within the host outside batch_isend_irecv runs on a queue of its peer's (NCCL's way: point-to-point
+  // ops on a stream per pair), outside the group's issue order (tpurt_dist_enqueue_send): until its receiver takes
+  // it, it holds back neither the group's collectives issued after it nor sends to other peers. The lane waits
+  // for what the caller's stream had queued (the input is final) and for the batch groups that sent to the same
+  // peer before (messages to a peer keep their order; such a group likewise waits for the lane); the Work's
+  // event is on the lane, so Work.wait() (dist.send waits) makes the caller's stream wait until the message is
+  // taken. A private queue, not a pool stream, which may be another group's or the application's: a send held
+  // there would hold back their work. The input stays referenced until the send has run.
+  struct Lane {
+    tpurt_queue_t* queue = nullptr;     // made on the first lone send to the peer
+    tpurt_event_t* done = nullptr;      // after the lane's last send
+    tpurt_event_t* group_done = nullptr;  // on the group's stream, after the last batch group that sent to the peer
+  };
+  std::vector<Lane> lanes_;
+  Lane& lane(int peer) {
+    if (lanes_.empty()) lanes_.resize(local_size_);
+    Lane& l = lanes_.at(peer);
+    if (!l.done) {
+      check_status(tpurt_event_create(get_device(-1), 0, &l.done), "tpu_dist send");
+      check_status(tpurt_event_create(get_device(-1), 0, &l.group_done), "tpu_dist send");
+    }
+    return l;
+  }
+  static tpurt_status_t drop_tensors(void* user) {
+    delete static_cast<std::vector<at::Tensor>*>(user);
+    return TPURT_OK;
+  }
+  c10::intrusive_ptr<c10d::Work> lone_send(const tpurt_dist_op_t& op, const at::Tensor& t, const at::Tensor& d) {
+    TORCH_CHECK(comm_ != nullptr, "tpu_dist: send: the process group has been shut down");
+    check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+    Lane& l = lane(op.peer);
+    if (!l.queue) check_status(tpurt_queue_create(get_device(-1), -1, &l.queue), "tpu_dist send");
+    tpurt_queue_t* caller = current_queue();
+    tpurt_event_t* e = nullptr;
+    check_status(tpurt_event_create(get_device(-1), 0, &e), "tpu_dist send");
+    tpurt_status_t st = tpurt_event_record(e, caller);
+    if (!st) st = tpurt_queue_wait_event(l.queue, e);
+    tpurt_event_release(e);
+    if (!st) st = tpurt_queue_wait_event(l.queue, l.group_done);
+    check_status(st, "tpu_dist send");
+    check_status(tpurt_dist_enqueue_send(comm_, l.queue, &op), "send");
+    auto* keep = new std::vector<at::Tensor>{t, d};
+    st = tpurt_queue_submit_host_fn(l.queue, drop_tensors, keep);
+    if (st) {  // not queued: the send may still read them, so wait for it first
+      tpurt_status_free(without_gil([&] { return tpurt_queue_synchronize(l.queue); }));
+      delete keep;
+    }
+    check_status(st, "tpu_dist send");
+    check_status(tpurt_event_record(l.done, l.queue), "tpu_dist send");
+    return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::SEND, comm_, std::vector<at::Tensor>{t}, false,
+                                        l.queue);
   }
 
   // ---- CPU tensors (with FSDP2's CPU offload: clip_grad_norm_'s all_reduce, full_tensor() of an offloaded
@@ -1652,7 +1731,10 @@ class TpuDistBackend : public c10d::Backend {
     op.tag = 0;
     if (is_recv) op.out = x.data_ptr();
     else op.in = x.data_ptr();
+    // a send after the lone sends to the same peer, and they after it (messages to a peer keep their order)
+    if (!is_recv && lane(peer).queue) check_status(tpurt_queue_wait_event(current_queue(), lane(peer).done), what);
     submit(op, what);
+    if (!is_recv) check_status(tpurt_event_record(lane(peer).group_done, current_queue()), what);
   }
 
   struct Pending {
