@@ -721,7 +721,7 @@ class TpuDistBackend : public c10d::Backend {
       auto c = chip(tensors);
       return send(c, dst, tag);
     }
-    if (stream_ && !coalescing_ && same_host(dst)) {  // on its peer's lane (lone_send)
+    if (!coalescing_ && same_host(dst)) {  // on its peer's lane (lone_send)
       at::Tensor& t = one(tensors, "send");
       at::Tensor d = dense(t);  // on the caller's stream, which the lane waits for
       tpurt_dist_op_t op = base_op(TPURT_DIST_SEND, d);
