@@ -123,8 +123,8 @@ def rank_main(rank, world, sizes, outfile):
     small_cpu = torch.ones(2)
     lat["gloo_us"] = 1e6 * _median_time(lambda: dist.all_reduce(small_cpu), lambda: None, 300)
     lat["gloo_p50_us"] = 1e6 * _per_call_median(lambda: dist.all_reduce(small_cpu), 1000)
-    copy_bw = None
-    if rank == 0:
+    copy_bw = chip_copy_bw = None
+    if rank == 0 and sizes:
         # this machine's copy bandwidth, measured in the same run (64 MiB, CPU memcpy through torch)
         src = torch.ones(16 << 20)
         dst = torch.empty_like(src)
@@ -133,7 +133,8 @@ def rank_main(rank, world, sizes, outfile):
     # A chip's copy bandwidth while every chip copies at once, one thread each (what a chip is given: the host's
     # cores and memory are shared by its chips): every rank copies 256 MiB within its own memory at the same time;
     # the slowest rank's time counts. A collective's bytes all pass through that shared memory, so this is its bound.
-    chip_copy_bw = _concurrent_copy_bw(torch, dist, 64 << 20)
+    if sizes:
+        chip_copy_bw = _concurrent_copy_bw(torch, dist, 64 << 20)
     dist.barrier()
     if rank == 0:
         with open(outfile, "w") as f:
@@ -254,6 +255,7 @@ def main():
     ap.add_argument("--max-mib", type=int, default=256)
     ap.add_argument("--ddp-ranks", default="1,2,4")
     ap.add_argument("--sizes-mib", default="", help="only these sizes, e.g. 64,256 (default: 4 KiB .. --max-mib)")
+    ap.add_argument("--latency-only", action="store_true", help="only the 8-byte allreduce latency (no size table)")
     ap.add_argument("--hosts", type=int, default=1, help="split each rank count into this many torchrun node groups")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)  # a torchrun rank of --hosts: writes here
     ap.add_argument("--worker-bytes", default="", help=argparse.SUPPRESS)  # its sizes
@@ -272,25 +274,30 @@ def main():
         sizes.append(args.max_mib << 20)
     if args.sizes_mib:
         sizes = [int(x) << 20 for x in args.sizes_mib.split(",") if x]
+    if args.latency_only:
+        sizes = []
     results = []
-    for world in [int(x) for x in args.ranks.split(",") if x] if sizes else []:
+    for world in [int(x) for x in args.ranks.split(",") if x] if sizes or args.latency_only else []:
         res = _spawn_hosts(world, args.hosts, sizes) if args.hosts > 1 else _spawn(world, sizes)
         res["hosts"] = args.hosts
         results.append(res)
         cbw, chip_bw = res["copy_bw"], res["chip_copy_bw"]
         where = f"{args.hosts} hosts x {world // args.hosts} chips (torchrun node groups on loopback)" \
             if args.hosts > 1 else f"{world} chips"
-        print(f"\n== {where} (load average {os.getloadavg()[0]:.1f}); copy bandwidth {cbw / 1e9:.2f} GB/s "
-              f"(one process, its threads); a chip's while all {world} copy at once: {chip_bw / 1e9:.2f} GB/s")
-        print(f"{'size':>9} |" + "".join(f" {kind + ' busbw GB/s':>26} {'x gloo':>7} {'of copy':>8} {'of chip':>8} |"
-                                         for kind in KINDS))
-        for row in res["rows"]:
-            line = f"{_fmt_bytes(row['bytes']):>9} |"
-            for kind in KINDS:
-                ours, gloo = row[f"{kind}_tpu_busbw"], row[f"{kind}_cpu_busbw"]
-                line += (f" {ours / 1e9:13.2f} (gloo {gloo / 1e9:6.2f}) {ours / gloo:7.1f} {ours / cbw:8.0%}"
-                         f" {ours / chip_bw:8.0%} |")
-            print(line)
+        if not res["rows"]:
+            print(f"\n== {where} (load average {os.getloadavg()[0]:.1f})")
+        else:
+            print(f"\n== {where} (load average {os.getloadavg()[0]:.1f}); copy bandwidth {cbw / 1e9:.2f} GB/s "
+                  f"(one process, its threads); a chip's while all {world} copy at once: {chip_bw / 1e9:.2f} GB/s")
+            print(f"{'size':>9} |" + "".join(f" {kind + ' busbw GB/s':>26} {'x gloo':>7} {'of copy':>8} {'of chip':>8} |"
+                                             for kind in KINDS))
+            for row in res["rows"]:
+                line = f"{_fmt_bytes(row['bytes']):>9} |"
+                for kind in KINDS:
+                    ours, gloo = row[f"{kind}_tpu_busbw"], row[f"{kind}_cpu_busbw"]
+                    line += (f" {ours / 1e9:13.2f} (gloo {gloo / 1e9:6.2f}) {ours / gloo:7.1f} {ours / cbw:8.0%}"
+                             f" {ours / chip_bw:8.0%} |")
+                print(line)
         lat = res["latency"]
         print(f"8-byte allreduce: {lat['queued_us']:.1f} us each queued back to back; one call + synchronize "
               f"{lat['synced_us']:.1f} us mean, {lat['synced_p50_us']:.1f} us median; gloo {lat['gloo_us']:.1f} us mean "

@@ -1323,3 +1323,163 @@ def vllm_communicator(rank, world):
         else:
             raise AssertionError("bad sizes were accepted")
     dist.destroy_process_group()
+
+
+def fail_mismatch_two_hosts_step_kinds(rank, world):
+    """Two "hosts" whose calls take different kinds of step between hosts: a small allreduce (its data rides in the
+    hosts' first ranks' call exchange) against a large one (every local rank moves its block over its column), an
+    all_gather by columns against a broadcast through the first ranks, a barrier against a small allreduce. Every
+    rank fails naming both calls, and no rank is left in a gloo call: the ranks exit without waiting for gloo's
+    timeout (test_dist's _spawn limit is shorter than the four 30 s timeouts)."""
+    import torch.distributed as dist
+    _init(rank, world, timeout_s=30)
+    dev = torch.device("tpu", 0)
+    a = rank < 2  # host 0
+
+    def small_vs_large(g):
+        t = torch.ones(10 if a else 100000, device=dev)
+        dist.all_reduce(t, group=g)
+        t.cpu()
+
+    def gather_vs_broadcast(g):
+        t = torch.ones(20000, device=dev)
+        if a:
+            out = torch.empty(4 * 20000, device=dev)
+            dist.all_gather_into_tensor(out, t, group=g)
+        else:
+            dist.broadcast(t, src=2, group=g)
+        t.cpu()
+
+    def barrier_vs_allreduce(g):
+        if a:
+            dist.barrier(group=g)
+        else:
+            t = torch.ones(6, device=dev)
+            dist.all_reduce(t, group=g)
+            t.cpu()
+        torch.tpu.synchronize()
+
+    cases = ((small_vs_large, r"rank 0 called allreduce\(float32, 10 elements, sum\) but rank 2 called "
+              r"allreduce\(float32, 100000 elements, sum\)"),
+             (gather_vs_broadcast, r"rank 0 called all_gather\(float32, 20000 elements\) but rank 2 called "
+              r"broadcast\(float32, 20000 elements, root 2\)"),
+             (barrier_vs_allreduce, r"rank 0 called barrier but rank 2 called allreduce\(float32, 6 elements, sum\)"))
+    for i, (case, want) in enumerate(cases):
+        g = None if i == 0 else dist.new_group(list(range(world)))
+        try:
+            case(g)
+            raise AssertionError(f"{case.__name__}: the mismatch between hosts was not detected")
+        except RuntimeError as e:
+            msg = str(e)
+            assert "mismatched collectives between hosts" in msg and re.search(want, msg), f"{case.__name__}: {msg}"
+        _drain()
+    dist.destroy_process_group()
+
+
+def cross_host_size_boundaries(rank, world):
+    """Two "hosts" of 2 chips: all_reduce, all_gather and broadcast on each side of the sizes where the step between
+    hosts changes (data in the call exchange up to 4 KiB per host, through the first ranks up to 64 KiB, by
+    columns above), and barriers, against the known answers."""
+    import torch.distributed as dist
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    W = world
+    R = dist.ReduceOp
+    for n in (1, 1024, 1025, 16384, 16385):  # float32 elements: 4 KiB, 64 KiB
+        for dt, op in ((torch.float32, R.SUM), (torch.float16, R.MIN), (torch.int32, R.MAX), (torch.bool, R.PRODUCT)):
+            t = _value(rank, dt, (n,)).to(dev)
+            dist.all_reduce(t, op=op)
+            _same(t, _reduce_ref([_value(r, dt, (n,)) for r in range(W)], op, dt), f"all_reduce {dt} {op} n={n}")
+        for src in (0, 3):
+            t = _value(rank, torch.float32, (n,)).to(dev)
+            dist.broadcast(t, src=src)
+            _same(t, _value(src, torch.float32, (n,)), f"broadcast from {src} n={n}")
+    for n in (1, 512, 513, 8192, 8193):  # per rank: a host's gathered part of 4 KiB, an output of 64 KiB
+        inp = _value(rank, torch.float32, (n,)).to(dev)
+        out = torch.empty(W * n, device=dev)
+        dist.all_gather_into_tensor(out, inp)
+        _same(out, torch.cat([_value(r, torch.float32, (n,)) for r in range(W)]), f"all_gather n={n}")
+    for _ in range(3):
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def future_error(rank, world):
+    """Work.get_future() (what DDP waits on): its value is the collective's output once it ran; when the collective
+    fails (rank 1 skips it), the future's wait raises naming the rank and the collective."""
+    import torch.distributed as dist
+    _init(rank, world, timeout_s=3)
+    dev = torch.device("tpu", 0)
+    t = torch.full((16,), float(rank + 1), device=dev)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    got = fut.wait()
+    _same(got[0], torch.full((16,), 3.0), "future's value")
+    then = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0].sum().item())
+    assert then.wait() == 16 * 6.0, then.value()
+    if rank == 1:
+        time.sleep(6)
+        return
+    w = dist.all_reduce(t, async_op=True)
+    try:
+        w.get_future().wait()
+        raise AssertionError("the future of a failed collective did not raise")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "rank 1" in msg and "timeout" in msg and "allreduce(float32, 16 elements, sum)" in msg, msg
+    _drain()
+
+
+def lone_sends(rank, world):
+    """A send outside batch_isend_irecv waits for its receiver on a queue of its peer's, not on the group's stream:
+    rank 0 sends, then all-reduces, while rank 1 all-reduces before it receives; both ranks isend before they
+    irecv. (With the sends on the group's stream, both waited until the timeout.) Messages to a peer keep their
+    order across lone sends and batch_isend_irecv; a non-contiguous tensor is sent as its values."""
+    dist = _init(rank, world, timeout_s=20)
+    dev = torch.device("tpu", 0)
+    peer = 1 - rank
+    x = torch.full((4,), float(rank + 1), device=dev)
+    msg = _value(rank, torch.float32, (5, 3)).to(dev).t()  # non-contiguous
+    if rank == 0:
+        w = dist.isend(msg, 1)
+        dist.all_reduce(x)
+        _same(x, torch.full((4,), 3.0), "all_reduce behind a send not yet received")
+        w.wait()
+    else:
+        dist.all_reduce(x)
+        _same(x, torch.full((4,), 3.0), "all_reduce")
+        buf = torch.empty((3, 5), device=dev)
+        dist.recv(buf, 0)
+        _same(buf, _value(0, torch.float32, (5, 3)).t(), "recv of a lone send")
+    # both ranks send first, then receive
+    mine, theirs = _value(rank, torch.int64, (7,)).to(dev), torch.empty(7, dtype=torch.int64, device=dev)
+    ws = dist.isend(mine, peer)
+    wr = dist.irecv(theirs, peer)
+    wr.wait()
+    ws.wait()
+    _same(theirs, _value(peer, torch.int64, (7,)), "isend then irecv on both ranks")
+    # order: lone send, batch, lone send to the same peer
+    if rank == 0:
+        vals = [torch.full((3,), float(k), device=dev) for k in range(4)]
+        dist.send(vals[0], 1)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, vals[1], 1), dist.P2POp(dist.isend, vals[2], 1)]):
+            w.wait()
+        dist.send(vals[3], 1)
+    else:
+        for k in range(4):
+            buf = torch.empty(3, device=dev)
+            dist.recv(buf, 0)
+            _same(buf, torch.full((3,), float(k)), f"message {k} in order")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def init_with_device_id(rank, world):
+    """init_process_group(device_id=tpu:0) with no backend named picks tpu_dist (registered for the tpu device)."""
+    import torch.distributed as dist
+    dev = torch.device("tpu", 0)
+    dist.init_process_group(rank=rank, world_size=world, device_id=dev, timeout=datetime.timedelta(seconds=60))
+    assert dist.get_backend() == "tpu_dist", dist.get_backend()
+    t = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(t)
+    _same(t, torch.full((3,), float(world * (world + 1) // 2)), "all_reduce after init with device_id")
+    dist.destroy_process_group()

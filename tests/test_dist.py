@@ -133,6 +133,10 @@ def test_device_mesh_4_ranks():
     _spawn("device_mesh", 4, topology="2x2")
 
 
+def test_init_with_device_id():
+    _spawn("init_with_device_id", 2)
+
+
 def test_ddp_parity_2_ranks():
     _spawn("ddp_parity", 2)
 
@@ -168,6 +172,27 @@ def test_failure_mismatch_between_hosts():
     _spawn("fail_mismatch_two_hosts", 4, hosts=2, timeout=120)
 
 
+def test_failure_mismatch_between_hosts_step_kinds():
+    """Hosts whose calls take different kinds of step between hosts (data in the call exchange, through the first
+    ranks, by columns) fail naming both calls, and exit without waiting for gloo's timeout."""
+    _spawn("fail_mismatch_two_hosts_step_kinds", 4, hosts=2, timeout=100)
+
+
+def test_cross_host_size_boundaries():
+    """all_reduce, all_gather and broadcast across two hosts on each side of 4 KiB and 64 KiB."""
+    _spawn("cross_host_size_boundaries", 4, hosts=2)
+
+
+def test_future_error_at_wait():
+    """Work.get_future(): the collective's output as its value; a failed collective raises at the future's wait."""
+    _spawn("future_error", 2)
+
+
+def test_lone_sends_beside_collectives():
+    """A send waits for its receiver on a queue of its own: the group's collectives after it run meanwhile."""
+    _spawn("lone_sends", 2, timeout=120)
+
+
 def test_fsdp2_parity_2_ranks():
     _spawn("fsdp2_parity", 2)
 
@@ -185,6 +210,33 @@ def test_tensor_parallel_parity_2_ranks():
 def test_two_hosts_of_two_chips():
     """Multi-host as separate node groups on loopback: within each "host" shared memory, gloo between hosts."""
     _spawn("cross_host", 4, hosts=2)
+
+
+def test_torchrun_two_node_groups():
+    """examples/ddp_tpu.py under torchrun as two node groups of one chip each on loopback (two "hosts": their step
+    between hosts goes through gloo): rank 0's per-step losses match one process on the whole batches."""
+    import subprocess
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "ddp_tpu.py")
+    port = _free_port()
+    procs = []
+    for h in range(2):
+        env = dict(os.environ, TORCH_TPU_HOST_ID=f"node{h}", TORCH_TPU_TOPOLOGY="1", TORCH_TPU_NUM_THREADS="1",
+                   TORCH_TPU_HBM_BYTES="1G")
+        procs.append(subprocess.Popen(
+            [torchrun, "--nnodes=2", f"--node-rank={h}", "--nproc-per-node=1", "--master-addr=127.0.0.1",
+             f"--master-port={port}", example], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=240)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    diff = [line for line in outs[0].splitlines() if "largest per-step loss difference" in line]
+    assert diff and float(diff[0].split()[-1]) < 1e-5, outs[0]
 
 
 def test_recv_any_source_two_hosts():

@@ -1122,6 +1122,35 @@ tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* c, tpurt_queue_t* que
   return s;
 }
 
+/* A send outside the issue order: it touches only this rank's state for its
+ * peer (the message slots and counts), which no collective touches, so it may
+ * run beside them on another queue's thread. */
+typedef struct queued_send_t {
+  tpurt_dist_comm_t* comm;
+  tpurt_dist_op_t op;
+} queued_send_t;
+
+static tpurt_status_t run_queued_send(void* user) {
+  queued_send_t* q = user;
+  tpurt_status_t s = tpurt_dist_run(q->comm, &q->op);
+  free(q);
+  return s;
+}
+
+tpurt_status_t tpurt_dist_enqueue_send(tpurt_dist_comm_t* c, tpurt_queue_t* queue, const tpurt_dist_op_t* op) {
+  if (!c || !queue || !op) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: enqueue_send: NULL argument");
+  if (op->kind != TPURT_DIST_SEND)
+    return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: enqueue_send takes a send, got %s", tpurt_dist_kind_name(op->kind));
+  TPURT_RETURN_IF_ERROR(validate(c, op));
+  queued_send_t* q = malloc(sizeof(*q));
+  if (!q) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
+  q->comm = c;
+  q->op = *op;
+  tpurt_status_t s = tpurt_queue_submit_host_fn_named(queue, run_queued_send, q, trace_names[TPURT_DIST_SEND]);
+  if (s) free(q);
+  return s;
+}
+
 tpurt_status_t tpurt_dist_enqueue(tpurt_dist_comm_t* c, tpurt_queue_t* queue, const tpurt_dist_op_t* op) {
   if (!c || !queue || !op) return TPURT_STATUS(INVALID_ARGUMENT, "tpu_dist: enqueue: NULL argument");
   queued_t* q = malloc(sizeof(*q));

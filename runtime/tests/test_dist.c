@@ -644,6 +644,35 @@ static void rank_queue(tpurt_dist_comm_t* unused) {
   }
   for (int i = 0; i < 8; ++i) bad += back[200 + i] != (float)(((r + n - 1) % n) * 1000 + 200 + i);
   CHECK(bad == 0);
+  /* A send queued outside the issue order (tpurt_dist_enqueue_send, on a queue of its own) holds back no
+   * collective: rank 0 sends, then all-reduces; rank 1 receives only after the allreduce. */
+  if (g_size == 2) {
+    tpurt_queue_t* q2 = NULL;
+    CHECK_OK(tpurt_queue_create(d, -1, &q2));
+    for (int i = 0; i < 256; ++i) host[i] = (float)(r * 1000 + i);
+    CHECK_OK(tpurt_memcpy_h2d(d, q, a, host, sizeof(host)));
+    tpurt_dist_op_t s1 = {.kind = TPURT_DIST_SEND, .dtype = TPURT_DTYPE_FLOAT32, .peer = 1, .count = 16, .tag = 5,
+                          .in = (float*)a + 100};
+    tpurt_dist_op_t r1 = {.kind = TPURT_DIST_RECV, .dtype = TPURT_DTYPE_FLOAT32, .peer = 0, .count = 16, .tag = 5,
+                          .out = b};
+    tpurt_dist_op_t ar = {.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 4, .in = a, .out = a};
+    CHECK(tpurt_dist_enqueue_send(c, q2, &ar) != TPURT_OK); /* a send only */
+    if (r == 0) {
+      CHECK_OK(tpurt_dist_enqueue_send(c, q2, &s1));
+      CHECK_OK(tpurt_dist_enqueue(c, q, &ar));
+      CHECK_OK(tpurt_queue_synchronize(q));
+      CHECK_OK(tpurt_queue_synchronize(q2));
+    } else {
+      CHECK_OK(tpurt_dist_enqueue(c, q, &ar));
+      CHECK_OK(tpurt_dist_enqueue(c, q, &r1));
+      CHECK_OK(tpurt_queue_synchronize(q));
+      CHECK_OK(tpurt_memcpy_d2h(d, q, back, b, 16 * sizeof(float)));
+      for (int i = 0; i < 16; ++i) CHECK(back[i] == (float)(100 + i));
+    }
+    CHECK_OK(tpurt_memcpy_d2h(d, q, back, a, 4 * sizeof(float)));
+    for (int i = 0; i < 4; ++i) CHECK(back[i] == (float)(1000 + 2 * i));
+    tpurt_queue_release(q2);
+  }
   /* rank 1 skips the next one: rank 0's error surfaces at its sync, naming rank 1 */
   if (g_rank == 0) {
     CHECK_OK(tpurt_dist_enqueue(c, q, &o));

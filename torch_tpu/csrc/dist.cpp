@@ -99,18 +99,21 @@ c10::Stream current_stream() {
   return c10::impl::getDeviceGuardImpl(kTpu)->getStream(c10::Device(kTpu, current_device_index()));
 }
 
-// A queued collective. Its event marks where its stream (the group's) is once
-// the collective has run; wait() makes the current stream wait for it (the
-// host does not block, as with NCCL on a CUDA stream) and raises at once when
-// the group has already failed. The future (DDP's bucket allreduce waits on
-// it) is device-aware, as NCCL's: its wait() makes the waiter's stream wait.
+// A queued collective. Its event marks where its stream (the group's, or a
+// send's lane) is once the collective has run; wait() makes the current stream
+// wait for it (the host does not block, as with NCCL on a CUDA stream) and
+// raises at once when the group has already failed. The future (DDP's bucket
+// allreduce waits on it) completes once the collective has run, with the
+// group's error when it failed (getFuture).
 class TpuWork : public c10d::Work {
  public:
-  TpuWork(int rank, c10d::OpType type, tpurt_dist_comm_t* comm, std::vector<at::Tensor> outputs, bool block_host)
+  // on: the queue the collective ran on (default: the current stream's)
+  TpuWork(int rank, c10d::OpType type, tpurt_dist_comm_t* comm, std::vector<at::Tensor> outputs, bool block_host,
+          tpurt_queue_t* on = nullptr)
       : Work(rank, type), comm_(comm), outputs_(std::move(outputs)), block_host_(block_host), stream_(current_stream()) {
     tpurt_device_t* dev = get_device(-1);
     check_status(tpurt_event_create(dev, 0, &event_), "tpu_dist work");
-    queue_ = queue_for_stream(stream_);
+    queue_ = on ? on : queue_for_stream(stream_);
     check_status(tpurt_event_record(event_, queue_), "tpu_dist work");
   }
   ~TpuWork() override { tpurt_event_release(event_); }
@@ -124,6 +127,7 @@ class TpuWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
 
   bool wait(std::chrono::milliseconds timeout) override {
+    waited_ = true;
     if (block_host_) {
       // barrier(): the host waits for the queue (and raises its error).
       check_status(without_gil([&] { return tpurt_queue_synchronize(queue_); }), "tpu_dist barrier");
@@ -155,13 +159,42 @@ class TpuWork : public c10d::Work {
       future_->markCompleted(c10::IValue(outputs_));
       return future_;
     }
-    // Completed on the collective's stream: the future records an event there (the stream has not moved on
-    // when this is asked right after the call, as DDP does), and its wait() makes the waiter's stream wait for it.
+    // Completed once the collective has run (a host call queued on its stream after it), with the group's error
+    // when it failed: the waiter (DDP's reducer at the end of backward) learns at wait() which rank and collective
+    // failed, and never goes on with outputs the collective did not write. A future completed at issue, which only
+    // ordered the waiter's stream (NCCL's way), left the error to the group's next collective. The host waits at
+    // wait(), as with gloo's futures; callbacks added with then() run on the stream's thread when it completes.
     future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                       std::vector<c10::Device>{stream_.device()});
-    c10::StreamGuard on(stream_);
-    future_->markCompleted(c10::IValue(outputs_));
+                                                       std::vector<c10::Device>{});
+    // Asked after wait() (`w.wait(); w.get_future().value()`, which NCCL's and gloo's futures allow): the host
+    // waits for the collective here, so the future is complete on return.
+    if (waited_) tpurt_status_free(without_gil([&] { return tpurt_event_synchronize(event_); }));
+    if (tpurt_event_query(event_)) {
+      complete_future(new FutureDone{future_, outputs_, comm_});
+      return future_;
+    }
+    auto* done = new FutureDone{future_, outputs_, comm_};
+    tpurt_status_t st = tpurt_queue_submit_host_fn_named(queue_, complete_future, done, "tpu_dist future");
+    if (st) delete done;
+    check_status(st, "tpu_dist future");
     return future_;
+  }
+  struct FutureDone {
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    std::vector<at::Tensor> outputs;
+    tpurt_dist_comm_t* comm;
+  };
+  static tpurt_status_t complete_future(void* user) {
+    std::unique_ptr<FutureDone> d(static_cast<FutureDone*>(user));
+    tpurt_status_t st = tpurt_dist_comm_error(d->comm);
+    if (st) {
+      std::string msg = std::string("tpu_dist: ") + tpurt_status_message(st);
+      tpurt_status_free(st);
+      d->future->setError(std::make_exception_ptr(std::runtime_error(msg)));
+    } else {
+      d->future->markCompleted(c10::IValue(d->outputs));
+    }
+    return TPURT_OK;
   }
   void synchronize() override { wait(kNoTimeout); }
 
@@ -184,6 +217,7 @@ class TpuWork : public c10d::Work {
   tpurt_event_t* event_ = nullptr;
   tpurt_queue_t* queue_ = nullptr;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool waited_ = false;  // wait() was called
   at::Tensor source_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
 };
@@ -671,11 +705,7 @@ class TpuDistBackend : public c10d::Backend {
       op.kind = TPURT_DIST_BARRIER;
       op.dtype = TPURT_DTYPE_UINT8;
       submit(op, "barrier");
-      auto cross = cross_;
-      x_step(cross_, {TPURT_DIST_BARRIER, -1, 0, -1, -1}, [cross] {
-        cross->barrier()->wait();
-        return TPURT_OK;
-      });
+      x_fold({TPURT_DIST_BARRIER, -1, 0, -1, -1}, nullptr, 0, nullptr);  // the call exchange is the barrier
       submit(op, "barrier");
       return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::BARRIER, comm_, std::vector<at::Tensor>{}, true);
     }
@@ -690,6 +720,15 @@ class TpuDistBackend : public c10d::Backend {
     if (any_cpu(tensors)) {  // the chip copy is what is sent: the caller may reuse its tensor at once
       auto c = chip(tensors);
       return send(c, dst, tag);
+    }
+    if (!coalescing_ && same_host(dst)) {  // on its peer's lane (lone_send)
+      at::Tensor& t = one(tensors, "send");
+      at::Tensor d = dense(t);  // on the caller's stream, which the lane waits for
+      tpurt_dist_op_t op = base_op(TPURT_DIST_SEND, d);
+      op.peer = dst % local_size_;
+      op.tag = tag;
+      op.in = d.data_ptr();
+      return lone_send(op, t, d);
     }
     OnGroupStream on(this);
     on.use(tensors);
@@ -758,8 +797,14 @@ class TpuDistBackend : public c10d::Backend {
     if (!pending_.empty()) {
       TORCH_CHECK(comm_ != nullptr, "tpu_dist: the process group has been shut down");
       check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+      for (auto& o : pending_)  // after the lone sends to the same peers: messages to a peer keep their order
+        if (o.kind == TPURT_DIST_SEND && lane(o.peer).queue)
+          check_status(tpurt_queue_wait_event(current_queue(), lane(o.peer).done), "tpu_dist coalesced send/recv");
       check_status(tpurt_dist_enqueue_group(comm_, current_queue(), pending_.data(), static_cast<int>(pending_.size())),
                    "tpu_dist coalesced send/recv");
+      for (auto& o : pending_)
+        if (o.kind == TPURT_DIST_SEND)
+          check_status(tpurt_event_record(lane(o.peer).group_done, current_queue()), "tpu_dist coalesced send/recv");
     }
     if (!pending_remote_.empty()) remote_p2p(pending_remote_);
     for (auto& p : pending_tensors_) {
@@ -868,8 +913,69 @@ class TpuDistBackend : public c10d::Backend {
     if (!comm_) return;
     // Queued collectives hold the communicator: let them finish first.
     tpurt_status_free(without_gil([&] { return tpurt_device_synchronize(get_device(-1)); }));
+    for (auto& l : lanes_)
+      if (l.queue) tpurt_status_free(without_gil([&] { return tpurt_queue_synchronize(l.queue); }));
     tpurt_dist_comm_destroy(comm_);
     comm_ = nullptr;
+    for (auto& l : lanes_) {
+      if (l.queue) tpurt_queue_release(l.queue);
+      tpurt_event_release(l.done);
+      tpurt_event_release(l.group_done);
+    }
+    lanes_.clear();
+  }
+
+  // A send within the host outside batch_isend_irecv runs on a queue of its peer's (NCCL's way: point-to-point
+  // ops on a stream per pair), outside the group's issue order (tpurt_dist_enqueue_send): until its receiver takes
+  // it, it holds back neither the group's collectives issued after it nor sends to other peers. The lane waits
+  // for what the caller's stream had queued (the input is final) and for the batch groups that sent to the same
+  // peer before (messages to a peer keep their order; such a group likewise waits for the lane); the Work's
+  // event is on the lane, so Work.wait() (dist.send waits) makes the caller's stream wait until the message is
+  // taken. A private queue, not a pool stream, which may be another group's or the application's: a send held
+  // there would hold back their work. The input stays referenced until the send has run.
+  struct Lane {
+    tpurt_queue_t* queue = nullptr;     // made on the first lone send to the peer
+    tpurt_event_t* done = nullptr;      // after the lane's last send
+    tpurt_event_t* group_done = nullptr;  // on the group's stream, after the last batch group that sent to the peer
+  };
+  std::vector<Lane> lanes_;
+  Lane& lane(int peer) {
+    if (lanes_.empty()) lanes_.resize(local_size_);
+    Lane& l = lanes_.at(peer);
+    if (!l.done) {
+      check_status(tpurt_event_create(get_device(-1), 0, &l.done), "tpu_dist send");
+      check_status(tpurt_event_create(get_device(-1), 0, &l.group_done), "tpu_dist send");
+    }
+    return l;
+  }
+  static tpurt_status_t drop_tensors(void* user) {
+    delete static_cast<std::vector<at::Tensor>*>(user);
+    return TPURT_OK;
+  }
+  c10::intrusive_ptr<c10d::Work> lone_send(const tpurt_dist_op_t& op, const at::Tensor& t, const at::Tensor& d) {
+    TORCH_CHECK(comm_ != nullptr, "tpu_dist: send: the process group has been shut down");
+    check_status(tpurt_dist_comm_error(comm_), "tpu_dist");
+    Lane& l = lane(op.peer);
+    if (!l.queue) check_status(tpurt_queue_create(get_device(-1), -1, &l.queue), "tpu_dist send");
+    tpurt_queue_t* caller = current_queue();
+    tpurt_event_t* e = nullptr;
+    check_status(tpurt_event_create(get_device(-1), 0, &e), "tpu_dist send");
+    tpurt_status_t st = tpurt_event_record(e, caller);
+    if (!st) st = tpurt_queue_wait_event(l.queue, e);
+    tpurt_event_release(e);
+    if (!st) st = tpurt_queue_wait_event(l.queue, l.group_done);
+    check_status(st, "tpu_dist send");
+    check_status(tpurt_dist_enqueue_send(comm_, l.queue, &op), "send");
+    auto* keep = new std::vector<at::Tensor>{t, d};
+    st = tpurt_queue_submit_host_fn(l.queue, drop_tensors, keep);
+    if (st) {  // not queued: the send may still read them, so wait for it first
+      tpurt_status_free(without_gil([&] { return tpurt_queue_synchronize(l.queue); }));
+      delete keep;
+    }
+    check_status(st, "tpu_dist send");
+    check_status(tpurt_event_record(l.done, l.queue), "tpu_dist send");
+    return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::SEND, comm_, std::vector<at::Tensor>{t}, false,
+                                        l.queue);
   }
 
   // ---- CPU tensors (with FSDP2's CPU offload: clip_grad_norm_'s all_reduce, full_tensor() of an offloaded
@@ -1127,51 +1233,136 @@ class TpuDistBackend : public c10d::Backend {
     snprintf(buf + n, sizeof(buf) - n, ")");
     return buf;
   }
-  // Queues fn, a collective's step between hosts over the gloo group g (this rank's column, or the hosts' first
-  // ranks; null on a rank with no part in the step: a host's other ranks in a step of its first ranks). First every
-  // rank's column (local rank l of every host) exchanges what it is about to run (call number, collective, dtype,
-  // count, root, reduction: one gloo all_gather of 48 bytes each), every column at once and every rank whether or not
-  // it moves data, so hosts that called different collectives fail on every rank, naming both calls, before any data
-  // moves between them (within a host the shared-memory header does the same), and no column waits for a peer that
-  // called a step of the first ranks only. TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange. The exchange gives up
-  // when the group is aborted meanwhile (gloo's wait cannot be interrupted: it waits in slices).
-  void x_step(const c10::intrusive_ptr<c10d::Backend>& g, XCall call, std::function<tpurt_status_t()> fn) {
-    int64_t seq = ++x_calls_;
-    tpurt_dist_comm_t* comm = comm_;
-    int L = local_size_, offset = local_rank_;
-    bool check = host_check_;
-    if (!g) fn = nullptr;
-    if (!check && !fn) return;
-    auto hg = column_;
-    host_step([hg, offset, call, fn, seq, comm, L, check]() -> tpurt_status_t {
-      if (check) {
-        int n = hg->getSize();
-        int64_t mine[6] = {seq, call.kind, call.dtype, call.count, call.root, call.redop};
-        at::Tensor me = at::from_blob(mine, {6}, at::kLong).clone(), all = at::empty({6 * n}, at::kLong);
-        auto w = hg->_allgather_base(all, me);
-        for (;;) {  // gloo's wait cannot be interrupted: wait in slices, watching the group
-          try {
-            w->wait(std::chrono::milliseconds(20));
-            break;
-          } catch (const std::exception&) {
-            if (w->isCompleted()) throw;
-          }
-          tpurt_status_t st = tpurt_dist_comm_error(comm);
-          if (st) return st;
-        }
-        const int64_t* a = all.data_ptr<int64_t>();
-        for (int i = 1; i < n; ++i) {
-          if (std::equal(a, a + 6, a + 6 * i)) continue;
-          char msg[512];
-          snprintf(msg, sizeof(msg), "mismatched collectives between hosts at call #%lld of the group's steps between "
-                   "hosts: rank %d called %s but rank %d called %s (no data was exchanged between the hosts)",
-                   static_cast<long long>(seq), offset, describe(a).c_str(), i * L + offset, describe(a + 6 * i).c_str());
-          tpurt_dist_comm_abort(comm, msg);
-          return tpurt_dist_comm_error(comm);
-        }
+  // Every step between hosts starts with the call exchange on the hosts' first ranks (column 0, which is the gloo
+  // group cross_): one gloo all_gather of a fixed kCallWords int64 per host, a header (the step's number, collective,
+  // dtype, count, root, reduction) and kFoldBytes of payload. Its size is the same whatever the step, so the first
+  // ranks of hosts that called different steps still meet in it and compare, rather than each waiting in a gloo call
+  // the other never makes; they then fail on every rank, naming both calls (the abort reaches the host's other ranks
+  // through its shared memory). A small step's data rides in the payload (x_fold): that step exchanges once between
+  // hosts, where a separate header exchange before the data doubled a small message's latency.
+  static constexpr int64_t kHeaderWords = 8;
+  static constexpr int64_t kFoldBytes = 4096;
+  static constexpr int64_t kCallWords = kHeaderWords + kFoldBytes / 8;
+  // Runs on the queue (first ranks only): exchanges `me` (this host's row) over g into `all` (one row per host),
+  // waiting in slices while watching the group (gloo's wait cannot be interrupted), and compares the headers.
+  // `check` false (TORCH_TPU_DIST_HOST_CHECK=0): no compare.
+  static tpurt_status_t exchange_calls(const c10::intrusive_ptr<c10d::Backend>& g, at::Tensor me, at::Tensor all,
+                                       tpurt_dist_comm_t* comm, int L, bool check, bool folded) {
+    auto w = g->_allgather_base(all, me);
+    for (;;) {
+      try {
+        w->wait(std::chrono::milliseconds(20));
+        break;
+      } catch (const std::exception&) {
+        if (w->isCompleted()) throw;
       }
-      return fn ? fn() : TPURT_OK;
+      tpurt_status_t st = tpurt_dist_comm_error(comm);
+      if (st) return st;
+    }
+    if (!check) return TPURT_OK;
+    int n = g->getSize();
+    const int64_t* a = all.data_ptr<int64_t>();
+    for (int i = 1; i < n; ++i) {
+      if (std::equal(a, a + 6, a + kCallWords * i)) continue;
+      char msg[512];
+      snprintf(msg, sizeof(msg), "mismatched collectives between hosts at call #%lld of the group's steps between "
+               "hosts: rank 0 called %s but rank %d called %s (%s)", static_cast<long long>(a[0]),
+               describe(a).c_str(), i * L, describe(a + kCallWords * i).c_str(),
+               folded ? "no data from another host was used" : "no data was exchanged between the hosts");
+      tpurt_dist_comm_abort(comm, msg);
+      return tpurt_dist_comm_error(comm);
+    }
+    return TPURT_OK;
+  }
+  // This host's row of the call exchange: the header, then `bytes` at src (device memory, read when the step runs).
+  static at::Tensor call_row(int64_t seq, const XCall& call, const void* src, uint64_t bytes) {
+    at::Tensor me = at::zeros({kCallWords}, at::kLong);
+    int64_t* m = me.data_ptr<int64_t>();
+    int64_t h[6] = {seq, call.kind, call.dtype, call.count, call.root, call.redop};
+    std::copy(h, h + 6, m);
+    if (bytes) memcpy(m + kHeaderWords, src, bytes);
+    return me;
+  }
+
+  // Queues fn, a collective's step between hosts. `columns`: every local rank moves its share over its column (local
+  // rank l of every host, column_); else only the hosts' first ranks do, over cross_ (the other ranks queue nothing).
+  // The first ranks make the call exchange first; in a step of every column the host's other ranks wait for its
+  // outcome (a barrier within the host, which fails with the first rank's error) before their gloo call, so no
+  // column's data moves between hosts whose calls differ, and no column is left waiting in a gloo call for a peer
+  // that called something else. (Ranks of one host that disagree among themselves, in a way their own collectives
+  // within the host did not show, are not caught here: their hosts' first ranks agree.)
+  // TORCH_TPU_DIST_HOST_CHECK=0 skips the exchange and the barrier.
+  void x_step(bool columns, XCall call, std::function<tpurt_status_t()> fn) {
+    int64_t seq = ++x_calls_;
+    bool first = local_rank_ == 0;
+    if (!columns && !first) return;
+    tpurt_dist_comm_t* comm = comm_;
+    int L = local_size_;
+    bool check = host_check_;
+    auto cross = column_;  // on a first rank, the same group as cross_
+    host_step([cross, first, columns, call, fn, seq, comm, L, check]() -> tpurt_status_t {
+      if (check && first) {
+        at::Tensor all = at::empty({kCallWords * cross->getSize()}, at::kLong);
+        tpurt_status_t st = exchange_calls(cross, call_row(seq, call, nullptr, 0), all, comm, L, true, false);
+        if (st) return st;
+      }
+      if (check && columns && L > 1) {
+        tpurt_dist_op_t b{};
+        b.kind = TPURT_DIST_BARRIER;
+        b.dtype = TPURT_DTYPE_UINT8;
+        tpurt_status_t st = tpurt_dist_run(comm, &b);
+        if (st) return st;
+      }
+      return fn();
     });
+  }
+  // A step of the hosts' first ranks whose data (`bytes` at src, at most kFoldBytes, in device memory; none on a
+  // host that sends nothing) rides in the call exchange: once the calls compare equal, fn gets every host's payload
+  // (rows[h], host order). Other ranks queue nothing.
+  void x_fold(XCall call, const void* src, uint64_t bytes,
+              std::function<tpurt_status_t(const std::vector<const uint8_t*>& rows)> fn) {
+    int64_t seq = ++x_calls_;
+    if (local_rank_ != 0) return;
+    TORCH_CHECK(cross_ && bytes <= static_cast<uint64_t>(kFoldBytes), "tpu_dist: bad step between hosts");
+    tpurt_dist_comm_t* comm = comm_;
+    int L = local_size_;
+    bool check = host_check_;
+    auto cross = cross_;
+    host_step([cross, call, src, bytes, fn, seq, comm, L, check]() -> tpurt_status_t {
+      int n = cross->getSize();
+      at::Tensor all = at::empty({kCallWords * n}, at::kLong);
+      tpurt_status_t st = exchange_calls(cross, call_row(seq, call, src, bytes), all, comm, L, check, true);
+      if (st || !fn) return st;
+      std::vector<const uint8_t*> rows;
+      for (int h = 0; h < n; ++h)
+        rows.push_back(reinterpret_cast<const uint8_t*>(all.data_ptr<int64_t>() + kCallWords * h + kHeaderWords));
+      return fn(rows);
+    });
+  }
+  // out = rows[0] op rows[1] op ... (the hosts' partial results, in host order, so every host computes the same
+  // bits), n elements of `type` each; on bool, sum and max are or, product and min are and (as gloo_op maps them).
+  static void reduce_rows(void* out, const std::vector<const uint8_t*>& rows, int64_t n, c10::ScalarType type,
+                          const c10d::ReduceOp& op) {
+    at::Tensor acc = host_view(out, n, type);
+    acc.copy_(host_view(const_cast<uint8_t*>(rows[0]), n, type));
+    auto k = op.op_;
+    if (type == at::kBool) {
+      k = k == c10d::ReduceOp::PRODUCT || k == c10d::ReduceOp::MIN || k == c10d::ReduceOp::BAND ? c10d::ReduceOp::BAND
+          : k == c10d::ReduceOp::BXOR ? c10d::ReduceOp::BXOR : c10d::ReduceOp::BOR;
+    }
+    for (size_t h = 1; h < rows.size(); ++h) {
+      at::Tensor x = host_view(const_cast<uint8_t*>(rows[h]), n, type);
+      switch (k) {
+        case c10d::ReduceOp::SUM: acc.add_(x); break;
+        case c10d::ReduceOp::PRODUCT: acc.mul_(x); break;
+        case c10d::ReduceOp::MIN: at::minimum_out(acc, acc, x); break;
+        case c10d::ReduceOp::MAX: at::maximum_out(acc, acc, x); break;
+        case c10d::ReduceOp::BAND: acc.bitwise_and_(x); break;
+        case c10d::ReduceOp::BOR: acc.bitwise_or_(x); break;
+        case c10d::ReduceOp::BXOR: acc.bitwise_xor_(x); break;
+        default: TORCH_CHECK(false, "tpu_dist: reduction ", static_cast<int>(k), " between hosts");
+      }
+    }
   }
   // The `numel` elements of device memory at `ptr` as a CPU tensor over the same bytes, for gloo
   // (vTPU memory is host-visible, so nothing is copied; the host step runs in queue order).
@@ -1218,13 +1409,21 @@ class TpuDistBackend : public c10d::Backend {
       auto cross = cross_;
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
-      x_step(cross_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red}, [cross, ptr, n, st, gop] {
-        std::vector<at::Tensor> v{gloo_view(ptr, n, st)};
-        c10d::AllreduceOptions o;
-        o.reduceOp = gloo_op(st, gop);
-        cross->allreduce(v, o)->wait();
-        return TPURT_OK;
-      });
+      XCall call{TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red};
+      if (static_cast<int64_t>(d.nbytes()) <= kFoldBytes) {  // the hosts' partial results ride in the call exchange
+        x_fold(call, ptr, d.nbytes(), [ptr, n, st, gop](const std::vector<const uint8_t*>& rows) {
+          reduce_rows(ptr, rows, n, st, gop);
+          return TPURT_OK;
+        });
+      } else {
+        x_step(false, call, [cross, ptr, n, st, gop] {
+          std::vector<at::Tensor> v{gloo_view(ptr, n, st)};
+          c10d::AllreduceOptions o;
+          o.reduceOp = gloo_op(st, gop);
+          cross->allreduce(v, o)->wait();
+          return TPURT_OK;
+        });
+      }
       local_broadcast(d, 0, "allreduce");
       if (avg) d.div_(getSize());
       write_back(t, d);
@@ -1248,7 +1447,7 @@ class TpuDistBackend : public c10d::Backend {
     }
     auto column = column_;
     void* ptr = block.data_ptr();
-    x_step(column_, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red},
+    x_step(true, {TPURT_DIST_ALLREDUCE, dtype_code(st), n, -1, avg ? TPURT_DIST_AVG : red},
            [column, ptr, c, st, gop] {
       std::vector<at::Tensor> v{gloo_view(ptr, c, st)};
       c10d::AllreduceOptions o;
@@ -1315,7 +1514,7 @@ class TpuDistBackend : public c10d::Backend {
     auto column = column_;
     void *src = part.data_ptr(), *dst = d.data_ptr();
     c10d::ReduceOp gop = avg || rop.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
-    x_step(column_, {TPURT_DIST_REDUCE_SCATTER, dtype_code(st), c, -1, avg ? TPURT_DIST_AVG : red},
+    x_step(true, {TPURT_DIST_REDUCE_SCATTER, dtype_code(st), c, -1, avg ? TPURT_DIST_AVG : red},
            [column, src, dst, c, H, st, gop] {
       at::Tensor in = gloo_view(src, H * c, st), o = gloo_view(dst, c, st);
       c10d::ReduceScatterOptions opts;
@@ -1339,13 +1538,23 @@ class TpuDistBackend : public c10d::Backend {
       void* ptr = d.data_ptr();
       int64_t n = d.numel();
       c10::ScalarType type = d.scalar_type();
-      x_step(cross_, {TPURT_DIST_BROADCAST, dtype_code(type), n, root, -1}, [cross, ptr, n, type, root_host] {
-        std::vector<at::Tensor> v{host_view(ptr, n, type)};
-        c10d::BroadcastOptions o;
-        o.rootRank = root_host;
-        cross->broadcast(v, o)->wait();
-        return TPURT_OK;
-      });
+      XCall call{TPURT_DIST_BROADCAST, dtype_code(type), n, root, -1};
+      uint64_t bytes = d.nbytes();
+      if (static_cast<int64_t>(bytes) <= kFoldBytes) {  // the root host's data rides in the call exchange
+        bool mine = host_ == root_host;
+        x_fold(call, mine ? ptr : nullptr, mine ? bytes : 0, [ptr, bytes, mine, root_host](const std::vector<const uint8_t*>& rows) {
+          if (!mine) memcpy(ptr, rows[root_host], bytes);
+          return TPURT_OK;
+        });
+      } else {
+        x_step(false, call, [cross, ptr, n, type, root_host] {
+          std::vector<at::Tensor> v{host_view(ptr, n, type)};
+          c10d::BroadcastOptions o;
+          o.rootRank = root_host;
+          cross->broadcast(v, o)->wait();
+          return TPURT_OK;
+        });
+      }
     }
     local_broadcast(d, 0, "broadcast");
     write_back(t, d);
@@ -1379,11 +1588,20 @@ class TpuDistBackend : public c10d::Backend {
       void* src = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
       void* dst = o.data_ptr();
       int64_t ln = n * L, total = n * getSize();
-      x_step(cross_, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [cross, src, dst, ln, total, st] {
-        at::Tensor out = gloo_view(dst, total, st), in = gloo_view(src, ln, st);
-        cross->_allgather_base(out, in)->wait();
-        return TPURT_OK;
-      });
+      XCall call{TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1};
+      uint64_t hbytes = static_cast<uint64_t>(ln) * c10::elementSize(st);
+      if (static_cast<int64_t>(hbytes) <= kFoldBytes) {  // each host's part rides in the call exchange
+        x_fold(call, src, hbytes, [dst, hbytes](const std::vector<const uint8_t*>& rows) {
+          for (size_t h = 0; h < rows.size(); ++h) memcpy(static_cast<uint8_t*>(dst) + h * hbytes, rows[h], hbytes);
+          return TPURT_OK;
+        });
+      } else {
+        x_step(false, call, [cross, src, dst, ln, total, st] {
+          at::Tensor out = gloo_view(dst, total, st), in = gloo_view(src, ln, st);
+          cross->_allgather_base(out, in)->wait();
+          return TPURT_OK;
+        });
+      }
       local_broadcast(o, 0, "all_gather");
       write_back(output, o);
       return work(c10d::OpType::_ALLGATHER_BASE, {output});
@@ -1391,7 +1609,7 @@ class TpuDistBackend : public c10d::Backend {
     at::Tensor col = L > 1 ? empty_tpu_contiguous({H * n}, st) : o;  // this column's inputs, host-major
     auto column = column_;
     void *src = d.data_ptr(), *dst = col.data_ptr();
-    x_step(column_, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [column, src, dst, n, H, st] {
+    x_step(true, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [column, src, dst, n, H, st] {
       at::Tensor out = gloo_view(dst, H * n, st), in = gloo_view(src, n, st);
       column->_allgather_base(out, in)->wait();
       return TPURT_OK;
@@ -1435,7 +1653,7 @@ class TpuDistBackend : public c10d::Backend {
       void* src = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
       uint8_t* dst = all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      x_step(cross_, {TPURT_DIST_GATHER, dtype_code(d.scalar_type()), n, root, -1},
+      x_step(false, {TPURT_DIST_GATHER, dtype_code(d.scalar_type()), n, root, -1},
              [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> ins{host_bytes(src, part)};
         std::vector<std::vector<at::Tensor>> outs = host_parts(dst, part, hosts);
@@ -1487,7 +1705,7 @@ class TpuDistBackend : public c10d::Backend {
       void* dst = hostbuf.defined() ? hostbuf.data_ptr() : nullptr;
       uint8_t* src = on_root_host && all.defined() ? static_cast<uint8_t*>(all.data_ptr()) : nullptr;
       int hosts = hosts_;
-      x_step(cross_, {TPURT_DIST_SCATTER, dtype_code(d.scalar_type()), n, root, -1},
+      x_step(false, {TPURT_DIST_SCATTER, dtype_code(d.scalar_type()), n, root, -1},
              [cross, src, dst, part, hosts, root_host] {
         std::vector<at::Tensor> outs{host_bytes(dst, part)};
         std::vector<std::vector<at::Tensor>> ins = host_parts(src, part, hosts);
@@ -1513,7 +1731,10 @@ class TpuDistBackend : public c10d::Backend {
     op.tag = 0;
     if (is_recv) op.out = x.data_ptr();
     else op.in = x.data_ptr();
+    // a send after the lone sends to the same peer, and they after it (messages to a peer keep their order)
+    if (!is_recv && lane(peer).queue) check_status(tpurt_queue_wait_event(current_queue(), lane(peer).done), what);
     submit(op, what);
+    if (!is_recv) check_status(tpurt_event_record(lane(peer).group_done, current_queue()), what);
   }
 
   struct Pending {

@@ -208,6 +208,15 @@ TPURT_API tpurt_status_t tpurt_dist_run_group(tpurt_dist_comm_t* comm, const tpu
 TPURT_API tpurt_status_t tpurt_dist_enqueue_group(tpurt_dist_comm_t* comm, struct tpurt_queue_t* queue,
                                                   const tpurt_dist_op_t* ops, int n);
 
+/* Queues a SEND on `queue` outside the group's issue order: it takes no
+ * turn among the collectives, so it neither waits for those issued before it
+ * nor holds back those issued after while its receiver has not taken it (a
+ * point-to-point op on a stream of its own, as NCCL's). The caller keeps the
+ * sends to one peer in order (one queue per peer) and orders them against
+ * groups that send to the same peer (events). */
+TPURT_API tpurt_status_t tpurt_dist_enqueue_send(tpurt_dist_comm_t* comm, struct tpurt_queue_t* queue,
+                                                 const tpurt_dist_op_t* op);
+
 /* Queues fn(user) on `queue` in the group's issue order, like a collective
  * (the step between hosts of a hierarchical collective). fn runs exactly
  * once and owns `user`; its status is the command's. */
