@@ -2,6 +2,7 @@
 beside PyTorch CPU eager), or run alone for the whole comparison:
 
     python bench/bench_compile.py [--runs 5] [--inductor] [--new-sizes-only] [--models-only] [--cpu-threads N]
+                                  [--thread-cpu]
 
 which prints, per model, ms per call for: compiled tpu (one program launch per graph), eager tpu in
 Strict and DeferAndFuse, PyTorch CPU eager, and with --inductor torch.compile with Inductor on CPU
@@ -94,7 +95,30 @@ def _sync(device):
         torch.tpu.synchronize()
 
 
+_THREAD_CPU = False  # --thread-cpu: time a call by its busiest thread's CPU time, not wall time
+
+
+def _threads_cpu():
+    """CPU seconds of each of this process's threads (Linux per-thread CPU clocks)."""
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out[int(t)] = time.clock_gettime((~int(t) << 3) | 6)  # MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
+        except OSError:
+            pass
+    return out
+
+
 def _time(fn, device):
+    """Seconds one call takes: wall time, or with --thread-cpu the CPU time of the busiest thread (the
+    host's Python or the chip's worker): what the call takes on an idle machine with a core per thread,
+    and little changed by other processes' load."""
+    if _THREAD_CPU:
+        a = _threads_cpu()
+        fn()
+        _sync(device)
+        z = _threads_cpu()
+        return max((z[t] - a.get(t, 0.0) for t in z), default=0.0)
     t0 = time.perf_counter()
     fn()
     _sync(device)
@@ -241,11 +265,17 @@ def main(argv=None):
     p.add_argument("--cpu-threads", type=int, default=int(os.environ.get("TORCH_TPU_NUM_THREADS", "0")),
                    help="threads of PyTorch CPU (eager and Inductor); default: TORCH_TPU_NUM_THREADS when set "
                         "(one thread each side), else PyTorch's own choice")
+    p.add_argument("--thread-cpu", action="store_true",
+                   help="time each call by the CPU time of its busiest thread instead of wall time (one thread "
+                        "each side on a loaded machine: TORCH_TPU_NUM_THREADS=1)")
     a = p.parse_args(argv)
+    global _THREAD_CPU
+    _THREAD_CPU = a.thread_cpu
     if a.cpu_threads > 0:
         torch.set_num_threads(a.cpu_threads)
     print(f"load average {os.getloadavg()[0]:.2f}; PyTorch CPU threads {torch.get_num_threads()}, "
-          f"TORCH_TPU_NUM_THREADS={os.environ.get('TORCH_TPU_NUM_THREADS', 'unset')}")
+          f"TORCH_TPU_NUM_THREADS={os.environ.get('TORCH_TPU_NUM_THREADS', 'unset')}; "
+          f"{'busiest thread CPU time' if a.thread_cpu else 'wall time'} per call")
     if a.new_sizes_only:
         new_sizes(max(a.runs, 5))
         return 0
