@@ -399,7 +399,6 @@ static bool nodes_conflict(const tpurt_fuse_planner_t* p, int32_t a, int32_t b) 
   return false;
 }
 
-
 /* Programs' rule 6: may the nodes passed over that node i shares a byte with run before the chain
  * (members[0..n), pre nodes out->pre[0..npre))? Then they, and every node passed over before one of
  * them that shares a byte with it, move from passed to out->pre (graph order kept) and true. */
@@ -440,7 +439,8 @@ static bool hoist_for(const tpurt_fuse_planner_t* p, const int32_t* members, int
     else passed[keep++] = passed[k];
   }
   *np = keep;
-  while (a < out->npre || b < nm) merged[m++] = b >= nm || (a < out->npre && out->pre[a] < mine[b]) ? out->pre[a++] : mine[b++];
+  while (a < out->npre || b < nm)
+    merged[m++] = b >= nm || (a < out->npre && out->pre[a] < mine[b]) ? out->pre[a++] : mine[b++];
   memcpy(out->pre, merged, sizeof(int32_t) * (size_t)m);
   out->npre = m;
   return true;
