@@ -558,3 +558,47 @@ def test_recompiles_are_logged_with_the_failed_guard_and_reads_never_compile():
     assert vals_line == "VALS [8.0, 8.0, 10.0, 12.0, 12.0, 14.0] 2"  # 4, then 5 recompiles as dynamic
     assert out.stderr.count("Recompiling function") == 1
     assert "tensor 'x' size mismatch at index 0. expected 4, actual 5" in out.stderr
+
+
+def test_compiled_adamw_updates_each_parameter_in_one_fused_pass(no_aot_cache):
+    """A compiled AdamW step is op-major (each `_foreach_` op over every parameter in turn); the
+    program's fusion plan gathers each large parameter's update (weight decay, both moments,
+    denominator, step: 10 ops) into one chain, running the step-count scalars it reads first
+    (runtime/compiler/fuse_plan.c, "Programs"). Parameters, states and step counts equal the eager
+    step on tpu and PyTorch CPU's after several steps; params of one shape stay separate chains."""
+    torch.manual_seed(0)
+    shapes = [(256, 96), (256, 96), (96, 256), (40000,), (7, 3)]  # 3 of >= 16384 elements share a shape
+    base = [torch.randn(s) * 0.1 for s in shapes]
+    grads = [[torch.randn(s) for s in shapes] for _ in range(3)]
+
+    def make(dev, capturable):
+        ps = [nn.Parameter(b.clone().to(dev)) for b in base]
+        return ps, torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.05, capturable=capturable)
+
+    (p_cpu, o_cpu), (p_eager, o_eager), (p_tpu, o_tpu) = make("cpu", False), make("tpu", True), make("tpu", True)
+    step = torch.compile(o_tpu.step, backend="tpu")
+    for k, gs in enumerate(grads):
+        for ps, dev in ((p_cpu, "cpu"), (p_eager, "tpu"), (p_tpu, "tpu")):
+            for p, g in zip(ps, gs):
+                p.grad = g.to(dev)
+        o_cpu.step()
+        o_eager.step()
+        torch.tpu.synchronize()
+        torch_tpu._C._fusion_stats_reset()
+        step()
+        torch.tpu.synchronize()
+        fs = torch_tpu._C._fusion_stats()
+        if k > 0:  # the first call also compiles
+            big = sum(1 for s in shapes if torch.Size(s).numel() >= 16384)
+            # every large op fused (11 per parameter), at most two chains per parameter (the arena plan's
+            # memory reuse can still cut one); the first-op rule made 11 chains of 43 ops here
+            assert fs["fused_ops"] >= 11 * big and fs["fused_kernels"] <= 2 * big, fs
+    assert stats()["launches"] >= 2
+    for a, b, c in zip(p_tpu, p_eager, p_cpu):
+        torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(a.detach().cpu(), c.detach(), rtol=1e-5, atol=1e-6)
+    for i in range(len(shapes)):
+        s_tpu, s_eager, s_cpu = o_tpu.state[p_tpu[i]], o_eager.state[p_eager[i]], o_cpu.state[p_cpu[i]]
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(s_tpu[key].cpu(), s_eager[key].cpu(), rtol=1e-6, atol=1e-7)
+            torch.testing.assert_close(s_tpu[key].cpu(), s_cpu[key], rtol=1e-5, atol=1e-6)

@@ -35,7 +35,8 @@
  *   4. repeated op subsequences: if it reads nothing the chain produced and
  *      repeats the chain's first op, it starts a chain of its own, so a loop
  *      over parameters (an optimizer's foreach ops) gives one identical kernel
- *      per parameter, and the same kernels every step;
+ *      per parameter, and the same kernels every step. In a program (below)
+ *      instead: if it is not in the chain's first op's component;
  *   5. size: TPURT_FUSE_MAX_OPS ops per chain;
  *   6. independence: if it shares a byte with a node already passed over
  *      (moving it ahead of that node would change what either sees).
@@ -55,6 +56,33 @@
  *  Several consumers: a value read by several ops of the chain stays in the
  *  tile for all of them (no recomputation, so no reason to cut); it is
  *  written to memory exactly when the liveness rule below says so.
+ *
+ *  Programs (torch.compile's, planned once and replayed at every launch,
+ *  exec/defer/capture.c) look TPURT_FUSE_PROGRAM_WINDOW nodes ahead, not
+ *  TPURT_FUSE_WINDOW, and rule 4 reads components: two fusable nodes are in
+ *  one component when a chain of fusable nodes links them, each link a buffer
+ *  one node writes and the next reads at full size (not broadcast) or
+ *  writes. A compiled optimizer step is op-major (each foreach op over every
+ *  parameter in turn), so one parameter's ops lie hundreds of nodes apart;
+ *  its update (weight decay, both moments, the denominator, the step) is one
+ *  component and becomes one chain, one pass over its four tensors, where the
+ *  first-op rule cut it into four (its second `mul` repeats the first).
+ *  Unconnected ops would share no memory pass, so nothing is lost by keeping
+ *  them apart; a scalar or bias read by broadcast links nothing (an
+ *  optimizer's learning rate would join every parameter).
+ *  And rule 6 gives way in a program where the nodes passed over that a
+ *  candidate shares bytes with can run before the chain instead (its `pre`
+ *  nodes, at most TPURT_FUSE_MAX_PRE): those nodes, with every node passed
+ *  over before them that any of them shares a byte with (transitively), are
+ *  kernels sharing no byte with the chain's members, so running them first,
+ *  in graph order, changes what no node sees. Only nodes that would run
+ *  alone anyway are moved (not fusable, or fusable with fewer elements than
+ *  the program fuses): moving a large one would take it from its own chain
+ *  (a memory block the arena plan reuses links another parameter's update
+ *  to this one's). The optimizer's per-parameter
+ *  scalars (bias corrections of the step count, computed after the moments
+ *  in op-major order) are what the denominator reads: they run first, and
+ *  the update stays one chain.
  *
  *  Liveness: a chain's intermediate result is not written to device memory
  *  only when it is dead: looking forward in the graph, the host freed its
@@ -310,10 +338,119 @@ static int reduction_source(const tpurt_graph_t* g, const int32_t* members, int 
   return src;
 }
 
+/* Union-find over nodes [0, N) and buffers [N, N + B): the root. */
+static int32_t comp_root(int32_t* parent, int32_t x) {
+  while (parent[x] != x) {
+    parent[x] = parent[parent[x]];
+    x = parent[x];
+  }
+  return x;
+}
+
+static void comp_join(int32_t* parent, int32_t a, int32_t b) {
+  a = comp_root(parent, a);
+  b = comp_root(parent, b);
+  if (a != b) parent[a < b ? b : a] = a < b ? a : b;
+}
+
+/* Programs' rule 4: each eligible node's component, joined through the buffers of its output and of
+ * its full-size tensor inputs. */
+static void plan_components(tpurt_fuse_planner_t* p) {
+  const tpurt_graph_t* g = p->g;
+  int32_t N = g->num_nodes, *parent = p->comp;
+  for (int32_t i = 0; i < N + g->num_buffers; ++i) parent[i] = i;
+  for (int32_t n = 0; n < N; ++n) {
+    if (!p->eligible[n]) continue;
+    int32_t o = out0(g, n);
+    int64_t numel = tpurt_tensor_numel(desc(g, o));
+    if (g->values[o].buffer >= 0) comp_join(parent, n, N + g->values[o].buffer);
+    for (int32_t i = 0; i < num_args(g, n); ++i) {
+      int32_t v = arg(g, n, i);
+      if (v >= 0 && g->values[v].buffer >= 0 && tpurt_tensor_numel(desc(g, v)) == numel)
+        comp_join(parent, n, N + g->values[v].buffer);
+    }
+  }
+  for (int32_t n = 0; n < N; ++n) parent[n] = comp_root(parent, n);
+}
+
+/* Does node n write a byte of r? An eligible node writes its one output; any other kernel is taken
+ * to write every operand (an in-place or list op may not name what it writes as an output). */
+static bool node_writes(const tpurt_fuse_planner_t* p, int32_t n, tpurt_graph_range_t r) {
+  const tpurt_graph_t* g = p->g;
+  if (!p->eligible[n]) return tpurt_graph_node_touches(g, n, r);
+  return tpurt_graph_ranges_overlap(g->values[out0(g, n)].bytes, r);
+}
+
+/* Programs' rules 6: must nodes a and b keep their order? Only when one writes a byte the other
+ * reads or writes; two reads of one tensor (a step count, a learning rate) leave them free. */
+static bool nodes_conflict(const tpurt_fuse_planner_t* p, int32_t a, int32_t b) {
+  const tpurt_graph_t* g = p->g;
+  if (!tpurt_graph_ranges_overlap(g->nodes[a].hull, g->nodes[b].hull)) return false;
+  if (g->nodes[a].kind == TPURT_GRAPH_FREE || g->nodes[b].kind == TPURT_GRAPH_FREE) return false;
+  const tpurt_graph_node_t* na = &g->nodes[a];
+  const int32_t* o = g->operands + na->first_in;
+  for (int32_t k = 0; k < na->num_in + na->num_out; ++k) {
+    if (o[k] < 0) continue;
+    tpurt_graph_range_t r = g->values[o[k]].bytes;
+    if (r.lo == r.hi) continue;
+    bool a_writes = k >= na->num_in || !p->eligible[a];
+    if (a_writes ? tpurt_graph_node_touches(g, b, r) : node_writes(p, b, r)) return true;
+  }
+  return false;
+}
+
+/* Programs' rule 6: may the nodes passed over that node i shares a byte with run before the chain
+ * (members[0..n), pre nodes out->pre[0..npre))? Then they, and every node passed over before one of
+ * them that shares a byte with it, move from passed to out->pre (graph order kept) and true. */
+static bool hoist_for(const tpurt_fuse_planner_t* p, const int32_t* members, int n, int32_t i, int32_t* passed,
+                      int* np, tpurt_fuse_chain_t* out) {
+  const tpurt_graph_t* g = p->g;
+  bool take[TPURT_FUSE_PROGRAM_WINDOW + 1];
+  int32_t work[TPURT_FUSE_MAX_PRE];
+  int nw = 0, room = TPURT_FUSE_MAX_PRE - out->npre;
+  for (int k = 0; k < *np; ++k) {
+    take[k] = nodes_conflict(p, i, passed[k]);
+    if (take[k]) {
+      if (nw == room) return false;
+      work[nw++] = k;
+    }
+  }
+  for (int w = 0; w < nw; ++w) { /* the closure over earlier passed nodes */
+    int32_t h = passed[work[w]];
+    if (g->nodes[h].kind != TPURT_GRAPH_OP || !g->nodes[h].op) return false;
+    if (p->eligible[h] && tpurt_tensor_numel(desc(g, out0(g, h))) >= p->small) return false;
+    for (int m = 0; m < n; ++m)
+      if (nodes_conflict(p, members[m], h)) return false;
+    for (int k = 0; k < work[w]; ++k) {
+      if (take[k] || !nodes_conflict(p, passed[k], h)) continue;
+      if (nw == room) return false;
+      take[k] = true;
+      work[nw++] = k;
+    }
+  }
+  /* Move them: pre stays in graph order (passed is in graph order, and so are earlier pre nodes
+   * relative to each other; a merge keeps both). */
+  int32_t merged[TPURT_FUSE_MAX_PRE];
+  int a = 0, b = 0, m = 0, keep = 0;
+  int32_t mine[TPURT_FUSE_MAX_PRE];
+  int nm = 0;
+  for (int k = 0; k < *np; ++k) {
+    if (take[k]) mine[nm++] = passed[k];
+    else passed[keep++] = passed[k];
+  }
+  *np = keep;
+  while (a < out->npre || b < nm)
+    merged[m++] = b >= nm || (a < out->npre && out->pre[a] < mine[b]) ? out->pre[a++] : mine[b++];
+  memcpy(out->pre, merged, sizeof(int32_t) * (size_t)m);
+  out->npre = m;
+  return true;
+}
+
 int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fuse_chain_t* out) {
   const tpurt_graph_t* g = p->g;
   out->red = -1;
   out->red_src = -1;
+  out->npre = 0;
   out->members[0] = start;
   out->n = 1;
   int n = 1;
@@ -324,10 +461,10 @@ int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fu
     return 1;
   }
   const tpurt_tensor_t* shape = &first->call->outputs[0];
-  int32_t passed[TPURT_FUSE_WINDOW];
+  int32_t* passed = p->passed;
   int np = 0;
   int counts[7] = {0};
-  for (int32_t i = start + 1; i < g->num_nodes && i - start <= TPURT_FUSE_WINDOW && n < TPURT_FUSE_MAX_OPS; ++i) {
+  for (int32_t i = start + 1; i < g->num_nodes && i - start <= p->window && n < TPURT_FUSE_MAX_OPS; ++i) {
     const tpurt_graph_node_t* node = &g->nodes[i];
     if (node->kind == TPURT_GRAPH_FREE || p->done[i]) continue;
     int why = 0;
@@ -341,11 +478,13 @@ int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fu
       }
       why = 1;
     } else if (!tpurt_tensor_same_shape(&node->call->outputs[0], shape)) why = 2;
+    else if (p->program && p->comp[i] != p->comp[start]) why = 4;
     else if (conflicts(g, out->members, n, i)) why = 3;
-    else if (same_op(g, i, start) && !reads_group(g, out->members, n, i)) why = 4;
+    else if (!p->program && same_op(g, i, start) && !reads_group(g, out->members, n, i)) why = 4;
     else
       for (int k = 0; k < np && !why; ++k)
-        if (nodes_share(g, i, passed[k])) why = 6;
+        if (p->program ? nodes_conflict(p, i, passed[k]) : nodes_share(g, i, passed[k])) why = 6;
+    if (why == 6 && p->program && hoist_for(p, out->members, n, i, passed, &np, out)) why = 0;
     if (why) {
       counts[why]++;
       passed[np++] = i;
@@ -355,9 +494,11 @@ int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fu
   }
   out->n = n;
   if (tpurt_fuse_trace())
-    fprintf(stderr, "[fuse] chain of %d from %s%s%s; passed over: rule1 %d, rule2 %d, rule3 %d, rule4 %d, rule6 %d\n",
+    fprintf(stderr,
+            "[fuse] chain of %d from %s%s%s; passed over: rule1 %d, rule2 %d, rule3 %d, rule4 %d, rule6 %d; "
+            "run before it: %d\n",
             n, first->call->name, out->red >= 0 ? " into " : "", out->red >= 0 ? g->nodes[out->red].call->name : "",
-            counts[1], counts[2], counts[3], counts[4], counts[6]);
+            counts[1], counts[2], counts[3], counts[4], counts[6], out->npre);
   return n;
 }
 
@@ -391,7 +532,21 @@ void tpurt_fuse_planner_init(tpurt_fuse_planner_t* p) { memset(p, 0, sizeof(*p))
 void tpurt_fuse_planner_deinit(tpurt_fuse_planner_t* p) {
   free(p->eligible);
   free(p->done);
+  free(p->comp);
+  free(p->passed);
   memset(p, 0, sizeof(*p));
+}
+
+/* Grows *a to at least n entries (doubling); false without memory. */
+static bool grow(int32_t** a, int32_t* cap, int32_t n) {
+  if (n <= *cap) return true;
+  int32_t c = *cap ? *cap : 64;
+  while (c < n) c *= 2;
+  int32_t* b = realloc(*a, sizeof(int32_t) * (size_t)c);
+  if (!b) return false;
+  *a = b;
+  *cap = c;
+  return true;
 }
 
 bool tpurt_fuse_planner_begin(tpurt_fuse_planner_t* p, const tpurt_graph_t* g) {
@@ -410,10 +565,17 @@ bool tpurt_fuse_planner_begin(tpurt_fuse_planner_t* p, const tpurt_graph_t* g) {
     p->eligible[i] = eligible(g, i);
     p->done[i] = false;
   }
+  p->window = p->program ? TPURT_FUSE_PROGRAM_WINDOW : TPURT_FUSE_WINDOW;
+  if (!grow(&p->passed, &p->cap_passed, p->window + 1)) return false;
+  if (p->program) {
+    if (!grow(&p->comp, &p->cap_comp, g->num_nodes + g->num_buffers)) return false;
+    plan_components(p);
+  }
   return true;
 }
 
 void tpurt_fuse_planner_mark_done(tpurt_fuse_planner_t* p, const tpurt_fuse_chain_t* c) {
   for (int m = 0; m < c->n; ++m) p->done[c->members[m]] = true;
+  for (int k = 0; k < c->npre; ++k) p->done[c->pre[k]] = true;
   if (c->red >= 0) p->done[c->red] = true;
 }

@@ -10,21 +10,33 @@
 
 #define TPURT_FUSE_MAX_OPS 16 /* ops per chain */
 #define TPURT_FUSE_WINDOW 96  /* nodes a chain may look past */
+#define TPURT_FUSE_PROGRAM_WINDOW 4096 /* ... in a program's plan (made once, replayed at every launch) */
+
+#define TPURT_FUSE_MAX_PRE 32 /* nodes a program's chain may run ahead of itself */
 
 typedef struct tpurt_fuse_chain_t {
   int32_t members[TPURT_FUSE_MAX_OPS + 1]; /* node ids; members[n] is the reduction when red >= 0 */
   int n;
   int32_t red;  /* the reduction node ending the chain, or -1 */
   int red_src;  /* the member whose value it reduces */
+  int npre;     /* programs: nodes after the chain's first that run, in order, just before it */
+  int32_t pre[TPURT_FUSE_MAX_PRE];
 } tpurt_fuse_chain_t;
 
 /* Per-graph planning state, kept between graphs so planning allocates nothing
  * once warm. */
 typedef struct tpurt_fuse_planner_t {
   const tpurt_graph_t* g;
+  bool program;   /* set before begin: a torch.compile program's plan (the rules' "programs") */
+  int64_t small;  /* set before begin: programs' fusable nodes of fewer elements run alone (rule 6) */
   bool* eligible; /* node may join a chain on its own terms */
   bool* done;     /* node already ran (inside a chain) */
   int32_t cap;
+  int32_t window;   /* nodes a chain may look past */
+  int32_t* comp;    /* program: per node, its component (rule 4); [cap + buffers] while computing */
+  int32_t cap_comp;
+  int32_t* passed;  /* nodes a chain passed over: window entries */
+  int32_t cap_passed;
 } tpurt_fuse_planner_t;
 
 void tpurt_fuse_planner_init(tpurt_fuse_planner_t* p);

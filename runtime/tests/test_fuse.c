@@ -425,6 +425,78 @@ static void test_program_keeps_plan(void) {
   free(hx), free(hb), free(got), free(want);
 }
 
+/* A program's plan (compiler/fuse_plan.c, "Programs"): an op-major update of two same-shaped
+ * tensors, each reading a scalar computed between its two ops, becomes one chain per tensor (the
+ * first-op rule and the scalars cut every op into a kernel of its own), the scalar's kernel run
+ * before its chain; results equal Strict's, bit for bit, at every launch. */
+static void test_program_chain_per_parameter(void) {
+  const int64_t n = 20000; /* above the program's smallest fused size (16384) */
+  size_t bytes = (size_t)n * 4;
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  float* h[2];
+  float hs = 0.25f, *got = malloc(bytes), *want = malloc(bytes);
+  void *p[2], *e[2], *s = dalloc(4), *es = dalloc(4);
+  for (int k = 0; k < 2; ++k) {
+    h[k] = malloc(bytes);
+    for (int64_t i = 0; i < n; ++i) h[k][i] = (float)((i * (k + 3)) % 101) / 37.0f - 1.0f;
+    p[k] = dalloc(bytes);
+    e[k] = dalloc(bytes);
+    CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, p[k], h[k], bytes));
+    CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, e[k], h[k], bytes));
+  }
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, s, &hs, 4));
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, es, &hs, 4));
+  /* for each tensor: t *= 0.9 (op-major), then c_k = s + (k + 1), then t += c_k (op-major) */
+#define UPDATE(T, S)                                                                                \
+  do {                                                                                              \
+    tpurt_tensor_t tt[2] = {vec((T)[0], n, TPURT_DTYPE_FLOAT32), vec((T)[1], n, TPURT_DTYPE_FLOAT32)}; \
+    tpurt_tensor_t ts = vec((S), 1, TPURT_DTYPE_FLOAT32);                                           \
+    ts.ndim = 0;                                                                                    \
+    for (int k = 0; k < 2; ++k) binary("mul", &tt[k], &tt[k], NULL, 0.9);                           \
+    void* c[2];                                                                                     \
+    tpurt_tensor_t tc[2];                                                                           \
+    for (int k = 0; k < 2; ++k) {                                                                   \
+      c[k] = dalloc(4);                                                                             \
+      tc[k] = vec(c[k], 1, TPURT_DTYPE_FLOAT32);                                                    \
+      tc[k].ndim = 0;                                                                               \
+      binary("add", &tc[k], &ts, NULL, (double)(k + 1));                                            \
+    }                                                                                               \
+    for (int k = 0; k < 2; ++k) binary("add", &tt[k], &tt[k], &tc[k], 0);                           \
+    for (int k = 0; k < 2; ++k) tpurt_memory_free(g_dev, c[k]);                                     \
+  } while (0)
+  CHECK_OK(tpurt_capture_begin(q));
+  UPDATE(p, s);
+  tpurt_program_range_t ins[3] = {{p[0], bytes}, {p[1], bytes}, {s, 4}};
+  tpurt_program_t* prog = NULL;
+  CHECK_OK(tpurt_capture_end(q, ins, 3, NULL, 0, 0, 0, 0, &prog));
+  if (!prog) return;
+  tpurt_program_info_t info;
+  tpurt_program_query(prog, &info);
+  CHECK(info.num_kernels == 6);
+  void* arena = dalloc(info.arena_bytes ? info.arena_bytes : 64);
+  for (int launch = 0; launch < 3; ++launch) {
+    tpurt_fuse_stats_reset();
+    void* in[3] = {p[0], p[1], s};
+    CHECK_OK(tpurt_program_launch(prog, q, in, 3, NULL, 0, arena, (tpurt_rng_t){0, 0}));
+    CHECK_OK(tpurt_queue_synchronize(q));
+    tpurt_fuse_stats_t st;
+    tpurt_fuse_stats_get(&st);
+    CHECK(st.fused_groups == 2 && st.fused_ops == 4 && st.kernels_launched == 4);
+    UPDATE(e, es); /* Strict */
+    CHECK_OK(tpurt_queue_synchronize(q));
+    for (int k = 0; k < 2; ++k) {
+      CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, got, p[k], bytes));
+      CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, want, e[k], bytes));
+      CHECK(memcmp(got, want, bytes) == 0);
+    }
+  }
+#undef UPDATE
+  tpurt_program_release(prog);
+  void* frees[] = {p[0], p[1], e[0], e[1], s, es, arena};
+  for (size_t i = 0; i < sizeof(frees) / sizeof(*frees); ++i) tpurt_memory_free(g_dev, frees[i]);
+  free(h[0]), free(h[1]), free(got), free(want);
+}
+
 int main(void) {
   CHECK_OK(tpurt_init());
   CHECK_OK(tpurt_device_get(0, &g_dev));
@@ -441,5 +513,6 @@ int main(void) {
   test_chain_into_reduction(2, 1 << 20, 1); /* few outputs: the reduced range splits over threads */
   test_chain_into_reduction(300, 70, 0);
   test_program_keeps_plan();
+  test_program_chain_per_parameter();
   return test_finish("test_fuse");
 }

@@ -850,6 +850,10 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
   bool guarded = ctx->cancel != NULL || tpurt_poison_armed(ctx->poison);
   run_state_t* st = !guarded && tpurt_fuse_enabled() && l->num_kernels >= 2 ? run_state() : NULL;
   /* Without memory to plan, every record runs alone: the same results. */
+  if (st) { /* a program's plan is made once: it may look further */
+    st->planner.program = l->keep_plan;
+    st->planner.small = l->fuse_min_numel > 1 ? l->fuse_min_numel : 2;
+  }
   bool fuse = st && tpurt_defer_lower(l, &st->graph, &st->scratch, &st->cap) &&
               tpurt_fuse_planner_begin(&st->planner, &st->graph);
   bool chains = fuse;
@@ -898,6 +902,16 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
       c.red = -1;
     }
     if (chains && (n >= 2 || c.red >= 0)) {
+      /* A program's chain may run nodes from further on first (compiler/fuse_plan.c, rule 6): they
+       * share no byte with it, so they are done whether or not it falls back. */
+      for (int k = 0; k < c.npre; ++k) {
+        const tpurt_defer_rec_t* pr = &l->recs[c.pre[k]];
+        uint64_t tp = tracing ? tpurt_now_ns() : 0;
+        run_one(pr, ctx, &first_error);
+        st->planner.done[c.pre[k]] = true;
+        if (tracing) trace_one(pr, ctx, tp, tpurt_now_ns());
+      }
+      if (tracing && c.npre) t0 = tpurt_now_ns();
       if (run_chain(&st->planner, &c, &st->chain, ctx, l, &first_error)) {
         tpurt_fuse_planner_mark_done(&st->planner, &c);
         if (tracing) trace_chain(&c, &st->chain, l, ctx, t0, tpurt_now_ns());

@@ -1,6 +1,7 @@
 /* The generic elementwise op driver (promotion, dtype checks, scalars) and
  * the ops that do not fit one expression: copy_, fill_, zero_, where,
  * masked_fill_, clamp (Scalar and Tensor bounds, either optional). */
+#include <stdatomic.h>
 #include <string.h>
 #include <tgmath.h>
 
@@ -191,6 +192,13 @@ static void fill_loop(char** d, const int64_t* s, int64_t n, void* u) {
   for (int64_t i = 0; i < n; ++i) memcpy(o + i * s[0], v, es);
 }
 
+static const tpurt_ew_expr_t* fill_expr(void) {
+  static const tpurt_ew_expr_t* _Atomic e;
+  const tpurt_ew_expr_t* x = atomic_load_explicit(&e, memory_order_relaxed);
+  if (!x) atomic_store_explicit(&e, x = tpurt_ew_expr_find("identity"), memory_order_relaxed);
+  return x;
+}
+
 static tpurt_status_t fill_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const tpurt_arg_t* value,
                                bool reference) {
   if (call->num_outputs < 1) return TPURT_STATUS(INVALID_ARGUMENT, "fill_: expected one output");
@@ -210,6 +218,9 @@ static tpurt_status_t fill_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   cfg.tensors[0] = dst;
   cfg.tensors[1] = &v0;
   cfg.loop_dtypes[0] = cfg.loop_dtypes[1] = dst->dtype;
+  /* A float fill is the identity of its broadcast value: an expression a fused chain's generated
+   * kernel can compute (a compiled optimizer's lerp weight is a full_like inside the update). */
+  if (dst->dtype == TPURT_DTYPE_FLOAT32 || dst->dtype == TPURT_DTYPE_FLOAT64) cfg.expr = fill_expr();
   if (reference) return tpurt_ew_run_reference(&cfg, copy_ref, NULL);
   return tpurt_ew_run(ctx, &cfg);
 }
