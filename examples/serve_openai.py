@@ -60,14 +60,16 @@ def main():
         print(f"server up in {time.time() - t0:.0f} s on http://127.0.0.1:{port} (device: tpu, "
               f"{a.tensor_parallel_size} chip{'s' if a.tensor_parallel_size > 1 else ''})")
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        # greedy, with vLLM's repetition penalty (a small model's greedy text otherwise loops soon)
         for prompt in ("def ", "import "):
-            r = client.completions.create(model="demo", prompt=prompt, max_tokens=48, temperature=0)
-            print(f"completion of {prompt!r} (greedy, {r.usage.completion_tokens} tokens):")
+            r = client.completions.create(model="demo", prompt=prompt, max_tokens=48, temperature=0,
+                                          extra_body={"repetition_penalty": 1.3})
+            print(f"completion of {prompt!r} (greedy, repetition_penalty 1.3, {r.usage.completion_tokens} tokens):")
             print(prompt + r.choices[0].text)
         print("chat (streamed): ", end="", flush=True)
         stream = client.chat.completions.create(
             model="demo", messages=[{"role": "user", "content": "Write a function that reads a file."}],
-            max_tokens=48, temperature=0.7, seed=0, stream=True)
+            max_tokens=48, temperature=0.7, seed=0, stream=True, extra_body={"repetition_penalty": 1.3})
         for chunk in stream:
             if chunk.choices:
                 print(chunk.choices[0].delta.content or "", end="", flush=True)
