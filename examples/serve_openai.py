@@ -1,9 +1,10 @@
 """Serving on the tpu device: `vllm serve` (real vLLM, through torch_tpu's platform plugin) started on a
-small Llama-architecture model directory, queried with the official `openai` client: a completion and a
-streamed chat answer. The model is made on the spot with random weights (tests/vllm_models.py), so
-its text is not meaningful; pass a Hugging Face model directory to serve that instead. Nothing is
-downloaded (the Hugging Face hub is kept offline). --tensor-parallel-size 2 serves the model on two vTPU
-chips, one worker process each.
+Hugging Face model directory, queried with the official `openai` client: two completions and a streamed
+chat answer. The default model is the small Llama that examples/train_tiny_llama.py trains on the vTPU
+from the standard library's sources (build/tiny_llama; trained here first, a few minutes, if it is not
+there yet): it continues "def " and "import " with Python-like text. Pass a model directory to serve that
+instead. Nothing is downloaded (the Hugging Face hub is kept offline). --tensor-parallel-size 2 serves the
+model on two vTPU chips, one worker process each.
 
     .venv/bin/python examples/serve_openai.py [MODEL_DIR] [--tensor-parallel-size N]
 """
@@ -24,16 +25,17 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", nargs="?", help="a Hugging Face model directory (default: a tiny random Llama)")
+    ap.add_argument("model", nargs="?", help="a Hugging Face model directory (default: build/tiny_llama, "
+                    "examples/train_tiny_llama.py's model, trained first if missing)")
     ap.add_argument("--tensor-parallel-size", type=int, default=1, help="chips to shard the model over")
     a = ap.parse_args()
     if a.model:
         model = a.model
     else:
-        sys.path.insert(0, str(ROOT / "tests"))
-        import torch
-        from vllm_models import make_model
-        model = str(make_model(pathlib.Path(tempfile.mkdtemp(prefix="tiny_llama_")), "llama", torch.float32))
+        model = str(ROOT / "build" / "tiny_llama")
+        print(f"== examples/train_tiny_llama.py {model} --reuse", flush=True)
+        subprocess.run([sys.executable, str(ROOT / "examples" / "train_tiny_llama.py"), model, "--reuse",
+                        "--log-every", "100"], check=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -58,12 +60,16 @@ def main():
         print(f"server up in {time.time() - t0:.0f} s on http://127.0.0.1:{port} (device: tpu, "
               f"{a.tensor_parallel_size} chip{'s' if a.tensor_parallel_size > 1 else ''})")
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
-        r = client.completions.create(model="demo", prompt="The standard library", max_tokens=24, temperature=0)
-        print("completion:", repr(r.choices[0].text), f"({r.usage.completion_tokens} tokens)")
+        # greedy, with vLLM's repetition penalty (a small model's greedy text otherwise loops soon)
+        for prompt in ("def ", "import "):
+            r = client.completions.create(model="demo", prompt=prompt, max_tokens=48, temperature=0,
+                                          extra_body={"repetition_penalty": 1.3})
+            print(f"completion of {prompt!r} (greedy, repetition_penalty 1.3, {r.usage.completion_tokens} tokens):")
+            print(prompt + r.choices[0].text)
         print("chat (streamed): ", end="", flush=True)
         stream = client.chat.completions.create(
-            model="demo", messages=[{"role": "user", "content": "What does the json module do?"}],
-            max_tokens=24, temperature=0.8, seed=0, stream=True)
+            model="demo", messages=[{"role": "user", "content": "Write a function that reads a file."}],
+            max_tokens=48, temperature=0.7, seed=0, stream=True, extra_body={"repetition_penalty": 1.3})
         for chunk in stream:
             if chunk.choices:
                 print(chunk.choices[0].delta.content or "", end="", flush=True)

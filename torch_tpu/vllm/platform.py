@@ -1,8 +1,10 @@
 """vLLM's platform for the tpu device (an out-of-tree platform, the way vllm-ascend and tpu-inference
 plug in): device name and memory from torch.tpu, our attention backend and worker, eager execution
-(no CUDA graphs), and a clear error for each vLLM feature the platform does not support yet.
+(no CUDA graphs; TORCH_TPU_VLLM_COMPILE=1: vLLM's piecewise compilation through torch.compile(backend="tpu"),
+torch_tpu/vllm/compile.py), and a clear error for each vLLM feature the platform does not support yet.
 """
 import importlib.util
+import os
 import sys
 
 import torch
@@ -25,7 +27,7 @@ class TpuPlatform(Platform):
     ray_device_key: str = ""
     # Which chip a process drives (the runtime reads it at start; torch_tpu/vllm/executor.py sets it per worker).
     device_control_env_var: str = "TPU_VISIBLE_CHIPS"
-    # torch.compile of vLLM's small helpers: run them eagerly (our compile backend is not yet used).
+    # torch.compile of vLLM's small helpers (logprobs, a sampler step): run them eagerly.
     simple_compile_backend: str = "eager"
     # vLLM's device groups (tensor parallelism's collectives) are tpu_dist groups: the runtime's collectives
     # between the chips' memories (torch_tpu/distributed.py); its CPU groups stay gloo.
@@ -113,6 +115,21 @@ class TpuPlatform(Platform):
             sys.modules.update(hidden)
 
     @classmethod
+    def get_compile_backend(cls) -> str:
+        # the compiler of vLLM's piecewise compilation (CompilationConfig.backend "" resolves to it)
+        from torch_tpu.vllm.compile import ADAPTOR
+        return ADAPTOR
+
+    @classmethod
+    def opaque_attention_op(cls) -> bool:
+        # Under vLLM's piecewise compilation, attention is one opaque custom op (vLLM splits the graph
+        # there and runs it between the compiled pieces); eager models call the backend directly.
+        from vllm.config import get_current_vllm_config_or_none
+        from vllm.config.compilation import CompilationMode
+        config = get_current_vllm_config_or_none()
+        return config is not None and config.compilation_config.mode == CompilationMode.VLLM_COMPILE
+
+    @classmethod
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:
         c = attn_selector_config
         unsupported = [name for name, on in (
@@ -164,9 +181,6 @@ class TpuPlatform(Platform):
 
     @classmethod
     def check_and_update_config(cls, vllm_config) -> None:
-        from vllm.config import CUDAGraphMode
-        from vllm.config.compilation import CompilationMode
-
         parallel = vllm_config.parallel_config
         if parallel.worker_cls == "auto":
             parallel.worker_cls = _WORKER
@@ -189,16 +203,9 @@ class TpuPlatform(Platform):
                 raise NotImplementedError(f"tpu platform: distributed executor {backend!r} is not supported yet "
                                           f"(\"mp\", vLLM's multiprocessing executor, and \"external_launcher\", "
                                           f"torchrun's processes, are)")
-        comp = vllm_config.compilation_config
-        # Eager: torch.compile(backend="tpu") is not yet wired into vLLM's piecewise compilation, and
-        # CUDA graphs have no tpu counterpart.
-        comp.mode = CompilationMode.NONE
-        comp.cudagraph_mode = CUDAGraphMode.NONE
-        comp.cudagraph_capture_sizes = []
-        if vllm_config.model_config is not None:
-            vllm_config.model_config.enforce_eager = True
-            if vllm_config.model_config.enable_sleep_mode:
-                raise NotImplementedError("tpu platform: sleep mode is not supported yet")
+        cls._configure_compilation(vllm_config)
+        if vllm_config.model_config is not None and vllm_config.model_config.enable_sleep_mode:
+            raise NotImplementedError("tpu platform: sleep mode is not supported yet")
         # Async scheduling overlaps the next step's scheduling with the device through CUDA streams and
         # events; the vTPU queue is already asynchronous, so steps run one after the other.
         if vllm_config.scheduler_config is not None:
@@ -227,6 +234,39 @@ class TpuPlatform(Platform):
         if vllm_config.lora_config is not None:
             raise NotImplementedError("tpu platform: LoRA adapters are not supported yet")
         cls._check_quantization(vllm_config.model_config)
+
+    @classmethod
+    def _configure_compilation(cls, vllm_config) -> None:
+        """Eager by default. With TORCH_TPU_VLLM_COMPILE=1, where vLLM would compile (its default mode,
+        VLLM_COMPILE, when enforce_eager is not given), its piecewise compilation with our compiler
+        (torch_tpu/vllm/compile.py). CUDA graphs have no tpu counterpart either way."""
+        from vllm.config import CUDAGraphMode
+        from vllm.config.compilation import CompilationMode
+        from torch_tpu.vllm.compile import ADAPTOR
+        comp, model = vllm_config.compilation_config, vllm_config.model_config
+        comp.cudagraph_mode = CUDAGraphMode.NONE
+        comp.cudagraph_capture_sizes = []
+        compile_ = (os.environ.get("TORCH_TPU_VLLM_COMPILE", "0") == "1" and model is not None
+                    and not model.enforce_eager and comp.mode == CompilationMode.VLLM_COMPILE)
+        if not compile_:
+            comp.mode = CompilationMode.NONE
+            if model is not None:
+                model.enforce_eager = True
+            return
+        if comp.backend not in (ADAPTOR, "eager"):
+            raise NotImplementedError(f"tpu platform: compilation backend {comp.backend!r} is not supported "
+                                      f"(leave it unset for torch.compile(backend=\"tpu\"), or \"eager\")")
+        # vLLM's fusion passes rewrite the graph into CUDA/ROCm kernels (their modules are imported on
+        # those platforms only): all off.
+        for name in type(comp.pass_config).__dataclass_fields__:
+            if name.startswith(("fuse_", "enable_")) and getattr(comp.pass_config, name):
+                setattr(comp.pass_config, name, False)
+        # the piecewise backend looks a size up in compile_sizes, which vLLM fills only with CUDA graphs
+        if comp.compile_sizes is None:
+            comp.compile_sizes = []
+        # vLLM would save the traced forward with its compiled pieces for the next start (AOT compile);
+        # ours are device programs of this process (no serialized form here), so each start traces anew.
+        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
 
     @classmethod
     def _check_quantization(cls, model_config) -> None:
