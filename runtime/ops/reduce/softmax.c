@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops/elementwise/ew_expf.h"
+#include "ops/half_vec.h"
 #include "ops/reduce/reduce_ops.h"
 
 /* Lane-split reductions: 16 independent lanes so the compiler vectorizes
@@ -120,6 +121,43 @@ static void LSM_BWD_double(const double* g, const double* o, double* y, int64_t 
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] - exp(o[i]) * s;
 }
 
+/* softmax backward of one row held in bfloat16 (grad g, output o, result y):
+ * s = sum(g * o) and y = o * (g - s) in float32, reading and writing the
+ * bfloat16 rows directly instead of through float32 copies of each (five
+ * passes over the row become two). */
+static void sm_bwd_bf16_row(const uint16_t* g, const uint16_t* o, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  float s = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16)
+    acc = _mm512_fmadd_ps(tpurt_hv_bf16x16_load(g + i), tpurt_hv_bf16x16_load(o + i), acc);
+  s = _mm512_reduce_add_ps(acc);
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(tpurt_hv_bf16x8_load(g + i), tpurt_hv_bf16x8_load(o + i), acc);
+  float l[8];
+  _mm256_storeu_ps(l, acc);
+  for (int k = 0; k < 8; ++k) s += l[k];
+#endif
+  for (; i < n; ++i) s += tpurt_bf16_to_f32(g[i]) * tpurt_bf16_to_f32(o[i]);
+  i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const __m512 vs = _mm512_set1_ps(s);
+  for (; i + 16 <= n; i += 16) {
+    __m512 ov = tpurt_hv_bf16x16_load(o + i);
+    _mm256_storeu_si256((__m256i*)(y + i),
+                        tpurt_hv_bf16x16_pack(_mm512_mul_ps(ov, _mm512_sub_ps(tpurt_hv_bf16x16_load(g + i), vs))));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 vs = _mm256_set1_ps(s);
+  for (; i + 8 <= n; i += 8)
+    tpurt_hv_bf16x8_store(y + i, _mm256_mul_ps(tpurt_hv_bf16x8_load(o + i),
+                                               _mm256_sub_ps(tpurt_hv_bf16x8_load(g + i), vs)));
+#endif
+  for (; i < n; ++i) y[i] = tpurt_f32_to_bf16(tpurt_bf16_to_f32(o[i]) * (tpurt_bf16_to_f32(g[i]) - s));
+}
+
 /* dst[i] = y[i] * inv (softmax) for a 64-byte aligned dst, with streaming
  * stores where the CPU has them: an output larger than the caches is written
  * without first reading its lines (a third of a large softmax's memory
@@ -178,6 +216,15 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       row_ptrs(j, j->a, row, &pa, &sa);                                                    \
       char* po; int64_t so;                                                                \
       row_ptrs(j, j->out, row, (const char**)&po, &so);                                    \
+      if (DT == TPURT_DTYPE_FLOAT32 && j->backward && !j->log && j->a->dtype == TPURT_DTYPE_BFLOAT16 && \
+          j->b->dtype == TPURT_DTYPE_BFLOAT16 && j->out->dtype == TPURT_DTYPE_BFLOAT16) {    \
+        const char* pb; int64_t sb;                                                        \
+        row_ptrs(j, j->b, row, &pb, &sb);                                                  \
+        if ((sa == 1 && sb == 1 && so == 1) || n == 1) {                                   \
+          sm_bwd_bf16_row((const uint16_t*)pa, (const uint16_t*)pb, (uint16_t*)po, n);      \
+          continue;                                                                        \
+        }                                                                                  \
+      }                                                                                    \
       const T* x = (const T*)pa;                                                           \
       /* the next row, where it is read in place: fetched during this one's exp */            \
       const T* nx = row + 1 < e && j->a->dtype == DT && (sa == 1 || n == 1)                 \
