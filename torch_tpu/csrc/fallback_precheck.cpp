@@ -289,6 +289,16 @@ void pow_negative_int_exponent(const Call& c) {
               "Integers to negative integer powers are not allowed.");
 }
 
+// nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction, ignore_index): CPU reads the
+// weight as self's dtype and refuses another one, even for empty inputs.
+void nll_loss_weight_dtype(const Call& c) {
+  if (!c.arg(0).isTensor() || c.info.num_args < 3 || !c.arg(2).isTensor()) return;
+  const at::Tensor& w = c.arg(2).toTensor();
+  if (!w.defined()) return;
+  TORCH_CHECK(w.scalar_type() == c.arg(0).toTensor().scalar_type(), "expected scalar type ",
+              c.arg(0).toTensor().scalar_type(), " but found ", w.scalar_type());
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -320,6 +330,9 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return complex_parts;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
   if (full_name == "aten::pow.Tensor_Scalar_out") return pow_negative_int_exponent;
+  if (full_name == "aten::nll_loss_forward" || full_name == "aten::nll_loss_forward.output" ||
+      full_name == "aten::nll_loss2d_forward" || full_name == "aten::nll_loss2d_forward.output")
+    return nll_loss_weight_dtype;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
     return div_mode_unsigned;
   return nullptr;

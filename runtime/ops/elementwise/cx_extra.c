@@ -2,13 +2,14 @@
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
  * view_as_real), eq/ne, logical_and/or/xor, isnan (z != z), the factories linspace, logspace and
- * eye, cumprod, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, and index_put_ (x[i] = v, accumulate too)
+ * eye, the scans cumsum/cumprod/logcumsumexp, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, and index_put_ (x[i] = v, accumulate too)
  * through the index kernel on the (real, imaginary) pairs. */
 #include <complex.h>
 #include <math.h>
 #include <string.h>
 
 #include "ops/args.h"
+#include "ops/elementwise/cx_math.h"
 #include "ops/reduce/reduce.h"
 
 /* t (complex) as its real pairs: an extra trailing dim of 2 (false when t has
@@ -283,30 +284,53 @@ static tpurt_status_t cx_var_std(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   return TPURT_OK;
 }
 
-/* cumprod(self, dim, dtype?) of a complex input: row by row along dim, the running product in
- * complex128 (CPU's acc_type) with c10::complex's plain multiply, rounded to the output's dtype */
-static tpurt_status_t k_cumprod(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+/* The scans cumsum / cumprod(self, dim, dtype?) and logcumsumexp / _logcumsumexp(self, dim) of a
+ * complex input: row by row along dim, the running value in complex128 (CPU's acc_type) with
+ * c10::complex's plain multiply and CPU's _log_add_exp_helper (logcumsumexp starts at -inf + 0i),
+ * rounded to the output's dtype at each store. */
+typedef enum { CXS_SUM, CXS_PROD, CXS_LOGSUMEXP } cxs_kind_t;
+
+static tpurt_status_t cx_scan(const tpurt_op_call_t* call, const char* name, cxs_kind_t kind) {
   const tpurt_tensor_t* in = tpurt_arg_tensor(call, 0);
   if (!in || call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
-    return TPURT_STATUS(INVALID_ARGUMENT, "cumprod: expected (self, dim) and a complex output");
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, dim) and a complex output", name);
   const tpurt_tensor_t* out = &call->outputs[0];
   int32_t dim;
-  TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim("cumprod", tpurt_arg_int(call, 1, 0), in->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim(name, tpurt_arg_int(call, 1, 0), in->ndim, &dim));
   if (tpurt_tensor_numel(in) == 0) return TPURT_OK;
   int64_t n = in->ndim ? in->sizes[dim] : 1, rows = tpurt_tensor_numel(in) / n;
   int64_t is = in->ndim ? in->strides[dim] : 0, os = in->ndim ? out->strides[dim] : 0;
   for (int64_t row = 0; row < rows; ++row) {
     int64_t io = in->ndim ? tpurt_tensor_offset_of(in, row, dim) : 0;
     int64_t oo = in->ndim ? tpurt_tensor_offset_of(out, row, dim) : 0;
-    double ar = 1, ai = 0;
+    double ar = kind == CXS_PROD ? 1 : kind == CXS_SUM ? 0 : -INFINITY, ai = 0;
     for (int64_t i = 0; i < n; ++i) {
       cx_val_t v = cx_load(in, io + i * is);
-      double r = ar * v.re - ai * v.im, im = ar * v.im + ai * v.re;
-      ar = r, ai = im;
+      if (kind == CXS_SUM) {
+        ar += v.re, ai += v.im;
+      } else if (kind == CXS_PROD) {
+        double r = ar * v.re - ai * v.im, im = ar * v.im + ai * v.re;
+        ar = r, ai = im;
+      } else {
+        tpurt_cx_math_logaddexp(v.re, v.im, ar, ai, &ar, &ai);
+      }
       cx_store(out, oo + i * os, CMPLX(ar, ai));
     }
   }
   return TPURT_OK;
+}
+
+static tpurt_status_t k_cumsum(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_scan(call, "cumsum", CXS_SUM);
+}
+static tpurt_status_t k_cumprod(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_scan(call, "cumprod", CXS_PROD);
+}
+static tpurt_status_t k_logcumsumexp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_scan(call, "logcumsumexp", CXS_LOGSUMEXP);
 }
 
 typedef enum { CXR_PROD, CXR_ALL, CXR_ANY, CXR_COUNT } cxr_kind_t;
@@ -492,7 +516,10 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::linalg_vector_norm", k_vector_norm, r_vector_norm, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::var", k_var, r_var, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::std", k_std, r_std, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::cumsum", k_cumsum, k_cumsum, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::cumprod", k_cumprod, k_cumprod, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::logcumsumexp", k_logcumsumexp, k_logcumsumexp, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::_logcumsumexp", k_logcumsumexp, k_logcumsumexp, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::var_mean", k_var_mean, r_var_mean, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::std_mean", k_std_mean, r_std_mean, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     /* plain loops: each is its own reference */
