@@ -1019,3 +1019,38 @@ def test_channels_last_layouts_of_pool_pad_norm(name, tpu, eager_mode):
         got[dev] = (y.detach().cpu(), g.cpu(), y.is_contiguous(memory_format=fmt), g.is_contiguous(memory_format=fmt))
     torch.testing.assert_close(got[tpu][:2], got["cpu"][:2])
     assert got[tpu][2:] == got["cpu"][2:]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_tril_triu_trace(dtype, tpu, eager_mode):
+    # complex tril/triu/trace had no tpu kernel (NotImplementedError naming the dtype); CPU has them
+    torch.manual_seed(0)
+    a = torch.randn(2, 4, 5, dtype=dtype)
+    for fn in (lambda t: t.tril(), lambda t: t.triu(1), lambda t: t.tril(-1).mT, lambda t: t.mT.triu(-2),
+               lambda t: torch.trace(t[0]), lambda t: torch.trace(t[1].mT[:3])):
+        assert torch.equal(fn(a.to(tpu)).cpu(), fn(a))
+    b, bt = a.clone(), a.to(tpu)
+    b.tril_(1)
+    bt.tril_(1)
+    assert torch.equal(bt.cpu(), b)
+    out = torch.empty(2, 4, 5, dtype=dtype, device=tpu)
+    torch.triu(a.to(tpu), out=out)
+    assert torch.equal(out.cpu(), a.triu())
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_index_add(dtype, tpu, eager_mode):
+    # complex index_add had no tpu kernel; now the real kernel on the (real, imaginary) pairs, for a
+    # real alpha (a complex one raises NotImplementedError at the call)
+    torch.manual_seed(0)
+    a, src, idx = torch.randn(4, 5, dtype=dtype), torch.randn(3, 5, dtype=dtype), torch.tensor([0, 2, 0])
+    for fn in (lambda t, i, s: t.index_add(0, i, s), lambda t, i, s: t.index_add(-2, i, s, alpha=2),
+               lambda t, i, s: t.index_add(1, i, t[:, 1:4]), lambda t, i, s: t.index_add(-1, i, t[:, ::2]),
+               lambda t, i, s: t.index_add(0, i, s, alpha=1 + 0j)):
+        torch.testing.assert_close(fn(a.to(tpu), idx.to(tpu), src.to(tpu)).cpu(), fn(a, idx, src))
+    b, bt = a.clone(), a.to(tpu)
+    b.index_add_(0, idx, src)
+    bt.index_add_(0, idx.to(tpu), src.to(tpu))
+    torch.testing.assert_close(bt.cpu(), b)
+    with pytest.raises(NotImplementedError, match="complex alpha"):
+        a.to(tpu).index_add(0, idx.to(tpu), src.to(tpu), alpha=1j)

@@ -2,8 +2,8 @@
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
  * view_as_real), eq/ne, logical_and/or/xor, isnan (z != z), the factories linspace, logspace and
- * eye, the scans cumsum/cumprod/logcumsumexp, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, and index_put_ (x[i] = v, accumulate too)
- * through the index kernel on the (real, imaginary) pairs. */
+ * eye, tril/triu, trace, the scans cumsum/cumprod/logcumsumexp, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, index_put_ (x[i] = v, accumulate too)
+ * and index_add through the index kernels on the (real, imaginary) pairs. */
 #include <complex.h>
 #include <math.h>
 #include <string.h>
@@ -333,6 +333,29 @@ static tpurt_status_t k_logcumsumexp(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   return cx_scan(call, "logcumsumexp", CXS_LOGSUMEXP);
 }
 
+/* tril / triu(self, diagonal) of a complex input: the index family's kernels, which move whole
+ * elements of any size (index_shape.c) */
+tpurt_status_t tpurt_index_k_tril(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+tpurt_status_t tpurt_index_r_tril(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+tpurt_status_t tpurt_index_k_triu(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+tpurt_status_t tpurt_index_r_triu(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+
+/* trace(self) of a 2-d complex input: the diagonal's sum in complex128 (CPU's acc_type), rounded */
+static tpurt_status_t k_trace(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  const tpurt_tensor_t* in = tpurt_arg_tensor(call, 0);
+  if (!in || in->ndim != 2 || call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "trace: expected a 2-d tensor and a complex output");
+  int64_t n = in->sizes[0] < in->sizes[1] ? in->sizes[0] : in->sizes[1];
+  double re = 0, im = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cx_val_t v = cx_load(in, i * (in->strides[0] + in->strides[1]));
+    re += v.re, im += v.im;
+  }
+  cx_store(&call->outputs[0], 0, CMPLX(re, im));
+  return TPURT_OK;
+}
+
 typedef enum { CXR_PROD, CXR_ALL, CXR_ANY, CXR_COUNT } cxr_kind_t;
 typedef struct cxr_job_t {
   const tpurt_tensor_t* in;
@@ -484,6 +507,43 @@ static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   return (ref ? def->reference : def->fn)(ctx, &rc);
 }
 
+/* index_add(self, dim, index, source, alpha) of complex tensors: the real kernel on the (real,
+ * imaginary) pairs (a trailing dim of 2 rides along), for a real alpha */
+static tpurt_status_t cx_index_add(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("index_add");
+  const tpurt_tensor_t *self = tpurt_arg_tensor(call, 0), *source = tpurt_arg_tensor(call, 3);
+  if (!def || !self || !source || call->num_outputs < 1 || call->num_args > 8 || !tpurt_arg_is(call, 1, TPURT_ARG_INT))
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_add: expected (self, dim, index, source, alpha)");
+  if (source->dtype != self->dtype || call->outputs[0].dtype != self->dtype)
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_add: source (%s) must have self's dtype (%s)",
+                        tpurt_dtype_name(source->dtype), tpurt_dtype_name(self->dtype));
+  const tpurt_tensor_t* alpha = tpurt_arg_tensor(call, 4);
+  if (alpha && tpurt_dtype_is_complex(alpha->dtype) && cx_load(alpha, 0).im != 0)
+    return TPURT_STATUS(UNIMPLEMENTED, "index_add: a complex alpha on complex tensors");
+  tpurt_tensor_t s, v, o;
+  if (self->ndim == 0 || !cx_pairs(self, &s) || !cx_pairs(source, &v) || !cx_pairs(&call->outputs[0], &o))
+    return TPURT_STATUS(UNIMPLEMENTED, "index_add: complex tensors of %d dims", (int)self->ndim);
+  int64_t dim = tpurt_arg_int(call, 1, 0);
+  if (dim < -self->ndim || dim >= self->ndim)
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_add: dim %lld out of range for %d dims", (long long)dim,
+                        (int)self->ndim);
+  tpurt_arg_t args[8];
+  memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
+  args[0].v.tensor = &s;
+  args[1].v.i = dim < 0 ? dim + self->ndim : dim; /* the pair dim comes last: wrap against self's dims */
+  args[3].v.tensor = &v;
+  if (alpha) { /* a complex alpha (a 0-d tensor) with no imaginary part, as a real one */
+    args[4].kind = TPURT_ARG_DOUBLE;
+    args[4].v.d = cx_load(alpha, 0).re;
+  }
+  tpurt_op_call_t rc = *call;
+  rc.args = args;
+  rc.outputs = &o;
+  return (ref ? def->reference : def->fn)(ctx, &rc);
+}
+static tpurt_status_t k_index_add(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_add(x, c, false); }
+static tpurt_status_t r_index_add(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_add(x, c, true); }
+
 static tpurt_status_t k_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, false); }
 static tpurt_status_t r_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, true); }
 static tpurt_status_t k_uniform(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_uniform(x, c, false); }
@@ -517,6 +577,11 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::var", k_var, r_var, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::std", k_std, r_std, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::cumsum", k_cumsum, k_cumsum, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::trace", k_trace, k_trace, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::tril", tpurt_index_k_tril, tpurt_index_r_tril, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
+    {"complex::triu", tpurt_index_k_triu, tpurt_index_r_triu, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
     {"complex::cumprod", k_cumprod, k_cumprod, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::logcumsumexp", k_logcumsumexp, k_logcumsumexp, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::_logcumsumexp", k_logcumsumexp, k_logcumsumexp, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
@@ -530,6 +595,8 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::_index_put_impl", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
     {"complex::index_put", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
+    {"complex::index_add", k_index_add, r_index_add, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
     TPURT_OP_TABLE_END,
 };
