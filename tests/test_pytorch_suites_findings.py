@@ -1054,3 +1054,19 @@ def test_complex_index_add(dtype, tpu, eager_mode):
     torch.testing.assert_close(bt.cpu(), b)
     with pytest.raises(NotImplementedError, match="complex alpha"):
         a.to(tpu).index_add(0, idx.to(tpu), src.to(tpu), alpha=1j)
+
+
+def test_lstm_cell_backward_with_no_gradient(tpu, eager_mode):
+    # test_modules.test_grad_nn_LSTMCell/LSTM (gradcheck's undefined-grad check): the fused LSTM cell's
+    # backward with neither grad_hy nor grad_cy defined wrote through the undefined outputs' null data
+    # (a crash); ATen returns undefined tensors, and gradcheck passes as on CPU
+    from torch.autograd import gradcheck
+    op = torch.ops.aten._thnn_fused_lstm_cell_backward_impl
+    cx, cy = torch.randn(3, 5, dtype=torch.double, device=tpu), torch.randn(3, 5, dtype=torch.double, device=tpu)
+    ws = torch.rand(3, 20, dtype=torch.double, device=tpu)
+    assert all(t is None for t in op(None, None, cx, cy, ws, True))
+    torch.manual_seed(0)
+    m = torch.nn.LSTMCell(4, 5).double()
+    x = torch.randn(3, 4, dtype=torch.double)
+    mt, xt = m.to(tpu), x.to(tpu).requires_grad_()
+    assert gradcheck(lambda t: mt(t), (xt,))
