@@ -1083,3 +1083,17 @@ def test_complex_advanced_indexing(dtype, tpu, eager_mode):
                lambda x, a, b: x[..., a], lambda x, a, b: x[:, b, a], lambda x, a, b: x[x.real > 0],
                lambda x, a, b: x.mT[:, a]):
         assert torch.equal(fn(t.to(tpu), i0.to(tpu), i1.to(tpu)).cpu(), fn(t, i0, i1))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_nan_to_num(dtype, tpu, eager_mode):
+    # complex nan_to_num had no tpu kernel; CPU replaces NaN/inf in the real and imaginary parts apart
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([complex(nan, 1), complex(inf, -inf), complex(2, nan), complex(-inf, 3), 1 + 1j], dtype=dtype)
+    for fn in (lambda t: t.nan_to_num(), lambda t: t.nan_to_num(0.5, 7.0, -8.0),
+               lambda t: torch.nan_to_num(t[::2], posinf=1e3)):
+        assert torch.equal(fn(x.to(tpu)).cpu(), fn(x))
+    y, yt = x.clone(), x.to(tpu)
+    y.nan_to_num_(1.0)
+    yt.nan_to_num_(1.0)
+    assert torch.equal(yt.cpu(), y)

@@ -3,7 +3,7 @@
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
  * view_as_real), eq/ne, logical_and/or/xor, isnan (z != z), the factories linspace, logspace and
  * eye, tril/triu, trace, the scans cumsum/cumprod/logcumsumexp, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, index_put_ (x[i] = v, accumulate too)
- * and index_add through the index kernels on the (real, imaginary) pairs. */
+ * and index_add through the index kernels on the (real, imaginary) pairs, and nan_to_num on them. */
 #include <complex.h>
 #include <math.h>
 #include <string.h>
@@ -544,6 +544,27 @@ static tpurt_status_t cx_index_add(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
 static tpurt_status_t k_index_add(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_add(x, c, false); }
 static tpurt_status_t r_index_add(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_add(x, c, true); }
 
+/* nan_to_num(self, nan?, posinf?, neginf?) of a complex tensor: the real kernel on the (real,
+ * imaginary) pairs, each part replaced on its own, as CPU */
+static tpurt_status_t cx_nan_to_num(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("nan_to_num");
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  if (!def || !self || call->num_outputs < 1 || call->num_args > 8 || call->outputs[0].dtype != self->dtype)
+    return TPURT_STATUS(INVALID_ARGUMENT, "nan_to_num: expected a complex self and an output of its dtype");
+  tpurt_tensor_t s, o;
+  if (!cx_pairs(self, &s) || !cx_pairs(&call->outputs[0], &o))
+    return TPURT_STATUS(UNIMPLEMENTED, "nan_to_num: complex tensors of %d dims", (int)self->ndim);
+  tpurt_arg_t args[8];
+  memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
+  args[0].v.tensor = &s;
+  tpurt_op_call_t rc = *call;
+  rc.args = args;
+  rc.outputs = &o;
+  return (ref ? def->reference : def->fn)(ctx, &rc);
+}
+static tpurt_status_t k_nan_to_num(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_nan_to_num(x, c, false); }
+static tpurt_status_t r_nan_to_num(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_nan_to_num(x, c, true); }
+
 static tpurt_status_t k_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, false); }
 static tpurt_status_t r_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, true); }
 static tpurt_status_t k_uniform(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_uniform(x, c, false); }
@@ -598,5 +619,6 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
      TPURT_LAYOUT_STRIDED},
     {"complex::index_add", k_index_add, r_index_add, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
+    {"complex::nan_to_num", k_nan_to_num, r_nan_to_num, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     TPURT_OP_TABLE_END,
 };
