@@ -486,6 +486,15 @@ static tpurt_status_t k_count_nonzero(tpurt_kernel_ctx_t* x, const tpurt_op_call
 
 /* ---- _index_put_impl_(self, indices, values, accumulate, unsafe) ---- */
 
+/* `call` with other arguments and output, run by the real kernel `def` */
+static tpurt_status_t cx_call_real(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const tpurt_op_def_t* def,
+                                   tpurt_arg_t* args, const tpurt_tensor_t* out, bool ref) {
+  tpurt_op_call_t rc = *call;
+  rc.args = args;
+  rc.outputs = out;
+  return (ref ? def->reference : def->fn)(ctx, &rc);
+}
+
 static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_op_def_t* def = tpurt_op_lookup("_index_put_impl");
   const tpurt_tensor_t *self = tpurt_arg_tensor(call, 0), *values = tpurt_arg_tensor(call, 2);
@@ -501,10 +510,7 @@ static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
   args[0].v.tensor = &s;
   args[2].v.tensor = &v;
-  tpurt_op_call_t rc = *call;
-  rc.args = args;
-  rc.outputs = &o;
-  return (ref ? def->reference : def->fn)(ctx, &rc);
+  return cx_call_real(ctx, call, def, args, &o, ref);
 }
 
 /* index_add(self, dim, index, source, alpha) of complex tensors: the real kernel on the (real,
@@ -536,10 +542,7 @@ static tpurt_status_t cx_index_add(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
     args[4].kind = TPURT_ARG_DOUBLE;
     args[4].v.d = cx_load(alpha, 0).re;
   }
-  tpurt_op_call_t rc = *call;
-  rc.args = args;
-  rc.outputs = &o;
-  return (ref ? def->reference : def->fn)(ctx, &rc);
+  return cx_call_real(ctx, call, def, args, &o, ref);
 }
 static tpurt_status_t k_index_add(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_add(x, c, false); }
 static tpurt_status_t r_index_add(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_add(x, c, true); }
@@ -557,10 +560,7 @@ static tpurt_status_t cx_nan_to_num(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   tpurt_arg_t args[8];
   memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
   args[0].v.tensor = &s;
-  tpurt_op_call_t rc = *call;
-  rc.args = args;
-  rc.outputs = &o;
-  return (ref ? def->reference : def->fn)(ctx, &rc);
+  return cx_call_real(ctx, call, def, args, &o, ref);
 }
 static tpurt_status_t k_nan_to_num(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_nan_to_num(x, c, false); }
 static tpurt_status_t r_nan_to_num(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_nan_to_num(x, c, true); }
