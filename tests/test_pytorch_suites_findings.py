@@ -1097,3 +1097,12 @@ def test_complex_nan_to_num(dtype, tpu, eager_mode):
     y.nan_to_num_(1.0)
     yt.nan_to_num_(1.0)
     assert torch.equal(yt.cpu(), y)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_dot_vdot(dtype, tpu, eager_mode):
+    # complex dot/vdot had no tpu kernel (the probe of what test_linalg.py meets)
+    torch.manual_seed(0)
+    a, b = torch.randn(7, dtype=dtype), torch.randn(14, dtype=dtype)[::2]
+    for fn in (torch.dot, torch.vdot, lambda x, y: x @ y, lambda x, y: torch.dot(x.conj(), y)):
+        torch.testing.assert_close(fn(a.to(tpu), b.to(tpu)).cpu(), fn(a, b))

@@ -2,7 +2,7 @@
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
  * view_as_real), eq/ne, logical_and/or/xor, isnan (z != z), the factories linspace, logspace and
- * eye, tril/triu, trace, the scans cumsum/cumprod/logcumsumexp, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, index_put_ (x[i] = v, accumulate too)
+ * eye, tril/triu, trace, dot/vdot, the scans cumsum/cumprod/logcumsumexp, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, index_put_ (x[i] = v, accumulate too)
  * and index_add through the index kernels on the (real, imaginary) pairs, and nan_to_num on them. */
 #include <complex.h>
 #include <math.h>
@@ -356,6 +356,33 @@ static tpurt_status_t k_trace(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   return TPURT_OK;
 }
 
+/* dot / vdot(self, other) of 1-d complex tensors: sum(a * b), vdot conjugating a; the sum in
+ * complex128, rounded to the output's dtype */
+static tpurt_status_t cx_dot(const tpurt_op_call_t* call, bool conj_a) {
+  const char* op = conj_a ? "vdot" : "dot";
+  const tpurt_tensor_t *a = tpurt_arg_tensor(call, 0), *b = tpurt_arg_tensor(call, 1);
+  if (!a || !b || a->ndim != 1 || b->ndim != 1 || a->sizes[0] != b->sizes[0] || call->num_outputs < 1 ||
+      !tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected two 1-d tensors of one size and a complex output", op);
+  double re = 0, im = 0;
+  for (int64_t i = 0; i < a->sizes[0]; ++i) {
+    cx_val_t x = cx_load(a, i * a->strides[0]), y = cx_load(b, i * b->strides[0]);
+    if (conj_a) x.im = -x.im;
+    re += x.re * y.re - x.im * y.im;
+    im += x.re * y.im + x.im * y.re;
+  }
+  cx_store(&call->outputs[0], 0, CMPLX(re, im));
+  return TPURT_OK;
+}
+static tpurt_status_t k_dot(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_dot(call, false);
+}
+static tpurt_status_t k_vdot(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_dot(call, true);
+}
+
 typedef enum { CXR_PROD, CXR_ALL, CXR_ANY, CXR_COUNT } cxr_kind_t;
 typedef struct cxr_job_t {
   const tpurt_tensor_t* in;
@@ -599,6 +626,8 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::std", k_std, r_std, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::cumsum", k_cumsum, k_cumsum, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::trace", k_trace, k_trace, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::dot", k_dot, k_dot, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::vdot", k_vdot, k_vdot, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::tril", tpurt_index_k_tril, tpurt_index_r_tril, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
     {"complex::triu", tpurt_index_k_triu, tpurt_index_r_triu, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
