@@ -39,6 +39,8 @@ MODES = ("strict", "debug", "defer_and_fuse")
 # class name in the device type upper-cased.
 _DEVICE_TOKENS = {"tpu": ("TPU", "_tpu"), "cpu": ("CPU", "_cpu")}
 
+IMPORT_TIMEOUT_S = 120.0
+
 OUTCOMES = ("passed", "failed", "error", "crash", "timeout", "skipped", "expected_failure",
             "unexpected_success")
 
@@ -229,8 +231,9 @@ def _run_file(path, device, mode, timeout, workdir, file_timeout, only=None):
                 break
             now = time.time()
             over_test = current is not None and now - current_since > timeout
-            # Importing a file has the same bound as one test.
-            over_import = current is None and total is None and now - current_since > timeout
+            # Importing a file (torch, torch_tpu and the file's OpInfo tables: seconds, tens of them on a
+            # loaded machine) has the bound of one test, and at least IMPORT_TIMEOUT_S.
+            over_import = current is None and total is None and now - current_since > max(timeout, IMPORT_TIMEOUT_S)
             over_file = file_timeout and now - started_file > file_timeout
             if over_test or over_import or over_file:
                 killed = "timeout" if not over_file else "file_timeout"

@@ -911,3 +911,198 @@ def test_complex_sqrt_rsqrt_of_extremal_values(dtype, tpu, eager_mode):
     for fn in (torch.sqrt, torch.rsqrt):
         got, want = fn(x.to(tpu)).cpu(), fn(x)
         assert [str(v) for v in got.tolist()] == [str(v) for v in want.tolist()]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_cumsum_logcumsumexp(dtype, tpu, eager_mode):
+    # complex cumsum and logcumsumexp had no tpu kernel (test_reductions, test_unary_ufuncs' samples);
+    # CPU accumulates in complex128 and logcumsumexp uses its _log_add_exp_helper (NaN, -inf, +inf parts)
+    torch.manual_seed(0)
+    inf, nan = float("inf"), float("nan")
+    x = (torch.randn(3, 6, dtype=dtype) * 4)
+    x[1, 2] = complex(-inf, 1.0)
+    x[1, 4] = complex(-inf, -2.0)
+    x[2, 3] = complex(nan, 0.0)
+    x[0, 5] = complex(inf, 0.5)
+    for fn in (lambda t: torch.cumsum(t, 1), lambda t: torch.cumsum(t, 0), lambda t: torch.logcumsumexp(t, 1),
+               lambda t: torch.logcumsumexp(t, 0), lambda t: torch.cumsum(t.mT, 1, dtype=torch.complex128),
+               lambda t: torch.logcumsumexp(t[:, ::2], 1), lambda t: torch.cumsum(t[0, 0], 0)):
+        torch.testing.assert_close(fn(x.to(tpu)).cpu(), fn(x), equal_nan=True)
+    out = torch.empty(3, 6, dtype=dtype, device=tpu)
+    torch.cumsum(x.to(tpu), 1, out=out)
+    torch.testing.assert_close(out.cpu(), torch.cumsum(x, 1), equal_nan=True)
+
+
+def test_module_loss_errors_as_cpu(tpu, eager_mode):
+    # test_modules.test_errors: nll_loss refuses a weight of another dtype than the input, even for
+    # empty inputs; multi_margin_loss's target size error in CPU's 2.13 words
+    import torch.nn.functional as F
+    for shape in ((0, 0), (3, 4), (2, 3, 4, 4)):
+        _raises_like_cpu(lambda d: F.nll_loss(torch.zeros(shape, device=d),
+                                              torch.zeros((shape[0],) + shape[2:], dtype=torch.long, device=d),
+                                              weight=torch.ones(shape[1], dtype=torch.float16, device=d)),
+                         tpu, at_call=True)
+    _raises_like_cpu(lambda d: F.multi_margin_loss(torch.randn(5, 10, device=d),
+                                                   torch.tensor([0, 1, 2], device=d)), tpu, at_call=True)
+    _raises_like_cpu(lambda d: F.multi_margin_loss(torch.randn(5, 10, device=d), torch.zeros(5, dtype=torch.long,
+                                                   device=d), weight=torch.ones(3, device=d)), tpu, at_call=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("case", [((2, 3, 9, 11), (2, 3), (4, 5)), ((3, 7, 7), 3, (3, 3)),
+                                  ((2, 2, 5, 6, 7), (2, 2, 3), (3, 3, 3)), ((2, 5, 6, 7), 2, (2, 4, 3))])
+def test_fractional_max_pool(case, dtype, tpu, eager_mode):
+    # test_modules.test_forward/test_grad of nn.FractionalMaxPool2d/3d: no tpu kernel. Given the same
+    # random samples the windows, maxima (NaN wins), indices and gradients are CPU's
+    import torch.nn.functional as F
+    shape, k, o = case
+    sp = len(o)
+    torch.manual_seed(1)
+    x = torch.randn(shape, dtype=dtype)
+    x.view(-1)[3] = float("nan")
+    nb = shape[0] if len(shape) == sp + 2 else 1
+    samples = torch.rand(nb, shape[-sp - 1], sp, dtype=dtype)
+    fn = F.fractional_max_pool2d if sp == 2 else F.fractional_max_pool3d
+    xc, xd = x.clone().requires_grad_(), x.to(tpu).requires_grad_()
+    yc, ic = fn(xc, k, output_size=o, return_indices=True, _random_samples=samples)
+    yd, id_ = fn(xd, k, output_size=o, return_indices=True, _random_samples=samples.to(tpu))
+    g = torch.randn(yc.shape, dtype=dtype)
+    yc.backward(g)
+    yd.backward(g.to(tpu))
+    torch.testing.assert_close(yd.detach().cpu(), yc.detach(), equal_nan=True)
+    assert torch.equal(id_.cpu(), ic)
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    # CPU's argument checks (its meta function) at the call
+    _raises_like_cpu(lambda d: fn(torch.randn(shape, device=d), 8, output_size=o), tpu, at_call=True)
+
+
+def test_complex_binary_into_out_of_other_precision(tpu, eager_mode):
+    # test_binary_ufuncs.test_type_promotion_pow: pow(complex64, complex128, out=complex64) computes in
+    # complex128 and rounds, as CPU; the complex kernels computed in the out= dtype
+    torch.manual_seed(0)
+    a, b = torch.randn(50, dtype=torch.complex64), torch.randn(50, dtype=torch.complex128)
+    for op in (torch.pow, torch.add, torch.div):
+        # (complex64 products and quotients differ from CPU's vectorized ones in the last bit, so the
+        # widening case is checked on add only)
+        cases = ((a, b, torch.complex64), (b, a, torch.complex64), (a, b.real, torch.complex64))
+        for x, y, od in cases + (((a, a, torch.complex128),) if op is torch.add else ()):
+            want = op(x, y, out=torch.empty(50, dtype=od))
+            got = op(x.to(tpu), y.to(tpu), out=torch.empty(50, dtype=od, device=tpu)).cpu()
+            assert torch.equal(got, want), (op, x.dtype, y.dtype, od)
+    # a strided out= of the other precision
+    out = torch.zeros(50, 2, dtype=torch.complex64, device=tpu)
+    torch.pow(a.to(tpu), b.to(tpu), out=out[:, 1])
+    assert torch.equal(out[:, 1].cpu(), torch.pow(a, b).to(torch.complex64)) and not out[:, 0].cpu().any()
+
+
+@pytest.mark.parametrize("name", ["MaxPool3d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad2d", "ReplicationPad3d",
+                                  "RMSNorm"])
+def test_channels_last_layouts_of_pool_pad_norm(name, tpu, eager_mode):
+    # test_modules.test_memory_format: CPU lays these results out channels-last (3d) for a channels-last
+    # input (the gradients of the pads, MaxPool3d's output, RMSNorm's input gradient when grad_output is
+    # channels-last too); their decompositions and PyTorch's meta functions said contiguous
+    import torch.nn as nn
+    mod, shape = {"MaxPool3d": (nn.MaxPool3d(2), (2, 3, 4, 4, 4)), "ReflectionPad2d": (nn.ReflectionPad2d(2), (2, 3, 5, 6)),
+                  "ReflectionPad3d": (nn.ReflectionPad3d(1), (2, 3, 3, 4, 5)),
+                  "ReplicationPad2d": (nn.ReplicationPad2d(2), (2, 3, 5, 6)),
+                  "ReplicationPad3d": (nn.ReplicationPad3d(1), (2, 3, 3, 4, 5)),
+                  "RMSNorm": (nn.RMSNorm([5, 6]), (2, 4, 5, 6))}[name]
+    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    torch.manual_seed(0)
+    x0 = torch.randn(shape)
+    got = {}
+    for dev in ("cpu", tpu):
+        x = x0.to(dev).contiguous(memory_format=fmt).requires_grad_()
+        y = mod.to(dev)(x)
+        g0 = torch.linspace(0, 1, y.numel()).reshape(y.shape).to(dev).contiguous(memory_format=fmt)
+        g, = torch.autograd.grad(y, x, g0)
+        got[dev] = (y.detach().cpu(), g.cpu(), y.is_contiguous(memory_format=fmt), g.is_contiguous(memory_format=fmt))
+    torch.testing.assert_close(got[tpu][:2], got["cpu"][:2])
+    assert got[tpu][2:] == got["cpu"][2:]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_tril_triu_trace(dtype, tpu, eager_mode):
+    # complex tril/triu/trace had no tpu kernel (NotImplementedError naming the dtype); CPU has them
+    torch.manual_seed(0)
+    a = torch.randn(2, 4, 5, dtype=dtype)
+    for fn in (lambda t: t.tril(), lambda t: t.triu(1), lambda t: t.tril(-1).mT, lambda t: t.mT.triu(-2),
+               lambda t: torch.trace(t[0]), lambda t: torch.trace(t[1].mT[:3])):
+        assert torch.equal(fn(a.to(tpu)).cpu(), fn(a))
+    b, bt = a.clone(), a.to(tpu)
+    b.tril_(1)
+    bt.tril_(1)
+    assert torch.equal(bt.cpu(), b)
+    out = torch.empty(2, 4, 5, dtype=dtype, device=tpu)
+    torch.triu(a.to(tpu), out=out)
+    assert torch.equal(out.cpu(), a.triu())
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_index_add(dtype, tpu, eager_mode):
+    # complex index_add had no tpu kernel; now the real kernel on the (real, imaginary) pairs, for a
+    # real alpha (a complex one raises NotImplementedError at the call)
+    torch.manual_seed(0)
+    a, src, idx = torch.randn(4, 5, dtype=dtype), torch.randn(3, 5, dtype=dtype), torch.tensor([0, 2, 0])
+    for fn in (lambda t, i, s: t.index_add(0, i, s), lambda t, i, s: t.index_add(-2, i, s, alpha=2),
+               lambda t, i, s: t.index_add(1, i, t[:, 1:4]), lambda t, i, s: t.index_add(-1, i, t[:, ::2]),
+               lambda t, i, s: t.index_add(0, i, s, alpha=1 + 0j)):
+        torch.testing.assert_close(fn(a.to(tpu), idx.to(tpu), src.to(tpu)).cpu(), fn(a, idx, src))
+    b, bt = a.clone(), a.to(tpu)
+    b.index_add_(0, idx, src)
+    bt.index_add_(0, idx.to(tpu), src.to(tpu))
+    torch.testing.assert_close(bt.cpu(), b)
+    with pytest.raises(NotImplementedError, match="complex alpha"):
+        a.to(tpu).index_add(0, idx.to(tpu), src.to(tpu), alpha=1j)
+
+
+def test_lstm_cell_backward_with_no_gradient(tpu, eager_mode):
+    # test_modules.test_grad_nn_LSTMCell/LSTM (gradcheck's undefined-grad check): the fused LSTM cell's
+    # backward with neither grad_hy nor grad_cy defined wrote through the undefined outputs' null data
+    # (a crash); ATen returns undefined tensors, and gradcheck passes as on CPU
+    from torch.autograd import gradcheck
+    op = torch.ops.aten._thnn_fused_lstm_cell_backward_impl
+    cx, cy = torch.randn(3, 5, dtype=torch.double, device=tpu), torch.randn(3, 5, dtype=torch.double, device=tpu)
+    ws = torch.rand(3, 20, dtype=torch.double, device=tpu)
+    assert all(t is None for t in op(None, None, cx, cy, ws, True))
+    torch.manual_seed(0)
+    m = torch.nn.LSTMCell(4, 5).double()
+    x = torch.randn(3, 4, dtype=torch.double)
+    mt, xt = m.to(tpu), x.to(tpu).requires_grad_()
+    assert gradcheck(lambda t: mt(t), (xt,))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_advanced_indexing(dtype, tpu, eager_mode):
+    # complex128 advanced indexing (x[:, [2, 0]]) was refused ("complex::index computes in complex64");
+    # it now moves the (real, imaginary) pairs, which the index tensors never reach
+    torch.manual_seed(0)
+    t = torch.randn(3, 4, 5, dtype=dtype)
+    i0, i1 = torch.tensor([2, 0]), torch.tensor([[1], [2]])
+    for fn in (lambda x, a, b: x[:, a], lambda x, a, b: x[a], lambda x, a, b: x[a, :, a], lambda x, a, b: x[b, a],
+               lambda x, a, b: x[..., a], lambda x, a, b: x[:, b, a], lambda x, a, b: x[x.real > 0],
+               lambda x, a, b: x.mT[:, a]):
+        assert torch.equal(fn(t.to(tpu), i0.to(tpu), i1.to(tpu)).cpu(), fn(t, i0, i1))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_nan_to_num(dtype, tpu, eager_mode):
+    # complex nan_to_num had no tpu kernel; CPU replaces NaN/inf in the real and imaginary parts apart
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([complex(nan, 1), complex(inf, -inf), complex(2, nan), complex(-inf, 3), 1 + 1j], dtype=dtype)
+    for fn in (lambda t: t.nan_to_num(), lambda t: t.nan_to_num(0.5, 7.0, -8.0),
+               lambda t: torch.nan_to_num(t[::2], posinf=1e3)):
+        assert torch.equal(fn(x.to(tpu)).cpu(), fn(x))
+    y, yt = x.clone(), x.to(tpu)
+    y.nan_to_num_(1.0)
+    yt.nan_to_num_(1.0)
+    assert torch.equal(yt.cpu(), y)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_dot_vdot(dtype, tpu, eager_mode):
+    # complex dot/vdot had no tpu kernel (the probe of what test_linalg.py meets)
+    torch.manual_seed(0)
+    a, b = torch.randn(7, dtype=dtype), torch.randn(14, dtype=dtype)[::2]
+    for fn in (torch.dot, torch.vdot, lambda x, y: x @ y, lambda x, y: torch.dot(x.conj(), y)):
+        torch.testing.assert_close(fn(a.to(tpu), b.to(tpu)).cpu(), fn(a, b))

@@ -16,8 +16,26 @@ _MEAN, _SUM = 1, 2  # at::Reduction
 
 # ---- margin losses ----
 
+def _multi_margin_shapes(self, target, weight):
+    """CPU's multi_margin_loss_shape_check, in its 2.13 words (PyTorch's decomposition says
+    "inconsistent target size" instead)."""
+    nd = self.dim()
+    torch._check((nd == 2 and self.size(1) != 0) or (nd == 1 and self.size(0) != 0) or nd == 0,
+                 lambda: f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                         f"{list(self.shape)}")
+    nframe, dim = (1 if nd <= 1 else self.size(0)), (1 if nd == 0 else self.size(-1))
+    torch._check(target.dim() <= 1 and target.numel() == nframe,
+                 lambda: "multi_margin_loss: target tensor should be 1-D with size equal to the number of input "
+                         f"samples (batch size). Expected target size [{nframe}], but got {list(target.shape)}. "
+                         f"Input has shape {list(self.shape)}.")
+    if weight is not None:
+        torch._check(weight.dim() <= 1 and weight.numel() == dim,
+                     lambda: f"inconsistent weight size, expected {dim} but got {list(weight.shape)}")
+
+
 def _multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=_MEAN):
     from torch._decomp.decompositions import multi_margin_loss
+    _multi_margin_shapes(self, target, weight)
     out = multi_margin_loss(self, target, p, margin, weight, reduction)
     if reduction == 0 and self.dim() <= 1:
         out = out.reshape(())  # CPU gives one loss as a 0-d tensor for a 0-d/1-d input

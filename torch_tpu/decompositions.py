@@ -348,9 +348,49 @@ def _adapt_out_overload(op, decomp):
     return out_kernel
 
 
+# Ops whose CPU kernels lay a 4-D/5-D result out in their input's suggested memory format
+# (channels_last / channels_last_3d), a fresh one or a given out= of the right size (restrided, as
+# CPU's structured kernels do); their decompositions give contiguous results. The input is self, or
+# a backward's second argument.
+_INPUT_FORMAT_OPS = frozenset(
+    ["aten::max_pool3d_with_indices"]
+    + [f"aten::{kind}_pad{n}d{ovl}" for kind in ("reflection", "replication") for n in (2, 3)
+       for ovl in ("", ".out", "_backward", "_backward.grad_input")])
+
+
+def _input_format(name, args):
+    """channels_last(_3d) where the op's input is laid out so (and not also contiguous), else None."""
+    ref = args[1] if "_backward" in name else args[0]
+    if not isinstance(ref, torch.Tensor) or ref.dim() not in (4, 5):
+        return None
+    fmt = torch.channels_last if ref.dim() == 4 else torch.channels_last_3d
+    return fmt if ref.is_contiguous(memory_format=fmt) and not ref.is_contiguous() else None
+
+
+def _in_input_format(name, inner):
+    def kernel(*args, **kwargs):
+        fmt = _input_format(name, args)
+        if fmt is None:
+            return inner(*args, **kwargs)
+        nd = 4 if fmt is torch.channels_last else 5
+        for v in kwargs.values():  # out= tensors: restrided before they are written
+            if isinstance(v, torch.Tensor) and v.dim() == nd and not v.is_contiguous(memory_format=fmt):
+                v.resize_(v.shape, memory_format=fmt)
+        result = inner(*args, **kwargs)
+
+        def relayout(t):
+            if isinstance(t, torch.Tensor) and t.dim() == nd and not t.is_contiguous(memory_format=fmt):
+                return t.contiguous(memory_format=fmt)
+            return t
+        return tuple(relayout(t) for t in result) if isinstance(result, tuple) else relayout(result)
+    return kernel
+
+
 def _make_kernel(op, decomp):
     name = _qualified_name(op)
     decomp = _adapt_out_overload(op, decomp)
+    if name in _INPUT_FORMAT_OPS:
+        decomp = _in_input_format(name, decomp)
 
     def kernel(*args, **kwargs):
         active = getattr(_tls, "active", None)

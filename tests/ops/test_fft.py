@@ -228,9 +228,11 @@ def test_complex_unsupported_is_not_implemented(device):
         pytest.skip("about the device's missing kernels")
     c = rnd(3, dtype=torch.complex64)
     with pytest.raises(NotImplementedError, match="ComplexFloat"):
-        # no complex logcumsumexp kernel yet (CPU has one): a clear error, never a wrong answer
-        torch.logcumsumexp(c.to(device), 0).cpu()
-    torch.testing.assert_close(torch.cumprod(c.to(device), 0).cpu(), torch.cumprod(c, 0))  # this one has a kernel now
+        # no complex determinant kernel yet (CPU has one): a clear error, never a wrong answer
+        torch.linalg.det(torch.outer(c, c).to(device)).cpu()
+    # these have kernels now
+    torch.testing.assert_close(torch.cumprod(c.to(device), 0).cpu(), torch.cumprod(c, 0))
+    torch.testing.assert_close(torch.logcumsumexp(c.to(device), 0).cpu(), torch.logcumsumexp(c, 0))
 
 
 # --------------------------------------- linalg.eig ---------------------------------------

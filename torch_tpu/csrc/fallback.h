@@ -65,8 +65,9 @@ struct OpInfo {
   bool random = false;
   bool has_generator_arg = false;
   // Ops PyTorch gives no meta function take their shapes from a twin op.
-  // kLikeSelf: ops whose output is empty_like(self) (contiguous) but have no meta.
-  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kPowScalarOut, kComplexToFloatOut, kGeqrf, kRnnCell, kNllLoss, kNllLossBackward, kLayerNorm, kIndexReduce } meta_via = MetaVia::kSelf;
+  // kLikeSelf: ops whose output is empty_like(self) (contiguous) but have no meta; kLikeInput: the
+  // same of the second argument (a backward's input).
+  enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kLikeInput, kPowScalarOut, kComplexToFloatOut, kGeqrf, kRnnCell, kNllLoss, kNllLossBackward, kLayerNorm, kIndexReduce } meta_via = MetaVia::kSelf;
   bool repeat_interleave = false;  // repeat_interleave.Tensor: output_size from the data
   // CPU's checks on shapes, dtypes and Python scalars that PyTorch's meta
   // function lacks (fallback_precheck.cpp), run at the call before anything

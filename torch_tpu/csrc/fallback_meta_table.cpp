@@ -18,6 +18,9 @@
 #include <ATen/ops/acos_meta_dispatch.h>
 #include <ATen/ops/acosh_meta_dispatch.h>
 #include <ATen/ops/adaptive_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/fractional_max_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/fractional_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/fractional_max_pool3d_meta_dispatch.h>
 #include <ATen/ops/adaptive_max_pool2d_backward_meta_dispatch.h>
 #include <ATen/ops/adaptive_max_pool3d_meta_dispatch.h>
 #include <ATen/ops/adaptive_max_pool3d_backward_meta_dispatch.h>
@@ -259,6 +262,12 @@ const MetaFn kCppMetaTable[] = {
     {"acosh_", k<at::Tensor&(at::Tensor&), &at::meta::acosh_>},
     {"acosh.out", k<at::Tensor&(const at::Tensor&, at::Tensor&), &at::meta::acosh_outf>},
     {"adaptive_max_pool2d", k<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor&, at::IntArrayRef), &at::meta::adaptive_max_pool2d>},
+    {"fractional_max_pool2d", k<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, const at::Tensor&), &at::meta::fractional_max_pool2d>},
+    {"fractional_max_pool2d.output", k<::std::tuple<at::Tensor&,at::Tensor&>(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, const at::Tensor&, at::Tensor&, at::Tensor&), &at::meta::fractional_max_pool2d_outf>},
+    {"fractional_max_pool2d_backward", k<at::Tensor(const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef, const at::Tensor&), &at::meta::fractional_max_pool2d_backward>},
+    {"fractional_max_pool2d_backward.grad_input", k<at::Tensor&(const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef, const at::Tensor&, at::Tensor&), &at::meta::fractional_max_pool2d_backward_outf>},
+    {"fractional_max_pool3d", k<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, const at::Tensor&), &at::meta::fractional_max_pool3d>},
+    {"fractional_max_pool3d.output", k<::std::tuple<at::Tensor&,at::Tensor&>(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, const at::Tensor&, at::Tensor&, at::Tensor&), &at::meta::fractional_max_pool3d_outf>},
     {"adaptive_max_pool2d_backward.grad_input", k<at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&), &at::meta::adaptive_max_pool2d_backward_outf>},
     {"adaptive_max_pool2d_backward", k<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&), &at::meta::adaptive_max_pool2d_backward>},
     {"adaptive_max_pool3d", k<::std::tuple<at::Tensor,at::Tensor>(const at::Tensor&, at::IntArrayRef), &at::meta::adaptive_max_pool3d>},

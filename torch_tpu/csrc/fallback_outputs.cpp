@@ -279,6 +279,24 @@ void conv_layouts(const c10::IValue& input_v, const c10::IValue& weight_v, MetaE
   }
 }
 
+// _fused_rms_norm_backward's grad_input: channels_last (3d) where its input and grad_output are, as
+// CPU's decomposition of rms_norm (elementwise ops over both) lays it out; PyTorch's meta function
+// says contiguous. Asked on the meta-cache miss path only.
+void rms_norm_backward_layouts(at::ArrayRef<c10::IValue> args, MetaEntry* entry) {
+  if (args.size() < 2 || !args[0].isTensor() || !args[1].isTensor() || entry->rets.empty()) return;
+  const at::Tensor& grad = args[0].toTensor();
+  const at::Tensor& input = args[1].toTensor();
+  const int64_t nd = input.dim();
+  if (!input.defined() || !grad.defined() || (nd != 4 && nd != 5)) return;
+  const auto mf = nd == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+  if (input.suggest_memory_format() != mf || grad.suggest_memory_format() != mf) return;
+  for (OutMeta& m : entry->rets[0]) {
+    if (!m.defined || static_cast<int64_t>(m.sizes.size()) != nd) continue;
+    auto st = nd == 4 ? c10::get_channels_last_strides_2d(m.sizes) : c10::get_channels_last_strides_3d(m.sizes);
+    m.strides.assign(st.begin(), st.end());
+  }
+}
+
 // Thrown (and caught below) when PyTorch cannot give output shapes without
 // the data: no meta function, or a data-dependent one.
 struct NoMeta {
@@ -290,6 +308,8 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
                                     at::ArrayRef<c10::IValue> args, bool strict = false) {
   if (info.meta_via == OpInfo::MetaVia::kGeqrf) return geqrf_layouts(args[0].toTensor());
   if (info.meta_via == OpInfo::MetaVia::kLikeSelf) return like_self_layouts(info, args[0].toTensor());
+  if (info.meta_via == OpInfo::MetaVia::kLikeInput && args.size() > 1 && args[1].isTensor())
+    return like_self_layouts(info, args[1].toTensor());
   if (info.meta_via == OpInfo::MetaVia::kLayerNorm) return layer_norm_layouts(args);
   torch::jit::Stack meta_stack;
   meta_stack.reserve(args.size() + 1);
@@ -415,6 +435,8 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
   if (info.meta_via == OpInfo::MetaVia::kConvolution || info.meta_via == OpInfo::MetaVia::kConvolutionBackward)
     conv_layouts(info.meta_via == OpInfo::MetaVia::kConvolution ? args[0] : args[1],
                  info.meta_via == OpInfo::MetaVia::kConvolution ? args[1] : args[2], entry.get());
+  else if (info.full_name == "aten::_fused_rms_norm_backward")
+    rms_norm_backward_layouts(args, entry.get());
   return entry;
 }
 

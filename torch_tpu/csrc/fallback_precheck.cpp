@@ -289,6 +289,28 @@ void pow_negative_int_exponent(const Call& c) {
               "Integers to negative integer powers are not allowed.");
 }
 
+// nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction, ignore_index): CPU reads the
+// weight as self's dtype and refuses another one, even for empty inputs.
+void nll_loss_weight_dtype(const Call& c) {
+  if (!c.arg(0).isTensor() || c.info.num_args < 3 || !c.arg(2).isTensor()) return;
+  const at::Tensor& w = c.arg(2).toTensor();
+  if (!w.defined()) return;
+  TORCH_CHECK(w.scalar_type() == c.arg(0).toTensor().scalar_type(), "expected scalar type ",
+              c.arg(0).toTensor().scalar_type(), " but found ", w.scalar_type());
+}
+
+// index_add(self, dim, index, source, alpha) on complex tensors: the kernel adds the (real,
+// imaginary) pairs, so it takes a real alpha only; refuse a complex one at the call.
+void index_add_complex_alpha(const Call& c) {
+  if (c.info.num_args < 5 || !c.arg(0).isTensor() || !c.arg(0).toTensor().is_complex()) return;
+  const c10::IValue& a = c.arg(4);
+  bool imag = a.isComplexDouble() ? a.toComplexDouble().imag() != 0
+              : a.isScalar() && a.toScalar().isComplex() ? a.toScalar().toComplexDouble().imag() != 0
+                                                         : false;
+  TORCH_CHECK_NOT_IMPLEMENTED(!imag, "index_add: a complex alpha on complex tensors is not supported on the tpu ",
+                              "device");
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -320,6 +342,10 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return complex_parts;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
   if (full_name == "aten::pow.Tensor_Scalar_out") return pow_negative_int_exponent;
+  if (full_name.compare(0, 15, "aten::index_add") == 0) return index_add_complex_alpha;
+  if (full_name == "aten::nll_loss_forward" || full_name == "aten::nll_loss_forward.output" ||
+      full_name == "aten::nll_loss2d_forward" || full_name == "aten::nll_loss2d_forward.output")
+    return nll_loss_weight_dtype;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
     return div_mode_unsigned;
   return nullptr;

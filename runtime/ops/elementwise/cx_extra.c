@@ -2,13 +2,14 @@
  * normal_ on complex64/complex128: real and imaginary parts each N(mean,
  * std^2 / 2), as CPU), uniform_ (rand: each part uniform, as CPU's
  * view_as_real), eq/ne, logical_and/or/xor, isnan (z != z), the factories linspace, logspace and
- * eye, cumprod, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, and index_put_ (x[i] = v, accumulate too)
- * through the index kernel on the (real, imaginary) pairs. */
+ * eye, tril/triu, trace, dot/vdot, the scans cumsum/cumprod/logcumsumexp, the reductions var/std/var_mean/std_mean/prod/all/any/count_nonzero/linalg_vector_norm, index_put_ (x[i] = v, accumulate too)
+ * and index_add through the index kernels on the (real, imaginary) pairs, and nan_to_num on them. */
 #include <complex.h>
 #include <math.h>
 #include <string.h>
 
 #include "ops/args.h"
+#include "ops/elementwise/cx_math.h"
 #include "ops/reduce/reduce.h"
 
 /* t (complex) as its real pairs: an extra trailing dim of 2 (false when t has
@@ -283,30 +284,103 @@ static tpurt_status_t cx_var_std(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   return TPURT_OK;
 }
 
-/* cumprod(self, dim, dtype?) of a complex input: row by row along dim, the running product in
- * complex128 (CPU's acc_type) with c10::complex's plain multiply, rounded to the output's dtype */
-static tpurt_status_t k_cumprod(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+/* The scans cumsum / cumprod(self, dim, dtype?) and logcumsumexp / _logcumsumexp(self, dim) of a
+ * complex input: row by row along dim, the running value in complex128 (CPU's acc_type) with
+ * c10::complex's plain multiply and CPU's _log_add_exp_helper (logcumsumexp starts at -inf + 0i),
+ * rounded to the output's dtype at each store. */
+typedef enum { CXS_SUM, CXS_PROD, CXS_LOGSUMEXP } cxs_kind_t;
+
+static tpurt_status_t cx_scan(const tpurt_op_call_t* call, const char* name, cxs_kind_t kind) {
   const tpurt_tensor_t* in = tpurt_arg_tensor(call, 0);
   if (!in || call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
-    return TPURT_STATUS(INVALID_ARGUMENT, "cumprod: expected (self, dim) and a complex output");
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, dim) and a complex output", name);
   const tpurt_tensor_t* out = &call->outputs[0];
   int32_t dim;
-  TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim("cumprod", tpurt_arg_int(call, 1, 0), in->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_reduce_wrap_dim(name, tpurt_arg_int(call, 1, 0), in->ndim, &dim));
   if (tpurt_tensor_numel(in) == 0) return TPURT_OK;
   int64_t n = in->ndim ? in->sizes[dim] : 1, rows = tpurt_tensor_numel(in) / n;
   int64_t is = in->ndim ? in->strides[dim] : 0, os = in->ndim ? out->strides[dim] : 0;
   for (int64_t row = 0; row < rows; ++row) {
     int64_t io = in->ndim ? tpurt_tensor_offset_of(in, row, dim) : 0;
     int64_t oo = in->ndim ? tpurt_tensor_offset_of(out, row, dim) : 0;
-    double ar = 1, ai = 0;
+    double ar = kind == CXS_PROD ? 1 : kind == CXS_SUM ? 0 : -INFINITY, ai = 0;
     for (int64_t i = 0; i < n; ++i) {
       cx_val_t v = cx_load(in, io + i * is);
-      double r = ar * v.re - ai * v.im, im = ar * v.im + ai * v.re;
-      ar = r, ai = im;
+      if (kind == CXS_SUM) {
+        ar += v.re, ai += v.im;
+      } else if (kind == CXS_PROD) {
+        double r = ar * v.re - ai * v.im, im = ar * v.im + ai * v.re;
+        ar = r, ai = im;
+      } else {
+        tpurt_cx_math_logaddexp(v.re, v.im, ar, ai, &ar, &ai);
+      }
       cx_store(out, oo + i * os, CMPLX(ar, ai));
     }
   }
   return TPURT_OK;
+}
+
+static tpurt_status_t k_cumsum(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_scan(call, "cumsum", CXS_SUM);
+}
+static tpurt_status_t k_cumprod(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_scan(call, "cumprod", CXS_PROD);
+}
+static tpurt_status_t k_logcumsumexp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_scan(call, "logcumsumexp", CXS_LOGSUMEXP);
+}
+
+/* tril / triu(self, diagonal) of a complex input: the index family's kernels, which move whole
+ * elements of any size (index_shape.c) */
+tpurt_status_t tpurt_index_k_tril(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+tpurt_status_t tpurt_index_r_tril(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+tpurt_status_t tpurt_index_k_triu(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+tpurt_status_t tpurt_index_r_triu(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call);
+
+/* trace(self) of a 2-d complex input: the diagonal's sum in complex128 (CPU's acc_type), rounded */
+static tpurt_status_t k_trace(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  const tpurt_tensor_t* in = tpurt_arg_tensor(call, 0);
+  if (!in || in->ndim != 2 || call->num_outputs < 1 || !tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "trace: expected a 2-d tensor and a complex output");
+  int64_t n = in->sizes[0] < in->sizes[1] ? in->sizes[0] : in->sizes[1];
+  double re = 0, im = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cx_val_t v = cx_load(in, i * (in->strides[0] + in->strides[1]));
+    re += v.re, im += v.im;
+  }
+  cx_store(&call->outputs[0], 0, CMPLX(re, im));
+  return TPURT_OK;
+}
+
+/* dot / vdot(self, other) of 1-d complex tensors: sum(a * b), vdot conjugating a; the sum in
+ * complex128, rounded to the output's dtype */
+static tpurt_status_t cx_dot(const tpurt_op_call_t* call, bool conj_a) {
+  const char* op = conj_a ? "vdot" : "dot";
+  const tpurt_tensor_t *a = tpurt_arg_tensor(call, 0), *b = tpurt_arg_tensor(call, 1);
+  if (!a || !b || a->ndim != 1 || b->ndim != 1 || a->sizes[0] != b->sizes[0] || call->num_outputs < 1 ||
+      !tpurt_dtype_is_complex(call->outputs[0].dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected two 1-d tensors of one size and a complex output", op);
+  double re = 0, im = 0;
+  for (int64_t i = 0; i < a->sizes[0]; ++i) {
+    cx_val_t x = cx_load(a, i * a->strides[0]), y = cx_load(b, i * b->strides[0]);
+    if (conj_a) x.im = -x.im;
+    re += x.re * y.re - x.im * y.im;
+    im += x.re * y.im + x.im * y.re;
+  }
+  cx_store(&call->outputs[0], 0, CMPLX(re, im));
+  return TPURT_OK;
+}
+static tpurt_status_t k_dot(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_dot(call, false);
+}
+static tpurt_status_t k_vdot(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  (void)ctx;
+  return cx_dot(call, true);
 }
 
 typedef enum { CXR_PROD, CXR_ALL, CXR_ANY, CXR_COUNT } cxr_kind_t;
@@ -439,6 +513,15 @@ static tpurt_status_t k_count_nonzero(tpurt_kernel_ctx_t* x, const tpurt_op_call
 
 /* ---- _index_put_impl_(self, indices, values, accumulate, unsafe) ---- */
 
+/* `call` with other arguments and output, run by the real kernel `def` */
+static tpurt_status_t cx_call_real(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const tpurt_op_def_t* def,
+                                   tpurt_arg_t* args, const tpurt_tensor_t* out, bool ref) {
+  tpurt_op_call_t rc = *call;
+  rc.args = args;
+  rc.outputs = out;
+  return (ref ? def->reference : def->fn)(ctx, &rc);
+}
+
 static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
   const tpurt_op_def_t* def = tpurt_op_lookup("_index_put_impl");
   const tpurt_tensor_t *self = tpurt_arg_tensor(call, 0), *values = tpurt_arg_tensor(call, 2);
@@ -454,11 +537,60 @@ static tpurt_status_t cx_index_put(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
   args[0].v.tensor = &s;
   args[2].v.tensor = &v;
-  tpurt_op_call_t rc = *call;
-  rc.args = args;
-  rc.outputs = &o;
-  return (ref ? def->reference : def->fn)(ctx, &rc);
+  return cx_call_real(ctx, call, def, args, &o, ref);
 }
+
+/* index_add(self, dim, index, source, alpha) of complex tensors: the real kernel on the (real,
+ * imaginary) pairs (a trailing dim of 2 rides along), for a real alpha */
+static tpurt_status_t cx_index_add(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("index_add");
+  const tpurt_tensor_t *self = tpurt_arg_tensor(call, 0), *source = tpurt_arg_tensor(call, 3);
+  if (!def || !self || !source || call->num_outputs < 1 || call->num_args > 8 || !tpurt_arg_is(call, 1, TPURT_ARG_INT))
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_add: expected (self, dim, index, source, alpha)");
+  if (source->dtype != self->dtype || call->outputs[0].dtype != self->dtype)
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_add: source (%s) must have self's dtype (%s)",
+                        tpurt_dtype_name(source->dtype), tpurt_dtype_name(self->dtype));
+  const tpurt_tensor_t* alpha = tpurt_arg_tensor(call, 4);
+  if (alpha && tpurt_dtype_is_complex(alpha->dtype) && cx_load(alpha, 0).im != 0)
+    return TPURT_STATUS(UNIMPLEMENTED, "index_add: a complex alpha on complex tensors");
+  tpurt_tensor_t s, v, o;
+  if (self->ndim == 0 || !cx_pairs(self, &s) || !cx_pairs(source, &v) || !cx_pairs(&call->outputs[0], &o))
+    return TPURT_STATUS(UNIMPLEMENTED, "index_add: complex tensors of %d dims", (int)self->ndim);
+  int64_t dim = tpurt_arg_int(call, 1, 0);
+  if (dim < -self->ndim || dim >= self->ndim)
+    return TPURT_STATUS(INVALID_ARGUMENT, "index_add: dim %lld out of range for %d dims", (long long)dim,
+                        (int)self->ndim);
+  tpurt_arg_t args[8];
+  memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
+  args[0].v.tensor = &s;
+  args[1].v.i = dim < 0 ? dim + self->ndim : dim; /* the pair dim comes last: wrap against self's dims */
+  args[3].v.tensor = &v;
+  if (alpha) { /* a complex alpha (a 0-d tensor) with no imaginary part, as a real one */
+    args[4].kind = TPURT_ARG_DOUBLE;
+    args[4].v.d = cx_load(alpha, 0).re;
+  }
+  return cx_call_real(ctx, call, def, args, &o, ref);
+}
+static tpurt_status_t k_index_add(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_add(x, c, false); }
+static tpurt_status_t r_index_add(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_index_add(x, c, true); }
+
+/* nan_to_num(self, nan?, posinf?, neginf?) of a complex tensor: the real kernel on the (real,
+ * imaginary) pairs, each part replaced on its own, as CPU */
+static tpurt_status_t cx_nan_to_num(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool ref) {
+  const tpurt_op_def_t* def = tpurt_op_lookup("nan_to_num");
+  const tpurt_tensor_t* self = tpurt_arg_tensor(call, 0);
+  if (!def || !self || call->num_outputs < 1 || call->num_args > 8 || call->outputs[0].dtype != self->dtype)
+    return TPURT_STATUS(INVALID_ARGUMENT, "nan_to_num: expected a complex self and an output of its dtype");
+  tpurt_tensor_t s, o;
+  if (!cx_pairs(self, &s) || !cx_pairs(&call->outputs[0], &o))
+    return TPURT_STATUS(UNIMPLEMENTED, "nan_to_num: complex tensors of %d dims", (int)self->ndim);
+  tpurt_arg_t args[8];
+  memcpy(args, call->args, (size_t)call->num_args * sizeof(tpurt_arg_t));
+  args[0].v.tensor = &s;
+  return cx_call_real(ctx, call, def, args, &o, ref);
+}
+static tpurt_status_t k_nan_to_num(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_nan_to_num(x, c, false); }
+static tpurt_status_t r_nan_to_num(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_nan_to_num(x, c, true); }
 
 static tpurt_status_t k_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, false); }
 static tpurt_status_t r_normal(tpurt_kernel_ctx_t* x, const tpurt_op_call_t* c) { return cx_normal(x, c, true); }
@@ -492,7 +624,17 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
     {"complex::linalg_vector_norm", k_vector_norm, r_vector_norm, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::var", k_var, r_var, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::std", k_std, r_std, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::cumsum", k_cumsum, k_cumsum, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::trace", k_trace, k_trace, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::dot", k_dot, k_dot, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::vdot", k_vdot, k_vdot, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::tril", tpurt_index_k_tril, tpurt_index_r_tril, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
+    {"complex::triu", tpurt_index_k_triu, tpurt_index_r_triu, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
     {"complex::cumprod", k_cumprod, k_cumprod, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::logcumsumexp", k_logcumsumexp, k_logcumsumexp, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::_logcumsumexp", k_logcumsumexp, k_logcumsumexp, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::var_mean", k_var_mean, r_var_mean, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     {"complex::std_mean", k_std_mean, r_std_mean, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     /* plain loops: each is its own reference */
@@ -504,5 +646,8 @@ const tpurt_op_def_t tpurt_ops_complex_extra[] = {
      TPURT_LAYOUT_STRIDED},
     {"complex::index_put", k_index_put, r_index_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
      TPURT_LAYOUT_STRIDED},
+    {"complex::index_add", k_index_add, r_index_add, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
+    {"complex::nan_to_num", k_nan_to_num, r_nan_to_num, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     TPURT_OP_TABLE_END,
 };

@@ -11,4 +11,9 @@
 TPURT_CX_MATH_LIST(TPURT_CX_MATH_DECLARE_)
 #undef TPURT_CX_MATH_DECLARE_
 
+/* c10::complex's log1p (careful near 0), and CPU's _log_add_exp_helper on complex (logaddexp,
+ * logcumsumexp); both in double */
+void tpurt_cx_math_log1p(double re, double im, double* out_re, double* out_im);
+void tpurt_cx_math_logaddexp(double ar, double ai, double br, double bi, double* out_re, double* out_im);
+
 #endif /* TPURT_OPS_ELEMENTWISE_CX_MATH_H_ */

@@ -127,39 +127,6 @@ CX_BOTH(CX_LOOP2, mul, { o_r = ar * br - ai * bi; o_i = ar * bi + ai * br; })
     }                                                  \
   } while (0)
 CX_BOTH(CX_LOOP2, div, CX_DIV(ar, ai, br, bi, o_r, o_i))
-/* c10::complex's log1p: 0.5 * log1p(x (2 + x) + y^2) near 0 (|z| < 0.5), else log |1 + z|; the angle of 1 + z */
-static void cx_log1p(double x, double y, double* o_r, double* o_i) {
-  double theta = atan2(y, x + 1);
-  if (hypot(x, y) < 0.5) {
-    double r = x * (2 + x) + y * y;
-    *o_r = r == 0 ? x : 0.5 * log1p(r);
-  } else {
-    *o_r = log(hypot(x + 1, y));
-  }
-  *o_i = theta;
-}
-/* CPU's _log_add_exp_helper on complex: NaN in the smaller (by real part) is NaN; two equal
- * infinite real parts give the smaller (-inf) or log(exp(a) + exp(b)) (+inf); else
- * log1p(exp(min - max)) + max */
-static void cx_logaddexp(double ar, double ai, double br, double bi, double* o_r, double* o_i) {
-  bool a_min = ar < br || (ar == br && ar != ar); /* mirrors std::real(x) < std::real(y) ? (x, y) : (y, x) */
-  double mnr = a_min ? ar : br, mni = a_min ? ai : bi, mxr = a_min ? br : ar, mxi = a_min ? bi : ai;
-  if (isnan(mnr) || isnan(mni)) {
-    *o_r = *o_i = NAN;
-  } else if (!isfinite(mnr) && mnr == mxr) {
-    if (mnr < 0) {
-      *o_r = mnr, *o_i = mni;
-    } else {
-      double complex e = cexp(CMPLX(mnr, mni)) + cexp(CMPLX(mxr, mxi)), l = clog(e);
-      *o_r = creal(l), *o_i = cimag(l);
-    }
-  } else {
-    double complex e = cexp(CMPLX(mnr - mxr, mni - mxi));
-    double lr, li;
-    cx_log1p(creal(e), cimag(e), &lr, &li);
-    *o_r = lr + mxr, *o_i = li + mxi;
-  }
-}
 /* exp in double, as the exp loop: exactly e^re when im is 0, C99's values for an infinite re with a non-finite im */
 static void cx_exp_d(double ar, double ai, double* o_r, double* o_i) {
   double e = exp(ar);
@@ -217,8 +184,8 @@ CX_BOTH(CX_LOOP1, sinc, {
     CX_DIV((cx_real_t)r_, (cx_real_t)i_, pr_, pi2_, o_r, o_i);
   }
 })
-CX_BOTH(CX_LOOP1, log1p, { double r_, i_; cx_log1p(ar, ai, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
-CX_BOTH(CX_LOOP2, logaddexp, { double r_, i_; cx_logaddexp(ar, ai, br, bi, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
+CX_BOTH(CX_LOOP1, log1p, { double r_, i_; tpurt_cx_math_log1p(ar, ai, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
+CX_BOTH(CX_LOOP2, logaddexp, { double r_, i_; tpurt_cx_math_logaddexp(ar, ai, br, bi, &r_, &i_); o_r = (cx_real_t)r_; o_i = (cx_real_t)i_; })
 CX_BOTH(CX_LOOP1, reciprocal, CX_DIV((cx_real_t)1, (cx_real_t)0, ar, ai, o_r, o_i))
 /* pow(a, b): CPU's shortcuts for a real exponent 2, 3, 0.5, -0.5, -1, -2 (c10::complex products
  * and quotients, std::sqrt), else std::pow, which is C's cpow */
@@ -324,6 +291,21 @@ static void cx_densify(const tpurt_tensor_t* t, tpurt_dtype_t dtype, void* buf, 
   }
 }
 
+/* dense src (row-major, out's shape) converted into the strided dst: cx_densify's inverse */
+static void cx_scatter(const tpurt_tensor_t* src, const tpurt_tensor_t* dst) {
+  int64_t n = tpurt_tensor_numel(dst), idx[TPURT_MAX_DIMS] = {0};
+  size_t ss = tpurt_dtype_size(src->dtype), ds = tpurt_dtype_size(dst->dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (int32_t k = 0; k < dst->ndim; ++k) off += idx[k] * dst->strides[k];
+    tpurt_dtype_convert(dst->dtype, (char*)dst->data + off * ds, src->dtype, (const char*)src->data + i * ss, 1);
+    for (int32_t k = dst->ndim - 1; k >= 0; --k) {
+      if (++idx[k] < dst->sizes[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
 /* Runs `f` (complex64 compute) or `dl` (complex128) over out <- ins.
  * `compute` is the complex compute dtype; a complex input of the other
  * precision is converted to it first; real inputs are cast by the engine. */
@@ -336,10 +318,25 @@ static tpurt_status_t cx_run(tpurt_kernel_ctx_t* ctx, const char* op, tpurt_dtyp
   tpurt_dtype_t real = tpurt_dtype_to_real(compute);
   tpurt_ew_config_t cfg = {.op = op, .num_outputs = 1, .num_inputs = nin,
                            .loop = compute == TPURT_DTYPE_COMPLEX64 ? f : dl, .user = u, .grain = 16384};
-  if (tpurt_dtype_is_complex(out->dtype) && out->dtype != compute)
-    return TPURT_STATUS(INVALID_ARGUMENT, "%s: output dtype %s differs from the compute dtype %s", op,
-                        tpurt_dtype_name(out->dtype), tpurt_dtype_name(compute));
   if (tpurt_tensor_numel(out) == 0) return TPURT_OK;
+  tpurt_tensor_t tmp;
+  const tpurt_tensor_t* final_out = NULL;
+  if (tpurt_dtype_is_complex(out->dtype) && out->dtype != compute) {
+    /* an out= of the other precision: compute into a dense temporary, then convert (CPU's
+     * TensorIterator computes in the common dtype and casts to the output) */
+    void* buf = tpurt_kernel_scratch(ctx, (size_t)tpurt_tensor_numel(out) * tpurt_dtype_size(compute) + 16);
+    if (!buf) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch memory", op);
+    tmp = *out;
+    tmp.data = buf;
+    tmp.dtype = compute;
+    int64_t st = 1;
+    for (int32_t k = out->ndim - 1; k >= 0; --k) {
+      tmp.strides[k] = st;
+      st *= out->sizes[k] > 1 ? out->sizes[k] : 1;
+    }
+    final_out = out;
+    out = &tmp;
+  }
   cfg.tensors[0] = out;
   u->cplx[0] = tpurt_dtype_is_complex(out->dtype);
   cfg.loop_dtypes[0] = u->cplx[0] ? compute : real;
@@ -363,7 +360,9 @@ static tpurt_status_t cx_run(tpurt_kernel_ctx_t* ctx, const char* op, tpurt_dtyp
     }
     cfg.tensors[op_k] = t;
   }
-  return tpurt_ew_run(ctx, &cfg);
+  TPURT_RETURN_IF_ERROR(tpurt_ew_run(ctx, &cfg));
+  if (final_out) cx_scatter(out, final_out);
+  return TPURT_OK;
 }
 
 /* A Scalar or tensor argument as a tensor (a Scalar becomes a 0-d real tensor). */
@@ -443,7 +442,15 @@ static tpurt_status_t cx_binary(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: rounding_mode is not supported for complex inputs", op);
   }
   const tpurt_tensor_t* ins[2] = {swap ? b : a, swap ? a : b};
-  return cx_run(ctx, op, call->outputs[0].dtype, &call->outputs[0], 2, ins, f, dl, &u);
+  /* the compute dtype: the tensors' common complex dtype where it differs from a complex out='s
+   * (pow(complex64, complex128, out=complex64) computes in complex128 and rounds, as CPU); only
+   * tensors of at least one dim count, as in PyTorch's promotion over 0-d tensors and scalars */
+  tpurt_dtype_t compute = call->outputs[0].dtype;
+  if (tpurt_dtype_is_complex(compute) && a->ndim > 0 && b->ndim > 0) {
+    tpurt_dtype_t common = tpurt_dtype_promote(a->dtype, b->dtype);
+    if (tpurt_dtype_is_complex(common)) compute = common;
+  }
+  return cx_run(ctx, op, compute, &call->outputs[0], 2, ins, f, dl, &u);
 }
 CX_KERNEL(add) { return cx_binary(ctx, call, "add", add_f, add_d, true, false); }
 CX_KERNEL(sub) { return cx_binary(ctx, call, "sub", sub_f, sub_d, true, false); }

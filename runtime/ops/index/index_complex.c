@@ -4,7 +4,7 @@
  * every op here takes it; complex128 travels as its (real, imaginary) float64
  * pairs, an extra trailing dim of 2, which only ops whose dims never reach
  * the last one accept (cat, flip, roll, index_select, index_copy: their dim arguments are
- * wrapped against the complex tensor's own dims first). */
+ * wrapped against the complex tensor's own dims first; index: its index tensors never reach it). */
 #include <string.h>
 
 #include "ops/args.h"
@@ -154,7 +154,9 @@ CXI_KERNELS(roll, true, 2, true)          /* (self, shifts, dims) */
 CXI_KERNELS(index_select, true, 1, false) /* (self, dim, index) */
 CXI_KERNELS(gather, false, -1, false)
 CXI_KERNELS(take, false, -1, false)
-CXI_KERNELS(index, false, -1, false)
+/* (self, indices): the index tensors cover self's dims only, so the pair dim stays last in the
+ * result either way (adjacent or not); a 0-d self has no pair view that lines up */
+CXI_KERNELS(index, (tpurt_arg_tensor(call, 0) && tpurt_arg_tensor(call, 0)->ndim > 0), -1, false)
 
 CXI_KERNELS(index_copy, true, 1, false)   /* (self, dim, index, source) */
 
@@ -241,7 +243,7 @@ const tpurt_op_def_t tpurt_ops_index_complex[] = {
     CXI(index_select, TPURT_DTYPES_COMPLEX),
     CXI(gather, TPURT_DTYPE_BIT(COMPLEX64)),
     CXI(take, TPURT_DTYPE_BIT(COMPLEX64)),
-    CXI(index, TPURT_DTYPE_BIT(COMPLEX64)),
+    CXI(index, TPURT_DTYPES_COMPLEX),
     CXI(index_copy, TPURT_DTYPES_COMPLEX),
     CXI(index_fill, TPURT_DTYPES_COMPLEX),
     TPURT_OP_TABLE_END,

@@ -280,13 +280,13 @@ static tpurt_status_t tri_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   int32_t nd = self->ndim;
   if (reference) {
     int64_t pos[TPURT_MAX_DIMS];
-    unsigned char zero[8] = {0};
+    unsigned char zero[16] = {0}; /* complex128 elements too (cx_extra.c's complex::tril/triu) */
     /* self may alias out: read each element before writing it */
     for (int64_t l = 0; l < n; ++l) {
       unravel(self, l, pos);
       int64_t i = pos[nd - 2], c = pos[nd - 1];
       bool keep = upper ? c - i >= diag : c - i <= diag;
-      unsigned char v[8];
+      unsigned char v[16];
       memcpy(v, (const char*)self->data + dot(pos, self->strides, nd) * (int64_t)es, es);
       memcpy((char*)out->data + dot(pos, out->strides, nd) * (int64_t)es, keep ? v : zero, es);
     }

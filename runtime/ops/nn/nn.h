@@ -51,6 +51,11 @@ TPURT_NN_DECLARE(adaptive_avg_pool3d_backward)
 TPURT_NN_DECLARE(max_pool3d_backward)
 TPURT_NN_DECLARE(adaptive_max_pool3d)
 TPURT_NN_DECLARE(adaptive_max_pool3d_backward)
+/* fractional max pooling, 2-D and 3-D (pool_fractional.c) */
+TPURT_NN_DECLARE(fractional_max_pool2d)
+TPURT_NN_DECLARE(fractional_max_pool2d_backward)
+TPURT_NN_DECLARE(fractional_max_pool3d)
+TPURT_NN_DECLARE(fractional_max_pool3d_backward)
 /* upsampling: nearest and (bi)linear 1-D/2-D (upsample.c) */
 TPURT_NN_DECLARE(upsample_nearest2d)
 TPURT_NN_DECLARE(upsample_nearest2d_backward)

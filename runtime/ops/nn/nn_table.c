@@ -65,6 +65,12 @@ const tpurt_op_def_t tpurt_ops_nn[] = {
     OP("adaptive_max_pool3d_backward", adaptive_max_pool3d_backward, NN_DT_FLOAT),
     OP("adaptive_max_pool3d", adaptive_max_pool3d, NN_DT_FLOAT),
 
+    /* fractional max pooling (pool_fractional.c) */
+    OP("fractional_max_pool2d", fractional_max_pool2d, NN_DT_FLOAT),
+    OP("fractional_max_pool2d_backward", fractional_max_pool2d_backward, NN_DT_FLOAT),
+    OP("fractional_max_pool3d", fractional_max_pool3d, NN_DT_FLOAT),
+    OP("fractional_max_pool3d_backward", fractional_max_pool3d_backward, NN_DT_FLOAT),
+
     /* upsampling (upsample.c, upsample_taps.c) */
     OP("upsample_nearest2d", upsample_nearest2d, NN_DT_ANY),
     OP("upsample_nearest2d_backward", upsample_nearest2d_backward, NN_DT_FLOAT),

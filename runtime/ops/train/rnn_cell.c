@@ -164,6 +164,8 @@ static tpurt_status_t lstm_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
       .cx = tpurt_train_view(cx), .cy = tpurt_train_view(cy), .ws = tpurt_train_view(ws),
       .ggates = tpurt_train_view(&c->outputs[0]), .gcx = tpurt_train_view(&c->outputs[1]), .h = h,
   };
+  /* neither gradient defined: ATen returns undefined tensors, which have no data to write */
+  if ((!j.ghy.t && !j.gcy.t) || !c->outputs[0].data || !c->outputs[1].data) return TPURT_OK;
   if (ctx) tpurt_parallel_for(ctx, b, h > 0 ? 1 + 4096 / (h * 4) : b, lstm_bwd_rows, &j);
   else lstm_bwd_rows(&j, 0, b, 0);
   if (tpurt_arg_bool(c, 5, false) && c->num_outputs > 2 && c->outputs[2].data)
