@@ -140,8 +140,8 @@ def evil_so(base):
 
 def _built_entry(cache, kind="tanh"):
     """Builds `kind`'s kernel into cache (a trusted one) in a process of its own; its hash and source."""
-    st, _ = _child(cache, kind)
-    assert st["same"] and st["builds"] == 1
+    st, err = _child(cache, kind)
+    assert st["same"] and st["builds"] == 1, (st, err[-2000:])
     rec = [n for n in os.listdir(cache) if n.endswith(".kernel")]
     assert len(rec) == 1
     text = open(os.path.join(cache, rec[0]), "rb").read()
@@ -192,7 +192,7 @@ def test_cache_dir_of_another_user_is_not_used(base, evil_so, who):
     _foreign_dir(cache, evil_so, h_src)
     before = _snapshot(cache)
     st, err = _child(cache)
-    assert st["same"] and st["runs"] >= 1 and st["builds"] == 1 and st["loads"] == 0  # built, kept in memory
+    assert st["same"] and st["runs"] >= 1 and st["builds"] == 1 and st["loads"] == 0, (st, err[-2000:])  # built, kept in memory
     assert not os.path.exists(os.path.join(base, "marker"))
     assert _snapshot(cache) == before  # nothing written there
     assert "kernel cache: not using " + cache in err
@@ -205,7 +205,7 @@ def test_world_writable_cache_dir_is_not_used(base):
     os.mkdir(cache)
     os.chmod(cache, 0o1777)  # even with the sticky bit
     st, err = _child(cache)
-    assert st["same"] and st["runs"] >= 1 and st["builds"] == 1
+    assert st["same"] and st["runs"] >= 1 and st["builds"] == 1, (st, err[-2000:])
     assert os.listdir(cache) == []
     assert "is writable by its group and others (mode 1777)" in err
 
@@ -238,7 +238,7 @@ def test_symlinked_cache_dir_is_not_used(base, below):
     else:
         st, err = _child(link)
         shown = link
-    assert st["same"] and st["runs"] >= 1
+    assert st["same"] and st["runs"] >= 1, (st, err[-2000:])
     assert os.listdir(target) == []
     assert f"{shown} is a symlink" in err
 
@@ -270,7 +270,7 @@ def test_symlinked_library_to_another_users_is_refused(base, evil_so, who):
     os.symlink(theirs, os.path.join(cache, h + ".so"))
     _plant_entry(cache, h, source, open(evil_so, "rb").read())
     st, err = _child(cache)
-    assert st["same"] and st["loads"] == 0 and st["rejects"] == 1 and st["builds"] == 1 and st["runs"] >= 1
+    assert st["same"] and st["loads"] == 0 and st["rejects"] == 1 and st["builds"] == 1 and st["runs"] >= 1, (st, err[-2000:])
     assert not os.path.exists(os.path.join(base, "marker"))
     assert f"entry {h}.so refused and removed: {h}.so is a symlink" in err
     assert not os.path.islink(os.path.join(cache, h + ".so"))  # rebuilt in its place
@@ -286,7 +286,7 @@ def test_foreign_library_with_correct_name_and_record_is_refused(base, evil_so, 
     os.replace(theirs, os.path.join(cache, h + ".so"))  # moved in: keeps its owner and mode
     _plant_entry(cache, h, source, open(evil_so, "rb").read())
     st, err = _child(cache)
-    assert st["same"] and st["loads"] == 0 and st["rejects"] == 1 and st["builds"] == 1
+    assert st["same"] and st["loads"] == 0 and st["rejects"] == 1 and st["builds"] == 1, (st, err[-2000:])
     assert not os.path.exists(os.path.join(base, "marker"))
     why = "belongs to uid 65534, not to this user" if who == "other_user" else "is writable by others (mode 0666)"
     assert f"entry {h}.so refused and removed: {h}.so {why}" in err
@@ -302,18 +302,18 @@ def test_corrupted_library_is_refused_and_rebuilt(base):
         f.write(bytes(data))
     os.chmod(so + ".new", 0o600)
     os.replace(so + ".new", so)
-    st, _ = _child(cache)
-    assert st["same"] and st["loads"] == 0 and st["rejects"] == 1 and st["builds"] == 1 and st["runs"] >= 1
-    st, _ = _child(cache)  # the rebuilt entry is good
-    assert st["same"] and st["loads"] == 1 and st["builds"] == 0
+    st, err = _child(cache)
+    assert st["same"] and st["loads"] == 0 and st["rejects"] == 1 and st["builds"] == 1 and st["runs"] >= 1, (st, err[-2000:])
+    st, err = _child(cache)  # the rebuilt entry is good
+    assert st["same"] and st["loads"] == 1 and st["builds"] == 0, (st, err[-2000:])
 
 
 def test_planted_symlinks_at_failure_record_and_temporaries_are_not_written_through(base):
     """A symlink at the name of the failure record, and at every temporary name the writer could have been
     predicted to use, point at a file elsewhere: that file is unchanged and the record is still written."""
     cache = os.path.join(base, "cache")
-    st, _ = _child(cache, "fails")
-    assert st["same"] and st["failures"] == 1 and st["runs"] == 0
+    st, err = _child(cache, "fails")
+    assert st["same"] and st["failures"] == 1 and st["runs"] == 0, (st, err[-2000:])
     fail = [n for n in os.listdir(cache) if n.endswith(".fail")]
     assert len(fail) == 1
     fail = os.path.join(cache, fail[0])
@@ -323,8 +323,8 @@ def test_planted_symlinks_at_failure_record_and_temporaries_are_not_written_thro
         f.write("not yours")
     os.chmod(precious, 0o600)
     os.symlink(precious, fail)
-    st, _ = _child(cache, "fails", PRECIOUS=precious, PLANT_TEMPS=fail)
-    assert st["same"] and st["failures"] == 1 and st["runs"] == 0
+    st, err = _child(cache, "fails", PRECIOUS=precious, PLANT_TEMPS=fail)
+    assert st["same"] and st["failures"] == 1 and st["runs"] == 0, (st, err[-2000:])
     assert open(precious).read() == "not yours"
     assert not os.path.islink(fail) and os.stat(fail).st_mode & 0o777 == 0o600
     assert open(fail, "rb").read().startswith(b"torch_tpu build failure v2 time ")
@@ -347,8 +347,8 @@ def test_size_limit_evicts_least_recently_used(base):
     with open(other, "w") as f:
         f.write("mine")
     os.utime(other, (1, 1))
-    st, _ = _child(cache, TORCH_TPU_FUSE_CACHE_MAX_MB="1")
-    assert st["same"] and st["builds"] == 1 and st["runs"] >= 1
+    st, err = _child(cache, TORCH_TPU_FUSE_CACHE_MAX_MB="1")
+    assert st["same"] and st["builds"] == 1 and st["runs"] >= 1, (st, err[-2000:])
     names = set(os.listdir(cache))
     assert planted[0] + ".so" not in names
     assert {p + ".so" for p in planted[1:]} <= names and "notes.txt" in names
@@ -359,8 +359,8 @@ def test_size_limit_evicts_least_recently_used(base):
 
 def test_failure_record_holds_only_for_the_same_compiler_and_an_hour(base):
     cache = os.path.join(base, "cache")
-    st, _ = _child(cache, "fails")  # a real failure record: its header names this compiler
-    assert st["failures"] == 1
+    st, err = _child(cache, "fails")  # a real failure record: its header names this compiler
+    assert st["failures"] == 1, (st, err[-2000:])
     fail = next(n for n in os.listdir(cache) if n.endswith(".fail"))
     head = open(os.path.join(cache, fail), "rb").read().split(b"\n", 1)[0].decode()
     compiler = head.split(" compiler ", 1)[1]
@@ -381,7 +381,7 @@ def test_failure_record_holds_only_for_the_same_compiler_and_an_hour(base):
             f.write(record)
         os.chmod(p + ".new", 0o600)
         os.replace(p + ".new", p)
-        st, _ = _child(cache, "sigmoid")
+        st, err = _child(cache, "sigmoid")
         assert st["same"], record[:80]
         if held:
             assert st["builds"] == 0 and st["runs"] == 0 and os.path.exists(p), record[:80]
@@ -402,10 +402,10 @@ def _cli(cache, *args):
 def test_cli_info_list_verify_clear_match_the_directory(base):
     cache = os.path.join(base, "cache")
     h1, _ = _built_entry(cache, "tanh")
-    st, _ = _child(cache, "sigmoid")
+    st, err = _child(cache, "sigmoid")
     assert st["builds"] == 1
     h2 = next(n[:16] for n in os.listdir(cache) if n.endswith(".kernel") and not n.startswith(h1))
-    st, _ = _child(cache, "fails")
+    st, err = _child(cache, "fails")
     h3 = next(n[:16] for n in os.listdir(cache) if n.endswith(".fail"))
     so2 = os.path.join(cache, h2 + ".so")  # corrupted
     data = bytearray(open(so2, "rb").read())
@@ -491,19 +491,19 @@ def test_tier3_shared_cache_serves_other_hosts_and_is_checked(base, evil_so, who
     A shared root the user must not trust is not used: the kernel is built, nothing written there."""
     shared = os.path.join(base, "shared")
     host_a, host_b = os.path.join(base, "host_a"), os.path.join(base, "host_b")
-    st, _ = _child(host_a, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
-    assert st["same"] and st["builds"] == 1 and st["shared_stores"] == 1 and st["shared_loads"] == 0
+    st, err = _child(host_a, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
+    assert st["same"] and st["builds"] == 1 and st["shared_stores"] == 1 and st["shared_loads"] == 0, (st, err[-2000:])
     assert sorted(os.path.splitext(n)[1] for n in os.listdir(os.path.join(shared, "fused"))) == [".kernel", ".so"]
-    st, _ = _child(host_b, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
-    assert st["same"] and st["runs"] >= 1 and st["builds"] == 0 and st["shared_loads"] == 1 and st["loads"] == 0
+    st, err = _child(host_b, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
+    assert st["same"] and st["runs"] >= 1 and st["builds"] == 0 and st["shared_loads"] == 1 and st["loads"] == 0, (st, err[-2000:])
     assert sorted(os.listdir(host_b)) == sorted(os.listdir(os.path.join(shared, "fused")))
-    st, _ = _child(host_b, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
-    assert st["same"] and st["builds"] == 0 and st["loads"] == 1 and st["shared_loads"] == 0
+    st, err = _child(host_b, TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=shared)
+    assert st["same"] and st["builds"] == 0 and st["loads"] == 1 and st["shared_loads"] == 0, (st, err[-2000:])
 
     foreign = os.path.join(base, "drop", "shared")
     _foreign_dir(foreign, evil_so)
     before = _snapshot(foreign)
     st, err = _child(os.path.join(base, "host_c"), TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT=foreign)
-    assert st["same"] and st["builds"] == 1 and st["shared_loads"] == 0 and st["shared_stores"] == 0
+    assert st["same"] and st["builds"] == 1 and st["shared_loads"] == 0 and st["shared_stores"] == 0, (st, err[-2000:])
     assert _snapshot(foreign) == before and not os.path.exists(os.path.join(base, "marker"))
     assert "kernel cache: not using " + foreign in err
