@@ -244,6 +244,28 @@ def test_native_layer_norm_all_outputs(device, dtype, shape, ns):
             torch.testing.assert_close(o.cpu().to(r.dtype), r, equal_nan=True, **_tol(dtype))
 
 
+# The float32 row path reads a contiguous float32 weight and bias in place and converts contiguous
+# 16-bit ones in one pass; strided ones (views) still go element by element.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("strided", [False, True])
+def test_layer_norm_weight_layouts(device, dtype, strided):
+    def on_device(t):
+        if not strided:
+            return t.to(device)
+        buf = torch.zeros(t.numel() * 2, dtype=t.dtype, device=device)
+        buf[::2] = t.to(device)
+        assert not buf[::2].is_contiguous()
+        return buf[::2]
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 5, 64, generator=g).to(dtype)
+    w, b = torch.randn(64, generator=g).to(dtype), torch.randn(64, generator=g).to(dtype)
+    got = F.layer_norm(x.to(device), (64,), on_device(w), on_device(b))
+    torch.testing.assert_close(got.cpu(), F.layer_norm(x, (64,), w, b), **_tol(dtype))
+    got = F.rms_norm(x.to(device), (64,), on_device(w))
+    torch.testing.assert_close(got.cpu(), F.rms_norm(x, (64,), w), **_tol(dtype))
+
+
 @pytest.mark.parametrize("shape,groups", [((4, 6, 5, 3), 3), ((2, 4, 7), 2), ((3, 8), 4), ((2, 6, 0), 3)])
 def test_native_group_norm_all_outputs(device, shape, groups):
     g = torch.Generator().manual_seed(0)

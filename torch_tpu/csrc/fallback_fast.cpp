@@ -38,6 +38,28 @@ inline bool plain(const at::Tensor& t, c10::DeviceIndex device) {
          impl->storage().data() != nullptr && impl->dim() <= TPURT_MAX_DIMS;  // more: folded by the boxed path
 }
 
+// fill_tensor_desc for a tensor plain() accepted, in the dtype the caller
+// mapped: its strides are contiguous, so the storage check is the offset plus
+// its elements (check_in_storage raises with the full message when they do
+// not fit), and a freshly allocated output needs none (`fresh`).
+inline void plain_desc(const at::Tensor& t, tpurt_dtype_t dtype, const char* op, bool fresh, tpurt_tensor_t* out) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const int64_t numel = impl->numel();
+  if (!fresh && numel > 0 &&
+      static_cast<size_t>(impl->storage_offset() + numel) * impl->itemsize() > impl->storage().nbytes())
+    check_in_storage(t, op);
+  out->data = t.data_ptr();
+  out->dtype = dtype;
+  const int64_t ndim = impl->dim();
+  out->ndim = static_cast<int32_t>(ndim);
+  const int64_t* sizes = impl->sizes().data();
+  const int64_t* strides = impl->strides().data();
+  for (int64_t i = 0; i < ndim; ++i) {
+    out->sizes[i] = sizes[i];
+    out->strides[i] = strides[i];
+  }
+}
+
 // A Python number (a wrapped 0-d CPU tensor) as a kernel argument, when the
 // result keeps the tensor's dtype: any real number with a floating tensor, an
 // integer with an integral one.
@@ -120,7 +142,8 @@ inline bool fast_args(const FastOp& op, const at::Tensor& self, const at::Tensor
   const bool is_float = floating(dtype);
   // div of integers is a true division (a float result)
   if (!is_float && (kOp == kDiv || kOp == kDiv_ || !integral(dtype))) return false;
-  if (!tpurt_op_supports_dtype(op.def, map_dtype(dtype))) return false;
+  const tpurt_dtype_t tdtype = map_dtype(dtype);
+  if (!tpurt_op_supports_dtype(op.def, tdtype)) return false;
   std::memset(a, 0, 3 * sizeof(tpurt_arg_t));
   if (alpha && !scalar_arg(*alpha, is_float, &a[2])) return false;
   a[0].kind = TPURT_ARG_TENSOR;
@@ -132,7 +155,7 @@ inline bool fast_args(const FastOp& op, const at::Tensor& self, const at::Tensor
       // self's memory gets CPU's overlap rules on the generic path
       if (!self.sizes().equals(*sizes) || shares_storage(self, other)) return false;
     }
-    fill_tensor_desc(other, &t[1], op.full);
+    plain_desc(other, tdtype, op.full, false, &t[1]);
     a[1].kind = TPURT_ARG_TENSOR;
     a[1].v.tensor = &t[1];
   } else if ((op.def->flags & TPURT_OP_ALIAS_SAFE) && number_arg(other, is_float, &a[1])) {
@@ -140,7 +163,7 @@ inline bool fast_args(const FastOp& op, const at::Tensor& self, const at::Tensor
   } else {
     return false;
   }
-  fill_tensor_desc(self, &t[0], op.full);
+  plain_desc(self, tdtype, op.full, false, &t[0]);
   return true;
 }
 
@@ -172,7 +195,7 @@ bool run_fast(const at::Tensor& self, const at::Tensor& other, const c10::Scalar
   tpurt_tensor_t* result = &t[0];
   if (!kInPlace) {
     *out = empty_tpu_contiguous(sizes, self.scalar_type());
-    fill_tensor_desc(*out, &t[2], op.full);
+    plain_desc(*out, t[0].dtype, op.full, true, &t[2]);
     result = &t[2];
   }
   submit(op, device, a, alpha ? 3 : 2, result);

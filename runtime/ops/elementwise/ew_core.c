@@ -68,9 +68,9 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
      * operand to the common dtype, then computes in float): bf16(1) - 1.00390625 is 0. Except
      * CPU's mul and div kernels, which read a second-operand scalar's original value in float
      * (BinaryOpsKernel.cpp: original_scalar_value). */
-    bool original = k == 1 && (strcmp(op->name, "mul") == 0 || strncmp(op->name, "div", 3) == 0);
-    if (in && !original && (in->kind == TPURT_ARG_DOUBLE || in->kind == TPURT_ARG_INT) && ld != compute &&
-        (compute == TPURT_DTYPE_FLOAT16 || compute == TPURT_DTYPE_BFLOAT16)) {
+    if (in && (in->kind == TPURT_ARG_DOUBLE || in->kind == TPURT_ARG_INT) && ld != compute &&
+        (compute == TPURT_DTYPE_FLOAT16 || compute == TPURT_DTYPE_BFLOAT16) &&
+        !(k == 1 && (strcmp(op->name, "mul") == 0 || strncmp(op->name, "div", 3) == 0))) {
       _Alignas(8) char tmp[8];
       tpurt_dtype_store_f64(compute, tmp, in->kind == TPURT_ARG_DOUBLE ? in->v.d : (double)in->v.i);
       rounded[k] = *in;

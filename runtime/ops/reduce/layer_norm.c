@@ -129,6 +129,22 @@ static void ln_row_put(const mat_t* m, int64_t r, int64_t n, float* y, const flo
   tpurt_row_store_f32(m->t->dtype, tpurt_tensor_at(m->t, mat_row_off(m, r)), m->cs, n, buf);
 }
 
+/* A weight or bias for the float32 path: its own memory when it is a contiguous float32 tensor, a
+ * vector conversion into buf when it is a contiguous 16-bit one, else element by element through
+ * flat. (Element by element cost more than the whole forward of a decode step's 64-wide row.) */
+static const float* ln_vec_f32(const tpurt_tensor_t* t, int64_t n, double fill, float* buf, double* flat) {
+  if (tpurt_tensor_is_contiguous(t)) {
+    if (t->dtype == TPURT_DTYPE_FLOAT32) return (const float*)t->data;
+    if (t->dtype == TPURT_DTYPE_BFLOAT16 || t->dtype == TPURT_DTYPE_FLOAT16) {
+      tpurt_row_load_f32(t->dtype, t->data, 1, n, buf);
+      return buf;
+    }
+  }
+  load_flat(t, n, fill, flat);
+  for (int64_t i = 0; i < n; ++i) buf[i] = (float)flat[i];
+  return buf;
+}
+
 static void ln_rows_f32(void* user, int64_t rb, int64_t re, int tid) {
   const ln_job_t* j = user;
   int64_t N = j->N;
@@ -368,8 +384,8 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     float* bbuf = s + j.N;
     double* flat = (double*)(s + floats); /* weight/bias and the gradients pass through here */
     j.fstat_eps = (float)j.eps;
-    if (w) { load_flat(w, j.N, 1, flat); for (int64_t i = 0; i < j.N; ++i) wbuf[i] = (float)flat[i]; j.fw = wbuf; }
-    if (b) { load_flat(b, j.N, 0, flat); for (int64_t i = 0; i < j.N; ++i) bbuf[i] = (float)flat[i]; j.fb = bbuf; }
+    if (w) j.fw = ln_vec_f32(w, j.N, 1, wbuf, flat);
+    if (b) j.fb = ln_vec_f32(b, j.N, 0, bbuf, flat);
     j.fbuf = s + 2 * j.N;
     if (bwd) {
       j.fpartial = j.fbuf + 3 * (size_t)j.N * (size_t)nt;
