@@ -261,3 +261,28 @@ def test_other_bool_mask_puts_still_match_cpu(device):
     assert torch.equal(x.clone().to(device).index_put_((full.to(device),), v64).cpu(), x.clone().index_put_((full,), v64))
     with pytest.raises(RuntimeError, match="dtypes match"):
         x.clone().to(device).index_put_((full.to(device),), v64.to(device))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("dim", [0, 1, 2, 3, -1])
+def test_small_cat_matches_cpu(device, dtype, dim):
+    """cat of small contiguous inputs copies whole rows (index_shape.c cat_rows); a transposed or
+    empty input among them, and inputs past the small-copy size, take the strided copy."""
+    g = torch.Generator().manual_seed(dim + 7)
+    base = [2, 3, 4, 5]
+
+    def make(n, transposed=False):
+        shape = list(base)
+        shape[dim] = n
+        t = (torch.randn(shape, generator=g) * 100).to(dtype)
+        return t.transpose(0, 1).contiguous().transpose(0, 1) if transposed else t
+
+    cases = [[make(2), make(1)], [make(3), make(0), make(2, transposed=True), make(1)],
+             [make(300), make(1)]]  # the last: beyond 64 KiB along dims past the first
+    for parts in cases:
+        got = torch.cat([p.to(device) for p in parts], dim=dim)
+        assert torch.equal(got.cpu(), torch.cat(parts, dim=dim))
+    # a decode step's cache append: (1, heads, seq, head_dim) + one new position
+    cache = torch.zeros(1, 4, 47, 16, dtype=dtype)
+    new = torch.ones(1, 4, 1, 16, dtype=dtype)
+    assert torch.equal(torch.cat([cache.to(device), new.to(device)], dim=-2).cpu(), torch.cat([cache, new], dim=-2))

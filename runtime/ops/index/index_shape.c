@@ -27,6 +27,26 @@ static bool cat_skipped(const tpurt_tensor_t* t) {
   return t->ndim == 1 && t->sizes[0] == 0;
 }
 
+/* A small input and output both contiguous, of one dtype: the input is `outer` rows of
+ * t->sizes[dim] x inner elements, each one memcpy to its place in a row of the output (a decode
+ * step's key/value cache append). The strided copy's walk and thread split cost more than such a
+ * copy. False: not this case (or the two overlap), for the strided copy. */
+enum { CAT_ROWS_MAX_BYTES = 64 << 10 };
+static bool cat_rows(const tpurt_tensor_t* out, void* dst, const tpurt_tensor_t* t, int32_t dim) {
+  if (t->dtype != out->dtype || !tpurt_tensor_is_contiguous(t) || !tpurt_tensor_is_contiguous(out)) return false;
+  int64_t outer = 1, inner = 1;
+  for (int32_t d = 0; d < dim; ++d) outer *= out->sizes[d];
+  for (int32_t d = dim + 1; d < out->ndim; ++d) inner *= out->sizes[d];
+  size_t es = tpurt_dtype_size(t->dtype);
+  size_t row = (size_t)(t->sizes[dim] * inner) * es, out_row = (size_t)(out->sizes[dim] * inner) * es;
+  size_t in_bytes = row * (size_t)outer, out_bytes = out_row * (size_t)outer;
+  if (in_bytes > CAT_ROWS_MAX_BYTES) return false;
+  const char *ib = t->data, *ob = out->data;
+  if (ib < ob + out_bytes && ob < ib + in_bytes) return false;
+  for (int64_t r = 0; r < outer; ++r) memcpy((char*)dst + (size_t)r * out_row, ib + (size_t)r * row, row);
+  return true;
+}
+
 static tpurt_status_t cat_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 1, 1));
   int32_t count;
@@ -79,7 +99,7 @@ static tpurt_status_t cat_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
         tpurt_dtype_convert(out->dtype, (char*)dst.data + dot(pos, dst.strides, dst.ndim) * (int64_t)oes, t->dtype,
                             (const char*)t->data + dot(pos, t->strides, t->ndim) * (int64_t)ies, 1);
       }
-    } else {
+    } else if (!cat_rows(out, dst.data, t, dim)) {
       TPURT_RETURN_IF_ERROR(tpurt_index_copy(ctx, &dst, t));
     }
     at += t->sizes[dim];
