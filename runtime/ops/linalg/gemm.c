@@ -44,6 +44,9 @@ enum { WS_ELEMS = 4 << 20 };
 
 static atomic_bool g_fp32_own;
 void tpurt_gemm_set_fp32_own(bool own) { atomic_store(&g_fp32_own, own); }
+/* fp32 products with few rows through OpenBLAS too (tests and benchmarks compare the two) */
+static atomic_bool g_small_off;
+void tpurt_gemm_set_small_m(bool on) { atomic_store(&g_small_off, !on); }
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
@@ -1170,9 +1173,136 @@ static void dense_back(void* u, int64_t r0, int64_t r1, int tid) {
     for (int64_t j = 0; j < d->cols; ++j) d->dst[i * d->rs + j * d->cs] = d->src[i * d->cols + j];
 }
 
+/* ---- fp32 products with few rows (m <= SMALL_M): no packing ----
+ * OpenBLAS packs all of B for every call, and with a handful of rows that copy costs as much as
+ * the product: 8 x 768 x 768 ran at 35 GFLOP/s on one core (MKL, PyTorch CPU's: 104), a decode
+ * step's shape (a batch of tokens through a linear layer). Here B is read where it lies:
+ *  - B row-major (op(B) = B, its rows contiguous along n): R rows of C x 32 columns in 2R
+ *    accumulators, one fma chain per output along k, B's row segment loaded once per depth step
+ *    and shared by the R rows (the broadcast form);
+ *  - B transposed (a linear layer's weight, n x k rows contiguous along k): R x 4 outputs as dot
+ *    products of 16-lane chunks along k, each reduced at the end.
+ * C = alpha * A B + beta * C (beta 0: C is not read). AVX-512 builds only; others keep OpenBLAS. */
+#if defined(__AVX512F__)
+#define GEMM_SMALL_M 1
+/* The rows where these beat OpenBLAS on one core of the AVX-512 Xeon measured (.dev-style harness
+ * over tpurt_gemm, 2026-12-05): 1.1-1.7x at 8 and 16 rows; at 1-4 rows OpenBLAS's own small-size
+ * path was level or faster, at 32-64 rows its packing pays off. */
+enum { SMALL_M_MIN = 8, SMALL_M = 16 };
+
+static inline __mmask16 tail_mask16(int64_t left) {
+  return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+}
+static inline __m512 small_out(__m512 acc, const float* c, __mmask16 m, float alpha, float beta) {
+  __m512 v = _mm512_mul_ps(_mm512_set1_ps(alpha), acc);
+  return beta == 0 ? v : _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c), v);
+}
+
+/* R rows x 16V columns: R * V accumulators, each one fma chain along k; V is larger for fewer
+ * rows so that there are always 16 chains in flight (an fma's latency is 4 cycles, and 2 issue per
+ * cycle: fewer chains leave the units idle, as 2 chains for one row did). */
+#define DEFINE_SMALL_NN(R, V)                                                                               \
+  static void small_nn_##R(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,   \
+                           float* c, int64_t ldc, float alpha, float beta) {                                \
+    for (int64_t j = 0; j < n; j += 16 * V) {                                                             \
+      __mmask16 mk[V];                                                                                    \
+      for (int v = 0; v < V; ++v) mk[v] = tail_mask16(n - j - 16 * v);                                    \
+      __m512 acc[R][V];                                                                                   \
+      for (int r = 0; r < R; ++r)                                                                         \
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();                                      \
+      const float* bp = b + j;                                                                            \
+      for (int64_t p = 0; p < k; ++p, bp += ldb) {                                                        \
+        __m512 bv[V];                                                                                     \
+        for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mk[v], bp + 16 * v);                    \
+        for (int r = 0; r < R; ++r) {                                                                     \
+          __m512 av = _mm512_set1_ps(a[r * lda + p]);                                                     \
+          for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);                  \
+        }                                                                                                 \
+      }                                                                                                   \
+      for (int r = 0; r < R; ++r)                                                                         \
+        for (int v = 0; v < V; ++v) {                                                                     \
+          float* cr = c + r * ldc + j + 16 * v;                                                           \
+          _mm512_mask_storeu_ps(cr, mk[v], small_out(acc[r][v], cr, mk[v], alpha, beta));                 \
+        }                                                                                                 \
+    }                                                                                                     \
+  }
+DEFINE_SMALL_NN(8, 2)
+DEFINE_SMALL_NN(4, 4)
+DEFINE_SMALL_NN(2, 8)
+DEFINE_SMALL_NN(1, 8)
+
+/* R rows of A against C columns of B^T (rows of bt, ldb apart), both along k. */
+#define DEFINE_SMALL_NT(R, C)                                                                               \
+  static void small_nt_##R##x##C(int64_t k, const float* a, int64_t lda, const float* bt, int64_t ldb,       \
+                                 float* c, int64_t ldc, float alpha, float beta) {                          \
+    __m512 acc[R][C];                                                                                     \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) acc[r][q] = _mm512_setzero_ps();                                        \
+    for (int64_t p = 0; p < k; p += 16) {                                                                 \
+      __mmask16 m = tail_mask16(k - p);                                                                   \
+      __m512 av[R], bv[C];                                                                                \
+      for (int r = 0; r < R; ++r) av[r] = _mm512_maskz_loadu_ps(m, a + r * lda + p);                      \
+      for (int q = 0; q < C; ++q) bv[q] = _mm512_maskz_loadu_ps(m, bt + q * ldb + p);                     \
+      for (int r = 0; r < R; ++r)                                                                         \
+        for (int q = 0; q < C; ++q) acc[r][q] = _mm512_fmadd_ps(av[r], bv[q], acc[r][q]);                 \
+    }                                                                                                     \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) {                                                                       \
+        float v = alpha * _mm512_reduce_add_ps(acc[r][q]);                                                \
+        c[r * ldc + q] = beta == 0 ? v : v + beta * c[r * ldc + q];                                       \
+      }                                                                                                   \
+  }
+DEFINE_SMALL_NT(4, 4)
+DEFINE_SMALL_NT(2, 4)
+DEFINE_SMALL_NT(1, 4)
+DEFINE_SMALL_NT(4, 1)
+DEFINE_SMALL_NT(2, 1)
+DEFINE_SMALL_NT(1, 1)
+
+/* Columns [j0, j1) of C, every row; !tb: B is k x n row-major (ldb), tb: B^T is n x k (ldb). */
+static void small_m_cols(bool tb, int64_t m, int64_t j0, int64_t j1, int64_t k, float alpha, const float* a,
+                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  int64_t n = j1 - j0;
+  if (!tb) {
+    /* panels of B of at most 256 KiB (k x a multiple of 128 columns) outside the rows, so each row
+     * block reads its panel from L2, not from memory */
+    int64_t w = (256 << 10) / (4 * (k > 0 ? k : 1)) / 128 * 128;
+    if (w < 128) w = 128;
+    for (int64_t jp = 0; jp < n; jp += w) {
+      int64_t nn = imin(w, n - jp);
+      const float* bp = b + j0 + jp;
+      float* cp = c + j0 + jp;
+      int64_t i = 0;
+      for (; i + 8 <= m; i += 8) small_nn_8(nn, k, a + i * lda, lda, bp, ldb, cp + i * ldc, ldc, alpha, beta);
+      if (i + 4 <= m) small_nn_4(nn, k, a + i * lda, lda, bp, ldb, cp + i * ldc, ldc, alpha, beta), i += 4;
+      if (i + 2 <= m) small_nn_2(nn, k, a + i * lda, lda, bp, ldb, cp + i * ldc, ldc, alpha, beta), i += 2;
+      if (i < m) small_nn_1(nn, k, a + i * lda, lda, bp, ldb, cp + i * ldc, ldc, alpha, beta);
+    }
+    return;
+  }
+  for (int64_t j = j0; j < j1; j += 4) {
+    const float* bt = b + j * ldb;
+    float* cj = c + j;
+    int64_t i = 0;
+    if (j + 4 <= j1) {
+      for (; i + 4 <= m; i += 4) small_nt_4x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
+      if (i + 2 <= m) small_nt_2x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta), i += 2;
+      if (i < m) small_nt_1x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
+      continue;
+    }
+    for (int64_t q = j; q < j1; ++q, bt += ldb, ++cj) {
+      for (i = 0; i + 4 <= m; i += 4) small_nt_4x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
+      if (i + 2 <= m) small_nt_2x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta), i += 2;
+      if (i < m) small_nt_1x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
+    }
+  }
+}
+#endif
+
 /* One single-threaded sgemm over a slab of C. */
 typedef struct blas_job_t {
   bool ta, tb, split_m; /* split_m: slabs of rows of C, else of columns */
+  bool small;           /* the few-rows kernels instead of OpenBLAS (columns split) */
   int64_t m, n, k, lda, ldb, ldc, step;
   float alpha, beta;
   const float *a, *b;
@@ -1198,6 +1328,12 @@ static void blas_slab(void* u, int64_t s0, int64_t s1, int tid) {
     n = hi - lo;
   }
   if (m <= 0 || n <= 0) return;
+#ifdef GEMM_SMALL_M
+  if (j->small) {
+    small_m_cols(j->tb, m, 0, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+    return;
+  }
+#endif
   const CBLAS_TRANSPOSE T = CblasTrans, N = CblasNoTrans;
   cblas_sgemm(CblasRowMajor, j->ta ? T : N, j->tb ? T : N, (int)m, (int)n, (int)j->k, j->alpha, a,
               (int)j->lda, b, (int)j->ldb, j->beta, c, (int)j->ldc);
@@ -1223,6 +1359,13 @@ static void blas_call(tpurt_kernel_ctx_t* ctx, bool ta, bool tb, int64_t m, int6
   int64_t per = (int64_t)1 << 20, work = mul_sat(mul_sat(m, n), k);
   int64_t slabs = work / per < nt ? work / per : nt;
   j.split_m = m >= n;
+#ifdef GEMM_SMALL_M
+  /* few rows of a row-major A: our kernels, the columns split between threads */
+  if (!ta && m >= SMALL_M_MIN && m <= SMALL_M && !g_small_off) {
+    j.small = true;
+    j.split_m = false;
+  }
+#endif
   int64_t extent = j.split_m ? m : n;
   if (slabs > extent / 16) slabs = extent / 16;
   if (slabs <= 1) {
