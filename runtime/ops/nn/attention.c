@@ -17,11 +17,9 @@
 #include "ops/linalg/gemm.h"
 #include "ops/nn/nn.h"
 
-/* BKF: the float32 forward's key block. 128 keys halve the per-block row work
- * (max, rescale of the output rows) against 64, at the cost of more masked
- * scores in a causal diagonal block: 12.6 -> 11.8 ms for causal (1, 8, 1024,
- * 64) on one thread. The backward keeps BK (64 was faster there). */
-enum { BQ = 64, BK = 64, BKF = 128 };
+/* BKT: the float32 forward's key block (its causal blocks stop at the last key
+ * their queries see, so a larger one costs no masked work). */
+enum { BQ = 64, BK = 64, BKT = 128 };
 
 static inline int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
@@ -30,13 +28,41 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
  * C[m x n] (+)= A[m x k] B[k x n], all row-major; n is a multiple of 8 (the
  * callers pad their buffers with zeros). */
 #if defined(__AVX2__) && defined(__FMA__)
-/* R rows: 2W then W columns at a time on W-lane registers VT, then TAIL for
- * what is left. Each output is one chain of fmas over p whatever the width,
- * so the 8- and 16-lane forms give identical results. */
-#define MMROWS(NAME, R, VT, W, LOADU, STOREU, SET1, FMA, ZERO, TAIL, AT)                    \
+/* R rows: 4W (where W4: the 32 registers of AVX-512 hold 6 x 4 sums, a
+ * broadcast of A then feeds four fmas), 2W, then W columns at a time on W-lane
+ * registers VT, then TAIL for what is left. Each output is one chain of fmas
+ * over p whatever the width, so the 8- and 16-lane forms give identical
+ * results. */
+#define MMROWS(NAME, R, VT, W, LOADU, STOREU, SET1, FMA, ZERO, TAIL, AT, W4)                \
   static void NAME(int64_t n, int64_t k, const float* a, int64_t lda, const float* b,       \
                    int64_t ldb, float* c, int64_t ldc, bool acc) {                          \
     int64_t j = 0;                                                                         \
+    for (; W4 && j + 4 * W <= n; j += 4 * W) {                                             \
+      VT c0[R], c1[R], c2[R], c3[R];                                                       \
+      for (int r = 0; r < R; ++r) {                                                        \
+        c0[r] = acc ? LOADU(c + r * ldc + j) : ZERO();                                     \
+        c1[r] = acc ? LOADU(c + r * ldc + j + W) : ZERO();                                 \
+        c2[r] = acc ? LOADU(c + r * ldc + j + 2 * W) : ZERO();                             \
+        c3[r] = acc ? LOADU(c + r * ldc + j + 3 * W) : ZERO();                             \
+      }                                                                                    \
+      for (int64_t p = 0; p < k; ++p) {                                                    \
+        const float* bp = b + p * ldb + j;                                                 \
+        VT b0 = LOADU(bp), b1 = LOADU(bp + W), b2 = LOADU(bp + 2 * W), b3 = LOADU(bp + 3 * W); \
+        for (int r = 0; r < R; ++r) {                                                      \
+          VT av = SET1(a[AT(r, p)]);                                                       \
+          c0[r] = FMA(av, b0, c0[r]);                                                      \
+          c1[r] = FMA(av, b1, c1[r]);                                                      \
+          c2[r] = FMA(av, b2, c2[r]);                                                      \
+          c3[r] = FMA(av, b3, c3[r]);                                                      \
+        }                                                                                  \
+      }                                                                                    \
+      for (int r = 0; r < R; ++r) {                                                        \
+        STOREU(c + r * ldc + j, c0[r]);                                                    \
+        STOREU(c + r * ldc + j + W, c1[r]);                                                \
+        STOREU(c + r * ldc + j + 2 * W, c2[r]);                                            \
+        STOREU(c + r * ldc + j + 3 * W, c3[r]);                                            \
+      }                                                                                    \
+    }                                                                                      \
     for (; j + 2 * W <= n; j += 2 * W) {                                                   \
       VT c0[R], c1[R];                                                                     \
       for (int r = 0; r < R; ++r) {                                                        \
@@ -72,7 +98,7 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
 #define A_TR(r, p) (p) * lda + (r)
 #define MMROWS8(R, SUF, AT) \
   MMROWS(mm_rows##R##SUF, R, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, \
-         _mm256_setzero_ps, (void)0, AT)
+         _mm256_setzero_ps, (void)0, AT, 0)
 #define MMROWS8_BOTH(R) MMROWS8(R, , A_RM) MMROWS8(R, _at, A_TR)
 MMROWS8_BOTH(6)
 MMROWS8_BOTH(4)
@@ -82,7 +108,7 @@ MMROWS8_BOTH(1)
 /* A build for AVX-512: 32 then 16 columns at a time, the 8-lane form for the last 8. */
 #define MMROWS16(R, SUF, AT)                                                                             \
   MMROWS(mm512_rows##R##SUF, R, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, \
-         _mm512_setzero_ps, if (j < n) mm_rows##R##SUF(n - j, k, a, lda, b + j, ldb, c + j, ldc, acc), AT)
+         _mm512_setzero_ps, if (j < n) mm_rows##R##SUF(n - j, k, a, lda, b + j, ldb, c + j, ldc, acc), AT, 1)
 #define MMROWS16_BOTH(R) MMROWS16(R, , A_RM) MMROWS16(R, _at, A_TR)
 MMROWS16_BOTH(6)
 MMROWS16_BOTH(4)
@@ -300,7 +326,7 @@ static void block_mask(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_
                        int64_t nj, float* s, int64_t ld) {
   const view4_t* m = &a->mask;
   size_t mes = a->has_mask ? tpurt_dtype_size(m->dt) : 0;
-  float mrow[BKF > BK ? BKF : BK];
+  float mrow[BK];
   for (int64_t i = 0; i < ni; ++i) {
     float* row = s + i * ld;
     if (a->has_mask) {
@@ -331,26 +357,152 @@ static float* lse_ptr(const attn_t* a, int64_t b, int64_t h, int64_t i) {
   return (float*)t->data + b * t->strides[0] + h * t->strides[1] + i * t->strides[2];
 }
 
-/* ---- forward: one task per (b, h, query block). Each thread keeps the
- * float32 K^T and V of the last (batch, kv head) it saw, so consecutive query
- * blocks and the query heads of a group convert them once. ---- */
+/* ---- forward: one task per (b, h, query block), on transposed scores ----
+ * A block's scores are computed as S^T = K Q^T (one row per key, the BQ queries
+ * across the lanes), so each query row's softmax state (running max, sum,
+ * correction) is a vector over lanes: the max over a block is an elementwise
+ * max down its rows, the sums elementwise adds, the corrections one vector exp
+ * for the whole block, and no row needs a horizontal reduction. The output is
+ * kept transposed too, O^T += V^T P^T, so its rescale by the corrections is
+ * elementwise; it is transposed back once per query block. Each thread keeps the
+ * float32 K and V rows of the last (batch, kv head) it saw, so consecutive
+ * query blocks and the query heads of a group convert them once. A causal
+ * block computes only the keys its queries can see (a 128-key block on the
+ * diagonal of a 64-query block, half of it). */
+#if defined(__AVX512F__)
+typedef __m512 cvec_t;
+#define CV_W 16
+#define CV_LD _mm512_loadu_ps
+#define CV_ST _mm512_storeu_ps
+#define CV_SET1 _mm512_set1_ps
+#define CV_MAX _mm512_max_ps
+#define CV_ADD _mm512_add_ps
+#define CV_SUB _mm512_sub_ps
+#define CV_MUL _mm512_mul_ps
+#define CV_EXP exp_nonpos16
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256 cvec_t;
+#define CV_W 8
+#define CV_LD _mm256_loadu_ps
+#define CV_ST _mm256_storeu_ps
+#define CV_SET1 _mm256_set1_ps
+#define CV_MAX _mm256_max_ps
+#define CV_ADD _mm256_add_ps
+#define CV_SUB _mm256_sub_ps
+#define CV_MUL _mm256_mul_ps
+#define CV_EXP exp_nonpos8
+#endif
+
+/* m[i] = max(m[i], st[j][i]) over rows j < rows (st rows BQ floats apart); NaN is ignored here, as in
+ * row_max. */
+static void cols_max(const float* st, int64_t rows, float* m) {
+#ifdef CV_W
+  for (int64_t c = 0; c < BQ; c += CV_W) {
+    cvec_t w = CV_LD(m + c);
+    for (int64_t j = 0; j < rows; ++j) w = CV_MAX(CV_LD(st + j * BQ + c), w);
+    CV_ST(m + c, w);
+  }
+#else
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t i = 0; i < BQ; ++i) m[i] = st[j * BQ + i] > m[i] ? st[j * BQ + i] : m[i];
+#endif
+}
+
+/* st[j][i] = exp(st[j][i] - sub[i]) over rows j < rows, adding each column's sum to l[i]; every
+ * st[j][i] - sub[i] is <= 0 or NaN. */
+static void cols_exp_sum(float* st, int64_t rows, const float* sub, float* l) {
+#ifdef CV_W
+  for (int64_t c = 0; c < BQ; c += CV_W) {
+    cvec_t vs = CV_LD(sub + c), acc = CV_LD(l + c);
+    for (int64_t j = 0; j < rows; ++j) {
+      cvec_t v = CV_EXP(CV_SUB(CV_LD(st + j * BQ + c), vs));
+      CV_ST(st + j * BQ + c, v);
+      acc = CV_ADD(acc, v);
+    }
+    CV_ST(l + c, acc);
+  }
+#else
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t i = 0; i < BQ; ++i) {
+      st[j * BQ + i] = tpurt_ew_expf(st[j * BQ + i] - sub[i]);
+      l[i] += st[j * BQ + i];
+    }
+#endif
+}
+
+/* x[r][i] *= f[i] for rows r < rows (rows BQ floats apart). */
+static void cols_scale(float* x, int64_t rows, const float* f) {
+#ifdef CV_W
+  for (int64_t c = 0; c < BQ; c += CV_W) {
+    cvec_t vf = CV_LD(f + c);
+    for (int64_t r = 0; r < rows; ++r) CV_ST(x + r * BQ + c, CV_MUL(CV_LD(x + r * BQ + c), vf));
+  }
+#else
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < BQ; ++i) x[r * BQ + i] *= f[i];
+#endif
+}
+
+/* Transposed scores of keys [j0, j0 + rows) against queries [i0, i0 + ni): the mask added and the
+ * causally hidden entries set to -inf. */
+static void block_mask_t(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0,
+                         int64_t rows, float* st) {
+  if (a->has_mask) {
+    const view4_t* m = &a->mask;
+    size_t mes = tpurt_dtype_size(m->dt);
+    float mrow[BKT];
+    for (int64_t i = 0; i < ni; ++i) {
+      const char* mp = m->p + (size_t)(b * m->s[0] + h * m->s[1] + (i0 + i) * m->s[2] + j0 * m->s[3]) * mes;
+      if (m->s[3] == 1 && m->dt == TPURT_DTYPE_FLOAT32) memcpy(mrow, mp, (size_t)rows * sizeof(float));
+      else if (m->s[3] == 1 && (m->dt == TPURT_DTYPE_BFLOAT16 || m->dt == TPURT_DTYPE_FLOAT16))
+        tpurt_hv_to_f32(m->dt, mp, mrow, rows);
+      else
+        for (int64_t j = 0; j < rows; ++j) mrow[j] = mask_at(a, b, h, i0 + i, j0 + j);
+      for (int64_t j = 0; j < rows; ++j) st[j * BQ + i] += mrow[j];
+    }
+  }
+  if (a->causal) /* query i0 + i sees key j0 + j where j0 + j <= i0 + i */
+    for (int64_t j = 0; j < rows; ++j)
+      for (int64_t i = 0; i < imin64(j0 + j - i0, BQ); ++i) st[j * BQ + i] = -INFINITY;
+}
+
+/* The rows of (b, h) in v where they can be read in place: float32, columns contiguous, cols a
+ * multiple of 8 (the products' padded width); *ld their stride. NULL otherwise. */
+static const float* rows_in_place(const view4_t* v, int64_t b, int64_t h, int64_t cols, int64_t* ld) {
+  if (v->dt != TPURT_DTYPE_FLOAT32 || v->s[3] != 1 || cols % 8 != 0) return NULL;
+  *ld = v->s[2];
+  return (const float*)v->p + b * v->s[0] + h * v->s[1];
+}
+
+/* Q^T of rows [i0, i0 + ni) of float32 (b, h) with contiguous columns, scaled: qt[e][i], E8 x BQ,
+ * zeros past ni and e; false (nothing written) for other layouts. */
+static bool load_qt(const view4_t* v, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t e, int64_t E8,
+                    float scale, float* qt) {
+  if (v->dt != TPURT_DTYPE_FLOAT32 || v->s[3] != 1) return false;
+  if (ni < BQ || e < E8) memset(qt, 0, (size_t)(E8 * BQ) * sizeof(float));
+  for (int64_t i = 0; i < ni; ++i) {
+    const float* row = (const float*)v->p + b * v->s[0] + h * v->s[1] + (i0 + i) * v->s[2];
+    for (int64_t c = 0; c < e; ++c) qt[c * BQ + i] = row[c] * scale;
+  }
+  return true;
+}
+
 static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   const attn_t* a = (const attn_t*)u;
   int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev), nqb = (a->L + BQ - 1) / BQ;
-  int64_t Sp = (a->S + BKF - 1) / BKF * BKF;
   float* w = a->ws + (size_t)tid * a->ws_floats;
-  float* q = w;                 /* BQ x E8 */
-  /* K transposed, one E8 x BKF panel per kv block: the product walks a panel's
-   * rows BKF floats apart (rows Sp apart, 4 KB at seq 1024, all fell in one L1
-   * set and evicted each other) */
-  float* kt = q + BQ * E8;      /* Sp / BKF panels of E8 x BKF */
-  float* vb = kt + E8 * Sp;     /* Sp x Ev8 */
-  float* s = vb + Sp * Ev8;     /* BQ x BKF */
-  float* o = s + BQ * BKF;       /* BQ x Ev8 */
-  float* mx = o + BQ * Ev8;     /* BQ */
-  float* l = mx + BQ;           /* BQ */
-  float* kb = l + BQ;           /* BKF x E8 staging */
-  int64_t cached = -1;
+  float* qt = w;                /* Q^T, scaled: E8 x BQ */
+  float* kr = qt + E8 * BQ;     /* K rows: S x E8 */
+  float* vr = kr + a->S * E8;   /* V rows: S x Ev8 */
+  float* st = vr + a->S * Ev8;  /* S^T, then P^T: BKT x BQ */
+  float* ot = st + BKT * BQ;    /* O^T: Ev8 x BQ */
+  float* ob = ot + Ev8 * BQ;    /* Q, then O, as rows: BQ x max(E8, Ev8) */
+  float* mx = ob + BQ * (E8 > Ev8 ? E8 : Ev8); /* BQ each: running max, sum, correction, max to subtract */
+  float* l = mx + BQ;
+  float* corr = l + BQ;
+  float* msub = corr + BQ;
+  int64_t cached = -1, ldk = E8, ldv = Ev8;
+  const float *kp = kr, *vp = vr;
   for (int64_t t = t0; t < t1; ++t) {
     /* a head's query blocks alternate from both ends (0, last, 1, last - 1, ...): causal blocks
      * cost in proportion to their index, and a thread given a contiguous run of tasks (one head
@@ -360,42 +512,49 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
     if (cached != b * a->Hkv + hk) {
       cached = b * a->Hkv + hk;
-      for (int64_t j0 = 0; j0 < a->S; j0 += BKF) {
-        int64_t nj = imin64(BKF, a->S - j0);
-        load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BKF, 1.0f);
-        transpose(kb, BKF, E8, E8, kt + j0 * E8, BKF);
-      }
-      load_rows(&a->v, b, hk, 0, a->S, a->Ev, vb, Ev8, Sp, 1.0f);
+      /* float32 rows that are already contiguous and a multiple of 8 long are used in place */
+      kp = rows_in_place(&a->k, b, hk, a->E, &ldk);
+      if (!kp) load_rows(&a->k, b, hk, 0, a->S, a->E, kr, E8, a->S, 1.0f), kp = kr, ldk = E8;
+      vp = rows_in_place(&a->v, b, hk, a->Ev, &ldv);
+      if (!vp) load_rows(&a->v, b, hk, 0, a->S, a->Ev, vr, Ev8, a->S, 1.0f), vp = vr, ldv = Ev8;
     }
-    load_rows(&a->q, b, h, i0, ni, a->E, q, E8, ni, a->scale);
-    memset(o, 0, (size_t)ni * Ev8 * sizeof(float));
-    for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
+    if (!load_qt(&a->q, b, h, i0, ni, a->E, E8, a->scale, qt)) {
+      load_rows(&a->q, b, h, i0, ni, a->E, ob, E8, BQ, a->scale);
+      transpose(ob, BQ, E8, E8, qt, BQ);
+    }
+    memset(ot, 0, (size_t)(Ev8 * BQ) * sizeof(float));
+    for (int64_t i = 0; i < BQ; ++i) mx[i] = -INFINITY, l[i] = 0;
     int64_t jend = kv_end(a, i0, ni);
-    for (int64_t j0 = 0; j0 < jend; j0 += BKF) {
-      int64_t nj = imin64(BKF, a->S - j0);
-      mm(ni, BKF, E8, q, E8, kt + j0 * E8, BKF, s, BKF, false);
-      /* a whole block at or below the diagonal, with no mask and no padding, needs no masking */
-      if (a->has_mask || nj < BKF || (a->causal && j0 + BKF - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BKF);
-      for (int64_t i = 0; i < ni; ++i) {
-        float* row = s + i * BKF;
-        float m = row_max(row, BKF, mx[i]);
-        if (m == -INFINITY) { /* nothing visible yet in this row */
-          memset(row, 0, BKF * sizeof(float));
-          continue;
-        }
-        float corr = mx[i] == -INFINITY ? 0.0f : tpurt_ew_expf(mx[i] - m);
-        l[i] = l[i] * corr + exp_sub_sum(row, BKF, m);
-        if (corr != 1.0f)
-          for (int64_t c = 0; c < Ev8; ++c) o[i * Ev8 + c] *= corr;
-        mx[i] = m;
+    for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
+      int64_t rows = imin64(BKT, jend - j0); /* keys past jend: hidden from every query of the block */
+      mm(rows, BQ, E8, kp + j0 * ldk, ldk, qt, BQ, st, BQ, false);
+      /* a whole block at or below the diagonal, with no mask, needs no masking */
+      if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st);
+      for (int64_t i = 0; i < BQ; ++i) corr[i] = mx[i];
+      cols_max(st, rows, mx);
+      bool same = true;
+      for (int64_t i = 0; i < BQ; ++i) {
+        /* a row that has seen nothing yet (max -inf) subtracts 0: its exps are exp(-inf) = 0 */
+        msub[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+        corr[i] -= msub[i]; /* old max - new: <= 0, -inf where nothing was seen before */
+        same = same && corr[i] == 0.0f;
       }
-      mm(ni, Ev8, BKF, s, BKF, vb + j0 * Ev8, Ev8, o, Ev8, true);
+      if (!same) { /* l and O^T scaled by exp(old max - new max) */
+        float zero[BQ], unused[BQ];
+        memset(zero, 0, sizeof(zero));
+        cols_exp_sum(corr, 1, zero, unused);
+        for (int64_t i = 0; i < BQ; ++i) l[i] *= corr[i];
+        cols_scale(ot, Ev8, corr);
+      }
+      cols_exp_sum(st, rows, msub, l);
+      mm_at(Ev8, BQ, rows, vp + j0 * ldv, ldv, st, BQ, ot, BQ, true);
     }
+    /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
+    for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    cols_scale(ot, Ev8, corr);
+    transpose(ot, Ev8, BQ, BQ, ob, Ev8);
     for (int64_t i = 0; i < ni; ++i) {
-      /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
-      float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-      for (int64_t c = 0; c < a->Ev; ++c) o[i * Ev8 + c] *= inv;
-      store_row(a->out, b, h, i0 + i, a->Ev, o + i * Ev8);
+      store_row(a->out, b, h, i0 + i, a->Ev, ob + i * Ev8);
       *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
     }
   }
@@ -993,9 +1152,8 @@ static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
     return TPURT_OK;
   }
   int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
-  int64_t Sp = (a.S + BKF - 1) / BKF * BKF;
   bool amx = use_amx(&a);
-  a.ws_floats = (size_t)(BQ * E8 + E8 * Sp + Sp * Ev8 + BQ * BKF + BQ * Ev8 + 2 * BQ + BKF * E8 + 16);
+  a.ws_floats = (size_t)(E8 * BQ + a.S * (E8 + Ev8) + BKT * BQ + Ev8 * BQ + BQ * (E8 > Ev8 ? E8 : Ev8) + 4 * BQ + 16);
 #ifdef ATTN_HAVE_AMX
   if (amx) a.ws_floats = amx_ws_floats(&a);
 #endif
