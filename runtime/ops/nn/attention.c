@@ -137,22 +137,6 @@ static void mm_at(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
   if (i + 2 <= m) MM_ROWS(2, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc), i += 2;
   if (i < m) MM_ROWS(1, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc);
 }
-/* max(m, x[0..n)), n a multiple of 8; NaN in x is ignored here (it reaches the
- * output through exp and the sum, as in softmax). */
-static float row_max(const float* x, int64_t n, float m) {
-  int64_t j = 0;
-#if defined(__AVX512F__)
-  __m512 w = _mm512_set1_ps(m);
-  for (; j + 16 <= n; j += 16) w = _mm512_max_ps(_mm512_loadu_ps(x + j), w);
-  m = _mm512_reduce_max_ps(w);
-#endif
-  __m256 v = _mm256_set1_ps(m);
-  for (; j < n; j += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + j), v);
-  float l[8];
-  _mm256_storeu_ps(l, v);
-  for (int q = 0; q < 8; ++q) m = l[q] > m ? l[q] : m;
-  return m;
-}
 #else
 /* A's element (i, p) at a[i * ai + p * ap]: mm (ai = lda, ap = 1) and mm_at (ai = 1, ap = lda). */
 static void mm_strided(int64_t m, int64_t n, int64_t k, const float* a, int64_t ai, int64_t ap, const float* b,
@@ -174,10 +158,6 @@ static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, con
 static void mm_at(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float* c, int64_t ldc, bool acc) {
   mm_strided(m, n, k, a, 1, lda, b, ldb, c, ldc, acc);
-}
-static float row_max(const float* x, int64_t n, float m) {
-  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
-  return m;
 }
 #endif
 
@@ -294,11 +274,52 @@ static void store_row(const tpurt_tensor_t* t, int64_t b, int64_t h, int64_t r, 
     for (int64_t c = 0; c < e; ++c) tpurt_dtype_store_f64(t->dtype, d + (size_t)(c * cs) * es, src[c]);
 }
 
+/* Transposes rows x cols 4-byte elements (ld_src apart) into cols x rows (ld_dst apart): floats, or
+ * bf16 pairs taken as one unit. Bits are moved, never converted. 16 x 16 blocks in registers where
+ * the build has AVX-512 (four rounds of shuffles), the edges one element at a time. */
+#if defined(__AVX512F__)
+static inline void tr16x16(const float* s, int64_t ls, float* d, int64_t ld) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * ls);
+  for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44), r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44), r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88), t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88), t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i)
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88), r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(d + i * ld, r[i]);
+}
+#endif
+typedef uint32_t u32_alias_t __attribute__((may_alias));
+static void transpose32_scalar(const u32_alias_t* s, int64_t rows, int64_t cols, int64_t ld_src, u32_alias_t* d,
+                               int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) d[c * ld_dst + r] = s[r * ld_src + c];
+}
+static void transpose32(const void* src, int64_t rows, int64_t cols, int64_t ld_src, void* dst, int64_t ld_dst) {
+  const u32_alias_t* s = (const u32_alias_t*)src;
+  u32_alias_t* d = (u32_alias_t*)dst;
+  int64_t r0 = 0;
+#if defined(__AVX512F__)
+  for (; r0 + 16 <= rows; r0 += 16) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= cols; c0 += 16)
+      tr16x16((const float*)(s + r0 * ld_src + c0), ld_src, (float*)(d + c0 * ld_dst + r0), ld_dst);
+    if (c0 < cols) transpose32_scalar(s + r0 * ld_src + c0, 16, cols - c0, ld_src, d + c0 * ld_dst + r0, ld_dst);
+  }
+#endif
+  if (r0 < rows) transpose32_scalar(s + r0 * ld_src, rows - r0, cols, ld_src, d + r0, ld_dst);
+}
+
 /* Transposes rows x cols (ld_src) into cols x rows (ld_dst). */
 static void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
                       int64_t ld_dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
+  transpose32(src, rows, cols, ld_src, dst, ld_dst);
 }
 
 /* ---- the problem, parsed once ---- */
@@ -480,10 +501,8 @@ static bool load_qt(const view4_t* v, int64_t b, int64_t h, int64_t i0, int64_t 
                     float scale, float* qt) {
   if (v->dt != TPURT_DTYPE_FLOAT32 || v->s[3] != 1) return false;
   if (ni < BQ || e < E8) memset(qt, 0, (size_t)(E8 * BQ) * sizeof(float));
-  for (int64_t i = 0; i < ni; ++i) {
-    const float* row = (const float*)v->p + b * v->s[0] + h * v->s[1] + (i0 + i) * v->s[2];
-    for (int64_t c = 0; c < e; ++c) qt[c * BQ + i] = row[c] * scale;
-  }
+  transpose32((const float*)v->p + b * v->s[0] + h * v->s[1] + i0 * v->s[2], ni, e, v->s[2], qt, BQ);
+  for (int64_t x = 0; x < e * BQ; ++x) qt[x] *= scale;
   return true;
 }
 
@@ -616,7 +635,14 @@ static void pack_col_pairs(const view4_t* v, int64_t b, int64_t h, int64_t rows,
  * dS^T Q; dO, of P^T dO. */
 static void pack_row_pairs(const view4_t* v, int64_t b, int64_t h, int64_t rows, int64_t RP, int64_t cols,
                            int64_t CP, uint16_t* out) {
-  for (int64_t r = 0; r < RP; ++r) {
+  int64_t r0 = 0;
+  if (v->s[3] == 1 && cols % 32 == 0) /* two whole rows at a time, 32 pairs per step */
+    for (; r0 + 2 <= rows; r0 += 2) {
+      const uint16_t* e = (const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + r0 * v->s[2];
+      for (int64_t c = 0; c < cols; c += 32) tpurt_hv_u16_pairs32(e + c, e + v->s[2] + c, out + r0 * CP + 2 * c);
+      memset(out + r0 * CP + 2 * cols, 0, (size_t)(CP - cols) * 4);
+    }
+  for (int64_t r = r0; r < RP; ++r) {
     uint16_t* d = out + (r / 2) * CP * 2 + (r & 1);
     int64_t c = 0;
     if (r < rows) {
@@ -686,22 +712,59 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_mm(int64_t M, int64
 
 /* Floats of one thread's workspace for fwd_tasks_amx. */
 static size_t amx_ws_floats(const attn_t* a) {
-  int64_t EP = pad32(a->E), EvP = pad32(a->Ev), Sp = (a->S + BK - 1) / BK * BK;
-  return (size_t)(BQ * BK + BQ * EvP + 2 * BQ + (BQ * EP + BQ * BK + Sp * EP + Sp * EvP) / 2 + 32);
+  int64_t EP = pad32(a->E), EvP = pad32(a->Ev), Sp = (a->S + BKT - 1) / BKT * BKT;
+  return (size_t)(BKT * BQ + 2 * EvP * BQ + 4 * BQ + (EP * BQ + BKT * BQ + 2 * BQ + Sp * EP + 2 * EvP * Sp) / 2 + 64);
 }
 
+/* Rows [i0, i0 + ni) x cols [0, cols) of (b, h) in view v as pairs along the columns, [CP / 2][BQ][2],
+ * zeros past ni and cols: queries as the B operand of S^T = K Q^T. */
+static void pack_q_pairs(const view4_t* v, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t cols, int64_t CP,
+                         uint16_t* out) {
+  if (ni < BQ || cols < CP) memset(out, 0, (size_t)(CP * BQ) * 2);
+  if (v->s[3] == 1 && (cols & 1) == 0 && (v->s[2] & 1) == 0) { /* the rows' pairs as 4-byte units, transposed */
+    transpose32((const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + i0 * v->s[2], ni, cols / 2, v->s[2] / 2, out, BQ);
+    return;
+  }
+  for (int64_t i = 0; i < ni; ++i) {
+    if (v->s[3] == 1 && (cols & 1) == 0) {
+      const uint16_t* row = (const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + (i0 + i) * v->s[2];
+      for (int64_t q = 0; q < cols / 2; ++q) memcpy(out + (q * BQ + i) * 2, row + 2 * q, 4);
+      continue;
+    }
+    for (int64_t e = 0; e < cols; ++e) out[((e / 2) * BQ + i) * 2 + (e & 1)] = at16(v, b, h, i0 + i, e);
+  }
+}
+
+/* The rows [0, rows) x cols [0, cols) of (b, h) transposed: out[c][r], CP x RP (RP even), zeros
+ * past rows and cols; values as the A operand of O^T += V^T P^T. The rows as pairs along the rows
+ * (tmp, RP x CP) are, taken as 4-byte units, the transpose's pairs along its rows. */
+static void pack_transposed(const view4_t* v, int64_t b, int64_t h, int64_t rows, int64_t RP, int64_t cols,
+                            int64_t CP, uint16_t* tmp, uint16_t* out) {
+  pack_row_pairs(v, b, h, rows, RP, cols, CP, tmp);
+  transpose32(tmp, RP / 2, CP, CP, out, RP / 2);
+}
+
+/* The transposed forward (fwd_tasks) with both block products on tiles: S^T = K Q^T from bf16 K
+ * rows and Q packed as pairs along the head dim, then O^T += V^T P^T with P rounded to bf16 (as
+ * PyTorch CPU's flash kernel does) and packed as pairs along the keys; the softmax, its sums and
+ * O stay float32. A tile product covers 32 x 32 outputs in four 16 x 16 tiles, so the head dims
+ * and the keys of a block are padded to 32 (keys past the last visible one are masked). */
 static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
   const attn_t* a = (const attn_t*)u;
   int64_t EP = pad32(a->E), EvP = pad32(a->Ev), nqb = (a->L + BQ - 1) / BQ;
-  int64_t Sp = (a->S + BK - 1) / BK * BK;
-  float* s = a->ws + (size_t)tid * a->ws_floats; /* BQ x BK */
-  float* o = s + BQ * BK;                        /* BQ x EvP */
-  float* mx = o + BQ * EvP;                      /* BQ */
-  float* l = mx + BQ;                            /* BQ */
-  uint16_t* qb = (uint16_t*)(l + BQ);            /* BQ x EP */
-  uint16_t* p16 = qb + BQ * EP;                  /* BQ x BK */
-  uint16_t* kp = p16 + BQ * BK;                  /* Sp x EP, as pairs per key block */
-  uint16_t* vp = kp + Sp * EP;                   /* Sp x EvP, as pairs along the keys */
+  int64_t Sp = (a->S + BKT - 1) / BKT * BKT;
+  float* st = a->ws + (size_t)tid * a->ws_floats; /* S^T, then P^T: BKT x BQ */
+  float* ot = st + BKT * BQ;                      /* O^T: EvP x BQ */
+  float* ob = ot + EvP * BQ;                      /* O rows: BQ x EvP */
+  float* mx = ob + BQ * EvP;                      /* BQ each: running max, sum, correction, max to subtract */
+  float* l = mx + BQ;
+  float* corr = l + BQ;
+  float* msub = corr + BQ;
+  uint16_t* qp = (uint16_t*)(msub + BQ);          /* Q as pairs along the head dim: [EP/2][BQ][2] */
+  uint16_t* pp = qp + EP * BQ;                    /* P^T as pairs along the keys: [BKT/2][BQ][2] */
+  uint16_t* p16 = pp + BKT * BQ;                  /* two rows of P^T in bf16 */
+  uint16_t* kr = p16 + 2 * BQ;                    /* K rows: Sp x EP */
+  uint16_t* vt = kr + Sp * EP;                    /* V^T: EvP x Sp, then Sp x EvP to build it */
   int64_t cached = -1;
   tpurt_gemm_amx_tiles_begin();
   for (int64_t t = t0; t < t1; ++t) {
@@ -710,46 +773,46 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
     if (cached != b * a->Hkv + hk) {
       cached = b * a->Hkv + hk;
-      pack_col_pairs(&a->k, b, hk, a->S, a->E, EP, kp);
-      pack_row_pairs(&a->v, b, hk, a->S, Sp, a->Ev, EvP, vp);
+      pack_rows(&a->k, b, hk, 0, a->S, a->E, EP, Sp, kr);
+      pack_transposed(&a->v, b, hk, a->S, Sp, a->Ev, EvP, vt + EvP * Sp, vt);
     }
-    pack_rows(&a->q, b, h, i0, ni, a->E, EP, BQ, qb);
-    memset(p16 + ni * BK, 0, (size_t)(BQ - ni) * BK * 2);
-    memset(o, 0, (size_t)BQ * EvP * sizeof(float));
-    for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
+    pack_q_pairs(&a->q, b, h, i0, ni, a->E, EP, qp);
+    memset(ot, 0, (size_t)(EvP * BQ) * sizeof(float));
+    for (int64_t i = 0; i < BQ; ++i) mx[i] = -INFINITY, l[i] = 0;
     int64_t jend = kv_end(a, i0, ni);
-    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
-      int64_t nj = imin64(BK, a->S - j0);
-      amx_mm(BQ, BK, EP, qb, EP, kp + (j0 / BK) * EP * BK, BK * 2, s, BK, false);
-      for (int64_t x = 0; x < ni * BK; ++x) s[x] *= a->scale;
-      if (a->has_mask || nj < BK || (a->causal && j0 + BK - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BK);
-      /* the rows' new maxima, then their corrections exp(old max - new max) as one vector pass
-       * (a scalar exp per row cost a fifth of the kernel) */
-      float mnew[BQ], corr[BQ];
-      for (int64_t i = 0; i < ni; ++i) {
-        mnew[i] = row_max(s + i * BK, BK, mx[i]);
-        corr[i] = mnew[i] == -INFINITY ? -INFINITY : mx[i] - mnew[i]; /* -inf - x: -inf, exp 0 */
+    for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
+      int64_t rows = imin64(BKT, jend - j0), rows32 = pad32(rows);
+      amx_mm(rows32, BQ, EP, kr + j0 * EP, EP, qp, BQ * 2, st, BQ, false);
+      for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= a->scale;
+      if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st);
+      for (int64_t x = rows * BQ; x < rows32 * BQ; ++x) st[x] = -INFINITY; /* keys no query here sees */
+      for (int64_t i = 0; i < BQ; ++i) corr[i] = mx[i];
+      cols_max(st, rows, mx);
+      bool same = true;
+      for (int64_t i = 0; i < BQ; ++i) {
+        msub[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+        corr[i] -= msub[i];
+        same = same && corr[i] == 0.0f;
       }
-      for (int64_t i = ni; i < BQ; ++i) corr[i] = -INFINITY;
-      exp_sub_sum(corr, BQ, 0.0f);
-      for (int64_t i = 0; i < ni; ++i) {
-        float* row = s + i * BK;
-        if (mnew[i] == -INFINITY) {
-          memset(row, 0, BK * sizeof(float));
-        } else {
-          l[i] = l[i] * corr[i] + exp_sub_sum(row, BK, mnew[i]);
-          if (corr[i] != 1.0f)
-            for (int64_t c = 0; c < EvP; ++c) o[i * EvP + c] *= corr[i];
-          mx[i] = mnew[i];
-        }
-        tpurt_hv_f32_to_bf16(row, p16 + i * BK, BK);
+      if (!same) {
+        float zero[BQ], unused[BQ];
+        memset(zero, 0, sizeof(zero));
+        cols_exp_sum(corr, 1, zero, unused);
+        for (int64_t i = 0; i < BQ; ++i) l[i] *= corr[i];
+        cols_scale(ot, EvP, corr);
       }
-      amx_mm(BQ, EvP, BK, p16, BK, vp + (j0 / 2) * EvP * 2, EvP * 2, o, EvP, true);
+      cols_exp_sum(st, rows32, msub, l);
+      for (int64_t j = 0; j < rows32; j += 2) { /* P^T to bf16, rows j and j + 1 as pairs */
+        tpurt_hv_f32_to_bf16(st + j * BQ, p16, 2 * BQ);
+        for (int64_t c = 0; c < BQ; c += 32) tpurt_hv_u16_pairs32(p16 + c, p16 + BQ + c, pp + j * BQ + 2 * c);
+      }
+      amx_mm(EvP, BQ, rows32, vt + j0, Sp, pp, BQ * 2, ot, BQ, true);
     }
+    for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    cols_scale(ot, EvP, corr);
+    transpose(ot, EvP, BQ, BQ, ob, EvP);
     for (int64_t i = 0; i < ni; ++i) {
-      float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-      for (int64_t c = 0; c < a->Ev; ++c) o[i * EvP + c] *= inv;
-      store_row(a->out, b, h, i0 + i, a->Ev, o + i * EvP);
+      store_row(a->out, b, h, i0 + i, a->Ev, ob + i * EvP);
       *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
     }
   }
