@@ -414,23 +414,63 @@ typedef __m256 cvec_t;
 #define CV_EXP exp_nonpos8
 #endif
 
-/* m[i] = max(m[i], st[j][i]) over rows j < rows (st rows BQ floats apart); NaN is ignored here, as in
- * row_max. */
-static void cols_max(const float* st, int64_t rows, float* m) {
+/* st[j][i] *= scale (where scale is not 1), then m[i] = max(m[i], st[j][i]), over rows j < rows (st
+ * rows BQ floats apart); NaN is ignored here (it reaches the output through exp and the sum). */
+static void cols_max(float* st, int64_t rows, float scale, float* m) {
 #ifdef CV_W
+  cvec_t vsc = CV_SET1(scale);
   for (int64_t c = 0; c < BQ; c += CV_W) {
     cvec_t w = CV_LD(m + c);
-    for (int64_t j = 0; j < rows; ++j) w = CV_MAX(CV_LD(st + j * BQ + c), w);
+    if (scale != 1.0f)
+      for (int64_t j = 0; j < rows; ++j) {
+        cvec_t v = CV_MUL(CV_LD(st + j * BQ + c), vsc);
+        CV_ST(st + j * BQ + c, v);
+        w = CV_MAX(v, w);
+      }
+    else
+      for (int64_t j = 0; j < rows; ++j) w = CV_MAX(CV_LD(st + j * BQ + c), w);
     CV_ST(m + c, w);
   }
 #else
   for (int64_t j = 0; j < rows; ++j)
-    for (int64_t i = 0; i < BQ; ++i) m[i] = st[j * BQ + i] > m[i] ? st[j * BQ + i] : m[i];
+    for (int64_t i = 0; i < BQ; ++i) {
+      if (scale != 1.0f) st[j * BQ + i] *= scale;
+      m[i] = st[j * BQ + i] > m[i] ? st[j * BQ + i] : m[i];
+    }
 #endif
 }
 
+/* TAU: a query row's reference for its exps (its running max in the textbook online softmax) is
+ * raised only when a block's max passes it by more than TAU (natural log units). The exps then stay
+ * below e^TAU (about 3e3: far from float32's range, and bf16 rounds relatively either way), and the
+ * rescale of O^T, a pass over it per block, is skipped for every block where no row's max moved that
+ * far: nearly all but the first. Any reference gives the same softmax; the first visible score
+ * always sets it (-inf + TAU is -inf). */
+#define TAU 8.0f
+static void cols_exp_sum(float* st, int64_t rows, const float* sub, float* l);
+
+/* One block's update of the rows' softmax state: mnew holds max(mx, the block's max). Raises mx
+ * where mnew passes it by TAU, scales l by exp(old - new) there (corr: the factors, 1 elsewhere),
+ * sets msub to the reference to subtract (0 for a row that has seen nothing: its exps are
+ * exp(-inf) = 0). Returns whether any row's reference moved (O^T then needs corr). */
+static bool softmax_step(float* mx, const float* mnew, float* l, float* corr, float* msub) {
+  bool any = false;
+  for (int64_t i = 0; i < BQ; ++i) {
+    bool up = mnew[i] > mx[i] + TAU;
+    corr[i] = up ? mx[i] - mnew[i] : 0.0f; /* old - new: < 0, -inf where nothing was seen before */
+    if (up) mx[i] = mnew[i], any = true;
+    msub[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+  }
+  if (any) {
+    float zero[BQ];
+    memset(zero, 0, sizeof(zero));
+    cols_exp_sum(corr, 1, zero, zero);
+    for (int64_t i = 0; i < BQ; ++i) l[i] *= corr[i];
+  }
+  return any;
+}
 /* st[j][i] = exp(st[j][i] - sub[i]) over rows j < rows, adding each column's sum to l[i]; every
- * st[j][i] - sub[i] is <= 0 or NaN. */
+ * st[j][i] - sub[i] is <= TAU or NaN. */
 static void cols_exp_sum(float* st, int64_t rows, const float* sub, float* l) {
 #ifdef CV_W
   for (int64_t c = 0; c < BQ; c += CV_W) {
@@ -544,27 +584,15 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     memset(ot, 0, (size_t)(Ev8 * BQ) * sizeof(float));
     for (int64_t i = 0; i < BQ; ++i) mx[i] = -INFINITY, l[i] = 0;
     int64_t jend = kv_end(a, i0, ni);
+    float mnew[BQ];
     for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
       int64_t rows = imin64(BKT, jend - j0); /* keys past jend: hidden from every query of the block */
       mm(rows, BQ, E8, kp + j0 * ldk, ldk, qt, BQ, st, BQ, false);
       /* a whole block at or below the diagonal, with no mask, needs no masking */
       if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st);
-      for (int64_t i = 0; i < BQ; ++i) corr[i] = mx[i];
-      cols_max(st, rows, mx);
-      bool same = true;
-      for (int64_t i = 0; i < BQ; ++i) {
-        /* a row that has seen nothing yet (max -inf) subtracts 0: its exps are exp(-inf) = 0 */
-        msub[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
-        corr[i] -= msub[i]; /* old max - new: <= 0, -inf where nothing was seen before */
-        same = same && corr[i] == 0.0f;
-      }
-      if (!same) { /* l and O^T scaled by exp(old max - new max) */
-        float zero[BQ], unused[BQ];
-        memset(zero, 0, sizeof(zero));
-        cols_exp_sum(corr, 1, zero, unused);
-        for (int64_t i = 0; i < BQ; ++i) l[i] *= corr[i];
-        cols_scale(ot, Ev8, corr);
-      }
+      memcpy(mnew, mx, sizeof(mnew));
+      cols_max(st, rows, 1.0f, mnew);
+      if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, Ev8, corr);
       cols_exp_sum(st, rows, msub, l);
       mm_at(Ev8, BQ, rows, vp + j0 * ldv, ldv, st, BQ, ot, BQ, true);
     }
@@ -744,6 +772,34 @@ static void pack_transposed(const view4_t* v, int64_t b, int64_t h, int64_t rows
   transpose32(tmp, RP / 2, CP, CP, out, RP / 2);
 }
 
+/* cols_exp_sum over rows j < rows (even), P^T then written as bf16 pairs along the rows,
+ * out[j / 2][i][2]: the B operand of O^T += V^T P^T (tmp: 2 x BQ bf16 where the build lacks
+ * AVX-512 BW). The sums are of the float32 exps. */
+static void cols_exp_pairs(float* st, int64_t rows, const float* sub, float* l, uint16_t* out, uint16_t* tmp) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  static const uint16_t zip[32] __attribute__((aligned(64))) = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i vz = _mm512_load_si512(zip);
+  (void)tmp;
+  for (int64_t c = 0; c < BQ; c += 16) {
+    __m512 vs = _mm512_loadu_ps(sub + c), acc = _mm512_loadu_ps(l + c);
+    for (int64_t j = 0; j < rows; j += 2) {
+      __m512 v0 = exp_nonpos16(_mm512_sub_ps(_mm512_loadu_ps(st + j * BQ + c), vs));
+      __m512 v1 = exp_nonpos16(_mm512_sub_ps(_mm512_loadu_ps(st + (j + 1) * BQ + c), vs));
+      acc = _mm512_add_ps(_mm512_add_ps(acc, v0), v1);
+      _mm512_storeu_si512(out + j * BQ + 2 * c, _mm512_permutexvar_epi16(vz, tpurt_hv_bf16x32_pack(v0, v1)));
+    }
+    _mm512_storeu_ps(l + c, acc);
+  }
+#else
+  cols_exp_sum(st, rows, sub, l);
+  for (int64_t j = 0; j < rows; j += 2) {
+    tpurt_hv_f32_to_bf16(st + j * BQ, tmp, 2 * BQ);
+    for (int64_t c = 0; c < BQ; c += 32) tpurt_hv_u16_pairs32(tmp + c, tmp + BQ + c, out + j * BQ + 2 * c);
+  }
+#endif
+}
+
 /* The transposed forward (fwd_tasks) with both block products on tiles: S^T = K Q^T from bf16 K
  * rows and Q packed as pairs along the head dim, then O^T += V^T P^T with P rounded to bf16 (as
  * PyTorch CPU's flash kernel does) and packed as pairs along the keys; the softmax, its sums and
@@ -780,32 +836,21 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
     memset(ot, 0, (size_t)(EvP * BQ) * sizeof(float));
     for (int64_t i = 0; i < BQ; ++i) mx[i] = -INFINITY, l[i] = 0;
     int64_t jend = kv_end(a, i0, ni);
+    float mnew[BQ];
     for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
       int64_t rows = imin64(BKT, jend - j0), rows32 = pad32(rows);
       amx_mm(rows32, BQ, EP, kr + j0 * EP, EP, qp, BQ * 2, st, BQ, false);
-      for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= a->scale;
-      if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st);
+      float sc = a->scale;
+      if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) { /* the mask adds to scaled scores */
+        for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= sc;
+        block_mask_t(a, b, h, i0, ni, j0, rows, st);
+        sc = 1.0f;
+      }
       for (int64_t x = rows * BQ; x < rows32 * BQ; ++x) st[x] = -INFINITY; /* keys no query here sees */
-      for (int64_t i = 0; i < BQ; ++i) corr[i] = mx[i];
-      cols_max(st, rows, mx);
-      bool same = true;
-      for (int64_t i = 0; i < BQ; ++i) {
-        msub[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
-        corr[i] -= msub[i];
-        same = same && corr[i] == 0.0f;
-      }
-      if (!same) {
-        float zero[BQ], unused[BQ];
-        memset(zero, 0, sizeof(zero));
-        cols_exp_sum(corr, 1, zero, unused);
-        for (int64_t i = 0; i < BQ; ++i) l[i] *= corr[i];
-        cols_scale(ot, EvP, corr);
-      }
-      cols_exp_sum(st, rows32, msub, l);
-      for (int64_t j = 0; j < rows32; j += 2) { /* P^T to bf16, rows j and j + 1 as pairs */
-        tpurt_hv_f32_to_bf16(st + j * BQ, p16, 2 * BQ);
-        for (int64_t c = 0; c < BQ; c += 32) tpurt_hv_u16_pairs32(p16 + c, p16 + BQ + c, pp + j * BQ + 2 * c);
-      }
+      memcpy(mnew, mx, sizeof(mnew));
+      cols_max(st, rows, sc, mnew);
+      if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, EvP, corr);
+      cols_exp_pairs(st, rows32, msub, l, pp, p16);
       amx_mm(EvP, BQ, rows32, vt + j0, Sp, pp, BQ * 2, ot, BQ, true);
     }
     for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
