@@ -587,14 +587,26 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     float mnew[BQ];
     for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
       int64_t rows = imin64(BKT, jend - j0); /* keys past jend: hidden from every query of the block */
-      mm(rows, BQ, E8, kp + j0 * ldk, ldk, qt, BQ, st, BQ, false);
+      /* causal: keys up to i0 are seen by every query of the block; past it, a group of 16 keys is
+       * hidden from the queries before its first key, and the products skip those 16-query chunks
+       * (what they leave in st is masked below) */
+      int64_t rfull = a->causal ? imin64(rows, i0 - j0 + 1 > 0 ? i0 - j0 + 1 : 0) : rows;
+      if (rfull > 0) mm(rfull, BQ, E8, kp + j0 * ldk, ldk, qt, BQ, st, BQ, false);
+      for (int64_t j = rfull; j < rows; j += 16) {
+        int64_t c0 = (j0 + j - i0) / 16 * 16;
+        mm(imin64(16, rows - j), BQ - c0, E8, kp + (j0 + j) * ldk, ldk, qt + c0, BQ, st + j * BQ + c0, BQ, false);
+      }
       /* a whole block at or below the diagonal, with no mask, needs no masking */
       if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st);
       memcpy(mnew, mx, sizeof(mnew));
       cols_max(st, rows, 1.0f, mnew);
       if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, Ev8, corr);
       cols_exp_sum(st, rows, msub, l);
-      mm_at(Ev8, BQ, rows, vp + j0 * ldv, ldv, st, BQ, ot, BQ, true);
+      if (rfull > 0) mm_at(Ev8, BQ, rfull, vp + j0 * ldv, ldv, st, BQ, ot, BQ, true);
+      for (int64_t j = rfull; j < rows; j += 16) {
+        int64_t c0 = (j0 + j - i0) / 16 * 16;
+        mm_at(Ev8, BQ - c0, imin64(16, rows - j), vp + (j0 + j) * ldv, ldv, st + j * BQ + c0, BQ, ot + c0, BQ, true);
+      }
     }
     /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
     for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
