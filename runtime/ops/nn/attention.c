@@ -414,29 +414,22 @@ typedef __m256 cvec_t;
 #define CV_EXP exp_nonpos8
 #endif
 
-/* st[j][i] *= scale (where scale is not 1), then m[i] = max(m[i], st[j][i]), over rows j < rows (st
- * rows BQ floats apart); NaN is ignored here (it reaches the output through exp and the sum). */
-static void cols_max(float* st, int64_t rows, float scale, float* m) {
+/* m[i] = max(m[i], scale * max over rows j < rows of st[j][i]) (st rows BQ floats apart; scale > 0,
+ * so the max of the scaled scores is the scaled max); NaN is ignored here (it reaches the output
+ * through exp and the sum). */
+static void cols_max(const float* st, int64_t rows, float scale, float* m) {
 #ifdef CV_W
-  cvec_t vsc = CV_SET1(scale);
   for (int64_t c = 0; c < BQ; c += CV_W) {
-    cvec_t w = CV_LD(m + c);
-    if (scale != 1.0f)
-      for (int64_t j = 0; j < rows; ++j) {
-        cvec_t v = CV_MUL(CV_LD(st + j * BQ + c), vsc);
-        CV_ST(st + j * BQ + c, v);
-        w = CV_MAX(v, w);
-      }
-    else
-      for (int64_t j = 0; j < rows; ++j) w = CV_MAX(CV_LD(st + j * BQ + c), w);
-    CV_ST(m + c, w);
+    cvec_t w = CV_SET1(-INFINITY);
+    for (int64_t j = 0; j < rows; ++j) w = CV_MAX(CV_LD(st + j * BQ + c), w);
+    CV_ST(m + c, CV_MAX(CV_MUL(w, CV_SET1(scale)), CV_LD(m + c)));
   }
 #else
-  for (int64_t j = 0; j < rows; ++j)
-    for (int64_t i = 0; i < BQ; ++i) {
-      if (scale != 1.0f) st[j * BQ + i] *= scale;
-      m[i] = st[j * BQ + i] > m[i] ? st[j * BQ + i] : m[i];
-    }
+  for (int64_t i = 0; i < BQ; ++i) {
+    float w = -INFINITY;
+    for (int64_t j = 0; j < rows; ++j) w = st[j * BQ + i] > w ? st[j * BQ + i] : w;
+    m[i] = w * scale > m[i] ? w * scale : m[i];
+  }
 #endif
 }
 
@@ -787,8 +780,10 @@ static void pack_transposed(const view4_t* v, int64_t b, int64_t h, int64_t rows
 /* cols_exp_sum over rows j < rows (even), P^T then written as bf16 pairs along the rows,
  * out[j / 2][i][2]: the B operand of O^T += V^T P^T (tmp: 2 x BQ bf16 where the build lacks
  * AVX-512 BW). The sums are of the float32 exps. */
-static void cols_exp_pairs(float* st, int64_t rows, const float* sub, float* l, uint16_t* out, uint16_t* tmp) {
+static void cols_exp_pairs(float* st, int64_t rows, float scale, const float* sub, float* l, uint16_t* out,
+                           uint16_t* tmp) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
+  const __m512 vsc = _mm512_set1_ps(scale);
   static const uint16_t zip[32] __attribute__((aligned(64))) = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                                                  8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i vz = _mm512_load_si512(zip);
@@ -796,14 +791,23 @@ static void cols_exp_pairs(float* st, int64_t rows, const float* sub, float* l, 
   for (int64_t c = 0; c < BQ; c += 16) {
     __m512 vs = _mm512_loadu_ps(sub + c), acc = _mm512_loadu_ps(l + c);
     for (int64_t j = 0; j < rows; j += 2) {
-      __m512 v0 = exp_nonpos16(_mm512_sub_ps(_mm512_loadu_ps(st + j * BQ + c), vs));
-      __m512 v1 = exp_nonpos16(_mm512_sub_ps(_mm512_loadu_ps(st + (j + 1) * BQ + c), vs));
+      __m512 v0 = exp_nonpos16(_mm512_fmsub_ps(_mm512_loadu_ps(st + j * BQ + c), vsc, vs));
+      __m512 v1 = exp_nonpos16(_mm512_fmsub_ps(_mm512_loadu_ps(st + (j + 1) * BQ + c), vsc, vs));
       acc = _mm512_add_ps(_mm512_add_ps(acc, v0), v1);
-      _mm512_storeu_si512(out + j * BQ + 2 * c, _mm512_permutexvar_epi16(vz, tpurt_hv_bf16x32_pack(v0, v1)));
+#if defined(__AVX512BF16__)
+      /* the exps are 0 or normal (exp_nonpos16 flushes what would be subnormal), so vcvtne2ps2bf16
+       * rounds them as tpurt_hv_bf16x32_pack would, without its subnormal check */
+      __m512i pk = (__m512i)_mm512_cvtne2ps_pbh(v1, v0);
+#else
+      __m512i pk = tpurt_hv_bf16x32_pack(v0, v1);
+#endif
+      _mm512_storeu_si512(out + j * BQ + 2 * c, _mm512_permutexvar_epi16(vz, pk));
     }
     _mm512_storeu_ps(l + c, acc);
   }
 #else
+  if (scale != 1.0f)
+    for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= scale;
   cols_exp_sum(st, rows, sub, l);
   for (int64_t j = 0; j < rows; j += 2) {
     tpurt_hv_f32_to_bf16(st + j * BQ, tmp, 2 * BQ);
@@ -833,7 +837,8 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
   uint16_t* p16 = pp + BKT * BQ;                  /* two rows of P^T in bf16 */
   uint16_t* kr = p16 + 2 * BQ;                    /* K rows: Sp x EP */
   uint16_t* vt = kr + Sp * EP;                    /* V^T: EvP x Sp, then Sp x EvP to build it */
-  int64_t cached = -1;
+  int64_t cached = -1, ldk = EP;
+  const uint16_t* kp = kr;
   tpurt_gemm_amx_tiles_begin();
   for (int64_t t = t0; t < t1; ++t) {
     int64_t r = t % nqb, qbi = (r & 1) ? nqb - 1 - r / 2 : r / 2; /* from both ends, as fwd_tasks */
@@ -841,7 +846,9 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
     if (cached != b * a->Hkv + hk) {
       cached = b * a->Hkv + hk;
-      pack_rows(&a->k, b, hk, 0, a->S, a->E, EP, Sp, kr);
+      /* bf16 K rows with contiguous columns, E and S multiples of 32, are read in place */
+      if (a->k.s[3] == 1 && a->E == EP && a->S % 32 == 0) kp = (const uint16_t*)a->k.p + b * a->k.s[0] + hk * a->k.s[1], ldk = a->k.s[2];
+      else pack_rows(&a->k, b, hk, 0, a->S, a->E, EP, Sp, kr), kp = kr, ldk = EP;
       pack_transposed(&a->v, b, hk, a->S, Sp, a->Ev, EvP, vt + EvP * Sp, vt);
     }
     pack_q_pairs(&a->q, b, h, i0, ni, a->E, EP, qp);
@@ -851,9 +858,9 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
     float mnew[BQ];
     for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
       int64_t rows = imin64(BKT, jend - j0), rows32 = pad32(rows);
-      amx_mm(rows32, BQ, EP, kr + j0 * EP, EP, qp, BQ * 2, st, BQ, false);
-      float sc = a->scale;
-      if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) { /* the mask adds to scaled scores */
+      amx_mm(rows32, BQ, EP, kp + j0 * ldk, ldk, qp, BQ * 2, st, BQ, false);
+      float sc = a->scale; /* applied by the max and exp passes, but the mask adds to scaled scores */
+      if (a->has_mask || (a->causal && j0 + rows - 1 > i0) || !(sc > 0.0f)) {
         for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= sc;
         block_mask_t(a, b, h, i0, ni, j0, rows, st);
         sc = 1.0f;
@@ -862,7 +869,7 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
       memcpy(mnew, mx, sizeof(mnew));
       cols_max(st, rows, sc, mnew);
       if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, EvP, corr);
-      cols_exp_pairs(st, rows32, msub, l, pp, p16);
+      cols_exp_pairs(st, rows32, sc, msub, l, pp, p16);
       amx_mm(EvP, BQ, rows32, vt + j0, Sp, pp, BQ * 2, ot, BQ, true);
     }
     for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
