@@ -780,8 +780,11 @@ static void pack_transposed(const view4_t* v, int64_t b, int64_t h, int64_t rows
 /* cols_exp_sum over rows j < rows (even), P^T then written as bf16 pairs along the rows,
  * out[j / 2][i][2]: the B operand of O^T += V^T P^T (tmp: 2 x BQ bf16 where the build lacks
  * AVX-512 BW). The sums are of the float32 exps. */
-static void cols_exp_pairs(float* st, int64_t rows, float scale, const float* sub, float* l, uint16_t* out,
-                           uint16_t* tmp) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define EXP_PAIRS_MAX 1 /* cols_exp_pairs leaves st as it was and can give the block's max */
+#endif
+static void cols_exp_pairs(float* st, int64_t rows, float scale, const float* sub, float* l, float* bmax,
+                           uint16_t* out, uint16_t* tmp) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   const __m512 vsc = _mm512_set1_ps(scale);
   static const uint16_t zip[32] __attribute__((aligned(64))) = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
@@ -789,10 +792,12 @@ static void cols_exp_pairs(float* st, int64_t rows, float scale, const float* su
   const __m512i vz = _mm512_load_si512(zip);
   (void)tmp;
   for (int64_t c = 0; c < BQ; c += 16) {
-    __m512 vs = _mm512_loadu_ps(sub + c), acc = _mm512_loadu_ps(l + c);
+    __m512 vs = _mm512_loadu_ps(sub + c), acc = _mm512_loadu_ps(l + c), w = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < rows; j += 2) {
-      __m512 v0 = exp_nonpos16(_mm512_fmsub_ps(_mm512_loadu_ps(st + j * BQ + c), vsc, vs));
-      __m512 v1 = exp_nonpos16(_mm512_fmsub_ps(_mm512_loadu_ps(st + (j + 1) * BQ + c), vsc, vs));
+      __m512 s0 = _mm512_loadu_ps(st + j * BQ + c), s1 = _mm512_loadu_ps(st + (j + 1) * BQ + c);
+      w = _mm512_max_ps(s1, _mm512_max_ps(s0, w));
+      __m512 v0 = exp_nonpos16(_mm512_fmsub_ps(s0, vsc, vs));
+      __m512 v1 = exp_nonpos16(_mm512_fmsub_ps(s1, vsc, vs));
       acc = _mm512_add_ps(_mm512_add_ps(acc, v0), v1);
 #if defined(__AVX512BF16__)
       /* the exps are 0 or normal (exp_nonpos16 flushes what would be subnormal), so vcvtne2ps2bf16
@@ -804,8 +809,10 @@ static void cols_exp_pairs(float* st, int64_t rows, float scale, const float* su
       _mm512_storeu_si512(out + j * BQ + 2 * c, _mm512_permutexvar_epi16(vz, pk));
     }
     _mm512_storeu_ps(l + c, acc);
+    if (bmax) _mm512_storeu_ps(bmax + c, _mm512_mul_ps(w, vsc));
   }
 #else
+  (void)bmax;
   if (scale != 1.0f)
     for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= scale;
   cols_exp_sum(st, rows, sub, l);
@@ -866,10 +873,31 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
         sc = 1.0f;
       }
       for (int64_t x = rows * BQ; x < rows32 * BQ; ++x) st[x] = -INFINITY; /* keys no query here sees */
+      bool done = false;
       memcpy(mnew, mx, sizeof(mnew));
-      cols_max(st, rows, sc, mnew);
-      if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, EvP, corr);
-      cols_exp_pairs(st, rows32, sc, msub, l, pp, p16);
+#ifdef EXP_PAIRS_MAX
+      /* every row has a reference: the exps against it, the block's max from the same pass, and a
+       * second pass only where that max passes a reference by TAU (rarely after the first block) */
+      bool spec = true;
+      for (int64_t i = 0; i < BQ; ++i) spec = spec && mx[i] != -INFINITY;
+      if (spec) {
+        float lsave[BQ], bmax[BQ];
+        memcpy(lsave, l, sizeof(lsave));
+        cols_exp_pairs(st, rows32, sc, msub, l, bmax, pp, p16);
+        done = true;
+        for (int64_t i = 0; i < BQ; ++i) {
+          done = done && !(bmax[i] > mx[i] + TAU);
+          mnew[i] = bmax[i] > mnew[i] ? bmax[i] : mnew[i];
+        }
+        if (!done) memcpy(l, lsave, sizeof(lsave));
+      }
+      if (!spec)
+#endif
+        cols_max(st, rows, sc, mnew);
+      if (!done) {
+        if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, EvP, corr);
+        cols_exp_pairs(st, rows32, sc, msub, l, NULL, pp, p16);
+      }
       amx_mm(EvP, BQ, rows32, vt + j0, Sp, pp, BQ * 2, ot, BQ, true);
     }
     for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
