@@ -462,26 +462,37 @@ static bool softmax_step(float* mx, const float* mnew, float* l, float* corr, fl
   }
   return any;
 }
-/* st[j][i] = exp(st[j][i] - sub[i]) over rows j < rows, adding each column's sum to l[i]; every
- * st[j][i] - sub[i] is <= TAU or NaN. */
-static void cols_exp_sum(float* st, int64_t rows, const float* sub, float* l) {
+/* out[j][i] = exp(st[j][i] - sub[i]) over rows j < rows (out may be st), adding each column's sum
+ * to l[i]; every st[j][i] - sub[i] is <= TAU or NaN. bmax (where not NULL): each column's max of
+ * st, from the same pass. */
+static void cols_exp_to(const float* st, int64_t rows, const float* sub, float* l, float* bmax, float* out) {
 #ifdef CV_W
   for (int64_t c = 0; c < BQ; c += CV_W) {
-    cvec_t vs = CV_LD(sub + c), acc = CV_LD(l + c);
+    cvec_t vs = CV_LD(sub + c), acc = CV_LD(l + c), w = CV_SET1(-INFINITY);
     for (int64_t j = 0; j < rows; ++j) {
-      cvec_t v = CV_EXP(CV_SUB(CV_LD(st + j * BQ + c), vs));
-      CV_ST(st + j * BQ + c, v);
+      cvec_t s = CV_LD(st + j * BQ + c);
+      w = CV_MAX(s, w);
+      cvec_t v = CV_EXP(CV_SUB(s, vs));
+      CV_ST(out + j * BQ + c, v);
       acc = CV_ADD(acc, v);
     }
     CV_ST(l + c, acc);
+    if (bmax) CV_ST(bmax + c, w);
   }
 #else
+  if (bmax)
+    for (int64_t i = 0; i < BQ; ++i) bmax[i] = -INFINITY;
   for (int64_t j = 0; j < rows; ++j)
     for (int64_t i = 0; i < BQ; ++i) {
-      st[j * BQ + i] = tpurt_ew_expf(st[j * BQ + i] - sub[i]);
-      l[i] += st[j * BQ + i];
+      float s = st[j * BQ + i];
+      if (bmax) bmax[i] = s > bmax[i] ? s : bmax[i];
+      out[j * BQ + i] = tpurt_ew_expf(s - sub[i]);
+      l[i] += out[j * BQ + i];
     }
 #endif
+}
+static void cols_exp_sum(float* st, int64_t rows, const float* sub, float* l) {
+  cols_exp_to(st, rows, sub, l, NULL, st);
 }
 
 /* x[r][i] *= f[i] for rows r < rows (rows BQ floats apart). */
@@ -546,8 +557,9 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   float* qt = w;                /* Q^T, scaled: E8 x BQ */
   float* kr = qt + E8 * BQ;     /* K rows: S x E8 */
   float* vr = kr + a->S * E8;   /* V rows: S x Ev8 */
-  float* st = vr + a->S * Ev8;  /* S^T, then P^T: BKT x BQ */
-  float* ot = st + BKT * BQ;    /* O^T: Ev8 x BQ */
+  float* st = vr + a->S * Ev8;  /* S^T: BKT x BQ */
+  float* pt = st + BKT * BQ;    /* P^T: BKT x BQ */
+  float* ot = pt + BKT * BQ;    /* O^T: Ev8 x BQ */
   float* ob = ot + Ev8 * BQ;    /* Q, then O, as rows: BQ x max(E8, Ev8) */
   float* mx = ob + BQ * (E8 > Ev8 ? E8 : Ev8); /* BQ each: running max, sum, correction, max to subtract */
   float* l = mx + BQ;
@@ -591,14 +603,33 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
       }
       /* a whole block at or below the diagonal, with no mask, needs no masking */
       if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st);
+      /* once every row has a reference: the exps against it, the block's max from the same pass,
+       * and a second pass only where that max passes a reference by TAU (rarely after the first
+       * block); P^T goes to pt, so st survives for it */
+      bool spec = true, done = false;
+      for (int64_t i = 0; i < BQ; ++i) spec = spec && mx[i] != -INFINITY;
       memcpy(mnew, mx, sizeof(mnew));
-      cols_max(st, rows, 1.0f, mnew);
-      if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, Ev8, corr);
-      cols_exp_sum(st, rows, msub, l);
-      if (rfull > 0) mm_at(Ev8, BQ, rfull, vp + j0 * ldv, ldv, st, BQ, ot, BQ, true);
+      if (spec) {
+        float lsave[BQ], bmax[BQ];
+        memcpy(lsave, l, sizeof(lsave));
+        cols_exp_to(st, rows, msub, l, bmax, pt);
+        done = true;
+        for (int64_t i = 0; i < BQ; ++i) {
+          done = done && !(bmax[i] > mx[i] + TAU);
+          mnew[i] = bmax[i] > mnew[i] ? bmax[i] : mnew[i];
+        }
+        if (!done) memcpy(l, lsave, sizeof(lsave));
+      } else {
+        cols_max(st, rows, 1.0f, mnew);
+      }
+      if (!done) {
+        if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, Ev8, corr);
+        cols_exp_to(st, rows, msub, l, NULL, pt);
+      }
+      if (rfull > 0) mm_at(Ev8, BQ, rfull, vp + j0 * ldv, ldv, pt, BQ, ot, BQ, true);
       for (int64_t j = rfull; j < rows; j += 16) {
         int64_t c0 = (j0 + j - i0) / 16 * 16;
-        mm_at(Ev8, BQ - c0, imin64(16, rows - j), vp + (j0 + j) * ldv, ldv, st + j * BQ + c0, BQ, ot + c0, BQ, true);
+        mm_at(Ev8, BQ - c0, imin64(16, rows - j), vp + (j0 + j) * ldv, ldv, pt + j * BQ + c0, BQ, ot + c0, BQ, true);
       }
     }
     /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
@@ -1308,7 +1339,7 @@ static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   }
   int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
   bool amx = use_amx(&a);
-  a.ws_floats = (size_t)(E8 * BQ + a.S * (E8 + Ev8) + BKT * BQ + Ev8 * BQ + BQ * (E8 > Ev8 ? E8 : Ev8) + 4 * BQ + 16);
+  a.ws_floats = (size_t)(E8 * BQ + a.S * (E8 + Ev8) + 2 * BKT * BQ + Ev8 * BQ + BQ * (E8 > Ev8 ? E8 : Ev8) + 4 * BQ + 16);
 #ifdef ATTN_HAVE_AMX
   if (amx) a.ws_floats = amx_ws_floats(&a);
 #endif
