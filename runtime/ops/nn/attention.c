@@ -509,22 +509,30 @@ static void cols_scale(float* x, int64_t rows, const float* f) {
 }
 
 /* Transposed scores of keys [j0, j0 + rows) against queries [i0, i0 + ni): the mask added and the
- * causally hidden entries set to -inf. */
+ * causally hidden entries set to -inf. tmp: BKT x BQ floats, for the mask's block transposed
+ * (16 of its rows at a time, so the adds run along the lanes). */
 static void block_mask_t(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0,
-                         int64_t rows, float* st) {
+                         int64_t rows, float* st, float* tmp) {
   if (a->has_mask) {
     const view4_t* m = &a->mask;
     size_t mes = tpurt_dtype_size(m->dt);
-    float mrow[BKT];
-    for (int64_t i = 0; i < ni; ++i) {
-      const char* mp = m->p + (size_t)(b * m->s[0] + h * m->s[1] + (i0 + i) * m->s[2] + j0 * m->s[3]) * mes;
-      if (m->s[3] == 1 && m->dt == TPURT_DTYPE_FLOAT32) memcpy(mrow, mp, (size_t)rows * sizeof(float));
-      else if (m->s[3] == 1 && (m->dt == TPURT_DTYPE_BFLOAT16 || m->dt == TPURT_DTYPE_FLOAT16))
-        tpurt_hv_to_f32(m->dt, mp, mrow, rows);
-      else
-        for (int64_t j = 0; j < rows; ++j) mrow[j] = mask_at(a, b, h, i0 + i, j0 + j);
-      for (int64_t j = 0; j < rows; ++j) st[j * BQ + i] += mrow[j];
+    float mrows[16 * BKT];
+    for (int64_t ic = 0; ic < ni; ic += 16) {
+      int64_t nr = imin64(16, ni - ic);
+      for (int64_t r = 0; r < nr; ++r) {
+        int64_t i = ic + r;
+        const char* mp = m->p + (size_t)(b * m->s[0] + h * m->s[1] + (i0 + i) * m->s[2] + j0 * m->s[3]) * mes;
+        float* mrow = mrows + r * BKT;
+        if (m->s[3] == 1 && m->dt == TPURT_DTYPE_FLOAT32) memcpy(mrow, mp, (size_t)rows * sizeof(float));
+        else if (m->s[3] == 1 && (m->dt == TPURT_DTYPE_BFLOAT16 || m->dt == TPURT_DTYPE_FLOAT16))
+          tpurt_hv_to_f32(m->dt, mp, mrow, rows);
+        else
+          for (int64_t j = 0; j < rows; ++j) mrow[j] = mask_at(a, b, h, i0 + i, j0 + j);
+      }
+      transpose32(mrows, nr, rows, BKT, tmp + ic, BQ);
     }
+    for (int64_t j = 0; j < rows; ++j)
+      for (int64_t i = 0; i < ni; ++i) st[j * BQ + i] += tmp[j * BQ + i];
   }
   if (a->causal) /* query i0 + i sees key j0 + j where j0 + j <= i0 + i */
     for (int64_t j = 0; j < rows; ++j)
@@ -602,7 +610,7 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
         mm(imin64(16, rows - j), BQ - c0, E8, kp + (j0 + j) * ldk, ldk, qt + c0, BQ, st + j * BQ + c0, BQ, false);
       }
       /* a whole block at or below the diagonal, with no mask, needs no masking */
-      if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st);
+      if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st, pt);
       /* once every row has a reference: the exps against it, the block's max from the same pass,
        * and a second pass only where that max passes a reference by TAU (rarely after the first
        * block); P^T goes to pt, so st survives for it */
@@ -777,7 +785,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_mm(int64_t M, int64
 /* Floats of one thread's workspace for fwd_tasks_amx. */
 static size_t amx_ws_floats(const attn_t* a) {
   int64_t EP = pad32(a->E), EvP = pad32(a->Ev), Sp = (a->S + BKT - 1) / BKT * BKT;
-  return (size_t)(BKT * BQ + 2 * EvP * BQ + 4 * BQ + (EP * BQ + BKT * BQ + 2 * BQ + Sp * EP + 2 * EvP * Sp) / 2 + 64);
+  return (size_t)(2 * BKT * BQ + 2 * EvP * BQ + 4 * BQ + (EP * BQ + BKT * BQ + 2 * BQ + Sp * EP + 2 * EvP * Sp) / 2 + 64);
 }
 
 /* Rows [i0, i0 + ni) x cols [0, cols) of (b, h) in view v as pairs along the columns, [CP / 2][BQ][2],
@@ -863,8 +871,9 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
   const attn_t* a = (const attn_t*)u;
   int64_t EP = pad32(a->E), EvP = pad32(a->Ev), nqb = (a->L + BQ - 1) / BQ;
   int64_t Sp = (a->S + BKT - 1) / BKT * BKT;
-  float* st = a->ws + (size_t)tid * a->ws_floats; /* S^T, then P^T: BKT x BQ */
-  float* ot = st + BKT * BQ;                      /* O^T: EvP x BQ */
+  float* st = a->ws + (size_t)tid * a->ws_floats; /* S^T: BKT x BQ */
+  float* mt = st + BKT * BQ;                      /* a mask block, transposed: BKT x BQ */
+  float* ot = mt + BKT * BQ;                      /* O^T: EvP x BQ */
   float* ob = ot + EvP * BQ;                      /* O rows: BQ x EvP */
   float* mx = ob + BQ * EvP;                      /* BQ each: running max, sum, correction, max to subtract */
   float* l = mx + BQ;
@@ -900,7 +909,7 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
       float sc = a->scale; /* applied by the max and exp passes, but the mask adds to scaled scores */
       if (a->has_mask || (a->causal && j0 + rows - 1 > i0) || !(sc > 0.0f)) {
         for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= sc;
-        block_mask_t(a, b, h, i0, ni, j0, rows, st);
+        block_mask_t(a, b, h, i0, ni, j0, rows, st, mt);
         sc = 1.0f;
       }
       for (int64_t x = rows * BQ; x < rows32 * BQ; ++x) st[x] = -INFINITY; /* keys no query here sees */
