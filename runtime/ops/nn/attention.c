@@ -137,6 +137,22 @@ static void mm_at(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
   if (i + 2 <= m) MM_ROWS(2, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc), i += 2;
   if (i < m) MM_ROWS(1, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc);
 }
+/* max(m, x[0..n)), n a multiple of 8; NaN in x is ignored here (it reaches the output through exp
+ * and the sum, as in softmax). */
+static float row_max(const float* x, int64_t n, float m) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  __m512 w = _mm512_set1_ps(m);
+  for (; j + 16 <= n; j += 16) w = _mm512_max_ps(_mm512_loadu_ps(x + j), w);
+  m = _mm512_reduce_max_ps(w);
+#endif
+  __m256 v = _mm256_set1_ps(m);
+  for (; j < n; j += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + j), v);
+  float l[8];
+  _mm256_storeu_ps(l, v);
+  for (int q = 0; q < 8; ++q) m = l[q] > m ? l[q] : m;
+  return m;
+}
 #else
 /* A's element (i, p) at a[i * ai + p * ap]: mm (ai = lda, ap = 1) and mm_at (ai = 1, ap = lda). */
 static void mm_strided(int64_t m, int64_t n, int64_t k, const float* a, int64_t ai, int64_t ap, const float* b,
@@ -158,6 +174,10 @@ static void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, con
 static void mm_at(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float* c, int64_t ldc, bool acc) {
   mm_strided(m, n, k, a, 1, lda, b, ldb, c, ldc, acc);
+}
+static float row_max(const float* x, int64_t n, float m) {
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
 }
 #endif
 
@@ -347,7 +367,7 @@ static void block_mask(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_
                        int64_t nj, float* s, int64_t ld) {
   const view4_t* m = &a->mask;
   size_t mes = a->has_mask ? tpurt_dtype_size(m->dt) : 0;
-  float mrow[BK];
+  float mrow[BKT > BK ? BKT : BK];
   for (int64_t i = 0; i < ni; ++i) {
     float* row = s + i * ld;
     if (a->has_mask) {
@@ -558,6 +578,48 @@ static bool load_qt(const view4_t* v, int64_t b, int64_t h, int64_t i0, int64_t 
   return true;
 }
 
+/* ROWS_MAX: query blocks of at most this many rows (a decode step, a sequence's last rows) take
+ * fwd_rows: the transposed form computes 16 or 64 query lanes whatever ni is. */
+enum { ROWS_MAX = 48 };
+
+/* One block of ni <= ROWS_MAX queries in row layout, the textbook online softmax: S = Q K^T with
+ * a query per row (kt: K transposed, one E8 x BKT panel per key block), a row's max and exps along
+ * it, O += P V. q: ni x E8, s: ni x BKT, o: ni x Ev8, mx and l: ni floats. */
+static void fwd_rows(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_t ni, const float* kt,
+                     const float* vp, int64_t ldv, float* q, float* s, float* o, float* mx, float* l) {
+  int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev);
+  load_rows(&a->q, b, h, i0, ni, a->E, q, E8, ni, a->scale);
+  memset(o, 0, (size_t)(ni * Ev8) * sizeof(float));
+  for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
+  int64_t jend = kv_end(a, i0, ni);
+  for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
+    int64_t nj = imin64(BKT, a->S - j0);
+    mm(ni, BKT, E8, q, E8, kt + j0 * E8, BKT, s, BKT, false);
+    if (a->has_mask || nj < BKT || (a->causal && j0 + BKT - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BKT);
+    for (int64_t i = 0; i < ni; ++i) {
+      float* row = s + i * BKT;
+      float m = row_max(row, BKT, mx[i]);
+      if (m == -INFINITY) { /* nothing visible yet in this row */
+        memset(row, 0, BKT * sizeof(float));
+        continue;
+      }
+      float corr = mx[i] == -INFINITY ? 0.0f : tpurt_ew_expf(mx[i] - m);
+      l[i] = l[i] * corr + exp_sub_sum(row, BKT, m);
+      if (corr != 1.0f)
+        for (int64_t c = 0; c < Ev8; ++c) o[i * Ev8 + c] *= corr;
+      mx[i] = m;
+    }
+    mm(ni, Ev8, nj, s, BKT, vp + j0 * ldv, ldv, o, Ev8, true);
+  }
+  for (int64_t i = 0; i < ni; ++i) {
+    /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
+    float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    for (int64_t c = 0; c < a->Ev; ++c) o[i * Ev8 + c] *= inv;
+    store_row(a->out, b, h, i0 + i, a->Ev, o + i * Ev8);
+    *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
+  }
+}
+
 static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   const attn_t* a = (const attn_t*)u;
   int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev), nqb = (a->L + BQ - 1) / BQ;
@@ -573,7 +635,8 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   float* l = mx + BQ;
   float* corr = l + BQ;
   float* msub = corr + BQ;
-  int64_t cached = -1, ldk = E8, ldv = Ev8;
+  float* kt = msub + BQ;        /* for fwd_rows: K^T, one E8 x BKT panel per key block */
+  int64_t cached = -1, kt_cached = -1, ldk = E8, ldv = Ev8;
   const float *kp = kr, *vp = vr;
   for (int64_t t = t0; t < t1; ++t) {
     /* a head's query blocks alternate from both ends (0, last, 1, last - 1, ...): causal blocks
@@ -589,6 +652,18 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
       if (!kp) load_rows(&a->k, b, hk, 0, a->S, a->E, kr, E8, a->S, 1.0f), kp = kr, ldk = E8;
       vp = rows_in_place(&a->v, b, hk, a->Ev, &ldv);
       if (!vp) load_rows(&a->v, b, hk, 0, a->S, a->Ev, vr, Ev8, a->S, 1.0f), vp = vr, ldv = Ev8;
+    }
+    if (ni <= ROWS_MAX) {
+      if (kt_cached != cached) {
+        kt_cached = cached;
+        for (int64_t j0 = 0; j0 < a->S; j0 += BKT) {
+          int64_t nj = imin64(BKT, a->S - j0);
+          if (nj < BKT) memset(kt + j0 * E8, 0, (size_t)(E8 * BKT) * sizeof(float));
+          transpose32(kp + j0 * ldk, nj, E8, ldk, kt + j0 * E8, BKT);
+        }
+      }
+      fwd_rows(a, b, h, i0, ni, kt, vp, ldv, ob, st, ot, mx, l);
+      continue;
     }
     if (!load_qt(&a->q, b, h, i0, ni, a->E, E8, a->scale, qt)) {
       load_rows(&a->q, b, h, i0, ni, a->E, ob, E8, BQ, a->scale);
@@ -1348,7 +1423,7 @@ static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   }
   int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
   bool amx = use_amx(&a);
-  a.ws_floats = (size_t)(E8 * BQ + a.S * (E8 + Ev8) + 2 * BKT * BQ + Ev8 * BQ + BQ * (E8 > Ev8 ? E8 : Ev8) + 4 * BQ + 16);
+  a.ws_floats = (size_t)((a.S + BKT - 1) / BKT * BKT * E8 + E8 * BQ + a.S * (E8 + Ev8) + 2 * BKT * BQ + Ev8 * BQ + BQ * (E8 > Ev8 ? E8 : Ev8) + 4 * BQ + 16);
 #ifdef ATTN_HAVE_AMX
   if (amx) a.ws_floats = amx_ws_floats(&a);
 #endif
