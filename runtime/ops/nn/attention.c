@@ -579,7 +579,8 @@ static bool load_qt(const view4_t* v, int64_t b, int64_t h, int64_t i0, int64_t 
 }
 
 /* ROWS_MAX: query blocks of at most this many rows (a decode step, a sequence's last rows) take
- * fwd_rows: the transposed form computes 16 or 64 query lanes whatever ni is. */
+ * fwd_rows: the transposed form computes all BQ query lanes whatever ni is (measured with 1 x 8 heads x
+ * 1024 keys x 64: 16 queries 0.39 ms in rows against 1.0 transposed, 56 queries 1.01 against 1.04). */
 enum { ROWS_MAX = 48 };
 
 /* One block of ni <= ROWS_MAX queries in row layout, the textbook online softmax: S = Q K^T with
