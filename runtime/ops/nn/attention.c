@@ -475,9 +475,9 @@ static bool softmax_step(float* mx, const float* mnew, float* l, float* corr, fl
     msub[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
   }
   if (any) {
-    float zero[BQ];
+    float zero[BQ], sums[BQ];
     memset(zero, 0, sizeof(zero));
-    cols_exp_sum(corr, 1, zero, zero);
+    cols_exp_sum(corr, 1, zero, sums);
     for (int64_t i = 0; i < BQ; ++i) l[i] *= corr[i];
   }
   return any;
