@@ -477,6 +477,7 @@ static bool softmax_step(float* mx, const float* mnew, float* l, float* corr, fl
   if (any) {
     float zero[BQ], sums[BQ];
     memset(zero, 0, sizeof(zero));
+    memset(sums, 0, sizeof(sums));
     cols_exp_sum(corr, 1, zero, sums);
     for (int64_t i = 0; i < BQ; ++i) l[i] *= corr[i];
   }
