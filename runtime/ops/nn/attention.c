@@ -720,11 +720,15 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
     for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
     cols_scale(ot, Ev8, corr);
-    transpose(ot, Ev8, BQ, BQ, ob, Ev8);
-    for (int64_t i = 0; i < ni; ++i) {
-      store_row(a->out, b, h, i0 + i, a->Ev, ob + i * Ev8);
-      *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
+    const tpurt_tensor_t* out = a->out;
+    if (out->dtype == TPURT_DTYPE_FLOAT32 && out->strides[3] == 1) { /* straight into the output's rows */
+      transpose32(ot, a->Ev, ni, BQ,
+                  (float*)out->data + b * out->strides[0] + h * out->strides[1] + i0 * out->strides[2], out->strides[2]);
+    } else {
+      transpose(ot, Ev8, BQ, BQ, ob, Ev8);
+      for (int64_t i = 0; i < ni; ++i) store_row(out, b, h, i0 + i, a->Ev, ob + i * Ev8);
     }
+    for (int64_t i = 0; i < ni; ++i) *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
   }
 }
 
