@@ -181,8 +181,9 @@ static float row_max(const float* x, int64_t n, float m) {
 }
 #endif
 
-/* exp(x - sub) for the softmax of a block: d = x - sub (<= 0 but for rounding: sub is at least the
- * row's max), t = d log2(e) = n + f with n = round(t), |f| <= 1/2, and 2^f by a degree-5
+/* exp(x - sub) for the softmax of a block: d = x - sub (<= 0 but for rounding where sub is at least
+ * the row's max; up to TAU, 8, in the transposed forwards, whose reference can trail the max; 2^n
+ * is then at most 2^12, far inside float32), t = d log2(e) = n + f with n = round(t), |f| <= 1/2, and 2^f by a degree-5
  * polynomial fitted on [-1/2, 1/2] (relative error 2e-7), times 2^n; with t's own rounding the
  * result was within 1e-6 of exp over d in [-10.5, 0] (measured), and the kernels stay within
  * runtime/tests/test_attention.c's 1e-5 of a float64 reference. That is half
