@@ -10,12 +10,16 @@
 #include "test_util.h"
 #include "tpurt/tpurt.h"
 
-static void attn_case(tpurt_dtype_t dt, int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S,
-                      int64_t E, bool causal, bool mask, bool hole) {
+/* ramp: ramp * j added to the mask at key j, so later blocks hold scores far above the earlier
+ * ones' max (the kernels' running reference then moves, and the output is rescaled). */
+static void attn_case_ramp(tpurt_dtype_t dt, int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S,
+                           int64_t E, bool causal, bool mask, bool hole, double ramp) {
   int64_t qs[4] = {B, H, L, E}, ks[4] = {B, Hk, S, E}, ls[3] = {B, H, L}, ms[2] = {L, S};
   int64_t nq = B * H * L * E, nk = B * Hk * S * E;
   void *q = test_rand_buf(dt, nq), *k = test_rand_buf(dt, nk), *v = test_rand_buf(dt, nk), *go = test_rand_buf(dt, nq);
+
   float* mk = test_rand_buf(TPURT_DTYPE_FLOAT32, L * S);
+  for (int64_t x = 0; x < L * S; ++x) mk[x] += (float)(ramp * (double)(x % S));
   if (hole) /* query row 1 sees nothing: its output and grads are zeros */
     for (int64_t j = 0; j < S; ++j) mk[S + j] = -INFINITY;
   void *o[2], *lse[2], *dq[2], *dk[2], *dv[2];
@@ -77,6 +81,11 @@ static void attn_case(tpurt_dtype_t dt, int64_t B, int64_t H, int64_t Hk, int64_
   for (int r = 0; r < 2; ++r) free(o[r]), free(lse[r]), free(dq[r]), free(dk[r]), free(dv[r]);
 }
 
+static void attn_case(tpurt_dtype_t dt, int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S,
+                      int64_t E, bool causal, bool mask, bool hole) {
+  attn_case_ramp(dt, B, H, Hk, L, S, E, causal, mask, hole, 0.0);
+}
+
 int main(void) {
   const tpurt_dtype_t dts[] = {TPURT_DTYPE_FLOAT32, TPURT_DTYPE_BFLOAT16};
   for (int d = 0; d < 2; ++d)
@@ -84,9 +93,14 @@ int main(void) {
       attn_case(dts[d], 1, 2, 2, 5, 7, 3, causal, false, false);
       attn_case(dts[d], 2, 4, 2, 70, 130, 40, causal, false, false); /* GQA, partial blocks */
       attn_case(dts[d], 1, 3, 1, 129, 65, 64, causal, false, false);
+      attn_case(dts[d], 1, 4, 2, 100, 128, 32, causal, false, false); /* head dim and keys whole tiles */
+      attn_case(dts[d], 1, 2, 2, 60, 90, 16, causal, false, false);   /* one block of 60 queries */
     }
   attn_case(TPURT_DTYPE_FLOAT32, 2, 2, 2, 33, 80, 16, false, true, false);
   attn_case(TPURT_DTYPE_BFLOAT16, 1, 2, 1, 66, 66, 24, false, true, true);
+  attn_case(TPURT_DTYPE_FLOAT32, 1, 2, 2, 150, 150, 32, true, true, true); /* causal and a mask */
+  for (int d = 0; d < 2; ++d) /* scores growing along the keys: the running max moves block after block */
+    for (int causal = 0; causal < 2; ++causal) attn_case_ramp(dts[d], 1, 2, 1, 200, 400, 64, causal, true, false, 0.1);
   /* dropout is refused with a clear status */
   {
     int64_t sz[4] = {1, 1, 2, 2}, ls[3] = {1, 1, 2};

@@ -17,11 +17,9 @@
 #include "ops/linalg/gemm.h"
 #include "ops/nn/nn.h"
 
-/* BKF: the float32 forward's key block. 128 keys halve the per-block row work
- * (max, rescale of the output rows) against 64, at the cost of more masked
- * scores in a causal diagonal block: 12.6 -> 11.8 ms for causal (1, 8, 1024,
- * 64) on one thread. The backward keeps BK (64 was faster there). */
-enum { BQ = 64, BK = 64, BKF = 128 };
+/* BKT: the float32 forward's key block (its causal blocks stop at the last key
+ * their queries see, so a larger one costs no masked work). */
+enum { BQ = 64, BK = 64, BKT = 128 };
 
 static inline int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
@@ -30,13 +28,41 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
  * C[m x n] (+)= A[m x k] B[k x n], all row-major; n is a multiple of 8 (the
  * callers pad their buffers with zeros). */
 #if defined(__AVX2__) && defined(__FMA__)
-/* R rows: 2W then W columns at a time on W-lane registers VT, then TAIL for
- * what is left. Each output is one chain of fmas over p whatever the width,
- * so the 8- and 16-lane forms give identical results. */
-#define MMROWS(NAME, R, VT, W, LOADU, STOREU, SET1, FMA, ZERO, TAIL, AT)                    \
+/* R rows: 4W (where W4: the 32 registers of AVX-512 hold 6 x 4 sums, a
+ * broadcast of A then feeds four fmas), 2W, then W columns at a time on W-lane
+ * registers VT, then TAIL for what is left. Each output is one chain of fmas
+ * over p whatever the width, so the 8- and 16-lane forms give identical
+ * results. */
+#define MMROWS(NAME, R, VT, W, LOADU, STOREU, SET1, FMA, ZERO, TAIL, AT, W4)                \
   static void NAME(int64_t n, int64_t k, const float* a, int64_t lda, const float* b,       \
                    int64_t ldb, float* c, int64_t ldc, bool acc) {                          \
     int64_t j = 0;                                                                         \
+    for (; W4 && j + 4 * W <= n; j += 4 * W) {                                             \
+      VT c0[R], c1[R], c2[R], c3[R];                                                       \
+      for (int r = 0; r < R; ++r) {                                                        \
+        c0[r] = acc ? LOADU(c + r * ldc + j) : ZERO();                                     \
+        c1[r] = acc ? LOADU(c + r * ldc + j + W) : ZERO();                                 \
+        c2[r] = acc ? LOADU(c + r * ldc + j + 2 * W) : ZERO();                             \
+        c3[r] = acc ? LOADU(c + r * ldc + j + 3 * W) : ZERO();                             \
+      }                                                                                    \
+      for (int64_t p = 0; p < k; ++p) {                                                    \
+        const float* bp = b + p * ldb + j;                                                 \
+        VT b0 = LOADU(bp), b1 = LOADU(bp + W), b2 = LOADU(bp + 2 * W), b3 = LOADU(bp + 3 * W); \
+        for (int r = 0; r < R; ++r) {                                                      \
+          VT av = SET1(a[AT(r, p)]);                                                       \
+          c0[r] = FMA(av, b0, c0[r]);                                                      \
+          c1[r] = FMA(av, b1, c1[r]);                                                      \
+          c2[r] = FMA(av, b2, c2[r]);                                                      \
+          c3[r] = FMA(av, b3, c3[r]);                                                      \
+        }                                                                                  \
+      }                                                                                    \
+      for (int r = 0; r < R; ++r) {                                                        \
+        STOREU(c + r * ldc + j, c0[r]);                                                    \
+        STOREU(c + r * ldc + j + W, c1[r]);                                                \
+        STOREU(c + r * ldc + j + 2 * W, c2[r]);                                            \
+        STOREU(c + r * ldc + j + 3 * W, c3[r]);                                            \
+      }                                                                                    \
+    }                                                                                      \
     for (; j + 2 * W <= n; j += 2 * W) {                                                   \
       VT c0[R], c1[R];                                                                     \
       for (int r = 0; r < R; ++r) {                                                        \
@@ -72,7 +98,7 @@ static inline int64_t pad8(int64_t x) { return (x + 7) & ~(int64_t)7; }
 #define A_TR(r, p) (p) * lda + (r)
 #define MMROWS8(R, SUF, AT) \
   MMROWS(mm_rows##R##SUF, R, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, \
-         _mm256_setzero_ps, (void)0, AT)
+         _mm256_setzero_ps, (void)0, AT, 0)
 #define MMROWS8_BOTH(R) MMROWS8(R, , A_RM) MMROWS8(R, _at, A_TR)
 MMROWS8_BOTH(6)
 MMROWS8_BOTH(4)
@@ -82,7 +108,7 @@ MMROWS8_BOTH(1)
 /* A build for AVX-512: 32 then 16 columns at a time, the 8-lane form for the last 8. */
 #define MMROWS16(R, SUF, AT)                                                                             \
   MMROWS(mm512_rows##R##SUF, R, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, \
-         _mm512_setzero_ps, if (j < n) mm_rows##R##SUF(n - j, k, a, lda, b + j, ldb, c + j, ldc, acc), AT)
+         _mm512_setzero_ps, if (j < n) mm_rows##R##SUF(n - j, k, a, lda, b + j, ldb, c + j, ldc, acc), AT, 1)
 #define MMROWS16_BOTH(R) MMROWS16(R, , A_RM) MMROWS16(R, _at, A_TR)
 MMROWS16_BOTH(6)
 MMROWS16_BOTH(4)
@@ -111,8 +137,8 @@ static void mm_at(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
   if (i + 2 <= m) MM_ROWS(2, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc), i += 2;
   if (i < m) MM_ROWS(1, _at)(n, k, a + i, lda, b, ldb, c + i * ldc, ldc, acc);
 }
-/* max(m, x[0..n)), n a multiple of 8; NaN in x is ignored here (it reaches the
- * output through exp and the sum, as in softmax). */
+/* max(m, x[0..n)), n a multiple of 8; NaN in x is ignored here (it reaches the output through exp
+ * and the sum, as in softmax). */
 static float row_max(const float* x, int64_t n, float m) {
   int64_t j = 0;
 #if defined(__AVX512F__)
@@ -155,8 +181,9 @@ static float row_max(const float* x, int64_t n, float m) {
 }
 #endif
 
-/* exp(x - sub) for the softmax of a block: d = x - sub (<= 0 but for rounding: sub is at least the
- * row's max), t = d log2(e) = n + f with n = round(t), |f| <= 1/2, and 2^f by a degree-5
+/* exp(x - sub) for the softmax of a block: d = x - sub (<= 0 but for rounding where sub is at least
+ * the row's max; up to TAU, 8, in the transposed forwards, whose reference can trail the max; 2^n
+ * is then at most 2^12, far inside float32), t = d log2(e) = n + f with n = round(t), |f| <= 1/2, and 2^f by a degree-5
  * polynomial fitted on [-1/2, 1/2] (relative error 2e-7), times 2^n; with t's own rounding the
  * result was within 1e-6 of exp over d in [-10.5, 0] (measured), and the kernels stay within
  * runtime/tests/test_attention.c's 1e-5 of a float64 reference. That is half
@@ -268,11 +295,52 @@ static void store_row(const tpurt_tensor_t* t, int64_t b, int64_t h, int64_t r, 
     for (int64_t c = 0; c < e; ++c) tpurt_dtype_store_f64(t->dtype, d + (size_t)(c * cs) * es, src[c]);
 }
 
+/* Transposes rows x cols 4-byte elements (ld_src apart) into cols x rows (ld_dst apart): floats, or
+ * bf16 pairs taken as one unit. Bits are moved, never converted. 16 x 16 blocks in registers where
+ * the build has AVX-512 (four rounds of shuffles), the edges one element at a time. */
+#if defined(__AVX512F__)
+static inline void tr16x16(const float* s, int64_t ls, float* d, int64_t ld) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * ls);
+  for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44), r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44), r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88), t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88), t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i)
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88), r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(d + i * ld, r[i]);
+}
+#endif
+typedef uint32_t u32_alias_t __attribute__((may_alias));
+static void transpose32_scalar(const u32_alias_t* s, int64_t rows, int64_t cols, int64_t ld_src, u32_alias_t* d,
+                               int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) d[c * ld_dst + r] = s[r * ld_src + c];
+}
+static void transpose32(const void* src, int64_t rows, int64_t cols, int64_t ld_src, void* dst, int64_t ld_dst) {
+  const u32_alias_t* s = (const u32_alias_t*)src;
+  u32_alias_t* d = (u32_alias_t*)dst;
+  int64_t r0 = 0;
+#if defined(__AVX512F__)
+  for (; r0 + 16 <= rows; r0 += 16) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= cols; c0 += 16)
+      tr16x16((const float*)(s + r0 * ld_src + c0), ld_src, (float*)(d + c0 * ld_dst + r0), ld_dst);
+    if (c0 < cols) transpose32_scalar(s + r0 * ld_src + c0, 16, cols - c0, ld_src, d + c0 * ld_dst + r0, ld_dst);
+  }
+#endif
+  if (r0 < rows) transpose32_scalar(s + r0 * ld_src, rows - r0, cols, ld_src, d + r0, ld_dst);
+}
+
 /* Transposes rows x cols (ld_src) into cols x rows (ld_dst). */
 static void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
                       int64_t ld_dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
+  transpose32(src, rows, cols, ld_src, dst, ld_dst);
 }
 
 /* ---- the problem, parsed once ---- */
@@ -300,7 +368,7 @@ static void block_mask(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_
                        int64_t nj, float* s, int64_t ld) {
   const view4_t* m = &a->mask;
   size_t mes = a->has_mask ? tpurt_dtype_size(m->dt) : 0;
-  float mrow[BKF > BK ? BKF : BK];
+  float mrow[BKT > BK ? BKT : BK];
   for (int64_t i = 0; i < ni; ++i) {
     float* row = s + i * ld;
     if (a->has_mask) {
@@ -331,26 +399,248 @@ static float* lse_ptr(const attn_t* a, int64_t b, int64_t h, int64_t i) {
   return (float*)t->data + b * t->strides[0] + h * t->strides[1] + i * t->strides[2];
 }
 
-/* ---- forward: one task per (b, h, query block). Each thread keeps the
- * float32 K^T and V of the last (batch, kv head) it saw, so consecutive query
- * blocks and the query heads of a group convert them once. ---- */
+/* ---- forward: one task per (b, h, query block), on transposed scores ----
+ * A block's scores are computed as S^T = K Q^T (one row per key, the BQ queries
+ * across the lanes), so each query row's softmax state (running max, sum,
+ * correction) is a vector over lanes: the max over a block is an elementwise
+ * max down its rows, the sums elementwise adds, the corrections one vector exp
+ * for the whole block, and no row needs a horizontal reduction. The output is
+ * kept transposed too, O^T += V^T P^T, so its rescale by the corrections is
+ * elementwise; it is transposed back once per query block. Each thread keeps the
+ * float32 K and V rows of the last (batch, kv head) it saw, so consecutive
+ * query blocks and the query heads of a group convert them once. A causal
+ * block computes only the keys its queries can see (a 128-key block on the
+ * diagonal of a 64-query block, half of it). */
+#if defined(__AVX512F__)
+typedef __m512 cvec_t;
+#define CV_W 16
+#define CV_LD _mm512_loadu_ps
+#define CV_ST _mm512_storeu_ps
+#define CV_SET1 _mm512_set1_ps
+#define CV_MAX _mm512_max_ps
+#define CV_ADD _mm512_add_ps
+#define CV_SUB _mm512_sub_ps
+#define CV_MUL _mm512_mul_ps
+#define CV_EXP exp_nonpos16
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256 cvec_t;
+#define CV_W 8
+#define CV_LD _mm256_loadu_ps
+#define CV_ST _mm256_storeu_ps
+#define CV_SET1 _mm256_set1_ps
+#define CV_MAX _mm256_max_ps
+#define CV_ADD _mm256_add_ps
+#define CV_SUB _mm256_sub_ps
+#define CV_MUL _mm256_mul_ps
+#define CV_EXP exp_nonpos8
+#endif
+
+/* m[i] = max(m[i], scale * max over rows j < rows of st[j][i]) (st rows BQ floats apart; scale > 0,
+ * so the max of the scaled scores is the scaled max); NaN is ignored here (it reaches the output
+ * through exp and the sum). */
+static void cols_max(const float* st, int64_t rows, float scale, float* m) {
+#ifdef CV_W
+  for (int64_t c = 0; c < BQ; c += CV_W) {
+    cvec_t w = CV_SET1(-INFINITY);
+    for (int64_t j = 0; j < rows; ++j) w = CV_MAX(CV_LD(st + j * BQ + c), w);
+    CV_ST(m + c, CV_MAX(CV_MUL(w, CV_SET1(scale)), CV_LD(m + c)));
+  }
+#else
+  for (int64_t i = 0; i < BQ; ++i) {
+    float w = -INFINITY;
+    for (int64_t j = 0; j < rows; ++j) w = st[j * BQ + i] > w ? st[j * BQ + i] : w;
+    m[i] = w * scale > m[i] ? w * scale : m[i];
+  }
+#endif
+}
+
+/* TAU: a query row's reference for its exps (its running max in the textbook online softmax) is
+ * raised only when a block's max passes it by more than TAU (natural log units). The exps then stay
+ * below e^TAU (about 3e3: far from float32's range, and bf16 rounds relatively either way), and the
+ * rescale of O^T, a pass over it per block, is skipped for every block where no row's max moved that
+ * far: nearly all but the first. Any reference gives the same softmax; the first visible score
+ * always sets it (-inf + TAU is -inf). */
+#define TAU 8.0f
+static void cols_exp_sum(float* st, int64_t rows, const float* sub, float* l);
+
+/* One block's update of the rows' softmax state: mnew holds max(mx, the block's max). Raises mx
+ * where mnew passes it by TAU, scales l by exp(old - new) there (corr: the factors, 1 elsewhere),
+ * sets msub to the reference to subtract (0 for a row that has seen nothing: its exps are
+ * exp(-inf) = 0). Returns whether any row's reference moved (O^T then needs corr). */
+static bool softmax_step(float* mx, const float* mnew, float* l, float* corr, float* msub) {
+  bool any = false;
+  for (int64_t i = 0; i < BQ; ++i) {
+    bool up = mnew[i] > mx[i] + TAU;
+    corr[i] = up ? mx[i] - mnew[i] : 0.0f; /* old - new: < 0, -inf where nothing was seen before */
+    if (up) mx[i] = mnew[i], any = true;
+    msub[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+  }
+  if (any) {
+    float zero[BQ], sums[BQ];
+    memset(zero, 0, sizeof(zero));
+    memset(sums, 0, sizeof(sums));
+    cols_exp_sum(corr, 1, zero, sums);
+    for (int64_t i = 0; i < BQ; ++i) l[i] *= corr[i];
+  }
+  return any;
+}
+/* out[j][i] = exp(st[j][i] - sub[i]) over rows j < rows (out may be st), adding each column's sum
+ * to l[i]; every st[j][i] - sub[i] is <= TAU or NaN. bmax (where not NULL): each column's max of
+ * st, from the same pass. */
+static void cols_exp_to(const float* st, int64_t rows, const float* sub, float* l, float* bmax, float* out) {
+#ifdef CV_W
+  for (int64_t c = 0; c < BQ; c += CV_W) {
+    cvec_t vs = CV_LD(sub + c), acc = CV_LD(l + c), w = CV_SET1(-INFINITY);
+    for (int64_t j = 0; j < rows; ++j) {
+      cvec_t s = CV_LD(st + j * BQ + c);
+      w = CV_MAX(s, w);
+      cvec_t v = CV_EXP(CV_SUB(s, vs));
+      CV_ST(out + j * BQ + c, v);
+      acc = CV_ADD(acc, v);
+    }
+    CV_ST(l + c, acc);
+    if (bmax) CV_ST(bmax + c, w);
+  }
+#else
+  if (bmax)
+    for (int64_t i = 0; i < BQ; ++i) bmax[i] = -INFINITY;
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t i = 0; i < BQ; ++i) {
+      float s = st[j * BQ + i];
+      if (bmax) bmax[i] = s > bmax[i] ? s : bmax[i];
+      out[j * BQ + i] = tpurt_ew_expf(s - sub[i]);
+      l[i] += out[j * BQ + i];
+    }
+#endif
+}
+static void cols_exp_sum(float* st, int64_t rows, const float* sub, float* l) {
+  cols_exp_to(st, rows, sub, l, NULL, st);
+}
+
+/* x[r][i] *= f[i] for rows r < rows (rows BQ floats apart). */
+static void cols_scale(float* x, int64_t rows, const float* f) {
+#ifdef CV_W
+  for (int64_t c = 0; c < BQ; c += CV_W) {
+    cvec_t vf = CV_LD(f + c);
+    for (int64_t r = 0; r < rows; ++r) CV_ST(x + r * BQ + c, CV_MUL(CV_LD(x + r * BQ + c), vf));
+  }
+#else
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < BQ; ++i) x[r * BQ + i] *= f[i];
+#endif
+}
+
+/* Transposed scores of keys [j0, j0 + rows) against queries [i0, i0 + ni): the mask added and the
+ * causally hidden entries set to -inf. tmp: BKT x BQ floats, for the mask's block transposed
+ * (16 of its rows at a time, so the adds run along the lanes). */
+static void block_mask_t(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0,
+                         int64_t rows, float* st, float* tmp) {
+  if (a->has_mask) {
+    const view4_t* m = &a->mask;
+    size_t mes = tpurt_dtype_size(m->dt);
+    float mrows[16 * BKT];
+    for (int64_t ic = 0; ic < ni; ic += 16) {
+      int64_t nr = imin64(16, ni - ic);
+      for (int64_t r = 0; r < nr; ++r) {
+        int64_t i = ic + r;
+        const char* mp = m->p + (size_t)(b * m->s[0] + h * m->s[1] + (i0 + i) * m->s[2] + j0 * m->s[3]) * mes;
+        float* mrow = mrows + r * BKT;
+        if (m->s[3] == 1 && m->dt == TPURT_DTYPE_FLOAT32) memcpy(mrow, mp, (size_t)rows * sizeof(float));
+        else if (m->s[3] == 1 && (m->dt == TPURT_DTYPE_BFLOAT16 || m->dt == TPURT_DTYPE_FLOAT16))
+          tpurt_hv_to_f32(m->dt, mp, mrow, rows);
+        else
+          for (int64_t j = 0; j < rows; ++j) mrow[j] = mask_at(a, b, h, i0 + i, j0 + j);
+      }
+      transpose32(mrows, nr, rows, BKT, tmp + ic, BQ);
+    }
+    for (int64_t j = 0; j < rows; ++j)
+      for (int64_t i = 0; i < ni; ++i) st[j * BQ + i] += tmp[j * BQ + i];
+  }
+  if (a->causal) /* query i0 + i sees key j0 + j where j0 + j <= i0 + i */
+    for (int64_t j = 0; j < rows; ++j)
+      for (int64_t i = 0; i < imin64(j0 + j - i0, BQ); ++i) st[j * BQ + i] = -INFINITY;
+}
+
+/* The rows of (b, h) in v where they can be read in place: float32, columns contiguous, cols a
+ * multiple of 8 (the products' padded width); *ld their stride. NULL otherwise. */
+static const float* rows_in_place(const view4_t* v, int64_t b, int64_t h, int64_t cols, int64_t* ld) {
+  if (v->dt != TPURT_DTYPE_FLOAT32 || v->s[3] != 1 || cols % 8 != 0) return NULL;
+  *ld = v->s[2];
+  return (const float*)v->p + b * v->s[0] + h * v->s[1];
+}
+
+/* Q^T of rows [i0, i0 + ni) of float32 (b, h) with contiguous columns, scaled: qt[e][i], E8 x BQ,
+ * zeros past ni and e; false (nothing written) for other layouts. */
+static bool load_qt(const view4_t* v, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t e, int64_t E8,
+                    float scale, float* qt) {
+  if (v->dt != TPURT_DTYPE_FLOAT32 || v->s[3] != 1) return false;
+  if (ni < BQ || e < E8) memset(qt, 0, (size_t)(E8 * BQ) * sizeof(float));
+  transpose32((const float*)v->p + b * v->s[0] + h * v->s[1] + i0 * v->s[2], ni, e, v->s[2], qt, BQ);
+  for (int64_t x = 0; x < e * BQ; ++x) qt[x] *= scale;
+  return true;
+}
+
+/* ROWS_MAX: query blocks of at most this many rows (a decode step, a sequence's last rows) take
+ * fwd_rows: the transposed form computes all BQ query lanes whatever ni is (measured with 1 x 8 heads x
+ * 1024 keys x 64: 16 queries 0.39 ms in rows against 1.0 transposed, 56 queries 1.01 against 1.04). */
+enum { ROWS_MAX = 48 };
+
+/* One block of ni <= ROWS_MAX queries in row layout, the textbook online softmax: S = Q K^T with
+ * a query per row (kt: K transposed, one E8 x BKT panel per key block), a row's max and exps along
+ * it, O += P V. q: ni x E8, s: ni x BKT, o: ni x Ev8, mx and l: ni floats. */
+static void fwd_rows(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_t ni, const float* kt,
+                     const float* vp, int64_t ldv, float* q, float* s, float* o, float* mx, float* l) {
+  int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev);
+  load_rows(&a->q, b, h, i0, ni, a->E, q, E8, ni, a->scale);
+  memset(o, 0, (size_t)(ni * Ev8) * sizeof(float));
+  for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
+  int64_t jend = kv_end(a, i0, ni);
+  for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
+    int64_t nj = imin64(BKT, a->S - j0);
+    mm(ni, BKT, E8, q, E8, kt + j0 * E8, BKT, s, BKT, false);
+    if (a->has_mask || nj < BKT || (a->causal && j0 + BKT - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BKT);
+    for (int64_t i = 0; i < ni; ++i) {
+      float* row = s + i * BKT;
+      float m = row_max(row, BKT, mx[i]);
+      if (m == -INFINITY) { /* nothing visible yet in this row */
+        memset(row, 0, BKT * sizeof(float));
+        continue;
+      }
+      float corr = mx[i] == -INFINITY ? 0.0f : tpurt_ew_expf(mx[i] - m);
+      l[i] = l[i] * corr + exp_sub_sum(row, BKT, m);
+      if (corr != 1.0f)
+        for (int64_t c = 0; c < Ev8; ++c) o[i * Ev8 + c] *= corr;
+      mx[i] = m;
+    }
+    mm(ni, Ev8, nj, s, BKT, vp + j0 * ldv, ldv, o, Ev8, true);
+  }
+  for (int64_t i = 0; i < ni; ++i) {
+    /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
+    float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    for (int64_t c = 0; c < a->Ev; ++c) o[i * Ev8 + c] *= inv;
+    store_row(a->out, b, h, i0 + i, a->Ev, o + i * Ev8);
+    *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
+  }
+}
+
 static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   const attn_t* a = (const attn_t*)u;
   int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev), nqb = (a->L + BQ - 1) / BQ;
-  int64_t Sp = (a->S + BKF - 1) / BKF * BKF;
   float* w = a->ws + (size_t)tid * a->ws_floats;
-  float* q = w;                 /* BQ x E8 */
-  /* K transposed, one E8 x BKF panel per kv block: the product walks a panel's
-   * rows BKF floats apart (rows Sp apart, 4 KB at seq 1024, all fell in one L1
-   * set and evicted each other) */
-  float* kt = q + BQ * E8;      /* Sp / BKF panels of E8 x BKF */
-  float* vb = kt + E8 * Sp;     /* Sp x Ev8 */
-  float* s = vb + Sp * Ev8;     /* BQ x BKF */
-  float* o = s + BQ * BKF;       /* BQ x Ev8 */
-  float* mx = o + BQ * Ev8;     /* BQ */
-  float* l = mx + BQ;           /* BQ */
-  float* kb = l + BQ;           /* BKF x E8 staging */
-  int64_t cached = -1;
+  float* qt = w;                /* Q^T, scaled: E8 x BQ */
+  float* kr = qt + E8 * BQ;     /* K rows: S x E8 */
+  float* vr = kr + a->S * E8;   /* V rows: S x Ev8 */
+  float* st = vr + a->S * Ev8;  /* S^T: BKT x BQ */
+  float* pt = st + BKT * BQ;    /* P^T: BKT x BQ */
+  float* ot = pt + BKT * BQ;    /* O^T: Ev8 x BQ */
+  float* ob = ot + Ev8 * BQ;    /* Q, then O, as rows: BQ x max(E8, Ev8) */
+  float* mx = ob + BQ * (E8 > Ev8 ? E8 : Ev8); /* BQ each: running max, sum, correction, max to subtract */
+  float* l = mx + BQ;
+  float* corr = l + BQ;
+  float* msub = corr + BQ;
+  float* kt = msub + BQ;        /* for fwd_rows: K^T, one E8 x BKT panel per key block */
+  int64_t cached = -1, kt_cached = -1, ldk = E8, ldv = Ev8;
+  const float *kp = kr, *vp = vr;
   for (int64_t t = t0; t < t1; ++t) {
     /* a head's query blocks alternate from both ends (0, last, 1, last - 1, ...): causal blocks
      * cost in proportion to their index, and a thread given a contiguous run of tasks (one head
@@ -360,44 +650,86 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
     if (cached != b * a->Hkv + hk) {
       cached = b * a->Hkv + hk;
-      for (int64_t j0 = 0; j0 < a->S; j0 += BKF) {
-        int64_t nj = imin64(BKF, a->S - j0);
-        load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BKF, 1.0f);
-        transpose(kb, BKF, E8, E8, kt + j0 * E8, BKF);
-      }
-      load_rows(&a->v, b, hk, 0, a->S, a->Ev, vb, Ev8, Sp, 1.0f);
+      /* float32 rows that are already contiguous and a multiple of 8 long are used in place */
+      kp = rows_in_place(&a->k, b, hk, a->E, &ldk);
+      if (!kp) load_rows(&a->k, b, hk, 0, a->S, a->E, kr, E8, a->S, 1.0f), kp = kr, ldk = E8;
+      vp = rows_in_place(&a->v, b, hk, a->Ev, &ldv);
+      if (!vp) load_rows(&a->v, b, hk, 0, a->S, a->Ev, vr, Ev8, a->S, 1.0f), vp = vr, ldv = Ev8;
     }
-    load_rows(&a->q, b, h, i0, ni, a->E, q, E8, ni, a->scale);
-    memset(o, 0, (size_t)ni * Ev8 * sizeof(float));
-    for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
-    int64_t jend = kv_end(a, i0, ni);
-    for (int64_t j0 = 0; j0 < jend; j0 += BKF) {
-      int64_t nj = imin64(BKF, a->S - j0);
-      mm(ni, BKF, E8, q, E8, kt + j0 * E8, BKF, s, BKF, false);
-      /* a whole block at or below the diagonal, with no mask and no padding, needs no masking */
-      if (a->has_mask || nj < BKF || (a->causal && j0 + BKF - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BKF);
-      for (int64_t i = 0; i < ni; ++i) {
-        float* row = s + i * BKF;
-        float m = row_max(row, BKF, mx[i]);
-        if (m == -INFINITY) { /* nothing visible yet in this row */
-          memset(row, 0, BKF * sizeof(float));
-          continue;
+    if (ni <= ROWS_MAX) {
+      if (kt_cached != cached) {
+        kt_cached = cached;
+        for (int64_t j0 = 0; j0 < a->S; j0 += BKT) {
+          int64_t nj = imin64(BKT, a->S - j0);
+          if (nj < BKT) memset(kt + j0 * E8, 0, (size_t)(E8 * BKT) * sizeof(float));
+          transpose32(kp + j0 * ldk, nj, E8, ldk, kt + j0 * E8, BKT);
         }
-        float corr = mx[i] == -INFINITY ? 0.0f : tpurt_ew_expf(mx[i] - m);
-        l[i] = l[i] * corr + exp_sub_sum(row, BKF, m);
-        if (corr != 1.0f)
-          for (int64_t c = 0; c < Ev8; ++c) o[i * Ev8 + c] *= corr;
-        mx[i] = m;
       }
-      mm(ni, Ev8, BKF, s, BKF, vb + j0 * Ev8, Ev8, o, Ev8, true);
+      fwd_rows(a, b, h, i0, ni, kt, vp, ldv, ob, st, ot, mx, l);
+      continue;
     }
-    for (int64_t i = 0; i < ni; ++i) {
-      /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
-      float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-      for (int64_t c = 0; c < a->Ev; ++c) o[i * Ev8 + c] *= inv;
-      store_row(a->out, b, h, i0 + i, a->Ev, o + i * Ev8);
-      *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
+    if (!load_qt(&a->q, b, h, i0, ni, a->E, E8, a->scale, qt)) {
+      load_rows(&a->q, b, h, i0, ni, a->E, ob, E8, BQ, a->scale);
+      transpose(ob, BQ, E8, E8, qt, BQ);
     }
+    memset(ot, 0, (size_t)(Ev8 * BQ) * sizeof(float));
+    for (int64_t i = 0; i < BQ; ++i) mx[i] = -INFINITY, l[i] = 0;
+    int64_t jend = kv_end(a, i0, ni);
+    float mnew[BQ];
+    for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
+      int64_t rows = imin64(BKT, jend - j0); /* keys past jend: hidden from every query of the block */
+      /* causal: keys up to i0 are seen by every query of the block; past it, a group of 16 keys is
+       * hidden from the queries before its first key, and the products skip those 16-query chunks
+       * (what they leave in st is masked below) */
+      int64_t rfull = a->causal ? imin64(rows, i0 - j0 + 1 > 0 ? i0 - j0 + 1 : 0) : rows;
+      if (rfull > 0) mm(rfull, BQ, E8, kp + j0 * ldk, ldk, qt, BQ, st, BQ, false);
+      for (int64_t j = rfull; j < rows; j += 16) {
+        int64_t c0 = (j0 + j - i0) / 16 * 16;
+        mm(imin64(16, rows - j), BQ - c0, E8, kp + (j0 + j) * ldk, ldk, qt + c0, BQ, st + j * BQ + c0, BQ, false);
+      }
+      /* a whole block at or below the diagonal, with no mask, needs no masking */
+      if (a->has_mask || (a->causal && j0 + rows - 1 > i0)) block_mask_t(a, b, h, i0, ni, j0, rows, st, pt);
+      /* once every row has a reference: the exps against it, the block's max from the same pass,
+       * and a second pass only where that max passes a reference by TAU (rarely after the first
+       * block); P^T goes to pt, so st survives for it */
+      bool spec = true, done = false;
+      for (int64_t i = 0; i < BQ; ++i) spec = spec && mx[i] != -INFINITY;
+      memcpy(mnew, mx, sizeof(mnew));
+      if (spec) {
+        float lsave[BQ], bmax[BQ];
+        memcpy(lsave, l, sizeof(lsave));
+        cols_exp_to(st, rows, msub, l, bmax, pt);
+        done = true;
+        for (int64_t i = 0; i < BQ; ++i) {
+          done = done && !(bmax[i] > mx[i] + TAU);
+          mnew[i] = bmax[i] > mnew[i] ? bmax[i] : mnew[i];
+        }
+        if (!done) memcpy(l, lsave, sizeof(lsave));
+      } else {
+        cols_max(st, rows, 1.0f, mnew);
+      }
+      if (!done) {
+        if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, Ev8, corr);
+        cols_exp_to(st, rows, msub, l, NULL, pt);
+      }
+      if (rfull > 0) mm_at(Ev8, BQ, rfull, vp + j0 * ldv, ldv, pt, BQ, ot, BQ, true);
+      for (int64_t j = rfull; j < rows; j += 16) {
+        int64_t c0 = (j0 + j - i0) / 16 * 16;
+        mm_at(Ev8, BQ - c0, imin64(16, rows - j), vp + (j0 + j) * ldv, ldv, pt + j * BQ + c0, BQ, ot + c0, BQ, true);
+      }
+    }
+    /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
+    for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    cols_scale(ot, Ev8, corr);
+    const tpurt_tensor_t* out = a->out;
+    if (out->dtype == TPURT_DTYPE_FLOAT32 && out->strides[3] == 1) { /* straight into the output's rows */
+      transpose32(ot, a->Ev, ni, BQ,
+                  (float*)out->data + b * out->strides[0] + h * out->strides[1] + i0 * out->strides[2], out->strides[2]);
+    } else {
+      transpose(ot, Ev8, BQ, BQ, ob, Ev8);
+      for (int64_t i = 0; i < ni; ++i) store_row(out, b, h, i0 + i, a->Ev, ob + i * Ev8);
+    }
+    for (int64_t i = 0; i < ni; ++i) *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
   }
 }
 
@@ -457,7 +789,14 @@ static void pack_col_pairs(const view4_t* v, int64_t b, int64_t h, int64_t rows,
  * dS^T Q; dO, of P^T dO. */
 static void pack_row_pairs(const view4_t* v, int64_t b, int64_t h, int64_t rows, int64_t RP, int64_t cols,
                            int64_t CP, uint16_t* out) {
-  for (int64_t r = 0; r < RP; ++r) {
+  int64_t r0 = 0;
+  if (v->s[3] == 1 && cols % 32 == 0) /* two whole rows at a time, 32 pairs per step */
+    for (; r0 + 2 <= rows; r0 += 2) {
+      const uint16_t* e = (const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + r0 * v->s[2];
+      for (int64_t c = 0; c < cols; c += 32) tpurt_hv_u16_pairs32(e + c, e + v->s[2] + c, out + r0 * CP + 2 * c);
+      memset(out + r0 * CP + 2 * cols, 0, (size_t)(CP - cols) * 4);
+    }
+  for (int64_t r = r0; r < RP; ++r) {
     uint16_t* d = out + (r / 2) * CP * 2 + (r & 1);
     int64_t c = 0;
     if (r < rows) {
@@ -527,23 +866,108 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_mm(int64_t M, int64
 
 /* Floats of one thread's workspace for fwd_tasks_amx. */
 static size_t amx_ws_floats(const attn_t* a) {
-  int64_t EP = pad32(a->E), EvP = pad32(a->Ev), Sp = (a->S + BK - 1) / BK * BK;
-  return (size_t)(BQ * BK + BQ * EvP + 2 * BQ + (BQ * EP + BQ * BK + Sp * EP + Sp * EvP) / 2 + 32);
+  int64_t EP = pad32(a->E), EvP = pad32(a->Ev), Sp = (a->S + BKT - 1) / BKT * BKT;
+  return (size_t)(2 * BKT * BQ + 2 * EvP * BQ + 4 * BQ + (EP * BQ + BKT * BQ + 2 * BQ + Sp * EP + 2 * EvP * Sp) / 2 + 64);
 }
 
+/* Rows [i0, i0 + ni) x cols [0, cols) of (b, h) in view v as pairs along the columns, [CP / 2][BQ][2],
+ * zeros past ni and cols: queries as the B operand of S^T = K Q^T. */
+static void pack_q_pairs(const view4_t* v, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t cols, int64_t CP,
+                         uint16_t* out) {
+  if (ni < BQ || cols < CP) memset(out, 0, (size_t)(CP * BQ) * 2);
+  if (v->s[3] == 1 && (cols & 1) == 0 && (v->s[2] & 1) == 0) { /* the rows' pairs as 4-byte units, transposed */
+    transpose32((const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + i0 * v->s[2], ni, cols / 2, v->s[2] / 2, out, BQ);
+    return;
+  }
+  for (int64_t i = 0; i < ni; ++i) {
+    if (v->s[3] == 1 && (cols & 1) == 0) {
+      const uint16_t* row = (const uint16_t*)v->p + b * v->s[0] + h * v->s[1] + (i0 + i) * v->s[2];
+      for (int64_t q = 0; q < cols / 2; ++q) memcpy(out + (q * BQ + i) * 2, row + 2 * q, 4);
+      continue;
+    }
+    for (int64_t e = 0; e < cols; ++e) out[((e / 2) * BQ + i) * 2 + (e & 1)] = at16(v, b, h, i0 + i, e);
+  }
+}
+
+/* The rows [0, rows) x cols [0, cols) of (b, h) transposed: out[c][r], CP x RP (RP even), zeros
+ * past rows and cols; values as the A operand of O^T += V^T P^T. The rows as pairs along the rows
+ * (tmp, RP x CP) are, taken as 4-byte units, the transpose's pairs along its rows. */
+static void pack_transposed(const view4_t* v, int64_t b, int64_t h, int64_t rows, int64_t RP, int64_t cols,
+                            int64_t CP, uint16_t* tmp, uint16_t* out) {
+  pack_row_pairs(v, b, h, rows, RP, cols, CP, tmp);
+  transpose32(tmp, RP / 2, CP, CP, out, RP / 2);
+}
+
+/* cols_exp_sum over rows j < rows (even), P^T then written as bf16 pairs along the rows,
+ * out[j / 2][i][2]: the B operand of O^T += V^T P^T (tmp: 2 x BQ bf16 where the build lacks
+ * AVX-512 BW). The sums are of the float32 exps. */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define EXP_PAIRS_MAX 1 /* cols_exp_pairs leaves st as it was and can give the block's max */
+#endif
+static void cols_exp_pairs(float* st, int64_t rows, float scale, const float* sub, float* l, float* bmax,
+                           uint16_t* out, uint16_t* tmp) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const __m512 vsc = _mm512_set1_ps(scale);
+  static const uint16_t zip[32] __attribute__((aligned(64))) = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i vz = _mm512_load_si512(zip);
+  (void)tmp;
+  for (int64_t c = 0; c < BQ; c += 16) {
+    __m512 vs = _mm512_loadu_ps(sub + c), acc = _mm512_loadu_ps(l + c), w = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < rows; j += 2) {
+      __m512 s0 = _mm512_loadu_ps(st + j * BQ + c), s1 = _mm512_loadu_ps(st + (j + 1) * BQ + c);
+      w = _mm512_max_ps(s1, _mm512_max_ps(s0, w));
+      __m512 v0 = exp_nonpos16(_mm512_fmsub_ps(s0, vsc, vs));
+      __m512 v1 = exp_nonpos16(_mm512_fmsub_ps(s1, vsc, vs));
+      acc = _mm512_add_ps(_mm512_add_ps(acc, v0), v1);
+#if defined(__AVX512BF16__)
+      /* the exps are 0 or normal (exp_nonpos16 flushes what would be subnormal), so vcvtne2ps2bf16
+       * rounds them as tpurt_hv_bf16x32_pack would, without its subnormal check */
+      __m512i pk = (__m512i)_mm512_cvtne2ps_pbh(v1, v0);
+#else
+      __m512i pk = tpurt_hv_bf16x32_pack(v0, v1);
+#endif
+      _mm512_storeu_si512(out + j * BQ + 2 * c, _mm512_permutexvar_epi16(vz, pk));
+    }
+    _mm512_storeu_ps(l + c, acc);
+    if (bmax) _mm512_storeu_ps(bmax + c, _mm512_mul_ps(w, vsc));
+  }
+#else
+  (void)bmax;
+  if (scale != 1.0f)
+    for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= scale;
+  cols_exp_sum(st, rows, sub, l);
+  for (int64_t j = 0; j < rows; j += 2) {
+    tpurt_hv_f32_to_bf16(st + j * BQ, tmp, 2 * BQ);
+    for (int64_t c = 0; c < BQ; c += 32) tpurt_hv_u16_pairs32(tmp + c, tmp + BQ + c, out + j * BQ + 2 * c);
+  }
+#endif
+}
+
+/* The transposed forward (fwd_tasks) with both block products on tiles: S^T = K Q^T from bf16 K
+ * rows and Q packed as pairs along the head dim, then O^T += V^T P^T with P rounded to bf16 (as
+ * PyTorch CPU's flash kernel does) and packed as pairs along the keys; the softmax, its sums and
+ * O stay float32. A tile product covers 32 x 32 outputs in four 16 x 16 tiles, so the head dims
+ * and the keys of a block are padded to 32 (keys past the last visible one are masked). */
 static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
   const attn_t* a = (const attn_t*)u;
   int64_t EP = pad32(a->E), EvP = pad32(a->Ev), nqb = (a->L + BQ - 1) / BQ;
-  int64_t Sp = (a->S + BK - 1) / BK * BK;
-  float* s = a->ws + (size_t)tid * a->ws_floats; /* BQ x BK */
-  float* o = s + BQ * BK;                        /* BQ x EvP */
-  float* mx = o + BQ * EvP;                      /* BQ */
-  float* l = mx + BQ;                            /* BQ */
-  uint16_t* qb = (uint16_t*)(l + BQ);            /* BQ x EP */
-  uint16_t* p16 = qb + BQ * EP;                  /* BQ x BK */
-  uint16_t* kp = p16 + BQ * BK;                  /* Sp x EP, as pairs per key block */
-  uint16_t* vp = kp + Sp * EP;                   /* Sp x EvP, as pairs along the keys */
-  int64_t cached = -1;
+  int64_t Sp = (a->S + BKT - 1) / BKT * BKT;
+  float* st = a->ws + (size_t)tid * a->ws_floats; /* S^T: BKT x BQ */
+  float* mt = st + BKT * BQ;                      /* a mask block, transposed: BKT x BQ */
+  float* ot = mt + BKT * BQ;                      /* O^T: EvP x BQ */
+  float* ob = ot + EvP * BQ;                      /* O rows: BQ x EvP */
+  float* mx = ob + BQ * EvP;                      /* BQ each: running max, sum, correction, max to subtract */
+  float* l = mx + BQ;
+  float* corr = l + BQ;
+  float* msub = corr + BQ;
+  uint16_t* qp = (uint16_t*)(msub + BQ);          /* Q as pairs along the head dim: [EP/2][BQ][2] */
+  uint16_t* pp = qp + EP * BQ;                    /* P^T as pairs along the keys: [BKT/2][BQ][2] */
+  uint16_t* p16 = pp + BKT * BQ;                  /* two rows of P^T in bf16 */
+  uint16_t* kr = p16 + 2 * BQ;                    /* K rows: Sp x EP */
+  uint16_t* vt = kr + Sp * EP;                    /* V^T: EvP x Sp, then Sp x EvP to build it */
+  int64_t cached = -1, ldk = EP;
+  const uint16_t* kp = kr;
   tpurt_gemm_amx_tiles_begin();
   for (int64_t t = t0; t < t1; ++t) {
     int64_t r = t % nqb, qbi = (r & 1) ? nqb - 1 - r / 2 : r / 2; /* from both ends, as fwd_tasks */
@@ -551,46 +975,58 @@ static void fwd_tasks_amx(void* u, int64_t t0, int64_t t1, int tid) {
     int64_t hk = h / a->group, ni = imin64(BQ, a->L - i0);
     if (cached != b * a->Hkv + hk) {
       cached = b * a->Hkv + hk;
-      pack_col_pairs(&a->k, b, hk, a->S, a->E, EP, kp);
-      pack_row_pairs(&a->v, b, hk, a->S, Sp, a->Ev, EvP, vp);
+      /* bf16 K rows with contiguous columns, E and S multiples of 32, are read in place */
+      if (a->k.s[3] == 1 && a->E == EP && a->S % 32 == 0) kp = (const uint16_t*)a->k.p + b * a->k.s[0] + hk * a->k.s[1], ldk = a->k.s[2];
+      else pack_rows(&a->k, b, hk, 0, a->S, a->E, EP, Sp, kr), kp = kr, ldk = EP;
+      pack_transposed(&a->v, b, hk, a->S, Sp, a->Ev, EvP, vt + EvP * Sp, vt);
     }
-    pack_rows(&a->q, b, h, i0, ni, a->E, EP, BQ, qb);
-    memset(p16 + ni * BK, 0, (size_t)(BQ - ni) * BK * 2);
-    memset(o, 0, (size_t)BQ * EvP * sizeof(float));
-    for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
+    pack_q_pairs(&a->q, b, h, i0, ni, a->E, EP, qp);
+    memset(ot, 0, (size_t)(EvP * BQ) * sizeof(float));
+    for (int64_t i = 0; i < BQ; ++i) mx[i] = -INFINITY, l[i] = 0;
     int64_t jend = kv_end(a, i0, ni);
-    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
-      int64_t nj = imin64(BK, a->S - j0);
-      amx_mm(BQ, BK, EP, qb, EP, kp + (j0 / BK) * EP * BK, BK * 2, s, BK, false);
-      for (int64_t x = 0; x < ni * BK; ++x) s[x] *= a->scale;
-      if (a->has_mask || nj < BK || (a->causal && j0 + BK - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BK);
-      /* the rows' new maxima, then their corrections exp(old max - new max) as one vector pass
-       * (a scalar exp per row cost a fifth of the kernel) */
-      float mnew[BQ], corr[BQ];
-      for (int64_t i = 0; i < ni; ++i) {
-        mnew[i] = row_max(s + i * BK, BK, mx[i]);
-        corr[i] = mnew[i] == -INFINITY ? -INFINITY : mx[i] - mnew[i]; /* -inf - x: -inf, exp 0 */
+    float mnew[BQ];
+    for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
+      int64_t rows = imin64(BKT, jend - j0), rows32 = pad32(rows);
+      amx_mm(rows32, BQ, EP, kp + j0 * ldk, ldk, qp, BQ * 2, st, BQ, false);
+      float sc = a->scale; /* applied by the max and exp passes, but the mask adds to scaled scores */
+      if (a->has_mask || (a->causal && j0 + rows - 1 > i0) || !(sc > 0.0f)) {
+        for (int64_t x = 0; x < rows * BQ; ++x) st[x] *= sc;
+        block_mask_t(a, b, h, i0, ni, j0, rows, st, mt);
+        sc = 1.0f;
       }
-      for (int64_t i = ni; i < BQ; ++i) corr[i] = -INFINITY;
-      exp_sub_sum(corr, BQ, 0.0f);
-      for (int64_t i = 0; i < ni; ++i) {
-        float* row = s + i * BK;
-        if (mnew[i] == -INFINITY) {
-          memset(row, 0, BK * sizeof(float));
-        } else {
-          l[i] = l[i] * corr[i] + exp_sub_sum(row, BK, mnew[i]);
-          if (corr[i] != 1.0f)
-            for (int64_t c = 0; c < EvP; ++c) o[i * EvP + c] *= corr[i];
-          mx[i] = mnew[i];
+      for (int64_t x = rows * BQ; x < rows32 * BQ; ++x) st[x] = -INFINITY; /* keys no query here sees */
+      bool done = false;
+      memcpy(mnew, mx, sizeof(mnew));
+#ifdef EXP_PAIRS_MAX
+      /* every row has a reference: the exps against it, the block's max from the same pass, and a
+       * second pass only where that max passes a reference by TAU (rarely after the first block) */
+      bool spec = true;
+      for (int64_t i = 0; i < BQ; ++i) spec = spec && mx[i] != -INFINITY;
+      if (spec) {
+        float lsave[BQ], bmax[BQ];
+        memcpy(lsave, l, sizeof(lsave));
+        cols_exp_pairs(st, rows32, sc, msub, l, bmax, pp, p16);
+        done = true;
+        for (int64_t i = 0; i < BQ; ++i) {
+          done = done && !(bmax[i] > mx[i] + TAU);
+          mnew[i] = bmax[i] > mnew[i] ? bmax[i] : mnew[i];
         }
-        tpurt_hv_f32_to_bf16(row, p16 + i * BK, BK);
+        if (!done) memcpy(l, lsave, sizeof(lsave));
       }
-      amx_mm(BQ, EvP, BK, p16, BK, vp + (j0 / 2) * EvP * 2, EvP * 2, o, EvP, true);
+      if (!spec)
+#endif
+        cols_max(st, rows, sc, mnew);
+      if (!done) {
+        if (softmax_step(mx, mnew, l, corr, msub)) cols_scale(ot, EvP, corr);
+        cols_exp_pairs(st, rows32, sc, msub, l, NULL, pp, p16);
+      }
+      amx_mm(EvP, BQ, rows32, vt + j0, Sp, pp, BQ * 2, ot, BQ, true);
     }
+    for (int64_t i = 0; i < BQ; ++i) corr[i] = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    cols_scale(ot, EvP, corr);
+    transpose(ot, EvP, BQ, BQ, ob, EvP);
     for (int64_t i = 0; i < ni; ++i) {
-      float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-      for (int64_t c = 0; c < a->Ev; ++c) o[i * EvP + c] *= inv;
-      store_row(a->out, b, h, i0 + i, a->Ev, o + i * EvP);
+      store_row(a->out, b, h, i0 + i, a->Ev, ob + i * EvP);
       *lse_ptr(a, b, h, i0 + i) = l[i] > 0 ? mx[i] + logf(l[i]) : -INFINITY;
     }
   }
@@ -993,9 +1429,8 @@ static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
     return TPURT_OK;
   }
   int64_t E8 = pad8(a.E), Ev8 = pad8(a.Ev);
-  int64_t Sp = (a.S + BKF - 1) / BKF * BKF;
   bool amx = use_amx(&a);
-  a.ws_floats = (size_t)(BQ * E8 + E8 * Sp + Sp * Ev8 + BQ * BKF + BQ * Ev8 + 2 * BQ + BKF * E8 + 16);
+  a.ws_floats = (size_t)((a.S + BKT - 1) / BKT * BKT * E8 + E8 * BQ + a.S * (E8 + Ev8) + 2 * BKT * BQ + Ev8 * BQ + BQ * (E8 > Ev8 ? E8 : Ev8) + 4 * BQ + 16);
 #ifdef ATTN_HAVE_AMX
   if (amx) a.ws_floats = amx_ws_floats(&a);
 #endif
