@@ -95,6 +95,8 @@ int main(void) {
       attn_case(dts[d], 1, 3, 1, 129, 65, 64, causal, false, false);
       attn_case(dts[d], 1, 4, 2, 100, 128, 32, causal, false, false); /* head dim and keys whole tiles */
       attn_case(dts[d], 1, 2, 2, 60, 90, 16, causal, false, false);   /* one block of 60 queries */
+      attn_case(dts[d], 1, 4, 2, 1, 45, 16, causal, false, false);    /* a decode step: keys in one 48-wide block */
+      attn_case(dts[d], 1, 4, 2, 1, 200, 16, causal, false, false);   /* a decode step over two key blocks */
     }
   attn_case(TPURT_DTYPE_FLOAT32, 2, 2, 2, 33, 80, 16, false, true, false);
   attn_case(TPURT_DTYPE_BFLOAT16, 1, 2, 1, 66, 66, 24, false, true, true);

@@ -588,31 +588,35 @@ enum { ROWS_MAX = 48 };
 /* One block of ni <= ROWS_MAX queries in row layout, the textbook online softmax: S = Q K^T with
  * a query per row (kt: K transposed, one E8 x BKT panel per key block), a row's max and exps along
  * it, O += P V. q: ni x E8, s: ni x BKT, o: ni x Ev8, mx and l: ni floats. */
+/* The row path's key block: BKT, or for fewer keys their count rounded up to 8, so that a decode
+ * step over 48 keys scores and exponentiates 48 columns, not 128 (and K^T's panel is that wide). */
+static int64_t rows_block(const attn_t* a) { return a->S < BKT ? pad8(a->S) : BKT; }
+
 static void fwd_rows(const attn_t* a, int64_t b, int64_t h, int64_t i0, int64_t ni, const float* kt,
                      const float* vp, int64_t ldv, float* q, float* s, float* o, float* mx, float* l) {
-  int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev);
+  int64_t E8 = pad8(a->E), Ev8 = pad8(a->Ev), bw = rows_block(a);
   load_rows(&a->q, b, h, i0, ni, a->E, q, E8, ni, a->scale);
   memset(o, 0, (size_t)(ni * Ev8) * sizeof(float));
   for (int64_t i = 0; i < ni; ++i) mx[i] = -INFINITY, l[i] = 0;
   int64_t jend = kv_end(a, i0, ni);
-  for (int64_t j0 = 0; j0 < jend; j0 += BKT) {
-    int64_t nj = imin64(BKT, a->S - j0);
-    mm(ni, BKT, E8, q, E8, kt + j0 * E8, BKT, s, BKT, false);
-    if (a->has_mask || nj < BKT || (a->causal && j0 + BKT - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, BKT);
+  for (int64_t j0 = 0; j0 < jend; j0 += bw) {
+    int64_t nj = imin64(bw, a->S - j0);
+    mm(ni, bw, E8, q, E8, kt + j0 * E8, bw, s, bw, false);
+    if (a->has_mask || nj < bw || (a->causal && j0 + bw - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, s, bw);
     for (int64_t i = 0; i < ni; ++i) {
-      float* row = s + i * BKT;
-      float m = row_max(row, BKT, mx[i]);
+      float* row = s + i * bw;
+      float m = row_max(row, bw, mx[i]);
       if (m == -INFINITY) { /* nothing visible yet in this row */
-        memset(row, 0, BKT * sizeof(float));
+        memset(row, 0, bw * sizeof(float));
         continue;
       }
       float corr = mx[i] == -INFINITY ? 0.0f : tpurt_ew_expf(mx[i] - m);
-      l[i] = l[i] * corr + exp_sub_sum(row, BKT, m);
+      l[i] = l[i] * corr + exp_sub_sum(row, bw, m);
       if (corr != 1.0f)
         for (int64_t c = 0; c < Ev8; ++c) o[i * Ev8 + c] *= corr;
       mx[i] = m;
     }
-    mm(ni, Ev8, nj, s, BKT, vp + j0 * ldv, ldv, o, Ev8, true);
+    mm(ni, Ev8, nj, s, bw, vp + j0 * ldv, ldv, o, Ev8, true);
   }
   for (int64_t i = 0; i < ni; ++i) {
     /* a row that sees nothing (fully masked) gives zeros, as SDPA's math path does */
@@ -659,10 +663,11 @@ static void fwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
     if (ni <= ROWS_MAX) {
       if (kt_cached != cached) {
         kt_cached = cached;
-        for (int64_t j0 = 0; j0 < a->S; j0 += BKT) {
-          int64_t nj = imin64(BKT, a->S - j0);
-          if (nj < BKT) memset(kt + j0 * E8, 0, (size_t)(E8 * BKT) * sizeof(float));
-          transpose32(kp + j0 * ldk, nj, E8, ldk, kt + j0 * E8, BKT);
+        int64_t bw = rows_block(a);
+        for (int64_t j0 = 0; j0 < a->S; j0 += bw) {
+          int64_t nj = imin64(bw, a->S - j0);
+          if (nj < bw) memset(kt + j0 * E8, 0, (size_t)(E8 * bw) * sizeof(float));
+          transpose32(kp + j0 * ldk, nj, E8, ldk, kt + j0 * E8, bw);
         }
       }
       fwd_rows(a, b, h, i0, ni, kt, vp, ldv, ob, st, ot, mx, l);
