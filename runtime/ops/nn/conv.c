@@ -9,6 +9,7 @@
  *   bwd_data: dX = col2im(W^T dY)      (regular backward-data; transposed forward)
  *   bwd_w:    dW = dY im2col(X)^T      (both; roles of X/Y swap for transposed) */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/linalg/gemm.h"
