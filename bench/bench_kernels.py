@@ -85,6 +85,16 @@ def bench_bmm_attn(device):
     return (lambda: torch.bmm(a, b)), lambda s: 2 * 32 * 256 * 64 * 256 / s / 1e9
 
 
+def _linear_few_rows(rows, width_in, width_out):
+    """F.linear of a few tokens (a decode step's batch) through a layer's weight, fp32."""
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(rows, width_in, generator=g).to(device)
+        w = torch.randn(width_out, width_in, generator=g).to(device)
+        return (lambda: F.linear(x, w)), lambda s: 2 * rows * width_in * width_out / s / 1e9
+    return setup
+
+
 SDPA_SHAPE = (1, 8, 1024, 64)  # batch, heads, seq, head dim
 
 
@@ -117,6 +127,10 @@ BENCHES = {
     "matmul_bf16_2048": (_mm(2048, torch.bfloat16), "GFLOP/s", True, "mm 2048x2048x2048 bf16 (fp32 accumulation)"),
     "matmul_bf16_512": (_mm(512, torch.bfloat16), "GFLOP/s", True, "mm 512x512x512 bf16"),
     "bmm_bf16_attn": (bench_bmm_attn, "GFLOP/s", True, "bmm bf16 32 x (256x64 @ 64x256), attention scores"),
+    "linear_fp32_8x768": (_linear_few_rows(8, 768, 768), "GFLOP/s", True,
+                          "F.linear fp32, 8 tokens x (768 -> 768): a decode batch through a layer"),
+    "linear_fp32_16x768x3072": (_linear_few_rows(16, 768, 3072), "GFLOP/s", True,
+                                "F.linear fp32, 16 tokens x (768 -> 3072)"),
     "sdpa_causal_fp32_fwd": (_sdpa(torch.float32, False), "ms", False,
                              "SDPA causal fp32, batch 1, 8 heads, seq 1024, head 64, forward"),
     "sdpa_causal_fp32_fwdbwd": (_sdpa(torch.float32, True), "ms", False, "the same, forward + backward"),
@@ -145,7 +159,7 @@ if __name__ == "__main__":
         print(f"one thread: the peak of one core, {peak:.1f} GFLOP/s")
     if peak:
         for r in json.loads(pathlib.Path(out).read_text())["results"]:
-            if r["unit"] == "GFLOP/s" and "ours" in r:
+            if r["unit"] == "GFLOP/s" and "ours" in r and "bf16" in r["name"]:
                 print(f"  {r['name']:<18} {r['ours']:8.1f} GFLOP/s = {100 * r['ours'] / peak:5.1f}% of peak"
                       f" (PyTorch CPU {100 * r['cpu'] / peak:5.1f}%)")
     print("load average:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
