@@ -253,6 +253,9 @@ def test_unsupported_features_raise(llama_path):
     from vllm.engine.arg_utils import EngineArgs
     with pytest.raises(NotImplementedError, match="offloading"):
         EngineArgs(model=str(llama_path), kv_offloading_size=1.0).create_engine_config()
+    with pytest.raises(NotImplementedError, match="speculative decoding method 'eagle'"):
+        EngineArgs(model=str(llama_path), speculative_config={"method": "eagle", "model": str(llama_path),
+                                                              "num_speculative_tokens": 2}).create_engine_config()
 
 
 # The tests above share the module's engine; each test below builds its own. Deleting an in-process
@@ -412,3 +415,189 @@ def test_greedy_matches_transformers_more(tmp_path, arch, dtype):
     finally:
         del llm
         gc.collect()
+
+
+# ---- draft-model speculative decoding: vLLM's drafter bookkeeping kernels (vllm/v1/spec_decode/utils.py,
+# ---- Triton) are ours (torch_tpu/vllm/ops.py); each against a plain transcription of the Triton program,
+# ---- one program (request) at a time
+def _ref_step_slot_mapping(positions, block_table, seq_lens, out_pos, out_slot, block_size, max_model_len, pad,
+                           batch_size, grid):
+    n_blocks = block_table.shape[1]
+    for r in range(grid):
+        if r >= batch_size:
+            out_slot[r] = pad
+            continue
+        p = int(positions[r]) + 1
+        exceeds = p >= max_model_len
+        c = 0 if exceeds else p
+        block = int(block_table[r, min(c // block_size, n_blocks - 1)])
+        out_pos[r] = c
+        out_slot[r] = pad if exceeds else block * block_size + c % block_size
+        seq_lens[r] = min(1 if exceeds else int(seq_lens[r]) + 1, max_model_len)
+
+
+def _ref_prepare_inputs_padded(cu, valid, qsl, out_idx, out_rej, n):
+    for r in range(n):
+        drafts = int(cu[r]) - (int(cu[r - 1]) if r else 0)
+        rej = drafts + 1 - int(valid[r]) if drafts > 0 else 0
+        out_idx[r] = int(qsl[r + 1]) - 1 - rej
+        out_rej[r] = rej
+
+
+def _ref_prepare_next_token_padded(sampled, discard, backup, out_next, out_count, vocab, n):
+    for r in range(n):
+        if discard[r]:
+            out_next[r], out_count[r] = backup[r], 0
+            continue
+        valid = [i for i, t in enumerate(sampled[r].tolist()) if t != -1 and t < vocab]
+        out_next[r] = int(sampled[r, valid[-1]]) if valid else int(backup[r])
+        out_count[r] = len(valid)
+
+
+def _ref_copy_and_expand(target_ids, target_pos, next_ids, out_ids, out_pos, out_rej, out_masked, out_new, out_map,
+                         qsl, qel, pad_id, pd_id, total_in, p, shift):
+    for r in range(qel.shape[0]):
+        qs, nqs, qe = int(qsl[r]), int(qsl[r + 1]), int(qel[r])
+        if shift:
+            valid, off, start = qe - qs, 1, qs + r * (p - 1)
+        else:
+            valid, off, start = qe - qs + 1, 0, qs + r * p
+        total = valid + p + (nqs - qe - 1)
+        for j in range(total):
+            o = start + j
+            if j < valid:
+                tok = int(target_ids[min(qs + off + j, total_in - 1)])
+            elif j == valid:
+                tok = int(next_ids[r])
+            elif j < valid + p:
+                tok = pd_id
+            else:
+                tok = pad_id
+            rejected = j >= valid + p
+            out_ids[o], out_pos[o] = tok, 0 if rejected else int(target_pos[qs]) + j
+            out_rej[o], out_masked[o] = rejected, valid < j < valid + p
+            if valid <= j < valid + p:
+                out_new[r * p + j - valid] = o
+        if shift:
+            for j in range(nqs - qs):
+                out_map[qs + j] = start + j
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_draft_bookkeeping_kernels_match_reference(seed):
+    from torch_tpu.vllm import ops
+    g = torch.Generator().manual_seed(seed)
+    dev = torch.device("tpu")
+    b, block_size, max_model_len = 5, 4, 40
+    n_blocks = max_model_len // block_size
+    block_table = torch.randperm(64, generator=g)[:b * n_blocks].reshape(b, n_blocks).to(torch.int32)
+    positions = torch.randint(0, max_model_len, (b,), generator=g)
+    positions[0] = max_model_len - 1  # steps past the end: slot padding, seq_lens 1
+    seq_lens = (positions + 1).to(torch.int32)
+    grid = b + 2  # padding programs
+    want = [torch.zeros(b, dtype=torch.int64), torch.full((grid,), 7, dtype=torch.int64), seq_lens.clone()]
+    _ref_step_slot_mapping(positions, block_table, want[2], want[0], want[1], block_size, max_model_len, -1, b, grid)
+    got = [torch.zeros(b, dtype=torch.int64, device=dev), torch.full((grid,), 7, dtype=torch.int64, device=dev),
+           seq_lens.to(dev)]
+    ops.vllm_eagle_step_slot_mapping_metadata_kernel(positions.to(dev), block_table.to(dev), n_blocks, got[2], got[0],
+                                                     got[1], block_size, max_model_len, n_blocks, -1, b)
+    for w, x in zip(want, got):
+        assert torch.equal(w, x.cpu())
+    # in place on the positions it reads, as vLLM calls it from the second draft step on
+    pos = positions.to(dev)
+    ops.vllm_eagle_step_slot_mapping_metadata_kernel(pos, block_table.to(dev), n_blocks, seq_lens.to(dev), pos,
+                                                     torch.empty(b, dtype=torch.int64, device=dev), block_size,
+                                                     max_model_len, n_blocks, -1, b)
+    assert torch.equal(pos.cpu(), want[0])
+
+    drafts = torch.randint(0, 4, (b,), generator=g)
+    cu = drafts.cumsum(0).to(torch.int32)
+    valid = torch.minimum(torch.randint(1, 5, (b,), generator=g), drafts + 1).to(torch.int32)
+    qsl = torch.cat([torch.zeros(1, dtype=torch.int32), (drafts + 1 + torch.randint(0, 3, (b,), generator=g))
+                     .cumsum(0).to(torch.int32)])
+    want = [torch.zeros(b, dtype=torch.int32), torch.zeros(b, dtype=torch.int32)]
+    _ref_prepare_inputs_padded(cu, valid, qsl, *want, b)
+    got = [torch.zeros(b, dtype=torch.int32, device=dev) for _ in range(2)]
+    ops.vllm_eagle_prepare_inputs_padded_kernel(cu.to(dev), valid.to(dev), qsl.to(dev), *got, b)
+    assert all(torch.equal(w, x.cpu()) for w, x in zip(want, got))
+
+    vocab, m = 50, 4
+    sampled = torch.randint(0, vocab + 3, (b, m + 2), generator=g, dtype=torch.int32)  # wider rows: a stride
+    sampled[torch.rand(b, m + 2, generator=g) < 0.4] = -1
+    sampled[1, :m] = -1  # nothing valid: the backup token
+    discard = torch.rand(b, generator=g) < 0.3
+    backup = torch.randint(0, vocab, (b,), generator=g, dtype=torch.int32)
+    want = [torch.zeros(b, dtype=torch.int32), torch.zeros(b, dtype=torch.int32)]
+    _ref_prepare_next_token_padded(sampled[:, :m], discard, backup, *want, vocab, b)
+    got = [torch.zeros(b, dtype=torch.int32, device=dev) for _ in range(2)]
+    ops.vllm_eagle_prepare_next_token_padded_kernel(sampled.to(dev), discard.to(dev), backup.to(dev), *got, vocab,
+                                                    m, b, m + 2, BLOCK_SIZE_TOKENS=4)
+    assert all(torch.equal(w, x.cpu()) for w, x in zip(want, got))
+
+    for p, shift in ((1, 0), (3, 0), (3, 1)):  # draft model; parallel drafting; EAGLE's shift
+        qlen = torch.randint(1 + shift, 7, (b,), generator=g)
+        qsl = torch.cat([torch.zeros(1, dtype=torch.int64), qlen.cumsum(0)]).to(torch.int32)
+        rej = torch.minimum(torch.randint(0, 3, (b,), generator=g), qlen - 1 - shift)
+        qel = (qsl[1:] - 1 - rej).to(torch.int32)
+        total_in = int(qsl[-1])
+        tids = torch.randint(0, 100, (total_in,), generator=g, dtype=torch.int32)
+        tpos = torch.randint(0, 200, (total_in,), generator=g)
+        nids = torch.randint(0, 100, (b,), generator=g, dtype=torch.int32)
+        size = total_in + b * p + 4
+
+        def buffers(device):
+            return [torch.full((size,), -5, dtype=torch.int32, device=device),
+                    torch.full((size,), -5, dtype=torch.int64, device=device),
+                    torch.zeros(size, dtype=torch.bool, device=device), torch.ones(size, dtype=torch.bool, device=device),
+                    torch.full((b * p,), -5, dtype=torch.int32, device=device),
+                    torch.full((total_in,), -5, dtype=torch.int32, device=device)]
+        want, got = buffers("cpu"), buffers(dev)
+        _ref_copy_and_expand(tids, tpos, nids, *want, qsl, qel, 0, 9, total_in, p, shift)
+        ops.vllm_copy_and_expand_eagle_inputs_kernel(tids.to(dev), tpos.to(dev), nids.to(dev), *got, qsl.to(dev),
+                                                     qel.to(dev), 0, 9, total_in, p, shift, BLOCK_SIZE_TOKENS=8)
+        for w, x in zip(want, got):
+            assert torch.equal(w, x.cpu()), (p, shift)
+
+
+def test_draft_model_speculative_decoding_gives_greedy_tokens(tmp_path):
+    # A draft model proposes 3 tokens a step (vLLM's DraftModelProposer: its own model and KV cache on tpu,
+    # our bookkeeping kernels above); verification is our rejection sampler. A draft with the target's
+    # weights must have every draft accepted (its cache, positions and slots are right at every step); a
+    # smaller random draft (1 layer, width 32, the same tokenizer) has most rejected. Either way the tokens
+    # are transformers' greedy ones (chunked prefill included), and seeded sampling with greedy drafts
+    # repeats itself (vLLM's probabilistic draft sampling ignores seeds: its compute_probs_and_sample_
+    # next_token draws unseeded noise, "TODO: Consider seeds").
+    import shutil
+    path = make_model(tmp_path / "target", "llama", torch.float32)
+    same = tmp_path / "same"
+    shutil.copytree(path, same)
+    small = make_model(tmp_path / "small", "llama", torch.float32, seed=5, hidden=32, layers=1, heads=2, kv_heads=1)
+    want = hf_greedy(path, PROMPTS, 16)
+    for draft in (same, small):
+        # the draft with the target's weights samples its drafts (vLLM's probabilistic draft sampling) for
+        # sampled requests: drawn from the target's own distribution, they are accepted with probability
+        # target / draft = 1
+        spec = {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 3,
+                "draft_sample_method": "probabilistic" if draft == same else "greedy"}
+        llm = _engine(path, "float32", speculative_config=spec)
+        try:
+            assert _greedy(llm, PROMPTS, 16) == want
+            drafted = _metric(llm, "vllm:spec_decode_num_draft_tokens")
+            accepted = _metric(llm, "vllm:spec_decode_num_accepted_tokens")
+            assert drafted > 0
+            if draft == same:
+                assert accepted == drafted
+                sp = vllm.SamplingParams(temperature=0.8, max_tokens=16, ignore_eos=True)
+                llm.generate(PROMPTS, sp, use_tqdm=False)
+                drafted = _metric(llm, "vllm:spec_decode_num_draft_tokens") - drafted
+                accepted = _metric(llm, "vllm:spec_decode_num_accepted_tokens") - accepted
+                # (not all: the two softmaxes may round apart, and a uniform draw can land between)
+                assert drafted > 0 and accepted >= 0.9 * drafted
+            else:
+                assert accepted < drafted
+                sp = vllm.SamplingParams(temperature=0.8, seed=3, max_tokens=16, ignore_eos=True)
+                a, b = (llm.generate(PROMPTS, sp, use_tqdm=False) for _ in range(2))
+                assert [o.outputs[0].token_ids for o in a] == [o.outputs[0].token_ids for o in b]
+        finally:
+            del llm
+            gc.collect()

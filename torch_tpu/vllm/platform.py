@@ -224,11 +224,17 @@ class TpuPlatform(Platform):
         if vllm_config.kv_transfer_config is not None or (cache is not None and cache.kv_offloading_size):
             raise NotImplementedError("tpu platform: KV connectors and KV-cache offloading (kv_transfer_config, "
                                       "kv_offloading_size) are not supported yet")
+        # Speculative decoding: n-gram prompt lookup (vLLM's proposer on the host, numba) and a draft model
+        # (vLLM's DraftModelProposer: the draft runs on tpu with its own KV cache; its Triton bookkeeping
+        # kernels are ours, torch_tpu/vllm/ops.py). EAGLE, MTP, Medusa and the rest need hidden-state
+        # models and kernels not checked here.
         spec = vllm_config.speculative_config
-        if spec is not None and spec.method not in ("ngram",):
+        if spec is not None and spec.method not in ("ngram", "draft_model"):
             raise NotImplementedError(f"tpu platform: speculative decoding method {spec.method!r} is not "
-                                      f"supported yet (ngram is)")
-        if spec is not None and importlib.util.find_spec("numba") is None:
+                                      f"supported yet (ngram and draft_model are)")
+        if spec is not None and spec.method == "draft_model":
+            cls._check_quantization(spec.draft_model_config)
+        if spec is not None and spec.method == "ngram" and importlib.util.find_spec("numba") is None:
             raise ImportError("tpu platform: n-gram speculative decoding needs numba, which vLLM's prompt-lookup "
                               "proposer runs on (scripts/setup.sh installs it)")
         if vllm_config.lora_config is not None:
@@ -291,6 +297,13 @@ class TpuPlatform(Platform):
     @classmethod
     def get_device_communicator_cls(cls) -> str:
         return "torch_tpu.vllm.communicator.TpuCommunicator"
+
+    @classmethod
+    def check_runner_kv_caches_multi_layer(cls) -> None:
+        # A draft model's layers carry the target's layer indices (both count from 0), so two attention
+        # layers share an index. The runner's list of caches is ordered by index only for code that
+        # walks it by position (KV connectors, refused here); our attention reads each layer's own cache.
+        pass
 
     @classmethod
     def support_hybrid_kv_cache(cls) -> bool:
