@@ -4,8 +4,10 @@ on the CPU for the same weights (a small random Llama, chunked prefill included)
 gives the same tokens; seeded sampling is reproducible; logprobs equal transformers' log_softmax; an FP8 KV
 cache gives transformers' tokens and logprobs when transformers rounds keys and values through the same
 format; a BLOOM model (ALiBi) gives transformers' tokens and logprobs, also with n-gram speculative
-decoding; structured output (JSON schema, regex, choice) parses; preemption under a tiny KV cache loses no
-request and changes no token. --full adds Qwen2 and bfloat16.
+decoding; a draft model's speculative decoding gives transformers' tokens, its drafts accepted; Qwen3 and
+Mistral (sliding window) from sharded safetensors give transformers' tokens; structured output (JSON
+schema, regex, choice) parses; preemption under a tiny KV cache loses no request and changes no token.
+--full adds Qwen2 and bfloat16 (Llama, Qwen3, Mistral).
 The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one engine per module, fast."""
 import gc
 import os
@@ -380,8 +382,36 @@ def test_ngram_speculative_decoding_gives_greedy_tokens(tmp_path):
         gc.collect()
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "mistral"])
+def test_model_families_match_transformers(tmp_path, arch):
+    # Qwen3 (RMSNorm on each query and key head) and Mistral (sliding-window attention, 16 tokens here:
+    # the long prompt and its continuation pass it), each from a sharded safetensors directory as
+    # transformers writes one (shards and their index): vLLM's greedy tokens are transformers'.
+    import json
+    path = make_model(tmp_path / arch, arch, torch.float32, seed=1, max_shard_size="60KB")
+    shards = set(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"].values())
+    assert len(shards) > 1
+    llm = _engine(path, "float32")
+    try:
+        got = _greedy(llm, PROMPTS, 24)
+        assert got == hf_greedy(path, PROMPTS, 24)
+        if arch == "mistral":
+            def windows(worker):
+                return {m.impl.sliding_window for m in worker.model_runner.model.modules() if hasattr(m, "impl")}
+            assert llm.collective_rpc(windows)[0] == {16}
+            # the window decides tokens here: without it, transformers continues the long prompt otherwise
+            config = json.loads((path / "config.json").read_text())
+            config["sliding_window"] = None
+            (path / "config.json").write_text(json.dumps(config))
+            assert hf_greedy(path, PROMPTS[2:], 24) != got[2:]
+    finally:
+        del llm
+        gc.collect()
+
+
 @pytest.mark.full
-@pytest.mark.parametrize("arch,dtype", [("qwen2", torch.float32), ("llama", torch.bfloat16)])
+@pytest.mark.parametrize("arch,dtype", [("qwen2", torch.float32), ("llama", torch.bfloat16),
+                                        ("qwen3", torch.bfloat16), ("mistral", torch.bfloat16)])
 def test_greedy_matches_transformers_more(tmp_path, arch, dtype):
     path = make_model(tmp_path / arch, arch, dtype, seed=1)
     llm = _engine(path, str(dtype).replace("torch.", ""))
