@@ -7,7 +7,8 @@ format; a BLOOM model (ALiBi) gives transformers' tokens and logprobs, also with
 decoding; a draft model's speculative decoding gives transformers' tokens, its drafts accepted; Qwen3 and
 Mistral (sliding window) from sharded safetensors give transformers' tokens; structured output (JSON
 schema, regex, choice) parses; preemption under a tiny KV cache loses no request and changes no token.
---full adds Qwen2 and bfloat16 (Llama, Qwen3, Mistral).
+--full adds Qwen2, bfloat16 (Llama, Qwen3, Mistral) and float16 (Llama). Without kv_cache_memory_bytes the KV
+cache is gpu_memory_utilization's share of the chip's memory.
 The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one engine per module, fast."""
 import gc
 import os
@@ -411,7 +412,7 @@ def test_model_families_match_transformers(tmp_path, arch):
 
 @pytest.mark.full
 @pytest.mark.parametrize("arch,dtype", [("qwen2", torch.float32), ("llama", torch.bfloat16),
-                                        ("qwen3", torch.bfloat16), ("mistral", torch.bfloat16)])
+                                        ("qwen3", torch.bfloat16), ("mistral", torch.bfloat16), ("llama", torch.float16)])
 def test_greedy_matches_transformers_more(tmp_path, arch, dtype):
     path = make_model(tmp_path / arch, arch, dtype, seed=1)
     llm = _engine(path, str(dtype).replace("torch.", ""))
@@ -421,7 +422,7 @@ def test_greedy_matches_transformers_more(tmp_path, arch, dtype):
         if dtype == torch.float32:
             assert got == want
         else:
-            # bfloat16: vLLM rounds at other points than transformers (fused QKV and gate/up projections,
+            # bfloat16 (float16 alike): vLLM rounds at other points than transformers (fused QKV and gate/up projections,
             # its RMSNorm), so near-ties between the two best logits go either way and the continuations
             # part. Checked along vLLM's own tokens instead: at every step, transformers (bfloat16, CPU,
             # fed vLLM's tokens so far) ranks vLLM's choice within 0.5 of its best logit, and picks the
@@ -631,3 +632,25 @@ def test_draft_model_speculative_decoding_gives_greedy_tokens(tmp_path):
         finally:
             del llm
             gc.collect()
+
+
+def test_kv_cache_sized_by_gpu_memory_utilization(llama_path):
+    # Without kv_cache_memory_bytes, vLLM sizes the KV cache from the chip's memory after its profiling
+    # run: utilization x total HBM, less what the model and the profiled step hold. One more percent of
+    # HBM gives one percent of HBM more cache, block for block, and the cache stays within its share.
+    import json
+    c = json.loads((llama_path / "config.json").read_text())
+    head = c["hidden_size"] // c["num_attention_heads"]
+    block_bytes = 2 * 16 * c["num_key_value_heads"] * head * 4 * c["num_hidden_layers"]  # K and V, float32
+    total = torch.tpu.get_device_properties(0).total_memory
+    blocks = []
+    for u in (0.01, 0.02):
+        llm = _engine(llama_path, "float32", kv_cache_memory_bytes=None, gpu_memory_utilization=u)
+        try:
+            blocks.append(llm.llm_engine.vllm_config.cache_config.num_gpu_blocks)
+            assert _greedy(llm, PROMPTS[:1], 4)  # and it generates
+        finally:
+            del llm
+            gc.collect()
+    assert 0 < blocks[0] * block_bytes <= 0.01 * total
+    assert abs((blocks[1] - blocks[0]) * block_bytes - 0.01 * total) <= 0.01 * 0.01 * total, blocks
