@@ -7,7 +7,7 @@ format; a BLOOM model (ALiBi) gives transformers' tokens and logprobs, also with
 decoding; a draft model's speculative decoding gives transformers' tokens, its drafts accepted; Qwen3 and
 Mistral (sliding window) from sharded safetensors give transformers' tokens; structured output (JSON
 schema, regex, choice) parses; preemption under a tiny KV cache loses no request and changes no token.
---full adds Qwen2, bfloat16 (Llama, Qwen3, Mistral) and float16 (Llama). Without kv_cache_memory_bytes the KV
+--full adds Qwen2, bfloat16 (Llama, Qwen3, Mistral), float16 (Llama) and a compiled draft model. Without kv_cache_memory_bytes the KV
 cache is gpu_memory_utilization's share of the chip's memory.
 The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one engine per module, fast."""
 import gc
@@ -654,3 +654,26 @@ def test_kv_cache_sized_by_gpu_memory_utilization(llama_path):
             gc.collect()
     assert 0 < blocks[0] * block_bytes <= 0.01 * total
     assert abs((blocks[1] - blocks[0]) * block_bytes - 0.01 * total) <= 0.01 * 0.01 * total, blocks
+
+
+@pytest.mark.full
+def test_draft_model_compiled(tmp_path, monkeypatch):
+    # With TORCH_TPU_VLLM_COMPILE=1 vLLM compiles the draft model as it does the target (two compiled
+    # models, each split at its attention calls): the same tokens, every draft of the target's twin accepted.
+    import shutil
+    monkeypatch.setenv("TORCH_TPU_VLLM_COMPILE", "1")
+    path = make_model(tmp_path / "target", "llama", torch.float32)
+    shutil.copytree(path, tmp_path / "same")
+    llm = _engine(path, "float32", speculative_config={"method": "draft_model", "model": str(tmp_path / "same"),
+                                                       "num_speculative_tokens": 3})
+    try:
+        def models(worker):
+            r = worker.model_runner
+            return int(r.vllm_config.compilation_config.mode), type(r.drafter.model).__name__
+        assert llm.collective_rpc(models)[0] == (3, "LlamaForCausalLM")
+        assert _greedy(llm, PROMPTS, 16) == hf_greedy(path, PROMPTS, 16)
+        drafted = _metric(llm, "vllm:spec_decode_num_draft_tokens")
+        assert drafted > 0 and _metric(llm, "vllm:spec_decode_num_accepted_tokens") == drafted
+    finally:
+        del llm
+        gc.collect()
