@@ -252,6 +252,20 @@ def test_preemption_under_tiny_kv_cache_loses_nothing(llama, llama_path):
         gc.collect()
 
 
+@pytest.mark.parametrize("env,module", [({"VLLM_PLUGINS": "torch_tpu"}, "torch_tpu.vllm.platform"),
+                                        ({"TORCH_TPU_VLLM": "0"}, "vllm.platforms.interface")])
+def test_plugin_selection_by_environment(env, module):
+    # vLLM picks the tpu platform by itself (test_platform_is_tpu); VLLM_PLUGINS selects plugins by name,
+    # and TORCH_TPU_VLLM=0 turns ours off (vLLM then finds no platform here: its unspecified one)
+    import subprocess
+    import sys
+    code = "from vllm.platforms import current_platform as p; print('PLATFORM', type(p).__module__)"
+    run_env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TPU_VLLM", "VLLM_PLUGINS")}
+    out = subprocess.run([sys.executable, "-c", code], env={**run_env, **env}, capture_output=True, text=True,
+                         timeout=600)
+    assert f"PLATFORM {module}\n" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
 def test_unsupported_features_raise(llama_path):
     from vllm.engine.arg_utils import EngineArgs
     with pytest.raises(NotImplementedError, match="offloading"):
