@@ -691,3 +691,77 @@ def test_draft_model_compiled(tmp_path, monkeypatch):
     finally:
         del llm
         gc.collect()
+
+
+def test_compile_cache_setting(tmp_path, monkeypatch):
+    # vLLM's saved trace of the forward (VLLM_USE_AOT_COMPILE) follows TORCH_TPU_AOT_CACHE=1, and only
+    # into a cache directory of this user's that no one else may write; a user's own setting stays.
+    from torch_tpu.vllm.platform import TpuPlatform
+    for name in ("VLLM_USE_AOT_COMPILE", "VLLM_USE_MEGA_AOT_ARTIFACT", "TORCH_TPU_AOT_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "vllm_cache"
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(root))
+
+    def decided():
+        os.environ.pop("VLLM_USE_AOT_COMPILE", None)
+        TpuPlatform._configure_compile_cache()
+        assert os.environ["VLLM_USE_MEGA_AOT_ARTIFACT"] == "0"
+        return os.environ["VLLM_USE_AOT_COMPILE"]
+
+    assert decided() == "0"  # off by default
+    monkeypatch.setenv("TORCH_TPU_AOT_CACHE", "1")
+    assert decided() == "1"
+    assert (root / "torch_compile_cache").is_dir()
+    os.chmod(root, 0o777)
+    assert decided() == "0"
+    os.chmod(root, 0o700)
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "0")
+    TpuPlatform._configure_compile_cache()
+    assert os.environ["VLLM_USE_AOT_COMPILE"] == "0"
+
+
+_COMPILED_RUN = """
+import os, sys
+sys.path.insert(0, {tests!r})
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+import vllm
+from torch._dynamo.utils import counters
+llm = vllm.LLM(model={path!r}, dtype="float32", max_model_len=256, block_size=16, kv_cache_memory_bytes=16 << 20,
+               seed=0, max_num_batched_tokens=32)
+sp = vllm.SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+print("TOKENS", [list(o.outputs[0].token_ids) for o in llm.generate({prompts!r}, sp, use_tqdm=False)])
+print("AOT", dict(counters["aot_autograd"]))
+"""
+
+
+@pytest.mark.full
+def test_compiled_serving_reuses_its_cache_across_starts(tmp_path):
+    # TORCH_TPU_VLLM_COMPILE=1 with TORCH_TPU_AOT_CACHE=1: the first start traces and compiles, saving
+    # vLLM's trace of the forward and our compiled pieces; a second process loads the trace (no Dynamo
+    # trace: vLLM logs its direct load) and takes its pieces from AOTAutograd's cache. Both give
+    # transformers' greedy tokens (4 layers: 5 pieces, the 3 middle ones one compiled graph).
+    import ast
+    import pathlib
+    import subprocess
+    import sys
+    path = make_model(tmp_path / "llama", "llama", torch.float32, layers=4)
+    caches = tmp_path / "caches"
+    caches.mkdir(mode=0o700)
+    env = dict(os.environ, TORCH_TPU_VLLM_COMPILE="1", TORCH_TPU_AOT_CACHE="1",
+               TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"), VLLM_CACHE_ROOT=str(caches / "vllm"))
+    for name in ("VLLM_USE_AOT_COMPILE", "VLLM_USE_MEGA_AOT_ARTIFACT"):
+        env.pop(name, None)
+    code = _COMPILED_RUN.format(tests=str(pathlib.Path(__file__).parent), path=str(path), prompts=PROMPTS)
+    want = hf_greedy(path, PROMPTS, 12)
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+        lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines()
+                 if line.startswith(("TOKENS ", "AOT "))}
+        assert "TOKENS" in lines, out.stdout[-2000:] + out.stderr[-4000:]
+        assert ast.literal_eval(lines["TOKENS"]) == want
+        runs.append((ast.literal_eval(lines["AOT"]), out.stdout + out.stderr))  # vLLM logs to either
+    (first, log1), (second, log2) = runs
+    assert first.get("autograd_cache_saved", 0) >= 1 and "saved AOT compiled function" in log1
+    assert "Directly load AOT compilation" in log2
+    assert second.get("autograd_cache_hit", 0) >= 1

@@ -270,9 +270,39 @@ class TpuPlatform(Platform):
         # the piecewise backend looks a size up in compile_sizes, which vLLM fills only with CUDA graphs
         if comp.compile_sizes is None:
             comp.compile_sizes = []
-        # vLLM would save the traced forward with its compiled pieces for the next start (AOT compile);
-        # ours are device programs of this process (no serialized form here), so each start traces anew.
-        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+        cls._configure_compile_cache()
+
+    @classmethod
+    def _configure_compile_cache(cls) -> None:
+        """What a later start reuses. vLLM's AOT compile saves Dynamo's trace of the forward (VLLM_USE_AOT_
+        COMPILE); its "mega artifact" form would also save each compiled piece, as Inductor's serialized
+        output, which ours are not (VLLM_USE_MEGA_AOT_ARTIFACT=0: a loaded trace is split and its pieces
+        compiled again through our compiler). With TORCH_TPU_AOT_CACHE=1 our pieces come from AOTAutograd's
+        cache (torch_tpu/_compile_cache.py; torch_tpu/vllm/compile.py), and the trace from vLLM's, both
+        pickles that the next start loads: so only when both directories are this user's and no one
+        else may write them (the checks of README "Security"). Otherwise each start traces anew. A user's
+        own VLLM_USE_AOT_COMPILE is left as it is."""
+        os.environ.setdefault("VLLM_USE_MEGA_AOT_ARTIFACT", "0")
+        if "VLLM_USE_AOT_COMPILE" in os.environ:
+            return
+        problem = None
+        if os.environ.get("TORCH_TPU_AOT_CACHE", "0") != "1":
+            problem = "TORCH_TPU_AOT_CACHE=1 not set"
+        else:
+            import vllm.envs as envs
+            from torch_tpu import _compile_cache
+            root = envs.VLLM_CACHE_ROOT
+            for d in (root, os.path.join(root, "torch_compile_cache")):
+                try:
+                    os.makedirs(d, mode=0o700, exist_ok=True)
+                except OSError as e:
+                    problem = f"{d}: {e.strerror}"
+                    break
+                problem = _compile_cache._dir_problem(d)
+                if problem:
+                    logger.warning("tpu platform: not saving vLLM's compiled forward: %s", problem)
+                    break
+        os.environ["VLLM_USE_AOT_COMPILE"] = "0" if problem else "1"
 
     @classmethod
     def _check_quantization(cls, model_config) -> None:
