@@ -698,7 +698,8 @@ def test_compile_cache_setting(tmp_path, monkeypatch):
     # into a cache directory of this user's that no one else may write; a user's own setting stays.
     from torch_tpu.vllm.platform import TpuPlatform
     for name in ("VLLM_USE_AOT_COMPILE", "VLLM_USE_MEGA_AOT_ARTIFACT", "TORCH_TPU_AOT_CACHE"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded, so that the end of the test restores what was there
+        monkeypatch.delenv(name)
     root = tmp_path / "vllm_cache"
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(root))
 
