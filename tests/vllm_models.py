@@ -54,9 +54,13 @@ def make_tokenizer(path, vocab_size: int = 512):
 
 
 def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hidden: int = 64, layers: int = 2,
-               heads: int = 4, kv_heads: int = 2, max_len: int = 512, vocab_size: int = 512):
-    """Writes a tokenizer and a random model of `arch` ("llama", "qwen2", or "bloom": ALiBi positions,
-    no grouped-query heads) into path; returns the path."""
+               heads: int = 4, kv_heads: int = 2, max_len: int = 512, vocab_size: int = 512,
+               max_shard_size=None, sliding_window: int = 16):
+    """Writes a tokenizer and a random model of `arch` ("llama", "qwen2", "qwen3": RMSNorm on each query
+    and key head, "mistral": every layer's attention within a sliding window of `sliding_window`
+    tokens, or "bloom": ALiBi positions, no grouped-query heads) into path; returns the path. With
+    max_shard_size (e.g. "40KB") the safetensors are sharded as transformers shards them, with its
+    index file."""
     import transformers
     path = pathlib.Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -71,6 +75,12 @@ def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hi
     elif arch == "qwen2":
         config = transformers.Qwen2Config(**common)
         cls = transformers.Qwen2ForCausalLM
+    elif arch == "qwen3":
+        config = transformers.Qwen3Config(**common, head_dim=hidden // heads)
+        cls = transformers.Qwen3ForCausalLM
+    elif arch == "mistral":
+        config = transformers.MistralConfig(**common, head_dim=hidden // heads, sliding_window=sliding_window)
+        cls = transformers.MistralForCausalLM
     elif arch == "bloom":
         config = transformers.BloomConfig(vocab_size=len(tok), hidden_size=hidden, n_layer=layers, n_head=heads,
                                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
@@ -80,7 +90,8 @@ def make_model(path, arch: str = "llama", dtype=torch.float32, seed: int = 0, hi
         raise ValueError(f"unknown architecture {arch!r}")
     torch.manual_seed(seed)
     model = cls(config).to(dtype).eval()
-    model.save_pretrained(str(path), safe_serialization=True)
+    kw = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    model.save_pretrained(str(path), safe_serialization=True, **kw)
     return path
 
 

@@ -21,9 +21,10 @@ class TpuCompilerAdaptor(CompilerInterface):
     def compile(self, graph, example_inputs, compiler_config, compile_range, key=None):
         import torch._functorch.config as functorch_config
         from torch_tpu._compile import tpu_backend
-        # vLLM compiles under AOTAutograd's cache (it reads the cache key to reuse isomorphic pieces); that
-        # cache stores only Inductor's OutputCode, and the tpu backend's graphs are not (its own cache is
-        # torch_tpu/_compile_cache.py), so it is off while the piece compiles. vLLM still reuses a piece it
-        # has compiled in this process when another has the same structure.
-        with functorch_config.patch(enable_autograd_cache=False):
+        # AOTAutograd's cache holds a piece for the next start only in the form the tpu backend saves with
+        # TORCH_TPU_AOT_CACHE=1 (torch_tpu/_compile_cache.py, which checks the directory first); otherwise
+        # it is off while the piece compiles (it would expect Inductor's output). vLLM also reuses a piece
+        # it has compiled in this process when another has the same structure.
+        from torch_tpu import _compile_cache
+        with functorch_config.patch(enable_autograd_cache=_compile_cache.use_aot_cache()):
             return tpu_backend(graph, example_inputs), None

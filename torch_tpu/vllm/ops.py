@@ -291,10 +291,132 @@ def vllm_sample_recovered_tokens_kernel(output_token_ids_ptr, cu_num_draft_token
                                                 target_probs_ptr, inv_q_ptr)
 
 
+# Speculative decoding's input bookkeeping for draft models (vllm/v1/spec_decode/utils.py): vLLM's four
+# Triton kernels, with their parameter names, as PyTorch ops on the device (a few small elementwise and
+# gather ops per draft step over [batch] or [tokens] rows; no host round trip). The platform registers
+# them through vLLM's kernel override registry. Triton's grid is not passed to an override, so the
+# number of programs is read from the output each program writes (its length is the grid's by vLLM's
+# own slicing at each call site).
+def vllm_eagle_step_slot_mapping_metadata_kernel(positions_ptr, block_table_ptr, block_table_stride, seq_lens_ptr,
+                                                 out_clamped_positions_ptr, out_slot_mapping_ptr, block_size,
+                                                 max_model_len, n_blocks_per_req, PAD_ID, batch_size):
+    """One draft step: position + 1 (0 past max_model_len), its slot from the block table (PAD_ID past
+    max_model_len and for the padding programs batch_size.. of out_slot_mapping), seq_lens + 1 (1 past
+    max_model_len, at most max_model_len) in place."""
+    b = int(batch_size)
+    pos = positions_ptr[:b] + 1
+    exceeds = pos >= max_model_len
+    clamped = torch.where(exceeds, torch.zeros_like(pos), pos)
+    block_number = torch.clamp(clamped // block_size, max=n_blocks_per_req - 1)
+    rows = torch.arange(b, device=pos.device)
+    block_id = block_table_ptr[:b][rows, block_number].to(torch.int64)
+    slot = block_id * block_size + clamped % block_size
+    slot = torch.where(exceeds, torch.full_like(slot, PAD_ID), slot)
+    seq = seq_lens_ptr[:b]
+    new_seq = torch.clamp(torch.where(exceeds, torch.ones_like(seq), seq + 1), max=max_model_len)
+    out_clamped_positions_ptr[:b] = clamped.to(out_clamped_positions_ptr.dtype)
+    out_slot_mapping_ptr[:b] = slot.to(out_slot_mapping_ptr.dtype)
+    out_slot_mapping_ptr[b:] = PAD_ID
+    seq_lens_ptr[:b] = new_seq.to(seq_lens_ptr.dtype)
+
+
+def vllm_eagle_prepare_inputs_padded_kernel(cu_num_draft_tokens_ptr, valid_sampled_tokens_count_ptr,
+                                            query_start_loc_gpu_ptr, token_indices_to_sample_ptr,
+                                            num_rejected_tokens_gpu_ptr, num_reqs):
+    """Per request: rejected = drafts + 1 - valid sampled tokens (0 without drafts); the token to sample
+    from is the request's last query token minus the rejected ones."""
+    n = int(num_reqs)
+    cu = cu_num_draft_tokens_ptr[:n].to(torch.int64)
+    drafts = cu - torch.cat([cu.new_zeros(1), cu[:-1]])
+    rejected = drafts + 1 - valid_sampled_tokens_count_ptr[:n].to(torch.int64)
+    rejected = torch.where(drafts > 0, rejected, torch.zeros_like(rejected))
+    last = query_start_loc_gpu_ptr[1:n + 1].to(torch.int64) - 1
+    token_indices_to_sample_ptr[:n] = (last - rejected).to(token_indices_to_sample_ptr.dtype)
+    num_rejected_tokens_gpu_ptr[:n] = rejected.to(num_rejected_tokens_gpu_ptr.dtype)
+
+
+def vllm_eagle_prepare_next_token_padded_kernel(sampled_token_ids_ptr, discard_request_mask_ptr,
+                                                backup_next_token_ids_ptr, next_token_ids_ptr,
+                                                valid_sampled_tokens_count_ptr, vocab_size,
+                                                num_sampled_tokens_per_req, num_reqs, stride_sampled_token_ids,
+                                                BLOCK_SIZE_TOKENS=None):
+    """Per request: the count of valid sampled tokens (not -1, below vocab_size) and the last valid one
+    as the next token; the backup token where none is valid or the request is discarded (count 0)."""
+    n, m = int(num_reqs), int(num_sampled_tokens_per_req)
+    if n == 0:
+        return
+    tokens = sampled_token_ids_ptr.as_strided((n, m), (int(stride_sampled_token_ids), 1))
+    valid = (tokens != -1) & (tokens < vocab_size)
+    count = valid.sum(1)
+    cols = torch.arange(m, device=tokens.device).expand(n, m)
+    last_index = torch.where(valid, cols, torch.full_like(cols, -1)).amax(1).clamp(min=0)
+    last = tokens.gather(1, last_index[:, None])[:, 0]
+    discard = discard_request_mask_ptr[:n].to(torch.bool)
+    backup = backup_next_token_ids_ptr[:n].to(last.dtype)
+    next_token_ids_ptr[:n] = torch.where(discard | (count == 0), backup, last).to(next_token_ids_ptr.dtype)
+    count = torch.where(discard, torch.zeros_like(count), count)
+    valid_sampled_tokens_count_ptr[:n] = count.to(valid_sampled_tokens_count_ptr.dtype)
+
+
+def vllm_copy_and_expand_eagle_inputs_kernel(target_token_ids_ptr, target_positions_ptr, next_token_ids_ptr,
+                                             out_input_ids_ptr, out_positions_ptr, out_is_rejected_token_mask_ptr,
+                                             out_is_masked_token_mask_ptr, out_new_token_indices_ptr,
+                                             out_hidden_state_mapping_ptr, query_start_loc_ptr, query_end_loc_ptr,
+                                             padding_token_id, parallel_drafting_token_id, total_input_tokens,
+                                             num_padding_slots_per_request, shift_input_ids,
+                                             BLOCK_SIZE_TOKENS=None):
+    """The drafter's first-pass inputs from the target's: each request's tokens (shifted by one with
+    shift_input_ids), its bonus token, parallel-drafting slots and the rejected slots after them, laid
+    out request after request with their positions and masks; the indices of the new tokens (bonus and
+    parallel slots) and, with shift_input_ids, where each target hidden state goes. One request per
+    entry of query_end_loc (the kernel's grid)."""
+    b = query_end_loc_ptr.shape[0]
+    p = int(num_padding_slots_per_request)
+    shift = 1 if shift_input_ids else 0
+    if b == 0:
+        return
+    dev = target_token_ids_ptr.device
+    qs = query_start_loc_ptr[:b].to(torch.int64)
+    nqs = query_start_loc_ptr[1:b + 1].to(torch.int64)
+    qe = query_end_loc_ptr[:b].to(torch.int64)
+    valid = qe - qs + 1 - shift                      # tokens copied from the input
+    lens = (nqs - qs) + p - shift                    # valid + bonus/parallel slots + rejected slots
+    out_start = qs + torch.arange(b, device=dev) * (p - shift)
+    total = int(total_input_tokens) + b * (p - shift)
+    req = torch.repeat_interleave(torch.arange(b, device=dev), lens, output_size=total)
+    j = torch.arange(total, device=dev) - out_start[req]
+    v = valid[req]
+    in_idx = torch.clamp(qs[req] + shift + j, max=int(total_input_tokens) - 1)
+    tokens = target_token_ids_ptr[in_idx].to(torch.int64)
+    tokens = torch.where(j == v, next_token_ids_ptr[:b].to(torch.int64)[req], tokens)
+    parallel = (j > v) & (j < v + p)
+    rejected = j >= v + p
+    tokens = torch.where(parallel, torch.full_like(tokens, parallel_drafting_token_id), tokens)
+    tokens = torch.where(rejected, torch.full_like(tokens, padding_token_id), tokens)
+    positions = target_positions_ptr[qs].to(torch.int64)[req] + j
+    positions = torch.where(rejected, torch.zeros_like(positions), positions)
+    out_input_ids_ptr[:total] = tokens.to(out_input_ids_ptr.dtype)
+    out_positions_ptr[:total] = positions.to(out_positions_ptr.dtype)
+    out_is_rejected_token_mask_ptr[:total] = rejected
+    out_is_masked_token_mask_ptr[:total] = parallel
+    new = out_start[:, None] + valid[:, None] + torch.arange(p, device=dev)[None]
+    out_new_token_indices_ptr[:b * p] = new.reshape(-1).to(out_new_token_indices_ptr.dtype)
+    if shift:
+        n_in = int(total_input_tokens)
+        req_in = torch.repeat_interleave(torch.arange(b, device=dev), nqs - qs, output_size=n_in)
+        dest = torch.arange(n_in, device=dev) + req_in * (p - 1)
+        out_hidden_state_mapping_ptr[:n_in] = dest.to(out_hidden_state_mapping_ptr.dtype)
+
+
 VLLM_KERNEL_OVERRIDES = {
     "vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": vllm_slot_mapping_kernel,
     "vllm.v1.sample.rejection_sampler.expand_kernel": vllm_expand_kernel,
     "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel": vllm_rejection_greedy_sample_kernel,
     "vllm.v1.sample.rejection_sampler.rejection_random_sample_kernel": vllm_rejection_random_sample_kernel,
     "vllm.v1.sample.rejection_sampler.sample_recovered_tokens_kernel": vllm_sample_recovered_tokens_kernel,
+    "vllm.v1.spec_decode.utils.eagle_step_slot_mapping_metadata_kernel":
+        vllm_eagle_step_slot_mapping_metadata_kernel,
+    "vllm.v1.spec_decode.utils.eagle_prepare_inputs_padded_kernel": vllm_eagle_prepare_inputs_padded_kernel,
+    "vllm.v1.spec_decode.utils.eagle_prepare_next_token_padded_kernel": vllm_eagle_prepare_next_token_padded_kernel,
+    "vllm.v1.spec_decode.utils.copy_and_expand_eagle_inputs_kernel": vllm_copy_and_expand_eagle_inputs_kernel,
 }

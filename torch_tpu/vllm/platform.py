@@ -224,11 +224,17 @@ class TpuPlatform(Platform):
         if vllm_config.kv_transfer_config is not None or (cache is not None and cache.kv_offloading_size):
             raise NotImplementedError("tpu platform: KV connectors and KV-cache offloading (kv_transfer_config, "
                                       "kv_offloading_size) are not supported yet")
+        # Speculative decoding: n-gram prompt lookup (vLLM's proposer on the host, numba) and a draft model
+        # (vLLM's DraftModelProposer: the draft runs on tpu with its own KV cache; its Triton bookkeeping
+        # kernels are ours, torch_tpu/vllm/ops.py). EAGLE, MTP, Medusa and the rest need hidden-state
+        # models and kernels not checked here.
         spec = vllm_config.speculative_config
-        if spec is not None and spec.method not in ("ngram",):
+        if spec is not None and spec.method not in ("ngram", "draft_model"):
             raise NotImplementedError(f"tpu platform: speculative decoding method {spec.method!r} is not "
-                                      f"supported yet (ngram is)")
-        if spec is not None and importlib.util.find_spec("numba") is None:
+                                      f"supported yet (ngram and draft_model are)")
+        if spec is not None and spec.method == "draft_model":
+            cls._check_quantization(spec.draft_model_config)
+        if spec is not None and spec.method == "ngram" and importlib.util.find_spec("numba") is None:
             raise ImportError("tpu platform: n-gram speculative decoding needs numba, which vLLM's prompt-lookup "
                               "proposer runs on (scripts/setup.sh installs it)")
         if vllm_config.lora_config is not None:
@@ -264,9 +270,39 @@ class TpuPlatform(Platform):
         # the piecewise backend looks a size up in compile_sizes, which vLLM fills only with CUDA graphs
         if comp.compile_sizes is None:
             comp.compile_sizes = []
-        # vLLM would save the traced forward with its compiled pieces for the next start (AOT compile);
-        # ours are device programs of this process (no serialized form here), so each start traces anew.
-        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+        cls._configure_compile_cache()
+
+    @classmethod
+    def _configure_compile_cache(cls) -> None:
+        """What a later start reuses. vLLM's AOT compile saves Dynamo's trace of the forward (VLLM_USE_AOT_
+        COMPILE); its "mega artifact" form would also save each compiled piece, as Inductor's serialized
+        output, which ours are not (VLLM_USE_MEGA_AOT_ARTIFACT=0: a loaded trace is split and its pieces
+        compiled again through our compiler). With TORCH_TPU_AOT_CACHE=1 our pieces come from AOTAutograd's
+        cache (torch_tpu/_compile_cache.py; torch_tpu/vllm/compile.py), and the trace from vLLM's, both
+        pickles that the next start loads: so only when both directories are this user's and no one
+        else may write them (the checks of README "Security"). Otherwise each start traces anew. A user's
+        own VLLM_USE_AOT_COMPILE is left as it is."""
+        os.environ.setdefault("VLLM_USE_MEGA_AOT_ARTIFACT", "0")
+        if "VLLM_USE_AOT_COMPILE" in os.environ:
+            return
+        problem = None
+        if os.environ.get("TORCH_TPU_AOT_CACHE", "0") != "1":
+            problem = "TORCH_TPU_AOT_CACHE=1 not set"
+        else:
+            import vllm.envs as envs
+            from torch_tpu import _compile_cache
+            root = envs.VLLM_CACHE_ROOT
+            for d in (root, os.path.join(root, "torch_compile_cache")):
+                try:
+                    os.makedirs(d, mode=0o700, exist_ok=True)
+                except OSError as e:
+                    problem = f"{d}: {e.strerror}"
+                    break
+                problem = _compile_cache._dir_problem(d)
+                if problem:
+                    logger.warning("tpu platform: not saving vLLM's compiled forward: %s", problem)
+                    break
+        os.environ["VLLM_USE_AOT_COMPILE"] = "0" if problem else "1"
 
     @classmethod
     def _check_quantization(cls, model_config) -> None:
@@ -291,6 +327,13 @@ class TpuPlatform(Platform):
     @classmethod
     def get_device_communicator_cls(cls) -> str:
         return "torch_tpu.vllm.communicator.TpuCommunicator"
+
+    @classmethod
+    def check_runner_kv_caches_multi_layer(cls) -> None:
+        # A draft model's layers carry the target's layer indices (both count from 0), so two attention
+        # layers share an index. The runner's list of caches is ordered by index only for code that
+        # walks it by position (KV connectors, refused here); our attention reads each layer's own cache.
+        pass
 
     @classmethod
     def support_hybrid_kv_cache(cls) -> bool:

@@ -42,6 +42,11 @@ class TpuModelRunner(GPUModelRunner):
         with _cuda_as_tpu():
             super().__init__(vllm_config, device)
 
+    def _copy_draft_token_ids_to_cpu(self, scheduler_output, zeros_only: bool = False) -> None:
+        # a draft model's tokens come back to the host on a side stream (torch.cuda's API, as above)
+        with _cuda_as_tpu():
+            super()._copy_draft_token_ids_to_cpu(scheduler_output, zeros_only)
+
     def _init_kv_zero_meta(self) -> None:
         # vLLM zeroes newly allocated KV blocks with a Triton kernel, for attention kernels that read
         # whole blocks; ours reads only the first seq_lens[s] positions of each sequence, so stale
