@@ -365,6 +365,21 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
     lu_solve_z(a, piv, n, x, k, false);
     cs_store(X, cs_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
   }
+  /* an empty result batch (B's batch dims hold a 0) still has A's LU, pivots and info */
+  int64_t lu_batch = 1;
+  for (int d = 0; d < lu_nb; ++d) lu_batch *= LU->sizes[d];
+  for (int64_t b = 0; batch == 0 && b < lu_batch; ++b) {
+    int64_t rem = b;
+    for (int d = lu_nb - 1; d >= 0; --d) {
+      idx[d] = LU->sizes[d] ? rem % LU->sizes[d] : 0;
+      rem = LU->sizes[d] ? rem / LU->sizes[d] : 0;
+    }
+    cs_load(A, cs_boff(A, 2, idx, lu_nb), n, n, false, a, !left);
+    int info = lu_factor_z(a, n, n, piv, 0);
+    cs_store(LU, cs_boff(LU, 2, idx, lu_nb), n, n, false, a, false);
+    for (int64_t i = 0; i < n; ++i) cs_set_int(P, cs_boff(P, 1, idx, lu_nb) + i * P->strides[P->ndim - 1], piv[i]);
+    cs_set_int(Info, cs_boff(Info, 0, idx, lu_nb), info);
+  }
   return TPURT_OK;
 }
 
@@ -381,7 +396,7 @@ tpurt_status_t tpurt_linalg_complex_bmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_
   return cmm_run(ctx, call, true);
 }
 
-/* ---- the complex matmul family: addmm, addmv, mv, baddbmm, addbmm, addr, dot, vdot ----
+/* ---- the complex matmul family: addmm, addmv, mv, baddbmm, addbmm ----
  * out = beta * self + alpha * (A @ B), each operand read through its strides as a batch of
  * matrices (vectors as one-column or one-row matrices), the products accumulated in complex
  * double; beta == 0 ignores self (its NaNs included), as CPU does. alpha and beta come as real
@@ -398,7 +413,7 @@ static zd_t zarg_scalar(const tpurt_op_call_t* call, int i, double dflt) {
   return tpurt_arg_double(call, i, dflt);
 }
 
-enum { ZMM_ADDMM, ZMM_ADDMV, ZMM_MV, ZMM_BADDBMM, ZMM_ADDBMM, ZMM_ADDR, ZMM_DOT, ZMM_VDOT };
+enum { ZMM_ADDMM, ZMM_ADDMV, ZMM_MV, ZMM_BADDBMM, ZMM_ADDBMM };
 
 static zview_t zv_mat(const tpurt_tensor_t* t, bool batched) {
   int d = t->ndim;
@@ -406,9 +421,9 @@ static zview_t zv_mat(const tpurt_tensor_t* t, bool batched) {
 }
 
 static tpurt_status_t zmm_family(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, int kind) {
-  static const char* names[] = {"addmm", "addmv", "mv", "baddbmm", "addbmm", "addr", "dot", "vdot"};
+  static const char* names[] = {"addmm", "addmv", "mv", "baddbmm", "addbmm"};
   const char* op = names[kind];
-  bool has_self = kind != ZMM_MV && kind != ZMM_DOT && kind != ZMM_VDOT;
+  bool has_self = kind != ZMM_MV;
   int a0 = has_self ? 1 : 0;
   const tpurt_tensor_t *self = has_self ? tpurt_arg_tensor(call, 0) : NULL, *ta = tpurt_arg_tensor(call, a0),
                        *tb = tpurt_arg_tensor(call, a0 + 1);
@@ -436,14 +451,8 @@ static tpurt_status_t zmm_family(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
       A = zv_mat(ta, true), B = zv_mat(tb, true);
       nbat = ta->sizes[0], m = ta->sizes[1], k = ta->sizes[2], n = tb->sizes[2];
       break;
-    case ZMM_ADDR:
-      A = (zview_t){ta, 0, ta->strides[0], 0}, B = (zview_t){tb, 0, 0, tb->strides[0]};
-      m = ta->sizes[0], k = 1, n = tb->sizes[0];
-      break;
-    default: /* dot, vdot */
-      A = (zview_t){ta, 0, 0, ta->strides[0]}, B = (zview_t){tb, 0, tb->strides[0], 0};
-      m = 1, k = ta->sizes[0], n = 1;
-      break;
+    default:
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: unknown matmul kind", op);
   }
   int64_t obat = sum_batch ? 1 : nbat;
   if (tpurt_tensor_numel(out) != obat * m * n)
@@ -452,14 +461,13 @@ static tpurt_status_t zmm_family(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   zd_t* p = tpurt_kernel_scratch(ctx, sizeof(zd_t) * (size_t)(obat * m * n + 1));
   if (!p) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch memory", op);
   for (int64_t i = 0; i < obat * m * n; ++i) p[i] = 0;
-  bool cj = kind == ZMM_VDOT;
   for (int64_t bi = 0; bi < nbat; ++bi)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         zd_t acc = 0;
         for (int64_t q = 0; q < k; ++q) {
           zd_t x = cmm_load(A.t, bi * A.sb + i * A.si + q * A.sj);
-          acc += (cj ? conj(x) : x) * cmm_load(B.t, bi * B.sb + q * B.si + j * B.sj);
+          acc += x * cmm_load(B.t, bi * B.sb + q * B.si + j * B.sj);
         }
         p[((sum_batch ? 0 : bi) * m + i) * n + j] += acc;
       }
@@ -500,13 +508,4 @@ tpurt_status_t tpurt_linalg_complex_baddbmm(tpurt_kernel_ctx_t* ctx, const tpurt
 }
 tpurt_status_t tpurt_linalg_complex_addbmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return zmm_family(ctx, call, ZMM_ADDBMM);
-}
-tpurt_status_t tpurt_linalg_complex_addr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  return zmm_family(ctx, call, ZMM_ADDR);
-}
-tpurt_status_t tpurt_linalg_complex_dot(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  return zmm_family(ctx, call, ZMM_DOT);
-}
-tpurt_status_t tpurt_linalg_complex_vdot(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
-  return zmm_family(ctx, call, ZMM_VDOT);
 }

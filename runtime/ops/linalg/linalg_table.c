@@ -71,9 +71,6 @@ const tpurt_op_def_t tpurt_ops_linalg[] = {
     PLAIN("complex::mv", complex_addmv, 0, LINALG_DT_COMPLEX_IN), /* (self, vec): told apart by its args */
     PLAIN("complex::baddbmm", complex_baddbmm, 0, LINALG_DT_COMPLEX_IN),
     PLAIN("complex::addbmm", complex_addbmm, 0, LINALG_DT_COMPLEX_IN),
-    PLAIN("complex::addr", complex_addr, 0, LINALG_DT_COMPLEX_IN),
-    PLAIN("complex::dot", complex_dot, 0, LINALG_DT_COMPLEX_IN),
-    PLAIN("complex::vdot", complex_vdot, 0, LINALG_DT_COMPLEX_IN),
     /* complex factorizations (zfactor.c) */
     PLAIN("complex::linalg_lu_factor_ex", z_lu_factor_ex, 0, LINALG_DT_COMPLEX_IN),
     PLAIN("complex::linalg_lu", z_lu, 0, LINALG_DT_COMPLEX_IN),

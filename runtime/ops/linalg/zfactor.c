@@ -862,11 +862,12 @@ tpurt_status_t tpurt_linalg_z_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   int64_t m = A->sizes[nb], n = A->sizes[nb + 1];
   bool tr = m < n; /* work on A^H so rows >= cols */
   int64_t R = tr ? n : m, C = tr ? m : n;
-  Z_SCRATCH_OR_FAIL(a, R * C + C * C + C + R * R + R);
+  int64_t UF = full && uv && R > C ? R * R : 0; /* a full U of a non-square A only */
+  Z_SCRATCH_OR_FAIL(a, R * C + C * C + C + UF + R);
   zd_t* v = a + R * C;
   double* s = (double*)(v + C * C);
   zd_t* uf = v + C * C + C;
-  bool* ok = (bool*)(uf + R * R);
+  bool* ok = (bool*)(uf + UF);
   const tpurt_tensor_t *U = &call->outputs[0], *S = &call->outputs[1], *Vh = &call->outputs[2];
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
