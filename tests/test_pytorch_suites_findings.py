@@ -1266,7 +1266,7 @@ def test_solve_empty_broadcast_batch(tpu, eager_mode):
     torch.manual_seed(0)
     for dtype in (torch.float32, torch.complex64):
         A = torch.randn(5, 5, dtype=dtype) + 5 * torch.eye(5, dtype=dtype)
-        for b_shape in ((2, 0, 5, 3), (0, 5)):
+        for b_shape in ((2, 0, 5, 3), (0, 5, 2)):
             B = torch.randn(*b_shape, dtype=dtype)
             got = torch.linalg.solve(A.to(tpu), B.to(tpu))
             assert got.shape == torch.linalg.solve(A, B).shape
@@ -1309,3 +1309,39 @@ def test_mm_mixed_dtypes_and_devices_raise(tpu, eager_mode):
         torch.mm(a.to(tpu), b.to(tpu))
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.dot(torch.ones(3, device=tpu), torch.ones(3))
+
+
+def test_python_meta_refusals_raise_runtime_error(tpu, eager_mode):
+    # test_linalg.test_eig_errors_and_warnings (and eigvals', cholesky_inverse's): PyTorch's Python
+    # meta functions refuse a 1-D input with AssertionError; CPU raises RuntimeError (the meta's words
+    # differ a little: "The input tensor must have at least 2 dimensions, got 1")
+    for fn in (torch.linalg.eig, torch.linalg.eigvals, torch.cholesky_inverse):
+        with pytest.raises(RuntimeError, match="must have at least 2 dimensions") as cpu_err:
+            fn(torch.ones(3))
+        with pytest.raises(RuntimeError, match="must have at least 2 dimensions") as tpu_err:
+            fn(torch.ones(3, device=tpu))
+        assert type(tpu_err.value) is type(cpu_err.value)
+
+
+def _resize_warnings(fn):
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fn()
+    return [x for x in w if "An output with one or more elements was resized" in str(x.message)]
+
+
+def test_out_resize_warns_once_per_output(tpu, eager_mode):
+    # test_linalg.test_eigh_errors_and_warnings (slogdet's, triangular_solve's, householder_product's):
+    # an out= of another shape warned twice (the Python meta's resize of its meta copy, then ours)
+    torch.manual_seed(0)
+    a = torch.randn(3, 3)
+    a = a + a.mT
+    cases = [
+        lambda d: torch.linalg.eigh(a.to(d), out=(torch.empty(7, 7, device=d), torch.empty(7, 7, device=d))),
+        lambda d: torch.linalg.eigvalsh(a.to(d), out=torch.empty(7, 7, device=d)),
+        lambda d: torch.linalg.slogdet(a.to(d), out=(torch.empty(1, device=d), torch.empty(1, device=d))),
+        lambda d: torch.linalg.householder_product(a.to(d), torch.randn(3).to(d), out=torch.empty(2, 3, device=d)),
+    ]
+    for case in cases:
+        assert len(_resize_warnings(lambda: case(tpu))) == len(_resize_warnings(lambda: case("cpu")))

@@ -4,6 +4,7 @@
 // argument is resized if meta says so, a view shares its argument's storage,
 // anything else is a fresh device tensor.
 #include <cstring>
+#include <typeinfo>
 #include <mutex>
 #include <unordered_map>
 
@@ -14,6 +15,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
+#include <pybind11/pybind11.h>
 #include <c10/core/DefaultDtype.h>
 
 #include "fallback.h"
@@ -316,6 +318,18 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
   // A Generator goes to meta as None: it never changes a shape, and some of PyTorch's Python meta
   // functions (the refs of exponential_, geometric_, ...) reject any generator.
   for (const auto& a : args) meta_stack.push_back(a.isGenerator() ? c10::IValue() : ivalue_to_meta(a));
+  if (!info.cpp_meta) {
+    // A Python meta function (torch._meta_registrations, through out_wrapper) resizes the meta copy
+    // of a caller's out= of another shape with Python's warning, which DropResizeWarning does not
+    // see: it gets empty copies (resized silently), and apply_layout warns once, for the caller's
+    // tensor (linalg.eigh(out=) warned twice).
+    const auto& sargs = op.schema().arguments();
+    for (size_t i = 0; i < sargs.size() && i < meta_stack.size(); ++i) {
+      if (!sargs[i].is_out() || !meta_stack[i].isTensor()) continue;
+      const at::Tensor& m = meta_stack[i].toTensor();
+      if (m.defined() && m.numel() != 0) meta_stack[i] = at::empty({0}, m.options());
+    }
+  }
   const c10::OperatorHandle* meta_op = &op;
   if (info.meta_via == OpInfo::MetaVia::kConvolution) {
     // convolution_overrideable(input, weight, bias, ...) has convolution's arguments.
@@ -410,7 +424,26 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
         }
       }
     } else {
-      meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+      try {
+        meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+      } catch (const std::exception& e) {
+        // Some Python meta functions (torch._meta_registrations: linalg_eig's, cholesky_inverse's
+        // squareCheckInputs) refuse arguments with AssertionError where CPU's kernel raises
+        // RuntimeError with the same words: raise it as CPU does. (pybind11's error_already_set is
+        // told by its type's name: its type_info may differ across shared objects.)
+        std::string msg;
+        bool assertion = false;
+        if (std::strcmp(typeid(e).name(), typeid(pybind11::error_already_set).name()) == 0) {
+          const auto& pe = static_cast<const pybind11::error_already_set&>(e);
+          pybind11::gil_scoped_acquire gil;
+          if (pe.matches(PyExc_AssertionError)) {
+            assertion = true;
+            msg = pybind11::str(pe.value()).cast<std::string>();
+          }
+        }
+        TORCH_CHECK(!assertion, msg);
+        throw;
+      }
     }
   } catch (const c10::NotImplementedError& e) {
     throw NoMeta{e.what_without_backtrace()};
