@@ -1345,3 +1345,25 @@ def test_out_resize_warns_once_per_output(tpu, eager_mode):
     ]
     for case in cases:
         assert len(_resize_warnings(lambda: case(tpu))) == len(_resize_warnings(lambda: case("cpu")))
+
+
+def test_out_of_uncastable_dtype_raises_cpus_words(tpu, eager_mode):
+    # test_linalg's *_errors_and_warnings: an out= of a dtype the result cannot be cast to was refused
+    # in the Python meta's words ("Attempting to cast from ..."); CPU's are the op's own
+    torch.manual_seed(0)
+    a = torch.randn(3, 3)
+    a = a + a.mT
+    e = lambda dt, *s: torch.empty(*s, dtype=dt)  # noqa: E731
+    cases = [
+        lambda d: torch.linalg.eigh(a.to(d), out=(e(torch.float, 0).to(d), e(torch.int, 0).to(d))),
+        lambda d: torch.linalg.eigvalsh(a.to(d), out=e(torch.int, 0).to(d)),
+        lambda d: torch.cholesky_inverse(a.to(d), out=e(torch.int, 3, 3).to(d)),
+        lambda d: torch.linalg.eig(a.to(d), out=(e(torch.int, 0).to(d), e(torch.int, 0).to(d))),
+        lambda d: torch.linalg.eig(a.to(d), out=(e(torch.float, 0).to(d), e(torch.float, 0).to(d))),
+    ]
+    for case in cases:
+        with pytest.raises(RuntimeError) as cpu_err:
+            case("cpu")
+        with pytest.raises(RuntimeError) as tpu_err:
+            case(tpu)
+        assert str(tpu_err.value) == str(cpu_err.value)

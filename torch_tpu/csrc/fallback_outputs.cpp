@@ -305,6 +305,33 @@ struct NoMeta {
   std::string why;
 };
 
+// Runs `op` on CPU with zero tensors of the arguments' shapes, dtypes and strides; raises CPU's error
+// if CPU refuses the call (used on error paths only, for CPU's words), else returns.
+void cpu_refusal(const c10::OperatorHandle& op, at::ArrayRef<c10::IValue> args) {
+  auto to_cpu = [](const at::Tensor& t) {
+    if (!t.defined() || t.is_cpu()) return t;
+    return at::zeros({0}, t.options().device(c10::kCPU)).set_(
+        at::zeros({at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(),
+                                                     t.storage_offset()) /
+                   static_cast<int64_t>(t.element_size()) + 1},
+                  t.options().device(c10::kCPU)).storage(),
+        t.storage_offset(), t.sizes(), t.strides());
+  };
+  torch::jit::Stack st;
+  for (const auto& a : args) {
+    if (a.isTensor()) {
+      st.push_back(to_cpu(a.toTensor()));
+    } else if (a.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const at::Tensor& t : a.toTensorList()) l.push_back(to_cpu(t));
+      st.push_back(l);
+    } else {
+      st.push_back(a);
+    }
+  }
+  op.callBoxedForDispatchKey(c10::DispatchKey::CPU, st);
+}
+
 // strict: an error of ATen's C++ meta function stands (no retry with the Python one).
 std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo& info,
                                     at::ArrayRef<c10::IValue> args, bool strict = false) {
@@ -432,16 +459,24 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
         // RuntimeError with the same words: raise it as CPU does. (pybind11's error_already_set is
         // told by its type's name: its type_info may differ across shared objects.)
         std::string msg;
-        bool assertion = false;
+        bool assertion = false, cast = false;
         if (std::strcmp(typeid(e).name(), typeid(pybind11::error_already_set).name()) == 0) {
           const auto& pe = static_cast<const pybind11::error_already_set&>(e);
           pybind11::gil_scoped_acquire gil;
           if (pe.matches(PyExc_AssertionError)) {
             assertion = true;
             msg = pybind11::str(pe.value()).cast<std::string>();
+          } else if (pe.matches(PyExc_RuntimeError)) {
+            msg = pybind11::str(pe.value()).cast<std::string>();
+            cast = msg.find("Attempting to cast from") != std::string::npos;
           }
         }
         TORCH_CHECK(!assertion, msg);
+        // An out= of a dtype the result cannot be cast to: the Python meta's out_wrapper refuses it in
+        // its own words; CPU's kernel checks it first, in the op's words ("Expected eigenvalues to be
+        // safely castable ...", "but got int instead"). Error path only: CPU is asked with tensors of
+        // the same shapes and dtypes, and its refusal stands.
+        if (cast) cpu_refusal(op, args);
         throw;
       }
     }
