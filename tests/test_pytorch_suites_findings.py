@@ -1106,3 +1106,264 @@ def test_complex_dot_vdot(dtype, tpu, eager_mode):
     a, b = torch.randn(7, dtype=dtype), torch.randn(14, dtype=dtype)[::2]
     for fn in (torch.dot, torch.vdot, lambda x, y: x @ y, lambda x, y: torch.dot(x.conj(), y)):
         torch.testing.assert_close(fn(a.to(tpu), b.to(tpu)).cpu(), fn(a, b))
+
+
+# ---- test_linalg.py: complex linear algebra, check_errors=, addr/mm argument checks ----
+
+def _close(got, want, dtype):
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype in (torch.complex64, torch.float32) else dict(atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(got, want, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_lu_family(dtype, tpu, eager_mode):
+    # test_linalg: complex lu_factor/lu/lu_unpack/lu_solve/solve/inv/det/slogdet had no tpu kernels.
+    # Pivots as zgetrf picks them (by |re| + |im|), so LU and the pivots equal CPU's.
+    torch.manual_seed(0)
+    A, B = torch.randn(3, 4, 4, dtype=dtype), torch.randn(3, 4, 2, dtype=dtype)
+    At, Bt = A.to(tpu), B.to(tpu)
+    LU, piv = torch.linalg.lu_factor(A)
+    LUt, pivt = torch.linalg.lu_factor(At)
+    assert torch.equal(pivt.cpu(), piv)
+    _close(LUt.cpu(), LU, dtype)
+    for got, want in zip(torch.linalg.lu(At), torch.linalg.lu(A)):
+        _close(got.cpu(), want, dtype)
+    for got, want in zip(torch.lu_unpack(LUt, pivt), torch.lu_unpack(LU, piv)):
+        _close(got.cpu(), want, dtype)
+    for left in (True, False):
+        for adjoint in (True, False):
+            b = B if left else B.mT
+            _close(torch.linalg.lu_solve(LUt, pivt, b.to(tpu), left=left, adjoint=adjoint).cpu(),
+                   torch.linalg.lu_solve(LU, piv, b, left=left, adjoint=adjoint), dtype)
+    _close(torch.linalg.solve(At, Bt).cpu(), torch.linalg.solve(A, B), dtype)
+    _close(torch.linalg.inv(At).cpu(), torch.linalg.inv(A), dtype)
+    _close(torch.linalg.det(At).cpu(), torch.linalg.det(A), dtype)
+    for got, want in zip(torch.linalg.slogdet(At), torch.linalg.slogdet(A)):
+        _close(got.cpu(), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_cholesky_and_triangular(dtype, tpu, eager_mode):
+    # test_linalg: complex cholesky (L L^H), cholesky_inverse, cholesky_solve and the triangular
+    # solves had no tpu kernels
+    torch.manual_seed(0)
+    A, B = torch.randn(2, 4, 4, dtype=dtype), torch.randn(2, 4, 3, dtype=dtype)
+    H = A @ A.mH + 4 * torch.eye(4, dtype=dtype)
+    for upper in (False, True):
+        L = torch.linalg.cholesky(H, upper=upper)
+        _close(torch.linalg.cholesky(H.to(tpu), upper=upper).cpu(), L, dtype)
+        _close(torch.cholesky_inverse(L.to(tpu), upper=upper).cpu(), torch.cholesky_inverse(L, upper=upper), dtype)
+        _close(torch.cholesky_solve(B.to(tpu), L.to(tpu), upper=upper).cpu(),
+               torch.cholesky_solve(B, L, upper=upper), dtype)
+        T = (A.triu() if upper else A.tril()) + 3 * torch.eye(4, dtype=dtype)
+        for left in (True, False):
+            b = B if left else B.mT
+            _close(torch.linalg.solve_triangular(T.to(tpu), b.to(tpu), upper=upper, left=left).cpu(),
+                   torch.linalg.solve_triangular(T, b, upper=upper, left=left), dtype)
+        for transpose in (False, True):
+            got = torch.triangular_solve(B.to(tpu), T.to(tpu), upper=upper, transpose=transpose)
+            want = torch.triangular_solve(B, T, upper=upper, transpose=transpose)
+            _close(got.solution.cpu(), want.solution, dtype)
+    Hn = H.clone()
+    Hn[1, -1, -1] = -1  # not positive-definite: info, as CPU
+    assert torch.equal(torch.linalg.cholesky_ex(Hn.to(tpu)).info.cpu(), torch.linalg.cholesky_ex(Hn).info)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 4)])
+def test_complex_qr_family(dtype, shape, tpu, eager_mode):
+    # test_linalg: complex geqrf/linalg.qr/householder_product/ormqr had no tpu kernels. zgeqrf's
+    # reflectors (real beta, complex tau), so the factors equal CPU's, not only up to phases.
+    torch.manual_seed(0)
+    X = torch.randn(2, *shape, dtype=dtype)
+    Xt = X.to(tpu)
+    a, tau = torch.geqrf(X)
+    at, taut = torch.geqrf(Xt)
+    _close(at.cpu(), a, dtype)
+    _close(taut.cpu(), tau, dtype)
+    for mode in ("reduced", "complete", "r"):
+        for got, want in zip(torch.linalg.qr(Xt, mode=mode), torch.linalg.qr(X, mode=mode)):
+            _close(got.cpu(), want, dtype)
+    if shape[0] >= shape[1]:
+        _close(torch.linalg.householder_product(at, taut).cpu(), torch.linalg.householder_product(a, tau), dtype)
+    C = torch.randn(2, shape[0], 3, dtype=dtype)
+    for left, c in ((True, C), (False, C.mT.contiguous())):
+        for transpose in (False, True):
+            _close(torch.ormqr(at, taut, c.to(tpu), left=left, transpose=transpose).cpu(),
+                   torch.ormqr(a, tau, c, left=left, transpose=transpose), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_eigh_and_svd(dtype, tpu, eager_mode):
+    # test_linalg: complex eigh/eigvalsh and svd/svdvals had no tpu kernels. Eigen- and singular
+    # vectors are unique up to a phase per column: values against CPU, vectors by their definition.
+    torch.manual_seed(0)
+    M = torch.randn(3, 5, 5, dtype=dtype)
+    eye = torch.eye(5, dtype=dtype)
+    for uplo in ("L", "U"):
+        w, V = torch.linalg.eigh(M.to(tpu), UPLO=uplo)
+        w, V = w.cpu(), V.cpu()
+        assert w.dtype == torch.linalg.eigvalsh(M).dtype
+        _close(w, torch.linalg.eigvalsh(M, UPLO=uplo), dtype)
+        Mh = M.tril() + M.tril(-1).mH if uplo == "L" else M.triu() + M.triu(1).mH
+        Mh = Mh - 1j * torch.diag_embed(Mh.diagonal(dim1=-2, dim2=-1).imag).to(dtype)
+        _close(Mh @ V, V * w.to(dtype).unsqueeze(-2), dtype)
+        _close(V.mH @ V, eye.expand(3, 5, 5), dtype)
+    for shape in ((6, 4), (4, 6), (5, 5)):
+        X = torch.randn(2, *shape, dtype=dtype)
+        k = min(shape)
+        for full in (False, True):
+            U, S, Vh = (t.cpu() for t in torch.linalg.svd(X.to(tpu), full_matrices=full))
+            _close(S, torch.linalg.svdvals(X), dtype)
+            _close(U[..., :k] @ torch.diag_embed(S).to(dtype) @ Vh[..., :k, :], X, dtype)
+            _close(U.mH @ U, torch.eye(U.shape[-1], dtype=dtype).expand(2, -1, -1), dtype)
+            _close(Vh @ Vh.mH, torch.eye(Vh.shape[-2], dtype=dtype).expand(2, -1, -1), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_addmm_family(dtype, tpu, eager_mode):
+    # test_linalg: complex addmm/addmv/mv/baddbmm/addbmm were refused (nn.Linear on complex too);
+    # beta == 0 ignores self's NaNs, as CPU does
+    torch.manual_seed(0)
+    r = lambda *s: torch.randn(*s, dtype=dtype)  # noqa: E731
+    nan = torch.full((3, 5), float("nan"), dtype=dtype)
+    cases = [
+        (torch.addmm, (r(5), r(3, 4), r(4, 5).mT.contiguous().mT), dict(beta=0.5 + 0.6j, alpha=0.9 + 0.3j)),
+        (torch.addmm, (nan, r(3, 4), r(4, 5)), dict(beta=0, alpha=2)),
+        (torch.addmv, (r(3), r(4, 3).mT, r(4)), dict(beta=2, alpha=0.5j)),
+        (torch.mv, (r(3, 4), r(8)[::2]), {}),
+        (torch.baddbmm, (r(2, 3, 5), r(2, 3, 4), r(2, 4, 5)), dict(beta=0.1j, alpha=0.5j)),
+        (torch.addbmm, (r(3, 5), r(2, 3, 4), r(2, 4, 5)), dict(beta=1, alpha=0.5)),
+        (torch.nn.functional.linear, (r(6, 4), r(5, 4), r(5)), {}),
+    ]
+    for fn, args, kw in cases:
+        _close(fn(*(a.to(tpu) for a in args), **kw).cpu(), fn(*args, **kw), dtype)
+    out = torch.empty(3, 5, dtype=dtype, device=tpu)
+    torch.addmm(nan.to(tpu), r(3, 4).to(tpu), r(4, 5).to(tpu), beta=0, out=out)
+    assert not out.cpu().isnan().any()
+
+
+def test_linalg_check_errors_raises_at_call(tpu, eager_mode):
+    # test_linalg.test_cholesky_ex_non_pd / test_inv_ex_singular: check_errors=True raises
+    # torch.linalg.LinAlgError at the call, as CPU (Strict raised a RuntimeError at the next sync)
+    for dtype in (torch.float64, torch.complex128):
+        A = torch.eye(3, dtype=dtype).repeat(5, 1, 1)
+        A[3, -2, -2] = 0
+        for fn in (torch.linalg.cholesky_ex, torch.linalg.inv_ex, torch.linalg.lu_factor_ex):
+            with pytest.raises(RuntimeError) as cpu_err:  # LinAlgError (lu_factor_ex: RuntimeError)
+                fn(A, check_errors=True)
+            with pytest.raises(RuntimeError) as tpu_err:
+                fn(A.to(tpu), check_errors=True)
+            assert type(tpu_err.value) is type(cpu_err.value) and str(tpu_err.value) == str(cpu_err.value)
+            assert torch.equal(fn(A.to(tpu)).info.cpu(), fn(A).info)  # without the check: info only
+        with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+            torch.linalg.solve_ex(A.to(tpu), torch.ones(5, 3, 1, dtype=dtype, device=tpu), check_errors=True)
+
+
+def test_solve_empty_broadcast_batch(tpu, eager_mode):
+    # test_linalg.test_solve_batched_broadcasting: A (5, 5) with B (2, 0, 5, 3) left A's info unwritten,
+    # and linalg.solve raised on its garbage
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.complex64):
+        A = torch.randn(5, 5, dtype=dtype) + 5 * torch.eye(5, dtype=dtype)
+        for b_shape in ((2, 0, 5, 3), (0, 5, 2)):
+            B = torch.randn(*b_shape, dtype=dtype)
+            got = torch.linalg.solve(A.to(tpu), B.to(tpu))
+            assert got.shape == torch.linalg.solve(A, B).shape
+
+
+def test_svd_of_a_very_wide_matrix(tpu, eager_mode):
+    # test_linalg.test_svd_memory_allocation: svdvals of (3, 2**20) asked for a 2**20-square scratch
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.complex64):
+        X = torch.randn(3, 2 ** 16, dtype=dtype)
+        torch.testing.assert_close(torch.linalg.svdvals(X.to(tpu)).cpu(), torch.linalg.svdvals(X),
+                                   atol=1e-2, rtol=1e-4)
+        U, S, Vh = torch.linalg.svd(X.to(tpu), full_matrices=False)
+        assert U.shape == (3, 3) and Vh.shape == (3, 2 ** 16)
+
+
+def test_addr_scalar_checks(tpu, eager_mode):
+    # test_linalg.test_addr_integral / test_addr_float_and_complex: CPU refuses a bool beta/alpha for a
+    # non-bool result and a floating one for an integral result; tpu computed
+    for dtype, kw in ((torch.int64, dict(beta=2.0, alpha=1)), (torch.int64, dict(beta=2, alpha=1.0)),
+                      (torch.float32, dict(beta=True, alpha=1)), (torch.complex64, dict(beta=1, alpha=True)),
+                      (torch.int16, dict(beta=True, alpha=1))):
+        m, v = torch.ones(3, 3, dtype=dtype), torch.ones(3, dtype=dtype)
+        with pytest.raises(RuntimeError) as cpu_err:
+            torch.addr(m, v, v, **kw)
+        with pytest.raises(RuntimeError, match=str(cpu_err.value)):
+            torch.addr(m.to(tpu), v.to(tpu), v.to(tpu), **kw)
+    m, v = torch.arange(9.).view(3, 3), torch.arange(3.)
+    got = torch.addr(m.to(tpu), v.to(tpu), v.to(tpu), beta=2, alpha=3).cpu()
+    assert torch.equal(got, torch.addr(m, v, v, beta=2, alpha=3))
+    b = torch.tensor([True, False, True])
+    assert torch.equal(torch.addr(b.to(tpu)[:, None] & b.to(tpu), b.to(tpu), b.to(tpu), beta=False).cpu(),
+                       torch.addr(b[:, None] & b, b, b, beta=False))
+
+
+def test_mm_mixed_dtypes_and_devices_raise(tpu, eager_mode):
+    # test_linalg.test_mm_empty_inputs_mixed_dtype_errors, test_dot_invalid_args: CPU's errors and words
+    a, b = torch.randint(0, 10, (1, 10), dtype=torch.int16), torch.randn(10, 20)
+    with pytest.raises(RuntimeError, match="expected .* and .* to have the same dtype, but got:"):
+        torch.mm(a.to(tpu), b.to(tpu))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.dot(torch.ones(3, device=tpu), torch.ones(3))
+
+
+def test_python_meta_refusals_raise_runtime_error(tpu, eager_mode):
+    # test_linalg.test_eig_errors_and_warnings (and eigvals', cholesky_inverse's): PyTorch's Python
+    # meta functions refuse a 1-D input with AssertionError; CPU raises RuntimeError (the meta's words
+    # differ a little: "The input tensor must have at least 2 dimensions, got 1")
+    for fn in (torch.linalg.eig, torch.linalg.eigvals, torch.cholesky_inverse):
+        with pytest.raises(RuntimeError, match="must have at least 2 dimensions") as cpu_err:
+            fn(torch.ones(3))
+        with pytest.raises(RuntimeError, match="must have at least 2 dimensions") as tpu_err:
+            fn(torch.ones(3, device=tpu))
+        assert type(tpu_err.value) is type(cpu_err.value)
+
+
+def _resize_warnings(fn):
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fn()
+    return [x for x in w if "An output with one or more elements was resized" in str(x.message)]
+
+
+def test_out_resize_warns_once_per_output(tpu, eager_mode):
+    # test_linalg.test_eigh_errors_and_warnings (slogdet's, triangular_solve's, householder_product's):
+    # an out= of another shape warned twice (the Python meta's resize of its meta copy, then ours)
+    torch.manual_seed(0)
+    a = torch.randn(3, 3)
+    a = a + a.mT
+    cases = [
+        lambda d: torch.linalg.eigh(a.to(d), out=(torch.empty(7, 7, device=d), torch.empty(7, 7, device=d))),
+        lambda d: torch.linalg.eigvalsh(a.to(d), out=torch.empty(7, 7, device=d)),
+        lambda d: torch.linalg.slogdet(a.to(d), out=(torch.empty(1, device=d), torch.empty(1, device=d))),
+        lambda d: torch.linalg.householder_product(a.to(d), torch.randn(3).to(d), out=torch.empty(2, 3, device=d)),
+    ]
+    for case in cases:
+        assert len(_resize_warnings(lambda: case(tpu))) == len(_resize_warnings(lambda: case("cpu")))
+
+
+def test_out_of_uncastable_dtype_raises_cpus_words(tpu, eager_mode):
+    # test_linalg's *_errors_and_warnings: an out= of a dtype the result cannot be cast to was refused
+    # in the Python meta's words ("Attempting to cast from ..."); CPU's are the op's own
+    torch.manual_seed(0)
+    a = torch.randn(3, 3)
+    a = a + a.mT
+    e = lambda dt, *s: torch.empty(*s, dtype=dt)  # noqa: E731
+    cases = [
+        lambda d: torch.linalg.eigh(a.to(d), out=(e(torch.float, 0).to(d), e(torch.int, 0).to(d))),
+        lambda d: torch.linalg.eigvalsh(a.to(d), out=e(torch.int, 0).to(d)),
+        lambda d: torch.cholesky_inverse(a.to(d), out=e(torch.int, 3, 3).to(d)),
+        lambda d: torch.linalg.eig(a.to(d), out=(e(torch.int, 0).to(d), e(torch.int, 0).to(d))),
+        lambda d: torch.linalg.eig(a.to(d), out=(e(torch.float, 0).to(d), e(torch.float, 0).to(d))),
+    ]
+    for case in cases:
+        with pytest.raises(RuntimeError) as cpu_err:
+            case("cpu")
+        with pytest.raises(RuntimeError) as tpu_err:
+            case(tpu)
+        assert str(tpu_err.value) == str(cpu_err.value)

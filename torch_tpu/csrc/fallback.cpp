@@ -12,6 +12,9 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/layer_norm.h>
 #include <ATen/ops/_fused_rms_norm.h>
+#include <ATen/ops/_linalg_check_errors.h>
+#include <ATen/ops/addr_native.h>
+#include <ATen/ops/result_type.h>
 #include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
@@ -229,6 +232,57 @@ at::Tensor rms_norm_tpu(const at::Tensor& input, c10::SymIntArrayRef normalized_
   return std::get<0>(at::_fused_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps));
 }
 
+// The linalg ops with check_errors= (linalg_cholesky_ex, linalg_inv_ex, linalg_lu_factor_ex,
+// linalg_ldl_factor_ex, _linalg_solve_ex): CPU runs the factorization, then checks its info output
+// (at::_linalg_check_errors: it reads info, and raises torch.linalg.LinAlgError at the call). So here:
+// the kernel runs with check_errors=false, then the same check (which waits for info: a sync, as on
+// CPU and CUDA, only where the caller asked for the check).
+void tpu_linalg_check_errors(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const size_t n = args.size(), base = stack->size() - n;
+  size_t ce = n;
+  for (size_t i = 0; i < n; ++i)
+    if (args[i].name() == "check_errors") ce = i;
+  const bool check = ce < n && (*stack)[base + ce].toBool();
+  const int64_t a_dim = (*stack)[base].toTensor().dim();
+  if (check) (*stack)[base + ce] = c10::IValue(false);
+  tpu_fallback(op, stack);
+  if (!check) return;
+  const std::string& name = op.schema().name();
+  const char* api = name == "aten::linalg_cholesky_ex"     ? "linalg.cholesky_ex"
+                    : name == "aten::linalg_inv_ex"        ? "linalg.inv_ex"
+                    : name == "aten::linalg_lu_factor_ex"  ? "torch.linalg.lu_factor_ex"
+                    : name == "aten::linalg_ldl_factor_ex" ? "torch.linalg.ldl_factor_ex"
+                                                           : "torch.linalg.solve_ex";
+  at::_linalg_check_errors(stack->back().toTensor(), api, /*is_matrix=*/a_dim == 2);
+}
+
+// addr runs as PyTorch's math_addr (its CompositeExplicitAutograd kernel: outer product, mul, add),
+// after CPU's scalar checks (addr_out), which math_addr lacks: a bool beta/alpha only for a bool
+// result, a floating one not for an integral result.
+static void addr_check_scalars(c10::ScalarType dt, const at::Scalar& beta, const at::Scalar& alpha) {
+  if (dt != c10::ScalarType::Bool) {
+    TORCH_CHECK(!beta.isBoolean(), "Boolean beta only supported for Boolean results.");
+    TORCH_CHECK(!alpha.isBoolean(), "Boolean alpha only supported for Boolean results.");
+  }
+  if (at::isIntegralType(dt, /*includeBool=*/true)) {
+    TORCH_CHECK(!beta.isFloatingPoint(), "For integral input tensors, argument beta must not be a floating point ",
+                "number.");
+    TORCH_CHECK(!alpha.isFloatingPoint(), "For integral input tensors, argument alpha must not be a floating point ",
+                "number.");
+  }
+}
+at::Tensor addr_tpu(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
+                    const at::Scalar& alpha) {
+  addr_check_scalars(c10::promoteTypes(at::result_type(self, vec1), vec2.scalar_type()), beta, alpha);
+  return at::native::math_addr(self, vec1, vec2, beta, alpha);
+}
+at::Tensor& addr_out_tpu(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
+                         const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  addr_check_scalars(out.scalar_type(), beta, alpha);
+  return at::native::math_addr_out(self, vec1, vec2, beta, alpha, out);
+}
+
 }  // namespace torch_tpu
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -252,6 +306,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // (group norm likewise).
   for (const char* op : {"native_layer_norm", "native_group_norm"})
     m.impl(op, torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_fallback>());
+  for (const char* op : {"linalg_cholesky_ex", "linalg_cholesky_ex.L", "linalg_inv_ex", "linalg_inv_ex.inverse",
+                         "linalg_lu_factor_ex", "linalg_lu_factor_ex.out", "linalg_ldl_factor_ex",
+                         "linalg_ldl_factor_ex.out", "_linalg_solve_ex", "_linalg_solve_ex.result"})
+    m.impl(op, torch::CppFunction::makeFromBoxedFunction<&torch_tpu::tpu_linalg_check_errors>());
+  m.impl("addr", TORCH_FN(torch_tpu::addr_tpu));
+  m.impl("addr.out", TORCH_FN(torch_tpu::addr_out_tpu));
 }
 
 // rms_norm is CompositeImplicitAutograd and would decompose into pow / mean /

@@ -189,9 +189,11 @@ Checked check_call(const Call& c) {
                   "found tensors on tpu:", static_cast<int>(k.device), " and tpu:", static_cast<int>(d));
       k.device = d;
     } else if (t.is_cpu()) {
-      TORCH_CHECK(t.dim() == 0, c.name, ": argument '", c.op.schema().arguments()[i].name(),
-                  "' is a CPU tensor; expected all tensors to be on the same device (tpu), except 0-dim "
-                  "CPU scalars. Move it with .to('tpu').");
+      // CPU's and CUDA's words first ("Expected all tensors to be on the same device, but found at
+      // least two devices, ..."), then which argument it was
+      TORCH_CHECK(t.dim() == 0, c.name, ": Expected all tensors to be on the same device, but found at least "
+                  "two devices, tpu and cpu! (argument '", c.op.schema().arguments()[i].name(),
+                  "' is a CPU tensor; only 0-dim CPU scalars may join tpu tensors. Move it with .to('tpu').)");
     } else {
       TORCH_CHECK(false, c.name, ": argument '", c.op.schema().arguments()[i].name(), "' is on ", t.device(),
                   "; expected a tpu tensor");

@@ -4,6 +4,7 @@
 // argument is resized if meta says so, a view shares its argument's storage,
 // anything else is a fresh device tensor.
 #include <cstring>
+#include <typeinfo>
 #include <mutex>
 #include <unordered_map>
 
@@ -14,6 +15,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
+#include <pybind11/pybind11.h>
 #include <c10/core/DefaultDtype.h>
 
 #include "fallback.h"
@@ -303,6 +305,33 @@ struct NoMeta {
   std::string why;
 };
 
+// Runs `op` on CPU with zero tensors of the arguments' shapes, dtypes and strides; raises CPU's error
+// if CPU refuses the call (used on error paths only, for CPU's words), else returns.
+void cpu_refusal(const c10::OperatorHandle& op, at::ArrayRef<c10::IValue> args) {
+  auto to_cpu = [](const at::Tensor& t) {
+    if (!t.defined() || t.is_cpu()) return t;
+    return at::zeros({0}, t.options().device(c10::kCPU)).set_(
+        at::zeros({at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(),
+                                                     t.storage_offset()) /
+                   static_cast<int64_t>(t.element_size()) + 1},
+                  t.options().device(c10::kCPU)).storage(),
+        t.storage_offset(), t.sizes(), t.strides());
+  };
+  torch::jit::Stack st;
+  for (const auto& a : args) {
+    if (a.isTensor()) {
+      st.push_back(to_cpu(a.toTensor()));
+    } else if (a.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const at::Tensor& t : a.toTensorList()) l.push_back(to_cpu(t));
+      st.push_back(l);
+    } else {
+      st.push_back(a);
+    }
+  }
+  op.callBoxedForDispatchKey(c10::DispatchKey::CPU, st);
+}
+
 // strict: an error of ATen's C++ meta function stands (no retry with the Python one).
 std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo& info,
                                     at::ArrayRef<c10::IValue> args, bool strict = false) {
@@ -316,6 +345,18 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
   // A Generator goes to meta as None: it never changes a shape, and some of PyTorch's Python meta
   // functions (the refs of exponential_, geometric_, ...) reject any generator.
   for (const auto& a : args) meta_stack.push_back(a.isGenerator() ? c10::IValue() : ivalue_to_meta(a));
+  if (!info.cpp_meta) {
+    // A Python meta function (torch._meta_registrations, through out_wrapper) resizes the meta copy
+    // of a caller's out= of another shape with Python's warning, which DropResizeWarning does not
+    // see: it gets empty copies (resized silently), and apply_layout warns once, for the caller's
+    // tensor (linalg.eigh(out=) warned twice).
+    const auto& sargs = op.schema().arguments();
+    for (size_t i = 0; i < sargs.size() && i < meta_stack.size(); ++i) {
+      if (!sargs[i].is_out() || !meta_stack[i].isTensor()) continue;
+      const at::Tensor& m = meta_stack[i].toTensor();
+      if (m.defined() && m.numel() != 0) meta_stack[i] = at::empty({0}, m.options());
+    }
+  }
   const c10::OperatorHandle* meta_op = &op;
   if (info.meta_via == OpInfo::MetaVia::kConvolution) {
     // convolution_overrideable(input, weight, bias, ...) has convolution's arguments.
@@ -410,7 +451,34 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
         }
       }
     } else {
-      meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+      try {
+        meta_op->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+      } catch (const std::exception& e) {
+        // Some Python meta functions (torch._meta_registrations: linalg_eig's, cholesky_inverse's
+        // squareCheckInputs) refuse arguments with AssertionError where CPU's kernel raises
+        // RuntimeError with the same words: raise it as CPU does. (pybind11's error_already_set is
+        // told by its type's name: its type_info may differ across shared objects.)
+        std::string msg;
+        bool assertion = false, cast = false;
+        if (std::strcmp(typeid(e).name(), typeid(pybind11::error_already_set).name()) == 0) {
+          const auto& pe = static_cast<const pybind11::error_already_set&>(e);
+          pybind11::gil_scoped_acquire gil;
+          if (pe.matches(PyExc_AssertionError)) {
+            assertion = true;
+            msg = pybind11::str(pe.value()).cast<std::string>();
+          } else if (pe.matches(PyExc_RuntimeError)) {
+            msg = pybind11::str(pe.value()).cast<std::string>();
+            cast = msg.find("Attempting to cast from") != std::string::npos;
+          }
+        }
+        TORCH_CHECK(!assertion, msg);
+        // An out= of a dtype the result cannot be cast to: the Python meta's out_wrapper refuses it in
+        // its own words; CPU's kernel checks it first, in the op's words ("Expected eigenvalues to be
+        // safely castable ...", "but got int instead"). Error path only: CPU is asked with tensors of
+        // the same shapes and dtypes, and its refusal stands.
+        if (cast) cpu_refusal(op, args);
+        throw;
+      }
     }
   } catch (const c10::NotImplementedError& e) {
     throw NoMeta{e.what_without_backtrace()};

@@ -311,6 +311,14 @@ void index_add_complex_alpha(const Call& c) {
                               "device");
 }
 
+// mm(self, mat2): CPU refuses operands of two dtypes (its meta function does not).
+void mm_same_dtype(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isTensor()) return;
+  const at::Tensor &a = c.arg(0).toTensor(), &b = c.arg(1).toTensor();
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ",
+              a.scalar_type(), " != ", b.scalar_type());
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -346,6 +354,7 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
   if (full_name == "aten::nll_loss_forward" || full_name == "aten::nll_loss_forward.output" ||
       full_name == "aten::nll_loss2d_forward" || full_name == "aten::nll_loss2d_forward.output")
     return nll_loss_weight_dtype;
+  if (full_name == "aten::mm" || full_name == "aten::mm.out") return mm_same_dtype;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
     return div_mode_unsigned;
   return nullptr;

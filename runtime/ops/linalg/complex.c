@@ -365,6 +365,21 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
     lu_solve_z(a, piv, n, x, k, false);
     cs_store(X, cs_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
   }
+  /* an empty result batch (B's batch dims hold a 0) still has A's LU, pivots and info */
+  int64_t lu_batch = 1;
+  for (int d = 0; d < lu_nb; ++d) lu_batch *= LU->sizes[d];
+  for (int64_t b = 0; batch == 0 && b < lu_batch; ++b) {
+    int64_t rem = b;
+    for (int d = lu_nb - 1; d >= 0; --d) {
+      idx[d] = LU->sizes[d] ? rem % LU->sizes[d] : 0;
+      rem = LU->sizes[d] ? rem / LU->sizes[d] : 0;
+    }
+    cs_load(A, cs_boff(A, 2, idx, lu_nb), n, n, false, a, !left);
+    int info = lu_factor_z(a, n, n, piv, 0);
+    cs_store(LU, cs_boff(LU, 2, idx, lu_nb), n, n, false, a, false);
+    for (int64_t i = 0; i < n; ++i) cs_set_int(P, cs_boff(P, 1, idx, lu_nb) + i * P->strides[P->ndim - 1], piv[i]);
+    cs_set_int(Info, cs_boff(Info, 0, idx, lu_nb), info);
+  }
   return TPURT_OK;
 }
 
@@ -379,4 +394,118 @@ tpurt_status_t tpurt_linalg_complex_mm(tpurt_kernel_ctx_t* ctx, const tpurt_op_c
 }
 tpurt_status_t tpurt_linalg_complex_bmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   return cmm_run(ctx, call, true);
+}
+
+/* ---- the complex matmul family: addmm, addmv, mv, baddbmm, addbmm ----
+ * out = beta * self + alpha * (A @ B), each operand read through its strides as a batch of
+ * matrices (vectors as one-column or one-row matrices), the products accumulated in complex
+ * double; beta == 0 ignores self (its NaNs included), as CPU does. alpha and beta come as real
+ * scalars or, when complex, as 0-d complex tensors. */
+
+typedef struct zview_t {
+  const tpurt_tensor_t* t;
+  int64_t sb, si, sj; /* element strides of batch, row, column (0: broadcast) */
+} zview_t;
+
+static zd_t zarg_scalar(const tpurt_op_call_t* call, int i, double dflt) {
+  const tpurt_tensor_t* t = tpurt_arg_tensor(call, i);
+  if (t) return cmm_load(t, 0);
+  return tpurt_arg_double(call, i, dflt);
+}
+
+enum { ZMM_ADDMM, ZMM_ADDMV, ZMM_MV, ZMM_BADDBMM, ZMM_ADDBMM };
+
+static zview_t zv_mat(const tpurt_tensor_t* t, bool batched) {
+  int d = t->ndim;
+  return (zview_t){t, batched ? t->strides[0] : 0, t->strides[d - 2], t->strides[d - 1]};
+}
+
+static tpurt_status_t zmm_family(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, int kind) {
+  static const char* names[] = {"addmm", "addmv", "mv", "baddbmm", "addbmm"};
+  const char* op = names[kind];
+  bool has_self = kind != ZMM_MV;
+  int a0 = has_self ? 1 : 0;
+  const tpurt_tensor_t *self = has_self ? tpurt_arg_tensor(call, 0) : NULL, *ta = tpurt_arg_tensor(call, a0),
+                       *tb = tpurt_arg_tensor(call, a0 + 1);
+  if (!ta || !tb || (has_self && !self) || call->num_outputs < 1)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected its tensor operands and an output", op);
+  const tpurt_tensor_t* out = &call->outputs[0];
+  if (!tpurt_dtype_is_complex(out->dtype))
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex output", op);
+  zd_t beta = has_self ? zarg_scalar(call, 3, 1.0) : 0.0, alpha = has_self ? zarg_scalar(call, 4, 1.0) : 1.0;
+  zview_t A, B;
+  int64_t nbat = 1, m, k, n;
+  bool sum_batch = kind == ZMM_ADDBMM;
+  switch (kind) {
+    case ZMM_ADDMM:
+      A = zv_mat(ta, false), B = zv_mat(tb, false);
+      m = ta->sizes[0], k = ta->sizes[1], n = tb->sizes[1];
+      break;
+    case ZMM_ADDMV:
+    case ZMM_MV:
+      A = zv_mat(ta, false), B = (zview_t){tb, 0, tb->strides[0], 0};
+      m = ta->sizes[0], k = ta->sizes[1], n = 1;
+      break;
+    case ZMM_BADDBMM:
+    case ZMM_ADDBMM:
+      A = zv_mat(ta, true), B = zv_mat(tb, true);
+      nbat = ta->sizes[0], m = ta->sizes[1], k = ta->sizes[2], n = tb->sizes[2];
+      break;
+    default:
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: unknown matmul kind", op);
+  }
+  int64_t obat = sum_batch ? 1 : nbat;
+  if (tpurt_tensor_numel(out) != obat * m * n)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: the output has %lld elements, expected %lld", op,
+                        (long long)tpurt_tensor_numel(out), (long long)(obat * m * n));
+  zd_t* p = tpurt_kernel_scratch(ctx, sizeof(zd_t) * (size_t)(obat * m * n + 1));
+  if (!p) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch memory", op);
+  for (int64_t i = 0; i < obat * m * n; ++i) p[i] = 0;
+  for (int64_t bi = 0; bi < nbat; ++bi)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        zd_t acc = 0;
+        for (int64_t q = 0; q < k; ++q) {
+          zd_t x = cmm_load(A.t, bi * A.sb + i * A.si + q * A.sj);
+          acc += x * cmm_load(B.t, bi * B.sb + q * B.si + j * B.sj);
+        }
+        p[((sum_batch ? 0 : bi) * m + i) * n + j] += acc;
+      }
+  /* out element e (row-major over out's shape) = beta * self (broadcast) + alpha * p[e] */
+  int64_t idx[TPURT_MAX_DIMS];
+  int od = out->ndim;
+  for (int64_t e = 0; e < obat * m * n; ++e) {
+    int64_t rem = e, oo = 0;
+    for (int d = od - 1; d >= 0; --d) {
+      idx[d] = out->sizes[d] ? rem % out->sizes[d] : 0;
+      rem = out->sizes[d] ? rem / out->sizes[d] : 0;
+      oo += idx[d] * out->strides[d];
+    }
+    zd_t v = alpha * p[e];
+    if (has_self && beta != 0) {
+      int64_t so = 0;
+      for (int d = 0; d < self->ndim; ++d) {
+        int xd = d + od - self->ndim;
+        if (xd >= 0 && self->sizes[d] != 1) so += idx[xd] * self->strides[d];
+      }
+      v += beta * cmm_load(self, so);
+    }
+    eig_store(out, oo, v);
+  }
+  return TPURT_OK;
+}
+
+tpurt_status_t tpurt_linalg_complex_addmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return zmm_family(ctx, call, ZMM_ADDMM);
+}
+tpurt_status_t tpurt_linalg_complex_addmv(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  /* "mv" shares the entry: (self, vec) has no matrix third argument */
+  const tpurt_tensor_t* t2 = tpurt_arg_tensor(call, 2);
+  return zmm_family(ctx, call, t2 ? ZMM_ADDMV : ZMM_MV);
+}
+tpurt_status_t tpurt_linalg_complex_baddbmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return zmm_family(ctx, call, ZMM_BADDBMM);
+}
+tpurt_status_t tpurt_linalg_complex_addbmm(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return zmm_family(ctx, call, ZMM_ADDBMM);
 }

@@ -219,6 +219,16 @@ tpurt_status_t tpurt_linalg_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
     lu_solve_d(a, piv, n, x, k, false);
     mat_store(X, mat_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
   }
+  /* an empty result batch (B's batch dims hold a 0) still has A's LU, pivots and info */
+  int64_t lu_batch = mat_prod(LU->sizes, lu_nb);
+  for (int64_t b = 0; batch == 0 && b < lu_batch; ++b) {
+    mat_unravel(b, LU->sizes, lu_nb, idx);
+    mat_load(A, mat_boff(A, 2, idx, lu_nb), n, n, false, a, !left);
+    int info = lu_factor_d(a, n, n, piv, 0);
+    mat_store(LU, mat_boff(LU, 2, idx, lu_nb), n, n, false, a, false);
+    store_pivots(P, mat_boff(P, 1, idx, lu_nb), piv, n);
+    mat_set_int(I, mat_boff(I, 0, idx, lu_nb), info);
+  }
   return TPURT_OK;
 }
 

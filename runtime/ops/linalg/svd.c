@@ -112,12 +112,13 @@ tpurt_status_t tpurt_linalg_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
   int64_t m = A->sizes[nb], n = A->sizes[nb + 1];
   bool tr = m < n; /* work on A^T so rows >= cols */
   int64_t R = tr ? n : m, C = tr ? m : n;
-  /* a: R x C ; v: C x C ; s: C ; uf: R x R (full completion) ; ok flags */
-  MAT_SCRATCH_OR_FAIL(a, R * C + C * C + C + R * R + R);
+  /* a: R x C ; v: C x C ; s: C ; uf: R x R (only for a full U of a non-square A) ; ok flags */
+  int64_t UF = full && uv && R > C ? R * R : 0;
+  MAT_SCRATCH_OR_FAIL(a, R * C + C * C + C + UF + R);
   double* v = a + R * C;
   double* s = v + C * C;
   double* uf = s + C;
-  bool* ok = (bool*)(uf + R * R);
+  bool* ok = (bool*)(uf + UF);
   const tpurt_tensor_t *U = &call->outputs[0], *S = &call->outputs[1], *Vh = &call->outputs[2];
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
