@@ -311,9 +311,9 @@ void cpu_refusal(const c10::OperatorHandle& op, at::ArrayRef<c10::IValue> args) 
   auto to_cpu = [](const at::Tensor& t) {
     if (!t.defined() || t.is_cpu()) return t;
     return at::zeros({0}, t.options().device(c10::kCPU)).set_(
-        at::zeros({at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(),
-                                                     t.storage_offset()) /
-                   static_cast<int64_t>(t.element_size()) + 1},
+        at::zeros({static_cast<int64_t>(at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(),
+                                                                          t.storage_offset()) /
+                                        t.element_size()) + 1},
                   t.options().device(c10::kCPU)).storage(),
         t.storage_offset(), t.sizes(), t.strides());
   };
