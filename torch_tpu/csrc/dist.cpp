@@ -1169,14 +1169,17 @@ class TpuDistBackend : public c10d::Backend {
       what += (i ? ", " : "") + std::string(msgs[i].is_recv ? "recv from rank " : "send to rank ") +
               std::to_string(msgs[i].peer) + ", " + std::to_string(msgs[i].bytes) + " bytes";
     what += ")";
-    host_step([world, store, taken, msgs] {
+    tpurt_dist_comm_t* comm = comm_;
+    host_step([world, store, taken, msgs, comm] {
+      tpurt_status_t st = tpurt_dist_comm_error(comm);  // (no gloo call once aborted: exchange_calls)
+      if (st) return st;
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       for (const auto& m : msgs) {
         std::vector<at::Tensor> v{host_bytes(m.ptr, m.bytes)};
         if (!m.is_recv && m.counted && store) store->add(any_source_key(m.peer, m.tag), 1);
         works.push_back(m.is_recv ? world->recv(v, m.peer, m.tag) : world->send(v, m.peer, m.tag));
       }
-      tpurt_status_t st = xwait_p2p(works);
+      st = xwait_p2p(works);
       if (st) return st;
       for (const auto& m : msgs)
         if (m.is_recv && m.counted) ++(*taken)[m.tag];
@@ -1446,7 +1449,9 @@ class TpuDistBackend : public c10d::Backend {
   // `check` false (TORCH_TPU_DIST_HOST_CHECK=0): no compare.
   static tpurt_status_t exchange_calls(const c10::intrusive_ptr<c10d::Backend>& g, at::Tensor me, at::Tensor all,
                                        tpurt_dist_comm_t* comm, int L, bool check, bool folded) {
-    tpurt_status_t st = xwait(g->_allgather_base(all, me));
+    // No gloo call once the group is aborted: one that no peer will match would hold gloo's thread until its timeout.
+    tpurt_status_t st = tpurt_dist_comm_error(comm);
+    if (!st) st = xwait(g->_allgather_base(all, me));
     if (st || !check) return st;
     int n = g->getSize();
     const int64_t* a = all.data_ptr<int64_t>();
@@ -1489,6 +1494,8 @@ class TpuDistBackend : public c10d::Backend {
     bool check = host_check_;
     auto cross = column_;  // on a first rank, the same group as cross_
     host_step([cross, first, columns, call, fn, seq, comm, L, check]() -> tpurt_status_t {
+      tpurt_status_t st0 = tpurt_dist_comm_error(comm);  // (no gloo call once aborted: exchange_calls)
+      if (st0) return st0;
       if (check && first) {
         at::Tensor all = at::empty({kCallWords * cross->getSize()}, at::kLong);
         tpurt_status_t st = exchange_calls(cross, call_row(seq, call, nullptr, 0), all, comm, L, true, false);
