@@ -1577,3 +1577,39 @@ def fail_skipped_two_hosts(rank, world):
 
 def fail_skipped_two_hosts_first_rank(rank, world):
     _skipped_between_hosts(rank, world, victim=2, numel=16)
+
+
+def fail_mismatch_dtype_and_order(rank, world):
+    """Ranks that call the same collective with different dtypes, or the same collectives in a different order,
+    fail on both ranks before data moves, saying what each called."""
+    import torch.distributed as dist
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    t = torch.ones(10, dtype=torch.float32 if rank == 0 else torch.int32, device=dev)
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+        raise AssertionError("mismatched dtypes were not detected")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "rank 0 called allreduce(float32, 10 elements, sum)" in msg, msg
+        assert "rank 1 called allreduce(int32, 10 elements, sum)" in msg and "no data was exchanged" in msg, msg
+    _drain()
+    g = dist.new_group(list(range(world)))
+    a = torch.ones(6, device=dev)
+    try:
+        if rank == 0:
+            dist.broadcast(a, src=0, group=g)
+            dist.all_reduce(a, group=g)
+        else:
+            dist.all_reduce(a, group=g)
+            dist.broadcast(a, src=0, group=g)
+        a.cpu()
+        raise AssertionError("collectives called in a different order were not detected")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "at call #1 of the group" in msg, msg
+        assert "rank 0 called broadcast(float32, 6 elements, root 0)" in msg, msg
+        assert "rank 1 called allreduce(float32, 6 elements, sum)" in msg, msg
+    _drain()
+    dist.destroy_process_group()

@@ -193,6 +193,12 @@ def test_failure_skipped_between_hosts(victim):
     assert after <= before, after - before
 
 
+def test_failure_mismatched_dtype_and_order():
+    """Different dtypes in one allreduce, and broadcast-then-allreduce against allreduce-then-broadcast: both
+    ranks fail at the first call that differs, naming what each called, before data moves."""
+    _spawn("fail_mismatch_dtype_and_order", 2, timeout=120)
+
+
 def test_failure_mismatch_between_hosts():
     """Hosts that called different collectives fail naming both, though each host's ranks agree."""
     _spawn("fail_mismatch_two_hosts", 4, hosts=2, timeout=120)
