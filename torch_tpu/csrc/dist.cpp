@@ -1300,7 +1300,12 @@ class TpuDistBackend : public c10d::Backend {
         w->wait(std::chrono::milliseconds(20));
         return TPURT_OK;
       } catch (const std::exception&) {
-        if (w->isCompleted()) throw;
+        // The slice ran out, or the work failed; it may also have completed just after the slice ran out: then
+        // its own outcome (a whole wait returns at once, or throws its error).
+        if (w->isCompleted()) {
+          w->wait();
+          return TPURT_OK;
+        }
       }
       tpurt_status_t st = tpurt_dist_comm_error(comm);
       if (st) return st;
