@@ -3,7 +3,8 @@
 fraction of this machine's copy bandwidth (measured in the same run), the latency of an 8-byte allreduce, and the
 DDP training step time of the small GPT on 1, 2 and 4 chips beside the same DDP on CPU with gloo.
 
-    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--sizes-mib 64,256] [--ddp-ranks 1,2,4]
+    python bench/bench_dist.py [--ranks 2,4] [--max-mib 256] [--sizes-mib 64,256 | --sizes-kib 64,256,1024]
+                               [--ddp-ranks 1,2,4]
                                [--hosts 2] [--json bench/results_dist.json]
 
 (--max-mib 0: no bandwidth table; --ddp-ranks "": no DDP.) --hosts H runs each rank count as H "hosts" on this
@@ -255,6 +256,7 @@ def main():
     ap.add_argument("--max-mib", type=int, default=256)
     ap.add_argument("--ddp-ranks", default="1,2,4")
     ap.add_argument("--sizes-mib", default="", help="only these sizes, e.g. 64,256 (default: 4 KiB .. --max-mib)")
+    ap.add_argument("--sizes-kib", default="", help="only these sizes in KiB, e.g. 64,256,1024 (mid-size messages)")
     ap.add_argument("--latency-only", action="store_true", help="only the 8-byte allreduce latency (no size table)")
     ap.add_argument("--hosts", type=int, default=1, help="split each rank count into this many torchrun node groups")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)  # a torchrun rank of --hosts: writes here
@@ -274,6 +276,8 @@ def main():
         sizes.append(args.max_mib << 20)
     if args.sizes_mib:
         sizes = [int(x) << 20 for x in args.sizes_mib.split(",") if x]
+    if args.sizes_kib:
+        sizes = [int(x) << 10 for x in args.sizes_kib.split(",") if x]
     if args.latency_only:
         sizes = []
     results = []

@@ -1483,3 +1483,133 @@ def init_with_device_id(rank, world):
     dist.all_reduce(t)
     _same(t, torch.full((3,), float(world * (world + 1) // 2)), "all_reduce after init with device_id")
     dist.destroy_process_group()
+
+
+def _killed_between_hosts(rank, world, victim, numel):
+    """Two "hosts" of 2 chips: `victim` (a rank of the second host) issues an allreduce of `numel` float32 and is
+    killed (SIGKILL) 50 ms later, while the others are inside it (or, when it finished first, inside the next one,
+    which the victim never calls): every other rank's allreduce fails naming the victim and the collective, within
+    the group's timeout (20 s; the test's hang guard is larger), the group is left aborted, and
+    destroy_process_group returns."""
+    import torch.distributed as dist
+    _init(rank, world, timeout_s=20)
+    dev = torch.device("tpu", 0)
+    t = torch.ones(numel, device=dev)
+    dist.all_reduce(t)
+    _same(t, torch.full((numel,), float(world)), "allreduce before the kill")
+    dist.barrier()
+    if rank == victim:
+        dist.all_reduce(t, async_op=True)
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(2):
+            dist.all_reduce(t)
+            t.cpu()
+        raise AssertionError("the allreduce with a dead peer on another host did not fail")
+    except RuntimeError as e:
+        msg = str(e)
+        print(f"rank {rank} after {time.monotonic() - t0:.1f} s: {msg}", flush=True)
+        assert f"rank {victim}" in msg and "allreduce" in msg, msg
+    _drain()
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+        raise AssertionError("the group was not left aborted")
+    except RuntimeError as e:
+        assert f"rank {victim}" in str(e), str(e)
+    dist.destroy_process_group()
+
+
+def fail_killed_two_hosts(rank, world):
+    _killed_between_hosts(rank, world, victim=3, numel=1 << 22)
+
+
+def fail_killed_two_hosts_first_rank(rank, world):
+    _killed_between_hosts(rank, world, victim=2, numel=16)
+
+
+def _skipped_between_hosts(rank, world, victim, numel):
+    """Two "hosts" of 2 chips: `victim` (a rank of the second host) stays alive but skips an allreduce of `numel`
+    float32; every other rank's allreduce fails after the group's 4 s timeout naming the victim, the timeout and
+    the collective (the rank that timed out tells the other host through the store), and the group is left
+    aborted; destroy_process_group returns on every rank."""
+    import torch.distributed as dist
+    _init(rank, world, timeout_s=4)
+    dev = torch.device("tpu", 0)
+    t = torch.ones(numel, device=dev)
+    dist.all_reduce(t)
+    _same(t, torch.full((numel,), float(world)), "allreduce before the skip")
+    if rank == victim:
+        time.sleep(12)
+        try:
+            dist.all_reduce(t)
+            t.cpu()
+            raise AssertionError("the skipping rank's group was not aborted")
+        except RuntimeError as e:
+            assert f"rank {victim}" in str(e), str(e)
+        _drain()
+        dist.destroy_process_group()
+        return
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+        raise AssertionError("an allreduce skipped by a rank of another host did not fail")
+    except RuntimeError as e:
+        msg = str(e)
+        print(f"rank {rank} after {time.monotonic() - t0:.1f} s: {msg}", flush=True)
+        assert f"rank {victim}" in msg and "timeout" in msg and "allreduce" in msg, msg
+    _drain()
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+        raise AssertionError("the group was not left aborted")
+    except RuntimeError as e:
+        assert f"rank {victim}" in str(e), str(e)
+    dist.destroy_process_group()
+
+
+def fail_skipped_two_hosts(rank, world):
+    _skipped_between_hosts(rank, world, victim=3, numel=1 << 20)
+
+
+def fail_skipped_two_hosts_first_rank(rank, world):
+    _skipped_between_hosts(rank, world, victim=2, numel=16)
+
+
+def fail_mismatch_dtype_and_order(rank, world):
+    """Ranks that call the same collective with different dtypes, or the same collectives in a different order,
+    fail on both ranks before data moves, saying what each called."""
+    import torch.distributed as dist
+    _init(rank, world)
+    dev = torch.device("tpu", 0)
+    t = torch.ones(10, dtype=torch.float32 if rank == 0 else torch.int32, device=dev)
+    try:
+        dist.all_reduce(t)
+        t.cpu()
+        raise AssertionError("mismatched dtypes were not detected")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "rank 0 called allreduce(float32, 10 elements, sum)" in msg, msg
+        assert "rank 1 called allreduce(int32, 10 elements, sum)" in msg and "no data was exchanged" in msg, msg
+    _drain()
+    g = dist.new_group(list(range(world)))
+    a = torch.ones(6, device=dev)
+    try:
+        if rank == 0:
+            dist.broadcast(a, src=0, group=g)
+            dist.all_reduce(a, group=g)
+        else:
+            dist.all_reduce(a, group=g)
+            dist.broadcast(a, src=0, group=g)
+        a.cpu()
+        raise AssertionError("collectives called in a different order were not detected")
+    except RuntimeError as e:
+        msg = str(e)
+        assert "at call #1 of the group" in msg, msg
+        assert "rank 0 called broadcast(float32, 6 elements, root 0)" in msg, msg
+        assert "rank 1 called allreduce(float32, 6 elements, sum)" in msg, msg
+    _drain()
+    dist.destroy_process_group()

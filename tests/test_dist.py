@@ -167,6 +167,38 @@ def test_failure_mismatched_shapes_and_no_leftovers():
     assert after <= before, after - before
 
 
+@pytest.mark.parametrize("victim", [3, 2])
+def test_failure_killed_rank_between_hosts(victim):
+    """Two 2-chip "hosts": a rank of the second host (3; 2, its first rank, the one in the step between hosts
+    through the first ranks) is killed (SIGKILL) while the others are inside an allreduce (16 MiB by columns; 64
+    bytes through the first ranks): every other rank's allreduce fails naming it and the collective (the rank that
+    saw it die tells the other host through the group's store), the group stays aborted, destroy_process_group
+    returns, and nothing is left in /dev/shm."""
+    before = {f for f in os.listdir("/dev/shm") if f.startswith("tpurt_dist_")}
+    _spawn("fail_killed_two_hosts" if victim == 3 else "fail_killed_two_hosts_first_rank", 4, hosts=2,
+           expect_dead=(victim,), timeout=150)
+    after = {f for f in os.listdir("/dev/shm") if f.startswith("tpurt_dist_")}
+    assert after <= before, after - before
+
+
+@pytest.mark.parametrize("victim", [3, pytest.param(2, marks=pytest.mark.full)])
+def test_failure_skipped_between_hosts(victim):
+    """Two 2-chip "hosts": a rank of the second host stays alive but skips an allreduce (4 MiB by columns; 64 bytes
+    through the first ranks when the skipping rank is its host's first): every other rank's allreduce fails after
+    the group's 4 s timeout naming the skipping rank (not a rank of the first host, whose ranks wait on each other
+    while their step between hosts waits for the second host) and the collective; every rank exits cleanly."""
+    before = {f for f in os.listdir("/dev/shm") if f.startswith("tpurt_dist_")}
+    _spawn("fail_skipped_two_hosts" if victim == 3 else "fail_skipped_two_hosts_first_rank", 4, hosts=2, timeout=150)
+    after = {f for f in os.listdir("/dev/shm") if f.startswith("tpurt_dist_")}
+    assert after <= before, after - before
+
+
+def test_failure_mismatched_dtype_and_order():
+    """Different dtypes in one allreduce, and broadcast-then-allreduce against allreduce-then-broadcast: both
+    ranks fail at the first call that differs, naming what each called, before data moves."""
+    _spawn("fail_mismatch_dtype_and_order", 2, timeout=120)
+
+
 def test_failure_mismatch_between_hosts():
     """Hosts that called different collectives fail naming both, though each host's ranks agree."""
     _spawn("fail_mismatch_two_hosts", 4, hosts=2, timeout=120)

@@ -46,7 +46,7 @@
 /* What every rank publishes about the collective it is in. */
 typedef struct header_t {
   uint64_t seq;
-  int32_t kind, dtype, redop, root;
+  int32_t kind, dtype, redop, root, part_of;
   uint64_t count;
   uint64_t in_off, out_off; /* offsets into the rank's device memory (UINT64_MAX: none) */
 } header_t;
@@ -60,6 +60,7 @@ typedef struct __attribute__((aligned(64))) shm_rank_t {
   _Atomic uint32_t arrive; /* barriers passed: 2 per collective */
   _Atomic int32_t pid;
   _Atomic uint32_t left;   /* destroyed its communicator */
+  _Atomic uint32_t between_hosts; /* running a step between hosts (tpurt_dist_enqueue_host) */
   int32_t mem_fd;
   uint64_t mem_bytes;
   header_t hdr[2];         /* call k's header in hdr[k & 1] */
@@ -82,6 +83,9 @@ typedef struct shm_t {
 
 struct tpurt_dist_comm_t {
   int rank, size;
+  int first; /* the group rank of local rank 0 (errors name group ranks) */
+  tpurt_dist_abort_hook_t hook;
+  void* hook_user;
   uint64_t timeout_ns;
   shm_t* shm;
   size_t shm_bytes;
@@ -141,32 +145,43 @@ static void notify(shm_t* s) {
 
 static void describe(const header_t* h, char* buf, size_t n) {
   const char* dt = tpurt_dtype_name((tpurt_dtype_t)h->dtype);
+  int k;
   switch (h->kind) {
-    case TPURT_DIST_BARRIER: snprintf(buf, n, "barrier"); break;
+    case TPURT_DIST_BARRIER: k = snprintf(buf, n, "barrier"); break;
     case TPURT_DIST_ALLREDUCE: case TPURT_DIST_REDUCE_SCATTER:
-      snprintf(buf, n, "%s(%s, %llu elements, %s)", tpurt_dist_kind_name(h->kind), dt,
-               (unsigned long long)h->count, tpurt_dist_redop_name(h->redop));
+      k = snprintf(buf, n, "%s(%s, %llu elements, %s)", tpurt_dist_kind_name(h->kind), dt,
+                   (unsigned long long)h->count, tpurt_dist_redop_name(h->redop));
       break;
     case TPURT_DIST_REDUCE:
-      snprintf(buf, n, "reduce(%s, %llu elements, %s, root %d)", dt, (unsigned long long)h->count,
-               tpurt_dist_redop_name(h->redop), h->root);
+      k = snprintf(buf, n, "reduce(%s, %llu elements, %s, root %d)", dt, (unsigned long long)h->count,
+                   tpurt_dist_redop_name(h->redop), h->root);
       break;
     case TPURT_DIST_BROADCAST: case TPURT_DIST_GATHER: case TPURT_DIST_SCATTER:
-      snprintf(buf, n, "%s(%s, %llu elements, root %d)", tpurt_dist_kind_name(h->kind), dt,
-               (unsigned long long)h->count, h->root);
+      k = snprintf(buf, n, "%s(%s, %llu elements, root %d)", tpurt_dist_kind_name(h->kind), dt,
+                   (unsigned long long)h->count, h->root);
       break;
     default:
-      snprintf(buf, n, "%s(%s, %llu elements)", tpurt_dist_kind_name(h->kind), dt, (unsigned long long)h->count);
+      k = snprintf(buf, n, "%s(%s, %llu elements)", tpurt_dist_kind_name(h->kind), dt, (unsigned long long)h->count);
   }
+  if (h->part_of > 0 && k >= 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, " within the host, a step of %s across hosts", tpurt_dist_kind_name(h->part_of));
 }
 
 void tpurt_dist_comm_abort(tpurt_dist_comm_t* c, const char* why) {
   uint32_t zero = 0;
-  if (atomic_compare_exchange_strong(&c->shm->aborted, &zero, 1)) {
+  bool first = atomic_compare_exchange_strong(&c->shm->aborted, &zero, 1);
+  if (first) {
     snprintf(c->shm->abort_msg, sizeof(c->shm->abort_msg), "%s", why);
     atomic_store(&c->shm->aborted, 2);
   }
   notify(c->shm);
+  if (first && c->hook) c->hook(c->hook_user, c->shm->abort_msg);
+}
+
+void tpurt_dist_comm_set_abort_hook(tpurt_dist_comm_t* c, tpurt_dist_abort_hook_t hook, void* user) {
+  if (!c) return;
+  c->hook = hook;
+  c->hook_user = user;
 }
 
 static tpurt_status_t aborted_status(tpurt_dist_comm_t* c) {
@@ -209,8 +224,8 @@ static tpurt_status_t fail_wait(tpurt_dist_comm_t* c, int peer, waiting_t what, 
     describe(what.call, desc, sizeof(desc));
     snprintf(call, sizeof(call), "%s (call #%llu of the group)", desc, (unsigned long long)what.call->seq);
   }
-  snprintf(msg, sizeof(msg), "rank %d (pid %d) %s %s; seen by rank %d", peer,
-           (int)atomic_load(&c->shm->ranks[peer].pid), cause, what.call ? call : what.text, c->rank);
+  snprintf(msg, sizeof(msg), "rank %d (pid %d) %s %s; seen by rank %d", c->first + peer,
+           (int)atomic_load(&c->shm->ranks[peer].pid), cause, what.call ? call : what.text, c->first + c->rank);
   tpurt_dist_comm_abort(c, msg);
   return aborted_status(c);
 }
@@ -248,7 +263,11 @@ static tpurt_status_t wait_for(tpurt_dist_comm_t* c, missing_fn missing, uint64_
       last_check = now;
       if (atomic_load(&s->ranks[m].left)) return fail_wait(c, m, what, "destroyed its process group before");
       if (pid_dead(atomic_load(&s->ranks[m].pid))) return fail_wait(c, m, what, "died (exited or was killed) before finishing");
-      if (now - t0 > c->timeout_ns) {
+      /* A peer inside a step between hosts waits for another host, under a timeout of its own (gloo's, the
+       * group's timeout): the rank that holds the collective up is there, and that step's error names it. So
+       * it is not blamed here before twice the timeout (and 10 s) have passed. */
+      bool away = atomic_load(&s->ranks[m].between_hosts) && now - t0 <= 2 * c->timeout_ns + 10000000000ull;
+      if (now - t0 > c->timeout_ns && !away) {
         char cause[96];
         snprintf(cause, sizeof(cause), "did not join within the %.1f s timeout:", (double)c->timeout_ns / 1e9);
         return fail_wait(c, m, what, cause);
@@ -317,6 +336,7 @@ tpurt_status_t tpurt_dist_comm_create(const tpurt_dist_comm_params_t* p, tpurt_d
   tpurt_dist_comm_t* c = calloc(1, sizeof(*c));
   if (!c) return TPURT_STATUS(RESOURCE_EXHAUSTED, "tpu_dist: out of host memory");
   c->rank = p->rank;
+  c->first = p->first_rank;
   c->size = p->size;
   c->timeout_ns = (p->timeout_ms ? p->timeout_ms : 300000) * 1000000ull;
   snprintf(c->name, sizeof(c->name), "%s", p->name);
@@ -480,7 +500,7 @@ static void reduce_range(tpurt_dist_comm_t* c, const header_t* h, const uint8_t*
 }
 
 static bool same_call(const header_t* a, const header_t* b) {
-  if (a->kind != b->kind || a->dtype != b->dtype) return false;
+  if (a->kind != b->kind || a->dtype != b->dtype || a->part_of != b->part_of) return false;
   switch (a->kind) {
     case TPURT_DIST_BARRIER: return true;
     case TPURT_DIST_ALLTOALL: return true; /* counts: checked pairwise */
@@ -501,8 +521,8 @@ static tpurt_status_t check_headers(tpurt_dist_comm_t* c, int slot) {
       char a[160], b[160], msg[512];
       describe(h0, a, sizeof(a));
       describe(h, b, sizeof(b));
-      snprintf(msg, sizeof(msg), "mismatched collectives at call #%llu of the group: rank 0 called %s but rank %d "
-               "called %s (no data was exchanged)", (unsigned long long)mine->seq, a, p, b);
+      snprintf(msg, sizeof(msg), "mismatched collectives at call #%llu of the group: rank %d called %s but rank %d "
+               "called %s (no data was exchanged)", (unsigned long long)mine->seq, c->first, a, c->first + p, b);
       tpurt_dist_comm_abort(c, msg);
       return aborted_status(c);
     }
@@ -514,8 +534,8 @@ static tpurt_status_t check_headers(tpurt_dist_comm_t* c, int slot) {
         if (sent != want) {
           char msg[512];
           snprintf(msg, sizeof(msg), "mismatched all_to_all at call #%llu: rank %d sends %llu elements to rank %d, "
-                   "which expects %llu (no data was exchanged)", (unsigned long long)mine->seq, p,
-                   (unsigned long long)sent, q, (unsigned long long)want);
+                   "which expects %llu (no data was exchanged)", (unsigned long long)mine->seq, c->first + p,
+                   (unsigned long long)sent, c->first + q, (unsigned long long)want);
           tpurt_dist_comm_abort(c, msg);
           return aborted_status(c);
         }
@@ -600,7 +620,7 @@ static tpurt_status_t post_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op,
 static tpurt_status_t finish_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op, uint32_t n) {
   char what[160];
   snprintf(what, sizeof(what), "receiving message #%u (send of %llu %s elements, tag %d) from rank %d", n,
-           (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+           (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->first + c->rank);
   p2p_wait_t w = {op->peer, n, true};
   return wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what});
 }
@@ -642,7 +662,7 @@ static tpurt_status_t run_recv(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op) 
   if (peer == TPURT_DIST_ANY_SOURCE) {
     char what[160];
     snprintf(what, sizeof(what), "sending a message (recv from any rank of %llu %s elements, tag %d) to rank %d",
-             (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+             (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->first + c->rank);
     any_wait_t w = {op->tag, c->any_next, -1};
     TPURT_RETURN_IF_ERROR(wait_for(c, missing_any, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
     peer = w.found;
@@ -677,7 +697,7 @@ static tpurt_status_t take_message(tpurt_dist_comm_t* c, const tpurt_dist_op_t* 
   uint32_t n = ++c->p2p_recvd[peer];
   if (op->peer != TPURT_DIST_ANY_SOURCE) {
     snprintf(what, sizeof(what), "sending message #%u (recv of %llu %s elements, tag %d) to rank %d", n,
-             (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->rank);
+             (unsigned long long)op->count, tpurt_dtype_name(op->dtype), op->tag, c->first + c->rank);
     p2p_wait_t w = {peer, n, false};
     TPURT_RETURN_IF_ERROR(wait_for(c, missing_p2p, (uint64_t)(uintptr_t)&w, (waiting_t){NULL, what}));
   }
@@ -685,8 +705,8 @@ static tpurt_status_t take_message(tpurt_dist_comm_t* c, const tpurt_dist_op_t* 
   if (m.count != op->count || m.dtype != (int32_t)op->dtype || m.tag != op->tag) {
     char msg[512];
     snprintf(msg, sizeof(msg), "mismatched point-to-point message #%u: rank %d sent %llu %s elements with tag %d, "
-             "rank %d receives %llu %s elements with tag %d%s", n, peer, (unsigned long long)m.count,
-             tpurt_dtype_name((tpurt_dtype_t)m.dtype), m.tag, c->rank, (unsigned long long)op->count,
+             "rank %d receives %llu %s elements with tag %d%s", n, c->first + peer, (unsigned long long)m.count,
+             tpurt_dtype_name((tpurt_dtype_t)m.dtype), m.tag, c->first + c->rank, (unsigned long long)op->count,
              tpurt_dtype_name(op->dtype), op->tag, op->peer == TPURT_DIST_ANY_SOURCE ? " from any rank" : "");
     tpurt_dist_comm_abort(c, msg);
     return aborted_status(c);
@@ -778,12 +798,12 @@ static tpurt_status_t call_begin(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op
   shm_rank_t* me = &c->shm->ranks[r];
   uint64_t seq = ++c->seq;
   int slot = (int)(seq & 1);
-  me->hdr[slot] = (header_t){seq, op->kind, op->dtype, op->redop, op->root, cnt,
+  me->hdr[slot] = (header_t){seq, op->kind, op->dtype, op->redop, op->root, op->part_of, cnt,
                              offset_of(c, op->in, in_bytes, "input", &st), offset_of(c, op->out, out_bytes, "output", &st)};
   if (st) {
     /* Our peers are waiting for us: they learn why. */
     char msg[600];
-    snprintf(msg, sizeof(msg), "rank %d: %s", r, tpurt_status_message(st));
+    snprintf(msg, sizeof(msg), "rank %d: %s", c->first + r, tpurt_status_message(st));
     tpurt_dist_comm_abort(c, msg);
     return st;
   }
@@ -1041,7 +1061,12 @@ typedef struct queued_host_t {
 static tpurt_status_t run_queued_host(void* user) {
   queued_host_t* h = user;
   ticket_wait(h->comm, h->ticket);
+  _Atomic uint32_t* away = &h->comm->shm->ranks[h->comm->rank].between_hosts;
+  atomic_store(away, 1);
   tpurt_status_t s = h->fn(h->user); /* it owns user, and asks tpurt_dist_comm_error itself */
+  atomic_store(away, 0);
+  /* The host's other ranks must not run their next step without this one. */
+  if (s && !atomic_load(&h->comm->shm->aborted)) tpurt_dist_comm_abort(h->comm, tpurt_status_message(s));
   ticket_done(h->comm);
   free(h);
   return s;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -101,7 +102,7 @@ static void test_topology(void) {
 /* ---- collectives between forked ranks ---- */
 
 #define MEM_BYTES (64u << 20)
-static int g_rank, g_size;
+static int g_rank, g_size, g_first;
 static uint8_t* g_mem;
 static char g_name[64];
 
@@ -112,7 +113,7 @@ static tpurt_dist_comm_t* join(uint64_t timeout_ms) {
   if (fd < 0 || ftruncate(fd, MEM_BYTES) != 0) return NULL;
   g_mem = mmap(NULL, MEM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   tpurt_dist_comm_params_t p = {.name = g_name, .rank = g_rank, .size = g_size, .timeout_ms = timeout_ms,
-                                .mem_fd = fd, .mem_base = g_mem, .mem_bytes = MEM_BYTES};
+                                .mem_fd = fd, .mem_base = g_mem, .mem_bytes = MEM_BYTES, .first_rank = g_first};
   tpurt_dist_comm_t* c = NULL;
   CHECK_OK(tpurt_dist_comm_create(&p, &c));
   return c;
@@ -435,6 +436,56 @@ static void rank_killed(tpurt_dist_comm_t* c) {
   CHECK(status_says(tpurt_dist_run(c, &o), "aborted", "rank 1"));
 }
 
+/* One host's part of a group spanning hosts (first_rank 4): errors name the group's ranks and, for a step
+ * within the host of a collective across hosts, that collective; the abort hook runs once, in the process
+ * that aborted (a shared counter across the forked ranks), with the message. */
+static _Atomic int* g_hook_calls;
+static char g_hook_msg[512];
+static void count_hook(void* user, const char* why) {
+  CHECK(user == (void*)g_hook_msg);
+  atomic_fetch_add(g_hook_calls, 1);
+  snprintf(g_hook_msg, sizeof(g_hook_msg), "%s", why);
+}
+
+static void rank_host_part(tpurt_dist_comm_t* c) {
+  tpurt_dist_comm_set_abort_hook(c, count_hook, g_hook_msg);
+  float* buf = (float*)g_mem;
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_REDUCE_SCATTER, .dtype = TPURT_DTYPE_FLOAT32, .count = 8, .in = buf,
+                       .out = buf + 64, .part_of = TPURT_DIST_ALLREDUCE};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  if (g_rank == 1) o.part_of = TPURT_DIST_REDUCE_SCATTER; /* the same op within the host, for another collective */
+  CHECK(status_says(tpurt_dist_run(c, &o), "rank 4 called reduce_scatter(float32, 8 elements, sum) within the host, a "
+                    "step of allreduce across hosts", "but rank 5 called reduce_scatter(float32, 8 elements, sum) "
+                    "within the host, a step of reduce_scatter across hosts"));
+  CHECK(g_hook_msg[0] == 0 || strstr(g_hook_msg, "mismatched collectives at call #2"));
+}
+
+static void rank_host_part_killed(tpurt_dist_comm_t* c) {
+  tpurt_dist_comm_set_abort_hook(c, count_hook, g_hook_msg);
+  float* buf = (float*)g_mem;
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLGATHER, .dtype = TPURT_DTYPE_FLOAT32, .count = 8, .in = buf,
+                       .out = buf + 64, .part_of = TPURT_DIST_ALLREDUCE};
+  CHECK_OK(tpurt_dist_run(c, &o));
+  if (g_rank == 1) raise(SIGKILL);
+  CHECK(status_says(tpurt_dist_run(c, &o), "rank 5 (pid", "died (exited or was killed) before finishing "
+                    "all_gather(float32, 8 elements) within the host, a step of allreduce across hosts (call #2"));
+  CHECK(g_hook_msg[0] == 0 || strstr(g_hook_msg, "rank 5 (pid"));
+}
+
+static void test_host_part(void) {
+  g_hook_calls = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(g_hook_calls != MAP_FAILED);
+  if (g_hook_calls == MAP_FAILED) return;
+  g_first = 4;
+  CHECK(spawn(2, rank_host_part, 30000) == 0);
+  CHECK(atomic_load(g_hook_calls) == 1);
+  atomic_store(g_hook_calls, 0);
+  CHECK(spawn(3, rank_host_part_killed, 30000) == 1); /* rank 1 (group rank 5) killed itself */
+  CHECK(atomic_load(g_hook_calls) == 1);
+  g_first = 0;
+  munmap((void*)g_hook_calls, 4096);
+}
+
 static void rank_absent(tpurt_dist_comm_t* c) {
   float* buf = (float*)g_mem;
   tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 16, .in = buf, .out = buf};
@@ -685,6 +736,88 @@ static void rank_queue(tpurt_dist_comm_t* unused) {
   tpurt_dist_comm_destroy(c);
 }
 
+/* A step between hosts (tpurt_dist_enqueue_host) that fails aborts the communicator with its error: the host's
+ * other ranks fail their next collective with it rather than run on without this rank's step. */
+static tpurt_status_t failing_step(void* user) {
+  (void)user;
+  return TPURT_STATUS(UNAVAILABLE, "gloo: connection closed by rank 7");
+}
+
+/* A communicator over this process's chip memory (the queued paths need the device's queue). */
+static tpurt_dist_comm_t* device_comm(const char* suffix, uint64_t timeout_ms, tpurt_device_t** out_d) {
+  tpurt_device_t* d = NULL;
+  CHECK_OK(tpurt_device_get(0, &d));
+  if (!d) return NULL;
+  int fd;
+  void* base;
+  uint64_t bytes;
+  CHECK_OK(tpurt_device_shareable_memory(d, &fd, &base, &bytes));
+  char name[80];
+  snprintf(name, sizeof(name), "%s_%s", g_name, suffix);
+  tpurt_dist_comm_params_t p = {.name = name, .rank = g_rank, .size = g_size, .timeout_ms = timeout_ms, .mem_fd = fd,
+                                .mem_base = base, .mem_bytes = bytes};
+  tpurt_dist_comm_t* c = NULL;
+  CHECK_OK(tpurt_dist_comm_create(&p, &c));
+  *out_d = d;
+  return c;
+}
+
+static void rank_host_step_fails(tpurt_dist_comm_t* unused) {
+  (void)unused;
+  tpurt_device_t* d = NULL;
+  tpurt_dist_comm_t* c = device_comm("h", 60000, &d);
+  if (!c) return;
+  tpurt_queue_t* q = tpurt_device_default_queue(d);
+  void* a = NULL;
+  CHECK_OK(tpurt_memory_allocate(d, q, 1024, &a));
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 16, .in = a, .out = a};
+  if (g_rank == 0) {
+    CHECK_OK(tpurt_dist_enqueue_host(c, q, failing_step, NULL));
+    CHECK(status_says(tpurt_queue_synchronize(q), "connection closed by rank 7", NULL));
+  }
+  /* rank 1 waits for rank 0 here: the abort ends the wait at once (not after the 60 s timeout) */
+  uint64_t t0 = tpurt_now_ns();
+  CHECK(status_says(tpurt_dist_run(c, &o), "aborted", "connection closed by rank 7"));
+  CHECK(tpurt_now_ns() - t0 < 50000000000ull);
+  tpurt_memory_free(d, a);
+  tpurt_dist_comm_destroy(c);
+}
+
+/* A peer inside a step between hosts is not blamed for a wait within the host at the timeout: the step waits for
+ * another host under a timeout of its own, and its error names who held it up. Rank 0's step takes 3x the 0.4 s
+ * timeout; rank 1's allreduce waits for it and succeeds. */
+static _Atomic int* g_started; /* shared by the forked ranks */
+static tpurt_status_t slow_step(void* user) {
+  atomic_store((_Atomic int*)user, 1);
+  usleep(1200000);
+  return TPURT_OK;
+}
+
+static void rank_peer_between_hosts(tpurt_dist_comm_t* unused) {
+  (void)unused;
+  tpurt_device_t* d = NULL;
+  tpurt_dist_comm_t* c = device_comm("b", 400, &d);
+  if (!c) return;
+  tpurt_queue_t* q = tpurt_device_default_queue(d);
+  float host[16];
+  for (int i = 0; i < 16; ++i) host[i] = (float)(g_rank + 1);
+  void* a = NULL;
+  CHECK_OK(tpurt_memory_allocate(d, q, sizeof(host), &a));
+  CHECK_OK(tpurt_memcpy_h2d(d, q, a, host, sizeof(host)));
+  tpurt_dist_op_t o = {.kind = TPURT_DIST_ALLREDUCE, .dtype = TPURT_DTYPE_FLOAT32, .count = 16, .in = a, .out = a};
+  if (g_rank == 0) {
+    CHECK_OK(tpurt_dist_enqueue_host(c, q, slow_step, (void*)g_started));
+  } else {
+    while (!atomic_load(g_started)) usleep(1000); /* rank 0's step has begun: rank 0 is between hosts */
+  }
+  CHECK_OK(tpurt_dist_enqueue(c, q, &o));
+  CHECK_OK(tpurt_queue_synchronize(q));
+  CHECK_OK(tpurt_memcpy_d2h(d, q, host, a, sizeof(host)));
+  for (int i = 0; i < 16; ++i) CHECK(host[i] == 3.0f);
+  tpurt_memory_free(d, a);
+  tpurt_dist_comm_destroy(c);
+}
+
 int main(void) {
   test_topology();
   CHECK(spawn(2, rank_allreduce_all, 30000) == 0);
@@ -705,6 +838,7 @@ int main(void) {
   CHECK(spawn(3, rank_dtype_mismatch, 30000) == 0);
   CHECK(spawn(3, rank_killed, 60000) == 1); /* rank 1 killed itself; the others passed their checks */
   CHECK(spawn(2, rank_absent, 500) == 0);
+  test_host_part();
   CHECK(spawn(3, rank_any_source, 30000) == 0);
   CHECK(spawn(2, rank_group_many, 30000) == 0);
   CHECK(spawn(2, rank_recv_poll, 30000) == 0);
@@ -713,5 +847,9 @@ int main(void) {
   setenv("TORCH_TPU_HBM_BYTES", "64M", 1);
   setenv("TORCH_TPU_NUM_THREADS", "1", 1);
   CHECK(spawn(2, rank_queue, 5000) == 0);
+  CHECK(spawn(2, rank_host_step_fails, 5000) == 0);
+  g_started = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(g_started != MAP_FAILED);
+  if (g_started != MAP_FAILED) CHECK(spawn(2, rank_peer_between_hosts, 5000) == 0);
   return test_finish("test_dist");
 }

@@ -16,6 +16,8 @@
 #include <map>
 #include <thread>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <unistd.h>
 
@@ -271,7 +273,12 @@ class TpuDistBackend : public c10d::Backend {
     p.mem_fd = fd;
     p.mem_base = base;
     p.mem_bytes = bytes;
+    p.first_rank = host * local_size;  // errors name ranks of the whole group
     check_status(without_gil([&] { return tpurt_dist_comm_create(&p, &comm_); }), "tpu_dist init");
+    if (hosts_ > 1 && p2p_store_) {
+      tpurt_dist_comm_set_abort_hook(comm_, publish_abort, this);
+      watcher_ = std::thread([this] { watch(); });
+    }
     if (own_stream_) {
       // A high-priority stream of the pool, as ProcessGroupNCCL takes one from CUDA's (FSDP2's streams come from
       // the normal-priority pool).
@@ -354,6 +361,7 @@ class TpuDistBackend : public c10d::Backend {
     OnGroupStream on(this);
     on.use(tensors);
     if (hosts_ > 1) {
+      PartOf step_of(this, TPURT_DIST_REDUCE);
       at::Tensor& t = one(tensors, "reduce");
       at::Tensor tmp = t.clone(at::MemoryFormat::Contiguous);
       x_allreduce(tmp, opts.reduceOp);
@@ -639,6 +647,8 @@ class TpuDistBackend : public c10d::Backend {
       b += rc[i];
     }
     at::Tensor d = dense(input), o = dense(output);
+    std::optional<PartOf> step_of;
+    if (hosts_ > 1) step_of.emplace(this, TPURT_DIST_ALLTOALL);
     tpurt_dist_op_t op = base_op(TPURT_DIST_ALLTOALL, d);
     op.in = d.data_ptr();
     op.out = o.data_ptr();
@@ -701,6 +711,7 @@ class TpuDistBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     OnGroupStream on(this);
     if (hosts_ > 1) {
+      PartOf step_of(this, TPURT_DIST_BARRIER);
       tpurt_dist_op_t op{};
       op.kind = TPURT_DIST_BARRIER;
       op.dtype = TPURT_DTYPE_UINT8;
@@ -915,6 +926,18 @@ class TpuDistBackend : public c10d::Backend {
     tpurt_status_free(without_gil([&] { return tpurt_device_synchronize(get_device(-1)); }));
     for (auto& l : lanes_)
       if (l.queue) tpurt_status_free(without_gil([&] { return tpurt_queue_synchronize(l.queue); }));
+    if (watcher_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lk(watch_mu_);
+        watch_stop_ = true;
+      }
+      watch_cv_.notify_all();
+      without_gil([&] {
+        watcher_.join();
+        return TPURT_OK;
+      });
+    }
+    tpurt_dist_comm_set_abort_hook(comm_, nullptr, nullptr);
     tpurt_dist_comm_destroy(comm_);
     comm_ = nullptr;
     for (auto& l : lanes_) {
@@ -1058,8 +1081,24 @@ class TpuDistBackend : public c10d::Backend {
     op.kind = kind;
     op.dtype = to_tpurt_dtype(d.scalar_type(), "tpu_dist");
     op.count = static_cast<uint64_t>(d.numel());
+    op.part_of = part_of_;
     return op;
   }
+  // While one is alive, the ops this call submits within the host are steps of `kind` across hosts (their errors
+  // and header compare say so). The outermost call names it (reduce across hosts runs as an allreduce).
+  class PartOf {
+   public:
+    PartOf(TpuDistBackend* b, tpurt_dist_kind_t kind) : b_(b), prev_(b->part_of_) {
+      if (!prev_) b->part_of_ = kind;
+    }
+    ~PartOf() { b_->part_of_ = prev_; }
+    PartOf(const PartOf&) = delete;
+    PartOf& operator=(const PartOf&) = delete;
+
+   private:
+    TpuDistBackend* b_;
+    tpurt_dist_kind_t prev_;
+  };
   void submit(const tpurt_dist_op_t& op, const char* what) {
     TORCH_CHECK(comm_ != nullptr, "tpu_dist: ", what, ": the process group has been shut down");
     tpurt_status_t early = tpurt_dist_comm_error(comm_);
@@ -1125,18 +1164,27 @@ class TpuDistBackend : public c10d::Backend {
     auto world = world_;
     auto store = p2p_store_;
     auto taken = remote_taken_;
-    host_step([world, store, taken, msgs] {
+    std::string what = "point-to-point messages between hosts (";
+    for (size_t i = 0; i < msgs.size(); ++i)
+      what += (i ? ", " : "") + std::string(msgs[i].is_recv ? "recv from rank " : "send to rank ") +
+              std::to_string(msgs[i].peer) + ", " + std::to_string(msgs[i].bytes) + " bytes";
+    what += ")";
+    tpurt_dist_comm_t* comm = comm_;
+    host_step([world, store, taken, msgs, comm] {
+      tpurt_status_t st = tpurt_dist_comm_error(comm);  // (no gloo call once aborted: exchange_calls)
+      if (st) return st;
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       for (const auto& m : msgs) {
         std::vector<at::Tensor> v{host_bytes(m.ptr, m.bytes)};
         if (!m.is_recv && m.counted && store) store->add(any_source_key(m.peer, m.tag), 1);
         works.push_back(m.is_recv ? world->recv(v, m.peer, m.tag) : world->send(v, m.peer, m.tag));
       }
-      for (auto& w : works) w->wait();
+      st = xwait_p2p(works);
+      if (st) return st;
       for (const auto& m : msgs)
         if (m.is_recv && m.counted) ++(*taken)[m.tag];
       return TPURT_OK;
-    });
+    }, what);
   }
   static std::string any_source_key(int dst, int tag) {
     return "any/" + std::to_string(dst) + "/" + std::to_string(tag);
@@ -1177,7 +1225,8 @@ class TpuDistBackend : public c10d::Backend {
           if (store->add(key, 0) > (*taken)[tag]) {
             std::vector<at::Tensor> v{host_bytes(op.out, op.count * tpurt_dtype_size(op.dtype))};
             auto w = world->recvAnysource(v, tag);
-            w->wait();
+            st = xwait_p2p({w});
+            if (st) return st;
             ++(*taken)[tag];
             *op.out_source = w->sourceRank();
             return TPURT_OK;
@@ -1194,27 +1243,184 @@ class TpuDistBackend : public c10d::Backend {
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
-    });
+    }, "recv from any source (tag " + std::to_string(tag) + ") of rank " + std::to_string(me));
   }
+
+  // ---- a step between hosts, and its failures ----
+  // A step runs on the group's queue thread (in issue order, tpurt_dist_enqueue_host); what it waits for in gloo
+  // ends when the group is aborted meanwhile (xwait, xwait_p2p), whether by this host (a local rank died or timed
+  // out: shared memory) or by another (the watcher reads the group's abort key in the store, which the rank that
+  // aborted a host's communicator wrote there: publish_abort). A step that fails aborts this host's communicator
+  // (tpurt_dist_enqueue_host), so every rank of every host fails its pending and next collectives with the same
+  // message, naming the rank and the collective, and none is left waiting in gloo.
   struct HostStep {
     std::function<tpurt_status_t()> fn;
+    std::string what;  // the collective and the ranks of other hosts it waits for, for its error
+    TpuDistBackend* b;
   };
+  static HostStep*& current_step() {  // the step this queue thread runs
+    static thread_local HostStep* step = nullptr;
+    return step;
+  }
   static tpurt_status_t run_host_step(void* user) {
     auto* step = static_cast<HostStep*>(user);
+    TpuDistBackend* b = step->b;
     tpurt_status_t st;
+    current_step() = step;
+    b->step_since_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     try {
       st = step->fn();
     } catch (const std::exception& e) {
-      st = tpurt_status_make(TPURT_STATUS_UNAVAILABLE, __FILE__, __LINE__, "tpu_dist between hosts: %s", e.what());
+      st = b->step_failed(step->what, e.what());
     }
+    b->step_since_ns_.store(0);
+    current_step() = nullptr;
     delete step;
     return st;
   }
-  void host_step(std::function<tpurt_status_t()> fn) {
-    auto* step = new HostStep{std::move(fn)};
+  void host_step(std::function<tpurt_status_t()> fn, std::string what) {
+    auto* step = new HostStep{std::move(fn), std::move(what), this};
     tpurt_status_t st = tpurt_dist_enqueue_host(comm_, current_queue(), run_host_step, step);
     if (st) delete step;
     check_status(st, "tpu_dist between hosts");
+  }
+  // The ranks of other hosts a step waits for: local rank l of every other host.
+  std::string peers_between_hosts(int l) const {
+    std::string r;
+    for (int h = 0; h < hosts_; ++h)
+      if (h != host_) r += (r.empty() ? "" : ", ") + std::to_string(h * local_size_ + l);
+    return (hosts_ > 2 ? "ranks " : "rank ") + r;
+  }
+  // Waits for a gloo collective of a step in slices (gloo's own wait cannot be interrupted), returning the group's
+  // error as soon as it is aborted; gloo's errors and timeout throw (run_host_step: step_failed).
+  static tpurt_status_t xwait(const c10::intrusive_ptr<c10d::Work>& w) {
+    tpurt_dist_comm_t* comm = current_step()->b->comm_;
+    for (;;) {
+      try {
+        w->wait(std::chrono::milliseconds(20));
+        return TPURT_OK;
+      } catch (const std::exception&) {
+        // The slice ran out, or the work failed; it may also have completed just after the slice ran out: then
+        // its own outcome (a whole wait returns at once, or throws its error).
+        if (w->isCompleted()) {
+          w->wait();
+          return TPURT_OK;
+        }
+      }
+      tpurt_status_t st = tpurt_dist_comm_error(comm);
+      if (st) return st;
+    }
+  }
+  // Waits for a step's gloo sends and receives. Their waits cannot be sliced (a gloo send or receive whose wait
+  // times out fails every connection of its gloo group), so they wait whole, registered with the watcher, which
+  // aborts them (Work::abort) once the group is aborted.
+  static tpurt_status_t xwait_p2p(const std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+    TpuDistBackend* b = current_step()->b;
+    {
+      std::lock_guard<std::mutex> lk(b->watch_mu_);
+      for (auto& w : works) b->inflight_.push_back(w);
+    }
+    std::exception_ptr ex;
+    bool done = true;
+    for (auto& w : works) {
+      try {
+        tpurt_status_t st = tpurt_dist_comm_error(b->comm_);
+        if (st) {
+          tpurt_status_free(st);
+          done = false;
+          break;
+        }
+        if (!w->wait()) {
+          done = false;
+          break;
+        }
+      } catch (...) {
+        ex = std::current_exception();
+        break;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lk(b->watch_mu_);
+      b->inflight_.clear();
+    }
+    if (ex) std::rethrow_exception(ex);
+    if (done) return TPURT_OK;
+    tpurt_status_t st = tpurt_dist_comm_error(b->comm_);
+    return st ? st : tpurt_status_make(TPURT_STATUS_ABORTED, __FILE__, __LINE__, "tpu_dist: a message between hosts "
+                                       "was abandoned");
+  }
+  // A gloo call of a step failed (a peer's connection closed, gloo's timeout). The cause was usually seen on the
+  // host of the rank that died or stopped, which publishes it: wait a little for that (so every rank reports the
+  // same cause), else abort with what this rank saw, naming the step and the ranks it waited for.
+  tpurt_status_t step_failed(const std::string& what, const char* err) {
+    auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3));
+    for (;;) {
+      tpurt_status_t st = tpurt_dist_comm_error(comm_);
+      if (st) return st;
+      std::string m = remote_abort();
+      if (!m.empty()) {
+        tpurt_dist_comm_abort(comm_, m.c_str());
+        return tpurt_dist_comm_error(comm_);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::string e = err;
+    e = e.substr(0, e.find('\n'));  // c10d's messages go on with a C++ backtrace
+    std::string msg = what + " failed on rank " + std::to_string(getRank()) + ": " + e;
+    tpurt_dist_comm_abort(comm_, msg.c_str());
+    return tpurt_dist_comm_error(comm_);
+  }
+  // The store key every rank of the group watches: the message of the first host that aborted.
+  static constexpr const char* kAbortKey = "abort";
+  // tpurt_dist_comm_abort's hook: this process aborted its host's communicator first; the other hosts learn why.
+  static void publish_abort(void* user, const char* why) {
+    auto* b = static_cast<TpuDistBackend*>(user);
+    try {
+      b->p2p_store_->compareSet(kAbortKey, {}, std::vector<uint8_t>(why, why + strlen(why)));
+    } catch (...) {  // the store's host is gone: the other hosts see their gloo connections fail instead
+    }
+  }
+  std::string remote_abort() {
+    try {
+      if (!p2p_store_->check({kAbortKey})) return {};
+      auto v = p2p_store_->get(kAbortKey);
+      return std::string(v.begin(), v.end());
+    } catch (...) {
+      return {};
+    }
+  }
+  // A thread of the group's (across hosts only): while a step has been running for 100 ms, it asks the store every
+  // 200 ms whether another host aborted (and then aborts this host's communicator with that message), and aborts
+  // the step's gloo sends and receives once the group is aborted. Idle otherwise (a 50 ms tick).
+  void watch() {
+    std::unique_lock<std::mutex> lk(watch_mu_);
+    auto asked = std::chrono::steady_clock::time_point();
+    while (!watch_stop_) {
+      watch_cv_.wait_for(lk, std::chrono::milliseconds(50));
+      if (watch_stop_) break;
+      int64_t since = step_since_ns_.load();
+      auto now = std::chrono::steady_clock::now();
+      if (!since || now.time_since_epoch().count() - since < 100000000) continue;
+      tpurt_status_t st = tpurt_dist_comm_error(comm_);
+      bool aborted = st != TPURT_OK;
+      tpurt_status_free(st);
+      if (!aborted && now - asked >= std::chrono::milliseconds(200)) {
+        asked = now;
+        lk.unlock();
+        std::string m = remote_abort();
+        if (!m.empty()) tpurt_dist_comm_abort(comm_, m.c_str());
+        lk.lock();
+        aborted = !m.empty();
+      }
+      if (aborted)
+        for (auto& w : inflight_) {
+          try {
+            w->abort();
+          } catch (...) {
+          }
+        }
+    }
   }
 
   // What a collective's step between hosts runs (-1: not part of this kind), for the hosts to compare.
@@ -1244,22 +1450,14 @@ class TpuDistBackend : public c10d::Backend {
   static constexpr int64_t kFoldBytes = 4096;
   static constexpr int64_t kCallWords = kHeaderWords + kFoldBytes / 8;
   // Runs on the queue (first ranks only): exchanges `me` (this host's row) over g into `all` (one row per host),
-  // waiting in slices while watching the group (gloo's wait cannot be interrupted), and compares the headers.
+  // waiting in slices while watching the group (xwait), and compares the headers.
   // `check` false (TORCH_TPU_DIST_HOST_CHECK=0): no compare.
   static tpurt_status_t exchange_calls(const c10::intrusive_ptr<c10d::Backend>& g, at::Tensor me, at::Tensor all,
                                        tpurt_dist_comm_t* comm, int L, bool check, bool folded) {
-    auto w = g->_allgather_base(all, me);
-    for (;;) {
-      try {
-        w->wait(std::chrono::milliseconds(20));
-        break;
-      } catch (const std::exception&) {
-        if (w->isCompleted()) throw;
-      }
-      tpurt_status_t st = tpurt_dist_comm_error(comm);
-      if (st) return st;
-    }
-    if (!check) return TPURT_OK;
+    // No gloo call once the group is aborted: one that no peer will match would hold gloo's thread until its timeout.
+    tpurt_status_t st = tpurt_dist_comm_error(comm);
+    if (!st) st = xwait(g->_allgather_base(all, me));
+    if (st || !check) return st;
     int n = g->getSize();
     const int64_t* a = all.data_ptr<int64_t>();
     for (int i = 1; i < n; ++i) {
@@ -1301,6 +1499,8 @@ class TpuDistBackend : public c10d::Backend {
     bool check = host_check_;
     auto cross = column_;  // on a first rank, the same group as cross_
     host_step([cross, first, columns, call, fn, seq, comm, L, check]() -> tpurt_status_t {
+      tpurt_status_t st0 = tpurt_dist_comm_error(comm);  // (no gloo call once aborted: exchange_calls)
+      if (st0) return st0;
       if (check && first) {
         at::Tensor all = at::empty({kCallWords * cross->getSize()}, at::kLong);
         tpurt_status_t st = exchange_calls(cross, call_row(seq, call, nullptr, 0), all, comm, L, true, false);
@@ -1310,11 +1510,18 @@ class TpuDistBackend : public c10d::Backend {
         tpurt_dist_op_t b{};
         b.kind = TPURT_DIST_BARRIER;
         b.dtype = TPURT_DTYPE_UINT8;
+        b.part_of = static_cast<tpurt_dist_kind_t>(call.kind);
         tpurt_status_t st = tpurt_dist_run(comm, &b);
         if (st) return st;
       }
       return fn();
-    });
+    }, step_what(call, seq, columns ? local_rank_ : 0));
+  }
+  // A step's description for its error: the collective, its number among the steps between hosts, and the ranks
+  // of other hosts it waits for (local rank l's column).
+  std::string step_what(const XCall& call, int64_t seq, int l) const {
+    int64_t h[6] = {seq, call.kind, call.dtype, call.count, call.root, call.redop};
+    return describe(h) + " between hosts (step #" + std::to_string(seq) + ", with " + peers_between_hosts(l) + ")";
   }
   // A step of the hosts' first ranks whose data (`bytes` at src, at most kFoldBytes, in device memory; none on a
   // host that sends nothing) rides in the call exchange: once the calls compare equal, fn gets every host's payload
@@ -1337,7 +1544,7 @@ class TpuDistBackend : public c10d::Backend {
       for (int h = 0; h < n; ++h)
         rows.push_back(reinterpret_cast<const uint8_t*>(all.data_ptr<int64_t>() + kCallWords * h + kHeaderWords));
       return fn(rows);
-    });
+    }, step_what(call, seq, 0));
   }
   // out = rows[0] op rows[1] op ... (the hosts' partial results, in host order, so every host computes the same
   // bits), n elements of `type` each; on bool, sum and max are or, product and min are and (as gloo_op maps them).
@@ -1390,6 +1597,7 @@ class TpuDistBackend : public c10d::Backend {
   // rather than on every local rank, which is what a small message's latency is made of.
   static constexpr int64_t kLeaderBytes = 64 << 10;
   c10::intrusive_ptr<c10d::Work> x_allreduce(at::Tensor& t, const c10d::ReduceOp& rop) {
+    PartOf step_of(this, TPURT_DIST_ALLREDUCE);
     TORCH_CHECK(column_, "tpu_dist: no gloo group between the hosts' ranks");
     at::Tensor d = dense(t);
     tpurt_dist_redop_t red = reduction(rop, d, true, "allreduce");
@@ -1420,8 +1628,7 @@ class TpuDistBackend : public c10d::Backend {
           std::vector<at::Tensor> v{gloo_view(ptr, n, st)};
           c10d::AllreduceOptions o;
           o.reduceOp = gloo_op(st, gop);
-          cross->allreduce(v, o)->wait();
-          return TPURT_OK;
+          return xwait(cross->allreduce(v, o));
         });
       }
       local_broadcast(d, 0, "allreduce");
@@ -1452,8 +1659,7 @@ class TpuDistBackend : public c10d::Backend {
       std::vector<at::Tensor> v{gloo_view(ptr, c, st)};
       c10d::AllreduceOptions o;
       o.reduceOp = gloo_op(st, gop);
-      column->allreduce(v, o)->wait();
-      return TPURT_OK;
+      return xwait(column->allreduce(v, o));
     });
     if (L > 1) {
       tpurt_dist_op_t op = base_op(TPURT_DIST_ALLGATHER, block);
@@ -1490,6 +1696,7 @@ class TpuDistBackend : public c10d::Backend {
   // slice moved the whole message through each host's first rank.
   c10::intrusive_ptr<c10d::Work> x_reduce_scatter(at::Tensor& out, const at::Tensor& input, const c10d::ReduceOp& rop,
                                                   c10d::OpType type) {
+    PartOf step_of(this, TPURT_DIST_REDUCE_SCATTER);
     TORCH_CHECK(column_, "tpu_dist: no gloo group between the hosts' ranks");
     int64_t c = out.numel(), H = hosts_, L = local_size_;
     c10::ScalarType st = input.scalar_type();
@@ -1519,8 +1726,7 @@ class TpuDistBackend : public c10d::Backend {
       at::Tensor in = gloo_view(src, H * c, st), o = gloo_view(dst, c, st);
       c10d::ReduceScatterOptions opts;
       opts.reduceOp = gloo_op(st, gop);
-      column->_reduce_scatter_base(o, in, opts)->wait();
-      return TPURT_OK;
+      return xwait(column->_reduce_scatter_base(o, in, opts));
     });
     if (avg) d.div_(getSize());
     write_back(out, d);
@@ -1528,6 +1734,7 @@ class TpuDistBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> x_broadcast(at::Tensor& t, int root) {
+    PartOf step_of(this, TPURT_DIST_BROADCAST);
     int root_host = root / local_size_, root_local = root % local_size_;
     at::Tensor d = dense(t);
     if (host_ == root_host && root_local != 0) {  // the root's host leader gets the data first
@@ -1551,8 +1758,7 @@ class TpuDistBackend : public c10d::Backend {
           std::vector<at::Tensor> v{host_view(ptr, n, type)};
           c10d::BroadcastOptions o;
           o.rootRank = root_host;
-          cross->broadcast(v, o)->wait();
-          return TPURT_OK;
+          return xwait(cross->broadcast(v, o));
         });
       }
     }
@@ -1565,6 +1771,7 @@ class TpuDistBackend : public c10d::Backend {
   // all-gather within each host puts the columns together ([local rank, host] order, transposed into the output's
   // rank order). Each rank sends its own input to every other host, every local rank at once.
   c10::intrusive_ptr<c10d::Work> x_allgather(at::Tensor& output, at::Tensor& input) {
+    PartOf step_of(this, TPURT_DIST_ALLGATHER);
     check_tpu(input, "all_gather_into_tensor");
     check_tpu(output, "all_gather_into_tensor");
     TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
@@ -1598,8 +1805,7 @@ class TpuDistBackend : public c10d::Backend {
       } else {
         x_step(false, call, [cross, src, dst, ln, total, st] {
           at::Tensor out = gloo_view(dst, total, st), in = gloo_view(src, ln, st);
-          cross->_allgather_base(out, in)->wait();
-          return TPURT_OK;
+          return xwait(cross->_allgather_base(out, in));
         });
       }
       local_broadcast(o, 0, "all_gather");
@@ -1611,8 +1817,7 @@ class TpuDistBackend : public c10d::Backend {
     void *src = d.data_ptr(), *dst = col.data_ptr();
     x_step(true, {TPURT_DIST_ALLGATHER, dtype_code(st), n, -1, -1}, [column, src, dst, n, H, st] {
       at::Tensor out = gloo_view(dst, H * n, st), in = gloo_view(src, n, st);
-      column->_allgather_base(out, in)->wait();
-      return TPURT_OK;
+      return xwait(column->_allgather_base(out, in));
     });
     if (L > 1) {
       at::Tensor all = empty_tpu_contiguous({L * H * n}, st);
@@ -1629,6 +1834,7 @@ class TpuDistBackend : public c10d::Backend {
   // gather: within each host to its first rank, between hosts (gloo) to the
   // root's host, then to the root within that host.
   c10::intrusive_ptr<c10d::Work> x_gather(std::vector<std::vector<at::Tensor>>& outputs, at::Tensor& in, int root) {
+    PartOf step_of(this, TPURT_DIST_GATHER);
     TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "tpu_dist: gather: root ", root, " is not a rank of this group");
     int root_host = root / local_size_, root_local = root % local_size_;
     bool is_root = getRank() == root, on_root_host = host_ == root_host;
@@ -1659,8 +1865,7 @@ class TpuDistBackend : public c10d::Backend {
         std::vector<std::vector<at::Tensor>> outs = host_parts(dst, part, hosts);
         c10d::GatherOptions o;
         o.rootRank = root_host;
-        cross->gather(outs, ins, o)->wait();
-        return TPURT_OK;
+        return xwait(cross->gather(outs, ins, o));
       });
     }
     if (on_root_host && root_local != 0 && (local_rank_ == 0 || is_root)) local_p2p(all, local_rank_ == 0 ? root_local : 0, is_root, "gather");
@@ -1678,6 +1883,7 @@ class TpuDistBackend : public c10d::Backend {
   // scatter: the root's inputs to its host's first rank, between hosts
   // (gloo) each host's part to its first rank, then within each host.
   c10::intrusive_ptr<c10d::Work> x_scatter(at::Tensor& out, std::vector<std::vector<at::Tensor>>& inputs, int root) {
+    PartOf step_of(this, TPURT_DIST_SCATTER);
     TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "tpu_dist: scatter: root ", root, " is not a rank of this group");
     int root_host = root / local_size_, root_local = root % local_size_;
     bool is_root = getRank() == root, on_root_host = host_ == root_host;
@@ -1711,8 +1917,7 @@ class TpuDistBackend : public c10d::Backend {
         std::vector<std::vector<at::Tensor>> ins = host_parts(src, part, hosts);
         c10d::ScatterOptions o;
         o.rootRank = root_host;
-        cross->scatter(outs, ins, o)->wait();
-        return TPURT_OK;
+        return xwait(cross->scatter(outs, ins, o));
       });
     }
     tpurt_dist_op_t op = base_op(TPURT_DIST_SCATTER, d);
@@ -1752,6 +1957,15 @@ class TpuDistBackend : public c10d::Backend {
   // Messages from other hosts received, per tag (touched by host steps only, which run one at a time in issue order).
   std::shared_ptr<std::map<int, int64_t>> remote_taken_ = std::make_shared<std::map<int, int64_t>>();
   tpurt_dist_comm_t* comm_ = nullptr;
+  tpurt_dist_kind_t part_of_ = static_cast<tpurt_dist_kind_t>(0);  // PartOf
+  // Across hosts: the watcher (watch) and what it watches: when the step running now began (steady clock ns; 0:
+  // none), and the step's gloo sends and receives (xwait_p2p).
+  std::thread watcher_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
+  std::atomic<int64_t> step_since_ns_{0};
+  std::vector<c10::intrusive_ptr<c10d::Work>> inflight_;
   bool coalescing_ = false;
   std::vector<tpurt_dist_op_t> pending_;
   std::vector<Pending> pending_tensors_;

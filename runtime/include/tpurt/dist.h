@@ -108,6 +108,10 @@ typedef struct tpurt_dist_comm_params_t {
   int mem_fd;
   void* mem_base;
   uint64_t mem_bytes;
+  /* The rank in the whole process group of this host's rank 0, when the
+   * communicator is one host's part of a group spanning hosts (ranks are
+   * numbered host by host): errors name ranks of the whole group. 0 else. */
+  int first_rank;
 } tpurt_dist_comm_params_t;
 
 /* Rank 0 creates the shared block (sweeping dead jobs' leftovers first), the
@@ -125,6 +129,13 @@ TPURT_API void tpurt_dist_comm_set_timeout(tpurt_dist_comm_t* comm, uint64_t tim
 TPURT_API tpurt_status_t tpurt_dist_comm_error(tpurt_dist_comm_t* comm);
 /* Aborts it for every rank with `why` (peers' collectives fail at once). */
 TPURT_API void tpurt_dist_comm_abort(tpurt_dist_comm_t* comm, const char* why);
+/* Called with the message by the process whose call aborted the
+ * communicator (the first abort only: a peer that died or timed out, a
+ * mismatch, tpurt_dist_comm_abort), on the thread that aborted it, with no
+ * lock held: a group spanning hosts tells the other hosts from there. Set it
+ * once, before the first collective. */
+typedef void (*tpurt_dist_abort_hook_t)(void* user, const char* why);
+TPURT_API void tpurt_dist_comm_set_abort_hook(tpurt_dist_comm_t* comm, tpurt_dist_abort_hook_t hook, void* user);
 
 typedef enum tpurt_dist_kind_e {
   TPURT_DIST_ALLREDUCE = 1,
@@ -174,6 +185,10 @@ typedef struct tpurt_dist_op_t {
   const uint64_t* recv_offsets;
   int* out_source; /* RECV from TPURT_DIST_ANY_SOURCE: the sender's rank, written when the op has run
                     * (a queued op writes it later: it must stay valid until then) */
+  /* The collective across hosts this op is a step within the host of (an
+   * allreduce's reduce_scatter), for its errors and its header's compare;
+   * 0: the op is the collective itself. */
+  tpurt_dist_kind_t part_of;
 } tpurt_dist_op_t;
 
 #define TPURT_DIST_ANY_SOURCE (-1)
@@ -219,7 +234,10 @@ TPURT_API tpurt_status_t tpurt_dist_enqueue_send(tpurt_dist_comm_t* comm, struct
 
 /* Queues fn(user) on `queue` in the group's issue order, like a collective
  * (the step between hosts of a hierarchical collective). fn runs exactly
- * once and owns `user`; its status is the command's. */
+ * once and owns `user`; its status is the command's. A step that fails
+ * aborts the communicator with its error (when nothing aborted it before),
+ * so the host's other ranks stop too rather than run their next step
+ * without it. */
 TPURT_API tpurt_status_t tpurt_dist_enqueue_host(tpurt_dist_comm_t* comm, struct tpurt_queue_t* queue,
                                                  tpurt_status_t (*fn)(void* user), void* user);
 
