@@ -227,10 +227,12 @@ def test_complex_unsupported_is_not_implemented(device):
     if device == "cpu":
         pytest.skip("about the device's missing kernels")
     c = rnd(3, dtype=torch.complex64)
+    m = torch.outer(c, c) + torch.eye(3)
     with pytest.raises(NotImplementedError, match="ComplexFloat"):
-        # no complex determinant kernel yet (CPU has one): a clear error, never a wrong answer
-        torch.linalg.det(torch.outer(c, c).to(device)).cpu()
+        # no complex LDL kernel yet (CPU has one): a clear error, never a wrong answer
+        torch.linalg.ldl_factor(m.to(device))[0].cpu()
     # these have kernels now
+    torch.testing.assert_close(torch.linalg.det(m.to(device)).cpu(), torch.linalg.det(m))
     torch.testing.assert_close(torch.cumprod(c.to(device), 0).cpu(), torch.cumprod(c, 0))
     torch.testing.assert_close(torch.logcumsumexp(c.to(device), 0).cpu(), torch.logcumsumexp(c, 0))
 
