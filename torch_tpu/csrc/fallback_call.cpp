@@ -28,30 +28,14 @@ c10::ScalarType from_tpurt_dtype(tpurt_dtype_t dtype) {
 }
 
 void fill_tensor_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* op) {
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  const int64_t ndim = impl->dim();
+  const int64_t ndim = t.dim();
   if (C10_UNLIKELY(ndim > TPURT_MAX_DIMS)) {
     // Past 64 dims CPU's TensorIterator refuses the tensor: the same RuntimeError, in its words.
     TORCH_CHECK(ndim <= 64, "only tensors with up to 64 dims are supported");
     TORCH_CHECK_NOT_IMPLEMENTED(false, op, ": tensors of ", ndim,
                                 " dimensions are not supported on the tpu device (at most ", TPURT_MAX_DIMS, ")");
   }
-  // A contiguous tensor fits its storage when its offset plus its elements do (check_in_storage
-  // raises with the full message when they do not); any other layout gets the whole check.
-  const int64_t numel = impl->numel();
-  if (!impl->is_contiguous() ||
-      (numel > 0 && static_cast<size_t>(impl->storage_offset() + numel) * impl->itemsize() >
-                        (impl->has_storage() ? impl->storage().nbytes() : 0)))
-    check_in_storage(t, op);
-  out->data = impl->storage().data() == nullptr ? nullptr : t.data_ptr();
-  out->dtype = to_tpurt_dtype(impl->dtype().toScalarType(), op);
-  out->ndim = static_cast<int32_t>(ndim);
-  const int64_t* sizes = impl->sizes().data();
-  const int64_t* strides = impl->strides().data();
-  for (int64_t i = 0; i < ndim; ++i) {
-    out->sizes[i] = sizes[i];
-    out->strides[i] = strides[i];
-  }
+  fill_tensor_desc_as(t, to_tpurt_dtype(t.scalar_type(), op), true, out, op);
 }
 
 namespace fallback {

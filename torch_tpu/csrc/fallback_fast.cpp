@@ -38,28 +38,6 @@ inline bool plain(const at::Tensor& t, c10::DeviceIndex device) {
          impl->storage().data() != nullptr && impl->dim() <= TPURT_MAX_DIMS;  // more: folded by the boxed path
 }
 
-// fill_tensor_desc for a tensor plain() accepted, in the dtype the caller
-// mapped: its strides are contiguous, so the storage check is the offset plus
-// its elements (check_in_storage raises with the full message when they do
-// not fit), and a freshly allocated output needs none (`fresh`).
-inline void plain_desc(const at::Tensor& t, tpurt_dtype_t dtype, const char* op, bool fresh, tpurt_tensor_t* out) {
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  const int64_t numel = impl->numel();
-  if (!fresh && numel > 0 &&
-      static_cast<size_t>(impl->storage_offset() + numel) * impl->itemsize() > impl->storage().nbytes())
-    check_in_storage(t, op);
-  out->data = t.data_ptr();
-  out->dtype = dtype;
-  const int64_t ndim = impl->dim();
-  out->ndim = static_cast<int32_t>(ndim);
-  const int64_t* sizes = impl->sizes().data();
-  const int64_t* strides = impl->strides().data();
-  for (int64_t i = 0; i < ndim; ++i) {
-    out->sizes[i] = sizes[i];
-    out->strides[i] = strides[i];
-  }
-}
-
 // A Python number (a wrapped 0-d CPU tensor) as a kernel argument, when the
 // result keeps the tensor's dtype: any real number with a floating tensor, an
 // integer with an integral one.
@@ -155,7 +133,7 @@ inline bool fast_args(const FastOp& op, const at::Tensor& self, const at::Tensor
       // self's memory gets CPU's overlap rules on the generic path
       if (!self.sizes().equals(*sizes) || shares_storage(self, other)) return false;
     }
-    plain_desc(other, tdtype, op.full, false, &t[1]);
+    fill_tensor_desc_as(other, tdtype, true, &t[1], op.full);
     a[1].kind = TPURT_ARG_TENSOR;
     a[1].v.tensor = &t[1];
   } else if ((op.def->flags & TPURT_OP_ALIAS_SAFE) && number_arg(other, is_float, &a[1])) {
@@ -163,7 +141,7 @@ inline bool fast_args(const FastOp& op, const at::Tensor& self, const at::Tensor
   } else {
     return false;
   }
-  plain_desc(self, tdtype, op.full, false, &t[0]);
+  fill_tensor_desc_as(self, tdtype, true, &t[0], op.full);
   return true;
 }
 
@@ -195,7 +173,7 @@ bool run_fast(const at::Tensor& self, const at::Tensor& other, const c10::Scalar
   tpurt_tensor_t* result = &t[0];
   if (!kInPlace) {
     *out = empty_tpu_contiguous(sizes, self.scalar_type());
-    plain_desc(*out, t[0].dtype, op.full, true, &t[2]);
+    fill_tensor_desc_as(*out, t[0].dtype, false, &t[2], op.full);  // just allocated
     result = &t[2];
   }
   submit(op, device, a, alpha ? 3 : 2, result);

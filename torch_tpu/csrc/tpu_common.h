@@ -118,6 +118,32 @@ c10::ScalarType from_tpurt_dtype(tpurt_dtype_t dtype);
 void check_in_storage(const at::TensorBase& t, const char* op);
 // Fills a kernel tensor descriptor (data = data_ptr()); checks the view lies in its storage.
 void fill_tensor_desc(const at::TensorBase& t, tpurt_tensor_t* out, const char* op);
+// fill_tensor_desc's body for callers that have already checked t's dims (at most
+// TPURT_MAX_DIMS) and mapped its dtype: the unboxed front, per op. `check_storage` false only
+// for a tensor the caller has just allocated.
+inline void fill_tensor_desc_as(const at::TensorBase& t, tpurt_dtype_t dtype, bool check_storage,
+                                tpurt_tensor_t* out, const char* op) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const int64_t ndim = impl->dim();
+  // A contiguous tensor fits its storage when its offset plus its elements do (check_in_storage
+  // raises with the full message when they do not); any other layout gets the whole check.
+  if (check_storage) {
+    const int64_t numel = impl->numel();
+    if (!impl->is_contiguous() ||
+        (numel > 0 && static_cast<size_t>(impl->storage_offset() + numel) * impl->itemsize() >
+                          (impl->has_storage() ? impl->storage().nbytes() : 0)))
+      check_in_storage(t, op);
+  }
+  out->data = impl->storage().data() == nullptr ? nullptr : t.data_ptr();
+  out->dtype = dtype;
+  out->ndim = static_cast<int32_t>(ndim);
+  const int64_t* sizes = impl->sizes().data();
+  const int64_t* strides = impl->strides().data();
+  for (int64_t i = 0; i < ndim; ++i) {
+    out->sizes[i] = sizes[i];
+    out->strides[i] = strides[i];
+  }
+}
 // Queues the "copy" kernel dst <- src (same device; broadcasting and dtype
 // conversion included), or a plain byte copy when no kernel is registered and
 // the layouts allow it. Throws if neither can do it.

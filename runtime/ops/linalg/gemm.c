@@ -1186,7 +1186,8 @@ static void dense_back(void* u, int64_t r0, int64_t r1, int tid) {
 #if defined(__AVX512F__)
 #define GEMM_SMALL_M 1
 /* The rows where these beat OpenBLAS on one core of the AVX-512 Xeon measured (.dev-style harness
- * over tpurt_gemm, 2026-12-05): 1.1-1.7x at 8 and 16 rows; at 1-4 rows OpenBLAS's own small-size
+ * over tpurt_gemm, 2026-12-05): 1.0-1.9x at 8 and 16 rows (one run of 16 rows against a transposed
+ * B 0.97x); at 1-4 rows OpenBLAS's own small-size
  * path was level or faster, at 32-64 rows its packing pays off. */
 enum { SMALL_M_MIN = 8, SMALL_M = 16 };
 
@@ -1259,10 +1260,9 @@ DEFINE_SMALL_NT(4, 1)
 DEFINE_SMALL_NT(2, 1)
 DEFINE_SMALL_NT(1, 1)
 
-/* Columns [j0, j1) of C, every row; !tb: B is k x n row-major (ldb), tb: B^T is n x k (ldb). */
-static void small_m_cols(bool tb, int64_t m, int64_t j0, int64_t j1, int64_t k, float alpha, const float* a,
-                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  int64_t n = j1 - j0;
+/* C (m x n) = alpha A B + beta C; !tb: B is k x n row-major (ldb), tb: B^T is n x k (ldb). */
+static void small_m_cols(bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                         const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (!tb) {
     /* panels of B of at most 256 KiB (k x a multiple of 128 columns) outside the rows, so each row
      * block reads its panel from L2, not from memory */
@@ -1270,8 +1270,8 @@ static void small_m_cols(bool tb, int64_t m, int64_t j0, int64_t j1, int64_t k, 
     if (w < 128) w = 128;
     for (int64_t jp = 0; jp < n; jp += w) {
       int64_t nn = imin(w, n - jp);
-      const float* bp = b + j0 + jp;
-      float* cp = c + j0 + jp;
+      const float* bp = b + jp;
+      float* cp = c + jp;
       int64_t i = 0;
       for (; i + 8 <= m; i += 8) small_nn_8(nn, k, a + i * lda, lda, bp, ldb, cp + i * ldc, ldc, alpha, beta);
       if (i + 4 <= m) small_nn_4(nn, k, a + i * lda, lda, bp, ldb, cp + i * ldc, ldc, alpha, beta), i += 4;
@@ -1280,17 +1280,17 @@ static void small_m_cols(bool tb, int64_t m, int64_t j0, int64_t j1, int64_t k, 
     }
     return;
   }
-  for (int64_t j = j0; j < j1; j += 4) {
+  for (int64_t j = 0; j < n; j += 4) {
     const float* bt = b + j * ldb;
     float* cj = c + j;
     int64_t i = 0;
-    if (j + 4 <= j1) {
+    if (j + 4 <= n) {
       for (; i + 4 <= m; i += 4) small_nt_4x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
       if (i + 2 <= m) small_nt_2x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta), i += 2;
       if (i < m) small_nt_1x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
       continue;
     }
-    for (int64_t q = j; q < j1; ++q, bt += ldb, ++cj) {
+    for (int64_t q = j; q < n; ++q, bt += ldb, ++cj) {
       for (i = 0; i + 4 <= m; i += 4) small_nt_4x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
       if (i + 2 <= m) small_nt_2x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta), i += 2;
       if (i < m) small_nt_1x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
@@ -1330,7 +1330,7 @@ static void blas_slab(void* u, int64_t s0, int64_t s1, int tid) {
   if (m <= 0 || n <= 0) return;
 #ifdef GEMM_SMALL_M
   if (j->small) {
-    small_m_cols(j->tb, m, 0, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+    small_m_cols(j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
     return;
   }
 #endif
