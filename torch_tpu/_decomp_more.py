@@ -332,6 +332,11 @@ def _segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offset
 _LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
+def _c10_name(dtype):
+    """The dtype as PyTorch's C++ messages name it ("Float", "ComplexDouble")."""
+    return torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]
+
+
 def _linalg_lstsq(self, b, rcond=None, *, driver=None):
     """linalg.lstsq through the pseudo-inverse (an SVD): the least-squares solution, minimum-norm
     when m < n; outputs shaped as CPU's LAPACK drivers give them: rank for all but gels, singular
@@ -341,13 +346,27 @@ def _linalg_lstsq(self, b, rcond=None, *, driver=None):
     if driver not in _LSTSQ_DRIVERS:
         raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of "
                            "(gels, gelsy, gelsd, gelss)")
+    # CPU's checks (linalg_lstsq_out), in its order and words
     if self.dim() < 2:
-        raise RuntimeError(f"torch.linalg.lstsq: input must have at least 2 dimensions.")
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if b.dim() < 1:
+        raise RuntimeError("torch.linalg.lstsq: other must have at least 1 dimension.")
+    if self.dtype != b.dtype:
+        raise RuntimeError("torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
+                           f"input's dtype {_c10_name(self.dtype)} and other's dtype {_c10_name(b.dtype)}")
+    if not 0 <= self.dim() - b.dim() <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
     vector = b.dim() == self.dim() - 1
     if vector:
         b = b.unsqueeze(-1)
     if self.shape[-2] != b.shape[-2]:
-        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-1)" if vector else
+                           "torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    if self.device != b.device:
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{b.device} and {self.device}! (torch.linalg.lstsq: other is on {b.device}, "
+                           f"input on {self.device}; both must be on the same device)")
     m, n = self.shape[-2], self.shape[-1]
     batch = torch.broadcast_shapes(self.shape[:-2], b.shape[:-2])
     a = self.expand(*batch, m, n)
@@ -473,11 +492,32 @@ def _randperm_out(n, *, generator=None, out):
     return out.copy_(perm)
 
 
+def _compute_linear_combination_out(input, coefficients, *, out):
+    """out[i, ...] += sum_j coefficients[i, j] * input[j, ...] (CPU's kernel accumulates into out;
+    matrix_exp uses it): one matrix product over input's flattened trailing dims. Complex input takes
+    real coefficients, as on CPU."""
+    torch._check(coefficients.dim() == 2 and coefficients.shape[1] == input.shape[0],
+                 lambda: f"_compute_linear_combination: coefficients must be [m, {input.shape[0]}], "
+                         f"got {list(coefficients.shape)}")
+    rest = input.shape[1:]
+    prod = coefficients.to(input.dtype) @ input.reshape(input.shape[0], -1)
+    return out.add_(prod.reshape(coefficients.shape[0], *rest))
+
+
+def _compute_linear_combination(input, coefficients):
+    torch._check(input.dim() > 0 and input.numel() > 0, lambda: "Empty tensor not supported")
+    out = torch.zeros(coefficients.shape[0], *input.shape[1:], dtype=input.dtype, device=input.device)
+    return _compute_linear_combination_out(input, coefficients, out=out)
+
+
 def register_kernels(lib) -> "list[str]":
+    lib.impl("_compute_linear_combination", _compute_linear_combination, "PrivateUse1")
+    lib.impl("_compute_linear_combination.out", _compute_linear_combination_out, "PrivateUse1")
     lib.impl("addbmm_", _addbmm_, "PrivateUse1")
     lib.impl("randperm.generator_out", _randperm_out, "PrivateUse1")
     lib.impl("_efficientzerotensor", _efficientzerotensor, "PrivateUse1")
     for overload in ("_ctc_loss_backward", "_ctc_loss_backward.Tensor"):
         if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{overload}", "Meta"):
             lib.impl(overload, _ctc_loss_backward_meta, "Meta")
-    return ["aten::addbmm_", "aten::_efficientzerotensor", "aten::randperm.generator_out"]
+    return ["aten::addbmm_", "aten::_efficientzerotensor", "aten::randperm.generator_out",
+            "aten::_compute_linear_combination", "aten::_compute_linear_combination.out"]

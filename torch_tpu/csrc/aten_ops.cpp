@@ -347,8 +347,10 @@ at::Tensor& tpu_set_empty(at::Tensor& self) {
   return tpu_set_storage(self, std::move(storage), 0, {0}, {});
 }
 
+}  // namespace
+
 // t <- kernel(t) in place with a unary kernel ("conj_physical", "neg"): settles
-// the math bits of a device-to-device copy.
+// the math bits of a device-to-device copy (and of written arguments, fallback.cpp).
 void submit_inplace_unary(const at::Tensor& t, const char* kernel, const char* op) {
   const tpurt_op_def_t* def = tpurt_op_resolve(kernel, "", t.is_complex() ? TPURT_RESOLVE_COMPLEX : 0);
   TORCH_CHECK_NOT_IMPLEMENTED(def, op, ": no ", kernel, " kernel for dtype ", t.scalar_type(), " on the tpu device");
@@ -361,6 +363,8 @@ void submit_inplace_unary(const at::Tensor& t, const char* kernel, const char* o
   tpurt_op_call_t call{kernel, "", 1, a, 1, &d};
   check_status(tpurt_queue_submit_kernel(current_queue(), def, &call), op);
 }
+
+namespace {
 
 at::Tensor tpu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   // Host<->device copies complete before returning, so non_blocking only

@@ -181,6 +181,37 @@ bool run_widened_chalf(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   return true;
 }
 
+// A written tensor with a math bit (a conj() view as out=, or as addmm_'s self): PyTorch's conj/neg
+// fallbacks let mm, addmm, bmm, baddbmm, dot and solve_triangular through with the bits set, because
+// CPU's kernels read them; ours read and write stored values. As MathBitsFallback's linalg path does:
+// each such tensor's stored values become its values (bit cleared, then conjugated / negated in
+// place by the device's kernels), the call runs, and the bit is set back over the values made
+// stored again. If the call throws, the tensor keeps its values without the bit.
+void run_with_written_math_bits(const c10::OperatorHandle& op, torch::jit::Stack* stack, const fallback::Call& c) {
+  const fallback::OpInfo& info = c.info;
+  std::vector<std::pair<at::Tensor, int>> flipped;  // the tensor; 1 conj, 2 neg, 3 both
+  for (size_t i = 0; i < info.num_args; ++i) {
+    if (!info.arg_written[i] || !c.arg(i).isTensor()) continue;
+    at::Tensor t = c.arg(i).toTensor();
+    if (!t.defined() || !(t.is_conj() || t.is_neg())) continue;
+    const int bits = (t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0);
+    t._set_conj(false);
+    t._set_neg(false);
+    DeviceScope scope(t.device().index());
+    if (bits & 1) submit_inplace_unary(t, "conj_physical", c.name);
+    if (bits & 2) submit_inplace_unary(t, "neg", c.name);
+    flipped.emplace_back(t, bits);
+  }
+  tpu_fallback(op, stack);
+  for (auto& [t, bits] : flipped) {
+    DeviceScope scope(t.device().index());
+    if (bits & 1) submit_inplace_unary(t, "conj_physical", c.name);
+    if (bits & 2) submit_inplace_unary(t, "neg", c.name);
+    t._set_conj(bits & 1);
+    t._set_neg(bits & 2);
+  }
+}
+
 }  // namespace
 
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -194,6 +225,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   try {
     const Checked k = check_call(c);
+    if (TPURT_UNLIKELY(k.written_math_bits)) return run_with_written_math_bits(op, stack, c);
     DeviceScope device_scope(k.device);
     const c10::DeviceIndex device = k.device >= 0 ? k.device : current_device_index();
     if (TPURT_UNLIKELY(c.info.meta_via == OpInfo::MetaVia::kPowScalarOut) && answer_pow_without_kernel(c)) return;

@@ -132,6 +132,7 @@ struct Checked {
   const tpurt_op_def_t* def = nullptr;   // the kernel (null for a view op)
   bool has_tensor = false;               // the call has a tensor argument ...
   c10::ScalarType first_dtype = c10::ScalarType::Undefined;  // ... and this is the first one's dtype
+  bool written_math_bits = false;        // a written tensor is a conj() / negative view (tpu_fallback)
 };
 // The call's arguments against its kernel: a kernel exists, tensors are on one
 // tpu device (or 0-d CPU scalars), their dtypes and layouts are the device's and

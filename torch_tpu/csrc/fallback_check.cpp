@@ -215,8 +215,10 @@ Checked check_call(const Call& c) {
       // for the ops PyTorch's conj/neg fallbacks let through (mm, bmm, dot,
       // ...) because CPU's kernels read the bits; ours read stored values.
       const at::Tensor& t = v.toTensor();
-      if (t.defined() && (t.is_conj() || t.is_neg()) && !info.all_views && !info.arg_written[i])
-        v = t.resolve_conj().resolve_neg();
+      if (TPURT_UNLIKELY(t.defined() && (t.is_conj() || t.is_neg()) && !info.all_views)) {
+        if (!info.arg_written[i]) v = t.resolve_conj().resolve_neg();
+        else k.written_math_bits = true;  // an out= or self_ the kernel would write as stored values
+      }
       visit(v.toTensor(), i);
     } else if (v.isComplexDouble()) {  // a complex Scalar: the op computes in complex
       complex_type = c10::ScalarType::ComplexDouble;

@@ -148,5 +148,7 @@ inline void fill_tensor_desc_as(const at::TensorBase& t, tpurt_dtype_t dtype, bo
 // conversion included), or a plain byte copy when no kernel is registered and
 // the layouts allow it. Throws if neither can do it.
 void submit_device_copy(const at::TensorBase& dst, const at::TensorBase& src, const char* op);
+// t <- kernel(t) in place with a unary kernel ("conj_physical", "neg") on the stored values.
+void submit_inplace_unary(const at::Tensor& t, const char* kernel, const char* op);
 
 }  // namespace torch_tpu

@@ -13,15 +13,19 @@
  * imaginary part first). Everything computes in double. Eigenvectors come from
  * inverse iteration on the original matrix, normalized as geev does (unit
  * 2-norm, the largest component real); a conjugate pair gets conjugate
- * vectors. */
+ * vectors.
+ *
+ * A complex matrix takes zgeev's path without balancing: reduction to
+ * Hessenberg form (here by Givens rotations) and zlahqr's single-shift QR
+ * iteration with Wilkinson shifts (exceptional shifts at iterations 10 and
+ * 20); its eigenvectors come from the same inverse iteration. Both precisions
+ * compute in complex double. */
 #include <complex.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "ops/linalg/linalg.h"
-
-typedef double _Complex zd_t;
+#include "ops/linalg/matrix.h"
 
 /* ---- one real n x n matrix, row-major, a[i * n + j] ---- */
 
@@ -58,7 +62,7 @@ typedef double _Complex zd_t;
 /* The eigenvector of the original a for eigenvalue lambda by inverse
  * iteration: LU of (a - lambda I) with partial pivoting (a zero pivot becomes
  * eps * |a|), then three solves from a flat start. */
-static void eig_vector(int64_t n, const double* a, double anorm, zd_t lambda, zd_t* lu, int32_t* piv, zd_t* x) {
+static void eig_vector(int64_t n, const zd_t* a, double anorm, zd_t lambda, zd_t* lu, int32_t* piv, zd_t* x) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) lu[i * n + j] = a[i * n + j] - (i == j ? lambda : 0);
   lu_factor_z(lu, n, n, piv, DBL_EPSILON * (anorm > 0 ? anorm : 1.0));
@@ -81,6 +85,125 @@ static void eig_vector(int64_t n, const double* a, double anorm, zd_t lambda, zd
     x[big] = creal(x[big]);
   }
 }
+
+/* ---- one complex n x n matrix: eigenvalues by zlahqr's iteration ---- */
+
+static inline double eig_cabs1(zd_t z) {
+  return fabs(creal(z)) + fabs(cimag(z));
+}
+
+/* The rotation G = [c s; -conj(s) c] with G [x; y] = [r; 0], c real. */
+static void eig_givens(zd_t x, zd_t y, double* c, zd_t* s, zd_t* r) {
+  double ax = cabs(x);
+  if (ax == 0) {
+    *c = 0;
+    *s = 1;
+    *r = y;
+    return;
+  }
+  double nrm = hypot(ax, cabs(y));
+  *c = ax / nrm;
+  *s = (x / ax) * conj(y) / nrm;
+  *r = (x / ax) * nrm;
+}
+
+/* rows k, k+1 of h (columns j0..j1) from the left by G; columns k, k+1
+ * (rows r0..r1) from the right by G^H: a similarity */
+static void eig_rot_rows(int64_t n, zd_t* h, int64_t k, int64_t j0, int64_t j1, double c, zd_t s) {
+  for (int64_t j = j0; j <= j1; ++j) {
+    zd_t a = h[k * n + j], b = h[(k + 1) * n + j];
+    h[k * n + j] = c * a + s * b;
+    h[(k + 1) * n + j] = -conj(s) * a + c * b;
+  }
+}
+static void eig_rot_cols(int64_t n, zd_t* h, int64_t k, int64_t r0, int64_t r1, double c, zd_t s) {
+  for (int64_t r = r0; r <= r1; ++r) {
+    zd_t a = h[r * n + k], b = h[r * n + k + 1];
+    h[r * n + k] = c * a + conj(s) * b;
+    h[r * n + k + 1] = -s * a + c * b;
+  }
+}
+
+/* Upper Hessenberg form of h by Givens rotations from both sides. */
+static void eig_hessenberg_z(int64_t n, zd_t* h) {
+  for (int64_t k = 0; k + 2 < n; ++k)
+    for (int64_t r = n - 1; r >= k + 2; --r) {
+      if (h[r * n + k] == 0) continue;
+      double c;
+      zd_t s, rr;
+      eig_givens(h[(r - 1) * n + k], h[r * n + k], &c, &s, &rr);
+      eig_rot_rows(n, h, r - 1, k + 1, n - 1, c, s);
+      h[(r - 1) * n + k] = rr;
+      h[r * n + k] = 0;
+      eig_rot_cols(n, h, r - 1, 0, n - 1, c, s);
+    }
+}
+
+/* The eigenvalues of the Hessenberg h into w, from the bottom up as they
+ * deflate; h is overwritten. Only the active block is transformed (its
+ * eigenvalues are all that is read). False if a block does not converge. */
+static bool eig_qr_z(int64_t n, zd_t* h, zd_t* w) {
+  const double ulp = DBL_EPSILON;
+  const int64_t itmax = 30 * (n > 10 ? n : 10);
+  int64_t i = n - 1;
+  while (i >= 0) {
+    int64_t l = 0;
+    bool deflated = false;
+    for (int64_t its = 0; its <= itmax; ++its) {
+      int64_t k;
+      for (k = i; k > 0; --k) {
+        double tst = eig_cabs1(h[(k - 1) * n + k - 1]) + eig_cabs1(h[k * n + k]);
+        if (tst == 0) {
+          if (k - 2 >= 0) tst += fabs(creal(h[(k - 1) * n + k - 2]));
+          if (k + 1 <= i) tst += fabs(creal(h[(k + 1) * n + k]));
+        }
+        if (eig_cabs1(h[k * n + k - 1]) <= ulp * tst) break;
+      }
+      l = k;
+      if (l > 0) h[l * n + l - 1] = 0;
+      if (l >= i) {
+        deflated = true;
+        break;
+      }
+      zd_t t;
+      if (its == 10) {
+        t = 0.75 * fabs(creal(h[(l + 1) * n + l])) + h[l * n + l];
+      } else if (its == 20) {
+        t = 0.75 * fabs(creal(h[i * n + i - 1])) + h[i * n + i];
+      } else { /* Wilkinson's shift: the eigenvalue of the trailing 2x2 nearer h[i][i] */
+        t = h[i * n + i];
+        zd_t u = csqrt(h[(i - 1) * n + i]) * csqrt(h[i * n + i - 1]);
+        double su = eig_cabs1(u);
+        if (su != 0) {
+          zd_t x = 0.5 * (h[(i - 1) * n + i - 1] - t);
+          double sx = eig_cabs1(x), sc = fmax(su, sx);
+          zd_t y = sc * csqrt((x / sc) * (x / sc) + (u / sc) * (u / sc));
+          if (sx > 0 && creal(x / sx) * creal(y) + cimag(x / sx) * cimag(y) < 0) y = -y;
+          t -= u * (u / (x + y));
+        }
+      }
+      /* one implicit single-shift sweep over rows l..i, chasing the bulge down */
+      for (k = l; k < i; ++k) {
+        zd_t x = k == l ? h[l * n + l] - t : h[k * n + k - 1];
+        zd_t y = k == l ? h[(l + 1) * n + l] : h[(k + 1) * n + k - 1];
+        double c;
+        zd_t s, r;
+        eig_givens(x, y, &c, &s, &r);
+        if (k > l) {
+          h[k * n + k - 1] = r;
+          h[(k + 1) * n + k - 1] = 0;
+        }
+        eig_rot_rows(n, h, k, k, i, c, s);
+        eig_rot_cols(n, h, k, l, k + 2 < i ? k + 2 : i, c, s);
+      }
+    }
+    if (!deflated) return false;
+    w[i] = h[i * n + i];
+    --i;
+  }
+  return true;
+}
+
 
 /* ---- the kernel: linalg_eig(self) -> (eigenvalues, eigenvectors) ---- */
 
@@ -107,51 +230,50 @@ static int64_t eig_offset(const tpurt_tensor_t* t, int64_t b, int nbatch_dims, i
   return off;
 }
 
-static void eig_store(const tpurt_tensor_t* t, int64_t off, zd_t z) {
-  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
-    float* p = (float*)t->data + 2 * off;
-    p[0] = (float)creal(z);
-    p[1] = (float)cimag(z);
-  } else {
-    double* p = (double*)t->data + 2 * off;
-    p[0] = creal(z);
-    p[1] = cimag(z);
-  }
-}
 
 static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
   (void)tid;
   eig_job_t* j = user;
   const int64_t n = j->n;
   const int nb = j->self->ndim - 2;
+  const bool cplx = tpurt_dtype_is_complex(j->self->dtype);
   for (int64_t b = begin; b < end; ++b) {
-    char* w = j->work + (size_t)b * j->work_bytes;
-    double* a = (double*)w;        /* the input, kept */
-    double* h = a + n * n;         /* balanced, then Hessenberg, then quasi-triangular */
+    char* wk = j->work + (size_t)b * j->work_bytes;
+    zd_t* a = (zd_t*)wk;           /* the input, kept, as complex */
+    zd_t* lu = a + n * n;
+    zd_t* x = lu + n * n;
+    zd_t* hz = x + n * n;          /* complex input: Hessenberg, then triangular */
+    zd_t* w = hz + n * n;
+    double* h = (double*)(w + n);  /* real input: balanced, Hessenberg, quasi-triangular */
     double* wr = h + n * n;
     double* wi = wr + n;
     double* v = wi + n;
-    zd_t* lu = (zd_t*)(v + n);
-    zd_t* x = lu + n * n;
-    int32_t* piv = (int32_t*)(x + n * n);
+    int32_t* piv = (int32_t*)(v + n);
     double anorm = 0;
     bool bad = false;
     for (int64_t r = 0; r < n; ++r)
       for (int64_t c = 0; c < n; ++c) {
-        double e = tpurt_dtype_load_f64(j->self->dtype, (const char*)j->self->data +
-                                        eig_offset(j->self, b, nb, r, c, 2) * tpurt_dtype_size(j->self->dtype));
-        bad |= !isfinite(e);
-        a[r * n + c] = h[r * n + c] = e;
-        anorm = fmax(anorm, fabs(e));
+        zd_t e = mat_zld(j->self, eig_offset(j->self, b, nb, r, c, 2));
+        bad |= !isfinite(creal(e)) || !isfinite(cimag(e));
+        a[r * n + c] = e;
+        anorm = fmax(anorm, cabs(e));
       }
     if (bad) { /* several threads may say so at once: an atomic store */
       __atomic_store_n(&j->nonfinite, true, __ATOMIC_RELAXED);
       continue;
     }
     bool converged;
-    if (j->self->dtype == TPURT_DTYPE_FLOAT32) { /* in float, as sgeev: see eig_impl.h */
+    if (cplx) {
+      memcpy(hz, a, sizeof(zd_t) * (size_t)(n * n));
+      eig_hessenberg_z(n, hz);
+      converged = eig_qr_z(n, hz, w);
+      for (int64_t k = 0; k < n; ++k) {
+        wr[k] = creal(w[k]);
+        wi[k] = cimag(w[k]);
+      }
+    } else if (j->self->dtype == TPURT_DTYPE_FLOAT32) { /* in float, as sgeev: see eig_impl.h */
       float *hf = (float*)h, *wrf = (float*)v, *wif = wrf + n, *vf = (float*)wi;
-      for (int64_t e = 0; e < n * n; ++e) hf[e] = (float)a[e];
+      for (int64_t e = 0; e < n * n; ++e) hf[e] = (float)creal(a[e]);
       eig_balance_f32(n, hf);
       eig_hessenberg_f32(n, hf, vf);
       converged = eig_qr_f32(n, hf, wrf, wif);
@@ -160,6 +282,7 @@ static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
         wi[k] = wif[k];
       }
     } else {
+      for (int64_t e = 0; e < n * n; ++e) h[e] = creal(a[e]);
       eig_balance_f64(n, h);
       eig_hessenberg_f64(n, h, v);
       converged = eig_qr_f64(n, h, wr, wi);
@@ -168,16 +291,16 @@ static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
       __atomic_store_n(&j->failed, b + 1, __ATOMIC_RELAXED);
       continue;
     }
-    for (int64_t k = 0; k < n; ++k) eig_store(j->vals, eig_offset(j->vals, b, nb, k, 0, 1), CMPLX(wr[k], wi[k]));
+    for (int64_t k = 0; k < n; ++k) mat_zst(j->vals, eig_offset(j->vals, b, nb, k, 0, 1), CMPLX(wr[k], wi[k]));
     if (!j->vecs || !j->vecs->data) continue;
     for (int64_t k = 0; k < n; ++k) {
       zd_t* col = x + k * n;
-      if (k > 0 && wi[k] < 0 && wi[k - 1] == -wi[k] && wr[k - 1] == wr[k]) { /* the conjugate pair's partner */
+      if (!cplx && k > 0 && wi[k] < 0 && wi[k - 1] == -wi[k] && wr[k - 1] == wr[k]) { /* a conjugate pair's partner */
         for (int64_t r = 0; r < n; ++r) col[r] = conj(x[(k - 1) * n + r]);
       } else {
         eig_vector(n, a, anorm, CMPLX(wr[k], wi[k]), lu, piv, col);
       }
-      for (int64_t r = 0; r < n; ++r) eig_store(j->vecs, eig_offset(j->vecs, b, nb, r, k, 2), col[r]);
+      for (int64_t r = 0; r < n; ++r) mat_zst(j->vecs, eig_offset(j->vecs, b, nb, r, k, 2), col[r]);
     }
   }
 }
@@ -188,7 +311,8 @@ static tpurt_status_t eig_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     return TPURT_STATUS(INVALID_ARGUMENT, "linalg_eig: expected (self) and (eigenvalues, eigenvectors)");
   if (self->ndim < 2 || self->sizes[self->ndim - 1] != self->sizes[self->ndim - 2])
     return TPURT_STATUS(INVALID_ARGUMENT, "linalg.eig: A must be batches of square matrices");
-  if (self->dtype != TPURT_DTYPE_FLOAT32 && self->dtype != TPURT_DTYPE_FLOAT64)
+  if (self->dtype != TPURT_DTYPE_FLOAT32 && self->dtype != TPURT_DTYPE_FLOAT64 &&
+      self->dtype != TPURT_DTYPE_COMPLEX64 && self->dtype != TPURT_DTYPE_COMPLEX128)
     return TPURT_STATUS(UNIMPLEMENTED, "linalg_eig: dtype %s is not supported on the tpu device",
                         tpurt_dtype_name(self->dtype));
   eig_job_t j = {.self = self, .vals = &call->outputs[0], .vecs = call->num_outputs > 1 ? &call->outputs[1] : NULL};
@@ -199,7 +323,7 @@ static tpurt_status_t eig_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   for (int k = 0; k < self->ndim - 2; ++k) batch *= self->sizes[k];
   if (batch == 0 || j.n == 0) return TPURT_OK;
   const int64_t n = j.n;
-  j.work_bytes = sizeof(double) * (size_t)(2 * n * n + 3 * n) + sizeof(zd_t) * (size_t)(2 * n * n) +
+  j.work_bytes = sizeof(zd_t) * (size_t)(4 * n * n + n) + sizeof(double) * (size_t)(n * n + 3 * n) +
                  sizeof(int32_t) * (size_t)n;
   j.work_bytes = (j.work_bytes + 63) & ~(size_t)63;
   j.work = tpurt_kernel_scratch(ctx, j.work_bytes * (size_t)batch);
@@ -223,28 +347,7 @@ typedef struct cmm_job_t {
   bool batched;
 } cmm_job_t;
 
-static zd_t cmm_load(const tpurt_tensor_t* t, int64_t off) {
-  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
-    const float* p = (const float*)t->data + 2 * off;
-    return CMPLX(p[0], p[1]);
-  }
-  if (t->dtype == TPURT_DTYPE_COMPLEX128) {
-    const double* p = (const double*)t->data + 2 * off;
-    return CMPLX(p[0], p[1]);
-  }
-  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * tpurt_dtype_size(t->dtype));
-}
 
-/* r x c matrix (or a vector as c = 1) at off into dst row-major; trans stores its transpose */
-static void cs_load(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, zd_t* dst, bool trans) {
-  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2], cs = vec ? 0 : t->strides[t->ndim - 1];
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      zd_t v = cmm_load(t, off + i * rs + j * cs);
-      if (trans) dst[j * r + i] = v;
-      else dst[i * c + j] = v;
-    }
-}
 
 /* rows of every batch: r = batch * m + i */
 static void cmm_rows(void* user, int64_t begin, int64_t end, int tid) {
@@ -259,7 +362,7 @@ static void cmm_rows(void* user, int64_t begin, int64_t end, int tid) {
       const zd_t* bcol = j->bt + (bi * j->n + c) * j->k;
       zd_t acc = 0; /* accumulated in double, as CPU accumulates complex64 in complex64 or better */
       for (int64_t p = 0; p < j->k; ++p) acc += arow[p] * bcol[p];
-      eig_store(j->out, oo + i * j->out->strides[d] + c * j->out->strides[d + 1], acc);
+      mat_zst(j->out, oo + i * j->out->strides[d] + c * j->out->strides[d + 1], acc);
     }
   }
 }
@@ -287,8 +390,8 @@ static tpurt_status_t cmm_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   if (!pa) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch memory", op);
   zd_t* pbt = pa + batch * j.m * j.k;
   for (int64_t bi = 0; bi < batch; ++bi) {
-    cs_load(a, d ? bi * a->strides[0] : 0, j.m, j.k, false, pa + bi * j.m * j.k, false);
-    cs_load(b, d ? bi * b->strides[0] : 0, j.k, j.n, false, pbt + bi * j.n * j.k, true);
+    mat_zload(a, d ? bi * a->strides[0] : 0, j.m, j.k, false, pa + bi * j.m * j.k, false, false);
+    mat_zload(b, d ? bi * b->strides[0] : 0, j.k, j.n, false, pbt + bi * j.n * j.k, true, false);
   }
   j.a = pa;
   j.bt = pbt;
@@ -300,27 +403,6 @@ static tpurt_status_t cmm_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
  * Partial-pivoting LU in complex double, LAPACK's getrf conventions (1-based
  * pivots, info = first zero pivot), as the real kernel (lu.c) stores
  * them. B may be a (batch of) vector(s). Right solves: X A = B <=> A^T X^T = B^T. */
-
-/* offset of batch index idx[0..nb) in t, whose leading dims broadcast (trailing alignment) */
-static int64_t cs_boff(const tpurt_tensor_t* t, int mat, const int64_t* idx, int nb) {
-  int tb = t->ndim - mat;
-  int64_t off = 0;
-  for (int d = 0; d < tb; ++d) {
-    int od = d + nb - tb;
-    if (od >= 0 && t->sizes[d] != 1) off += idx[od] * t->strides[d];
-  }
-  return off;
-}
-
-static void cs_store(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, const zd_t* src,
-                     bool trans) {
-  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2], cs = vec ? 0 : t->strides[t->ndim - 1];
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) eig_store(t, off + i * rs + j * cs, trans ? src[j * r + i] : src[i * c + j]);
-}
-static void cs_set_int(const tpurt_tensor_t* t, int64_t off, int64_t v) {
-  tpurt_dtype_store_i64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), v);
-}
 
 static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   const tpurt_tensor_t *A = tpurt_arg_tensor(call, 0), *B = tpurt_arg_tensor(call, 1);
@@ -351,19 +433,19 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
       idx[d] = X->sizes[d] ? rem % X->sizes[d] : 0;
       rem = X->sizes[d] ? rem / X->sizes[d] : 0;
     }
-    cs_load(A, cs_boff(A, 2, idx, nb), n, n, false, a, !left);
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, !left, false);
     int info = lu_factor_z(a, n, n, piv, 0);
     /* LU/pivots/info have A's batch shape: written from the batch items they own */
     const int64_t* li = idx + (nb - lu_nb);
-    cs_store(LU, cs_boff(LU, 2, li, lu_nb), n, n, false, a, false);
-    for (int64_t i = 0; i < n; ++i) cs_set_int(P, cs_boff(P, 1, li, lu_nb) + i * P->strides[P->ndim - 1], piv[i]);
-    cs_set_int(Info, cs_boff(Info, 0, li, lu_nb), info);
+    mat_zstore(LU, mat_boff(LU, 2, li, lu_nb), n, n, false, a, false, false);
+    for (int64_t i = 0; i < n; ++i) mat_set_int(P, mat_boff(P, 1, li, lu_nb) + i * P->strides[P->ndim - 1], piv[i]);
+    mat_set_int(Info, mat_boff(Info, 0, li, lu_nb), info);
     if (info && check)
       return TPURT_STATUS(INVALID_ARGUMENT,
                           "torch.linalg.solve: The solver failed because the input matrix is singular.");
-    cs_load(B, cs_boff(B, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
+    mat_zload(B, mat_boff(B, vec ? 1 : 2, idx, nb), r, c, vec, x, !left, false);
     lu_solve_z(a, piv, n, x, k, false);
-    cs_store(X, cs_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
+    mat_zstore(X, mat_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left, false);
   }
   /* an empty result batch (B's batch dims hold a 0) still has A's LU, pivots and info */
   int64_t lu_batch = 1;
@@ -374,11 +456,11 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
       idx[d] = LU->sizes[d] ? rem % LU->sizes[d] : 0;
       rem = LU->sizes[d] ? rem / LU->sizes[d] : 0;
     }
-    cs_load(A, cs_boff(A, 2, idx, lu_nb), n, n, false, a, !left);
+    mat_zload(A, mat_boff(A, 2, idx, lu_nb), n, n, false, a, !left, false);
     int info = lu_factor_z(a, n, n, piv, 0);
-    cs_store(LU, cs_boff(LU, 2, idx, lu_nb), n, n, false, a, false);
-    for (int64_t i = 0; i < n; ++i) cs_set_int(P, cs_boff(P, 1, idx, lu_nb) + i * P->strides[P->ndim - 1], piv[i]);
-    cs_set_int(Info, cs_boff(Info, 0, idx, lu_nb), info);
+    mat_zstore(LU, mat_boff(LU, 2, idx, lu_nb), n, n, false, a, false, false);
+    for (int64_t i = 0; i < n; ++i) mat_set_int(P, mat_boff(P, 1, idx, lu_nb) + i * P->strides[P->ndim - 1], piv[i]);
+    mat_set_int(Info, mat_boff(Info, 0, idx, lu_nb), info);
   }
   return TPURT_OK;
 }
@@ -409,7 +491,7 @@ typedef struct zview_t {
 
 static zd_t zarg_scalar(const tpurt_op_call_t* call, int i, double dflt) {
   const tpurt_tensor_t* t = tpurt_arg_tensor(call, i);
-  if (t) return cmm_load(t, 0);
+  if (t) return mat_zld(t, 0);
   return tpurt_arg_double(call, i, dflt);
 }
 
@@ -466,8 +548,8 @@ static tpurt_status_t zmm_family(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
       for (int64_t j = 0; j < n; ++j) {
         zd_t acc = 0;
         for (int64_t q = 0; q < k; ++q) {
-          zd_t x = cmm_load(A.t, bi * A.sb + i * A.si + q * A.sj);
-          acc += x * cmm_load(B.t, bi * B.sb + q * B.si + j * B.sj);
+          zd_t x = mat_zld(A.t, bi * A.sb + i * A.si + q * A.sj);
+          acc += x * mat_zld(B.t, bi * B.sb + q * B.si + j * B.sj);
         }
         p[((sum_batch ? 0 : bi) * m + i) * n + j] += acc;
       }
@@ -488,9 +570,9 @@ static tpurt_status_t zmm_family(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
         int xd = d + od - self->ndim;
         if (xd >= 0 && self->sizes[d] != 1) so += idx[xd] * self->strides[d];
       }
-      v += beta * cmm_load(self, so);
+      v += beta * mat_zld(self, so);
     }
-    eig_store(out, oo, v);
+    mat_zst(out, oo, v);
   }
   return TPURT_OK;
 }

@@ -10,6 +10,8 @@
 #define LINALG_DT_GEMM TPURT_DTYPES_REAL
 #define LINALG_DT_F32_F64 (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
 #define LINALG_DT_COMPLEX_IN TPURT_DTYPES_ALL
+/* float32/float64 and complex64/complex128 (linalg_eig, LDL) */
+#define LINALG_DT_EIG (LINALG_DT_F32_F64 | TPURT_DTYPE_BIT(COMPLEX64) | TPURT_DTYPE_BIT(COMPLEX128))
 
 /* a kernel with a reference twin */
 #define OP(NAME, FN, DT) {NAME, tpurt_linalg_##FN, tpurt_linalg_##FN##_ref, 0, DT, TPURT_LAYOUT_STRIDED}
@@ -57,12 +59,12 @@ const tpurt_op_def_t tpurt_ops_linalg[] = {
     /* symmetric eigen (eigh.c), SVD (svd.c), LDL (ldl.c) */
     PLAIN("_linalg_eigh", eigh, 0, LINALG_DT_F32_F64),
     PLAIN("_linalg_svd", svd, 0, LINALG_DT_F32_F64),
-    PLAIN("linalg_ldl_factor_ex", ldl_factor, 0, LINALG_DT_F32_F64),
-    PLAIN("linalg_ldl_solve", ldl_solve, 0, LINALG_DT_F32_F64),
+    PLAIN("linalg_ldl_factor_ex", ldl_factor, TPURT_OP_COMPLEX, LINALG_DT_EIG),
+    PLAIN("linalg_ldl_solve", ldl_solve, TPURT_OP_COMPLEX, LINALG_DT_EIG),
 
     /* complex-valued (complex.c). linalg_eig is born complex (real in, complex out). */
-    PLAIN("linalg_eig", eig, TPURT_OP_COMPLEX, LINALG_DT_F32_F64),
-    PLAIN("_linalg_eigvals", eig, TPURT_OP_COMPLEX, LINALG_DT_F32_F64), /* eigenvalues only */
+    PLAIN("linalg_eig", eig, TPURT_OP_COMPLEX, LINALG_DT_EIG),
+    PLAIN("_linalg_eigvals", eig, TPURT_OP_COMPLEX, LINALG_DT_EIG), /* eigenvalues only */
     PLAIN("complex::mm", complex_mm, 0, LINALG_DT_COMPLEX_IN),
     PLAIN("complex::bmm", complex_bmm, 0, LINALG_DT_COMPLEX_IN),
     PLAIN("complex::_linalg_solve_ex", complex_solve_ex, 0, LINALG_DT_COMPLEX_IN),

@@ -2,10 +2,12 @@
  * cholesky.c, triangular.c, qr.c, eigh.c, svd.c, ldl.c): every matrix is
  * copied into a double row-major scratch, factored there, and written back
  * through the outputs' strides (ATen's meta gives LAPACK outputs column-major
- * strides); batch dims broadcast. float32/float64 only. */
+ * strides); batch dims broadcast. float32/float64, and complex64/complex128
+ * through the complex double accessors (mat_zld / mat_zst). */
 #ifndef TPURT_OPS_LINALG_MATRIX_H_
 #define TPURT_OPS_LINALG_MATRIX_H_
 
+#include <complex.h>
 #include <math.h>
 #include <string.h>
 
@@ -36,6 +38,41 @@ static inline void mat_st(const tpurt_tensor_t* t, int64_t off, double v) {
   else ((double*)t->data)[off] = v;
 }
 
+/* complex.h's imaginary unit macro I would take a name the kernels use for tensors (I = info, ...);
+ * C11 7.3.1 lets a program undefine it. CMPLX(re, im) builds values instead. */
+#undef I
+typedef double _Complex zd_t;
+
+static inline bool mat_is_complex(const tpurt_tensor_t* t) {
+  return t->dtype == TPURT_DTYPE_COMPLEX64 || t->dtype == TPURT_DTYPE_COMPLEX128;
+}
+/* one element as complex double (a real dtype loads as x + 0i) */
+static inline zd_t mat_zld(const tpurt_tensor_t* t, int64_t off) {
+  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
+    const float* p = (const float*)t->data + 2 * off;
+    return CMPLX(p[0], p[1]);
+  }
+  if (t->dtype == TPURT_DTYPE_COMPLEX128) {
+    const double* p = (const double*)t->data + 2 * off;
+    return CMPLX(p[0], p[1]);
+  }
+  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
+}
+/* one element from complex double (a real dtype stores the real part) */
+static inline void mat_zst(const tpurt_tensor_t* t, int64_t off, zd_t v) {
+  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
+    float* p = (float*)t->data + 2 * off;
+    p[0] = (float)creal(v);
+    p[1] = (float)cimag(v);
+  } else if (t->dtype == TPURT_DTYPE_COMPLEX128) {
+    double* p = (double*)t->data + 2 * off;
+    p[0] = creal(v);
+    p[1] = cimag(v);
+  } else {
+    tpurt_dtype_store_f64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), creal(v));
+  }
+}
+
 /* r x c matrix at t+off (last two dims, or a vector as c = 1) into dst row-major;
  * trans loads the transpose (dst is c x r) */
 static inline void mat_load(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec,
@@ -58,6 +95,31 @@ static inline void mat_store(const tpurt_tensor_t* t, int64_t off, int64_t r, in
       mat_st(t, off + i * rs + j * cs, trans ? src[j * r + i] : src[i * c + j]);
 }
 
+/* r x c matrix (or vector, c = 1) at t+off into dst row-major; trans stores the
+ * transpose (dst c x r), cj conjugates */
+static inline void mat_zload(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, zd_t* dst, bool trans,
+                              bool cj) {
+  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2];
+  int64_t cs = vec ? 0 : t->strides[t->ndim - 1];
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      zd_t v = mat_zld(t, off + i * rs + j * cs);
+      if (cj) v = conj(v);
+      if (trans) dst[j * r + i] = v;
+      else dst[i * c + j] = v;
+    }
+}
+/* the r x c matrix of t at off from src (row-major; trans: src is c x r and stored transposed) */
+static inline void mat_zstore(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, const zd_t* src,
+                               bool trans, bool cj) {
+  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2];
+  int64_t cs = vec ? 0 : t->strides[t->ndim - 1];
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      zd_t v = trans ? src[j * r + i] : src[i * c + j];
+      mat_zst(t, off + i * rs + j * cs, cj ? conj(v) : v);
+    }
+}
 static inline void mat_unravel(int64_t b, const int64_t* sizes, int nb, int64_t* idx) {
   for (int d = nb - 1; d >= 0; --d) {
     idx[d] = sizes[d] ? b % sizes[d] : 0;

@@ -20,7 +20,6 @@
 
 #include "ops/linalg/matrix.h"
 
-typedef double _Complex zd_t;
 
 /* zgetrf picks the pivot by izamax, whose magnitude is |re| + |im| (dcabs1), not |z| */
 static inline double z_cabs1(zd_t z) {
@@ -31,58 +30,6 @@ static inline double z_cabs1(zd_t z) {
 #define LU_SUF z
 #include "ops/linalg/lu_impl.h"
 
-/* ---- access: any dtype in (real ones as complex), complex or real out ---- */
-
-static inline zd_t z_ld(const tpurt_tensor_t* t, int64_t off) {
-  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
-    const float* p = (const float*)t->data + 2 * off;
-    return CMPLX(p[0], p[1]);
-  }
-  if (t->dtype == TPURT_DTYPE_COMPLEX128) {
-    const double* p = (const double*)t->data + 2 * off;
-    return CMPLX(p[0], p[1]);
-  }
-  return tpurt_dtype_load_f64(t->dtype, (const char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype));
-}
-static inline void z_st(const tpurt_tensor_t* t, int64_t off, zd_t v) {
-  if (t->dtype == TPURT_DTYPE_COMPLEX64) {
-    float* p = (float*)t->data + 2 * off;
-    p[0] = (float)creal(v);
-    p[1] = (float)cimag(v);
-  } else if (t->dtype == TPURT_DTYPE_COMPLEX128) {
-    double* p = (double*)t->data + 2 * off;
-    p[0] = creal(v);
-    p[1] = cimag(v);
-  } else {
-    tpurt_dtype_store_f64(t->dtype, (char*)t->data + off * (int64_t)tpurt_dtype_size(t->dtype), creal(v));
-  }
-}
-
-/* r x c matrix (or vector, c = 1) at t+off into dst row-major; trans stores the
- * transpose (dst c x r), cj conjugates */
-static void z_load(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, zd_t* dst, bool trans,
-                   bool cj) {
-  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2];
-  int64_t cs = vec ? 0 : t->strides[t->ndim - 1];
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      zd_t v = z_ld(t, off + i * rs + j * cs);
-      if (cj) v = conj(v);
-      if (trans) dst[j * r + i] = v;
-      else dst[i * c + j] = v;
-    }
-}
-/* the r x c matrix of t at off from src (row-major; trans: src is c x r and stored transposed) */
-static void z_store(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec, const zd_t* src,
-                    bool trans, bool cj) {
-  int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2];
-  int64_t cs = vec ? 0 : t->strides[t->ndim - 1];
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      zd_t v = trans ? src[j * r + i] : src[i * c + j];
-      z_st(t, off + i * rs + j * cs, cj ? conj(v) : v);
-    }
-}
 static void z_conj_all(zd_t* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = conj(a[i]);
 }
@@ -135,9 +82,9 @@ tpurt_status_t tpurt_linalg_z_lu_factor_ex(tpurt_kernel_ctx_t* ctx, const tpurt_
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
     int info = lu_factor_z(a, m, n, piv, 0);
-    z_store(LU, mat_boff(LU, 2, idx, nb), m, n, false, a, false, false);
+    mat_zstore(LU, mat_boff(LU, 2, idx, nb), m, n, false, a, false, false);
     z_store_pivots(P, mat_boff(P, 1, idx, nb), piv, k);
     mat_set_int(Info, mat_boff(Info, 0, idx, nb), info);
     if (check && info)
@@ -160,17 +107,17 @@ static void z_store_unpacked(const tpurt_tensor_t* Pt, const tpurt_tensor_t* Lt,
     }
     for (int64_t i = 0; i < m * m; ++i) tmp[i] = 0;
     for (int64_t i = 0; i < m; ++i) tmp[perm[i] * m + i] = 1.0;
-    z_store(Pt, mat_boff(Pt, 2, idx, nb), m, m, false, tmp, false, false);
+    mat_zstore(Pt, mat_boff(Pt, 2, idx, nb), m, m, false, tmp, false, false);
   }
   if (Lt && tpurt_tensor_numel(Lt)) {
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < k; ++j) tmp[i * k + j] = j < i ? a[i * n + j] : (i == j ? 1.0 : 0.0);
-    z_store(Lt, mat_boff(Lt, 2, idx, nb), m, k, false, tmp, false, false);
+    mat_zstore(Lt, mat_boff(Lt, 2, idx, nb), m, k, false, tmp, false, false);
   }
   if (Ut && tpurt_tensor_numel(Ut)) {
     for (int64_t i = 0; i < k; ++i)
       for (int64_t j = 0; j < n; ++j) tmp[i * n + j] = j >= i ? a[i * n + j] : 0.0;
-    z_store(Ut, mat_boff(Ut, 2, idx, nb), k, n, false, tmp, false, false);
+    mat_zstore(Ut, mat_boff(Ut, 2, idx, nb), k, n, false, tmp, false, false);
   }
 }
 
@@ -193,7 +140,7 @@ static tpurt_status_t z_lu_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
     if (!unpack) {
       lu_factor_z(a, m, n, piv, 0);
     } else if (pivots) {
@@ -229,13 +176,13 @@ tpurt_status_t tpurt_linalg_z_lu_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_c
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
-    z_load(LU, mat_boff(LU, 2, idx, nb), n, n, false, a, false, false);
+    mat_zload(LU, mat_boff(LU, 2, idx, nb), n, n, false, a, false, false);
     z_load_pivots(Pv, mat_boff(Pv, 1, idx, nb), piv, n);
     TPURT_RETURN_IF_ERROR(z_check_pivots(call, piv, n, n));
     /* left: op(A) X = B. right: X op(A) = B <=> op(A)^T X^T = B^T (A^T, or conj(A) for A^H) */
-    z_load(B, mat_boff(B, 2, idx, nb), r, c, false, x, !left, false);
+    mat_zload(B, mat_boff(B, 2, idx, nb), r, c, false, x, !left, false);
     z_lu_solve_op(a, piv, n, x, k, left ? (adjoint ? 'H' : 'N') : (adjoint ? 'C' : 'T'));
-    z_store(X, mat_boff(X, 2, idx, nb), r, c, false, x, !left, false);
+    mat_zstore(X, mat_boff(X, 2, idx, nb), r, c, false, x, !left, false);
   }
   return TPURT_OK;
 }
@@ -255,7 +202,7 @@ tpurt_status_t tpurt_linalg_z_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, false, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, false, false);
     int info = lu_factor_z(a, n, n, piv, 0);
     mat_set_int(Info, mat_boff(Info, 0, idx, nb), info);
     if (info && check)
@@ -265,7 +212,7 @@ tpurt_status_t tpurt_linalg_z_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
     for (int64_t i = 0; i < n * n; ++i) x[i] = 0;
     for (int64_t i = 0; i < n; ++i) x[i * n + i] = 1.0;
     lu_solve_z(a, piv, n, x, n, false);
-    z_store(X, mat_boff(X, 2, idx, nb), n, n, false, x, false, false);
+    mat_zstore(X, mat_boff(X, 2, idx, nb), n, n, false, x, false, false);
   }
   return TPURT_OK;
 }
@@ -286,7 +233,7 @@ static tpurt_status_t z_det_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   bool tr = tpurt_tensor_is_contiguous(A);
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, tr, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, tr, false);
     lu_factor_z(a, n, n, piv, 0);
     zd_t det = 1.0, sign = 1.0;
     double logabs = 0.0;
@@ -302,12 +249,12 @@ static tpurt_status_t z_det_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
     }
     if (singular) sign = 0.0, logabs = -INFINITY;
     if (slog) {
-      z_st(&call->outputs[0], mat_boff(&call->outputs[0], 0, idx, nb), sign);
-      z_st(&call->outputs[1], mat_boff(&call->outputs[1], 0, idx, nb), logabs);
+      mat_zst(&call->outputs[0], mat_boff(&call->outputs[0], 0, idx, nb), sign);
+      mat_zst(&call->outputs[1], mat_boff(&call->outputs[1], 0, idx, nb), logabs);
     } else {
-      z_st(&call->outputs[0], mat_boff(&call->outputs[0], 0, idx, nb), det);
+      mat_zst(&call->outputs[0], mat_boff(&call->outputs[0], 0, idx, nb), det);
     }
-    z_store(LU, mat_boff(LU, 2, idx, nb), n, n, false, a, false, false);
+    mat_zstore(LU, mat_boff(LU, 2, idx, nb), n, n, false, a, false, false);
     z_store_pivots(P, mat_boff(P, 1, idx, nb), piv, n);
   }
   return TPURT_OK;
@@ -357,10 +304,10 @@ tpurt_status_t tpurt_linalg_z_solve_triangular(tpurt_kernel_ctx_t* ctx, const tp
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, false, false);
-    z_load(B, mat_boff(B, 2, idx, nb), r, c, false, x, !left, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, false, false);
+    mat_zload(B, mat_boff(B, 2, idx, nb), r, c, false, x, !left, false);
     z_tri_solve(a, n, !upper, !left, false, unit, x, k); /* right: X A = B <=> A^T X^T = B^T */
-    z_store(X, mat_boff(X, 2, idx, nb), r, c, false, x, !left, false);
+    mat_zstore(X, mat_boff(X, 2, idx, nb), r, c, false, x, !left, false);
   }
   return TPURT_OK;
 }
@@ -381,11 +328,11 @@ tpurt_status_t tpurt_linalg_z_triangular_solve(tpurt_kernel_ctx_t* ctx, const tp
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, false, false);
-    z_load(B, mat_boff(B, 2, idx, nb), n, k, false, x, false, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, false, false);
+    mat_zload(B, mat_boff(B, 2, idx, nb), n, k, false, x, false, false);
     z_tri_solve(a, n, !upper, trans, false, unit, x, k);
-    z_store(X, mat_boff(X, 2, idx, nb), n, k, false, x, false, false);
-    if (tpurt_tensor_numel(M)) z_store(M, mat_boff(M, 2, idx, nb), n, n, false, a, false, false);
+    mat_zstore(X, mat_boff(X, 2, idx, nb), n, k, false, x, false, false);
+    if (tpurt_tensor_numel(M)) mat_zstore(M, mat_boff(M, 2, idx, nb), n, n, false, a, false, false);
   }
   return TPURT_OK;
 }
@@ -425,7 +372,7 @@ static tpurt_status_t z_chol_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, upper, upper);
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, upper, upper);
     int info = z_cholesky(a, n);
     if (ex) mat_set_int(&call->outputs[1], mat_boff(&call->outputs[1], 0, idx, nb), info);
     if (info && check)
@@ -433,7 +380,7 @@ static tpurt_status_t z_chol_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
                           "linalg.cholesky: The factorization could not be completed because the "
                           "input is not positive-definite (the leading minor of order %d is not "
                           "positive-definite).", info);
-    z_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), n, n, false, a, upper, upper);
+    mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), n, n, false, a, upper, upper);
   }
   return TPURT_OK;
 }
@@ -457,12 +404,12 @@ tpurt_status_t tpurt_linalg_z_cholesky_inverse(tpurt_kernel_ctx_t* ctx, const tp
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, upper, upper); /* as lower L = U^H */
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, upper, upper); /* as lower L = U^H */
     for (int64_t i = 0; i < n * n; ++i) x[i] = 0;
     for (int64_t i = 0; i < n; ++i) x[i * n + i] = 1.0;
     z_tri_solve(a, n, true, false, false, false, x, n); /* L Y = I */
     z_tri_solve(a, n, true, true, true, false, x, n);   /* L^H X = Y */
-    z_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), n, n, false, x, false, false);
+    mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), n, n, false, x, false, false);
   }
   return TPURT_OK;
 }
@@ -482,11 +429,11 @@ tpurt_status_t tpurt_linalg_z_cholesky_solve(tpurt_kernel_ctx_t* ctx, const tpur
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, upper, upper);
-    z_load(B, mat_boff(B, 2, idx, nb), n, k, false, x, false, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, upper, upper);
+    mat_zload(B, mat_boff(B, 2, idx, nb), n, k, false, x, false, false);
     z_tri_solve(a, n, true, false, false, false, x, k);
     z_tri_solve(a, n, true, true, true, false, x, k);
-    z_store(X, mat_boff(X, 2, idx, nb), n, k, false, x, false, false);
+    mat_zstore(X, mat_boff(X, 2, idx, nb), n, k, false, x, false, false);
   }
   return TPURT_OK;
 }
@@ -542,7 +489,7 @@ static void z_apply_q_left(const zd_t* v, int64_t m, int64_t nv, const zd_t* tau
 }
 
 static void z_load_vec(const tpurt_tensor_t* T, int64_t off, zd_t* dst, int64_t k) {
-  for (int64_t i = 0; i < k; ++i) dst[i] = z_ld(T, off + i * T->strides[T->ndim - 1]);
+  for (int64_t i = 0; i < k; ++i) dst[i] = mat_zld(T, off + i * T->strides[T->ndim - 1]);
 }
 
 /* geqrf(A) -> (a, tau) */
@@ -557,11 +504,11 @@ tpurt_status_t tpurt_linalg_z_geqrf(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
     z_geqrf(a, m, n, tau);
-    z_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, a, false, false);
+    mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, a, false, false);
     const tpurt_tensor_t* T = &call->outputs[1];
-    for (int64_t i = 0; i < k; ++i) z_st(T, mat_boff(T, 1, idx, nb) + i * T->strides[T->ndim - 1], tau[i]);
+    for (int64_t i = 0; i < k; ++i) mat_zst(T, mat_boff(T, 1, idx, nb) + i * T->strides[T->ndim - 1], tau[i]);
   }
   return TPURT_OK;
 }
@@ -585,16 +532,16 @@ tpurt_status_t tpurt_linalg_z_qr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
     z_geqrf(a, m, n, tau);
     for (int64_t i = 0; i < rr; ++i)
       for (int64_t j = 0; j < n; ++j) r[i * n + j] = (j >= i && i < m) ? a[i * n + j] : 0.0;
-    z_store(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), rr, n, false, r, false, false);
+    mat_zstore(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), rr, n, false, r, false, false);
     if (want_q) {
       for (int64_t i = 0; i < m * qc; ++i) q[i] = 0;
       for (int64_t i = 0; i < qc && i < m; ++i) q[i * qc + i] = 1.0;
       z_apply_q_left(a, m, n, tau, k, q, qc, false);
-      z_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, qc, false, q, false, false);
+      mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, qc, false, q, false, false);
     }
   }
   return TPURT_OK;
@@ -617,12 +564,12 @@ tpurt_status_t tpurt_linalg_z_householder_product(tpurt_kernel_ctx_t* ctx, const
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, V->sizes, nb, idx);
-    z_load(V, mat_boff(V, 2, idx, nb), m, n, false, a, false, false);
+    mat_zload(V, mat_boff(V, 2, idx, nb), m, n, false, a, false, false);
     z_load_vec(T, mat_boff(T, 1, idx, nb), tau, k);
     for (int64_t i = 0; i < m * n; ++i) q[i] = 0;
     for (int64_t i = 0; i < n; ++i) q[i * n + i] = 1.0;
     z_apply_q_left(a, m, n, tau, k, q, n, false);
-    z_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, q, false, false);
+    mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, q, false, false);
   }
   return TPURT_OK;
 }
@@ -649,12 +596,12 @@ tpurt_status_t tpurt_linalg_z_ormqr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
-    z_load(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, false, false);
+    mat_zload(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, false, false);
     z_load_vec(T, mat_boff(T, 1, idx, nb), tau, k);
     /* right: C op(Q) = (op(Q)^H C^H)^H */
-    z_load(C, mat_boff(C, 2, idx, nb), r, c, false, x, !left, !left);
+    mat_zload(C, mat_boff(C, 2, idx, nb), r, c, false, x, !left, !left);
     z_apply_q_left(a, mv, nv, tau, k, x, left ? c : r, left ? trans : !trans);
-    z_store(X, mat_boff(X, 2, idx, nb), r, c, false, x, !left, !left);
+    mat_zstore(X, mat_boff(X, 2, idx, nb), r, c, false, x, !left, !left);
   }
   return TPURT_OK;
 }
@@ -738,16 +685,16 @@ tpurt_status_t tpurt_linalg_z_eigh(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     /* the lower triangle of a is the input's chosen triangle (upper: the lower one of A^H) */
-    z_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, upper, upper);
+    mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, upper, upper);
     for (int64_t i = 0; i < n; ++i) {
       a[i * n + i] = creal(a[i * n + i]); /* as zheevd: the diagonal's imaginary parts are not read */
       for (int64_t j = i + 1; j < n; ++j) a[i * n + j] = conj(a[j * n + i]);
     }
     z_jacobi_eigh(a, n, w, v);
     const tpurt_tensor_t* W = &call->outputs[0];
-    for (int64_t i = 0; i < n; ++i) z_st(W, mat_boff(W, 1, idx, nb) + i * W->strides[W->ndim - 1], w[i]);
+    for (int64_t i = 0; i < n; ++i) mat_zst(W, mat_boff(W, 1, idx, nb) + i * W->strides[W->ndim - 1], w[i]);
     if (want_v && tpurt_tensor_numel(&call->outputs[1]))
-      z_store(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), n, n, false, v, false, false);
+      mat_zstore(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), n, n, false, v, false, false);
   }
   return TPURT_OK;
 }
@@ -872,9 +819,9 @@ tpurt_status_t tpurt_linalg_z_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    z_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, tr, tr);
+    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, tr, tr);
     z_jacobi_svd(a, R, C, s, v, ok);
-    for (int64_t i = 0; i < C; ++i) z_st(S, mat_boff(S, 1, idx, nb) + i * S->strides[S->ndim - 1], s[i]);
+    for (int64_t i = 0; i < C; ++i) mat_zst(S, mat_boff(S, 1, idx, nb) + i * S->strides[S->ndim - 1], s[i]);
     if (!uv || !tpurt_tensor_numel(U)) continue;
     zd_t* lft = a;
     int64_t lc = C;
@@ -887,11 +834,11 @@ tpurt_status_t tpurt_linalg_z_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
     }
     /* A = lft S v^H: U = lft, Vh = v^H. Transposed (A^H = lft S v^H): U = v, Vh = lft^H. */
     if (!tr) {
-      z_store(U, mat_boff(U, 2, idx, nb), m, lc, false, lft, false, false);
-      z_store(Vh, mat_boff(Vh, 2, idx, nb), n, n, false, v, true, true);
+      mat_zstore(U, mat_boff(U, 2, idx, nb), m, lc, false, lft, false, false);
+      mat_zstore(Vh, mat_boff(Vh, 2, idx, nb), n, n, false, v, true, true);
     } else {
-      z_store(U, mat_boff(U, 2, idx, nb), m, m, false, v, false, false);
-      z_store(Vh, mat_boff(Vh, 2, idx, nb), lc, n, false, lft, true, true);
+      mat_zstore(U, mat_boff(U, 2, idx, nb), m, m, false, v, false, false);
+      mat_zstore(Vh, mat_boff(Vh, 2, idx, nb), lc, n, false, lft, true, true);
     }
   }
   return TPURT_OK;
