@@ -2,7 +2,7 @@
 beside PyTorch CPU eager), or run alone for the whole comparison:
 
     python bench/bench_compile.py [--runs 5] [--inductor] [--new-sizes-only] [--models-only] [--cpu-threads N]
-                                  [--thread-cpu]
+                                  [--thread-cpu] [--models mlp_step,gpt2_block_step]
 
 which prints, per model, ms per call for: compiled tpu (one program launch per graph), eager tpu in
 Strict and DeferAndFuse, PyTorch CPU eager, and with --inductor torch.compile with Inductor on CPU
@@ -141,7 +141,7 @@ def _set_mode(mode):
     torch_tpu.set_eager_mode(mode)
 
 
-def compare(runs, inductor):
+def compare(runs, inductor, only=None):
     import torch_tpu  # noqa: F401
     cols = [("compiled tpu", "tpu", "tpu", "strict"), ("eager Strict", "tpu", "eager", "strict"),
             ("eager DeferAndFuse", "tpu", "eager", "defer_and_fuse"), ("CPU eager", "cpu", "eager", None)]
@@ -149,7 +149,7 @@ def compare(runs, inductor):
         cols.append(("Inductor CPU", "cpu", "inductor", None))
     rows = {}
     print(f"{'model':<16}" + "".join(f"{c[0]:>20}" for c in cols) + "   (ms per call)")
-    for name in MODELS:
+    for name in (only or MODELS):
         fns = {}
         cold = {}
         for label, dev, how, mode in cols:
@@ -268,6 +268,8 @@ def main(argv=None):
     p.add_argument("--cpu-threads", type=int, default=int(os.environ.get("TORCH_TPU_NUM_THREADS", "0")),
                    help="threads of PyTorch CPU (eager and Inductor); default: TORCH_TPU_NUM_THREADS when set "
                         "(one thread each side), else PyTorch's own choice")
+    p.add_argument("--models", default="", help="comma-separated model rows to run (default: all): "
+                   + ", ".join(MODELS))
     p.add_argument("--thread-cpu", action="store_true",
                    help="time each call by the CPU time of its busiest thread instead of wall time (one thread "
                         "each side on a loaded machine: TORCH_TPU_NUM_THREADS=1)")
@@ -282,7 +284,11 @@ def main(argv=None):
     if a.new_sizes_only:
         new_sizes(max(a.runs, 5))
         return 0
-    rows = compare(a.runs, a.inductor)
+    only = [m for m in a.models.split(",") if m]
+    unknown = [m for m in only if m not in MODELS]
+    if unknown:
+        p.error(f"unknown model row(s) {unknown}; rows are {list(MODELS)}")
+    rows = compare(a.runs, a.inductor, only)
     if a.models_only:
         pathlib.Path(a.out).write_text(json.dumps({"rows": rows, "load": os.getloadavg()[0]}, indent=2) + "\n")
         return 0

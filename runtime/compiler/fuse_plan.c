@@ -83,6 +83,15 @@
  *  scalars (bias corrections of the step count, computed after the moments
  *  in op-major order) are what the denominator reads: they run first, and
  *  the update stays one chain.
+ *  Rule 6 also gives way in a program where what a candidate shares with a
+ *  node passed over is only a value that lives in the chain's tiles (the
+ *  candidate's output, or an input an earlier member produced) and the bytes
+ *  the passed node touches there belong to another buffer: memory the arena
+ *  plan gave to both, one after the other (another parameter's temporary).
+ *  That sharing is no dependency when the chain never writes the value to
+ *  memory, so the chain is planned taking it as none, then checked: if a
+ *  member writing those bytes must store its value (the liveness rule
+ *  below), the chain is planned again without this exception.
  *
  *  Liveness: a chain's intermediate result is not written to device memory
  *  only when it is dead: looking forward in the graph, the host freed its
@@ -399,17 +408,69 @@ static bool nodes_conflict(const tpurt_fuse_planner_t* p, int32_t a, int32_t b) 
   return false;
 }
 
+/* Values a chain planned with rule 6's exception for tile values may not store (checked at the end). */
+#define FUSE_MAX_PRIVATE 64
+
+typedef struct private_set_t {
+  int32_t v[FUSE_MAX_PRIVATE];
+  int n;
+} private_set_t;
+
+/* Do node b's operands that overlap value v all lie in buffers other than v's (memory the arena plan
+ * reused between buffers whose lives do not overlap)? */
+static bool only_other_buffers(const tpurt_graph_t* g, int32_t b, int32_t v) {
+  int32_t bv = g->values[v].buffer;
+  if (bv < 0) return false;
+  const tpurt_graph_node_t* nb = &g->nodes[b];
+  const int32_t* o = g->operands + nb->first_in;
+  for (int32_t k = 0; k < nb->num_in + nb->num_out; ++k) {
+    if (o[k] < 0 || !tpurt_graph_values_overlap(g, o[k], v)) continue;
+    int32_t bw = g->values[o[k]].buffer;
+    if (bw < 0 || bw == bv) return false;
+  }
+  return true;
+}
+
+/* Programs' rule 6 for candidate a (eligible) against node b passed over, with the exception for
+ * tile values: 0 no conflict, 1 a conflict, 2 a conflict only through values of a that live in the
+ * chain's tiles (a's output, or an input an earlier member of members[0..n) produced) over bytes
+ * another buffer of b's holds; those values are appended to *tv (1 when it is full). */
+static int candidate_conflict(const tpurt_fuse_planner_t* p, int32_t a, int32_t b, const int32_t* members, int n,
+                              private_set_t* tv) {
+  const tpurt_graph_t* g = p->g;
+  if (!tpurt_graph_ranges_overlap(g->nodes[a].hull, g->nodes[b].hull)) return 0;
+  if (g->nodes[a].kind == TPURT_GRAPH_FREE || g->nodes[b].kind == TPURT_GRAPH_FREE) return 0;
+  const tpurt_graph_node_t* na = &g->nodes[a];
+  const int32_t* o = g->operands + na->first_in;
+  int res = 0;
+  for (int32_t k = 0; k < na->num_in + na->num_out; ++k) {
+    if (o[k] < 0) continue;
+    tpurt_graph_range_t r = g->values[o[k]].bytes;
+    if (r.lo == r.hi) continue;
+    bool is_out = k >= na->num_in;
+    if (!(is_out ? tpurt_graph_node_touches(g, b, r) : node_writes(p, b, r))) continue;
+    bool tile_value = is_out || from_chain(g, members, n, o[k]);
+    if (!tile_value || !only_other_buffers(g, b, o[k]) || tv->n == FUSE_MAX_PRIVATE) return 1;
+    tv->v[tv->n++] = o[k];
+    res = 2;
+  }
+  return res;
+}
+
 /* Programs' rule 6: may the nodes passed over that node i shares a byte with run before the chain
  * (members[0..n), pre nodes out->pre[0..npre))? Then they, and every node passed over before one of
  * them that shares a byte with it, move from passed to out->pre (graph order kept) and true. */
 static bool hoist_for(const tpurt_fuse_planner_t* p, const int32_t* members, int n, int32_t i, int32_t* passed,
-                      int* np, tpurt_fuse_chain_t* out) {
+                      int* np, tpurt_fuse_chain_t* out, private_set_t* tv) {
   const tpurt_graph_t* g = p->g;
   bool take[TPURT_FUSE_PROGRAM_WINDOW + 1];
   int32_t work[TPURT_FUSE_MAX_PRE];
   int nw = 0, room = TPURT_FUSE_MAX_PRE - out->npre;
+  private_set_t tiles = {.n = 0};
+  if (tv) tiles = *tv;
   for (int k = 0; k < *np; ++k) {
-    take[k] = nodes_conflict(p, i, passed[k]);
+    /* with tv, nodes that share only tile values with i stay (the exception above) */
+    take[k] = tv ? candidate_conflict(p, i, passed[k], members, n, &tiles) == 1 : nodes_conflict(p, i, passed[k]);
     if (take[k]) {
       if (nw == room) return false;
       work[nw++] = k;
@@ -443,10 +504,13 @@ static bool hoist_for(const tpurt_fuse_planner_t* p, const int32_t* members, int
     merged[m++] = b >= nm || (a < out->npre && out->pre[a] < mine[b]) ? out->pre[a++] : mine[b++];
   memcpy(out->pre, merged, sizeof(int32_t) * (size_t)m);
   out->npre = m;
+  if (tv) *tv = tiles;
   return true;
 }
 
-int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fuse_chain_t* out) {
+/* Plans the chain from start; with tv (programs), rule 6's exception for tile values applies and
+ * the values it relied on are collected there. */
+static int plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fuse_chain_t* out, private_set_t* tv) {
   const tpurt_graph_t* g = p->g;
   out->red = -1;
   out->red_src = -1;
@@ -481,10 +545,15 @@ int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fu
     else if (p->program && p->comp[i] != p->comp[start]) why = 4;
     else if (conflicts(g, out->members, n, i)) why = 3;
     else if (!p->program && same_op(g, i, start) && !reads_group(g, out->members, n, i)) why = 4;
-    else
+    else if (tv) { /* a program: rule 6 with the exception for tile values */
+      private_set_t mine = *tv;
+      for (int k = 0; k < np && !why; ++k)
+        if (candidate_conflict(p, i, passed[k], out->members, n, &mine) == 1) why = 6;
+      if (!why) *tv = mine;
+    } else
       for (int k = 0; k < np && !why; ++k)
         if (p->program ? nodes_conflict(p, i, passed[k]) : nodes_share(g, i, passed[k])) why = 6;
-    if (why == 6 && p->program && hoist_for(p, out->members, n, i, passed, &np, out)) why = 0;
+    if (why == 6 && p->program && hoist_for(p, out->members, n, i, passed, &np, out, tv)) why = 0;
     if (why) {
       counts[why]++;
       passed[np++] = i;
@@ -499,6 +568,26 @@ int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fu
             "run before it: %d\n",
             n, first->call->name, out->red >= 0 ? " into " : "", out->red >= 0 ? g->nodes[out->red].call->name : "",
             counts[1], counts[2], counts[3], counts[4], counts[6], out->npre);
+  return n;
+}
+
+int tpurt_fuse_plan_chain(const tpurt_fuse_planner_t* p, int32_t start, tpurt_fuse_chain_t* out) {
+  if (!p->program) return plan_chain(p, start, out, NULL);
+  private_set_t tv = {.n = 0};
+  int n = plan_chain(p, start, out, &tv);
+  if (tv.n == 0) return n;
+  /* The exception held only if no member writing those bytes stores its value. */
+  const tpurt_graph_t* g = p->g;
+  for (int m = 0; m < out->n; ++m) {
+    int32_t o = out0(g, out->members[m]);
+    for (int k = 0; k < tv.n; ++k)
+      if (tpurt_graph_values_overlap(g, o, tv.v[k]) && tpurt_fuse_plan_member_stores(p, out, m)) {
+        if (tpurt_fuse_trace())
+          fprintf(stderr, "[fuse] chain from %s (%lld elements) stores a value it shared with a node passed over (%s, member %d of %d): planned again\n",
+                  g->nodes[start].call->name, (long long)tpurt_tensor_numel(&g->nodes[start].call->outputs[0]), g->nodes[out->members[m]].call->name, m, out->n);
+        return plan_chain(p, start, out, NULL);
+      }
+  }
   return n;
 }
 

@@ -497,6 +497,89 @@ static void test_program_chain_per_parameter(void) {
   free(h[0]), free(h[1]), free(got), free(want);
 }
 
+/* A program whose arena plan gives one tensor's temporary the bytes another's dead temporary used
+ * (compiler/fuse_plan.c, "Programs", rule 6's exception for tile values). Op-major: tB = pB * 2,
+ * tA = pA * 2, pB += tB, pA += tA (tA, tB freed), then uB = pB * 0.5 (placed over tA's bytes),
+ * pB += uB. B's update is one chain of four ops (uB lives in its tiles, so sharing tA's bytes
+ * orders nothing), A's one of two. With `reader`, a node of another shape reads uB before it is
+ * freed: uB must reach memory, and the chain that relied on the exception is planned again
+ * without it. Results equal Strict's, bit for bit, at every launch. */
+static void test_program_reused_arena_bytes(bool reader) {
+  const int64_t na = 40000, nb = 20000; /* both above 16384 elements and 64 KiB */
+  size_t ba = (size_t)na * 4, bb = (size_t)nb * 4;
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  float *ha = malloc(ba), *hb = malloc(bb), *got = malloc(2 * bb), *want = malloc(2 * bb);
+  for (int64_t i = 0; i < na; ++i) ha[i] = (float)(i % 89) / 31.0f - 1.0f;
+  for (int64_t i = 0; i < nb; ++i) hb[i] = (float)(i % 71) / 23.0f - 1.5f;
+  void *pa = dalloc(ba), *pb = dalloc(bb), *ea = dalloc(ba), *eb = dalloc(bb);
+  void *ro = dalloc(2 * bb), *ero = dalloc(2 * bb); /* the reader's output, (2, nb) */
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, pa, ha, ba));
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, pb, hb, bb));
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, ea, ha, ba));
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, eb, hb, bb));
+#define STEP(PA, PB, RO)                                                                     \
+  do {                                                                                       \
+    tpurt_tensor_t tpa = vec((PA), na, TPURT_DTYPE_FLOAT32), tpb = vec((PB), nb, TPURT_DTYPE_FLOAT32); \
+    void *ta = dalloc(ba), *tb = dalloc(bb);                                                 \
+    tpurt_tensor_t tta = vec(ta, na, TPURT_DTYPE_FLOAT32), ttb = vec(tb, nb, TPURT_DTYPE_FLOAT32); \
+    binary("mul", &ttb, &tpb, NULL, 2.0);                                                    \
+    binary("mul", &tta, &tpa, NULL, 2.0);                                                    \
+    binary("add", &tpb, &tpb, &ttb, 0);                                                      \
+    binary("add", &tpa, &tpa, &tta, 0);                                                      \
+    tpurt_memory_free(g_dev, ta);                                                            \
+    tpurt_memory_free(g_dev, tb);                                                            \
+    void* ub = dalloc(bb);                                                                   \
+    tpurt_tensor_t tub = vec(ub, nb, TPURT_DTYPE_FLOAT32);                                   \
+    binary("mul", &tub, &tpb, NULL, 0.5);                                                    \
+    binary("add", &tpb, &tpb, &tub, 0);                                                      \
+    if (reader) {                                                                            \
+      tpurt_tensor_t tro = vec((RO), nb, TPURT_DTYPE_FLOAT32);                               \
+      tro.ndim = 2, tro.sizes[0] = 2, tro.sizes[1] = nb, tro.strides[0] = nb, tro.strides[1] = 1; \
+      binary("add", &tro, &tub, NULL, 1.0);                                                  \
+    }                                                                                        \
+    tpurt_memory_free(g_dev, ub);                                                            \
+  } while (0)
+  CHECK_OK(tpurt_capture_begin(q));
+  STEP(pa, pb, ro);
+  tpurt_program_range_t ins[2] = {{pa, ba}, {pb, bb}}, outs[1] = {{ro, 2 * bb}};
+  tpurt_program_t* prog = NULL;
+  CHECK_OK(tpurt_capture_end(q, ins, 2, outs, reader ? 1 : 0, 0, 0, 0, &prog));
+  if (!prog) return;
+  tpurt_program_info_t info;
+  tpurt_program_query(prog, &info);
+  CHECK(info.arena_bytes < ba + bb + 2048); /* uB reuses tA's bytes */
+  void* arena = dalloc(info.arena_bytes);
+  for (int launch = 0; launch < 3; ++launch) {
+    tpurt_fuse_stats_reset();
+    void* in[2] = {pa, pb};
+    void* out[1] = {ro};
+    CHECK_OK(tpurt_program_launch(prog, q, in, 2, out, reader ? 1 : 0, arena, (tpurt_rng_t){0, 0}));
+    CHECK_OK(tpurt_queue_synchronize(q));
+    tpurt_fuse_stats_t st;
+    tpurt_fuse_stats_get(&st);
+    if (reader) CHECK(st.fused_groups == 3 && st.fused_ops == 6); /* B's update cut where uB is read */
+    else CHECK(st.fused_groups == 2 && st.fused_ops == 6 && st.kernels_launched == 2);
+    STEP(ea, eb, ero); /* Strict */
+    CHECK_OK(tpurt_queue_synchronize(q));
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, got, pa, ba));
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, want, ea, ba));
+    CHECK(memcmp(got, want, ba) == 0);
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, got, pb, bb));
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, want, eb, bb));
+    CHECK(memcmp(got, want, bb) == 0);
+    if (reader) {
+      CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, got, ro, 2 * bb));
+      CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, want, ero, 2 * bb));
+      CHECK(memcmp(got, want, 2 * bb) == 0);
+    }
+  }
+#undef STEP
+  tpurt_program_release(prog);
+  void* frees[] = {pa, pb, ea, eb, ro, ero, arena};
+  for (size_t i = 0; i < sizeof(frees) / sizeof(*frees); ++i) tpurt_memory_free(g_dev, frees[i]);
+  free(ha), free(hb), free(got), free(want);
+}
+
 int main(void) {
   CHECK_OK(tpurt_init());
   CHECK_OK(tpurt_device_get(0, &g_dev));
@@ -514,5 +597,7 @@ int main(void) {
   test_chain_into_reduction(300, 70, 0);
   test_program_keeps_plan();
   test_program_chain_per_parameter();
+  test_program_reused_arena_bytes(false);
+  test_program_reused_arena_bytes(true);
   return test_finish("test_fuse");
 }

@@ -351,9 +351,47 @@ static void reloc_rng(builder_t* bd, tpurt_rng_t* rng, uint64_t seed, uint64_t b
     bd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "capture_end: out of host memory");
 }
 
+/* Blocks under ARENA_SMALL_BYTES (a program's scalars, biases, per-row statistics) are placed in a
+ * region of their own above the large blocks, and blocks of one alignment unit (scalars) above
+ * that, each with bytes of its own (no reuse). Placed among the others, a scalar computed late (an
+ * optimizer's bias corrections, made after every parameter's moments in op-major order) takes
+ * bytes a dead temporary used, and that false dependency (write after write of the same bytes)
+ * stopped the fusion plan from running the scalar before the parameter's update, which then ran
+ * as two passes over the parameter instead of one (AdamW on a 2048 x 2048 weight: 9.6 ms against
+ * 5.3 ms). The small region costs at most the small blocks' own peak, the scalars 512 bytes each. */
+#define ARENA_SMALL_BYTES (64u << 10)
+
+/* Places blocks order[0..n) (sorted biggest first) from offset base: each at the lowest offset
+ * clear of every block of the group placed before it that is alive at an overlapping time.
+ * Returns the end of the highest one (base when n is 0). */
+static uint64_t place_blocks(const prog_block_t* blocks, const int32_t* order, int32_t n, const uint64_t* size,
+                             uint64_t base, uint64_t* out_off) {
+  uint64_t total = base;
+  for (int32_t k = 0; k < n; ++k) {
+    const prog_block_t* b = &blocks[order[k]];
+    uint64_t sz = size[order[k]], off = base;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int32_t m = 0; m < k; ++m) {
+        const prog_block_t* o = &blocks[order[m]];
+        uint64_t osz = size[order[m]], ooff = out_off[order[m]];
+        bool same_time = b->made_at < o->freed_at && o->made_at < b->freed_at;
+        if (same_time && off < ooff + osz && ooff < off + sz) {
+          off = (ooff + osz + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+          moved = true;
+        }
+      }
+    }
+    out_off[order[k]] = off;
+    if (off + sz > total) total = off + sz;
+  }
+  return total;
+}
+
 /* The static memory plan: offsets for the blocks made and freed inside
  * (in_arena), biggest first, each at the lowest offset clear of every placed
- * block alive at an overlapping time. size[i]: block i's bytes (512-aligned).
+ * block alive at an overlapping time; blocks under ARENA_SMALL_BYTES in a
+ * region of their own above the others. size[i]: block i's bytes (512-aligned).
  * Returns the arena's bytes (UINT64_MAX without memory). */
 uint64_t tpurt_program_plan_arena(const prog_block_t* blocks, int32_t num_blocks, const uint64_t* size,
                                   uint64_t* out_off) {
@@ -371,24 +409,15 @@ uint64_t tpurt_program_plan_arena(const prog_block_t* blocks, int32_t num_blocks
       order[j] = order[j - 1];
       order[j - 1] = t;
     }
-  uint64_t total = 0;
-  for (int32_t k = 0; k < n; ++k) {
-    const prog_block_t* b = &blocks[order[k]];
-    uint64_t sz = size[order[k]], off = 0;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int32_t m = 0; m < k; ++m) {
-        const prog_block_t* o = &blocks[order[m]];
-        uint64_t osz = size[order[m]], ooff = out_off[order[m]];
-        bool same_time = b->made_at < o->freed_at && o->made_at < b->freed_at;
-        if (same_time && off < ooff + osz && ooff < off + sz) {
-          off = (ooff + osz + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
-          moved = true;
-        }
-      }
-    }
-    out_off[order[k]] = off;
-    if (off + sz > total) total = off + sz;
+  int32_t nlarge = 0, nsmall = 0;
+  while (nlarge < n && size[order[nlarge]] >= ARENA_SMALL_BYTES) ++nlarge;
+  while (nlarge + nsmall < n && size[order[nlarge + nsmall]] > ARENA_ALIGN) ++nsmall;
+  uint64_t total = place_blocks(blocks, order, nlarge, size, 0, out_off);
+  uint64_t base = (total + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+  total = place_blocks(blocks, order + nlarge, nsmall, size, base, out_off);
+  for (int32_t k = nlarge + nsmall; k < n; ++k) { /* scalars: a unit each */
+    out_off[order[k]] = (total + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+    total = out_off[order[k]] + size[order[k]];
   }
   free(order);
   return total;
