@@ -128,10 +128,11 @@ def _unique_consecutive(self, return_inverse=False, return_counts=False, dim=Non
 
 
 def _unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
-    """unique_dim: the distinct slices along dim, in lexicographic order of their elements (as CPU
-    sorts them; NaN, which CPU's comparator leaves unordered, sorts above +inf here). The order comes
-    from stable sorts by each element of the slices, the last first; inverse maps every slice to its
-    unique one, counts are the run lengths."""
+    """unique_dim: the distinct slices along dim, in lexicographic order of their elements. The order
+    is CPU's: the kernel behind torch.ops.tpu._unique_dim_order performs CPU's std::sort with CPU's
+    comparator, so slices holding NaN (which that comparator leaves unordered) come out where CPU puts
+    them; runs of equal neighbours are merged (a slice with NaN equals none), inverse maps every slice
+    to its unique one, counts are the run lengths."""
     nd = self.dim()
     if nd == 0:
         raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
@@ -148,10 +149,7 @@ def _unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=Fals
     torch._check(zero_dims == 0,
                  lambda: "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
     rows = self.movedim(dim, 0).reshape(n, -1)
-    perm = torch.arange(n, **long)
-    for col in range(rows.shape[1] - 1, -1, -1):
-        key = rows[:, col].index_select(0, perm)
-        perm = perm.index_select(0, key.sort(stable=True).indices)
+    perm = torch.ops.tpu._unique_dim_order(rows)
     srt = rows.index_select(0, perm)
     mask = torch.ones(n, dtype=torch.bool, device=self.device)
     if n > 1:
