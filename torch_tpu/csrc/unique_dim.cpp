@@ -40,7 +40,8 @@ at::Tensor tpu_unique_dim_order(const at::Tensor& rows) {
 }  // namespace
 }  // namespace torch_tpu
 
-TORCH_LIBRARY(tpu, m) {
+// A fragment, so other files may add ops to the tpu namespace too.
+TORCH_LIBRARY_FRAGMENT(tpu, m) {
   m.def("_unique_dim_order(Tensor rows) -> Tensor");
 }
 
