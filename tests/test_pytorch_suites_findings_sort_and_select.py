@@ -83,3 +83,27 @@ def test_index_fill_cpu_index_refused_as_cuda_does(tpu, eager_mode):
     got = x.to(tpu).index_fill(0, idx.to(tpu), 1.0)
     assert torch.equal(got.cpu(), x.index_fill(0, idx, 1.0))
     assert torch.equal(x.to(tpu)[idx].cpu(), x[idx])
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unique_dim_wide_unsigned(dtype, tpu, eager_mode):
+    # CPU's unique_dim takes uint16/32/64 (uint64 ordered unsigned, above 2^63 too); tpu refused them
+    # (index_select has no wide-unsigned kernel; the slices now move by advanced indexing)
+    x = torch.tensor([[1, 2], [1, 2], [-5, 1], [2**14, 0], [-1, 3], [0, 1]])
+    x = x.view(torch.uint64).to(dtype) if dtype != torch.uint64 else x.view(torch.uint64)
+    for dim in (0, 1):
+        want = torch.unique(x, dim=dim, return_inverse=True, return_counts=True)
+        got = torch.unique(x.to(tpu), dim=dim, return_inverse=True, return_counts=True)
+        for g, w in zip(got, want):
+            assert torch.equal(g.cpu(), w)
+        assert got[0].stride() == want[0].stride()
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_unique_dim_complex_refused_as_cpu(dtype, tpu, eager_mode):
+    x = torch.ones(2, 2, dtype=dtype)
+    with pytest.raises(NotImplementedError) as cpu_err:
+        torch.unique(x, dim=0)
+    with pytest.raises(NotImplementedError) as tpu_err:
+        torch.unique(x.to(tpu), dim=0)
+    assert str(tpu_err.value) == str(cpu_err.value)

@@ -23,17 +23,23 @@ typedef struct ud_rows_t {
   int64_t m;     /* elements per row */
   size_t esz;    /* bytes per element */
   tpurt_dtype_t dtype;
-  bool is_int;
+  bool is_int, is_u64;
 } ud_rows_t;
 
 /* comp(a, b): row a < row b lexicographically, elements compared with < and >
- * in the row dtype (integers and bool exactly, floats in double, which holds
- * half, bfloat16, float and double exactly). */
+ * in the row dtype (integers and bool exactly, uint64 unsigned, floats in
+ * double, which holds half, bfloat16, float and double exactly). */
 static bool ud_less(const ud_rows_t* r, int64_t a, int64_t b) {
   const char* pa = r->data + (size_t)(a * r->m) * r->esz;
   const char* pb = r->data + (size_t)(b * r->m) * r->esz;
   for (int64_t i = 0; i < r->m; ++i) {
-    if (r->is_int) {
+    if (r->is_u64) {
+      uint64_t x, y;
+      memcpy(&x, pa + (size_t)i * 8, 8);
+      memcpy(&y, pb + (size_t)i * 8, 8);
+      if (x < y) return true;
+      if (x > y) return false;
+    } else if (r->is_int) {
       int64_t x = tpurt_dtype_load_i64(r->dtype, pa + (size_t)i * r->esz);
       int64_t y = tpurt_dtype_load_i64(r->dtype, pb + (size_t)i * r->esz);
       if (x < y) return true;
@@ -202,7 +208,8 @@ static tpurt_status_t unique_dim_order_impl(tpurt_kernel_ctx_t* ctx, const tpurt
   int64_t* v = (int64_t*)out->data;
   for (int64_t i = 0; i < n; ++i) v[i] = i;
   ud_rows_t r = {.data = (const char*)in->data, .m = in->sizes[1], .esz = tpurt_dtype_size(in->dtype),
-                 .dtype = in->dtype, .is_int = !tpurt_dtype_is_floating(in->dtype)};
+                 .dtype = in->dtype, .is_int = !tpurt_dtype_is_floating(in->dtype),
+                 .is_u64 = in->dtype == TPURT_DTYPE_UINT64};
   if (r.m == 0) return TPURT_OK; /* all rows equal: std::sort leaves them in place */
   ud_sort(&r, v, n);
   return TPURT_OK;
