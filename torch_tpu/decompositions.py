@@ -128,10 +128,14 @@ def _unique_consecutive(self, return_inverse=False, return_counts=False, dim=Non
 
 
 def _unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
-    """unique_dim: the distinct slices along dim, in lexicographic order of their elements (as CPU
-    sorts them; NaN, which CPU's comparator leaves unordered, sorts above +inf here). The order comes
-    from stable sorts by each element of the slices, the last first; inverse maps every slice to its
-    unique one, counts are the run lengths."""
+    """unique_dim: the distinct slices along dim, in lexicographic order of their elements. The order
+    is CPU's: the kernel behind torch.ops.tpu._unique_dim_order performs CPU's std::sort with CPU's
+    comparator, so slices holding NaN (which that comparator leaves unordered) come out where CPU puts
+    them; runs of equal neighbours are merged (a slice with NaN equals none), inverse maps every slice
+    to its unique one, counts are the run lengths."""
+    if self.is_complex():  # CPU's dispatch refuses complex first, before any other check
+        name = {torch.complex32: "ComplexHalf", torch.complex64: "ComplexFloat"}.get(self.dtype, "ComplexDouble")
+        raise NotImplementedError(f'"unique_dim" not implemented for \'{name}\'')
     nd = self.dim()
     if nd == 0:
         raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
@@ -148,15 +152,12 @@ def _unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=Fals
     torch._check(zero_dims == 0,
                  lambda: "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
     rows = self.movedim(dim, 0).reshape(n, -1)
-    perm = torch.arange(n, **long)
-    for col in range(rows.shape[1] - 1, -1, -1):
-        key = rows[:, col].index_select(0, perm)
-        perm = perm.index_select(0, key.sort(stable=True).indices)
-    srt = rows.index_select(0, perm)
+    perm = torch.ops.tpu._unique_dim_order(rows)
+    srt = rows[perm]  # advanced indexing: it moves uint16/32/64 too, which index_select does not
     mask = torch.ones(n, dtype=torch.bool, device=self.device)
     if n > 1:
         mask[1:] = (srt[1:] != srt[:-1]).any(1)
-    out = self.index_select(dim, perm[mask])
+    out = self.movedim(dim, 0)[perm[mask]].movedim(0, dim)  # CPU's layout: the slices stacked, moved to dim
     inverse = torch.empty(0, **long)
     if return_inverse:
         inverse = torch.empty(n, **long)

@@ -96,7 +96,10 @@ static tpurt_status_t fft_parse(const tpurt_op_call_t* call, const char* op, fft
   if (c->out->ndim != c->self->ndim)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: output has %d dims, input %d", op, c->out->ndim, c->self->ndim);
   int32_t ndim = c->self->ndim;
-  if (nd < 1 || nd > ndim) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected 1 to %d dims, got %d", op, ndim, nd);
+  /* _fft_c2c over no dims is a copy (ATen's CPU and CUDA kernels return self.clone()) */
+  int32_t min_nd = strcmp(op, "_fft_c2c") == 0 ? 0 : 1;
+  if (nd < min_nd || nd > ndim)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected %d to %d dims, got %d", op, min_nd, ndim, nd);
   c->nd = nd;
   for (int i = 0; i < nd; ++i) {
     int64_t d = dims[i];
@@ -172,6 +175,22 @@ static tpurt_status_t fft_c2c_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
     return TPURT_STATUS(INVALID_ARGUMENT, "_fft_c2c: expected a complex input and output of one dtype, and forward");
   c.f64 = c.self->dtype == TPURT_DTYPE_COMPLEX128;
   if (tpurt_tensor_numel(c.out) == 0) return TPURT_OK;
+  if (c.nd == 0) { /* no transform: out = self, element by element in any layout */
+    if (tpurt_tensor_numel(c.self) != tpurt_tensor_numel(c.out))
+      return TPURT_STATUS(INVALID_ARGUMENT, "_fft_c2c: input and output sizes differ");
+    size_t es = tpurt_dtype_size(c.out->dtype);
+    for (int64_t i = 0, n = tpurt_tensor_numel(c.out); i < n; ++i) {
+      int64_t rem = i, so = 0, oo = 0;
+      for (int d = c.out->ndim - 1; d >= 0; --d) {
+        int64_t p = rem % c.out->sizes[d];
+        rem /= c.out->sizes[d];
+        so += p * c.self->strides[d];
+        oo += p * c.out->strides[d];
+      }
+      memcpy((char*)c.out->data + oo * (int64_t)es, (const char*)c.self->data + so * (int64_t)es, es);
+    }
+    return TPURT_OK;
+  }
   bool forward = tpurt_arg_bool(call, 3, true);
   return fft_c2c_passes(ctx, &c, c.self, c.out, 0, c.nd, !forward, fft_scale(c.norm, c.self, &c), reference);
 }

@@ -42,7 +42,7 @@
   X("tril", tril, TPURT_OP_ALIAS_SAFE, INDEX_DT_ANY) \
   X("triu", triu, TPURT_OP_ALIAS_SAFE, INDEX_DT_ANY) \
   X("repeat_interleave", repeat_interleave, 0, INDEX_DT_ANY) \
-  X("unfold_backward", unfold_backward, 0, INDEX_DT_ANY) \
+  X("unfold_backward", unfold_backward, TPURT_OP_COMPLEX, INDEX_DT_ANY | TPURT_DTYPES_COMPLEX) \
   X("arange", arange, 0, INDEX_DT_ANY) \
   X("range", range, 0, INDEX_DT_ANY) \
   X("linspace", linspace, 0, INDEX_DT_ANY) \

@@ -399,12 +399,39 @@ static void unfold_fibers(void* user, int64_t begin, int64_t end, int tid) {
   }
 }
 
+static tpurt_status_t unfold_backward_run(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* g, const tpurt_tensor_t* out,
+                                          int64_t dim_arg, int64_t size, int64_t step, bool reference);
+
+/* A complex tensor's real (part 0) or imaginary (part 1) components as a real tensor of the same shape. */
+static tpurt_tensor_t unfold_cx_part(const tpurt_tensor_t* t, int part) {
+  tpurt_tensor_t v = *t;
+  v.dtype = t->dtype == TPURT_DTYPE_COMPLEX64 ? TPURT_DTYPE_FLOAT32 : TPURT_DTYPE_FLOAT64;
+  for (int d = 0; d < t->ndim; ++d) v.strides[d] = t->strides[d] * 2;
+  v.data = (char*)t->data + (size_t)part * tpurt_dtype_size(v.dtype);
+  return v;
+}
+
 static tpurt_status_t unfold_backward_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, bool reference) {
   TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 5, 1));
   const tpurt_tensor_t* g = tpurt_arg_tensor(call, 0);
   const tpurt_tensor_t* out = &call->outputs[0];
   if (!g) return TPURT_STATUS(INVALID_ARGUMENT, "unfold_backward: grad_in must be a tensor");
-  int64_t size = tpurt_arg_int(call, 3, 1), step = tpurt_arg_int(call, 4, 1);
+  int64_t size = tpurt_arg_int(call, 3, 1), step = tpurt_arg_int(call, 4, 1), dim_arg = tpurt_arg_int(call, 2, 0);
+  if (tpurt_dtype_is_complex(g->dtype) || tpurt_dtype_is_complex(out->dtype)) {
+    /* a sum of windows: the real and the imaginary parts each on their own (as CPU adds them) */
+    if (g->dtype != out->dtype || (g->dtype != TPURT_DTYPE_COMPLEX64 && g->dtype != TPURT_DTYPE_COMPLEX128))
+      return TPURT_STATUS(UNIMPLEMENTED, "unfold_backward: dtype %s", tpurt_dtype_name(g->dtype));
+    for (int part = 0; part < 2; ++part) {
+      tpurt_tensor_t gp = unfold_cx_part(g, part), op = unfold_cx_part(out, part);
+      TPURT_RETURN_IF_ERROR(unfold_backward_run(ctx, &gp, &op, dim_arg, size, step, reference));
+    }
+    return TPURT_OK;
+  }
+  return unfold_backward_run(ctx, g, out, dim_arg, size, step, reference);
+}
+
+static tpurt_status_t unfold_backward_run(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* g, const tpurt_tensor_t* out,
+                                          int64_t dim_arg, int64_t size, int64_t step, bool reference) {
   tpurt_tensor_t out1, g1;
   if (out->ndim == 0 && g->ndim == 1) {
     /* A 0-d input unfolds as if it were 1-d of size 1 (as CPU): grad [size] -> [1, size]. */
@@ -424,7 +451,7 @@ static tpurt_status_t unfold_backward_impl(tpurt_kernel_ctx_t* ctx, const tpurt_
   if (out->ndim == 0 || g->ndim != out->ndim + 1 || out->dtype != g->dtype || step <= 0)
     return TPURT_STATUS(UNIMPLEMENTED, "unfold_backward: %d-d input (needs >= 1-d, grad one dim more)", out->ndim);
   int32_t dim;
-  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("unfold_backward", tpurt_arg_int(call, 2, 0), out->ndim, &dim));
+  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("unfold_backward", dim_arg, out->ndim, &dim));
   unsigned char zero[8] = {0};
   tpurt_index_fill(ctx, out, zero);
   unfold_job_t j = {g, out, dim, size, step, g->sizes[dim], tpurt_index_accum_fn(g->dtype, TPURT_INDEX_RED_SUM), 0, {0}};

@@ -26,7 +26,8 @@
 #define TPURT_REDUCE_KERNELS(X) \
   X(sum) X(nansum) X(mean) X(prod) X(amax) X(amin) X(max) X(min) X(argmax) X(argmin) X(all) X(any) \
   X(count_nonzero) X(var) X(std) X(var_mean) X(std_mean) X(linalg_vector_norm) X(norm) X(logsumexp) \
-  X(aminmax) X(cumsum) X(cumprod) X(logcumsumexp) X(sort) X(topk) X(kthvalue) X(median) X(nanmedian) X(mode) X(cummax_helper) X(cummin_helper) X(trace) X(renorm) X(hash_tensor)
+  X(aminmax) X(cumsum) X(cumprod) X(logcumsumexp) X(sort) X(topk) X(kthvalue) X(median) X(nanmedian) X(mode) X(cummax_helper) X(cummin_helper) X(trace) X(renorm) X(hash_tensor) \
+  X(unique_dim_order)
 
 #define TPURT_NORM_KERNELS(X) \
   X(softmax) X(log_softmax) X(softmax_backward_data) X(log_softmax_backward_data) \

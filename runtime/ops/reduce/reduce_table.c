@@ -56,5 +56,7 @@ const tpurt_op_def_t tpurt_ops_reduce[] = {
     OP("trace", trace, REDUCE_DT_ANY),
     OP("renorm", renorm, REDUCE_DT_FLOAT),
     OP("hash_tensor", hash_tensor, REDUCE_DT_SUM),
+    /* not an aten op: the slice order of unique_dim (unique_dim.c), called by torch.ops.tpu._unique_dim_order */
+    OP("_tpu_unique_dim_order", unique_dim_order, REDUCE_DT_SUM),
     TPURT_OP_TABLE_END,
 };
