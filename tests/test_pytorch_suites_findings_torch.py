@@ -178,3 +178,76 @@ def test_expanded_self_warns_as_cpu(tpu, eager_mode):
     z = torch.zeros(6, device=tpu)
     assert not _warns_expanded(lambda: z.index_put_((torch.tensor([1], device=tpu),), torch.ones(1, device=tpu)))
     assert not _warns_expanded(lambda: z.masked_fill_(z > 0, 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_scatter_reduce(dtype, tpu, eager_mode):
+    # test_torch.test_scatter_reduce_*: scatter_ (src, value, reduce add/multiply) had no complex kernel
+    torch.manual_seed(0)
+    index = torch.tensor([[1, 0], [2, 1]])
+    src = torch.randn(2, 2, dtype=dtype)
+    for reduce in (None, "add", "multiply"):
+        for value in (src, 2, 1.5 - 0.5j):
+            x = torch.randn(4, 3, dtype=dtype)
+            kw = {} if reduce is None else {"reduce": reduce}
+            got = x.to(tpu)
+            got.scatter_(0, index.to(tpu), value.to(tpu) if isinstance(value, torch.Tensor) else value, **kw)
+            want = x.clone().scatter_(0, index, value, **kw)
+            torch.testing.assert_close(got.cpu(), want)
+            # along dim 1, non-contiguous self, out of place
+            got = torch.scatter(x.t().to(tpu), 1, index.to(tpu), src.to(tpu), **kw).cpu()
+            torch.testing.assert_close(got, torch.scatter(x.t(), 1, index, src, **kw))
+    # non-unique index: products accumulate in index order, as CPU
+    x = torch.full((2, 2), 2 + 1j, dtype=dtype)
+    s = torch.full((2, 2), 1 - 2j, dtype=dtype)
+    z = torch.zeros(2, 2, dtype=torch.long)
+    got = x.to(tpu).scatter_(0, z.to(tpu), s.to(tpu), reduce="multiply").cpu()
+    torch.testing.assert_close(got, x.clone().scatter_(0, z, s, reduce="multiply"))
+    bad = torch.tensor([[4, 0]])
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.randn(4, 3, dtype=dtype, device=tpu).scatter_(0, bad.to(tpu), src[:1].to(tpu), reduce="add")
+        torch.tpu.synchronize()
+
+
+def test_masked_scatter_mask_must_broadcast_to_self(tpu, eager_mode):
+    # test_torch.test_broadcast (masked_scatter): an in-place masked_scatter_ whose mask does not
+    # broadcast to self raised only at the next sync; CPU raises at the call
+    for d in ("cpu", tpu):
+        small = torch.randn(3, 1, device=d)
+        mask = torch.rand(3, 4, device=d) < 0.5
+        with pytest.raises(RuntimeError, match="expanded size"):
+            small.masked_scatter_(mask, torch.randn(12, device=d))
+    x = torch.zeros(3, 4, device=tpu)
+    m = torch.tensor([True, False, True, False], device=tpu)
+    src = torch.arange(12.)
+    assert torch.equal(x.masked_scatter_(m, src.to(tpu)).cpu(), torch.zeros(3, 4).masked_scatter_(m.cpu(), src))
+
+
+def test_grid_sampler_shape_errors_at_call(tpu, eager_mode):
+    # test_torch.test_invalid_shapes_grid_sampler: grid_sampler_2d/3d on mismatched shapes raised a
+    # ValueError from PyTorch's Python meta function; CPU's checks raise RuntimeError with its words
+    for ins, grid in (((5, 5, 5, 5, 5), (1, 1, 1, 4, 4)), ((5, 5, 5, 5), (1, 1, 4, 4)), ((2, 3, 4, 4), (2, 4, 4, 3)),
+                      ((2, 3, 4, 4, 4), (2, 4, 4, 4, 2))):
+        for fn in (torch.grid_sampler_2d, torch.grid_sampler_3d):
+            msgs = []
+            for d in ("cpu", tpu):
+                a = torch.randn(ins, device=d, dtype=torch.float64)
+                g = torch.rand(grid, device=d, dtype=torch.float64) * 2 - 1
+                with pytest.raises(RuntimeError) as e:
+                    fn(a, g, 0, 0, True)
+                msgs.append(str(e.value).splitlines()[0])
+            assert msgs[0] == msgs[1]
+
+
+def test_logcumsumexp_out(tpu, eager_mode):
+    # test_torch.test_logcumsumexp: logcumsumexp(out=) had no output shapes (no meta for
+    # _logcumsumexp.out); a wrongly typed out= raises CPU's error
+    b = torch.randn(5, 2)
+    out = torch.zeros(5, 2, device=tpu)
+    torch.logcumsumexp(b.to(tpu), -1, out=out)
+    torch.testing.assert_close(out.cpu(), torch.logcumsumexp(b, -1))
+    out = torch.empty(0, device=tpu)
+    torch.logcumsumexp(b.to(tpu), 0, out=out)
+    torch.testing.assert_close(out.cpu(), torch.logcumsumexp(b, 0))
+    with pytest.raises(RuntimeError, match="expected scalar_type Double but found Float"):
+        torch.logcumsumexp(b.double().to(tpu), -1, out=torch.zeros(5, 2, device=tpu))

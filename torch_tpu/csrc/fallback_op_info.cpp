@@ -109,7 +109,7 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   if (full_name == "aten::convolution_overrideable") return OpInfo::MetaVia::kConvolution;
   if (full_name == "aten::convolution_backward_overrideable") return OpInfo::MetaVia::kConvolutionBackward;
   // output = empty_like(self)
-  if (full_name == "aten::_logcumsumexp") return OpInfo::MetaVia::kLikeSelf;
+  if (full_name == "aten::_logcumsumexp" || full_name == "aten::_logcumsumexp.out") return OpInfo::MetaVia::kLikeSelf;
   // grad_input = empty_like(self), self the second argument (no meta function in 2.13)
   if (full_name == "aten::fractional_max_pool3d_backward") return OpInfo::MetaVia::kLikeInput;
   // native_layer_norm's meta is a Python decomposition (torch._refs), ~10 ms per new shape
