@@ -251,3 +251,20 @@ def test_logcumsumexp_out(tpu, eager_mode):
     torch.testing.assert_close(out.cpu(), torch.logcumsumexp(b, 0))
     with pytest.raises(RuntimeError, match="expected scalar_type Double but found Float"):
         torch.logcumsumexp(b.double().to(tpu), -1, out=torch.zeros(5, 2, device=tpu))
+
+
+def test_elementwise_layout_of_ambiguous_channels_last(tpu, eager_mode):
+    # test_torch.test_memory_format_propagation_rules: a channels-last (N, C, 1, 1) tensor is contiguous
+    # too; the unboxed add/mul front gave its results contiguous strides where CPU's TensorIterator keeps
+    # its strides when it broadcasts or meets a number
+    for mf in (torch.channels_last, torch.contiguous_format):
+        a = torch.rand(10, 3, 1, 1).to(memory_format=mf)
+        bias = torch.rand(3, 1, 1)
+        for fn in (lambda x, b: x + b, lambda x, b: b + x, lambda x, b: x * 5, lambda x, b: x + x,
+                   lambda x, b: x - b, lambda x, b: x / 2):
+            got = fn(a.to(tpu), bias.to(tpu))
+            want = fn(a, bias)
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got.cpu(), want)
+    s = torch.rand(4, 6)[:, 2:3]  # a slice: contiguous, its size-1 dim's stride is 1
+    assert (s.to(tpu) * 2).stride() == (s * 2).stride()
