@@ -151,6 +151,20 @@ def _accept_older_files(common_utils):
     from torch.testing._internal import common_methods_invocations as cmi
     if not hasattr(cmi, "binary_ufuncs_and_refs"):
         cmi.binary_ufuncs_and_refs = cmi.binary_ufuncs
+    # Older files import `skipIfMps` (skips a test where MPS is the backend; 2.13 has skipMPS for
+    # device classes) and `tf32_is_not_fp32` (whether a CUDA GPU computes fp32 matmuls in TF32).
+    # Neither MPS nor CUDA is here, so the first skips nothing and the second is False.
+    import torch
+    import unittest
+    if not hasattr(common_utils, "skipIfMps"):
+        def skip_if_mps(fn):
+            if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+                return unittest.skip("test doesn't currently work with MPS")(fn)
+            return fn
+        common_utils.skipIfMps = skip_if_mps
+    from torch.testing._internal import common_cuda
+    if not hasattr(common_cuda, "tf32_is_not_fp32"):
+        common_cuda.tf32_is_not_fp32 = lambda: False
 
 
 def _cause(etype, e):
@@ -413,7 +427,7 @@ def main(argv=None):
             ap.error(f"{p} does not exist (is --pytorch-src a PyTorch source tree?)")
         paths.append(p)
     known = load_known_failures()
-    out = pathlib.Path(args.out)
+    out = pathlib.Path(args.out).resolve()  # the children chdir into the test directory
     rows = []
     cpu_cache = {}
     for mode in modes:

@@ -8,6 +8,8 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/all.h>
 #include <ATen/ops/as_strided_native.h>
@@ -238,6 +240,18 @@ void submit_device_copy(const at::TensorBase& dst_base, const at::TensorBase& sr
 
 namespace {
 
+// torch.use_deterministic_algorithms(True) with fill_uninitialized_memory (the default): as on CPU
+// and CUDA, new tensors and the bytes a resize adds read NaN (floating, complex) or the dtype's
+// maximum (integers, bool) instead of whatever the allocator left there.
+bool deterministic_fill() {
+  return at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory();
+}
+
+at::Tensor fill_if_deterministic(at::Tensor& t) {
+  if (C10_UNLIKELY(deterministic_fill()) && t.numel() > 0) at::native::fill_empty_deterministic_(t);
+  return t;
+}
+
 c10::Device tpu_device_or_current(std::optional<c10::Device> device) {
   c10::Device d = device.value_or(c10::Device(kTpu, current_device_index()));
   TORCH_CHECK(d.type() == kTpu, "expected a tpu device, got ", d);
@@ -252,8 +266,9 @@ at::Tensor tpu_empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype
               "tpu tensors support only the strided layout, got ", c10::layout_or_default(layout));
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "only CPU tensors can be pinned");
   DeviceScope scope(d.index());
-  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   c10::dtype_or_default(dtype), memory_format);
+  at::Tensor t = at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype), memory_format);
+  return fill_if_deterministic(t);
 }
 
 at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
@@ -264,9 +279,10 @@ at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std
               "tpu tensors support only the strided layout, got ", c10::layout_or_default(layout));
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "only CPU tensors can be pinned");
   DeviceScope scope(d.index());
-  return at::detail::empty_strided_generic(size, stride, device_allocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           c10::dtype_or_default(dtype));
+  at::Tensor t = at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                   c10::dtype_or_default(dtype));
+  return fill_if_deterministic(t);
 }
 
 at::Tensor tpu_as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -306,7 +322,10 @@ const at::Tensor& tpu_resize_(const at::Tensor& self, c10::IntArrayRef size,
                               std::optional<c10::MemoryFormat> memory_format) {
   for (int64_t s : size) TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
   DeviceScope scope(self.device().index());
+  const c10::Storage& st = self.unsafeGetTensorImpl()->unsafe_storage();
+  int64_t old_nbytes = st ? static_cast<int64_t>(st.nbytes()) : 0;
   resize_impl(self.unsafeGetTensorImpl(), size, std::nullopt);
+  if (C10_UNLIKELY(deterministic_fill())) at::native::fill_resize_deterministic_(self, old_nbytes);
   if (memory_format) {
     TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format ", *memory_format);
     self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);

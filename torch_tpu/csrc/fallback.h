@@ -57,6 +57,7 @@ struct OpInfo {
   std::vector<bool> arg_written; // out= arguments and self of an in-place op
   bool refuse_overlap = false;   // CPU refuses a written tensor whose elements share memory
   bool refuse_alias = false;     // ... any overlap of a written tensor with an input (else only a partial one)
+  const char* warn_overlap = nullptr;  // CPU warns (this message) instead of refusing a self whose elements share memory
   std::vector<RetInfo> rets;
   bool all_views = false;     // a view op: metadata only, no kernel
   bool unsupported_ret = false;

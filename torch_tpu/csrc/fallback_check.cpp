@@ -122,14 +122,20 @@ void check_written_overlap(const Call& c) {
   const OpInfo& info = c.info;
   auto each_tensor = [](const c10::IValue& v, const auto& fn) {
     if (v.isTensor()) fn(v.toTensor());
-    else if (v.isTensorList())
-      for (const c10::IValue& e : v.toListRef()) fn(e.toTensor());
+    else if (v.isTensorList() || v.isList())  // a list of optional tensors too (index_put_'s indices)
+      for (const c10::IValue& e : v.toListRef())
+        if (e.isTensor()) fn(e.toTensor());
   };
   for (size_t i = 0; i < info.num_args; ++i) {
     if (!info.arg_written[i]) continue;
     const c10::IValue& v = c.arg(i);
     each_tensor(v, [&](const at::Tensor& w) {
-      TORCH_CHECK(!w.defined() || at::has_internal_overlap(w) != at::MemOverlap::Yes, kShared);
+      if (!w.defined() || at::has_internal_overlap(w) != at::MemOverlap::Yes) return;
+      if (info.warn_overlap) {
+        TORCH_WARN(info.warn_overlap);
+      } else {
+        TORCH_CHECK(false, kShared);
+      }
     });
     if (!v.isTensor() || !v.toTensor().defined()) continue;
     const at::Tensor& w = v.toTensor();
@@ -248,7 +254,7 @@ Checked check_call(const Call& c) {
                              complex_type == c10::ScalarType::Undefined && c10::isComplexType(k.first_dtype)
                          ? c10::toRealValueType(k.first_dtype)  // only a complex out=: a real temporary
                          : k.first_dtype);
-  if (info.refuse_overlap) check_written_overlap(c);
+  if (info.refuse_overlap || info.warn_overlap) check_written_overlap(c);
   if (TPURT_UNLIKELY(info.precheck != nullptr)) info.precheck(c);
   return k;
 }

@@ -30,12 +30,26 @@ bool integral(c10::ScalarType t) {
   return t == c10::kLong || t == c10::kInt || t == c10::kShort || t == c10::kChar || t == c10::kByte;
 }
 
+// Whether a contiguous tensor's size-1 dims have the strides a contiguous tensor of its shape gets: an
+// ambiguous one (a channels-last (N, C, 1, 1), a slice) is contiguous too, but TensorIterator lays a
+// result out after its strides where it broadcasts or meets a number, so those take the boxed path.
+inline bool size1_strides_canonical(const c10::TensorImpl* impl) {
+  c10::IntArrayRef sizes = impl->sizes(), strides = impl->strides();
+  int64_t expect = 1;
+  for (int64_t d = impl->dim() - 1; d >= 0; --d) {
+    if (sizes[d] == 1 && strides[d] != expect) return false;
+    expect *= std::max<int64_t>(sizes[d], 1);
+  }
+  return true;
+}
+
 // A dense tpu tensor the kernel can take as it is.
 inline bool plain(const at::Tensor& t, c10::DeviceIndex device) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   return t.defined() && impl->device_type() == kTpu && impl->device().index() == device &&
          impl->layout() == c10::kStrided && impl->is_contiguous() && !impl->is_neg() &&
-         impl->storage().data() != nullptr && impl->dim() <= TPURT_MAX_DIMS;  // more: folded by the boxed path
+         impl->storage().data() != nullptr && impl->dim() <= TPURT_MAX_DIMS &&  // more: folded by the boxed path
+         size1_strides_canonical(impl);
 }
 
 // A Python number (a wrapped 0-d CPU tensor) as a kernel argument, when the

@@ -109,7 +109,7 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
   if (full_name == "aten::convolution_overrideable") return OpInfo::MetaVia::kConvolution;
   if (full_name == "aten::convolution_backward_overrideable") return OpInfo::MetaVia::kConvolutionBackward;
   // output = empty_like(self)
-  if (full_name == "aten::_logcumsumexp") return OpInfo::MetaVia::kLikeSelf;
+  if (full_name == "aten::_logcumsumexp" || full_name == "aten::_logcumsumexp.out") return OpInfo::MetaVia::kLikeSelf;
   // grad_input = empty_like(self), self the second argument (no meta function in 2.13)
   if (full_name == "aten::fractional_max_pool3d_backward") return OpInfo::MetaVia::kLikeInput;
   // native_layer_norm's meta is a Python decomposition (torch._refs), ~10 ms per new shape
@@ -160,6 +160,22 @@ void overlap_rules(const std::string& base, OpInfo* info) {
   static const char* const kRefuseAlias[] = {"cat", "gather", "index_select", "take", "kthvalue"};
   for (const char* n : kRefuseAlias)
     if (base == n) info->refuse_alias = info->refuse_overlap = true;
+  // masked_fill_, index_fill_ and index_put_ on an expanded self: CPU warns that it is deprecated and
+  // writes it; it still refuses a mask that partially overlaps self, and (index_fill_, index_put_) an
+  // index or value tensor that overlaps it at all.
+  static const char* const kTail =
+      " on expanded tensors is deprecated. Please clone() the tensor before performing this operation. "
+      "This also applies to advanced indexing e.g. tensor[";
+  static const std::string masked_fill = std::string("Use of masked_fill_") + kTail + "mask] = scalar";
+  static const std::string index_fill = std::string("Use of index_fill_") + kTail + "indices] = tensor";
+  static const std::string index_put = std::string("Use of index_put_") + kTail + "indices] = tensor";
+  if (base == "masked_fill") info->warn_overlap = masked_fill.c_str();
+  if (base == "index_fill") info->warn_overlap = index_fill.c_str();
+  if (base == "index_put" || base == "_index_put_impl") info->warn_overlap = index_put.c_str();
+  if (info->warn_overlap) {
+    info->refuse_overlap = false;
+    info->refuse_alias = base != "masked_fill";
+  }
 }
 
 std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {

@@ -333,6 +333,21 @@ void cpu_refusal(const c10::OperatorHandle& op, at::ArrayRef<c10::IValue> args) 
 }
 
 // strict: an error of ATen's C++ meta function stands (no retry with the Python one).
+// Switches deterministic-algorithm alerts off for its scope (restoring warn_only after).
+struct NoDeterminismAlerts {
+  bool on, warn_only;
+  NoDeterminismAlerts()
+      : on(at::globalContext().deterministicAlgorithms()),
+        warn_only(at::globalContext().deterministicAlgorithmsWarnOnly()) {
+    if (on) at::globalContext().setDeterministicAlgorithms(false, false);
+  }
+  ~NoDeterminismAlerts() {
+    if (on) at::globalContext().setDeterministicAlgorithms(true, warn_only);
+  }
+  NoDeterminismAlerts(const NoDeterminismAlerts&) = delete;
+  NoDeterminismAlerts& operator=(const NoDeterminismAlerts&) = delete;
+};
+
 std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo& info,
                                     at::ArrayRef<c10::IValue> args, bool strict = false) {
   if (info.meta_via == OpInfo::MetaVia::kGeqrf) return geqrf_layouts(args[0].toTensor());
@@ -340,6 +355,10 @@ std::shared_ptr<MetaEntry> run_meta(const c10::OperatorHandle& op, const OpInfo&
   if (info.meta_via == OpInfo::MetaVia::kLikeInput && args.size() > 1 && args[1].isTensor())
     return like_self_layouts(info, args[1].toTensor());
   if (info.meta_via == OpInfo::MetaVia::kLayerNorm) return layer_norm_layouts(args);
+  // PyTorch's Python meta functions take a Meta tensor for a CUDA one (device_hint), so with
+  // deterministic algorithms on they would raise CUDA's alerts (median, histc, ...) for a tpu op;
+  // shapes never depend on it, and the tpu's own alerts are raised at the call (fallback_precheck).
+  NoDeterminismAlerts no_alerts;
   torch::jit::Stack meta_stack;
   meta_stack.reserve(args.size() + 1);
   // A Generator goes to meta as None: it never changes a shape, and some of PyTorch's Python meta

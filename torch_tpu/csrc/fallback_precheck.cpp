@@ -4,6 +4,7 @@
 // and Python scalars only, so it raises at the call in every eager mode, with
 // CPU's exception type and words.
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/DistributionTemplates.h>
 
 #include "fallback.h"
@@ -319,6 +320,48 @@ void mm_same_dtype(const Call& c) {
               a.scalar_type(), " != ", b.scalar_type());
 }
 
+// put_(self, index, source, accumulate=False): CPU's alert where deterministic algorithms are asked
+// for (without accumulate, duplicate indices land in an unspecified order) and its overlap checks:
+// self may not share memory between its elements, nor with index or source at all.
+void put_checks(const Call& c) {
+  if (c.info.num_args < 3 || !c.arg(0).isTensor() || !c.arg(1).isTensor() || !c.arg(2).isTensor()) return;
+  bool acc = c.info.num_args > 3 && c.arg(3).isBool() && c.arg(3).toBool();
+  if (!acc) at::globalContext().alertNotDeterministic("put_");
+  const at::Tensor& self = c.arg(0).toTensor();
+  at::assert_no_internal_overlap(self);
+  at::assert_no_overlap(self, c.arg(1).toTensor());
+  at::assert_no_overlap(self, c.arg(2).toTensor());
+}
+
+// masked_scatter_(self, mask, source): the mask broadcasts to self, or CPU's expand error at the call
+// (the kernel would find it only when it runs).
+void masked_scatter_mask_shape(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isTensor()) return;
+  const at::Tensor& self = c.arg(0).toTensor();
+  const at::Tensor& mask = c.arg(1).toTensor();
+  if (mask.sizes() != self.sizes()) (void)mask.expand(self.sizes());
+}
+
+// grid_sampler_2d / _3d (input, grid, ...): CPU's argument checks (check_grid_sampler_common and the
+// 2-d/3-d ones), which PyTorch's meta function (a Python decomposition) does not make.
+void grid_sampler_shapes(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isTensor()) return;
+  const at::Tensor& input = c.arg(0).toTensor();
+  const at::Tensor& grid = c.arg(1).toTensor();
+  TORCH_CHECK(input.dim() >= 1 && grid.dim() >= 1 && input.size(0) == grid.size(0),
+              "grid_sampler(): expected grid and input to have same batch size, but got input with sizes ",
+              input.sizes(), " and grid with sizes ", grid.sizes());
+  TORCH_CHECK(grid.size(-1) == input.dim() - 2, "grid_sampler(): expected grid to have size ", input.dim() - 2,
+              " in last dimension, but got grid with sizes ", grid.sizes());
+  for (int64_t i = 2; i < input.dim(); ++i)
+    TORCH_CHECK(input.size(i) > 0, "grid_sampler(): expected input to have non-empty spatial dimensions, but input has ",
+                "sizes ", input.sizes(), " with dimension ", i, " being empty");
+  int64_t nd = c.info.base == "grid_sampler_3d" ? 5 : 4;
+  TORCH_CHECK(input.dim() == nd && input.dim() == grid.dim(), "grid_sampler(): expected ", nd,
+              "D input and grid with same number of dimensions, but got input with sizes ", input.sizes(),
+              " and grid with sizes ", grid.sizes());
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -355,6 +398,9 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
       full_name == "aten::nll_loss2d_forward" || full_name == "aten::nll_loss2d_forward.output")
     return nll_loss_weight_dtype;
   if (full_name == "aten::mm" || full_name == "aten::mm.out") return mm_same_dtype;
+  if (full_name == "aten::put_") return put_checks;
+  if (full_name == "aten::grid_sampler_2d" || full_name == "aten::grid_sampler_3d") return grid_sampler_shapes;
+  if (full_name == "aten::masked_scatter_") return masked_scatter_mask_shape;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
     return div_mode_unsigned;
   return nullptr;

@@ -485,7 +485,14 @@ static tpurt_status_t cx_addc(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
     if (!ins[k]) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected (self, tensor1, tensor2, value)", op);
   }
   cx_user_t u = {.alpha_re = 1.0};
-  u.alpha_re = tpurt_arg_double(call, 3, 1.0);
+  const tpurt_tensor_t* v = tpurt_arg_tensor(call, 3); /* a complex value arrives as a 0-d tensor */
+  if (v) {
+    u.alpha_re = tpurt_dtype_load_f64(v->dtype, v->data);
+    if (v->dtype == TPURT_DTYPE_COMPLEX64) u.alpha_im = ((const float*)v->data)[1];
+    if (v->dtype == TPURT_DTYPE_COMPLEX128) u.alpha_im = ((const double*)v->data)[1];
+  } else {
+    u.alpha_re = tpurt_arg_double(call, 3, 1.0);
+  }
   return cx_run(ctx, op, call->outputs[0].dtype, &call->outputs[0], 3, ins, f, dl, &u);
 }
 /* lerp(self, end, weight): weight a Scalar (lerp.Scalar) or a tensor (lerp.Tensor) */

@@ -5,9 +5,11 @@
  * pairs, an extra trailing dim of 2, which only ops whose dims never reach
  * the last one accept (cat, flip, roll, index_select, index_copy: their dim arguments are
  * wrapped against the complex tensor's own dims first; index: its index tensors never reach it). */
+#include <inttypes.h>
 #include <string.h>
 
 #include "ops/args.h"
+#include "ops/index/index_common.h"
 #include "ops/index/index_kernels.h"
 
 /* The views live in kernel scratch, sized for the call: a tensor list may be of any length. */
@@ -234,6 +236,169 @@ static tpurt_status_t cxi_r_index_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_c
   return cxi_index_fill(ctx, call, true);
 }
 
+/* Ops that move or add elements one for one: the real kernel run twice, on the real parts then on the
+ * imaginary parts (each a float32/float64 view with the complex tensor's dims and twice its strides).
+ * Moving and summing complex numbers is moving and summing their parts, so put_ (accumulate or not),
+ * masked_scatter and take of both complex dtypes are the real kernels' results, part by part. Every
+ * complex tensor of the call must have the output's dtype (CPU requires that of these ops). */
+static tpurt_tensor_t cxi_part_any(const tpurt_tensor_t* t, int part) {
+  if (t->dtype == TPURT_DTYPE_COMPLEX128) return cxi_part(t, part);
+  tpurt_tensor_t v = *t;
+  v.dtype = TPURT_DTYPE_FLOAT32;
+  v.data = (char*)t->data + part * sizeof(float);
+  for (int32_t k = 0; k < t->ndim; ++k) v.strides[k] = 2 * t->strides[k];
+  return v;
+}
+
+static tpurt_status_t cxi_by_parts(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const char* kernel,
+                                   bool reference) {
+  const tpurt_op_def_t* def = tpurt_op_lookup(kernel);
+  if (!def || call->num_outputs != 1 || call->num_args > 8)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: unexpected call for complex tensors", kernel);
+  tpurt_dtype_t cd = call->outputs[0].dtype;
+  if (!tpurt_dtype_is_complex(cd)) return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected a complex output", kernel);
+  for (int i = 0; i < call->num_args; ++i) {
+    const tpurt_tensor_t* t = call->args[i].kind == TPURT_ARG_TENSOR ? call->args[i].v.tensor : NULL;
+    if (t && tpurt_dtype_is_complex(t->dtype) && t->dtype != cd)
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected every complex tensor to be %s, got %s", kernel,
+                          tpurt_dtype_name(cd), tpurt_dtype_name(t->dtype));
+    if (t && !tpurt_dtype_is_complex(t->dtype) && i != 1) /* arg 1: the index or mask */
+      return TPURT_STATUS(INVALID_ARGUMENT, "%s: expected %s data, got %s", kernel, tpurt_dtype_name(cd),
+                          tpurt_dtype_name(t->dtype));
+  }
+  for (int part = 0; part < 2; ++part) {
+    tpurt_arg_t args[8];
+    tpurt_tensor_t views[8];
+    for (int i = 0; i < call->num_args; ++i) {
+      args[i] = call->args[i];
+      const tpurt_tensor_t* t = args[i].kind == TPURT_ARG_TENSOR ? args[i].v.tensor : NULL;
+      if (t && tpurt_dtype_is_complex(t->dtype)) {
+        views[i] = cxi_part_any(t, part);
+        args[i].v.tensor = &views[i];
+      }
+    }
+    tpurt_tensor_t out = cxi_part_any(&call->outputs[0], part);
+    tpurt_op_call_t rc = *call;
+    rc.args = args;
+    rc.outputs = &out;
+    TPURT_RETURN_IF_ERROR((reference ? def->reference : def->fn)(ctx, &rc));
+  }
+  return TPURT_OK;
+}
+#define CXI_PART_KERNELS(NAME)                                                                 \
+  static tpurt_status_t cxi_k_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { \
+    return cxi_by_parts(ctx, call, #NAME, false);                                              \
+  }                                                                                            \
+  static tpurt_status_t cxi_r_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { \
+    return cxi_by_parts(ctx, call, #NAME, true);                                               \
+  }
+CXI_PART_KERNELS(put)            /* (self, index, source, accumulate) */
+CXI_PART_KERNELS(masked_scatter) /* (self, mask, source) */
+/* take: complex64 moves 8-byte elements (above); complex128 by parts */
+static tpurt_status_t cxi_k_take_any(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  if (call->num_outputs == 1 && call->outputs[0].dtype == TPURT_DTYPE_COMPLEX128)
+    return cxi_by_parts(ctx, call, "take", false);
+  return cxi_k_take(ctx, call);
+}
+static tpurt_status_t cxi_r_take_any(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  if (call->num_outputs == 1 && call->outputs[0].dtype == TPURT_DTYPE_COMPLEX128)
+    return cxi_by_parts(ctx, call, "take", true);
+  return cxi_r_take(ctx, call);
+}
+
+/* scatter(self, dim, index, src|value [, reduce]) on complex tensors: out = self, then the element of
+ * out at each index element's position (its dim coordinate replaced by the index value) takes, adds or
+ * multiplies (reduce "add" / "multiply") src's element at that position, or the one value, in complex
+ * arithmetic of the tensors' precision and in row-major index order, as CPU's loop. All indices are
+ * checked before anything is written. */
+static tpurt_status_t cxi_scatter(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  TPURT_RETURN_IF_ERROR(tpurt_arg_need(call, 4, 1));
+  const tpurt_tensor_t* s0 = tpurt_arg_tensor(call, 0);
+  const tpurt_tensor_t* i0 = tpurt_arg_tensor(call, 2);
+  const tpurt_tensor_t* v0 = tpurt_arg_tensor(call, 3);
+  tpurt_dtype_t cd = call->outputs[0].dtype;
+  if (!s0 || !i0 || s0->dtype != cd || !tpurt_dtype_is_complex(cd))
+    return TPURT_STATUS(INVALID_ARGUMENT, "scatter: expected complex self and out of one dtype and an index tensor");
+  if (i0->dtype != TPURT_DTYPE_INT64)
+    return TPURT_STATUS(INVALID_ARGUMENT, "scatter(): Expected dtype int64 for index");
+  int mode = 0; /* 0: copy, 1: add, 2: multiply */
+  const char* rs = tpurt_arg_string(call, 4, NULL);
+  if (rs && !strcmp(rs, "add")) mode = 1;
+  else if (rs && !strcmp(rs, "multiply")) mode = 2;
+  else if (rs) return TPURT_STATUS(INVALID_ARGUMENT, "reduce argument must be either add or multiply, got %s", rs);
+  tpurt_tensor_t self, idx, out, src;
+  tpurt_index_as_1d(s0, &self);
+  tpurt_index_as_1d(i0, &idx);
+  tpurt_index_as_1d(&call->outputs[0], &out);
+  int32_t dim;
+  TPURT_RETURN_IF_ERROR(tpurt_index_wrap_dim("scatter", tpurt_arg_int(call, 1, 0), s0->ndim, &dim));
+  /* the value: a Scalar (a complex one arrives as a 0-d tensor), or a 0-d src; else src elements */
+  double val[2] = {0, 0};
+  bool scalar = !v0 || v0->ndim == 0;
+  if (!v0) {
+    val[0] = tpurt_arg_double(call, 3, 0.0);
+  } else if (v0->ndim == 0) {
+    val[0] = tpurt_dtype_load_f64(v0->dtype, v0->data);
+    if (v0->dtype == TPURT_DTYPE_COMPLEX64) val[1] = ((const float*)v0->data)[1];
+    if (v0->dtype == TPURT_DTYPE_COMPLEX128) val[1] = ((const double*)v0->data)[1];
+  } else {
+    if (v0->dtype != cd)
+      return TPURT_STATUS(INVALID_ARGUMENT, "scatter(): Expected self.dtype to be equal to src.dtype");
+    tpurt_index_as_1d(v0, &src);
+  }
+  int64_t n = tpurt_tensor_numel(&idx);
+  if (n > 0 && (idx.ndim != self.ndim || (!scalar && src.ndim != idx.ndim)))
+    return TPURT_STATUS(INVALID_ARGUMENT, "Index tensor must have the same number of dimensions as self tensor");
+  for (int32_t d = 0; n > 0 && d < idx.ndim; ++d) {
+    if ((d != dim && idx.sizes[d] > self.sizes[d]) || (!scalar && idx.sizes[d] > src.sizes[d]))
+      return TPURT_STATUS(INVALID_ARGUMENT, "Size does not match at dimension %d: index %" PRId64 ", self %" PRId64,
+                          d, idx.sizes[d], self.sizes[d]);
+  }
+  int64_t* vals = tpurt_kernel_scratch(ctx, (size_t)(n + 1) * sizeof(int64_t));
+  if (!vals) return TPURT_STATUS(RESOURCE_EXHAUSTED, "scatter: no scratch for %" PRId64 " indices", n);
+  for (int64_t l = 0; l < n; ++l) {
+    int64_t v = ((const int64_t*)idx.data)[tpurt_index_offset(&idx, l)];
+    if (v < 0 || v >= self.sizes[dim])
+      return TPURT_STATUS(INVALID_ARGUMENT, "index %" PRId64 " is out of bounds for dimension %d with size %" PRId64,
+                          v, dim, self.sizes[dim]);
+    vals[l] = v;
+  }
+  bool c64 = cd == TPURT_DTYPE_COMPLEX64;
+  size_t es = tpurt_dtype_size(cd);
+  int64_t total = tpurt_tensor_numel(&out);
+  if (out.data != self.data || memcmp(out.strides, self.strides, sizeof(int64_t) * (size_t)out.ndim) != 0)
+    for (int64_t l = 0; l < total; ++l)
+      memcpy((char*)out.data + tpurt_index_offset(&out, l) * (int64_t)es,
+             (const char*)self.data + tpurt_index_offset(&self, l) * (int64_t)es, es);
+  for (int64_t l = 0; l < n; ++l) {
+    int64_t rem = l, oo = 0, so = 0;
+    for (int32_t d = idx.ndim - 1; d >= 0; --d) {
+      int64_t p = rem % idx.sizes[d];
+      rem /= idx.sizes[d];
+      oo += (d == dim ? vals[l] : p) * out.strides[d];
+      if (!scalar) so += p * src.strides[d];
+    }
+    if (c64) {
+      float* o = (float*)out.data + 2 * oo;
+      float br = scalar ? (float)val[0] : ((const float*)src.data)[2 * so];
+      float bi = scalar ? (float)val[1] : ((const float*)src.data)[2 * so + 1];
+      float ar = o[0], ai = o[1];
+      if (mode == 0) o[0] = br, o[1] = bi;
+      else if (mode == 1) o[0] = ar + br, o[1] = ai + bi;
+      else o[0] = ar * br - ai * bi, o[1] = ar * bi + ai * br;
+    } else {
+      double* o = (double*)out.data + 2 * oo;
+      double br = scalar ? val[0] : ((const double*)src.data)[2 * so];
+      double bi = scalar ? val[1] : ((const double*)src.data)[2 * so + 1];
+      double ar = o[0], ai = o[1];
+      if (mode == 0) o[0] = br, o[1] = bi;
+      else if (mode == 1) o[0] = ar + br, o[1] = ai + bi;
+      else o[0] = ar * br - ai * bi, o[1] = ar * bi + ai * br;
+    }
+  }
+  return TPURT_OK;
+}
+
 /* complex128 reaches only the ops that take it (above); complex64 all. */
 #define CXI(NAME, DT) {"complex::" #NAME, cxi_k_##NAME, cxi_r_##NAME, 0, DT, TPURT_LAYOUT_STRIDED}
 const tpurt_op_def_t tpurt_ops_index_complex[] = {
@@ -242,7 +407,11 @@ const tpurt_op_def_t tpurt_ops_index_complex[] = {
     CXI(roll, TPURT_DTYPES_COMPLEX),
     CXI(index_select, TPURT_DTYPES_COMPLEX),
     CXI(gather, TPURT_DTYPE_BIT(COMPLEX64)),
-    CXI(take, TPURT_DTYPE_BIT(COMPLEX64)),
+    {"complex::take", cxi_k_take_any, cxi_r_take_any, 0, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::scatter", cxi_scatter, cxi_scatter, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::put", cxi_k_put, cxi_r_put, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::masked_scatter", cxi_k_masked_scatter, cxi_r_masked_scatter, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_COMPLEX,
+     TPURT_LAYOUT_STRIDED},
     CXI(index, TPURT_DTYPES_COMPLEX),
     CXI(index_copy, TPURT_DTYPES_COMPLEX),
     CXI(index_fill, TPURT_DTYPES_COMPLEX),
