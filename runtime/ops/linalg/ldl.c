@@ -31,6 +31,8 @@ static int64_t boff(const tpurt_tensor_t* t, int mat, int64_t b, const int64_t* 
 #define LDL_ABS fabs
 #define LDL_RE(x) (x)
 #define LDL_CONJ(x) (x)
+#define LDL_LD mat_ld
+#define LDL_ST mat_st
 #include "ops/linalg/ldl_impl.h"
 #undef LDL_T
 #undef LDL_SUF
@@ -38,6 +40,8 @@ static int64_t boff(const tpurt_tensor_t* t, int mat, int64_t b, const int64_t* 
 #undef LDL_ABS
 #undef LDL_RE
 #undef LDL_CONJ
+#undef LDL_LD
+#undef LDL_ST
 
 static inline double ldl_cabs1(zd_t z) {
   return fabs(creal(z)) + fabs(cimag(z));
@@ -48,6 +52,8 @@ static inline double ldl_cabs1(zd_t z) {
 #define LDL_ABS cabs
 #define LDL_RE creal
 #define LDL_CONJ conj
+#define LDL_LD mat_zld
+#define LDL_ST mat_zst
 #include "ops/linalg/ldl_impl.h"
 #undef LDL_T
 #undef LDL_SUF
@@ -55,6 +61,8 @@ static inline double ldl_cabs1(zd_t z) {
 #undef LDL_ABS
 #undef LDL_RE
 #undef LDL_CONJ
+#undef LDL_LD
+#undef LDL_ST
 
 static bool ldl_dtype_ok(const tpurt_tensor_t* t) {
   return mat_is_real(t) || mat_is_complex(t);
@@ -79,23 +87,9 @@ tpurt_status_t tpurt_linalg_ldl_factor(tpurt_kernel_ctx_t* ctx, const tpurt_op_c
   if (!az) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", call->name);
   double* a = (double*)az; /* the real case uses the first half */
   int64_t* piv = (int64_t*)(az + n * n + 1);
-  int64_t ar = A->strides[nb], ac = A->strides[nb + 1], lr = LD->strides[nb], lc = LD->strides[nb + 1];
   for (int64_t b = 0; b < batches; ++b) {
     int64_t oa = boff(A, 2, b, A->sizes, nb), ol = boff(LD, 2, b, A->sizes, nb);
-    int64_t info;
-    if (cplx) {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j) az[i * n + j] = j <= i ? mat_zld(A, oa + i * ar + j * ac) : 0;
-      info = ldl_factor_z(az, n, piv, herm);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j) mat_zst(LD, ol + i * lr + j * lc, j <= i ? az[i * n + j] : 0);
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j) a[i * n + j] = j <= i ? mat_ld(A, oa + i * ar + j * ac) : 0;
-      info = ldl_factor_d(a, n, piv, false);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j) mat_st(LD, ol + i * lr + j * lc, j <= i ? a[i * n + j] : 0);
-    }
+    int64_t info = cplx ? ldl_factor_at_z(A, oa, LD, ol, az, n, piv, herm) : ldl_factor_at_d(A, oa, LD, ol, a, n, piv, false);
     int64_t op = boff(P, 1, b, A->sizes, nb);
     for (int64_t i = 0; i < n; ++i) mat_set_int(P, op + i * P->strides[P->ndim - 1], piv[i]);
     if (tpurt_tensor_numel(Info) == batches) mat_set_int(Info, boff(Info, 0, b, A->sizes, nb), info);
@@ -130,7 +124,6 @@ tpurt_status_t tpurt_linalg_ldl_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   zd_t* bz = az + n * n;
   double *a = (double*)az, *b = a + n * n; /* the real case */
   int64_t* piv = (int64_t*)(bz + n * r + 1);
-  int lnb = LD->ndim - 2;
   for (int64_t bi = 0; bi < batches; ++bi) {
     int64_t ol = boff(LD, 2, bi, X->sizes, nb), op = boff(P, 1, bi, X->sizes, nb);
     int64_t ob = boff(B, 2, bi, X->sizes, nb), ox = boff(X, 2, bi, X->sizes, nb);
@@ -141,25 +134,8 @@ tpurt_status_t tpurt_linalg_ldl_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
                             (long long)n);
       piv[i] = p;
     }
-    int64_t ls0 = LD->strides[lnb], ls1 = LD->strides[lnb + 1], bs0 = B->strides[B->ndim - 2],
-            bs1 = B->strides[B->ndim - 1];
-    if (cplx) {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j) az[i * n + j] = mat_zld(LD, ol + i * ls0 + j * ls1);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < r; ++j) bz[i * r + j] = mat_zld(B, ob + i * bs0 + j * bs1);
-      ldl_solve_z(az, n, piv, bz, r, herm);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < r; ++j) mat_zst(X, ox + i * X->strides[nb] + j * X->strides[nb + 1], bz[i * r + j]);
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j) a[i * n + j] = mat_ld(LD, ol + i * ls0 + j * ls1);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < r; ++j) b[i * r + j] = mat_ld(B, ob + i * bs0 + j * bs1);
-      ldl_solve_d(a, n, piv, b, r, false);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < r; ++j) mat_st(X, ox + i * X->strides[nb] + j * X->strides[nb + 1], b[i * r + j]);
-    }
+    if (cplx) ldl_solve_at_z(LD, ol, B, ob, X, ox, az, bz, n, r, piv, herm);
+    else ldl_solve_at_d(LD, ol, B, ob, X, ox, a, b, n, r, piv, false);
   }
   return TPURT_OK;
 }

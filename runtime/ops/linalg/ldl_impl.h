@@ -4,7 +4,8 @@
  * algorithm, uplo 'L', Bunch-Kaufman pivoting, so LD, the 1-based pivots
  * (negative for a 2x2 block) and info match PyTorch CPU. The includer defines
  * LDL_T, LDL_SUF, LDL_ABS1 (LAPACK's |x| for pivoting: |re| + |im| for complex),
- * LDL_ABS (the modulus), LDL_RE and LDL_CONJ (both the identity for real). */
+ * LDL_ABS (the modulus), LDL_RE and LDL_CONJ (both the identity for real), and
+ * LDL_LD / LDL_ST, an element of a tensor loaded as / stored from LDL_T. */
 #define LDL_CAT2(a, b) a##_##b
 #define LDL_CAT(a, b) LDL_CAT2(a, b)
 #define LDL_FN(name) LDL_CAT(name, LDL_SUF)
@@ -166,6 +167,37 @@ static void LDL_FN(ldl_solve)(const LDL_T* a, int64_t n, const int64_t* piv, LDL
   }
 #undef SWAP_ROWS
 #undef B_
+}
+
+/* One batch element of linalg_ldl_factor_ex: the lower triangle of the tensor A at
+ * element offset oa into the scratch a, factored, LD written at ol. Returns info. */
+static int64_t LDL_FN(ldl_factor_at)(const tpurt_tensor_t* A, int64_t oa, const tpurt_tensor_t* LD, int64_t ol,
+                                     LDL_T* a, int64_t n, int64_t* piv, bool herm) {
+  const int64_t ar = A->strides[A->ndim - 2], ac = A->strides[A->ndim - 1];
+  const int64_t lr = LD->strides[LD->ndim - 2], lc = LD->strides[LD->ndim - 1];
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) A_(i, j) = j <= i ? LDL_LD(A, oa + i * ar + j * ac) : 0;
+  int64_t info = LDL_FN(ldl_factor)(a, n, piv, herm);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) LDL_ST(LD, ol + i * lr + j * lc, j <= i ? A_(i, j) : 0);
+  return info;
+}
+
+/* One batch element of linalg_ldl_solve: LD at ol and B at ob into the scratches a and b
+ * (n x r), solved, X written at ox. */
+static void LDL_FN(ldl_solve_at)(const tpurt_tensor_t* LD, int64_t ol, const tpurt_tensor_t* B, int64_t ob,
+                                 const tpurt_tensor_t* X, int64_t ox, LDL_T* a, LDL_T* b, int64_t n, int64_t r,
+                                 const int64_t* piv, bool herm) {
+  const int64_t lr = LD->strides[LD->ndim - 2], lc = LD->strides[LD->ndim - 1];
+  const int64_t br = B->strides[B->ndim - 2], bc = B->strides[B->ndim - 1];
+  const int64_t xr = X->strides[X->ndim - 2], xc = X->strides[X->ndim - 1];
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) A_(i, j) = LDL_LD(LD, ol + i * lr + j * lc);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < r; ++j) b[i * r + j] = LDL_LD(B, ob + i * br + j * bc);
+  LDL_FN(ldl_solve)(a, n, piv, b, r, herm);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < r; ++j) LDL_ST(X, ox + i * xr + j * xc, b[i * r + j]);
 }
 
 #undef CJ
