@@ -34,14 +34,6 @@ static int64_t boff(const tpurt_tensor_t* t, int mat, int64_t b, const int64_t* 
 #define LDL_LD mat_ld
 #define LDL_ST mat_st
 #include "ops/linalg/ldl_impl.h"
-#undef LDL_T
-#undef LDL_SUF
-#undef LDL_ABS1
-#undef LDL_ABS
-#undef LDL_RE
-#undef LDL_CONJ
-#undef LDL_LD
-#undef LDL_ST
 
 static inline double ldl_cabs1(zd_t z) {
   return fabs(creal(z)) + fabs(cimag(z));
@@ -55,14 +47,6 @@ static inline double ldl_cabs1(zd_t z) {
 #define LDL_LD mat_zld
 #define LDL_ST mat_zst
 #include "ops/linalg/ldl_impl.h"
-#undef LDL_T
-#undef LDL_SUF
-#undef LDL_ABS1
-#undef LDL_ABS
-#undef LDL_RE
-#undef LDL_CONJ
-#undef LDL_LD
-#undef LDL_ST
 
 static bool ldl_dtype_ok(const tpurt_tensor_t* t) {
   return mat_is_real(t) || mat_is_complex(t);

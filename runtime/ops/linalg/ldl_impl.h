@@ -5,7 +5,8 @@
  * (negative for a 2x2 block) and info match PyTorch CPU. The includer defines
  * LDL_T, LDL_SUF, LDL_ABS1 (LAPACK's |x| for pivoting: |re| + |im| for complex),
  * LDL_ABS (the modulus), LDL_RE and LDL_CONJ (both the identity for real), and
- * LDL_LD / LDL_ST, an element of a tensor loaded as / stored from LDL_T. */
+ * LDL_LD / LDL_ST, an element of a tensor loaded as / stored from LDL_T; this
+ * header undefines them at its end, ready for the next element type. */
 #define LDL_CAT2(a, b) a##_##b
 #define LDL_CAT(a, b) LDL_CAT2(a, b)
 #define LDL_FN(name) LDL_CAT(name, LDL_SUF)
@@ -205,3 +206,11 @@ static void LDL_FN(ldl_solve_at)(const tpurt_tensor_t* LD, int64_t ol, const tpu
 #undef LDL_FN
 #undef LDL_CAT
 #undef LDL_CAT2
+#undef LDL_T
+#undef LDL_SUF
+#undef LDL_ABS1
+#undef LDL_ABS
+#undef LDL_RE
+#undef LDL_CONJ
+#undef LDL_LD
+#undef LDL_ST
