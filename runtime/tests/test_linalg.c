@@ -300,6 +300,109 @@ static void bench_gemm(void) {
 
 static void test_linalg_ops(void);
 
+/* ---- complex linalg_eig and LDL: answers checked by their defining equations ---- */
+
+#include <complex.h>
+#undef I
+typedef double _Complex zt_t;
+
+static tpurt_tensor_t ztensor(zt_t* data, int nd, const int64_t* sizes) {
+  tpurt_tensor_t t = {0};
+  t.dtype = TPURT_DTYPE_COMPLEX128;
+  t.ndim = nd;
+  int64_t st = 1;
+  for (int d = nd - 1; d >= 0; --d) t.sizes[d] = sizes[d], t.strides[d] = st, st *= sizes[d];
+  t.data = data;
+  return t;
+}
+static tpurt_status_t run_named(const char* name, tpurt_arg_t* args, int nargs, tpurt_tensor_t* outs, int nouts) {
+  const tpurt_op_def_t* d = tpurt_op_resolve(name, "", TPURT_RESOLVE_COMPLEX);
+  CHECK(d != NULL);
+  if (!d) return TPURT_STATUS(NOT_FOUND, "%s", name);
+  tpurt_op_call_t c = {name, "", nargs, args, nouts, outs};
+  return tpurt_kernel_run(d->fn, &c);
+}
+static zt_t zrand(void) {
+  return CMPLX(2.0 * test_rand_unit() - 1.0, 2.0 * test_rand_unit() - 1.0);
+}
+
+static void test_complex_eig(void) {
+  enum { N = 9 };
+  zt_t a[N * N], w[N], v[N * N];
+  const int64_t sz[2] = {N, N};
+  for (int kind = 0; kind < 2; ++kind) { /* random; upper triangular (eigenvalues: its diagonal) */
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < N; ++j) a[i * N + j] = kind == 1 && j < i ? 0 : zrand();
+    tpurt_tensor_t ta = ztensor(a, 2, sz), outs[2] = {ztensor(w, 1, sz), ztensor(v, 2, sz)};
+    tpurt_arg_t args[1] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &ta}};
+    CHECK_STATUS(run_named("linalg_eig", args, 1, outs, 2), OK);
+    double worst = 0;
+    for (int k = 0; k < N; ++k) { /* A v_k = w_k v_k, |v_k| = 1 */
+      double nrm = 0;
+      for (int i = 0; i < N; ++i) {
+        zt_t av = 0;
+        for (int j = 0; j < N; ++j) av += a[i * N + j] * v[j * N + k];
+        worst = fmax(worst, cabs(av - w[k] * v[i * N + k]));
+        nrm += creal(v[i * N + k] * conj(v[i * N + k]));
+      }
+      worst = fmax(worst, fabs(sqrt(nrm) - 1));
+    }
+    CHECK(worst < 1e-12);
+    if (kind == 1) { /* each diagonal entry is an eigenvalue, each eigenvalue is used once */
+      bool used[N] = {false};
+      for (int i = 0; i < N; ++i) {
+        int best = -1;
+        for (int k = 0; k < N; ++k)
+          if (!used[k] && (best < 0 || cabs(w[k] - a[i * N + i]) < cabs(w[best] - a[i * N + i]))) best = k;
+        used[best] = true;
+        CHECK(cabs(w[best] - a[i * N + i]) < 1e-12);
+      }
+    }
+  }
+  /* inf / nan is refused with CPU's words */
+  a[3] = CMPLX(NAN, 0);
+  tpurt_tensor_t ta = ztensor(a, 2, sz), outs[2] = {ztensor(w, 1, sz), ztensor(v, 2, sz)};
+  tpurt_arg_t args[1] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &ta}};
+  CHECK_STATUS(run_named("linalg_eig", args, 1, outs, 2), INVALID_ARGUMENT);
+}
+
+static void test_complex_ldl(void) {
+  enum { N = 8, R = 3 };
+  zt_t a[N * N], ld[N * N], b[N * R], x[N * R];
+  int64_t piv[N], info = -1;
+  for (int herm = 0; herm < 2; ++herm) {
+    for (int i = 0; i < N; ++i) /* symmetric (herm: Hermitian) and indefinite, so 2x2 pivots occur */
+      for (int j = 0; j <= i; ++j) {
+        zt_t z = zrand();
+        if (i == j && herm) z = creal(z);
+        a[i * N + j] = z;
+        a[j * N + i] = herm ? conj(z) : z;
+      }
+    for (int i = 0; i < N * R; ++i) b[i] = zrand();
+    const int64_t sz[2] = {N, N}, bsz[2] = {N, R};
+    tpurt_tensor_t ta = ztensor(a, 2, sz);
+    tpurt_tensor_t outs[3] = {ztensor(ld, 2, sz), {0}, {0}};
+    outs[1].dtype = TPURT_DTYPE_INT64, outs[1].ndim = 1, outs[1].sizes[0] = N, outs[1].strides[0] = 1, outs[1].data = piv;
+    outs[2].dtype = TPURT_DTYPE_INT64, outs[2].ndim = 0, outs[2].data = &info;
+    tpurt_arg_t fa[3] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &ta}, barg(herm), barg(false)};
+    CHECK_STATUS(run_named("linalg_ldl_factor_ex", fa, 3, outs, 3), OK);
+    CHECK(info == 0);
+    tpurt_tensor_t tb = ztensor(b, 2, bsz), tx = ztensor(x, 2, bsz);
+    tpurt_arg_t sa[4] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &outs[0]},
+                         {.kind = TPURT_ARG_TENSOR, .v.tensor = &outs[1]},
+                         {.kind = TPURT_ARG_TENSOR, .v.tensor = &tb}, barg(herm)};
+    CHECK_STATUS(run_named("linalg_ldl_solve", sa, 4, &tx, 1), OK);
+    double worst = 0; /* A x = b */
+    for (int i = 0; i < N; ++i)
+      for (int c = 0; c < R; ++c) {
+        zt_t s = 0;
+        for (int j = 0; j < N; ++j) s += a[i * N + j] * x[j * R + c];
+        worst = fmax(worst, cabs(s - b[i * R + c]));
+      }
+    CHECK(worst < 1e-10);
+  }
+}
+
 int main(void) {
   test_gemm();
   /* again through the portable microkernel and scalar packing */
@@ -332,6 +435,8 @@ int main(void) {
   test_amx_after_release();
   test_gemm_int_wrap();
   test_linalg_ops();
+  test_complex_eig();
+  test_complex_ldl();
   bench_gemm();
   return test_finish("test_linalg");
 }
