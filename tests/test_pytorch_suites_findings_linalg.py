@@ -193,3 +193,20 @@ def test_written_conj_and_negative_views_get_cpu_values():
         assert got[name].is_neg() == want[name].is_neg(), name
         torch.testing.assert_close(got[name].cpu().resolve_conj().resolve_neg(),
                                    want[name].resolve_conj().resolve_neg(), atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("dt", CPLX)
+def test_real_sum_into_complex_out_and_matrix_rank(dt):
+    g = torch.Generator().manual_seed(2)
+    for x in (torch.rand(3, 4, generator=g) > 0.5, torch.randn(3, 4, generator=g)):
+        want = torch.empty(3, dtype=dt)
+        torch.sum(x, 1, out=want)
+        got = torch.empty(3, dtype=dt, device=TPU)
+        torch.sum(x.to(TPU), 1, out=got)
+        torch.testing.assert_close(got.cpu(), want)
+    a = torch.eye(2, dtype=dt)
+    with pytest.raises(RuntimeError, match="but got result with dtype Bool"):
+        torch.linalg.matrix_rank(a.to(TPU), out=torch.empty(0, dtype=torch.bool, device=TPU))
+    out = torch.empty(0, dtype=dt, device=TPU)
+    torch.linalg.matrix_rank(a.to(TPU), out=out)
+    assert out.cpu().item() == 2

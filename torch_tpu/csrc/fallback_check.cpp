@@ -51,6 +51,12 @@ inline void check_dtype_mask(const Call& c, const tpurt_op_def_t* def, c10::Scal
   if (TPURT_UNLIKELY(!tpurt_op_supports_dtype(def, d))) refuse_dtype_mask(c, def, d);
 }
 
+// The op's complex kernel exists and takes a first tensor of this (real) dtype, or the op has no
+// real kernel to fall back to (then its dtype check names the complex one).
+inline bool complex_kernel_takes(const OpInfo& info, c10::ScalarType first) {
+  return info.cdef && (!info.def || tpurt_op_supports_dtype(info.cdef, map_dtype(first)));
+}
+
 uint32_t layout_bit(c10::Layout layout) { return layout == c10::kStrided ? TPURT_LAYOUT_STRIDED : 0; }
 
 void check_layout(const Call& c, const tpurt_op_def_t* def, c10::Layout layout) {
@@ -240,7 +246,10 @@ Checked check_call(const Call& c) {
   // Complex tensors reach only kernels that take them (TPURT_OP_COMPLEX, tpurt/kernel.h).
   // (a complex out= of real inputs: the complex kernel if any, else the real one into a real
   // temporary, check_outputs_kernel)
-  k.def = complex_type != c10::ScalarType::Undefined || (complex_out != c10::ScalarType::Undefined && info.cdef)
+  // (a complex kernel that computes in complex dtypes only, complex::sum, leaves a real input with a
+  // complex out= to the real kernel: sum(bool, out=complex) as CPU computes it)
+  k.def = complex_type != c10::ScalarType::Undefined ||
+                  (complex_out != c10::ScalarType::Undefined && complex_kernel_takes(info, k.first_dtype))
               ? info.cdef
               : info.def;
   if (!k.def) {
@@ -269,7 +278,7 @@ const tpurt_op_def_t* check_outputs_kernel(const Call& c, const Checked& k, Outp
     // else the real kernel into real temporaries.
     bool complex_out = false;
     for (const at::Tensor& out : kernel_outs) complex_out |= out.defined() && out.is_complex();
-    if (complex_out && c.info.cdef) {
+    if (complex_out && complex_kernel_takes(c.info, k.first_dtype)) {
       def = c.info.cdef;
     } else if (complex_out) {
       for (at::Tensor& out : kernel_outs) {
