@@ -210,3 +210,13 @@ def test_real_sum_into_complex_out_and_matrix_rank(dt):
     out = torch.empty(0, dtype=dt, device=TPU)
     torch.linalg.matrix_rank(a.to(TPU), out=out)
     assert out.cpu().item() == 2
+
+
+def test_householder_product_tau_dtype_in_cpus_words():
+    r, t = torch.randn(3, 3), torch.randn(2)
+    msgs = []
+    for dev in ("cpu", TPU):
+        with pytest.raises(RuntimeError) as e:
+            torch.linalg.householder_product(r.to(dev), t.to(dev).to(torch.int))
+        msgs.append(str(e.value).splitlines()[0])
+    assert msgs[0] == msgs[1] and "tau dtype Int does not match input dtype Float" in msgs[1]

@@ -320,6 +320,15 @@ void mm_same_dtype(const Call& c) {
               a.scalar_type(), " != ", b.scalar_type());
 }
 
+// linalg_householder_product(input, tau): CPU's dtype check, in its words (PyTorch's Python meta
+// function, which would otherwise answer first, names dtypes as torch.int32).
+void householder_tau_dtype(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isTensor()) return;
+  const at::Tensor &input = c.arg(0).toTensor(), &tau = c.arg(1).toTensor();
+  TORCH_CHECK(tau.scalar_type() == input.scalar_type(), "torch.linalg.householder_product: tau dtype ",
+              tau.scalar_type(), " does not match input dtype ", input.scalar_type());
+}
+
 // put_(self, index, source, accumulate=False): CPU's alert where deterministic algorithms are asked
 // for (without accumulate, duplicate indices land in an unspecified order) and its overlap checks:
 // self may not share memory between its elements, nor with index or source at all.
@@ -399,6 +408,8 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return nll_loss_weight_dtype;
   if (full_name == "aten::mm" || full_name == "aten::mm.out") return mm_same_dtype;
   if (full_name == "aten::put_") return put_checks;
+  if (full_name == "aten::linalg_householder_product" || full_name == "aten::linalg_householder_product.out")
+    return householder_tau_dtype;
   if (full_name == "aten::grid_sampler_2d" || full_name == "aten::grid_sampler_3d") return grid_sampler_shapes;
   if (full_name == "aten::masked_scatter_") return masked_scatter_mask_shape;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
