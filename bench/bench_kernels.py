@@ -1,5 +1,6 @@
 """Kernel benchmarks for the bf16 work (issue 16), run by bench/run.py after its core set:
-16-bit GEMM and batched GEMM, fused SDPA forward and backward, softmax in fp32/bf16. Each is
+16-bit GEMM and batched GEMM, fused SDPA forward and backward, softmax in fp32/bf16, sums over
+the outer dims (bias gradients, issue 12). Each is
 measured beside PyTorch CPU in the same run (run.py interleaves the two).
 
 `python bench/bench_kernels.py` also prints the machine's bf16 peak and the GEMM rows as a
@@ -123,6 +124,20 @@ def _softmax(dtype):
     return setup
 
 
+def _outer_sum(shape, dtype, dims=0, transposed=False):
+    """Sum over the outer dims: the bias gradient g.sum(0) of a linear layer's output gradient g
+    (transposed: g as the strided view autograd produces, features contiguous along dim 0), or
+    sum over (0, 1) of (B, T, C). GB/s = the input's bytes."""
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        if transposed:
+            a = torch.randn(shape[::-1], generator=g).to(device=device, dtype=dtype).t()
+        else:
+            a = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+        return (lambda: a.sum(dims)), lambda s: a.element_size() * a.numel() / s / 1e9
+    return setup
+
+
 BENCHES = {
     "matmul_bf16_2048": (_mm(2048, torch.bfloat16), "GFLOP/s", True, "mm 2048x2048x2048 bf16 (fp32 accumulation)"),
     "matmul_bf16_512": (_mm(512, torch.bfloat16), "GFLOP/s", True, "mm 512x512x512 bf16"),
@@ -138,6 +153,20 @@ BENCHES = {
     "sdpa_causal_bf16_fwdbwd": (_sdpa(torch.bfloat16, True), "ms", False, "the same, forward + backward"),
     "softmax_fp32": (_softmax(torch.float32), "GB/s", True, "softmax rows of 4096x1024 fp32, bytes = 2*4*N"),
     "softmax_bf16": (_softmax(torch.bfloat16), "GB/s", True, "softmax rows of 4096x1024 bf16, bytes = 2*2*N"),
+    "colsum_fp32_8192x768": (_outer_sum((8192, 768), torch.float32), "GB/s", True,
+                             "g.sum(0), g (64*128, 768) fp32: a bias gradient; bytes = the input's"),
+    "colsum_bf16_8192x768": (_outer_sum((8192, 768), torch.bfloat16), "GB/s", True, "the same in bf16"),
+    "colsum_fp32_8192x3072": (_outer_sum((8192, 3072), torch.float32), "GB/s", True, "g.sum(0), g (8192, 3072) fp32"),
+    "colsum_bf16_8192x3072": (_outer_sum((8192, 3072), torch.bfloat16), "GB/s", True, "the same in bf16"),
+    "colsum_fp32_64x2048": (_outer_sum((64, 2048), torch.float32), "GB/s", True, "g.sum(0), g (64, 2048) fp32"),
+    "colsum_fp32_8192x768_t": (_outer_sum((8192, 768), torch.float32, transposed=True), "GB/s", True,
+                               "g.sum(0), g (8192, 768) fp32 stored transposed (the reduced dim contiguous)"),
+    "colsum_bf16_8192x768_t": (_outer_sum((8192, 768), torch.bfloat16, transposed=True), "GB/s", True,
+                               "the same in bf16"),
+    "sum01_fp32_64x128x768": (_outer_sum((64, 128, 768), torch.float32, dims=(0, 1)), "GB/s", True,
+                              "sum(dim=(0, 1)) of (B, T, C) = (64, 128, 768) fp32"),
+    "sum01_bf16_64x128x768": (_outer_sum((64, 128, 768), torch.bfloat16, dims=(0, 1)), "GB/s", True,
+                              "the same in bf16"),
 }
 
 
