@@ -16,6 +16,9 @@ share of it. The peak is instruction throughput x clock x cores:
   near or above 100% means the core ran faster than that clock);
   cores: the CPUs this process may run on (the chip's compute threads use all of them).
 
+`--cpu-time [rows]` prints the outer-sum rows (or the named ones) as best-of-25 process CPU time
+per call instead, both sides one thread with `--one-thread`.
+
 `--one-thread` runs both sides on one core (TORCH_TPU_NUM_THREADS=1, torch.set_num_threads(1)): on a
 2-core machine that other work shares, the multi-threaded figures of both sides collapse at random
 (a thread waits for a peer that is not scheduled), while one-thread figures stay comparable.
@@ -170,7 +173,41 @@ BENCHES = {
 }
 
 
+def cpu_time_table(names, runs=25):
+    """Best of `runs` in process CPU time (device: dispatch + its queue thread's work, up to
+    torch.tpu.synchronize(); CPU: the call), ms per call, for rows whose figure is bytes or flops per
+    second: on a loaded shared machine wall time mostly measures when each side's threads get
+    scheduled. Run with --one-thread so that process CPU time is one thread's work on either side."""
+    import time
+    print(f"{'benchmark':<24} {'ours ms':>9} {'CPU ms':>9} {'ours/CPU':>9}  (process CPU time, best of {runs})")
+    for name in names:
+        setup = BENCHES[name][0]
+        best = {}
+        for dev in ("tpu", "cpu"):
+            fn, _ = setup(dev)
+            fn()
+            b = float("inf")
+            for _ in range(runs):
+                t0 = time.process_time()
+                fn()
+                if dev != "cpu":
+                    torch.tpu.synchronize()
+                b = min(b, time.process_time() - t0)
+            best[dev] = b * 1e3
+        print(f"{name:<24} {best['tpu']:9.3f} {best['cpu']:9.3f} {best['tpu'] / best['cpu']:9.2f}")
+    print("load average:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
 if __name__ == "__main__":
+    if "--cpu-time" in sys.argv:
+        # python bench/bench_kernels.py --one-thread --cpu-time [row,row,...]: the rows in CPU time
+        sys.argv.remove("--cpu-time")
+        if ONE_THREAD:
+            torch.set_num_threads(1)
+        import torch_tpu  # noqa: F401
+        rows = sys.argv[1].split(",") if len(sys.argv) > 1 else [n for n in BENCHES if n.startswith(("colsum", "sum01"))]
+        cpu_time_table(rows)
+        sys.exit(0)
     # Standalone: run these rows through run.py's loop, then the GEMM rows as a share of the peak.
     import json
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
