@@ -1,11 +1,13 @@
 /* The reduction engine: plans a reduction (kept dims x reduced dims, reduced
  * dims coalesced), then runs it one of three ways: per output over a reduced
- * row (inner reduction, contiguous fast path for float32), per block of
- * outputs along a contiguous kept dim ("vertical", e.g. sum over dim 0 of an
- * (N, C) matrix), or, when there are fewer outputs than threads, per output
- * with the reduced range split across threads into per-thread partials.
- * Float sums accumulate in double per chunk (float32 lanes inside a chunk for
- * float32 input), which is at least as accurate as PyTorch's cascade sum. */
+ * row (inner reduction, contiguous fast path for float32 and, converted to
+ * float, bf16/f16), per tile of outputs along a contiguous kept dim
+ * ("vertical", e.g. sum over dim 0 of an (N, C) matrix: rows stream through
+ * the tile's double accumulators), or, when there are fewer outputs than
+ * threads, per output with the reduced range split across threads into
+ * per-thread partials. Float sums accumulate in double per chunk (float32
+ * lanes inside a chunk for contiguous 16/32-bit rows; plain double, in row
+ * order, on the vertical path), at least as accurate as PyTorch's cascade sum. */
 #include "ops/reduce/reduce.h"
 
 #include <float.h>
