@@ -1,5 +1,6 @@
 """Kernel benchmarks for the bf16 work (issue 16), run by bench/run.py after its core set:
-16-bit GEMM and batched GEMM, fused SDPA forward and backward, softmax in fp32/bf16. Each is
+16-bit GEMM and batched GEMM, fused SDPA forward and backward, softmax in fp32/bf16, sums over
+the outer dims (bias gradients, issue 12). Each is
 measured beside PyTorch CPU in the same run (run.py interleaves the two).
 
 `python bench/bench_kernels.py` also prints the machine's bf16 peak and the GEMM rows as a
@@ -14,6 +15,9 @@ share of it. The peak is instruction throughput x clock x cores:
   clock: /proc/cpuinfo "cpu MHz" (the current/nominal clock; boost can exceed it, so a figure
   near or above 100% means the core ran faster than that clock);
   cores: the CPUs this process may run on (the chip's compute threads use all of them).
+
+`--cpu-time [rows]` prints the outer-sum rows (or the named ones) as best-of-25 process CPU time
+per call instead, both sides one thread with `--one-thread`.
 
 `--one-thread` runs both sides on one core (TORCH_TPU_NUM_THREADS=1, torch.set_num_threads(1)): on a
 2-core machine that other work shares, the multi-threaded figures of both sides collapse at random
@@ -123,6 +127,20 @@ def _softmax(dtype):
     return setup
 
 
+def _outer_sum(shape, dtype, dims=0, transposed=False):
+    """Sum over the outer dims: the bias gradient g.sum(0) of a linear layer's output gradient g
+    (transposed: g as the strided view autograd produces, features contiguous along dim 0), or
+    sum over (0, 1) of (B, T, C). GB/s = the input's bytes."""
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        if transposed:
+            a = torch.randn(shape[::-1], generator=g).to(device=device, dtype=dtype).t()
+        else:
+            a = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+        return (lambda: a.sum(dims)), lambda s: a.element_size() * a.numel() / s / 1e9
+    return setup
+
+
 BENCHES = {
     "matmul_bf16_2048": (_mm(2048, torch.bfloat16), "GFLOP/s", True, "mm 2048x2048x2048 bf16 (fp32 accumulation)"),
     "matmul_bf16_512": (_mm(512, torch.bfloat16), "GFLOP/s", True, "mm 512x512x512 bf16"),
@@ -138,10 +156,58 @@ BENCHES = {
     "sdpa_causal_bf16_fwdbwd": (_sdpa(torch.bfloat16, True), "ms", False, "the same, forward + backward"),
     "softmax_fp32": (_softmax(torch.float32), "GB/s", True, "softmax rows of 4096x1024 fp32, bytes = 2*4*N"),
     "softmax_bf16": (_softmax(torch.bfloat16), "GB/s", True, "softmax rows of 4096x1024 bf16, bytes = 2*2*N"),
+    "colsum_fp32_8192x768": (_outer_sum((8192, 768), torch.float32), "GB/s", True,
+                             "g.sum(0), g (64*128, 768) fp32: a bias gradient; bytes = the input's"),
+    "colsum_bf16_8192x768": (_outer_sum((8192, 768), torch.bfloat16), "GB/s", True, "the same in bf16"),
+    "colsum_fp32_8192x3072": (_outer_sum((8192, 3072), torch.float32), "GB/s", True, "g.sum(0), g (8192, 3072) fp32"),
+    "colsum_bf16_8192x3072": (_outer_sum((8192, 3072), torch.bfloat16), "GB/s", True, "the same in bf16"),
+    "colsum_fp32_64x2048": (_outer_sum((64, 2048), torch.float32), "GB/s", True, "g.sum(0), g (64, 2048) fp32"),
+    "colsum_fp32_8192x768_t": (_outer_sum((8192, 768), torch.float32, transposed=True), "GB/s", True,
+                               "g.sum(0), g (8192, 768) fp32 stored transposed (the reduced dim contiguous)"),
+    "colsum_bf16_8192x768_t": (_outer_sum((8192, 768), torch.bfloat16, transposed=True), "GB/s", True,
+                               "the same in bf16"),
+    "sum01_fp32_64x128x768": (_outer_sum((64, 128, 768), torch.float32, dims=(0, 1)), "GB/s", True,
+                              "sum(dim=(0, 1)) of (B, T, C) = (64, 128, 768) fp32"),
+    "sum01_bf16_64x128x768": (_outer_sum((64, 128, 768), torch.bfloat16, dims=(0, 1)), "GB/s", True,
+                              "the same in bf16"),
 }
 
 
+def cpu_time_table(names, runs=25):
+    """Best of `runs` in process CPU time (device: dispatch + its queue thread's work, up to
+    torch.tpu.synchronize(); CPU: the call), ms per call, for rows whose figure is bytes or flops per
+    second: on a loaded shared machine wall time mostly measures when each side's threads get
+    scheduled. Run with --one-thread so that process CPU time is one thread's work on either side."""
+    import time
+    print(f"{'benchmark':<24} {'ours ms':>9} {'CPU ms':>9} {'ours/CPU':>9}  (process CPU time, best of {runs})")
+    for name in names:
+        setup = BENCHES[name][0]
+        best = {}
+        for dev in ("tpu", "cpu"):
+            fn, _ = setup(dev)
+            fn()
+            b = float("inf")
+            for _ in range(runs):
+                t0 = time.process_time()
+                fn()
+                if dev != "cpu":
+                    torch.tpu.synchronize()
+                b = min(b, time.process_time() - t0)
+            best[dev] = b * 1e3
+        print(f"{name:<24} {best['tpu']:9.3f} {best['cpu']:9.3f} {best['tpu'] / best['cpu']:9.2f}")
+    print("load average:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
 if __name__ == "__main__":
+    if "--cpu-time" in sys.argv:
+        # python bench/bench_kernels.py --one-thread --cpu-time [row,row,...]: the rows in CPU time
+        sys.argv.remove("--cpu-time")
+        if ONE_THREAD:
+            torch.set_num_threads(1)
+        import torch_tpu  # noqa: F401
+        rows = sys.argv[1].split(",") if len(sys.argv) > 1 else [n for n in BENCHES if n.startswith(("colsum", "sum01"))]
+        cpu_time_table(rows)
+        sys.exit(0)
     # Standalone: run these rows through run.py's loop, then the GEMM rows as a share of the peak.
     import json
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))

@@ -109,6 +109,41 @@ def test_large_sum_accuracy(device):
     same(x.to(device).sum(1), x.sum(1))
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_outer_dim_sums(device, dtype):
+    """Sums over the outer dims (the bias gradients of training steps): contiguous, the transposed
+    and strided forms autograd produces, several column tiles with a ragged last one, (B, T, C)
+    over (0, 1), and mean; the device's dtype and shape are CPU's."""
+    x = make((257, 2600), dtype, seed=1)
+    d = x.to(device)
+    xt = make((2600, 257), dtype, seed=2).t()
+    dt = xt.t().contiguous().to(device).t()
+    for cv, dv in [(x, d), (xt, dt), (x[::2], d[::2]), (x[:, 3:], d[:, 3:]), (x[:, ::2], d[:, ::2])]:
+        for keepdim in (False, True):
+            same(dv.sum(0, keepdim=keepdim), cv.sum(0, keepdim=keepdim))
+            same(dv.mean(0, keepdim=keepdim), cv.mean(0, keepdim=keepdim))
+    x3 = make((5, 33, 770), dtype, seed=3)
+    d3 = x3.to(device)
+    same(d3.sum((0, 1)), x3.sum((0, 1)))
+    same(d3.sum(0), x3.sum(0))
+    same(d3.mean((0, 1), keepdim=True), x3.mean((0, 1), keepdim=True))
+    same(d3.sum((0, 1), dtype=torch.float32), x3.sum((0, 1), dtype=torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_bias_grad(device, dtype):
+    lin = torch.nn.Linear(48, 80).to(dtype)
+    x = make((6, 41, 48), dtype, seed=4)
+    g = make((6, 41, 80), dtype, seed=5)
+    lin(x).backward(g)
+    lind = torch.nn.Linear(48, 80).to(dtype)
+    lind.load_state_dict(lin.state_dict())
+    lind = lind.to(device)
+    lind(x.to(device)).backward(g.to(device))
+    same(lind.bias.grad, lin.bias.grad)
+    same(lind.weight.grad, lin.weight.grad, rtol=5e-2, atol=5e-2)
+
+
 def test_zero_dim_and_empty(device):
     s = torch.tensor(2.5)
     sd = s.to(device)

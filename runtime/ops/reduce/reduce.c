@@ -1,11 +1,13 @@
 /* The reduction engine: plans a reduction (kept dims x reduced dims, reduced
  * dims coalesced), then runs it one of three ways: per output over a reduced
- * row (inner reduction, contiguous fast path for float32), per block of
- * outputs along a contiguous kept dim ("vertical", e.g. sum over dim 0 of an
- * (N, C) matrix), or, when there are fewer outputs than threads, per output
- * with the reduced range split across threads into per-thread partials.
- * Float sums accumulate in double per chunk (float32 lanes inside a chunk for
- * float32 input), which is at least as accurate as PyTorch's cascade sum. */
+ * row (inner reduction, contiguous fast path for float32 and, converted to
+ * float, bf16/f16), per tile of outputs along a contiguous kept dim
+ * ("vertical", e.g. sum over dim 0 of an (N, C) matrix: rows stream through
+ * the tile's double accumulators), or, when there are fewer outputs than
+ * threads, per output with the reduced range split across threads into
+ * per-thread partials. Float sums accumulate in double per chunk (float32
+ * lanes inside a chunk for contiguous 16/32-bit rows; plain double, in row
+ * order, on the vertical path), at least as accurate as PyTorch's cascade sum. */
 #include "ops/reduce/reduce.h"
 
 #include <float.h>
@@ -88,6 +90,16 @@ void tpurt_row_load_f32(tpurt_dtype_t dt, const void* p, int64_t stride, int64_t
 }
 
 void tpurt_row_load_f64(tpurt_dtype_t dt, const void* p, int64_t stride, int64_t n, double* out) {
+  if (stride == 1 && (dt == TPURT_DTYPE_BFLOAT16 || dt == TPURT_DTYPE_FLOAT16)) {
+    /* contiguous 16-bit: the vector converters to float, then widened (exact) */
+    float f[256];
+    for (int64_t b = 0; b < n; b += 256) {
+      int64_t m = n - b < 256 ? n - b : 256;
+      tpurt_hv_to_f32(dt, (const uint16_t*)p + b, f, m);
+      for (int64_t i = 0; i < m; ++i) out[b + i] = (double)f[i];
+    }
+    return;
+  }
   switch (dt) {
     case TPURT_DTYPE_FLOAT32: LOAD_ROW(float, double, ID); break;
     case TPURT_DTYPE_BFLOAT16: LOAD_ROW(uint16_t, double, tpurt_bf16_to_f32); break;
@@ -324,11 +336,17 @@ static void acc_update_f64(const tpurt_reduce_spec_t* s, acc_t* a, const double*
                            int64_t idx0, double param) {
   switch (s->op) {
     case TPURT_REDUCE_SUM: {
-      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      /* 16 lanes (four 4-wide or two 8-wide vectors): enough independent
+       * chains to hide the add latency */
+      double l[16] = {0};
       int64_t i = 0;
-      for (; i + 4 <= n; i += 4) { s0 += buf[i]; s1 += buf[i + 1]; s2 += buf[i + 2]; s3 += buf[i + 3]; }
-      for (; i < n; ++i) s0 += buf[i];
-      a->v += (s0 + s1) + (s2 + s3);
+      for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; ++j) l[j] += buf[i + j];
+      double t = 0;
+      for (; i < n; ++i) t += buf[i];
+      for (int j = 0; j < 8; ++j) l[j] += l[j + 8];
+      for (int j = 0; j < 4; ++j) l[j] += l[j + 4];
+      a->v += ((l[0] + l[1]) + (l[2] + l[3])) + t;
       break;
     }
     case TPURT_REDUCE_NANSUM: {
@@ -488,6 +506,18 @@ static void row_update_at(const tpurt_reduce_spec_t* s, const plan_t* p, acc_t* 
   if (p->dt == TPURT_DTYPE_FLOAT32 && stride == 1 && !p->int_load &&
       row_fast_f32(s, a, (const float*)base, n))
     return;
+  if ((p->dt == TPURT_DTYPE_BFLOAT16 || p->dt == TPURT_DTYPE_FLOAT16) && stride == 1 &&
+      (s->op == TPURT_REDUCE_SUM || s->op == TPURT_REDUCE_MAX || s->op == TPURT_REDUCE_MIN)) {
+    /* contiguous 16-bit: converted to float by the vector converters, 1024 at
+     * a time (the float32 path's blocks), then that path */
+    float f[1024];
+    for (int64_t b = 0; b < n; b += 1024) {
+      int64_t m = n - b < 1024 ? n - b : 1024;
+      tpurt_hv_to_f32(p->dt, (const uint16_t*)base + b, f, m);
+      row_fast_f32(s, a, f, m);
+    }
+    return;
+  }
   if (p->int_load) {
     int64_t buf[CHUNK];
     for (int64_t b = 0; b < n; b += CHUNK) {
@@ -599,7 +629,7 @@ typedef struct job_t {
   bool* touched;
   const tpurt_reduce_source_t* src; /* the input comes from a fused chain */
   /* vertical strategy */
-  int64_t vblocks_per_row, vC;
+  int64_t vblocks_per_row, vC, vtile;
 } job_t;
 
 static void per_output_fn(void* user, int64_t b, int64_t e, int tid) {
@@ -623,9 +653,15 @@ static void split_fn(void* user, int64_t b, int64_t e, int tid) {
   else acc_merge(j->s, j->p, &j->partials[tid], &a);
 }
 
-/* Vertical: the last kept dim is contiguous in the input; process VB outputs
- * along it at once so each reduced step reads VB contiguous elements. */
-#define VB 64
+/* Vertical: the last kept dim is contiguous in the input (e.g. sum over dim 0
+ * of an (N, C) matrix, the bias gradient of a linear layer). A unit is one
+ * outer kept index and a tile of up to VW columns: its double accumulators
+ * stay in L1 while every reduced row streams through them, each row one
+ * contiguous run converted and added lane-wise (the loops vectorize at
+ * whatever width the build targets: AVX-512, AVX2 or SSE2). Each output is
+ * accumulated in double over the reduced rows in order, whatever the tile
+ * width or thread count, so results are bit-stable across thread counts. */
+#define VW 2048
 static bool vertical_ok(const tpurt_reduce_spec_t* s, const plan_t* p) {
   if (p->nk == 0 || p->kin[p->nk - 1] != 1 || p->ksize[p->nk - 1] < 8) return false;
   if (p->rin[p->nr - 1] == 1 || p->K < 2 || p->int_load) return false;
@@ -637,16 +673,69 @@ static bool vertical_ok(const tpurt_reduce_spec_t* s, const plan_t* p) {
   }
 }
 
+/* acc[c] += x_0[c] + ... + x_{n-1}[c] for n <= VR rows of w elements of dtype
+ * dt (SUM, the common case), added in row order (((acc + x_0) + x_1) + ...),
+ * so grouping rows changes no result; it keeps acc in registers across the
+ * group. The conversion is fused into the adds. */
+#define VR 8
+#define BF(x) tpurt_bf16_to_f32(x)
+#define DEF_VSUM(NAME, T, CONV)                                                           \
+  static void NAME##8(double* restrict acc, const T* restrict x0, const T* restrict x1,   \
+                      const T* restrict x2, const T* restrict x3, const T* restrict x4,   \
+                      const T* restrict x5, const T* restrict x6, const T* restrict x7,   \
+                      int64_t w) {                                                        \
+    for (int64_t c = 0; c < w; ++c)                                                       \
+      acc[c] = acc[c] + (double)CONV(x0[c]) + (double)CONV(x1[c]) + (double)CONV(x2[c]) + \
+               (double)CONV(x3[c]) + (double)CONV(x4[c]) + (double)CONV(x5[c]) +          \
+               (double)CONV(x6[c]) + (double)CONV(x7[c]);                                 \
+  }                                                                                       \
+  static void NAME##1(double* restrict acc, const T* restrict x, int64_t w) {             \
+    for (int64_t c = 0; c < w; ++c) acc[c] += (double)CONV(x[c]);                         \
+  }
+DEF_VSUM(vsum_f32_, float, ID)
+DEF_VSUM(vsum_f64_, double, ID)
+DEF_VSUM(vsum_bf16_, uint16_t, BF)
+
+#define VSUM_ROWS(NAME, T)                                                               \
+  do {                                                                                   \
+    const T* const* x = (const T* const*)rows;                                           \
+    if (n == VR) NAME##8(acc, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], w);        \
+    else for (int r = 0; r < n; ++r) NAME##1(acc, x[r], w);                              \
+  } while (0)
+
+static void vsum_rows(tpurt_dtype_t dt, const char* const* rows, int n, int64_t w,
+                      double* restrict acc, float* restrict fbuf, double* restrict dbuf) {
+  switch (dt) {
+    case TPURT_DTYPE_FLOAT32: VSUM_ROWS(vsum_f32_, float); return;
+    case TPURT_DTYPE_FLOAT64: VSUM_ROWS(vsum_f64_, double); return;
+    case TPURT_DTYPE_BFLOAT16: VSUM_ROWS(vsum_bf16_, uint16_t); return;
+    case TPURT_DTYPE_FLOAT16:
+      for (int r = 0; r < n; ++r) {
+        tpurt_hv_f16_to_f32((const uint16_t*)rows[r], fbuf, w);
+        for (int64_t c = 0; c < w; ++c) acc[c] += (double)fbuf[c];
+      }
+      return;
+    default:
+      for (int r = 0; r < n; ++r) {
+        tpurt_row_load_f64(dt, rows[r], 1, w, dbuf);
+        for (int64_t c = 0; c < w; ++c) acc[c] += dbuf[c];
+      }
+      return;
+  }
+}
+
 static void vertical_fn(void* user, int64_t b, int64_t e, int tid) {
+  (void)tid;
   const job_t* j = user;
   const tpurt_reduce_spec_t* s = j->s;
   const plan_t* p = j->p;
-  double acc[VB], buf[VB], par[VB];
-  int nanf[VB];
+  double acc[VW], buf[VW], par[VW];
+  float fbuf[VW];
+  int nanf[VW];
   for (int64_t blk = b; blk < e; ++blk) {
     int64_t row = blk / j->vblocks_per_row;
-    int64_t c0 = (blk % j->vblocks_per_row) * VB;
-    int64_t w = j->vC - c0 < VB ? j->vC - c0 : VB;
+    int64_t c0 = (blk % j->vblocks_per_row) * j->vtile;
+    int64_t w = j->vC - c0 < j->vtile ? j->vC - c0 : j->vtile;
     int64_t m0 = row * j->vC + c0;
     int64_t io, oo, xo;
     out_offsets(p, m0, &io, &oo, &xo);
@@ -658,13 +747,29 @@ static void vertical_fn(void* user, int64_t b, int64_t e, int tid) {
     }
     int64_t cnt[TPURT_MAX_DIMS] = {0};
     int64_t off = io;
+    const char* rows[VR];
+    int nrow = 0;
     for (int64_t r = 0; r < p->K; ++r) {
       const char* src = (const char*)s->in->data + off * (int64_t)p->isz;
+      /* advance the reduced counters (innermost last) */
+      for (int k = p->nr - 1; k >= 0; --k) {
+        off += p->rin[k];
+        if (++cnt[k] < p->rsize[k]) break;
+        off -= p->rin[k] * p->rsize[k];
+        cnt[k] = 0;
+      }
+      if (s->op == TPURT_REDUCE_SUM) {
+        rows[nrow++] = src;
+        if (nrow == VR || r == p->K - 1) {
+          vsum_rows(p->dt, rows, nrow, w, acc, fbuf, buf);
+          nrow = 0;
+        }
+        continue;
+      }
       const double* x = buf;
       if (p->dt == TPURT_DTYPE_FLOAT64) x = (const double*)src;
       else tpurt_row_load_f64(p->dt, src, 1, w, buf);
       switch (s->op) {
-        case TPURT_REDUCE_SUM: for (int64_t c = 0; c < w; ++c) acc[c] += x[c]; break;
         case TPURT_REDUCE_MAX:
           for (int64_t c = 0; c < w; ++c) { nanf[c] |= x[c] != x[c]; acc[c] = x[c] > acc[c] ? x[c] : acc[c]; }
           break;
@@ -680,15 +785,19 @@ static void vertical_fn(void* user, int64_t b, int64_t e, int tid) {
           break;
         default: break;
       }
-      /* advance the reduced counters (innermost last) */
-      for (int k = p->nr - 1; k >= 0; --k) {
-        off += p->rin[k];
-        if (++cnt[k] < p->rsize[k]) break;
-        off -= p->rin[k] * p->rsize[k];
-        cnt[k] = 0;
-      }
     }
     int64_t ostride = p->kout[p->nk - 1], xstride = p->kidx[p->nk - 1];
+    if (s->op == TPURT_REDUCE_SUM && !s->out_index && !p->int_result &&
+        (s->post == TPURT_REDUCE_POST_NONE || s->post == TPURT_REDUCE_POST_MEAN)) {
+      /* finalize's values for the whole tile, stored as a row */
+      if (s->post == TPURT_REDUCE_POST_MEAN) {
+        double K = (double)p->K;
+        for (int64_t c = 0; c < w; ++c) acc[c] = acc[c] / K;
+      }
+      if (s->out) tpurt_row_store_f64(s->out->dtype, tpurt_tensor_at(s->out, oo), ostride, w, acc);
+      if (s->out_f64) memcpy(s->out_f64 + m0, acc, sizeof(double) * (size_t)w);
+      continue;
+    }
     for (int64_t c = 0; c < w; ++c) {
       acc_t a = init;
       a.v = nanf[c] ? NAN : acc[c];
@@ -783,9 +892,18 @@ tpurt_status_t tpurt_reduce_run(tpurt_kernel_ctx_t* ctx, const tpurt_reduce_spec
   }
   if (vertical_ok(s, &p)) { /* never with a source: it needs rin != 1 */
     j.vC = p.ksize[p.nk - 1];
-    j.vblocks_per_row = (j.vC + VB - 1) / VB;
-    int64_t nblk = (p.M / j.vC) * j.vblocks_per_row;
-    int64_t grain = (65536 / (p.K * VB)) + 1;
+    /* Tiles of up to VW columns; narrower (down to 64) when that is what
+     * gives every thread a unit. The tile width never changes a result. */
+    int64_t outer = p.M / j.vC, ntile = (j.vC + VW - 1) / VW;
+    if (outer * ntile < nt) {
+      int64_t want = (nt + outer - 1) / outer, most = (j.vC + 63) / 64;
+      ntile = want < most ? want : most;
+    }
+    j.vtile = ((j.vC + ntile - 1) / ntile + 15) / 16 * 16;
+    if (j.vtile > VW) j.vtile = VW;
+    j.vblocks_per_row = (j.vC + j.vtile - 1) / j.vtile;
+    int64_t nblk = outer * j.vblocks_per_row;
+    int64_t grain = (65536 / (p.K * j.vtile)) + 1;
     tpurt_parallel_for(ctx, nblk, grain, vertical_fn, &j);
     return TPURT_OK;
   }
