@@ -172,8 +172,12 @@ def register_kernels(lib) -> "list[str]":
 
 def _reflection_pad2d(self, padding):
     """CPU's check first (the 1-d and 3-d forms get it from their structured meta; 2-d has none): each
-    pad must be smaller than the dim it reflects."""
+    pad must be smaller than the dim it reflects; the input 3-d, or 4-d with a batch, whose other
+    dims are not empty (PyTorch's decomposition padded a [3, 0, 10, 10] input where CPU raises)."""
     torch._check(len(padding) == 4, lambda: f"padding size is expected to be 4, but got: {len(padding)}")
+    torch._check(self.dim() in (3, 4) and all(s != 0 for s in self.shape[self.dim() - 3:]), lambda: (
+        f"Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions "
+        f"for input, but got: {list(self.shape)}"))
     for dim, (lo, hi) in ((self.dim() - 1, padding[0:2]), (self.dim() - 2, padding[2:4])):
         size = self.shape[dim]
         torch._check(lo < size and hi < size, lambda: (
