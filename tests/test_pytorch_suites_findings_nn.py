@@ -32,3 +32,35 @@ def test_reflection_pad2d_empty_batch_still_pads(tpu, eager_mode):
     assert nn.ReflectionPad2d(2)(x.to(tpu)).shape == nn.ReflectionPad2d(2)(x).shape
     x = torch.randn(2, 3, 4, 5)
     torch.testing.assert_close(nn.ReflectionPad2d((1, 2, 3, 0))(x.to(tpu)).cpu(), nn.ReflectionPad2d((1, 2, 3, 0))(x))
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+@pytest.mark.parametrize("sizes", [(399, 437), (403, 377), (10, 13), (8, 5)])
+def test_uint8_bilinear_matches_cpu(align_corners, sizes, tpu, eager_mode):
+    # test_upsamplingBiLinear2d_consistency_interp_size_bug / test_upsamplingBiMode2d_consistency: with
+    # align_corners=True the uint8 window's end lacked CPU's align_corners_delta, so it often held one
+    # tap instead of two (the nearest pixel, up to 160 off)
+    torch.manual_seed(0)
+    isz, osz = sizes
+    x = torch.randint(0, 256, (2, 3, isz, isz), dtype=torch.uint8)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        xf = x.contiguous(memory_format=fmt)
+        want = torch.nn.functional.interpolate(xf, size=(osz, osz), mode="bilinear", align_corners=align_corners)
+        got = torch.nn.functional.interpolate(xf.to(tpu), size=(osz, osz), mode="bilinear",
+                                              align_corners=align_corners).cpu()
+        assert torch.equal(got, want)
+
+
+def test_threshold_in_place_on_expanded_tensor(tpu, eager_mode):
+    # test_threshold_inplace_overlap: CPU's threshold skips the internal-overlap check (it is
+    # idempotent), so an in-place threshold of an expanded view is allowed
+    base = torch.tensor([[0.2, 0.7, -1.0, 0.5, 3.0, 0.49]])
+    x = base.to(tpu).expand(6, 6)
+    torch.nn.functional.threshold(x, 0.5, 0.5, inplace=True)
+    torch.nn.functional.threshold_(x, 0.5, -2.0)
+    want = base.expand(6, 6).clone()
+    torch.nn.functional.threshold_(want, 0.5, 0.5)
+    torch.nn.functional.threshold_(want, 0.5, -2.0)
+    torch.testing.assert_close(x.cpu(), want)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        torch.nn.functional.relu_(base.to(tpu).expand(6, 6))

@@ -111,7 +111,7 @@ DEFINE_TAPS(d, double)
       REAL center = (REAL)(scale * ((double)o + 0.5 - delta));                                    \
       int64_t xmin = (int64_t)((double)(center - support) + 0.5 + delta);                         \
       if (xmin < 0) xmin = 0;                                                                     \
-      int64_t xmax = (int64_t)((double)(center + support) + 0.5);                                 \
+      int64_t xmax = (int64_t)((double)(center + support) + 0.5 + delta);                         \
       int64_t xsize = (xmax < a->in ? xmax : a->in) - xmin;                                       \
       xsize = xsize < 0 ? 0 : xsize > a->taps ? a->taps : xsize;                                  \
       double* w = a->w + o * a->taps;                                                             \
