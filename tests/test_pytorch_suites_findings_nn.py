@@ -64,3 +64,53 @@ def test_threshold_in_place_on_expanded_tensor(tpu, eager_mode):
     torch.testing.assert_close(x.cpu(), want)
     with pytest.raises(RuntimeError, match="unsupported operation"):
         torch.nn.functional.relu_(base.to(tpu).expand(6, 6))
+
+
+_UPSAMPLE_CASES = [((1, 3, 8), m) for m in ("nearest", "nearest-exact", "linear")] + \
+    [((1, 3, 8, 8), m) for m in ("nearest", "nearest-exact", "bilinear", "bicubic")] + \
+    [((1, 3, 4, 4, 4), m) for m in ("nearest", "nearest-exact", "trilinear")]
+
+
+@pytest.mark.parametrize("shape,mode", _UPSAMPLE_CASES)
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64, torch.complex64,
+                                   torch.float32])
+def test_upsample_dtypes_as_cpu(shape, mode, dtype, tpu, eager_mode):
+    # test_upsamplingBiMode2d_nonsupported_dtypes: CPU resizes floating tensors (and uint8 ones in the
+    # nearest modes, bilinear and bicubic) and refuses the others at the call with NotImplementedError
+    # '"<kernel>" not implemented for '<dtype>''; nearest and nearest-exact computed any dtype on tpu
+    def run(dev):
+        x = torch.arange(torch.Size(shape).numel()).reshape(shape).to(dtype).to(dev)
+        return torch.nn.functional.interpolate(x, scale_factor=2, mode=mode)
+    try:
+        want = run("cpu")
+    except NotImplementedError as e:
+        assert "not implemented for" in str(e)
+        with pytest.raises(NotImplementedError, match="not implemented for '"):
+            run(tpu)
+        return
+    assert torch.equal(run(tpu).cpu(), want)
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+def test_bicubic_forward_kernel(align_corners, tpu, eager_mode):
+    # upsample_bicubic2d has a forward kernel now (the tap tables of its backward): float results as
+    # CPU's, channels_last kept; uint8 (which PyTorch's decomposition computed in float) in CPU's
+    # 16-bit fixed point with its border-clamped taps: a few pixels in a thousand still differ from
+    # CPU's by one or two steps (CPU's exact rounding there is not reproduced)
+    torch.manual_seed(0)
+    f = torch.nn.functional.interpolate
+    for dt in (torch.float32, torch.float64):
+        x = torch.rand(2, 3, 9, 11, dtype=dt)
+        for size in ((13, 17), (4, 5), (9, 11)):
+            torch.testing.assert_close(f(x.to(tpu), size=size, mode="bicubic", align_corners=align_corners).cpu(),
+                                       f(x, size=size, mode="bicubic", align_corners=align_corners))
+    x = torch.rand(2, 3, 9, 11).contiguous(memory_format=torch.channels_last)
+    got = f(x.to(tpu), scale_factor=1.7, mode="bicubic", align_corners=align_corners)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(got.cpu(), f(x, scale_factor=1.7, mode="bicubic", align_corners=align_corners))
+    u = torch.randint(30, 220, (2, 3, 40, 40), dtype=torch.uint8)
+    for size in ((53, 53), (17, 29)):
+        want = f(u, size=size, mode="bicubic", align_corners=align_corners).int()
+        got = f(u.to(tpu), size=size, mode="bicubic", align_corners=align_corners).cpu().int()
+        assert (got - want).abs().max().item() <= 2
+        assert (got != want).float().mean().item() < 0.01
