@@ -238,9 +238,21 @@ typedef struct up_u8_t {
   uint8_t* tmp;             /* [threads][in_h * out_w] */
 } up_u8_t;
 
+/* Taps that read the same (border-clamped) pixel are merged first, and the precision follows the
+ * largest weight as CPU accumulates it (_compute_indices_min_size_weights: a running sum per
+ * pixel, so a border pixel's 1 - w3 > 1 of bicubic lowers the precision by one bit). */
 static int up_u8_quantize(const up_axis_t* a, int32_t* q) {
   double wmax = 0;
-  for (int64_t i = 0; i < a->out * a->taps; ++i) wmax = a->w[i] > wmax ? a->w[i] : wmax;
+  for (int64_t o = 0; o < a->out; ++o) {
+    const int64_t* ix = a->idx + o * a->taps;
+    double* w = a->w + o * a->taps;
+    for (int t = 0; t < a->taps; ++t) {
+      int s = 0;
+      while (s < t && ix[s] != ix[t]) ++s;
+      if (s < t) w[s] += w[t], w[t] = 0;
+      wmax = w[s] > wmax ? w[s] : wmax;
+    }
+  }
   int prec = 0;
   for (; prec < 22; ++prec)
     if ((int)(0.5 + wmax * (double)(1 << (prec + 1))) >= (1 << 15)) break;
