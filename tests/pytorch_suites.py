@@ -165,6 +165,13 @@ def _accept_older_files(common_utils):
     from torch.testing._internal import common_cuda
     if not hasattr(common_cuda, "tf32_is_not_fp32"):
         common_cuda.tf32_is_not_fp32 = lambda: False
+    # and 2.13 replaced common_mkldnn's `bf32_on_and_off(p)` (newer files import it) by
+    # `reduced_f32_on_and_off(bf32_precision=p)`.
+    from torch.testing._internal import common_mkldnn
+    if not hasattr(common_mkldnn, "bf32_on_and_off"):
+        def bf32_on_and_off(bf32_precision=1e-2):
+            return common_mkldnn.reduced_f32_on_and_off(bf32_precision=bf32_precision)
+        common_mkldnn.bf32_on_and_off = bf32_on_and_off
 
 
 def _cause(etype, e):

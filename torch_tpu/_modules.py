@@ -172,8 +172,12 @@ def register_kernels(lib) -> "list[str]":
 
 def _reflection_pad2d(self, padding):
     """CPU's check first (the 1-d and 3-d forms get it from their structured meta; 2-d has none): each
-    pad must be smaller than the dim it reflects."""
+    pad must be smaller than the dim it reflects; the input 3-d, or 4-d with a batch, whose other
+    dims are not empty (PyTorch's decomposition padded a [3, 0, 10, 10] input where CPU raises)."""
     torch._check(len(padding) == 4, lambda: f"padding size is expected to be 4, but got: {len(padding)}")
+    torch._check(self.dim() in (3, 4) and all(s != 0 for s in self.shape[self.dim() - 3:]), lambda: (
+        f"Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions "
+        f"for input, but got: {list(self.shape)}"))
     for dim, (lo, hi) in ((self.dim() - 1, padding[0:2]), (self.dim() - 2, padding[2:4])):
         size = self.shape[dim]
         torch._check(lo < size and hi < size, lambda: (
@@ -183,7 +187,32 @@ def _reflection_pad2d(self, padding):
     return _reflection_pad(self, padding)
 
 
+# CPU's names of the dtypes (c10::toString), which its dispatch macros' refusals print
+_CPU_DTYPE_NAMES = {torch.bool: "Bool", torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short",
+                    torch.int32: "Int", torch.int64: "Long", torch.uint16: "UInt16", torch.uint32: "UInt32",
+                    torch.uint64: "UInt64", torch.complex32: "ComplexHalf", torch.complex64: "ComplexFloat",
+                    torch.complex128: "ComplexDouble"}
+
+
+def _upsample_dtype_checked(name: str, uint8: bool):
+    """The upsample forwards that reach the device through PyTorch's decomposition (no C kernel):
+    CPU computes them in the floating types (and the nearest ones in uint8) and refuses the others
+    at the call; the decomposition would compute any dtype."""
+    from torch._decomp import decomposition_table
+    decomp = decomposition_table[getattr(aten, name).default]
+
+    def kernel(self, *args, **kwargs):
+        if not self.is_floating_point() and not (uint8 and self.dtype == torch.uint8):
+            raise NotImplementedError(
+                f'"{name}" not implemented for \'{_CPU_DTYPE_NAMES.get(self.dtype, str(self.dtype))}\'')
+        return decomp(self, *args, **kwargs)
+    return kernel
+
+
 def overrides() -> dict:
-    return {
-        aten.reflection_pad2d.default: _reflection_pad2d,
-    }
+    table = {aten.reflection_pad2d.default: _reflection_pad2d}
+    for name, uint8 in (("upsample_nearest3d", True), ("_upsample_nearest_exact1d", True),
+                        ("_upsample_nearest_exact2d", True), ("_upsample_nearest_exact3d", True),
+                        ("upsample_trilinear3d", False)):
+        table[getattr(aten, name).default] = _upsample_dtype_checked(name, uint8)
+    return table

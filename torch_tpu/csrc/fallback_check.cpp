@@ -23,7 +23,8 @@ namespace {
 
 [[noreturn]] void refuse_dtype(const Call& c, c10::ScalarType dtype) {
   throw Unsupported{"has no kernel for this dtype",
-                    c10::str(c.name, ": dtype ", dtype, " is not supported on the tpu device"), true,
+                    c10::str(c.name, ": \"", c.info.base, "\" not implemented for '", dtype, "': dtype ", dtype,
+                             " is not supported on the tpu device"), true,
                     dtype == c10::ScalarType::ComplexHalf};
 }
 
@@ -38,9 +39,12 @@ std::string dtype_list(const tpurt_op_def_t* def) {
   return s.empty() ? "none" : s;
 }
 
-[[noreturn]] void refuse_dtype_mask(const Call& c, const tpurt_op_def_t* def, tpurt_dtype_t d) {
+// CPU's words first ("<kernel>" not implemented for '<ScalarType>', its dispatch macros' refusal,
+// which PyTorch's tests match), then ours.
+[[noreturn]] void refuse_dtype_mask(const Call& c, const tpurt_op_def_t* def, tpurt_dtype_t d, c10::ScalarType st) {
   throw Unsupported{"has no kernel for this dtype",
-                    c10::str(c.name, ": dtype ", tpurt_dtype_name(d), " is not supported by its tpu kernel '",
+                    c10::str(c.name, ": \"", def->name, "\" not implemented for '", c10::toString(st), "': dtype ",
+                             tpurt_dtype_name(d), " is not supported by its tpu kernel '",
                              def->name, "' (which computes in ", dtype_list(def),
                              "). Set TORCH_TPU_CPU_FALLBACK=1 to run it on the CPU (slow)."),
                     true};
@@ -48,7 +52,7 @@ std::string dtype_list(const tpurt_op_def_t* def) {
 
 inline void check_dtype_mask(const Call& c, const tpurt_op_def_t* def, c10::ScalarType dtype) {
   tpurt_dtype_t d = map_dtype(dtype);
-  if (TPURT_UNLIKELY(!tpurt_op_supports_dtype(def, d))) refuse_dtype_mask(c, def, d);
+  if (TPURT_UNLIKELY(!tpurt_op_supports_dtype(def, d))) refuse_dtype_mask(c, def, d, dtype);
 }
 
 // The op's complex kernel exists and takes a first tensor of this (real) dtype, or the op has no

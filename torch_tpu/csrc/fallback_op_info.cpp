@@ -143,12 +143,13 @@ OpInfo::MetaVia meta_via(const std::string& full_name) {
 void overlap_rules(const std::string& base, OpInfo* info) {
   // The ops whose CPU kernels refuse to write a tensor whose elements share
   // memory (at::assert_no_internal_overlap): the TensorIterator ones (our
-  // elementwise and random families) but fill/zero/masked_fill/index_fill,
-  // which CPU allows, and these others. Reductions, index_put, resize_ allow it.
+  // elementwise and random families) but fill/zero/masked_fill/index_fill and
+  // threshold (idempotent: its TensorIterator skips the check), which CPU
+  // allows, and these others. Reductions, index_put, resize_ allow it.
   static const char* const kRefuseOverlap[] = {"cat", "gather", "index_select", "masked_select", "take", "mm",
                                                "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv",
                                                "linspace", "logspace", "arange", "range"};
-  static const char* const kAllowOverlap[] = {"fill", "zero", "masked_fill", "index_fill"};
+  static const char* const kAllowOverlap[] = {"fill", "zero", "masked_fill", "index_fill", "threshold"};
   const bool alias_safe = info->def && (info->def->flags & TPURT_OP_ALIAS_SAFE);
   info->refuse_overlap = alias_safe || info->random;
   for (const char* n : kAllowOverlap)

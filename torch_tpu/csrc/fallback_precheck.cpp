@@ -371,6 +371,20 @@ void grid_sampler_shapes(const Call& c) {
               " and grid with sizes ", grid.sizes());
 }
 
+// The upsample forwards (upsample_<mode><n>d, _upsample_nearest_exact<n>d, _upsample_bi*2d_aa): CPU
+// computes them in the floating types, and the nearest ones, bilinear2d and bicubic2d (and their
+// antialiased forms) in uint8 too; it refuses other dtypes at the call in its dispatch macro's
+// words, where our kernels' masks are wider (nearest took every dtype).
+void upsample_dtype(const Call& c) {
+  if (!c.arg(0).isTensor()) return;
+  const c10::ScalarType t = c.arg(0).toTensor().scalar_type();
+  if (at::isFloatingType(t)) return;
+  const std::string& b = c.info.base;
+  const bool u8 = b.find("nearest") != std::string::npos || b.find("bilinear2d") != std::string::npos ||
+                  b.find("bicubic2d") != std::string::npos;
+  TORCH_CHECK_NOT_IMPLEMENTED(u8 && t == c10::kByte, "\"", b, "\" not implemented for '", c10::toString(t), "'");
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -412,6 +426,9 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return householder_tau_dtype;
   if (full_name == "aten::grid_sampler_2d" || full_name == "aten::grid_sampler_3d") return grid_sampler_shapes;
   if (full_name == "aten::masked_scatter_") return masked_scatter_mask_shape;
+  if ((full_name.compare(0, 14, "aten::upsample") == 0 || full_name.compare(0, 15, "aten::_upsample") == 0) &&
+      full_name.find("backward") == std::string::npos)
+    return upsample_dtype;
   if (full_name.compare(0, 9, "aten::div") == 0 && full_name.find("_mode") != std::string::npos)
     return div_mode_unsigned;
   return nullptr;

@@ -85,6 +85,7 @@ const tpurt_op_def_t tpurt_ops_nn[] = {
     OP("_upsample_nearest_exact2d_backward", upsample_nearest_exact_bwd, NN_DT_FLOAT),
     OP("_upsample_nearest_exact3d_backward", upsample_nearest_exact_bwd, NN_DT_FLOAT),
     OP("upsample_trilinear3d_backward", upsample_linear_bwd, NN_DT_FLOAT),
+    OP("upsample_bicubic2d", upsample_bicubic_fwd, NN_DT_IMAGE),
     OP("upsample_bicubic2d_backward", upsample_bicubic_bwd, NN_DT_FLOAT),
     OP("_upsample_bilinear2d_aa", upsample_bilinear_aa, NN_DT_IMAGE),
     OP("_upsample_bicubic2d_aa", upsample_bicubic_aa, NN_DT_IMAGE),

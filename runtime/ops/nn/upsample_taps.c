@@ -1,7 +1,7 @@
 /* Upsampling through per-axis tap tables, for the modes upsample.c does not
  * cover: the backward of nearest 3-D, nearest-exact 1/2/3-D, trilinear and
  * bicubic; antialiased bilinear and bicubic (_upsample_bi*2d_aa), forward
- * too; and the uint8 forward of bilinear.
+ * too; the forward of bicubic; and the uint8 forward of bilinear and bicubic.
  * Every mode is a tensor product of 1-D maps, so each axis gets a table of
  * (source index, weight) taps per output index, computed with
  * PyTorch CPU's index math (UpSample.h: float for float and the 16-bit types,
@@ -111,7 +111,7 @@ DEFINE_TAPS(d, double)
       REAL center = (REAL)(scale * ((double)o + 0.5 - delta));                                    \
       int64_t xmin = (int64_t)((double)(center - support) + 0.5 + delta);                         \
       if (xmin < 0) xmin = 0;                                                                     \
-      int64_t xmax = (int64_t)((double)(center + support) + 0.5);                                 \
+      int64_t xmax = (int64_t)((double)(center + support) + 0.5 + delta);                         \
       int64_t xsize = (xmax < a->in ? xmax : a->in) - xmin;                                       \
       xsize = xsize < 0 ? 0 : xsize > a->taps ? a->taps : xsize;                                  \
       double* w = a->w + o * a->taps;                                                             \
@@ -238,9 +238,21 @@ typedef struct up_u8_t {
   uint8_t* tmp;             /* [threads][in_h * out_w] */
 } up_u8_t;
 
+/* Taps that read the same (border-clamped) pixel are merged first, and the precision follows the
+ * largest weight as CPU accumulates it (_compute_indices_min_size_weights: a running sum per
+ * pixel, so a border pixel's 1 - w3 > 1 of bicubic lowers the precision by one bit). */
 static int up_u8_quantize(const up_axis_t* a, int32_t* q) {
   double wmax = 0;
-  for (int64_t i = 0; i < a->out * a->taps; ++i) wmax = a->w[i] > wmax ? a->w[i] : wmax;
+  for (int64_t o = 0; o < a->out; ++o) {
+    const int64_t* ix = a->idx + o * a->taps;
+    double* w = a->w + o * a->taps;
+    for (int t = 0; t < a->taps; ++t) {
+      int s = 0;
+      while (s < t && ix[s] != ix[t]) ++s;
+      if (s < t) w[s] += w[t], w[t] = 0;
+      wmax = w[s] > wmax ? w[s] : wmax;
+    }
+  }
   int prec = 0;
   for (; prec < 22; ++prec)
     if ((int)(0.5 + wmax * (double)(1 << (prec + 1))) >= (1 << 15)) break;
@@ -303,7 +315,7 @@ static tpurt_status_t up_u8_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
 }
 
 /* <mode>_backward(grad_output, output_size, input_size, [align_corners,] scales...), and for the AA
- * modes also the forward <mode>(self, output_size, align_corners, scales...) */
+ * modes and bicubic also the forward <mode>(self, output_size, align_corners, scales...) */
 static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, up_mode_t mode, bool backward,
                              bool ref) {
   const tpurt_tensor_t* t0 = tpurt_arg_tensor(call, 0);
@@ -329,7 +341,8 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
   if (u8 && nd != 2) return TPURT_STATUS(UNIMPLEMENTED, "%s: uint8 resizing is 2-D only", call->name);
   /* the output's opmath; uint8's weights are computed in double, as CPU's */
   bool dbl = u8 || (backward ? gi : go)->dtype == TPURT_DTYPE_FLOAT64;
-  /* uint8 bilinear takes the antialias taps without antialiasing, as CPU's uint8 path */
+  /* uint8 bilinear takes the antialias taps without antialiasing, as CPU's uint8 path; uint8
+   * bicubic the float path's taps (clamped to the border), in double */
   bool windowed = mode == UP_LINEAR_AA || mode == UP_CUBIC_AA || (u8 && mode == UP_LINEAR);
   bool aa = mode == UP_LINEAR_AA || mode == UP_CUBIC_AA;
   int taps = mode == UP_CUBIC ? 4 : mode == UP_LINEAR ? 2 : 1;
@@ -401,6 +414,7 @@ static tpurt_status_t up_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* cal
 TPURT_NN_PAIR(upsample_nearest_bwd, up_run(ctx, call, UP_NEAREST, true, ref))
 TPURT_NN_PAIR(upsample_nearest_exact_bwd, up_run(ctx, call, UP_NEAREST_EXACT, true, ref))
 TPURT_NN_PAIR(upsample_linear_bwd, up_run(ctx, call, UP_LINEAR, true, ref))
+TPURT_NN_PAIR(upsample_bicubic_fwd, up_run(ctx, call, UP_CUBIC, false, ref))
 TPURT_NN_PAIR(upsample_bicubic_bwd, up_run(ctx, call, UP_CUBIC, true, ref))
 TPURT_NN_PAIR(upsample_bilinear_aa, up_run(ctx, call, UP_LINEAR_AA, false, ref))
 TPURT_NN_PAIR(upsample_bilinear_aa_bwd, up_run(ctx, call, UP_LINEAR_AA, true, ref))

@@ -97,17 +97,28 @@ typedef struct ln_job_t {
 } ln_job_t;
 
 /* Float sums in 32 independent lanes (four AVX2 vectors): one vector's running
- * sum would wait on the add latency at every step. */
+ * sum would wait on the add latency at every step. The lanes restart every
+ * LN_BLOCK elements and each block's float total is added into a double, so a
+ * long row (LayerNorm over 256 x 256 x 144 = 9.4M elements) keeps CPU's
+ * accuracy: one float running sum per lane over 295K elements lost about 3e-5
+ * of the mean, 5e-5 of the normalized output. */
+#define LN_BLOCK 8192
 #define LN_SUM32(N, EXPR)                                                                  \
   ({                                                                                       \
     const int64_t n_ = (N);                                                                \
-    float l_[32] = {0}, s_ = 0;                                                            \
+    double d_ = 0;                                                                         \
     int64_t i_ = 0;                                                                        \
-    for (int64_t b_ = 0; b_ + 32 <= n_; b_ += 32)                                          \
-      for (int k_ = 0; k_ < 32; ++k_) { i_ = b_ + k_; l_[k_] += (EXPR); }                  \
-    for (i_ = n_ & ~(int64_t)31; i_ < n_; ++i_) s_ += (EXPR);                              \
-    for (int k_ = 0; k_ < 32; ++k_) s_ += l_[k_];                                          \
-    s_;                                                                                    \
+    for (int64_t c_ = 0; c_ < n_; c_ += LN_BLOCK) {                                        \
+      const int64_t ce_ = n_ - c_ < LN_BLOCK ? n_ : c_ + LN_BLOCK;                         \
+      float l_[32] = {0}, s_ = 0;                                                          \
+      int64_t b_ = c_;                                                                     \
+      for (; b_ + 32 <= ce_; b_ += 32)                                                     \
+        for (int k_ = 0; k_ < 32; ++k_) { i_ = b_ + k_; l_[k_] += (EXPR); }                \
+      for (i_ = b_; i_ < ce_; ++i_) s_ += (EXPR);                                          \
+      for (int k_ = 0; k_ < 32; ++k_) s_ += l_[k_];                                        \
+      d_ += s_;                                                                            \
+    }                                                                                      \
+    (float)d_;                                                                             \
   })
 
 /* A row of m in float32: m's own memory when it is a contiguous float32 row
