@@ -1190,7 +1190,8 @@ static void dense_back(void* u, int64_t r0, int64_t r1, int tid) {
 /* The rows where these beat OpenBLAS on one core of the AVX-512 Xeon measured (.dev-style harness
  * over tpurt_gemm, 2026-12-05): 1.0-1.9x at 8 and 16 rows (one run of 16 rows against a transposed
  * B 0.97x); at 1-4 rows OpenBLAS's own small-size
- * path was level or faster, at 32-64 rows its packing pays off. */
+ * path was level or faster, at 32-64 rows its packing pays off against these (not against the
+ * copied blocks below). */
 enum { SMALL_M_MIN = 8, SMALL_M = 16 };
 /* ... and with B row-major (op(B) = B), up to SMALL_M_NN rows through B copied in blocks (the
  * 64 x 2048 x 2048 product of an MLP's input gradient: OpenBLAS 1.2-1.3x slower than this, and
@@ -1212,8 +1213,8 @@ static inline __m512 small_out(__m512 acc, const float* c, __mmask16 m, float al
 /* R rows x 16V columns: R * V accumulators, each one fma chain along k; V is larger for fewer
  * rows so that there are always 16 chains in flight (an fma's latency is 4 cycles, and 2 issue per
  * cycle: fewer chains leave the units idle, as 2 chains for one row did). */
-#define DEFINE_SMALL_NN(NAME, R, V)                                                                               \
-  static void NAME(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,   \
+#define DEFINE_SMALL_NN(NAME, R, V)                                                                         \
+  static void NAME(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,          \
                            float* c, int64_t ldc, float alpha, float beta) {                                \
     for (int64_t j = 0; j < n; j += 16 * V) {                                                             \
       __mmask16 mk[V];                                                                                    \
@@ -1242,7 +1243,6 @@ DEFINE_SMALL_NN(small_nn_8x3, 8, 3)
 DEFINE_SMALL_NN(small_nn_4, 4, 4)
 DEFINE_SMALL_NN(small_nn_2, 2, 8)
 DEFINE_SMALL_NN(small_nn_1, 1, 8)
-
 
 /* R rows of A against C columns of B^T (rows of bt, ldb apart), both along k. */
 #define DEFINE_SMALL_NT(R, C)                                                                               \
