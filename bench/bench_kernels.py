@@ -99,6 +99,27 @@ def _linear_few_rows(rows, width_in, width_out):
     return setup
 
 
+def _mm_fp32(m, k, n, form):
+    """fp32 products of a GPT-2 block (hidden 768, MLP 3072, 1024 tokens) and an MLP's input gradient
+    g @ W with 64 rows: form "x@W^T" (F.linear), "dY@W" (W row-major, not transposed), "dY^T@X"."""
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        if form == "x@W^T":
+            x = torch.randn(m, k, generator=g).to(device)
+            w = torch.randn(n, k, generator=g).to(device)
+            fn = lambda: F.linear(x, w)
+        elif form == "dY@W":
+            x = torch.randn(m, k, generator=g).to(device)
+            w = torch.randn(k, n, generator=g).to(device)
+            fn = lambda: x @ w
+        else:
+            dy = torch.randn(k, m, generator=g).to(device)
+            x = torch.randn(k, n, generator=g).to(device)
+            fn = lambda: dy.t() @ x
+        return fn, lambda s: 2 * m * k * n / s / 1e9
+    return setup
+
+
 SDPA_SHAPE = (1, 8, 1024, 64)  # batch, heads, seq, head dim
 
 
@@ -149,6 +170,14 @@ BENCHES = {
                           "F.linear fp32, 8 tokens x (768 -> 768): a decode batch through a layer"),
     "linear_fp32_16x768x3072": (_linear_few_rows(16, 768, 3072), "GFLOP/s", True,
                                 "F.linear fp32, 16 tokens x (768 -> 3072)"),
+    "mm_fp32_64x2048x2048": (_mm_fp32(64, 2048, 2048, "dY@W"), "GFLOP/s", True,
+                             "fp32 g @ W, 64 x 2048 @ 2048 x 2048, W row-major: an MLP's input gradient"),
+    "linear_fp32_1024x768x3072": (_mm_fp32(1024, 768, 3072, "x@W^T"), "GFLOP/s", True,
+                                  "F.linear fp32, 1024 tokens x (768 -> 3072): GPT-2 MLP up, forward"),
+    "mm_fp32_dX_1024x3072x768": (_mm_fp32(1024, 3072, 768, "dY@W"), "GFLOP/s", True,
+                                 "fp32 dY @ W, 1024 x 3072 @ 3072 x 768: GPT-2 MLP down's input gradient"),
+    "mm_fp32_dW_3072x1024x768": (_mm_fp32(3072, 1024, 768, "dY^T@X"), "GFLOP/s", True,
+                                 "fp32 dY^T @ X, (1024 x 3072)^T @ 1024 x 768: GPT-2 MLP up's weight gradient"),
     "sdpa_causal_fp32_fwd": (_sdpa(torch.float32, False), "ms", False,
                              "SDPA causal fp32, batch 1, 8 heads, seq 1024, head 64, forward"),
     "sdpa_causal_fp32_fwdbwd": (_sdpa(torch.float32, True), "ms", False, "the same, forward + backward"),

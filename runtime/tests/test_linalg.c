@@ -155,6 +155,47 @@ static void test_gemm(void) {
   CHECK_STATUS(gemm_via_ctx(&bad), UNIMPLEMENTED);
 }
 
+/* fp32 with few rows of a row-major A (8..64) and B row-major: the unpacked kernels (8-16 rows,
+ * small B) and B copied in depth blocks of 256 x 240 columns (17-64 rows, or 8-16 rows against a
+ * B of 2^20 elements or more), each thread its own copy buffer; every layout (a column-major C
+ * makes op(B)^T the few-rows operand), padded strides, partial 48-column panels and depth blocks,
+ * alpha/beta (beta 0 on the first depth block only). Then serially: with the workspace
+ * tpurt_gemm_workspace_bytes asks for, and without any (those products go to OpenBLAS). */
+static void test_gemm_small_m(void) {
+  const int64_t shapes[][3] = {{17, 240, 256}, {23, 241, 257}, {40, 500, 600}, {64, 1030, 300},
+                               {33, 260, 1},   {8, 250, 4200}, {12, 1030, 1100}, {16, 300, 3500},
+                               {65, 300, 300}, {30, 100, 700}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
+    for (int lay = 0; lay < 8; ++lay) {
+      bool ta = lay & 1, tb = lay & 2, tc = lay & 4;
+      int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      if (tc) { /* the few rows as C's columns */
+        int64_t t = m;
+        m = n, n = t;
+      }
+      double beta = lay % 3 == 0 ? 0.0 : lay % 3 == 1 ? 1.0 : -0.5;
+      gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 1, m, n, k, ta, tb, tc, (int)(s + lay) % 3, false, false,
+                s % 2 ? 1.0 : -1.25, beta, false);
+    }
+  gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 2, 40, 300, 500, false, false, false, 1, true, false, 1, 1,
+            false);
+  for (int with_ws = 0; with_ws < 2; ++with_ws) {
+    int64_t m = 40, n = 300, k = 520;
+    float *a = test_rand_buf(TPURT_DTYPE_FLOAT32, m * k), *b = test_rand_buf(TPURT_DTYPE_FLOAT32, k * n);
+    float *c = test_rand_buf(TPURT_DTYPE_FLOAT32, m * n), *r = malloc(4 * m * n);
+    tpurt_gemm_t g = {.m = m, .n = n, .k = k, .ab_dtype = TPURT_DTYPE_FLOAT32, .c_dtype = TPURT_DTYPE_FLOAT32,
+                      .a = a, .a_rs = k, .a_cs = 1, .b = b, .b_rs = n, .b_cs = 1, .c = r, .c_rs = n, .c_cs = 1,
+                      .alpha = 0.5, .beta = 0};
+    CHECK_OK(tpurt_gemm_reference(&g));
+    g.c = c;
+    size_t bytes = tpurt_gemm_workspace_bytes(NULL, &g);
+    void* ws = with_ws ? malloc(bytes + 4) : NULL;
+    CHECK_OK(tpurt_gemm(NULL, &g, with_ws ? (char*)ws + 4 : NULL)); /* not 64-byte aligned */
+    CHECK(test_max_err(TPURT_DTYPE_FLOAT32, c, r, m * n, 1.0 + sqrt((double)k)) <= tol_for(TPURT_DTYPE_FLOAT32));
+    free(a), free(b), free(c), free(r), free(ws);
+  }
+}
+
 /* Integer GEMM whose products and sums pass int64's range: the result wraps
  * modulo 2^64 (PyTorch CPU's answer), computed without signed overflow, which
  * is undefined behaviour (UBSan flags it under make test-c-asan). */
@@ -405,6 +446,7 @@ static void test_complex_ldl(void) {
 
 int main(void) {
   test_gemm();
+  test_gemm_small_m();
   /* again through the portable microkernel and scalar packing */
   tpurt_gemm_set_generic(true);
   test_gemm();

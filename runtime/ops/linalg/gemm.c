@@ -1040,6 +1040,8 @@ static bool batch_parallel(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g)
          (mul_sat(mul_sat(g->m, g->n), g->k) <= (int64_t)1 << 21 || nbatch(g) >= 4 * nt);
 }
 
+static size_t small_pack_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g);
+
 size_t tpurt_gemm_workspace_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
   if (batch_parallel(ctx, g)) {
     tpurt_gemm_t s = *g;
@@ -1052,7 +1054,7 @@ size_t tpurt_gemm_workspace_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gem
     }
     return single_ws_bytes(&s) * (size_t)tpurt_kernel_num_threads(ctx);
   }
-  return single_ws_bytes(g);
+  return single_ws_bytes(g) + small_pack_bytes(ctx, g);
 }
 
 /* ---- element-wise helpers on C (O(m*n), off the hot path) ---- */
@@ -1188,8 +1190,17 @@ static void dense_back(void* u, int64_t r0, int64_t r1, int tid) {
 /* The rows where these beat OpenBLAS on one core of the AVX-512 Xeon measured (.dev-style harness
  * over tpurt_gemm, 2026-12-05): 1.0-1.9x at 8 and 16 rows (one run of 16 rows against a transposed
  * B 0.97x); at 1-4 rows OpenBLAS's own small-size
- * path was level or faster, at 32-64 rows its packing pays off. */
+ * path was level or faster, at 32-64 rows its packing pays off against these (not against the
+ * copied blocks below). */
 enum { SMALL_M_MIN = 8, SMALL_M = 16 };
+/* ... and with B row-major (op(B) = B), up to SMALL_M_NN rows through B copied in blocks (the
+ * 64 x 2048 x 2048 product of an MLP's input gradient: OpenBLAS 1.2-1.3x slower than this, and
+ * 1.3-1.6x PyTorch CPU's time). */
+enum { SMALL_M_NN = 64, SMALL_KB = 256, SMALL_NB = 240, SMALL_PACK_FLOATS = SMALL_KB * SMALL_NB };
+/* B of at least this many elements (4 MiB, twice L2) goes through the copied blocks at 8-16 rows too:
+ * 16 x 2048 x 2048 2.3 ms against OpenBLAS's 3.1 and the uncopied kernels' 9.2; at 768 x 768 the
+ * uncopied ones stay faster. With fewer than SMALL_NB columns the copies do not pay (OpenBLAS). */
+#define SMALL_BIG_B ((int64_t)1 << 20)
 
 static inline __mmask16 tail_mask16(int64_t left) {
   return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
@@ -1202,8 +1213,8 @@ static inline __m512 small_out(__m512 acc, const float* c, __mmask16 m, float al
 /* R rows x 16V columns: R * V accumulators, each one fma chain along k; V is larger for fewer
  * rows so that there are always 16 chains in flight (an fma's latency is 4 cycles, and 2 issue per
  * cycle: fewer chains leave the units idle, as 2 chains for one row did). */
-#define DEFINE_SMALL_NN(R, V)                                                                               \
-  static void small_nn_##R(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,   \
+#define DEFINE_SMALL_NN(NAME, R, V)                                                                         \
+  static void NAME(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,          \
                            float* c, int64_t ldc, float alpha, float beta) {                                \
     for (int64_t j = 0; j < n; j += 16 * V) {                                                             \
       __mmask16 mk[V];                                                                                    \
@@ -1227,10 +1238,11 @@ static inline __m512 small_out(__m512 acc, const float* c, __mmask16 m, float al
         }                                                                                                 \
     }                                                                                                     \
   }
-DEFINE_SMALL_NN(8, 2)
-DEFINE_SMALL_NN(4, 4)
-DEFINE_SMALL_NN(2, 8)
-DEFINE_SMALL_NN(1, 8)
+DEFINE_SMALL_NN(small_nn_8, 8, 2)
+DEFINE_SMALL_NN(small_nn_8x3, 8, 3)
+DEFINE_SMALL_NN(small_nn_4, 4, 4)
+DEFINE_SMALL_NN(small_nn_2, 2, 8)
+DEFINE_SMALL_NN(small_nn_1, 1, 8)
 
 /* R rows of A against C columns of B^T (rows of bt, ldb apart), both along k. */
 #define DEFINE_SMALL_NT(R, C)                                                                               \
@@ -1260,9 +1272,45 @@ DEFINE_SMALL_NT(4, 1)
 DEFINE_SMALL_NT(2, 1)
 DEFINE_SMALL_NT(1, 1)
 
-/* C (m x n) = alpha A B + beta C; !tb: B is k x n row-major (ldb), tb: B^T is n x k (ldb). */
+/* C (m x n) = alpha A B + beta C; !tb: B is k x n row-major (ldb), tb: B^T is n x k (ldb). With !tb
+ * and `pack` (SMALL_PACK_FLOATS), B is copied in blocks; more than SMALL_M rows only so. */
 static void small_m_cols(bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                         const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                         const float* b, int64_t ldb, float beta, float* c, int64_t ldc, float* pack) {
+  if (!tb && pack) {
+    /* 17..SMALL_M_NN rows, or fewer against a large B (the caller passes a copy buffer then; the
+     * panels below, 128 columns x all of k, read a 2048 x 2048 B 8 KiB apart from L2 at 1/3 of
+     * OpenBLAS's speed): depth blocks of SMALL_KB rows of B;
+     * in each, SMALL_NB columns at a time are copied into SMALL_NB / 48 panels of 48 columns
+     * (reading B's rows as long runs, which the prefetchers follow, where the 48-column runs 8 KiB
+     * apart of a 2048-wide B missed the TLB each step), and every 8-row block of A runs against a
+     * panel held in L1. A is read where it is; C takes the depth blocks' partial sums (beta on the
+     * first only). */
+    for (int64_t p0 = 0; p0 < k; p0 += SMALL_KB) {
+      int64_t kk = imin(SMALL_KB, k - p0);
+      float bt = p0 == 0 ? beta : 1.0f;
+      const float* ap = a + p0;
+      for (int64_t jb = 0; jb < n; jb += SMALL_NB) {
+        int64_t nw = imin(SMALL_NB, n - jb);
+        const float* bp = b + p0 * ldb + jb;
+        for (int64_t p = 0; p < kk; ++p)
+          for (int64_t q = 0; q < nw; q += 48)
+            for (int v = 0; v < 3; ++v)
+              _mm512_storeu_ps(pack + q * kk + 48 * p + 16 * v,
+                              _mm512_maskz_loadu_ps(tail_mask16(nw - q - 16 * v), bp + p * ldb + q + 16 * v));
+        for (int64_t q = 0; q < nw; q += 48) {
+          int64_t nn = imin(48, nw - q);
+          const float* pq = pack + q * kk;
+          float* cp = c + jb + q;
+          int64_t i = 0;
+          for (; i + 8 <= m; i += 8) small_nn_8x3(nn, kk, ap + i * lda, lda, pq, 48, cp + i * ldc, ldc, alpha, bt);
+          if (i + 4 <= m) small_nn_4(nn, kk, ap + i * lda, lda, pq, 48, cp + i * ldc, ldc, alpha, bt), i += 4;
+          if (i + 2 <= m) small_nn_2(nn, kk, ap + i * lda, lda, pq, 48, cp + i * ldc, ldc, alpha, bt), i += 2;
+          if (i < m) small_nn_1(nn, kk, ap + i * lda, lda, pq, 48, cp + i * ldc, ldc, alpha, bt);
+        }
+      }
+    }
+    return;
+  }
   if (!tb) {
     /* panels of B of at most 256 KiB (k x a multiple of 128 columns) outside the rows, so each row
      * block reads its panel from L2, not from memory */
@@ -1299,6 +1347,18 @@ static void small_m_cols(bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 }
 #endif
 
+/* Workspace after single_ws_bytes(g) for the copies of B of the 17..SMALL_M_NN-row kernel, one
+ * per thread (op(A) or, for a column-major C, op(B)^T may be the few-rows operand). Without it
+ * (a serial caller with no workspace) those products go to OpenBLAS. */
+static size_t small_pack_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
+#ifdef GEMM_SMALL_M
+  if (use_blas(g) && !atomic_load(&g_small_off) && ((g->m >= SMALL_M_MIN && g->m <= SMALL_M_NN) ||
+                                                    (g->n >= SMALL_M_MIN && g->n <= SMALL_M_NN)))
+    return (size_t)SMALL_PACK_FLOATS * 4 * (size_t)(ctx ? tpurt_kernel_num_threads(ctx) : 1);
+#endif
+  return 0;
+}
+
 /* One single-threaded sgemm over a slab of C. */
 typedef struct blas_job_t {
   bool ta, tb, split_m; /* split_m: slabs of rows of C, else of columns */
@@ -1307,10 +1367,10 @@ typedef struct blas_job_t {
   float alpha, beta;
   const float *a, *b;
   float* c;
+  float* pack; /* SMALL_PACK_FLOATS per thread (tid), or NULL */
 } blas_job_t;
 
 static void blas_slab(void* u, int64_t s0, int64_t s1, int tid) {
-  (void)tid;
   const blas_job_t* j = (const blas_job_t*)u;
   int64_t lo = s0 * j->step, hi = s1 * j->step;
   const float *a = j->a, *b = j->b;
@@ -1330,7 +1390,8 @@ static void blas_slab(void* u, int64_t s0, int64_t s1, int tid) {
   if (m <= 0 || n <= 0) return;
 #ifdef GEMM_SMALL_M
   if (j->small) {
-    small_m_cols(j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+    small_m_cols(j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc,
+                 j->pack ? j->pack + (size_t)tid * SMALL_PACK_FLOATS : NULL);
     return;
   }
 #endif
@@ -1350,10 +1411,10 @@ static void blas_single_thread(void) { openblas_set_num_threads(1); }
  * host. The pool runs a slab whose helper has not started on the caller. */
 static void blas_call(tpurt_kernel_ctx_t* ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                      float beta, float* c, int64_t ldc) {
+                      float beta, float* c, int64_t ldc, float* pack) {
   pthread_once(&g_blas_once, blas_single_thread);
   blas_job_t j = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
-                  .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+                  .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c, .pack = pack};
   int nt = ctx ? tpurt_kernel_num_threads(ctx) : 1;
   /* at least ~2^20 multiply-adds per slab, and slabs of whole 16-row/column blocks */
   int64_t per = (int64_t)1 << 20, work = mul_sat(mul_sat(m, n), k);
@@ -1361,9 +1422,11 @@ static void blas_call(tpurt_kernel_ctx_t* ctx, bool ta, bool tb, int64_t m, int6
   j.split_m = m >= n;
 #ifdef GEMM_SMALL_M
   /* few rows of a row-major A: our kernels, the columns split between threads */
-  if (!ta && m >= SMALL_M_MIN && m <= SMALL_M && !g_small_off) {
+  if (!ta && m >= SMALL_M_MIN && (m <= SMALL_M || (!tb && pack && m <= SMALL_M_NN && n >= SMALL_NB)) &&
+      !g_small_off) {
     j.small = true;
     j.split_m = false;
+    if (tb || (m <= SMALL_M && mul_sat(k, n) < SMALL_BIG_B)) j.pack = NULL; /* B read where it is */
   }
 #endif
   int64_t extent = j.split_m ? m : n;
@@ -1377,7 +1440,7 @@ static void blas_call(tpurt_kernel_ctx_t* ctx, bool ta, bool tb, int64_t m, int6
   run_range(ctx, (extent + j.step - 1) / j.step, 1, blas_slab, &j);
 }
 
-static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
+static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws, float* pack) {
   const float* a = (const float*)g->a;
   const float* b = (const float*)g->b;
   bool ta, tb, tc;
@@ -1408,9 +1471,9 @@ static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) 
     c = tmp, tc = false, ldc = g->n;
   }
   if (!tc)
-    blas_call(ctx, ta, tb, g->m, g->n, g->k, (float)g->alpha, a, lda, b, ldb, (float)g->beta, c, ldc);
+    blas_call(ctx, ta, tb, g->m, g->n, g->k, (float)g->alpha, a, lda, b, ldb, (float)g->beta, c, ldc, pack);
   else /* C^T = B^T A^T with C^T row-major */
-    blas_call(ctx, !tb, !ta, g->n, g->m, g->k, (float)g->alpha, b, ldb, a, lda, (float)g->beta, c, ldc);
+    blas_call(ctx, !tb, !ta, g->n, g->m, g->k, (float)g->alpha, b, ldb, a, lda, (float)g->beta, c, ldc, pack);
   if (tmp) {
     dense_t dd = {tmp, g->c_rs, g->c_cs, g->n, (float*)g->c};
     run_range(ctx, g->m, 64, dense_back, &dd);
@@ -1473,7 +1536,8 @@ static void gemm_single(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws
     scale_c(ctx, g);
     return;
   }
-  if (!own && use_blas(g)) gemm_blas(ctx, g, ws);
+  if (!own && use_blas(g))
+    gemm_blas(ctx, g, ws, ws && small_pack_bytes(ctx, g) ? (float*)(ws + single_ws_bytes(g)) : NULL);
   else gemm_own(ctx, g, ws);
 }
 
@@ -1517,7 +1581,7 @@ tpurt_status_t tpurt_gemm(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, void* 
   size_t bytes = tpurt_gemm_workspace_bytes(ctx, g);
   if (!workspace && bytes) {
     workspace = ctx ? tpurt_kernel_scratch(ctx, bytes) : NULL;
-    if (!workspace)
+    if (!workspace && (ctx || bytes > small_pack_bytes(ctx, g))) /* without that, OpenBLAS */
       return TPURT_STATUS(RESOURCE_EXHAUSTED, "gemm: cannot get %zu bytes of scratch", bytes);
   }
   if (batch_parallel(ctx, g)) {
