@@ -385,6 +385,54 @@ void upsample_dtype(const Call& c) {
   TORCH_CHECK_NOT_IMPLEMENTED(u8 && t == c10::kByte, "\"", b, "\" not implemented for '", c10::toString(t), "'");
 }
 
+// addcmul / addcdiv (self, tensor1, tensor2, value): a complex value with real tensors is CPU's
+// RuntimeError (the complex kernel would refuse it only when it runs), and addcmul of bools has no
+// CPU kernel (NotImplementedError).
+const char* cpu_type_name(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float";
+    case at::kDouble: return "double";
+    case at::kHalf:
+    case at::kBFloat16: return "float";  // CPU converts value to the op's float compute type
+    case at::kLong: return "int64_t";
+    case at::kInt: return "int";
+    case at::kShort: return "int16_t";
+    case at::kChar: return "int8_t";
+    case at::kByte: return "uint8_t";
+    case at::kBool: return "bool";
+    default: return c10::toString(t);
+  }
+}
+
+void addc_value(const Call& c) {
+  if (c.info.num_args < 4 || !c.arg(0).isTensor() || !c.arg(1).isTensor() || !c.arg(2).isTensor()) return;
+  const at::Tensor &self = c.arg(0).toTensor(), &t1 = c.arg(1).toTensor(), &t2 = c.arg(2).toTensor();
+  // (the categories only: bool, complex, which promoteTypes settles as result_type would)
+  c10::ScalarType r = c10::promoteTypes(c10::promoteTypes(self.scalar_type(), t1.scalar_type()), t2.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(!(c.info.base == "addcmul" && r == at::kBool),
+                              "\"addcmul_cpu_out\" not implemented for 'Bool'");
+  const c10::IValue& v = c.arg(3);
+  if (!v.isComplexDouble() || c10::isComplexType(r)) return;
+  TORCH_CHECK(false, "value cannot be converted to type ", cpu_type_name(r), " without overflow");
+}
+
+// lerp(self, end, weight) of integers or bools: CPU has no kernel (its lerp computes in floating or
+// complex types only).
+void lerp_floats(const Call& c) {
+  if (!c.arg(0).isTensor()) return;
+  c10::ScalarType t = c.arg(0).toTensor().scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isFloatingType(t) || c10::isComplexType(t), "\"",
+                              c.arg(2).isTensor() ? "lerp_kernel_tensor" : "lerp_kernel_scalar",
+                              "\" not implemented for '", t, "'");
+}
+
+// pow(Tensor, Tensor) whose result type is bool: CPU has no kernel.
+void pow_bool(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isTensor()) return;
+  TORCH_CHECK_NOT_IMPLEMENTED(at::result_type(c.arg(0).toTensor(), c.arg(1).toTensor()) != at::kBool,
+                              "\"pow\" not implemented for 'Bool'");
+}
+
 }  // namespace
 
 void (*precheck_for(const std::string& full_name))(const Call& c) {
@@ -416,6 +464,12 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return complex_parts;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
   if (full_name == "aten::pow.Tensor_Scalar_out") return pow_negative_int_exponent;
+  if (full_name == "aten::pow.Tensor_Tensor" || full_name == "aten::pow.Tensor_Tensor_out" ||
+      full_name == "aten::pow_.Tensor")
+    return pow_bool;
+  if (full_name.compare(0, 10, "aten::lerp") == 0) return lerp_floats;
+  if (full_name.compare(0, 13, "aten::addcmul") == 0 || full_name.compare(0, 13, "aten::addcdiv") == 0)
+    return addc_value;
   if (full_name.compare(0, 15, "aten::index_add") == 0) return index_add_complex_alpha;
   if (full_name == "aten::nll_loss_forward" || full_name == "aten::nll_loss_forward.output" ||
       full_name == "aten::nll_loss2d_forward" || full_name == "aten::nll_loss2d_forward.output")
