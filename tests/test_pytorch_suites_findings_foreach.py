@@ -73,3 +73,19 @@ def test_lerp_of_floats_still_computes(dtype, tpu, eager_mode):
     torch.testing.assert_close(torch.lerp(a.to(tpu), b.to(tpu) * 3, w.to(tpu)).cpu(), torch.lerp(a, b * 3, w))
     got = torch._foreach_lerp([a.to(tpu)], [b.to(tpu) * 3], 0.75)
     torch.testing.assert_close(got[0].cpu(), torch.lerp(a, b * 3, 0.75))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64, torch.uint8, torch.float32])
+def test_empty_random_fills_as_cpu(dtype):
+    # CPU's normal_ / log_normal_ / exponential_ return an empty self before their dtype dispatch
+    # (so randn([0], dtype=int) works), after their parameter checks
+    for f in ("normal_", "log_normal_", "exponential_"):
+        got = getattr(torch.empty(0, dtype=dtype, device="tpu"), f)()
+        assert got.shape == (0,) and got.dtype == dtype and got.device.type == "tpu"
+    assert torch.randn([0], dtype=dtype, device="tpu").shape == (0,)
+    for f, args, msg in [("normal_", (0.0, -1.0), "normal expects std >= 0.0, but found std -1"),
+                         ("log_normal_", (0.0, 0.0), "log_normal_ expects std > 0.0, but found std=0"),
+                         ("exponential_", (-1.0,), "exponential_ expects lambda > 0.0, but found lambda=-1")]:
+        for n in (0, 3):
+            with pytest.raises(RuntimeError, match=msg):
+                getattr(torch.empty(n, device="tpu"), f)(*args)

@@ -217,6 +217,13 @@ void run_with_written_math_bits(const c10::OperatorHandle& op, torch::jit::Stack
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   using namespace fallback;
   const Call c(op, get_op_info(op), stack);
+  if (TPURT_UNLIKELY(c.info.empty_fill_noop) && c.arg(0).isTensor() && c.arg(0).toTensor().numel() == 0) {
+    if (c.info.precheck) c.info.precheck(c);  // the parameters' checks still apply
+    at::Tensor self = c.arg(0).toTensor();
+    torch::jit::drop(*stack, c.info.num_args);
+    stack->push_back(std::move(self));
+    return;
+  }
   if (TPURT_UNLIKELY(c.info.mask_put) && put_mask_as_masked_fill(c)) {
     at::Tensor self = c.arg(0).toTensor();
     torch::jit::drop(*stack, c.info.num_args);

@@ -70,6 +70,7 @@ struct OpInfo {
   // same of the second argument (a backward's input).
   enum class MetaVia : uint8_t { kSelf, kConvolution, kConvolutionBackward, kLikeSelf, kLikeInput, kPowScalarOut, kComplexToFloatOut, kGeqrf, kRnnCell, kNllLoss, kNllLossBackward, kLayerNorm, kIndexReduce } meta_via = MetaVia::kSelf;
   bool repeat_interleave = false;  // repeat_interleave.Tensor: output_size from the data
+  bool empty_fill_noop = false;    // normal_ / log_normal_ / exponential_: CPU returns an empty self as is
   // CPU's checks on shapes, dtypes and Python scalars that PyTorch's meta
   // function lacks (fallback_precheck.cpp), run at the call before anything
   // is queued; null for most ops.

@@ -205,6 +205,10 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
   info->cpp_meta = cpp_meta_of(name);
   overlap_rules(info->base, info.get());
   info->repeat_interleave = info->full_name == "aten::repeat_interleave.Tensor";
+  // CPU's kernels for these return before their dtype dispatch when self is empty (an empty integer
+  // tensor's normal_ is no error there; uniform_ and cauchy_ check first and refuse it)
+  info->empty_fill_noop = info->full_name == "aten::normal_" || info->full_name == "aten::log_normal_" ||
+                          info->full_name == "aten::exponential_";
   info->bool_index_arg1 = (info->base == "index" || info->base == "index_put" || info->base == "_index_put_impl") &&
                           args.size() > 1 && info->arg_class[1] == ArgClass::kOptTensorList;
   info->mask_put = info->bool_index_arg1 &&

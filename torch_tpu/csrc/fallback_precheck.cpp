@@ -175,6 +175,19 @@ void normal_std(const Call& c) {
   }
 }
 
+// exponential_(self, lambd) / log_normal_(self, mean, std): CPU's parameter checks, in its words,
+// before anything else (an empty self included).
+void exponential_lambda(const Call& c) {
+  if (c.info.num_args < 2 || !c.arg(1).isDouble()) return;
+  const double l = c.arg(1).toDouble();
+  TORCH_CHECK(l > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", l);
+}
+void log_normal_std(const Call& c) {
+  if (c.info.num_args < 3 || !c.arg(2).isDouble()) return;
+  const double sd = c.arg(2).toDouble();
+  TORCH_CHECK(sd > 0.0, "log_normal_ expects std > 0.0, but found std=", sd);
+}
+
 // roll(self, shifts, dims): CPU checks the lists before the dims' range.
 void roll_lists(const Call& c) {
   if (!c.arg(1).isIntList() || !c.arg(2).isIntList()) return;
@@ -445,6 +458,8 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return random_bounds;
   if (full_name == "aten::uniform_" || full_name.compare(0, 14, "aten::uniform.") == 0) return uniform_bounds;
   if (full_name.compare(0, 12, "aten::normal") == 0) return normal_std;
+  if (full_name == "aten::exponential_") return exponential_lambda;
+  if (full_name == "aten::log_normal_") return log_normal_std;
   if (full_name == "aten::roll" || full_name == "aten::roll.out") return roll_lists;
   if (full_name == "aten::repeat_interleave.Tensor" || full_name == "aten::repeat_interleave.Tensor_out")
     return repeat_interleave_repeats;
