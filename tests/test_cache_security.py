@@ -76,6 +76,9 @@ def _child(cache, kind="tanh", **env):
     e.pop("TORCH_TPU_LOG_LEVEL", None)
     r = subprocess.run([sys.executable, "-c", _CHILD, kind], env=e, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    for line in r.stderr.splitlines():  # whole, in the failing test's captured stderr (assertions truncate)
+        if "differs" in line:
+            print(f"child ({kind}, cache {cache}): {line}", file=sys.stderr)
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 
