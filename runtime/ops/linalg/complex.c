@@ -267,10 +267,6 @@ static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
       memcpy(hz, a, sizeof(zd_t) * (size_t)(n * n));
       eig_hessenberg_z(n, hz);
       converged = eig_qr_z(n, hz, w);
-      for (int64_t k = 0; k < n; ++k) {
-        wr[k] = creal(w[k]);
-        wi[k] = cimag(w[k]);
-      }
     } else if (j->self->dtype == TPURT_DTYPE_FLOAT32) { /* in float, as sgeev: see eig_impl.h */
       float *hf = (float*)h, *wrf = (float*)v, *wif = wrf + n, *vf = (float*)wi;
       for (int64_t e = 0; e < n * n; ++e) hf[e] = (float)creal(a[e]);
@@ -291,14 +287,16 @@ static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
       __atomic_store_n(&j->failed, b + 1, __ATOMIC_RELAXED);
       continue;
     }
-    for (int64_t k = 0; k < n; ++k) mat_zst(j->vals, eig_offset(j->vals, b, nb, k, 0, 1), CMPLX(wr[k], wi[k]));
+    if (!cplx) /* the real paths give (wr, wi) pairs */
+      for (int64_t k = 0; k < n; ++k) w[k] = CMPLX(wr[k], wi[k]);
+    for (int64_t k = 0; k < n; ++k) mat_zst(j->vals, eig_offset(j->vals, b, nb, k, 0, 1), w[k]);
     if (!j->vecs || !j->vecs->data) continue;
     for (int64_t k = 0; k < n; ++k) {
       zd_t* col = x + k * n;
-      if (!cplx && k > 0 && wi[k] < 0 && wi[k - 1] == -wi[k] && wr[k - 1] == wr[k]) { /* a conjugate pair's partner */
+      if (!cplx && k > 0 && cimag(w[k]) < 0 && w[k - 1] == conj(w[k])) { /* a conjugate pair's partner */
         for (int64_t r = 0; r < n; ++r) col[r] = conj(x[(k - 1) * n + r]);
       } else {
-        eig_vector(n, a, anorm, CMPLX(wr[k], wi[k]), lu, piv, col);
+        eig_vector(n, a, anorm, w[k], lu, piv, col);
       }
       for (int64_t r = 0; r < n; ++r) mat_zst(j->vecs, eig_offset(j->vecs, b, nb, r, k, 2), col[r]);
     }
