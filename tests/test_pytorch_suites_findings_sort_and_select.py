@@ -71,18 +71,53 @@ def test_unique_dim_order_op(tpu):
         torch.ops.tpu._unique_dim_order(torch.zeros(3, 2, dtype=torch.complex64, device=tpu))
 
 
-def test_index_fill_cpu_index_refused_as_cuda_does(tpu, eager_mode):
+@pytest.mark.parametrize("op", ["index_fill", "index_select", "index_add", "index_copy"])
+def test_index_ops_take_a_cpu_index(op, tpu, eager_mode):
     # test_stable_sort_against_numpy passes a 1-D CPU index tensor to index_fill on the device (it
-    # skips that part only for cuda). ATen's index_fill_ (CPU and CUDA) feeds the index to a
-    # TensorIterator without allow_cpu_scalars, which refuses a CPU input on another device; tpu
-    # refuses it at the call too, while advanced indexing takes CPU indices on tpu as on CUDA.
+    # skips that part only for cuda). tpu copies a CPU `index` of the index_* ops to the device, as
+    # advanced indexing's x[cpu_index] does; other CPU tensors of more than 0 dims stay refused.
     x = torch.arange(12.0).reshape(3, 4)
-    idx = torch.tensor([0, 2])
+    src = torch.full((2, 4), -1.0)
+    for idx in (torch.tensor([0, 2]), torch.tensor([2, 0]), torch.tensor([], dtype=torch.long), torch.tensor(1)):
+        source = src[: idx.numel()] if idx.dim() else src[:1]
+        args = {"index_fill": (1.0,), "index_select": (), "index_add": (source,), "index_copy": (source,)}[op]
+        want = getattr(x, op)(0, idx, *args)
+        got = getattr(x.to(tpu), op)(0, idx, *(a.to(tpu) if isinstance(a, torch.Tensor) else a for a in args))
+        assert got.device.type == "tpu"
+        assert torch.equal(got.cpu(), want)
+    # written in place through the moved index as well
+    y = x.to(tpu)
+    y.index_fill_(1, torch.tensor([3, 1]), 7.0)
+    assert torch.equal(y.cpu(), x.index_fill(1, torch.tensor([3, 1]), 7.0))
     with pytest.raises(RuntimeError, match="same device"):
-        x.to(tpu).index_fill(0, idx, 1.0)
-    got = x.to(tpu).index_fill(0, idx.to(tpu), 1.0)
-    assert torch.equal(got.cpu(), x.index_fill(0, idx, 1.0))
-    assert torch.equal(x.to(tpu)[idx].cpu(), x[idx])
+        x.to(tpu).index_add(0, torch.tensor([0, 2]), src)  # the source is no index: refused
+    with pytest.raises(IndexError):  # a bad position in a CPU index surfaces as CPU's type
+        x.to(tpu).index_fill(0, torch.tensor([5]), 1.0).cpu()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x, d: x.index_fill(1, torch.tensor([[1]], device=d), 1.0),
+        lambda x, d: x.index_fill(1, torch.tensor([1], device=d), torch.ones(2, device=d)),
+        lambda x, d: x.index_fill(2, torch.tensor([1], device=d), 1.0),
+        lambda x, d: x.index_fill(1, torch.tensor([1], dtype=torch.int32, device=d), 1.0),
+        lambda x, d: x.index_fill_(1, torch.tensor([1.0], device=d), 1.0),
+        lambda x, d: x.index_fill(1, torch.tensor([1], device=d), 1j),
+        lambda x, d: x.index_select(1, torch.tensor([1.0], device=d)),
+        lambda x, d: x.index_select(1, torch.tensor([[1]], device=d)),
+    ],
+)
+def test_index_fill_select_checks_at_the_call(call, tpu, eager_mode):
+    # CPU's index_fill_ / index_select checks (index dtype and rank, value rank, complex value, dim):
+    # tpu took an int32 index_fill index CPU refuses and refused a float index only when the kernel ran
+    x = torch.randn(4, 5)
+    with pytest.raises(Exception) as want:
+        call(x, "cpu")
+    with pytest.raises(Exception) as got:
+        call(x.to(tpu), tpu)  # raised here, before any sync
+    assert type(got.value) is type(want.value)
+    assert str(want.value) in str(got.value)
 
 
 @pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])

@@ -63,6 +63,10 @@ struct OpInfo {
   bool unsupported_ret = false;
   bool bool_index_arg1 = false;  // index / index_put: bool masks become long indices
   bool mask_put = false;         // index_put_ / _index_put_impl_: one value through a mask is a masked_fill_
+  // index_fill / index_add / index_copy / index_select / index_reduce: the argument `index` may be a
+  // CPU tensor of any rank (CPU code passes torch.tensor([...]) there); it is copied to the device,
+  // as advanced indexing's x[cpu_index] is. -1: none.
+  int cpu_index_arg = -1;
   bool random = false;
   bool has_generator_arg = false;
   // Ops PyTorch gives no meta function take their shapes from a twin op.

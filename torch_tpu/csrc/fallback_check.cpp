@@ -197,6 +197,7 @@ Checked check_call(const Call& c) {
   c10::ScalarType complex_type = c10::ScalarType::Undefined;  // of a complex tensor argument, if any
   c10::ScalarType complex_out = c10::ScalarType::Undefined;   // of a complex out= argument, if any
   c10::Layout layout = c10::kStrided;                         // a non-strided layout, if any
+  bool move_index = false;                                    // a CPU `index` to copy to the device
   auto visit = [&](const at::Tensor& t, size_t i) __attribute__((always_inline)) {
     if (!t.defined()) return;
     if (t.device().type() == kTpu) {
@@ -204,6 +205,8 @@ Checked check_call(const Call& c) {
       TORCH_CHECK(k.device < 0 || k.device == d, c.name, ": expected all tensors to be on the same device, but "
                   "found tensors on tpu:", static_cast<int>(k.device), " and tpu:", static_cast<int>(d));
       k.device = d;
+    } else if (t.is_cpu() && static_cast<int>(i) == info.cpu_index_arg) {
+      move_index = true;
     } else if (t.is_cpu()) {
       // CPU's and CUDA's words first ("Expected all tensors to be on the same device, but found at
       // least two devices, ..."), then which argument it was
@@ -245,6 +248,13 @@ Checked check_call(const Call& c) {
     }
   }
   if (info.all_views) return k;  // metadata only: no kernel reads the tensors
+  if (move_index) {
+    TORCH_CHECK(k.device >= 0, c.name, ": no tpu tensor among the arguments");
+    c10::IValue& v = c.arg(static_cast<size_t>(info.cpu_index_arg));
+    v = v.toTensor().to(c10::Device(kTpu, k.device));
+  }
+  // CPU's own checks come before its dtype dispatch ("... not implemented for 'Float'")
+  if (TPURT_UNLIKELY(info.precheck != nullptr)) info.precheck(c);
   if (bad_dtype != c10::ScalarType::Undefined) refuse_dtype(c, bad_dtype);
 
   // Complex tensors reach only kernels that take them (TPURT_OP_COMPLEX, tpurt/kernel.h).
@@ -268,7 +278,6 @@ Checked check_call(const Call& c) {
                          ? c10::toRealValueType(k.first_dtype)  // only a complex out=: a real temporary
                          : k.first_dtype);
   if (info.refuse_overlap || info.warn_overlap) check_written_overlap(c);
-  if (TPURT_UNLIKELY(info.precheck != nullptr)) info.precheck(c);
   return k;
 }
 

@@ -211,6 +211,10 @@ std::unique_ptr<OpInfo> build_op_info(const c10::OperatorHandle& op) {
                           info->full_name == "aten::exponential_";
   info->bool_index_arg1 = (info->base == "index" || info->base == "index_put" || info->base == "_index_put_impl") &&
                           args.size() > 1 && info->arg_class[1] == ArgClass::kOptTensorList;
+  if (info->base == "index_fill" || info->base == "index_add" || info->base == "index_copy" ||
+      info->base == "index_select" || info->base == "index_reduce")
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].name() == "index" && info->arg_class[i] == ArgClass::kTensor) info->cpu_index_arg = static_cast<int>(i);
   info->mask_put = info->bool_index_arg1 &&
                    (info->full_name == "aten::_index_put_impl_" || info->full_name == "aten::index_put_");
   return info;

@@ -325,6 +325,32 @@ void index_add_complex_alpha(const Call& c) {
                               "device");
 }
 
+// index_fill(self, dim, index, value): CPU's checks, in its order and words (the meta function
+// accepts an int32 or floating index, which our kernel took or refused only when it ran).
+void index_fill_checks(const Call& c) {
+  if (c.info.num_args < 4 || !c.arg(0).isTensor() || !c.arg(1).isInt() || !c.arg(2).isTensor()) return;
+  const at::Tensor &self = c.arg(0).toTensor(), &index = c.arg(2).toTensor();
+  const c10::IValue& value = c.arg(3);
+  if (value.isTensor())
+    TORCH_CHECK(value.toTensor().dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but got tensor ",
+                "with ", value.toTensor().dim(), " dimension(s).");
+  TORCH_CHECK_INDEX(index.scalar_type() == c10::kLong, "index_fill_(): Expected dtype int64 for index.");
+  bool complex_value = value.isComplexDouble() || (value.isScalar() && value.toScalar().isComplex());
+  TORCH_CHECK(self.is_complex() || !complex_value,
+              "index_fill_(): Converting complex Scalar to non-complex type is not supported");
+  c10::maybe_wrap_dim(c.arg(1).toInt(), std::max<int64_t>(self.dim(), 1));
+  TORCH_CHECK(index.dim() <= 1, "Index has to be a vector/scalar");
+}
+
+// index_select(self, dim, index): the index's dtype and rank, as CPU checks them.
+void index_select_checks(const Call& c) {
+  if (c.info.num_args < 3 || !c.arg(0).isTensor() || !c.arg(1).isInt() || !c.arg(2).isTensor()) return;
+  const at::Tensor& index = c.arg(2).toTensor();
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == c10::kLong || index.scalar_type() == c10::kInt,
+              "index_select(): Expected dtype int32 or int64 for index");
+}
+
 // mm(self, mat2): CPU refuses operands of two dtypes (its meta function does not).
 void mm_same_dtype(const Call& c) {
   if (!c.arg(0).isTensor() || !c.arg(1).isTensor()) return;
@@ -486,6 +512,8 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
   if (full_name.compare(0, 13, "aten::addcmul") == 0 || full_name.compare(0, 13, "aten::addcdiv") == 0)
     return addc_value;
   if (full_name.compare(0, 15, "aten::index_add") == 0) return index_add_complex_alpha;
+  if (full_name.compare(0, 16, "aten::index_fill") == 0) return index_fill_checks;
+  if (full_name == "aten::index_select" || full_name == "aten::index_select.out") return index_select_checks;
   if (full_name == "aten::nll_loss_forward" || full_name == "aten::nll_loss_forward.output" ||
       full_name == "aten::nll_loss2d_forward" || full_name == "aten::nll_loss2d_forward.output")
     return nll_loss_weight_dtype;
