@@ -116,7 +116,6 @@ VALUE_ERRORS = {
     "index_copy_out_of_range": lambda d: torch.zeros(5, 4, device=d).index_copy(
         0, torch.tensor([5], device=d), torch.ones(1, 4, device=d)),
     "take_out_of_range": lambda d: torch.zeros(5, 4, device=d).take(torch.tensor([20], device=d)),
-    "one_hot_negative": lambda d: F.one_hot(torch.tensor([-1], device=d)),
     "one_hot_too_large": lambda d: F.one_hot(torch.tensor([3], device=d), 2),
 }
 
@@ -128,6 +127,20 @@ def test_value_errors_have_cpus_type(case, tpu, eager_mode):
     assert expected is not None
     with pytest.raises(expected) as info:
         fn(tpu)
-        torch.tpu.synchronize()  # one_hot(-1)'s result is empty: only a sync reports it
+        torch.tpu.synchronize()
     if eager_mode != "debug":
         assert "set TORCH_TPU_EAGER_MODE=debug to raise at the line that issued it" in str(info.value)
+
+
+@pytest.mark.parametrize("values", [[-1], [2, -3, 0], [[0, 1], [-1, 4]]])
+def test_one_hot_negative_class_raises_at_the_call(values, tpu, eager_mode):
+    # one_hot without num_classes reads the largest class (a sync on every device); min comes back in
+    # the same read, so CPU's check is made at the call in CPU's words. ATen leaves it to scatter on
+    # accelerators, whose error surfaced at some later sync (never for [-1]: the result is empty).
+    with pytest.raises(RuntimeError) as want:
+        F.one_hot(torch.tensor(values))
+    with pytest.raises(RuntimeError) as got:
+        F.one_hot(torch.tensor(values, device=tpu))
+    assert str(got.value) == str(want.value) == "Class values must be non-negative."
+    x = torch.tensor([[0, 3], [2, 2]])
+    assert torch.equal(F.one_hot(x.to(tpu)).cpu(), F.one_hot(x))  # the device keeps working

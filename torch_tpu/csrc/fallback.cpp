@@ -14,6 +14,9 @@
 #include <ATen/ops/_fused_rms_norm.h>
 #include <ATen/ops/_linalg_check_errors.h>
 #include <ATen/ops/addr_native.h>
+#include <ATen/ops/aminmax.h>
+#include <ATen/ops/one_hot_native.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
@@ -322,6 +325,24 @@ at::Tensor& addr_out_tpu(const at::Tensor& self, const at::Tensor& vec1, const a
   return at::native::math_addr_out(self, vec1, vec2, beta, alpha, out);
 }
 
+// one_hot: ATen's kernel reads max() when num_classes is -1 (a sync on every device) but on
+// accelerators leaves a negative class to scatter, whose error then surfaces at some later sync in
+// scatter's words (or never, when the result is empty). min and max come back in the same single
+// read here, so CPU's check is made at the call, in CPU's words; the rest is ATen's kernel. Fake and
+// functional tensors (torch.compile's tracing) go straight to ATen's, which has a branch for them.
+at::Tensor one_hot_tpu(const at::Tensor& self, int64_t num_classes) {
+  if (num_classes == -1 && self.scalar_type() == at::kLong && self.numel() > 0 &&
+      !self.key_set().has_any(c10::DispatchKeySet(c10::DispatchKey::Python)) &&
+      !self.key_set().has_any(c10::DispatchKeySet(c10::DispatchKey::Functionalize))) {
+    auto [lo, hi] = at::aminmax(self);
+    at::Tensor both = at::stack({lo, hi}).cpu();
+    const int64_t* v = both.const_data_ptr<int64_t>();
+    TORCH_CHECK(v[0] >= 0, "Class values must be non-negative.");
+    num_classes = v[1] + 1;
+  }
+  return at::native::one_hot(self, num_classes);
+}
+
 }  // namespace torch_tpu
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -358,4 +379,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // to the fused kernel while autograd still records _fused_rms_norm.
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("rms_norm", TORCH_FN(torch_tpu::rms_norm_tpu));
+  m.impl("one_hot", TORCH_FN(torch_tpu::one_hot_tpu));
 }
