@@ -342,6 +342,26 @@ void index_fill_checks(const Call& c) {
   TORCH_CHECK(index.dim() <= 1, "Index has to be a vector/scalar");
 }
 
+// scatter_reduce / index_reduce (self, dim, index, src, reduce, ...): amax and amin of complex
+// tensors, and index_reduce's include_self=False of complex ones, which CPU refuses at its dtype
+// dispatch (the complex kernels have sum, prod and mean).
+void reduce_complex_minmax(const Call& c) {
+  if (c.info.num_args < 5 || !c.arg(0).isTensor() || !c.arg(0).toTensor().is_complex() || !c.arg(4).isString())
+    return;
+  const std::string r = c.arg(4).toStringRef();
+  const bool scatter = c.info.base == "scatter_reduce";
+  // index_reduce(include_self=False) of complex: CPU has no kernel for the exclusion's initial values
+  TORCH_CHECK_NOT_IMPLEMENTED(scatter || c.info.num_args < 6 || !c.arg(5).isBool() || c.arg(5).toBool(),
+                              "\"index_reduce_func_exclude_input_init\" not implemented for '",
+                              c10::toString(c.arg(0).toTensor().scalar_type()), "'");
+  if (r != "amax" && r != "amin") return;
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "\"",
+                              scatter ? (r == "amax" ? "scatter_gather_tensor_cpu_reduce_amax"
+                                                     : "scatter_gather_tensor_cpu_reduce_amin")
+                                      : (r == "amax" ? "maximum_cpu" : "minimum_cpu"),
+                              "\" not implemented for '", c10::toString(c.arg(0).toTensor().scalar_type()), "'");
+}
+
 // index_select(self, dim, index): the index's dtype and rank, as CPU checks them.
 void index_select_checks(const Call& c) {
   if (c.info.num_args < 3 || !c.arg(0).isTensor() || !c.arg(1).isInt() || !c.arg(2).isTensor()) return;
@@ -513,6 +533,8 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
     return addc_value;
   if (full_name.compare(0, 15, "aten::index_add") == 0) return index_add_complex_alpha;
   if (full_name.compare(0, 16, "aten::index_fill") == 0) return index_fill_checks;
+  if (full_name.compare(0, 20, "aten::scatter_reduce") == 0 || full_name.compare(0, 18, "aten::index_reduce") == 0)
+    return reduce_complex_minmax;
   if (full_name == "aten::index_select" || full_name == "aten::index_select.out") return index_select_checks;
   if (full_name == "aten::nll_loss_forward" || full_name == "aten::nll_loss_forward.output" ||
       full_name == "aten::nll_loss2d_forward" || full_name == "aten::nll_loss2d_forward.output")

@@ -426,6 +426,31 @@ static void b_prod(char* d, const char* s, double ad, int64_t ai) {
 #define b_amax b_sum
 #define b_amin b_prod
 
+/* complex: sum and product in the parts' precision (CPU's c10::complex arithmetic); no amax/amin (CPU
+ * refuses them: NULL, and the ops' prechecks raise CPU's words at the call) */
+#define DEF_COMPLEX_ACCUM(NAME, T)                                                                 \
+  static void NAME##_copy(char* d, const char* s, double ad, int64_t ai) {                         \
+    memcpy(d, s, 2 * sizeof(T));                                                                    \
+  }                                                                                                 \
+  static void NAME##_sum(char* d, const char* s, double ad, int64_t ai) {                          \
+    T* a = (T*)d;                                                                                   \
+    const T* b = (const T*)s;                                                                       \
+    if (ad == 1.0) a[0] += b[0], a[1] += b[1];                                                      \
+    else a[0] += (T)ad * b[0], a[1] += (T)ad * b[1];                                                \
+  }                                                                                                 \
+  static void NAME##_prod(char* d, const char* s, double ad, int64_t ai) {                         \
+    T* a = (T*)d;                                                                                   \
+    const T* b = (const T*)s;                                                                       \
+    T re = a[0] * b[0] - a[1] * b[1], im = a[0] * b[1] + a[1] * b[0];                               \
+    a[0] = re, a[1] = im;                                                                           \
+  }
+DEF_COMPLEX_ACCUM(c64, float)
+DEF_COMPLEX_ACCUM(c128, double)
+#define c64_amax NULL
+#define c64_amin NULL
+#define c128_amax NULL
+#define c128_amin NULL
+
 #define ACCUM_ROW(NAME) {NAME##_copy, NAME##_sum, NAME##_prod, NAME##_sum, NAME##_amax, NAME##_amin}
 static const tpurt_index_accum_fn_t kAccum[TPURT_DTYPE_COUNT][6] = {
     [TPURT_DTYPE_BOOL] = ACCUM_ROW(b),       [TPURT_DTYPE_UINT8] = ACCUM_ROW(u8),
@@ -433,6 +458,7 @@ static const tpurt_index_accum_fn_t kAccum[TPURT_DTYPE_COUNT][6] = {
     [TPURT_DTYPE_INT32] = ACCUM_ROW(i32),    [TPURT_DTYPE_INT64] = ACCUM_ROW(i64),
     [TPURT_DTYPE_FLOAT16] = ACCUM_ROW(f16),  [TPURT_DTYPE_BFLOAT16] = ACCUM_ROW(bf16),
     [TPURT_DTYPE_FLOAT32] = ACCUM_ROW(f32),  [TPURT_DTYPE_FLOAT64] = ACCUM_ROW(f64),
+    [TPURT_DTYPE_COMPLEX64] = ACCUM_ROW(c64), [TPURT_DTYPE_COMPLEX128] = ACCUM_ROW(c128),
 };
 
 tpurt_index_accum_fn_t tpurt_index_accum_fn(tpurt_dtype_t dtype, tpurt_index_red_t red) {
@@ -441,6 +467,12 @@ tpurt_index_accum_fn_t tpurt_index_accum_fn(tpurt_dtype_t dtype, tpurt_index_red
 }
 
 void tpurt_index_red_identity(tpurt_dtype_t dtype, tpurt_index_red_t red, void* out_elem) {
+  if (dtype == TPURT_DTYPE_COMPLEX64 || dtype == TPURT_DTYPE_COMPLEX128) {
+    bool one = red == TPURT_INDEX_RED_PROD;
+    if (dtype == TPURT_DTYPE_COMPLEX64) ((float*)out_elem)[0] = one ? 1.0f : 0.0f, ((float*)out_elem)[1] = 0.0f;
+    else ((double*)out_elem)[0] = one ? 1.0 : 0.0, ((double*)out_elem)[1] = 0.0;
+    return;
+  }
   switch (red) {
     case TPURT_INDEX_RED_PROD: tpurt_dtype_store_i64(dtype, out_elem, 1); return;
     case TPURT_INDEX_RED_AMAX:
@@ -468,6 +500,14 @@ void tpurt_index_red_identity(tpurt_dtype_t dtype, tpurt_index_red_t red, void* 
 
 void tpurt_index_div_count(tpurt_dtype_t dtype, char* elem, int64_t count) {
   if (count <= 1) return;
+  if (dtype == TPURT_DTYPE_COMPLEX64) {
+    ((float*)elem)[0] /= (float)count, ((float*)elem)[1] /= (float)count;
+    return;
+  }
+  if (dtype == TPURT_DTYPE_COMPLEX128) {
+    ((double*)elem)[0] /= (double)count, ((double*)elem)[1] /= (double)count;
+    return;
+  }
   if (tpurt_dtype_is_floating(dtype)) {
     if (dtype == TPURT_DTYPE_FLOAT64) *(double*)elem /= (double)count;
     else tpurt_dtype_store_f64(dtype, elem, (float)tpurt_dtype_load_f64(dtype, elem) / (float)count);

@@ -159,7 +159,7 @@ typedef struct tpurt_index_scatter_t {
   int64_t* counts;
   int64_t count_base;
   tpurt_index_accum_fn_t fn;
-  unsigned char identity[8];
+  unsigned char identity[16]; /* one element, complex128 included */
 } tpurt_index_scatter_t;
 void tpurt_index_scatter_init(tpurt_index_scatter_t* job, tpurt_dtype_t dtype, tpurt_index_red_t red);
 tpurt_status_t tpurt_index_scatter_run(tpurt_kernel_ctx_t* ctx, tpurt_index_scatter_t* job);

@@ -415,5 +415,13 @@ const tpurt_op_def_t tpurt_ops_index_complex[] = {
     CXI(index, TPURT_DTYPES_COMPLEX),
     CXI(index_copy, TPURT_DTYPES_COMPLEX),
     CXI(index_fill, TPURT_DTYPES_COMPLEX),
+    /* the real kernels themselves: the index engine accumulates complex elements too (sum, product,
+     * mean; index_common.c's complex rows) */
+    {"complex::scatter_add", tpurt_index_k_scatter_add, tpurt_index_r_scatter_add, TPURT_OP_ALIAS_SAFE,
+     TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::scatter_reduce", tpurt_index_k_scatter_reduce, tpurt_index_r_scatter_reduce, TPURT_OP_ALIAS_SAFE,
+     TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
+    {"complex::index_reduce", tpurt_index_k_index_reduce, tpurt_index_r_index_reduce, TPURT_OP_ALIAS_SAFE,
+     TPURT_DTYPES_COMPLEX, TPURT_LAYOUT_STRIDED},
     TPURT_OP_TABLE_END,
 };

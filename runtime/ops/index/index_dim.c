@@ -176,7 +176,7 @@ static tpurt_status_t scatter_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
       if (!counts) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", op);
       memset(counts, 0, (size_t)(cnt_n + 1) * sizeof(int64_t));
     }
-    unsigned char ident[8];
+    unsigned char ident[16];
     tpurt_index_red_identity(self.dtype, red, ident);
     for (int pass = include_self || red == TPURT_INDEX_RED_COPY ? 1 : 0; pass < 2; ++pass) {
       for (int64_t l = 0; l < n; ++l) {
@@ -389,7 +389,7 @@ static tpurt_status_t index_along_dim(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
       if (!counts) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", op);
       memset(counts, 0, (size_t)(on + 1) * sizeof(int64_t));
     }
-    unsigned char ident[8];
+    unsigned char ident[16];
     tpurt_index_red_identity(self.dtype, red, ident);
     /* row-major over source's shape: j varies in order for each destination */
     for (int pass = include_self || red == TPURT_INDEX_RED_COPY ? 1 : 0; pass < 2; ++pass) {
