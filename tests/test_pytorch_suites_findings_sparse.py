@@ -22,13 +22,13 @@ def _same_sparse(got, expected, exact_structure=True):
     got = got.cpu()
     assert got.dtype == expected.dtype and got.shape == expected.shape
     assert got.sparse_dim() == expected.sparse_dim() and got.dense_dim() == expected.dense_dim()
-    torch.testing.assert_close(got.to_dense(), expected.to_dense())
+    torch.testing.assert_close(got.to_dense(), expected.to_dense(), equal_nan=True)
     if exact_structure:
         # (of uncoalesced operands CPU's add keeps a merge of them and its mul some explicit zeros; only
         # the dense form is defined there)
         gc, ec = got.coalesce(), expected.coalesce()
         assert torch.equal(gc.indices(), ec.indices())
-        torch.testing.assert_close(gc.values(), ec.values())
+        torch.testing.assert_close(gc.values(), ec.values(), equal_nan=True)
         assert got.is_coalesced() == expected.is_coalesced()
         if expected.is_coalesced():
             assert torch.equal(got._indices(), expected._indices())
@@ -245,3 +245,18 @@ def test_refusals_name_the_op(tpu):
     with pytest.raises(NotImplementedError, match="addmm on the tpu device supports a sparse COO mat1"):
         torch.addmm(torch.zeros(3, 3, dtype=torch.float64, device=tpu), torch.eye(3, dtype=torch.float64,
                     device=tpu), s)
+
+
+def test_elementwise_ops_on_values(tpu):
+    c = _coo("cpu")
+    t = c.to(tpu)
+    for name in ("abs", "sin", "tanh", "sqrt", "neg", "sign", "expm1", "floor", "nan_to_num", "relu"):
+        _same_sparse(getattr(t, name)(), getattr(c, name)())
+    for name in ("isnan", "isinf", "signbit"):
+        _same_sparse(getattr(torch, name)(t), getattr(torch, name)(c))
+    with pytest.raises(RuntimeError, match="abs_ requires coalesced input"):  # as CPU
+        t.clone().abs_()
+    a, b = t.coalesce(), c.coalesce()
+    a.abs_()
+    b.abs_()
+    _same_sparse(a, b)

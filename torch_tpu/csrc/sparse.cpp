@@ -51,6 +51,36 @@
 #include <ATen/ops/sum_native.h>
 #include <ATen/ops/values_native.h>
 #include <ATen/ops/zero_native.h>
+#include <ATen/ops/abs_native.h>
+#include <ATen/ops/asin_native.h>
+#include <ATen/ops/asinh_native.h>
+#include <ATen/ops/atan_native.h>
+#include <ATen/ops/atanh_native.h>
+#include <ATen/ops/ceil_native.h>
+#include <ATen/ops/deg2rad_native.h>
+#include <ATen/ops/erf_native.h>
+#include <ATen/ops/erfinv_native.h>
+#include <ATen/ops/expm1_native.h>
+#include <ATen/ops/floor_native.h>
+#include <ATen/ops/frac_native.h>
+#include <ATen/ops/isinf_native.h>
+#include <ATen/ops/isnan_native.h>
+#include <ATen/ops/isneginf_native.h>
+#include <ATen/ops/isposinf_native.h>
+#include <ATen/ops/log1p_native.h>
+#include <ATen/ops/nan_to_num_native.h>
+#include <ATen/ops/rad2deg_native.h>
+#include <ATen/ops/relu_native.h>
+#include <ATen/ops/round_native.h>
+#include <ATen/ops/sgn_native.h>
+#include <ATen/ops/sign_native.h>
+#include <ATen/ops/signbit_native.h>
+#include <ATen/ops/sin_native.h>
+#include <ATen/ops/sinh_native.h>
+#include <ATen/ops/sqrt_native.h>
+#include <ATen/ops/tan_native.h>
+#include <ATen/ops/tanh_native.h>
+#include <ATen/ops/trunc_native.h>
 #include <torch/library.h>
 
 namespace torch_tpu {
@@ -516,6 +546,46 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
          static_cast<Tensor& (*)(Tensor&, const Tensor&, std::optional<c10::string_view>)>(nat::div_sparse_));
   m.impl("div.out_mode", static_cast<Tensor& (*)(const Tensor&, const Tensor&, std::optional<c10::string_view>,
                                                  Tensor&)>(nat::div_out_sparse_zerodim));
+  // Elementwise ops that keep zeros (ATen's coalesce-then-apply-to-values kernels, device-generic).
+#define TPU_SPARSE_UNARY(op)                          \
+  m.impl(#op, TORCH_FN(nat::op##_sparse));            \
+  m.impl(#op "_", TORCH_FN(nat::op##_sparse_));      \
+  m.impl(#op ".out", TORCH_FN(nat::op##_sparse_out));
+  TPU_SPARSE_UNARY(abs)
+  TPU_SPARSE_UNARY(asin)
+  TPU_SPARSE_UNARY(asinh)
+  TPU_SPARSE_UNARY(atan)
+  TPU_SPARSE_UNARY(atanh)
+  TPU_SPARSE_UNARY(ceil)
+  TPU_SPARSE_UNARY(deg2rad)
+  TPU_SPARSE_UNARY(frac)
+  TPU_SPARSE_UNARY(floor)
+  TPU_SPARSE_UNARY(log1p)
+  TPU_SPARSE_UNARY(rad2deg)
+  TPU_SPARSE_UNARY(round)
+  TPU_SPARSE_UNARY(sin)
+  TPU_SPARSE_UNARY(sinh)
+  TPU_SPARSE_UNARY(sign)
+  TPU_SPARSE_UNARY(sgn)
+  TPU_SPARSE_UNARY(tan)
+  TPU_SPARSE_UNARY(tanh)
+  TPU_SPARSE_UNARY(trunc)
+  TPU_SPARSE_UNARY(expm1)
+  TPU_SPARSE_UNARY(sqrt)
+  TPU_SPARSE_UNARY(erf)
+  TPU_SPARSE_UNARY(erfinv)
+  TPU_SPARSE_UNARY(nan_to_num)
+#undef TPU_SPARSE_UNARY
+  m.impl("signbit", TORCH_FN(nat::signbit_sparse));
+  m.impl("signbit.out", TORCH_FN(nat::signbit_sparse_out));
+  m.impl("isinf", TORCH_FN(nat::isinf_sparse));
+  m.impl("isnan", TORCH_FN(nat::isnan_sparse));
+  m.impl("isposinf", TORCH_FN(nat::isposinf_sparse));
+  m.impl("isposinf.out", TORCH_FN(nat::isposinf_sparse_out));
+  m.impl("isneginf", TORCH_FN(nat::isneginf_sparse));
+  m.impl("isneginf.out", TORCH_FN(nat::isneginf_sparse_out));
+  m.impl("relu", TORCH_FN(nat::relu_sparse));
+  m.impl("relu_", TORCH_FN(nat::relu_sparse_));
   m.impl("mm", static_cast<Tensor (*)(const Tensor&, const Tensor&)>(nat::_sparse_mm));
   // Written here from dense tpu ops (ATen's are CPU-only).
   m.impl("_coalesce", TORCH_FN(torch_tpu::coalesce_tpu));
