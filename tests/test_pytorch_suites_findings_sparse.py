@@ -235,8 +235,8 @@ def test_refusals_name_the_op(tpu):
     with pytest.raises(RuntimeError, match="memory format option is only supported by strided tensors"):
         torch.empty_like(s, memory_format=torch.preserve_format)
     # an op with no sparse kernel on tpu names itself (no silent CPU round trip)
-    with pytest.raises(NotImplementedError, match="aten::index_select: this op has no kernel for sparse"):
-        s.index_select(0, torch.tensor([0], device=tpu))
+    with pytest.raises(NotImplementedError, match="aten::_sparse_softmax: this op has no kernel for sparse"):
+        torch.sparse.softmax(s, 1)
     # sparse + sparse of different sizes
     with pytest.raises(RuntimeError, match="expected sizes of 'self' and 'other' to match"):
         s + torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, dtype=torch.float64),
@@ -260,3 +260,27 @@ def test_elementwise_ops_on_values(tpu):
     a.abs_()
     b.abs_()
     _same_sparse(a, b)
+
+
+def test_shape_ops_and_index_select(tpu):
+    c = _coo("cpu")
+    t = c.to(tpu)
+    h = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.arange(6.0).reshape(2, 3), (3, 3))
+    _same_sparse(t.t(), c.t())
+    _same_sparse(torch.cat([t, t], 1), torch.cat([c, c], 1))
+    _same_sparse(t.unsqueeze(1), c.unsqueeze(1))
+    _same_sparse(t.permute(1, 0), c.permute(1, 0))
+    _same_sparse(t.narrow_copy(0, 1, 2), c.narrow_copy(0, 1, 2))
+    _same_sparse(t.sum(1), c.sum(1))
+    _same_sparse(torch.sparse.sum(t, 0), torch.sparse.sum(c, 0))
+    _same_sparse(t.coalesce().pow(2), c.coalesce().pow(2))
+    assert t.any().item() == c.any().item()
+    v = torch.arange(3.0, dtype=torch.float64)
+    torch.testing.assert_close(torch.mv(t, v.to(tpu)).cpu(), torch.mv(c, v))
+    for x in (c, c.coalesce(), h, h.coalesce()):
+        for dim in (0, 1):
+            for idx in ([0, 2], [2, 0, 0], [1], []):
+                i = torch.tensor(idx, dtype=torch.long)
+                _same_sparse(x.to(tpu).index_select(dim, i.to(tpu)), x.index_select(dim, i), exact_structure=False)
+    with pytest.raises(RuntimeError, match="index -1 is out of bounds for dimension 0 with size 3"):
+        t.index_select(0, torch.tensor([-1, 0], device=tpu))

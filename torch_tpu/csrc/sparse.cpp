@@ -81,6 +81,13 @@
 #include <ATen/ops/tan_native.h>
 #include <ATen/ops/tanh_native.h>
 #include <ATen/ops/trunc_native.h>
+#include <ATen/ops/cat_native.h>
+#include <ATen/ops/pow_native.h>
+#include <ATen/ops/any_native.h>
+#include <ATen/ops/narrow_copy_native.h>
+#include <ATen/ops/unsqueeze_native.h>
+#include <ATen/ops/permute_native.h>
+#include <ATen/ops/mv_native.h>
 #include <torch/library.h>
 
 namespace torch_tpu {
@@ -92,9 +99,10 @@ void sparse_fallback(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/
   TORCH_CHECK_NOT_IMPLEMENTED(false, op.schema().operator_name(),
                               ": this op has no kernel for sparse tensors on the tpu device. Sparse COO tensors "
                               "(torch.sparse_coo) on tpu support construction, coalesce, to_dense/to_sparse, "
-                              "add/sub/mul/div, sparse_mask, sum() and sparse @ dense (mm/addmm); the compressed "
-                              "layouts (sparse_csr, sparse_csc, sparse_bsr, sparse_bsc) are not supported. Keep "
-                              "such tensors on the CPU, or use a dense (torch.strided) tensor on tpu.");
+                              "add/sub/mul/div, sparse_mask, sum, index_select, cat, the shape ops, elementwise "
+                              "ops that keep zeros, and sparse @ dense (mm/addmm/mv); the compressed layouts "
+                              "(sparse_csr, sparse_csc, sparse_bsr, sparse_bsc) are not supported. Keep such "
+                              "tensors on the CPU, or use a dense (torch.strided) tensor on tpu.");
 }
 
 void compressed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
@@ -435,6 +443,50 @@ Tensor sparse_mask_projection_tpu(const Tensor& self, const Tensor& mask, bool a
   return make_sparse(self, sizes, sd, self._indices().clone(), values, self.is_coalesced());
 }
 
+// ---------------------------------------------------------------- index_select
+
+// Along a sparse dim: for each position p of `index` (in order), the entries of
+// self whose index there is index[p] (in self's order), moved to p, as CPU's
+// kernel orders them. Along a dense dim: index_select of the values.
+Tensor index_select_sparse_tpu(const Tensor& self, int64_t dim, const Tensor& index) {
+  TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_select(): Expected dtype int32 or int64 for index");
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  const int64_t sd = self.sparse_dim(), size = self.size(dim);
+  Tensor idx = index.reshape({-1}).to(self._indices().options());
+  const int64_t n = idx.numel();
+  if (n > 0) {
+    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+    // as CPU: no negative indices
+    TORCH_CHECK(lo >= 0, "index ", lo, " is out of bounds for dimension ", dim, " with size ", size);
+    TORCH_CHECK(hi < size, "index ", hi, " is out of bounds for dimension ", dim, " with size ", size);
+  }
+  std::vector<int64_t> sizes = self.sizes().vec();
+  sizes[dim] = n;
+  if (dim >= sd) {
+    Tensor values = self._values().index_select(dim - sd + 1, idx);
+    return make_sparse(self, sizes, sd, self._indices().clone(), values, false);
+  }
+  Tensor indices = self._indices();
+  Tensor values = self._values();
+  auto sorted = at::sort(indices.select(0, dim), /*stable=*/true, /*dim=*/0, /*descending=*/false);
+  Tensor keys = std::get<0>(sorted), perm = std::get<1>(sorted);
+  Tensor first = at::searchsorted(keys, idx);
+  Tensor cnt = at::searchsorted(keys, idx, /*out_int32=*/false, /*right=*/true).sub_(first);
+  Tensor pos = at::repeat_interleave(at::arange(n, idx.options()), cnt);
+  const int64_t total = pos.numel();
+  Tensor offs = cnt.cumsum(0).sub_(cnt);
+  Tensor within = at::arange(total, idx.options()).sub_(offs.index_select(0, pos));
+  Tensor entry = perm.index_select(0, first.index_select(0, pos).add_(within));
+  Tensor new_indices = indices.index_select(1, entry);
+  new_indices.select(0, dim).copy_(pos);
+  // (the entries' order within the result can differ from CPU's, which picks its loop order by size;
+  // CPU calls the result coalesced only in this case)
+  return make_sparse(self, sizes, sd, new_indices, values.index_select(0, entry),
+                     self.is_coalesced() && dim == 0 && n == 1 && total > 0);
+}
+
 // ---------------------------------------------------------------- sum
 
 Tensor sum_sparse_tpu(const Tensor& self, std::optional<at::ScalarType> dtype) {
@@ -586,6 +638,16 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("isneginf.out", TORCH_FN(nat::isneginf_sparse_out));
   m.impl("relu", TORCH_FN(nat::relu_sparse));
   m.impl("relu_", TORCH_FN(nat::relu_sparse_));
+  // Shape ops and reductions that ATen writes with dense ops on indices and values.
+  m.impl("cat", TORCH_FN(nat::cat_sparse));
+  m.impl("unsqueeze", TORCH_FN(nat::unsqueeze_sparse));
+  m.impl("permute", TORCH_FN(nat::permute_sparse_coo));
+  m.impl("narrow_copy", TORCH_FN(nat::narrow_copy_sparse));
+  m.impl("sum.dim_IntList", TORCH_FN(nat::sum_sparse_coo));
+  m.impl("any", TORCH_FN(nat::any_sparse));
+  m.impl("pow.Tensor_Scalar", TORCH_FN(nat::pow_sparse_scalar));
+  m.impl("pow.Tensor_Scalar_out", TORCH_FN(nat::pow_out_sparse_scalar));
+  m.impl("mv", TORCH_FN(nat::mv_sparse));
   m.impl("mm", static_cast<Tensor (*)(const Tensor&, const Tensor&)>(nat::_sparse_mm));
   // Written here from dense tpu ops (ATen's are CPU-only).
   m.impl("_coalesce", TORCH_FN(torch_tpu::coalesce_tpu));
@@ -595,6 +657,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("sparse_mask", TORCH_FN(torch_tpu::sparse_mask_tpu));
   m.impl("_sparse_mask_projection", TORCH_FN(torch_tpu::sparse_mask_projection_tpu));
   m.impl("sum", TORCH_FN(torch_tpu::sum_sparse_tpu));
+  m.impl("index_select", TORCH_FN(torch_tpu::index_select_sparse_tpu));
   m.impl("addmm", TORCH_FN(torch_tpu::addmm_sparse_tpu));
   m.impl("addmm.out", TORCH_FN(torch_tpu::addmm_out_sparse_tpu));
   m.impl("addmm_", TORCH_FN(torch_tpu::addmm_sparse_tpu_));
