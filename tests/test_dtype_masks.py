@@ -115,11 +115,12 @@ def test_cpu_fallback_switch_in_process(cdist_without_float16):
 
 
 def test_non_strided_layouts_never_reach_a_kernel():
-    """Kernels read strided tensors only (layouts mask). A sparse tensor cannot become a tpu tensor, and
-    making one on the device is refused at the call."""
+    """Kernels read strided tensors only (layouts mask). A sparse COO tpu tensor is a pair of strided tpu
+    tensors (indices, values) that the sparse ops (torch_tpu/csrc/sparse.cpp) hand to the kernels; the
+    compressed layouts are refused at the call."""
     x = torch.randn(3, 3)
-    with pytest.raises(NotImplementedError):
-        x.to_sparse().to(DEV)
-    with pytest.raises(NotImplementedError, match="to_sparse"):
-        x.to(DEV).to_sparse()
+    assert x.to_sparse().to(DEV).to_dense().cpu().equal(x)
+    assert x.to(DEV).to_sparse()._values().layout == torch.strided
+    with pytest.raises(NotImplementedError, match="sparse_csr"):
+        x.to(DEV).to_sparse(layout=torch.sparse_csr)
     assert (x.to(DEV) * 2).cpu().equal(x * 2)
