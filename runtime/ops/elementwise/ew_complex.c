@@ -107,6 +107,20 @@ CX_BOTH(CX_LOOP1, logical_not_c, { o_r = (ar == 0 && ai == 0) ? 1 : 0; o_i = 0; 
 CX_BOTH(CX_LOOP2, add, { o_r = ar + (alr * br - ali * bi); o_i = ai + (alr * bi + ali * br); })
 CX_BOTH(CX_LOOP2, sub, { o_r = ar - (alr * br - ali * bi); o_i = ai - (alr * bi + ali * br); })
 CX_BOTH(CX_LOOP2, mul, { o_r = ar * br - ai * bi; o_i = ar * bi + ai * br; })
+/* tanh_backward(grad, y) = grad * conj(1 - y*y), sigmoid_backward(grad, y) = grad * conj((1 - y) * y), as CPU */
+CX_BOTH(CX_LOOP2, tanh_backward, {
+  cx_real_t yr = 1 - (br * br - bi * bi), yi = -(br * bi + bi * br);
+  yi = -yi;
+  o_r = ar * yr - ai * yi;
+  o_i = ar * yi + ai * yr;
+})
+CX_BOTH(CX_LOOP2, sigmoid_backward, {
+  cx_real_t mr = 1 - br, mi = -bi;
+  cx_real_t yr = mr * br - mi * bi, yi = mr * bi + mi * br;
+  yi = -yi;
+  o_r = ar * yr - ai * yi;
+  o_i = ar * yi + ai * yr;
+})
 /* c10::complex's division (numpy's), (xr, xi) / (yr, yi): scaled by the larger part of the divisor */
 #define CX_DIV(xr, xi, yr, yi, qr, qi)                 \
   do {                                                 \
@@ -456,6 +470,10 @@ CX_KERNEL(add) { return cx_binary(ctx, call, "add", add_f, add_d, true, false); 
 CX_KERNEL(sub) { return cx_binary(ctx, call, "sub", sub_f, sub_d, true, false); }
 CX_KERNEL(rsub) { return cx_binary(ctx, call, "rsub", sub_f, sub_d, true, true); }
 CX_KERNEL(mul) { return cx_binary(ctx, call, "mul", mul_f, mul_d, false, false); }
+CX_KERNEL(tanh_backward) { return cx_binary(ctx, call, "tanh_backward", tanh_backward_f, tanh_backward_d, false, false); }
+CX_KERNEL(sigmoid_backward) {
+  return cx_binary(ctx, call, "sigmoid_backward", sigmoid_backward_f, sigmoid_backward_d, false, false);
+}
 CX_KERNEL(div) { return cx_binary(ctx, call, "div", div_f, div_d, false, false); }
 /* complex(real, imag), polar(abs, angle): real inputs, a complex output */
 CX_KERNEL(complex) {
@@ -677,6 +695,8 @@ const tpurt_op_def_t tpurt_ops_complex[] = {
     CX("complex::sub", sub, CX_DT_ANY),
     CX("complex::rsub", rsub, CX_DT_ANY),
     CX("complex::mul", mul, CX_DT_ANY),
+    CX("complex::tanh_backward", tanh_backward, CX_DT_COMPLEX),
+    CX("complex::sigmoid_backward", sigmoid_backward, CX_DT_COMPLEX),
     CX("complex::div", div, CX_DT_ANY),
     CX("complex::pow", pow, CX_DT_ANY),
     CX("complex::reciprocal", reciprocal, CX_DT_COMPLEX),
