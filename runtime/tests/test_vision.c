@@ -62,7 +62,7 @@ static void test_ps_known(void) {
   for (int i = 0; i < 5; ++i) setd(&r, i, roi[i]);
   tbuf_t outs[2] = {zeros(TPURT_DTYPE_FLOAT64, 4, os), zeros(TPURT_DTYPE_INT32, 4, os)};
   tpurt_arg_t a[6] = {targ(&x), targ(&r), darg(1.0), iarg(1), iarg(1), iarg(-1)};
-  CHECK_OK(run("torchvision::ps_roi_align", false, a, 6, outs, 2));
+  CHECK_OK(run("tv_ps_roi_align", false, a, 6, outs, 2));
   CHECK(fabs(getd(&outs[0], 0) - 4.5) < 1e-12);
   free(x.mem), free(r.mem), free(outs[0].mem), free(outs[1].mem);
 
@@ -77,16 +77,16 @@ static void test_ps_known(void) {
   for (int i = 0; i < 5; ++i) setd(&r, i, roi2[i]);
   tbuf_t o2[2] = {zeros(TPURT_DTYPE_FLOAT32, 4, os2), zeros(TPURT_DTYPE_INT32, 4, os2)};
   tpurt_arg_t a2[5] = {targ(&x), targ(&r), darg(1.0), iarg(2), iarg(2)};
-  CHECK_OK(run("torchvision::ps_roi_pool", false, a2, 5, o2, 2));
+  CHECK_OK(run("tv_ps_roi_pool", false, a2, 5, o2, 2));
   CHECK(getd(&o2[0], 0) == 2.5);          /* mean(0, 1, 4, 5) */
   CHECK(getd(&o2[0], 3) == 307.5);        /* channel 3, mean(5, 6, 9, 10) + 300 */
   CHECK(getd(&o2[1], 0) == 0 && getd(&o2[1], 1) == 1 && getd(&o2[1], 3) == 3);
   /* a bad batch index and a bad channel count are refused */
   setd(&r, 0, 1);
-  CHECK_STATUS(run("torchvision::ps_roi_pool", false, a2, 5, o2, 2), INVALID_ARGUMENT);
+  CHECK_STATUS(run("tv_ps_roi_pool", false, a2, 5, o2, 2), INVALID_ARGUMENT);
   setd(&r, 0, 0);
   tpurt_arg_t a3[5] = {targ(&x), targ(&r), darg(1.0), iarg(3), iarg(1)};
-  CHECK_STATUS(run("torchvision::ps_roi_pool", false, a3, 5, o2, 2), INVALID_ARGUMENT);
+  CHECK_STATUS(run("tv_ps_roi_pool", false, a3, 5, o2, 2), INVALID_ARGUMENT);
   free(x.mem), free(r.mem), free(o2[0].mem), free(o2[1].mem);
 }
 
@@ -106,8 +106,8 @@ static void ps_adjoint(bool align, tpurt_dtype_t dt, int64_t PH, int64_t PW, int
     for (int i = 0; i < 5; ++i) setd(&r, k * 5 + i, roi[i]);
   }
   tbuf_t outs[2] = {zeros(dt, 4, os), zeros(TPURT_DTYPE_INT32, 4, os)};
-  const char* f = align ? "torchvision::ps_roi_align" : "torchvision::ps_roi_pool";
-  const char* b = align ? "torchvision::_ps_roi_align_backward" : "torchvision::_ps_roi_pool_backward";
+  const char* f = align ? "tv_ps_roi_align" : "tv_ps_roi_pool";
+  const char* b = align ? "tv_ps_roi_align_backward" : "tv_ps_roi_pool_backward";
   tpurt_arg_t a[6] = {targ(&v), targ(&r), darg(scale), iarg(PH), iarg(PW), iarg(sampling)};
   CHECK_OK(run(f, false, a, align ? 6 : 5, outs, 2));
   tbuf_t gi = mk(dt, 4, xs, false, 0); /* garbage: the backward zeroes it */
@@ -160,14 +160,14 @@ static void dc_vs_ref(const dcase_t* c, tpurt_dtype_t dt) {
   int64_t ys[4] = {c->N, c->Co, b.Ho, b.Wo};
   tbuf_t y = zeros(dt, 4, ys);
   double tol = tol_for(dt) * 50;
-  check5("torchvision::deform_conv2d", b.args, 14, &y, 1, tol);
+  check5("tv_deform_conv2d", b.args, 14, &y, 1, tol);
   tbuf_t g = mk(dt, 4, ys, false, 0);
   tpurt_arg_t ba[15];
   ba[0] = targ(&g);
   memcpy(ba + 1, b.args, sizeof(tpurt_arg_t) * 14);
   tbuf_t outs[5] = {zeros(dt, b.x.t.ndim, b.x.t.sizes), zeros(dt, 4, b.w.t.sizes), zeros(dt, 4, b.off.t.sizes),
                     zeros(dt, b.mask.t.ndim, b.mask.t.sizes), zeros(dt, 1, b.bias.t.sizes)};
-  check5("torchvision::_deform_conv2d_backward", ba, 15, outs, 5, tol * 4);
+  check5("tv_deform_conv2d_backward", ba, 15, outs, 5, tol * 4);
   for (int i = 0; i < 5; ++i) free(outs[i].mem);
   free(y.mem), free(g.mem);
   dc_free(&b);
@@ -186,7 +186,7 @@ static void dc_grads(const dcase_t* c) {
   memcpy(ba + 1, b.args, sizeof(tpurt_arg_t) * 14);
   tbuf_t outs[5] = {zeros(dt, b.x.t.ndim, b.x.t.sizes), zeros(dt, 4, b.w.t.sizes), zeros(dt, 4, b.off.t.sizes),
                     zeros(dt, b.mask.t.ndim, b.mask.t.sizes), zeros(dt, 1, b.bias.t.sizes)};
-  CHECK_OK(run("torchvision::_deform_conv2d_backward", false, ba, 15, outs, 5));
+  CHECK_OK(run("tv_deform_conv2d_backward", false, ba, 15, outs, 5));
   tbuf_t* params[5] = {&b.x, &b.w, &b.off, &b.mask, &b.bias};
   for (int p = 0; p < 5; ++p) {
     if (p == 3 && !c->mask) { /* unused mask: zero grad */
@@ -201,7 +201,7 @@ static void dc_grads(const dcase_t* c) {
     double eps = 1e-6, fd[2];
     for (int s = 0; s < 2; ++s) {
       for (int64_t i = 0; i < n; ++i) setd(t, i, saved[i] + (s ? -eps : eps) * dir[i]);
-      CHECK_OK(run("torchvision::deform_conv2d", false, b.args, 14, &y, 1));
+      CHECK_OK(run("tv_deform_conv2d", false, b.args, 14, &y, 1));
       fd[s] = dot(&g, &y);
     }
     for (int64_t i = 0; i < n; ++i) setd(t, i, saved[i]);
@@ -241,7 +241,7 @@ static void test_deform(void) {
     for (int i = 0; i < 6; ++i) setd(&b.x, i, i + 1), setd(&b.mask, i, 0.5), setd(&b.off, i, 0.5), setd(&b.off, 6 + i, 0);
     int64_t ys[4] = {1, 1, 3, 2};
     tbuf_t y = zeros(TPURT_DTYPE_FLOAT64, 4, ys);
-    CHECK_OK(run("torchvision::deform_conv2d", false, b.args, 14, &y, 1));
+    CHECK_OK(run("tv_deform_conv2d", false, b.args, 14, &y, 1));
     /* x rows: (1 2) (3 4) (5 6); sampled at h + 0.5: (2 3) (4 5) (2.5 3) */
     double want[6] = {2, 3, 4, 5, 2.5, 3};
     for (int i = 0; i < 6; ++i) CHECK(fabs(getd(&y, i) - (0.5 * want[i] + 0.25)) < 1e-12);
@@ -250,8 +250,8 @@ static void test_deform(void) {
     tbuf_t off3 = zeros(TPURT_DTYPE_FLOAT64, 4, bad);
     b.args[2] = targ(&off3);
     tpurt_tensor_t yo = y.t;
-    tpurt_op_call_t call = {"torchvision::deform_conv2d", "", 14, b.args, 1, &yo};
-    tpurt_status_t st = tpurt_kernel_run(tpurt_op_lookup("torchvision::deform_conv2d")->fn, &call);
+    tpurt_op_call_t call = {"tv_deform_conv2d", "", 14, b.args, 1, &yo};
+    tpurt_status_t st = tpurt_kernel_run(tpurt_op_lookup("tv_deform_conv2d")->fn, &call);
     CHECK(tpurt_status_code(st) == TPURT_STATUS_INVALID_ARGUMENT);
     CHECK(st && strstr(tpurt_status_message(st), "offset.shape[1] is not valid: got: 3 expected: 2") != NULL);
     tpurt_status_free(st);

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "ops/linalg/gemm.h"
-#include "ops/vision/ps_deform.h"
+#include "ops/nn/nn.h"
 
 enum { DC_COL_BYTES = 32 << 20 };
 

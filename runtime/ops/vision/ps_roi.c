@@ -1,6 +1,6 @@
 /* torchvision's position-sensitive RoI ops: ps_roi_align and ps_roi_pool,
  * forward and backward, as torchvision 0.28's CPU kernels compute them (the
- * per-bin bodies: ps_roi_impl.h). Output bin (roi n, c_out, ph, pw) reads
+ * per-bin bodies: ps_align_bin, ps_pool_bin). Output bin (roi n, c_out, ph, pw) reads
  * input channel c_in = (c_out * PH + ph) * PW + pw, recorded in the int32
  * channel_mapping the backward reads. The forward splits over output bins; the
  * backward over input channels (each task scatters only into the channels it
@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/vision/ps_deform.h"
+#include "ops/nn/nn.h"
 
 typedef struct ps_t {
   const tpurt_tensor_t *in, *rois, *map, *out, *gout, *gin;
@@ -20,16 +20,105 @@ typedef struct ps_t {
   int64_t tasks;  /* backward: channel ranges */
 } ps_t;
 
-#define PS_REAL float
-#define PS_FN(name) name##_f
-#include "ops/vision/ps_roi_impl.h"
-#undef PS_REAL
-#undef PS_FN
-#define PS_REAL double
-#define PS_FN(name) name##_d
-#include "ops/vision/ps_roi_impl.h"
-#undef PS_REAL
-#undef PS_FN
+/* Every step is taken in the precision torchvision's CPU kernel takes it in (bin edges by
+ * floor/ceil of products must land where CPU's land): in double, each result rounded to float
+ * by R() unless the dtype is float64. (double has more than 2 * 24 + 2 bits, so a float +, -,
+ * *, / done in double and rounded once equals the float operation.) */
+#define R(v) (p->dbl ? (double)(v) : (double)(float)(v))
+
+static inline double ps_roi(const ps_t* p, int64_t n, int j) {
+  return R(tpurt_nn_ld(p->rois, n * p->rois->strides[0] + j * p->rois->strides[1]));
+}
+
+/* torchvision's bilinear_interpolate of ps_roi_align: the four taps and weights of point (y, x),
+ * or false when it lies outside [-1, H] x [-1, W] (NaN included). */
+static inline bool ps_taps(const ps_t* p, double y, double x, int64_t* yl, int64_t* yh, int64_t* xl, int64_t* xh,
+                           double w[4]) {
+  int64_t H = p->H, W = p->W;
+  if (!(y >= -1.0 && y <= (double)H && x >= -1.0 && x <= (double)W)) return false;
+  if (y <= 0) y = 0;
+  if (x <= 0) x = 0;
+  *yl = (int64_t)y, *xl = (int64_t)x;
+  if (*yl >= H - 1) *yh = *yl = H - 1, y = (double)*yl;
+  else *yh = *yl + 1;
+  if (*xl >= W - 1) *xh = *xl = W - 1, x = (double)*xl;
+  else *xh = *xl + 1;
+  double ly = R(y - (double)*yl), lx = R(x - (double)*xl), hy = R(1 - ly), hx = R(1 - lx);
+  w[0] = R(hy * hx), w[1] = R(hy * lx), w[2] = R(ly * hx), w[3] = R(ly * lx);
+  return true;
+}
+
+/* One ps_roi_align bin: (roi n, output channel c_out, ph, pw). grad != NULL: the backward, which
+ * adds grad * weight / count to grad_input's plane (b, c_in) instead of reading input. */
+static double ps_align_bin(const ps_t* p, int64_t n, int64_t b, int64_t c_in, int64_t ph, int64_t pw,
+                           const double* grad) {
+  double scale = R(p->scale);
+  double sw = R(R(ps_roi(p, n, 1) * scale) - 0.5), sh = R(R(ps_roi(p, n, 2) * scale) - 0.5);
+  double ew = R(R(ps_roi(p, n, 3) * scale) - 0.5), eh = R(R(ps_roi(p, n, 4) * scale) - 0.5);
+  double rw = R(ew - sw), rh = R(eh - sh);
+  double bh = R(rh / (double)p->PH), bw = R(rw / (double)p->PW);
+  double hstart = R(R((double)ph * bh) + sh), wstart = R(R((double)pw * bw) + sw);
+  int64_t gh = p->sampling > 0 ? p->sampling : (int64_t)ceil(R(rh / (double)p->PH));
+  int64_t gw = p->sampling > 0 ? p->sampling : (int64_t)ceil(R(rw / (double)p->PW));
+  double count = R((double)(gh * gw));
+  const tpurt_tensor_t* t = grad ? p->gin : p->in;
+  int64_t base = b * t->strides[0] + c_in * t->strides[1], s2 = t->strides[2], s3 = t->strides[3];
+  double sum = 0;
+  for (int64_t iy = 0; iy < gh; ++iy) {
+    double y = R(hstart + R(R(R((double)iy + .5) * bh) / (double)gh));
+    for (int64_t ix = 0; ix < gw; ++ix) {
+      double x = R(wstart + R(R(R((double)ix + .5) * bw) / (double)gw));
+      int64_t yl, yh, xl, xh;
+      double w[4];
+      if (!ps_taps(p, y, x, &yl, &yh, &xl, &xh, w)) continue;
+      int64_t o[4] = {base + yl * s2 + xl * s3, base + yl * s2 + xh * s3, base + yh * s2 + xl * s3,
+                      base + yh * s2 + xh * s3};
+      if (grad) {
+        for (int q = 0; q < 4; ++q) tpurt_nn_st(t, o[q], R(tpurt_nn_ld(t, o[q]) + R(R(*grad * w[q]) / count)));
+      } else {
+        double v[4];
+        for (int q = 0; q < 4; ++q) v[q] = R(tpurt_nn_ld(t, o[q]));
+        sum = R(sum + R(R(R(R(w[0] * v[0]) + R(w[1] * v[1])) + R(w[2] * v[2])) + R(w[3] * v[3])));
+      }
+    }
+  }
+  return R(sum / count);
+}
+
+/* One ps_roi_pool bin: the average over its integer window (0 when empty). The forward clips the
+ * window to [0, H-1] x [0, W-1] and rounds the roi with round(); the backward clips to [0, H] x
+ * [0, W] and rounds in float (roundf), as torchvision's CPU kernels do. */
+static double ps_pool_bin(const ps_t* p, int64_t n, int64_t b, int64_t c_in, int64_t ph, int64_t pw,
+                          const double* grad) {
+  double scale = R(p->scale);
+  int64_t s[4];
+  for (int j = 0; j < 4; ++j) {
+    double v = R(ps_roi(p, n, j + 1) * scale);
+    s[j] = grad ? (int64_t)roundf((float)v) : (int64_t)round(v);
+  }
+  int64_t rw = s[2] - s[0] > 1 ? s[2] - s[0] : 1, rh = s[3] - s[1] > 1 ? s[3] - s[1] : 1;
+  double bh = R((double)rh / (double)p->PH), bw = R((double)rw / (double)p->PW);
+  int64_t hs = (int64_t)floor(R((double)ph * bh)), ws = (int64_t)floor(R((double)pw * bw));
+  int64_t he = (int64_t)ceil(R((double)(ph + 1) * bh)), we = (int64_t)ceil(R((double)(pw + 1) * bw));
+  int64_t hmax = grad ? p->H : p->H - 1, wmax = grad ? p->W : p->W - 1;
+#define PS_CLIP(v, hi) ((v) < 0 ? 0 : (v) > (hi) ? (hi) : (v))
+  hs = PS_CLIP(hs + s[1], hmax), he = PS_CLIP(he + s[1], hmax);
+  ws = PS_CLIP(ws + s[0], wmax), we = PS_CLIP(we + s[0], wmax);
+#undef PS_CLIP
+  if (he <= hs || we <= ws) return 0;
+  double area = R((double)((he - hs) * (we - ws)));
+  const tpurt_tensor_t* t = grad ? p->gin : p->in;
+  int64_t base = b * t->strides[0] + c_in * t->strides[1];
+  double sum = 0, g = grad ? R(*grad / area) : 0;
+  for (int64_t h = hs; h < he; ++h)
+    for (int64_t w = ws; w < we; ++w) {
+      int64_t o = base + h * t->strides[2] + w * t->strides[3];
+      if (grad) tpurt_nn_st(t, o, R(tpurt_nn_ld(t, o) + g));
+      else sum = R(sum + R(tpurt_nn_ld(t, o)));
+    }
+  return R(sum / area);
+}
+#undef R
 
 static inline int64_t ps_batch(const ps_t* p, int64_t n) {
   double v = tpurt_nn_ld(p->rois, n * p->rois->strides[0]);
@@ -43,9 +132,7 @@ static void ps_fwd(void* u, int64_t i0, int64_t i1, int tid) {
     int64_t pw = i % p->PW, ph = (i / p->PW) % p->PH, co = (i / (p->PW * p->PH)) % p->Cout;
     int64_t n = i / (p->PW * p->PH * p->Cout);
     int64_t c_in = (co * p->PH + ph) * p->PW + pw, b = ps_batch(p, n);
-    double v;
-    if (p->align) v = p->dbl ? align_bin_d(p, n, b, c_in, ph, pw, NULL) : align_bin_f(p, n, b, c_in, ph, pw, NULL);
-    else v = p->dbl ? pool_bin_d(p, n, b, c_in, ph, pw, NULL) : pool_bin_f(p, n, b, c_in, ph, pw, NULL);
+    double v = p->align ? ps_align_bin(p, n, b, c_in, ph, pw, NULL) : ps_pool_bin(p, n, b, c_in, ph, pw, NULL);
     const tpurt_tensor_t* o = p->out;
     int64_t oo = n * o->strides[0] + co * o->strides[1] + ph * o->strides[2] + pw * o->strides[3];
     tpurt_nn_st(o, oo, v);
@@ -72,15 +159,9 @@ static void ps_bwd(void* u, int64_t t0, int64_t t1, int tid) {
             if (c_in < c0 || c_in >= c1) continue;
             double gv = tpurt_nn_ld(g, n * g->strides[0] + co * g->strides[1] + ph * g->strides[2] +
                                            pw * g->strides[3]);
-            if (p->dbl) {
-              double gd = gv;
-              if (p->align) align_bin_d(p, n, b, c_in, ph, pw, &gd);
-              else pool_bin_d(p, n, b, c_in, ph, pw, &gd);
-            } else {
-              float gf = (float)gv;
-              if (p->align) align_bin_f(p, n, b, c_in, ph, pw, &gf);
-              else pool_bin_f(p, n, b, c_in, ph, pw, &gf);
-            }
+            if (!p->dbl) gv = (double)(float)gv;
+            if (p->align) ps_align_bin(p, n, b, c_in, ph, pw, &gv);
+            else ps_pool_bin(p, n, b, c_in, ph, pw, &gv);
           }
     }
   }
