@@ -99,6 +99,8 @@ $(BUILD)/obj/torch_tpu/csrc/%.o: torch_tpu/csrc/%.cpp $(wildcard torch_tpu/csrc/
 # The profiler's Kineto plugin (profiler.cpp) includes Kineto's headers as torch ships them; their
 # fmt calls are compiled in (FMT_HEADER_ONLY), since libtorch does not export fmt.
 TORCH_INC_DIR := $(firstword $(filter %/torch/include,$(TORCH_CXXFLAGS)))
+# torchvision's ops: their shared header sits in csrc/vision/, outside the *.h every C++ object depends on.
+$(filter $(BUILD)/obj/torch_tpu/csrc/vision%,$(CXX_OBJS)): torch_tpu/csrc/vision/vision.h
 $(BUILD)/obj/torch_tpu/csrc/profiler.o: TORCH_CXXFLAGS += -isystem $(TORCH_INC_DIR)/kineto -DFMT_HEADER_ONLY
 
 ext: torch_tpu/_C$(PY_EXT_SUFFIX)

@@ -45,6 +45,8 @@ def _register() -> None:
     decompositions.register()
     amp.register()
     shallow_copy.register()
+    from torch_tpu import _vision
+    _vision.install()  # torchvision's ops (schemas and CPU kernels where its _C cannot load)
     from torch_tpu import _compile
     _compile._register()
     from torch_tpu import distributed

@@ -8,6 +8,10 @@
 #include "tpu_common.h"
 #include "tpurt/debug.h"
 
+namespace torch_tpu::vision {
+bool define_ops();  // vision.cpp
+}
+
 namespace py = pybind11;
 
 namespace {
@@ -64,6 +68,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_direct_structured_op_count", [] { return torch_tpu::direct_structured_op_count(); });
 
   m.def("_init", [] { torch_tpu::ensure_init(); });
+  // torchvision's schemas and CPU kernels, where torchvision's own _C did not load (torch_tpu/_vision.py)
+  m.def("_vision_define_ops", [] { return torch_tpu::vision::define_ops(); });
   m.def("_device_count", [] { return torch_tpu::device_count_noexcept(); });
   m.def(
       "_synchronize",
