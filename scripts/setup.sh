@@ -106,6 +106,18 @@ if [ "${TORCH_TPU_SKIP_VLLM:-0}" != 1 ] && ! pinned $NUMBA_PINS; then
   install_constrained --no-deps $NUMBA_PINS
 fi
 
+# torchvision 0.28.0 (the release for torch 2.13), for its detection ops on the tpu device (README
+# "torchvision"; tests/test_vision_ops.py). The only wheel our machines reach is the CUDA build
+# (0.28.0+cu130): its _C links libtorch_cuda and cannot load beside our CPU torch, so torch_tpu defines
+# torchvision's operators itself (torch_tpu/_vision.py, torch_tpu/csrc/vision.cpp) and `import torchvision`
+# works whenever torch_tpu is loaded (`import torch` autoloads it). --no-deps: its requirements name the
+# CUDA torch; numpy and pillow are here already (vLLM's and transformers' requirements).
+TV_PIN="torchvision==0.28.0"
+if ! pinned "$TV_PIN"; then
+  echo "setup: installing $TV_PIN (--no-deps) into .venv"
+  install_constrained --no-deps "$TV_PIN"
+fi
+
 # The runtime (libtpurt) and the C++ layer (torch_tpu/_C*.so). Autoload stays off while building:
 # the build imports torch to read its flags, and a stale or half-built extension must not get in the way.
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 make -j2

@@ -22,5 +22,9 @@ DECL(roi_pool_backward);
 
 const tpurt_op_def_t tpurt_ops_vision[] = {
     OP("tv_nms", nms, VISION_DT_F32_F64),
+    OP("tv_roi_align", roi_align, VISION_DT_F32_F64),
+    OP("tv_roi_align_backward", roi_align_backward, VISION_DT_F32_F64),
+    OP("tv_roi_pool", roi_pool, VISION_DT_F32_F64),
+    OP("tv_roi_pool_backward", roi_pool_backward, VISION_DT_F32_F64),
     TPURT_OP_TABLE_END,
 };
