@@ -190,7 +190,7 @@ static tpurt_status_t check_rois(const char* op, const ps_t* p) {
   for (int64_t n = 0; n < p->K; ++n) {
     double v = tpurt_nn_ld(r, n * r->strides[0]);
     if (!(v > -1.0 && v < (double)p->B))
-      return TPURT_STATUS(INVALID_ARGUMENT, "%s: rois[%lld, 0] = %g is not a batch index of the input (batch size %lld)",
+      return TPURT_STATUS(OUT_OF_RANGE, "%s: rois[%lld, 0] = %g is not a batch index of the input (batch size %lld)",
                           op, (long long)n, v, (long long)p->B);
   }
   return TPURT_OK;
@@ -274,7 +274,7 @@ static tpurt_status_t ps_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
     int64_t pw = i % p.PW, ph = (i / p.PW) % p.PH, co = (i / (p.PW * p.PH)) % p.Cout, n = i / (p.PW * p.PH * p.Cout);
     int64_t c = tpurt_nn_ldi(m, n * m->strides[0] + co * m->strides[1] + ph * m->strides[2] + pw * m->strides[3]);
     if (c < 0 || c >= p.C)
-      return TPURT_STATUS(INVALID_ARGUMENT, "%s: channel_mapping holds %lld, not a channel of the input (%lld channels)",
+      return TPURT_STATUS(OUT_OF_RANGE, "%s: channel_mapping holds %lld, not a channel of the input (%lld channels)",
                           op, (long long)c, (long long)p.C);
   }
   int nt = tpurt_kernel_num_threads(ctx);
