@@ -70,10 +70,12 @@ static inline double dc_sample(const dc_t* d, int64_t base, double y, double x) 
 }
 
 /* torchvision's get_coordinate_weight: d(sample)/dy (dir_y) or d(sample)/dx, from the corners
- * inside the image (no cut-off at the (-1, H) border) */
+ * inside the image. Every corner lies outside the image unless the point is inside (-1, H) x
+ * (-1, W), so the weight is 0 there (NaN included), as the sample is. */
 static inline double dc_coord_weight(const dc_t* d, int64_t base, double y, double x, bool dir_y) {
+  if (!(y > -1.0 && y < (double)d->H && x > -1.0 && x < (double)d->W)) return 0;
   int64_t yl = (int64_t)floor(y), xl = (int64_t)floor(x), yh = yl + 1, xh = xl + 1;
-  bool vyl = yl >= 0 && yl < d->H, vyh = yh >= 0 && yh < d->H, vxl = xl >= 0 && xl < d->W, vxh = xh >= 0 && xh < d->W;
+  bool vyl = yl >= 0, vyh = yh < d->H, vxl = xl >= 0, vxh = xh < d->W;
   int64_t s2 = d->in->strides[2], s3 = d->in->strides[3];
   double v_yx = vyl && vxl ? tpurt_nn_ld(d->in, base + yl * s2 + xl * s3) : 0;
   double v_yX = vyl && vxh ? tpurt_nn_ld(d->in, base + yl * s2 + xh * s3) : 0;
@@ -156,6 +158,9 @@ static tpurt_status_t dc_parse(const tpurt_op_call_t* call, int a, const char* o
   if (tpurt_tensor_numel(d->bias) != d->Co)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: bias has %lld elements, expected out_channels = %lld", op,
                         (long long)tpurt_tensor_numel(d->bias), (long long)d->Co);
+  if (d->H * d->W > INT32_MAX)
+    return TPURT_STATUS(INVALID_ARGUMENT, "%s: an input plane of %lld x %lld elements is larger than this kernel takes (2^31 - 1)",
+                        op, (long long)d->H, (long long)d->W);
   d->L = d->Ho * d->Wo;
   d->es = tpurt_dtype_size(d->dt);
   d->acc = d->dt == TPURT_DTYPE_FLOAT64 ? TPURT_DTYPE_FLOAT64 : TPURT_DTYPE_FLOAT32;
@@ -181,8 +186,19 @@ static inline double dc_bias(const dc_t* d, int64_t o) {
 
 /* ------------------------------ optimized ------------------------------ */
 
+/* One sampling point of one (image, offset group, tap, position), shared by the channels of its
+ * offset group: the four corners as offsets into an input plane (oi) and into a dense H x W plane
+ * (od), with their bilinear weights times the mask (0 for a corner outside the image, whose
+ * offsets are then 0). */
+typedef struct dc_tap_t {
+  int64_t oi[4];
+  int32_t od[4];
+  double w[4];
+} dc_tap_t;
+
 typedef struct dc_job_t {
   const dc_t* d;
+  dc_tap_t* taps;       /* [nn][OG][K][L] */
   int64_t n0, nn, M;    /* images [n0, n0 + nn); M = nn * L columns */
   char* col;            /* [C*K][M] in dt */
   char* cg;             /* column grads [C*K][M] in acc */
@@ -192,6 +208,29 @@ typedef struct dc_job_t {
 
 static inline double ld_acc(const dc_t* d, const char* p, int64_t i) {
   return d->acc == TPURT_DTYPE_FLOAT64 ? ((const double*)p)[i] : (double)((const float*)p)[i];
+}
+
+/* the chunk's sampling points: rows (image, offset group, tap) */
+static void dc_build_taps(void* u, int64_t r0, int64_t r1, int tid) {
+  const dc_job_t* j = u;
+  const dc_t* d = j->d;
+  tpurt_tensor_t dense = {.dtype = TPURT_DTYPE_FLOAT64, .ndim = 4, .strides = {0, 0, d->W, 1}};
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t k = r % d->K, og = (r / d->K) % d->OG, nl = r / (d->K * d->OG), n = j->n0 + nl;
+    dc_tap_t* t = j->taps + r * d->L;
+    for (int64_t oy = 0; oy < d->Ho; ++oy)
+      for (int64_t ox = 0; ox < d->Wo; ++ox, ++t) {
+        double y, x, m;
+        int64_t od[4] = {0, 0, 0, 0};
+        dc_point(d, n, og, k, oy, ox, &y, &x, &m);
+        if (!dc_taps(d, d->in, y, x, t->oi, t->w)) {
+          memset(t, 0, sizeof *t);
+          continue;
+        }
+        dc_taps(d, &dense, y, x, od, t->w);
+        for (int q = 0; q < 4; ++q) t->od[q] = (int32_t)od[q], t->w[q] *= m;
+      }
+  }
 }
 
 /* columns: rows (image, channel) of the chunk */
@@ -205,12 +244,12 @@ static void dc_im2col(void* u, int64_t r0, int64_t r1, int tid) {
     int64_t base = n * d->in->strides[0] + c * d->in->strides[1];
     for (int64_t k = 0; k < d->K; ++k) {
       int64_t row = (c * d->K + k) * j->M + nl * d->L;
-      for (int64_t oy = 0; oy < d->Ho; ++oy)
-        for (int64_t ox = 0; ox < d->Wo; ++ox) {
-          double y, x, m;
-          dc_point(d, n, og, k, oy, ox, &y, &x, &m);
-          tpurt_nn_st(&colt, row + oy * d->Wo + ox, m * dc_sample(d, base, y, x));
-        }
+      const dc_tap_t* t = j->taps + ((nl * d->OG + og) * d->K + k) * d->L;
+      for (int64_t l = 0; l < d->L; ++l, ++t) {
+        double v = t->w[0] * tpurt_nn_ld(d->in, base + t->oi[0]) + t->w[1] * tpurt_nn_ld(d->in, base + t->oi[1]) +
+                   t->w[2] * tpurt_nn_ld(d->in, base + t->oi[2]) + t->w[3] * tpurt_nn_ld(d->in, base + t->oi[3]);
+        tpurt_nn_st(&colt, row + l, v);
+      }
     }
   }
 }
@@ -221,22 +260,16 @@ static void dc_col2im(void* u, int64_t r0, int64_t r1, int tid) {
   const dc_t* d = j->d;
   int64_t cpg = d->C / d->OG, HW = d->H * d->W;
   double* acc = j->planes + (size_t)tid * (size_t)HW;
-  /* taps computed against a dense H x W plane */
-  tpurt_tensor_t dense = {.dtype = TPURT_DTYPE_FLOAT64, .ndim = 4, .strides = {0, 0, d->W, 1}};
   for (int64_t r = r0; r < r1; ++r) {
     int64_t c = r % d->C, nl = r / d->C, n = j->n0 + nl, og = c / cpg;
     memset(acc, 0, (size_t)HW * sizeof(double));
     for (int64_t k = 0; k < d->K; ++k) {
       int64_t row = (c * d->K + k) * j->M + nl * d->L;
-      for (int64_t oy = 0; oy < d->Ho; ++oy)
-        for (int64_t ox = 0; ox < d->Wo; ++ox) {
-          double y, x, m, w[4];
-          int64_t o[4];
-          dc_point(d, n, og, k, oy, ox, &y, &x, &m);
-          if (!dc_taps(d, &dense, y, x, o, w)) continue;
-          double g = m * ld_acc(d, j->cg, row + oy * d->Wo + ox);
-          for (int q = 0; q < 4; ++q) acc[o[q]] += w[q] * g;
-        }
+      const dc_tap_t* t = j->taps + ((nl * d->OG + og) * d->K + k) * d->L;
+      for (int64_t l = 0; l < d->L; ++l, ++t) {
+        double g = ld_acc(d, j->cg, row + l);
+        for (int q = 0; q < 4; ++q) acc[t->od[q]] += t->w[q] * g;
+      }
     }
     const tpurt_tensor_t* gi = j->gin;
     for (int64_t h = 0; h < d->H; ++h)
@@ -244,24 +277,37 @@ static void dc_col2im(void* u, int64_t r0, int64_t r1, int tid) {
   }
 }
 
-/* grad_offset and grad_mask: rows (image, offset group, tap) */
+/* grad_offset and grad_mask: rows (image, offset group, tap). Per position the four corners of
+ * each channel are read once and give both coordinate weights (torchvision's
+ * get_coordinate_weight) and the sample the mask's grad needs. */
 static void dc_coord(void* u, int64_t r0, int64_t r1, int tid) {
   const dc_job_t* j = u;
   const dc_t* d = j->d;
-  int64_t cpg = d->C / d->OG;
+  int64_t cpg = d->C / d->OG, s2 = d->in->strides[2], s3 = d->in->strides[3];
   for (int64_t r = r0; r < r1; ++r) {
     int64_t k = r % d->K, og = (r / d->K) % d->OG, nl = r / (d->K * d->OG), n = j->n0 + nl;
     for (int64_t oy = 0; oy < d->Ho; ++oy)
       for (int64_t ox = 0; ox < d->Wo; ++ox) {
         double y, x, m, gy = 0, gx = 0, gm = 0;
         dc_point(d, n, og, k, oy, ox, &y, &x, &m);
-        for (int64_t c = og * cpg; c < (og + 1) * cpg; ++c) {
-          int64_t base = n * d->in->strides[0] + c * d->in->strides[1];
-          double g = ld_acc(d, j->cg, (c * d->K + k) * j->M + nl * d->L + oy * d->Wo + ox);
-          if (g == 0) continue;
-          gy += g * dc_coord_weight(d, base, y, x, true);
-          gx += g * dc_coord_weight(d, base, y, x, false);
-          if (d->use_mask) gm += g * dc_sample(d, base, y, x);
+        if (y > -1.0 && y < (double)d->H && x > -1.0 && x < (double)d->W) {
+          int64_t yl = (int64_t)floor(y), xl = (int64_t)floor(x), yh = yl + 1, xh = xl + 1;
+          bool vyl = yl >= 0, vyh = yh < d->H, vxl = xl >= 0, vxh = xh < d->W;
+          double dy = y - (double)yl, dx = x - (double)xl;
+          int64_t o_yx = yl * s2 + xl * s3, o_yX = yl * s2 + xh * s3, o_Yx = yh * s2 + xl * s3, o_YX = yh * s2 + xh * s3;
+          for (int64_t c = og * cpg; c < (og + 1) * cpg; ++c) {
+            double g = ld_acc(d, j->cg, (c * d->K + k) * j->M + nl * d->L + oy * d->Wo + ox);
+            if (g == 0) continue;
+            int64_t base = n * d->in->strides[0] + c * d->in->strides[1];
+            double v_yx = vyl && vxl ? tpurt_nn_ld(d->in, base + o_yx) : 0;
+            double v_yX = vyl && vxh ? tpurt_nn_ld(d->in, base + o_yX) : 0;
+            double v_Yx = vyh && vxl ? tpurt_nn_ld(d->in, base + o_Yx) : 0;
+            double v_YX = vyh && vxh ? tpurt_nn_ld(d->in, base + o_YX) : 0;
+            gy += g * (dx * (v_YX - v_yX) + (1 - dx) * (v_Yx - v_yx));
+            gx += g * (dy * (v_YX - v_Yx) + (1 - dy) * (v_yX - v_yx));
+            if (d->use_mask)
+              gm += g * ((1 - dy) * ((1 - dx) * v_yx + dx * v_yX) + dy * ((1 - dx) * v_Yx + dx * v_YX));
+          }
         }
         tpurt_nn_st(j->goff, off4(j->goff, n, (og * d->K + k) * 2, oy, ox), m * gy);
         tpurt_nn_st(j->goff, off4(j->goff, n, (og * d->K + k) * 2 + 1, oy, ox), m * gx);
@@ -320,15 +366,17 @@ static tpurt_status_t dc_forward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   int64_t w_rs;
   TPURT_RETURN_IF_ERROR(dc_weight(ctx, &d, &wd, &w_rs));
   int64_t CK = d.C * d.K, ckg = CK / d.G, cog = d.Co / d.G;
-  int64_t chunk = dc_chunk(&d, (CK * (int64_t)d.es + d.Co * (int64_t)d.aes) * d.L);
+  int64_t chunk = dc_chunk(&d, (CK * (int64_t)d.es + d.Co * (int64_t)d.aes + d.OG * d.K * (int64_t)sizeof(dc_tap_t)) * d.L);
   char* col = tpurt_kernel_scratch(ctx, (size_t)(CK * chunk * d.L) * d.es + 64);
   char* ob = tpurt_kernel_scratch(ctx, (size_t)(d.Co * chunk * d.L) * d.aes + 64);
-  if (!col || !ob) return TPURT_STATUS(RESOURCE_EXHAUSTED, "deform_conv2d: no scratch for the columns");
+  dc_tap_t* taps = tpurt_kernel_scratch(ctx, (size_t)(chunk * d.OG * d.K * d.L) * sizeof(dc_tap_t) + 64);
+  if (!col || !ob || !taps) return TPURT_STATUS(RESOURCE_EXHAUSTED, "deform_conv2d: no scratch for the columns");
   void* ws = NULL;
   size_t ws_bytes = 0;
   for (int64_t n0 = 0; n0 < d.N; n0 += chunk) {
     int64_t nn = d.N - n0 < chunk ? d.N - n0 : chunk, M = nn * d.L;
-    dc_job_t j = {.d = &d, .n0 = n0, .nn = nn, .M = M, .col = col};
+    dc_job_t j = {.d = &d, .taps = taps, .n0 = n0, .nn = nn, .M = M, .col = col};
+    tpurt_parallel_for(ctx, nn * d.OG * d.K, 1, dc_build_taps, &j);
     tpurt_parallel_for(ctx, nn * d.C, 1, dc_im2col, &j);
     for (int64_t g = 0; g < d.G; ++g) {
       tpurt_gemm_t gm = {.m = cog, .n = M, .k = ckg, .ab_dtype = d.dt, .c_dtype = d.acc,
@@ -406,14 +454,15 @@ static tpurt_status_t dc_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   const char* wd;
   int64_t w_rs;
   TPURT_RETURN_IF_ERROR(dc_weight(ctx, &d, &wd, &w_rs));
-  int64_t chunk = dc_chunk(&d, (CK * (int64_t)(d.es + d.aes) + d.Co * (int64_t)d.es) * d.L);
+  int64_t chunk = dc_chunk(&d, (CK * (int64_t)(d.es + d.aes) + d.Co * (int64_t)d.es + d.OG * d.K * (int64_t)sizeof(dc_tap_t)) * d.L);
   int nt = tpurt_kernel_num_threads(ctx);
   char* col = tpurt_kernel_scratch(ctx, (size_t)(CK * chunk * d.L) * d.es + 64);
   char* cg = tpurt_kernel_scratch(ctx, (size_t)(CK * chunk * d.L) * d.aes + 64);
   char* go = tpurt_kernel_scratch(ctx, (size_t)(d.Co * chunk * d.L) * d.es + 64);
   char* gwa = tpurt_kernel_scratch(ctx, (size_t)(d.Co * ckg) * d.aes + 64);
   double* planes = tpurt_kernel_scratch(ctx, (size_t)(nt < 1 ? 1 : nt) * (size_t)(d.H * d.W) * sizeof(double) + 64);
-  if (!col || !cg || !go || !gwa || !planes)
+  dc_tap_t* taps = tpurt_kernel_scratch(ctx, (size_t)(chunk * d.OG * d.K * d.L) * sizeof(dc_tap_t) + 64);
+  if (!col || !cg || !go || !gwa || !planes || !taps)
     return TPURT_STATUS(RESOURCE_EXHAUSTED, "_deform_conv2d_backward: no scratch for the columns");
   void* ws = NULL;
   size_t ws_bytes = 0;
@@ -433,8 +482,9 @@ static tpurt_status_t dc_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
                          .c = cg + (size_t)(g * ckg * M) * d.aes, .c_rs = M, .c_cs = 1, .alpha = 1, .beta = 0};
       TPURT_RETURN_IF_ERROR(dc_gemm(ctx, &gm, &ws, &ws_bytes));
     }
-    dc_job_t j = {.d = &d, .n0 = n0, .nn = nn, .M = M, .col = col, .cg = cg, .planes = planes,
+    dc_job_t j = {.d = &d, .taps = taps, .n0 = n0, .nn = nn, .M = M, .col = col, .cg = cg, .planes = planes,
                   .gin = gin, .goff = goff, .gmask = gmask};
+    tpurt_parallel_for(ctx, nn * d.OG * d.K, 1, dc_build_taps, &j);
     tpurt_parallel_for(ctx, nn * d.C, 1, dc_col2im, &j);
     tpurt_parallel_for(ctx, nn * d.OG * d.K, 1, dc_coord, &j);
     /* grad_weight += grad_g columns_g^T */
