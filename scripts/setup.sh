@@ -107,7 +107,7 @@ if [ "${TORCH_TPU_SKIP_VLLM:-0}" != 1 ] && ! pinned $NUMBA_PINS; then
 fi
 
 # torchvision 0.28.0 (the release for torch 2.13), for its detection ops on the tpu device (README
-# "torchvision"; tests/test_vision_ops.py). The only wheel our machines reach is the CUDA build
+# "What works" and "Dependencies"; tests/test_vision_ops.py). The only wheel our machines reach is the CUDA build
 # (0.28.0+cu130): its _C links libtorch_cuda and cannot load beside our CPU torch, so torch_tpu defines
 # torchvision's operators itself (torch_tpu/_vision.py, torch_tpu/csrc/vision.cpp) and `import torchvision`
 # works whenever torch_tpu is loaded (`import torch` autoloads it). --no-deps: its requirements name the

@@ -182,6 +182,23 @@ def test_roi_align_matches_reference(device, aligned, sampling, dtype):
     torch.testing.assert_close(got.cpu().double(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("aligned", [False, True])
+def test_roi_align_float16(device, aligned):
+    """float16 (which torchvision's CPU kernel takes): computed as c10::Half is, rounded after each
+    operation, so within a few half ulps of the float64 reference; the backward too."""
+    x = torch.randn(1, 3, 10, 12)
+    rois = random_rois(5, 1, 20)
+    got = ops.roi_align(x.half().to(device), rois.half().to(device), (2, 3), 0.5, -1, aligned)
+    assert got.dtype == torch.float16
+    want = ref_roi_align(x.half().double(), rois.half().double(), 2, 3, 0.5, -1, aligned)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-2, atol=2e-2)
+    xt = x.half().to(device).requires_grad_()
+    ops.roi_align(xt, rois.half().to(device), (2, 3), 0.5, -1, aligned).sum().backward()
+    x64 = x.half().double().requires_grad_()
+    ops.roi_align(x64, rois.half().double(), (2, 3), 0.5, -1, aligned).sum().backward()
+    torch.testing.assert_close(xt.grad.cpu().double(), x64.grad, rtol=1e-2, atol=2e-2)
+
+
 def test_roi_align_known_answer(device):
     x = torch.full((1, 2, 8, 8), 3.0, device=device)
     rois = torch.tensor([[0, 1.0, 1.0, 6.0, 5.0]], device=device)
@@ -225,8 +242,11 @@ def test_roi_align_errors(device):
         torch.ops.torchvision.roi_align(x, torch.rand(2, 4, device=device), 1.0, 2, 2, -1, False)
     with pytest.raises(RuntimeError, match="Expected tensor for argument #1 'input' to have the same type"):
         torch.ops.torchvision.roi_align(x, torch.rand(2, 5, device=device).double(), 1.0, 2, 2, -1, False)
-    with pytest.raises(NotImplementedError, match="Half"):
-        torch.ops.torchvision.roi_align(x.half(), torch.zeros(1, 5, device=device).half(), 1.0, 2, 2, -1, False)
+    with pytest.raises(NotImplementedError, match="BFloat16"):  # torchvision's CPU kernel takes float16, not bfloat16
+        torch.ops.torchvision.roi_align(x.bfloat16(), torch.zeros(1, 5, device=device).bfloat16(), 1.0, 2, 2, -1,
+                                        False)
+    with pytest.raises(NotImplementedError, match="Half"):  # roi_pool: float32 and float64, as on CPU
+        torch.ops.torchvision.roi_pool(x.half(), torch.zeros(1, 5, device=device).half(), 1.0, 2, 2)
     bad = torch.tensor([[3.0, 0, 0, 2, 2]], device=device)  # batch index 3 of 1 image
     with pytest.raises(IndexError, match=r"batch index \(rois\[:, 0\]\) is outside \[0, 1\)"):
         torch.ops.torchvision.roi_align(x, bad, 1.0, 2, 2, -1, False)

@@ -62,6 +62,17 @@ static void test_roi_align(void) {
   CHECK_STATUS(test_op_run("tv_roi_align_backward", false, ab, 11, &git, 1), OUT_OF_RANGE);
   roi[0] = NAN;
   CHECK_STATUS(test_op_run("tv_roi_align", false, a, 7, &o, 1), OUT_OF_RANGE);
+  roi[0] = 0;
+  /* a NaN box: with a fixed grid its samples lie nowhere and count 0 (as torchvision's CPU kernel,
+   * which checks the sample's range so that NaN never reaches an int cast); with an adaptive grid, as
+   * an infinite box, it would need NaN / infinitely many samples, and is refused */
+  roi[3] = NAN;
+  CHECK_OK(test_op_run("tv_roi_align", false, a, 7, &o, 1));
+  CHECK(out == 0.0);
+  a[5] = iarg(0);
+  CHECK_STATUS(test_op_run("tv_roi_align", false, a, 7, &o, 1), OUT_OF_RANGE);
+  roi[3] = INFINITY;
+  CHECK_STATUS(test_op_run("tv_roi_align", false, a, 7, &o, 1), OUT_OF_RANGE);
 }
 
 static void test_roi_pool(void) {
@@ -89,6 +100,8 @@ static void test_roi_pool(void) {
   float want[16] = {0};
   want[5] = 1, want[7] = 2, want[13] = 3, want[15] = 4;
   CHECK(memcmp(gi, want, sizeof(want)) == 0);
+  roi[1] = NAN; /* a NaN box */
+  CHECK_STATUS(test_op_run("tv_roi_pool", false, a, 5, outs, 2), OUT_OF_RANGE);
   am[0] = 16; /* an argmax outside the 4 x 4 channel */
   CHECK_STATUS(test_op_run("tv_roi_pool_backward", false, ab, 10, &git, 1), OUT_OF_RANGE);
 }

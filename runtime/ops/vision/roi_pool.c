@@ -54,8 +54,13 @@ static int64_t rp_clip(int64_t v, int64_t hi) { return v < 0 ? 0 : (v > hi ? hi 
         j->bad = 1;                                                                                    \
         continue;                                                                                      \
       }                                                                                                \
-      const int start_w = (int)round(r[1] * scale), start_h = (int)round(r[2] * scale);                \
-      const int end_w = (int)round(r[3] * scale), end_h = (int)round(r[4] * scale);                    \
+      const double rw1 = round(r[1] * scale), rh1 = round(r[2] * scale);                               \
+      const double rw2 = round(r[3] * scale), rh2 = round(r[4] * scale);                               \
+      if (!(fabs(rw1) <= 1 << 28 && fabs(rh1) <= 1 << 28 && fabs(rw2) <= 1 << 28 && fabs(rh2) <= 1 << 28)) { \
+        j->bad = 1; /* a NaN, infinite or huge box (an int on CPU, where it is undefined) */           \
+        continue;                                                                                      \
+      }                                                                                                \
+      const int start_w = (int)rw1, start_h = (int)rh1, end_w = (int)rw2, end_h = (int)rh2;            \
       const int roi_w = end_w - start_w + 1 > 1 ? end_w - start_w + 1 : 1;                             \
       const int roi_h = end_h - start_h + 1 > 1 ? end_h - start_h + 1 : 1;                             \
       const T bin_h = (T)roi_h / (T)j->ph, bin_w = (T)roi_w / (T)j->pw;                                \
@@ -146,7 +151,7 @@ tpurt_status_t tpurt_vision_roi_pool(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   else
     return TPURT_STATUS(UNIMPLEMENTED, "roi_pool: dtype %s is not supported", tpurt_dtype_name(in->dtype));
   if (j.bad)
-    return TPURT_STATUS(OUT_OF_RANGE, "roi_pool: a roi's batch index (rois[:, 0]) is outside [0, %lld)",
+    return TPURT_STATUS(OUT_OF_RANGE, "roi_pool: a roi's batch index (rois[:, 0]) is outside [0, %lld), or its box is NaN, infinite or too large",
                         (long long)j.batch);
   return TPURT_STATUS_OK;
 }

@@ -15,6 +15,8 @@ DECL(roi_pool);
 DECL(roi_pool_backward);
 
 #define VISION_DT_F32_F64 (TPURT_DTYPE_BIT(FLOAT32) | TPURT_DTYPE_BIT(FLOAT64))
+/* roi_align also in float16, as torchvision's CPU kernel */
+#define VISION_DT_ROI_ALIGN (VISION_DT_F32_F64 | TPURT_DTYPE_BIT(FLOAT16))
 
 /* Each kernel is its own reference: they are the plain loops of torchvision's
  * CPU kernels, split across threads where no two threads write one element. */
@@ -22,8 +24,8 @@ DECL(roi_pool_backward);
 
 const tpurt_op_def_t tpurt_ops_vision[] = {
     OP("tv_nms", nms, VISION_DT_F32_F64),
-    OP("tv_roi_align", roi_align, VISION_DT_F32_F64),
-    OP("tv_roi_align_backward", roi_align_backward, VISION_DT_F32_F64),
+    OP("tv_roi_align", roi_align, VISION_DT_ROI_ALIGN),
+    OP("tv_roi_align_backward", roi_align_backward, VISION_DT_ROI_ALIGN),
     OP("tv_roi_pool", roi_pool, VISION_DT_F32_F64),
     OP("tv_roi_pool_backward", roi_pool_backward, VISION_DT_F32_F64),
     TPURT_OP_TABLE_END,
