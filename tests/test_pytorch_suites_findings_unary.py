@@ -1,0 +1,71 @@
+"""Defects found by running PyTorch's test_unary_ufuncs.py on tpu (tests/pytorch_suites.py) over its
+float64, bfloat16, float16, integer, bool and uint16/32/64 tests, each kept as a test against PyTorch
+CPU so CI guards it without PyTorch's files."""
+import pytest
+import torch
+
+_UINT_WIDE = [torch.uint16, torch.uint32, torch.uint64]
+
+# CPU computes these on uint16/32/64 inputs as on any integer input: promoted to float32.
+_FLOAT_PROMOTING = [
+    "i0", "special_i0e", "special_i1", "special_i1e", "special_modified_bessel_i0",
+    "special_modified_bessel_i1", "special_modified_bessel_k0", "special_modified_bessel_k1",
+    "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1", "special_bessel_j0",
+    "special_bessel_j1", "special_bessel_y0", "special_bessel_y1", "special_airy_ai",
+    "special_spherical_bessel_j0", "special_erfcx", "special_ndtri", "special_entr", "reciprocal", "sqrt",
+    "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "sinh",
+    "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "lgamma",
+    "digamma", "sinc", "angle", "logit",
+]
+
+
+@pytest.mark.parametrize("dtype", _UINT_WIDE)
+def test_float_unary_ops_take_wide_unsigned(dtype, tpu, eager_mode):
+    # test_batch_vs_slicing / test_contig_* / test_non_contig_* of the special ops on uint16/32/64:
+    # CPU promotes the integers to float32 and computes; tpu refused the dtype with NotImplementedError
+    x = torch.tensor([[0, 1, 2, 7], [30, 200, 1000, 65535]], dtype=dtype)
+    for name in _FLOAT_PROMOTING:
+        op = getattr(torch.ops.aten, name)
+        want = op(x)
+        for t in (x, x.t()):
+            got = op(t.to(tpu))
+            assert got.dtype == want.dtype == torch.float32, name
+            torch.testing.assert_close(got.cpu(), op(t), equal_nan=True, msg=name)
+    # polygamma's tensor is its second argument
+    for n in (0, 1, 2):
+        torch.testing.assert_close(torch.polygamma(n, x.to(tpu)).cpu(), torch.polygamma(n, x), equal_nan=True)
+
+
+def test_wide_unsigned_still_refused_where_cpu_refuses(tpu):
+    x = torch.tensor([1, 2, 3], dtype=torch.uint16)
+    for op in (lambda t: torch.igamma(t, t), lambda t: torch.frexp(t)):
+        with pytest.raises((RuntimeError, NotImplementedError)):
+            op(x)
+        with pytest.raises((RuntimeError, NotImplementedError)):
+            op(x.to(tpu))
+            torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.uint16, torch.uint32])
+def test_unsigned_scalar_parameter_wraps_as_cpu(dtype, tpu, eager_mode):
+    # test_*_nn_functional_threshold_*_uint8: threshold(x, 0.15, value=-9) on uint8. CPU's checked
+    # Scalar conversion (c10::overflows) lets an unsigned type take a negative value down to -max,
+    # which wraps (-9 is 247); tpu refused it at the next sync
+    x = torch.tensor([[0, 5, 200], [255, 1, 7]], dtype=torch.uint8).to(dtype)
+    for th, v in ((0.15, -9), (-9, 5), (3, -255), (2, 250)):
+        if dtype is not torch.uint8 and (th, v) == (0.15, -9):
+            continue  # CPU has no threshold on uint16/32
+        try:
+            want = torch.threshold(x, th, v)
+        except (RuntimeError, NotImplementedError):
+            continue
+        torch.testing.assert_close(torch.threshold(x.to(tpu), th, v).cpu(), want)
+
+
+def test_unsigned_scalar_parameter_overflow_still_raises(tpu):
+    x = torch.tensor([0, 5, 200], dtype=torch.uint8)
+    for th, v in ((3, -256), (300, 1)):
+        with pytest.raises(RuntimeError, match="cannot be converted to type uint8"):
+            torch.threshold(x, th, v)
+        with pytest.raises(RuntimeError, match="cannot be converted to type uint8"):
+            torch.threshold(x.to(tpu), th, v).cpu()
