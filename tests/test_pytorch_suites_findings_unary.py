@@ -62,10 +62,16 @@ def test_unsigned_scalar_parameter_wraps_as_cpu(dtype, tpu, eager_mode):
         torch.testing.assert_close(torch.threshold(x.to(tpu), th, v).cpu(), want)
 
 
-def test_unsigned_scalar_parameter_overflow_still_raises(tpu):
+def test_unsigned_scalar_parameter_overflow_raises_at_the_call(tpu, eager_mode):
+    # a value the integer type cannot hold is CPU's RuntimeError at the call, in every mode (it
+    # depends on a Python scalar and a dtype only), not the kernel's at the next sync
     x = torch.tensor([0, 5, 200], dtype=torch.uint8)
     for th, v in ((3, -256), (300, 1)):
-        with pytest.raises(RuntimeError, match="cannot be converted to type uint8"):
+        with pytest.raises(RuntimeError, match="cannot be converted to type uint8_t without overflow"):
             torch.threshold(x, th, v)
-        with pytest.raises(RuntimeError, match="cannot be converted to type uint8"):
-            torch.threshold(x.to(tpu), th, v).cpu()
+        xt = x.to(tpu)
+        with pytest.raises(RuntimeError, match="cannot be converted to type uint8_t without overflow"):
+            torch.threshold(xt, th, v)
+        with pytest.raises(RuntimeError, match="cannot be converted to type uint8_t without overflow"):
+            torch.threshold_(xt, th, v)
+        torch.testing.assert_close(xt.cpu(), x)
