@@ -75,3 +75,31 @@ def test_unsigned_scalar_parameter_overflow_raises_at_the_call(tpu, eager_mode):
         with pytest.raises(RuntimeError, match="cannot be converted to type uint8_t without overflow"):
             torch.threshold_(xt, th, v)
         torch.testing.assert_close(xt.cpu(), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_frexp_out_dtypes_checked_at_the_call(dtype, tpu, eager_mode):
+    # test_frexp_assert_raises: frexp(out=(mantissa, exponent)) with a mantissa of another dtype than
+    # the input, or a non-int32 exponent, is CPU's RuntimeError; tpu cast into the outs
+    x = torch.randn(4, 5, dtype=dtype)
+    others = [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+              torch.float64, torch.complex64, torch.complex128]
+    for md in others:
+        if md == dtype:
+            continue
+        for dev in ("cpu", tpu):
+            with pytest.raises(RuntimeError, match=r"torch\.frexp\(\) expects mantissa to have dtype .+ but got .+"):
+                torch.frexp(x.to(dev), out=(torch.empty(4, 5, dtype=md, device=dev),
+                                            torch.empty(4, 5, dtype=torch.int32, device=dev)))
+    for ed in others:
+        if ed == torch.int32:
+            continue
+        for dev in ("cpu", tpu):
+            with pytest.raises(RuntimeError, match=r"torch\.frexp\(\) expects exponent to have int dtype but got .+"):
+                torch.frexp(x.to(dev), out=(torch.empty(4, 5, dtype=dtype, device=dev),
+                                            torch.empty(4, 5, dtype=ed, device=dev)))
+    m, e = torch.empty(4, 5, dtype=dtype, device=tpu), torch.empty(4, 5, dtype=torch.int32, device=tpu)
+    torch.frexp(x.to(tpu), out=(m, e))
+    want = torch.frexp(x)
+    torch.testing.assert_close(m.cpu(), want.mantissa)
+    torch.testing.assert_close(e.cpu(), want.exponent)
