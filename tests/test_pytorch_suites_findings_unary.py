@@ -103,3 +103,26 @@ def test_frexp_out_dtypes_checked_at_the_call(dtype, tpu, eager_mode):
     want = torch.frexp(x)
     torch.testing.assert_close(m.cpu(), want.mantissa)
     torch.testing.assert_close(e.cpu(), want.exponent)
+
+
+def test_conj_of_complex32_materializes(tpu, eager_mode):
+    # test_*_conj_*_complex32: conj() of a complex32 tensor is a lazy view; copying it out (clone,
+    # .cpu(), copy_ into a plain tensor) conjugated the copy with a complex kernel complex32 lacks
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "ComplexHalf support is experimental"
+        x = torch.randn(3, 4, dtype=torch.complex64).to(torch.complex32)
+        t = x.to(tpu)
+
+        def same(a, b):
+            return torch.equal(a.resolve_conj().to(torch.complex64), b.resolve_conj().to(torch.complex64))
+
+        assert same(torch.conj(t).cpu(), torch.conj(x))
+        c = torch.conj(t).clone()
+        assert not c.is_conj() and same(c.cpu(), torch.conj(x))
+        assert same(torch.conj(t.T)[::2].cpu(), torch.conj(x.T)[::2])
+        e = torch.empty_like(t)
+        e.copy_(torch.conj(t))
+        assert same(e.cpu(), torch.conj(x))
+        n = torch.conj(t).imag  # a negative view of the imaginary halves
+        assert torch.equal(n.clone().cpu(), torch.conj(x).imag.clone())
