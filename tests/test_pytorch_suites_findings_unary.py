@@ -126,3 +126,21 @@ def test_conj_of_complex32_materializes(tpu, eager_mode):
         assert same(e.cpu(), torch.conj(x))
         n = torch.conj(t).imag  # a negative view of the imaginary halves
         assert torch.equal(n.clone().cpu(), torch.conj(x).imag.clone())
+
+
+@pytest.mark.parametrize("dtype", _UINT_WIDE)
+def test_identity_and_constant_unary_ops_take_wide_unsigned(dtype, tpu, eager_mode):
+    # floor/ceil/trunc/nan_to_num are identities and isnan/isposinf/isneginf/signbit constants on
+    # unsigned integers, which CPU runs; uint64 above 2^63 (negative in the int64 loops) has no sign
+    vals = [0, 3, 2**15 + 1, 65535] + ([2**63 + 5, 2**64 - 1] if dtype == torch.uint64 else [])
+    x = torch.tensor(vals, dtype=dtype)
+    for op in (torch.floor, torch.ceil, torch.trunc, torch.nan_to_num, torch.isnan, torch.isposinf,
+               torch.isneginf, torch.signbit):
+        got, want = op(x.to(tpu)), op(x)
+        assert got.dtype == want.dtype
+        assert torch.equal(got.cpu(), want), op.__name__
+    # round with decimals: CPU refuses these dtypes, and tpu at the call
+    with pytest.raises(NotImplementedError):
+        torch.round(x, decimals=1)
+    with pytest.raises(NotImplementedError):
+        torch.round(x.to(tpu), decimals=1)

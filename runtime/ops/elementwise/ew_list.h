@@ -28,6 +28,8 @@
 #define EW_DT_INTB_U (EW_DT_INTB | TPURT_DTYPES_UINT_WIDE)
 /* unary ops that compute integers in float (EW_P_FLOAT): CPU promotes uint16/32/64 to float32 too */
 #define EW_DT_FLOATP_U (EW_DT_ANY | TPURT_DTYPES_UINT_WIDE)
+/* and those that are identities or constants on unsigned integers (floor, isnan, signbit, ...) */
+#define EW_DT_NUM_U (EW_DT_NUM | TPURT_DTYPES_UINT_WIDE)
 
 #define EW_OP_LIST(EW_X) \
   EW_X(copy, "copy", EW_DT_ANY_U, TPURT_OP_OVERWRITES_SELF) \
@@ -120,16 +122,16 @@
   EW_X(sinc, "sinc", EW_DT_FLOATP_U, 0) \
   EW_X(special_entr, "special_entr", EW_DT_FLOATP_U, 0) \
   EW_X(angle, "angle", EW_DT_FLOATP_U, 0) \
-  EW_X(floor, "floor", EW_DT_NUM, 0) \
-  EW_X(ceil, "ceil", EW_DT_NUM, 0) \
-  EW_X(trunc, "trunc", EW_DT_NUM, 0) \
+  EW_X(floor, "floor", EW_DT_NUM_U, 0) \
+  EW_X(ceil, "ceil", EW_DT_NUM_U, 0) \
+  EW_X(trunc, "trunc", EW_DT_NUM_U, 0) \
   EW_X(round, "round", EW_DT_NUM, 0) \
   EW_X(frac, "frac", EW_DT_FLOAT, 0) \
-  EW_X(isnan, "isnan", EW_DT_ANY, 0) \
-  EW_X(isposinf, "isposinf", EW_DT_ANY, 0) \
-  EW_X(isneginf, "isneginf", EW_DT_ANY, 0) \
-  EW_X(signbit, "signbit", EW_DT_ANY, 0) \
-  EW_X(nan_to_num, "nan_to_num", EW_DT_ANY, 0) \
+  EW_X(isnan, "isnan", EW_DT_ANY_U, 0) \
+  EW_X(isposinf, "isposinf", EW_DT_ANY_U, 0) \
+  EW_X(isneginf, "isneginf", EW_DT_ANY_U, 0) \
+  EW_X(signbit, "signbit", EW_DT_ANY_U, 0) \
+  EW_X(nan_to_num, "nan_to_num", EW_DT_ANY_U, 0) \
   EW_X(logit, "logit", EW_DT_FLOATP_U, 0) \
   EW_X(relu, "relu", EW_DT_NUM, 0) \
   EW_X(gelu, "gelu", EW_DT_FLOAT, 0) \
