@@ -219,6 +219,11 @@ def _run_file(path, device, mode, timeout, workdir, file_timeout, only=None):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     if device == "tpu":
         env["TORCH_TPU_EAGER_MODE"] = mode
+    # OpenMP's default wait policy spins idle threads between parallel regions: on a loaded machine
+    # (more runnable threads than cores) each CPU op then waits out other processes' time slices, and
+    # the children's CPU ops ran 4x slower (test_unary_ufuncs.py -k _uint32 on CPU, load 16-19: 32 s
+    # of tests, 8 s with PASSIVE). Passive waiting changes no result.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     results, import_error, total = {}, None, None
     started_file = time.time()
     pos = 0
@@ -287,6 +292,25 @@ def _run_file(path, device, mode, timeout, workdir, file_timeout, only=None):
             results[current] = ("crash", f"Crash: process died with {what}")
     return {"results": results, "import_error": import_error, "total": total,
             "secs": round(time.time() - started_file, 1)}
+
+
+def _merge_into_saved(saved, path, run, only):
+    """The whole-file tpu run saved at `saved` with the tests of `run` (a -k subset) replaced by their
+    new outcomes; (merged run, None), or (run, only) where no whole-file run of this file is saved."""
+    if not saved.exists():
+        print(f"--merge: no whole-file run saved at {saved}; reporting the subset alone", flush=True)
+        return run, only
+    prev = json.loads(saved.read_text())
+    if prev.get("only") is not None or prev.get("file_size") != path.stat().st_size:
+        print(f"--merge: {saved} is not a whole-file run of this file; reporting the subset alone", flush=True)
+        return run, only
+    old = prev["run"]
+    results = dict(old["results"])
+    results.update(run["results"])
+    merged = {"results": results, "import_error": old["import_error"] or run["import_error"],
+              "total": old["total"], "secs": old["secs"],
+              "merged": old.get("merged", []) + [{"only": only, "tests": len(run["results"]), "secs": run["secs"]}]}
+    return merged, None
 
 
 def _normalize_name(tid, device):
@@ -408,8 +432,14 @@ def main(argv=None):
     ap.add_argument("--file-timeout", type=float, default=0, help="seconds per file and device (0: none)")
     ap.add_argument("--no-cpu", action="store_true", help="do not run the files on CPU to compare")
     ap.add_argument("--reuse-cpu", action="store_true",
-                    help="compare with the CPU results an earlier run saved in --out (same file and -k) instead "
-                         "of running the file on CPU again")
+                    help="compare with the CPU results an earlier run saved in --out (same file and -k, or the "
+                         "whole file, of which the tests -k names are taken) instead of running the file on CPU again")
+    ap.add_argument("--merge", action="store_true",
+                    help="with -k: put the subset's tpu results in place of the same tests' results of the "
+                         "whole-file run saved in --out for this mode, and report over the whole file "
+                         "(re-measures a file after a fix without running all of it again)")
+    ap.add_argument("--cpu-only", action="store_true",
+                    help="run the files on CPU only and save their results in --out, for later --reuse-cpu runs")
     ap.add_argument("--out", default=str(ROOT / "build" / "pytorch_suites"), help="report directory")
     ap.add_argument("-k", dest="only", default=None,
                     help="run only the tests whose name contains this string (the report is then partial)")
@@ -437,20 +467,38 @@ def main(argv=None):
     out = pathlib.Path(args.out).resolve()  # the children chdir into the test directory
     rows = []
     cpu_cache = {}
+    if args.cpu_only:
+        out.mkdir(parents=True, exist_ok=True)
+        for p in paths:
+            print(f"{p.name} on cpu ...", flush=True)
+            run = _run_file(p, "cpu", "strict", args.timeout, out, args.file_timeout, args.only)
+            (out / f"{p.stem}.cpu.json").write_text(json.dumps({"only": args.only, "file_size": p.stat().st_size,
+                                                                "run": run}))
+            counts = collections.Counter(o for o, _ in run["results"].values())
+            print(f"{p.name} on cpu: {dict(counts)} in {run['secs']} s", flush=True)
+        return 0
     for mode in modes:
         workdir = out / mode
         workdir.mkdir(parents=True, exist_ok=True)
         for p in paths:
             print(f"[{mode}] {p.name} on tpu ...", flush=True)
             tpu = _run_file(p, "tpu", mode, args.timeout, workdir, args.file_timeout, args.only)
+            tpu_saved = workdir / f"{p.stem}.tpu.json"
+            only = args.only
+            if args.merge and args.only:
+                tpu, only = _merge_into_saved(tpu_saved, p, tpu, args.only)
+            tpu_saved.write_text(json.dumps({"only": only, "file_size": p.stat().st_size, "run": tpu}))
             cpu = None
             if not args.no_cpu:
                 saved = out / f"{p.stem}.cpu.json"
                 if p.name not in cpu_cache and args.reuse_cpu and saved.exists():
                     prev = json.loads(saved.read_text())
-                    if prev.get("only") == args.only and prev.get("file_size") == p.stat().st_size:
+                    if prev.get("file_size") == p.stat().st_size and prev.get("only") in (only, None):
                         print(f"[{mode}] {p.name} on cpu: results of {saved}", flush=True)
-                        cpu_cache[p.name] = prev["run"]
+                        run = prev["run"]
+                        if prev.get("only") != only:  # a whole-file run: its tests that -k names
+                            run = dict(run, results={t: v for t, v in run["results"].items() if only in t})
+                        cpu_cache[p.name] = run
                 if p.name not in cpu_cache:
                     print(f"[{mode}] {p.name} on cpu ...", flush=True)
                     cpu_cache[p.name] = _run_file(p, "cpu", mode, args.timeout, out, args.file_timeout,

@@ -371,6 +371,15 @@ at::Tensor& tpu_set_empty(at::Tensor& self) {
 // t <- kernel(t) in place with a unary kernel ("conj_physical", "neg"): settles
 // the math bits of a device-to-device copy (and of written arguments, fallback.cpp).
 void submit_inplace_unary(const at::Tensor& t, const char* kernel, const char* op) {
+  const bool conj = std::strcmp(kernel, "conj_physical") == 0;
+  if (t.scalar_type() == at::kComplexHalf && (conj || std::strcmp(kernel, "neg") == 0)) {
+    // complex32 is no kernel dtype: negate its float16 (real, imaginary) pairs, or their imaginary
+    // halves, through a view of the same storage without the math bits
+    at::Tensor plain = t.is_conj() ? t.conj() : t;
+    if (plain.is_neg()) plain = plain._neg_view();
+    at::Tensor pairs = at::view_as_real(plain);
+    return submit_inplace_unary(conj ? pairs.select(-1, 1) : pairs, "neg", op);
+  }
   const tpurt_op_def_t* def = tpurt_op_resolve(kernel, "", t.is_complex() ? TPURT_RESOLVE_COMPLEX : 0);
   TORCH_CHECK_NOT_IMPLEMENTED(def, op, ": no ", kernel, " kernel for dtype ", t.scalar_type(), " on the tpu device");
   tpurt_tensor_t d;

@@ -3,6 +3,7 @@
 // sync in Strict and DeferAndFuse). Everything here depends on shapes, dtypes
 // and Python scalars only, so it raises at the call in every eager mode, with
 // CPU's exception type and words.
+#include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/DistributionTemplates.h>
@@ -485,6 +486,29 @@ void lerp_floats(const Call& c) {
                               "\" not implemented for '", t, "'");
 }
 
+// threshold(self, threshold, value) of an integer self: CPU converts both Scalars to self's type with
+// c10's checked conversion, so a value the type cannot hold (300, or -256, on uint8) is refused at the
+// call; the kernel would find it only when it runs.
+void threshold_scalars(const Call& c) {
+  if (c.info.num_args < 3 || !c.arg(0).isTensor()) return;
+  c10::ScalarType t = c.arg(0).toTensor().scalar_type();
+  if (!c10::isIntegralType(t, /*includeBool=*/false)) return;
+  for (size_t i = 1; i <= 2; ++i)
+    if (c.arg(i).isScalar()) AT_DISPATCH_INTEGRAL_TYPES(t, "threshold", [&] { (void)c.arg(i).toScalar().to<scalar_t>(); });
+}
+
+// frexp.Tensor_out(self, *, mantissa, exponent): CPU's frexp_out checks (ATen's words) before any
+// cast to the outs: the mantissa has self's dtype and the exponent is int32.
+void frexp_outs(const Call& c) {
+  if (c.info.num_args < 3 || !c.arg(0).isTensor() || !c.arg(1).isTensor() || !c.arg(2).isTensor()) return;
+  const at::Tensor &self = c.arg(0).toTensor(), &mantissa = c.arg(1).toTensor(), &exponent = c.arg(2).toTensor();
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "torch.frexp() only supports floating-point dtypes");
+  TORCH_CHECK(mantissa.dtype() == self.dtype(), "torch.frexp() expects mantissa to have dtype ", self.dtype(),
+              " but got ", mantissa.dtype());
+  TORCH_CHECK(exponent.dtype() == at::kInt, "torch.frexp() expects exponent to have int dtype but got ",
+              exponent.dtype());
+}
+
 // pow(Tensor, Tensor) whose result type is bool: CPU has no kernel.
 void pow_bool(const Call& c) {
   if (!c.arg(0).isTensor() || !c.arg(1).isTensor()) return;
@@ -528,6 +552,9 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
   if (full_name == "aten::pow.Tensor_Tensor" || full_name == "aten::pow.Tensor_Tensor_out" ||
       full_name == "aten::pow_.Tensor")
     return pow_bool;
+  if (full_name == "aten::frexp.Tensor_out") return frexp_outs;
+  if (full_name == "aten::threshold" || full_name == "aten::threshold_" || full_name == "aten::threshold.out")
+    return threshold_scalars;
   if (full_name.compare(0, 10, "aten::lerp") == 0) return lerp_floats;
   if (full_name.compare(0, 13, "aten::addcmul") == 0 || full_name.compare(0, 13, "aten::addcdiv") == 0)
     return addc_value;

@@ -10,6 +10,17 @@
 
 static tpurt_status_t ew_cast_copy(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* dst, const tpurt_tensor_t* src);
 
+/* The largest value of an unsigned integer dtype; 0 for the others. */
+static uint64_t ew_unsigned_max(tpurt_dtype_t dt) {
+  switch (dt) {
+    case TPURT_DTYPE_UINT8: return UINT8_MAX;
+    case TPURT_DTYPE_UINT16: return UINT16_MAX;
+    case TPURT_DTYPE_UINT32: return UINT32_MAX;
+    case TPURT_DTYPE_UINT64: return UINT64_MAX;
+    default: return 0;
+  }
+}
+
 tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, const ew_op_t* op,
                                       const tpurt_arg_t* const* ins, ew_params_t* p, bool reference) {
   if (call->num_outputs < op->nout)
@@ -40,11 +51,16 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   if (op->setup) TPURT_RETURN_IF_ERROR(op->setup(call, p));
   if (!p->loop_float) {
     /* integer params must fit the compute dtype, as PyTorch's checked
-     * Scalar.to<scalar_t>() requires (threshold -1 on uint8 is an error) */
+     * Scalar.to<scalar_t>() requires (threshold 300 on uint8 is an error). Its check
+     * (c10::overflows) lets an unsigned type take a negative value down to -max, which wraps
+     * (threshold's value -9 on uint8 is 247 on CPU). */
     for (int k = 0; k < 6; ++k) {
       _Alignas(8) char tmp[8];
       tpurt_dtype_store_i64(compute, tmp, p->i[k]);
       int64_t v = tpurt_dtype_load_i64(compute, tmp);
+      if (v != p->i[k] && p->i[k] < 0 && ew_unsigned_max(compute) &&
+          (uint64_t)0 - (uint64_t)p->i[k] <= ew_unsigned_max(compute))
+        v = p->i[k] = (int64_t)(uint64_t)v; /* the wrapped value (as stored) */
       if (v != p->i[k] && compute != TPURT_DTYPE_BOOL)
         return TPURT_STATUS(INVALID_ARGUMENT, "%s: value %lld cannot be converted to type %s without overflow",
                             op->name, (long long)p->i[k], tpurt_dtype_name(compute));

@@ -26,6 +26,10 @@
  * div with a rounding mode is refused at the call, fallback_precheck.cpp) */
 #define EW_DT_ANY_U (EW_DT_ANY | TPURT_DTYPES_UINT_WIDE)
 #define EW_DT_INTB_U (EW_DT_INTB | TPURT_DTYPES_UINT_WIDE)
+/* unary ops that compute integers in float (EW_P_FLOAT): CPU promotes uint16/32/64 to float32 too */
+#define EW_DT_FLOATP_U (EW_DT_ANY | TPURT_DTYPES_UINT_WIDE)
+/* and those that are identities or constants on unsigned integers (floor, isnan, signbit, ...) */
+#define EW_DT_NUM_U (EW_DT_NUM | TPURT_DTYPES_UINT_WIDE)
 
 #define EW_OP_LIST(EW_X) \
   EW_X(copy, "copy", EW_DT_ANY_U, TPURT_OP_OVERWRITES_SELF) \
@@ -87,48 +91,48 @@
   EW_X(abs, "abs", EW_DT_NUM, 0) \
   EW_X(sign, "sign", EW_DT_ANY, 0) \
   EW_X(sign, "sgn", EW_DT_ANY, 0) \
-  EW_X(reciprocal, "reciprocal", EW_DT_ANY, 0) \
-  EW_X(sqrt, "sqrt", EW_DT_ANY, 0) \
-  EW_X(rsqrt, "rsqrt", EW_DT_ANY, 0) \
-  EW_X(exp, "exp", EW_DT_ANY, 0) \
-  EW_X(exp2, "exp2", EW_DT_ANY, 0) \
-  EW_X(expm1, "expm1", EW_DT_ANY, 0) \
-  EW_X(log, "log", EW_DT_ANY, 0) \
-  EW_X(log2, "log2", EW_DT_ANY, 0) \
-  EW_X(log10, "log10", EW_DT_ANY, 0) \
-  EW_X(log1p, "log1p", EW_DT_ANY, 0) \
-  EW_X(sin, "sin", EW_DT_ANY, 0) \
-  EW_X(cos, "cos", EW_DT_ANY, 0) \
-  EW_X(tan, "tan", EW_DT_ANY, 0) \
-  EW_X(tanh, "tanh", EW_DT_ANY, 0) \
-  EW_X(sinh, "sinh", EW_DT_ANY, 0) \
-  EW_X(cosh, "cosh", EW_DT_ANY, 0) \
-  EW_X(asin, "asin", EW_DT_ANY, 0) \
-  EW_X(acos, "acos", EW_DT_ANY, 0) \
-  EW_X(atan, "atan", EW_DT_ANY, 0) \
-  EW_X(asinh, "asinh", EW_DT_ANY, 0) \
-  EW_X(acosh, "acosh", EW_DT_ANY, 0) \
-  EW_X(atanh, "atanh", EW_DT_ANY, 0) \
-  EW_X(sigmoid, "sigmoid", EW_DT_ANY, 0) \
-  EW_X(erf, "erf", EW_DT_ANY, 0) \
-  EW_X(erfc, "erfc", EW_DT_ANY, 0) \
-  EW_X(erfinv, "erfinv", EW_DT_ANY, 0) \
-  EW_X(lgamma, "lgamma", EW_DT_ANY, 0) \
-  EW_X(digamma, "digamma", EW_DT_ANY, 0) \
-  EW_X(sinc, "sinc", EW_DT_ANY, 0) \
-  EW_X(special_entr, "special_entr", EW_DT_ANY, 0) \
-  EW_X(angle, "angle", EW_DT_ANY, 0) \
-  EW_X(floor, "floor", EW_DT_NUM, 0) \
-  EW_X(ceil, "ceil", EW_DT_NUM, 0) \
-  EW_X(trunc, "trunc", EW_DT_NUM, 0) \
+  EW_X(reciprocal, "reciprocal", EW_DT_FLOATP_U, 0) \
+  EW_X(sqrt, "sqrt", EW_DT_FLOATP_U, 0) \
+  EW_X(rsqrt, "rsqrt", EW_DT_FLOATP_U, 0) \
+  EW_X(exp, "exp", EW_DT_FLOATP_U, 0) \
+  EW_X(exp2, "exp2", EW_DT_FLOATP_U, 0) \
+  EW_X(expm1, "expm1", EW_DT_FLOATP_U, 0) \
+  EW_X(log, "log", EW_DT_FLOATP_U, 0) \
+  EW_X(log2, "log2", EW_DT_FLOATP_U, 0) \
+  EW_X(log10, "log10", EW_DT_FLOATP_U, 0) \
+  EW_X(log1p, "log1p", EW_DT_FLOATP_U, 0) \
+  EW_X(sin, "sin", EW_DT_FLOATP_U, 0) \
+  EW_X(cos, "cos", EW_DT_FLOATP_U, 0) \
+  EW_X(tan, "tan", EW_DT_FLOATP_U, 0) \
+  EW_X(tanh, "tanh", EW_DT_FLOATP_U, 0) \
+  EW_X(sinh, "sinh", EW_DT_FLOATP_U, 0) \
+  EW_X(cosh, "cosh", EW_DT_FLOATP_U, 0) \
+  EW_X(asin, "asin", EW_DT_FLOATP_U, 0) \
+  EW_X(acos, "acos", EW_DT_FLOATP_U, 0) \
+  EW_X(atan, "atan", EW_DT_FLOATP_U, 0) \
+  EW_X(asinh, "asinh", EW_DT_FLOATP_U, 0) \
+  EW_X(acosh, "acosh", EW_DT_FLOATP_U, 0) \
+  EW_X(atanh, "atanh", EW_DT_FLOATP_U, 0) \
+  EW_X(sigmoid, "sigmoid", EW_DT_FLOATP_U, 0) \
+  EW_X(erf, "erf", EW_DT_FLOATP_U, 0) \
+  EW_X(erfc, "erfc", EW_DT_FLOATP_U, 0) \
+  EW_X(erfinv, "erfinv", EW_DT_FLOATP_U, 0) \
+  EW_X(lgamma, "lgamma", EW_DT_FLOATP_U, 0) \
+  EW_X(digamma, "digamma", EW_DT_FLOATP_U, 0) \
+  EW_X(sinc, "sinc", EW_DT_FLOATP_U, 0) \
+  EW_X(special_entr, "special_entr", EW_DT_FLOATP_U, 0) \
+  EW_X(angle, "angle", EW_DT_FLOATP_U, 0) \
+  EW_X(floor, "floor", EW_DT_NUM_U, 0) \
+  EW_X(ceil, "ceil", EW_DT_NUM_U, 0) \
+  EW_X(trunc, "trunc", EW_DT_NUM_U, 0) \
   EW_X(round, "round", EW_DT_NUM, 0) \
   EW_X(frac, "frac", EW_DT_FLOAT, 0) \
-  EW_X(isnan, "isnan", EW_DT_ANY, 0) \
-  EW_X(isposinf, "isposinf", EW_DT_ANY, 0) \
-  EW_X(isneginf, "isneginf", EW_DT_ANY, 0) \
-  EW_X(signbit, "signbit", EW_DT_ANY, 0) \
-  EW_X(nan_to_num, "nan_to_num", EW_DT_ANY, 0) \
-  EW_X(logit, "logit", EW_DT_ANY, 0) \
+  EW_X(isnan, "isnan", EW_DT_ANY_U, 0) \
+  EW_X(isposinf, "isposinf", EW_DT_ANY_U, 0) \
+  EW_X(isneginf, "isneginf", EW_DT_ANY_U, 0) \
+  EW_X(signbit, "signbit", EW_DT_ANY_U, 0) \
+  EW_X(nan_to_num, "nan_to_num", EW_DT_ANY_U, 0) \
+  EW_X(logit, "logit", EW_DT_FLOATP_U, 0) \
   EW_X(relu, "relu", EW_DT_NUM, 0) \
   EW_X(gelu, "gelu", EW_DT_FLOAT, 0) \
   EW_X(silu, "silu", EW_DT_FLOAT, 0) \

@@ -390,9 +390,9 @@ static double ew_digamma(double x) {
 }
 EW_UF(digamma, (T)ew_digamma((double)a))
 
-EW_OP_FI(floor, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), floor(a), a)
-EW_OP_FI(ceil, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), ceil(a), a)
-EW_OP_FI(trunc, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), trunc(a), a)
+EW_OP_FI(floor, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), floor(a), a)
+EW_OP_FI(ceil, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), ceil(a), a)
+EW_OP_FI(trunc, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), trunc(a), a)
 EW_OP_FI(round, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), nearbyint(a), a)
 static tpurt_status_t setup_decimals(const tpurt_op_call_t* c, ew_params_t* p) {
   int64_t dec = tpurt_arg_int(c, 1, 0);
@@ -403,10 +403,12 @@ static tpurt_status_t setup_decimals(const tpurt_op_call_t* c, ew_params_t* p) {
 EW_OP_F(round_decimals, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_decimals, EW_IN(0),
         p.i[0] < 0 ? nearbyint(a / (T)p.d[1]) * (T)p.d[1] : nearbyint(a * (T)p.d[1]) / (T)p.d[1])
 EW_OP_F(frac, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a - trunc(a))
-EW_OP_FI(isnan, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0), a != a, 0)
-EW_OP_FI(isposinf, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0), a == (T)INFINITY, 0)
-EW_OP_FI(isneginf, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0), a == -(T)INFINITY, 0)
-EW_OP_FI(signbit, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL, NULL, EW_IN(0), signbit(a) != 0, EW_NEG(a))
+EW_OP_FI(isnan, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL | EW_UWIDE, NULL, EW_IN(0), a != a, 0)
+EW_OP_FI(isposinf, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL | EW_UWIDE, NULL, EW_IN(0), a == (T)INFINITY, 0)
+EW_OP_FI(isneginf, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL | EW_UWIDE, NULL, EW_IN(0), a == -(T)INFINITY, 0)
+/* uint64 computes in int64 (ew_ops.h): its values above 2^63 load negative, yet have no sign */
+EW_OP_FI(signbit, 1, EW_L1B, EW_P_COMMON, EW_O_BOOL, EW_ALL | EW_UWIDE, NULL, EW_IN(0), signbit(a) != 0,
+         p.compute != TPURT_DTYPE_UINT64 && EW_NEG(a))
 static tpurt_status_t setup_nan_to_num(const tpurt_op_call_t* c, ew_params_t* p) {
   double mx;
   switch (p->compute) {
@@ -420,7 +422,7 @@ static tpurt_status_t setup_nan_to_num(const tpurt_op_call_t* c, ew_params_t* p)
   p->d[2] = tpurt_arg_double(c, 3, -mx);
   return TPURT_OK;
 }
-EW_OP_FI(nan_to_num, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, setup_nan_to_num, EW_IN(0),
+EW_OP_FI(nan_to_num, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL | EW_UWIDE, setup_nan_to_num, EW_IN(0),
          a != a ? (T)p.d[0] : (a == (T)INFINITY ? (T)p.d[1] : (a == -(T)INFINITY ? (T)p.d[2] : a)), a)
 static tpurt_status_t setup_eps1(const tpurt_op_call_t* c, ew_params_t* p) {
   /* eps None -> -1 (PyTorch's "no clamping" marker) */

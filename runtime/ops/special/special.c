@@ -167,34 +167,35 @@ static tpurt_status_t special_reference(tpurt_kernel_ctx_t* ctx, const tpurt_op_
 /* Every input is read in float64 and every output is floating point, so each
  * op takes every real dtype for its first tensor argument. */
 #define SP(NAME) {NAME, special_kernel, special_reference, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_REAL, TPURT_LAYOUT_STRIDED}
-/* and uint16/32/64, which CPU's binary special ops (zeta, the polynomials) take too */
+/* and uint16/32/64, which CPU's unary special ops (integers promote to float) and its zeta, polygamma
+ * and polynomials take too; igamma/igammac and frexp refuse them on CPU */
 #define SP_U(NAME)                                                                                    \
   {NAME, special_kernel, special_reference, TPURT_OP_ALIAS_SAFE, TPURT_DTYPES_REAL | TPURT_DTYPES_UINT_WIDE, \
    TPURT_LAYOUT_STRIDED}
 
 const tpurt_op_def_t tpurt_ops_special[] = {
-    SP("i0"),
-    SP("special_i0e"),
-    SP("special_i1"),
-    SP("special_i1e"),
-    SP("special_modified_bessel_i0"),
-    SP("special_modified_bessel_i1"),
-    SP("special_modified_bessel_k0"),
-    SP("special_modified_bessel_k1"),
-    SP("special_scaled_modified_bessel_k0"),
-    SP("special_scaled_modified_bessel_k1"),
-    SP("special_bessel_j0"),
-    SP("special_bessel_j1"),
-    SP("special_bessel_y0"),
-    SP("special_bessel_y1"),
-    SP("special_airy_ai"),
-    SP("special_spherical_bessel_j0"),
-    SP("special_erfcx"),
-    SP("special_ndtri"),
+    SP_U("i0"),
+    SP_U("special_i0e"),
+    SP_U("special_i1"),
+    SP_U("special_i1e"),
+    SP_U("special_modified_bessel_i0"),
+    SP_U("special_modified_bessel_i1"),
+    SP_U("special_modified_bessel_k0"),
+    SP_U("special_modified_bessel_k1"),
+    SP_U("special_scaled_modified_bessel_k0"),
+    SP_U("special_scaled_modified_bessel_k1"),
+    SP_U("special_bessel_j0"),
+    SP_U("special_bessel_j1"),
+    SP_U("special_bessel_y0"),
+    SP_U("special_bessel_y1"),
+    SP_U("special_airy_ai"),
+    SP_U("special_spherical_bessel_j0"),
+    SP_U("special_erfcx"),
+    SP_U("special_ndtri"),
     SP_U("special_zeta"),
     SP("igamma"),
     SP("igammac"),
-    SP("polygamma"),
+    SP_U("polygamma"),
     SP_U("special_chebyshev_polynomial_t"),
     SP_U("special_chebyshev_polynomial_u"),
     SP_U("special_chebyshev_polynomial_v"),
