@@ -51,16 +51,44 @@ _CHILD = textwrap.dedent("""
     _C._set_exec_mode(2)
     _C._fusion_stats_reset()
     same = True
+
+    def explain(it, y, got):
+        # What a failure needs to be read (seen only in full runs under load, never alone): which elements,
+        # by how much, whether they hold one of the chain's intermediates or zeros (a value not written or
+        # read too early), whether the device tensor still reads the same (a copy that raced the chain),
+        # whether the input is intact, and what the generic path and the unfused ops give now.
+        d = (got - want).abs()
+        bad = (d > 1e-6 + 1e-5 * want.abs()).nonzero().flatten()
+        i = int(d.argmax())
+        stats = _C._fusion_stats()
+        print(f"run {it} differs: max |diff| {float(d.max())} at {i}: {float(got[i])} vs {float(want[i])}, "
+              f"{bad.numel()} elements; stats {stats}", file=sys.stderr)
+        print(f"run {it} differs: bad elements {bad[:8].tolist()} .. {bad[-8:].tolist()}, per 2048-element tile "
+              f"{torch.bincount(bad // 2048, minlength=3).tolist()}", file=sys.stderr)
+        stages = {"zero": torch.zeros_like(x), "x": x}
+        if kind == "tanh":
+            stages.update({"x*2": x * 2.0, "x*2+1": x * 2.0 + 1.0, "exp": (x * 2.0 + 1.0).exp(),
+                           "exp*x": (x * 2.0 + 1.0).exp() * x})
+        seen = [n for n, v in stages.items() if torch.equal(got[bad], v[bad])]
+        print(f"run {it} differs: bad elements hold {seen or 'none of the intermediates'}; device tensor read "
+              f"again equal: {torch.equal(y.cpu(), got)}; input intact: {torch.equal(xt.cpu(), x)}",
+              file=sys.stderr)
+        _C._fusion_set_codegen(False)
+        generic = torch.allclose(fn(xt).cpu(), want, rtol=1e-5, atol=1e-6)
+        _C._fusion_set_codegen(True)
+        _C._fusion_set_enabled(False)
+        unfused = torch.allclose(fn(xt).cpu(), want, rtol=1e-5, atol=1e-6)
+        _C._fusion_set_enabled(True)
+        print(f"run {it} differs: now the generic path is right: {generic}, the unfused ops: {unfused}",
+              file=sys.stderr)
+
     for it in range(3):
-        got = fn(xt).cpu()
+        y = fn(xt)
+        got = y.cpu()
         if not torch.allclose(got, want, rtol=1e-5, atol=1e-6):
-            # what a failure needs to be read (it has been seen only in full runs, never alone)
-            d = (got - want).abs()
-            i = int(d.argmax())
-            print(f"run {it} differs: max |diff| {float(d.max())} at {i}: {float(got[i])} vs {float(want[i])}, "
-                  f"{int((d > 1e-6 + 1e-5 * want.abs()).sum())} elements; stats {_C._fusion_stats()}",
-                  file=sys.stderr)
+            explain(it, y, got)
             same = False
+        del y
         _C._fusion_wait_builds()
     _C._set_exec_mode(0)
     st = _C._fusion_stats()
@@ -76,10 +104,14 @@ def _child(cache, kind="tanh", **env):
     e.pop("TORCH_TPU_LOG_LEVEL", None)
     r = subprocess.run([sys.executable, "-c", _CHILD, kind], env=e, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    for line in r.stderr.splitlines():  # whole, in the failing test's captured stderr (assertions truncate)
-        if "differs" in line:
-            print(f"child ({kind}, cache {cache}): {line}", file=sys.stderr)
+    _show_differs(r.stderr, f"{kind}, cache {cache}")
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def _show_differs(err, label):
+    for line in err.splitlines():  # whole, in the failing test's captured stderr (assertions truncate)
+        if "differs" in line:
+            print(f"child ({label}): {line}", file=sys.stderr)
 
 
 def _as_other_user(fn):
@@ -244,6 +276,7 @@ def test_symlinked_cache_dir_is_not_used(base, below):
         r = subprocess.run([sys.executable, "-c", _CHILD, "tanh"], env=e, capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 0, r.stderr
+        _show_differs(r.stderr, f"tanh, XDG_CACHE_HOME {xdg}")
         st, err = json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
         shown = os.path.join(xdg, "torch_tpu", "fused")
     else:
@@ -489,7 +522,9 @@ def test_tier2_compilation_cache_names_the_directory(base):
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", _CHILD, "tanh"], env=e, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
+        _show_differs(r.stderr, f"tanh, tier 2 cache {cache}")
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert all(r["same"] for r in runs), runs
     assert runs[0]["builds"] == 1 and runs[1]["builds"] == 0 and runs[1]["runs"] >= 1
     assert any(n.endswith(".so") for n in os.listdir(cache))
 
