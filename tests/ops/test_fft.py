@@ -228,11 +228,16 @@ def test_complex_unsupported_is_not_implemented(device):
         pytest.skip("about the device's missing kernels")
     c = rnd(3, dtype=torch.complex64)
     m = torch.outer(c, c) + torch.eye(3)
-    with pytest.raises(NotImplementedError, match="ComplexFloat"):
-        # no complex scatter_add kernel yet (CPU has one): a clear error, never a wrong answer
+    with pytest.raises(NotImplementedError, match="complex alpha"):
+        # no kernel for index_add's complex alpha on complex tensors yet (CPU has one): a clear error
+        # at the call, never a wrong answer
         idx = torch.tensor([0, 1, 1], device=device)
-        torch.zeros(3, dtype=torch.complex64, device=device).scatter_add(0, idx, c.to(device)).cpu()
-    # these have kernels now (complex LDL too: tests/test_pytorch_suites_findings_linalg.py)
+        torch.zeros(3, dtype=torch.complex64, device=device).index_add(0, idx, c.to(device), alpha=1j)
+    # these have kernels now (complex LDL too: tests/test_pytorch_suites_findings_linalg.py; complex
+    # scatter_add: tests/test_complex_scatter_reduce.py)
+    idx = torch.tensor([0, 1, 1])
+    torch.testing.assert_close(torch.zeros(3, dtype=torch.complex64, device=device).scatter_add(
+        0, idx.to(device), c.to(device)).cpu(), torch.zeros(3, dtype=torch.complex64).scatter_add(0, idx, c))
     torch.testing.assert_close(torch.linalg.det(m.to(device)).cpu(), torch.linalg.det(m))
     torch.testing.assert_close(torch.cumprod(c.to(device), 0).cpu(), torch.cumprod(c, 0))
     torch.testing.assert_close(torch.logcumsumexp(c.to(device), 0).cpu(), torch.logcumsumexp(c, 0))
