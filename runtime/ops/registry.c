@@ -10,7 +10,7 @@
 
 /* One table per family; each lives in its family's folder: elementwise/
  * (elementwise, random, complex, complex_extra), reduce/ (reduce, norm), linalg/, nn/,
- * index/ (index, index_complex), special/, fft/, train/, serve/, vision/ (vision, vision_ps_deform). The order decides which
+ * index/ (index, index_complex), special/, fft/, train/, serve/, vision/ (vision). The order decides which
  * entry wins when two families register one name. */
 extern const tpurt_op_def_t tpurt_ops_elementwise[];
 extern const tpurt_op_def_t tpurt_ops_random[];
@@ -27,13 +27,12 @@ extern const tpurt_op_def_t tpurt_ops_train[];
 extern const tpurt_op_def_t tpurt_ops_complex_extra[];
 extern const tpurt_op_def_t tpurt_ops_serve[];
 extern const tpurt_op_def_t tpurt_ops_vision[];
-extern const tpurt_op_def_t tpurt_ops_vision_ps_deform[];
 
 static const tpurt_op_def_t* const kFamilies[] = {
     tpurt_ops_elementwise, tpurt_ops_random, tpurt_ops_reduce,  tpurt_ops_norm,
     tpurt_ops_linalg,      tpurt_ops_nn,     tpurt_ops_index,   tpurt_ops_special,
     tpurt_ops_complex,     tpurt_ops_fft,    tpurt_ops_index_complex, tpurt_ops_train,
-    tpurt_ops_complex_extra, tpurt_ops_serve, tpurt_ops_vision, tpurt_ops_vision_ps_deform,
+    tpurt_ops_complex_extra, tpurt_ops_serve, tpurt_ops_vision,
 };
 
 /* Open-addressing hash of op names; sized to a power of two >= 2x entries. */
