@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/index/index_common.h"
 #include "ops/linalg/gemm.h"
 #include "ops/nn/nn.h"
 
@@ -395,18 +396,10 @@ static tpurt_status_t dc_forward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   return TPURT_OK;
 }
 
-static void dc_zero(const tpurt_tensor_t* t) {
-  int64_t n = tpurt_tensor_numel(t);
-  int64_t idx[TPURT_MAX_DIMS] = {0};
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t off = 0;
-    for (int k = 0; k < t->ndim; ++k) off += idx[k] * t->strides[k];
-    tpurt_nn_st(t, off, 0.0);
-    for (int k = t->ndim - 1; k >= 0; --k) {
-      if (++idx[k] < t->sizes[k]) break;
-      idx[k] = 0;
-    }
-  }
+/* zeros every element of t (the index engine's parallel fill over its coalesced dims) */
+static void dc_zero(tpurt_kernel_ctx_t* ctx, const tpurt_tensor_t* t) {
+  static const unsigned char zero[16];
+  tpurt_index_fill(ctx, t, zero);
 }
 
 /* grad_bias = grad summed over images and positions, into bias's shape */
@@ -444,11 +437,11 @@ static tpurt_status_t dc_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   TPURT_RETURN_IF_ERROR(dc_backward_outputs(call, &d));
   const tpurt_tensor_t *gin = &call->outputs[0], *gw = &call->outputs[1], *goff = &call->outputs[2],
                        *gmask = &call->outputs[3], *gb = &call->outputs[4];
-  dc_zero(gmask); /* written below only with use_mask */
+  dc_zero(ctx, gmask); /* written below only with use_mask */
   dc_grad_bias(&d, gb);
   int64_t CK = d.C * d.K, ckg = CK / d.G, cog = d.Co / d.G;
   if (d.N == 0 || d.Co == 0 || CK == 0) {
-    dc_zero(gin), dc_zero(gw), dc_zero(goff);
+    dc_zero(ctx, gin), dc_zero(ctx, gw), dc_zero(ctx, goff);
     return TPURT_OK;
   }
   const char* wd;
@@ -519,7 +512,7 @@ static tpurt_status_t dc_reference(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   if (backward) {
     TPURT_RETURN_IF_ERROR(dc_backward_outputs(call, &d));
     gin = &call->outputs[0], gw = &call->outputs[1], goff = &call->outputs[2], gmask = &call->outputs[3];
-    dc_zero(gmask);
+    dc_zero(ctx, gmask);
     dc_grad_bias(&d, &call->outputs[4]);
     agin = tpurt_kernel_scratch(ctx, (size_t)(d.N * d.C * d.H * d.W + 1) * sizeof(double));
     agw = tpurt_kernel_scratch(ctx, (size_t)(d.Co * cig * d.K + 1) * sizeof(double));

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/index/index_common.h"
 #include "ops/nn/nn.h"
 
 typedef struct ps_t {
@@ -167,21 +168,6 @@ static void ps_bwd(void* u, int64_t t0, int64_t t1, int tid) {
   }
 }
 
-static void zero_tensor(const tpurt_tensor_t* t) {
-  int64_t n = tpurt_tensor_numel(t);
-  if (n == 0) return;
-  int64_t idx[TPURT_MAX_DIMS] = {0};
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t off = 0;
-    for (int d = 0; d < t->ndim; ++d) off += idx[d] * t->strides[d];
-    tpurt_nn_st(t, off, 0.0);
-    for (int d = t->ndim - 1; d >= 0; --d) {
-      if (++idx[d] < t->sizes[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
 /* rois: [K, 5] of the input's dtype, each batch index a batch entry of the input */
 static tpurt_status_t check_rois(const char* op, const ps_t* p) {
   const tpurt_tensor_t* r = p->rois;
@@ -266,7 +252,8 @@ static tpurt_status_t ps_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   if (memcmp(p.gout->sizes, gw, sizeof gw) != 0 || memcmp(p.map->sizes, gw, sizeof gw) != 0)
     return TPURT_STATUS(INVALID_ARGUMENT, "%s: grad and channel_mapping must be [%lld, %lld, %lld, %lld]", op,
                         (long long)p.K, (long long)p.Cout, (long long)p.PH, (long long)p.PW);
-  zero_tensor(p.gin);
+  static const unsigned char zero[16];
+  tpurt_index_fill(ctx, p.gin, zero); /* the index engine's parallel fill */
   if (p.K * p.Cout * p.PH * p.PW == 0 || tpurt_tensor_numel(p.gin) == 0) return TPURT_OK;
   TPURT_RETURN_IF_ERROR(check_rois(op, &p));
   const tpurt_tensor_t* m = p.map;
@@ -283,11 +270,16 @@ static tpurt_status_t ps_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   return TPURT_OK;
 }
 
-/* one kernel serves as its own reference: a plain loop per bin */
-#define PS_PAIR(NAME, EXPR)                                                                          \
-  tpurt_status_t tpurt_vision_##NAME(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return EXPR; } \
-  tpurt_status_t tpurt_vision_##NAME##_ref(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return EXPR; }
-PS_PAIR(ps_roi_align, ps_forward(ctx, call, true))
-PS_PAIR(ps_roi_align_backward, ps_backward(ctx, call, true))
-PS_PAIR(ps_roi_pool, ps_forward(ctx, call, false))
-PS_PAIR(ps_roi_pool_backward, ps_backward(ctx, call, false))
+/* each kernel is its own reference (vision_table.c): a plain loop per bin */
+tpurt_status_t tpurt_vision_ps_roi_align(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return ps_forward(ctx, call, true);
+}
+tpurt_status_t tpurt_vision_ps_roi_align_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return ps_backward(ctx, call, true);
+}
+tpurt_status_t tpurt_vision_ps_roi_pool(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return ps_forward(ctx, call, false);
+}
+tpurt_status_t tpurt_vision_ps_roi_pool_backward(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  return ps_backward(ctx, call, false);
+}

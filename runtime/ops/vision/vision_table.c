@@ -27,12 +27,12 @@ DECL(roi_pool_backward);
  *   dilation_w, groups, offset_groups, use_mask) -> output
  * _deform_conv2d_backward(grad, input, weight, offset, mask, bias, <the same ints>, use_mask)
  *   -> (grad_input, grad_weight, grad_offset, grad_mask, grad_bias)
- * each with a direct-loop reference twin (<name>_ref) */
+ * (deform_conv2d's with a direct-loop reference twin, <name>_ref) */
 #define DECL_REF(FN) DECL(FN); DECL(FN##_ref)
-DECL_REF(ps_roi_align);
-DECL_REF(ps_roi_align_backward);
-DECL_REF(ps_roi_pool);
-DECL_REF(ps_roi_pool_backward);
+DECL(ps_roi_align);
+DECL(ps_roi_align_backward);
+DECL(ps_roi_pool);
+DECL(ps_roi_pool_backward);
 DECL_REF(deform_conv2d);
 DECL_REF(deform_conv2d_backward);
 
@@ -40,7 +40,7 @@ DECL_REF(deform_conv2d_backward);
 /* roi_align, ps_roi_align and deform_conv2d also in float16, as torchvision's CPU kernels */
 #define VISION_DT_ROI_ALIGN (VISION_DT_F32_F64 | TPURT_DTYPE_BIT(FLOAT16))
 
-/* nms, roi_align and roi_pool are their own references: they are the plain loops of torchvision's
+/* All but deform_conv2d are their own references: they are the plain loops of torchvision's
  * CPU kernels, split across threads where no two threads write one element. */
 #define OP(NAME, FN, DT) {NAME, tpurt_vision_##FN, tpurt_vision_##FN, 0, DT, TPURT_LAYOUT_STRIDED}
 #define OP_REF(NAME, FN, DT) {NAME, tpurt_vision_##FN, tpurt_vision_##FN##_ref, 0, DT, TPURT_LAYOUT_STRIDED}
@@ -51,10 +51,10 @@ const tpurt_op_def_t tpurt_ops_vision[] = {
     OP("tv_roi_align_backward", roi_align_backward, VISION_DT_ROI_ALIGN),
     OP("tv_roi_pool", roi_pool, VISION_DT_F32_F64),
     OP("tv_roi_pool_backward", roi_pool_backward, VISION_DT_F32_F64),
-    OP_REF("tv_ps_roi_align", ps_roi_align, VISION_DT_ROI_ALIGN),
-    OP_REF("tv_ps_roi_align_backward", ps_roi_align_backward, VISION_DT_ROI_ALIGN),
-    OP_REF("tv_ps_roi_pool", ps_roi_pool, VISION_DT_F32_F64),
-    OP_REF("tv_ps_roi_pool_backward", ps_roi_pool_backward, VISION_DT_F32_F64),
+    OP("tv_ps_roi_align", ps_roi_align, VISION_DT_ROI_ALIGN),
+    OP("tv_ps_roi_align_backward", ps_roi_align_backward, VISION_DT_ROI_ALIGN),
+    OP("tv_ps_roi_pool", ps_roi_pool, VISION_DT_F32_F64),
+    OP("tv_ps_roi_pool_backward", ps_roi_pool_backward, VISION_DT_F32_F64),
     OP_REF("tv_deform_conv2d", deform_conv2d, VISION_DT_ROI_ALIGN),
     OP_REF("tv_deform_conv2d_backward", deform_conv2d_backward, VISION_DT_ROI_ALIGN),
     TPURT_OP_TABLE_END,
