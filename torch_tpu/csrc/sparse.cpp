@@ -155,13 +155,12 @@ void set_sparse_result(Tensor& out, int64_t sparse_dim, int64_t dense_dim, at::I
   impl->set_coalesced(coalesced);
 }
 
-Tensor make_sparse(const Tensor& like, at::IntArrayRef sizes, int64_t sparse_dim, const Tensor& indices,
-                   const Tensor& values, bool coalesced) {
+Tensor make_sparse(at::IntArrayRef sizes, int64_t sparse_dim, const Tensor& indices, const Tensor& values,
+                   bool coalesced) {
   Tensor out = at::_sparse_coo_tensor_with_dims_and_tensors(
       sparse_dim, static_cast<int64_t>(sizes.size()) - sparse_dim, sizes, indices, values,
       values.options().layout(at::kSparse));
   at::sparse::get_sparse_impl(out)->set_coalesced(coalesced);
-  (void)like;
   return out;
 }
 
@@ -217,7 +216,7 @@ Tensor coalesce_tpu(const Tensor& self) {
   Tensor new_values = at::zeros(vshape, values.options());
   new_values.index_add_(0, inverse, values.index_select(0, perm));
   Tensor new_indices = unlinear_index(keys, self.sizes(), sd);
-  return make_sparse(self, self.sizes(), sd, new_indices, new_values, true);
+  return make_sparse(self.sizes(), sd, new_indices, new_values, true);
 }
 
 // ---------------------------------------------------------------- to_dense / to_sparse
@@ -317,7 +316,7 @@ Tensor& add_out_sparse_tpu(const Tensor& self, const Tensor& other, const at::Sc
     if (coalesced) {
       // Both coalesced: CPU merges them into a coalesced result (matching
       // indices summed, none dropped); coalescing the concatenation is that.
-      Tensor merged = coalesce_tpu(make_sparse(self, sizes, sd, indices, values, false));
+      Tensor merged = coalesce_tpu(make_sparse(sizes, sd, indices, values, false));
       indices = merged._indices();
       values = merged._values();
     }
@@ -356,7 +355,7 @@ Tensor& mul_dense_sparse(const Tensor& d, const Tensor& s, Tensor& out) {
   if (out.is_sparse()) {
     set_sparse_result(out, sd, s.dense_dim(), sizes, s._indices().clone(), vals, s.is_coalesced());
   } else {
-    Tensor dense = to_dense_tpu(make_sparse(s, sizes, sd, s._indices(), vals, s.is_coalesced()), std::nullopt,
+    Tensor dense = to_dense_tpu(make_sparse(sizes, sd, s._indices(), vals, s.is_coalesced()), std::nullopt,
                                 std::nullopt);
     if (!out.sizes().equals(dense.sizes())) out.resize_(dense.sizes());
     out.copy_(dense);
@@ -412,7 +411,7 @@ Tensor sparse_mask_tpu(const Tensor& self, const Tensor& mask) {
   } else {
     values = at::index(self, index_rows(indices, sd));
   }
-  return make_sparse(self, sizes, sd, indices.clone(), values, mask.is_coalesced());
+  return make_sparse(sizes, sd, indices.clone(), values, mask.is_coalesced());
 }
 
 // self's entries (its indices, in its order) kept where `mask` has the index
@@ -440,7 +439,7 @@ Tensor sparse_mask_projection_tpu(const Tensor& self, const Tensor& mask, bool a
   } else {
     values = values.clone();
   }
-  return make_sparse(self, sizes, sd, self._indices().clone(), values, self.is_coalesced());
+  return make_sparse(sizes, sd, self._indices().clone(), values, self.is_coalesced());
 }
 
 // ---------------------------------------------------------------- index_select
@@ -457,7 +456,9 @@ Tensor index_select_sparse_tpu(const Tensor& self, int64_t dim, const Tensor& in
   Tensor idx = index.reshape({-1}).to(self._indices().options());
   const int64_t n = idx.numel();
   if (n > 0) {
-    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+    auto [mn, mx] = at::aminmax(idx);  // both bounds in one read (a sync, as CPU's check reads them)
+    const Tensor bounds = at::stack({mn, mx}).cpu();
+    const int64_t lo = bounds.const_data_ptr<int64_t>()[0], hi = bounds.const_data_ptr<int64_t>()[1];
     // as CPU: no negative indices
     TORCH_CHECK(lo >= 0, "index ", lo, " is out of bounds for dimension ", dim, " with size ", size);
     TORCH_CHECK(hi < size, "index ", hi, " is out of bounds for dimension ", dim, " with size ", size);
@@ -466,7 +467,7 @@ Tensor index_select_sparse_tpu(const Tensor& self, int64_t dim, const Tensor& in
   sizes[dim] = n;
   if (dim >= sd) {
     Tensor values = self._values().index_select(dim - sd + 1, idx);
-    return make_sparse(self, sizes, sd, self._indices().clone(), values, false);
+    return make_sparse(sizes, sd, self._indices().clone(), values, false);
   }
   Tensor indices = self._indices();
   Tensor values = self._values();
@@ -483,7 +484,7 @@ Tensor index_select_sparse_tpu(const Tensor& self, int64_t dim, const Tensor& in
   new_indices.select(0, dim).copy_(pos);
   // (the entries' order within the result can differ from CPU's, which picks its loop order by size;
   // CPU calls the result coalesced only in this case)
-  return make_sparse(self, sizes, sd, new_indices, values.index_select(0, entry),
+  return make_sparse(sizes, sd, new_indices, values.index_select(0, entry),
                      self.is_coalesced() && dim == 0 && n == 1 && total > 0);
 }
 
