@@ -109,15 +109,13 @@ CX_BOTH(CX_LOOP2, sub, { o_r = ar - (alr * br - ali * bi); o_i = ai - (alr * bi 
 CX_BOTH(CX_LOOP2, mul, { o_r = ar * br - ai * bi; o_i = ar * bi + ai * br; })
 /* tanh_backward(grad, y) = grad * conj(1 - y*y), sigmoid_backward(grad, y) = grad * conj((1 - y) * y), as CPU */
 CX_BOTH(CX_LOOP2, tanh_backward, {
-  cx_real_t yr = 1 - (br * br - bi * bi), yi = -(br * bi + bi * br);
-  yi = -yi;
+  cx_real_t yr = 1 - (br * br - bi * bi), yi = br * bi + bi * br; /* conj(1 - y*y) */
   o_r = ar * yr - ai * yi;
   o_i = ar * yi + ai * yr;
 })
 CX_BOTH(CX_LOOP2, sigmoid_backward, {
   cx_real_t mr = 1 - br, mi = -bi;
-  cx_real_t yr = mr * br - mi * bi, yi = mr * bi + mi * br;
-  yi = -yi;
+  cx_real_t yr = mr * br - mi * bi, yi = -(mr * bi + mi * br); /* conj((1 - y) * y) */
   o_r = ar * yr - ai * yi;
   o_i = ar * yi + ai * yr;
 })
