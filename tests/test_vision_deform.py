@@ -16,30 +16,12 @@ import torchvision  # noqa: E402,F401  (must import: a broken hook fails here, n
 from torchvision import ops  # noqa: E402
 
 from conftest import sync  # noqa: E402
+from test_vision_ops import bilinear  # noqa: E402  (ps_roi_align samples as roi_align does)
 
 pytestmark = pytest.mark.usefixtures("eager_mode")
 
 
 # ---------------- references ----------------
-
-def _bilinear_align(img, y, x):
-    """img [H][W] at (y, x) as ps_roi_align samples it (clamped at the far edge, 0 outside [-1, H])."""
-    h, w = len(img), len(img[0])
-    if y < -1.0 or y > h or x < -1.0 or x > w:
-        return 0.0
-    y, x = max(y, 0.0), max(x, 0.0)
-    yl, xl = int(y), int(x)
-    yh, xh = yl + 1, xl + 1
-    if yl >= h - 1:
-        yl = yh = h - 1
-        y = float(yl)
-    if xl >= w - 1:
-        xl = xh = w - 1
-        x = float(xl)
-    ly, lx = y - yl, x - xl
-    return ((1 - ly) * (1 - lx) * img[yl][xl] + (1 - ly) * lx * img[yl][xh]
-            + ly * (1 - lx) * img[yh][xl] + ly * lx * img[yh][xh])
-
 
 def ref_ps_roi_align(x, rois, scale, ph_n, pw_n, sampling):
     x = x.double().tolist()
@@ -59,7 +41,7 @@ def ref_ps_roi_align(x, rois, scale, ph_n, pw_n, sampling):
                     for iy in range(gh):
                         yy = y1 + i * bh + (iy + 0.5) * bh / gh
                         for ix in range(gw):
-                            s += _bilinear_align(img, yy, x1 + j * bw + (ix + 0.5) * bw / gw)
+                            s += bilinear(img, yy, x1 + j * bw + (ix + 0.5) * bw / gw)
                     out[r, co, i, j] = s / max(gh * gw, 1) if gh * gw > 0 else 0.0
     return out
 
