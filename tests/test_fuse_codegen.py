@@ -245,11 +245,11 @@ def _child(env):
     return [int(v) for v in r.stdout.split()[-4:]]
 
 
-def test_next_process_loads_the_kernel_from_disk(tmp_path):
+def test_next_process_loads_the_kernel_from_disk(tmp_path, monkeypatch):
     env = dict(os.environ, TORCH_TPU_FUSE_CACHE_DIR=str(tmp_path / "shared"))
     x = torch.linspace(-3, 3, 5000).to("tpu")
     fn = lambda x: ((x * 2.0 + 1.0).exp() * x).tanh()  # noqa: E731
-    os.environ["TORCH_TPU_FUSE_CACHE_DIR"] = env["TORCH_TPU_FUSE_CACHE_DIR"]
+    monkeypatch.setenv("TORCH_TPU_FUSE_CACHE_DIR", env["TORCH_TPU_FUSE_CACHE_DIR"])  # undone after the test
     _check_built(fn, x)  # built here, stored in the shared directory
     loaded, runs, built, same = _child(env)
     assert (loaded, runs, built, same) == (1, 1, 0, 1)

@@ -265,6 +265,13 @@ static tpurt_status_t slow_call(void* user, tpurt_kernel_ctx_t* ctx) {
   if (!ctx->cancel) usleep(300000);
   return TPURT_OK;
 }
+/* Runs until the test opens the gate: the interrupted wait below cannot race its completion, however
+ * late the waiting thread is scheduled on a loaded machine. */
+static _Atomic int g_gate_open;
+static tpurt_status_t gated_call(void* user, tpurt_kernel_ctx_t* ctx) {
+  while (!atomic_load(&g_gate_open)) usleep(1000);
+  return TPURT_OK;
+}
 
 static void test_poison_queue(void) {
   const tpurt_hal_driver_t* drv = tpurt_hal_driver_find("vtpu");
@@ -354,12 +361,14 @@ static void test_poison_queue(void) {
   tpurt_host_hooks_t hooks = {.interrupted = test_interrupted};
   tpurt_set_host_hooks(&hooks);
   atomic_store(&g_interrupt_after, 2);
-  tpurt_hal_command_t slow2 = {.kind = TPURT_HAL_COMMAND_CALL, .value = ++v, .u.call = {.fn = slow_call}};
+  atomic_store(&g_gate_open, 0);
+  tpurt_hal_command_t slow2 = {.kind = TPURT_HAL_COMMAND_CALL, .value = ++v, .u.call = {.fn = gated_call}};
   CHECK_OK(drv->queue_submit(q, &slow2));
   s = drv->queue_wait(q, v, true);
   CHECK(tpurt_status_code(s) == TPURT_STATUS_CANCELLED && drv->queue_completed(q) < v);
   tpurt_status_free(s);
   atomic_store(&g_interrupt_after, 1);
+  atomic_store(&g_gate_open, 1);
   CHECK_OK(drv->queue_wait(q, v, false));
   tpurt_set_host_hooks(NULL);
   drv->memory_free(d, mem, 4096);
