@@ -72,6 +72,8 @@ SYNC_ERRORS = {
     "basic_index_out_of_range": lambda d: torch.zeros(3, device=d)[5],
     "floor_divide_bool": lambda d: torch.floor_divide(torch.tensor([True], device=d), torch.tensor([True], device=d)),
     "kthvalue_empty_dim": lambda d: torch.kthvalue(torch.zeros(0, device=d), 1),
+    "round_decimals_int": lambda d: torch.round(torch.tensor([1, 2], device=d), decimals=1),
+    "round_decimals_zero_uint8": lambda d: torch.round(torch.tensor([1, 2], dtype=torch.uint8, device=d), decimals=0),
 }
 
 

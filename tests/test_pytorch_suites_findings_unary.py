@@ -130,11 +130,11 @@ def test_conj_of_complex32_materializes(tpu, eager_mode):
 
 @pytest.mark.parametrize("dtype", _UINT_WIDE)
 def test_identity_and_constant_unary_ops_take_wide_unsigned(dtype, tpu, eager_mode):
-    # floor/ceil/trunc/nan_to_num are identities and isnan/isposinf/isneginf/signbit constants on
+    # floor/ceil/trunc/round/nan_to_num are identities and isnan/isposinf/isneginf/signbit constants on
     # unsigned integers, which CPU runs; uint64 above 2^63 (negative in the int64 loops) has no sign
     vals = [0, 3, 2**15 + 1, 65535] + ([2**63 + 5, 2**64 - 1] if dtype == torch.uint64 else [])
     x = torch.tensor(vals, dtype=dtype)
-    for op in (torch.floor, torch.ceil, torch.trunc, torch.nan_to_num, torch.isnan, torch.isposinf,
+    for op in (torch.floor, torch.ceil, torch.trunc, torch.round, torch.nan_to_num, torch.isnan, torch.isposinf,
                torch.isneginf, torch.signbit):
         got, want = op(x.to(tpu)), op(x)
         assert got.dtype == want.dtype

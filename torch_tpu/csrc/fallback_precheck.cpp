@@ -111,6 +111,16 @@ void div_mode_unsigned(const Call& c) {
                               mode.toStringRef(), "_cpu\" not implemented for '", c10::toString(r), "'");
 }
 
+// round.decimals on an integral tensor: CPU has no kernel for any decimals (NotImplementedError, named
+// after the kernel its decimals pick); ours ran only floats and refused the others when it ran.
+void round_decimals_integral(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isInt()) return;
+  c10::ScalarType st = c.arg(0).toTensor().scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st) || at::isComplexType(st), "\"",
+                              c.arg(1).toInt() == 0 ? "round_vml_cpu" : "round_cpu", "\" not implemented for '",
+                              c10::toString(st), "'");
+}
+
 // The random fills: PyTorch's own templates (ATen/native/DistributionTemplates.h)
 // check the bounds against the dtype (errors, and CPU's warnings for float
 // bounds past 2^digits) and then call a kernel; given kernels that do nothing,
@@ -548,6 +558,9 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
       full_name == "aten::polar.out")
     return complex_parts;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
+  if (full_name == "aten::round.decimals" || full_name == "aten::round.decimals_out" ||
+      full_name == "aten::round_.decimals")
+    return round_decimals_integral;
   if (full_name == "aten::pow.Tensor_Scalar_out") return pow_negative_int_exponent;
   if (full_name == "aten::pow.Tensor_Tensor" || full_name == "aten::pow.Tensor_Tensor_out" ||
       full_name == "aten::pow_.Tensor")

@@ -125,7 +125,7 @@
   EW_X(floor, "floor", EW_DT_NUM_U, 0) \
   EW_X(ceil, "ceil", EW_DT_NUM_U, 0) \
   EW_X(trunc, "trunc", EW_DT_NUM_U, 0) \
-  EW_X(round, "round", EW_DT_NUM, 0) \
+  EW_X(round, "round", EW_DT_NUM_U, 0) \
   EW_X(frac, "frac", EW_DT_FLOAT, 0) \
   EW_X(isnan, "isnan", EW_DT_ANY_U, 0) \
   EW_X(isposinf, "isposinf", EW_DT_ANY_U, 0) \

@@ -393,7 +393,7 @@ EW_UF(digamma, (T)ew_digamma((double)a))
 EW_OP_FI(floor, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), floor(a), a)
 EW_OP_FI(ceil, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), ceil(a), a)
 EW_OP_FI(trunc, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), trunc(a), a)
-EW_OP_FI(round, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), nearbyint(a), a)
+EW_OP_FI(round, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), nearbyint(a), a)
 static tpurt_status_t setup_decimals(const tpurt_op_call_t* c, ew_params_t* p) {
   int64_t dec = tpurt_arg_int(c, 1, 0);
   p->i[0] = dec;
