@@ -122,11 +122,16 @@ class _GraphRunner:
     expression explains, the graph keeps a program per size."""
 
     def __init__(self, gm):
-        self.gm = gm
+        # CPU work that follows from the graph's constants alone (a mask built from torch.tensor(...)
+        # in the model's code) is done once, here, and its results become device constants: real
+        # tensors, made outside the compiler's fake-tensor and dispatch modes.
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():
+            self.gm = _fold_cpu_constants(gm)
         self.programs = {}
-        # CPU work inside the graph would run at capture time only (and twice
+        # Other CPU work inside the graph would run at capture time only (and twice
         # when a capture fails): such a graph always runs eagerly.
-        self.cpu_work = _makes_cpu_tensors(gm)
+        self.cpu_work = _makes_cpu_tensors(self.gm)
         self.scalars = _scalar_inputs(gm)
         self.sizes = None    # _Sizes, read at the first capture
         self.general = None  # (program, out_bytes rules, out view rules, template rules, stats, aliasing)
@@ -615,6 +620,95 @@ def _scalar_inputs(gm):
     as 0-dim tpu tensors, so a new value is new data, not a new capture."""
     return frozenset(i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
                      if _is_cpu_scalar(n.meta.get("val")))
+
+
+def _graph_device(gm):
+    """The tpu device of the graph's tensor inputs, or None."""
+    for n in gm.graph.nodes:
+        v = n.meta.get("val") if n.op == "placeholder" else None
+        if isinstance(v, torch.Tensor) and v.device.type == "tpu":
+            return v.device
+    return None
+
+
+def _fold_cpu_constants(gm):
+    """The graph with its CPU work on constants done: every node that computes CPU tensors from CPU
+    tensor constants alone (get_attr; no graph input, no random or mutating op) is evaluated now, and
+    what the rest of the graph reads of them becomes a constant on the graph's device (a CPU tensor
+    and a tpu tensor are read alike by the ops that mix them: 0-dim operands, indices, copies to the
+    device). Returns gm itself when there is nothing to fold, else a new GraphModule over a copy of
+    its graph (gm is left as it was: AOTAutograd's cache may pickle it)."""
+    import operator
+    from torch.utils._pytree import tree_leaves, tree_map
+    dev = _graph_device(gm)
+    if dev is None:
+        return gm
+    values = {}
+
+    def cpu_tensors_only(v):
+        leaves = tree_leaves(v)
+        return bool(leaves) and all(isinstance(x, torch.Tensor) and x.device.type == "cpu" for x in leaves)
+
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            try:
+                v = gm
+                for part in node.target.split("."):
+                    v = getattr(v, part)
+            except AttributeError:
+                continue
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+                values[node] = v
+            continue
+        if node.op != "call_function" or not node.all_input_nodes:
+            continue
+        if any(a not in values for a in node.all_input_nodes) or not cpu_tensors_only(node.meta.get("val")):
+            continue
+        t = node.target
+        if t is operator.getitem:
+            pass
+        elif not isinstance(t, torch._ops.OpOverload) or t._schema.is_mutable or \
+                torch.Tag.nondeterministic_seeded in t.tags:
+            continue
+        args, kwargs = tree_map(lambda a: values[a] if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs))
+        try:
+            values[node] = t(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - left to run in the graph (eagerly, see _makes_cpu_tensors)
+            _log.info("tpu compile: graph %s: %s on constants not folded: %s", gm._get_name(), t, e)
+    folded = [n for n in values if n.op == "call_function"]
+    if not folded:
+        return gm
+    graph = torch.fx.Graph()
+    env = {}
+    graph.output(graph.graph_copy(gm.graph, env))
+    consts = {}
+    for old in folded:
+        v = values[old]
+        if not isinstance(v, torch.Tensor) or all(u in values for u in old.users):
+            continue  # a tuple (its getitems are read instead), or read only by other folded nodes
+        name = f"_tpu_folded{len(consts)}"
+        consts[name] = v.to(dev)
+        with graph.inserting_before(env[old]):
+            attr = graph.get_attr(name)
+        attr.meta["val"] = consts[name]
+        env[old].replace_all_uses_with(attr)
+    graph.eliminate_dead_code()
+    root = {}
+    for n in graph.nodes:
+        if n.op == "get_attr" and n.target not in root:
+            if n.target in consts:
+                root[n.target] = consts[n.target]
+            else:
+                v = gm
+                for part in n.target.split("."):
+                    v = getattr(v, part)
+                root[n.target] = v
+        elif n.op == "call_module" and n.target not in root:
+            root[n.target] = gm.get_submodule(n.target)
+    out = torch.fx.GraphModule(root, graph, class_name=gm.__class__.__name__)
+    out.meta.update(gm.meta)
+    _log.info("tpu compile: graph %s: %d CPU ops on constants done at compile time", gm._get_name(), len(folded))
+    return out
 
 
 def _makes_cpu_tensors(gm):
