@@ -1,6 +1,6 @@
 """The model suite under torch.compile(backend="tpu"): a training step (forward, loss, backward and an
 AdamW step, model and optimizer step both compiled) of the Llama block, the convnet and the Hugging Face
-configs of tests/test_hf_models.py, against the same steps on PyTorch CPU. Every graph must run as a
+configs of tests/test_hf_models.py, against the same steps on PyTorch CPU, and under bf16 autocast against eager tpu. Every graph must run as a
 device program (no graph runs eagerly), except where a model's own code reads device data on the host.
 The MLP and the small GPT are in tests/test_compile.py."""
 import copy
@@ -127,3 +127,28 @@ def test_cpu_work_on_constants_runs_at_compile_time():
     a, b = ch(x.to("tpu")).cpu(), ch(x.to("tpu")).cpu()
     assert not torch.equal(a, b)
     assert _compile.compile_stats()["eager_runs"] == 2
+
+
+@pytest.mark.parametrize("name", DEFAULT)
+def test_compiled_step_under_bf16_autocast_matches_eager(name):
+    """Forward and backward under torch.autocast("tpu", bfloat16), compiled, against eager tpu under the
+    same autocast (the same kernels: near-equal) and CPU's bf16 autocast (bf16 rounding apart)."""
+    model, loss_of = _suite(name)
+    compiled, eager = copy.deepcopy(model).to("tpu"), copy.deepcopy(model).to("tpu")
+    run = torch.compile(compiled, backend="tpu")
+    with torch.autocast("cpu", torch.bfloat16):
+        want = loss_of(model, "cpu")
+    with torch.autocast("tpu", torch.bfloat16):
+        got, ref = loss_of(run, "tpu"), loss_of(eager, "tpu")
+    for loss in (want, got, ref):
+        loss.backward()
+    assert got.item() == pytest.approx(ref.item(), rel=1e-5)
+    assert got.item() == pytest.approx(want.item(), rel=1e-2)
+    for (pname, p), q, c in zip(compiled.named_parameters(), eager.parameters(), model.parameters()):
+        if q.grad is None:
+            continue
+        scale = q.grad.abs().max().item() + 1e-6
+        assert (p.grad - q.grad).abs().max().item() <= 2e-2 * scale, f"{name}: {pname} against eager tpu"
+        assert (p.grad.cpu().float() - c.grad.float()).abs().max().item() <= 5e-2 * scale, f"{name}: {pname} against CPU"
+    s = _compile.compile_stats()
+    assert s["eager_runs"] == 0 and s["captures"] >= 2, s
