@@ -433,6 +433,10 @@ class _Sizes:
                         add(_expr_of(x))
         if not exprs:
             return
+        # Each size without its constant factor too (s0*s1 for 128*s0*s1): the runtime's own
+        # temporaries (a kernel's per-row statistics) are sized by products the graph never names alone.
+        for e in list(exprs):
+            add(e.as_coeff_Mul()[1])
         symbols = sorted(set().union(*(e.free_symbols for e in exprs)), key=str)
         # A piecewise size (Min(s0, 64), s0 // 2) can agree with a simpler one at every point captured
         # and not beyond: such graphs keep a program per size.

@@ -10,9 +10,12 @@ included, that runs again from Python (`load`) or from C with no Python at all (
 What is saved is a device program (`tpurt/program.h`): the graph is run once on tpu while the queue
 captures, exactly as `torch.compile(backend="tpu")` does, and the recorded kernels, their memory plan and
 every tensor's place are written with the weights and a manifest (input and output names, the pytree
-calling convention, `torch.export`'s dynamic ranges). A program is specialised to the sizes it was saved
-with: calling it with other sizes raises, naming them (the manifest keeps the exported ranges, but
-programs do not yet take sizes at run time).
+calling convention, `torch.export`'s dynamic ranges). Where torch.export made sizes dynamic
+(`dynamic_shapes=`, `torch.export.Dim`), the program takes them at run time as torch.compile's programs
+do: it is captured twice more at other sizes inside the ranges and its numbers become expressions of the
+sizes (`tpurt_program_generalize`); a call at any size inside the ranges binds it (no capture, no build),
+and one outside them raises, naming the input and size. From C (`tpurt_export_session_run`) an artifact
+runs at the sizes it was saved with.
 """
 import json
 
@@ -114,6 +117,7 @@ def save(ep, path, *, example_inputs=None, device=None):
             raise NotImplementedError(f"torch_tpu.export.save: output {spec.arg.name} is {what}; only tpu tensor "
                                       "outputs are supported")
     prog, _ = _C._capture_end(values, flat_out, seed, before, dev.index)
+    dynamic = _take_sizes(ep.graph_module, prog, values, dev)
 
     table, inputs_meta = [], []
     for k, ((name, role, _, kind, target), v) in enumerate(zip(entries, values)):
@@ -146,7 +150,122 @@ def save(ep, path, *, example_inputs=None, device=None):
     manifest = dict(format=FORMAT, in_spec=pytree.treespec_dumps(in_spec),
                     out_spec=pytree.treespec_dumps(ep.call_spec.out_spec), inputs=inputs_meta,
                     outputs=outputs_meta, range_constraints=ranges, torch=torch.__version__)
+    if dynamic is not None:
+        manifest["sizes"] = dynamic
     _C._export_save(str(path), prog, table, json.dumps(manifest))
+
+
+def _take_sizes(gm, prog, values, dev):
+    """Makes prog take its symbolic sizes at launch, as torch.compile's programs do (_compile._Sizes,
+    tpurt_program_generalize): the graph is captured twice more at other sizes inside the exported
+    ranges. Returns the manifest's "sizes" entry (how a call's sizes give the program's size values
+    and the outputs' storages and views), or None: the program keeps the sizes it was saved with."""
+    import sympy
+    from . import _compile
+    if not _compile._SIZES_AT_LAUNCH:
+        return None
+    sz = _compile._Sizes(gm)
+    if not sz.ok or any(sz.readers[s][0] != "size" for s in sz.symbols):
+        return None
+    polys = []
+    for e in sz.exprs:
+        try:
+            terms = sympy.Poly(e, *sz.symbols).terms()
+        except sympy.PolynomialError:
+            return None
+        if any(not c.is_Integer for _, c in terms):
+            return None  # a rational coefficient: the loader evaluates integer polynomials only
+        polys.append([[int(c), [int(x) for x in exps]] for exps, c in terms])
+    point = sz.read(values)
+    vals = sz.values(point)
+    if not sz.fits(values, vals):
+        return None
+    probes = sz.probes(point)
+    if probes is None:
+        return None
+    rows, caps, others = [vals], [(prog.out_specs(), prog.out_bytes(), [])], []
+    rng_state = torch.tpu.get_rng_state(dev) if prog.info()["rng_count"] else None
+    try:
+        for pt in probes:
+            pargs = sz.probe_args(values, pt)
+            seed, before = _C._capture_begin(dev.index)
+            try:
+                with torch.no_grad():
+                    out = gm(*pargs)
+                flat = list(out) if isinstance(out, (tuple, list)) else [out]
+            except Exception as e:  # noqa: BLE001 - the program keeps its sizes
+                _C._capture_abort(dev.index)
+                _compile._log.info("torch_tpu.export: sizes stay fixed: at sizes %s: %s", pt, e)
+                return None
+            other, _ = _C._capture_end(pargs, flat, seed, before, dev.index)
+            others.append(other)
+            rows.append(sz.values(pt))
+            caps.append((other.out_specs(), other.out_bytes(), []))
+    finally:
+        if rng_state is not None:
+            torch.tpu.set_rng_state(rng_state, dev)
+    rules = _compile._output_rules(caps, rows)
+    if isinstance(rules, str):
+        _compile._log.info("torch_tpu.export: sizes stay fixed: %s", rules)
+        return None
+    try:
+        prog.generalize(others, rows)
+    except RuntimeError as e:
+        _compile._log.info("torch_tpu.export: sizes stay fixed: %s", e)
+        return None
+    byte_rules, view_rules, _ = rules
+    return dict(symbols=[str(s) for s in sz.symbols], ranges=[list(r) for r in sz.ranges],
+                readers=[list(sz.readers[s][1:]) for s in sz.symbols], exprs=polys, point=point,
+                layout=[list(x) for x in sz.layout],
+                out_bytes=[list(r) for r in byte_rules],
+                out_views=[[fi, idx, str(dt).split(".")[-1], [list(r) for r in sizes], [list(r) for r in strides],
+                            list(off)] for fi, idx, dt, sizes, strides, off in view_rules])
+
+
+def _at(rule, vals):
+    return rule[1] if rule[0] == "c" else rule[2] * vals[rule[1]]
+
+
+class _SizeRules:
+    """A loaded artifact's "sizes" entry: from a call's input sizes to the program's size values and
+    its outputs' storages and views."""
+
+    def __init__(self, d):
+        self.symbols, self.ranges, self.readers = d["symbols"], d["ranges"], d["readers"]
+        self.exprs, self.layout = d["exprs"], d["layout"]
+        self.out_bytes = d["out_bytes"]
+        self.out_views = [(fi, idx, getattr(torch, dt), sizes, strides, off)
+                          for fi, idx, dt, sizes, strides, off in d["out_views"]]
+
+    def values(self, inputs, names):
+        """The size values at these program inputs (None for the weights), or ValueError naming the
+        input and size that is outside what the program was exported for."""
+        point = []
+        for name, (lo, hi), (i, d) in zip(self.symbols, self.ranges, self.readers):
+            x = inputs[i].shape[d]
+            if x < max(2, lo) or (hi is not None and x > hi):
+                raise ValueError(f"torch_tpu.export: input {names[i]} has size {x} in dim {d} ({name}); the "
+                                 f"program was exported for {max(2, lo)} to {hi if hi is not None else 'any'}")
+            point.append(x)
+        vals = []
+        for poly in self.exprs:
+            v = 0
+            for coef, exps in poly:
+                t = coef
+                for x, n in zip(point, exps):
+                    t *= x ** n
+                v += t
+            vals.append(v)
+        for i, what, d, k, const in self.layout:
+            a = inputs[i]
+            if a is None or what == "stride":
+                continue  # weights are fixed; inputs are made contiguous by the loader
+            want = vals[k] if k >= 0 else const
+            got = a.shape[d] if what == "size" else 0
+            if got != want:
+                raise ValueError(f"torch_tpu.export: input {names[i]} has size {got} in dim {d}; with "
+                                 f"{dict(zip(self.symbols, point))} the program takes {want}")
+        return tuple(vals)
 
 
 class ExportedTPUProgram:
@@ -180,6 +299,25 @@ class ExportedTPUProgram:
         # per output: the user input it updates (a mutated input), by position in the call, or None
         self._mutates = [user_position[m["input"]] if m["kind"] == "user_input_mutation" else None
                          for m in self.manifest["outputs"]]
+        # A program that takes sizes: its size rules, and a binding per size seen
+        self._sizes = _SizeRules(self.manifest["sizes"]) if "sizes" in self.manifest else None
+        if self._sizes is not None and not self._program.values():
+            raise RuntimeError(f"torch_tpu.export.load: {path}: the manifest gives sizes, the program takes none")
+        self._names = [None] * n_in
+        for row in self._table:
+            if row["role"] != OUTPUT:
+                self._names[row["program_index"]] = row["name"]
+        self._bindings = {}
+
+    def _binding(self, inputs):
+        vals = self._sizes.values(inputs, self._names)
+        b = self._bindings.get(vals)
+        if b is None:
+            out_bytes = [_at(r, vals) for r in self._sizes.out_bytes]
+            specs = [(fi, idx, dt, [_at(r, vals) for r in sizes], [_at(r, vals) for r in strides], _at(off, vals))
+                     for fi, idx, dt, sizes, strides, off in self._sizes.out_views]
+            b = self._bindings[vals] = self._program.bind(list(vals), out_bytes, specs)
+        return b
 
     def weights(self):
         """{name in the graph: device tensor} of the parameters, buffers and constants."""
@@ -195,16 +333,19 @@ class ExportedTPUProgram:
         for v, (k, row) in zip(flat, self._user):
             if not isinstance(v, torch.Tensor):
                 raise TypeError(f"torch_tpu.export: input {row['name']} must be a tensor, got {type(v).__name__}")
-            if v.dtype != row["dtype"] or list(v.shape) != row["sizes"]:
+            if v.dtype != row["dtype"] or (self._sizes is None and list(v.shape) != row["sizes"]) or \
+                    v.dim() != len(row["sizes"]):
                 raise ValueError(f"torch_tpu.export: input {row['name']} is {v.dtype} {list(v.shape)}; the program "
-                                 f"was saved for {row['dtype']} {row['sizes']} (a program is specialised to the "
-                                 "sizes it was saved with)")
+                                 f"was saved for {row['dtype']} {row['sizes']}" + (
+                                     " (its sizes are fixed: torch.export made no size of it dynamic)"
+                                     if self._sizes is None else ""))
             t = v.to(self.device)
             if not t.is_contiguous() or t.storage_offset() != 0:
                 t = t.clone(memory_format=torch.contiguous_format)
             inputs[k] = t.detach()
             given.append(v)
-        outs = self._program.launch(inputs)
+        outs = self._program.launch(inputs) if self._sizes is None else \
+            self._program.launch(inputs, binding=self._binding(inputs))
         user_outs = []
         for o, row, mutates in zip(outs, self._outputs, self._mutates):
             if row["writes_back"] >= 0:

@@ -391,6 +391,9 @@ struct tpurt_export_session_t {
   void** inputs;  /* device storage per program input */
   int32_t num_inputs;
   tpurt_program_info_t info;
+  /* a program that takes sizes: bound to the sizes it was saved at */
+  tpurt_program_binding_t* binding;
+  uint64_t arena_bytes, rng_count;
 };
 
 void tpurt_export_session_free(tpurt_export_session_t* s) {
@@ -442,6 +445,20 @@ tpurt_status_t tpurt_export_session_create(const tpurt_export_t* e, tpurt_device
     if (!st && t->role == TPURT_EXPORT_WEIGHT && t->storage_bytes)
       st = tpurt_memcpy_h2d(dev, s->q, s->inputs[t->program_index], t->data, t->storage_bytes);
   }
+  s->arena_bytes = s->info.arena_bytes;
+  s->rng_count = s->info.rng_count;
+  int32_t nv = tpurt_program_num_values(e->program);
+  if (!st && nv > 0) {
+    st = tpurt_program_bind(e->program, tpurt_program_values(e->program), nv, &s->binding, &s->arena_bytes,
+                            &s->rng_count);
+    uint64_t* in_bytes = st ? NULL : calloc((size_t)s->num_inputs + 1, sizeof(uint64_t));
+    if (!st && !in_bytes) st = TPURT_STATUS(RESOURCE_EXHAUSTED, "export_session_create: out of host memory");
+    for (int32_t i = 0; in_bytes && i < e->num_tensors; ++i)
+      if (e->tensors[i].role != TPURT_EXPORT_OUTPUT) in_bytes[e->tensors[i].program_index] = e->tensors[i].storage_bytes;
+    if (in_bytes)
+      st = tpurt_program_check_storages(e->program, s->binding, in_bytes, s->num_inputs, e->out_bytes, e->num_out);
+    free(in_bytes);
+  }
   if (st) {
     tpurt_export_session_free(s);
     return st;
@@ -484,11 +501,12 @@ tpurt_status_t tpurt_export_session_run(tpurt_export_session_t* s, const void* c
   void* arena = NULL;
   if (!outs) st = TPURT_STATUS(RESOURCE_EXHAUSTED, "export_session_run: out of host memory");
   for (int32_t j = 0; j < no && !st; ++j) st = tpurt_memory_allocate(s->dev, s->q, e->out_bytes[j], &outs[j]);
-  if (!st && s->info.arena_bytes) st = tpurt_memory_allocate(s->dev, s->q, s->info.arena_bytes, &arena);
+  if (!st && s->arena_bytes) st = tpurt_memory_allocate(s->dev, s->q, s->arena_bytes, &arena);
   /* Random ops draw from one stream per process: seed 0, offsets advancing. */
   static _Atomic uint64_t rng_next;
-  tpurt_rng_t rng = {0, atomic_fetch_add(&rng_next, s->info.rng_count)};
-  if (!st) st = tpurt_program_launch(e->program, s->q, s->inputs, s->num_inputs, outs, no, arena, rng);
+  tpurt_rng_t rng = {0, atomic_fetch_add(&rng_next, s->rng_count)};
+  if (!st)
+    st = tpurt_program_launch_bound(e->program, s->binding, s->q, s->inputs, s->num_inputs, outs, no, arena, rng);
   /* Updated weights (a mutated buffer) go back into the weight's storage. */
   for (int32_t i = 0; i < e->num_tensors && !st; ++i) {
     const tpurt_export_tensor_t* t = &e->tensors[i];

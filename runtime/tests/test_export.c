@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "exec/defer/program_internal.h" /* to play a crafted file's sizes (test_sized_round_trip) */
 #include "test_util.h"
 #include "tpurt/export.h"
 
@@ -256,6 +257,119 @@ static void test_artifact(void) {
   CHECK(e == NULL);
 }
 
+/* out = x * w + 1 over n floats (through an intermediate) and copy = x, captured at size n. */
+static tpurt_program_t* capture_sized(int64_t n, void* x, void* w) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  CHECK_OK(tpurt_capture_begin(q));
+  void* t1 = dev_alloc((size_t)n * 4);
+  void* out = dev_alloc((size_t)n * 4);
+  void* copy = dev_alloc((size_t)n * 4);
+  tpurt_tensor_t tx = vec(x, n), tw = vec(w, n), tt = vec(t1, n), to = vec(out, n);
+  tpurt_arg_t m[2] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &tx}, {.kind = TPURT_ARG_TENSOR, .v.tensor = &tw}};
+  tpurt_op_call_t cm = {"mul", "Tensor", 2, m, 1, &tt};
+  CHECK_OK(tpurt_queue_submit_kernel(q, tpurt_op_lookup("mul"), &cm));
+  tpurt_arg_t a[3] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &tt},
+                      {.kind = TPURT_ARG_DOUBLE, .v.d = 1.0},
+                      {.kind = TPURT_ARG_INT, .v.i = 1}};
+  tpurt_op_call_t ca = {"add", "Tensor", 3, a, 1, &to};
+  CHECK_OK(tpurt_queue_submit_kernel(q, tpurt_op_lookup("add"), &ca));
+  tpurt_memory_free(g_dev, t1);
+  CHECK_OK(tpurt_queue_submit_copy(q, copy, x, (size_t)n * 4));
+  tpurt_program_range_t ins[2] = {{x, (uint64_t)n * 4}, {w, (uint64_t)n * 4}},
+                        outs[2] = {{out, (uint64_t)n * 4}, {copy, (uint64_t)n * 4}};
+  tpurt_program_t* p = NULL;
+  CHECK_OK(tpurt_capture_end(q, ins, 2, outs, 2, 0, 0, 0, &p));
+  tpurt_memory_free(g_dev, out);
+  tpurt_memory_free(g_dev, copy);
+  return p;
+}
+
+/* Runs p (bound to size n) on the first n of hx / hw; checks out and copy. */
+static void run_sized(tpurt_program_t* p, int64_t n) {
+  int64_t values[2] = {n, 4 * n};
+  tpurt_program_binding_t* b = NULL;
+  uint64_t arena_bytes = 0, rng_count = 0;
+  CHECK_OK(tpurt_program_bind(p, values, 2, &b, &arena_bytes, &rng_count));
+  if (!b) return;
+  uint64_t bytes[2] = {(uint64_t)n * 4, (uint64_t)n * 4}, half[2] = {(uint64_t)n * 4, (uint64_t)n * 2};
+  CHECK_OK(tpurt_program_check_storages(p, b, bytes, 2, bytes, 2));
+  if (p->untrusted) { /* too small a storage is named; a captured program's sizes came from a run */
+    CHECK_STATUS(tpurt_program_check_storages(p, b, half, 2, bytes, 2), INVALID_ARGUMENT);
+    CHECK_STATUS(tpurt_program_check_storages(p, b, bytes, 2, half, 2), INVALID_ARGUMENT);
+  }
+  void* x = dev_alloc((size_t)n * 4);
+  void* w = dev_alloc((size_t)n * 4);
+  void* out = dev_alloc((size_t)n * 4);
+  void* copy = dev_alloc((size_t)n * 4);
+  void* arena = dev_alloc(arena_bytes ? arena_bytes : 1);
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, hx, (size_t)n * 4));
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, w, hw, (size_t)n * 4));
+  void *ins[2] = {x, w}, *outs[2] = {out, copy};
+  CHECK_OK(tpurt_program_launch_bound(p, b, tpurt_device_default_queue(g_dev), ins, 2, outs, 2, arena,
+                                      (tpurt_rng_t){0, 0}));
+  float* o = malloc((size_t)n * 4);
+  float* c = malloc((size_t)n * 4);
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, o, out, (size_t)n * 4));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, c, copy, (size_t)n * 4));
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += o[i] != hx[i] * hw[i] + 1 || c[i] != hx[i];
+  CHECK(bad == 0);
+  free(o);
+  free(c);
+  void* bufs[5] = {x, w, out, copy, arena};
+  for (int k = 0; k < 5; ++k) tpurt_memory_free(g_dev, bufs[k]);
+}
+
+/* A program that takes sizes keeps them through bytes: read back, it runs at sizes never captured,
+ * and a binding whose addresses leave its arena blocks (what a crafted file could say) is refused. */
+static void test_sized_round_trip(void) {
+  const int64_t ns[3] = {N, 600, 800};
+  tpurt_program_t* p[3];
+  void *x = dev_alloc(N * 4), *w = dev_alloc(N * 4);
+  for (int k = 0; k < 3; ++k) p[k] = capture_sized(ns[k], x, w);
+  int64_t values[6] = {N, 4 * N, 600, 2400, 800, 3200};
+  const tpurt_program_t* others[2] = {p[1], p[2]};
+  CHECK_OK(tpurt_program_generalize(p[0], others, 2, values, 2));
+  const int64_t* v0 = tpurt_program_values(p[0]);
+  CHECK(v0 && v0[0] == N && v0[1] == 4 * N && tpurt_program_values(p[1]) == NULL);
+  void* bytes = NULL;
+  size_t n = 0;
+  CHECK_OK(tpurt_program_serialize(p[0], &bytes, &n));
+  tpurt_program_t* q = NULL;
+  CHECK_OK(tpurt_program_deserialize(bytes, n, NULL, 0, NULL, 0, &q));
+  if (!q) return;
+  CHECK(tpurt_program_num_values(q) == 2 && tpurt_program_values(q)[0] == N);
+  run_sized(p[0], 333);
+  run_sized(q, 333);
+  run_sized(q, 7);
+  run_sized(q, N);
+  void* again = NULL;
+  size_t n2 = 0;
+  CHECK_OK(tpurt_program_serialize(q, &again, &n2));
+  CHECK(n2 == n && again && memcmp(again, bytes, n) == 0);
+  free(again);
+  /* A launch without a binding is refused; so is a binding whose records leave their arena block. */
+  void *ins[2] = {x, w}, *outs[2] = {x, w};
+  CHECK_STATUS(tpurt_program_launch(q, tpurt_device_default_queue(g_dev), ins, 2, outs, 2, x, (tpurt_rng_t){0, 0}),
+               INVALID_ARGUMENT);
+  tpurt_program_t* r = NULL;
+  CHECK_OK(tpurt_program_deserialize(bytes, n, NULL, 0, NULL, 0, &r));
+  int crafted = 0;
+  for (int32_t b = 0; r && b < r->num_blocks; ++b)
+    if (r->block_syms[b].value >= 0 && r->blocks[b].in_arena) r->block_syms[b].coef /= 2, crafted++;
+  CHECK(crafted == 1);
+  int64_t at[2] = {500, 2000};
+  tpurt_program_binding_t* bb = NULL;
+  CHECK_STATUS(tpurt_program_bind(r, at, 2, &bb, NULL, NULL), DATA_LOSS);
+  CHECK(bb == NULL);
+  tpurt_program_release(r);
+  tpurt_program_release(q);
+  free(bytes);
+  for (int k = 0; k < 3; ++k) tpurt_program_release(p[k]);
+  tpurt_memory_free(g_dev, x);
+  tpurt_memory_free(g_dev, w);
+}
+
 int main(void) {
   CHECK_OK(tpurt_init());
   CHECK_OK(tpurt_device_get(0, &g_dev));
@@ -265,6 +379,7 @@ int main(void) {
     hw[i] = 0.25f * (float)(i % 13);
   }
   test_round_trip();
+  test_sized_round_trip();
   test_refusals();
   test_artifact();
   printf("test_export: %d passed, %d failed\n", g_test_passed, g_test_failed);

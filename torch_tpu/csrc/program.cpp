@@ -71,6 +71,14 @@ class Program {
     if (storages.empty())
       for (int64_t n : obytes) storages.push_back(at::empty({n}, opts));
     for (size_t j = 0; j < out.size(); ++j) out[j] = storage_base(storages[j]);
+    if (b && from_file_) {  // its sizes came from a file: every storage must hold what the program reaches
+      std::vector<uint64_t> ib(inputs.size()), ob(storages.size());
+      for (size_t i = 0; i < inputs.size(); ++i) ib[i] = inputs[i].storage().nbytes();
+      for (size_t j = 0; j < storages.size(); ++j) ob[j] = storages[j].storage().nbytes();
+      check_status(tpurt_program_check_storages(p_, b->b, ib.data(), static_cast<int32_t>(ib.size()), ob.data(),
+                                                static_cast<int32_t>(ob.size())),
+                   "exported program");
+    }
     uint64_t arena_bytes = b ? b->arena_bytes : info_.arena_bytes;
     uint64_t rng_count = b ? b->rng_count : info_.rng_count;
     at::Tensor arena = arena_bytes ? at::empty({static_cast<int64_t>(arena_bytes)}, opts) : at::Tensor();
@@ -140,6 +148,13 @@ class Program {
   }
   const std::vector<int64_t>& out_bytes() const { return out_bytes_; }
   tpurt_program_t* raw() const { return p_; }
+  void set_from_file() { from_file_ = true; }
+
+  // The size values the program was captured at (empty: its sizes are fixed).
+  std::vector<int64_t> values() const {
+    const int64_t* v = tpurt_program_values(p_);
+    return v ? std::vector<int64_t>(v, v + tpurt_program_num_values(p_)) : std::vector<int64_t>();
+  }
 
   py::dict info() const {
     tpurt_program_info_t i;
@@ -161,6 +176,7 @@ class Program {
   std::vector<int64_t> out_bytes_;
   std::vector<OutSpec> outs_;
   tpurt_program_info_t info_;
+  bool from_file_ = false;
   struct Binding {
     tpurt_program_binding_t* b;  // owned by p_
     uint64_t arena_bytes, rng_count;
@@ -227,7 +243,9 @@ class Export {
                       std::vector<int64_t>(t->strides, t->strides + t->ndim), t->storage_offset});
     }
     tpurt_program_retain(p);
-    return std::make_shared<Program>(p, static_cast<c10::DeviceIndex>(device), std::move(out_bytes), std::move(outs));
+    auto prog = std::make_shared<Program>(p, static_cast<c10::DeviceIndex>(device), std::move(out_bytes), std::move(outs));
+    prog->set_from_file();
+    return prog;
   }
 
  private:
@@ -338,7 +356,8 @@ void register_program(py::module_& m) {
       .def("bind", &Program::bind, py::arg("values"), py::arg("out_bytes"), py::arg("out_specs"))
       .def("info", &Program::info)
       .def("out_specs", &Program::out_specs)
-      .def("out_bytes", &Program::out_bytes);
+      .def("out_bytes", &Program::out_bytes)
+      .def("values", &Program::values);
 
   py::class_<Export, std::shared_ptr<Export>>(m, "_Export")
       .def("manifest", &Export::manifest)

@@ -46,6 +46,7 @@ struct tpurt_program_binding_t {
   int64_t* values;
   uint64_t* arena_off; /* per block */
   uint64_t arena_bytes, rng_count;
+  uint64_t* need; /* a program read from bytes: the bytes each input, then each output, reaches (else NULL) */
 };
 
 struct tpurt_program_t {
@@ -68,6 +69,8 @@ struct tpurt_program_t {
   int32_t num_syms;
   sym_field_t* block_syms; /* per block: its bytes (value -1: constant) */
   sym_field_t rng_sym;     /* rng_count (value -1: constant) */
+  int64_t* values0;        /* the expressions' values at the first capture: its own sizes */
+  bool untrusted;          /* read from bytes (program_io.c): a binding checks every address it makes */
   pthread_mutex_t bind_lock;
   tpurt_program_binding_t** bindings;
   int32_t num_bindings, cap_bindings;
@@ -83,6 +86,11 @@ uint64_t tpurt_program_plan_arena(const prog_block_t* blocks, int32_t num_blocks
                                   uint64_t* out_off);
 /* Applies a binding's values to the program's fields (run_lock held; program_sizes.c). */
 void tpurt_program_apply_binding(tpurt_program_t* p, const tpurt_program_binding_t* b);
+/* The numbers of p a size expression can stand for, in an order that depends only on its records
+ * (the same for a program and its copy read from bytes): the records' sizes, strides and int, float
+ * and byte-count fields in walk order, then the offset of each relocated address (walk order), then
+ * each random op's counter offset (walk order). *slots and *types (SYM_*) are malloc'ed. */
+tpurt_status_t tpurt_program_number_slots(const tpurt_program_t* p, void*** slots, int32_t** types, int32_t* n);
 /* Frees what program_sizes.c added (tpurt_program_release). */
 void tpurt_program_sizes_free(tpurt_program_t* p);
 

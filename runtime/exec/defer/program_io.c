@@ -26,7 +26,9 @@
 #include "hal/call_record.h"
 
 #define PROGRAM_MAGIC 0x31475250555054ull /* "TPUPRG1" */
-#define PROGRAM_VERSION 1u
+#define PROGRAM_VERSION 2u /* 2: a program that takes sizes keeps them (version 1 is still read) */
+#define MAX_VALUES 4096
+#define MAX_BLOCKS (1 << 24)
 
 /* This machine's layout: pointer size, and 1 in the next byte if little-endian. */
 static uint32_t layout_word(void) {
@@ -105,7 +107,7 @@ static void put_addr(writer_t* wr, void* const* slot) {
   const reloc_t* r = &wr->p->relocs[k];
   put_u8(&wr->w, 1);
   put_u8(&wr->w, (uint8_t)r->where);
-  put_i32(&wr->w, r->where == WHERE_ARENA ? 0 : r->index);
+  put_i32(&wr->w, r->where == WHERE_ARENA && !wr->p->num_values ? 0 : r->index); /* sized: the arena block */
   put_i64(&wr->w, r->off);
 }
 
@@ -160,8 +162,8 @@ tpurt_status_t tpurt_program_serialize(const tpurt_program_t* p, void** out, siz
   if (!p || !out || !out_bytes) return TPURT_STATUS(INVALID_ARGUMENT, "program_serialize: NULL argument");
   *out = NULL;
   *out_bytes = 0;
-  if (p->num_values > 0)
-    return TPURT_STATUS(UNIMPLEMENTED, "program_serialize: a program that takes sizes at launch cannot be saved yet");
+  if (p->num_values > 0 && (!p->blocks || !p->values0))
+    return TPURT_STATUS(INTERNAL, "program_serialize: a program that takes sizes without its blocks");
   writer_t wr = {.p = p};
   wr.relocs = malloc(sizeof(slot_index_t) * (size_t)(p->num_relocs + 1));
   wr.rngs = malloc(sizeof(slot_index_t) * (size_t)(p->num_rngs + 1));
@@ -183,6 +185,23 @@ tpurt_status_t tpurt_program_serialize(const tpurt_program_t* p, void** out, siz
   put_i32(w, p->num_outputs);
   put_u64(w, p->arena_bytes);
   put_u64(w, p->rng_count);
+  /* Sizes (program_sizes.c), first part: the values captured at and the blocks the arena is planned
+   * from, which the records' arena addresses name. */
+  put_u8(w, p->num_values > 0);
+  if (p->num_values > 0) {
+    put_i32(w, p->num_values);
+    for (int32_t e = 0; e < p->num_values; ++e) put_i64(w, p->values0[e]);
+    put_i32(w, p->num_blocks);
+    for (int32_t b = 0; b < p->num_blocks; ++b) {
+      const prog_block_t* bl = &p->blocks[b];
+      put_i32(w, bl->made_at);
+      put_i32(w, bl->freed_at);
+      put_u64(w, bl->bytes);
+      put_u8(w, bl->in_arena);
+      put_i32(w, p->block_syms[b].value);
+      put_i64(w, p->block_syms[b].coef);
+    }
+  }
   const tpurt_defer_list_t* l = p->list;
   put_i32(w, l->num_recs);
   for (int32_t r = 0; r < l->num_recs && !wr.error; ++r) {
@@ -214,6 +233,39 @@ tpurt_status_t tpurt_program_serialize(const tpurt_program_t* p, void** out, siz
       for (int32_t o = 0; o < c->num_outputs; ++o) put_tensor(&wr, &c->outputs[o]);
     }
   }
+  /* Sizes, second part: which numbers of the records follow which size, by their place among the
+   * program's numbers (tpurt_program_number_slots: the same order in the copy a reader builds). */
+  if (!wr.error && p->num_values > 0) {
+    put_i32(w, p->rng_sym.value);
+    put_i64(w, p->rng_sym.coef);
+    void** slots = NULL;
+    int32_t* types = NULL;
+    int32_t n = 0;
+    tpurt_status_t ss = tpurt_program_number_slots(p, &slots, &types, &n);
+    if (ss) wr.error = ss;
+    slot_index_t* idx = ss ? NULL : malloc(sizeof(slot_index_t) * (size_t)(n + 1));
+    if (!ss && !idx) wr.error = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_serialize: out of host memory");
+    if (idx) {
+      for (int32_t k = 0; k < n; ++k) idx[k] = (slot_index_t){slots[k], k};
+      qsort(idx, (size_t)n, sizeof(slot_index_t), slot_cmp);
+      put_i32(w, p->num_syms);
+      for (int32_t k = 0; k < p->num_syms && !wr.error; ++k) {
+        const sym_field_t* f = &p->syms[k];
+        int32_t at = slot_find(idx, n, f->slot);
+        if (at < 0) {
+          wr.error = TPURT_STATUS(INTERNAL, "program_serialize: size %d is none of the program's numbers", k);
+          break;
+        }
+        put_i32(w, at);
+        put_i32(w, f->type);
+        put_i32(w, f->value);
+        put_i64(w, f->coef);
+      }
+    }
+    free(idx);
+    free(slots);
+    free(types);
+  }
   uint64_t h = tpurt_fnv1a(w->p, w->n, 14695981039346656037ull);
   put_u64(w, h); /* a check on the whole, last */
   free(wr.relocs);
@@ -243,6 +295,10 @@ typedef struct reader_t {
   int32_t num_pend_rng, cap_pend_rng;
   tpurt_defer_list_t* scratch; /* the record's temporary call, before it is copied */
   const uint64_t *in_bytes, *out_bytes; /* storage sizes for the bounds check, or NULL */
+  /* a program that takes sizes: its blocks (arena addresses name one); bounds are checked at bind */
+  bool sized;
+  const prog_block_t* blocks;
+  int32_t num_blocks;
 } reader_t;
 
 static bool take(reader_t* rd, void* dst, size_t n) {
@@ -314,7 +370,9 @@ static void* get_addr(reader_t* rd) {
   if (rd->error) return NULL;
   bool ok = (r.where == WHERE_INPUT && r.index >= 0 && r.index < rd->num_inputs) ||
             (r.where == WHERE_OUTPUT && r.index >= 0 && r.index < rd->num_outputs) ||
-            (r.where == WHERE_ARENA && r.off >= 0 && (uint64_t)r.off <= rd->arena_bytes);
+            (r.where == WHERE_ARENA && !rd->sized && r.off >= 0 && (uint64_t)r.off <= rd->arena_bytes) ||
+            (r.where == WHERE_ARENA && rd->sized && r.index >= 0 && r.index < rd->num_blocks &&
+             rd->blocks[r.index].in_arena && r.off >= 0);
   if (!ok) {
     corrupt(rd, "an address outside the program's inputs, outputs and arena");
     return NULL;
@@ -414,6 +472,7 @@ static void get_arg(reader_t* rd, tpurt_arg_t* a) {
 /* Whether bytes [lo, hi) relative to the start of where r points lie inside
  * it: the arena always, inputs and outputs when the caller gave their sizes. */
 static bool inside(const reader_t* rd, const reloc_t* r, int64_t lo, int64_t hi) {
+  if (rd->sized) return true; /* its sizes are known at bind, which checks (program_sizes.c) */
   uint64_t limit = r->where == WHERE_ARENA    ? rd->arena_bytes
                    : r->where == WHERE_INPUT  ? (rd->in_bytes ? rd->in_bytes[r->index] : UINT64_MAX)
                    : r->where == WHERE_OUTPUT ? (rd->out_bytes ? rd->out_bytes[r->index] : UINT64_MAX)
@@ -436,6 +495,87 @@ static bool bind_tensor(tpurt_program_t* p, int32_t* cap, reader_t* rd, int32_t*
   return tpurt_program_push_reloc(p, cap, r);
 }
 
+/* The first part of a sized program's sizes: its values at capture and its blocks. */
+static void read_sizes_head(reader_t* rd, tpurt_program_t* p) {
+  int32_t nv = get_i32(rd);
+  if (rd->error) return;
+  if (nv < 1 || nv > MAX_VALUES) {
+    corrupt(rd, "a size count out of range");
+    return;
+  }
+  p->values0 = malloc(sizeof(int64_t) * (size_t)nv);
+  if (!p->values0) {
+    rd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_deserialize: out of host memory");
+    return;
+  }
+  for (int32_t e = 0; e < nv; ++e) p->values0[e] = get_i64(rd);
+  int32_t nb = get_count(rd, 29);
+  if (rd->error) return;
+  if (nb > MAX_BLOCKS) {
+    corrupt(rd, "a block count out of range");
+    return;
+  }
+  p->blocks = calloc((size_t)nb + 1, sizeof(prog_block_t));
+  p->block_syms = calloc((size_t)nb + 1, sizeof(sym_field_t));
+  if (!p->blocks || !p->block_syms) {
+    rd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_deserialize: out of host memory");
+    return;
+  }
+  p->num_blocks = nb;
+  for (int32_t b = 0; b < nb && !rd->error; ++b) {
+    prog_block_t* bl = &p->blocks[b];
+    bl->made_at = get_i32(rd);
+    bl->freed_at = get_i32(rd);
+    bl->bytes = get_u64(rd);
+    bl->in_arena = get_u8(rd) != 0;
+    p->block_syms[b] = (sym_field_t){.type = SYM_U64, .value = get_i32(rd), .coef = get_i64(rd)};
+    if (bl->made_at < 0 || bl->freed_at < bl->made_at || p->block_syms[b].value < -1 ||
+        p->block_syms[b].value >= nv || bl->bytes > ((uint64_t)1 << 62))
+      corrupt(rd, "a block with bad lifetimes, bytes or size");
+  }
+  p->num_values = nv; /* no binding can be made before the whole program is read */
+  rd->sized = true;
+  rd->blocks = p->blocks;
+  rd->num_blocks = nb;
+}
+
+/* The second part: which of the program's numbers follow which size. */
+static void read_sizes_tail(reader_t* rd, tpurt_program_t* p) {
+  p->rng_sym = (sym_field_t){.type = SYM_U64, .value = get_i32(rd), .coef = get_i64(rd)};
+  if (p->rng_sym.value < -1 || p->rng_sym.value >= p->num_values) corrupt(rd, "a random count with a bad size");
+  int32_t ns = get_count(rd, 20);
+  if (rd->error) return;
+  void** slots = NULL;
+  int32_t* types = NULL;
+  int32_t n = 0;
+  tpurt_status_t s = tpurt_program_number_slots(p, &slots, &types, &n);
+  if (s) {
+    rd->error = s;
+    return;
+  }
+  p->syms = calloc((size_t)ns + 1, sizeof(sym_field_t));
+  if (!p->syms) rd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_deserialize: out of host memory");
+  for (int32_t k = 0; k < ns && !rd->error; ++k) {
+    int32_t at = get_i32(rd), type = get_i32(rd), value = get_i32(rd);
+    int64_t coef = get_i64(rd);
+    if (rd->error) break;
+    if (at < 0 || at >= n || type != types[at] || value < 0 || value >= p->num_values) {
+      corrupt(rd, "a size that names none of the program's numbers, or a number of another type");
+      break;
+    }
+    p->syms[k] = (sym_field_t){.slot = slots[at], .type = type, .value = value, .coef = coef};
+    p->num_syms = k + 1;
+  }
+  for (int32_t b = 0; b < p->num_blocks && !rd->error; ++b) {
+    const prog_block_t* bl = &p->blocks[b];
+    if (bl->made_at > p->list->num_recs || (bl->freed_at != INT32_MAX && bl->freed_at > p->list->num_recs))
+      corrupt(rd, "a block made or freed past the last record");
+  }
+  free(slots);
+  free(types);
+  p->untrusted = true;
+}
+
 tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint64_t* input_bytes,
                                          int32_t num_input_bytes, const uint64_t* output_bytes,
                                          int32_t num_output_bytes, tpurt_program_t** out) {
@@ -449,7 +589,7 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
   reader_t rd = {.p = bytes, .n = n - 8, .in_bytes = input_bytes, .out_bytes = output_bytes};
   if (get_u64(&rd) != PROGRAM_MAGIC) return TPURT_STATUS(DATA_LOSS, "program_deserialize: not a program (magic)");
   uint32_t version = get_u32(&rd), layout = get_u32(&rd);
-  if (version != PROGRAM_VERSION)
+  if (version != PROGRAM_VERSION && version != 1u)
     return TPURT_STATUS(FAILED_PRECONDITION, "program_deserialize: program version %u, this runtime reads %u", version,
                         PROGRAM_VERSION);
   if (layout != layout_word())
@@ -468,6 +608,7 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
   p->arena_bytes = rd.arena_bytes = get_u64(&rd);
   p->rng_count = get_u64(&rd);
   if (rd.num_inputs < 0 || rd.num_outputs < 0) corrupt(&rd, "negative input or output count");
+  if (version >= 2 && get_u8(&rd)) read_sizes_head(&rd, p);
   if ((input_bytes && num_input_bytes != rd.num_inputs) || (output_bytes && num_output_bytes != rd.num_outputs))
     corrupt(&rd, "input or output counts other than the caller's storages");
   int32_t num_recs = get_count(&rd, 4);
@@ -556,6 +697,7 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
     if (!ok || next != rd.num_pend || next_rng != rd.num_pend_rng)
       corrupt(&rd, "addresses outside the memory they name, or that do not match the record");
   }
+  if (rd.sized && !rd.error) read_sizes_tail(&rd, p);
   if (!rd.error && rd.at != rd.n) corrupt(&rd, "bytes after the last record");
   free(rd.pend);
   free(rd.pend_rng);

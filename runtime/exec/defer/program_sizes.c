@@ -36,6 +36,8 @@ typedef struct walk_t {
   int32_t num_fields, cap_fields;
   void** ptrs; /* address slots, in walk order */
   int32_t num_ptrs, cap_ptrs;
+  tpurt_rng_t** rngs; /* random ops' slots, in walk order */
+  int32_t num_rngs, cap_rngs;
   bool oom;
   int32_t rec;
 } walk_t;
@@ -140,7 +142,11 @@ static void walk_program(walk_t* w, const tpurt_program_t* p) {
           for (int32_t e = 0; e < arg->count; ++e) token(w, arg->v.bools[e]);
           break;
         case TPURT_ARG_STRING: token(w, str_token(arg->v.s)); break;
-        default: break; /* NONE; RNG: the random relocations below */
+        case TPURT_ARG_RNG:
+          w->rngs = grow(w->rngs, &w->cap_rngs, w->num_rngs, sizeof(tpurt_rng_t*), &w->oom);
+          if (!w->oom) w->rngs[w->num_rngs++] = &arg->v.rng;
+          break;
+        default: break; /* NONE */
       }
     }
   }
@@ -151,6 +157,7 @@ static void walk_free(walk_t* w) {
   free(w->token_recs);
   free(w->fields);
   free(w->ptrs);
+  free(w->rngs);
 }
 
 /* Relocation index of each address slot (sorted by slot), for lookups. */
@@ -176,6 +183,46 @@ static int32_t reloc_of(const slot_k_t* idx, int32_t n, void* slot) {
   slot_k_t key = {slot, 0};
   const slot_k_t* f = bsearch(&key, idx, (size_t)n, sizeof(slot_k_t), slot_cmp);
   return f ? f->k : -1;
+}
+
+tpurt_status_t tpurt_program_number_slots(const tpurt_program_t* p, void*** slots, int32_t** types, int32_t* n) {
+  *slots = NULL;
+  *types = NULL;
+  *n = 0;
+  walk_t w = {0};
+  walk_program(&w, p);
+  slot_k_t* idx = reloc_index(p);
+  int32_t cap = w.num_fields + w.num_ptrs + w.num_rngs + 1;
+  void** sl = malloc(sizeof(void*) * (size_t)cap);
+  int32_t* ty = malloc(sizeof(int32_t) * (size_t)cap);
+  tpurt_status_t s = TPURT_OK;
+  if (w.oom || !idx || !sl || !ty) {
+    s = TPURT_STATUS(RESOURCE_EXHAUSTED, "program sizes: out of host memory");
+    goto done;
+  }
+  int32_t k = 0;
+  for (int32_t f = 0; f < w.num_fields; ++f) sl[k] = w.fields[f].slot, ty[k++] = w.fields[f].type;
+  for (int32_t a = 0; a < w.num_ptrs; ++a) {
+    int32_t r = reloc_of(idx, p->num_relocs, w.ptrs[a]);
+    if (r >= 0) sl[k] = &p->relocs[r].off, ty[k++] = SYM_I64;
+  }
+  for (int32_t a = 0; a < w.num_rngs; ++a)
+    for (int32_t r = 0; r < p->num_rngs; ++r)
+      if (p->rngs[r].slot == w.rngs[a]) {
+        sl[k] = &p->rngs[r].rel, ty[k++] = SYM_U64;
+        break;
+      }
+  *slots = sl;
+  *types = ty;
+  *n = k;
+  sl = NULL;
+  ty = NULL;
+done:
+  walk_free(&w);
+  free(idx);
+  free(sl);
+  free(ty);
+  return s;
 }
 
 static int64_t reloc_inner(const tpurt_program_t* p, const reloc_t* r) {
@@ -265,6 +312,7 @@ tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_
   syms_t syms = {0};
   sym_field_t* block_syms = NULL;
   sym_field_t rng_sym = {.value = -1};
+  int64_t* values0 = NULL;
   tpurt_status_t s = TPURT_OK;
   if (!w || !idx || !v) {
     s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
@@ -376,6 +424,11 @@ tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_
     free(one.a);
   }
   if (!s && syms.oom) s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
+  if (!s) {
+    values0 = malloc(sizeof(int64_t) * (size_t)num_values);
+    if (!values0) s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
+    else memcpy(values0, values, sizeof(int64_t) * (size_t)num_values);
+  }
   if (s) goto done;
   /* Commit: arena relocations hold offsets inside their block from now on. */
   pthread_mutex_lock(&p->run_lock);
@@ -387,6 +440,8 @@ tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_
   p->block_syms = block_syms;
   block_syms = NULL;
   p->rng_sym = rng_sym;
+  p->values0 = values0;
+  values0 = NULL;
   p->num_values = num_values;
   pthread_mutex_unlock(&p->run_lock);
 done:
@@ -397,12 +452,138 @@ done:
   free(v);
   free(syms.a);
   free(block_syms);
+  free(values0);
   return s;
 }
+
+const int64_t* tpurt_program_values(const tpurt_program_t* p) { return p && p->num_values ? p->values0 : NULL; }
 
 int32_t tpurt_program_num_values(const tpurt_program_t* p) { return p ? p->num_values : 0; }
 
 static int64_t eval(const sym_field_t* f, const int64_t* values) { return f->coef * values[f->value]; }
+
+/* [lo, hi): the bytes tensor t reaches, relative to its buffer, when its data pointer is `off` bytes
+ * into it. False for a rank, dtype or size no kernel could have, or an overflow. */
+static bool tensor_extent(const tpurt_tensor_t* t, int64_t off, int64_t* lo, int64_t* hi) {
+  if (t->ndim < 0 || t->ndim > TPURT_MAX_DIMS || t->dtype < 0 || t->dtype >= TPURT_DTYPE_COUNT) return false;
+  int64_t es = tpurt_dtype_traits[t->dtype].size, mn = 0, mx = 0;
+  for (int32_t d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] < 0) return false;
+    if (t->sizes[d] == 0) {
+      *lo = *hi = 0; /* reaches nothing */
+      return true;
+    }
+    int64_t span;
+    if (__builtin_mul_overflow(t->sizes[d] - 1, t->strides[d], &span)) return false;
+    if (span < 0 ? __builtin_add_overflow(mn, span, &mn) : __builtin_add_overflow(mx, span, &mx)) return false;
+  }
+  int64_t a, b;
+  if (__builtin_mul_overflow(mn, es, &a) || __builtin_mul_overflow(mx + 1, es, &b)) return false;
+  if (__builtin_add_overflow(off, a, lo) || __builtin_add_overflow(off, b, hi)) return false;
+  return true;
+}
+
+typedef struct reach_t {
+  const tpurt_program_t* p;
+  const slot_k_t* idx;
+  const uint64_t* block_bytes;
+  uint64_t* need; /* inputs, then outputs */
+  int32_t rec;
+  tpurt_status_t error;
+} reach_t;
+
+/* Bytes [lo, hi) reached through the address in `slot` (relative to it; hi == lo: nothing). */
+static void reach(reach_t* c, void* slot, int64_t lo, int64_t hi) {
+  if (c->error || hi <= lo) return;
+  int32_t k = reloc_of(c->idx, c->p->num_relocs, slot);
+  if (k < 0) return; /* NULL or fixed: a program read from bytes has none of the latter */
+  const reloc_t* r = &c->p->relocs[k];
+  int64_t a, b;
+  if (__builtin_add_overflow(r->off, lo, &a) || __builtin_add_overflow(r->off, hi, &b) || a < 0) {
+    c->error = TPURT_STATUS(DATA_LOSS, "program_bind: record %d reaches before its buffer at these sizes", c->rec);
+    return;
+  }
+  if (r->where == WHERE_ARENA) {
+    if ((uint64_t)b > c->block_bytes[r->index])
+      c->error = TPURT_STATUS(DATA_LOSS, "program_bind: record %d reaches past its arena block at these sizes",
+                              c->rec);
+  } else if (r->where == WHERE_INPUT || r->where == WHERE_OUTPUT) {
+    uint64_t* n = &c->need[(r->where == WHERE_OUTPUT ? c->p->num_inputs : 0) + r->index];
+    if ((uint64_t)b > *n) *n = (uint64_t)b;
+  }
+}
+
+static void reach_tensor(reach_t* c, const tpurt_tensor_t* t) {
+  if (!t) return; /* its data pointer is set at launch (NULL until then in a program read from bytes) */
+  int64_t lo, hi;
+  if (!tensor_extent(t, 0, &lo, &hi)) {
+    if (!c->error)
+      c->error = TPURT_STATUS(DATA_LOSS, "program_bind: record %d has a tensor no kernel could take at these sizes",
+                              c->rec);
+    return;
+  }
+  reach(c, (void*)&t->data, lo, hi);
+}
+
+/* A program read from bytes, bound: every address its records make at b's sizes lies inside its arena
+ * block, and b->need[] the bytes each input and output storage must hold. Under run_lock: the
+ * binding is applied to the records, as a launch does. */
+static tpurt_status_t check_reach(tpurt_program_t* p, tpurt_program_binding_t* b, const uint64_t* block_bytes) {
+  slot_k_t* idx = reloc_index(p);
+  b->need = calloc((size_t)(p->num_inputs + p->num_outputs + 1), sizeof(uint64_t));
+  if (!idx || !b->need) {
+    free(idx);
+    return TPURT_STATUS(RESOURCE_EXHAUSTED, "program_bind: out of host memory");
+  }
+  reach_t c = {.p = p, .idx = idx, .block_bytes = block_bytes, .need = b->need};
+  pthread_mutex_lock(&p->run_lock);
+  tpurt_program_apply_binding(p, b);
+  const tpurt_defer_list_t* l = p->list;
+  for (int32_t r = 0; r < l->num_recs && !c.error; ++r) {
+    const tpurt_defer_rec_t* rec = &l->recs[r];
+    c.rec = r;
+    if (rec->kind == TPURT_DEFER_COPY) {
+      if (rec->bytes > ((uint64_t)1 << 62)) {
+        c.error = TPURT_STATUS(DATA_LOSS, "program_bind: record %d copies %llu bytes", r,
+                               (unsigned long long)rec->bytes);
+        break;
+      }
+      reach(&c, (void*)&rec->dst, 0, (int64_t)rec->bytes);
+      reach(&c, (void*)&rec->src, 0, (int64_t)rec->bytes);
+      continue;
+    }
+    if (rec->kind != TPURT_DEFER_KERNEL) continue; /* a free reaches nothing */
+    const tpurt_op_call_t* call = &rec->call;
+    for (int32_t a = 0; a < call->num_args; ++a) {
+      const tpurt_arg_t* arg = &call->args[a];
+      if (arg->kind == TPURT_ARG_TENSOR) reach_tensor(&c, arg->v.tensor);
+      else if (arg->kind == TPURT_ARG_TENSOR_LIST)
+        for (int32_t e = 0; e < arg->count; ++e) reach_tensor(&c, arg->v.tensors[e]);
+    }
+    for (int32_t o = 0; o < call->num_outputs; ++o) reach_tensor(&c, &call->outputs[o]);
+  }
+  pthread_mutex_unlock(&p->run_lock);
+  free(idx);
+  return c.error;
+}
+
+tpurt_status_t tpurt_program_check_storages(const tpurt_program_t* p, const tpurt_program_binding_t* b,
+                                            const uint64_t* in_bytes, int32_t num_in, const uint64_t* out_bytes,
+                                            int32_t num_out) {
+  if (!p) return TPURT_STATUS(INVALID_ARGUMENT, "program_check_storages: NULL program");
+  if (!b || !b->need) return TPURT_OK; /* captured: its sizes came from a run */
+  if (num_in != p->num_inputs || num_out != p->num_outputs || (num_in && !in_bytes) || (num_out && !out_bytes))
+    return TPURT_STATUS(INVALID_ARGUMENT, "program_check_storages: %d inputs and %d outputs given, the program has "
+                                          "%d and %d", num_in, num_out, p->num_inputs, p->num_outputs);
+  for (int32_t i = 0; i < num_in + num_out; ++i) {
+    uint64_t have = i < num_in ? in_bytes[i] : out_bytes[i - num_in];
+    if (b->need[i] > have)
+      return TPURT_STATUS(INVALID_ARGUMENT, "program: %s %d is %llu bytes; at these sizes the program reaches %llu",
+                          i < num_in ? "input" : "output", i < num_in ? i : i - num_in, (unsigned long long)have,
+                          (unsigned long long)b->need[i]);
+  }
+  return TPURT_OK;
+}
 
 tpurt_status_t tpurt_program_bind(tpurt_program_t* p, const int64_t* values, int32_t num_values,
                                   tpurt_program_binding_t** out, uint64_t* out_arena_bytes, uint64_t* out_rng_count) {
@@ -444,6 +625,7 @@ tpurt_status_t tpurt_program_bind(tpurt_program_t* p, const int64_t* values, int
         int64_t rc = p->rng_sym.value >= 0 ? eval(&p->rng_sym, values) : (int64_t)p->rng_count;
         b->rng_count = rc < 0 ? 0 : (uint64_t)rc;
       }
+      if (!s && p->untrusted) s = check_reach(p, b, sizes);
     }
     free(sizes);
     if (!s) {
@@ -452,6 +634,7 @@ tpurt_status_t tpurt_program_bind(tpurt_program_t* p, const int64_t* values, int
     } else if (b) {
       free(b->values);
       free(b->arena_off);
+      free(b->need);
       free(b);
     }
   }
@@ -479,7 +662,9 @@ void tpurt_program_sizes_free(tpurt_program_t* p) {
   for (int32_t i = 0; i < p->num_bindings; ++i) {
     free(p->bindings[i]->values);
     free(p->bindings[i]->arena_off);
+    free(p->bindings[i]->need);
     free(p->bindings[i]);
   }
   free(p->bindings);
+  free(p->values0);
 }

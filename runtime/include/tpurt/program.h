@@ -105,8 +105,21 @@ TPURT_API tpurt_status_t tpurt_program_launch_bound(tpurt_program_t* p, const tp
                                                     void* const* outputs, int32_t num_outputs, void* arena,
                                                     tpurt_rng_t rng);
 
+/* The size values p was captured at (generalize's first row; tpurt_program_num_values of them), NULL
+ * for a program with fixed sizes: bind to them to run it at its own sizes. */
+TPURT_API const int64_t* tpurt_program_values(const tpurt_program_t* p);
+/* Whether storages of in_bytes[num_in] / out_bytes[num_out] bytes hold everything a launch of p with
+ * binding b reads and writes in them. A program read from bytes (tpurt_program_deserialize) that takes
+ * sizes checks its addresses only when bound (where its arena blocks' sizes are known): call this
+ * before launching it on storages its file did not size. INVALID_ARGUMENT naming the first storage too
+ * small; OK for a captured program (its sizes came from a run). */
+TPURT_API tpurt_status_t tpurt_program_check_storages(const tpurt_program_t* p, const tpurt_program_binding_t* b,
+                                                      const uint64_t* in_bytes, int32_t num_in,
+                                                      const uint64_t* out_bytes, int32_t num_out);
+
 /* A program as bytes, to keep past this process (torch_tpu.export's
- * artifacts). *out is malloc'ed; free() it. FAILED_PRECONDITION when a
+ * artifacts), with its sizes when it takes them at launch (generalize).
+ * *out is malloc'ed; free() it. FAILED_PRECONDITION when a
  * record holds device memory that is not an input, an output or the
  * program's own intermediate (a constant kept alive outside the graph), or
  * runs a kernel that is not in the op table. */
