@@ -224,6 +224,25 @@ def test_dynamic_batch_runs_at_every_size_in_its_range(tmp_path):
             ref = model(x, b)
         got = torch.frombuffer(bytearray((tmp_path / "0.bin").read_bytes()), dtype=torch.float32)
         torch.testing.assert_close(got.reshape(ref[0].shape), ref[0], rtol=1e-5, atol=1e-5)
+        assert "size   batch" in r.stdout or "size   s" in r.stdout
+        # and at other sizes, named on the command line
+        name = m.manifest["sizes"]["symbols"][0]
+        for n in (13, 2, 64):
+            xn = torch.randn(n, 32)
+            (tmp_path / "x.bin").write_bytes(xn.numpy().tobytes())
+            r = subprocess.run([str(RUN_EXPORT), "-s", f"{name}={n}", str(tmp_path / "d.tpuexp"), str(tmp_path),
+                                str(tmp_path / "x.bin"), str(tmp_path / "b.bin")], capture_output=True, text=True,
+                               timeout=120)
+            assert r.returncode == 0, r.stderr
+            with torch.no_grad():
+                ref = model(xn, b)
+            for k, rf in enumerate(ref):
+                got = torch.frombuffer(bytearray((tmp_path / f"{k}.bin").read_bytes()), dtype=torch.float32)
+                torch.testing.assert_close(got.reshape(rf.shape), rf.contiguous(), rtol=1e-5, atol=1e-5)
+        r = subprocess.run([str(RUN_EXPORT), "-s", f"{name}=65", str(tmp_path / "d.tpuexp"), str(tmp_path),
+                            str(tmp_path / "x.bin"), str(tmp_path / "b.bin")], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode != 0 and "exported for 2 to 64" in r.stderr
     # a new process loads it and runs a size it has not seen
     code = (f"import torch, torch_tpu.export as E; m = E.load({str(tmp_path / 'd.tpuexp')!r}); "
             "torch.manual_seed(3); x = torch.randn(13, 32); b = torch.randn(16); "

@@ -150,9 +150,11 @@ def save(ep, path, *, example_inputs=None, device=None):
     manifest = dict(format=FORMAT, in_spec=pytree.treespec_dumps(in_spec),
                     out_spec=pytree.treespec_dumps(ep.call_spec.out_spec), inputs=inputs_meta,
                     outputs=outputs_meta, range_constraints=ranges, torch=torch.__version__)
+    blob = None
     if dynamic is not None:
         manifest["sizes"] = dynamic
-    _C._export_save(str(path), prog, table, json.dumps(manifest))
+        blob = _sizes_section(dynamic, table)
+    _C._export_save(str(path), prog, table, json.dumps(manifest), blob)
 
 
 def _take_sizes(gm, prog, values, dev):
@@ -220,6 +222,47 @@ def _take_sizes(gm, prog, values, dev):
                 out_bytes=[list(r) for r in byte_rules],
                 out_views=[[fi, idx, str(dt).split(".")[-1], [list(r) for r in sizes], [list(r) for r in strides],
                             list(off)] for fi, idx, dt, sizes, strides, off in view_rules])
+
+
+def _sizes_section(d, table):
+    """The artifact's sizes section for C (tpurt/export.h, tpurt_export_session_run_at): the symbols,
+    the size values as polynomials of them, and per table tensor the rules (value index or -1, coef,
+    constant) of its sizes, strides, offset and storage bytes."""
+    import struct
+    ns = len(d["symbols"])
+    out = [struct.pack("<I", ns)]
+    for name, (lo, hi), saved in zip(d["symbols"], d["ranges"], d["point"]):
+        nb = name.encode()
+        out.append(struct.pack("<qqqI", lo, -1 if hi is None else hi, saved, len(nb)) + nb)
+    out.append(struct.pack("<I", len(d["exprs"])))
+    for poly in d["exprs"]:
+        out.append(struct.pack("<I", len(poly)))
+        for coef, exps in poly:
+            out.append(struct.pack("<q", coef) + bytes(exps))
+
+    def rule(r):  # ("c", v) / ("e", k, coef) of _compile._explain
+        return struct.pack("<iqq", -1, 0, r[1]) if r[0] == "c" else struct.pack("<iqq", r[1], r[2], 0)
+
+    layout = {}
+    for i, what, dim, k, const in d["layout"]:
+        layout[(i, what, dim)] = ("c", const) if k < 0 else ("e", k, 1)
+    views = iter(d["out_views"])
+    byte_rules = d["out_bytes"]
+    for row in table:
+        if row["role"] == WEIGHT:
+            out.append(b"\0")
+            continue
+        nd = len(row["sizes"])
+        if row["role"] == INPUT:
+            i = row["program_index"]
+            rules = [layout[(i, "size", k)] for k in range(nd)] + [layout[(i, "stride", k)] for k in range(nd)] + \
+                [layout[(i, "offset", 0)], ("c", 0)]
+        else:
+            _, idx, _, sizes, strides, off = next(views)
+            nbytes = ("c", 0) if row["from_input"] else byte_rules[idx]
+            rules = list(sizes) + list(strides) + [off, nbytes]
+        out.append(b"\1" + b"".join(rule(r) for r in rules))
+    return b"".join(out)
 
 
 def _at(rule, vals):

@@ -375,7 +375,7 @@ void register_program(py::module_& m) {
   m.def(
       "_export_save",
       [](const std::string& path, const std::shared_ptr<Program>& prog, const py::list& tensors,
-         const std::string& manifest) {
+         const std::string& manifest, const py::object& sizes) {
         std::vector<tpurt_export_tensor_t> ts;
         std::vector<std::string> names;
         std::vector<at::Tensor> keep;
@@ -411,11 +411,12 @@ void register_program(py::module_& m) {
           ts.push_back(t);
         }
         for (size_t i = 0; i < ts.size(); ++i) ts[i].name = names[i].c_str();
-        check_status(tpurt_export_save(path.c_str(), prog->raw(), ts.data(), static_cast<int32_t>(ts.size()),
-                                       manifest.data(), manifest.size()),
+        std::string sz = sizes.is_none() ? std::string() : sizes.cast<std::string>();
+        check_status(tpurt_export_save_sized(path.c_str(), prog->raw(), ts.data(), static_cast<int32_t>(ts.size()),
+                                             manifest.data(), manifest.size(), sz.data(), sz.size()),
                      "torch_tpu.export.save");
       },
-      py::arg("path"), py::arg("program"), py::arg("tensors"), py::arg("manifest"));
+      py::arg("path"), py::arg("program"), py::arg("tensors"), py::arg("manifest"), py::arg("sizes") = py::none());
 
   // Starts capturing on the device's current stream; returns the default
   // generator's (seed, offset) to hand back to _capture_end.

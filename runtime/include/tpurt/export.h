@@ -52,6 +52,14 @@ typedef struct tpurt_export_t tpurt_export_t;
 TPURT_API tpurt_status_t tpurt_export_save(const char* path, const tpurt_program_t* program,
                                            const tpurt_export_tensor_t* tensors, int32_t num_tensors,
                                            const char* manifest, size_t manifest_bytes);
+/* tpurt_export_save for a program that takes sizes (tpurt_program_generalize): `sizes` is the
+ * artifact's fifth section, written by torch_tpu.export (its symbols with their ranges and saved
+ * values, the program's size values as integer polynomials of them, and the rules of each input's and
+ * output's sizes, strides, offset and storage bytes); tpurt_export_load checks it whole. */
+TPURT_API tpurt_status_t tpurt_export_save_sized(const char* path, const tpurt_program_t* program,
+                                                 const tpurt_export_tensor_t* tensors, int32_t num_tensors,
+                                                 const char* manifest, size_t manifest_bytes, const void* sizes,
+                                                 size_t sizes_bytes);
 /* Reads and checks an artifact. DATA_LOSS for a damaged or truncated file,
  * NOT_FOUND for a kernel this runtime lacks. */
 TPURT_API tpurt_status_t tpurt_export_load(const char* path, tpurt_export_t** out);
@@ -74,6 +82,22 @@ TPURT_API tpurt_status_t tpurt_export_session_create(const tpurt_export_t* e, tp
 TPURT_API tpurt_status_t tpurt_export_session_run(tpurt_export_session_t* s, const void* const* inputs,
                                                   void* const* outputs);
 TPURT_API void tpurt_export_session_free(tpurt_export_session_t* s);
+
+/* Sizes taken at run time (torch.export's dynamic dims, e.g. a batch): an artifact has
+ * tpurt_export_num_symbols of them (0: its sizes are fixed). Symbol i's name, range [lo, hi] (hi -1:
+ * unbounded; sizes below 2 are never taken) and the value it was saved at; NULL past the last. */
+TPURT_API int32_t tpurt_export_num_symbols(const tpurt_export_t* e);
+TPURT_API const char* tpurt_export_symbol(const tpurt_export_t* e, int32_t i, int64_t* lo, int64_t* hi,
+                                          int64_t* saved);
+/* Table tensor i at the symbols' values (num_symbols of them): its sizes, strides, offset and storage
+ * bytes there (an input's: contiguous). INVALID_ARGUMENT naming a symbol outside its range. */
+TPURT_API tpurt_status_t tpurt_export_tensor_at(const tpurt_export_t* e, int32_t i, const int64_t* symbols,
+                                                tpurt_export_tensor_t* out);
+/* tpurt_export_session_run at the symbols' values: inputs and outputs are host buffers of the sizes
+ * tpurt_export_tensor_at gives (contiguous). The program is bound to the sizes once per size (no
+ * capture, no build), every address it reaches there checked against its storages. */
+TPURT_API tpurt_status_t tpurt_export_session_run_at(tpurt_export_session_t* s, const int64_t* symbols,
+                                                     const void* const* inputs, void* const* outputs);
 
 #ifdef __cplusplus
 }  /* extern "C" */
