@@ -9,7 +9,8 @@
  * ops, dtypes, ranks, flags, which buffer an address lives in) is compared,
  * and each number that differs must be coef * (a size expression the caller
  * evaluated at each capture), one coef for all captures, or the program keeps
- * its fixed sizes. A binding evaluates the fields for new values and plans
+ * its fixed sizes. Random ops' counter offsets are sums of rounded reservations
+ * instead: they are explained by that rule (below). A binding evaluates the fields for new values and plans
  * the arena for the new block sizes; a launch writes the fields into the
  * records (on the queue's thread, under the program's lock, as relocation
  * does) and the fusion executor plans chains for what it sees (generated
@@ -282,8 +283,9 @@ static int64_t call_max_numel(const tpurt_op_call_t* call) {
 
 /* Calls fn(q, r, call, user) for each random offset r of q (q->rngs, in record order) with its
  * record's call; false when q->rngs is not its records' RNG arguments in order. */
-static bool each_rng(const tpurt_program_t* q, bool (*fn)(const tpurt_program_t*, int32_t, const tpurt_op_call_t*, void*),
-                     void* user) {
+typedef bool (*rng_fn_t)(const tpurt_program_t* q, int32_t r, const tpurt_op_call_t* call, void* user);
+
+static bool each_rng(const tpurt_program_t* q, rng_fn_t fn, void* user) {
   int32_t r = 0;
   for (int32_t i = 0; i < q->list->num_recs; ++i) {
     const tpurt_defer_rec_t* rec = &q->list->recs[i];
