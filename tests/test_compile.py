@@ -227,22 +227,90 @@ def test_sizes_are_launch_parameters_gpt_forward_backward():
     assert graphs <= 2  # Dynamo did not recompile for a size
 
 
-def test_dynamic_graph_whose_numbers_follow_no_size_keeps_a_program_per_size():
-    """Dropout reserves its random counters rounded up: no multiple of a size, so the program cannot take
-    sizes at launch. The graph keeps a capture per size, draws as the seed says, and the extra
-    captures leave the generator where it was."""
-    f = torch.compile(lambda x: F.dropout(x, 0.5, training=True) * 2 + 1, backend="tpu", dynamic=True)
-    for n in (64, 96, 130, 64):
+def _eager_and_compiled(f, cf, seed, *args):
+    """f and cf on args from the same seed, each with the generator's next draw after it (where the
+    call left it)."""
+    torch.manual_seed(seed)
+    want = f(*args)
+    want_next = torch.randn(5, device="tpu").cpu()
+    torch.manual_seed(seed)
+    got = cf(*args)
+    got_next = torch.randn(5, device="tpu").cpu()
+    return want, got, want_next, got_next
+
+
+def test_dropout_graph_takes_sizes_at_launch():
+    """Dropout reserves its random counters rounded up (no multiple of a size); the program computes
+    each random op's offsets by the same rule from the bound sizes (tpurt_rng_reservation), so one
+    capture serves every size, and at a size never captured it draws exactly what eager tpu draws from
+    the same seed and leaves the generator where eager does."""
+    def f(x):
+        return F.dropout(x, 0.5, training=True) * 2 + 1
+
+    cf = torch.compile(f, backend="tpu", dynamic=True)
+    sizes = (64, 96, 130, 77, 3, 64)
+    for i, n in enumerate(sizes):
         x = torch.ones(n, 32, device="tpu")
-        torch.manual_seed(5)
-        a = f(x).cpu()
-        torch.manual_seed(5)
-        b = f(x).cpu()
-        assert torch.equal(a, b) and not torch.equal(b, f(x).cpu())
-        assert set(a.unique().tolist()) == {1.0, 5.0}
+        want, got, want_next, got_next = _eager_and_compiled(f, cf, 7 + i, x)
+        assert torch.equal(got.cpu(), want.cpu()), n
+        assert torch.equal(got_next, want_next), n
+        assert set(got.cpu().unique().tolist()) <= {1.0, 5.0}
+        if n > 3:
+            assert not torch.equal(cf(x).cpu(), cf(x).cpu())  # each call draws fresh counters
     s = stats()
-    assert s["graphs"] == 1 and s["generalized"] == 0 and s["size_probes"] == 2 and s["captures"] == 3
-    assert s["bindings"] == 0 and s["eager_runs"] == 0
+    assert s["graphs"] == 1 and s["captures"] == 1 and s["size_probes"] == 2 and s["generalized"] == 1
+    assert s["bindings"] == len(set(sizes)) - 1 and s["eager_runs"] == 0 and s["capture_failures"] == 0
+
+
+def test_two_dropouts_at_a_new_size_draw_from_their_own_counters():
+    """Two random ops in one graph: at a bound size their counter ranges follow each other as eager's
+    do (no overlap: different masks), the bits equal eager tpu's from the same seed."""
+    def f(x):
+        return F.dropout(x, 0.5, training=True), F.dropout(x * 3, 0.5, training=True) + x.sum()
+
+    cf = torch.compile(f, backend="tpu", dynamic=True)
+    sizes = (40, 57, 203, 9)
+    for i, n in enumerate(sizes):
+        x = torch.ones(n, 8, device="tpu")
+        want, got, want_next, got_next = _eager_and_compiled(f, cf, 11 + i, x)
+        for a, b in zip(got, want):
+            assert torch.equal(a.cpu(), b.cpu()), n
+        assert torch.equal(got_next, want_next), n
+        first, second = got[0].cpu() != 0, got[1].cpu() != n * 8
+        assert not torch.equal(first, second), n  # the second op's counters are not the first's
+    s = stats()
+    assert s["graphs"] == 1 and s["captures"] == 1 and s["generalized"] == 1
+    assert s["bindings"] == len(sizes) - 1 and s["eager_runs"] == 0
+
+
+def test_gpt_training_with_dropout_takes_sizes_at_launch():
+    """A training step of the small GPT with dropout (residual, embedding and attention), batch and
+    sequence length dynamic: one capture per graph at the first size, every other size a binding, and
+    logits, gradients and the generator's next draw exactly as eager tpu's from the same seed."""
+    vocab = 96
+    torch.manual_seed(0)
+    m_base = GPT(vocab=vocab, d=32, heads=4, layers=2, seq=64, dropout=0.2)
+    m = copy.deepcopy(m_base).to("tpu")
+    m_eager = copy.deepcopy(m_base).to("tpu")
+    cm = torch.compile(m, backend="tpu", dynamic=True)
+    g = torch.Generator().manual_seed(1)
+    sizes = ((2, 8), (3, 8), (4, 16), (5, 12), (2, 31), (3, 8))
+    for b, t in sizes:
+        x, y = torch.randint(0, vocab, (b, t), generator=g), torch.randint(0, vocab, (b, t), generator=g)
+        out = []
+        for mod in (cm, m_eager):
+            (m if mod is cm else m_eager).zero_grad()
+            torch.manual_seed(100 + b * t)
+            logits = mod(x.to("tpu"))
+            _lm_loss(logits, y.to("tpu")).backward()
+            out.append((logits.detach().cpu(), torch.randn(4, device="tpu").cpu()))
+        (lc, nc), (le, ne) = out
+        assert torch.equal(lc, le) and torch.equal(nc, ne), (b, t)
+        for (name, p), p_eager in zip(m.named_parameters(), m_eager.parameters()):
+            assert torch.equal(p.grad.cpu(), p_eager.grad.cpu()), (b, t, name)
+    s = stats()
+    assert s["graphs"] <= 2 and s["captures"] == 2 and s["generalized"] == 2  # forward and backward
+    assert s["bindings"] == 2 * (len(set(sizes)) - 1) and s["eager_runs"] == 0 and s["capture_failures"] == 0
 
 
 def test_piecewise_size_keeps_a_program_per_size():

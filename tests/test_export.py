@@ -273,3 +273,29 @@ def test_dynamic_sequence_of_a_transformer_block(tmp_path):
         with torch.no_grad():
             ref = model(xn)
         torch.testing.assert_close(m(xn).cpu(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_random_ops_keep_their_counters_through_the_file(tmp_path):
+    """A graph with dropout (training mode) takes its sizes at run time through the file too: its random
+    ops' counter offsets follow their reservation rule at each size, so a loaded program draws what eager
+    tpu draws from the same seed, at sizes never captured."""
+    from torch.export import Dim
+
+    class Drop(nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.dropout(x, 0.5, training=True) * 2 + \
+                torch.nn.functional.dropout(x, 0.25, training=True)
+
+    x = torch.ones(8, 16)
+    ep = torch.export.export(Drop(), (x,), dynamic_shapes={"x": {0: Dim("n", min=2, max=200)}})
+    tpu_export.save(ep, tmp_path / "drop.tpuexp")
+    m = tpu_export.load(tmp_path / "drop.tpuexp")
+    assert "sizes" in m.manifest
+    for n in (8, 37, 130):
+        xn = torch.ones(n, 16, device="tpu")
+        torch.manual_seed(7)
+        got = m(xn).cpu()
+        torch.manual_seed(7)
+        want = Drop()(xn).cpu()
+        assert torch.equal(got, want), n
+        assert not torch.equal(got, m(xn).cpu())  # fresh counters each call

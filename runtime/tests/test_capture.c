@@ -325,6 +325,118 @@ static void test_sizes_at_launch(void) {
   }
 }
 
+/* out[i] = the Philox offset the call was given + i (int64, its first dim). */
+static tpurt_status_t k_rng_iota(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
+  const tpurt_rng_t* rng = NULL;
+  for (int32_t a = 0; a < call->num_args; ++a)
+    if (call->args[a].kind == TPURT_ARG_RNG) rng = &call->args[a].v.rng;
+  if (!rng) return TPURT_STATUS(INVALID_ARGUMENT, "rng_iota: no generator state");
+  int64_t* y = call->outputs[0].data;
+  for (int64_t i = 0; i < call->outputs[0].sizes[0]; ++i) y[i] = (int64_t)(rng->offset + (uint64_t)i);
+  return TPURT_OK;
+}
+static const tpurt_op_def_t op_rng_iota = {"rng_iota", k_rng_iota, k_rng_iota, TPURT_OP_RANDOM};
+
+typedef struct rng_graph_t {
+  tpurt_program_t* p;
+  void *x, *a, *u; /* input (3n int64), outputs (n and 2n int64) */
+  int64_t n;
+} rng_graph_t;
+
+/* Two random calls, as the C++ layer reserves them from a generator at offset 1000: a over n
+ * elements, then u over 2n elements with an input x of 3n (the largest tensor counts); `gap`:
+ * counter values left between them (0: the reservation rule's offsets). */
+static rng_graph_t capture_rng(int64_t n, uint64_t gap) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  rng_graph_t g = {.n = n};
+  g.x = dev_alloc((size_t)n * 24);
+  CHECK_OK(tpurt_capture_begin(q));
+  g.a = dev_alloc((size_t)n * 8);
+  g.u = dev_alloc((size_t)n * 16);
+  const uint64_t before = 1000, seed = 11;
+  uint64_t off_u = before + tpurt_rng_reservation(n) + gap, after = off_u + tpurt_rng_reservation(3 * n);
+  tpurt_tensor_t ta = vec(g.a, TPURT_DTYPE_INT64, n), tu = vec(g.u, TPURT_DTYPE_INT64, 2 * n),
+                 tx = vec(g.x, TPURT_DTYPE_INT64, 3 * n);
+  tpurt_arg_t r1 = {.kind = TPURT_ARG_RNG, .v.rng = {seed, before}};
+  tpurt_arg_t a2[2] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &tx}, {.kind = TPURT_ARG_RNG, .v.rng = {seed, off_u}}};
+  tpurt_op_call_t c1 = {.name = "rng_iota", .overload = "", .num_args = 1, .args = &r1, .num_outputs = 1,
+                        .outputs = &ta};
+  tpurt_op_call_t c2 = {.name = "rng_iota", .overload = "", .num_args = 2, .args = a2, .num_outputs = 1,
+                        .outputs = &tu};
+  CHECK_OK(tpurt_queue_submit_kernel(q, &op_rng_iota, &c1));
+  CHECK_OK(tpurt_queue_submit_kernel(q, &op_rng_iota, &c2));
+  tpurt_program_range_t ins[1] = {{g.x, (uint64_t)n * 24}}, outs[2] = {{g.a, (uint64_t)n * 8}, {g.u, (uint64_t)n * 16}};
+  CHECK_OK(tpurt_capture_end(q, ins, 1, outs, 2, seed, before, after, &g.p));
+  return g;
+}
+
+static void free_rng_graph(rng_graph_t* g) {
+  tpurt_program_release(g->p);
+  tpurt_memory_free(g_dev, g->x);
+  tpurt_memory_free(g_dev, g->a);
+  tpurt_memory_free(g_dev, g->u);
+}
+
+/* Reads a launch's outputs: a's n values then u's 2n. */
+static int64_t* rng_outputs(const rng_graph_t* g) {
+  int64_t* h = malloc((size_t)g->n * 24);
+  CHECK_OK(tpurt_queue_synchronize(tpurt_device_default_queue(g_dev)));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, h, g->a, (size_t)g->n * 8));
+  CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, h + g->n, g->u, (size_t)g->n * 16));
+  return h;
+}
+
+/* Random offsets are running sums of rounded reservations (tpurt_rng_reservation), no multiple of a
+ * size: generalize explains them by the rule, checked at every capture, and a binding at a size
+ * never captured gives each random call the offset a capture at that size gives it. Offsets that
+ * follow neither the rule nor a size are refused. */
+static void test_random_offsets_at_launch(void) {
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  const int64_t ns[3] = {101, 158, 227};
+  rng_graph_t g[3];
+  for (int k = 0; k < 3; ++k) g[k] = capture_rng(ns[k], 0);
+  int64_t values[3] = {101, 158, 227};
+  const tpurt_program_t* others[2] = {g[1].p, g[2].p};
+  CHECK_OK(tpurt_program_generalize(g[0].p, others, 2, values, 1));
+  CHECK(tpurt_program_num_values(g[0].p) == 1);
+  /* A fourth size: the bound launch against a capture made there, launched from the same base. */
+  const int64_t n = 333;
+  rng_graph_t c = capture_rng(n, 0);
+  tpurt_program_info_t info;
+  tpurt_program_query(c.p, &info);
+  tpurt_program_binding_t* b = NULL;
+  uint64_t arena_bytes = 1, rng_count = 0;
+  CHECK_OK(tpurt_program_bind(g[0].p, &n, 1, &b, &arena_bytes, &rng_count));
+  CHECK(rng_count == info.rng_count && rng_count == tpurt_rng_reservation(n) + tpurt_rng_reservation(3 * n));
+  void *in[1] = {c.x}, *out[2] = {c.a, c.u};
+  CHECK_OK(tpurt_program_launch(c.p, q, in, 1, out, 2, NULL, (tpurt_rng_t){9, 50000}));
+  int64_t* want = rng_outputs(&c);
+  CHECK_OK(tpurt_program_launch_bound(g[0].p, b, q, in, 1, out, 2, NULL, (tpurt_rng_t){9, 50000}));
+  int64_t* got = rng_outputs(&c);
+  CHECK(memcmp(got, want, (size_t)n * 24) == 0);
+  CHECK(got[0] == 50000 && got[n] == 50000 + (int64_t)tpurt_rng_reservation(n) && got[3 * n - 1] == got[n] + 2 * n - 1);
+  free(want);
+  free(got);
+  /* The captured size again, bound: the captured offsets. */
+  CHECK_OK(tpurt_program_bind(g[0].p, &ns[0], 1, &b, NULL, &rng_count));
+  CHECK(rng_count == tpurt_rng_reservation(101) + tpurt_rng_reservation(303));
+  void *in0[1] = {g[0].x}, *out0[2] = {g[0].a, g[0].u};
+  CHECK_OK(tpurt_program_launch_bound(g[0].p, b, q, in0, 1, out0, 2, NULL, (tpurt_rng_t){9, 0}));
+  got = rng_outputs(&g[0]);
+  CHECK(got[0] == 0 && got[101] == (int64_t)tpurt_rng_reservation(101));
+  free(got);
+  free_rng_graph(&c);
+  for (int k = 0; k < 3; ++k) free_rng_graph(&g[k]);
+
+  /* Counter values left between the calls: no rule, no size: the program keeps its sizes. */
+  for (int k = 0; k < 3; ++k) g[k] = capture_rng(ns[k], 4);
+  others[0] = g[1].p;
+  others[1] = g[2].p;
+  CHECK_STATUS(tpurt_program_generalize(g[0].p, others, 2, values, 1), FAILED_PRECONDITION);
+  CHECK(tpurt_program_num_values(g[0].p) == 0);
+  for (int k = 0; k < 3; ++k) free_rng_graph(&g[k]);
+}
+
 int main(void) {
   CHECK_OK(tpurt_init());
   CHECK_OK(tpurt_device_get(0, &g_dev));
@@ -333,6 +445,7 @@ int main(void) {
   test_arena_reuses_dead_blocks();
   test_refusals();
   test_sizes_at_launch();
+  test_random_offsets_at_launch();
   printf("test_capture: %d passed, %d failed\n", g_test_passed, g_test_failed);
   return g_test_failed ? 1 : 0;
 }

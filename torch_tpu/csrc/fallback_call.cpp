@@ -398,8 +398,7 @@ tpurt_rng_t reserve_rng(const Call& c, bool explicit_gen, c10::DeviceIndex devic
     TORCH_CHECK(gen && gen->device().type() == kTpu, c.name, ": expected a tpu Generator, got one for ",
                 gen ? gen->device() : c10::Device("cpu"));
   }
-  uint64_t count = (static_cast<uint64_t>(max_numel) + 3) / 4 * 4 + 4;
-  return generator_reserve(gen ? *gen : default_generator(device), count);
+  return generator_reserve(gen ? *gen : default_generator(device), tpurt_rng_reservation(max_numel));
 }
 
 // Buffer offsets become pointers (the vectors no longer grow); random ops get

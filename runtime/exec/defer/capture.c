@@ -558,9 +558,9 @@ static tpurt_status_t run_launch(void* user, tpurt_kernel_ctx_t* ctx) {
                                             : L->arena;
     *r->slot = base + r->off;
   }
-  for (int32_t k = 0; k < p->num_rngs; ++k) {
+  for (int32_t k = 0; k < p->num_rngs; ++k) { /* a binding's offsets follow its sizes (program_sizes.c) */
     p->rngs[k].slot->seed = L->rng.seed;
-    p->rngs[k].slot->offset = L->rng.offset + p->rngs[k].rel;
+    p->rngs[k].slot->offset = L->rng.offset + (b && b->rng_rel ? b->rng_rel[k] : p->rngs[k].rel);
   }
   tpurt_status_t s = tpurt_defer_list_run(p->list, ctx);
   pthread_mutex_unlock(&p->run_lock);

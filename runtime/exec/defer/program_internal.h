@@ -41,12 +41,21 @@ typedef struct sym_field_t {
 
 enum { SYM_I64 = 0, SYM_U64, SYM_F64 };
 
+/* A dim of a random record's tensor, for its counter reservation at launch (program_sizes.c):
+ * coef * values[value], or coef itself where value is -1. `last` ends its tensor. */
+typedef struct rng_dim_t {
+  int32_t value;
+  bool last;
+  int64_t coef;
+} rng_dim_t;
+
 /* A program's sizes bound to values (tpurt_program_bind). */
 struct tpurt_program_binding_t {
   int64_t* values;
   uint64_t* arena_off; /* per block */
   uint64_t arena_bytes, rng_count;
   uint64_t* need; /* a program read from bytes: the bytes each input, then each output, reaches (else NULL) */
+  uint64_t* rng_rel; /* per random offset (p->rngs), where the program's take sizes (rng_dims); else NULL */
 };
 
 struct tpurt_program_t {
@@ -71,6 +80,11 @@ struct tpurt_program_t {
   sym_field_t rng_sym;     /* rng_count (value -1: constant) */
   int64_t* values0;        /* the expressions' values at the first capture: its own sizes */
   bool untrusted;          /* read from bytes (program_io.c): a binding checks every address it makes */
+  /* Random offsets by the reservation rule (tpurt_rng_reservation), where they follow no single size:
+   * p->rngs[r]'s record's tensors are rng_dims[rng_dim_start[r] .. rng_dim_start[r + 1]); NULL when
+   * the offsets and count are constants or sym fields. */
+  rng_dim_t* rng_dims;
+  int32_t* rng_dim_start;
   pthread_mutex_t bind_lock;
   tpurt_program_binding_t** bindings;
   int32_t num_bindings, cap_bindings;

@@ -16,6 +16,7 @@
  * against the program's inputs and outputs, every offset against the arena.
  * The layout is this machine's (little-endian, 64-bit); the header says so
  * and a reader on another layout refuses it. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,6 +261,18 @@ tpurt_status_t tpurt_program_serialize(const tpurt_program_t* p, void** out, siz
         put_i32(w, f->type);
         put_i32(w, f->value);
         put_i64(w, f->coef);
+      }
+      /* Random offsets by the reservation rule: each random op's tensors' dims, in walk order (the
+       * last num_rngs numbers are the random offsets in that order). */
+      put_u8(w, p->rng_dim_start != NULL);
+      for (int32_t k = n - p->num_rngs; p->rng_dim_start && k < n && !wr.error; ++k) {
+        int32_t r = (int32_t)((const rng_reloc_t*)((const char*)slots[k] - offsetof(rng_reloc_t, rel)) - p->rngs);
+        put_i32(w, p->rng_dim_start[r + 1] - p->rng_dim_start[r]);
+        for (int32_t i = p->rng_dim_start[r]; i < p->rng_dim_start[r + 1]; ++i) {
+          put_i32(w, p->rng_dims[i].value);
+          put_u8(w, p->rng_dims[i].last);
+          put_i64(w, p->rng_dims[i].coef);
+        }
       }
     }
     free(idx);
@@ -565,6 +578,52 @@ static void read_sizes_tail(reader_t* rd, tpurt_program_t* p) {
     }
     p->syms[k] = (sym_field_t){.slot = slots[at], .type = type, .value = value, .coef = coef};
     p->num_syms = k + 1;
+  }
+  if (!rd->error && get_u8(rd)) { /* random offsets by the reservation rule */
+    p->rng_dim_start = calloc((size_t)p->num_rngs + 1, sizeof(int32_t));
+    size_t cap = (rd->n - rd->at) / 13 + 1;
+    p->rng_dims = malloc(sizeof(rng_dim_t) * cap);
+    if (!p->rng_dim_start || !p->rng_dims) rd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_deserialize: out of host memory");
+    int32_t total = 0;
+    int32_t* count = calloc((size_t)p->num_rngs + 1, sizeof(int32_t));
+    rng_dim_t** at = calloc((size_t)p->num_rngs + 1, sizeof(rng_dim_t*));
+    rng_dim_t* tmp = malloc(sizeof(rng_dim_t) * cap);
+    if (!count || !at || !tmp) rd->error = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_deserialize: out of host memory");
+    /* read in walk order, each to its random offset's place */
+    for (int32_t k = n - p->num_rngs; k < n && !rd->error; ++k) {
+      int32_t r = (int32_t)((const rng_reloc_t*)((const char*)slots[k] - offsetof(rng_reloc_t, rel)) - p->rngs);
+      int32_t nd = get_count(rd, 13);
+      if (rd->error || (size_t)(total + nd) > cap || r < 0 || r >= p->num_rngs || at[r]) {
+        corrupt(rd, "random offsets that name no random op");
+        break;
+      }
+      at[r] = tmp + total;
+      count[r] = nd;
+      for (int32_t i = 0; i < nd; ++i) {
+        rng_dim_t* d = &tmp[total++];
+        d->value = get_i32(rd);
+        d->last = get_u8(rd) != 0;
+        d->coef = get_i64(rd);
+        if (d->value < -1 || d->value >= p->num_values) corrupt(rd, "a random op's size that is none");
+      }
+      if (nd > 0 && !tmp[total - 1].last) corrupt(rd, "a random op's dims that end no tensor");
+    }
+    if (!rd->error) { /* in p->rngs' order */
+      int32_t off = 0;
+      for (int32_t r = 0; r < p->num_rngs; ++r) {
+        if (!at[r]) {
+          corrupt(rd, "a random op without its dims");
+          break;
+        }
+        p->rng_dim_start[r] = off;
+        memcpy(p->rng_dims + off, at[r], sizeof(rng_dim_t) * (size_t)count[r]);
+        off += count[r];
+      }
+      p->rng_dim_start[p->num_rngs] = off;
+    }
+    free(count);
+    free(at);
+    free(tmp);
   }
   for (int32_t b = 0; b < p->num_blocks && !rd->error; ++b) {
     const prog_block_t* bl = &p->blocks[b];

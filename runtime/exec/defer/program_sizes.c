@@ -9,7 +9,8 @@
  * ops, dtypes, ranks, flags, which buffer an address lives in) is compared,
  * and each number that differs must be coef * (a size expression the caller
  * evaluated at each capture), one coef for all captures, or the program keeps
- * its fixed sizes. A binding evaluates the fields for new values and plans
+ * its fixed sizes. Random ops' counter offsets are sums of rounded reservations
+ * instead: they are explained by that rule (below). A binding evaluates the fields for new values and plans
  * the arena for the new block sizes; a launch writes the fields into the
  * records (on the queue's thread, under the program's lock, as relocation
  * does) and the fusion executor plans chains for what it sees (generated
@@ -296,6 +297,131 @@ static tpurt_status_t explain_field(const tpurt_program_t* p, int32_t rec, const
   return TPURT_OK;
 }
 
+/* ---- random offsets by the reservation rule ----
+ *
+ * A random call reserves tpurt_rng_reservation(its largest tensor's element count) counter values
+ * per TPURT_ARG_RNG argument, so a program's random offsets are running sums of rounded counts: no
+ * multiple of one size. Where the captures' offsets and count are exactly those sums of their own
+ * records' sizes, a binding computes them the same way from the bound sizes. */
+
+/* A record tensor's element count; 0 for none, an output not asked for (data NULL) or an empty one. */
+static int64_t tensor_numel(const tpurt_tensor_t* t) {
+  if (!t || !t->data) return 0;
+  int64_t n = 1;
+  for (int32_t d = 0; d < t->ndim; ++d) n *= t->sizes[d];
+  return n;
+}
+
+/* The largest element count among a call's tensors (outputs, tensor arguments, list entries): what
+ * the C++ layer reserves by. */
+static int64_t call_max_numel(const tpurt_op_call_t* call) {
+  int64_t m = 0, n;
+  for (int32_t o = 0; o < call->num_outputs; ++o)
+    if ((n = tensor_numel(&call->outputs[o])) > m) m = n;
+  for (int32_t a = 0; a < call->num_args; ++a) {
+    const tpurt_arg_t* arg = &call->args[a];
+    if (arg->kind == TPURT_ARG_TENSOR && (n = tensor_numel(arg->v.tensor)) > m) m = n;
+    if (arg->kind == TPURT_ARG_TENSOR_LIST)
+      for (int32_t e = 0; e < arg->count; ++e)
+        if ((n = tensor_numel(arg->v.tensors[e])) > m) m = n;
+  }
+  return m;
+}
+
+/* Calls fn(q, r, call, user) for each random offset r of q (q->rngs, in record order) with its
+ * record's call; false when q->rngs is not its records' RNG arguments in order. */
+typedef bool (*rng_fn_t)(const tpurt_program_t* q, int32_t r, const tpurt_op_call_t* call, void* user);
+
+static bool each_rng(const tpurt_program_t* q, rng_fn_t fn, void* user) {
+  int32_t r = 0;
+  for (int32_t i = 0; i < q->list->num_recs; ++i) {
+    const tpurt_defer_rec_t* rec = &q->list->recs[i];
+    if (rec->kind != TPURT_DEFER_KERNEL) continue;
+    for (int32_t a = 0; a < rec->call.num_args; ++a) {
+      if (rec->call.args[a].kind != TPURT_ARG_RNG) continue;
+      if (r >= q->num_rngs || q->rngs[r].slot != &rec->call.args[a].v.rng) return false;
+      if (!fn(q, r++, &rec->call, user)) return false;
+    }
+  }
+  return r == q->num_rngs;
+}
+
+static bool rng_check_one(const tpurt_program_t* q, int32_t r, const tpurt_op_call_t* call, void* user) {
+  uint64_t* sum = user;
+  if (q->rngs[r].rel != *sum) return false;
+  *sum += tpurt_rng_reservation(call_max_numel(call));
+  return true;
+}
+
+/* Whether q's random offsets and count are the rule's running sums over its own records. */
+static bool rng_rule_holds(const tpurt_program_t* q) {
+  uint64_t sum = 0;
+  return each_rng(q, rng_check_one, &sum) && sum == q->rng_count;
+}
+
+typedef struct rng_desc_t {
+  rng_dim_t* dims;
+  int32_t num_dims, cap_dims;
+  int32_t* start; /* num_rngs + 1 */
+  const slot_k_t* sym_idx; /* the explained fields by slot: k indexes syms */
+  const sym_field_t* syms;
+  int32_t num_syms;
+  bool oom;
+} rng_desc_t;
+
+static void desc_tensor(rng_desc_t* d, const tpurt_tensor_t* t) {
+  if (!t || !t->data) return; /* counts 0 at every size: the data pointer's presence is compared */
+  for (int32_t i = 0; i < (t->ndim ? t->ndim : 1); ++i) {
+    d->dims = grow(d->dims, &d->cap_dims, d->num_dims, sizeof(rng_dim_t), &d->oom);
+    if (d->oom) return;
+    rng_dim_t x = {.value = -1, .last = i + 1 >= t->ndim, .coef = t->ndim ? t->sizes[i] : 1};
+    if (t->ndim) {
+      int32_t k = reloc_of(d->sym_idx, d->num_syms, (void*)&t->sizes[i]);
+      if (k >= 0) x.value = d->syms[k].value, x.coef = d->syms[k].coef;
+    }
+    d->dims[d->num_dims++] = x;
+  }
+}
+
+static bool rng_desc_one(const tpurt_program_t* q, int32_t r, const tpurt_op_call_t* call, void* user) {
+  rng_desc_t* d = user;
+  d->start[r] = d->num_dims;
+  for (int32_t o = 0; o < call->num_outputs; ++o) desc_tensor(d, &call->outputs[o]);
+  for (int32_t a = 0; a < call->num_args; ++a) {
+    const tpurt_arg_t* arg = &call->args[a];
+    if (arg->kind == TPURT_ARG_TENSOR) desc_tensor(d, arg->v.tensor);
+    if (arg->kind == TPURT_ARG_TENSOR_LIST)
+      for (int32_t e = 0; e < arg->count; ++e) desc_tensor(d, arg->v.tensors[e]);
+  }
+  d->start[r + 1] = d->num_dims;
+  return !d->oom;
+}
+
+/* The dims of each random record of p: each a size field explained among syms (found by its slot)
+ * or a constant. False without memory. */
+static bool rng_describe(const tpurt_program_t* p, const sym_field_t* syms, int32_t num_syms, rng_dim_t** out_dims,
+                         int32_t** out_start) {
+  rng_desc_t d = {.syms = syms, .num_syms = num_syms};
+  slot_k_t* idx = malloc(sizeof(slot_k_t) * (size_t)(num_syms + 1));
+  d.start = calloc((size_t)p->num_rngs + 1, sizeof(int32_t));
+  bool ok = idx && d.start;
+  if (ok) {
+    for (int32_t k = 0; k < num_syms; ++k) idx[k] = (slot_k_t){syms[k].slot, k};
+    qsort(idx, (size_t)num_syms, sizeof(slot_k_t), slot_cmp);
+    d.sym_idx = idx;
+    ok = each_rng(p, rng_desc_one, &d) && !d.oom;
+  }
+  free(idx);
+  if (!ok) {
+    free(d.dims);
+    free(d.start);
+    return false;
+  }
+  *out_dims = d.dims;
+  *out_start = d.start;
+  return true;
+}
+
 tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_t* const* others, int32_t num_others,
                                         const int64_t* values, int32_t num_values) {
   if (!p || num_others < 1 || !others || num_values < 1 || !values)
@@ -313,6 +439,8 @@ tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_
   sym_field_t* block_syms = NULL;
   sym_field_t rng_sym = {.value = -1};
   int64_t* values0 = NULL;
+  rng_dim_t* rng_dims = NULL;
+  int32_t* rng_dim_start = NULL;
   tpurt_status_t s = TPURT_OK;
   if (!w || !idx || !v) {
     s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
@@ -395,13 +523,24 @@ tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_
     s = explain_field(p, -1, "an offset into a buffer", &p->relocs[k0].off, SYM_I64, v, rows, values, num_values,
                       &syms);
   }
-  /* Random ops' offsets and count. */
-  for (int32_t r = 0; r < p->num_rngs && !s; ++r) {
+  /* Random ops' offsets and count: the same at every size, or the reservation rule's sums of each
+   * capture's own record sizes (checked at every capture), or else (as any number) coef * a size. */
+  bool rng_same = true;
+  for (int32_t k = 1; k < rows && rng_same; ++k) {
+    const tpurt_program_t* q = others[k - 1];
+    rng_same = q->rng_count == p->rng_count;
+    for (int32_t r = 0; r < p->num_rngs && rng_same; ++r) rng_same = q->rngs[r].rel == p->rngs[r].rel;
+  }
+  bool by_rule = !s && !rng_same && !syms.oom;
+  for (int32_t k = 0; k < rows && by_rule; ++k) by_rule = rng_rule_holds(k ? others[k - 1] : p);
+  if (by_rule && !rng_describe(p, syms.a, syms.n, &rng_dims, &rng_dim_start))
+    s = TPURT_STATUS(RESOURCE_EXHAUSTED, "generalize: out of host memory");
+  for (int32_t r = 0; r < p->num_rngs && !s && !by_rule; ++r) {
     for (int32_t k = 0; k < rows; ++k) v[k] = (int64_t)(k ? others[k - 1] : p)->rngs[r].rel;
     s = explain_field(p, -1, "a random op's counter offset", &p->rngs[r].rel, SYM_U64, v, rows, values, num_values,
                       &syms);
   }
-  if (!s) {
+  if (!s && !by_rule) {
     syms_t one = {0};
     for (int32_t k = 0; k < rows; ++k) v[k] = (int64_t)(k ? others[k - 1] : p)->rng_count;
     s = explain_field(p, -1, "the random counter count", &p->rng_count, SYM_U64, v, rows, values, num_values, &one);
@@ -442,6 +581,10 @@ tpurt_status_t tpurt_program_generalize(tpurt_program_t* p, const tpurt_program_
   p->rng_sym = rng_sym;
   p->values0 = values0;
   values0 = NULL;
+  p->rng_dims = rng_dims;
+  p->rng_dim_start = rng_dim_start;
+  rng_dims = NULL;
+  rng_dim_start = NULL;
   p->num_values = num_values;
   pthread_mutex_unlock(&p->run_lock);
 done:
@@ -453,6 +596,8 @@ done:
   free(syms.a);
   free(block_syms);
   free(values0);
+  free(rng_dims);
+  free(rng_dim_start);
   return s;
 }
 
@@ -585,6 +730,29 @@ tpurt_status_t tpurt_program_check_storages(const tpurt_program_t* p, const tpur
   return TPURT_OK;
 }
 
+/* A binding's random offsets by the reservation rule (p->rng_dims); false when a tensor's element
+ * count at these values overflows or is negative. */
+static bool bind_rngs(const tpurt_program_t* p, const int64_t* values, uint64_t* rel, uint64_t* count) {
+  uint64_t sum = 0;
+  for (int32_t r = 0; r < p->num_rngs; ++r) {
+    int64_t m = 0, n = 1;
+    for (int32_t i = p->rng_dim_start[r]; i < p->rng_dim_start[r + 1]; ++i) {
+      const rng_dim_t* d = &p->rng_dims[i];
+      int64_t x = d->coef;
+      if (d->value >= 0 && __builtin_mul_overflow(d->coef, values[d->value], &x)) return false;
+      if (x < 0 || __builtin_mul_overflow(n, x, &n)) return false;
+      if (d->last) {
+        if (n > m) m = n;
+        n = 1;
+      }
+    }
+    rel[r] = sum;
+    if (__builtin_add_overflow(sum, tpurt_rng_reservation(m), &sum)) return false;
+  }
+  *count = sum;
+  return true;
+}
+
 tpurt_status_t tpurt_program_bind(tpurt_program_t* p, const int64_t* values, int32_t num_values,
                                   tpurt_program_binding_t** out, uint64_t* out_arena_bytes, uint64_t* out_rng_count) {
   if (!out) return TPURT_STATUS(INVALID_ARGUMENT, "program_bind: NULL out");
@@ -626,6 +794,12 @@ tpurt_status_t tpurt_program_bind(tpurt_program_t* p, const int64_t* values, int
         b->rng_count = rc < 0 ? 0 : (uint64_t)rc;
       }
       if (!s && p->untrusted) s = check_reach(p, b, sizes);
+      if (!s && p->rng_dim_start) {
+        b->rng_rel = malloc(sizeof(uint64_t) * (size_t)(p->num_rngs + 1));
+        if (!b->rng_rel) s = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_bind: out of host memory");
+        else if (!bind_rngs(p, values, b->rng_rel, &b->rng_count))
+          s = TPURT_STATUS(INVALID_ARGUMENT, "program_bind: a random op's element count overflows at these sizes");
+      }
     }
     free(sizes);
     if (!s) {
@@ -635,6 +809,7 @@ tpurt_status_t tpurt_program_bind(tpurt_program_t* p, const int64_t* values, int
       free(b->values);
       free(b->arena_off);
       free(b->need);
+      free(b->rng_rel);
       free(b);
     }
   }
@@ -659,10 +834,13 @@ void tpurt_program_apply_binding(tpurt_program_t* p, const tpurt_program_binding
 void tpurt_program_sizes_free(tpurt_program_t* p) {
   free(p->syms);
   free(p->block_syms);
+  free(p->rng_dims);
+  free(p->rng_dim_start);
   for (int32_t i = 0; i < p->num_bindings; ++i) {
     free(p->bindings[i]->values);
     free(p->bindings[i]->arena_off);
     free(p->bindings[i]->need);
+    free(p->bindings[i]->rng_rel);
     free(p->bindings[i]);
   }
   free(p->bindings);

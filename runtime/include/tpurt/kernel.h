@@ -46,6 +46,14 @@ typedef struct tpurt_rng_t {
   uint64_t offset;  /* first counter value reserved for this call */
 } tpurt_rng_t;
 
+/* The Philox counter values one random call reserves from its generator, for each of its
+ * TPURT_ARG_RNG arguments: its largest tensor's element count (inputs and outputs) rounded up to
+ * a multiple of 4, plus 4. The one definition of the rule: the C++ layer reserves by it, and a
+ * program that takes sizes at launch computes its random offsets by it (exec/defer/program_sizes.c). */
+static inline uint64_t tpurt_rng_reservation(int64_t max_numel) {
+  return ((uint64_t)(max_numel > 0 ? max_numel : 0) + 3) / 4 * 4 + 4;
+}
+
 typedef struct tpurt_arg_t {
   tpurt_arg_kind_t kind;
   int32_t count; /* element count for list kinds */

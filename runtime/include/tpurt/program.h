@@ -81,7 +81,11 @@ TPURT_API tpurt_status_t tpurt_program_launch(tpurt_program_t* p, tpurt_queue_t*
  * kernels, and explains every number that differs between them (a tensor's
  * sizes, strides and offsets, an int or integral float argument, a copy's
  * bytes, a block's bytes) as coef * expression e, the same coef at every
- * capture. Then p takes sizes at launch: bind it to the expressions' values
+ * capture. Random ops' Philox offsets and the launch's count, which are sums
+ * of rounded reservations, may instead be explained by their rule: where every
+ * capture's are the running sums of tpurt_rng_reservation over its random
+ * kernels' tensor sizes, a binding computes them the same way from its sizes.
+ * Then p takes sizes at launch: bind it to the expressions' values
  * at a new point and launch with the binding; the records are rewritten for
  * it and the arena planned for its block sizes (no capture, no C build).
  * FAILED_PRECONDITION naming the first number it cannot explain, or the
