@@ -172,7 +172,7 @@ def test_autograd_through_the_front():
 
 FILL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
                torch.int8, torch.uint8, torch.bool)
-FILL_VALUES = (0, 1, -1, 7, 127, 255, 2**40, 2.5, -0.0, 65504.0, 3.3e38, float("nan"), float("inf"),
+FILL_VALUES = (0, 1, -1, 7, 127, 255, 2**40, 1.0, -3.0, 128.0, 2.0**53, 2.5, -0.0, 65504.0, 3.3e38, float("nan"), float("inf"),
                float("-inf"), True, False)
 
 

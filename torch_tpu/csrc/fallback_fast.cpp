@@ -260,8 +260,27 @@ inline bool fill_value_arg(const c10::Scalar& v, c10::ScalarType dtype, tpurt_ar
     a->v.i = i;
     return true;
   }
-  if (!floating(dtype) || !v.isFloatingPoint()) return false;
+  if (!v.isFloatingPoint()) return false;
   const double d = v.toDouble();
+  if (integral(dtype)) {
+    // a whole number in a float (new_ones fills 1.0): what it converts to is certain within the
+    // dtype's range (int64: where doubles are still whole numbers one apart)
+    const double lo = dtype == c10::kLong    ? -9007199254740992.0
+                      : dtype == c10::kInt   ? INT32_MIN
+                      : dtype == c10::kShort ? INT16_MIN
+                      : dtype == c10::kChar  ? INT8_MIN
+                                             : 0;
+    const double hi = dtype == c10::kLong    ? 9007199254740992.0
+                      : dtype == c10::kInt   ? INT32_MAX
+                      : dtype == c10::kShort ? INT16_MAX
+                      : dtype == c10::kChar  ? INT8_MAX
+                                             : UINT8_MAX;
+    if (!(d >= lo && d <= hi) || d != std::trunc(d)) return false;  // NaN fails the first test
+    a->kind = TPURT_ARG_DOUBLE;
+    a->v.d = d;
+    return true;
+  }
+  if (!floating(dtype)) return false;
   const double max = dtype == c10::kDouble  ? std::numeric_limits<double>::max()
                      : dtype == c10::kFloat ? std::numeric_limits<float>::max()
                      : dtype == c10::kHalf  ? 65504.0
