@@ -2,7 +2,8 @@
 contiguous tensors of one dtype whose sizes broadcast, or a Python number that keeps the dtype)
 and calls it hands to the generic path (mixed dtypes, strided views, aliasing, promotion, complex
 alpha) give CPU's results, layouts and errors, in every eager mode, functional and in-place, and
-autograd records them as usual."""
+autograd records them as usual. The same for the fronts of fill_ (a value the dtype holds) and
+pow(tensor, number) (a floating tensor, an exponent other than 0 and 1)."""
 import operator
 
 import pytest

@@ -11,7 +11,8 @@
 // keeps the tensor's dtype: then nothing can fail, the output is contiguous
 // (TensorIterator's layout for contiguous operands), and the call goes to the
 // same kernel and queue the generic path would use. Every other call is boxed
-// and handed to tpu_fallback, unchanged.
+// and handed to tpu_fallback, unchanged. fill_.Scalar and pow.Tensor_Scalar
+// have fronts of the same kind (below, registered by register_fast_fronts).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
