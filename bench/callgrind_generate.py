@@ -3,12 +3,18 @@ device and on PyTorch CPU: bench/bench_decode.py's hf_generate_gpt2 (or _llama) 
 
     python bench/callgrind_generate.py [--model gpt2|llama] [--device tpu] [--top 40] [--grep REGEX]
 
-Counts two warm generate() calls under callgrind (collection switched on only around each, as in
-bench/callgrind_add.py), one of LONG new tokens and one of SHORT, and reports their difference over
-LONG - SHORT: the instructions of one decode token, without the prompt's forward and generate()'s
-set-up. All threads are counted (the chip's worker too). Functions are listed by inclusive
-instructions per token (the same difference), so `at::_ops::<op>::call` rows give each aten op's
-cost on either side; --grep keeps only the functions whose name matches.
+Runs the model under callgrind twice, in two processes: each warms generate() up (every
+per-signature cache filled), then counts one generate() call with collection switched on only
+around it (callgrind's client requests, as in bench/callgrind_add.py), one of LONG new tokens and
+one of SHORT. Their difference over LONG - SHORT is one decode token, without the prompt's forward
+and generate()'s set-up. Threads are counted separately (--separate-threads; a client request's
+dump would hold only the calling thread) and summed; with TORCH_TPU_NUM_THREADS=1 (the default
+here, as bench/run.py --one-thread) and these small kernels run inline on an idle queue, nearly
+all of it is the host thread. Functions are listed by inclusive instructions per token (the same
+difference), so `at::_ops::<op>::call` rows give each aten op's cost on either side; --grep keeps
+only the functions whose name matches; --dump re-reads an earlier run's folder. On a CPU with
+AVX-512 the runtime counted is an x86-64-v3 build (valgrind runs no AVX-512), and OpenBLAS picks
+its Haswell kernels there.
 """
 import argparse
 import ctypes
@@ -26,7 +32,6 @@ LONG, SHORT = 24, 8
 def _inner(a):
     import torch
     sys.path.insert(0, str(HERE))
-    import callgrind_add
     import run
     import bench_decode
     run.load_device(a.device)
