@@ -2,7 +2,8 @@
 contiguous tensors of one dtype whose sizes broadcast, or a Python number that keeps the dtype)
 and calls it hands to the generic path (mixed dtypes, strided views, aliasing, promotion, complex
 alpha) give CPU's results, layouts and errors, in every eager mode, functional and in-place, and
-autograd records them as usual."""
+autograd records them as usual. The same for the fronts of fill_ (a value the dtype holds) and
+pow(tensor, number) (a floating tensor, an exponent other than 0 and 1)."""
 import operator
 
 import pytest
@@ -166,3 +167,61 @@ def test_autograd_through_the_front():
     leaf = a.to("tpu").requires_grad_()
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         leaf.add_(b.to("tpu"))
+
+
+# ---- the fronts of fill_.Scalar and pow.Tensor_Scalar (same file) ----
+
+FILL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
+               torch.int8, torch.uint8, torch.bool)
+FILL_VALUES = (0, 1, -1, 7, 127, 255, 2**40, 1.0, -3.0, 128.0, 2.0**53, 2.5, -0.0, 65504.0, 3.3e38, float("nan"), float("inf"),
+               float("-inf"), True, False)
+
+
+def _fill_same(got, want):
+    assert got.device.type == "tpu" and got.dtype == want.dtype and got.shape == want.shape
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", FILL_DTYPES)
+def test_fill_and_full_match_cpu(eager_mode, dtype):
+    # the front takes a value the dtype holds on a contiguous tensor; a value that would overflow
+    # and every strided tensor go to the generic path, as before
+    for v in FILL_VALUES:
+        try:
+            want = torch.zeros(3, 5, dtype=dtype).fill_(v)
+        except RuntimeError:
+            continue  # CPU refuses the conversion; the tpu's answer there is the generic path's
+        x = torch.zeros(3, 5, dtype=dtype, device="tpu")
+        ptr = x.data_ptr()
+        assert x.fill_(v) is x and x.data_ptr() == ptr
+        _fill_same(x, want)
+        _fill_same(torch.full((2, 3), v, dtype=dtype, device="tpu"), torch.full((2, 3), v, dtype=dtype))
+        y = torch.zeros(4, 6, dtype=dtype, device="tpu")
+        y[:, 1:4].fill_(v)  # a strided view
+        w = torch.zeros(4, 6, dtype=dtype)
+        w[:, 1:4].fill_(v)
+        _fill_same(y, w)
+    _fill_same(torch.ones(2, 2, dtype=dtype, device="tpu").new_ones(3, 1), torch.ones(2, 2, dtype=dtype).new_ones(3, 1))
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64))
+def test_pow_scalar_matches_cpu(eager_mode, dtype):
+    g = torch.Generator().manual_seed(3)
+    a = (torch.rand(4, 6, generator=g) * 3 + 0.1).to(dtype)
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}.get(dtype, 1e-5)
+    for e in (3.0, 3, 2, 0.5, -1, -2.0, 1.7, 0, 1, 0.0, 1.0, True, False):
+        for x in (a, a.t()):  # contiguous (the front) and strided (the generic path)
+            try:
+                want = torch.pow(x, e)
+            except RuntimeError as err:  # integers to negative integer powers
+                with pytest.raises(RuntimeError, match="negative integer powers"):
+                    torch.pow(a.to("tpu"), e)
+                assert "negative integer powers" in str(err)
+                continue
+            got = torch.pow(x.to("tpu") if x.is_contiguous() else a.to("tpu").t(), e)
+            assert got.dtype == want.dtype and got.shape == want.shape and got.stride() == want.stride()
+            torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol)
+    x = a.to("tpu").to(torch.float32).requires_grad_()
+    (x ** 3.0).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), 3 * a.float() ** 2, rtol=1e-5, atol=1e-5)

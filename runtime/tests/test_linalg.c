@@ -155,6 +155,46 @@ static void test_gemm(void) {
   CHECK_STATUS(gemm_via_ctx(&bad), UNIMPLEMENTED);
 }
 
+/* fp32 products with one row or one column (OpenBLAS's sgemv): every layout (a column-major C
+ * swaps the operands, so both the row and the column form run), padded strides, alpha/beta, a
+ * product large enough to be split between threads, and beta 0 with NaN in C. */
+static void test_gemm_vector(void) {
+  const int64_t shapes[][3] = {{1, 7, 5}, {9, 1, 13}, {1, 1, 40}, {1, 192, 64}, {256, 1, 64},
+                               {1, 300, 1}, {1, 2048, 4100}, {3000, 1, 2900}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
+    for (int lay = 0; lay < 8; ++lay) {
+      bool ta = lay & 1, tb = lay & 2, tc = lay & 4;
+      double beta = lay % 3 == 0 ? 0.0 : lay % 3 == 1 ? 1.0 : -0.5;
+      gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 1, shapes[s][0], shapes[s][1], shapes[s][2],
+                ta, tb, tc, lay % 3, false, false, 1.5, beta, false);
+    }
+  gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 2, 1, 70, 33, false, true, false, 1, true, true,
+            1, 1, false); /* addmm's broadcast bias row, batched */
+  gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 2, 33, 1, 70, true, false, true, 0, true, false,
+            1, 2, false);
+  for (int form = 0; form < 4; ++form) { /* beta 0 ignores NaN in C: a row, a column, a strided column */
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 2, 1, 0, 3}, c[6];
+    for (int i = 0; i < 6; ++i) c[i] = NAN;
+    tpurt_gemm_t g = {.ab_dtype = TPURT_DTYPE_FLOAT32, .c_dtype = TPURT_DTYPE_FLOAT32, .a = a,
+                      .b = b, .c = c, .alpha = 1, .beta = 0};
+    if (form < 2) { /* 1 x 3 = (1 x 2)(2 x 3), B row-major or transposed */
+      g.m = 1, g.n = 3, g.k = 2, g.a_rs = 2, g.a_cs = 1;
+      g.b_rs = form ? 1 : 3, g.b_cs = form ? 2 : 1, g.c_rs = 3, g.c_cs = 1;
+    } else { /* 3 x 1 = (3 x 2)(2 x 1), C's column contiguous or every other element */
+      g.m = 3, g.n = 1, g.k = 2, g.a_rs = 2, g.a_cs = 1, g.b_rs = 1, g.b_cs = 1;
+      g.c_rs = form == 2 ? 1 : 2, g.c_cs = 1;
+    }
+    float want[3];
+    for (int i = 0; i < 3; ++i) {
+      want[i] = 0;
+      for (int p = 0; p < 2; ++p)
+        want[i] += g.m == 1 ? a[p] * b[p * g.b_rs + i * g.b_cs] : a[i * 2 + p] * b[p];
+    }
+    CHECK_OK(gemm_via_ctx(&g));
+    for (int i = 0; i < 3; ++i) CHECK(c[i * (g.m == 1 ? 1 : g.c_rs)] == want[i]);
+  }
+}
+
 /* fp32 with few rows of a row-major A (8..64) and B row-major: the unpacked kernels (8-16 rows,
  * small B) and B copied in depth blocks of 256 x 240 columns (17-64 rows, or 8-16 rows against a
  * B of 2^20 elements or more), each thread its own copy buffer; every layout (a column-major C
@@ -446,6 +486,7 @@ static void test_complex_ldl(void) {
 
 int main(void) {
   test_gemm();
+  test_gemm_vector();
   test_gemm_small_m();
   /* again through the portable microkernel and scalar packing */
   tpurt_gemm_set_generic(true);

@@ -102,6 +102,9 @@ extern const size_t kCppMetaTableSize;
 // Registers the unboxed front (fallback_fast.cpp) for a direct structured op
 // it serves (add, sub, mul, div and their in-place forms); false for others.
 bool register_fast_op(torch::Library& lib, const c10::OperatorHandle& op);
+// The unboxed fronts of fill_.Scalar and pow.Tensor_Scalar (fallback_fast.cpp), which are not direct
+// structured ops.
+void register_fast_fronts(torch::Library& lib);
 
 // The op's information, built on its first call (fallback_op_info.cpp); lock-free
 // after a thread's first call of the op.

@@ -334,6 +334,7 @@ void register_direct_structured_ops() {
       if (!register_fast_op(*lib, *op))
         lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
     }
+    register_fast_fronts(*lib);
     g_direct_lib = std::move(lib);
   });
 }
