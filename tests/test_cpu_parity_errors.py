@@ -74,7 +74,19 @@ SYNC_ERRORS = {
     "kthvalue_empty_dim": lambda d: torch.kthvalue(torch.zeros(0, device=d), 1),
     "round_decimals_int": lambda d: torch.round(torch.tensor([1, 2], device=d), decimals=1),
     "round_decimals_zero_uint8": lambda d: torch.round(torch.tensor([1, 2], dtype=torch.uint8, device=d), decimals=0),
+    # a fill value the dtype cannot hold: CPU's checked conversion
+    "fill_uint8_overflow": lambda d: torch.zeros(3, dtype=torch.uint8, device=d).fill_(300),
+    "full_int8_overflow": lambda d: torch.full((2,), -200, dtype=torch.int8, device=d),
+    "fill_half_overflow": lambda d: torch.zeros(3, dtype=torch.float16, device=d).fill_(1e300),
+    "fill_int32_overflow": lambda d: torch.zeros(3, dtype=torch.int32, device=d).fill_(2**40),
 }
+
+
+def test_fill_values_the_dtype_holds_still_fill(tpu, eager_mode):
+    for dt, v in ((torch.uint8, -1), (torch.uint8, 255), (torch.float16, float("inf")), (torch.bool, 5),
+                  (torch.int8, -128), (torch.float32, 1e38), (torch.uint64, 2**64 - 1)):
+        want = torch.zeros(3, dtype=dt).fill_(v)
+        assert torch.equal(torch.zeros(3, dtype=dt, device=tpu).fill_(v).cpu(), want), (dt, v)
 
 
 @pytest.mark.parametrize("case", sorted(SYNC_ERRORS))

@@ -111,6 +111,26 @@ void div_mode_unsigned(const Call& c) {
                               mode.toStringRef(), "_cpu\" not implemented for '", c10::toString(r), "'");
 }
 
+// fill_(self, value) / fill(self, value): CPU converts the value to self's dtype with c10's checked
+// conversion ("value cannot be converted to type uint8_t without overflow"); the same conversion here.
+void fill_value_overflow(const Call& c) {
+  if (!c.arg(0).isTensor() || !c.arg(1).isScalar()) return;
+  const c10::Scalar v = c.arg(1).toScalar();
+  c10::ScalarType st = c.arg(0).toTensor().scalar_type();
+  switch (st) {
+#define TPU_FILL_CHECK(T, name) \
+  case c10::ScalarType::name:   \
+    (void)v.to<T>();            \
+    break;
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(TPU_FILL_CHECK)
+#undef TPU_FILL_CHECK
+    case c10::ScalarType::UInt16: (void)v.to<uint16_t>(); break;
+    case c10::ScalarType::UInt32: (void)v.to<uint32_t>(); break;
+    case c10::ScalarType::UInt64: (void)v.to<uint64_t>(); break;
+    default: break;
+  }
+}
+
 // round.decimals on an integral tensor: CPU has no kernel for any decimals (NotImplementedError, named
 // after the kernel its decimals pick); ours ran only floats and refused the others when it ran.
 void round_decimals_integral(const Call& c) {
@@ -558,6 +578,8 @@ void (*precheck_for(const std::string& full_name))(const Call& c) {
       full_name == "aten::polar.out")
     return complex_parts;
   if (full_name.compare(0, 18, "aten::floor_divide") == 0) return floor_divide_bool;
+  if (full_name == "aten::fill_.Scalar" || full_name == "aten::fill.Scalar" || full_name == "aten::fill.Scalar_out")
+    return fill_value_overflow;
   if (full_name == "aten::round.decimals" || full_name == "aten::round.decimals_out" ||
       full_name == "aten::round_.decimals")
     return round_decimals_integral;
