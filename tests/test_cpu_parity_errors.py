@@ -79,7 +79,21 @@ SYNC_ERRORS = {
     "full_int8_overflow": lambda d: torch.full((2,), -200, dtype=torch.int8, device=d),
     "fill_half_overflow": lambda d: torch.zeros(3, dtype=torch.float16, device=d).fill_(1e300),
     "fill_int32_overflow": lambda d: torch.zeros(3, dtype=torch.int32, device=d).fill_(2**40),
+    "fill_int64_above_int64": lambda d: torch.zeros(3, dtype=torch.int64, device=d).fill_(2**63),
 }
+
+
+def test_python_ints_above_int64(tpu, eager_mode):
+    """A Python int above INT64_MAX is its number for float tensors (it was read as the int64 with its
+    bits: pow(x, 2**64 - 1) computed x ** -1) and its bits for uint64 tensors."""
+    x = torch.tensor([0.5, 2.0, 1.0])
+    for e in (2**64 - 1, 2**63):
+        torch.testing.assert_close(torch.pow(x.to(tpu), e).cpu(), torch.pow(x, e))
+    u = torch.tensor([1, 2**64 - 1, 2**63], dtype=torch.uint64)
+    for v in (2**64 - 1, 2**63):
+        assert torch.equal(torch.eq(u.to(tpu), v).cpu(), torch.eq(u, v))
+        assert torch.equal(torch.zeros(2, dtype=torch.uint64, device=tpu).fill_(v).cpu(),
+                           torch.zeros(2, dtype=torch.uint64).fill_(v))
 
 
 def test_fill_values_the_dtype_holds_still_fill(tpu, eager_mode):

@@ -187,6 +187,15 @@ int64_t add_tensor(CallBuf& b, const at::Tensor& t0, const char* name, KeepAlive
   return static_cast<int64_t>(b.tensors.size() - 1);
 }
 
+// Whether a tensor argument of the call is uint64 (where a scalar above INT64_MAX keeps its bits).
+bool has_uint64_tensor(const Call& c) {
+  for (size_t i = 0; i < c.info.num_args; ++i) {
+    const c10::IValue& x = c.arg(i);
+    if (x.isTensor() && x.toTensor().defined() && x.toTensor().scalar_type() == c10::ScalarType::UInt64) return true;
+  }
+  return false;
+}
+
 // A Python number keeps its category for alias-safe kernels: the elementwise
 // engine promotes scalar args as PyTorch does (int32 + 2.5 -> float32).
 bool wrapped_number_arg(const at::Tensor& w, tpurt_arg_t* a) {
@@ -274,9 +283,15 @@ tpurt_arg_t marshal_arg(const Call& c, size_t i, bool alias_safe, CallBuf& b, Ke
         a.kind = TPURT_ARG_BOOL;
         a.v.b = v.toBool();
       } else if (v.isUnsigned()) {
-        // above INT64_MAX (a uint64 fill): the same 64 bits, which is what a uint64 kernel stores
-        a.kind = TPURT_ARG_INT;
-        a.v.i = static_cast<int64_t>(v.toUInt());
+        // above INT64_MAX: for a uint64 tensor the same 64 bits, which is what its kernel stores;
+        // otherwise the number itself (pow(x, 2**64 - 1) on floats: the bits read as int64 were -1)
+        if (has_uint64_tensor(c)) {
+          a.kind = TPURT_ARG_INT;
+          a.v.i = static_cast<int64_t>(v.toUInt());
+        } else {
+          a.kind = TPURT_ARG_DOUBLE;
+          a.v.d = static_cast<double>(v.toUInt());
+        }
       } else if (v.isSymInt()) {
         a.kind = TPURT_ARG_INT;
         a.v.i = v.toSymInt().guard_int(__FILE__, __LINE__);

@@ -114,8 +114,10 @@ void div_mode_unsigned(const Call& c) {
 // fill_(self, value) / fill(self, value): CPU converts the value to self's dtype with c10's checked
 // conversion ("value cannot be converted to type uint8_t without overflow"); the same conversion here.
 void fill_value_overflow(const Call& c) {
-  if (!c.arg(0).isTensor() || !c.arg(1).isScalar()) return;
-  const c10::Scalar v = c.arg(1).toScalar();
+  const c10::IValue& x = c.arg(1);
+  if (!c.arg(0).isTensor() || !(x.isScalar() || x.isUnsigned())) return;
+  // an int above INT64_MAX is an IValue of its own tag, which isScalar() leaves out
+  const c10::Scalar v = x.isScalar() ? x.toScalar() : c10::Scalar(x.toUInt());
   c10::ScalarType st = c.arg(0).toTensor().scalar_type();
   switch (st) {
 #define TPU_FILL_CHECK(T, name) \
