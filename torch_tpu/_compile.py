@@ -245,55 +245,21 @@ class _GraphRunner:
         return _assemble(template, prog.launch(tensors, storages, rng, **bound))
 
     def _generalize(self, prog, args, tensors, template, dev, stats):
-        """Captures the graph at two other points of its sizes and makes prog take sizes at launch.
-        Returns the launch arguments for this call's sizes, or None (prog keeps its sizes)."""
-        sz = self.sizes
-        name = self.gm._get_name()
-        point = sz.read(args)
-        vals = sz.values(point)
-        aliasing = _aliasing(tensors)
-        if not sz.fits(args, vals):
-            _log.info("tpu compile: graph %s keeps a program per size: arguments unlike its metadata", name)
+        """Makes prog take sizes at launch (_generalize_program). Returns the launch arguments for this
+        call's sizes, or None (prog keeps its sizes)."""
+        def record(pargs):
+            ptens = [a for a in pargs if isinstance(a, torch.Tensor) and a.device.type == "tpu"]
+            rec = self._record(pargs, ptens, dev, probe=True)
+            _count("size_probes")
+            return rec if isinstance(rec, str) else (rec[0], rec[2])
+
+        done = _generalize_program(self.sizes, prog, args, template, dev, record,
+                                   f"tpu compile: graph {self.gm._get_name()} keeps a program per size")
+        if done is None:
             return None
-        probes = sz.probes(point)
-        if probes is None:
-            _log.info("tpu compile: graph %s keeps a program per size: no room for other sizes", name)
-            return None
-        rows = [vals]
-        caps = [(prog.out_specs(), prog.out_bytes(), template)]
-        others = []
-        rng_state = torch.tpu.get_rng_state(dev) if prog.info()["rng_count"] else None
-        try:
-            for pt in probes:
-                try:
-                    pargs = sz.probe_args(args, pt)
-                except (ValueError, RuntimeError) as e:
-                    _log.info("tpu compile: graph %s keeps a program per size: %s", name, e)
-                    return None
-                ptens = [a for a in pargs if isinstance(a, torch.Tensor) and a.device.type == "tpu"]
-                rec = self._record(pargs, ptens, dev, probe=True)
-                _count("size_probes")
-                if isinstance(rec, str):
-                    _log.info("tpu compile: graph %s keeps a program per size: at sizes %s: %s", name, pt, rec)
-                    return None
-                p2, _, tmpl2, _ = rec
-                others.append(p2)
-                rows.append(sz.values(pt))
-                caps.append((p2.out_specs(), p2.out_bytes(), tmpl2))
-        finally:
-            if rng_state is not None:
-                torch.tpu.set_rng_state(rng_state, dev)
-        rules = _output_rules(caps, rows)
-        if isinstance(rules, str):
-            _log.info("tpu compile: graph %s keeps a program per size: %s", name, rules)
-            return None
-        try:
-            prog.generalize(others, rows)
-        except RuntimeError as e:
-            _log.info("tpu compile: graph %s keeps a program per size: %s", name, e)
-            return None
+        _, vals, rules = done
         _count("generalized")
-        self.general = (prog, *rules, stats, aliasing)
+        self.general = (prog, *rules, stats, _aliasing(tensors))
         return dict(binding=prog.bind(vals, prog.out_bytes(), prog.out_specs()))
 
     def _bind_or_none(self, args, tensors):
@@ -330,6 +296,53 @@ class _GraphRunner:
         self.programs[key] = _EAGER
         _count("capture_failures")
         return self._eager(args)
+
+
+def _generalize_program(sz, prog, args, template, dev, record, why):
+    """Captures a graph at two other points of its sizes (sz: _Sizes; record(args at a point) gives
+    (program, output template) or a string saying why not) and makes prog, captured on `args`, take
+    its sizes at launch (tpurt_program_generalize). Returns (point, size values, output rules), or None
+    after logging why (prefixed by `why`): prog keeps its sizes. The default generator is left where
+    it was: captures never run."""
+    point = sz.read(args)
+    vals = sz.values(point)
+    if not sz.fits(args, vals):
+        _log.info("%s: arguments unlike its metadata", why)
+        return None
+    probes = sz.probes(point)
+    if probes is None:
+        _log.info("%s: no room for other sizes", why)
+        return None
+    rows, caps, others = [vals], [(prog.out_specs(), prog.out_bytes(), template)], []
+    rng_state = torch.tpu.get_rng_state(dev) if prog.info()["rng_count"] else None
+    try:
+        for pt in probes:
+            try:
+                pargs = sz.probe_args(args, pt)
+            except (ValueError, RuntimeError) as e:
+                _log.info("%s: %s", why, e)
+                return None
+            rec = record(pargs)
+            if isinstance(rec, str):
+                _log.info("%s: at sizes %s: %s", why, pt, rec)
+                return None
+            other, tmpl = rec
+            others.append(other)
+            rows.append(sz.values(pt))
+            caps.append((other.out_specs(), other.out_bytes(), tmpl))
+    finally:
+        if rng_state is not None:
+            torch.tpu.set_rng_state(rng_state, dev)
+    rules = _output_rules(caps, rows)
+    if isinstance(rules, str):
+        _log.info("%s: %s", why, rules)
+        return None
+    try:
+        prog.generalize(others, rows)
+    except RuntimeError as e:
+        _log.info("%s: %s", why, e)
+        return None
+    return point, vals, rules
 
 
 def _aliasing(tensors):
@@ -635,6 +648,14 @@ def _graph_device(gm):
     return None
 
 
+def _attr(gm, target):
+    """What a get_attr node reads ("a.b.c": attributes of attributes)."""
+    v = gm
+    for part in target.split("."):
+        v = getattr(v, part)
+    return v
+
+
 def _fold_cpu_constants(gm):
     """The graph with its CPU work on constants done: every node that computes CPU tensors from CPU
     tensor constants alone (get_attr; no graph input, no random or mutating op) is evaluated now, and
@@ -656,9 +677,7 @@ def _fold_cpu_constants(gm):
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             try:
-                v = gm
-                for part in node.target.split("."):
-                    v = getattr(v, part)
+                v = _attr(gm, node.target)
             except AttributeError:
                 continue
             if isinstance(v, torch.Tensor) and v.device.type == "cpu":
@@ -700,13 +719,7 @@ def _fold_cpu_constants(gm):
     root = {}
     for n in graph.nodes:
         if n.op == "get_attr" and n.target not in root:
-            if n.target in consts:
-                root[n.target] = consts[n.target]
-            else:
-                v = gm
-                for part in n.target.split("."):
-                    v = getattr(v, part)
-                root[n.target] = v
+            root[n.target] = consts[n.target] if n.target in consts else _attr(gm, n.target)
         elif n.op == "call_module" and n.target not in root:
             root[n.target] = gm.get_submodule(n.target)
     out = torch.fx.GraphModule(root, graph, class_name=gm.__class__.__name__)

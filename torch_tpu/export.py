@@ -22,7 +22,8 @@ import json
 import torch
 from torch.utils import _pytree as pytree
 
-from . import _C
+from . import _C, _compile
+from ._compile import _at
 
 WEIGHT, INPUT, OUTPUT = 0, 1, 2  # tpurt_export_role_t
 FORMAT = "torch_tpu.export/1"
@@ -163,7 +164,6 @@ def _take_sizes(gm, prog, values, dev):
     ranges. Returns the manifest's "sizes" entry (how a call's sizes give the program's size values
     and the outputs' storages and views), or None: the program keeps the sizes it was saved with."""
     import sympy
-    from . import _compile
     if not _compile._SIZES_AT_LAUNCH:
         return None
     sz = _compile._Sizes(gm)
@@ -178,43 +178,25 @@ def _take_sizes(gm, prog, values, dev):
         if any(not c.is_Integer for _, c in terms):
             return None  # a rational coefficient: the loader evaluates integer polynomials only
         polys.append([[int(c), [int(x) for x in exps]] for exps, c in terms])
-    point = sz.read(values)
-    vals = sz.values(point)
-    if not sz.fits(values, vals):
+
+    def record(pargs):
+        seed, before = _C._capture_begin(dev.index)
+        try:
+            with torch.no_grad():
+                out = gm(*pargs)
+            flat = list(out) if isinstance(out, (tuple, list)) else [out]
+        except Exception as e:  # noqa: BLE001 - the program keeps its sizes
+            _C._capture_abort(dev.index)
+            return str(e)
+        try:
+            return _C._capture_end(pargs, flat, seed, before, dev.index)[0], []
+        except RuntimeError as e:
+            return str(e)
+
+    done = _compile._generalize_program(sz, prog, values, [], dev, record, "torch_tpu.export: sizes stay fixed")
+    if done is None:
         return None
-    probes = sz.probes(point)
-    if probes is None:
-        return None
-    rows, caps, others = [vals], [(prog.out_specs(), prog.out_bytes(), [])], []
-    rng_state = torch.tpu.get_rng_state(dev) if prog.info()["rng_count"] else None
-    try:
-        for pt in probes:
-            pargs = sz.probe_args(values, pt)
-            seed, before = _C._capture_begin(dev.index)
-            try:
-                with torch.no_grad():
-                    out = gm(*pargs)
-                flat = list(out) if isinstance(out, (tuple, list)) else [out]
-            except Exception as e:  # noqa: BLE001 - the program keeps its sizes
-                _C._capture_abort(dev.index)
-                _compile._log.info("torch_tpu.export: sizes stay fixed: at sizes %s: %s", pt, e)
-                return None
-            other, _ = _C._capture_end(pargs, flat, seed, before, dev.index)
-            others.append(other)
-            rows.append(sz.values(pt))
-            caps.append((other.out_specs(), other.out_bytes(), []))
-    finally:
-        if rng_state is not None:
-            torch.tpu.set_rng_state(rng_state, dev)
-    rules = _compile._output_rules(caps, rows)
-    if isinstance(rules, str):
-        _compile._log.info("torch_tpu.export: sizes stay fixed: %s", rules)
-        return None
-    try:
-        prog.generalize(others, rows)
-    except RuntimeError as e:
-        _compile._log.info("torch_tpu.export: sizes stay fixed: %s", e)
-        return None
+    point, _, rules = done
     byte_rules, view_rules, _ = rules
     return dict(symbols=[str(s) for s in sz.symbols], ranges=[list(r) for r in sz.ranges],
                 readers=[list(sz.readers[s][1:]) for s in sz.symbols], exprs=polys, point=point,
@@ -263,10 +245,6 @@ def _sizes_section(d, table):
             rules = list(sizes) + list(strides) + [off, nbytes]
         out.append(b"\1" + b"".join(rule(r) for r in rules))
     return b"".join(out)
-
-
-def _at(rule, vals):
-    return rule[1] if rule[0] == "c" else rule[2] * vals[rule[1]]
 
 
 class _SizeRules:

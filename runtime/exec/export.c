@@ -619,10 +619,12 @@ tpurt_status_t tpurt_export_tensor_at(const tpurt_export_t* e, int32_t i, const 
     return TPURT_OK;
   }
   if (!symbols) return TPURT_STATUS(INVALID_ARGUMENT, "export_tensor_at: the artifact takes sizes: give them");
-  int64_t values[4096];
-  if (e->sizes->num_values > 4096) return TPURT_STATUS(UNIMPLEMENTED, "export: more than 4096 size values");
+  int64_t* values = malloc(sizeof(int64_t) * (size_t)e->sizes->num_values);
+  if (!values) return TPURT_STATUS(RESOURCE_EXHAUSTED, "export_tensor_at: out of host memory");
   tpurt_status_t s = eval_values(e->sizes, symbols, values);
-  return s ? s : tensor_at(e, i, values, out);
+  if (!s) s = tensor_at(e, i, values, out);
+  free(values);
+  return s;
 }
 
 /* ---- running from C ---- */
