@@ -380,6 +380,87 @@ def test_dropout_draws_new_numbers_each_call_and_follows_the_seed():
         assert 0.4 < (a == 1.0).float().mean().item() < 0.6
 
 
+
+def _factories(n, device):
+    """Tensors made by factory ops alone (no tensor input), as Hugging Face models build positions and
+    masks: arange, ones, full, a comparison mask expanded to a batch, cat and where of them."""
+    pos = torch.arange(n, device=device)
+    mask = (pos.unsqueeze(0).unsqueeze(1).unsqueeze(2) <= pos.unsqueeze(0).unsqueeze(1).unsqueeze(3))
+    ones = torch.ones(n, device=device) * 2
+    grid = torch.full((2, n), 3.0, device=device)
+    picked = torch.where(pos % 3 == 0, pos.float(), ones)
+    return mask.expand(2, -1, n, n), torch.cat([picked, ones, grid[1]]), grid.expand(3, 2, n).sum(0)
+
+
+def test_graph_without_tensor_inputs_runs_as_a_program():
+    """A graph whose tensors all come from factory ops has no tensor input to take a device from: it is
+    captured on the device its values are on, and runs as a program (Whisper's positions and masks)."""
+    cf = torch.compile(lambda: _factories(7, "tpu"), backend="tpu")
+    want = _factories(7, "cpu")
+    eager = _factories(7, "tpu")
+    for _ in range(3):
+        got = cf()
+        for g, w, e in zip(got, want, eager):
+            assert g.device.type == "tpu" and g.dtype == w.dtype
+            assert torch.equal(g.cpu(), w) and torch.equal(g.cpu(), e.cpu())
+    s = stats()
+    assert s["graphs"] == 1 and s["captures"] == 1 and s["launches"] == 3
+    assert s["eager_runs"] == 0 and s["capture_failures"] == 0
+
+
+def test_graph_with_only_a_dynamic_int_takes_it_at_launch():
+    """`torch.arange(n)` with n dynamic: the graph's only input is a SymInt. One capture (and two probes)
+    makes a program that takes n at launch; a new n inside the range is a binding, with no capture and
+    no recompile. (A factory's contiguous strides are Max(1, n), which is n in n's range.)"""
+    cf = torch.compile(_factories, backend="tpu", dynamic=True)
+    sizes = (8, 13, 40, 5, 13)
+    for n in sizes:
+        got = cf(n, "tpu")
+        for g, w, e in zip(got, _factories(n, "cpu"), _factories(n, "tpu")):
+            assert g.device.type == "tpu" and g.shape == w.shape, n
+            assert torch.equal(g.cpu(), w) and torch.equal(g.cpu(), e.cpu()), n
+    s = stats()
+    assert s["graphs"] == 1 and s["captures"] == 1 and s["size_probes"] == 2 and s["generalized"] == 1
+    assert s["bindings"] == len(set(sizes)) - 1 and s["cache_hits"] == 1 and s["launches"] == len(sizes)
+    assert s["eager_runs"] == 0 and s["capture_failures"] == 0
+
+
+def test_random_factories_without_inputs_follow_the_seed():
+    """Random factory ops in a graph without inputs draw what eager tpu draws from the same seed, fresh
+    numbers each call, and leave the generator where eager does."""
+    def f():
+        return torch.randn(5, device="tpu") * 2, torch.rand(3, 3, device="tpu")
+
+    cf = torch.compile(f, backend="tpu")
+    for seed in (3, 4):
+        want, got, want_next, got_next = _eager_and_compiled(f, cf, seed)
+        for g, w in zip(got, want):
+            assert torch.equal(g.cpu(), w.cpu())
+        assert torch.equal(got_next, want_next)
+    assert not torch.equal(cf()[0].cpu(), cf()[0].cpu())
+    s = stats()
+    assert s["captures"] == 1 and s["eager_runs"] == 0 and s["capture_failures"] == 0
+
+
+def test_graph_without_tensor_inputs_takes_a_changing_float_on_the_device():
+    """A float that changes becomes a CPU scalar input; with no tpu tensor input it still goes to the
+    device the graph's values are on, so new values are launches, not captures."""
+    cf = torch.compile(lambda p: torch.full((3, 4), 1.0, device="tpu") * p + torch.arange(4, device="tpu"),
+                       backend="tpu")
+    for p in (0.5, 0.25, 0.125, 2.0):
+        torch.testing.assert_close(cf(p).cpu(), torch.full((3, 4), 1.0) * p + torch.arange(4))
+    s = stats()
+    assert s["graphs"] == 2 and s["captures"] == 2 and s["launches"] == 4 and s["eager_runs"] == 0
+
+
+@torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True)
+def test_graph_without_tensor_inputs_that_reads_device_data_runs_eagerly():
+    cf = torch.compile(lambda: torch.nonzero(torch.arange(6, device="tpu") % 2).float().sum(), backend="tpu")
+    for _ in range(2):
+        assert cf().item() == 9.0
+    s = stats()
+    assert s["capture_failures"] >= 1 and s["eager_runs"] >= 2
+
 def test_input_mutation_is_applied():
     def f(x, y):
         x.add_(y)

@@ -129,6 +129,8 @@ class _GraphRunner:
         with _disable_current_modes():
             self.gm = _fold_cpu_constants(gm)
         self.programs = {}
+        # A graph without tpu tensor inputs is captured on the device its values are on.
+        self.device = _graph_device(self.gm)
         # Other CPU work inside the graph would run at capture time only (and twice
         # when a capture fails): such a graph always runs eagerly.
         self.cpu_work = _makes_cpu_tensors(self.gm)
@@ -168,7 +170,7 @@ class _GraphRunner:
 
     def _scalars_to_device(self, args):
         """The scalar inputs as 0-dim tensors on the graph's device, filled by a queued kernel (no wait)."""
-        dev = next((a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "tpu"), None)
+        dev = next((a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "tpu"), self.device)
         if dev is None:
             return args
         args = list(args)
@@ -209,13 +211,14 @@ class _GraphRunner:
         return prog, storages, template, (seed, before)
 
     def _capture(self, key, args, tensors):
-        if not tensors:
-            self.programs[key] = _EAGER
-            return self._eager(args)
-        dev = tensors[0].device.index
+        if tensors:
+            dev = tensors[0].device.index
+        elif self.device is not None:  # factory ops alone: the device the graph's values name
+            dev = self.device.index
+        else:
+            return self._give_up(key, args, "no tpu tensor input, and its values name no single tpu device")
         if any(t.device.index != dev for t in tensors):
-            self.programs[key] = _EAGER
-            return self._eager(args)
+            return self._give_up(key, args, "its tensor inputs are on more than one device")
         t0 = _now()
         rec = self._record(args, tensors, dev)
         if isinstance(rec, str):
@@ -427,23 +430,29 @@ class _Sizes:
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.metas = [n.meta.get("val") for n in phs]
         exprs, seen = [], set()
+        shape_env = None
+        for n in gm.graph.nodes:
+            for v in tree_leaves(n.meta.get("val")):
+                xs = (v,) if isinstance(v, torch.SymInt) else \
+                    (*v.shape, *v.stride(), v.storage_offset(), v.numel()) if isinstance(v, torch.Tensor) else ()
+                shape_env = shape_env or next((x.node.shape_env for x in xs if isinstance(x, torch.SymInt)), None)
+        ranges = shape_env.var_to_range if shape_env is not None else {}
+        # A size is read at the ranges Dynamo's guards give its symbols (Max(1, s0) is s0 where s0 >= 2:
+        # a factory op's contiguous strides).
+        self.expr_of = expr_of = _range_simplifier(ranges)
 
         def add(e):
             if e is not None and e.free_symbols and e not in seen:
                 seen.add(e)
                 exprs.append(e)
 
-        shape_env = None
         for n in gm.graph.nodes:
             for v in tree_leaves(n.meta.get("val")):
                 if isinstance(v, torch.SymInt):
-                    shape_env = shape_env or v.node.shape_env
-                    add(v.node.expr)
+                    add(expr_of(v))
                 elif isinstance(v, torch.Tensor):
                     for x in (*v.shape, *v.stride(), v.storage_offset(), v.numel()):
-                        if isinstance(x, torch.SymInt):
-                            shape_env = shape_env or x.node.shape_env
-                        add(_expr_of(x))
+                        add(expr_of(x))
         if not exprs:
             return
         # Each size without its constant factor too (s0*s1 for 128*s0*s1): the runtime's own
@@ -460,11 +469,11 @@ class _Sizes:
         # How each symbol is read off the arguments: a SymInt argument, or a tensor argument's size.
         self.readers = {}
         for i, m in enumerate(self.metas):
-            if isinstance(m, torch.SymInt) and m.node.expr.is_Symbol:
-                self.readers.setdefault(m.node.expr, ("int", i, 0))
+            if isinstance(m, torch.SymInt) and expr_of(m).is_Symbol:
+                self.readers.setdefault(expr_of(m), ("int", i, 0))
             elif isinstance(m, torch.Tensor):
                 for d, x in enumerate(m.shape):
-                    e = _expr_of(x)
+                    e = expr_of(x)
                     if e is not None and e.is_Symbol:
                         self.readers.setdefault(e, ("size", i, d))
         if any(s not in self.readers for s in symbols):
@@ -480,10 +489,10 @@ class _Sizes:
             if isinstance(m, torch.Tensor):
                 for what, xs in (("size", m.shape), ("stride", m.stride()), ("offset", (m.storage_offset(),))):
                     for d, x in enumerate(xs):
-                        e = _expr_of(x)
+                        e = expr_of(x)
                         self.layout.append((i, what, d, index.get(e, -1), None if e in index else int(e)))
             elif isinstance(m, torch.SymInt):
-                self.layout.append((i, "int", 0, index[m.node.expr], None))
+                self.layout.append((i, "int", 0, index[expr_of(m)], None))
         from torch.utils._sympy.printers import PythonPrinter
         printer = PythonPrinter()
         names = [f"_s{k}" for k in range(len(symbols))]
@@ -494,7 +503,6 @@ class _Sizes:
         except Exception as e:  # noqa: BLE001 - an expression Python cannot print: sizes stay fixed
             _log.info("tpu compile: graph %s keeps a program per size: %s", gm._get_name(), e)
             return
-        ranges = shape_env.var_to_range if shape_env is not None else {}
         self.ranges = [_int_range(ranges.get(s)) for s in symbols]  # (lo, hi), hi None: unbounded
         self.ok = True
 
@@ -592,6 +600,39 @@ class _Sizes:
         return next(k for j, w, d, k, c in self.layout if j == i and w == "int")
 
 
+def _range_simplifier(ranges):
+    """expr_of(v): the sympy expression of a SymInt or int (_expr_of), with every Max and Min whose
+    order the symbols' value ranges (ranges: symbol -> ValueRanges, the shape env's) decide replaced
+    by the argument that wins: Max(1, s0) is s0 where s0 >= 1. Exact inside the ranges, which is where
+    the graph runs (Dynamo's guards) and where sizes are bound (_GraphRunner._bind checks them)."""
+    import sympy
+    from torch.utils._sympy.functions import Max, Min, MinMaxBase
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    def at_least(a, b):  # a >= b everywhere in the ranges
+        try:
+            lo = bound_sympy(a - b, ranges).lower
+            return bool(lo >= 0)
+        except Exception:  # noqa: BLE001 - undecided: the Max or Min stays
+            return False
+
+    def decide(m):
+        bigger = isinstance(m, (Max, sympy.Max))
+        keep = list(m.args)
+        for a in m.args:
+            if any(b is not a and (at_least(b, a) if bigger else at_least(a, b)) for b in keep):
+                keep.remove(a)
+        return keep[0] if len(keep) == 1 else m.func(*keep)
+
+    def expr_of(v):
+        e = _expr_of(v)
+        if e is None or not e.has(MinMaxBase, sympy.Max, sympy.Min):
+            return e
+        return e.replace(lambda x: isinstance(x, (MinMaxBase, sympy.Max, sympy.Min)), decide)
+
+    return expr_of
+
+
 def _int_range(r):
     """A symbol's value range as (lo, hi) ints, hi None when unbounded."""
     def bound(x):
@@ -640,12 +681,24 @@ def _scalar_inputs(gm):
 
 
 def _graph_device(gm):
-    """The tpu device of the graph's tensor inputs, or None."""
+    """The tpu device of the graph's tensor inputs; for a graph with none (factory ops alone:
+    `torch.arange(n, device="tpu")`, masks built from positions), the one tpu device its values
+    (node meta "val": results, intermediates, constants) are on. None when there is no tpu tensor
+    input and its values name no tpu device or more than one."""
+    from torch.utils._pytree import tree_leaves
     for n in gm.graph.nodes:
         v = n.meta.get("val") if n.op == "placeholder" else None
         if isinstance(v, torch.Tensor) and v.device.type == "tpu":
             return v.device
-    return None
+    found = None
+    for n in gm.graph.nodes:
+        for v in tree_leaves(n.meta.get("val")):
+            if isinstance(v, torch.Tensor) and v.device.type == "tpu":
+                d = v.device if v.device.index is not None else torch.device("tpu", torch.tpu.current_device())
+                if found is not None and d != found:
+                    return None
+                found = d
+    return found
 
 
 def _attr(gm, target):
