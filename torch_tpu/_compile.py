@@ -19,6 +19,11 @@ binding of the same program, with no capture, no C build and no Dynamo
 recompile. Where the captures cannot be explained by the sizes, each new
 signature costs one capture instead.
 
+A graph with no tpu tensor input (factory ops alone: `torch.arange(n,
+device="tpu")`, a model's positions and masks) is captured on the one tpu
+device its values (node meta "val") are on; its sizes, when symbolic, come
+from its SymInt inputs.
+
 A graph that needs device data on the host while it runs (`.item()`,
 `nonzero`) or a CPU tensor output cannot be a program: that signature runs
 eagerly, as do all graphs in Debug mode (so Debug's checks apply).
