@@ -425,6 +425,25 @@ def test_graph_with_only_a_dynamic_int_takes_it_at_launch():
     assert s["eager_runs"] == 0 and s["capture_failures"] == 0
 
 
+
+def test_op_seen_eagerly_before_still_takes_sizes_at_launch():
+    """cat's first call of a signature runs PyTorch's structured wrapper, which hands the kernel its dim
+    wrapped (-2 -> 2); later calls of the signature give the kernel that same dim (MetaEntry's
+    wrapper_ints). Before, a size already run eagerly recorded -2 where the probes recorded 2, and the
+    graph kept a capture per size (Whisper's KV cache: cat of an empty 1-D tensor and the keys)."""
+    def f(x):
+        k = x.view(x.shape[0], x.shape[1], 4, 16).transpose(1, 2)
+        return torch.cat([torch.tensor([], dtype=k.dtype, device=k.device), k], dim=-2) * 2
+
+    x7 = torch.randn(2, 7, 64)
+    f(x7.to("tpu"))  # this size's signatures are now cached
+    cf = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (7, 9, 12):
+        x = x7 if n == 7 else torch.randn(2, n, 64)
+        assert torch.equal(cf(x.to("tpu")).cpu(), f(x))
+    s = stats()
+    assert s["captures"] == 1 and s["generalized"] == 1 and s["bindings"] == 2 and s["eager_runs"] == 0
+
 def test_random_factories_without_inputs_follow_the_seed():
     """Random factory ops in a graph without inputs draw what eager tpu draws from the same seed, fresh
     numbers each call, and leave the generator where eager does."""

@@ -160,6 +160,11 @@ struct OutMeta {
 struct MetaEntry {
   std::vector<int64_t> key;
   std::vector<c10::SmallVector<OutMeta, 1>> rets;  // per return; a list return has several
+  // A direct structured op's int arguments as PyTorch's wrapper passed them on to the .out form on the
+  // signature's first call, where they differ (cat's dim, wrapped by its meta: -2 -> 2): (argument,
+  // value), given to the kernel on later calls too, so every call of a signature records the same call
+  // (a compiled program's captures at several sizes are compared number by number).
+  std::vector<std::pair<uint32_t, int64_t>> wrapper_ints;
 };
 
 // pow.Tensor_Scalar_out with exponent 0 or 1 is answered without its kernel

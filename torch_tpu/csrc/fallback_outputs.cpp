@@ -542,18 +542,48 @@ struct DropResizeWarning : c10::WarningHandler {
   }
 };
 
+// The int arguments of a direct structured op's first call of a signature, and those PyTorch's
+// wrapper passed on to the .out form where they differ: the first call through our fallback while
+// the wrapper runs is that .out call.
+struct WrapperInts {
+  const OpInfo* info;
+  std::vector<std::pair<uint32_t, int64_t>> outer, passed;
+  bool seen;
+};
+thread_local WrapperInts* t_wrapper_ints = nullptr;
+
+void note_wrapper_ints(const Call& c) {
+  WrapperInts& w = *t_wrapper_ints;
+  w.seen = true;
+  if (c.info.base != w.info->base || c.info.num_args < w.info->num_args) return;
+  for (const auto& [i, v] : w.outer)
+    if (c.arg(i).isInt() && c.arg(i).toInt() != v) w.passed.push_back({i, c.arg(i).toInt()});
+}
+
 // First call of a direct structured op with this signature: PyTorch's own
 // structured wrapper runs (C++ meta with all its checks, allocation, then our
 // .out kernel), and the output layout is remembered only if it succeeded.
 void run_structured_wrapper(const Call& c, bool cacheable, uint64_t h, const std::vector<int64_t>& key) {
+  WrapperInts w{&c.info, {}, {}, false};
+  for (size_t i = 0; i < c.info.num_args; ++i)
+    if (c.arg(i).isInt()) w.outer.push_back({static_cast<uint32_t>(i), c.arg(i).toInt()});
   {
     DropResizeWarning drop;
     c10::WarningUtils::WarningHandlerGuard guard(&drop);
-    c.op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *c.stack);
+    WrapperInts* outer = t_wrapper_ints;
+    t_wrapper_ints = cacheable && !w.outer.empty() ? &w : nullptr;
+    try {
+      c.op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *c.stack);
+    } catch (...) {
+      t_wrapper_ints = outer;
+      throw;
+    }
+    t_wrapper_ints = outer;
   }
   if (!cacheable) return;
   auto entry = std::make_shared<MetaEntry>();
   entry->key = key;
+  entry->wrapper_ints = std::move(w.passed);
   const size_t nrets = c.info.rets.size();
   for (size_t r = 0; r < nrets; ++r) {
     const c10::IValue& v = (*c.stack)[c.stack->size() - nrets + r];
@@ -668,6 +698,7 @@ void raise_meta_refusal(const Call& c) {
 
 std::shared_ptr<const MetaEntry> output_layouts(const Call& c, std::vector<int64_t>& key) {
   const OpInfo& info = c.info;
+  if (TPURT_UNLIKELY(t_wrapper_ints != nullptr) && !t_wrapper_ints->seen) note_wrapper_ints(c);
   at::ArrayRef<c10::IValue> args = c.args();
   key.push_back(reinterpret_cast<intptr_t>(&info));
   // Integer inputs promote to the default dtype (true division, a Python float
@@ -695,6 +726,7 @@ std::shared_ptr<const MetaEntry> output_layouts(const Call& c, std::vector<int64
   }
   if (meta) {
     g_meta_hits.fetch_add(1, std::memory_order_relaxed);
+    for (const auto& [i, v] : meta->wrapper_ints) c.arg(i) = c10::IValue(v);
     return meta;
   }
   g_meta_misses.fetch_add(1, std::memory_order_relaxed);
