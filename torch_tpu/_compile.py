@@ -21,8 +21,9 @@ signature costs one capture instead.
 
 A graph with no tpu tensor input (factory ops alone: `torch.arange(n,
 device="tpu")`, a model's positions and masks) is captured on the one tpu
-device its values (node meta "val") are on; its sizes, when symbolic, come
-from its SymInt inputs.
+device its values (node meta "val") are on, or on the current device where
+its code names "tpu" without an index (then part of the program's key); its
+sizes, when symbolic, come from its SymInt inputs.
 
 A graph that needs device data on the host while it runs (`.item()`,
 `nonzero`) or a CPU tensor output cannot be a program: that signature runs
@@ -134,8 +135,10 @@ class _GraphRunner:
         with _disable_current_modes():
             self.gm = _fold_cpu_constants(gm)
         self.programs = {}
-        # A graph without tpu tensor inputs is captured on the device its values are on.
+        # A graph without tpu tensor inputs is captured on the device its values are on: the current
+        # device at each call where its code names "tpu" without an index.
         self.device = _graph_device(self.gm)
+        self.current_device = self.device is not None and _names_current_device(self.gm)
         # Other CPU work inside the graph would run at capture time only (and twice
         # when a capture fails): such a graph always runs eagerly.
         self.cpu_work = _makes_cpu_tensors(self.gm)
@@ -156,6 +159,8 @@ class _GraphRunner:
         if sig is None:
             return self._eager(args)
         key, tensors = sig
+        if not tensors and self.current_device:
+            key += torch.tpu.current_device().to_bytes(2, "little")
         _count("cache_requests")
         entry = self.programs.get(key)
         if entry is _EAGER:
@@ -219,7 +224,7 @@ class _GraphRunner:
         if tensors:
             dev = tensors[0].device.index
         elif self.device is not None:  # factory ops alone: the device the graph's values name
-            dev = self.device.index
+            dev = torch.tpu.current_device() if self.current_device else self.device.index
         else:
             return self._give_up(key, args, "no tpu tensor input, and its values name no single tpu device")
         if any(t.device.index != dev for t in tensors):
@@ -704,6 +709,14 @@ def _graph_device(gm):
                     return None
                 found = d
     return found
+
+
+def _names_current_device(gm):
+    """Whether the graph's ops name the tpu device without an index (`device="tpu"`): they run on
+    whichever device is current at the call."""
+    from torch.utils._pytree import tree_leaves
+    return any(isinstance(a, torch.device) and a.type == "tpu" and a.index is None
+               for n in gm.graph.nodes if n.op == "call_function" for a in tree_leaves((n.args, n.kwargs)))
 
 
 def _attr(gm, target):
