@@ -425,7 +425,6 @@ def test_graph_with_only_a_dynamic_int_takes_it_at_launch():
     assert s["eager_runs"] == 0 and s["capture_failures"] == 0
 
 
-
 def test_op_seen_eagerly_before_still_takes_sizes_at_launch():
     """cat's first call of a signature runs PyTorch's structured wrapper, which hands the kernel its dim
     wrapped (-2 -> 2); later calls of the signature give the kernel that same dim (MetaEntry's
@@ -443,6 +442,7 @@ def test_op_seen_eagerly_before_still_takes_sizes_at_launch():
         assert torch.equal(cf(x.to("tpu")).cpu(), f(x))
     s = stats()
     assert s["captures"] == 1 and s["generalized"] == 1 and s["bindings"] == 2 and s["eager_runs"] == 0
+
 
 def test_random_factories_without_inputs_follow_the_seed():
     """Random factory ops in a graph without inputs draw what eager tpu draws from the same seed, fresh

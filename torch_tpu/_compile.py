@@ -186,7 +186,7 @@ class _GraphRunner:
         args = list(args)
         for i in self.scalars:
             a = args[i]
-            if _is_cpu_scalar(a):
+            if _is_cpu_0dim(a):
                 args[i] = torch.full((), a.item(), dtype=a.dtype, device=dev)
         return args
 
@@ -501,8 +501,9 @@ class _Sizes:
                     for d, x in enumerate(xs):
                         e = expr_of(x)
                         self.layout.append((i, what, d, index.get(e, -1), None if e in index else int(e)))
-            elif isinstance(m, torch.SymInt):
-                self.layout.append((i, "int", 0, index[expr_of(m)], None))
+            elif isinstance(m, torch.SymInt):  # (an int Dynamo specialized has a number for its expr)
+                e = expr_of(m)
+                self.layout.append((i, "int", 0, index.get(e, -1), None if e in index else int(e)))
         from torch.utils._sympy.printers import PythonPrinter
         printer = PythonPrinter()
         names = [f"_s{k}" for k in range(len(symbols))]
@@ -676,18 +677,39 @@ def _at(rule, vals):
     return rule[1] if rule[0] == "c" else rule[2] * vals[rule[1]]
 
 
+def _is_cpu_0dim(v):
+    return isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0
+
+
 def _is_cpu_scalar(v):
     """A Python float Dynamo made a graph input: a CPU 0-dim float64 tensor. (Other CPU 0-dim tensors,
     an optimizer's step count say, are the user's tensors, which the graph may read back or mutate.)"""
-    return isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0 and v.dtype == torch.float64
+    return _is_cpu_0dim(v) and v.dtype == torch.float64
+
+
+def _read_only(node):
+    """Whether the graph only reads this placeholder: every user is a function that does not mutate
+    its arguments, and the graph does not return it."""
+    for u in node.users:
+        if u.op != "call_function":
+            return False
+        t = u.target
+        if isinstance(t, torch._ops.OpOverload) and not t._schema.is_mutable:
+            continue
+        if getattr(t, "__module__", "") != "_operator":  # operator.getitem and the like read only
+            return False
+    return True
 
 
 def _scalar_inputs(gm):
-    """Positions of the placeholders that are CPU 0-dim tensors: Python scalars Dynamo made graph inputs
-    (a float that changes between calls: a learning rate, a dropout p). They are given to the program
-    as 0-dim tpu tensors, so a new value is new data, not a new capture."""
+    """Positions of the placeholders that are CPU 0-dim tensors a program takes on the device: Python
+    scalars Dynamo made graph inputs (a float that changes between calls: a learning rate, a dropout
+    p), and a model's own CPU 0-dim tensors that the graph only reads (transformers' static KV cache
+    keeps each layer's filled length in one and copies it to the device in the graph). They are given
+    to the program as 0-dim tpu tensors, so a new value is new data, not a new capture. (One the graph
+    reads as a number, with .item(), then makes the capture fail: such a graph runs eagerly.)"""
     return frozenset(i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
-                     if _is_cpu_scalar(n.meta.get("val")))
+                     if _is_cpu_scalar(n.meta.get("val")) or (_is_cpu_0dim(n.meta.get("val")) and _read_only(n)))
 
 
 def _graph_device(gm):
@@ -729,8 +751,9 @@ def _attr(gm, target):
 
 def _fold_cpu_constants(gm):
     """The graph with its CPU work on constants done: every node that computes CPU tensors from CPU
-    tensor constants alone (get_attr; no graph input, no random or mutating op) is evaluated now, and
-    what the rest of the graph reads of them becomes a constant on the graph's device (a CPU tensor
+    tensor constants alone (get_attr, or none: a factory with constant arguments; no graph input, no
+    random or mutating op) is evaluated now, and what the rest of the graph reads of them becomes a
+    constant on the graph's device (a CPU tensor
     and a tpu tensor are read alike by the ops that mix them: 0-dim operands, indices, copies to the
     device). Returns gm itself when there is nothing to fold, else a new GraphModule over a copy of
     its graph (gm is left as it was: AOTAutograd's cache may pickle it)."""
@@ -754,8 +777,9 @@ def _fold_cpu_constants(gm):
             if isinstance(v, torch.Tensor) and v.device.type == "cpu":
                 values[node] = v
             continue
-        if node.op != "call_function" or not node.all_input_nodes:
+        if node.op != "call_function":
             continue
+        # (a node with no inputs at all is a factory of constants: scalar_tensor(2.0) for a pow)
         if any(a not in values for a in node.all_input_nodes) or not cpu_tensors_only(node.meta.get("val")):
             continue
         t = node.target
@@ -804,10 +828,12 @@ def _makes_cpu_tensors(gm):
     _scalar_inputs: a cast of the scalar, say) moves to the device with them, so it does not count."""
     from torch.utils._pytree import tree_leaves
     moved = set()
+    scalars = _scalar_inputs(gm)
+    for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        if i in scalars:
+            moved.add(node)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            if _is_cpu_scalar(node.meta.get("val")):
-                moved.add(node)
             continue
         if node.op != "call_function":
             continue
