@@ -11,6 +11,8 @@ in the same run:
   or argmax, torch.cat of the new token), 40 new tokens after an 8-token prompt, ms per generation.
 - hf_generate_gpt2 / hf_generate_llama: Hugging Face `generate()` with its KV cache, greedy, 40 new
   tokens after an 8-token prompt, on the GPT-2 and Llama configs of tests/test_hf_models.py.
+- hf_generate_gpt2_compiled / hf_generate_llama_compiled: the same generate() with the forward
+  compiled (backend="tpu") and the static KV cache on the device, against CPU's eager generate().
 
 These models are tiny: on a loaded 2-core machine PyTorch CPU's OpenMP threads spin against each
 other (greedy generate took 10-50x longer on two, see tests/test_hf_models.py), so the CPU side runs on
@@ -147,12 +149,41 @@ def _hf_generate(device, name):
     return fn, lambda s: s * 1e3
 
 
+def _hf_generate_compiled(device, name):
+    """generate() as transformers' docs tell users to compile it: the forward compiled
+    (torch.compile(model.forward, backend="tpu")) with the static KV cache, so the decode step is one
+    graph for every position. The CPU side runs the eager generate() of the rows above (its dynamic
+    cache is the faster one on CPU: 33 against 42 ms static, GPT-2, one thread), the first call
+    (compilation) untimed by run.py's warm-up."""
+    if torch.device(device).type == "cpu":
+        return _hf_generate(device, name)
+    model = _hf_model(name).eval().to(device)
+    model.forward = torch.compile(model.forward, backend="tpu")
+    ids = torch.randint(2, 256, (1, PROMPT), generator=torch.Generator().manual_seed(1)).to(device)
+    mask = torch.ones_like(ids)
+
+    def fn():
+        with torch.no_grad():
+            return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
+                                  min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0,
+                                  cache_implementation="static")
+    return fn, lambda s: s * 1e3
+
+
 def bench_hf_generate_gpt2(device):
     return _cpu_one_thread(device, _hf_generate(device, "gpt2"))
 
 
 def bench_hf_generate_llama(device):
     return _cpu_one_thread(device, _hf_generate(device, "llama"))
+
+
+def bench_hf_generate_gpt2_compiled(device):
+    return _cpu_one_thread(device, _hf_generate_compiled(device, "gpt2"))
+
+
+def bench_hf_generate_llama_compiled(device):
+    return _cpu_one_thread(device, _hf_generate_compiled(device, "llama"))
 
 
 BENCHES = {
@@ -168,4 +199,8 @@ BENCHES = {
                          "HF generate() with KV cache, GPT-2 config (2 layers, d 64), 40 new tokens greedy"),
     "hf_generate_llama": (bench_hf_generate_llama, "ms/gen", False,
                           "HF generate() with KV cache, Llama config (2 layers, d 64, GQA), 40 new tokens greedy"),
+    "hf_generate_gpt2_compiled": (bench_hf_generate_gpt2_compiled, "ms/gen", False,
+                                  "the same, GPT-2, tpu: forward torch.compile'd, static KV cache; CPU: eager"),
+    "hf_generate_llama_compiled": (bench_hf_generate_llama_compiled, "ms/gen", False,
+                                   "the same, Llama, tpu: forward torch.compile'd, static KV cache; CPU: eager"),
 }
