@@ -167,7 +167,14 @@ def compare(runs, inductor, only=None):
             for label, dev, how, mode in cols:
                 if mode:
                     _set_mode(mode)
+                # an untimed call first, and a pause after CPU's columns: PyTorch CPU's OpenMP
+                # threads spin about 4 ms after a region (libgomp), and the column after CPU's ran
+                # beside them (on 2 cores the compiled small-GPT forward measured 3.3 ms there against
+                # 2.2 alone); pausing before every column instead let their threads and caches go cold
+                _time(fns[label], dev)
                 samples[label].append(_time(fns[label], dev) * 1e3)
+                if dev == "cpu":
+                    time.sleep(0.01)
         _set_mode("strict")
         med = {k: statistics.median(v) for k, v in samples.items()}
         best = {k: min(v) for k, v in samples.items()}
