@@ -296,6 +296,20 @@ def device_mesh(rank, world):
 
 def ddp_parity(rank, world):
     """DDP on `world` chips trains the small GPT to the same per-step losses as one process on the whole batch."""
+    _ddp_parity(rank, world, compiled=False)
+
+
+def ddp_compiled_parity(rank, world):
+    """The same with the DDP model under torch.compile(backend="tpu") (Dynamo's DDPOptimizer splits the
+    graph at bucket boundaries; DDP's default buckets here, as its first bucket must be no larger than
+    the others): every graph runs as a device program, and the gradients are allreduced by DDP's hooks."""
+    from torch_tpu import _compile
+    _ddp_parity(rank, world, compiled=True)
+    s = _compile.compile_stats()
+    assert s["eager_runs"] == 0 and s["capture_failures"] == 0 and s["launches"] >= s["captures"] > 0, s
+
+
+def _ddp_parity(rank, world, compiled):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     import test_models
@@ -308,13 +322,14 @@ def ddp_parity(rank, world):
     ref.load_state_dict(model.state_dict())
     g = torch.Generator().manual_seed(1)
     data = torch.randint(0, vocab, (steps, batch, seq + 1), generator=g)
-    ddp = DDP(model.to(dev), device_ids=[0], bucket_cap_mb=0.05)  # several buckets
+    ddp = DDP(model.to(dev), device_ids=[0], bucket_cap_mb=None if compiled else 0.05)  # 0.05: several buckets
     opt = torch.optim.SGD(ddp.parameters(), lr=0.5)
+    run = torch.compile(ddp, backend="tpu") if compiled else ddp
     losses = []
     per = batch // world
     for s in range(steps):
         x = data[s, rank * per:(rank + 1) * per].to(dev)
-        logits = ddp(x[:, :-1])
+        logits = run(x[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), x[:, 1:].reshape(-1))
         opt.zero_grad()
         loss.backward()
@@ -528,6 +543,20 @@ def _ref_losses(ref, data, vocab, lr, steps):
 def fsdp2_parity(rank, world):
     """FSDP2 (fully_shard per block and at the root, reshard after forward) trains the small GPT to the same
     per-step losses as one process on the whole batch."""
+    _fsdp2_parity(rank, world, compiled=False)
+
+
+def fsdp2_compiled_parity(rank, world):
+    """The same with each block compiled as TorchTitan does (`block.compile(backend="tpu")` after
+    fully_shard: FSDP2's all-gather and reduce-scatter hooks stay around the compiled forward and
+    backward), every graph a device program."""
+    from torch_tpu import _compile
+    _fsdp2_parity(rank, world, compiled=True)
+    s = _compile.compile_stats()
+    assert s["eager_runs"] == 0 and s["capture_failures"] == 0 and s["launches"] >= s["captures"] > 0, s
+
+
+def _fsdp2_parity(rank, world, compiled):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -541,6 +570,8 @@ def fsdp2_parity(rank, world):
     model = model.to(dev)
     for blk in model.blocks:
         fully_shard(blk, mesh=mesh, reshard_after_forward=True)
+        if compiled:
+            blk.compile(backend="tpu")
     fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     per = batch // world

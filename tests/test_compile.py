@@ -771,3 +771,44 @@ def test_compiled_adamw_updates_each_parameter_in_one_fused_pass(no_aot_cache):
         for key in ("exp_avg", "exp_avg_sq", "step"):
             torch.testing.assert_close(s_tpu[key].cpu(), s_eager[key].cpu(), rtol=1e-6, atol=1e-7)
             torch.testing.assert_close(s_tpu[key].cpu(), s_cpu[key], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_activation_checkpointing_under_compile(dropout):
+    """torch.utils.checkpoint inside a compiled model (TorchTitan's activation checkpointing): AOTAutograd
+    wraps the recomputed region's random ops (SDPA is one, for its dropout_p) in run_and_save_rng_state /
+    run_with_rng_state, which torch 2.13 implements for cpu, cuda, hpu and xpu only; with tpu added
+    (_compile._install_rng_state_ops) the backward recomputes the forward's dropout masks. Gradients equal
+    eager tpu's from the same seed, and CPU's without dropout. (These graphs run eagerly: they hold the
+    generator state as a CPU tensor.)"""
+    import copy
+    from torch.utils.checkpoint import checkpoint
+    import test_models as M
+
+    class Ckpt(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = M.Block(64, 4, dropout), M.Block(64, 4, dropout)
+
+        def forward(self, x):
+            x = checkpoint(self.a, x, use_reentrant=False)
+            return checkpoint(self.b, x, use_reentrant=False).square().mean()
+
+    torch.manual_seed(0)
+    cpu = Ckpt()
+    eager, comp = copy.deepcopy(cpu).to("tpu"), copy.deepcopy(cpu).to("tpu")
+    x = torch.randn(2, 8, 64)
+    run = torch.compile(comp, backend="tpu")
+    for step in range(2):
+        torch.manual_seed(10 + step)
+        eager(x.to("tpu")).backward()
+        torch.manual_seed(10 + step)
+        run(x.to("tpu")).backward()
+        if dropout == 0.0:
+            cpu(x).backward()
+    for (name, p), q, c in zip(eager.named_parameters(), comp.parameters(), cpu.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), rtol=1e-4, atol=1e-6, msg=name)
+        if dropout == 0.0:
+            torch.testing.assert_close(q.grad.cpu(), c.grad, rtol=1e-4, atol=1e-6, msg=name)
+    s = stats()
+    assert s["capture_failures"] == 0, s

@@ -141,6 +141,10 @@ def test_ddp_parity_2_ranks():
     _spawn("ddp_parity", 2)
 
 
+def test_ddp_compiled_parity_2_ranks():
+    _spawn("ddp_compiled_parity", 2)
+
+
 def test_ddp_allreduce_overlaps_backward():
     """DDP's bucket allreduces run on the group's stream, concurrently with backward's kernels (device trace)."""
     _spawn("ddp_overlap", 2)
@@ -227,6 +231,10 @@ def test_lone_sends_beside_collectives():
 
 def test_fsdp2_parity_2_ranks():
     _spawn("fsdp2_parity", 2)
+
+
+def test_fsdp2_compiled_blocks_parity_2_ranks():
+    _spawn("fsdp2_compiled_parity", 2)
 
 
 @pytest.mark.full

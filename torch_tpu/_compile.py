@@ -963,6 +963,7 @@ def tpu_backend(gm, example_inputs, **options):
     """The `tpu` torch.compile backend: AOTAutograd graphs, run as device programs."""
     global _aot_backend
     _install_device_interface()
+    _install_rng_state_ops()
     _count("graphs")
     if _aot_backend is None:
         from torch._dynamo.backends.common import aot_autograd
@@ -1136,3 +1137,76 @@ def _register_with_dynamo():
     if "tpu" not in registry._COMPILER_FNS:
         registry.register_backend(tpu_backend, name="tpu")
     _install_device_interface()
+    _install_rng_state_ops()
+
+
+def _tpu_index(args, kwargs):
+    """The tpu device index of a random op's call (its device= or first tensor), or None."""
+    from torch.utils._pytree import tree_leaves
+    dev = kwargs.get("device")
+    if dev is not None:
+        dev = torch.device(dev)
+        return (dev.index or 0) if dev.type == "tpu" else None
+    t = next((a for a in tree_leaves(args) if isinstance(a, torch.Tensor)), None)
+    return (t.device.index or 0) if t is not None and t.device.type == "tpu" else None
+
+
+def _install_rng_state_ops():
+    """Activation checkpointing under torch.compile: AOTAutograd's partitioner wraps each random op of a
+    recomputed region in run_and_save_rng_state (forward: the generator's state, then the op) and
+    run_with_rng_state (backward: the op again from that state), so the recomputation draws what the
+    forward drew. torch 2.13 implements both for cpu, cuda, hpu and xpu only ("Backend not supported
+    for tpu"); this adds tpu to their device switch (the BackendSelect kernel, the fake-tensor and
+    tracing forms), with the generator state of torch_tpu.random. The graphs then hold the state as a
+    CPU tensor and run eagerly (_makes_cpu_tensors), which gives the right masks."""
+    from torch._C import DispatchKey
+    from torch._higher_order_ops import utils as hop_utils
+    from torch._prims import rng_prims
+    from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, track_tensor_tree
+    from torch.utils import _pytree as pytree
+    from torch_tpu import random as tpu_random
+    save, run_with = rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state
+    if getattr(save, "_torch_tpu", False):
+        return
+
+    def on_tpu(upstream):
+        def select(op, *args, **kwargs):
+            i = _tpu_index(args, kwargs)
+            if i is None:
+                return upstream(op, *args, **kwargs)
+            return tpu_random.get_rng_state(i), op(*args, **kwargs)
+        return select
+
+    save_select = on_tpu(save.py_kernels[DispatchKey.BackendSelect])
+    save.py_kernels[DispatchKey.BackendSelect] = save_select
+    hop_utils.registered_hop_fake_fns[save] = on_tpu(hop_utils.registered_hop_fake_fns[save])
+    upstream_proxy = save.python_key_table[ProxyTorchDispatchMode]
+
+    def save_proxy(mode, op, *args, **kwargs):  # as upstream's, through the select above
+        if _tpu_index(args, kwargs) is None:
+            return upstream_proxy(mode, op, *args, **kwargs)
+        out = save_select(op, *args, **kwargs)
+        proxy_args = pytree.tree_map(mode.tracer.unwrap_proxy, (op, *args))
+        proxy_kwargs = pytree.tree_map(mode.tracer.unwrap_proxy, kwargs)
+        out_proxy = mode.tracer.create_proxy("call_function", save, proxy_args, proxy_kwargs)
+        return track_tensor_tree(out, out_proxy, constant=None, tracer=mode.tracer)
+
+    save.python_key_table[ProxyTorchDispatchMode] = save_proxy
+    save._dispatch_cache.clear()
+
+    upstream_with = run_with.py_kernels[DispatchKey.BackendSelect]
+
+    def with_select(rng_state, op, *args, **kwargs):
+        i = _tpu_index(args, kwargs)
+        if i is None:
+            return upstream_with(rng_state, op, *args, **kwargs)
+        current = tpu_random.get_rng_state(i)
+        tpu_random.set_rng_state(rng_state, i)
+        try:
+            return op(*args, **kwargs)
+        finally:
+            tpu_random.set_rng_state(current, i)
+
+    run_with.py_kernels[DispatchKey.BackendSelect] = with_select
+    run_with._dispatch_cache.clear()
+    save._torch_tpu = True
