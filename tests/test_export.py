@@ -299,3 +299,42 @@ def test_dynamic_random_ops_keep_their_counters_through_the_file(tmp_path):
         want = Drop()(xn).cpu()
         assert torch.equal(got, want), n
         assert not torch.equal(got, m(xn).cpu())  # fresh counters each call
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_hugging_face_model_exported_on_cpu(name, tmp_path):
+    """A transformers model exported on the CPU as users export it (the CPU is written into its graph:
+    position `arange`s, masks, constants) with dynamic batch and length, saved for tpu and loaded: equal to
+    CPU at the saved sizes and at others. Needed: the graph moved to the device (move_to_device_pass),
+    CompositeImplicit ops decomposed as eager runs them (diff's prepend is a cat of length n + 1, a size
+    the program must take), and deserialized copies' relocations kept valid (a program of more than 64
+    records once wrote through freed memory at launch: runtime/tests/test_export.c)."""
+    transformers = pytest.importorskip("transformers")  # noqa: F841
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    import test_hf_models as H
+    torch.manual_seed(0)
+    model = {"gpt2": H._gpt2, "llama": H._llama, "bert": H._bert}[name]().eval()
+
+    class Logits(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(input_ids=ids).logits if name == "bert" else self.m(input_ids=ids, use_cache=False).logits
+
+    w = Logits(model)
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(2, H.VOCAB, (2, 9), generator=gen)
+    dims = {0: torch.export.Dim("batch", min=1, max=8), 1: torch.export.Dim("length", min=2, max=64)}
+    ep = torch.export.export(w, (ids,), dynamic_shapes={"ids": dims})
+    path = tmp_path / f"{name}.tpuexp"
+    tpu_export.save(ep, path)
+    f = tpu_export.load(path)
+    for b, t in ((2, 9), (3, 17), (2, 9), (5, 4)):
+        x = ids if (b, t) == (2, 9) else torch.randint(2, H.VOCAB, (b, t), generator=gen)
+        got = f(x.to("tpu"))
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        torch.testing.assert_close(got.cpu(), w(x), rtol=1e-4, atol=1e-4, msg=f"{name} at {(b, t)}")
+    assert ep.graph_signature is not None and ids.device.type == "cpu"  # the caller's program was left as it was
+    torch.testing.assert_close(ep.module()(ids), w(ids))

@@ -75,6 +75,33 @@ def _input_values(ep, flat_user):
     return out
 
 
+def _implicit_decompositions():
+    """The decompositions of the ops that are CompositeImplicitAutograd (diff, linear, layer_norm,
+    scaled_dot_product_attention, ...): the eager path runs each as the ops it decomposes into, which are
+    what the program records, so the graph is decomposed the same way and every size those ops make
+    (diff's prepend: a cat of length n + 1) is a size of the graph, which a program taking its sizes at
+    run time is explained by. Every other op stays as torch.export gave it."""
+    from torch.export import default_decompositions
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return {op: fn for op, fn in default_decompositions().items() if has(op.name(), "CompositeImplicitAutograd")}
+
+
+def _on_device(ep, dev):
+    """ep (a copy of the caller's: run_decompositions made it) with what it puts on the CPU put on `dev`:
+    a model exported on the CPU has the CPU written into its graph (GPT-2's and Llama's position
+    `arange(..., device=cpu)`, masks, lifted constants), where the device program must make device
+    tensors. torch.export's move_to_device_pass, on copies of the state and constant tables (the caller's
+    program shares them)."""
+    from torch.export.passes import move_to_device_pass
+    ep._state_dict = dict(ep.state_dict)
+    ep._constants = dict(ep.constants)
+    ep = move_to_device_pass(ep, {"cpu": str(dev)})
+    for m in ep.graph_module.modules():  # the pass edits nodes; the modules' code is made from them
+        if isinstance(m, torch.fx.GraphModule):
+            m.recompile()
+    return ep
+
+
 def save(ep, path, *, example_inputs=None, device=None):
     """Compiles `ep` (a torch.export.ExportedProgram) for the tpu device and writes it, weights included,
     to `path`. `example_inputs` (args, or (args, kwargs)) gives the sizes the program is made for;
@@ -93,8 +120,9 @@ def save(ep, path, *, example_inputs=None, device=None):
     # Functional ATen: a mutation of an input or buffer becomes an output the loader writes back (the
     # training IR torch.export gives by default keeps in-place ops on graph inputs, which a program
     # run on a copy of the caller's CPU tensor would lose).
-    ep = ep.run_decompositions({})
+    ep = ep.run_decompositions(_implicit_decompositions())
     dev = _device(device)
+    ep = _on_device(ep, dev)
     entries = _input_values(ep, flat_user)
     values = [_fresh(v, dev) for _, _, v, _, _ in entries]
 

@@ -370,6 +370,64 @@ static void test_sized_round_trip(void) {
   tpurt_memory_free(g_dev, w);
 }
 
+/* A program of more records than a list first holds (64), copies among them: the records array grows
+ * while the bytes are read, and each copy's relocations point into its record (they once pointed into
+ * the array before it moved: a launch then wrote through freed memory). */
+static void test_long_round_trip(void) {
+  enum { STEPS = 100 }; /* an add and a copy each, and frees */
+  tpurt_queue_t* q = tpurt_device_default_queue(g_dev);
+  void* x = dev_alloc(N * 4);
+  CHECK_OK(tpurt_memcpy_h2d(g_dev, NULL, x, hx, N * 4));
+  CHECK_OK(tpurt_capture_begin(q));
+  void* cur = x;
+  for (int s = 0; s < STEPS; ++s) {
+    void* t = dev_alloc(N * 4);
+    binary("add", t, cur, NULL, 1.0);
+    void* c = dev_alloc(N * 4);
+    CHECK_OK(tpurt_queue_submit_copy(q, c, t, N * 4));
+    tpurt_memory_free(g_dev, t);
+    if (cur != x) tpurt_memory_free(g_dev, cur);
+    cur = c;
+  }
+  tpurt_program_range_t ins[1] = {{x, N * 4}}, outs[1] = {{cur, N * 4}};
+  tpurt_program_t* p = NULL;
+  CHECK_OK(tpurt_capture_end(q, ins, 1, outs, 1, 0, 0, 0, &p));
+  tpurt_memory_free(g_dev, cur);
+  if (!p) return;
+  void* bytes = NULL;
+  size_t n = 0;
+  CHECK_OK(tpurt_program_serialize(p, &bytes, &n));
+  tpurt_program_t* r = NULL;
+  uint64_t sizes[1] = {N * 4};
+  CHECK_OK(tpurt_program_deserialize(bytes, n, sizes, 1, sizes, 1, &r));
+  free(bytes);
+  if (!r) {
+    tpurt_program_release(p);
+    return;
+  }
+  tpurt_program_info_t info;
+  tpurt_program_query(r, &info);
+  CHECK(info.num_records > 128); /* the list grew twice while read */
+  for (int k = 0; k < 2; ++k) {
+    tpurt_program_t* prog = k ? r : p;
+    tpurt_program_query(prog, &info);
+    void* out = dev_alloc(N * 4);
+    void* arena = dev_alloc(info.arena_bytes);
+    void *in[1] = {x}, *o[1] = {out};
+    CHECK_OK(tpurt_program_launch(prog, q, in, 1, o, 1, arena, (tpurt_rng_t){0, 0}));
+    float h[N];
+    CHECK_OK(tpurt_memcpy_d2h(g_dev, NULL, h, out, N * 4));
+    int bad = 0;
+    for (int i = 0; i < N; ++i) bad += h[i] != hx[i] + STEPS;
+    CHECK(bad == 0);
+    tpurt_memory_free(g_dev, out);
+    tpurt_memory_free(g_dev, arena);
+  }
+  tpurt_program_release(p);
+  tpurt_program_release(r);
+  tpurt_memory_free(g_dev, x);
+}
+
 int main(void) {
   CHECK_OK(tpurt_init());
   CHECK_OK(tpurt_device_get(0, &g_dev));
@@ -379,6 +437,7 @@ int main(void) {
     hw[i] = 0.25f * (float)(i % 13);
   }
   test_round_trip();
+  test_long_round_trip();
   test_sized_round_trip();
   test_refusals();
   test_artifact();

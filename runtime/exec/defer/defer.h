@@ -61,8 +61,12 @@ void tpurt_defer_list_free(tpurt_defer_list_t* list);
 void tpurt_defer_plan_free(struct tpurt_defer_plan_t* plan);
 /* Bump allocation from the list's arena (8-byte aligned); NULL when out of memory. */
 void* tpurt_defer_list_alloc(tpurt_defer_list_t* list, size_t bytes);
-/* Appends a record slot (zeroed); NULL when out of memory. */
+/* Appends a record slot (zeroed); NULL when out of memory. The records may move when the list grows:
+ * a pointer into one (a relocation's slot) is taken only once no more are pushed, or after
+ * tpurt_defer_list_reserve made room for all of them. */
 tpurt_defer_rec_t* tpurt_defer_list_push(tpurt_defer_list_t* list);
+/* Room for n records in all, so pushes up to n do not move them. False without memory. */
+bool tpurt_defer_list_reserve(tpurt_defer_list_t* list, int32_t n);
 
 /* Lowers the pending list into g (reset first), node i for record i.
  * *scratch / *cap: a work array kept between calls. False without memory. */

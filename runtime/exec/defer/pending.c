@@ -46,6 +46,15 @@ void* tpurt_defer_list_alloc(tpurt_defer_list_t* list, size_t bytes) {
   return p;
 }
 
+bool tpurt_defer_list_reserve(tpurt_defer_list_t* list, int32_t n) {
+  if (n <= list->cap_recs) return true;
+  tpurt_defer_rec_t* r = realloc(list->recs, sizeof(*r) * (size_t)n);
+  if (!r) return false;
+  list->recs = r;
+  list->cap_recs = n;
+  return true;
+}
+
 tpurt_defer_rec_t* tpurt_defer_list_push(tpurt_defer_list_t* list) {
   if (list->num_recs == list->cap_recs) {
     int32_t cap = list->cap_recs ? list->cap_recs * 2 : 64;

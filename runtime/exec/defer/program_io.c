@@ -673,6 +673,9 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
   int32_t num_recs = get_count(&rd, 4);
   int32_t cap_relocs = 0, cap_rngs = 0;
   tpurt_defer_list_t* l = p->list;
+  /* A copy's relocations point into its record: the records must not move while they are read. */
+  if (!rd.error && !tpurt_defer_list_reserve(l, num_recs))
+    rd.error = TPURT_STATUS(RESOURCE_EXHAUSTED, "program_deserialize: out of host memory");
   for (int32_t r = 0; r < num_recs && !rd.error; ++r) {
     rd.num_pend = rd.num_pend_rng = 0;
     uint32_t kind = get_u32(&rd);
