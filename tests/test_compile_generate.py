@@ -11,7 +11,6 @@ inputs read by .item(), and the graph holds a CPU scalar_tensor(2.0); and the de
 has each alone)."""
 import pytest
 import torch
-import torch._dynamo
 
 from torch_tpu import _compile
 
@@ -19,17 +18,7 @@ pytestmark = pytest.mark.tpu
 
 transformers = pytest.importorskip("transformers")
 import test_hf_models as H  # noqa: E402  (needs transformers)
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    _compile.reset_compile_stats()
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny CPU references (see test_hf_models)
-    yield
-    torch.set_num_threads(before)
-    torch._dynamo.reset()
+from test_compile_models import fresh  # noqa: E402,F401  (autouse: Dynamo and the counters reset, CPU on one thread)
 
 
 def _models(name):

@@ -5,19 +5,11 @@ import math
 
 import pytest
 import torch
-import torch._dynamo
 
 from torch_tpu import _compile
+from test_compile import fresh  # noqa: F401  (autouse: Dynamo and the counters reset)
 
 pytestmark = pytest.mark.tpu
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    _compile.reset_compile_stats()
-    yield
-    torch._dynamo.reset()
 
 
 def _no_eager():
