@@ -779,8 +779,9 @@ def test_activation_checkpointing_under_compile(dropout):
     wraps the recomputed region's random ops (SDPA is one, for its dropout_p) in run_and_save_rng_state /
     run_with_rng_state, which torch 2.13 implements for cpu, cuda, hpu and xpu only; with tpu added
     (_compile._install_rng_state_ops) the backward recomputes the forward's dropout masks. Gradients equal
-    eager tpu's from the same seed, and CPU's without dropout. (These graphs run eagerly: they hold the
-    generator state as a CPU tensor.)"""
+    eager tpu's from the same seed, and CPU's without dropout. With dropout the graphs run eagerly (they
+    hold the generator state as a CPU tensor); without, the only random-tagged op is SDPA, whose kernel
+    draws nothing, so its wrappers are removed and both graphs are programs (_without_idle_rng_state)."""
     import copy
     from torch.utils.checkpoint import checkpoint
     import test_models as M
@@ -812,3 +813,7 @@ def test_activation_checkpointing_under_compile(dropout):
             torch.testing.assert_close(q.grad.cpu(), c.grad, rtol=1e-4, atol=1e-6, msg=name)
     s = stats()
     assert s["capture_failures"] == 0, s
+    if dropout == 0.0:
+        assert s["eager_runs"] == 0 and s["launches"] >= 4, s
+    else:
+        assert s["eager_runs"] > 0, s

@@ -133,7 +133,7 @@ class _GraphRunner:
         # tensors, made outside the compiler's fake-tensor and dispatch modes.
         from torch.utils._python_dispatch import _disable_current_modes
         with _disable_current_modes():
-            self.gm = _fold_cpu_constants(gm)
+            self.gm = _fold_cpu_constants(_without_idle_rng_state(gm))
         self.programs = {}
         # A graph without tpu tensor inputs is captured on the device its values are on: the current
         # device at each call where its code names "tpu" without an index.
@@ -820,6 +820,64 @@ def _fold_cpu_constants(gm):
     out = torch.fx.GraphModule(root, graph, class_name=gm.__class__.__name__)
     out.meta.update(gm.meta)
     _log.info("tpu compile: graph %s: %d CPU ops on constants done at compile time", gm._get_name(), len(folded))
+    return out
+
+
+# Ops tagged random (nondeterministic_seeded) for a dropout argument whose tpu kernels draw nothing: the
+# fused attention kernels refuse a nonzero dropout_p (the math path, with its own dropout op, takes it).
+_DRAWS_NOTHING = ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+def _without_idle_rng_state(gm):
+    """gm without the generator-state wrappers around ops that draw nothing. Activation checkpointing
+    makes AOTAutograd wrap every random-tagged op of a recomputed region in run_and_save_rng_state
+    (forward) and run_with_rng_state (backward, from the saved state; see _install_rng_state_ops), SDPA
+    among them for its dropout_p even at 0. The state is a CPU tensor, which makes both graphs run
+    eagerly; for an op whose tpu kernel never touches the generator the wrapper changes nothing, so the
+    op is called directly and the state saved is an empty tpu tensor the backward ignores. gm itself
+    when there is none (else a copy: AOTAutograd's cache may pickle gm)."""
+    import operator
+    from torch._prims import rng_prims
+    save, run_with = rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state
+
+    def idle(n):
+        if n.op != "call_function" or n.target not in (save, run_with):
+            return False
+        op = n.args[0] if n.target is save else n.args[1]
+        return isinstance(op, torch._ops.OpOverload) and op._schema.name in _DRAWS_NOTHING
+
+    if not any(idle(n) for n in gm.graph.nodes):
+        return gm
+    dev = _graph_device(gm)
+    if dev is None:
+        return gm
+    graph = torch.fx.Graph()
+    env = {}
+    graph.output(graph.graph_copy(gm.graph, env))
+    for old in [n for n in gm.graph.nodes if idle(n)]:
+        n = env[old]
+        op, args = (n.args[0], n.args[1:]) if n.target is save else (n.args[1], n.args[2:])
+        with graph.inserting_before(n):
+            call = graph.call_function(op, tuple(args), dict(n.kwargs))
+        if n.target is run_with:
+            call.meta["val"] = n.meta.get("val")
+            n.replace_all_uses_with(call)
+        else:
+            call.meta["val"] = n.meta["val"][1] if "val" in n.meta else None
+            with graph.inserting_before(n):
+                state = graph.call_function(torch.ops.aten.empty.memory_format, ([0],),
+                                            {"dtype": torch.uint8, "device": dev})
+            state.meta["val"] = torch.empty(0, dtype=torch.uint8, device="meta")
+            for u in list(n.users):
+                if u.op != "call_function" or u.target is not operator.getitem:
+                    return gm  # a use not foreseen: keep the wrappers (the graphs then run eagerly)
+                u.replace_all_uses_with(state if u.args[1] == 0 else call)
+                graph.erase_node(u)
+        graph.erase_node(n)
+    out = torch.fx.GraphModule(gm, graph, class_name=gm.__class__.__name__)
+    out.meta.update(gm.meta)
+    _log.info("tpu compile: graph %s: generator-state wrappers removed around ops that draw nothing", gm._get_name())
     return out
 
 
