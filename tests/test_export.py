@@ -338,3 +338,22 @@ def test_hugging_face_model_exported_on_cpu(name, tmp_path):
         torch.testing.assert_close(got.cpu(), w(x), rtol=1e-4, atol=1e-4, msg=f"{name} at {(b, t)}")
     assert ep.graph_signature is not None and ids.device.type == "cpu"  # the caller's program was left as it was
     torch.testing.assert_close(ep.module()(ids), w(ids))
+
+
+def test_dynamic_sizes_the_program_cannot_take_are_said(tmp_path):
+    """A size torch.export made dynamic that no program can take at run time (padding n up to a multiple
+    of 8: (-n) mod 8 is no polynomial of n) keeps the saved sizes: save warns, and a call at another size
+    raises saying so, not that no size was dynamic."""
+    class PadTo8(nn.Module):
+        def forward(self, x):
+            return nn.functional.pad(x, (0, (-x.shape[1]) % 8)) * 2
+
+    x = torch.randn(2, 10)
+    ep = torch.export.export(PadTo8(), (x,), dynamic_shapes={"x": {1: torch.export.Dim("n", min=2, max=64)}})
+    with pytest.warns(UserWarning, match="could not take them at run time"):
+        tpu_export.save(ep, tmp_path / "pad.tpuexp")
+    f = tpu_export.load(tmp_path / "pad.tpuexp")
+    torch.testing.assert_close(f(x.to("tpu")).cpu(), PadTo8()(x))
+    with pytest.raises(ValueError, match="made sizes dynamic, but the program could not take them"):
+        f(torch.randn(2, 30).to("tpu"))
+    torch.testing.assert_close(f(x.to("tpu")).cpu(), PadTo8()(x))  # and keeps working

@@ -183,6 +183,11 @@ def save(ep, path, *, example_inputs=None, device=None):
     if dynamic is not None:
         manifest["sizes"] = dynamic
         blob = _sizes_section(dynamic, table)
+    elif ranges:
+        import warnings
+        warnings.warn("torch_tpu.export.save: torch.export made sizes dynamic, but the program could not take "
+                      "them at run time and runs only at the sizes it was saved with (the torch_tpu logger "
+                      "says why at level INFO)", stacklevel=2)
     _C._export_save(str(path), prog, table, json.dumps(manifest), blob)
 
 
@@ -372,6 +377,14 @@ class ExportedTPUProgram:
         """{name in the graph: device tensor} of the parameters, buffers and constants."""
         return {row["name"]: self._inputs[row["program_index"]] for row in self._table if row["role"] == WEIGHT}
 
+    def _fixed_sizes_note(self):
+        if self._sizes is not None:
+            return ""
+        if self.manifest.get("range_constraints"):
+            return (" (its sizes are fixed: torch.export made sizes dynamic, but the program could not take them "
+                    "at run time; save warned why)")
+        return " (its sizes are fixed: torch.export made no size of it dynamic)"
+
     def __call__(self, *args, **kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
         if spec != self._in_spec:
@@ -385,9 +398,7 @@ class ExportedTPUProgram:
             if v.dtype != row["dtype"] or (self._sizes is None and list(v.shape) != row["sizes"]) or \
                     v.dim() != len(row["sizes"]):
                 raise ValueError(f"torch_tpu.export: input {row['name']} is {v.dtype} {list(v.shape)}; the program "
-                                 f"was saved for {row['dtype']} {row['sizes']}" + (
-                                     " (its sizes are fixed: torch.export made no size of it dynamic)"
-                                     if self._sizes is None else ""))
+                                 f"was saved for {row['dtype']} {row['sizes']}{self._fixed_sizes_note()}")
             t = v.to(self.device)
             if not t.is_contiguous() or t.storage_offset() != 0:
                 t = t.clone(memory_format=torch.contiguous_format)
