@@ -141,8 +141,8 @@ class _GraphRunner:
         self.current_device = self.device is not None and _names_current_device(self.gm)
         # Other CPU work inside the graph would run at capture time only (and twice
         # when a capture fails): such a graph always runs eagerly.
-        self.cpu_work = _makes_cpu_tensors(self.gm)
-        self.scalars = _scalar_inputs(gm)
+        self.scalars = _scalar_inputs(self.gm)
+        self.cpu_work = _makes_cpu_tensors(self.gm, self.scalars)
         self.sizes = None    # _Sizes, read at the first capture
         self.general = None  # (program, out_bytes rules, out view rules, template rules, stats, aliasing)
 
@@ -749,6 +749,15 @@ def _attr(gm, target):
     return v
 
 
+def _copy_graph(gm):
+    """A copy of gm's graph to edit, and the map from gm's nodes to the copy's (gm itself stays as it
+    was: AOTAutograd's cache may pickle it)."""
+    graph = torch.fx.Graph()
+    env = {}
+    graph.output(graph.graph_copy(gm.graph, env))
+    return graph, env
+
+
 def _fold_cpu_constants(gm):
     """The graph with its CPU work on constants done: every node that computes CPU tensors from CPU
     tensor constants alone (get_attr, or none: a factory with constant arguments; no graph input, no
@@ -796,9 +805,7 @@ def _fold_cpu_constants(gm):
     folded = [n for n in values if n.op == "call_function"]
     if not folded:
         return gm
-    graph = torch.fx.Graph()
-    env = {}
-    graph.output(graph.graph_copy(gm.graph, env))
+    graph, env = _copy_graph(gm)
     consts = {}
     for old in folded:
         v = values[old]
@@ -823,12 +830,6 @@ def _fold_cpu_constants(gm):
     return out
 
 
-# Ops tagged random (nondeterministic_seeded) for a dropout argument whose tpu kernels draw nothing: the
-# fused attention kernels refuse a nonzero dropout_p (the math path, with its own dropout op, takes it).
-_DRAWS_NOTHING = ("aten::_scaled_dot_product_flash_attention_for_cpu",
-                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
-
-
 def _without_idle_rng_state(gm):
     """gm without the generator-state wrappers around ops that draw nothing. Activation checkpointing
     makes AOTAutograd wrap every random-tagged op of a recomputed region in run_and_save_rng_state
@@ -845,16 +846,16 @@ def _without_idle_rng_state(gm):
         if n.op != "call_function" or n.target not in (save, run_with):
             return False
         op = n.args[0] if n.target is save else n.args[1]
-        return isinstance(op, torch._ops.OpOverload) and op._schema.name in _DRAWS_NOTHING
+        # tagged random for a dropout argument, yet the runtime's kernel takes no generator (the fused
+        # attention kernels refuse a nonzero dropout_p); an op without a kernel of ours keeps its wrappers
+        return isinstance(op, torch._ops.OpOverload) and _C._op_draws_random(op._opname) is False
 
     if not any(idle(n) for n in gm.graph.nodes):
         return gm
     dev = _graph_device(gm)
     if dev is None:
         return gm
-    graph = torch.fx.Graph()
-    env = {}
-    graph.output(graph.graph_copy(gm.graph, env))
+    graph, env = _copy_graph(gm)
     for old in [n for n in gm.graph.nodes if idle(n)]:
         n = env[old]
         op, args = (n.args[0], n.args[1:]) if n.target is save else (n.args[1], n.args[2:])
@@ -881,12 +882,12 @@ def _without_idle_rng_state(gm):
     return out
 
 
-def _makes_cpu_tensors(gm):
-    """Whether the graph computes on the CPU. Work that only follows from scalar inputs (see
-    _scalar_inputs: a cast of the scalar, say) moves to the device with them, so it does not count."""
+def _makes_cpu_tensors(gm, scalars):
+    """Whether the graph computes on the CPU. Work that only follows from the scalar inputs (the
+    positions _scalar_inputs gives: a cast of the scalar, say) moves to the device with them, so it
+    does not count."""
     from torch.utils._pytree import tree_leaves
     moved = set()
-    scalars = _scalar_inputs(gm)
     for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
         if i in scalars:
             moved.add(node)

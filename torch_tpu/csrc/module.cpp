@@ -145,6 +145,13 @@ PYBIND11_MODULE(_C, m) {
         dtypes.append(torch_tpu::from_tpurt_dtype(static_cast<tpurt_dtype_t>(d)));
     return dtypes;
   });
+  // Whether an op-table entry draws random numbers (TPURT_OP_RANDOM: the fallback gives it a generator
+  // reservation), or None without an entry.
+  m.def("_op_draws_random", [](const std::string& name) -> py::object {
+    const tpurt_op_def_t* def = tpurt_op_lookup(name.c_str());
+    if (!def) return py::none();
+    return py::bool_((def->flags & TPURT_OP_RANDOM) != 0);
+  });
   m.def("_kernel_names", [] {
     py::list names;
     for (size_t i = 0, n = tpurt_op_count(); i < n; ++i) names.append(tpurt_op_at(i)->name);
