@@ -336,7 +336,8 @@ def test_hugging_face_model_exported_on_cpu(name, tmp_path):
         got = f(x.to("tpu"))
         got = got[0] if isinstance(got, (tuple, list)) else got
         torch.testing.assert_close(got.cpu(), w(x), rtol=1e-4, atol=1e-4, msg=f"{name} at {(b, t)}")
-    assert ep.graph_signature is not None and ids.device.type == "cpu"  # the caller's program was left as it was
+    # the caller's program was left on the CPU (save moved copies of its weight tables)
+    assert all(v.device.type == "cpu" for v in ep.state_dict.values())
     torch.testing.assert_close(ep.module()(ids), w(ids))
 
 
