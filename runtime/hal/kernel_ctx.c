@@ -76,7 +76,15 @@ void tpurt_parallel_for(tpurt_kernel_ctx_t* ctx, int64_t n, int64_t grain, tpurt
     fn(user, 0, n, 0);
     return;
   }
-  ctx->parallel_for(ctx->pool, n, grain, fn, user);
+  ctx->parallel_for(ctx->pool, n, tpurt_kernel_grain(ctx, grain), fn, user);
+}
+
+int64_t tpurt_kernel_grain(const tpurt_kernel_ctx_t* ctx, int64_t grain) {
+  if (ctx && ctx->grain_shift > 0) {
+    grain >>= ctx->grain_shift;
+    if (grain < 1) grain = 1;
+  }
+  return grain;
 }
 
 int tpurt_kernel_num_threads(const tpurt_kernel_ctx_t* ctx) {

@@ -49,6 +49,9 @@ struct tpurt_kernel_ctx_t {
   uint64_t queue_id;
   int32_t device_index;
   uint64_t trace_id;
+  /* Grains are shifted right by this (tpurt_kernel_grain): a program sets it while it runs, since
+   * its host thread is idle and the chip's other cores are free for smaller pieces of work. */
+  int grain_shift;
 };
 
 /* Runs fn with ctx, resets the scratch, and prefixes an error with the op's

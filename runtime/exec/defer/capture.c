@@ -48,6 +48,27 @@ int64_t tpurt_program_fuse_min_numel(void) {
   return v;
 }
 
+/* A program runs while its host thread is idle (one launch for the whole graph), so the chip's other
+ * cores are free: its kernels split at a quarter of the grain they use in eager mode, where the host
+ * thread dispatching the next op shares the cores. On the small GPT's compiled training step (2 cores,
+ * most activations 256 x 128 = 32768 elements, the elementwise grain) that split the elementwise ops
+ * and fused chains that ran on one thread (README, "torch.compile").
+ * TORCH_TPU_PROGRAM_GRAIN_SHIFT overrides it (0: eager's grains). */
+int tpurt_program_grain_shift(void) {
+  static _Atomic int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v >= 0) return v;
+  v = 2;
+  tpurt_status_t s = tpurt_env_int("TORCH_TPU_PROGRAM_GRAIN_SHIFT", 0, 16, &v);
+  if (s) { /* malformed: said once, the default kept */
+    TPURT_LOG(WARNING, "%s", tpurt_status_message(s));
+    tpurt_status_free(s);
+    v = 2;
+  }
+  atomic_store_explicit(&cached, v, memory_order_relaxed);
+  return v;
+}
+
 static uint64_t round_block(uint64_t bytes) {
   return bytes == 0 ? ARENA_ALIGN : (bytes + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
 }
@@ -515,6 +536,7 @@ tpurt_status_t tpurt_capture_end(tpurt_queue_t* q, const tpurt_program_range_t* 
   p->arena_bytes = arena;
   p->list = c->list;
   p->list->fuse_min_numel = tpurt_program_fuse_min_numel();
+  p->list->grain_shift = tpurt_program_grain_shift();
   p->list->keep_plan = true;
   c->list = NULL;
   capture_free(c);

@@ -876,6 +876,8 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
     }
   }
   tpurt_fuse_chain_t c;
+  int outer_shift = ctx->grain_shift;
+  ctx->grain_shift = l->grain_shift;
   for (int32_t i = 0; i < l->num_recs; ++i) {
     if (fuse && st->planner.done[i]) continue;
     const tpurt_defer_rec_t* r = &l->recs[i];
@@ -925,6 +927,7 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
     run_one(r, ctx, &first_error);
     if (tracing) trace_one(r, ctx, t0, tpurt_now_ns());
   }
+  ctx->grain_shift = outer_shift;
   if (record && !first_error.status) pl->valid = true;
   if (pl) STAT_ADD(plans_made, replay ? 0 : 1), STAT_ADD(plans_replayed, replay ? 1 : 0);
   if (first_error.status) ctx->issuer = first_error.issuer;

@@ -93,6 +93,8 @@ struct tpurt_program_t {
 /* The element count below which a program's chains run kernel by kernel
  * (TORCH_TPU_PROGRAM_FUSE_MIN_NUMEL, read once). */
 int64_t tpurt_program_fuse_min_numel(void);
+/* How far a program's kernels' grains are shifted right (capture.c; TORCH_TPU_PROGRAM_GRAIN_SHIFT). */
+int tpurt_program_grain_shift(void);
 
 /* The static memory plan (capture.c): out_off[i] for each in_arena block, size[i] its bytes; the
  * arena's bytes, UINT64_MAX without memory. */

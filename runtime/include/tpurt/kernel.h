@@ -176,6 +176,11 @@ typedef void (*tpurt_range_fn_t)(void* user, int64_t begin, int64_t end, int tid
 TPURT_API void tpurt_parallel_for(tpurt_kernel_ctx_t* ctx, int64_t n, int64_t grain,
                                   tpurt_range_fn_t fn, void* user);
 TPURT_API int tpurt_kernel_num_threads(const tpurt_kernel_ctx_t* ctx);
+/* The grain a kernel splits its work at, for a kernel that decides itself
+ * whether to split: `grain` as given, or smaller inside a compiled program
+ * (whose host thread is idle, so the chip's cores are free). tpurt_parallel_for
+ * applies it to the grain it is given. */
+TPURT_API int64_t tpurt_kernel_grain(const tpurt_kernel_ctx_t* ctx, int64_t grain);
 
 /* Host scratch memory, 64-byte aligned, valid until the kernel returns.
  * NULL when it cannot be had (return RESOURCE_EXHAUSTED then). */

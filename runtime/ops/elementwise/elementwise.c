@@ -533,7 +533,7 @@ static bool ew_run_dense(const tpurt_ew_config_t* cfg, int64_t grain) {
 tpurt_status_t tpurt_ew_run(tpurt_kernel_ctx_t* ctx, const tpurt_ew_config_t* cfg) {
   const tpurt_ew_interceptor_t* icpt = tpurt_ew_tls_interceptor;
   if (TPURT_UNLIKELY(icpt != NULL)) return icpt->run(icpt->user, ctx, cfg);
-  if (ew_run_dense(cfg, cfg->grain > 0 ? cfg->grain : EW_DEFAULT_GRAIN)) return TPURT_OK;
+  if (ew_run_dense(cfg, tpurt_kernel_grain(ctx, cfg->grain > 0 ? cfg->grain : EW_DEFAULT_GRAIN))) return TPURT_OK;
   ew_iter_t it;
   int64_t numel = 0;
   TPURT_RETURN_IF_ERROR(ew_iter_init(&it, cfg, &numel));
