@@ -96,6 +96,7 @@ def _sync(device):
 
 
 _THREAD_CPU = False  # --thread-cpu: time a call by its busiest thread's CPU time, not wall time
+_LOOP = 1  # --loop N: a sample is N calls in a row and one synchronize, as a training loop runs them
 
 
 def _threads_cpu():
@@ -115,14 +116,16 @@ def _time(fn, device):
     and little changed by other processes' load."""
     if _THREAD_CPU:
         a = _threads_cpu()
-        fn()
+        for _ in range(_LOOP):
+            fn()
         _sync(device)
         z = _threads_cpu()
-        return max((z[t] - a.get(t, 0.0) for t in z), default=0.0)
+        return max((z[t] - a.get(t, 0.0) for t in z), default=0.0) / _LOOP
     t0 = time.perf_counter()
-    fn()
+    for _ in range(_LOOP):
+        fn()
     _sync(device)
-    return time.perf_counter() - t0
+    return (time.perf_counter() - t0) / _LOOP
 
 
 def bench_gpt_step_compiled(device):
@@ -280,14 +283,20 @@ def main(argv=None):
     p.add_argument("--thread-cpu", action="store_true",
                    help="time each call by the CPU time of its busiest thread instead of wall time (one thread "
                         "each side on a loaded machine: TORCH_TPU_NUM_THREADS=1)")
+    p.add_argument("--loop", type=int, default=1,
+                   help="calls per sample, with one synchronize after them (a training loop's steady state: "
+                        "the host queues the next step while the device runs this one); default 1, each "
+                        "call timed to its end")
     a = p.parse_args(argv)
-    global _THREAD_CPU
+    global _THREAD_CPU, _LOOP
     _THREAD_CPU = a.thread_cpu
+    _LOOP = max(1, a.loop)
     if a.cpu_threads > 0:
         torch.set_num_threads(a.cpu_threads)
     print(f"load average {os.getloadavg()[0]:.2f}; PyTorch CPU threads {torch.get_num_threads()}, "
           f"TORCH_TPU_NUM_THREADS={os.environ.get('TORCH_TPU_NUM_THREADS', 'unset')}; "
-          f"{'busiest thread CPU time' if a.thread_cpu else 'wall time'} per call")
+          f"{'busiest thread CPU time' if a.thread_cpu else 'wall time'} per call"
+          + (f", {_LOOP} calls per sample" if _LOOP > 1 else ""))
     if a.new_sizes_only:
         new_sizes(max(a.runs, 5))
         return 0
