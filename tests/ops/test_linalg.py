@@ -180,3 +180,44 @@ def test_linear_autograd(device, dtype):
     torch.testing.assert_close(xd.grad.cpu(), xc.grad, **tol(dtype, 24))
     for pc, pd in zip(cpu.parameters(), dev.parameters()):
         torch.testing.assert_close(pd.grad.cpu(), pc.grad, **tol(dtype, 24))
+
+
+@pytest.mark.parametrize("blas", [1, 0], ids=["mkl_where_loaded", "openblas"])
+def test_fp32_products_through_either_blas(device, blas):
+    """fp32 products run through the process's MKL where PyTorch loaded one (its x86 wheels do), else
+    OpenBLAS: both, through every form the slabs take (transposes, strided C, alpha/beta, bmm, slabs
+    split across the chip's threads), against CPU."""
+    import subprocess
+    import sys
+
+    import torch_tpu
+    expect = "mkl" if blas == 1 and torch.backends.mkl.is_available() else "openblas"
+    torch_tpu._C._set_fp32_blas(blas)
+    try:
+        assert torch_tpu._C._fp32_blas() == expect
+        for m, k, n in [(256, 128, 384), (300, 77, 45), (2, 513, 1030), (64, 2048, 64)]:
+            for ta in (False, True):
+                for tb in (False, True):
+                    a = make((k, m) if ta else (m, k), torch.float32, seed=m + k)
+                    b = make((n, k) if tb else (k, n), torch.float32, seed=n)
+                    a, b = (a.t() if ta else a), (b.t() if tb else b)
+                    ref = a @ b
+                    got = (a.to(device) @ b.to(device)).cpu()
+                    torch.testing.assert_close(got, ref, **tol(torch.float32, k))
+        c = make((96, 200), torch.float32, seed=3)
+        x, y = make((96, 64), torch.float32, seed=4), make((64, 200), torch.float32, seed=5)
+        ref = torch.addmm(c, x, y, beta=0.5, alpha=-2.0)
+        got = torch.addmm(c.to(device), x.to(device), y.to(device), beta=0.5, alpha=-2.0).cpu()
+        torch.testing.assert_close(got, ref, **tol(torch.float32, 64))
+        out = torch.zeros(200, 96, device=device).t()  # a column-major C
+        torch.mm(x.to(device), y.to(device), out=out)
+        torch.testing.assert_close(out.cpu(), x @ y, **tol(torch.float32, 64))
+        p, q = make((6, 40, 70), torch.float32, seed=6), make((6, 70, 30), torch.float32, seed=7)
+        torch.testing.assert_close(torch.bmm(p.to(device), q.to(device)).cpu(), p @ q, **tol(torch.float32, 70))
+    finally:
+        torch_tpu._C._set_fp32_blas(-1)
+    # the environment's choice, read in a new process
+    code = "import torch, torch_tpu; print(torch_tpu._C._fp32_blas())"
+    env = dict(__import__("os").environ, TORCH_TPU_GEMM_BLAS="openblas")
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip().splitlines()[-1] == "openblas"

@@ -205,6 +205,13 @@ TPURT_API bool tpurt_event_query(tpurt_event_t* event); /* true when reached (or
 TPURT_API tpurt_status_t tpurt_event_elapsed_ms(tpurt_event_t* start, tpurt_event_t* end,
                                                 float* out_ms);
 
+/* ---- fp32 matrix products (ops/linalg/gemm.c) ---- */
+/* The library running them: "mkl" (an MKL the process already has loaded: PyTorch's x86 wheels carry
+ * one) or "openblas". TORCH_TPU_GEMM_BLAS=openblas chooses OpenBLAS. */
+TPURT_API const char* tpurt_fp32_blas(void);
+/* Tests and benchmarks: 1 = MKL where loaded, 0 = OpenBLAS, -1 = as the environment says. */
+TPURT_API void tpurt_fp32_blas_set(int which);
+
 /* ---- DeferAndFuse (exec/defer: recording and running; compiler/fuse_plan.c: the rules) ---- */
 /* Counters since the process started (or the last reset). */
 typedef struct tpurt_fuse_stats_t {

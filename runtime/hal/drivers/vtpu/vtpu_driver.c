@@ -45,6 +45,7 @@ void tpurt_vtpu_kernel_ctx(tpurt_hal_device_t* d, tpurt_scratch_t* scratch, bool
   out->queue_id = 0;
   out->device_index = d->index;
   out->trace_id = 0;
+  out->grain_shift = 0;
 }
 
 static tpurt_poison_t* vtpu_device_poison(tpurt_hal_device_t* d) { return &d->poison; }
