@@ -955,6 +955,8 @@ def _foreach_in_place(gm):
         gets = list(n.users)
         if any(u.op != "call_function" or u.target is not operator.getitem for u in gets):
             continue
+        if not _same_layouts(n.meta.get("val"), [getattr(x, "meta", {}).get("val") for x in first]):
+            continue  # a result broadcast past its first-list tensor (NAdam's 0-dim mu product times a state), or promoted
         ok = True
         for x in first:
             if not isinstance(x, torch.fx.Node):
@@ -987,6 +989,16 @@ def _foreach_in_place(gm):
         g.lint()
         gm.recompile()
     return changed
+
+
+def _same_layouts(results, firsts):
+    """Whether each result (node meta "val") has the shape, strides, dtype and device of the tensor in
+    the same place of the first list: what writing it into that tensor in place needs."""
+    if not isinstance(results, (list, tuple)) or len(results) != len(firsts):
+        return False
+    return all(isinstance(r, torch.Tensor) and isinstance(f, torch.Tensor) and r.shape == f.shape and
+               r.stride() == f.stride() and r.dtype == f.dtype and r.device == f.device
+               for r, f in zip(results, firsts))
 
 
 def _prepare_graph(gm):
@@ -1149,11 +1161,20 @@ def _install_device_interface():
 
 
 def _has_tpu(model, inputs):
+    """Whether a graph Dynamo hands the default backend is tpu work: a tpu tensor among its inputs, its
+    module's parameters or buffers, or its values (node meta: a graph with no tensor input whose
+    factories make tpu tensors, `torch.arange(n, device="tpu")`)."""
+    from torch.utils._pytree import tree_leaves
+
     def on_tpu(x):
         dev = getattr(x, "device", None)
         return isinstance(dev, torch.device) and dev.type == "tpu"
 
     if any(on_tpu(x) for x in inputs or ()):
+        return True
+    graph = getattr(model, "graph", None)
+    if isinstance(graph, torch.fx.Graph) and any(
+            on_tpu(v) for n in graph.nodes for k in ("example_value", "val") for v in tree_leaves(n.meta.get(k))):
         return True
     params = getattr(model, "parameters", None)
     if params is not None:
@@ -1183,12 +1204,39 @@ def _install_default_route():
 
 
 def _register():
-    """Called when torch_tpu loads: cheap (Dynamo is not imported here). The
-    name "tpu" reaches Dynamo's registry through the torch_dynamo_backends
-    entry point, or directly when Dynamo is already imported."""
+    """Called when torch_tpu loads: cheap (Dynamo is not imported here). What
+    Dynamo must know before it traces (_register_with_dynamo) is done now when
+    Dynamo is already imported, else as its import ends (torch.compile
+    imports it at its first call)."""
     _install_default_route()
     if "torch._dynamo" in sys.modules:
         _register_with_dynamo()
+    elif not any(isinstance(f, _DynamoImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DynamoImportHook())
+
+
+class _DynamoImportHook:
+    """A finder that steps aside for every module but torch._dynamo, whose
+    loading it extends with _register_with_dynamo, then leaves sys.meta_path."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch._dynamo":
+            return None
+        import importlib.util
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        upstream = loader.exec_module
+
+        def exec_module(module):
+            upstream(module)
+            _register_with_dynamo()
+
+        loader.exec_module = exec_module
+        return spec
 
 
 def _register_with_dynamo():
@@ -1197,6 +1245,33 @@ def _register_with_dynamo():
         registry.register_backend(tpu_backend, name="tpu")
     _install_device_interface()
     _install_rng_state_ops()
+    _install_capturable_optimizers()
+
+
+def _install_capturable_optimizers():
+    """torch.compile(optimizer.step) keeps a tpu optimizer's state on the device, as Dynamo does for
+    CUDA and XPU: when it first traces an optimizer whose state is not made yet, Dynamo sets
+    capturable=True in each parameter group whose parameters are all on those devices, so the step
+    counts are made on the device and the compiled step is device work (capturable=False keeps them
+    as CPU tensors: a graph that updates CPU tensors runs eagerly). torch 2.13 tests `p.is_cuda or
+    p.is_xpu`; this adds tpu, with upstream's conditions (a group with a capturable option, whose
+    parameters have no state yet)."""
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+    upstream = OptimizerVariable._set_capturable
+    if getattr(upstream, "_torch_tpu", False):
+        return
+
+    def _set_capturable(self, tx):
+        opt = self.value
+        for group in opt.param_groups:
+            params = group.get("params", [])
+            if "capturable" in group and params and all(
+                    isinstance(p, torch.Tensor) and p.device.type == "tpu" and p not in opt.state for p in params):
+                group["capturable"] = True
+        return upstream(self, tx)
+
+    _set_capturable._torch_tpu = True
+    OptimizerVariable._set_capturable = _set_capturable
 
 
 def _tpu_index(args, kwargs):

@@ -1,0 +1,117 @@
+"""What users write under torch.compile on tpu, unchanged, against PyTorch CPU: optimizers as they
+come (capturable left to Dynamo, as on CUDA), NAdam's broadcast state updates, and the default
+backend on a graph whose only tpu tensors come from factories."""
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch._dynamo
+
+from torch_tpu import _compile
+
+pytestmark = pytest.mark.tpu
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    _compile.reset_compile_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def _steps(opt_cls, n=3, dev_kw=None):
+    """n steps of a CPU optimizer and of the same optimizer on tpu (with dev_kw too) with its step
+    compiled, compared; returns the tpu optimizer."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    dev_model = copy.deepcopy(model).to("tpu")
+    opt = opt_cls(model.parameters(), lr=1e-2)
+    dev_opt = opt_cls(dev_model.parameters(), lr=1e-2, **(dev_kw or {}))
+    step = torch.compile(dev_opt.step, backend="tpu")
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(n):
+        x = torch.randn(5, 8, generator=gen)
+        for m, d in ((model, "cpu"), (dev_model, "tpu")):
+            m.zero_grad()
+            m(x.to(d)).square().sum().backward()
+        opt.step()
+        step()
+    for p, q in zip(model.parameters(), dev_model.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)
+    return dev_opt
+
+
+@pytest.mark.parametrize("opt_cls", [torch.optim.AdamW, torch.optim.Adam, torch.optim.RMSprop])
+def test_optimizer_as_written_keeps_its_state_on_the_device(opt_cls):
+    """torch.compile(opt.step) with the optimizer's defaults: Dynamo makes the state capturable for
+    tpu as for CUDA, so the step counts are device tensors and the step is a program (it ran eagerly:
+    a graph updating CPU step counts)."""
+    dev_opt = _steps(opt_cls)
+    assert dev_opt.param_groups[0]["capturable"] is True
+    assert all(st["step"].device.type == "tpu" for st in dev_opt.state.values())
+    s = _compile.compile_stats()
+    assert s["eager_runs"] == 0 and s["capture_failures"] == 0 and s["captures"] == 1, s
+
+
+@pytest.mark.parametrize("capturable", [None, True])
+def test_nadam_broadcast_updates_stay_out_of_place(capturable):
+    """NAdam multiplies its 0-dim momentum products into states of the parameter's shape: a _foreach_
+    result broadcast past its first list must not be made in place on it (it raised "output with shape
+    [] doesn't match the broadcast shape")."""
+    _steps(torch.optim.NAdam, dev_kw=None if capturable is None else {"capturable": capturable})
+    s = _compile.compile_stats()
+    assert s["eager_runs"] == 0 and s["captures"] == 1, s
+
+
+def test_in_place_rewrite_still_applies_where_layouts_match():
+    """Adam's updates keep their shapes: the compiled step's _foreach_ ops are still made in place."""
+    from torch._functorch.aot_autograd import aot_function
+    changed = []
+
+    def compiler(gm, _):
+        changed.append(_compile._foreach_in_place(gm))
+        return gm
+
+    ps = [torch.randn(3, 2, device="tpu"), torch.randn(4, device="tpu")]
+    avgs = [torch.zeros_like(p) for p in ps]
+
+    def f(ps, gs, avgs):
+        torch._foreach_mul_(avgs, 0.9)
+        torch._foreach_add_(avgs, gs, alpha=0.1)
+        torch._foreach_add_(ps, avgs, alpha=-0.01)
+
+    aot_function(f, fw_compiler=compiler, keep_inference_input_mutations=True)(
+        ps, [torch.ones_like(p) for p in ps], avgs)
+    assert changed and changed[0] >= 3
+
+
+def test_default_backend_takes_graphs_whose_tpu_tensors_come_from_factories():
+    """torch.compile(fn) without a backend on a function with no tensor input that makes tpu tensors:
+    our backend, not Inductor's JAX/Pallas "tpu" (ModuleNotFoundError: jax)."""
+    @torch.compile
+    def f(n):
+        return torch.arange(n, device="tpu") * 2
+
+    assert f(5).cpu().tolist() == [0, 2, 4, 6, 8]
+    assert _compile.compile_stats()["graphs"] == 1
+
+
+def test_dynamo_imported_after_torch_tpu_gets_the_registration():
+    """torch_tpu loads with torch (autoload) before Dynamo: what Dynamo must know before tracing
+    (the backend name, the optimizer rule above) is installed as Dynamo's import ends."""
+    code = ("import sys, torch, torch_tpu\n"
+            "assert 'torch._dynamo' not in sys.modules\n"
+            "import torch._dynamo\n"
+            "from torch._dynamo.backends import registry\n"
+            "from torch._dynamo.variables.optimizer import OptimizerVariable\n"
+            "assert 'tpu' in registry._COMPILER_FNS\n"
+            "assert OptimizerVariable._set_capturable._torch_tpu\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
