@@ -115,3 +115,62 @@ def test_dynamo_imported_after_torch_tpu_gets_the_registration():
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_dynamic_sizes_related_by_an_op_move_together():
+    """Labels with sizes of their own (as a Hugging Face loss graph after a graph break gets them; here
+    without duck shaping): the loss needs labels' numel to be logits' rows, a relation Dynamo guards
+    but cannot substitute. Captures at other sizes that move the symbols apart fail; moved together
+    (equal at the first call) they succeed, and later lengths are bindings of one program, not a
+    capture each."""
+    import torch.fx.experimental._config as fx_config
+
+    def loss(logits, labels):
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+
+    f = torch.compile(loss, backend="tpu", dynamic=True)
+    gen = torch.Generator().manual_seed(0)
+    with fx_config.patch(use_duck_shape=False):
+        _related_calls(f, loss, gen)
+
+
+def _related_calls(f, loss, gen):
+    for n in (6, 9, 13, 20):
+        logits, labels = torch.randn(2, n, 16, generator=gen), torch.randint(0, 16, (2, n), generator=gen)
+        got = f(logits.to("tpu"), labels.to("tpu"))
+        torch.testing.assert_close(got.cpu(), loss(logits, labels))
+    s = _compile.compile_stats()
+    assert s["graphs"] == 1 and s["generalized"] == 1 and s["bindings"] == 3 and s["captures"] == 1, s
+    # sizes the program took as one differ here: not a binding of it; still right
+    logits, labels = torch.randn(3, 4, 16, generator=gen), torch.randint(0, 16, (6, 2), generator=gen)
+    torch.testing.assert_close(f(logits.to("tpu"), labels.to("tpu")).cpu(), loss(logits, labels))
+    s = _compile.compile_stats()
+    assert s["bindings"] == 3 and s["eager_runs"] == 0, s
+
+
+def test_dynamic_sequence_length_training_step_of_gpt2():
+    """A Hugging Face GPT-2 training step under dynamic=True at several lengths: equal to CPU, and each
+    graph captured once (its cache length, 0 with a range that ends at 0, is held; labels' sizes move
+    with the inputs')."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(cfg).train()
+    dev_model = copy.deepcopy(model).to("tpu")
+    run = torch.compile(dev_model, backend="tpu", dynamic=True)
+    gen = torch.Generator().manual_seed(1)
+    for n in (6, 9, 13):
+        ids = torch.randint(2, 64, (2, n), generator=gen)
+        model.zero_grad()
+        dev_model.zero_grad()
+        want = model(input_ids=ids, labels=ids).loss
+        got = run(input_ids=ids.to("tpu"), labels=ids.to("tpu")).loss
+        want.backward()
+        got.backward()
+        assert got.item() == pytest.approx(want.item(), rel=1e-5)
+        for (name, p), q in zip(model.named_parameters(), dev_model.parameters()):
+            scale = p.grad.abs().max().item() + 1e-6
+            assert (q.grad.cpu() - p.grad).abs().max().item() <= 1e-4 * scale, name
+    s = _compile.compile_stats()
+    assert s["eager_runs"] == 0 and s["captures"] == s["generalized"] and s["bindings"] >= 2 * s["captures"], s

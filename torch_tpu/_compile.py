@@ -267,7 +267,7 @@ class _GraphRunner:
             return rec if isinstance(rec, str) else (rec[0], rec[2])
 
         done = _generalize_program(self.sizes, prog, args, template, dev, record,
-                                   f"tpu compile: graph {self.gm._get_name()} keeps a program per size")
+                                   f"tpu compile: graph {self.gm._get_name()} keeps a program per size", tie=True)
         if done is None:
             return None
         _, vals, rules = done
@@ -290,9 +290,14 @@ class _GraphRunner:
             point = sz.read(args)
         except (IndexError, TypeError, ValueError):
             return None
-        for x, (lo, hi) in zip(point, sz.ranges):
-            if x < max(2, lo) or (hi is not None and x > hi):
+        for j, (x, (lo, hi)) in enumerate(zip(point, sz.ranges)):
+            if j in sz.held:
+                if x != sz.held[j]:
+                    return None  # a size the program holds at its captured value
+            elif x < max(2, lo) or (hi is not None and x > hi):
                 return None
+        if sz.ties and any(point[j] != point[g[0]] for g in sz.ties for j in g):
+            return None  # sizes the program took as one differ here
         vals = sz.values(point)
         if not sz.fits(args, vals) or _aliasing(tensors) != aliasing:
             return None
@@ -311,41 +316,38 @@ class _GraphRunner:
         return self._eager(args)
 
 
-def _generalize_program(sz, prog, args, template, dev, record, why):
+def _generalize_program(sz, prog, args, template, dev, record, why, tie=False):
     """Captures a graph at two other points of its sizes (sz: _Sizes; record(args at a point) gives
     (program, output template) or a string saying why not) and makes prog, captured on `args`, take
     its sizes at launch (tpurt_program_generalize). Returns (point, size values, output rules), or None
     after logging why (prefixed by `why`): prog keeps its sizes. The default generator is left where
-    it was: captures never run."""
+    it was: captures never run.
+
+    With tie, where a capture at other sizes fails and some symbols are equal at this point, the
+    captures are made again with those symbols moving together (sz.ties): Dynamo leaves relations
+    between sizes unguarded when an op checks them (dynamic=True gives a model's labels their own
+    sizes, and the loss's view needs labels' numel to be logits' rows), and the program then takes
+    sizes where they hold (_GraphRunner._bind checks them). With tie too, a symbol whose range has no
+    other value is held at this point's (sz.held), which a binding checks as well."""
     point = sz.read(args)
     vals = sz.values(point)
     if not sz.fits(args, vals):
         _log.info("%s: arguments unlike its metadata", why)
         return None
-    probes = sz.probes(point)
-    if probes is None:
-        _log.info("%s: no room for other sizes", why)
-        return None
-    rows, caps, others = [vals], [(prog.out_specs(), prog.out_bytes(), template)], []
+    ties = _equal_groups(point) if tie else None
     rng_state = torch.tpu.get_rng_state(dev) if prog.info()["rng_count"] else None
     try:
-        for pt in probes:
-            try:
-                pargs = sz.probe_args(args, pt)
-            except (ValueError, RuntimeError) as e:
-                _log.info("%s: %s", why, e)
-                return None
-            rec = record(pargs)
-            if isinstance(rec, str):
-                _log.info("%s: at sizes %s: %s", why, pt, rec)
-                return None
-            other, tmpl = rec
-            others.append(other)
-            rows.append(sz.values(pt))
-            caps.append((other.out_specs(), other.out_bytes(), tmpl))
+        got = _probe_captures(sz, prog, args, template, point, vals, record, None, tie)
+        if isinstance(got, str) and ties:
+            _log.info("%s: %s; again with equal sizes moving together", why, got)
+            got = _probe_captures(sz, prog, args, template, point, vals, record, ties, tie)
     finally:
         if rng_state is not None:
             torch.tpu.set_rng_state(rng_state, dev)
+    if isinstance(got, str):
+        _log.info("%s: %s", why, got)
+        return None
+    others, rows, caps, used_ties, held = got
     rules = _output_rules(caps, rows)
     if isinstance(rules, str):
         _log.info("%s: %s", why, rules)
@@ -355,7 +357,42 @@ def _generalize_program(sz, prog, args, template, dev, record, why):
     except RuntimeError as e:
         _log.info("%s: %s", why, e)
         return None
+    sz.ties, sz.held = used_ties, held
     return point, vals, rules
+
+
+def _equal_groups(point):
+    """The groups (tuples of symbol positions, two or more) of symbols with equal values at point; None
+    when all differ."""
+    groups = {}
+    for j, x in enumerate(point):
+        groups.setdefault(x, []).append(j)
+    out = tuple(tuple(g) for g in groups.values() if len(g) > 1)
+    return out or None
+
+
+def _probe_captures(sz, prog, args, template, point, vals, record, ties, hold):
+    """The captures at two other points (sz.probes: symbols in one of ties' groups take one value; with
+    hold, symbols that cannot move keep theirs): (programs, size value rows, (out_specs, out_bytes,
+    template) per capture, ties, {held symbol position: value}), or a string saying why not."""
+    probes = sz.probes(point, ties=ties, hold=hold)
+    if probes is None:
+        return "no room for other sizes"
+    held = {j: a for j, a in enumerate(point) if all(pt[j] == a for pt in probes)}
+    rows, caps, others = [vals], [(prog.out_specs(), prog.out_bytes(), template)], []
+    for pt in probes:
+        try:
+            pargs = sz.probe_args(args, pt)
+        except (ValueError, RuntimeError) as e:
+            return str(e)
+        rec = record(pargs)
+        if isinstance(rec, str):
+            return f"at sizes {pt}: {rec}"
+        other, tmpl = rec
+        others.append(other)
+        rows.append(sz.values(pt))
+        caps.append((other.out_specs(), other.out_bytes(), tmpl))
+    return others, rows, caps, ties, held
 
 
 def _aliasing(tensors):
@@ -515,6 +552,8 @@ class _Sizes:
             _log.info("tpu compile: graph %s keeps a program per size: %s", gm._get_name(), e)
             return
         self.ranges = [_int_range(ranges.get(s)) for s in symbols]  # (lo, hi), hi None: unbounded
+        self.ties = None  # groups of symbols a program takes as one (_generalize_program)
+        self.held = {}    # symbols (positions) a program takes at one value only: value
         self.ok = True
 
     def read(self, args):
@@ -550,15 +589,24 @@ class _Sizes:
                 return False
         return True
 
-    def probes(self, point, n=2):
-        """n other points for the symbols: inside their ranges, distinct from each other and from point's."""
+    def probes(self, point, n=2, ties=None, hold=False):
+        """n other points for the symbols: inside their ranges, distinct from each other and from point's,
+        except that the symbols of one of ties' groups (tuples of positions) take one value, and, with
+        hold, a symbol whose range has no other value (a cache length of 0 whose range ends at 0) keeps
+        point's."""
         used = set(point)
+        lead = {j: g[0] for g in ties or () for j in g}
         out = []
         for k in range(n):
             p = []
             for j, a in enumerate(point):
-                lo, hi = self.ranges[j]
-                lo = max(2, lo)
+                if lead.get(j, j) != j:
+                    p.append(p[lead[j]])
+                    continue
+                group = next((g for g in ties or () if j in g), (j,))
+                lo = max([2] + [self.ranges[i][0] for i in group])
+                his = [self.ranges[i][1] for i in group if self.ranges[i][1] is not None]
+                hi = min(his) if his else None
                 hi = a + 1000 if hi is None else hi
                 pick = None
                 for step in _PROBE_STEPS[k * 3 + j % 3:] + _PROBE_STEPS:
@@ -568,6 +616,8 @@ class _Sizes:
                             break
                     if pick is not None:
                         break
+                if pick is None and hold and not any(x != a for x in range(lo, min(hi, a + 2) + 1)):
+                    pick = a  # no other value in its range
                 if pick is None:
                     return None
                 used.add(pick)
