@@ -1275,7 +1275,10 @@ class _DynamoImportHook:
         import importlib.util
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None  # the import system's own search says why
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
@@ -1283,7 +1286,10 @@ class _DynamoImportHook:
 
         def exec_module(module):
             upstream(module)
-            _register_with_dynamo()
+            try:
+                _register_with_dynamo()
+            except Exception as e:  # noqa: BLE001 - Dynamo itself imported; the backend says so when used
+                _log.warning("torch_tpu: registering with Dynamo failed: %s: %s", type(e).__name__, e)
 
         loader.exec_module = exec_module
         return spec
