@@ -1,6 +1,7 @@
 """What users write under torch.compile on tpu, unchanged, against PyTorch CPU: optimizers as they
-come (capturable left to Dynamo, as on CUDA), NAdam's broadcast state updates, and the default
-backend on a graph whose only tpu tensors come from factories."""
+come (capturable left to Dynamo, as on CUDA), NAdam's broadcast state updates, the default backend
+on a graph whose only tpu tensors come from factories, and dynamic=True where Dynamo leaves sizes
+related (a loss's labels and logits) or a size with no room to move (GPT-2's cache length)."""
 import copy
 import os
 import subprocess
@@ -8,21 +9,13 @@ import sys
 
 import pytest
 import torch
-import torch._dynamo
 
 from torch_tpu import _compile
+from test_compile import fresh  # noqa: F401  (autouse: Dynamo reset, counters zeroed)
 
 pytestmark = pytest.mark.tpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    _compile.reset_compile_stats()
-    yield
-    torch._dynamo.reset()
 
 
 def _steps(opt_cls, n=3, dev_kw=None):
