@@ -125,22 +125,28 @@ def test_gpt_training_step_under_bf16_autocast_compiles_and_matches_eager():
     assert s["launches"] > s["captures"] > 0 and s["eager_runs"] == 0 and s["capture_failures"] == 0
 
 
-def test_compiled_optimizer_with_cpu_step_counts_runs_eagerly_and_right():
+def test_compiled_optimizer_after_eager_steps_is_right():
+    """An optimizer whose state was made by an eager step (CPU step counts: Dynamo makes only a state
+    not yet made capturable, tests/test_compile_sweep.py), then compiled."""
     torch.manual_seed(0)
     m_cpu = nn.Linear(6, 3)
     m = copy.deepcopy(m_cpu).to("tpu")
     opt_cpu = torch.optim.AdamW(m_cpu.parameters(), lr=1e-2)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)  # state["step"] is a CPU tensor
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
     step = torch.compile(opt.step, backend="tpu")
-    for _ in range(3):
+    for i in range(3):
         x = torch.randn(4, 6)
         m_cpu(x).sum().backward()
         m(x.to("tpu")).sum().backward()
         opt_cpu.step()
-        step()
+        if i == 0:
+            opt.step()
+            assert opt.state[m.weight]["step"].device.type == "cpu"
+        else:
+            step()
     torch.testing.assert_close(m.weight.detach().cpu(), m_cpu.weight.detach(), rtol=1e-5, atol=1e-6)
     assert opt.state[m.weight]["step"].item() == 3.0
-    assert stats()["captures"] == 0 and stats()["eager_runs"] == 3
+    assert stats()["graphs"] >= 1
 
 
 def test_dynamic_batch_compiles_once_and_matches_cpu():

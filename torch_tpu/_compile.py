@@ -267,7 +267,7 @@ class _GraphRunner:
             return rec if isinstance(rec, str) else (rec[0], rec[2])
 
         done = _generalize_program(self.sizes, prog, args, template, dev, record,
-                                   f"tpu compile: graph {self.gm._get_name()} keeps a program per size")
+                                   f"tpu compile: graph {self.gm._get_name()} keeps a program per size", tie=True)
         if done is None:
             return None
         _, vals, rules = done
@@ -290,9 +290,14 @@ class _GraphRunner:
             point = sz.read(args)
         except (IndexError, TypeError, ValueError):
             return None
-        for x, (lo, hi) in zip(point, sz.ranges):
-            if x < max(2, lo) or (hi is not None and x > hi):
+        for j, (x, (lo, hi)) in enumerate(zip(point, sz.ranges)):
+            if j in sz.held:
+                if x != sz.held[j]:
+                    return None  # a size the program holds at its captured value
+            elif x < max(2, lo) or (hi is not None and x > hi):
                 return None
+        if sz.ties and any(point[j] != point[g[0]] for g in sz.ties for j in g):
+            return None  # sizes the program took as one differ here
         vals = sz.values(point)
         if not sz.fits(args, vals) or _aliasing(tensors) != aliasing:
             return None
@@ -311,41 +316,38 @@ class _GraphRunner:
         return self._eager(args)
 
 
-def _generalize_program(sz, prog, args, template, dev, record, why):
+def _generalize_program(sz, prog, args, template, dev, record, why, tie=False):
     """Captures a graph at two other points of its sizes (sz: _Sizes; record(args at a point) gives
     (program, output template) or a string saying why not) and makes prog, captured on `args`, take
     its sizes at launch (tpurt_program_generalize). Returns (point, size values, output rules), or None
     after logging why (prefixed by `why`): prog keeps its sizes. The default generator is left where
-    it was: captures never run."""
+    it was: captures never run.
+
+    With tie, where a capture at other sizes fails and some symbols are equal at this point, the
+    captures are made again with those symbols moving together (sz.ties): Dynamo leaves relations
+    between sizes unguarded when an op checks them (dynamic=True gives a model's labels their own
+    sizes, and the loss's view needs labels' numel to be logits' rows), and the program then takes
+    sizes where they hold (_GraphRunner._bind checks them). With tie too, a symbol whose range has no
+    other value is held at this point's (sz.held), which a binding checks as well."""
     point = sz.read(args)
     vals = sz.values(point)
     if not sz.fits(args, vals):
         _log.info("%s: arguments unlike its metadata", why)
         return None
-    probes = sz.probes(point)
-    if probes is None:
-        _log.info("%s: no room for other sizes", why)
-        return None
-    rows, caps, others = [vals], [(prog.out_specs(), prog.out_bytes(), template)], []
+    ties = _equal_groups(point) if tie else None
     rng_state = torch.tpu.get_rng_state(dev) if prog.info()["rng_count"] else None
     try:
-        for pt in probes:
-            try:
-                pargs = sz.probe_args(args, pt)
-            except (ValueError, RuntimeError) as e:
-                _log.info("%s: %s", why, e)
-                return None
-            rec = record(pargs)
-            if isinstance(rec, str):
-                _log.info("%s: at sizes %s: %s", why, pt, rec)
-                return None
-            other, tmpl = rec
-            others.append(other)
-            rows.append(sz.values(pt))
-            caps.append((other.out_specs(), other.out_bytes(), tmpl))
+        got = _probe_captures(sz, prog, args, template, point, vals, record, None, tie)
+        if isinstance(got, str) and ties:
+            _log.info("%s: %s; again with equal sizes moving together", why, got)
+            got = _probe_captures(sz, prog, args, template, point, vals, record, ties, tie)
     finally:
         if rng_state is not None:
             torch.tpu.set_rng_state(rng_state, dev)
+    if isinstance(got, str):
+        _log.info("%s: %s", why, got)
+        return None
+    others, rows, caps, used_ties, held = got
     rules = _output_rules(caps, rows)
     if isinstance(rules, str):
         _log.info("%s: %s", why, rules)
@@ -355,7 +357,42 @@ def _generalize_program(sz, prog, args, template, dev, record, why):
     except RuntimeError as e:
         _log.info("%s: %s", why, e)
         return None
+    sz.ties, sz.held = used_ties, held
     return point, vals, rules
+
+
+def _equal_groups(point):
+    """The groups (tuples of symbol positions, two or more) of symbols with equal values at point; None
+    when all differ."""
+    groups = {}
+    for j, x in enumerate(point):
+        groups.setdefault(x, []).append(j)
+    out = tuple(tuple(g) for g in groups.values() if len(g) > 1)
+    return out or None
+
+
+def _probe_captures(sz, prog, args, template, point, vals, record, ties, hold):
+    """The captures at two other points (sz.probes: symbols in one of ties' groups take one value; with
+    hold, symbols that cannot move keep theirs): (programs, size value rows, (out_specs, out_bytes,
+    template) per capture, ties, {held symbol position: value}), or a string saying why not."""
+    probes = sz.probes(point, ties=ties, hold=hold)
+    if probes is None:
+        return "no room for other sizes"
+    held = {j: a for j, a in enumerate(point) if all(pt[j] == a for pt in probes)}
+    rows, caps, others = [vals], [(prog.out_specs(), prog.out_bytes(), template)], []
+    for pt in probes:
+        try:
+            pargs = sz.probe_args(args, pt)
+        except (ValueError, RuntimeError) as e:
+            return str(e)
+        rec = record(pargs)
+        if isinstance(rec, str):
+            return f"at sizes {pt}: {rec}"
+        other, tmpl = rec
+        others.append(other)
+        rows.append(sz.values(pt))
+        caps.append((other.out_specs(), other.out_bytes(), tmpl))
+    return others, rows, caps, ties, held
 
 
 def _aliasing(tensors):
@@ -515,6 +552,8 @@ class _Sizes:
             _log.info("tpu compile: graph %s keeps a program per size: %s", gm._get_name(), e)
             return
         self.ranges = [_int_range(ranges.get(s)) for s in symbols]  # (lo, hi), hi None: unbounded
+        self.ties = None  # groups of symbols a program takes as one (_generalize_program)
+        self.held = {}    # symbols (positions) a program takes at one value only: value
         self.ok = True
 
     def read(self, args):
@@ -550,15 +589,24 @@ class _Sizes:
                 return False
         return True
 
-    def probes(self, point, n=2):
-        """n other points for the symbols: inside their ranges, distinct from each other and from point's."""
+    def probes(self, point, n=2, ties=None, hold=False):
+        """n other points for the symbols: inside their ranges, distinct from each other and from point's,
+        except that the symbols of one of ties' groups (tuples of positions) take one value, and, with
+        hold, a symbol whose range has no other value (a cache length of 0 whose range ends at 0) keeps
+        point's."""
         used = set(point)
+        lead = {j: g[0] for g in ties or () for j in g}
         out = []
         for k in range(n):
             p = []
             for j, a in enumerate(point):
-                lo, hi = self.ranges[j]
-                lo = max(2, lo)
+                if lead.get(j, j) != j:
+                    p.append(p[lead[j]])
+                    continue
+                group = next((g for g in ties or () if j in g), (j,))
+                lo = max([2] + [self.ranges[i][0] for i in group])
+                his = [self.ranges[i][1] for i in group if self.ranges[i][1] is not None]
+                hi = min(his) if his else None
                 hi = a + 1000 if hi is None else hi
                 pick = None
                 for step in _PROBE_STEPS[k * 3 + j % 3:] + _PROBE_STEPS:
@@ -568,6 +616,8 @@ class _Sizes:
                             break
                     if pick is not None:
                         break
+                if pick is None and hold and not any(x != a for x in range(lo, min(hi, a + 2) + 1)):
+                    pick = a  # no other value in its range
                 if pick is None:
                     return None
                 used.add(pick)
@@ -955,6 +1005,8 @@ def _foreach_in_place(gm):
         gets = list(n.users)
         if any(u.op != "call_function" or u.target is not operator.getitem for u in gets):
             continue
+        if not _same_layouts(n.meta.get("val"), [getattr(x, "meta", {}).get("val") for x in first]):
+            continue  # a result broadcast past its first-list tensor (NAdam's 0-dim mu product times a state), or promoted
         ok = True
         for x in first:
             if not isinstance(x, torch.fx.Node):
@@ -987,6 +1039,16 @@ def _foreach_in_place(gm):
         g.lint()
         gm.recompile()
     return changed
+
+
+def _same_layouts(results, firsts):
+    """Whether each result (node meta "val") has the shape, strides, dtype and device of the tensor in
+    the same place of the first list: what writing it into that tensor in place needs."""
+    if not isinstance(results, (list, tuple)) or len(results) != len(firsts):
+        return False
+    return all(isinstance(r, torch.Tensor) and isinstance(f, torch.Tensor) and r.shape == f.shape and
+               r.stride() == f.stride() and r.dtype == f.dtype and r.device == f.device
+               for r, f in zip(results, firsts))
 
 
 def _prepare_graph(gm):
@@ -1149,11 +1211,20 @@ def _install_device_interface():
 
 
 def _has_tpu(model, inputs):
+    """Whether a graph Dynamo hands the default backend is tpu work: a tpu tensor among its inputs, its
+    module's parameters or buffers, or its values (node meta: a graph with no tensor input whose
+    factories make tpu tensors, `torch.arange(n, device="tpu")`)."""
+    from torch.utils._pytree import tree_leaves
+
     def on_tpu(x):
         dev = getattr(x, "device", None)
         return isinstance(dev, torch.device) and dev.type == "tpu"
 
     if any(on_tpu(x) for x in inputs or ()):
+        return True
+    graph = getattr(model, "graph", None)
+    if isinstance(graph, torch.fx.Graph) and any(
+            on_tpu(v) for n in graph.nodes for k in ("example_value", "val") for v in tree_leaves(n.meta.get(k))):
         return True
     params = getattr(model, "parameters", None)
     if params is not None:
@@ -1183,12 +1254,45 @@ def _install_default_route():
 
 
 def _register():
-    """Called when torch_tpu loads: cheap (Dynamo is not imported here). The
-    name "tpu" reaches Dynamo's registry through the torch_dynamo_backends
-    entry point, or directly when Dynamo is already imported."""
+    """Called when torch_tpu loads: cheap (Dynamo is not imported here). What
+    Dynamo must know before it traces (_register_with_dynamo) is done now when
+    Dynamo is already imported, else as its import ends (torch.compile
+    imports it at its first call)."""
     _install_default_route()
     if "torch._dynamo" in sys.modules:
         _register_with_dynamo()
+    elif not any(isinstance(f, _DynamoImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DynamoImportHook())
+
+
+class _DynamoImportHook:
+    """A finder that steps aside for every module but torch._dynamo, whose
+    loading it extends with _register_with_dynamo, then leaves sys.meta_path."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch._dynamo":
+            return None
+        import importlib.util
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None  # the import system's own search says why
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        upstream = loader.exec_module
+
+        def exec_module(module):
+            upstream(module)
+            try:
+                _register_with_dynamo()
+            except Exception as e:  # noqa: BLE001 - Dynamo itself imported; the backend says so when used
+                _log.warning("torch_tpu: registering with Dynamo failed: %s: %s", type(e).__name__, e)
+
+        loader.exec_module = exec_module
+        return spec
 
 
 def _register_with_dynamo():
@@ -1197,6 +1301,33 @@ def _register_with_dynamo():
         registry.register_backend(tpu_backend, name="tpu")
     _install_device_interface()
     _install_rng_state_ops()
+    _install_capturable_optimizers()
+
+
+def _install_capturable_optimizers():
+    """torch.compile(optimizer.step) keeps a tpu optimizer's state on the device, as Dynamo does for
+    CUDA and XPU: when it first traces an optimizer whose state is not made yet, Dynamo sets
+    capturable=True in each parameter group whose parameters are all on those devices, so the step
+    counts are made on the device and the compiled step is device work (capturable=False keeps them
+    as CPU tensors: a graph that updates CPU tensors runs eagerly). torch 2.13 tests `p.is_cuda or
+    p.is_xpu`; this adds tpu, with upstream's conditions (a group with a capturable option, whose
+    parameters have no state yet)."""
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+    upstream = OptimizerVariable._set_capturable
+    if getattr(upstream, "_torch_tpu", False):
+        return
+
+    def _set_capturable(self, tx):
+        opt = self.value
+        for group in opt.param_groups:
+            params = group.get("params", [])
+            if "capturable" in group and params and all(
+                    isinstance(p, torch.Tensor) and p.device.type == "tpu" and p not in opt.state for p in params):
+                group["capturable"] = True
+        return upstream(self, tx)
+
+    _set_capturable._torch_tpu = True
+    OptimizerVariable._set_capturable = _set_capturable
 
 
 def _tpu_index(args, kwargs):
