@@ -28,6 +28,22 @@
 
 #define ARENA_ALIGN 512u /* the allocator's block alignment: kernels see the same */
 
+/* The integer setting `name` in [lo, hi], read once into *cached; a malformed value is said once
+ * and `fallback` kept. */
+static int setting_once(_Atomic int* cached, const char* name, int fallback, int lo, int hi) {
+  int v = atomic_load_explicit(cached, memory_order_relaxed);
+  if (v >= 0) return v;
+  v = fallback;
+  tpurt_status_t s = tpurt_env_int(name, lo, hi, &v);
+  if (s) {
+    TPURT_LOG(WARNING, "%s", tpurt_status_message(s));
+    tpurt_status_free(s);
+    v = fallback;
+  }
+  atomic_store_explicit(cached, v, memory_order_relaxed);
+  return v;
+}
+
 /* A program's chains of fewer elements run kernel by kernel: on 4x4
  * tensors a 150-op graph ran in 0.34 ms unfused against 1.0 ms fused (the
  * chain's capture and planning cost more than the work), while chains over
@@ -35,38 +51,18 @@
  * TORCH_TPU_PROGRAM_FUSE_MIN_NUMEL overrides it (0: fuse everything). */
 int64_t tpurt_program_fuse_min_numel(void) {
   static _Atomic int cached = -1;
-  int v = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (v >= 0) return v;
-  v = 16384;
-  tpurt_status_t s = tpurt_env_int("TORCH_TPU_PROGRAM_FUSE_MIN_NUMEL", 0, INT32_MAX, &v);
-  if (s) { /* malformed: said once, the default kept */
-    TPURT_LOG(WARNING, "%s", tpurt_status_message(s));
-    tpurt_status_free(s);
-    v = 16384;
-  }
-  atomic_store_explicit(&cached, v, memory_order_relaxed);
-  return v;
+  return setting_once(&cached, "TORCH_TPU_PROGRAM_FUSE_MIN_NUMEL", 16384, 0, INT32_MAX);
 }
 
 /* A program runs while its host thread is idle (one launch for the whole graph), so the chip's other
  * cores are free: its kernels split at a quarter of the grain they use in eager mode, where the host
  * thread dispatching the next op shares the cores. On the small GPT's compiled training step (2 cores,
  * most activations 256 x 128 = 32768 elements, the elementwise grain) that split the elementwise ops
- * and fused chains that ran on one thread (README, "torch.compile").
+ * and fused chains that ran on one thread: 7.0-7.2 ms a step became 6.2 (README, "torch.compile").
  * TORCH_TPU_PROGRAM_GRAIN_SHIFT overrides it (0: eager's grains). */
 int tpurt_program_grain_shift(void) {
   static _Atomic int cached = -1;
-  int v = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (v >= 0) return v;
-  v = 2;
-  tpurt_status_t s = tpurt_env_int("TORCH_TPU_PROGRAM_GRAIN_SHIFT", 0, 16, &v);
-  if (s) { /* malformed: said once, the default kept */
-    TPURT_LOG(WARNING, "%s", tpurt_status_message(s));
-    tpurt_status_free(s);
-    v = 2;
-  }
-  atomic_store_explicit(&cached, v, memory_order_relaxed);
-  return v;
+  return setting_once(&cached, "TORCH_TPU_PROGRAM_GRAIN_SHIFT", 2, 0, 16);
 }
 
 static uint64_t round_block(uint64_t bytes) {
