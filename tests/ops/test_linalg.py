@@ -187,6 +187,7 @@ def test_fp32_products_through_either_blas(device, blas):
     """fp32 products run through the process's MKL where PyTorch loaded one (its x86 wheels do), else
     OpenBLAS: both, through every form the slabs take (transposes, strided C, alpha/beta, bmm, slabs
     split across the chip's threads), against CPU."""
+    import os
     import subprocess
     import sys
 
@@ -218,6 +219,6 @@ def test_fp32_products_through_either_blas(device, blas):
         torch_tpu._C._set_fp32_blas(-1)
     # the environment's choice, read in a new process
     code = "import torch, torch_tpu; print(torch_tpu._C._fp32_blas())"
-    env = dict(__import__("os").environ, TORCH_TPU_GEMM_BLAS="openblas")
+    env = dict(os.environ, TORCH_TPU_GEMM_BLAS="openblas")
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           check=True).stdout.strip().splitlines()[-1] == "openblas"

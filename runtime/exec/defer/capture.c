@@ -532,7 +532,6 @@ tpurt_status_t tpurt_capture_end(tpurt_queue_t* q, const tpurt_program_range_t* 
   p->arena_bytes = arena;
   p->list = c->list;
   p->list->fuse_min_numel = tpurt_program_fuse_min_numel();
-  p->list->grain_shift = tpurt_program_grain_shift();
   p->list->keep_plan = true;
   c->list = NULL;
   capture_free(c);

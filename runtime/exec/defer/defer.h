@@ -42,9 +42,6 @@ typedef struct tpurt_defer_list_t {
    * A program sets it: its chains' tiny kernels cost less one by one than
    * the chain machinery does. */
   int64_t fuse_min_numel;
-  /* Its kernels' grains are shifted right by this while it runs (a program: its host thread is idle;
-   * kernel_ctx.h). */
-  int grain_shift;
   /* A program's list runs at every launch: keep_plan keeps its fusion plans between runs
    * (fuse_run.c), one per lowered graph's fingerprint (a program that takes sizes at launch has one
    * per size; the least recently used of TPURT_DEFER_PLANS goes), replayed when the fingerprint

@@ -24,6 +24,7 @@
 #include "compiler/chain_kernel.h"
 #include "compiler/fuse_plan.h"
 #include "exec/defer/defer.h"
+#include "exec/defer/program_internal.h"
 #include "base/futex.h"
 #include "hal/trace.h"
 #include "ops/cost.h"
@@ -877,7 +878,7 @@ tpurt_status_t tpurt_defer_list_run(tpurt_defer_list_t* l, tpurt_kernel_ctx_t* c
   }
   tpurt_fuse_chain_t c;
   int outer_shift = ctx->grain_shift;
-  ctx->grain_shift = l->grain_shift;
+  ctx->grain_shift = l->keep_plan ? tpurt_program_grain_shift() : 0; /* a program: kernel_ctx.h */
   for (int32_t i = 0; i < l->num_recs; ++i) {
     if (fuse && st->planner.done[i]) continue;
     const tpurt_defer_rec_t* r = &l->recs[i];

@@ -769,7 +769,6 @@ tpurt_status_t tpurt_program_deserialize(const void* bytes, size_t n, const uint
     return rd.error;
   }
   l->fuse_min_numel = tpurt_program_fuse_min_numel();
-  l->grain_shift = tpurt_program_grain_shift();
   l->keep_plan = true;
   *out = p;
   return TPURT_OK;

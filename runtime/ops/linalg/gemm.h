@@ -48,7 +48,6 @@ tpurt_status_t tpurt_gemm_fp32_split(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t
 
 /* Tests and benchmarks: run fp32 through our own kernel instead of OpenBLAS. */
 void tpurt_gemm_set_fp32_own(bool own);
-
 /* Tests and benchmarks: fp32 products with few rows (m <= 64, A row-major) run through our
  * unpacked kernels (the default on AVX-512 builds) or, off, through OpenBLAS like the rest. */
 void tpurt_gemm_set_small_m(bool on);
