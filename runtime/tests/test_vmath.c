@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops/elementwise/ew_expf.h"
+#include "ops/elementwise/ew_simd.h"
 #include "ops/elementwise/ew_vmath.h"
 #include "ops/half_vec.h"
 #include "test_util.h"
@@ -113,9 +114,96 @@ static void test_expf_lanes_bits(void) {
   CHECK(bad == 0);
 }
 
+#if EWV_W
+/* ew_math.c's float expressions of the activations (T = float), for the vector forms' bits */
+#define T float
+#define GELU_BETA ((T)(M_SQRT2 * M_2_SQRTPI * 0.5))
+#define GELU_KAPPA ((T)0.044715)
+static float s_exp(float a, float b) { return tpurt_ew_expf(a); }
+static float s_tanh(float a, float b) { return tpurt_vm_tanhf(a); }
+static float s_erf(float a, float b) { return tpurt_vm_erff(a); }
+static float s_sigmoid(float a, float b) { return 1 / (1 + tpurt_ew_expf(-a)); }
+static float s_silu(float a, float b) { return a / (1 + tpurt_ew_expf(-a)); }
+static float s_gelu_erf(float a, float b) { return a * (T)0.5 * (1 + tpurt_vm_erff(a * (T)M_SQRT1_2)); }
+static float s_gelu_tanh(float a, float b) {
+  return (T)0.5 * a * (1 + tpurt_vm_tanhf(GELU_BETA * (a + GELU_KAPPA * a * a * a)));
+}
+static float s_silu_bw(float a, float b) {
+  T s_ = 1 / (1 + tpurt_ew_expf(-b));
+  return a * s_ * (1 + b * (1 - s_));
+}
+static float s_gelu_bw_erf(float a, float b) {
+  T cdf_ = (T)0.5 * (1 + tpurt_vm_erff(b * (T)M_SQRT1_2));
+  T pdf_ = tpurt_ew_expf((T)-0.5 * b * b) * (T)(M_2_SQRTPI * M_SQRT1_2 * 0.5);
+  return a * (cdf_ + b * pdf_);
+}
+static float s_gelu_bw_tanh(float a, float b) {
+  T xsq_ = b * b, inner_ = GELU_BETA * (b + GELU_KAPPA * xsq_ * b), th_ = tpurt_vm_tanhf(inner_);
+  T left_ = (T)0.5 * b, right_ = 1 + th_;
+  T ld_ = (T)0.5 * right_;
+  T rd_ = left_ * (1 - th_ * th_) * GELU_BETA * (1 + 3 * GELU_KAPPA * xsq_);
+  return a * (ld_ + rd_);
+}
+#undef T
+static ewv_t v_exp(ewv_t a, ewv_t b) { return ewv_exp(a); }
+static ewv_t v_tanh(ewv_t a, ewv_t b) { return ewv_tanh(a); }
+static ewv_t v_erf(ewv_t a, ewv_t b) { return ewv_erf(a); }
+static ewv_t v_sigmoid(ewv_t a, ewv_t b) { return ewv_sigmoid(a); }
+static ewv_t v_silu(ewv_t a, ewv_t b) { return ewv_silu(a); }
+static ewv_t v_gelu_erf(ewv_t a, ewv_t b) { return ewv_gelu_erf(a); }
+static ewv_t v_gelu_tanh(ewv_t a, ewv_t b) { return ewv_gelu_tanh(a); }
+
+/* Each vector form (ew_simd.h, at this build's width) gives its scalar
+ * expression's bits: every 997th float bit pattern (all exponents, both
+ * signs: overflow, denormals, infinities; NaN only as NaN) as the input x, and
+ * for the backwards as the input with a gradient from a second sweep. */
+static void test_simd_bits(void) {
+  static const struct {
+    const char* name;
+    float (*s)(float, float);
+    ewv_t (*v)(ewv_t, ewv_t);
+    bool bw; /* (grad, x): x is the second argument */
+  } fns[] = {{"exp", s_exp, v_exp, false},
+             {"tanh", s_tanh, v_tanh, false},
+             {"erf", s_erf, v_erf, false},
+             {"sigmoid", s_sigmoid, v_sigmoid, false},
+             {"silu", s_silu, v_silu, false},
+             {"gelu_erf", s_gelu_erf, v_gelu_erf, false},
+             {"gelu_tanh", s_gelu_tanh, v_gelu_tanh, false},
+             {"silu_backward", s_silu_bw, ewv_silu_bw, true},
+             {"gelu_backward_erf", s_gelu_bw_erf, ewv_gelu_bw_erf, true},
+             {"gelu_backward_tanh", s_gelu_bw_tanh, ewv_gelu_bw_tanh, true}};
+  for (size_t f = 0; f < sizeof fns / sizeof fns[0]; ++f) {
+    int bad = 0, checked = 0;
+    float x[EWV_W], g[EWV_W], y[EWV_W];
+    for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += (uint64_t)997 * EWV_W) {
+      for (int i = 0; i < EWV_W; ++i) {
+        uint32_t u = (uint32_t)(b + (uint64_t)i * 997);
+        memcpy(&x[i], &u, 4);
+        g[i] = (float)(test_rand_unit() * 4 - 2);
+      }
+      const ewv_t vx = ewv_load(x), vg = ewv_load(g);
+      ewv_store(y, fns[f].bw ? fns[f].v(vg, vx) : fns[f].v(vx, vx));
+      for (int i = 0; i < EWV_W; ++i) {
+        float want = fns[f].bw ? fns[f].s(g[i], x[i]) : fns[f].s(x[i], x[i]);
+        if (!same_bits(y[i], want) && !(isnan(y[i]) && isnan(want))) {
+          if (bad++ < 3) printf("  %s(%a): %a, scalar %a\n", fns[f].name, (double)x[i], (double)y[i], (double)want);
+        }
+      }
+      checked += EWV_W;
+    }
+    printf("vector %s (%d lanes): %d inputs checked against the scalar bits\n", fns[f].name, EWV_W, checked);
+    CHECK(bad == 0);
+  }
+}
+#endif
+
 int main(void) {
   test_half_vec_bits();
   test_expf_lanes_bits();
+#if EWV_W
+  test_simd_bits();
+#endif
   float w;
   double e = sweep(tpurt_vm_tanhf, ref_tanh, 12.0f, false, &w);
   printf("tanhf: max %.3f ulp at %.9g\n", e, (double)w);

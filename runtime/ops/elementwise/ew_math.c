@@ -9,6 +9,7 @@
 #include "ops/elementwise/ew_list.h"
 #include "ops/elementwise/ew_ops.h"
 #include "ops/elementwise/ew_nextafter16.h"
+#include "ops/elementwise/ew_simd.h"
 #include "ops/elementwise/ew_vmath.h"
 
 /* integer helpers (T is the loop type); arithmetic wraps like PyTorch's */
@@ -29,6 +30,64 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 #define EW_TANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanhf((float)(x)) : (T)tanh((double)(x)))
 #define EW_ERF(x) (sizeof(T) == 4 ? (T)tpurt_vm_erff((float)(x)) : (T)erf((double)(x)))
 #define EW_LOG1P_POS(x) (sizeof(T) == 4 ? (T)tpurt_vm_log1p_posf((float)(x)) : (T)log1p((double)(x)))
+
+/* ---- hand-vectorized float32 loops ----
+ * The activations below give their float32 table entry a loop whose
+ * contiguous case runs ew_simd.h's vector form of the op's expression (VEXPR
+ * in va, vb: the inputs' vectors), which gives the expression's bits: every
+ * other case, and the ends of a run, go through the generated loop. Streamed
+ * outputs (ew_ops.h) are stored from the first 64-byte boundary on. */
+#if EWV_W
+/* [i0, i1) of a contiguous float32 loop through the generated loop fn */
+static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int nargs, int64_t i0, int64_t i1,
+                     void* u) {
+  if (i1 <= i0) return;
+  char* dd[3];
+  for (int k = 0; k < nargs; ++k) dd[k] = d[k] + i0 * (int64_t)sizeof(float);
+  fn(dd, s, i1 - i0, u);
+}
+#define EW_VLOOP(name, N, VEXPR)                                                                  \
+  static void name##_f32v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                 \
+    if (s_[0] != 4 || s_[1] != 4 || (N > 1 && s_[N] != 4) || n_ < 4 * EWV_W) {                  \
+      name##_f32(d_, s_, n_, u_);                                                                \
+      return;                                                                                    \
+    }                                                                                            \
+    float* o_ = (float*)d_[0];                                                                   \
+    const float* x_ = (const float*)d_[1];                                                       \
+    const float* y_ = (const float*)d_[N];                                                       \
+    const bool st_ = EW_STREAM_ON(n_);                                                           \
+    const int64_t h_ = st_ ? ew_stream_head(o_, sizeof(float), n_) : 0;                          \
+    const int64_t e_ = h_ + (n_ - h_) / EWV_W * EWV_W;                                          \
+    ewv_rest(name##_f32, d_, s_, N + 1, 0, h_, u_);                                              \
+    for (int64_t i_ = h_; i_ < e_; i_ += EWV_W) {                                                \
+      const ewv_t va = ewv_load(x_ + i_), vb = ewv_load(y_ + i_);                                \
+      (void)vb;                                                                                  \
+      const ewv_t r_ = (VEXPR);                                                                  \
+      if (st_) ewv_stream(o_ + i_, r_);                                                          \
+      else ewv_store(o_ + i_, r_);                                                               \
+    }                                                                                            \
+    ewv_rest(name##_f32, d_, s_, N + 1, e_, n_, u_);                                             \
+  }                                                                                              \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {                            \
+      [TPURT_DTYPE_FLOAT32] = name##_f32v, [TPURT_DTYPE_FLOAT64] = name##_f64};
+#else
+#define EW_VLOOP(name, N, VEXPR) \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};
+#endif
+/* EW_F_PARTS / EW_OP_F / EW_OP_F_AS (ew_ops.h) with the vector loop */
+#define EW_F_PARTS_V(name, N, GEN, FEXPR, VEXPR) \
+  EW_GEN_F(GEN, name, FEXPR)                     \
+  EW_VLOOP(name, N, VEXPR)                       \
+  EW_DEF_REF(name, N, FEXPR, 0)                  \
+  EW_EXPR(name, GEN, FEXPR)
+#define EW_OP_FV(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, VEXPR)                     \
+  EW_F_PARTS_V(name, N, GEN, FEXPR, VEXPR)                                                       \
+  static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
+                                      name##_loops, name##_ref, 0, &name##_expr};
+#define EW_OP_F_ASV(name, LABEL, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, VEXPR)           \
+  EW_F_PARTS_V(name, N, GEN, FEXPR, VEXPR)                                                       \
+  static const ew_op_t name##_desc = {LABEL, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
+                                      name##_loops, name##_ref, 0, &name##_expr};
 
 /* ---- setups: scalar args into p ---- */
 static tpurt_status_t setup_alpha2(const tpurt_op_call_t* c, ew_params_t* p) {
@@ -257,9 +316,11 @@ EW_OP_FI(sign, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), (T)(
          (T)((a > 0) - EW_NEG(a)))
 EW_OP_F(reciprocal, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), 1 / a)
 #define EW_UF(name, EXPR) EW_OP_F(name, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), EXPR)
+#define EW_UFV(name, EXPR, VEXPR) \
+  EW_OP_FV(name, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), EXPR, VEXPR)
 EW_UF(sqrt, sqrt(a))
 EW_UF(rsqrt, 1 / sqrt(a))
-EW_UF(exp, EW_EXP(a))
+EW_UFV(exp, EW_EXP(a), ewv_exp(va))
 EW_UF(exp2, exp2(a))
 EW_UF(expm1, expm1(a))
 EW_UF(log, log(a))
@@ -269,7 +330,7 @@ EW_UF(log1p, log1p(a))
 EW_UF(sin, sin(a))
 EW_UF(cos, cos(a))
 EW_UF(tan, tan(a))
-EW_UF(tanh, EW_TANH(a))
+EW_UFV(tanh, EW_TANH(a), ewv_tanh(va))
 EW_UF(sinh, sinh(a))
 EW_UF(cosh, cosh(a))
 EW_UF(asin, asin(a))
@@ -278,8 +339,8 @@ EW_UF(atan, atan(a))
 EW_UF(asinh, asinh(a))
 EW_UF(acosh, acosh(a))
 EW_UF(atanh, atanh(a))
-EW_UF(sigmoid, 1 / (1 + EW_EXP(-a)))
-EW_UF(erf, EW_ERF(a))
+EW_UFV(sigmoid, 1 / (1 + EW_EXP(-a)), ewv_sigmoid(va))
+EW_UFV(erf, EW_ERF(a), ewv_erf(va))
 EW_UF(erfc, erfc(a))
 EW_UF(lgamma, lgamma(a))
 EW_UF(sinc, a == 0 ? (T)1 : sin((T)M_PI * a) / ((T)M_PI * a))
@@ -448,10 +509,10 @@ static tpurt_status_t setup_gelu(const tpurt_op_call_t* c, ew_params_t* p) {
 #define GELU_KAPPA ((T)0.044715)
 /* gelu's two formulas are two variants, picked per call by `approximate`
  * (one formula per loop: a select between them computed both per element) */
-EW_OP_F_AS(gelu_erf, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
-           a * (T)0.5 * (1 + EW_ERF(a * (T)M_SQRT1_2)))
-EW_OP_F_AS(gelu_tanh, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
-           (T)0.5 * a * (1 + EW_TANH(GELU_BETA * (a + GELU_KAPPA * a * a * a))))
+EW_OP_F_ASV(gelu_erf, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
+            a * (T)0.5 * (1 + EW_ERF(a * (T)M_SQRT1_2)), ewv_gelu_erf(va))
+EW_OP_F_ASV(gelu_tanh, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
+            (T)0.5 * a * (1 + EW_TANH(GELU_BETA * (a + GELU_KAPPA * a * a * a))), ewv_gelu_tanh(va))
 static bool gelu_is_tanh(const tpurt_op_call_t* c, int arg) {
   const char* approximate = tpurt_arg_string(c, arg, NULL);
   return approximate && strcmp(approximate, "tanh") == 0;
@@ -459,7 +520,7 @@ static bool gelu_is_tanh(const tpurt_op_call_t* c, int arg) {
 static const ew_op_t* gelu_pick(const tpurt_op_call_t* c) {
   return gelu_is_tanh(c, 1) ? &gelu_tanh_desc : &gelu_erf_desc; /* setup_gelu rejects other strings */
 }
-EW_OP_F(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a / (1 + EW_EXP(-a)))
+EW_OP_FV(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a / (1 + EW_EXP(-a)), ewv_silu(va))
 EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_TANH(EW_LOG1P_POS(EW_EXP(a))))
 #define HSIG(x) ({ T v_ = (x) + 3; v_ = v_ < 0 ? (T)0 : v_; v_ = 6 < v_ ? (T)6 : v_; v_ / 6; })
 EW_OP_F(hardsigmoid, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), HSIG(a))
@@ -525,7 +586,8 @@ EW_OP_FI(threshold_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_
          b <= (T)p.d[0] ? (T)0 : a, b <= (T)p.i[0] ? (T)0 : a)
 EW_BW(sigmoid_backward, EW_FLOATS, NULL, a * (1 - b) * b)
 EW_BW(tanh_backward, EW_FLOATS, NULL, a * (1 - b * b))
-EW_BW(silu_backward, EW_FLOATS, NULL, ({ T s_ = 1 / (1 + EW_EXP(-b)); a * s_ * (1 + b * (1 - s_)); }))
+EW_OP_FV(silu_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+         ({ T s_ = 1 / (1 + EW_EXP(-b)); a * s_ * (1 + b * (1 - s_)); }), ewv_silu_bw(va, vb))
 static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
   p->i[0] = 0;
   if (gelu_is_tanh(c, 2)) p->i[0] = 1;
@@ -545,10 +607,10 @@ static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
     T pdf_ = EW_EXP((T)-0.5 * b * b) * (T)(M_2_SQRTPI * M_SQRT1_2 * 0.5);                  \
     a * (cdf_ + b * pdf_);                                                                 \
   })
-EW_OP_F_AS(gelu_backward_erf, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu_bw,
-           EW_IN(0, 1), GELU_BW_ERF)
-EW_OP_F_AS(gelu_backward_tanh, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu_bw,
-           EW_IN(0, 1), GELU_BW_TANH)
+EW_OP_F_ASV(gelu_backward_erf, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu_bw,
+            EW_IN(0, 1), GELU_BW_ERF, ewv_gelu_bw_erf(va, vb))
+EW_OP_F_ASV(gelu_backward_tanh, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu_bw,
+            EW_IN(0, 1), GELU_BW_TANH, ewv_gelu_bw_tanh(va, vb))
 static const ew_op_t* gelu_backward_pick(const tpurt_op_call_t* c) {
   return gelu_is_tanh(c, 2) ? &gelu_backward_tanh_desc : &gelu_backward_erf_desc;
 }
