@@ -101,7 +101,7 @@ def test_chain_is_built_then_used_and_matches_strict():
 
 @pytest.mark.parametrize("name", ["activations", "backward", "compare", "ternary", "pow", "float64", "in_place",
                                   "multi_store", "device_scalar", "unaligned_view", "bias_rows",
-                                  "row_scale"])
+                                  "row_scale", "vector_forms"])
 def test_expression_chains_match_strict(name):
     x = _special(4099).to("tpu")
     y = torch.randn(4099).to("tpu")
@@ -111,6 +111,12 @@ def test_expression_chains_match_strict(name):
             h = F.silu(h) * F.hardswish(x)
             h = F.leaky_relu(h, 0.1) + F.elu(y) + F.softplus(x) + F.mish(y)
             return F.hardtanh(h, -2.0, 3.0).abs().sqrt()
+    elif name == "vector_forms":  # every op with a vector form (ew_simd.h), from memory and from members
+        def fn(x, y):
+            h = torch.exp(x * 0.25) + torch.erf(y) + torch.tanh(x) + torch.sigmoid(y * 2)
+            g = torch.ops.aten.gelu_backward(y, x) + torch.ops.aten.gelu_backward(h, y, approximate="tanh")
+            g = g + torch.ops.aten.silu_backward(h, x) + F.silu(h) + F.gelu(y * x)
+            return g + F.gelu(h, approximate="tanh")
     elif name == "backward":
         def fn(x, y):
             s = torch.sigmoid(y)

@@ -197,7 +197,33 @@ char* tpurt_codegen_source(const tpurt_codegen_chain_t* c) {
     if (c->m[k].store) put(&b, "    _Alignas(64) %s w%d_[TPURT_GEN_BLOCK];\n", ctype(c->m[k].out), k);
   }
   for (int sg = 0; sg < nseg; ++sg) {
-    put(&b, "    _Pragma(\"GCC ivdep\") for (int64_t j_ = 0; j_ < n_; ++j_) {\n      const int64_t i_ = b_ + j_;\n");
+    /* A segment of one float32 member with a vector form (ew_simd.h: exp, tanh, erf, sigmoid,
+     * silu, gelu and the silu/gelu backwards) runs it on whole vectors, the same bits as the
+     * expression, and the block's tail through the expression; builds without vectors keep the
+     * expression's loop. */
+    int only = -1;
+    for (int k = 0; k < c->n; ++k)
+      if (seg[k] == sg) only = only == -1 ? k : -2;
+    const bool vec = only >= 0 && ex[only]->vtext && c->m[only].type == TPURT_DTYPE_FLOAT32 &&
+                     c->m[only].out == TPURT_DTYPE_FLOAT32;
+    if (vec) {
+      const tpurt_codegen_member_t* m = &c->m[only];
+      put(&b, "    {\n#if EWV_W\n    int64_t j_ = 0;\n    for (; j_ + EWV_W <= n_; j_ += EWV_W) {\n");
+      for (int i = 0; i < m->num_inputs; ++i) {
+        const tpurt_codegen_input_t* in = &m->in[i];
+        put(&b, "      const ewv_t v%c = ", kArg[i]);
+        if (in->src == TPURT_CODEGEN_SRC_MEMBER) put(&b, "ewv_load(t%d_ + j_);\n", in->member);
+        else if (in->src == TPURT_CODEGEN_SRC_SCALAR) put(&b, "ewv_set1(s%d_%d);\n", only, i);
+        else put(&b, "ewv_load(m%d_%d + b_ + j_);\n", only, i);
+      }
+      put(&b, "      const ewv_t r_ = (%s);\n", ex[only]->vtext);
+      if (crosses[only]) put(&b, "      ewv_store(t%d_ + j_, r_);\n", only);
+      if (m->store) put(&b, "      if (stream_) ewv_store(w%d_ + j_, r_); else ewv_store(o%d_ + b_ + j_, r_);\n", only, only);
+      put(&b, "    }\n#else\n    int64_t j_ = 0;\n#endif\n");
+      put(&b, "    for (; j_ < n_; ++j_) {\n      const int64_t i_ = b_ + j_;\n");
+    } else {
+      put(&b, "    _Pragma(\"GCC ivdep\") for (int64_t j_ = 0; j_ < n_; ++j_) {\n      const int64_t i_ = b_ + j_;\n");
+    }
     put(&b, "      (void)i_;\n");
     for (int k = 0; k < c->n; ++k) {
       if (seg[k] != sg) continue;
@@ -215,6 +241,7 @@ char* tpurt_codegen_source(const tpurt_codegen_chain_t* c) {
       if (m->store) put(&b, "      if (stream_) w%d_[j_] = v%d_; else o%d_[i_] = v%d_;\n", k, k, k, k);
     }
     put(&b, "    }\n");
+    if (vec) put(&b, "    }\n"); /* closes the scope of the vector loop's j_ */
   }
   put(&b, "    if (stream_) {\n");
   for (int k = 0; k < c->n; ++k)

@@ -16,6 +16,7 @@
 #include "ops/elementwise/ew_expf.h"
 #include "ops/elementwise/ew_nextafter16.h"
 #include "ops/elementwise/ew_ops.h"
+#include "ops/elementwise/ew_simd.h"
 #include "ops/elementwise/ew_vmath.h"
 
 #endif /* TPURT_COMPILER_GEN_PRELUDE_H_ */

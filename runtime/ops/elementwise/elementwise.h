@@ -41,6 +41,9 @@ typedef struct tpurt_ew_expr_t {
   const char* name;
   const char* text; /* fully macro-expanded */
   const char* gen;  /* the loop generator: "EW_L1", "EW_L2", "EW_L3", "EW_L1B", "EW_L2B" */
+  /* The float32 form of `text` on ew_simd.h's vectors (inputs va, vb), which gives the same
+   * bits; NULL where the op has none. */
+  const char* vtext;
 } tpurt_ew_expr_t;
 
 /* The expression named `name`, or NULL. Thread-safe. */

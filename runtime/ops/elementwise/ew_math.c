@@ -79,7 +79,7 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   EW_GEN_F(GEN, name, FEXPR)                     \
   EW_VLOOP(name, N, VEXPR)                       \
   EW_DEF_REF(name, N, FEXPR, 0)                  \
-  EW_EXPR(name, GEN, FEXPR)
+  EW_EXPR_V(name, GEN, FEXPR, VEXPR)
 #define EW_OP_FV(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, VEXPR)                     \
   EW_F_PARTS_V(name, N, GEN, FEXPR, VEXPR)                                                       \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \

@@ -299,6 +299,12 @@ static inline void ew_stream_store64(void* dst, const void* src) {
   static const tpurt_ew_expr_t* const name##_expr_entry                                           \
       __attribute__((used, section("tpurt_ew_exprs"), aligned(sizeof(void*)))) = &name##_expr;
 
+/* ... with the float32 vector form VEXPR (ew_simd.h; ew_math.c's EW_F_PARTS_V). */
+#define EW_EXPR_V(name, GEN, FEXPR, VEXPR)                                                       \
+  static const tpurt_ew_expr_t name##_expr = {#name, EW_STR(FEXPR), #GEN, #VEXPR};              \
+  static const tpurt_ew_expr_t* const name##_expr_entry                                           \
+      __attribute__((used, section("tpurt_ew_exprs"), aligned(sizeof(void*)))) = &name##_expr;
+
 /* Float-only op (N inputs; GEN is EW_L1/EW_L2/EW_L3 or a bool-out variant). */
 #define EW_OP_F(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR)                            \
   EW_F_PARTS(name, N, GEN, FEXPR)                                                                \
