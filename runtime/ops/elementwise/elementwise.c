@@ -6,6 +6,8 @@
  * dtype converters (the heart of copy_) and PyTorch's result_type rules. */
 #include "ops/elementwise/elementwise.h"
 
+#include "ops/half_vec.h"
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -147,28 +149,18 @@ void tpurt_ew_convert_strided(tpurt_dtype_t dst_dtype, void* dst, int64_t dst_st
     ew_copy_same((char*)dst, dst_stride, (const char*)src, src_stride, n, tpurt_dtype_size(dst_dtype));
     return;
   }
-#if defined(__F16C__) && defined(__AVX__)
-  /* half <-> float, contiguous: 8 at a time in hardware (the scalar loop
-   * cannot vectorize the intrinsic) */
-  if (dst_dtype == TPURT_DTYPE_FLOAT32 && src_dtype == TPURT_DTYPE_FLOAT16 && dst_stride == 4 && src_stride == 2) {
-    float* d = (float*)dst;
-    const uint16_t* s = (const uint16_t*)src;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + i))));
-    for (; i < n; ++i) d[i] = tpurt_f16_to_f32(s[i]);
+  /* bf16/f16 <-> float, contiguous: the bulk converters (ops/half_vec.h: 16 or 8 lanes at a time,
+   * the scalar converters' bits), which the generic loop below cannot be vectorized into */
+  if (dst_dtype == TPURT_DTYPE_FLOAT32 && dst_stride == 4 && src_stride == 2 &&
+      (src_dtype == TPURT_DTYPE_BFLOAT16 || src_dtype == TPURT_DTYPE_FLOAT16)) {
+    tpurt_hv_to_f32(src_dtype, src, (float*)dst, n);
     return;
   }
-  if (dst_dtype == TPURT_DTYPE_FLOAT16 && src_dtype == TPURT_DTYPE_FLOAT32 && dst_stride == 2 && src_stride == 4) {
-    uint16_t* d = (uint16_t*)dst;
-    const float* s = (const float*)src;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; ++i) d[i] = tpurt_f32_to_f16(s[i]);
+  if (src_dtype == TPURT_DTYPE_FLOAT32 && src_stride == 4 && dst_stride == 2 &&
+      (dst_dtype == TPURT_DTYPE_BFLOAT16 || dst_dtype == TPURT_DTYPE_FLOAT16)) {
+    tpurt_hv_from_f32(dst_dtype, (const float*)src, dst, n);
     return;
   }
-#endif
   kConvert[dst_dtype][src_dtype]((char*)dst, dst_stride, (const char*)src, src_stride, n);
 }
 
