@@ -213,6 +213,7 @@ typedef struct ew_iter_t {
   tpurt_dtype_t dtypes[TPURT_EW_MAX_OPERANDS];          /* as stored */
   bool cast[TPURT_EW_MAX_OPERANDS];
   bool any_cast;
+  bool bf16_direct;                                     /* cfg->loop_bf16 runs contiguous runs */
   bool stream;                                          /* output 0 written with streaming stores */
   char* scratch;                                        /* per thread: nops * EW_CHUNK * 8 */
   _Alignas(8) char scalar_buf[TPURT_EW_MAX_OPERANDS][8]; /* broadcast inputs, pre-cast */
@@ -311,6 +312,10 @@ static tpurt_status_t ew_iter_init(ew_iter_t* it, const tpurt_ew_config_t* cfg, 
       for (int d = 0; d < nd; ++d) strides[k][d] = 0;
   }
   for (int k = 0; k < it->nops; ++k) it->any_cast = it->any_cast || it->cast[k];
+  it->bf16_direct = cfg->loop_bf16 != NULL;
+  for (int k = 0; k < it->nops; ++k)
+    it->bf16_direct = it->bf16_direct && it->dtypes[k] == TPURT_DTYPE_BFLOAT16 &&
+                      cfg->loop_dtypes[k] == TPURT_DTYPE_FLOAT32;
   /* Drop size-1 dims; order the rest innermost first. */
   int perm[TPURT_MAX_DIMS], n = 0;
   for (int d = nd - 1; d >= 0; --d)
@@ -416,6 +421,14 @@ static void ew_segment(const ew_iter_t* it, char** ptrs, int64_t len, int tid) {
   if (!it->any_cast) {
     cfg->loop(ptrs, inner, len, cfg->user);
     return;
+  }
+  if (it->bf16_direct) {
+    bool contiguous = true;
+    for (int k = 0; k < it->nops; ++k) contiguous = contiguous && inner[k] == 2;
+    if (contiguous) {
+      cfg->loop_bf16(ptrs, inner, len, cfg->user);
+      return;
+    }
   }
   char* bufs = it->scratch + (size_t)tid * it->nops * EW_CHUNK * 8;
   char* lp[TPURT_EW_MAX_OPERANDS];

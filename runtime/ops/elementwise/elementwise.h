@@ -68,6 +68,11 @@ typedef struct tpurt_ew_config_t {
   /* The loop's expression, when a float32/float64 loop is generated from one
    * (ew_ops.h); NULL for loops written by hand. */
   const tpurt_ew_expr_t* expr;
+  /* Optional: `loop` on bfloat16 operands as they are stored (float32 loop
+   * dtypes everywhere, the bits `loop` gives with each operand cast through
+   * float32), run instead of the casts for contiguous runs whose operands are
+   * all bfloat16. NULL: none. */
+  tpurt_ew_loop_fn_t loop_bf16;
 } tpurt_ew_config_t;
 
 /* Runs `cfg.loop` over every output element. Returns INVALID_ARGUMENT when an

@@ -71,6 +71,7 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   tpurt_ew_config_t cfg = {.op = op->name, .num_outputs = op->nout, .num_inputs = op->nin,
                            .user = p, .grain = op->grain, .loop = op->loops[ld]};
   if (ld == TPURT_DTYPE_FLOAT32 || ld == TPURT_DTYPE_FLOAT64) cfg.expr = op->expr;
+  if (compute == TPURT_DTYPE_BFLOAT16 && out_ld == TPURT_DTYPE_FLOAT32) cfg.loop_bf16 = op->loop_bf16;
   tpurt_tensor_t wrapped[4];
   _Alignas(8) char storage[4][8];
   for (int k = 0; k < op->nout; ++k) {

@@ -69,10 +69,40 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
     ewv_rest(name##_f32, d_, s_, N + 1, e_, n_, u_);                                             \
   }                                                                                              \
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {                            \
-      [TPURT_DTYPE_FLOAT32] = name##_f32v, [TPURT_DTYPE_FLOAT64] = name##_f64};
+      [TPURT_DTYPE_FLOAT32] = name##_f32v, [TPURT_DTYPE_FLOAT64] = name##_f64};                 \
+  EW_VLOOP_BF16(name, N, VEXPR)
 #else
 #define EW_VLOOP(name, N, VEXPR) \
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};
+#endif
+/* name##_bf16v: the op on contiguous bfloat16 operands (tpurt_ew_config_t.loop_bf16): each vector
+ * widened, computed as name##_f32v computes it and rounded, which is what casting every operand
+ * through float32 around name##_f32 gives, without the trip through the cast buffers; the tail
+ * goes through name##_f32 on a few floats. */
+#if EWV_W && EWV_BF16
+#define EW_VLOOP_BF16(name, N, VEXPR)                                                             \
+  static void name##_bf16v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                \
+    uint16_t* o_ = (uint16_t*)d_[0];                                                             \
+    const uint16_t* x_ = (const uint16_t*)d_[1];                                                 \
+    const uint16_t* y_ = (const uint16_t*)d_[N];                                                 \
+    int64_t i_ = 0;                                                                              \
+    for (; i_ + EWV_W <= n_; i_ += EWV_W) {                                                      \
+      const ewv_t va = ewv_load_bf16(x_ + i_), vb = ewv_load_bf16(y_ + i_);                      \
+      (void)vb;                                                                                  \
+      ewv_store_bf16(o_ + i_, (VEXPR));                                                          \
+    }                                                                                            \
+    if (i_ == n_) return;                                                                        \
+    float t_[3][EWV_W];                                                                          \
+    const int64_t m_ = n_ - i_, fs_[3] = {4, 4, 4};                                              \
+    char* td_[3] = {(char*)t_[0], (char*)t_[1], (char*)t_[2]};                                   \
+    for (int k_ = 1; k_ <= N; ++k_) tpurt_hv_bf16_to_f32((const uint16_t*)d_[k_] + i_, t_[k_], m_); \
+    name##_f32(td_, fs_, m_, u_);                                                                \
+    tpurt_hv_f32_to_bf16(t_[0], o_ + i_, m_);                                                    \
+  }
+#define EW_BF16_LOOP(name) name##_bf16v
+#else
+#define EW_VLOOP_BF16(name, N, VEXPR)
+#define EW_BF16_LOOP(name) NULL
 #endif
 /* EW_F_PARTS / EW_OP_F / EW_OP_F_AS (ew_ops.h) with the vector loop */
 #define EW_F_PARTS_V(name, N, GEN, FEXPR, VEXPR) \
@@ -83,11 +113,11 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
 #define EW_OP_FV(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, VEXPR)                     \
   EW_F_PARTS_V(name, N, GEN, FEXPR, VEXPR)                                                       \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
-                                      name##_loops, name##_ref, 0, &name##_expr};
+                                      name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
 #define EW_OP_F_ASV(name, LABEL, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, VEXPR)           \
   EW_F_PARTS_V(name, N, GEN, FEXPR, VEXPR)                                                       \
   static const ew_op_t name##_desc = {LABEL, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
-                                      name##_loops, name##_ref, 0, &name##_expr};
+                                      name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
 
 /* ---- setups: scalar args into p ---- */
 static tpurt_status_t setup_alpha2(const tpurt_op_call_t* c, ew_params_t* p) {

@@ -59,6 +59,8 @@ typedef struct ew_op_t {
   /* The float loops' expression (elementwise.h): what the code generator
    * compiles into a fused kernel. NULL for ops whose loops are written by hand. */
   const tpurt_ew_expr_t* expr;
+  /* tpurt_ew_config_t.loop_bf16 for bfloat16 compute; NULL where none. */
+  tpurt_ew_loop_fn_t loop_bf16;
 } ew_op_t;
 
 /* Type promotion + checks + engine (or reference) run for a described op. */

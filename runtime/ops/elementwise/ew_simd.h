@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "ops/elementwise/ew_expf.h"
+#include "ops/half_vec.h"
 
 #if defined(__AVX512F__)
 #define EWV_W 16
@@ -68,6 +69,19 @@ static inline ewm_t ewv_ge(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_G
 static inline ewv_t ewv_sel(ewm_t m, ewv_t t, ewv_t f) { return _mm256_blendv_ps(f, t, m); }
 #else
 #define EWV_W 0
+#endif
+
+/* bfloat16 lanes in and out (ops/half_vec.h: the scalar converters' bits) */
+#if EWV_W == 16 && defined(__AVX512BW__)
+#define EWV_BF16 1
+static inline ewv_t ewv_load_bf16(const uint16_t* s) { return tpurt_hv_bf16x16_load(s); }
+static inline void ewv_store_bf16(uint16_t* d, ewv_t v) { _mm256_storeu_si256((__m256i*)d, tpurt_hv_bf16x16_pack(v)); }
+#elif EWV_W == 8
+#define EWV_BF16 1
+static inline ewv_t ewv_load_bf16(const uint16_t* s) { return tpurt_hv_bf16x8_load(s); }
+static inline void ewv_store_bf16(uint16_t* d, ewv_t v) { tpurt_hv_bf16x8_store(d, v); }
+#else
+#define EWV_BF16 0
 #endif
 
 #if EWV_W
