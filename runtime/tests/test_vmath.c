@@ -176,10 +176,15 @@ static void test_simd_bits(void) {
   for (size_t f = 0; f < sizeof fns / sizeof fns[0]; ++f) {
     int bad = 0, checked = 0;
     float x[EWV_W], g[EWV_W], y[EWV_W];
-    for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += (uint64_t)997 * EWV_W) {
+    static const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-45f, -1e-45f, 88.72283935546875f,
+                               88.7228470f, -103.972084f, -103.972092f, 0.625f, -0.625f, 0.921875f, 2.0f};
+    int extra = 0; /* two last rounds: the specials */
+    for (uint64_t b = 0; b < ((uint64_t)1 << 32) + (uint64_t)997 * EWV_W * 2; b += (uint64_t)997 * EWV_W) {
+      const bool special = b >= ((uint64_t)1 << 32);
       for (int i = 0; i < EWV_W; ++i) {
         uint32_t u = (uint32_t)(b + (uint64_t)i * 997);
         memcpy(&x[i], &u, 4);
+        if (special) x[i] = sp[(extra * EWV_W + i) % (int)(sizeof sp / sizeof sp[0])];
         g[i] = (float)(test_rand_unit() * 4 - 2);
       }
       const ewv_t vx = ewv_load(x), vg = ewv_load(g);
@@ -191,6 +196,7 @@ static void test_simd_bits(void) {
         }
       }
       checked += EWV_W;
+      extra += special;
     }
     printf("vector %s (%d lanes): %d inputs checked against the scalar bits\n", fns[f].name, EWV_W, checked);
     CHECK(bad == 0);

@@ -56,15 +56,17 @@ static inline __m256 tpurt_ew_expf8_core(__m256 xc, __m256* n_out) {
 }
 
 /* tpurt_ew_expf on 8 lanes, bit-identical to the scalar definition (same
- * clamps, rounding, fmas and scaling), so softmax results do not depend on
- * the path; gcc's own vectorization of that function spends about twice the
- * instructions on the selects. The scalar code's overflow and underflow
- * selects are left out: past 88.72283935546875 the clamped argument gives
- * n = 128 and r > 0, so y >= 1 and y * 2^128 is already inf; below
- * -103.972084045410, n = -150 and r < 0, so y * 2^-150 is already under half
- * the least denormal and rounds to 0 (test_vmath checks the bits). */
+ * clamps, rounding, fmas and scaling) but at NaNs, so softmax results do not
+ * depend on the path; gcc's own vectorization of that function spends about
+ * twice the instructions on the selects. The scalar code's selects are left
+ * out: past 88.72283935546875 the clamped argument gives n = 128 and r > 0,
+ * so y >= 1 and y * 2^128 is already inf; below -103.972084045410, n = -150
+ * and r < 0, so y * 2^-150 is already under half the least denormal and
+ * rounds to 0; a NaN passes the clamps (vmaxps/vminps return their second
+ * operand when one is NaN) and every step after them, so the result is NaN
+ * (the input's, quieted; test_vmath checks the bits). */
 static inline __m256 tpurt_ew_expf8(__m256 x) {
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
+  const __m256 xc = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
   __m256 n;
   const __m256 y = tpurt_ew_expf8_core(xc, &n);
   const __m256i ni = _mm256_cvttps_epi32(n);
@@ -72,8 +74,7 @@ static inline __m256 tpurt_ew_expf8(__m256 x) {
   const __m256i bias = _mm256_set1_epi32(127);
   const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  const __m256 v = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
-  return _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
 }
 
 /* exp(d) for d <= 88 or NaN, as a softmax needs it (d = x - max <= 0): the
@@ -108,16 +109,16 @@ static inline __m512 tpurt_ew_expf16_core(__m512 xc, __m512* n_out) {
   return _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r), _mm512_set1_ps(1.0f));
 }
 
-/* tpurt_ew_expf on 16 lanes, bit-identical to the scalar definition like
- * tpurt_ew_expf8 (without its overflow and underflow selects, for the same
+/* tpurt_ew_expf on 16 lanes, bit-identical to the scalar definition but at
+ * NaNs like tpurt_ew_expf8 (without the scalar code's selects, for the same
  * reasons). vscalefps computes y * 2^n with the one rounding the scalar
  * code's two power-of-two factors give (the first product is exact), in
  * one instruction instead of nine. */
 static inline __m512 tpurt_ew_expf16(__m512 x) {
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
   __m512 n;
   const __m512 y = tpurt_ew_expf16_core(xc, &n);
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_scalef_ps(y, n), x);
+  return _mm512_scalef_ps(y, n);
 }
 
 /* tpurt_ew_expf8_softmax on 16 lanes (scalef is the exact y * 2^n). */
