@@ -24,12 +24,13 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 
 /* exp in the loop type: the vectorizable one for float, libm's for double */
 #define EW_EXP(x) (sizeof(T) == 4 ? (T)tpurt_ew_expf((float)(x)) : (T)exp((double)(x)))
-/* tanh, erf and log1p (of x >= 0) likewise (ew_vmath.h): float loops (and
+/* tanh, erf, log and log1p likewise (ew_vmath.h): float loops (and
  * float16/bfloat16, which compute in float) vectorize; double loops and the
  * references (T = double) stay on libm */
 #define EW_TANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanhf((float)(x)) : (T)tanh((double)(x)))
 #define EW_ERF(x) (sizeof(T) == 4 ? (T)tpurt_vm_erff((float)(x)) : (T)erf((double)(x)))
-#define EW_LOG1P_POS(x) (sizeof(T) == 4 ? (T)tpurt_vm_log1p_posf((float)(x)) : (T)log1p((double)(x)))
+#define EW_LOG(x) (sizeof(T) == 4 ? (T)tpurt_vm_logf((float)(x)) : (T)log((double)(x)))
+#define EW_LOG1P(x) (sizeof(T) == 4 ? (T)tpurt_vm_log1pf((float)(x)) : (T)log1p((double)(x)))
 
 /* ---- hand-vectorized float32 loops ----
  * The activations below give their float32 table entry a loop whose
@@ -288,11 +289,11 @@ EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 
 EW_OP_F(nextafter, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_M(FLOAT32) | EW_M(FLOAT64), NULL, EW_IN(0, 1),
         nextafter(a, b))
 EW_OP_F(xlogy, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (b != b) ? b : (a == 0 ? (T)0 : a * log(b)))
+        (b != b) ? b : (a == 0 ? (T)0 : a * EW_LOG(b)))
 EW_OP_F(xlog1py, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (b != b) ? b : (a == 0 ? (T)0 : a * log1p(b)))
+        (b != b) ? b : (a == 0 ? (T)0 : a * EW_LOG1P(b)))
 EW_OP_F(logaddexp, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (isinf(a) && a == b) ? a : ((a < b ? b : a) + log1p(exp(-fabs(a - b)))))
+        (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_LOG1P(EW_EXP(-fabs(a - b)))))
 EW_OP_F(logaddexp2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
         (isinf(a) && a == b) ? a : ((a < b ? b : a) + log1p(exp2(-fabs(a - b))) * (T)1.4426950408889634))
 EW_OP_FI(heaviside, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), a == 0 ? b : (T)(a > 0),
@@ -353,10 +354,10 @@ EW_UF(rsqrt, 1 / sqrt(a))
 EW_UFV(exp, EW_EXP(a), ewv_exp(va))
 EW_UF(exp2, exp2(a))
 EW_UF(expm1, expm1(a))
-EW_UF(log, log(a))
+EW_UF(log, EW_LOG(a))
 EW_UF(log2, log2(a))
 EW_UF(log10, log10(a))
-EW_UF(log1p, log1p(a))
+EW_UF(log1p, EW_LOG1P(a))
 EW_UF(sin, sin(a))
 EW_UF(cos, cos(a))
 EW_UF(tan, tan(a))
@@ -374,7 +375,7 @@ EW_UFV(erf, EW_ERF(a), ewv_erf(va))
 EW_UF(erfc, erfc(a))
 EW_UF(lgamma, lgamma(a))
 EW_UF(sinc, a == 0 ? (T)1 : sin((T)M_PI * a) / ((T)M_PI * a))
-EW_UF(special_entr, (a != a) ? a : (a > 0 ? -a * log(a) : (a == 0 ? (T)0 : -(T)INFINITY)))
+EW_UF(special_entr, (a != a) ? a : (a > 0 ? -a * EW_LOG(a) : (a == 0 ? (T)0 : -(T)INFINITY)))
 EW_UF(angle, (a != a) ? a : (a < 0 ? (T)M_PI : (T)0))
 
 /* erfinv: Giles' single-precision-style rational start refined by two Newton
@@ -521,7 +522,7 @@ static tpurt_status_t setup_eps1(const tpurt_op_call_t* c, ew_params_t* p) {
   return TPURT_OK;
 }
 EW_OP_F(logit, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, setup_eps1, EW_IN(0),
-        ({ T x_ = a; if (p.d[0] >= 0) { T lo_ = (T)p.d[0], hi_ = 1 - lo_; x_ = x_ < lo_ ? lo_ : (x_ > hi_ ? hi_ : x_); } log(x_ / (1 - x_)); }))
+        ({ T x_ = a; if (p.d[0] >= 0) { T lo_ = (T)p.d[0], hi_ = 1 - lo_; x_ = x_ < lo_ ? lo_ : (x_ > hi_ ? hi_ : x_); } EW_LOG(x_ / (1 - x_)); }))
 
 /* ---- activations ---- */
 EW_OP_FI(relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), a < 0 ? (T)0 : a, EW_NEG(a) ? (T)0 : a)
@@ -551,7 +552,7 @@ static const ew_op_t* gelu_pick(const tpurt_op_call_t* c) {
   return gelu_is_tanh(c, 1) ? &gelu_tanh_desc : &gelu_erf_desc; /* setup_gelu rejects other strings */
 }
 EW_OP_FV(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a / (1 + EW_EXP(-a)), ewv_silu(va))
-EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_TANH(EW_LOG1P_POS(EW_EXP(a))))
+EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_TANH(EW_LOG1P(EW_EXP(a))))
 #define HSIG(x) ({ T v_ = (x) + 3; v_ = v_ < 0 ? (T)0 : v_; v_ = 6 < v_ ? (T)6 : v_; v_ / 6; })
 EW_OP_F(hardsigmoid, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), HSIG(a))
 EW_OP_F(hardswish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * HSIG(a))
@@ -583,7 +584,7 @@ static tpurt_status_t setup_softplus(const tpurt_op_call_t* c, ew_params_t* p) {
   return TPURT_OK;
 }
 EW_OP_F(softplus, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_softplus, EW_IN(0),
-        a * (T)p.d[0] > (T)p.d[1] ? a : EW_LOG1P_POS(EW_EXP(a * (T)p.d[0])) / (T)p.d[0])
+        a * (T)p.d[0] > (T)p.d[1] ? a : EW_LOG1P(EW_EXP(a * (T)p.d[0])) / (T)p.d[0])
 static tpurt_status_t setup_threshold(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 0.0);
   ew_param_arg(p, 1, c, 2, 0.0);
@@ -846,12 +847,24 @@ EW_KERNELS(identity, identity_desc)
 
 /* log_sigmoid_forward(self) -> (output, buffer): output = min(x, 0) - log1p(exp(-|x|)),
  * buffer = exp(-|x|) (what PyTorch's CPU kernel saves for the backward). */
-#define LOGSIG_LOOP(NAME, T)                                                              \
+#define LOGSIG_LOOP(NAME, T_)                                                             \
   static void NAME(char** d, const int64_t* s, int64_t n, void* u) {                    \
+    typedef T_ T;                                                                         \
+    const int64_t es = (int64_t)sizeof(T);                                                \
+    if (s[0] == es && s[1] == es && s[2] == es) {                                         \
+      T *o = (T*)d[0], *bz = (T*)d[1];                                                    \
+      const T* xs = (const T*)d[2];                                                       \
+      _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i) {                              \
+        T x = xs[i], z = EW_EXP(-fabs(x));                                                \
+        o[i] = (x < 0 ? x : (T)0) - EW_LOG1P(z);                                          \
+        bz[i] = z;                                                                        \
+      }                                                                                   \
+      return;                                                                             \
+    }                                                                                     \
     for (int64_t i = 0; i < n; ++i) {                                                     \
       T x = *(const T*)(d[2] + i * s[2]);                                                 \
-      T z = exp(-fabs(x));                                                                \
-      *(T*)(d[0] + i * s[0]) = (x < 0 ? x : (T)0) - log1p(z);                             \
+      T z = EW_EXP(-fabs(x));                                                             \
+      *(T*)(d[0] + i * s[0]) = (x < 0 ? x : (T)0) - EW_LOG1P(z);                          \
       *(T*)(d[1] + i * s[1]) = z;                                                         \
     }                                                                                     \
   }

@@ -1,11 +1,12 @@
-/* Vectorizable float32 tanh, erf and log1p for the elementwise family: plain
- * branch-free arithmetic (both sides of each range split are computed and one
- * is selected) so float loops auto-vectorize, where glibc's tanhf/erff/log1pf
- * are one call per element. Accuracy is checked against libm in
+/* Vectorizable float32 tanh, erf, log and log1p for the elementwise family:
+ * plain branch-free arithmetic (both sides of each range split are computed
+ * and one is selected) so float loops auto-vectorize, where glibc's
+ * tanhf/erff/logf/log1pf are one call per element. Accuracy is checked against libm in
  * runtime/tests/test_vmath.c. Internal; not an ABI. */
 #ifndef TPURT_OPS_ELEMENTWISE_EW_VMATH_H_
 #define TPURT_OPS_ELEMENTWISE_EW_VMATH_H_
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -68,13 +69,16 @@ static inline float tpurt_vm_erff(float x) {
   return ax < 0.921875f ? small : big;
 }
 
-/* log of a float >= 1 (or inf/NaN): Cephes' logf (mantissa in
- * [sqrt(1/2), sqrt(2)), degree-9 polynomial, ln2 split in two parts) with the
- * exponent read from the bits. */
-static inline float tpurt_vm_log_ge1f(float u) {
+/* log of any float: Cephes' logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9
+ * polynomial, ln2 split in two parts) with the exponent read from the bits;
+ * denormals are scaled by 2^23 first. 0 gives -inf, a negative number NaN,
+ * inf inf, NaN itself. */
+static inline float tpurt_vm_logf(float u) {
+  const bool den = u < FLT_MIN; /* denormal, 0 or negative (the last two are replaced below) */
+  const float us = den ? u * 8388608.0f : u;
   uint32_t b;
-  memcpy(&b, &u, 4);
-  int32_t e = (int32_t)(b >> 23) - 126; /* u = m * 2^e, m in [0.5, 1) */
+  memcpy(&b, &us, 4);
+  int32_t e = (int32_t)(b >> 23) - (den ? 149 : 126); /* us = m * 2^e, m in [0.5, 1) */
   uint32_t mb = (b & 0x007fffffu) | 0x3f000000u;
   float m;
   memcpy(&m, &mb, 4);
@@ -98,16 +102,19 @@ static inline float tpurt_vm_log_ge1f(float u) {
   float r = x + y;
   r = fmaf(fe, 0.693359375f, r);
   r = u == INFINITY ? INFINITY : r;
+  r = u == 0.0f ? -INFINITY : r;
+  r = u < 0.0f ? NAN : r;
   return u != u ? u : r;
 }
 
-/* log1p for x >= 0 (softplus's log1p(exp(.))): log(u) * x / (u - 1) with
- * u = 1 + x, which cancels u's rounding error (Goldberg); x where u == 1. */
-static inline float tpurt_vm_log1p_posf(float x) {
+/* log1p: log(u) * x / (u - 1) with u = 1 + x, which cancels u's rounding
+ * error (Goldberg); x where u == 1. -1 gives -inf, below it NaN. */
+static inline float tpurt_vm_log1pf(float x) {
   float u = 1.0f + x;
   float d = u - 1.0f;
-  float r = tpurt_vm_log_ge1f(u) * (x / (d == 0.0f ? 1.0f : d));
+  float r = tpurt_vm_logf(u) * (x / (d == 0.0f ? 1.0f : d));
   r = u == INFINITY ? INFINITY : r;
+  r = u == 0.0f ? -INFINITY : r;
   r = d == 0.0f ? x : r;
   return x != x ? x : r;
 }
