@@ -46,6 +46,11 @@ _CHILD = textwrap.dedent("""
         # the temporaries an earlier writer named after its process id and a counter
         for seq in range(64):
             os.symlink(os.environ["PRECIOUS"], f"{pid_plant}.{os.getpid()}.{seq}.tmp")
+    # PyTorch CPU's own first call of this chain in a new process gives other values now and then
+    # under load (2 processes in 90, with or without torch_tpu imported: x in [0.007, 0.37] off by up
+    # to 8e-5 relative, and every later call in the process agrees with the others), so the
+    # reference is its second call.
+    fn(x)
     want = fn(x)
     xt = x.to("tpu")
     _C._set_exec_mode(2)
