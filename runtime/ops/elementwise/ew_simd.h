@@ -101,7 +101,7 @@ static inline ewv_t ewv_tanh(ewv_t x) {
   return ewv_sel(ewv_lt(ax, EWV_C(0.625f)), small, big);
 }
 
-/* tpurt_vm_erff: the outer ranges' coefficients picked per lane, as the scalar code picks them */
+/* tpurt_vm_erff */
 static inline ewv_t ewv_erf(ewv_t x) {
   const ewv_t ax = ewv_abs(x), z = ewv_mul(x, x);
   ewv_t q = EWV_C(8.397491183e-05f);
@@ -112,21 +112,22 @@ static inline ewv_t ewv_erf(ewv_t x) {
   q = ewv_fma(q, z, EWV_C(-3.761263490e-01f));
   q = ewv_fma(q, z, EWV_C(1.283791661e-01f));
   const ewv_t small = ewv_fma(x, q, x);
-  const ewm_t hi = ewv_ge(ax, EWV_C(2.0f));
-#define EWV_PICK(h, l) ewv_sel(hi, EWV_C(h), EWV_C(l))
-  const ewv_t t = ewv_sub(ax, EWV_PICK(3.0f, 1.4609375f));
-  ewv_t r = EWV_PICK(2.246895201e-05f, 7.937759074e-05f);
-  r = ewv_fma(r, t, EWV_PICK(-1.408382923e-05f, 1.503972802e-03f));
-  r = ewv_fma(r, t, EWV_PICK(-1.420053304e-04f, -2.986565232e-03f));
-  r = ewv_fma(r, t, EWV_PICK(4.177909577e-04f, -3.847538726e-03f));
-  r = ewv_fma(r, t, EWV_PICK(-7.342242752e-04f, 2.051666006e-02f));
-  r = ewv_fma(r, t, EWV_PICK(1.004850026e-03f, -1.954736002e-02f));
-  r = ewv_fma(r, t, EWV_PICK(-1.045354758e-03f, -4.124369100e-02f));
-  r = ewv_fma(r, t, EWV_PICK(7.911606226e-04f, 1.454707235e-01f));
-  r = ewv_fma(r, t, EWV_PICK(-4.176678485e-04f, -1.950542033e-01f));
-  r = ewv_fma(r, t, EWV_PICK(1.391513651e-04f, 1.335130334e-01f));
-  r = ewv_fma(r, t, EWV_PICK(9.999778867e-01f, 9.611788392e-01f));
-#undef EWV_PICK
+  const ewv_t t = ewv_sub(ax, EWV_C(2.2f));
+  ewv_t r = EWV_C(1.276939656e-06f);
+  r = ewv_fma(r, t, EWV_C(-4.632442597e-06f));
+  r = ewv_fma(r, t, EWV_C(-1.085159329e-05f));
+  r = ewv_fma(r, t, EWV_C(7.535528130e-05f));
+  r = ewv_fma(r, t, EWV_C(-7.008569082e-05f));
+  r = ewv_fma(r, t, EWV_C(-3.448901989e-04f));
+  r = ewv_fma(r, t, EWV_C(1.182835083e-03f));
+  r = ewv_fma(r, t, EWV_C(-1.113441074e-03f));
+  r = ewv_fma(r, t, EWV_C(-2.607133240e-03f));
+  r = ewv_fma(r, t, EWV_C(1.149170753e-02f));
+  r = ewv_fma(r, t, EWV_C(-2.185012586e-02f));
+  r = ewv_fma(r, t, EWV_C(2.581367083e-02f));
+  r = ewv_fma(r, t, EWV_C(-1.962910034e-02f));
+  r = ewv_fma(r, t, EWV_C(8.922219276e-03f));
+  r = ewv_fma(r, t, EWV_C(9.981371760e-01f));
   r = ewv_sel(ewv_gt(r, EWV_C(1.0f)), EWV_C(1.0f), r);
   r = ewv_sel(ewv_ge(ax, EWV_C(3.9192059f)), EWV_C(1.0f), r);
   return ewv_sel(ewv_lt(ax, EWV_C(0.921875f)), small, ewv_copysign(r, x));
