@@ -123,6 +123,8 @@ static void test_expf_lanes_bits(void) {
 static float s_exp(float a, float b) { return tpurt_ew_expf(a); }
 static float s_tanh(float a, float b) { return tpurt_vm_tanhf(a); }
 static float s_erf(float a, float b) { return tpurt_vm_erff(a); }
+static float s_log(float a, float b) { return tpurt_vm_logf(a); }
+static float s_log1p(float a, float b) { return tpurt_vm_log1pf(a); }
 static float s_sigmoid(float a, float b) { return 1 / (1 + tpurt_ew_expf(-a)); }
 static float s_silu(float a, float b) { return a / (1 + tpurt_ew_expf(-a)); }
 static float s_gelu_erf(float a, float b) { return a * (T)0.5 * (1 + tpurt_vm_erff(a * (T)M_SQRT1_2)); }
@@ -149,6 +151,8 @@ static float s_gelu_bw_tanh(float a, float b) {
 static ewv_t v_exp(ewv_t a, ewv_t b) { return ewv_exp(a); }
 static ewv_t v_tanh(ewv_t a, ewv_t b) { return ewv_tanh(a); }
 static ewv_t v_erf(ewv_t a, ewv_t b) { return ewv_erf(a); }
+static ewv_t v_log(ewv_t a, ewv_t b) { return ewv_log(a); }
+static ewv_t v_log1p(ewv_t a, ewv_t b) { return ewv_log1p(a); }
 static ewv_t v_sigmoid(ewv_t a, ewv_t b) { return ewv_sigmoid(a); }
 static ewv_t v_silu(ewv_t a, ewv_t b) { return ewv_silu(a); }
 static ewv_t v_gelu_erf(ewv_t a, ewv_t b) { return ewv_gelu_erf(a); }
@@ -167,6 +171,8 @@ static void test_simd_bits(void) {
   } fns[] = {{"exp", s_exp, v_exp, false},
              {"tanh", s_tanh, v_tanh, false},
              {"erf", s_erf, v_erf, false},
+             {"log", s_log, v_log, false},
+             {"log1p", s_log1p, v_log1p, false},
              {"sigmoid", s_sigmoid, v_sigmoid, false},
              {"silu", s_silu, v_silu, false},
              {"gelu_erf", s_gelu_erf, v_gelu_erf, false},
@@ -178,9 +184,10 @@ static void test_simd_bits(void) {
     int bad = 0, checked = 0;
     float x[EWV_W], g[EWV_W], y[EWV_W];
     static const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-45f, -1e-45f, 88.72283935546875f,
-                               88.7228470f, -103.972084f, -103.972092f, 0.625f, -0.625f, 0.921875f, 2.0f};
-    int extra = 0; /* two last rounds: the specials */
-    for (uint64_t b = 0; b < ((uint64_t)1 << 32) + (uint64_t)997 * EWV_W * 2; b += (uint64_t)997 * EWV_W) {
+                               88.7228470f, -103.972084f, -103.972092f, 0.625f, -0.625f, 0.921875f, 2.0f,
+                               1.0f, -1.0f, FLT_MIN, 1e-38f, 0.70710677f, 0.70710683f, FLT_MAX, 3.9192059f};
+    int extra = 0; /* three last rounds: the specials */
+    for (uint64_t b = 0; b < ((uint64_t)1 << 32) + (uint64_t)997 * EWV_W * 3; b += (uint64_t)997 * EWV_W) {
       const bool special = b >= ((uint64_t)1 << 32);
       for (int i = 0; i < EWV_W; ++i) {
         uint32_t u = (uint32_t)(b + (uint64_t)i * 997);

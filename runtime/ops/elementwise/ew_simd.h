@@ -10,6 +10,7 @@
 #ifndef TPURT_OPS_ELEMENTWISE_EW_SIMD_H_
 #define TPURT_OPS_ELEMENTWISE_EW_SIMD_H_
 
+#include <float.h>
 #include <math.h>
 
 #include "ops/elementwise/ew_expf.h"
@@ -41,6 +42,14 @@ static inline ewv_t ewv_copysign(ewv_t mag, ewv_t sgn) {
 static inline ewm_t ewv_lt(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 static inline ewm_t ewv_gt(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
 static inline ewm_t ewv_ge(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+static inline ewm_t ewv_eq(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+static inline ewm_t ewv_isnan(ewv_t a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+/* A positive normal or denormal u as m * 2^e, m in [0.5, 1) (vgetmantps / vgetexpps read denormals
+ * as they are); e as a float. Other inputs: anything (callers select their results). */
+static inline ewv_t ewv_frexp(ewv_t u, ewv_t* e) {
+  *e = _mm512_add_ps(_mm512_getexp_ps(u), _mm512_set1_ps(1.0f));
+  return _mm512_getmant_ps(u, _MM_MANT_NORM_p5_1, _MM_MANT_SIGN_zero);
+}
 /* m ? t : f, per lane */
 static inline ewv_t ewv_sel(ewm_t m, ewv_t t, ewv_t f) { return _mm512_mask_blend_ps(m, f, t); }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -66,6 +75,17 @@ static inline ewv_t ewv_copysign(ewv_t mag, ewv_t sgn) {
 static inline ewm_t ewv_lt(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 static inline ewm_t ewv_gt(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
 static inline ewm_t ewv_ge(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+static inline ewm_t ewv_eq(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+static inline ewm_t ewv_isnan(ewv_t a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+/* ewv_frexp of the AVX-512 layer from the bits, as tpurt_vm_logf reads them (denormals scaled by 2^23) */
+static inline ewv_t ewv_frexp(ewv_t u, ewv_t* e) {
+  const __m256 den = _mm256_cmp_ps(u, _mm256_set1_ps(FLT_MIN), _CMP_LT_OQ);
+  const __m256i b = _mm256_castps_si256(_mm256_blendv_ps(u, _mm256_mul_ps(u, _mm256_set1_ps(8388608.0f)), den));
+  const __m256i bias = _mm256_blendv_epi8(_mm256_set1_epi32(126), _mm256_set1_epi32(149), _mm256_castps_si256(den));
+  *e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 23), bias));
+  return _mm256_castsi256_ps(
+      _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f000000)));
+}
 static inline ewv_t ewv_sel(ewm_t m, ewv_t t, ewv_t f) { return _mm256_blendv_ps(f, t, m); }
 #else
 #define EWV_W 0
@@ -131,6 +151,44 @@ static inline ewv_t ewv_erf(ewv_t x) {
   r = ewv_sel(ewv_gt(r, EWV_C(1.0f)), EWV_C(1.0f), r);
   r = ewv_sel(ewv_ge(ax, EWV_C(3.9192059f)), EWV_C(1.0f), r);
   return ewv_sel(ewv_lt(ax, EWV_C(0.921875f)), small, ewv_copysign(r, x));
+}
+
+/* tpurt_vm_logf */
+static inline ewv_t ewv_log(ewv_t u) {
+  ewv_t e;
+  const ewv_t m = ewv_frexp(u, &e);
+  const ewm_t lo = ewv_lt(m, EWV_C(0.707106781186547524f));
+  e = ewv_sel(lo, ewv_sub(e, EWV_C(1.0f)), e);
+  const ewv_t x = ewv_sel(lo, ewv_sub(ewv_add(m, m), EWV_C(1.0f)), ewv_sub(m, EWV_C(1.0f)));
+  const ewv_t z = ewv_mul(x, x);
+  ewv_t y = EWV_C(7.0376836292e-2f);
+  y = ewv_fma(y, x, EWV_C(-1.1514610310e-1f));
+  y = ewv_fma(y, x, EWV_C(1.1676998740e-1f));
+  y = ewv_fma(y, x, EWV_C(-1.2420140846e-1f));
+  y = ewv_fma(y, x, EWV_C(1.4249322787e-1f));
+  y = ewv_fma(y, x, EWV_C(-1.6668057665e-1f));
+  y = ewv_fma(y, x, EWV_C(2.0000714765e-1f));
+  y = ewv_fma(y, x, EWV_C(-2.4999993993e-1f));
+  y = ewv_fma(y, x, EWV_C(3.3333331174e-1f));
+  y = ewv_mul(ewv_mul(y, x), z);
+  y = ewv_fma(e, EWV_C(-2.12194440e-4f), y);
+  y = ewv_fma(EWV_C(-0.5f), z, y);
+  ewv_t r = ewv_fma(e, EWV_C(0.693359375f), ewv_add(x, y));
+  r = ewv_sel(ewv_eq(u, EWV_C(INFINITY)), EWV_C(INFINITY), r);
+  r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
+  r = ewv_sel(ewv_lt(u, EWV_C(0.0f)), EWV_C(NAN), r);
+  return ewv_sel(ewv_isnan(u), u, r);
+}
+
+/* tpurt_vm_log1pf */
+static inline ewv_t ewv_log1p(ewv_t x) {
+  const ewv_t u = ewv_add(EWV_C(1.0f), x), d = ewv_sub(u, EWV_C(1.0f));
+  const ewm_t d0 = ewv_eq(d, EWV_C(0.0f));
+  ewv_t r = ewv_mul(ewv_log(u), ewv_div(x, ewv_sel(d0, EWV_C(1.0f), d)));
+  r = ewv_sel(ewv_eq(u, EWV_C(INFINITY)), EWV_C(INFINITY), r);
+  r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
+  r = ewv_sel(d0, x, r);
+  return ewv_sel(ewv_isnan(x), x, r);
 }
 
 /* The activations of ew_math.c, each its float expression there (T = float,
