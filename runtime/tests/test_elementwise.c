@@ -365,7 +365,7 @@ static void test_vector_loops(void) {
   static const struct { const char* name; int nin; const char* approx; } ops[] = {
       {"exp", 1, NULL},  {"tanh", 1, NULL},          {"sigmoid", 1, NULL},       {"erf", 1, NULL},
       {"silu", 1, NULL}, {"gelu", 1, "none"},        {"gelu", 1, "tanh"},        {"silu_backward", 2, NULL},
-      {"gelu_backward", 2, "none"}, {"gelu_backward", 2, "tanh"}, {"log", 1, NULL}, {"log1p", 1, NULL}};
+      {"gelu_backward", 2, "none"}, {"gelu_backward", 2, "tanh"}, {"log", 1, NULL}, {"log1p", 1, NULL}, {"expm1", 1, NULL}};
   enum { N = 1200 };
   static float x[N + 32], g[N + 32], xs[2 * N], gs[2 * N], yv[N + 32], ys[N + 32];
   const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.72f, 89.5f, -87.5f, -103.98f, -110.0f,

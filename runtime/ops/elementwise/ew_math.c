@@ -29,6 +29,7 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
  * references (T = double) stay on libm */
 #define EW_TANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanhf((float)(x)) : (T)tanh((double)(x)))
 #define EW_ERF(x) (sizeof(T) == 4 ? (T)tpurt_vm_erff((float)(x)) : (T)erf((double)(x)))
+#define EW_EXPM1(x) (sizeof(T) == 4 ? (T)tpurt_vm_expm1f((float)(x)) : (T)expm1((double)(x)))
 #define EW_LOG(x) (sizeof(T) == 4 ? (T)tpurt_vm_logf((float)(x)) : (T)log((double)(x)))
 #define EW_LOG1P(x) (sizeof(T) == 4 ? (T)tpurt_vm_log1pf((float)(x)) : (T)log1p((double)(x)))
 
@@ -353,7 +354,7 @@ EW_UF(sqrt, sqrt(a))
 EW_UF(rsqrt, 1 / sqrt(a))
 EW_UFV(exp, EW_EXP(a), ewv_exp(va))
 EW_UF(exp2, exp2(a))
-EW_UF(expm1, expm1(a))
+EW_UFV(expm1, EW_EXPM1(a), ewv_expm1(va))
 EW_UFV(log, EW_LOG(a), ewv_log(va))
 EW_UF(log2, log2(a))
 EW_UF(log10, log10(a))
@@ -563,7 +564,7 @@ static tpurt_status_t setup_elu(const tpurt_op_call_t* c, ew_params_t* p) {
   return TPURT_OK;
 }
 EW_OP_F(elu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_elu, EW_IN(0),
-        a <= 0 ? expm1(a * (T)p.d[2]) * (T)(p.d[0] * p.d[1]) : a * (T)p.d[1])
+        a <= 0 ? EW_EXPM1(a * (T)p.d[2]) * (T)(p.d[0] * p.d[1]) : a * (T)p.d[1])
 static tpurt_status_t setup_slope1(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 0.01);
   return TPURT_OK;

@@ -72,6 +72,35 @@ static inline float tpurt_vm_erff(float x) {
   return ax < 0.921875f ? small : big;
 }
 
+/* expm1: x = n ln2 + r (n = round(x / ln2), ln2 in two parts as in
+ * tpurt_ew_expf, |r| <= ln2/2), expm1(r) = r + r^2 Q(r) (Taylor to r^7), and
+ * 2^n (1 + expm1(r)) - 1 formed as 2 * fma(2^(n-1), p, 2^(n-1) - 0.5) (one
+ * rounding; 2^(n-1) stays a normal float over the clamped range [-86, 89],
+ * and n = 128 still overflows to inf as it should); n = 0 is p itself.
+ * expm1 is -1 in float below -17.33, inf above 88.72; +-0 and NaN pass. */
+static inline float tpurt_vm_expm1f(float x) {
+  float xc = x < 89.0f ? x : 89.0f;
+  xc = xc > -86.0f ? xc : -86.0f;
+  float n = nearbyintf(xc * 1.44269504088896341f);
+  float r = fmaf(n, -0.693359375f, xc);
+  r = fmaf(n, 2.12194440e-4f, r);
+  float q = 1.9841270e-4f;
+  q = fmaf(q, r, 1.3888889e-3f);
+  q = fmaf(q, r, 8.3333333e-3f);
+  q = fmaf(q, r, 4.1666667e-2f);
+  q = fmaf(q, r, 1.6666667e-1f);
+  q = fmaf(q, r, 0.5f);
+  float p = fmaf(r * r, q, r);
+  int32_t ni = (int32_t)n;
+  uint32_t sb = (uint32_t)(ni - 1 + 127) << 23;
+  float s;
+  memcpy(&s, &sb, 4);
+  float v = 2.0f * fmaf(s, p, s - 0.5f);
+  v = n == 0.0f ? p : v;
+  v = x == 0.0f ? x : v;
+  return x != x ? x : v;
+}
+
 /* log of any float: Cephes' logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9
  * polynomial, ln2 split in two parts) with the exponent read from the bits;
  * denormals are scaled by 2^23 first. 0 gives -inf, a negative number NaN,
