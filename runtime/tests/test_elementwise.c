@@ -357,6 +357,17 @@ static void test_known(void) {
   CHECK_STATUS(call1("bitwise_and", ma, 2, &tmo), UNIMPLEMENTED);
 }
 
+/* An activation (its backward when nin == 2: grad g, input x) into out, with its approximate string. */
+static tpurt_status_t act_call(const char* name, int nin, const char* approx, tpurt_tensor_t* g, tpurt_tensor_t* x,
+                               tpurt_tensor_t* out) {
+  tpurt_arg_t args[3];
+  int na = 0;
+  if (nin == 2) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = g};
+  args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = x};
+  if (approx) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_STRING, .v.s = approx};
+  return call1(name, args, na, out);
+}
+
 /* The activations' hand-vectorized float32 loops (ew_math.c, ew_simd.h) against the generated loop
  * of the same expression, which a strided input takes: the same bits at every start offset, output
  * alignment and length (vector heads and tails), with streamed stores on and off, for ordinary and
@@ -389,17 +400,10 @@ static void test_vector_loops(void) {
                          tgs = vec(TPURT_DTYPE_FLOAT32, gs, len), txs = vec(TPURT_DTYPE_FLOAT32, xs, len),
                          tv = vec(TPURT_DTYPE_FLOAT32, yv + oo, len), ts = vec(TPURT_DTYPE_FLOAT32, ys, len);
           tgs.strides[0] = txs.strides[0] = 2;
-          tpurt_arg_t args[3];
-          int na = 0;
-          if (ops[o].nin == 2) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = &tg};
-          args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = &tx};
-          if (ops[o].approx) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_STRING, .v.s = ops[o].approx};
           tpurt_ew_stream_active = st; /* this thread runs the call: below the grain */
-          CHECK_OK(call1(ops[o].name, args, na, &tv));
+          CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, &tg, &tx, &tv));
           tpurt_ew_stream_active = false;
-          args[0].v.tensor = ops[o].nin == 2 ? &tgs : &txs;
-          if (ops[o].nin == 2) args[1].v.tensor = &txs;
-          CHECK_OK(call1(ops[o].name, args, na, &ts));
+          CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, &tgs, &txs, &ts));
           for (int i = 0; i < len; ++i) {
             float u = yv[oo + i], w = ys[i];
             if (memcmp(&u, &w, 4) != 0 && !(isnan(u) && isnan(w)) && bad++ < 3)
@@ -430,15 +434,8 @@ static void test_vector_loops(void) {
                        tgs = vec(TPURT_DTYPE_BFLOAT16, hgs, len), txs = vec(TPURT_DTYPE_BFLOAT16, hxs, len),
                        tv = vec(TPURT_DTYPE_BFLOAT16, hv + a, len), ts = vec(TPURT_DTYPE_BFLOAT16, hs, len);
         tgs.strides[0] = txs.strides[0] = 2;
-        tpurt_arg_t args[3];
-        int na = 0;
-        if (ops[o].nin == 2) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = &tg};
-        args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = &tx};
-        if (ops[o].approx) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_STRING, .v.s = ops[o].approx};
-        CHECK_OK(call1(ops[o].name, args, na, &tv));
-        args[0].v.tensor = ops[o].nin == 2 ? &tgs : &txs;
-        if (ops[o].nin == 2) args[1].v.tensor = &txs;
-        CHECK_OK(call1(ops[o].name, args, na, &ts));
+        CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, &tg, &tx, &tv));
+        CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, &tgs, &txs, &ts));
         for (int i = 0; i < len; ++i) {
           float u = tpurt_bf16_to_f32(hv[a + i]), w = tpurt_bf16_to_f32(hs[i]);
           if (hv[a + i] != hs[i] && !(isnan(u) && isnan(w)) && bad++ < 3)

@@ -13,11 +13,18 @@
  * fmaf is spelled out because -std=c11 turns off FP contraction: with
  * -march=native it compiles to one vfmadd per step (faster and exact).
  * 2^n is applied as two factors so results near overflow/underflow stay right. */
+/* The range reduction exp and expm1 (ew_vmath.h) share: xc = n ln2 + r with
+ * n = round(xc / ln2), ln2 in two parts (Cody-Waite). */
+static inline float tpurt_ew_exp_reduce(float xc, float* n_out) {
+  const float n = nearbyintf(xc * 1.44269504088896341f);
+  *n_out = n;
+  return fmaf(n, 2.12194440e-4f, fmaf(n, -0.693359375f, xc));
+}
+
 static inline float tpurt_ew_expf(float x) {
   float xc = x != x ? 0.0f : (x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x));
-  float n = nearbyintf(xc * 1.44269504088896341f);
-  float r = fmaf(n, -0.693359375f, xc);
-  r = fmaf(n, 2.12194440e-4f, r);
+  float n;
+  float r = tpurt_ew_exp_reduce(xc, &n);
   float q = 1.9875691500E-4f;
   q = fmaf(q, r, 1.3981999507E-3f);
   q = fmaf(q, r, 8.3334519073E-3f);
@@ -40,11 +47,16 @@ static inline float tpurt_ew_expf(float x) {
 #include <immintrin.h>
 /* The shared core: for xc already clamped, n = round(xc / ln2) and
  * exp(xc - n ln2) from the polynomial (callers scale by 2^n). */
-static inline __m256 tpurt_ew_expf8_core(__m256 xc, __m256* n_out) {
+/* tpurt_ew_exp_reduce on 8 lanes */
+static inline __m256 tpurt_ew_exp8_reduce(__m256 xc, __m256* n_out) {
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), xc);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  *n_out = n;
+  return _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), xc));
+}
+static inline __m256 tpurt_ew_expf8_core(__m256 xc, __m256* n_out) {
+  __m256 n;
+  const __m256 r = tpurt_ew_exp8_reduce(xc, &n);
   __m256 q = _mm256_set1_ps(1.9875691500E-4f);
   q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.3981999507E-3f));
   q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(8.3334519073E-3f));
@@ -94,11 +106,16 @@ static inline __m256 tpurt_ew_expf8_softmax(__m256 d) {
 
 #if defined(__AVX512F__)
 /* tpurt_ew_expf8_core on 16 lanes. */
-static inline __m512 tpurt_ew_expf16_core(__m512 xc, __m512* n_out) {
+/* tpurt_ew_exp_reduce on 16 lanes */
+static inline __m512 tpurt_ew_exp16_reduce(__m512 xc, __m512* n_out) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  *n_out = n;
+  return _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc));
+}
+static inline __m512 tpurt_ew_expf16_core(__m512 xc, __m512* n_out) {
+  __m512 n;
+  const __m512 r = tpurt_ew_exp16_reduce(xc, &n);
   __m512 q = _mm512_set1_ps(1.9875691500E-4f);
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507E-3f));
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073E-3f));

@@ -46,7 +46,7 @@ static inline ewm_t ewv_eq(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _
 static inline ewm_t ewv_isnan(ewv_t a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
 /* 2^n for integral n in [-126, 127] */
 static inline ewv_t ewv_pow2(ewv_t n) { return _mm512_scalef_ps(_mm512_set1_ps(1.0f), n); }
-static inline ewv_t ewv_round(ewv_t x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+#define ewv_exp_reduce tpurt_ew_exp16_reduce
 /* A positive normal or denormal u as m * 2^e, m in [0.5, 1) (vgetmantps / vgetexpps read denormals
  * as they are); e as a float. Other inputs: anything (callers select their results). */
 static inline ewv_t ewv_frexp(ewv_t u, ewv_t* e) {
@@ -83,7 +83,7 @@ static inline ewm_t ewv_isnan(ewv_t a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q
 static inline ewv_t ewv_pow2(ewv_t n) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
-static inline ewv_t ewv_round(ewv_t x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+#define ewv_exp_reduce tpurt_ew_exp8_reduce
 /* ewv_frexp of the AVX-512 layer from the bits, as tpurt_vm_logf reads them (denormals scaled by 2^23) */
 static inline ewv_t ewv_frexp(ewv_t u, ewv_t* e) {
   const __m256 den = _mm256_cmp_ps(u, _mm256_set1_ps(FLT_MIN), _CMP_LT_OQ);
@@ -164,9 +164,8 @@ static inline ewv_t ewv_erf(ewv_t x) {
 static inline ewv_t ewv_expm1(ewv_t x) {
   ewv_t xc = ewv_sel(ewv_lt(x, EWV_C(89.0f)), x, EWV_C(89.0f));
   xc = ewv_sel(ewv_gt(xc, EWV_C(-86.0f)), xc, EWV_C(-86.0f));
-  const ewv_t n = ewv_round(ewv_mul(xc, EWV_C(1.44269504088896341f)));
-  ewv_t r = ewv_fma(n, EWV_C(-0.693359375f), xc);
-  r = ewv_fma(n, EWV_C(2.12194440e-4f), r);
+  ewv_t n;
+  const ewv_t r = ewv_exp_reduce(xc, &n);
   ewv_t q = EWV_C(1.9841270e-4f);
   q = ewv_fma(q, r, EWV_C(1.3888889e-3f));
   q = ewv_fma(q, r, EWV_C(8.3333333e-3f));

@@ -81,9 +81,8 @@ static inline float tpurt_vm_erff(float x) {
 static inline float tpurt_vm_expm1f(float x) {
   float xc = x < 89.0f ? x : 89.0f;
   xc = xc > -86.0f ? xc : -86.0f;
-  float n = nearbyintf(xc * 1.44269504088896341f);
-  float r = fmaf(n, -0.693359375f, xc);
-  r = fmaf(n, 2.12194440e-4f, r);
+  float n;
+  const float r = tpurt_ew_exp_reduce(xc, &n);
   float q = 1.9841270e-4f;
   q = fmaf(q, r, 1.3888889e-3f);
   q = fmaf(q, r, 8.3333333e-3f);
