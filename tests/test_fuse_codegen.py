@@ -101,7 +101,7 @@ def test_chain_is_built_then_used_and_matches_strict():
 
 @pytest.mark.parametrize("name", ["activations", "backward", "compare", "ternary", "pow", "float64", "in_place",
                                   "multi_store", "device_scalar", "unaligned_view", "bias_rows",
-                                  "row_scale", "vector_forms"])
+                                  "row_scale", "vector_forms", "vector_math"])
 def test_expression_chains_match_strict(name):
     x = _special(4099).to("tpu")
     y = torch.randn(4099).to("tpu")
@@ -117,6 +117,13 @@ def test_expression_chains_match_strict(name):
             g = torch.ops.aten.gelu_backward(y, x) + torch.ops.aten.gelu_backward(h, y, approximate="tanh")
             g = g + torch.ops.aten.silu_backward(h, x) + F.silu(h) + F.gelu(y * x)
             return g + F.gelu(h, approximate="tanh")
+    elif name == "vector_math":  # the math ops with vector forms; sin past 2^28, where lanes go to glibc
+        def fn(x, y):
+            h = torch.log(x.abs()) + torch.log1p(y.abs()) + torch.expm1(x * 0.5) + torch.exp2(y * 3)
+            h = h + torch.atan(x) + torch.sin(x * 1e8) + torch.cos(y * 4) + torch.erfc(x)
+            h = h + torch.log2(y.abs()) + torch.log10(x.abs()) + torch.tan(y) + torch.sinh(x * 0.5) + torch.cosh(y)
+            h = h + torch.asin(y * 0.3) + torch.acos(x.clamp(-1, 1)) + torch.atan2(x, y) + torch.sinc(y)
+            return h + torch.sin(h) * torch.cos(x)
     elif name == "backward":
         def fn(x, y):
             s = torch.sigmoid(y)

@@ -197,8 +197,8 @@ char* tpurt_codegen_source(const tpurt_codegen_chain_t* c) {
     if (c->m[k].store) put(&b, "    _Alignas(64) %s w%d_[TPURT_GEN_BLOCK];\n", ctype(c->m[k].out), k);
   }
   for (int sg = 0; sg < nseg; ++sg) {
-    /* A segment of one float32 member with a vector form (ew_simd.h: exp, tanh, erf, sigmoid,
-     * silu, gelu and the silu/gelu backwards) runs it on whole vectors, the same bits as the
+    /* A segment of one float32 member with a vector form (ew_simd.h: the activations and their
+     * backwards, and the math functions: exp, log, sin, atan2, ...) runs it on whole vectors, the same bits as the
      * expression, and the block's tail through the expression; builds without vectors keep the
      * expression's loop. */
     int only = -1;

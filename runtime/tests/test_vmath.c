@@ -61,6 +61,46 @@ static double ref_log(double x) { return log(x); }
 static double ref_expm1(double x) { return expm1(x); }
 static double ref_tanh(double x) { return tanh(x); }
 static double ref_erf(double x) { return erf(x); }
+static double ref_exp2(double x) { return exp2(x); }
+static double ref_atan(double x) { return atan(x); }
+static double ref_sin(double x) { return sin(x); }
+static double ref_cos(double x) { return cos(x); }
+static double ref_erfc(double x) { return erfc(x); }
+static double ref_log2(double x) { return log2(x); }
+static double ref_log10(double x) { return log10(x); }
+static double ref_tan(double x) { return tan(x); }
+static double ref_sinh(double x) { return sinh(x); }
+static double ref_cosh(double x) { return cosh(x); }
+static double ref_asin(double x) { return asin(x); }
+static double ref_acos(double x) { return acos(x); }
+
+/* atan2 over pairs: every 2039th bit pattern as y with a scrambled pattern as x (all exponents
+ * and signs of both), 200000 random pairs in [-4, 4]^2, and every pair of the specials; max ulp
+ * error against double atan2, at (*wy, *wx). */
+static double sweep_atan2(float* wy, float* wx) {
+  double mx = 0;
+  uint32_t h = 12345;
+#define TRY2(Y, X)                                                        \
+  do {                                                                    \
+    float y_ = (Y), x_ = (X);                                             \
+    double e_ = ulp_err(tpurt_vm_atan2f(y_, x_), atan2((double)y_, (double)x_)); \
+    if (e_ > mx) { mx = e_; *wy = y_; *wx = x_; }                         \
+  } while (0)
+  for (uint64_t b = 0; b < (1ull << 32); b += 2039) {
+    h = h * 1664525u + 1013904223u;
+    uint32_t u = (uint32_t)b, v = h;
+    float y, x;
+    memcpy(&y, &u, 4);
+    memcpy(&x, &v, 4);
+    TRY2(y, x);
+  }
+  for (int i = 0; i < 200000; ++i) TRY2((float)(test_rand_unit() * 8 - 4), (float)(test_rand_unit() * 8 - 4));
+  const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 1e-45f, -1e-45f, FLT_MIN, FLT_MAX, -FLT_MAX, 3.0f};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0]; ++i)
+    for (size_t j = 0; j < sizeof sp / sizeof sp[0]; ++j) TRY2(sp[i], sp[j]);
+#undef TRY2
+  return mx;
+}
 
 static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
 
@@ -128,6 +168,21 @@ static float s_erf(float a, float b) { return tpurt_vm_erff(a); }
 static float s_log(float a, float b) { return tpurt_vm_logf(a); }
 static float s_expm1(float a, float b) { return tpurt_vm_expm1f(a); }
 static float s_log1p(float a, float b) { return tpurt_vm_log1pf(a); }
+static float s_exp2(float a, float b) { return tpurt_vm_exp2f(a); }
+static float s_atan(float a, float b) { return tpurt_vm_atanf(a); }
+static float s_sin(float a, float b) { return tpurt_vm_sinf(a); }
+static float s_cos(float a, float b) { return tpurt_vm_cosf(a); }
+static float s_erfc(float a, float b) { return tpurt_vm_erfcf(a); }
+static float s_log2(float a, float b) { return tpurt_vm_log2f(a); }
+static float s_log10(float a, float b) { return tpurt_vm_log10f(a); }
+static float s_tan(float a, float b) { return tpurt_vm_tanf(a); }
+static float s_sinh(float a, float b) { return tpurt_vm_sinhf(a); }
+static float s_cosh(float a, float b) { return tpurt_vm_coshf(a); }
+static float s_asin(float a, float b) { return tpurt_vm_asinf(a); }
+static float s_acos(float a, float b) { return tpurt_vm_acosf(a); }
+static float s_atan2(float a, float b) { return tpurt_vm_atan2f(a, b); }
+static float s_atan2r(float a, float b) { return tpurt_vm_atan2f(b, a); }
+static float s_sinc(float a, float b) { return a == 0 ? 1.0f : tpurt_vm_sinf((float)M_PI * a) / ((float)M_PI * a); }
 static float s_sigmoid(float a, float b) { return 1 / (1 + tpurt_ew_expf(-a)); }
 static float s_silu(float a, float b) { return a / (1 + tpurt_ew_expf(-a)); }
 static float s_gelu_erf(float a, float b) { return a * (T)0.5 * (1 + tpurt_vm_erff(a * (T)M_SQRT1_2)); }
@@ -157,6 +212,21 @@ static ewv_t v_erf(ewv_t a, ewv_t b) { return ewv_erf(a); }
 static ewv_t v_log(ewv_t a, ewv_t b) { return ewv_log(a); }
 static ewv_t v_expm1(ewv_t a, ewv_t b) { return ewv_expm1(a); }
 static ewv_t v_log1p(ewv_t a, ewv_t b) { return ewv_log1p(a); }
+static ewv_t v_exp2(ewv_t a, ewv_t b) { return ewv_exp2(a); }
+static ewv_t v_atan(ewv_t a, ewv_t b) { return ewv_atan(a); }
+static ewv_t v_sin(ewv_t a, ewv_t b) { return ewv_sin(a); }
+static ewv_t v_cos(ewv_t a, ewv_t b) { return ewv_cos(a); }
+static ewv_t v_erfc(ewv_t a, ewv_t b) { return ewv_erfc(a); }
+static ewv_t v_log2(ewv_t a, ewv_t b) { return ewv_log2(a); }
+static ewv_t v_log10(ewv_t a, ewv_t b) { return ewv_log10(a); }
+static ewv_t v_tan(ewv_t a, ewv_t b) { return ewv_tan(a); }
+static ewv_t v_sinh(ewv_t a, ewv_t b) { return ewv_sinh(a); }
+static ewv_t v_cosh(ewv_t a, ewv_t b) { return ewv_cosh(a); }
+static ewv_t v_asin(ewv_t a, ewv_t b) { return ewv_asin(a); }
+static ewv_t v_acos(ewv_t a, ewv_t b) { return ewv_acos(a); }
+static ewv_t v_atan2(ewv_t a, ewv_t b) { return ewv_atan2(a, b); }
+static ewv_t v_atan2r(ewv_t a, ewv_t b) { return ewv_atan2(b, a); }
+static ewv_t v_sinc(ewv_t a, ewv_t b) { return ewv_sinc(a); }
 static ewv_t v_sigmoid(ewv_t a, ewv_t b) { return ewv_sigmoid(a); }
 static ewv_t v_silu(ewv_t a, ewv_t b) { return ewv_silu(a); }
 static ewv_t v_gelu_erf(ewv_t a, ewv_t b) { return ewv_gelu_erf(a); }
@@ -178,6 +248,21 @@ static void test_simd_bits(void) {
              {"log", s_log, v_log, false},
              {"expm1", s_expm1, v_expm1, false},
              {"log1p", s_log1p, v_log1p, false},
+             {"exp2", s_exp2, v_exp2, false},
+             {"atan", s_atan, v_atan, false},
+             {"sin", s_sin, v_sin, false},
+             {"cos", s_cos, v_cos, false},
+             {"erfc", s_erfc, v_erfc, false},
+             {"log2", s_log2, v_log2, false},
+             {"log10", s_log10, v_log10, false},
+             {"tan", s_tan, v_tan, false},
+             {"sinh", s_sinh, v_sinh, false},
+             {"cosh", s_cosh, v_cosh, false},
+             {"asin", s_asin, v_asin, false},
+             {"acos", s_acos, v_acos, false},
+             {"atan2 (y random)", s_atan2, v_atan2, true},
+             {"atan2 (x random)", s_atan2r, v_atan2r, true},
+             {"sinc", s_sinc, v_sinc, false},
              {"sigmoid", s_sigmoid, v_sigmoid, false},
              {"silu", s_silu, v_silu, false},
              {"gelu_erf", s_gelu_erf, v_gelu_erf, false},
@@ -190,7 +275,11 @@ static void test_simd_bits(void) {
     float x[EWV_W], g[EWV_W], y[EWV_W];
     static const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-45f, -1e-45f, 88.72283935546875f,
                                88.7228470f, -103.972084f, -103.972092f, 0.625f, -0.625f, 0.921875f, 2.0f,
-                               1.0f, -1.0f, FLT_MIN, 1e-38f, 0.70710677f, 0.70710683f, FLT_MAX, 3.9192059f};
+                               1.0f, -1.0f, FLT_MIN, 1e-38f, 0.70710677f, 0.70710683f, FLT_MAX, 3.9192059f,
+                               128.0f, 127.99f, -149.5f, -150.0f, -151.0f, 129.5f, 2.4142137f, 0.41421357f,
+                               268435456.0f, 268435472.0f, -268435456.0f, 3.14159274f, 1.57079637f, 10.5f,
+                               10.0541f, -10.6f, 89.4f, 89.5f, -89.5f, 0.125f, 0.5f, -0.5f, 0.50000006f,
+                               1.00000012f, 1024.0f, 1e-3f, 0.1f};
     int extra = 0; /* three last rounds: the specials */
     for (uint64_t b = 0; b < ((uint64_t)1 << 32) + (uint64_t)997 * EWV_W * 3; b += (uint64_t)997 * EWV_W) {
       const bool special = b >= ((uint64_t)1 << 32);
@@ -239,6 +328,47 @@ int main(void) {
   e = sweep(tpurt_vm_logf, ref_log, 1e9f, false, &w);
   printf("logf: max %.3f ulp at %.9g\n", e, (double)w);
   CHECK(e <= 2.0);
+  e = sweep(tpurt_vm_exp2f, ref_exp2, 130.0f, false, &w);
+  printf("exp2f: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 1.0);
+  e = sweep(tpurt_vm_atanf, ref_atan, 10.0f, false, &w);
+  printf("atanf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 2.0);
+  e = sweep(tpurt_vm_log2f, ref_log2, 1e9f, false, &w);
+  printf("log2f: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 2.0);
+  e = sweep(tpurt_vm_log10f, ref_log10, 1e9f, false, &w);
+  printf("log10f: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 2.0);
+  e = sweep(tpurt_vm_tanf, ref_tan, 1e5f, false, &w);
+  printf("tanf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 1.5); /* glibc's tanf past 2^28: 1.15; ours below it: 0.5 */
+  e = sweep(tpurt_vm_sinhf, ref_sinh, 90.0f, false, &w);
+  printf("sinhf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 1.0);
+  e = sweep(tpurt_vm_coshf, ref_cosh, 90.0f, false, &w);
+  printf("coshf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 1.0);
+  e = sweep(tpurt_vm_asinf, ref_asin, 1.0f, false, &w);
+  printf("asinf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 2.0);
+  e = sweep(tpurt_vm_acosf, ref_acos, 1.0f, false, &w);
+  printf("acosf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 2.0);
+  float wy = 0, wx = 0;
+  e = sweep_atan2(&wy, &wx);
+  printf("atan2f: max %.3f ulp at (%.9g, %.9g)\n", e, (double)wy, (double)wx);
+  CHECK(e <= 2.5);
+  /* sin and cos: the sweep's bit patterns reach past 2^28 (glibc there); randoms near pi multiples */
+  e = sweep(tpurt_vm_sinf, ref_sin, 1e5f, false, &w);
+  printf("sinf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 1.0);
+  e = sweep(tpurt_vm_cosf, ref_cos, 1e5f, false, &w);
+  printf("cosf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 1.0);
+  e = sweep(tpurt_vm_erfcf, ref_erfc, 11.0f, false, &w);
+  printf("erfcf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 1.0);
 
   /* exact specials: saturation, signed zero, NaN */
   CHECK(tpurt_vm_tanhf(INFINITY) == 1.0f && tpurt_vm_tanhf(-INFINITY) == -1.0f);
@@ -263,5 +393,35 @@ int main(void) {
   CHECK(tpurt_vm_logf(1.0f) == 0.0f && tpurt_vm_logf(0.0f) == -INFINITY && tpurt_vm_logf(-0.0f) == -INFINITY);
   CHECK(isnan(tpurt_vm_logf(-1.0f)) && isnan(tpurt_vm_logf(-INFINITY)) && isnan(tpurt_vm_logf(NAN)));
   CHECK(tpurt_vm_logf(INFINITY) == INFINITY && tpurt_vm_logf(1e-45f) == (float)log((double)1e-45f));
+  CHECK(tpurt_vm_exp2f(3.0f) == 8.0f && tpurt_vm_exp2f(-149.0f) == 0x1p-149f && tpurt_vm_exp2f(127.0f) == 0x1p127f);
+  CHECK(tpurt_vm_exp2f(0.0f) == 1.0f && tpurt_vm_exp2f(-0.0f) == 1.0f && tpurt_vm_exp2f(128.0f) == INFINITY);
+  CHECK(tpurt_vm_exp2f(-150.5f) == 0.0f && tpurt_vm_exp2f(-INFINITY) == 0.0f && tpurt_vm_exp2f(INFINITY) == INFINITY);
+  CHECK(isnan(tpurt_vm_exp2f(NAN)) && tpurt_vm_exp2f(-149.5f) == (float)exp2(-149.5));
+  CHECK(tpurt_vm_atanf(INFINITY) == (float)(M_PI / 2) && tpurt_vm_atanf(-INFINITY) == -(float)(M_PI / 2));
+  CHECK(same_bits(tpurt_vm_atanf(-0.0f), -0.0f) && tpurt_vm_atanf(1e-40f) == 1e-40f && isnan(tpurt_vm_atanf(NAN)));
+  CHECK(tpurt_vm_atanf(1.0f) == (float)(M_PI / 4) && tpurt_vm_atanf(FLT_MAX) == (float)(M_PI / 2));
+  CHECK(same_bits(tpurt_vm_sinf(-0.0f), -0.0f) && same_bits(tpurt_vm_sinf(0.0f), 0.0f));
+  CHECK(tpurt_vm_sinf(1e-40f) == 1e-40f && tpurt_vm_sinf(-1e-30f) == -1e-30f && tpurt_vm_cosf(0.0f) == 1.0f);
+  CHECK(isnan(tpurt_vm_sinf(INFINITY)) && isnan(tpurt_vm_cosf(-INFINITY)) && isnan(tpurt_vm_sinf(NAN)));
+  CHECK(tpurt_vm_sinf(1e20f) == sinf(1e20f) && tpurt_vm_cosf(-3e30f) == cosf(-3e30f)); /* glibc past 2^28 */
+  CHECK(tpurt_vm_cosf(1e-30f) == 1.0f && tpurt_vm_sinf((float)M_PI) == (float)sin((double)(float)M_PI));
+  CHECK(tpurt_vm_erfcf(0.0f) == 1.0f && tpurt_vm_erfcf(-0.0f) == 1.0f && tpurt_vm_erfcf(INFINITY) == 0.0f);
+  CHECK(tpurt_vm_erfcf(-INFINITY) == 2.0f && tpurt_vm_erfcf(10.1f) == 0.0f && tpurt_vm_erfcf(-10.1f) == 2.0f);
+  CHECK(isnan(tpurt_vm_erfcf(NAN)) && tpurt_vm_erfcf(10.0f) == (float)erfc(10.0) && tpurt_vm_erfcf(10.0f) > 0);
+  CHECK(tpurt_vm_log2f(8.0f) == 3.0f && tpurt_vm_log2f(0x1p-149f) == -149.0f && tpurt_vm_log2f(1.0f) == 0.0f);
+  CHECK(tpurt_vm_log2f(0.0f) == -INFINITY && isnan(tpurt_vm_log2f(-2.0f)) && tpurt_vm_log2f(INFINITY) == INFINITY);
+  CHECK(tpurt_vm_log10f(1.0f) == 0.0f && tpurt_vm_log10f(-0.0f) == -INFINITY && isnan(tpurt_vm_log10f(NAN)));
+  CHECK(same_bits(tpurt_vm_sinhf(-0.0f), -0.0f) && tpurt_vm_sinhf(-INFINITY) == -INFINITY && tpurt_vm_sinhf(89.5f) == INFINITY);
+  CHECK(tpurt_vm_sinhf(1e-30f) == 1e-30f && tpurt_vm_coshf(0.0f) == 1.0f && tpurt_vm_coshf(-INFINITY) == INFINITY);
+  CHECK(isnan(tpurt_vm_coshf(NAN)) && isnan(tpurt_vm_sinhf(NAN)) && tpurt_vm_coshf(89.4f) == (float)cosh(89.4f));
+  CHECK(tpurt_vm_asinf(1.0f) == (float)(M_PI / 2) && tpurt_vm_asinf(-1.0f) == -(float)(M_PI / 2));
+  CHECK(same_bits(tpurt_vm_asinf(-0.0f), -0.0f) && isnan(tpurt_vm_asinf(1.0000001f)) && isnan(tpurt_vm_asinf(-INFINITY)));
+  CHECK(tpurt_vm_acosf(1.0f) == 0.0f && tpurt_vm_acosf(-1.0f) == (float)M_PI && tpurt_vm_acosf(0.0f) == (float)(M_PI / 2));
+  CHECK(isnan(tpurt_vm_acosf(2.0f)) && isnan(tpurt_vm_acosf(NAN)));
+  CHECK(same_bits(tpurt_vm_tanf(-0.0f), -0.0f) && isnan(tpurt_vm_tanf(INFINITY)) && tpurt_vm_tanf(1e30f) == tanf(1e30f));
+  CHECK(same_bits(tpurt_vm_atan2f(-0.0f, 1.0f), -0.0f) && tpurt_vm_atan2f(-0.0f, -0.0f) == -(float)M_PI);
+  CHECK(tpurt_vm_atan2f(0.0f, 0.0f) == 0.0f && tpurt_vm_atan2f(INFINITY, -INFINITY) == (float)(3 * M_PI / 4));
+  CHECK(tpurt_vm_atan2f(1.0f, 0.0f) == (float)(M_PI / 2) && tpurt_vm_atan2f(FLT_MAX, FLT_MAX) == (float)(M_PI / 4));
+  CHECK(isnan(tpurt_vm_atan2f(NAN, 1.0f)) && isnan(tpurt_vm_atan2f(1.0f, NAN)));
   return test_finish("test_vmath");
 }

@@ -24,7 +24,8 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 
 /* exp in the loop type: the vectorizable one for float, libm's for double */
 #define EW_EXP(x) (sizeof(T) == 4 ? (T)tpurt_ew_expf((float)(x)) : (T)exp((double)(x)))
-/* tanh, erf, log and log1p likewise (ew_vmath.h): float loops (and
+/* tanh, erf, log, log2, log10, log1p, exp2, sin, cos, tan, asin, acos, atan,
+ * atan2, sinh, cosh and erfc likewise (ew_vmath.h): float loops (and
  * float16/bfloat16, which compute in float) vectorize; double loops and the
  * references (T = double) stay on libm */
 #define EW_TANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanhf((float)(x)) : (T)tanh((double)(x)))
@@ -32,6 +33,19 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 #define EW_EXPM1(x) (sizeof(T) == 4 ? (T)tpurt_vm_expm1f((float)(x)) : (T)expm1((double)(x)))
 #define EW_LOG(x) (sizeof(T) == 4 ? (T)tpurt_vm_logf((float)(x)) : (T)log((double)(x)))
 #define EW_LOG1P(x) (sizeof(T) == 4 ? (T)tpurt_vm_log1pf((float)(x)) : (T)log1p((double)(x)))
+#define EW_EXP2(x) (sizeof(T) == 4 ? (T)tpurt_vm_exp2f((float)(x)) : (T)exp2((double)(x)))
+#define EW_ATAN(x) (sizeof(T) == 4 ? (T)tpurt_vm_atanf((float)(x)) : (T)atan((double)(x)))
+#define EW_SIN(x) (sizeof(T) == 4 ? (T)tpurt_vm_sinf((float)(x)) : (T)sin((double)(x)))
+#define EW_COS(x) (sizeof(T) == 4 ? (T)tpurt_vm_cosf((float)(x)) : (T)cos((double)(x)))
+#define EW_ERFC(x) (sizeof(T) == 4 ? (T)tpurt_vm_erfcf((float)(x)) : (T)erfc((double)(x)))
+#define EW_LOG2(x) (sizeof(T) == 4 ? (T)tpurt_vm_log2f((float)(x)) : (T)log2((double)(x)))
+#define EW_LOG10(x) (sizeof(T) == 4 ? (T)tpurt_vm_log10f((float)(x)) : (T)log10((double)(x)))
+#define EW_TAN(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanf((float)(x)) : (T)tan((double)(x)))
+#define EW_SINH(x) (sizeof(T) == 4 ? (T)tpurt_vm_sinhf((float)(x)) : (T)sinh((double)(x)))
+#define EW_COSH(x) (sizeof(T) == 4 ? (T)tpurt_vm_coshf((float)(x)) : (T)cosh((double)(x)))
+#define EW_ASIN(x) (sizeof(T) == 4 ? (T)tpurt_vm_asinf((float)(x)) : (T)asin((double)(x)))
+#define EW_ACOS(x) (sizeof(T) == 4 ? (T)tpurt_vm_acosf((float)(x)) : (T)acos((double)(x)))
+#define EW_ATAN2(y, x) (sizeof(T) == 4 ? (T)tpurt_vm_atan2f((float)(y), (float)(x)) : (T)atan2((double)(y), (double)(x)))
 
 /* ---- hand-vectorized float32 loops ----
  * The activations below give their float32 table entry a loop whose
@@ -284,7 +298,7 @@ EW_DEF_REF(pow, 2, pow(a, b), IPOW)
 EW_EXPR(pow, EW_L2, EW_POW_EXPR)
 static const ew_op_t pow_desc = {"pow", 2, 1, {0, 1}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_pow, pow_loops,
                                  pow_ref, 0, &pow_expr};
-EW_OP_F(atan2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), atan2(a, b))
+EW_OP_FV(atan2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), EW_ATAN2(a, b), ewv_atan2(va, vb))
 EW_OP_F(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), hypot(a, b))
 EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b))
 EW_OP_F(nextafter, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_M(FLOAT32) | EW_M(FLOAT64), NULL, EW_IN(0, 1),
@@ -296,7 +310,7 @@ EW_OP_F(xlog1py, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1
 EW_OP_F(logaddexp, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
         (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_LOG1P(EW_EXP(-fabs(a - b)))))
 EW_OP_F(logaddexp2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (isinf(a) && a == b) ? a : ((a < b ? b : a) + log1p(exp2(-fabs(a - b))) * (T)1.4426950408889634))
+        (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_LOG1P(EW_EXP2(-fabs(a - b))) * (T)1.4426950408889634))
 EW_OP_FI(heaviside, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), a == 0 ? b : (T)(a > 0),
          a == 0 ? b : (T)(a > 0))
 #define EW_MAXN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x))))
@@ -353,29 +367,29 @@ EW_OP_F(reciprocal, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0
 EW_UF(sqrt, sqrt(a))
 EW_UF(rsqrt, 1 / sqrt(a))
 EW_UFV(exp, EW_EXP(a), ewv_exp(va))
-EW_UF(exp2, exp2(a))
+EW_UFV(exp2, EW_EXP2(a), ewv_exp2(va))
 EW_UFV(expm1, EW_EXPM1(a), ewv_expm1(va))
 EW_UFV(log, EW_LOG(a), ewv_log(va))
-EW_UF(log2, log2(a))
-EW_UF(log10, log10(a))
+EW_UFV(log2, EW_LOG2(a), ewv_log2(va))
+EW_UFV(log10, EW_LOG10(a), ewv_log10(va))
 EW_UFV(log1p, EW_LOG1P(a), ewv_log1p(va))
-EW_UF(sin, sin(a))
-EW_UF(cos, cos(a))
-EW_UF(tan, tan(a))
+EW_UFV(sin, EW_SIN(a), ewv_sin(va))
+EW_UFV(cos, EW_COS(a), ewv_cos(va))
+EW_UFV(tan, EW_TAN(a), ewv_tan(va))
 EW_UFV(tanh, EW_TANH(a), ewv_tanh(va))
-EW_UF(sinh, sinh(a))
-EW_UF(cosh, cosh(a))
-EW_UF(asin, asin(a))
-EW_UF(acos, acos(a))
-EW_UF(atan, atan(a))
+EW_UFV(sinh, EW_SINH(a), ewv_sinh(va))
+EW_UFV(cosh, EW_COSH(a), ewv_cosh(va))
+EW_UFV(asin, EW_ASIN(a), ewv_asin(va))
+EW_UFV(acos, EW_ACOS(a), ewv_acos(va))
+EW_UFV(atan, EW_ATAN(a), ewv_atan(va))
 EW_UF(asinh, asinh(a))
 EW_UF(acosh, acosh(a))
 EW_UF(atanh, atanh(a))
 EW_UFV(sigmoid, 1 / (1 + EW_EXP(-a)), ewv_sigmoid(va))
 EW_UFV(erf, EW_ERF(a), ewv_erf(va))
-EW_UF(erfc, erfc(a))
+EW_UFV(erfc, EW_ERFC(a), ewv_erfc(va))
 EW_UF(lgamma, lgamma(a))
-EW_UF(sinc, a == 0 ? (T)1 : sin((T)M_PI * a) / ((T)M_PI * a))
+EW_UFV(sinc, a == 0 ? (T)1 : EW_SIN((T)M_PI * a) / ((T)M_PI * a), ewv_sinc(va))
 EW_UF(special_entr, (a != a) ? a : (a > 0 ? -a * EW_LOG(a) : (a == 0 ? (T)0 : -(T)INFINITY)))
 EW_UF(angle, (a != a) ? a : (a < 0 ? (T)M_PI : (T)0))
 

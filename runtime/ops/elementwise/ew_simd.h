@@ -1,6 +1,8 @@
-/* The float32 activation math of ew_expf.h / ew_vmath.h / ew_math.c written
- * once over a small vector layer: 16 lanes where the build has AVX-512F, 8
- * where it has AVX2 and FMA (EWV_W, 0 elsewhere). Each function is its
+/* The float32 activation and math functions of ew_expf.h / ew_vmath.h /
+ * ew_math.c written once over a small vector layer: 16 lanes where the build
+ * has AVX-512F, 8 where it has AVX2 and FMA (EWV_W, 0 elsewhere), with
+ * double lanes (EWD_W, half as many) for the functions ew_vmath.h computes in
+ * double (sin, cos, tan, sinh, cosh, erfc). Each function is its
  * scalar definition operation for operation (the same constants, fmas,
  * roundings, selects and order), so its lanes give the scalar bits exactly
  * (runtime/tests/test_vmath.c checks every function on both widths); the
@@ -14,6 +16,7 @@
 #include <math.h>
 
 #include "ops/elementwise/ew_expf.h"
+#include "ops/elementwise/ew_vmath.h"
 #include "ops/half_vec.h"
 
 #if defined(__AVX512F__)
@@ -30,6 +33,9 @@ typedef __mmask16 ewm_t;
 #define ewv_div _mm512_div_ps
 #define ewv_fma _mm512_fmadd_ps
 #define ewv_exp tpurt_ew_expf16
+#define ewv_min _mm512_min_ps /* NaN: the second operand */
+#define ewv_max _mm512_max_ps
+static inline ewv_t ewv_rint(ewv_t x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static inline ewv_t ewv_abs(ewv_t x) { return _mm512_abs_ps(x); }
 static inline ewv_t ewv_neg(ewv_t x) {
   return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
@@ -55,6 +61,51 @@ static inline ewv_t ewv_frexp(ewv_t u, ewv_t* e) {
 }
 /* m ? t : f, per lane */
 static inline ewv_t ewv_sel(ewm_t m, ewv_t t, ewv_t f) { return _mm512_mask_blend_ps(m, f, t); }
+/* !(a <= b): NaN lanes too */
+static inline ewm_t ewv_nle(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_NLE_UQ); }
+static inline unsigned ewm_bits(ewm_t m) { return (unsigned)m; }
+static inline ewm_t ewm_or(ewm_t a, ewm_t b) { return a | b; }
+static inline ewm_t ewv_signbit(ewv_t x) {
+  return _mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+}
+#define ewv_sqrt _mm512_sqrt_ps
+/* y * 2^n for integral n in [-151, 129], one rounding (tpurt_vm_ldexpf) */
+static inline ewv_t ewv_ldexp(ewv_t y, ewv_t n) { return _mm512_scalef_ps(y, n); }
+
+/* double lanes: an ewv_t is two ewd_t */
+#define EWD_W 8
+typedef __m512d ewd_t;
+#define ewd_set1 _mm512_set1_pd
+#define ewd_add _mm512_add_pd
+#define ewd_sub _mm512_sub_pd
+#define ewd_mul _mm512_mul_pd
+#define ewd_div _mm512_div_pd
+#define ewd_fma _mm512_fmadd_pd
+static inline ewd_t ewd_abs(ewd_t x) { return _mm512_abs_pd(x); }
+static inline ewd_t ewd_round(ewd_t x) { return _mm512_roundscale_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* min(x, c) with NaN giving c (the scalar code's x < c ? x : c) */
+static inline ewd_t ewd_min_nan_c(ewd_t x, ewd_t c) { return _mm512_min_pd(x, c); }
+typedef __mmask8 ewdm_t;
+static inline ewdm_t ewd_lt(ewd_t a, ewd_t b) { return _mm512_cmp_pd_mask(a, b, _CMP_LT_OQ); }
+static inline ewd_t ewd_sel(ewdm_t m, ewd_t t, ewd_t f) { return _mm512_mask_blend_pd(m, f, t); }
+/* lanes whose integral m (|m| < 2^51) is odd */
+static inline ewdm_t ewd_odd(ewd_t m) {
+  return _mm512_test_epi64_mask(_mm512_castpd_si512(_mm512_add_pd(m, _mm512_set1_pd(0x1.8p52))), _mm512_set1_epi64(1));
+}
+static inline ewd_t ewd_xor(ewd_t a, ewd_t b) {
+  return _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(a), _mm512_castpd_si512(b)));
+}
+/* a << 63 and << 52 on the bits */
+static inline ewd_t ewd_shl63(ewd_t a) { return _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(a), 63)); }
+static inline ewd_t ewd_shl52(ewd_t a) { return _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(a), 52)); }
+static inline void ewd_split(ewv_t v, ewd_t* lo, ewd_t* hi) {
+  *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+  *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+static inline ewv_t ewd_join(ewd_t lo, ewd_t hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))),
+                                             _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
+}
 #elif defined(__AVX2__) && defined(__FMA__)
 #define EWV_W 8
 typedef __m256 ewv_t;
@@ -69,6 +120,9 @@ typedef __m256 ewm_t;
 #define ewv_div _mm256_div_ps
 #define ewv_fma _mm256_fmadd_ps
 #define ewv_exp tpurt_ew_expf8
+#define ewv_min _mm256_min_ps /* NaN: the second operand */
+#define ewv_max _mm256_max_ps
+static inline ewv_t ewv_rint(ewv_t x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static inline ewv_t ewv_abs(ewv_t x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
 static inline ewv_t ewv_neg(ewv_t x) { return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)); }
 static inline ewv_t ewv_copysign(ewv_t mag, ewv_t sgn) {
@@ -94,6 +148,50 @@ static inline ewv_t ewv_frexp(ewv_t u, ewv_t* e) {
       _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f000000)));
 }
 static inline ewv_t ewv_sel(ewm_t m, ewv_t t, ewv_t f) { return _mm256_blendv_ps(f, t, m); }
+static inline ewm_t ewv_nle(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_NLE_UQ); }
+static inline unsigned ewm_bits(ewm_t m) { return (unsigned)_mm256_movemask_ps(m); }
+static inline ewm_t ewm_or(ewm_t a, ewm_t b) { return _mm256_or_ps(a, b); }
+static inline ewm_t ewv_signbit(ewv_t x) { return x; } /* blendv and movemask read the sign bit alone */
+#define ewv_sqrt _mm256_sqrt_ps
+/* tpurt_vm_ldexpf: two power-of-two factors, as tpurt_ew_expf8 scales */
+static inline ewv_t ewv_ldexp(ewv_t y, ewv_t n) {
+  const __m256i ni = _mm256_cvttps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+}
+
+#define EWD_W 4
+typedef __m256d ewd_t;
+#define ewd_set1 _mm256_set1_pd
+#define ewd_add _mm256_add_pd
+#define ewd_sub _mm256_sub_pd
+#define ewd_mul _mm256_mul_pd
+#define ewd_div _mm256_div_pd
+#define ewd_fma _mm256_fmadd_pd
+static inline ewd_t ewd_abs(ewd_t x) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), x); }
+static inline ewd_t ewd_round(ewd_t x) { return _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline ewd_t ewd_min_nan_c(ewd_t x, ewd_t c) { return _mm256_min_pd(x, c); }
+typedef __m256d ewdm_t;
+static inline ewdm_t ewd_lt(ewd_t a, ewd_t b) { return _mm256_cmp_pd(a, b, _CMP_LT_OQ); }
+static inline ewd_t ewd_sel(ewdm_t m, ewd_t t, ewd_t f) { return _mm256_blendv_pd(f, t, m); }
+static inline ewdm_t ewd_odd(ewd_t m) {
+  const __m256i one = _mm256_set1_epi64x(1);
+  const __m256i b = _mm256_castpd_si256(_mm256_add_pd(m, _mm256_set1_pd(0x1.8p52)));
+  return _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(b, one), one));
+}
+static inline ewd_t ewd_xor(ewd_t a, ewd_t b) { return _mm256_xor_pd(a, b); }
+static inline ewd_t ewd_shl63(ewd_t a) { return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(a), 63)); }
+static inline ewd_t ewd_shl52(ewd_t a) { return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(a), 52)); }
+static inline void ewd_split(ewv_t v, ewd_t* lo, ewd_t* hi) {
+  *lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+  *hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+}
+static inline ewv_t ewd_join(ewd_t lo, ewd_t hi) {
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
+}
 #else
 #define EWV_W 0
 #endif
@@ -180,12 +278,12 @@ static inline ewv_t ewv_expm1(ewv_t x) {
   return ewv_sel(ewv_isnan(x), x, v);
 }
 
-/* tpurt_vm_logf */
-static inline ewv_t ewv_log(ewv_t u) {
+/* tpurt_vm_log_reduce */
+static inline ewv_t ewv_log_reduce(ewv_t u, ewv_t* fe, ewv_t* yp) {
   ewv_t e;
   const ewv_t m = ewv_frexp(u, &e);
   const ewm_t lo = ewv_lt(m, EWV_C(0.707106781186547524f));
-  e = ewv_sel(lo, ewv_sub(e, EWV_C(1.0f)), e);
+  *fe = ewv_sel(lo, ewv_sub(e, EWV_C(1.0f)), e);
   const ewv_t x = ewv_sel(lo, ewv_sub(ewv_add(m, m), EWV_C(1.0f)), ewv_sub(m, EWV_C(1.0f)));
   const ewv_t z = ewv_mul(x, x);
   ewv_t y = EWV_C(7.0376836292e-2f);
@@ -197,14 +295,47 @@ static inline ewv_t ewv_log(ewv_t u) {
   y = ewv_fma(y, x, EWV_C(2.0000714765e-1f));
   y = ewv_fma(y, x, EWV_C(-2.4999993993e-1f));
   y = ewv_fma(y, x, EWV_C(3.3333331174e-1f));
-  y = ewv_mul(ewv_mul(y, x), z);
-  y = ewv_fma(e, EWV_C(-2.12194440e-4f), y);
-  y = ewv_fma(EWV_C(-0.5f), z, y);
-  ewv_t r = ewv_fma(e, EWV_C(0.693359375f), ewv_add(x, y));
+  *yp = ewv_mul(ewv_mul(y, x), z);
+  return x;
+}
+/* tpurt_vm_log_special */
+static inline ewv_t ewv_log_special(ewv_t u, ewv_t r) {
   r = ewv_sel(ewv_eq(u, EWV_C(INFINITY)), EWV_C(INFINITY), r);
   r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
   r = ewv_sel(ewv_lt(u, EWV_C(0.0f)), EWV_C(NAN), r);
   return ewv_sel(ewv_isnan(u), u, r);
+}
+/* tpurt_vm_logf */
+static inline ewv_t ewv_log(ewv_t u) {
+  ewv_t e, y;
+  const ewv_t x = ewv_log_reduce(u, &e, &y);
+  const ewv_t z = ewv_mul(x, x);
+  y = ewv_fma(e, EWV_C(-2.12194440e-4f), y);
+  y = ewv_fma(EWV_C(-0.5f), z, y);
+  return ewv_log_special(u, ewv_fma(e, EWV_C(0.693359375f), ewv_add(x, y)));
+}
+/* tpurt_vm_log2f */
+static inline ewv_t ewv_log2(ewv_t u) {
+  ewv_t e, y;
+  const ewv_t x = ewv_log_reduce(u, &e, &y);
+  y = ewv_fma(EWV_C(-0.5f), ewv_mul(x, x), y);
+  ewv_t r = ewv_mul(y, EWV_C(0.44269504088896340736f));
+  r = ewv_fma(x, EWV_C(0.44269504088896340736f), r);
+  r = ewv_add(ewv_add(ewv_add(r, y), x), e);
+  return ewv_log_special(u, r);
+}
+/* tpurt_vm_log10f */
+static inline ewv_t ewv_log10(ewv_t u) {
+  ewv_t e, y;
+  const ewv_t x = ewv_log_reduce(u, &e, &y);
+  y = ewv_fma(EWV_C(-0.5f), ewv_mul(x, x), y);
+  ewv_t r = ewv_mul(y, EWV_C(7.00731903251827651129e-4f));
+  r = ewv_fma(x, EWV_C(7.00731903251827651129e-4f), r);
+  r = ewv_fma(e, EWV_C(2.48745663981195213739e-4f), r);
+  r = ewv_fma(y, EWV_C(4.3359375e-1f), r);
+  r = ewv_fma(x, EWV_C(4.3359375e-1f), r);
+  r = ewv_fma(e, EWV_C(3.0078125e-1f), r);
+  return ewv_log_special(u, r);
 }
 
 /* tpurt_vm_log1pf */
@@ -216,6 +347,264 @@ static inline ewv_t ewv_log1p(ewv_t x) {
   r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
   r = ewv_sel(d0, x, r);
   return ewv_sel(ewv_isnan(x), x, r);
+}
+
+/* tpurt_vm_exp2f */
+static inline ewv_t ewv_exp2(ewv_t x) {
+  const ewv_t xc = ewv_min(EWV_C(129.0f), ewv_max(EWV_C(-151.0f), x)); /* NaN passes */
+  const ewv_t n = ewv_rint(xc), f = ewv_sub(xc, n);
+  ewv_t q = EWV_C(1.5370704818e-04f);
+  q = ewv_fma(q, f, EWV_C(1.3399848291e-03f));
+  q = ewv_fma(q, f, EWV_C(9.6183732513e-03f));
+  q = ewv_fma(q, f, EWV_C(5.5503290352e-02f));
+  q = ewv_fma(q, f, EWV_C(2.4022648462e-01f));
+  q = ewv_fma(q, f, EWV_C(6.9314720558e-01f));
+  return ewv_ldexp(ewv_fma(f, q, EWV_C(1.0f)), n);
+}
+
+/* tpurt_vm_atanf */
+static inline ewv_t ewv_atan(ewv_t x) {
+  const ewv_t ax = ewv_abs(x);
+  const ewm_t big = ewv_gt(ax, EWV_C(2.414213562373095f)), mid = ewv_gt(ax, EWV_C(0.4142135623730950f));
+  const ewv_t num = ewv_sel(big, EWV_C(-1.0f), ewv_sub(ax, EWV_C(1.0f)));
+  const ewv_t den = ewv_sel(big, ax, ewv_add(ax, EWV_C(1.0f)));
+  const ewv_t r = ewv_sel(mid, ewv_div(num, den), ax);
+  const ewv_t hi = ewv_sel(big, EWV_C(1.57079637050628662109375f),
+                           ewv_sel(mid, EWV_C(0.785398185253143310546875f), EWV_C(0.0f)));
+  const ewv_t lo = ewv_sel(big, EWV_C(-4.37113900018624283e-8f), ewv_sel(mid, EWV_C(-2.18556950009312141e-8f), EWV_C(0.0f)));
+  const ewv_t z = ewv_mul(r, r);
+  ewv_t p = EWV_C(-6.0658395202e-02f);
+  p = ewv_fma(p, z, EWV_C(1.0588484405e-01f));
+  p = ewv_fma(p, z, EWV_C(-1.4242732967e-01f));
+  p = ewv_fma(p, z, EWV_C(1.9998423129e-01f));
+  p = ewv_fma(p, z, EWV_C(-3.3333314240e-01f));
+  return ewv_copysign(ewv_add(hi, ewv_add(r, ewv_fma(ewv_mul(r, z), p, lo))), x);
+}
+
+/* Lanes in m recomputed by the scalar f (the rare arguments a vector form leaves to glibc) */
+static inline ewv_t ewv_patch(ewv_t r, ewv_t x, ewm_t m, float (*f)(float)) {
+  unsigned bits = ewm_bits(m);
+  if (__builtin_expect(bits == 0, 1)) return r;
+  float xs[EWV_W], rs[EWV_W];
+  ewv_store(xs, x);
+  ewv_store(rs, r);
+  for (; bits; bits &= bits - 1) {
+    const int i = __builtin_ctz(bits);
+    rs[i] = f(xs[i]);
+  }
+  return ewv_load(rs);
+}
+
+/* tpurt_vm_sin_poly, tpurt_vm_pi_reduce, tpurt_vm_flip_odd, tpurt_vm_sinf / cosf's double parts,
+ * tpurt_vm_expd (with tpurt_vm_pow2d) and tpurt_vm_erfcx_poly on double lanes */
+static inline ewd_t ewd_sin_poly(ewd_t r) {
+  const ewd_t z = ewd_mul(r, r);
+  ewd_t p = ewd_set1(1.5408313947667951e-10);
+  p = ewd_fma(p, z, ewd_set1(-2.5030102537067916e-08));
+  p = ewd_fma(p, z, ewd_set1(2.7556950329013594e-06));
+  p = ewd_fma(p, z, ewd_set1(-1.9841266691393079e-04));
+  p = ewd_fma(p, z, ewd_set1(8.3333333208466184e-03));
+  p = ewd_fma(p, z, ewd_set1(-1.6666666666499289e-01));
+  return ewd_fma(ewd_mul(r, z), p, r);
+}
+static inline ewd_t ewd_pi_reduce(ewd_t x, ewd_t k) {
+  const ewd_t nk = ewd_xor(k, ewd_set1(-0.0));
+  ewd_t r = ewd_fma(nk, ewd_set1(0x1.921fb54442d18p+1), x);
+  r = ewd_fma(nk, ewd_set1(0x1.1a62633145c07p-53), r);
+  return ewd_fma(nk, ewd_set1(-0x1.f1976b7ed8fbcp-109), r);
+}
+static inline ewd_t ewd_flip_odd(ewd_t v, ewd_t m) {
+  return ewd_xor(v, ewd_shl63(ewd_add(m, ewd_set1(0x1.8p52))));
+}
+static inline ewd_t ewd_sin(ewd_t x) {
+  const ewd_t n = ewd_round(ewd_mul(x, ewd_set1(0x1.45f306dc9c883p-2)));
+  return ewd_flip_odd(ewd_sin_poly(ewd_pi_reduce(x, n)), n);
+}
+static inline ewd_t ewd_cos(ewd_t x) {
+  const ewd_t m = ewd_round(ewd_fma(x, ewd_set1(0x1.45f306dc9c883p-2), ewd_set1(-0.5)));
+  return ewd_flip_odd(ewd_sin_poly(ewd_pi_reduce(x, ewd_add(m, ewd_set1(0.5)))), ewd_add(m, ewd_set1(1.0)));
+}
+static float ewv_sinf_(float x) { return sinf(x); }
+static float ewv_cosf_(float x) { return cosf(x); }
+/* tpurt_vm_sinf */
+static inline ewv_t ewv_sin(ewv_t x) {
+  ewd_t lo, hi;
+  ewd_split(x, &lo, &hi);
+  const ewv_t v = ewv_sel(ewv_eq(x, EWV_C(0.0f)), x, ewd_join(ewd_sin(lo), ewd_sin(hi)));
+  return ewv_patch(v, x, ewv_nle(ewv_abs(x), EWV_C(TPURT_VM_TRIG_MAX)), ewv_sinf_);
+}
+/* tpurt_vm_cosf */
+static inline ewv_t ewv_cos(ewv_t x) {
+  ewd_t lo, hi;
+  ewd_split(x, &lo, &hi);
+  const ewv_t v = ewd_join(ewd_cos(lo), ewd_cos(hi));
+  return ewv_patch(v, x, ewv_nle(ewv_abs(x), EWV_C(TPURT_VM_TRIG_MAX)), ewv_cosf_);
+}
+static inline ewd_t ewd_exp(ewd_t y) {
+  const ewd_t n = ewd_round(ewd_mul(y, ewd_set1(0x1.71547652b82fep+0)));
+  const ewd_t nn = ewd_xor(n, ewd_set1(-0.0));
+  ewd_t r = ewd_fma(nn, ewd_set1(0x1.62e42fefa39efp-1), y);
+  r = ewd_fma(nn, ewd_set1(0x1.abc9e3b39803fp-56), r);
+  ewd_t p = ewd_set1(1.0 / 3628800);
+  p = ewd_fma(p, r, ewd_set1(1.0 / 362880));
+  p = ewd_fma(p, r, ewd_set1(1.0 / 40320));
+  p = ewd_fma(p, r, ewd_set1(1.0 / 5040));
+  p = ewd_fma(p, r, ewd_set1(1.0 / 720));
+  p = ewd_fma(p, r, ewd_set1(1.0 / 120));
+  p = ewd_fma(p, r, ewd_set1(1.0 / 24));
+  p = ewd_fma(p, r, ewd_set1(1.0 / 6));
+  p = ewd_fma(p, r, ewd_set1(0.5));
+  p = ewd_fma(p, r, ewd_set1(1.0));
+  p = ewd_fma(p, r, ewd_set1(1.0));
+  return ewd_mul(p, ewd_shl52(ewd_add(n, ewd_set1(0x1.8p52 + 1023.0))));
+}
+static inline ewd_t ewd_erfc_pos(ewd_t x) { /* exp(-a^2) P(t) / (1 + 2a), a = min(|x|, 10.5) */
+  const ewd_t a = ewd_min_nan_c(ewd_abs(x), ewd_set1(10.5));
+  const ewd_t t = ewd_div(ewd_sub(a, ewd_set1(3.0)), ewd_add(a, ewd_set1(3.0)));
+  ewd_t p = ewd_set1(-4.9013735806124892e-06);
+  p = ewd_fma(p, t, ewd_set1(-1.9723740658171215e-05));
+  p = ewd_fma(p, t, ewd_set1(8.7145596586995361e-06));
+  p = ewd_fma(p, t, ewd_set1(1.266738751468325e-04));
+  p = ewd_fma(p, t, ewd_set1(-1.0630450970211883e-04));
+  p = ewd_fma(p, t, ewd_set1(-7.80676481973306e-04));
+  p = ewd_fma(p, t, ewd_set1(1.8888114605143478e-03));
+  p = ewd_fma(p, t, ewd_set1(2.529571027001359e-03));
+  p = ewd_fma(p, t, ewd_set1(-2.3770511896282195e-02));
+  p = ewd_fma(p, t, ewd_set1(6.8308009599561972e-02));
+  p = ewd_fma(p, t, ewd_set1(-1.1927366460082477e-01));
+  p = ewd_fma(p, t, ewd_set1(1.2964515945807253e-01));
+  p = ewd_fma(p, t, ewd_set1(-4.7562294306268203e-02));
+  p = ewd_fma(p, t, ewd_set1(-1.3562110613401113e-01));
+  p = ewd_fma(p, t, ewd_set1(1.2530080582694936));
+  const ewd_t e = ewd_exp(ewd_xor(ewd_mul(a, a), ewd_set1(-0.0)));
+  return ewd_mul(e, ewd_div(p, ewd_fma(ewd_set1(2.0), a, ewd_set1(1.0))));
+}
+/* tpurt_vm_erfcf */
+static inline ewv_t ewv_erfc(ewv_t x) {
+  ewd_t lo, hi;
+  ewd_split(x, &lo, &hi);
+  lo = ewd_erfc_pos(lo);
+  hi = ewd_erfc_pos(hi);
+  const ewv_t v = ewd_join(lo, hi);
+  /* x < 0: 2 - v, rounded from double as the scalar code does */
+  const ewv_t w = ewd_join(ewd_sub(ewd_set1(2.0), lo), ewd_sub(ewd_set1(2.0), hi));
+  return ewv_sel(ewv_isnan(x), x, ewv_sel(ewv_lt(x, EWV_C(0.0f)), w, v));
+}
+
+/* tpurt_vm_cos_poly */
+static inline ewd_t ewd_cos_poly(ewd_t r) {
+  const ewd_t z = ewd_mul(r, r);
+  ewd_t p = ewd_set1(1.0 / 479001600);
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 3628800));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 40320));
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 720));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 24));
+  p = ewd_fma(p, z, ewd_set1(-0.5));
+  return ewd_fma(p, z, ewd_set1(1.0));
+}
+static inline ewd_t ewd_tan(ewd_t x) {
+  const ewd_t n = ewd_round(ewd_mul(x, ewd_set1(0x1.45f306dc9c883p-1)));
+  const ewd_t r = ewd_pi_reduce(x, ewd_mul(n, ewd_set1(0.5)));
+  const ewd_t sn = ewd_sin_poly(r), cs = ewd_cos_poly(r);
+  const ewdm_t odd = ewd_odd(n);
+  return ewd_div(ewd_sel(odd, ewd_xor(cs, ewd_set1(-0.0)), sn), ewd_sel(odd, sn, cs));
+}
+static float ewv_tanf_(float x) { return tanf(x); }
+/* tpurt_vm_tanf */
+static inline ewv_t ewv_tan(ewv_t x) {
+  ewd_t lo, hi;
+  ewd_split(x, &lo, &hi);
+  const ewv_t v = ewv_sel(ewv_eq(x, EWV_C(0.0f)), x, ewd_join(ewd_tan(lo), ewd_tan(hi)));
+  return ewv_patch(v, x, ewv_nle(ewv_abs(x), EWV_C(TPURT_VM_TRIG_MAX)), ewv_tanf_);
+}
+
+/* tpurt_vm_coshf and tpurt_vm_sinhf */
+static inline ewd_t ewd_cosh_pos(ewd_t x) {
+  const ewd_t e = ewd_exp(ewd_min_nan_c(ewd_abs(x), ewd_set1(90.0)));
+  return ewd_mul(ewd_set1(0.5), ewd_add(e, ewd_div(ewd_set1(1.0), e)));
+}
+static inline ewv_t ewv_cosh(ewv_t x) {
+  ewd_t lo, hi;
+  ewd_split(x, &lo, &hi);
+  return ewv_sel(ewv_isnan(x), x, ewd_join(ewd_cosh_pos(lo), ewd_cosh_pos(hi)));
+}
+static inline ewd_t ewd_sinh_pos(ewd_t x) {
+  const ewd_t a = ewd_min_nan_c(ewd_abs(x), ewd_set1(90.0));
+  const ewd_t e = ewd_exp(a), z = ewd_mul(a, a);
+  ewd_t p = ewd_set1(1.0 / 362880);
+  p = ewd_fma(p, z, ewd_set1(1.0 / 5040));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 120));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 6));
+  const ewd_t sm = ewd_fma(ewd_mul(a, z), p, a);
+  const ewd_t big = ewd_mul(ewd_set1(0.5), ewd_sub(e, ewd_div(ewd_set1(1.0), e)));
+  return ewd_sel(ewd_lt(a, ewd_set1(0.125)), sm, big);
+}
+static inline ewv_t ewv_sinh(ewv_t x) {
+  ewd_t lo, hi;
+  ewd_split(x, &lo, &hi);
+  return ewv_sel(ewv_isnan(x), x, ewv_copysign(ewd_join(ewd_sinh_pos(lo), ewd_sinh_pos(hi)), x));
+}
+
+/* tpurt_vm_asin_poly, tpurt_vm_asinf and tpurt_vm_acosf */
+static inline ewv_t ewv_asin_poly(ewv_t s, ewv_t z) {
+  ewv_t p = EWV_C(4.2163199048e-2f);
+  p = ewv_fma(p, z, EWV_C(2.4181311049e-2f));
+  p = ewv_fma(p, z, EWV_C(4.5470025998e-2f));
+  p = ewv_fma(p, z, EWV_C(7.4953002686e-2f));
+  p = ewv_fma(p, z, EWV_C(1.6666752422e-1f));
+  return ewv_fma(ewv_mul(s, z), p, s);
+}
+static inline ewv_t ewv_asin(ewv_t x) {
+  const ewv_t a = ewv_abs(x);
+  const ewm_t big = ewv_gt(a, EWV_C(0.5f));
+  const ewv_t z = ewv_sel(big, ewv_mul(EWV_C(0.5f), ewv_sub(EWV_C(1.0f), a)), ewv_mul(a, a));
+  const ewv_t s = ewv_sel(big, ewv_sqrt(z), a);
+  const ewv_t p = ewv_asin_poly(s, z);
+  const ewv_t r = ewv_sel(big, ewv_add(ewv_sub(EWV_C(1.57079637050628662109375f), ewv_add(p, p)), EWV_C(-4.37113900018624283e-8f)), p);
+  return ewv_copysign(r, x);
+}
+static inline ewv_t ewv_acos(ewv_t x) {
+  const ewv_t a = ewv_abs(x);
+  const ewm_t big = ewv_gt(a, EWV_C(0.5f));
+  const ewv_t z = ewv_sel(big, ewv_mul(EWV_C(0.5f), ewv_sub(EWV_C(1.0f), a)), ewv_mul(a, a));
+  const ewv_t s = ewv_sel(big, ewv_sqrt(z), a);
+  const ewv_t p = ewv_asin_poly(s, z);
+  const ewv_t bp = ewv_add(p, p);
+  const ewv_t neg = ewv_add(ewv_sub(EWV_C(3.1415927410125732421875f), bp), EWV_C(-8.74227800037248566e-8f));
+  const ewv_t mid = ewv_sub(EWV_C(1.57079637050628662109375f), ewv_add(ewv_copysign(p, x), EWV_C(4.37113900018624283e-8f)));
+  return ewv_sel(big, ewv_sel(ewv_lt(x, EWV_C(0.0f)), neg, bp), mid);
+}
+
+/* tpurt_vm_atan2f */
+static inline ewv_t ewv_atan2(ewv_t y, ewv_t x) {
+  const ewv_t ay = ewv_abs(y), ax = ewv_abs(x);
+  const ewm_t swap = ewv_gt(ay, ax), xneg = ewv_signbit(x);
+  const ewv_t a = ewv_sel(swap, ax, ay), b = ewv_sel(swap, ay, ax);
+  const ewm_t mid = ewv_gt(a, ewv_mul(EWV_C(0.4142135623730950f), b));
+  const ewv_t h = ewv_sel(ewv_gt(b, EWV_C(1.0f)), EWV_C(0.5f), EWV_C(1.0f));
+  const ewv_t r = ewv_div(ewv_sel(mid, ewv_mul(ewv_sub(a, b), h), a),
+                          ewv_sel(mid, ewv_add(ewv_mul(a, h), ewv_mul(b, h)), b));
+  const ewv_t z = ewv_mul(r, r);
+  ewv_t p = EWV_C(-6.0658395202e-02f);
+  p = ewv_fma(p, z, EWV_C(1.0588484405e-01f));
+  p = ewv_fma(p, z, EWV_C(-1.4242732967e-01f));
+  p = ewv_fma(p, z, EWV_C(1.9998423129e-01f));
+  p = ewv_fma(p, z, EWV_C(-3.3333314240e-01f));
+  ewv_t t = ewv_add(ewv_sel(mid, EWV_C(0.785398185253143310546875f), EWV_C(0.0f)),
+                    ewv_add(r, ewv_fma(ewv_mul(r, z), p, ewv_sel(mid, EWV_C(-2.18556950009312141e-8f), EWV_C(0.0f)))));
+  t = ewv_sel(swap, ewv_add(ewv_sub(EWV_C(1.57079637050628662109375f), t), EWV_C(-4.37113900018624283e-8f)), t);
+  t = ewv_sel(xneg, ewv_add(ewv_sub(EWV_C(3.1415927410125732421875f), t), EWV_C(-8.74227800037248566e-8f)), t);
+  t = ewv_sel(ewv_eq(b, EWV_C(0.0f)), ewv_sel(xneg, EWV_C(3.1415927410125732421875f), EWV_C(0.0f)), t);
+  t = ewv_sel(ewv_eq(a, EWV_C(INFINITY)),
+              ewv_sel(xneg, EWV_C(2.35619449615478515625f), EWV_C(0.785398185253143310546875f)), t);
+  t = ewv_copysign(t, y);
+  return ewv_sel(ewm_or(ewv_isnan(x), ewv_isnan(y)), ewv_add(x, y), t);
+}
+
+/* sinc: a == 0 ? 1 : sin(pi a) / (pi a), pi a rounded to float (ew_math.c's expression) */
+static inline ewv_t ewv_sinc(ewv_t a) {
+  const ewv_t t = ewv_mul(EWV_C((float)M_PI), a);
+  return ewv_sel(ewv_eq(a, EWV_C(0.0f)), EWV_C(1.0f), ewv_div(ewv_sin(t), t));
 }
 
 /* The activations of ew_math.c, each its float expression there (T = float,

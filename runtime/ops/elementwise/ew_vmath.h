@@ -1,7 +1,9 @@
-/* Vectorizable float32 tanh, erf, log and log1p for the elementwise family:
+/* Vectorizable float32 math for the elementwise family: tanh, erf, expm1,
+ * log, log1p, exp2, atan, and (computing in double) sin, cos and erfc:
  * plain branch-free arithmetic (both sides of each range split are computed
  * and one is selected) so float loops auto-vectorize, where glibc's
- * tanhf/erff/logf/log1pf are one call per element. Accuracy is checked against libm in
+ * functions are one call per element; ew_simd.h has the explicit vector
+ * forms, with the same bits. Accuracy is checked against libm in
  * runtime/tests/test_vmath.c. Internal; not an ABI. */
 #ifndef TPURT_OPS_ELEMENTWISE_EW_VMATH_H_
 #define TPURT_OPS_ELEMENTWISE_EW_VMATH_H_
@@ -100,12 +102,12 @@ static inline float tpurt_vm_expm1f(float x) {
   return x != x ? x : v;
 }
 
-/* log of any float: Cephes' logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9
- * polynomial, ln2 split in two parts) with the exponent read from the bits;
- * denormals are scaled by 2^23 first. 0 gives -inf, a negative number NaN,
- * inf inf, NaN itself. */
-static inline float tpurt_vm_logf(float u) {
-  const bool den = u < FLT_MIN; /* denormal, 0 or negative (the last two are replaced below) */
+/* logf's reduction (Cephes): u = 2^e (1 + x) with 1 + x in [sqrt(1/2), sqrt(2))
+ * for a positive u (denormals scaled by 2^23 first); returns x, with e in *fe
+ * and x^3 P(x) (the degree-9 polynomial's part of log(1 + x) - x + x^2/2) in *yp.
+ * Other inputs: anything (callers select their results). */
+static inline float tpurt_vm_log_reduce(float u, float* fe, float* yp) {
+  const bool den = u < FLT_MIN; /* denormal, 0 or negative (the last two are replaced by callers) */
   const float us = den ? u * 8388608.0f : u;
   uint32_t b;
   memcpy(&b, &us, 4);
@@ -126,16 +128,58 @@ static inline float tpurt_vm_logf(float u) {
   y = fmaf(y, x, 2.0000714765e-1f);
   y = fmaf(y, x, -2.4999993993e-1f);
   y = fmaf(y, x, 3.3333331174e-1f);
-  y = y * x * z;
-  float fe = (float)e;
-  y = fmaf(fe, -2.12194440e-4f, y);
-  y = fmaf(-0.5f, z, y);
-  float r = x + y;
-  r = fmaf(fe, 0.693359375f, r);
+  *yp = y * x * z;
+  *fe = (float)e;
+  return x;
+}
+/* The results of log, log2 and log10 at 0, negatives, inf and NaN. */
+static inline float tpurt_vm_log_special(float u, float r) {
   r = u == INFINITY ? INFINITY : r;
   r = u == 0.0f ? -INFINITY : r;
   r = u < 0.0f ? NAN : r;
   return u != u ? u : r;
+}
+
+/* log of any float: Cephes' logf (tpurt_vm_log_reduce, ln2 in two parts).
+ * 0 gives -inf, a negative number NaN, inf inf, NaN itself. */
+static inline float tpurt_vm_logf(float u) {
+  float fe, y;
+  const float x = tpurt_vm_log_reduce(u, &fe, &y);
+  const float z = x * x;
+  y = fmaf(fe, -2.12194440e-4f, y);
+  y = fmaf(-0.5f, z, y);
+  float r = x + y;
+  r = fmaf(fe, 0.693359375f, r);
+  return tpurt_vm_log_special(u, r);
+}
+
+/* log2 (Cephes' log2f): log2(1 + x) = (x + y) log2(e) with log2(e) - 1 in
+ * one constant and the x + y added whole, then e; exact at powers of two. */
+static inline float tpurt_vm_log2f(float u) {
+  float fe, y;
+  const float x = tpurt_vm_log_reduce(u, &fe, &y);
+  y = fmaf(-0.5f, x * x, y);
+  float r = y * 0.44269504088896340736f;
+  r = fmaf(x, 0.44269504088896340736f, r);
+  r = r + y;
+  r = r + x;
+  r = r + fe;
+  return tpurt_vm_log_special(u, r);
+}
+
+/* log10 (Cephes' log10f): log10(e) and log10(2) each in two parts, the small
+ * products first */
+static inline float tpurt_vm_log10f(float u) {
+  float fe, y;
+  const float x = tpurt_vm_log_reduce(u, &fe, &y);
+  y = fmaf(-0.5f, x * x, y);
+  float r = y * 7.00731903251827651129e-4f;
+  r = fmaf(x, 7.00731903251827651129e-4f, r);
+  r = fmaf(fe, 2.48745663981195213739e-4f, r);
+  r = fmaf(y, 4.3359375e-1f, r);
+  r = fmaf(x, 4.3359375e-1f, r);
+  r = fmaf(fe, 3.0078125e-1f, r);
+  return tpurt_vm_log_special(u, r);
 }
 
 /* log1p: log(u) * x / (u - 1) with u = 1 + x, which cancels u's rounding
@@ -148,6 +192,282 @@ static inline float tpurt_vm_log1pf(float x) {
   r = u == 0.0f ? -INFINITY : r;
   r = d == 0.0f ? x : r;
   return x != x ? x : r;
+}
+
+/* 2^n y for integral n in [-151, 129], as two power-of-two factors so that
+ * results near overflow and underflow round once (y * s1 is exact): what
+ * vscalefps computes in one instruction (ew_simd.h's ewv_ldexp). */
+static inline float tpurt_vm_ldexpf(float y, float n) {
+  int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
+  uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
+  float s1, s2;
+  memcpy(&s1, &b1, 4);
+  memcpy(&s2, &b2, 4);
+  return y * s1 * s2;
+}
+
+/* exp2: n = round(x), f = x - n (exact, |f| <= 1/2), 2^f = 1 + f Q(f) (a
+ * near-minimax degree-6 fit, 2.2e-9 relative before rounding) and 2^n
+ * applied by tpurt_vm_ldexpf. The clamps [-151, 129] already give 0 and inf
+ * beyond the float range; integers give exact powers of two. */
+static inline float tpurt_vm_exp2f(float x) {
+  const float xc = x != x ? 0.0f : (x > 129.0f ? 129.0f : (x < -151.0f ? -151.0f : x));
+  const float n = nearbyintf(xc), f = xc - n;
+  float q = 1.5370704818e-04f;
+  q = fmaf(q, f, 1.3399848291e-03f);
+  q = fmaf(q, f, 9.6183732513e-03f);
+  q = fmaf(q, f, 5.5503290352e-02f);
+  q = fmaf(q, f, 2.4022648462e-01f);
+  q = fmaf(q, f, 6.9314720558e-01f);
+  const float v = tpurt_vm_ldexpf(fmaf(f, q, 1.0f), n);
+  return x != x ? x : v;
+}
+
+/* atan: |x| reduced to [-tan(pi/8), tan(pi/8)] as Cephes' atanf does (-1/|x|
+ * plus pi/2 above tan(3pi/8), (|x|-1)/(|x|+1) plus pi/4 above tan(pi/8),
+ * with one division for both), atan(r) = r + r^3 P(r^2) (degree 4,
+ * 7e-10 relative), and the pi/2 or pi/4 added in two parts so its own
+ * rounding does not count; x's sign. -0, infinities and NaN come out right
+ * through the same arithmetic. */
+static inline float tpurt_vm_atanf(float x) {
+  const float ax = fabsf(x);
+  const bool big = ax > 2.414213562373095f, mid = ax > 0.4142135623730950f;
+  const float num = big ? -1.0f : ax - 1.0f, den = big ? ax : ax + 1.0f;
+  const float r = mid ? num / den : ax;
+  const float hi = big ? 1.57079637050628662109375f : (mid ? 0.785398185253143310546875f : 0.0f);
+  const float lo = big ? -4.37113900018624283e-8f : (mid ? -2.18556950009312141e-8f : 0.0f);
+  const float z = r * r;
+  float p = -6.0658395202e-02f;
+  p = fmaf(p, z, 1.0588484405e-01f);
+  p = fmaf(p, z, -1.4242732967e-01f);
+  p = fmaf(p, z, 1.9998423129e-01f);
+  p = fmaf(p, z, -3.3333314240e-01f);
+  return copysignf(hi + (r + fmaf(r * z, p, lo)), x);
+}
+
+/* ---- computed in double ----
+ * sin, cos and erfc take the float argument to double, work there with
+ * errors near 1e-13, and round once to float: so nearly every result is the
+ * correctly rounded one, with no float-float arithmetic. The vector forms
+ * (ew_simd.h) run the same double operations on 8- or 4-lane halves. */
+
+/* sin(r) for |r| <= pi/2 (and a little beyond): r + r^3 P(r^2), a
+ * near-minimax degree-5 P, 7e-14 relative */
+static inline double tpurt_vm_sin_poly(double r) {
+  const double z = r * r;
+  double p = 1.5408313947667951e-10;
+  p = fma(p, z, -2.5030102537067916e-08);
+  p = fma(p, z, 2.7556950329013594e-06);
+  p = fma(p, z, -1.9841266691393079e-04);
+  p = fma(p, z, 8.3333333208466184e-03);
+  p = fma(p, z, -1.6666666666499289e-01);
+  return fma(r * z, p, r);
+}
+/* x - k pi for an integral or half-integral k, pi in three double parts (each
+ * product exact inside its fma; 159 bits of pi cover |x| <= 2^28 with room) */
+static inline double tpurt_vm_pi_reduce(double x, double k) {
+  double r = fma(-k, 0x1.921fb54442d18p+1, x);
+  r = fma(-k, 0x1.1a62633145c07p-53, r);
+  return fma(-k, -0x1.f1976b7ed8fbcp-109, r);
+}
+/* (-1)^m v for an integral |m| < 2^51: m + 1.5 * 2^52 holds m in its low
+ * mantissa bits, whose last one moves to the sign */
+static inline double tpurt_vm_flip_odd(double v, double m) {
+  const double t = m + 0x1.8p52;
+  uint64_t tb, vb;
+  memcpy(&tb, &t, 8);
+  memcpy(&vb, &v, 8);
+  vb ^= tb << 63;
+  memcpy(&v, &vb, 8);
+  return v;
+}
+/* Above this |x| (and at infinities and NaN) sin and cos call glibc, whose
+ * reduction (Payne-Hanek) serves any argument; the vector forms do so for
+ * those lanes only. */
+#define TPURT_VM_TRIG_MAX 268435456.0f /* 2^28 */
+
+/* sin(x) = (-1)^n sin(x - n pi), n = round(x / pi) */
+static inline float tpurt_vm_sinf(float x) {
+  const double xd = x, n = nearbyint(xd * 0x1.45f306dc9c883p-2);
+  const float v = (float)tpurt_vm_flip_odd(tpurt_vm_sin_poly(tpurt_vm_pi_reduce(xd, n)), n);
+  const float s = x == 0.0f ? x : v; /* -0 */
+  return fabsf(x) <= TPURT_VM_TRIG_MAX ? s : sinf(x);
+}
+/* cos(x) = (-1)^(m+1) sin(x - (m + 1/2) pi), m = round(x / pi - 1/2) */
+static inline float tpurt_vm_cosf(float x) {
+  const double xd = x, m = nearbyint(fma(xd, 0x1.45f306dc9c883p-2, -0.5));
+  const float v = (float)tpurt_vm_flip_odd(tpurt_vm_sin_poly(tpurt_vm_pi_reduce(xd, m + 0.5)), m + 1.0);
+  return fabsf(x) <= TPURT_VM_TRIG_MAX ? v : cosf(x);
+}
+
+/* 2^n for an integral n in [-1022, 1023]: its bits built from n + 1.5 * 2^52 + 1023 */
+static inline double tpurt_vm_pow2d(double n) {
+  const double t = n + (0x1.8p52 + 1023.0);
+  uint64_t b;
+  memcpy(&b, &t, 8);
+  b <<= 52;
+  double s;
+  memcpy(&s, &b, 8);
+  return s;
+}
+/* exp(y) for |y| <= 700: n = round(y / ln2), ln2 in two parts, Taylor to
+ * r^10 (|r| <= ln2/2: 2e-13 relative), times 2^n (a normal double here) */
+static inline double tpurt_vm_expd(double y) {
+  const double n = nearbyint(y * 0x1.71547652b82fep+0);
+  double r = fma(-n, 0x1.62e42fefa39efp-1, y);
+  r = fma(-n, 0x1.abc9e3b39803fp-56, r);
+  double p = 1.0 / 3628800;
+  p = fma(p, r, 1.0 / 362880);
+  p = fma(p, r, 1.0 / 40320);
+  p = fma(p, r, 1.0 / 5040);
+  p = fma(p, r, 1.0 / 720);
+  p = fma(p, r, 1.0 / 120);
+  p = fma(p, r, 1.0 / 24);
+  p = fma(p, r, 1.0 / 6);
+  p = fma(p, r, 0.5);
+  p = fma(p, r, 1.0);
+  p = fma(p, r, 1.0);
+  return p * tpurt_vm_pow2d(n);
+}
+/* (1 + 2a) exp(a^2) erfc(a) for a in [0, 10.5] as a polynomial in
+ * t = (a - 3) / (a + 3) (degree 14, 1.1e-12 relative; the map in the style
+ * of Juffa's erfcf lets one polynomial span the whole range) */
+static inline double tpurt_vm_erfcx_poly(double a) {
+  const double t = (a - 3.0) / (a + 3.0);
+  double p = -4.9013735806124892e-06;
+  p = fma(p, t, -1.9723740658171215e-05);
+  p = fma(p, t, 8.7145596586995361e-06);
+  p = fma(p, t, 1.266738751468325e-04);
+  p = fma(p, t, -1.0630450970211883e-04);
+  p = fma(p, t, -7.80676481973306e-04);
+  p = fma(p, t, 1.8888114605143478e-03);
+  p = fma(p, t, 2.529571027001359e-03);
+  p = fma(p, t, -2.3770511896282195e-02);
+  p = fma(p, t, 6.8308009599561972e-02);
+  p = fma(p, t, -1.1927366460082477e-01);
+  p = fma(p, t, 1.2964515945807253e-01);
+  p = fma(p, t, -4.7562294306268203e-02);
+  p = fma(p, t, -1.3562110613401113e-01);
+  return fma(p, t, 1.2530080582694936);
+}
+/* erfc(x) = exp(-a^2) P(t) / (1 + 2a) for a = |x| clamped to 10.5 (erfc
+ * rounds to 0 in float from 10.06), and 2 - that for x < 0 */
+static inline float tpurt_vm_erfcf(float x) {
+  double a = fabs((double)x);
+  a = a < 10.5 ? a : 10.5; /* NaN too; selected below */
+  const double v = tpurt_vm_expd(-(a * a)) * (tpurt_vm_erfcx_poly(a) / fma(2.0, a, 1.0));
+  const float r = (float)(x < 0.0f ? 2.0 - v : v);
+  return x != x ? x : r;
+}
+
+/* cos(r) for |r| <= pi/4 (and a little beyond): Taylor to r^12, 4e-13 */
+static inline double tpurt_vm_cos_poly(double r) {
+  const double z = r * r;
+  double p = 1.0 / 479001600;
+  p = fma(p, z, -1.0 / 3628800);
+  p = fma(p, z, 1.0 / 40320);
+  p = fma(p, z, -1.0 / 720);
+  p = fma(p, z, 1.0 / 24);
+  p = fma(p, z, -0.5);
+  return fma(p, z, 1.0);
+}
+/* tan(x) = sin(r) / cos(r), or -cos(r) / sin(r) for odd n, r = x - n pi/2,
+ * n = round(2x / pi); glibc past 2^28 as sin and cos */
+static inline float tpurt_vm_tanf(float x) {
+  const double xd = x, n = nearbyint(xd * 0x1.45f306dc9c883p-1);
+  const double r = tpurt_vm_pi_reduce(xd, n * 0.5);
+  const double sn = tpurt_vm_sin_poly(r), cs = tpurt_vm_cos_poly(r);
+  const double t = n + 0x1.8p52;
+  uint64_t tb;
+  memcpy(&tb, &t, 8);
+  const bool odd = tb & 1;
+  const float v = (float)((odd ? -cs : sn) / (odd ? sn : cs));
+  const float s = x == 0.0f ? x : v; /* -0 */
+  return fabsf(x) <= TPURT_VM_TRIG_MAX ? s : tanf(x);
+}
+
+/* cosh and sinh from exp(|x|) in double, |x| clamped to 90 (both overflow in
+ * float from 89.42); sinh below |x| = 1/8 by its Taylor series to x^9, where
+ * e - 1/e would cancel */
+static inline float tpurt_vm_coshf(float x) {
+  double a = fabs((double)x);
+  a = a < 90.0 ? a : 90.0; /* NaN too; selected below */
+  const double e = tpurt_vm_expd(a);
+  const float r = (float)(0.5 * (e + 1.0 / e));
+  return x != x ? x : r;
+}
+static inline float tpurt_vm_sinhf(float x) {
+  double a = fabs((double)x);
+  a = a < 90.0 ? a : 90.0;
+  const double e = tpurt_vm_expd(a);
+  const double z = a * a;
+  double p = 1.0 / 362880;
+  p = fma(p, z, 1.0 / 5040);
+  p = fma(p, z, 1.0 / 120);
+  p = fma(p, z, 1.0 / 6);
+  const double sm = fma(a * z, p, a);
+  const float r = (float)(a < 0.125 ? sm : 0.5 * (e - 1.0 / e));
+  return x != x ? x : copysignf(r, x);
+}
+
+/* asin's core (Cephes' asinf): for a = |x| <= 1/2, a + a z P(z) with z = a^2; above, with
+ * z = (1 - a) / 2 and s = sqrt(z), pi/2 - 2 (s + s z P(z)) (pi/2 in two parts) */
+static inline float tpurt_vm_asin_poly(float s, float z) {
+  float p = 4.2163199048e-2f;
+  p = fmaf(p, z, 2.4181311049e-2f);
+  p = fmaf(p, z, 4.5470025998e-2f);
+  p = fmaf(p, z, 7.4953002686e-2f);
+  p = fmaf(p, z, 1.6666752422e-1f);
+  return fmaf(s * z, p, s);
+}
+static inline float tpurt_vm_asinf(float x) {
+  const float a = fabsf(x);
+  const bool big = a > 0.5f;
+  const float z = big ? 0.5f * (1.0f - a) : a * a;
+  const float s = big ? sqrtf(z) : a; /* NaN above 1 */
+  const float p = tpurt_vm_asin_poly(s, z);
+  const float r = big ? (1.57079637050628662109375f - (p + p)) + -4.37113900018624283e-8f : p;
+  return copysignf(r, x);
+}
+/* acos (Cephes' acosf): 2 asin(sqrt((1 - x) / 2)) above 1/2, pi - that below
+ * -1/2, pi/2 - asin(x) between (pi and pi/2 in two parts) */
+static inline float tpurt_vm_acosf(float x) {
+  const float a = fabsf(x);
+  const bool big = a > 0.5f;
+  const float z = big ? 0.5f * (1.0f - a) : a * a;
+  const float s = big ? sqrtf(z) : a;
+  const float p = tpurt_vm_asin_poly(s, z);
+  const float bp = p + p;
+  const float neg = (3.1415927410125732421875f - bp) + -8.74227800037248566e-8f;
+  const float mid = 1.57079637050628662109375f - (copysignf(p, x) + 4.37113900018624283e-8f);
+  return big ? (x < 0.0f ? neg : bp) : mid;
+}
+
+/* atan2: t = atan(min(|x|,|y|) / max(|x|,|y|)) in [0, pi/4] with atan's
+ * reduction and polynomial (the ratio reduced at tan(pi/8) as (a - b) / (a + b),
+ * one division either way, halved above 1 so a + b cannot overflow), then pi/2 - t where |y| > |x| and pi - t where x
+ * is negative (-0 too), with y's sign; both zero: 0 or pi, both infinite:
+ * pi/4 or 3pi/4, as C's atan2 */
+static inline float tpurt_vm_atan2f(float y, float x) {
+  const float ay = fabsf(y), ax = fabsf(x);
+  const bool swap = ay > ax, xneg = signbit(x);
+  const float a = swap ? ax : ay, b = swap ? ay : ax;
+  const bool mid = a > 0.4142135623730950f * b;
+  const float h = b > 1.0f ? 0.5f : 1.0f; /* a + b would overflow near FLT_MAX; exact either way */
+  const float r = (mid ? (a - b) * h : a) / (mid ? a * h + b * h : b);
+  const float z = r * r;
+  float p = -6.0658395202e-02f;
+  p = fmaf(p, z, 1.0588484405e-01f);
+  p = fmaf(p, z, -1.4242732967e-01f);
+  p = fmaf(p, z, 1.9998423129e-01f);
+  p = fmaf(p, z, -3.3333314240e-01f);
+  float t = (mid ? 0.785398185253143310546875f : 0.0f) + (r + fmaf(r * z, p, mid ? -2.18556950009312141e-8f : 0.0f));
+  t = swap ? (1.57079637050628662109375f - t) + -4.37113900018624283e-8f : t;
+  t = xneg ? (3.1415927410125732421875f - t) + -8.74227800037248566e-8f : t;
+  t = b == 0.0f ? (xneg ? 3.1415927410125732421875f : 0.0f) : t;
+  t = a == INFINITY ? (xneg ? 2.35619449615478515625f : 0.785398185253143310546875f) : t;
+  t = copysignf(t, y);
+  return (x != x || y != y) ? x + y : t;
 }
 
 #endif /* TPURT_OPS_ELEMENTWISE_EW_VMATH_H_ */

@@ -1,0 +1,103 @@
+"""Elementwise math ops (issue 16) on tpu (Strict) beside PyTorch CPU, in the same run.
+
+Each row is one op on one dtype and size: the best of `--runs` rounds, each round the mean of
+`--loop` calls (tpu calls end with torch.tpu.synchronize()); tpu and CPU rounds alternate so a
+change in the machine's load hits both. The ratio is CPU time / tpu time (above 1: tpu faster).
+
+  python bench/bench_unary.py                       # every op, fp32 and bf16, 2^22 and 2^17
+  python bench/bench_unary.py --ops sin,cos --sizes 20 --dtypes fp32
+  python bench/bench_unary.py --one-thread          # both sides on one core
+
+Inputs cover each op's interesting range (sin/cos over a few periods, atan over +-8, erfc where it
+is neither 0 nor 2, ...), drawn once on the CPU and copied to the device.
+"""
+import argparse
+import os
+import sys
+import time
+
+ONE_THREAD = "--one-thread" in sys.argv
+if ONE_THREAD:
+    os.environ["TORCH_TPU_NUM_THREADS"] = "1"  # before the device starts
+
+import torch
+
+# op name -> (callable, input maker from a standard normal tensor)
+OPS = {
+    "exp": (torch.exp, lambda r: r * 4),
+    "exp2": (torch.exp2, lambda r: r * 6),
+    "log": (torch.log, lambda r: r.abs() * 10 + 1e-3),
+    "log2": (torch.log2, lambda r: r.abs() * 10 + 1e-3),
+    "log10": (torch.log10, lambda r: r.abs() * 10 + 1e-3),
+    "tanh": (torch.tanh, lambda r: r * 3),
+    "sigmoid": (torch.sigmoid, lambda r: r * 4),
+    "sin": (torch.sin, lambda r: r * 10),
+    "cos": (torch.cos, lambda r: r * 10),
+    "tan": (torch.tan, lambda r: r * 2),
+    "atan": (torch.atan, lambda r: r * 8),
+    "asin": (torch.asin, lambda r: r.clamp(-3, 3) / 3),
+    "acos": (torch.acos, lambda r: r.clamp(-3, 3) / 3),
+    "sinh": (torch.sinh, lambda r: r * 4),
+    "cosh": (torch.cosh, lambda r: r * 4),
+    "erf": (torch.erf, lambda r: r * 2),
+    "erfc": (torch.erfc, lambda r: r * 3),
+    "atan2": (lambda x: torch.atan2(x[0], x[1]), None),
+    "sinc": (torch.sinc, lambda r: r * 4),
+}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _input(name, n, dtype, device):
+    g = torch.Generator().manual_seed(0)
+    if name == "atan2":
+        a = torch.randn(n, generator=g).to(dtype)
+        b = torch.randn(n, generator=g).to(dtype)
+        return (a.to(device), b.to(device))
+    return OPS[name][1](torch.randn(n, generator=g)).to(dtype).to(device)
+
+
+def _time(fn, x, loop, sync):
+    fn(x)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(loop):
+        fn(x)
+    sync()
+    return (time.perf_counter() - t0) / loop
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--sizes", default="22,17", help="log2 of the element counts")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--loop", type=int, default=0, help="calls per round (0: about 20 ms of work)")
+    ap.add_argument("--one-thread", action="store_true")
+    ap.add_argument("--pause", type=float, default=0.1,
+                    help="seconds idle before each tpu round: PyTorch CPU's OpenMP threads spin for a while "
+                         "after its round, on the cores the chip's threads need")
+    args = ap.parse_args()
+    if ONE_THREAD:
+        torch.set_num_threads(1)
+    tsync = torch.tpu.synchronize
+    print(f"load average {os.getloadavg()[0]:.2f}, torch threads {torch.get_num_threads()}")
+    print(f"{'op':8} {'dtype':5} {'n':>8} {'tpu us':>10} {'cpu us':>10} {'cpu/tpu':>8}")
+    for name in args.ops.split(","):
+        fn = OPS[name][0]
+        for dt in args.dtypes.split(","):
+            for lg in (int(s) for s in args.sizes.split(",")):
+                n = 1 << lg
+                xt, xc = _input(name, n, DTYPES[dt], "tpu"), _input(name, n, DTYPES[dt], "cpu")
+                loop = args.loop or max(3, min(2000, (20 << 20) // (n * 8)))
+                bt = bc = float("inf")
+                for _ in range(args.runs):
+                    time.sleep(args.pause)
+                    bt = min(bt, _time(fn, xt, loop, tsync))
+                    bc = min(bc, _time(fn, xc, loop, lambda: None))
+                print(f"{name:8} {dt:5} {'2^%d' % lg:>8} {bt * 1e6:10.1f} {bc * 1e6:10.1f} {bc / bt:8.2f}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
