@@ -1,5 +1,7 @@
 """The vectorized float transcendental paths (tanh, erf, gelu, gelu_backward,
-softplus, mish, sigmoid/silu, pow with special scalar exponents) against
+softplus, mish, sigmoid/silu, pow with special scalar exponents, and the math
+functions of ew_vmath.h: exp2, log, log2, log10, log1p, expm1, sin, cos, tan,
+sinh, cosh, asin, acos, atan, atan2, erfc, sinc) against
 PyTorch CPU with OpInfo's default tolerances, over wide ranges and the special
 values (+-inf, NaN, -0.0, denormals, saturation)."""
 import pytest
@@ -58,6 +60,47 @@ def test_tanh_saturates_exactly():
     assert torch.equal(y, torch.tensor([1.0, 1, 1, 1, -1, -1, -1]))
     z = torch.tanh(torch.tensor([-0.0]).to("tpu")).cpu()
     assert z.item() == 0 and torch.signbit(z).item()
+
+
+# name: (function, the inputs it is checked on, from values(dtype))
+MATH = {
+    "exp2": (torch.exp2, lambda v: v * 11), "log": (torch.log, torch.abs), "log2": (torch.log2, torch.abs),
+    "log10": (torch.log10, torch.abs), "log1p": (torch.log1p, lambda v: v.abs() - 0.5),
+    "expm1": (torch.expm1, lambda v: v * 7),
+    # sin, cos and tan over many periods, with large arguments (past 2^28 glibc reduces them)
+    "sin": (torch.sin, lambda v: torch.cat([v, v * 1e3, v * 3e7])),
+    "cos": (torch.cos, lambda v: torch.cat([v, v * 1e3, v * 3e7])),
+    "tan": (torch.tan, lambda v: torch.cat([v, v * 1e3])),
+    "sinh": (torch.sinh, lambda v: v * 7.5), "cosh": (torch.cosh, lambda v: v * 7.5),  # float64 reference
+    "asin": (torch.asin, lambda v: v / 11), "acos": (torch.acos, lambda v: v / 11),
+    "atan": (torch.atan, lambda v: torch.cat([v, v * 1e4])), "erfc": (torch.erfc, lambda v: v),
+    "sinc": (torch.sinc, lambda v: v),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(MATH))
+def test_math(name, dtype):
+    fn, inputs = MATH[name]
+    x = inputs(values(dtype))
+    if name in ("sinh", "cosh"):
+        # PyTorch CPU's float32 sinh and cosh overflow to inf from |x| = 88.72 (where expf does) while the value is finite
+        # up to 89.415 (3.4e38): those are compared with float64's, rounded
+        exp = fn(x.double()).to(dtype)
+        torch.testing.assert_close(fn(x.to("tpu")).cpu(), exp, equal_nan=True, **TOL[dtype])
+        big = x.abs() > 88.5
+        torch.testing.assert_close(fn(x[~big]), exp[~big], equal_nan=True, **TOL[dtype])  # CPU agrees below
+        return
+    check(fn, dtype, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_atan2(dtype):
+    v = values(dtype)
+    w = torch.roll(v, 7919) * 0.5  # every special against many values, both orders
+    sp = torch.tensor(SPECIALS, dtype=dtype)
+    ys, xs = sp.repeat_interleave(len(sp)), sp.repeat(len(sp))  # every pair of specials
+    check(torch.atan2, dtype, torch.cat([v, w, ys]), torch.cat([w, v, xs]))
 
 
 BACKWARD = {
