@@ -9,7 +9,8 @@ share of it. The peak is instruction throughput x clock x cores:
     instruction, one every 16 cycles per core on Sapphire Rapids = 1024 flop/cycle), the path
     the runtime takes where cpuid reports amx_bf16;
   - AVX-512 BF16 (vdpbf16ps on 512-bit vectors: 16 lanes x 2 products x 2 flops = 64 flop per
-    instruction): two per cycle on Intel server cores, one on AMD Zen 4 (256-bit datapaths);
+    instruction): two per cycle on Intel server cores and AMD Zen 5 (cpu family 26), one on
+    Zen 4 (256-bit datapaths);
   - otherwise AVX2 FMA: bf16 is widened to fp32 while packing and computed by fp32 FMAs,
     2 FMA pipes x 8 lanes x 2 flops = 32 flop/cycle;
   clock: /proc/cpuinfo "cpu MHz" (the current/nominal clock; boost can exceed it, so a figure
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 
 
 def _cpuinfo():
-    flags, mhz, vendor = set(), None, ""
+    flags, mhz, vendor, family = set(), None, "", 0
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             key, _, val = line.partition(":")
@@ -48,14 +49,16 @@ def _cpuinfo():
                 mhz = float(val)
             elif key == "vendor_id" and not vendor:
                 vendor = val.strip()
+            elif key == "cpu family" and not family:
+                family = int(val)
     except OSError:
         pass
-    return flags, mhz, vendor
+    return flags, mhz, vendor, family
 
 
 def bf16_peak_gflops():
     """(GFLOP/s, how) for the bf16 GEMM peak of this machine, or (None, why)."""
-    flags, mhz, vendor = _cpuinfo()
+    flags, mhz, vendor, family = _cpuinfo()
     if not mhz:
         return None, "no cpu MHz in /proc/cpuinfo"
     cores = len(os.sched_getaffinity(0))
@@ -63,7 +66,9 @@ def bf16_peak_gflops():
         per = 1024
         how = "AMX tdpbf16ps: 16384 flop / 16 cycles"
     elif "avx512_bf16" in flags:
-        per = 64 * (1 if vendor == "AuthenticAMD" else 2)
+        # two per cycle on Intel and on AMD Zen 5 (family 26: four 512-bit FP pipes, two of them
+        # FMA; measured here: the 12 x 32 kernel alone in L1 at 127 flop/cycle), one on Zen 4
+        per = 64 * (1 if vendor == "AuthenticAMD" and family < 26 else 2)
         how = f"vdpbf16ps zmm: 64 flop x {per // 64}/cycle"
     elif "fma" in flags and "avx2" in flags:
         per = 32

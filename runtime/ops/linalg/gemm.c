@@ -40,6 +40,16 @@ enum { KC = 256, NC = 1024, MC = 144, MCH = 2304, NCSUB = 256 };
 #ifndef NC_AMX
 #define NC_AMX 2048
 #endif
+/* The AVX-512 BF16 kernel's blocks likewise: at KC its 12 x 32 C tiles were loaded and stored eight
+ * times for a 2048-deep product, which with A's second packing cost a fifth of its time (one thread
+ * of a Zen 5, 2048^3: KC 256 / NC 1024 377-431 GFLOP/s, KC 2048 / NC 2048 452-503, the kernel alone
+ * in L1 570; a 2048-deep micro-panel of B, 128 KiB, streams from L2). */
+#ifndef KC_BDP
+#define KC_BDP 2048
+#endif
+#ifndef NC_BDP
+#define NC_BDP 2048
+#endif
 /* Where C's dtype is not the accumulation type (bf16/f16/int C), C is
  * accumulated in a row-major workspace this many elements at most, so the
  * value is rounded once on store. */
@@ -334,6 +344,30 @@ static void pack_bf16_pairs(const void* src_, int64_t rs, int64_t cs, int64_t ro
     }
     if (cs == 1) {
       /* depth contiguous (A row-major, B transposed): a pair is one 32-bit word */
+      int64_t q0 = 0;
+#if defined(__AVX2__)
+      /* a transpose of 32-bit words: 4 rows x 8 pairs at a time, in 128-bit lanes (a third of the
+       * instructions of word-by-word copies, which took 10% of a 2048^3 product) */
+      if (pr == panel && panel % 4 == 0) {
+        for (; q0 + 8 <= depth / 2; q0 += 8)
+          for (int g = 0; g < panel; g += 4) {
+            const uint16_t* e0 = s0 + g * rs + 2 * q0;
+            const __m256i r0 = _mm256_loadu_si256((const __m256i*)e0);
+            const __m256i r1 = _mm256_loadu_si256((const __m256i*)(e0 + rs));
+            const __m256i r2 = _mm256_loadu_si256((const __m256i*)(e0 + 2 * rs));
+            const __m256i r3 = _mm256_loadu_si256((const __m256i*)(e0 + 3 * rs));
+            const __m256i t0 = _mm256_unpacklo_epi32(r0, r1), t1 = _mm256_unpackhi_epi32(r0, r1);
+            const __m256i t2 = _mm256_unpacklo_epi32(r2, r3), t3 = _mm256_unpackhi_epi32(r2, r3);
+            const __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                                  _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+            uint16_t* d = dst + (q0 * panel + g) * 2; /* pair q0 + i of rows g..g+3: u[i % 4], lane i / 4 */
+            for (int i = 0; i < 4; ++i) {
+              _mm_storeu_si128((__m128i*)(d + i * 2 * panel), _mm256_castsi256_si128(u[i]));
+              _mm_storeu_si128((__m128i*)(d + (i + 4) * 2 * panel), _mm256_extracti128_si256(u[i], 1));
+            }
+          }
+      }
+#endif
       for (int r = 0; r < panel; ++r) {
         uint16_t* d = dst + 2 * r;
         if (r >= pr) {
@@ -341,7 +375,7 @@ static void pack_bf16_pairs(const void* src_, int64_t rs, int64_t cs, int64_t ro
           continue;
         }
         const uint16_t* e = s0 + r * rs;
-        int64_t q = 0;
+        int64_t q = q0;
         for (; 2 * q + 2 <= depth; ++q) memcpy(d + q * 2 * panel, e + 2 * q, 4);
         if (q < pairs) { d[q * 2 * panel] = e[2 * q]; d[q * 2 * panel + 1] = 0; }
       }
@@ -815,7 +849,7 @@ static amx_prefetch_t amx_next_b(const core_args_t* s, int64_t t, int64_t t1, in
 DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
 DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
 DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
-DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC, NC, NO_HOOK, NO_HOOK)
+DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC_BDP, NC_BDP, NO_HOOK, NO_HOOK)
 DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, UKR_AMX, KCP_AMX, KC_AMX, NC_AMX, amx_tiles_begin(),
             amx_tiles_end())
 
@@ -940,7 +974,7 @@ static pack_fn_t pack_for(tpurt_dtype_t ab) {
 
 /* Bytes per accumulator (and per packed element: a bf16 pair panel,
  * 2 * round_up(kc, 2) bytes per row, fits in 4 * kc). */
-static int64_t acc_nc(acc_kind_t k) { return k == ACC_AMX ? NC_AMX : NC; }
+static int64_t acc_nc(acc_kind_t k) { return k == ACC_AMX ? NC_AMX : k == ACC_BDP ? NC_BDP : NC; }
 static size_t acc_size(acc_kind_t k) { return k == ACC_F32 || k == ACC_BDP || k == ACC_AMX ? 4 : 8; }
 static int acc_mr(acc_kind_t k) {
   return k == ACC_F32 ? MR_F32 : k == ACC_F64 ? MR_F64 : k == ACC_BDP ? MR_BDP : k == ACC_AMX ? MR_AMX : MR_I64;
@@ -954,7 +988,7 @@ static tpurt_dtype_t acc_dtype(acc_kind_t k) {
                                                       : TPURT_DTYPE_INT64;
 }
 /* The depth block of kind k's driver. */
-static int64_t acc_kc(acc_kind_t k) { return k == ACC_AMX ? KC_AMX : KC; }
+static int64_t acc_kc(acc_kind_t k) { return k == ACC_AMX ? KC_AMX : k == ACC_BDP ? KC_BDP : KC; }
 /* Bytes of one packed block: `rows` rows (rounded up to the panel) of at most a depth block. AMX
  * panels pad the depth to whole tiles; the others fit in acc_size bytes per element. */
 static size_t packed_bytes(acc_kind_t k, int64_t rows, int panel, int64_t depth) {
