@@ -117,6 +117,44 @@ static void check_pair(const char* op, const tpurt_arg_t* args, int nargs, tt_t*
 
 static const tpurt_dtype_t kFloat[] = {TPURT_DTYPE_FLOAT32, TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT16, TPURT_DTYPE_FLOAT64};
 
+/* The bfloat16 softmax / log_softmax rows read in place (contiguous rows), forward and backward,
+ * give the bits of the float32-copy path a strided row takes: every row length's vector blocks and
+ * tails. */
+static void test_softmax_backward_bf16_direct(void) {
+  const int64_t lens[] = {1, 7, 8, 9, 15, 16, 17, 24, 33, 100, 1030};
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li) {
+    const int64_t sh[2] = {3, lens[li]}, n = 3 * lens[li];
+    tt_t g1 = tt_make(TPURT_DTYPE_BFLOAT16, 2, sh, false), g2 = tt_make(TPURT_DTYPE_BFLOAT16, 2, sh, true);
+    tt_t o1 = tt_make(TPURT_DTYPE_BFLOAT16, 2, sh, false), o2 = tt_make(TPURT_DTYPE_BFLOAT16, 2, sh, true);
+    for (int64_t i = 0; i < n; ++i) {
+      double gv = sin((double)i * 0.7) * 3, ov = -fabs(cos((double)i * 1.3)) * 6 - (i % 5 == 0 ? 90 : 0);
+      tt_set(&g1, i, gv); tt_set(&g2, i, gv); tt_set(&o1, i, ov); tt_set(&o2, i, ov);
+    }
+    for (int lg = 0; lg < 2; ++lg) {
+      const char* fop = lg ? "_log_softmax" : "_softmax";
+      tt_t f1 = tt_make(TPURT_DTYPE_BFLOAT16, 2, sh, false), f2 = tt_make(TPURT_DTYPE_BFLOAT16, 2, sh, false);
+      tpurt_arg_t fa1[3] = {A_T(&g1.t), A_I(1), A_B(false)}, fa2[3] = {A_T(&g2.t), A_I(1), A_B(false)};
+      CHECK_OK(call(tpurt_op_lookup(fop)->fn, fop, fa1, 3, &f1.t, 1));
+      CHECK_OK(call(tpurt_op_lookup(fop)->fn, fop, fa2, 3, &f2.t, 1));
+      int fbad = memcmp(f1.mem, f2.mem, (size_t)n * 2) != 0;
+      if (fbad) fprintf(stderr, "  %s bf16, rows of %lld: in-place rows differ from the copied ones\n", fop, (long long)lens[li]);
+      CHECK(!fbad);
+      tt_free(&f1); tt_free(&f2);
+      const char* op = lg ? "_log_softmax_backward_data" : "_softmax_backward_data";
+      tt_t y1 = tt_make(TPURT_DTYPE_BFLOAT16, 2, sh, false), y2 = tt_make(TPURT_DTYPE_BFLOAT16, 2, sh, false);
+      tpurt_arg_t a1[4] = {A_T(&g1.t), A_T(&o1.t), A_I(1), A_I(TPURT_DTYPE_BFLOAT16)};
+      tpurt_arg_t a2[4] = {A_T(&g2.t), A_T(&o2.t), A_I(1), A_I(TPURT_DTYPE_BFLOAT16)};
+      CHECK_OK(call(tpurt_op_lookup(op)->fn, op, a1, 4, &y1.t, 1));
+      CHECK_OK(call(tpurt_op_lookup(op)->fn, op, a2, 4, &y2.t, 1));
+      int bad = memcmp(y1.mem, y2.mem, (size_t)n * 2) != 0;
+      if (bad) fprintf(stderr, "  %s bf16, rows of %lld: in-place rows differ from the copied ones\n", op, (long long)lens[li]);
+      CHECK(!bad);
+      tt_free(&y1); tt_free(&y2);
+    }
+    tt_free(&g1); tt_free(&g2); tt_free(&o1); tt_free(&o2);
+  }
+}
+
 static void test_softmax(void) {
   const int64_t sh[3] = {4, 6, 33};
   for (int di = 0; di < 4; ++di) {
@@ -413,6 +451,7 @@ static void bench_softmax(void) {
 int main(void) {
   test_softmax_exp();
   test_softmax();
+  test_softmax_backward_bf16_direct();
   test_layer_norm();
   test_batch_norm();
   test_group_norm();

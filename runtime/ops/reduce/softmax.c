@@ -17,49 +17,76 @@
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
+/* The row passes read float32 rows, or bfloat16 rows widened as they are read
+ * (bf16: a constant at each call, so each use compiles to one of the two);
+ * either way the same float values go through the same operations. */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+static inline __attribute__((always_inline)) __m512 sm_load16(const void* x, int64_t i, bool bf16) {
+  return bf16 ? tpurt_hv_bf16x16_load((const uint16_t*)x + i) : _mm512_loadu_ps((const float*)x + i);
+}
+#elif defined(__AVX512F__)
+static inline __attribute__((always_inline)) __m512 sm_load16(const void* x, int64_t i, bool bf16) {
+  if (!bf16) return _mm512_loadu_ps((const float*)x + i);
+  float t[16];
+  for (int k = 0; k < 16; ++k) t[k] = tpurt_bf16_to_f32(((const uint16_t*)x)[i + k]);
+  return _mm512_loadu_ps(t);
+}
+#endif
+#if defined(__AVX2__)
+static inline __attribute__((always_inline)) __m256 sm_load8(const void* x, int64_t i, bool bf16) {
+  return bf16 ? tpurt_hv_bf16x8_load((const uint16_t*)x + i) : _mm256_loadu_ps((const float*)x + i);
+}
+#endif
+static inline __attribute__((always_inline)) float sm_load1(const void* x, int64_t i, bool bf16) {
+  return bf16 ? tpurt_bf16_to_f32(((const uint16_t*)x)[i]) : ((const float*)x)[i];
+}
+
 /* Max ignoring NaN (a plain compare-select, so it becomes vmaxps): a NaN in
  * the row still makes the row all NaN, because exp(NaN - mx) poisons the sum
  * every output is scaled by (or, for log_softmax, log(sum) is subtracted). */
-static float ROW_MAX_float(const float* x, int64_t n) {
+static inline __attribute__((always_inline)) float row_max(const void* x, int64_t n, bool bf16) {
   float l[LANES];
   int64_t i = 0;
 #if defined(__AVX512F__)
   __m512 l0 = _mm512_set1_ps(-INFINITY);
-  for (; i + LANES <= n; i += LANES) l0 = _mm512_max_ps(_mm512_loadu_ps(x + i), l0);
+  for (; i + LANES <= n; i += LANES) l0 = _mm512_max_ps(sm_load16(x, i, bf16), l0);
   _mm512_storeu_ps(l, l0);
 #elif defined(__AVX2__) && defined(__FMA__)
   /* vmaxps(v, l) is exactly `v > l ? v : l`, lane by lane as below */
   __m256 l0 = _mm256_set1_ps(-INFINITY), l1 = l0;
   for (; i + LANES <= n; i += LANES) {
-    l0 = _mm256_max_ps(_mm256_loadu_ps(x + i), l0);
-    l1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), l1);
+    l0 = _mm256_max_ps(sm_load8(x, i, bf16), l0);
+    l1 = _mm256_max_ps(sm_load8(x, i + 8, bf16), l1);
   }
   _mm256_storeu_ps(l, l0);
   _mm256_storeu_ps(l + 8, l1);
 #else
   for (int k = 0; k < LANES; ++k) l[k] = -INFINITY;
   for (; i + LANES <= n; i += LANES)
-    for (int k = 0; k < LANES; ++k) { float v = x[i + k]; l[k] = v > l[k] ? v : l[k]; }
+    for (int k = 0; k < LANES; ++k) { float v = sm_load1(x, i + k, bf16); l[k] = v > l[k] ? v : l[k]; }
 #endif
   float m = -INFINITY;
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (; i < n; ++i) { float v = sm_load1(x, i, bf16); m = v > m ? v : m; }
   for (int k = 0; k < LANES; ++k) m = l[k] > m ? l[k] : m;
   return m;
 }
+static float ROW_MAX_float(const float* x, int64_t n) { return row_max(x, n, false); }
 /* exp(x - mx) into y (NULL: only the sum) and the sum. `next`, the row after
  * (or NULL), is fetched into L1 a line per 16 elements meanwhile, so that
  * the next row's max pass finds it there: without it the rows' memory reads
  * and this pass's arithmetic take turns. */
-static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx, const float* next) {
+static inline __attribute__((always_inline)) float row_expsum(const void* x, float* y, int64_t n, float mx,
+                                                              const void* next, bool bf16) {
   float l[LANES] = {0};
   int64_t i = 0;
+  const int64_t es = bf16 ? 2 : 4;
 #if defined(__AVX512F__)
   /* the same 16 lane sums as the AVX2 path's two 8-lane accumulators */
   __m512 a0 = _mm512_setzero_ps();
   const __m512 vm = _mm512_set1_ps(mx);
   for (; i + LANES <= n; i += LANES) {
-    if (next) _mm_prefetch((const char*)(next + i), _MM_HINT_T0);
-    __m512 v0 = tpurt_ew_expf16_softmax(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    if (next && (!bf16 || (i & 31) == 0)) _mm_prefetch((const char*)next + i * es, _MM_HINT_T0);
+    __m512 v0 = tpurt_ew_expf16_softmax(_mm512_sub_ps(sm_load16(x, i, bf16), vm));
     if (y) _mm512_storeu_ps(y + i, v0);
     a0 = _mm512_add_ps(a0, v0);
   }
@@ -68,9 +95,9 @@ static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx, con
   __m256 a0 = _mm256_setzero_ps(), a1 = a0;
   const __m256 vm = _mm256_set1_ps(mx);
   for (; i + LANES <= n; i += LANES) {
-    if (next) _mm_prefetch((const char*)(next + i), _MM_HINT_T0);
-    __m256 v0 = tpurt_ew_expf8_softmax(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-    __m256 v1 = tpurt_ew_expf8_softmax(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
+    if (next && (!bf16 || (i & 31) == 0)) _mm_prefetch((const char*)next + i * es, _MM_HINT_T0);
+    __m256 v0 = tpurt_ew_expf8_softmax(_mm256_sub_ps(sm_load8(x, i, bf16), vm));
+    __m256 v1 = tpurt_ew_expf8_softmax(_mm256_sub_ps(sm_load8(x, i + 8, bf16), vm));
     if (y) { /* NULL: log_softmax needs only the sum */
       _mm256_storeu_ps(y + i, v0);
       _mm256_storeu_ps(y + i + 8, v1);
@@ -81,14 +108,51 @@ static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx, con
   _mm256_storeu_ps(l, a0);
   _mm256_storeu_ps(l + 8, a1);
 #else
+  (void)es;
   for (; i + LANES <= n; i += LANES)
-    for (int k = 0; k < LANES; ++k) { float v = tpurt_ew_expf(x[i + k] - mx); if (y) y[i + k] = v; l[k] += v; }
+    for (int k = 0; k < LANES; ++k) {
+      float v = tpurt_ew_expf(sm_load1(x, i + k, bf16) - mx);
+      if (y) y[i + k] = v;
+      l[k] += v;
+    }
 #endif
   float s = 0;
-  for (; i < n; ++i) { float v = tpurt_ew_expf(x[i] - mx); if (y) y[i] = v; s += v; }
+  for (; i < n; ++i) { float v = tpurt_ew_expf(sm_load1(x, i, bf16) - mx); if (y) y[i] = v; s += v; }
   for (int k = 0; k < LANES; ++k) s += l[k];
   return s;
 }
+static float ROW_EXPSUM_float(const float* x, float* y, int64_t n, float mx, const float* next) {
+  return row_expsum(x, y, n, mx, next, false);
+}
+
+/* softmax / log_softmax forward of one row held in bfloat16 (x, into y; ybuf:
+ * n floats for softmax's exps): the float32 path's operations on the widened
+ * values and one rounding to bfloat16, reading the row in place instead of
+ * through a float32 copy, and writing it once. */
+static void sm_fwd_bf16_row(const uint16_t* x, uint16_t* y, int64_t n, bool log, float* ybuf, const uint16_t* next) {
+  const float mx = row_max(x, n, true);
+  const float sum = row_expsum(x, log ? NULL : ybuf, n, mx, next, true);
+  int64_t i = 0;
+  if (log) {
+    const float ls = logf(sum);
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    const __m512 vm = _mm512_set1_ps(mx), vl = _mm512_set1_ps(ls);
+    for (; i + 16 <= n; i += 16)
+      _mm256_storeu_si256((__m256i*)(y + i),
+                          tpurt_hv_bf16x16_pack(_mm512_sub_ps(_mm512_sub_ps(tpurt_hv_bf16x16_load(x + i), vm), vl)));
+#elif defined(__AVX2__)
+    const __m256 vm = _mm256_set1_ps(mx), vl = _mm256_set1_ps(ls);
+    for (; i + 8 <= n; i += 8)
+      tpurt_hv_bf16x8_store(y + i, _mm256_sub_ps(_mm256_sub_ps(tpurt_hv_bf16x8_load(x + i), vm), vl));
+#endif
+    for (; i < n; ++i) y[i] = tpurt_f32_to_bf16(tpurt_bf16_to_f32(x[i]) - mx - ls);
+  } else {
+    const float inv = 1.0f / sum;
+    for (; i < n; ++i) ybuf[i] *= inv;
+    tpurt_hv_f32_to_bf16(ybuf, y, n);
+  }
+}
+
 static double ROW_MAX_double(const double* x, int64_t n) {
   double m = -INFINITY;
   int nan = 0;
@@ -158,6 +222,41 @@ static void sm_bwd_bf16_row(const uint16_t* g, const uint16_t* o, uint16_t* y, i
   for (; i < n; ++i) y[i] = tpurt_f32_to_bf16(tpurt_bf16_to_f32(o[i]) * (tpurt_bf16_to_f32(g[i]) - s));
 }
 
+/* log_softmax backward of one row held in bfloat16: s = sum(g) and
+ * y = g - exp(o) * s in float32 from the bfloat16 rows directly, the bits of
+ * the float32 path (TPURT_LANE_SUM's order for s, LSM_BWD_float for y, one
+ * rounding to bfloat16) without its three float32 copies of the row. */
+static void lsm_bwd_bf16_row(const uint16_t* g, const uint16_t* o, uint16_t* y, int64_t n) {
+  float s = 0, l[8] = {0};
+  int64_t i = 0;
+#if defined(__AVX2__)
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, tpurt_hv_bf16x8_load(g + i));
+  _mm256_storeu_ps(l, acc);
+#else
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) l[k] += tpurt_bf16_to_f32(g[i + k]);
+#endif
+  for (; i < n; ++i) s += tpurt_bf16_to_f32(g[i]);
+  for (int k = 0; k < 8; ++k) s += l[k];
+  i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const __m512 vs16 = _mm512_set1_ps(s);
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i*)(y + i),
+                        tpurt_hv_bf16x16_pack(_mm512_fnmadd_ps(tpurt_ew_expf16_softmax(tpurt_hv_bf16x16_load(o + i)),
+                                                               vs16, tpurt_hv_bf16x16_load(g + i))));
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 vs = _mm256_set1_ps(s);
+  for (; i + 8 <= n; i += 8)
+    tpurt_hv_bf16x8_store(y + i, _mm256_fnmadd_ps(tpurt_ew_expf8_softmax(tpurt_hv_bf16x8_load(o + i)), vs,
+                                                  tpurt_hv_bf16x8_load(g + i)));
+#endif
+  for (; i < n; ++i)
+    y[i] = tpurt_f32_to_bf16(tpurt_bf16_to_f32(g[i]) - tpurt_ew_expf(tpurt_bf16_to_f32(o[i])) * s);
+}
+
 /* dst[i] = y[i] * inv (softmax) for a 64-byte aligned dst, with streaming
  * stores where the CPU has them: an output larger than the caches is written
  * without first reading its lines (a third of a large softmax's memory
@@ -216,14 +315,23 @@ static void row_ptrs(const sm_job_t* j, const tpurt_tensor_t* t, int64_t row, co
       row_ptrs(j, j->a, row, &pa, &sa);                                                    \
       char* po; int64_t so;                                                                \
       row_ptrs(j, j->out, row, (const char**)&po, &so);                                    \
-      if (DT == TPURT_DTYPE_FLOAT32 && j->backward && !j->log && j->a->dtype == TPURT_DTYPE_BFLOAT16 && \
+      if (DT == TPURT_DTYPE_FLOAT32 && j->backward && j->a->dtype == TPURT_DTYPE_BFLOAT16 &&   \
           j->b->dtype == TPURT_DTYPE_BFLOAT16 && j->out->dtype == TPURT_DTYPE_BFLOAT16) {    \
         const char* pb; int64_t sb;                                                        \
         row_ptrs(j, j->b, row, &pb, &sb);                                                  \
         if ((sa == 1 && sb == 1 && so == 1) || n == 1) {                                   \
-          sm_bwd_bf16_row((const uint16_t*)pa, (const uint16_t*)pb, (uint16_t*)po, n);      \
+          if (j->log) lsm_bwd_bf16_row((const uint16_t*)pa, (const uint16_t*)pb, (uint16_t*)po, n); \
+          else sm_bwd_bf16_row((const uint16_t*)pa, (const uint16_t*)pb, (uint16_t*)po, n);  \
           continue;                                                                        \
         }                                                                                  \
+      }                                                                                    \
+      if (DT == TPURT_DTYPE_FLOAT32 && !j->backward && j->a->dtype == TPURT_DTYPE_BFLOAT16 &&  \
+          j->out->dtype == TPURT_DTYPE_BFLOAT16 && ((sa == 1 && so == 1) || n == 1) && po != pa) { \
+        const uint16_t* nb = row + 1 < e ? (const uint16_t*)pa + (tpurt_tensor_offset_of(j->a, row + 1, j->dim) - \
+                                                                   tpurt_tensor_offset_of(j->a, row, j->dim)) \
+                                         : NULL;                                           \
+        sm_fwd_bf16_row((const uint16_t*)pa, (uint16_t*)po, n, j->log, (float*)ybuf, nb);  \
+        continue;                                                                          \
       }                                                                                    \
       const T* x = (const T*)pa;                                                           \
       /* the next row, where it is read in place: fetched during this one's exp */            \
