@@ -121,6 +121,53 @@ typedef struct ln_job_t {
     (float)d_;                                                                             \
   })
 
+/* The float32 backward's first pass over a row: with xhat = (x - mean) rstd and gw = g * w (g
+ * without a weight), dw += g xhat and db += g where wanted, and s1 = sum(gw), s2 = sum(gw xhat) in
+ * LN_SUM32's lanes, blocks and order: the bits of the five passes this was, which stored xhat and
+ * gw for the last one (it computes them again from the rows, in L1 by then). has_w / has_dw are
+ * constants at each call, so each variant vectorizes alone. */
+static inline __attribute__((always_inline)) void ln_bwd_pass(const float* x, const float* g, const float* w,
+                                                               float mean, float rstd, int64_t N, float* dw,
+                                                               float* db, float* s1o, float* s2o, bool has_w,
+                                                               bool has_dw) {
+  double d1 = 0, d2 = 0;
+  for (int64_t c = 0; c < N; c += LN_BLOCK) {
+    const int64_t ce = N - c < LN_BLOCK ? N : c + LN_BLOCK;
+    float l1[32] = {0}, l2[32] = {0}, t1 = 0, t2 = 0;
+    int64_t b = c;
+    for (; b + 32 <= ce; b += 32)
+      /* dw and db never overlap the rows */
+#pragma GCC ivdep
+      for (int k = 0; k < 32; ++k) {
+        const int64_t i = b + k;
+        const float xv = (x[i] - mean) * rstd, gv = has_w ? g[i] * w[i] : g[i];
+        if (has_dw) {
+          dw[i] += g[i] * xv;
+          db[i] += g[i];
+        }
+        l1[k] += gv;
+        l2[k] += gv * xv;
+      }
+    for (int64_t i = b; i < ce; ++i) {
+      const float xv = (x[i] - mean) * rstd, gv = has_w ? g[i] * w[i] : g[i];
+      if (has_dw) {
+        dw[i] += g[i] * xv;
+        db[i] += g[i];
+      }
+      t1 += gv;
+      t2 += gv * xv;
+    }
+    for (int k = 0; k < 32; ++k) {
+      t1 += l1[k];
+      t2 += l2[k];
+    }
+    d1 += t1;
+    d2 += t2;
+  }
+  *s1o = (float)d1;
+  *s2o = (float)d2;
+}
+
 /* A row of m in float32: m's own memory when it is a contiguous float32 row
  * (buf untouched), else converted into buf. */
 static const float* ln_row_f32(const mat_t* m, int64_t r, int64_t n, float* buf) {
@@ -194,25 +241,25 @@ static void ln_rows_f32(void* user, int64_t rb, int64_t re, int tid) {
     const float* g = ln_row_f32(&j->dy, r, N, gb);
     float mean = rms ? 0.0f : (float)tpurt_dtype_load_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)));
     float rstd = (float)tpurt_dtype_load_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)));
-    /* xhat into xb, g * w into yb (x and g may be the tensors' own rows) */
-    float* xh = xb;
-    float* gw = yb;
-    for (int64_t i = 0; i < N; ++i) xh[i] = (x[i] - mean) * rstd;
-    if (w)
-      for (int64_t i = 0; i < N; ++i) gw[i] = g[i] * w[i];
-    else
-      memcpy(gw, g, sizeof(float) * (size_t)N);
-    if (dw)
-      for (int64_t i = 0; i < N; ++i) {
-        dw[i] += g[i] * xh[i];
-        db[i] += g[i];
-      }
+    /* dw / db and both sums in one pass (x and g may be the tensors' own rows) */
+    float s1, s2;
+    if (w && dw) ln_bwd_pass(x, g, w, mean, rstd, N, dw, db, &s1, &s2, true, true);
+    else if (w) ln_bwd_pass(x, g, w, mean, rstd, N, dw, db, &s1, &s2, true, false);
+    else if (dw) ln_bwd_pass(x, g, w, mean, rstd, N, dw, db, &s1, &s2, false, true);
+    else ln_bwd_pass(x, g, w, mean, rstd, N, dw, db, &s1, &s2, false, false);
     if (!j->want_gi) continue;
-    float s1 = rms ? 0.0f : LN_SUM32(N, gw[i_]), s2 = LN_SUM32(N, gw[i_] * xh[i_]);
+    if (rms) s1 = 0.0f;
     float m1 = s1 * inv_n, m2 = s2 * inv_n;
     /* grad_input over gb when g was converted there (it is not read again) */
     float* y = ln_row_out(&j->out, r, N, gb);
-    for (int64_t i = 0; i < N; ++i) y[i] = rstd * (gw[i] - m1 - xh[i] * m2);
+    /* xhat and g * w again, as the first pass computed them; y may be g's converted row */
+    if (w) {
+#pragma GCC ivdep
+      for (int64_t i = 0; i < N; ++i) y[i] = rstd * (g[i] * w[i] - m1 - ((x[i] - mean) * rstd) * m2);
+    } else {
+#pragma GCC ivdep
+      for (int64_t i = 0; i < N; ++i) y[i] = rstd * (g[i] - m1 - ((x[i] - mean) * rstd) * m2);
+    }
     ln_row_put(&j->out, r, N, y, gb);
   }
 }
