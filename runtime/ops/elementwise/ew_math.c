@@ -25,7 +25,7 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 /* exp in the loop type: the vectorizable one for float, libm's for double */
 #define EW_EXP(x) (sizeof(T) == 4 ? (T)tpurt_ew_expf((float)(x)) : (T)exp((double)(x)))
 /* tanh, erf, log, log2, log10, log1p, exp2, sin, cos, tan, asin, acos, atan,
- * atan2, sinh, cosh and erfc likewise (ew_vmath.h): float loops (and
+ * atan2, sinh, cosh, asinh, acosh, atanh and erfc likewise (ew_vmath.h): float loops (and
  * float16/bfloat16, which compute in float) vectorize; double loops and the
  * references (T = double) stay on libm */
 #define EW_TANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanhf((float)(x)) : (T)tanh((double)(x)))
@@ -45,6 +45,9 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 #define EW_COSH(x) (sizeof(T) == 4 ? (T)tpurt_vm_coshf((float)(x)) : (T)cosh((double)(x)))
 #define EW_ASIN(x) (sizeof(T) == 4 ? (T)tpurt_vm_asinf((float)(x)) : (T)asin((double)(x)))
 #define EW_ACOS(x) (sizeof(T) == 4 ? (T)tpurt_vm_acosf((float)(x)) : (T)acos((double)(x)))
+#define EW_ASINH(x) (sizeof(T) == 4 ? (T)tpurt_vm_asinhf((float)(x)) : (T)asinh((double)(x)))
+#define EW_ACOSH(x) (sizeof(T) == 4 ? (T)tpurt_vm_acoshf((float)(x)) : (T)acosh((double)(x)))
+#define EW_ATANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_atanhf((float)(x)) : (T)atanh((double)(x)))
 #define EW_ATAN2(y, x) (sizeof(T) == 4 ? (T)tpurt_vm_atan2f((float)(y), (float)(x)) : (T)atan2((double)(y), (double)(x)))
 
 /* ---- hand-vectorized float32 loops ----
@@ -382,9 +385,9 @@ EW_UFV(cosh, EW_COSH(a), ewv_cosh(va))
 EW_UFV(asin, EW_ASIN(a), ewv_asin(va))
 EW_UFV(acos, EW_ACOS(a), ewv_acos(va))
 EW_UFV(atan, EW_ATAN(a), ewv_atan(va))
-EW_UF(asinh, asinh(a))
-EW_UF(acosh, acosh(a))
-EW_UF(atanh, atanh(a))
+EW_UFV(asinh, EW_ASINH(a), ewv_asinh(va))
+EW_UFV(acosh, EW_ACOSH(a), ewv_acosh(va))
+EW_UFV(atanh, EW_ATANH(a), ewv_atanh(va))
 EW_UFV(sigmoid, 1 / (1 + EW_EXP(-a)), ewv_sigmoid(va))
 EW_UFV(erf, EW_ERF(a), ewv_erf(va))
 EW_UFV(erfc, EW_ERFC(a), ewv_erfc(va))

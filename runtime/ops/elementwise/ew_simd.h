@@ -65,6 +65,7 @@ static inline ewv_t ewv_sel(ewm_t m, ewv_t t, ewv_t f) { return _mm512_mask_blen
 static inline ewm_t ewv_nle(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_NLE_UQ); }
 static inline unsigned ewm_bits(ewm_t m) { return (unsigned)m; }
 static inline ewm_t ewm_or(ewm_t a, ewm_t b) { return a | b; }
+static inline ewm_t ewm_and(ewm_t a, ewm_t b) { return a & b; }
 static inline ewm_t ewv_signbit(ewv_t x) {
   return _mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
 }
@@ -151,6 +152,7 @@ static inline ewv_t ewv_sel(ewm_t m, ewv_t t, ewv_t f) { return _mm256_blendv_ps
 static inline ewm_t ewv_nle(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_NLE_UQ); }
 static inline unsigned ewm_bits(ewm_t m) { return (unsigned)_mm256_movemask_ps(m); }
 static inline ewm_t ewm_or(ewm_t a, ewm_t b) { return _mm256_or_ps(a, b); }
+static inline ewm_t ewm_and(ewm_t a, ewm_t b) { return _mm256_and_ps(a, b); }
 static inline ewm_t ewv_signbit(ewv_t x) { return x; } /* blendv and movemask read the sign bit alone */
 #define ewv_sqrt _mm256_sqrt_ps
 /* tpurt_vm_ldexpf: two power-of-two factors, as tpurt_ew_expf8 scales */
@@ -278,13 +280,8 @@ static inline ewv_t ewv_expm1(ewv_t x) {
   return ewv_sel(ewv_isnan(x), x, v);
 }
 
-/* tpurt_vm_log_reduce */
-static inline ewv_t ewv_log_reduce(ewv_t u, ewv_t* fe, ewv_t* yp) {
-  ewv_t e;
-  const ewv_t m = ewv_frexp(u, &e);
-  const ewm_t lo = ewv_lt(m, EWV_C(0.707106781186547524f));
-  *fe = ewv_sel(lo, ewv_sub(e, EWV_C(1.0f)), e);
-  const ewv_t x = ewv_sel(lo, ewv_sub(ewv_add(m, m), EWV_C(1.0f)), ewv_sub(m, EWV_C(1.0f)));
+/* tpurt_vm_log_x3p */
+static inline ewv_t ewv_log_x3p(ewv_t x) {
   const ewv_t z = ewv_mul(x, x);
   ewv_t y = EWV_C(7.0376836292e-2f);
   y = ewv_fma(y, x, EWV_C(-1.1514610310e-1f));
@@ -295,7 +292,16 @@ static inline ewv_t ewv_log_reduce(ewv_t u, ewv_t* fe, ewv_t* yp) {
   y = ewv_fma(y, x, EWV_C(2.0000714765e-1f));
   y = ewv_fma(y, x, EWV_C(-2.4999993993e-1f));
   y = ewv_fma(y, x, EWV_C(3.3333331174e-1f));
-  *yp = ewv_mul(ewv_mul(y, x), z);
+  return ewv_mul(ewv_mul(y, x), z);
+}
+/* tpurt_vm_log_reduce */
+static inline ewv_t ewv_log_reduce(ewv_t u, ewv_t* fe, ewv_t* yp) {
+  ewv_t e;
+  const ewv_t m = ewv_frexp(u, &e);
+  const ewm_t lo = ewv_lt(m, EWV_C(0.707106781186547524f));
+  *fe = ewv_sel(lo, ewv_sub(e, EWV_C(1.0f)), e);
+  const ewv_t x = ewv_sel(lo, ewv_sub(ewv_add(m, m), EWV_C(1.0f)), ewv_sub(m, EWV_C(1.0f)));
+  *yp = ewv_log_x3p(x);
   return x;
 }
 /* tpurt_vm_log_special */
@@ -340,12 +346,19 @@ static inline ewv_t ewv_log10(ewv_t u) {
 
 /* tpurt_vm_log1pf */
 static inline ewv_t ewv_log1p(ewv_t x) {
-  const ewv_t u = ewv_add(EWV_C(1.0f), x), d = ewv_sub(u, EWV_C(1.0f));
-  const ewm_t d0 = ewv_eq(d, EWV_C(0.0f));
-  ewv_t r = ewv_mul(ewv_log(u), ewv_div(x, ewv_sel(d0, EWV_C(1.0f), d)));
+  const ewv_t u = ewv_add(EWV_C(1.0f), x);
+  const ewv_t c = ewv_div(ewv_sub(x, ewv_sub(u, EWV_C(1.0f))), u);
+  ewv_t fe, y;
+  const ewv_t m = ewv_log_reduce(u, &fe, &y);
+  y = ewv_fma(fe, EWV_C(-2.12194440e-4f), y);
+  y = ewv_add(ewv_fma(EWV_C(-0.5f), ewv_mul(m, m), y), c);
+  ewv_t r = ewv_fma(fe, EWV_C(0.693359375f), ewv_add(m, y));
+  const ewv_t mid = ewv_add(x, ewv_fma(EWV_C(-0.5f), ewv_mul(x, x), ewv_log_x3p(x)));
+  const ewm_t in = ewm_and(ewv_ge(x, EWV_C(-0.29289321881345248f)), ewv_lt(x, EWV_C(0.41421356237309505f)));
+  r = ewv_sel(in, mid, r);
   r = ewv_sel(ewv_eq(u, EWV_C(INFINITY)), EWV_C(INFINITY), r);
   r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
-  r = ewv_sel(d0, x, r);
+  r = ewv_sel(ewv_lt(u, EWV_C(0.0f)), EWV_C(NAN), r);
   return ewv_sel(ewv_isnan(x), x, r);
 }
 
@@ -599,6 +612,28 @@ static inline ewv_t ewv_atan2(ewv_t y, ewv_t x) {
               ewv_sel(xneg, EWV_C(2.35619449615478515625f), EWV_C(0.785398185253143310546875f)), t);
   t = ewv_copysign(t, y);
   return ewv_sel(ewm_or(ewv_isnan(x), ewv_isnan(y)), ewv_add(x, y), t);
+}
+
+/* tpurt_vm_asinhf, tpurt_vm_acoshf and tpurt_vm_atanhf */
+static inline ewv_t ewv_asinh(ewv_t x) {
+  const ewv_t a = ewv_abs(x), a2 = ewv_mul(a, a), one = EWV_C(1.0f);
+  const ewm_t huge = ewv_gt(a, EWV_C(268435456.0f));
+  const ewv_t arg = ewv_sel(huge, a, ewv_add(a, ewv_div(a2, ewv_add(one, ewv_sqrt(ewv_add(one, a2))))));
+  const ewv_t r = ewv_add(ewv_log1p(arg), ewv_sel(huge, EWV_C(0.693147180559945309f), EWV_C(0.0f)));
+  return ewv_copysign(ewv_sel(ewv_lt(a, EWV_C(0x1p-12f)), a, r), x);
+}
+static inline ewv_t ewv_acosh(ewv_t x) {
+  const ewv_t one = EWV_C(1.0f), t = ewv_sub(x, one);
+  const ewm_t huge = ewv_gt(x, EWV_C(268435456.0f));
+  const ewv_t arg = ewv_sel(huge, x, ewv_add(t, ewv_sqrt(ewv_add(ewv_mul(EWV_C(2.0f), t), ewv_mul(t, t)))));
+  const ewv_t r = ewv_add(ewv_log1p(arg), ewv_sel(huge, EWV_C(0.693147180559945309f), EWV_C(0.0f)));
+  return ewv_sel(ewv_lt(x, one), EWV_C(NAN), r);
+}
+static inline ewv_t ewv_atanh(ewv_t x) {
+  const ewv_t a = ewv_abs(x), a2 = ewv_mul(EWV_C(2.0f), a);
+  const ewv_t t = ewv_div(a2, ewv_sub(EWV_C(1.0f), a));
+  const ewv_t r = ewv_mul(EWV_C(0.5f), ewv_log1p(ewv_sel(ewv_lt(a, EWV_C(0.5f)), ewv_fma(a, t, a2), t)));
+  return ewv_copysign(ewv_sel(ewv_lt(a, EWV_C(0x1p-12f)), a, r), x);
 }
 
 /* sinc: a == 0 ? 1 : sin(pi a) / (pi a), pi a rounded to float (ew_math.c's expression) */

@@ -102,6 +102,21 @@ static inline float tpurt_vm_expm1f(float x) {
   return x != x ? x : v;
 }
 
+/* x^3 P(x) with Cephes' degree-9 P: log(1 + x) - x + x^2 / 2 for 1 + x in [sqrt(1/2), sqrt(2)) */
+static inline float tpurt_vm_log_x3p(float x) {
+  float z = x * x;
+  float y = 7.0376836292e-2f;
+  y = fmaf(y, x, -1.1514610310e-1f);
+  y = fmaf(y, x, 1.1676998740e-1f);
+  y = fmaf(y, x, -1.2420140846e-1f);
+  y = fmaf(y, x, 1.4249322787e-1f);
+  y = fmaf(y, x, -1.6668057665e-1f);
+  y = fmaf(y, x, 2.0000714765e-1f);
+  y = fmaf(y, x, -2.4999993993e-1f);
+  y = fmaf(y, x, 3.3333331174e-1f);
+  return y * x * z;
+}
+
 /* logf's reduction (Cephes): u = 2^e (1 + x) with 1 + x in [sqrt(1/2), sqrt(2))
  * for a positive u (denormals scaled by 2^23 first); returns x, with e in *fe
  * and x^3 P(x) (the degree-9 polynomial's part of log(1 + x) - x + x^2/2) in *yp.
@@ -118,17 +133,7 @@ static inline float tpurt_vm_log_reduce(float u, float* fe, float* yp) {
   bool lo = m < 0.707106781186547524f;
   e = lo ? e - 1 : e;
   float x = lo ? m + m - 1.0f : m - 1.0f;
-  float z = x * x;
-  float y = 7.0376836292e-2f;
-  y = fmaf(y, x, -1.1514610310e-1f);
-  y = fmaf(y, x, 1.1676998740e-1f);
-  y = fmaf(y, x, -1.2420140846e-1f);
-  y = fmaf(y, x, 1.4249322787e-1f);
-  y = fmaf(y, x, -1.6668057665e-1f);
-  y = fmaf(y, x, 2.0000714765e-1f);
-  y = fmaf(y, x, -2.4999993993e-1f);
-  y = fmaf(y, x, 3.3333331174e-1f);
-  *yp = y * x * z;
+  *yp = tpurt_vm_log_x3p(x);
   *fe = (float)e;
   return x;
 }
@@ -182,15 +187,24 @@ static inline float tpurt_vm_log10f(float u) {
   return tpurt_vm_log_special(u, r);
 }
 
-/* log1p: log(u) * x / (u - 1) with u = 1 + x, which cancels u's rounding
- * error (Goldberg); x where u == 1. -1 gives -inf, below it NaN. */
+/* log1p: where 1 + x is in logf's reduced range [sqrt(1/2), sqrt(2)), logf's
+ * polynomial on x itself, exact (its steps with e = 0); elsewhere logf of
+ * u = 1 + x with u's rounding error, c = (x - (u - 1)) / u (x - (u - 1) is
+ * exact), added among logf's small terms. 0.8 ulp over the sweep, where
+ * log(u) x / (u - 1) (Goldberg) took 2.3. -1 gives -inf, below it NaN. */
 static inline float tpurt_vm_log1pf(float x) {
-  float u = 1.0f + x;
-  float d = u - 1.0f;
-  float r = tpurt_vm_logf(u) * (x / (d == 0.0f ? 1.0f : d));
+  const float u = 1.0f + x;
+  const float c = (x - (u - 1.0f)) / u;
+  float fe, y;
+  const float m = tpurt_vm_log_reduce(u, &fe, &y);
+  y = fmaf(fe, -2.12194440e-4f, y);
+  y = fmaf(-0.5f, m * m, y) + c;
+  float r = fmaf(fe, 0.693359375f, m + y);
+  const float mid = x + fmaf(-0.5f, x * x, tpurt_vm_log_x3p(x));
+  r = x >= -0.29289321881345248f && x < 0.41421356237309505f ? mid : r;
   r = u == INFINITY ? INFINITY : r;
   r = u == 0.0f ? -INFINITY : r;
-  r = d == 0.0f ? x : r;
+  r = u < 0.0f ? NAN : r;
   return x != x ? x : r;
 }
 
@@ -468,6 +482,31 @@ static inline float tpurt_vm_atan2f(float y, float x) {
   t = a == INFINITY ? (xneg ? 2.35619449615478515625f : 0.785398185253143310546875f) : t;
   t = copysignf(t, y);
   return (x != x || y != y) ? x + y : t;
+}
+
+/* asinh, acosh and atanh, each one log1p (fdlibm's formulas, the ranges joined
+ * so that no lane computes two logarithms):
+ *   asinh: a = |x|: a below 2^-12; log1p(a + a^2 / (1 + sqrt(1 + a^2))) to 2^28;
+ *     log1p(a) + ln2 beyond (log(2a) without 2a overflowing); x's sign
+ *   acosh: NaN below 1; log1p(t + sqrt(2t + t^2)), t = x - 1, to 2^28; log1p(x) + ln2 beyond
+ *   atanh: a below 2^-12; log1p(2a + a t) / 2 below 1/2, log1p(t) / 2 above, t = 2a / (1 - a)
+ *     (inf at 1, NaN above); x's sign */
+static inline float tpurt_vm_asinhf(float x) {
+  const float a = fabsf(x), a2 = a * a;
+  const bool huge = a > 268435456.0f;
+  const float r = tpurt_vm_log1pf(huge ? a : a + a2 / (1.0f + sqrtf(1.0f + a2))) + (huge ? 0.693147180559945309f : 0.0f);
+  return copysignf(a < 0x1p-12f ? a : r, x);
+}
+static inline float tpurt_vm_acoshf(float x) {
+  const float t = x - 1.0f;
+  const bool huge = x > 268435456.0f;
+  const float r = tpurt_vm_log1pf(huge ? x : t + sqrtf(2.0f * t + t * t)) + (huge ? 0.693147180559945309f : 0.0f);
+  return x < 1.0f ? NAN : r;
+}
+static inline float tpurt_vm_atanhf(float x) {
+  const float a = fabsf(x), t = 2.0f * a / (1.0f - a);
+  const float r = 0.5f * tpurt_vm_log1pf(a < 0.5f ? fmaf(a, t, 2.0f * a) : t);
+  return copysignf(a < 0x1p-12f ? a : r, x);
 }
 
 #endif /* TPURT_OPS_ELEMENTWISE_EW_VMATH_H_ */
