@@ -41,6 +41,8 @@ OPS = {
     "asinh": (torch.asinh, lambda r: r * 10), "acosh": (torch.acosh, lambda r: r.abs() * 10 + 1),
     "atanh": (torch.atanh, lambda r: r.clamp(-3, 3) / 3.1), "log1p": (torch.log1p, lambda r: r.abs() * 3),
     "expm1": (torch.expm1, lambda r: r * 3),
+    "lgamma": (torch.lgamma, lambda r: r * 5), "digamma": (torch.digamma, lambda r: r.abs() * 5 + 0.1),
+    "erfinv": (torch.erfinv, lambda r: r.clamp(-3, 3) / 3.1), "i0": (torch.i0, lambda r: r * 5),
     "cosh": (torch.cosh, lambda r: r * 4),
     "erf": (torch.erf, lambda r: r * 2),
     "erfc": (torch.erfc, lambda r: r * 3),

@@ -123,7 +123,7 @@ def test_expression_chains_match_strict(name):
             h = h + torch.atan(x) + torch.sin(x * 1e8) + torch.cos(y * 4) + torch.erfc(x)
             h = h + torch.log2(y.abs()) + torch.log10(x.abs()) + torch.tan(y) + torch.sinh(x * 0.5) + torch.cosh(y)
             h = h + torch.asin(y * 0.3) + torch.acos(x.clamp(-1, 1)) + torch.atan2(x, y) + torch.sinc(y)
-            h = h + torch.asinh(x) + torch.acosh(y.abs() + 1) + torch.atanh(y * 0.3)
+            h = h + torch.asinh(x) + torch.acosh(y.abs() + 1) + torch.atanh(y * 0.3) + torch.erfinv(y * 0.3)
             return h + torch.sin(h) * torch.cos(x)
     elif name == "backward":
         def fn(x, y):

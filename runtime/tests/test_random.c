@@ -81,6 +81,31 @@ static void test_distributions(void) {
   CHECK_OK(run("normal", "", na, 4, &ta, 1, false));
   moments(a, N, &m, &s);
   CHECK(fabs(m - 1) < 0.01 && fabs(s - 2) < 0.01);
+  /* the reference (element by element) gives the same values, and a prefix of an odd length */
+  CHECK_OK(run("normal", "", na, 4, &tb, 1, true));
+  CHECK(memcmp(a, b, N * 4) == 0);
+  tb.sizes[0] = N - 13;
+  memset(b, 0, N * 4);
+  CHECK_OK(run("normal", "", na, 4, &tb, 1, false));
+  CHECK(memcmp(a, b, (N - 13) * 4) == 0);
+  tb.sizes[0] = N;
+  /* bfloat16 and float16 outputs: the float32 values rounded, as the reference rounds them */
+  {
+    enum { H = 4099 };
+    static uint16_t h1[H], h2[H];
+    for (int dti = 0; dti < 2; ++dti) {
+      const tpurt_dtype_t hdt = dti ? TPURT_DTYPE_FLOAT16 : TPURT_DTYPE_BFLOAT16;
+      tpurt_tensor_t th1 = vec(hdt, h1, H), th2 = vec(hdt, h2, H);
+      for (int k = 0; k < 2; ++k) {
+        tpurt_arg_t ha[4] = {targ(&th1), darg(k ? 1 : -2), darg(k ? 2 : 3), rarg(11, 5)};
+        tpurt_arg_t hb[4] = {targ(&th2), darg(k ? 1 : -2), darg(k ? 2 : 3), rarg(11, 5)};
+        const char* op = k ? "normal" : "uniform";
+        CHECK_OK(run(op, "", ha, 4, &th1, 1, false));
+        CHECK_OK(run(op, "", hb, 4, &th2, 1, true));
+        CHECK(memcmp(h1, h2, sizeof h1) == 0);
+      }
+    }
+  }
   na[2] = darg(-1);
   CHECK_STATUS(run("normal", "", na, 4, &ta, 1, false), INVALID_ARGUMENT);
   /* normal.Tensor_float(mean tensor, std) */

@@ -76,6 +76,14 @@ static double ref_acos(double x) { return acos(x); }
 static double ref_asinh(double x) { return asinh(x); }
 static double ref_acosh(double x) { return acosh(x); }
 static double ref_atanh(double x) { return atanh(x); }
+/* erfinv in double: bisection-free Newton from a float start, on double erf */
+static double ref_erfinv(double y) {
+  if (!(y > -1 && y < 1)) return y == 1 ? INFINITY : y == -1 ? -INFINITY : NAN;
+  double x = tpurt_vm_erfinvf((float)y);
+  if (isinf(x) || x != x) x = copysign(3.0, y);
+  for (int i = 0; i < 6; ++i) x -= (erf(x) - y) / (M_2_SQRTPI * exp(-x * x));
+  return x;
+}
 
 /* atan2 over pairs: every 2039th bit pattern as y with a scrambled pattern as x (all exponents
  * and signs of both), 200000 random pairs in [-4, 4]^2, and every pair of the specials; max ulp
@@ -187,6 +195,7 @@ static float s_atan2(float a, float b) { return tpurt_vm_atan2f(a, b); }
 static float s_asinh(float a, float b) { return tpurt_vm_asinhf(a); }
 static float s_acosh(float a, float b) { return tpurt_vm_acoshf(a); }
 static float s_atanh(float a, float b) { return tpurt_vm_atanhf(a); }
+static float s_erfinv(float a, float b) { return tpurt_vm_erfinvf(a); }
 static float s_atan2r(float a, float b) { return tpurt_vm_atan2f(b, a); }
 static float s_sinc(float a, float b) { return a == 0 ? 1.0f : tpurt_vm_sinf((float)M_PI * a) / ((float)M_PI * a); }
 static float s_sigmoid(float a, float b) { return 1 / (1 + tpurt_ew_expf(-a)); }
@@ -234,6 +243,7 @@ static ewv_t v_atan2(ewv_t a, ewv_t b) { return ewv_atan2(a, b); }
 static ewv_t v_asinh(ewv_t a, ewv_t b) { return ewv_asinh(a); }
 static ewv_t v_acosh(ewv_t a, ewv_t b) { return ewv_acosh(a); }
 static ewv_t v_atanh(ewv_t a, ewv_t b) { return ewv_atanh(a); }
+static ewv_t v_erfinv(ewv_t a, ewv_t b) { return ewv_erfinv(a); }
 static ewv_t v_atan2r(ewv_t a, ewv_t b) { return ewv_atan2(b, a); }
 static ewv_t v_sinc(ewv_t a, ewv_t b) { return ewv_sinc(a); }
 static ewv_t v_sigmoid(ewv_t a, ewv_t b) { return ewv_sigmoid(a); }
@@ -275,6 +285,7 @@ static void test_simd_bits(void) {
              {"asinh", s_asinh, v_asinh, false},
              {"acosh", s_acosh, v_acosh, false},
              {"atanh", s_atanh, v_atanh, false},
+             {"erfinv", s_erfinv, v_erfinv, false},
              {"sigmoid", s_sigmoid, v_sigmoid, false},
              {"silu", s_silu, v_silu, false},
              {"gelu_erf", s_gelu_erf, v_gelu_erf, false},
@@ -376,6 +387,9 @@ int main(void) {
   e = sweep(tpurt_vm_atanhf, ref_atanh, 1.0f, false, &w);
   printf("atanhf: max %.3f ulp at %.9g\n", e, (double)w);
   CHECK(e <= 2.0);
+  e = sweep(tpurt_vm_erfinvf, ref_erfinv, 1.0f, false, &w);
+  printf("erfinvf: max %.3f ulp at %.9g\n", e, (double)w);
+  CHECK(e <= 4.0);
   float wy = 0, wx = 0;
   e = sweep_atan2(&wy, &wx);
   printf("atan2f: max %.3f ulp at (%.9g, %.9g)\n", e, (double)wy, (double)wx);
@@ -449,6 +463,9 @@ int main(void) {
   CHECK(tpurt_vm_acoshf(1.0f) == 0.0f && isnan(tpurt_vm_acoshf(0.5f)) && isnan(tpurt_vm_acoshf(-INFINITY)));
   CHECK(tpurt_vm_acoshf(INFINITY) == INFINITY && tpurt_vm_acoshf(FLT_MAX) == (float)acosh((double)FLT_MAX));
   CHECK(tpurt_vm_atanhf(1.0f) == INFINITY && tpurt_vm_atanhf(-1.0f) == -INFINITY && isnan(tpurt_vm_atanhf(1.5f)));
+  CHECK(tpurt_vm_erfinvf(1.0f) == INFINITY && tpurt_vm_erfinvf(-1.0f) == -INFINITY && isnan(tpurt_vm_erfinvf(1.5f)));
+  CHECK(same_bits(tpurt_vm_erfinvf(-0.0f), -0.0f) && isnan(tpurt_vm_erfinvf(NAN)) && tpurt_vm_erfinvf(0.0f) == 0.0f);
+  CHECK(fabs(tpurt_vm_erfinvf(1e-30f) / (1e-30 * sqrt(M_PI) / 2) - 1) < 1e-6);
   CHECK(same_bits(tpurt_vm_atanhf(-0.0f), -0.0f) && isnan(tpurt_vm_atanhf(NAN)) && tpurt_vm_atanhf(1e-30f) == 1e-30f);
   return test_finish("test_vmath");
 }

@@ -1,7 +1,7 @@
 """The vectorized float transcendental paths (tanh, erf, gelu, gelu_backward,
 softplus, mish, sigmoid/silu, pow with special scalar exponents, and the math
 functions of ew_vmath.h: exp2, log, log2, log10, log1p, expm1, sin, cos, tan,
-sinh, cosh, asin, acos, atan, atan2, asinh, acosh, atanh, erfc, sinc) against
+sinh, cosh, asin, acos, atan, atan2, asinh, acosh, atanh, erfc, erfinv, sinc) against
 PyTorch CPU with OpInfo's default tolerances, over wide ranges and the special
 values (+-inf, NaN, -0.0, denormals, saturation)."""
 import pytest
@@ -78,6 +78,7 @@ MATH = {
     "asinh": (torch.asinh, lambda v: torch.cat([v, v * 1e5, v * 1e30])),
     "acosh": (torch.acosh, lambda v: torch.cat([v.abs() + 1, v * 1e5, v * 1e30])),
     "atanh": (torch.atanh, lambda v: v / 11),
+    "erfinv": (torch.erfinv, lambda v: torch.cat([v / 12.01, v.sign() * (1 - (v.abs() / 12.01) ** 8)])),
 }
 
 

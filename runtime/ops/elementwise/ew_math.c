@@ -396,8 +396,9 @@ EW_UFV(sinc, a == 0 ? (T)1 : EW_SIN((T)M_PI * a) / ((T)M_PI * a), ewv_sinc(va))
 EW_UF(special_entr, (a != a) ? a : (a > 0 ? -a * EW_LOG(a) : (a == 0 ? (T)0 : -(T)INFINITY)))
 EW_UF(angle, (a != a) ? a : (a < 0 ? (T)M_PI : (T)0))
 
-/* erfinv: Giles' single-precision-style rational start refined by two Newton
- * steps in double (PyTorch's calc_erfinv does the same refinement). */
+/* erfinv in double (float64): Giles' double-precision polynomials refined by
+ * two Newton steps (PyTorch's calc_erfinv does the same refinement); float32
+ * takes ew_vmath.h's single-precision form. */
 static double ew_erfinv(double y) {
   if (y != y || y < -1 || y > 1) return NAN;
   if (y == 1) return INFINITY;
@@ -474,7 +475,7 @@ static double ew_erfinv(double y) {
   for (int i = 0; i < 2; ++i) x -= (erf(x) - y) / (M_2_SQRTPI * exp(-x * x));
   return x;
 }
-EW_UF(erfinv, (T)ew_erfinv((double)a))
+EW_UFV(erfinv, sizeof(T) == 4 ? (T)tpurt_vm_erfinvf((float)a) : (T)ew_erfinv((double)a), ewv_erfinv(va))
 
 /* digamma (PyTorch's calc_digamma: reflection, recurrence, asymptotic series) */
 static double ew_digamma(double x) {

@@ -636,6 +636,36 @@ static inline ewv_t ewv_atanh(ewv_t x) {
   return ewv_copysign(ewv_sel(ewv_lt(a, EWV_C(0x1p-12f)), a, r), x);
 }
 
+/* tpurt_vm_erfinvf */
+static inline ewv_t ewv_erfinv(ewv_t x) {
+  const ewv_t a = ewv_abs(x), one = EWV_C(1.0f);
+  const ewv_t wl = ewv_log1p(ewv_neg(ewv_mul(x, x)));
+  const ewv_t wh = ewv_log(ewv_mul(ewv_sub(one, a), ewv_add(one, a)));
+  const ewv_t w = ewv_neg(ewv_sel(ewv_gt(a, EWV_C(0.5f)), wh, wl));
+  const ewv_t t = ewv_sub(w, EWV_C(2.5f)), u = ewv_sub(ewv_sqrt(w), EWV_C(3.0f));
+  ewv_t p = EWV_C(2.81022636e-08f);
+  p = ewv_fma(p, t, EWV_C(3.43273939e-07f));
+  p = ewv_fma(p, t, EWV_C(-3.5233877e-06f));
+  p = ewv_fma(p, t, EWV_C(-4.39150654e-06f));
+  p = ewv_fma(p, t, EWV_C(0.00021858087f));
+  p = ewv_fma(p, t, EWV_C(-0.00125372503f));
+  p = ewv_fma(p, t, EWV_C(-0.00417768164f));
+  p = ewv_fma(p, t, EWV_C(0.246640727f));
+  p = ewv_fma(p, t, EWV_C(1.50140941f));
+  ewv_t q = EWV_C(-0.000200214257f);
+  q = ewv_fma(q, u, EWV_C(0.000100950558f));
+  q = ewv_fma(q, u, EWV_C(0.00134934322f));
+  q = ewv_fma(q, u, EWV_C(-0.00367342844f));
+  q = ewv_fma(q, u, EWV_C(0.00573950773f));
+  q = ewv_fma(q, u, EWV_C(-0.0076224613f));
+  q = ewv_fma(q, u, EWV_C(0.00943887047f));
+  q = ewv_fma(q, u, EWV_C(1.00167406f));
+  q = ewv_fma(q, u, EWV_C(2.83297682f));
+  ewv_t r = ewv_mul(ewv_sel(ewv_lt(w, EWV_C(5.0f)), p, q), x);
+  r = ewv_sel(ewv_eq(a, one), ewv_copysign(EWV_C(INFINITY), x), r);
+  return ewv_sel(ewv_gt(a, one), EWV_C(NAN), r);
+}
+
 /* sinc: a == 0 ? 1 : sin(pi a) / (pi a), pi a rounded to float (ew_math.c's expression) */
 static inline ewv_t ewv_sinc(ewv_t a) {
   const ewv_t t = ewv_mul(EWV_C((float)M_PI), a);

@@ -509,4 +509,36 @@ static inline float tpurt_vm_atanhf(float x) {
   return copysignf(a < 0x1p-12f ? a : r, x);
 }
 
+/* erfinv (Giles, "Approximating the erfinv function", single precision):
+ * w = -log(1 - x^2), then a degree-8 polynomial in w - 2.5 below w = 5 and in
+ * sqrt(w) - 3 above, times x. 1 - x^2 is formed as log1p(-x^2) up to |x| = 1/2
+ * and as log((1 - x)(1 + x)) above (1 - x exact there), so neither loses the
+ * small end. 1 and -1 give +-inf, beyond them NaN. */
+static inline float tpurt_vm_erfinvf(float x) {
+  const float a = fabsf(x);
+  const float w = -(a <= 0.5f ? tpurt_vm_log1pf(-(x * x)) : tpurt_vm_logf((1.0f - a) * (1.0f + a)));
+  const float t = w - 2.5f, u = sqrtf(w) - 3.0f;
+  float p = 2.81022636e-08f;
+  p = fmaf(p, t, 3.43273939e-07f);
+  p = fmaf(p, t, -3.5233877e-06f);
+  p = fmaf(p, t, -4.39150654e-06f);
+  p = fmaf(p, t, 0.00021858087f);
+  p = fmaf(p, t, -0.00125372503f);
+  p = fmaf(p, t, -0.00417768164f);
+  p = fmaf(p, t, 0.246640727f);
+  p = fmaf(p, t, 1.50140941f);
+  float q = -0.000200214257f;
+  q = fmaf(q, u, 0.000100950558f);
+  q = fmaf(q, u, 0.00134934322f);
+  q = fmaf(q, u, -0.00367342844f);
+  q = fmaf(q, u, 0.00573950773f);
+  q = fmaf(q, u, -0.0076224613f);
+  q = fmaf(q, u, 0.00943887047f);
+  q = fmaf(q, u, 1.00167406f);
+  q = fmaf(q, u, 2.83297682f);
+  float r = (w < 5.0f ? p : q) * x;
+  r = a == 1.0f ? copysignf(INFINITY, x) : r;
+  return a > 1.0f ? NAN : r;
+}
+
 #endif /* TPURT_OPS_ELEMENTWISE_EW_VMATH_H_ */

@@ -13,6 +13,9 @@
 #include "ops/elementwise/ew_ops.h"
 #include "ops/elementwise/philox.h"
 #include "ops/elementwise/random_list.h"
+#include "ops/elementwise/ew_simd.h"
+#include "ops/elementwise/ew_vmath.h"
+#include "ops/half_vec.h"
 
 enum {
   RK_UNIFORM = 0, /* from + u * (to - from) */
@@ -49,19 +52,23 @@ static double rnd_unit(const rnd_job_t* j, int64_t i) {
   return (double)tpurt_philox_u32_to_unit_f(r.v[i & 3]);
 }
 
+/* Box-Muller: a pair from one block, rad cos(th) at even i and rad sin(th) at odd i. Float64
+ * outputs draw 53-bit uniforms and compute in double; the others draw 24-bit ones and compute in
+ * float with ew_vmath.h's log, sin and cos (rnd_range_dense runs the same functions on vectors). */
+static inline float rnd_bm_rad(float u1) { return sqrtf(-2.0f * tpurt_vm_logf(1.0f - u1)); } /* 1 - u1 in (0, 1] */
+#define RND_TWO_PI_F 6.28318530717958647692f
 static double rnd_normal(const rnd_job_t* j, int64_t i) {
   tpurt_philox_out_t r = tpurt_philox4x32_10(j->seed, j->offset + (uint64_t)i / 2, 0);
-  double u1, u2;
   if (j->dbl) {
-    u1 = tpurt_philox_u64_to_unit_d(((uint64_t)r.v[0] << 32) | r.v[1]);
-    u2 = tpurt_philox_u64_to_unit_d(((uint64_t)r.v[2] << 32) | r.v[3]);
-  } else {
-    u1 = tpurt_philox_u32_to_unit_f(r.v[0]);
-    u2 = tpurt_philox_u32_to_unit_f(r.v[1]);
+    double u1 = tpurt_philox_u64_to_unit_d(((uint64_t)r.v[0] << 32) | r.v[1]);
+    double u2 = tpurt_philox_u64_to_unit_d(((uint64_t)r.v[2] << 32) | r.v[3]);
+    double rad = sqrt(-2.0 * log(1.0 - u1)); /* 1 - u1 in (0, 1] */
+    double th = 2.0 * M_PI * u2;
+    return (i & 1) ? rad * sin(th) : rad * cos(th);
   }
-  double rad = sqrt(-2.0 * log(1.0 - u1)); /* 1 - u1 in (0, 1] */
-  double th = 2.0 * M_PI * u2;
-  return (i & 1) ? rad * sin(th) : rad * cos(th);
+  const float rad = rnd_bm_rad(tpurt_philox_u32_to_unit_f(r.v[0]));
+  const float th = RND_TWO_PI_F * tpurt_philox_u32_to_unit_f(r.v[1]);
+  return (i & 1) ? rad * tpurt_vm_sinf(th) : rad * tpurt_vm_cosf(th);
 }
 
 static uint64_t rnd_u64(const rnd_job_t* j, int64_t i) {
@@ -155,6 +162,67 @@ static void rnd_range(void* user, int64_t begin, int64_t end, int tid) {
   }
 }
 
+/* uniform_ and normal_ with scalar parameters into a contiguous float32 / bfloat16 / float16
+ * output: rnd_range's values, each Philox block computed once for the four uniforms or two
+ * normals it gives (rnd_range computes it again per element), the Box-Muller pairs' logarithms,
+ * cosines and sines on vectors, no per-element index or dtype dispatch; 16-bit outputs are
+ * rounded from float32 chunks as tpurt_dtype_store_f64 rounds them. */
+static bool rnd_dense_ok(const rnd_job_t* j) {
+  const tpurt_dtype_t dt = j->out->dtype;
+  return (j->kind == RK_UNIFORM || j->kind == RK_NORMAL) && !j->in[0] && !j->in[1] && !j->dbl &&
+         (dt == TPURT_DTYPE_FLOAT32 || dt == TPURT_DTYPE_BFLOAT16 || dt == TPURT_DTYPE_FLOAT16) &&
+         tpurt_tensor_is_contiguous(j->out);
+}
+static void rnd_range_dense(void* user, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  const rnd_job_t* j = (const rnd_job_t*)user;
+  const tpurt_dtype_t dt = j->out->dtype;
+  float buf[512];
+  for (int64_t c0 = begin; c0 < end; c0 += 512) {
+    const int64_t c1 = end - c0 < 512 ? end : c0 + 512;
+    float* dst = dt == TPURT_DTYPE_FLOAT32 ? (float*)j->out->data + c0 : buf;
+    int64_t i = c0;
+    if (j->kind == RK_UNIFORM) {
+      const double from = j->prm[0], span = j->prm[1] - j->prm[0];
+      while (i < c1) {
+        const tpurt_philox_out_t r = tpurt_philox4x32_10(j->seed, j->offset + (uint64_t)i / 4, 0);
+        for (int l = (int)(i & 3); l < 4 && i < c1; ++l, ++i)
+          dst[i - c0] = (float)(from + (double)tpurt_philox_u32_to_unit_f(r.v[l]) * span);
+      }
+    } else {
+      /* the pairs of [i, c1): their uniforms, then radius, cosine and sine (vectors of them
+       * where the build has them), then the outputs */
+      const double mean = j->prm[0], sd = j->prm[1];
+      const int64_t p0 = i / 2, np = (c1 + 1) / 2 - p0;
+      float u1[258], u2[258], rc[258], rs[258]; /* a chunk of 512 from an odd start spans 257 pairs */
+      for (int64_t q = 0; q < np; ++q) {
+        const tpurt_philox_out_t r = tpurt_philox4x32_10(j->seed, j->offset + (uint64_t)(p0 + q), 0);
+        u1[q] = tpurt_philox_u32_to_unit_f(r.v[0]);
+        u2[q] = tpurt_philox_u32_to_unit_f(r.v[1]);
+      }
+      int64_t q = 0;
+#if EWV_W
+      for (; q + EWV_W <= np; q += EWV_W) {
+        const ewv_t rad = ewv_sqrt(ewv_mul(ewv_set1(-2.0f), ewv_log(ewv_sub(ewv_set1(1.0f), ewv_load(u1 + q)))));
+        const ewv_t th = ewv_mul(ewv_set1(RND_TWO_PI_F), ewv_load(u2 + q));
+        ewv_store(rc + q, ewv_mul(rad, ewv_cos(th)));
+        ewv_store(rs + q, ewv_mul(rad, ewv_sin(th)));
+      }
+#endif
+      for (; q < np; ++q) {
+        const float rad = rnd_bm_rad(u1[q]), th = RND_TWO_PI_F * u2[q];
+        rc[q] = rad * tpurt_vm_cosf(th);
+        rs[q] = rad * tpurt_vm_sinf(th);
+      }
+      for (; i < c1; ++i) {
+        const int64_t k = i / 2 - p0;
+        dst[i - c0] = (float)(mean + sd * (double)((i & 1) ? rs[k] : rc[k]));
+      }
+    }
+    if (dt != TPURT_DTYPE_FLOAT32) tpurt_hv_from_f32(dt, buf, (uint16_t*)j->out->data + c0, c1 - c0);
+  }
+}
+
 static tpurt_status_t rnd_bind_input(rnd_job_t* j, int k, const tpurt_tensor_t* t, const char* op) {
   const tpurt_tensor_t* o = j->out;
   if (t->ndim > o->ndim) return TPURT_STATUS(INVALID_ARGUMENT, "%s: input has more dims than the output", op);
@@ -176,7 +244,7 @@ static tpurt_status_t rnd_run(tpurt_kernel_ctx_t* ctx, rnd_job_t* j, bool refere
   if (n == 0) return TPURT_OK;
   j->dbl = j->out->dtype == TPURT_DTYPE_FLOAT64;
   if (reference) rnd_range(j, 0, n, 0);
-  else tpurt_parallel_for(ctx, n, 8192, rnd_range, j);
+  else tpurt_parallel_for(ctx, n, 8192, rnd_dense_ok(j) ? rnd_range_dense : rnd_range, j);
   return TPURT_OK;
 }
 
