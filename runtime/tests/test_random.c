@@ -96,12 +96,13 @@ static void test_distributions(void) {
     for (int dti = 0; dti < 2; ++dti) {
       const tpurt_dtype_t hdt = dti ? TPURT_DTYPE_FLOAT16 : TPURT_DTYPE_BFLOAT16;
       tpurt_tensor_t th1 = vec(hdt, h1, H), th2 = vec(hdt, h2, H);
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < 3; ++k) {
         tpurt_arg_t ha[4] = {targ(&th1), darg(k ? 1 : -2), darg(k ? 2 : 3), rarg(11, 5)};
         tpurt_arg_t hb[4] = {targ(&th2), darg(k ? 1 : -2), darg(k ? 2 : 3), rarg(11, 5)};
-        const char* op = k ? "normal" : "uniform";
-        CHECK_OK(run(op, "", ha, 4, &th1, 1, false));
-        CHECK_OK(run(op, "", hb, 4, &th2, 1, true));
+        const char* op = k == 2 ? "exponential" : k ? "normal" : "uniform";
+        if (k == 2) ha[2] = ha[3], hb[2] = hb[3]; /* exponential_(self, lambd, generator) */
+        CHECK_OK(run(op, "", ha, k == 2 ? 3 : 4, &th1, 1, false));
+        CHECK_OK(run(op, "", hb, k == 2 ? 3 : 4, &th2, 1, true));
         CHECK(memcmp(h1, h2, sizeof h1) == 0);
       }
     }
@@ -128,7 +129,15 @@ static void test_distributions(void) {
   tpurt_arg_t ea[3] = {targ(&ta), darg(2), rarg(5, 0)};
   CHECK_OK(run("exponential", "", ea, 3, &ta, 1, false));
   moments(a, N, &m, &s);
-  CHECK(fabs(m - 0.5) < 0.01);
+  CHECK(fabs(m - 0.5) < 0.01 && fabs(s - 0.5) < 0.01);
+  {
+    float lo_e = 1e9f;
+    for (int i = 0; i < N; ++i) lo_e = fminf(lo_e, a[i]);
+    CHECK(lo_e >= 0);
+  }
+  tpurt_arg_t eb[3] = {targ(&tb), darg(2), rarg(5, 0)};
+  CHECK_OK(run("exponential", "", eb, 3, &tb, 1, true)); /* the reference: the same values */
+  CHECK(memcmp(a, b, N * 4) == 0);
   /* native_dropout: mask mean 1-p, kept values scaled */
   for (int i = 0; i < N; ++i) b[i] = 1.0f;
   uint8_t* mask = malloc(N);

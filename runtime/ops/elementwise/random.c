@@ -102,7 +102,8 @@ static double rnd_value(const rnd_job_t* j, int64_t i, const double* in, int64_t
       *out_i = (int64_t)((uint64_t)j->from + (j->range ? x % j->range : x));
       return 0;
     }
-    case RK_EXPONENTIAL: return -log1p(-rnd_unit(j, i)) / j->prm[0];
+    case RK_EXPONENTIAL: /* float outputs: the logarithm in float (ew_vmath.h's, as rnd_range_dense's vectors) */
+      return (j->dbl ? -log1p(-rnd_unit(j, i)) : (double)-tpurt_vm_log1pf(-(float)rnd_unit(j, i))) / j->prm[0];
     case RK_GEOMETRIC: return ceil(log(1.0 - rnd_unit(j, i)) / log1p(-j->prm[0]));
     case RK_CAUCHY: return j->prm[0] + j->prm[1] * tan(M_PI * (rnd_unit(j, i) - 0.5));
     case RK_LOG_NORMAL: return exp(j->prm[0] + j->prm[1] * rnd_normal(j, i));
@@ -162,14 +163,14 @@ static void rnd_range(void* user, int64_t begin, int64_t end, int tid) {
   }
 }
 
-/* uniform_ and normal_ with scalar parameters into a contiguous float32 / bfloat16 / float16
+/* uniform_, normal_ and exponential_ with scalar parameters into a contiguous float32 / bfloat16 / float16
  * output: rnd_range's values, each Philox block computed once for the four uniforms or two
  * normals it gives (rnd_range computes it again per element), the Box-Muller pairs' logarithms,
- * cosines and sines on vectors, no per-element index or dtype dispatch; 16-bit outputs are
+ * cosines and sines and the exponentials' logarithms on vectors, no per-element index or dtype dispatch; 16-bit outputs are
  * rounded from float32 chunks as tpurt_dtype_store_f64 rounds them. */
 static bool rnd_dense_ok(const rnd_job_t* j) {
   const tpurt_dtype_t dt = j->out->dtype;
-  return (j->kind == RK_UNIFORM || j->kind == RK_NORMAL) && !j->in[0] && !j->in[1] && !j->dbl &&
+  return (j->kind == RK_UNIFORM || j->kind == RK_NORMAL || j->kind == RK_EXPONENTIAL) && !j->in[0] && !j->in[1] && !j->dbl &&
          (dt == TPURT_DTYPE_FLOAT32 || dt == TPURT_DTYPE_BFLOAT16 || dt == TPURT_DTYPE_FLOAT16) &&
          tpurt_tensor_is_contiguous(j->out);
 }
@@ -182,7 +183,23 @@ static void rnd_range_dense(void* user, int64_t begin, int64_t end, int tid) {
     const int64_t c1 = end - c0 < 512 ? end : c0 + 512;
     float* dst = dt == TPURT_DTYPE_FLOAT32 ? (float*)j->out->data + c0 : buf;
     int64_t i = c0;
-    if (j->kind == RK_UNIFORM) {
+    if (j->kind == RK_EXPONENTIAL) {
+      /* -log1p(-u) / lambda: the uniforms of [i, c1), their logarithms on vectors, the division in double */
+      float u[512];
+      const int64_t n = c1 - i;
+      for (int64_t k = 0; k < n;) {
+        const int64_t e = i + k;
+        const tpurt_philox_out_t r = tpurt_philox4x32_10(j->seed, j->offset + (uint64_t)e / 4, 0);
+        for (int l = (int)(e & 3); l < 4 && k < n; ++l, ++k) u[k] = -tpurt_philox_u32_to_unit_f(r.v[l]);
+      }
+      int64_t k = 0;
+#if EWV_W
+      for (; k + EWV_W <= n; k += EWV_W) ewv_store(u + k, ewv_neg(ewv_log1p(ewv_load(u + k))));
+#endif
+      for (; k < n; ++k) u[k] = -tpurt_vm_log1pf(u[k]);
+      for (k = 0; k < n; ++k) dst[k] = (float)((double)u[k] / j->prm[0]);
+      i = c1;
+    } else if (j->kind == RK_UNIFORM) {
       const double from = j->prm[0], span = j->prm[1] - j->prm[0];
       while (i < c1) {
         const tpurt_philox_out_t r = tpurt_philox4x32_10(j->seed, j->offset + (uint64_t)i / 4, 0);
