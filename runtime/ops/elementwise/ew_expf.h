@@ -21,6 +21,18 @@ static inline float tpurt_ew_exp_reduce(float xc, float* n_out) {
   return fmaf(n, 2.12194440e-4f, fmaf(n, -0.693359375f, xc));
 }
 
+/* y * 2^n for integral n in [-151, 129], as two power-of-two factors so that
+ * results near overflow and underflow round once (y * s1 is exact): what
+ * vscalefps computes in one instruction. */
+static inline float tpurt_ew_ldexpf(float y, float n) {
+  int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
+  uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
+  float s1, s2;
+  memcpy(&s1, &b1, 4);
+  memcpy(&s2, &b2, 4);
+  return y * s1 * s2;
+}
+
 static inline float tpurt_ew_expf(float x) {
   float xc = x != x ? 0.0f : (x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x));
   float n;
@@ -32,12 +44,7 @@ static inline float tpurt_ew_expf(float x) {
   q = fmaf(q, r, 1.6666665459E-1f);
   q = fmaf(q, r, 5.0000001201E-1f);
   float y = fmaf(q * r, r, r) + 1.0f;
-  int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-  uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
-  float s1, s2;
-  memcpy(&s1, &b1, 4);
-  memcpy(&s2, &b2, 4);
-  float v = y * s1 * s2;
+  float v = tpurt_ew_ldexpf(y, n);
   v = x > 88.72283935546875f ? INFINITY : v;
   v = x < -103.972084045410f ? 0.0f : v;
   return x != x ? x : v;
@@ -47,6 +54,15 @@ static inline float tpurt_ew_expf(float x) {
 #include <immintrin.h>
 /* The shared core: for xc already clamped, n = round(xc / ln2) and
  * exp(xc - n ln2) from the polynomial (callers scale by 2^n). */
+/* tpurt_ew_ldexpf on 8 lanes */
+static inline __m256 tpurt_ew_ldexp8(__m256 y, __m256 n) {
+  const __m256i ni = _mm256_cvttps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+}
 /* tpurt_ew_exp_reduce on 8 lanes */
 static inline __m256 tpurt_ew_exp8_reduce(__m256 xc, __m256* n_out) {
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
@@ -81,12 +97,7 @@ static inline __m256 tpurt_ew_expf8(__m256 x) {
   const __m256 xc = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
   __m256 n;
   const __m256 y = tpurt_ew_expf8_core(xc, &n);
-  const __m256i ni = _mm256_cvttps_epi32(n);
-  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+  return tpurt_ew_ldexp8(y, n);
 }
 
 /* exp(d) for d <= 88 or NaN, as a softmax needs it (d = x - max <= 0): the

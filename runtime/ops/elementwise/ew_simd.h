@@ -70,7 +70,7 @@ static inline ewm_t ewv_signbit(ewv_t x) {
   return _mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
 }
 #define ewv_sqrt _mm512_sqrt_ps
-/* y * 2^n for integral n in [-151, 129], one rounding (tpurt_vm_ldexpf) */
+/* y * 2^n for integral n in [-151, 129], one rounding (tpurt_ew_ldexpf) */
 static inline ewv_t ewv_ldexp(ewv_t y, ewv_t n) { return _mm512_scalef_ps(y, n); }
 
 /* double lanes: an ewv_t is two ewd_t */
@@ -155,15 +155,7 @@ static inline ewm_t ewm_or(ewm_t a, ewm_t b) { return _mm256_or_ps(a, b); }
 static inline ewm_t ewm_and(ewm_t a, ewm_t b) { return _mm256_and_ps(a, b); }
 static inline ewm_t ewv_signbit(ewv_t x) { return x; } /* blendv and movemask read the sign bit alone */
 #define ewv_sqrt _mm256_sqrt_ps
-/* tpurt_vm_ldexpf: two power-of-two factors, as tpurt_ew_expf8 scales */
-static inline ewv_t ewv_ldexp(ewv_t y, ewv_t n) {
-  const __m256i ni = _mm256_cvttps_epi32(n);
-  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
-}
+#define ewv_ldexp tpurt_ew_ldexp8 /* tpurt_ew_ldexpf: two power-of-two factors */
 
 #define EWD_W 4
 typedef __m256d ewd_t;
@@ -375,6 +367,16 @@ static inline ewv_t ewv_exp2(ewv_t x) {
   return ewv_ldexp(ewv_fma(f, q, EWV_C(1.0f)), n);
 }
 
+/* tpurt_vm_atan_poly */
+static inline ewv_t ewv_atan_poly(ewv_t r, ewv_t lo) {
+  const ewv_t z = ewv_mul(r, r);
+  ewv_t p = EWV_C(-6.0658395202e-02f);
+  p = ewv_fma(p, z, EWV_C(1.0588484405e-01f));
+  p = ewv_fma(p, z, EWV_C(-1.4242732967e-01f));
+  p = ewv_fma(p, z, EWV_C(1.9998423129e-01f));
+  p = ewv_fma(p, z, EWV_C(-3.3333314240e-01f));
+  return ewv_add(r, ewv_fma(ewv_mul(r, z), p, lo));
+}
 /* tpurt_vm_atanf */
 static inline ewv_t ewv_atan(ewv_t x) {
   const ewv_t ax = ewv_abs(x);
@@ -385,13 +387,7 @@ static inline ewv_t ewv_atan(ewv_t x) {
   const ewv_t hi = ewv_sel(big, EWV_C(1.57079637050628662109375f),
                            ewv_sel(mid, EWV_C(0.785398185253143310546875f), EWV_C(0.0f)));
   const ewv_t lo = ewv_sel(big, EWV_C(-4.37113900018624283e-8f), ewv_sel(mid, EWV_C(-2.18556950009312141e-8f), EWV_C(0.0f)));
-  const ewv_t z = ewv_mul(r, r);
-  ewv_t p = EWV_C(-6.0658395202e-02f);
-  p = ewv_fma(p, z, EWV_C(1.0588484405e-01f));
-  p = ewv_fma(p, z, EWV_C(-1.4242732967e-01f));
-  p = ewv_fma(p, z, EWV_C(1.9998423129e-01f));
-  p = ewv_fma(p, z, EWV_C(-3.3333314240e-01f));
-  return ewv_copysign(ewv_add(hi, ewv_add(r, ewv_fma(ewv_mul(r, z), p, lo))), x);
+  return ewv_copysign(ewv_add(hi, ewv_atan_poly(r, lo)), x);
 }
 
 /* Lanes in m recomputed by the scalar f (the rare arguments a vector form leaves to glibc) */
@@ -439,20 +435,21 @@ static inline ewd_t ewd_cos(ewd_t x) {
 }
 static float ewv_sinf_(float x) { return sinf(x); }
 static float ewv_cosf_(float x) { return cosf(x); }
-/* tpurt_vm_sinf */
-static inline ewv_t ewv_sin(ewv_t x) {
+static float ewv_tanf_(float x) { return tanf(x); }
+/* A trigonometric function of tpurt_vm_*f's form: f on both double halves, x itself at +-0 where
+ * keep_zero (sin and tan: -0 stays -0), glibc's g for the lanes past TPURT_VM_TRIG_MAX, infinities
+ * and NaN. (f and g are constants at each call, which inlines them.) */
+static inline __attribute__((always_inline)) ewv_t ewv_trig(ewv_t x, ewd_t (*f)(ewd_t), float (*g)(float),
+                                                            bool keep_zero) {
   ewd_t lo, hi;
   ewd_split(x, &lo, &hi);
-  const ewv_t v = ewv_sel(ewv_eq(x, EWV_C(0.0f)), x, ewd_join(ewd_sin(lo), ewd_sin(hi)));
-  return ewv_patch(v, x, ewv_nle(ewv_abs(x), EWV_C(TPURT_VM_TRIG_MAX)), ewv_sinf_);
+  ewv_t v = ewd_join(f(lo), f(hi));
+  if (keep_zero) v = ewv_sel(ewv_eq(x, EWV_C(0.0f)), x, v);
+  return ewv_patch(v, x, ewv_nle(ewv_abs(x), EWV_C(TPURT_VM_TRIG_MAX)), g);
 }
-/* tpurt_vm_cosf */
-static inline ewv_t ewv_cos(ewv_t x) {
-  ewd_t lo, hi;
-  ewd_split(x, &lo, &hi);
-  const ewv_t v = ewd_join(ewd_cos(lo), ewd_cos(hi));
-  return ewv_patch(v, x, ewv_nle(ewv_abs(x), EWV_C(TPURT_VM_TRIG_MAX)), ewv_cosf_);
-}
+/* tpurt_vm_sinf, tpurt_vm_cosf */
+static inline ewv_t ewv_sin(ewv_t x) { return ewv_trig(x, ewd_sin, ewv_sinf_, true); }
+static inline ewv_t ewv_cos(ewv_t x) { return ewv_trig(x, ewd_cos, ewv_cosf_, false); }
 static inline ewd_t ewd_exp(ewd_t y) {
   const ewd_t n = ewd_round(ewd_mul(y, ewd_set1(0x1.71547652b82fep+0)));
   const ewd_t nn = ewd_xor(n, ewd_set1(-0.0));
@@ -522,14 +519,8 @@ static inline ewd_t ewd_tan(ewd_t x) {
   const ewdm_t odd = ewd_odd(n);
   return ewd_div(ewd_sel(odd, ewd_xor(cs, ewd_set1(-0.0)), sn), ewd_sel(odd, sn, cs));
 }
-static float ewv_tanf_(float x) { return tanf(x); }
 /* tpurt_vm_tanf */
-static inline ewv_t ewv_tan(ewv_t x) {
-  ewd_t lo, hi;
-  ewd_split(x, &lo, &hi);
-  const ewv_t v = ewv_sel(ewv_eq(x, EWV_C(0.0f)), x, ewd_join(ewd_tan(lo), ewd_tan(hi)));
-  return ewv_patch(v, x, ewv_nle(ewv_abs(x), EWV_C(TPURT_VM_TRIG_MAX)), ewv_tanf_);
-}
+static inline ewv_t ewv_tan(ewv_t x) { return ewv_trig(x, ewd_tan, ewv_tanf_, true); }
 
 /* tpurt_vm_coshf and tpurt_vm_sinhf */
 static inline ewd_t ewd_cosh_pos(ewd_t x) {
@@ -597,14 +588,8 @@ static inline ewv_t ewv_atan2(ewv_t y, ewv_t x) {
   const ewv_t h = ewv_sel(ewv_gt(b, EWV_C(1.0f)), EWV_C(0.5f), EWV_C(1.0f));
   const ewv_t r = ewv_div(ewv_sel(mid, ewv_mul(ewv_sub(a, b), h), a),
                           ewv_sel(mid, ewv_add(ewv_mul(a, h), ewv_mul(b, h)), b));
-  const ewv_t z = ewv_mul(r, r);
-  ewv_t p = EWV_C(-6.0658395202e-02f);
-  p = ewv_fma(p, z, EWV_C(1.0588484405e-01f));
-  p = ewv_fma(p, z, EWV_C(-1.4242732967e-01f));
-  p = ewv_fma(p, z, EWV_C(1.9998423129e-01f));
-  p = ewv_fma(p, z, EWV_C(-3.3333314240e-01f));
   ewv_t t = ewv_add(ewv_sel(mid, EWV_C(0.785398185253143310546875f), EWV_C(0.0f)),
-                    ewv_add(r, ewv_fma(ewv_mul(r, z), p, ewv_sel(mid, EWV_C(-2.18556950009312141e-8f), EWV_C(0.0f)))));
+                    ewv_atan_poly(r, ewv_sel(mid, EWV_C(-2.18556950009312141e-8f), EWV_C(0.0f))));
   t = ewv_sel(swap, ewv_add(ewv_sub(EWV_C(1.57079637050628662109375f), t), EWV_C(-4.37113900018624283e-8f)), t);
   t = ewv_sel(xneg, ewv_add(ewv_sub(EWV_C(3.1415927410125732421875f), t), EWV_C(-8.74227800037248566e-8f)), t);
   t = ewv_sel(ewv_eq(b, EWV_C(0.0f)), ewv_sel(xneg, EWV_C(3.1415927410125732421875f), EWV_C(0.0f)), t);

@@ -208,21 +208,9 @@ static inline float tpurt_vm_log1pf(float x) {
   return x != x ? x : r;
 }
 
-/* 2^n y for integral n in [-151, 129], as two power-of-two factors so that
- * results near overflow and underflow round once (y * s1 is exact): what
- * vscalefps computes in one instruction (ew_simd.h's ewv_ldexp). */
-static inline float tpurt_vm_ldexpf(float y, float n) {
-  int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-  uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
-  float s1, s2;
-  memcpy(&s1, &b1, 4);
-  memcpy(&s2, &b2, 4);
-  return y * s1 * s2;
-}
-
 /* exp2: n = round(x), f = x - n (exact, |f| <= 1/2), 2^f = 1 + f Q(f) (a
  * near-minimax degree-6 fit, 2.2e-9 relative before rounding) and 2^n
- * applied by tpurt_vm_ldexpf. The clamps [-151, 129] already give 0 and inf
+ * applied by tpurt_ew_ldexpf. The clamps [-151, 129] already give 0 and inf
  * beyond the float range; integers give exact powers of two. */
 static inline float tpurt_vm_exp2f(float x) {
   const float xc = x != x ? 0.0f : (x > 129.0f ? 129.0f : (x < -151.0f ? -151.0f : x));
@@ -233,7 +221,7 @@ static inline float tpurt_vm_exp2f(float x) {
   q = fmaf(q, f, 5.5503290352e-02f);
   q = fmaf(q, f, 2.4022648462e-01f);
   q = fmaf(q, f, 6.9314720558e-01f);
-  const float v = tpurt_vm_ldexpf(fmaf(f, q, 1.0f), n);
+  const float v = tpurt_ew_ldexpf(fmaf(f, q, 1.0f), n);
   return x != x ? x : v;
 }
 
@@ -243,6 +231,17 @@ static inline float tpurt_vm_exp2f(float x) {
  * 7e-10 relative), and the pi/2 or pi/4 added in two parts so its own
  * rounding does not count; x's sign. -0, infinities and NaN come out right
  * through the same arithmetic. */
+/* r + r^3 P(r^2) + lo: atan(r) for |r| <= tan(pi/8) (degree 4, 7e-10 relative) plus the low
+ * part of the constant the caller adds */
+static inline float tpurt_vm_atan_poly(float r, float lo) {
+  const float z = r * r;
+  float p = -6.0658395202e-02f;
+  p = fmaf(p, z, 1.0588484405e-01f);
+  p = fmaf(p, z, -1.4242732967e-01f);
+  p = fmaf(p, z, 1.9998423129e-01f);
+  p = fmaf(p, z, -3.3333314240e-01f);
+  return r + fmaf(r * z, p, lo);
+}
 static inline float tpurt_vm_atanf(float x) {
   const float ax = fabsf(x);
   const bool big = ax > 2.414213562373095f, mid = ax > 0.4142135623730950f;
@@ -250,13 +249,7 @@ static inline float tpurt_vm_atanf(float x) {
   const float r = mid ? num / den : ax;
   const float hi = big ? 1.57079637050628662109375f : (mid ? 0.785398185253143310546875f : 0.0f);
   const float lo = big ? -4.37113900018624283e-8f : (mid ? -2.18556950009312141e-8f : 0.0f);
-  const float z = r * r;
-  float p = -6.0658395202e-02f;
-  p = fmaf(p, z, 1.0588484405e-01f);
-  p = fmaf(p, z, -1.4242732967e-01f);
-  p = fmaf(p, z, 1.9998423129e-01f);
-  p = fmaf(p, z, -3.3333314240e-01f);
-  return copysignf(hi + (r + fmaf(r * z, p, lo)), x);
+  return copysignf(hi + tpurt_vm_atan_poly(r, lo), x);
 }
 
 /* ---- computed in double ----
@@ -469,13 +462,7 @@ static inline float tpurt_vm_atan2f(float y, float x) {
   const bool mid = a > 0.4142135623730950f * b;
   const float h = b > 1.0f ? 0.5f : 1.0f; /* a + b would overflow near FLT_MAX; exact either way */
   const float r = (mid ? (a - b) * h : a) / (mid ? a * h + b * h : b);
-  const float z = r * r;
-  float p = -6.0658395202e-02f;
-  p = fmaf(p, z, 1.0588484405e-01f);
-  p = fmaf(p, z, -1.4242732967e-01f);
-  p = fmaf(p, z, 1.9998423129e-01f);
-  p = fmaf(p, z, -3.3333314240e-01f);
-  float t = (mid ? 0.785398185253143310546875f : 0.0f) + (r + fmaf(r * z, p, mid ? -2.18556950009312141e-8f : 0.0f));
+  float t = (mid ? 0.785398185253143310546875f : 0.0f) + tpurt_vm_atan_poly(r, mid ? -2.18556950009312141e-8f : 0.0f);
   t = swap ? (1.57079637050628662109375f - t) + -4.37113900018624283e-8f : t;
   t = xneg ? (3.1415927410125732421875f - t) + -8.74227800037248566e-8f : t;
   t = b == 0.0f ? (xneg ? 3.1415927410125732421875f : 0.0f) : t;
