@@ -522,10 +522,33 @@ static inline ewd_t ewd_tan(ewd_t x) {
 /* tpurt_vm_tanf */
 static inline ewv_t ewv_tan(ewv_t x) { return ewv_trig(x, ewd_tan, ewv_tanf_, true); }
 
-/* tpurt_vm_coshf and tpurt_vm_sinhf */
+/* tpurt_vm_exp_pm_half, tpurt_vm_coshf and tpurt_vm_sinhf */
+static inline void ewd_exp_pm_half(ewd_t a, ewd_t* ep, ewd_t* em) {
+  const ewd_t n = ewd_round(ewd_mul(a, ewd_set1(0x1.71547652b82fep+0)));
+  const ewd_t nn = ewd_xor(n, ewd_set1(-0.0));
+  ewd_t r = ewd_fma(nn, ewd_set1(0x1.62e42fefa39efp-1), a);
+  r = ewd_fma(nn, ewd_set1(0x1.abc9e3b39803fp-56), r);
+  const ewd_t z = ewd_mul(r, r);
+  ewd_t e = ewd_set1(1.0 / 3628800);
+  e = ewd_fma(e, z, ewd_set1(1.0 / 40320));
+  e = ewd_fma(e, z, ewd_set1(1.0 / 720));
+  e = ewd_fma(e, z, ewd_set1(1.0 / 24));
+  e = ewd_fma(e, z, ewd_set1(0.5));
+  e = ewd_fma(e, z, ewd_set1(1.0));
+  ewd_t o = ewd_set1(1.0 / 39916800);
+  o = ewd_fma(o, z, ewd_set1(1.0 / 362880));
+  o = ewd_fma(o, z, ewd_set1(1.0 / 5040));
+  o = ewd_fma(o, z, ewd_set1(1.0 / 120));
+  o = ewd_fma(o, z, ewd_set1(1.0 / 6));
+  o = ewd_fma(o, z, ewd_set1(1.0));
+  const ewd_t magic = ewd_set1(0x1.8p52 + 1023.0);
+  *ep = ewd_mul(ewd_fma(r, o, e), ewd_shl52(ewd_add(ewd_sub(n, ewd_set1(1.0)), magic)));
+  *em = ewd_mul(ewd_fma(ewd_xor(r, ewd_set1(-0.0)), o, e), ewd_shl52(ewd_add(ewd_sub(nn, ewd_set1(1.0)), magic)));
+}
 static inline ewd_t ewd_cosh_pos(ewd_t x) {
-  const ewd_t e = ewd_exp(ewd_min_nan_c(ewd_abs(x), ewd_set1(90.0)));
-  return ewd_mul(ewd_set1(0.5), ewd_add(e, ewd_div(ewd_set1(1.0), e)));
+  ewd_t ep, em;
+  ewd_exp_pm_half(ewd_min_nan_c(ewd_abs(x), ewd_set1(90.0)), &ep, &em);
+  return ewd_add(ep, em);
 }
 static inline ewv_t ewv_cosh(ewv_t x) {
   ewd_t lo, hi;
@@ -533,15 +556,15 @@ static inline ewv_t ewv_cosh(ewv_t x) {
   return ewv_sel(ewv_isnan(x), x, ewd_join(ewd_cosh_pos(lo), ewd_cosh_pos(hi)));
 }
 static inline ewd_t ewd_sinh_pos(ewd_t x) {
-  const ewd_t a = ewd_min_nan_c(ewd_abs(x), ewd_set1(90.0));
-  const ewd_t e = ewd_exp(a), z = ewd_mul(a, a);
+  const ewd_t a = ewd_min_nan_c(ewd_abs(x), ewd_set1(90.0)), z = ewd_mul(a, a);
+  ewd_t ep, em;
+  ewd_exp_pm_half(a, &ep, &em);
   ewd_t p = ewd_set1(1.0 / 362880);
   p = ewd_fma(p, z, ewd_set1(1.0 / 5040));
   p = ewd_fma(p, z, ewd_set1(1.0 / 120));
   p = ewd_fma(p, z, ewd_set1(1.0 / 6));
   const ewd_t sm = ewd_fma(ewd_mul(a, z), p, a);
-  const ewd_t big = ewd_mul(ewd_set1(0.5), ewd_sub(e, ewd_div(ewd_set1(1.0), e)));
-  return ewd_sel(ewd_lt(a, ewd_set1(0.125)), sm, big);
+  return ewd_sel(ewd_lt(a, ewd_set1(0.125)), sm, ewd_sub(ep, em));
 }
 static inline ewv_t ewv_sinh(ewv_t x) {
   ewd_t lo, hi;

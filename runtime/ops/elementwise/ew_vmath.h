@@ -393,27 +393,52 @@ static inline float tpurt_vm_tanf(float x) {
   return fabsf(x) <= TPURT_VM_TRIG_MAX ? s : tanf(x);
 }
 
-/* cosh and sinh from exp(|x|) in double, |x| clamped to 90 (both overflow in
- * float from 89.42); sinh below |x| = 1/8 by its Taylor series to x^9, where
- * e - 1/e would cancel */
+/* exp(a) / 2 and exp(-a) / 2 for a in [0, 90], in double without a division:
+ * a = n ln2 + r, exp(+-r) = E(r^2) +- r O(r^2) (Taylor to r^11, 6e-15), times
+ * 2^(+-n - 1) */
+static inline void tpurt_vm_exp_pm_half(double a, double* ep, double* em) {
+  const double n = nearbyint(a * 0x1.71547652b82fep+0);
+  double r = fma(-n, 0x1.62e42fefa39efp-1, a);
+  r = fma(-n, 0x1.abc9e3b39803fp-56, r);
+  const double z = r * r;
+  double e = 1.0 / 3628800;
+  e = fma(e, z, 1.0 / 40320);
+  e = fma(e, z, 1.0 / 720);
+  e = fma(e, z, 1.0 / 24);
+  e = fma(e, z, 0.5);
+  e = fma(e, z, 1.0);
+  double o = 1.0 / 39916800;
+  o = fma(o, z, 1.0 / 362880);
+  o = fma(o, z, 1.0 / 5040);
+  o = fma(o, z, 1.0 / 120);
+  o = fma(o, z, 1.0 / 6);
+  o = fma(o, z, 1.0);
+  *ep = fma(r, o, e) * tpurt_vm_pow2d(n - 1.0);
+  *em = fma(-r, o, e) * tpurt_vm_pow2d(-n - 1.0);
+}
+/* cosh and sinh from those, |x| clamped to 90 (both overflow in float from
+ * 89.42); sinh below |x| = 1/8 by its Taylor series to x^9, where the
+ * difference would cancel */
 static inline float tpurt_vm_coshf(float x) {
   double a = fabs((double)x);
   a = a < 90.0 ? a : 90.0; /* NaN too; selected below */
-  const double e = tpurt_vm_expd(a);
-  const float r = (float)(0.5 * (e + 1.0 / e));
+  double ep, em;
+  tpurt_vm_exp_pm_half(a, &ep, &em);
+  const float r = (float)(ep + em);
   return x != x ? x : r;
 }
 static inline float tpurt_vm_sinhf(float x) {
   double a = fabs((double)x);
   a = a < 90.0 ? a : 90.0;
-  const double e = tpurt_vm_expd(a);
+  double ep, em;
+  tpurt_vm_exp_pm_half(a, &ep, &em);
   const double z = a * a;
   double p = 1.0 / 362880;
   p = fma(p, z, 1.0 / 5040);
   p = fma(p, z, 1.0 / 120);
   p = fma(p, z, 1.0 / 6);
   const double sm = fma(a * z, p, a);
-  const float r = (float)(a < 0.125 ? sm : 0.5 * (e - 1.0 / e));
+  const float r = (float)(a < 0.125 ? sm : ep - em);
   return x != x ? x : copysignf(r, x);
 }
 
