@@ -147,10 +147,13 @@ def test_compiled_step_under_bf16_autocast_matches_eager(name):
         loss.backward()
     assert got.item() == pytest.approx(ref.item(), rel=1e-5)
     assert got.item() == pytest.approx(want.item(), rel=1e-2)
+    # A gradient that is rounding noise (an attention key bias: adding it shifts every score of a query
+    # alike, so its true gradient is 0) is compared at the model's gradient scale, not its own.
+    gmax = max(q.grad.abs().max().item() for q in eager.parameters() if q.grad is not None)
     for (pname, p), q, c in zip(compiled.named_parameters(), eager.parameters(), model.parameters()):
         if q.grad is None:
             continue
-        scale = q.grad.abs().max().item() + 1e-6
+        scale = max(q.grad.abs().max().item(), 1e-4 * gmax) + 1e-6
         assert (p.grad - q.grad).abs().max().item() <= 2e-2 * scale, f"{name}: {pname} against eager tpu"
         assert (p.grad.cpu().float() - c.grad.float()).abs().max().item() <= 5e-2 * scale, f"{name}: {pname} against CPU"
     s = _compile.compile_stats()
