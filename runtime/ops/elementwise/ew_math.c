@@ -99,12 +99,35 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
  * through float32 around name##_f32 gives, without the trip through the cast buffers; the tail
  * goes through name##_f32 on a few floats. */
 #if EWV_W && EWV_BF16
+/* Under AVX-512, two vectors a step, rounded together (tpurt_hv_bf16x32_pack: one vcvtne2ps2bf16 and
+ * one denormal check for 32 lanes, the bits of two 16-lane packs): gelu's bf16 loop 0.38 -> 0.34 ns an
+ * element on one core. */
+#if EWV_W == 16
+#define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
+  for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
+    ewv_t r0_, r1_;                                                                              \
+    {                                                                                            \
+      const ewv_t va = ewv_load_bf16(x_ + i_), vb = ewv_load_bf16(y_ + i_);                      \
+      (void)vb;                                                                                  \
+      r0_ = (VEXPR);                                                                             \
+    }                                                                                            \
+    {                                                                                            \
+      const ewv_t va = ewv_load_bf16(x_ + i_ + EWV_W), vb = ewv_load_bf16(y_ + i_ + EWV_W);      \
+      (void)vb;                                                                                  \
+      r1_ = (VEXPR);                                                                             \
+    }                                                                                            \
+    _mm512_storeu_si512((void*)(o_ + i_), tpurt_hv_bf16x32_pack(r0_, r1_));                      \
+  }
+#else
+#define EW_VLOOP_BF16_X2(VEXPR)
+#endif
 #define EW_VLOOP_BF16(name, N, VEXPR)                                                             \
   static void name##_bf16v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                \
     uint16_t* o_ = (uint16_t*)d_[0];                                                             \
     const uint16_t* x_ = (const uint16_t*)d_[1];                                                 \
     const uint16_t* y_ = (const uint16_t*)d_[N];                                                 \
     int64_t i_ = 0;                                                                              \
+    EW_VLOOP_BF16_X2(VEXPR)                                                                      \
     for (; i_ + EWV_W <= n_; i_ += EWV_W) {                                                      \
       const ewv_t va = ewv_load_bf16(x_ + i_), vb = ewv_load_bf16(y_ + i_);                      \
       (void)vb;                                                                                  \
