@@ -405,7 +405,7 @@ static inline ewv_t ewv_patch(ewv_t r, ewv_t x, ewm_t m, float (*f)(float)) {
 }
 
 /* tpurt_vm_sin_poly, tpurt_vm_pi_reduce, tpurt_vm_flip_odd, tpurt_vm_sinf / cosf's double parts,
- * tpurt_vm_expd (with tpurt_vm_pow2d) and tpurt_vm_erfcx_poly on double lanes */
+ * the double exponential and tpurt_vm_erfcx_poly on double lanes */
 static inline ewd_t ewd_sin_poly(ewd_t r) {
   const ewd_t z = ewd_mul(r, r);
   ewd_t p = ewd_set1(1.5408313947667951e-10);
@@ -450,23 +450,37 @@ static inline __attribute__((always_inline)) ewv_t ewv_trig(ewv_t x, ewd_t (*f)(
 /* tpurt_vm_sinf, tpurt_vm_cosf */
 static inline ewv_t ewv_sin(ewv_t x) { return ewv_trig(x, ewd_sin, ewv_sinf_, true); }
 static inline ewv_t ewv_cos(ewv_t x) { return ewv_trig(x, ewd_cos, ewv_cosf_, false); }
-static inline ewd_t ewd_exp(ewd_t y) {
+/* tpurt_vm_pow2d */
+static inline ewd_t ewd_pow2(ewd_t n) { return ewd_shl52(ewd_add(n, ewd_set1(0x1.8p52 + 1023.0))); }
+/* tpurt_vm_exp_eo */
+static inline ewd_t ewd_exp_eo(ewd_t y, ewd_t* n_out, ewd_t* r_out, ewd_t* o_out) {
   const ewd_t n = ewd_round(ewd_mul(y, ewd_set1(0x1.71547652b82fep+0)));
   const ewd_t nn = ewd_xor(n, ewd_set1(-0.0));
   ewd_t r = ewd_fma(nn, ewd_set1(0x1.62e42fefa39efp-1), y);
   r = ewd_fma(nn, ewd_set1(0x1.abc9e3b39803fp-56), r);
-  ewd_t p = ewd_set1(1.0 / 3628800);
-  p = ewd_fma(p, r, ewd_set1(1.0 / 362880));
-  p = ewd_fma(p, r, ewd_set1(1.0 / 40320));
-  p = ewd_fma(p, r, ewd_set1(1.0 / 5040));
-  p = ewd_fma(p, r, ewd_set1(1.0 / 720));
-  p = ewd_fma(p, r, ewd_set1(1.0 / 120));
-  p = ewd_fma(p, r, ewd_set1(1.0 / 24));
-  p = ewd_fma(p, r, ewd_set1(1.0 / 6));
-  p = ewd_fma(p, r, ewd_set1(0.5));
-  p = ewd_fma(p, r, ewd_set1(1.0));
-  p = ewd_fma(p, r, ewd_set1(1.0));
-  return ewd_mul(p, ewd_shl52(ewd_add(n, ewd_set1(0x1.8p52 + 1023.0))));
+  const ewd_t z = ewd_mul(r, r);
+  ewd_t e = ewd_set1(1.0 / 3628800);
+  e = ewd_fma(e, z, ewd_set1(1.0 / 40320));
+  e = ewd_fma(e, z, ewd_set1(1.0 / 720));
+  e = ewd_fma(e, z, ewd_set1(1.0 / 24));
+  e = ewd_fma(e, z, ewd_set1(0.5));
+  e = ewd_fma(e, z, ewd_set1(1.0));
+  ewd_t o = ewd_set1(1.0 / 39916800);
+  o = ewd_fma(o, z, ewd_set1(1.0 / 362880));
+  o = ewd_fma(o, z, ewd_set1(1.0 / 5040));
+  o = ewd_fma(o, z, ewd_set1(1.0 / 120));
+  o = ewd_fma(o, z, ewd_set1(1.0 / 6));
+  o = ewd_fma(o, z, ewd_set1(1.0));
+  *n_out = n;
+  *r_out = r;
+  *o_out = o;
+  return e;
+}
+/* tpurt_vm_expd */
+static inline ewd_t ewd_exp(ewd_t y) {
+  ewd_t n, r, o;
+  const ewd_t e = ewd_exp_eo(y, &n, &r, &o);
+  return ewd_mul(ewd_fma(r, o, e), ewd_pow2(n));
 }
 static inline ewd_t ewd_erfc_pos(ewd_t x) { /* exp(-a^2) P(t) / (1 + 2a), a = min(|x|, 10.5) */
   const ewd_t a = ewd_min_nan_c(ewd_abs(x), ewd_set1(10.5));
@@ -524,26 +538,10 @@ static inline ewv_t ewv_tan(ewv_t x) { return ewv_trig(x, ewd_tan, ewv_tanf_, tr
 
 /* tpurt_vm_exp_pm_half, tpurt_vm_coshf and tpurt_vm_sinhf */
 static inline void ewd_exp_pm_half(ewd_t a, ewd_t* ep, ewd_t* em) {
-  const ewd_t n = ewd_round(ewd_mul(a, ewd_set1(0x1.71547652b82fep+0)));
-  const ewd_t nn = ewd_xor(n, ewd_set1(-0.0));
-  ewd_t r = ewd_fma(nn, ewd_set1(0x1.62e42fefa39efp-1), a);
-  r = ewd_fma(nn, ewd_set1(0x1.abc9e3b39803fp-56), r);
-  const ewd_t z = ewd_mul(r, r);
-  ewd_t e = ewd_set1(1.0 / 3628800);
-  e = ewd_fma(e, z, ewd_set1(1.0 / 40320));
-  e = ewd_fma(e, z, ewd_set1(1.0 / 720));
-  e = ewd_fma(e, z, ewd_set1(1.0 / 24));
-  e = ewd_fma(e, z, ewd_set1(0.5));
-  e = ewd_fma(e, z, ewd_set1(1.0));
-  ewd_t o = ewd_set1(1.0 / 39916800);
-  o = ewd_fma(o, z, ewd_set1(1.0 / 362880));
-  o = ewd_fma(o, z, ewd_set1(1.0 / 5040));
-  o = ewd_fma(o, z, ewd_set1(1.0 / 120));
-  o = ewd_fma(o, z, ewd_set1(1.0 / 6));
-  o = ewd_fma(o, z, ewd_set1(1.0));
-  const ewd_t magic = ewd_set1(0x1.8p52 + 1023.0);
-  *ep = ewd_mul(ewd_fma(r, o, e), ewd_shl52(ewd_add(ewd_sub(n, ewd_set1(1.0)), magic)));
-  *em = ewd_mul(ewd_fma(ewd_xor(r, ewd_set1(-0.0)), o, e), ewd_shl52(ewd_add(ewd_sub(nn, ewd_set1(1.0)), magic)));
+  ewd_t n, r, o;
+  const ewd_t e = ewd_exp_eo(a, &n, &r, &o), one = ewd_set1(1.0);
+  *ep = ewd_mul(ewd_fma(r, o, e), ewd_pow2(ewd_sub(n, one)));
+  *em = ewd_mul(ewd_fma(ewd_xor(r, ewd_set1(-0.0)), o, e), ewd_pow2(ewd_sub(ewd_xor(n, ewd_set1(-0.0)), one)));
 }
 static inline ewd_t ewd_cosh_pos(ewd_t x) {
   ewd_t ep, em;

@@ -317,24 +317,35 @@ static inline double tpurt_vm_pow2d(double n) {
   memcpy(&s, &b, 8);
   return s;
 }
-/* exp(y) for |y| <= 700: n = round(y / ln2), ln2 in two parts, Taylor to
- * r^10 (|r| <= ln2/2: 2e-13 relative), times 2^n (a normal double here) */
-static inline double tpurt_vm_expd(double y) {
+/* The double exponential's core, for |y| <= 700: y = n ln2 + r (ln2 in two parts, |r| <= ln2/2)
+ * and exp(+-r) = E(r^2) +- r O(r^2) (Taylor to r^11, 6e-15 relative); returns E, with n, r and O. */
+static inline double tpurt_vm_exp_eo(double y, double* n_out, double* r_out, double* o_out) {
   const double n = nearbyint(y * 0x1.71547652b82fep+0);
   double r = fma(-n, 0x1.62e42fefa39efp-1, y);
   r = fma(-n, 0x1.abc9e3b39803fp-56, r);
-  double p = 1.0 / 3628800;
-  p = fma(p, r, 1.0 / 362880);
-  p = fma(p, r, 1.0 / 40320);
-  p = fma(p, r, 1.0 / 5040);
-  p = fma(p, r, 1.0 / 720);
-  p = fma(p, r, 1.0 / 120);
-  p = fma(p, r, 1.0 / 24);
-  p = fma(p, r, 1.0 / 6);
-  p = fma(p, r, 0.5);
-  p = fma(p, r, 1.0);
-  p = fma(p, r, 1.0);
-  return p * tpurt_vm_pow2d(n);
+  const double z = r * r;
+  double e = 1.0 / 3628800;
+  e = fma(e, z, 1.0 / 40320);
+  e = fma(e, z, 1.0 / 720);
+  e = fma(e, z, 1.0 / 24);
+  e = fma(e, z, 0.5);
+  e = fma(e, z, 1.0);
+  double o = 1.0 / 39916800;
+  o = fma(o, z, 1.0 / 362880);
+  o = fma(o, z, 1.0 / 5040);
+  o = fma(o, z, 1.0 / 120);
+  o = fma(o, z, 1.0 / 6);
+  o = fma(o, z, 1.0);
+  *n_out = n;
+  *r_out = r;
+  *o_out = o;
+  return e;
+}
+/* exp(y) for |y| <= 700: (E + r O) 2^n (2^n a normal double here) */
+static inline double tpurt_vm_expd(double y) {
+  double n, r, o;
+  const double e = tpurt_vm_exp_eo(y, &n, &r, &o);
+  return fma(r, o, e) * tpurt_vm_pow2d(n);
 }
 /* (1 + 2a) exp(a^2) erfc(a) for a in [0, 10.5] as a polynomial in
  * t = (a - 3) / (a + 3) (degree 14, 1.1e-12 relative; the map in the style
@@ -393,26 +404,11 @@ static inline float tpurt_vm_tanf(float x) {
   return fabsf(x) <= TPURT_VM_TRIG_MAX ? s : tanf(x);
 }
 
-/* exp(a) / 2 and exp(-a) / 2 for a in [0, 90], in double without a division:
- * a = n ln2 + r, exp(+-r) = E(r^2) +- r O(r^2) (Taylor to r^11, 6e-15), times
- * 2^(+-n - 1) */
+/* exp(a) / 2 and exp(-a) / 2 for a in [0, 90] from one core, without a division:
+ * (E +- r O) 2^(+-n - 1) */
 static inline void tpurt_vm_exp_pm_half(double a, double* ep, double* em) {
-  const double n = nearbyint(a * 0x1.71547652b82fep+0);
-  double r = fma(-n, 0x1.62e42fefa39efp-1, a);
-  r = fma(-n, 0x1.abc9e3b39803fp-56, r);
-  const double z = r * r;
-  double e = 1.0 / 3628800;
-  e = fma(e, z, 1.0 / 40320);
-  e = fma(e, z, 1.0 / 720);
-  e = fma(e, z, 1.0 / 24);
-  e = fma(e, z, 0.5);
-  e = fma(e, z, 1.0);
-  double o = 1.0 / 39916800;
-  o = fma(o, z, 1.0 / 362880);
-  o = fma(o, z, 1.0 / 5040);
-  o = fma(o, z, 1.0 / 120);
-  o = fma(o, z, 1.0 / 6);
-  o = fma(o, z, 1.0);
+  double n, r, o;
+  const double e = tpurt_vm_exp_eo(a, &n, &r, &o);
   *ep = fma(r, o, e) * tpurt_vm_pow2d(n - 1.0);
   *em = fma(-r, o, e) * tpurt_vm_pow2d(-n - 1.0);
 }

@@ -224,22 +224,11 @@ static void sm_bwd_bf16_row(const uint16_t* g, const uint16_t* o, uint16_t* y, i
 
 /* log_softmax backward of one row held in bfloat16: s = sum(g) and
  * y = g - exp(o) * s in float32 from the bfloat16 rows directly, the bits of
- * the float32 path (TPURT_LANE_SUM's order for s, LSM_BWD_float for y, one
+ * the float32 path (TPURT_LANE_SUM for s, LSM_BWD_float for y, one
  * rounding to bfloat16) without its three float32 copies of the row. */
 static void lsm_bwd_bf16_row(const uint16_t* g, const uint16_t* o, uint16_t* y, int64_t n) {
-  float s = 0, l[8] = {0};
+  const float s = TPURT_LANE_SUM(float, n, tpurt_bf16_to_f32(g[i_]));
   int64_t i = 0;
-#if defined(__AVX2__)
-  __m256 acc = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, tpurt_hv_bf16x8_load(g + i));
-  _mm256_storeu_ps(l, acc);
-#else
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) l[k] += tpurt_bf16_to_f32(g[i + k]);
-#endif
-  for (; i < n; ++i) s += tpurt_bf16_to_f32(g[i]);
-  for (int k = 0; k < 8; ++k) s += l[k];
-  i = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   const __m512 vs16 = _mm512_set1_ps(s);
   for (; i + 16 <= n; i += 16)
