@@ -24,30 +24,10 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
 
 /* exp in the loop type: the vectorizable one for float, libm's for double */
 #define EW_EXP(x) (sizeof(T) == 4 ? (T)tpurt_ew_expf((float)(x)) : (T)exp((double)(x)))
-/* tanh, erf, log, log2, log10, log1p, exp2, sin, cos, tan, asin, acos, atan,
- * atan2, sinh, cosh, asinh, acosh, atanh and erfc likewise (ew_vmath.h): float loops (and
- * float16/bfloat16, which compute in float) vectorize; double loops and the
- * references (T = double) stay on libm */
-#define EW_TANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanhf((float)(x)) : (T)tanh((double)(x)))
-#define EW_ERF(x) (sizeof(T) == 4 ? (T)tpurt_vm_erff((float)(x)) : (T)erf((double)(x)))
-#define EW_EXPM1(x) (sizeof(T) == 4 ? (T)tpurt_vm_expm1f((float)(x)) : (T)expm1((double)(x)))
-#define EW_LOG(x) (sizeof(T) == 4 ? (T)tpurt_vm_logf((float)(x)) : (T)log((double)(x)))
-#define EW_LOG1P(x) (sizeof(T) == 4 ? (T)tpurt_vm_log1pf((float)(x)) : (T)log1p((double)(x)))
-#define EW_EXP2(x) (sizeof(T) == 4 ? (T)tpurt_vm_exp2f((float)(x)) : (T)exp2((double)(x)))
-#define EW_ATAN(x) (sizeof(T) == 4 ? (T)tpurt_vm_atanf((float)(x)) : (T)atan((double)(x)))
-#define EW_SIN(x) (sizeof(T) == 4 ? (T)tpurt_vm_sinf((float)(x)) : (T)sin((double)(x)))
-#define EW_COS(x) (sizeof(T) == 4 ? (T)tpurt_vm_cosf((float)(x)) : (T)cos((double)(x)))
-#define EW_ERFC(x) (sizeof(T) == 4 ? (T)tpurt_vm_erfcf((float)(x)) : (T)erfc((double)(x)))
-#define EW_LOG2(x) (sizeof(T) == 4 ? (T)tpurt_vm_log2f((float)(x)) : (T)log2((double)(x)))
-#define EW_LOG10(x) (sizeof(T) == 4 ? (T)tpurt_vm_log10f((float)(x)) : (T)log10((double)(x)))
-#define EW_TAN(x) (sizeof(T) == 4 ? (T)tpurt_vm_tanf((float)(x)) : (T)tan((double)(x)))
-#define EW_SINH(x) (sizeof(T) == 4 ? (T)tpurt_vm_sinhf((float)(x)) : (T)sinh((double)(x)))
-#define EW_COSH(x) (sizeof(T) == 4 ? (T)tpurt_vm_coshf((float)(x)) : (T)cosh((double)(x)))
-#define EW_ASIN(x) (sizeof(T) == 4 ? (T)tpurt_vm_asinf((float)(x)) : (T)asin((double)(x)))
-#define EW_ACOS(x) (sizeof(T) == 4 ? (T)tpurt_vm_acosf((float)(x)) : (T)acos((double)(x)))
-#define EW_ASINH(x) (sizeof(T) == 4 ? (T)tpurt_vm_asinhf((float)(x)) : (T)asinh((double)(x)))
-#define EW_ACOSH(x) (sizeof(T) == 4 ? (T)tpurt_vm_acoshf((float)(x)) : (T)acosh((double)(x)))
-#define EW_ATANH(x) (sizeof(T) == 4 ? (T)tpurt_vm_atanhf((float)(x)) : (T)atanh((double)(x)))
+/* EW_VM(F, x): F of ew_vmath.h (tpurt_vm_Ff: tanh, erf, log, sin, ...) likewise: float loops
+ * (and float16/bfloat16, which compute in float) vectorize; double loops and the references
+ * (T = double) stay on libm's F */
+#define EW_VM(F, x) (sizeof(T) == 4 ? (T)tpurt_vm_##F##f((float)(x)) : (T)F((double)(x)))
 #define EW_ATAN2(y, x) (sizeof(T) == 4 ? (T)tpurt_vm_atan2f((float)(y), (float)(x)) : (T)atan2((double)(y), (double)(x)))
 
 /* ---- hand-vectorized float32 loops ----
@@ -330,13 +310,13 @@ EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 
 EW_OP_F(nextafter, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_M(FLOAT32) | EW_M(FLOAT64), NULL, EW_IN(0, 1),
         nextafter(a, b))
 EW_OP_F(xlogy, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (b != b) ? b : (a == 0 ? (T)0 : a * EW_LOG(b)))
+        (b != b) ? b : (a == 0 ? (T)0 : a * EW_VM(log, b)))
 EW_OP_F(xlog1py, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (b != b) ? b : (a == 0 ? (T)0 : a * EW_LOG1P(b)))
+        (b != b) ? b : (a == 0 ? (T)0 : a * EW_VM(log1p, b)))
 EW_OP_F(logaddexp, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_LOG1P(EW_EXP(-fabs(a - b)))))
+        (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_VM(log1p, EW_EXP(-fabs(a - b)))))
 EW_OP_F(logaddexp2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_LOG1P(EW_EXP2(-fabs(a - b))) * (T)1.4426950408889634))
+        (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_VM(log1p, EW_VM(exp2, -fabs(a - b))) * (T)1.4426950408889634))
 EW_OP_FI(heaviside, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), a == 0 ? b : (T)(a > 0),
          a == 0 ? b : (T)(a > 0))
 #define EW_MAXN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x))))
@@ -393,30 +373,30 @@ EW_OP_F(reciprocal, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0
 EW_UF(sqrt, sqrt(a))
 EW_UF(rsqrt, 1 / sqrt(a))
 EW_UFV(exp, EW_EXP(a), ewv_exp(va))
-EW_UFV(exp2, EW_EXP2(a), ewv_exp2(va))
-EW_UFV(expm1, EW_EXPM1(a), ewv_expm1(va))
-EW_UFV(log, EW_LOG(a), ewv_log(va))
-EW_UFV(log2, EW_LOG2(a), ewv_log2(va))
-EW_UFV(log10, EW_LOG10(a), ewv_log10(va))
-EW_UFV(log1p, EW_LOG1P(a), ewv_log1p(va))
-EW_UFV(sin, EW_SIN(a), ewv_sin(va))
-EW_UFV(cos, EW_COS(a), ewv_cos(va))
-EW_UFV(tan, EW_TAN(a), ewv_tan(va))
-EW_UFV(tanh, EW_TANH(a), ewv_tanh(va))
-EW_UFV(sinh, EW_SINH(a), ewv_sinh(va))
-EW_UFV(cosh, EW_COSH(a), ewv_cosh(va))
-EW_UFV(asin, EW_ASIN(a), ewv_asin(va))
-EW_UFV(acos, EW_ACOS(a), ewv_acos(va))
-EW_UFV(atan, EW_ATAN(a), ewv_atan(va))
-EW_UFV(asinh, EW_ASINH(a), ewv_asinh(va))
-EW_UFV(acosh, EW_ACOSH(a), ewv_acosh(va))
-EW_UFV(atanh, EW_ATANH(a), ewv_atanh(va))
+EW_UFV(exp2, EW_VM(exp2, a), ewv_exp2(va))
+EW_UFV(expm1, EW_VM(expm1, a), ewv_expm1(va))
+EW_UFV(log, EW_VM(log, a), ewv_log(va))
+EW_UFV(log2, EW_VM(log2, a), ewv_log2(va))
+EW_UFV(log10, EW_VM(log10, a), ewv_log10(va))
+EW_UFV(log1p, EW_VM(log1p, a), ewv_log1p(va))
+EW_UFV(sin, EW_VM(sin, a), ewv_sin(va))
+EW_UFV(cos, EW_VM(cos, a), ewv_cos(va))
+EW_UFV(tan, EW_VM(tan, a), ewv_tan(va))
+EW_UFV(tanh, EW_VM(tanh, a), ewv_tanh(va))
+EW_UFV(sinh, EW_VM(sinh, a), ewv_sinh(va))
+EW_UFV(cosh, EW_VM(cosh, a), ewv_cosh(va))
+EW_UFV(asin, EW_VM(asin, a), ewv_asin(va))
+EW_UFV(acos, EW_VM(acos, a), ewv_acos(va))
+EW_UFV(atan, EW_VM(atan, a), ewv_atan(va))
+EW_UFV(asinh, EW_VM(asinh, a), ewv_asinh(va))
+EW_UFV(acosh, EW_VM(acosh, a), ewv_acosh(va))
+EW_UFV(atanh, EW_VM(atanh, a), ewv_atanh(va))
 EW_UFV(sigmoid, 1 / (1 + EW_EXP(-a)), ewv_sigmoid(va))
-EW_UFV(erf, EW_ERF(a), ewv_erf(va))
-EW_UFV(erfc, EW_ERFC(a), ewv_erfc(va))
+EW_UFV(erf, EW_VM(erf, a), ewv_erf(va))
+EW_UFV(erfc, EW_VM(erfc, a), ewv_erfc(va))
 EW_UF(lgamma, lgamma(a))
-EW_UFV(sinc, a == 0 ? (T)1 : EW_SIN((T)M_PI * a) / ((T)M_PI * a), ewv_sinc(va))
-EW_UF(special_entr, (a != a) ? a : (a > 0 ? -a * EW_LOG(a) : (a == 0 ? (T)0 : -(T)INFINITY)))
+EW_UFV(sinc, a == 0 ? (T)1 : EW_VM(sin, (T)M_PI * a) / ((T)M_PI * a), ewv_sinc(va))
+EW_UF(special_entr, (a != a) ? a : (a > 0 ? -a * EW_VM(log, a) : (a == 0 ? (T)0 : -(T)INFINITY)))
 EW_UF(angle, (a != a) ? a : (a < 0 ? (T)M_PI : (T)0))
 
 /* erfinv in double (float64): Giles' double-precision polynomials refined by
@@ -564,7 +544,7 @@ static tpurt_status_t setup_eps1(const tpurt_op_call_t* c, ew_params_t* p) {
   return TPURT_OK;
 }
 EW_OP_F(logit, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, setup_eps1, EW_IN(0),
-        ({ T x_ = a; if (p.d[0] >= 0) { T lo_ = (T)p.d[0], hi_ = 1 - lo_; x_ = x_ < lo_ ? lo_ : (x_ > hi_ ? hi_ : x_); } EW_LOG(x_ / (1 - x_)); }))
+        ({ T x_ = a; if (p.d[0] >= 0) { T lo_ = (T)p.d[0], hi_ = 1 - lo_; x_ = x_ < lo_ ? lo_ : (x_ > hi_ ? hi_ : x_); } EW_VM(log, x_ / (1 - x_)); }))
 
 /* ---- activations ---- */
 EW_OP_FI(relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), a < 0 ? (T)0 : a, EW_NEG(a) ? (T)0 : a)
@@ -583,9 +563,9 @@ static tpurt_status_t setup_gelu(const tpurt_op_call_t* c, ew_params_t* p) {
 /* gelu's two formulas are two variants, picked per call by `approximate`
  * (one formula per loop: a select between them computed both per element) */
 EW_OP_F_ASV(gelu_erf, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
-            a * (T)0.5 * (1 + EW_ERF(a * (T)M_SQRT1_2)), ewv_gelu_erf(va))
+            a * (T)0.5 * (1 + EW_VM(erf, a * (T)M_SQRT1_2)), ewv_gelu_erf(va))
 EW_OP_F_ASV(gelu_tanh, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
-            (T)0.5 * a * (1 + EW_TANH(GELU_BETA * (a + GELU_KAPPA * a * a * a))), ewv_gelu_tanh(va))
+            (T)0.5 * a * (1 + EW_VM(tanh, GELU_BETA * (a + GELU_KAPPA * a * a * a))), ewv_gelu_tanh(va))
 static bool gelu_is_tanh(const tpurt_op_call_t* c, int arg) {
   const char* approximate = tpurt_arg_string(c, arg, NULL);
   return approximate && strcmp(approximate, "tanh") == 0;
@@ -594,7 +574,7 @@ static const ew_op_t* gelu_pick(const tpurt_op_call_t* c) {
   return gelu_is_tanh(c, 1) ? &gelu_tanh_desc : &gelu_erf_desc; /* setup_gelu rejects other strings */
 }
 EW_OP_FV(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a / (1 + EW_EXP(-a)), ewv_silu(va))
-EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_TANH(EW_LOG1P(EW_EXP(a))))
+EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_VM(tanh, EW_VM(log1p, EW_EXP(a))))
 #define HSIG(x) ({ T v_ = (x) + 3; v_ = v_ < 0 ? (T)0 : v_; v_ = 6 < v_ ? (T)6 : v_; v_ / 6; })
 EW_OP_F(hardsigmoid, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), HSIG(a))
 EW_OP_F(hardswish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * HSIG(a))
@@ -605,7 +585,7 @@ static tpurt_status_t setup_elu(const tpurt_op_call_t* c, ew_params_t* p) {
   return TPURT_OK;
 }
 EW_OP_F(elu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_elu, EW_IN(0),
-        a <= 0 ? EW_EXPM1(a * (T)p.d[2]) * (T)(p.d[0] * p.d[1]) : a * (T)p.d[1])
+        a <= 0 ? EW_VM(expm1, a * (T)p.d[2]) * (T)(p.d[0] * p.d[1]) : a * (T)p.d[1])
 static tpurt_status_t setup_slope1(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 0.01);
   return TPURT_OK;
@@ -626,7 +606,7 @@ static tpurt_status_t setup_softplus(const tpurt_op_call_t* c, ew_params_t* p) {
   return TPURT_OK;
 }
 EW_OP_F(softplus, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_softplus, EW_IN(0),
-        a * (T)p.d[0] > (T)p.d[1] ? a : EW_LOG1P(EW_EXP(a * (T)p.d[0])) / (T)p.d[0])
+        a * (T)p.d[0] > (T)p.d[1] ? a : EW_VM(log1p, EW_EXP(a * (T)p.d[0])) / (T)p.d[0])
 static tpurt_status_t setup_threshold(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 0.0);
   ew_param_arg(p, 1, c, 2, 0.0);
@@ -668,7 +648,7 @@ static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
 }
 #define GELU_BW_TANH                                                                       \
   ({                                                                                       \
-    T xsq_ = b * b, inner_ = GELU_BETA * (b + GELU_KAPPA * xsq_ * b), th_ = EW_TANH(inner_);\
+    T xsq_ = b * b, inner_ = GELU_BETA * (b + GELU_KAPPA * xsq_ * b), th_ = EW_VM(tanh, inner_);\
     T left_ = (T)0.5 * b, right_ = 1 + th_;                                                \
     T ld_ = (T)0.5 * right_;                                                               \
     T rd_ = left_ * (1 - th_ * th_) * GELU_BETA * (1 + 3 * GELU_KAPPA * xsq_);             \
@@ -676,7 +656,7 @@ static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
   })
 #define GELU_BW_ERF                                                                        \
   ({                                                                                       \
-    T cdf_ = (T)0.5 * (1 + EW_ERF(b * (T)M_SQRT1_2));                                      \
+    T cdf_ = (T)0.5 * (1 + EW_VM(erf, b * (T)M_SQRT1_2));                                      \
     T pdf_ = EW_EXP((T)-0.5 * b * b) * (T)(M_2_SQRTPI * M_SQRT1_2 * 0.5);                  \
     a * (cdf_ + b * pdf_);                                                                 \
   })
@@ -898,7 +878,7 @@ EW_KERNELS(identity, identity_desc)
       const T* xs = (const T*)d[2];                                                       \
       _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i) {                              \
         T x = xs[i], z = EW_EXP(-fabs(x));                                                \
-        o[i] = (x < 0 ? x : (T)0) - EW_LOG1P(z);                                          \
+        o[i] = (x < 0 ? x : (T)0) - EW_VM(log1p, z);                                          \
         bz[i] = z;                                                                        \
       }                                                                                   \
       return;                                                                             \
@@ -906,7 +886,7 @@ EW_KERNELS(identity, identity_desc)
     for (int64_t i = 0; i < n; ++i) {                                                     \
       T x = *(const T*)(d[2] + i * s[2]);                                                 \
       T z = EW_EXP(-fabs(x));                                                             \
-      *(T*)(d[0] + i * s[0]) = (x < 0 ? x : (T)0) - EW_LOG1P(z);                          \
+      *(T*)(d[0] + i * s[0]) = (x < 0 ? x : (T)0) - EW_VM(log1p, z);                          \
       *(T*)(d[1] + i * s[1]) = z;                                                         \
     }                                                                                     \
   }
