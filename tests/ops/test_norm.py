@@ -102,6 +102,24 @@ def test_layer_norm(device, dtype):
     torch.testing.assert_close(md(xt.to(device)).detach().cpu(), m(xt).detach(), **tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (True, True, False),
+                                  (False, False, True), (True, False, True)])
+def test_layer_norm_backward_output_mask(device, dtype, mask):
+    """native_layer_norm_backward computes what its output mask asks for (autograd asks for grad_input
+    alone when the weight needs no gradient): each wanted gradient matches CPU's, the others are None."""
+    x, g = make((37, 300), dtype, 0, scale=2) + 1, make((37, 300), dtype, 1)
+    w, b = make((300,), dtype, 2) * 0.5 + 1, make((300,), dtype, 3)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [300], w, b, 1e-5)
+    want = torch.ops.aten.native_layer_norm_backward(g, x, [300], mean, rstd, w, b, list(mask))
+    d = [t.to(device) for t in (g, x, mean, rstd, w, b)]
+    got = torch.ops.aten.native_layer_norm_backward(d[0], d[1], [300], d[2], d[3], d[4], d[5], list(mask))
+    for m, e, a in zip(mask, want, got):
+        assert (a is None) == (not m) == (e is None)
+        if m:
+            torch.testing.assert_close(a.cpu(), e, **tol(dtype, 4))
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_rms_norm(device, dtype):
     x = make((3, 5, 16), dtype, scale=2)

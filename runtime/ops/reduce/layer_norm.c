@@ -85,6 +85,7 @@ typedef struct ln_job_t {
   const tpurt_tensor_t *mean, *rstd; /* forward: outputs; backward: inputs */
   const double *w, *b;        /* flattened weight/bias (NULL if absent) */
   bool want_gi;
+  bool want_wb;               /* backward: dw (and db) wanted; else no partials are summed */
   double* partial;            /* backward: per thread [2N] (dw, db) */
   bool* touched;
   double* buf;                /* per thread 3N */
@@ -342,8 +343,10 @@ static void ln_reference(const ln_job_t* j, double* dwb) {
     for (int64_t i = 0; i < N; ++i) {
       double xh = (X(i) - mean) * rstd, gw = G(i) * (j->w ? j->w[i] : 1.0);
       s1 += gw; s2 += gw * xh;
-      dwb[i] += G(i) * xh;
-      dwb[N + i] += G(i);
+      if (dwb) {
+        dwb[i] += G(i) * xh;
+        dwb[N + i] += G(i);
+      }
     }
     if (!j->want_gi) continue;
     int64_t oo = mat_row_off(&j->out, r);
@@ -410,6 +413,7 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     tpurt_arg_bool_mask(c, mask_i, 3, mask);
     j.want_gi = mask[0] && out_ok(c, 0, j.M * j.N);
     if (j.want_gi) mat_init(&j.out, &c->outputs[0], k);
+    j.want_wb = (mask[1] && out_ok(c, 1, j.N)) || (!rms && mask[2] && out_ok(c, 2, j.N));
   }
   if (j.N == 0) {
     /* empty rows: PyTorch's statistics are mean 0 and rstd NaN (0/0 variance) */
@@ -445,13 +449,13 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     if (w) j.fw = ln_vec_f32(w, j.N, 1, wbuf, flat);
     if (b) j.fb = ln_vec_f32(b, j.N, 0, bbuf, flat);
     j.fbuf = s + 2 * j.N;
-    if (bwd) {
+    if (bwd && j.want_wb) {
       j.fpartial = j.fbuf + 3 * (size_t)j.N * (size_t)nt;
       j.touched = (bool*)(flat + 2 * (size_t)j.N);
       memset(j.touched, 0, (size_t)nt);
     }
     tpurt_parallel_for(ctx, j.M, 1 + 16384 / (j.N + 1), ln_rows_f32, &j);
-    if (bwd) {
+    if (bwd && j.want_wb) {
       float* acc = NULL;
       for (int t = 0; t < nt; ++t) {
         if (!j.touched[t]) continue;
@@ -478,19 +482,19 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
   if (w) { load_flat(w, j.N, 1, wbuf); j.w = wbuf; }
   if (b) { load_flat(b, j.N, 0, bbuf); j.b = bbuf; }
   j.buf = s + 2 * j.N;
-  if (bwd) {
+  if (bwd && j.want_wb) {
     j.partial = j.buf + 3 * (size_t)j.N * (size_t)nt;
     j.touched = (bool*)(j.partial + 2 * (size_t)j.N * (size_t)nt);
     memset(j.touched, 0, (size_t)nt);
   }
   if (ref) {
-    if (bwd) memset(j.partial, 0, sizeof(double) * 2 * (size_t)j.N);
-    ln_reference(&j, j.partial);
-    if (bwd) j.touched[0] = true;
+    if (bwd && j.want_wb) memset(j.partial, 0, sizeof(double) * 2 * (size_t)j.N);
+    ln_reference(&j, j.want_wb ? j.partial : NULL);
+    if (bwd && j.want_wb) j.touched[0] = true;
   } else {
     tpurt_parallel_for(ctx, j.M, 1 + 16384 / (j.N + 1), ln_rows, &j);
   }
-  if (bwd) {
+  if (bwd && j.want_wb) {
     /* add per-thread partials in thread order into the first touched one */
     double* acc = NULL;
     for (int t = 0; t < nt; ++t) {
