@@ -2,6 +2,7 @@
  * tokens and the host hooks (tpurt/device.h). */
 #include "base/thread.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -31,6 +32,13 @@ uint64_t tpurt_thread_issuer(void) {
 tpurt_status_t tpurt_host_interrupted(void) {
   tpurt_status_t (*fn)(void) = atomic_load(&g_interrupted);
   return fn ? fn() : TPURT_OK;
+}
+
+int tpurt_thread_pin(pthread_t thread, const int* cpus, int n) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int i = 0; i < n; ++i) CPU_SET(cpus[i], &set);
+  return pthread_setaffinity_np(thread, sizeof(set), &set);
 }
 
 int tpurt_thread_start(pthread_t* out_thread, void* (*fn)(void*), void* arg, const char* name) {

@@ -12,6 +12,9 @@
 /* pthread_create's result (0 on success). `name` is cut to 15 characters. */
 int tpurt_thread_start(pthread_t* out_thread, void* (*fn)(void*), void* arg, const char* name);
 
+/* Keeps `thread` on the n host CPUs cpus[0..n) (pthread_setaffinity_np's result, 0 on success). */
+int tpurt_thread_pin(pthread_t thread, const int* cpus, int n);
+
 /* The calling thread's issuer token (never 0), or 0 for a thread whose
  * errors any thread may take: one the host hooks call shared (a thread
  * PyTorch's autograd engine runs backward ops on). Commands carry it, so a

@@ -51,7 +51,24 @@ static uint64_t host_ram(void) {
   return (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : DEFAULT_HBM_BYTES;
 }
 
-static tpurt_status_t device_create(int index, uint64_t hbm_bytes, int num_threads,
+/* The host CPUs chip slot `slot` of this host keeps its compute threads on: the slot's own run of
+ * `threads` CPUs among those this process may use, in cpus[0..threads). False (the scheduler places
+ * the threads) when the chip has one thread (nothing of its own to keep apart) or when the host's
+ * chips have more threads than the process has CPUs. Why: on a
+ * virtual machine whose scheduler packs woken threads onto busy vCPUs, a chip's pool thread woken
+ * after an idle moment often lands on the vCPU its queue worker runs on, and the first kernels of
+ * a burst then run at one core's speed (README, "Compute threads on their own cores"). */
+static bool chip_cpus(int slot, int threads, int sharing, int* cpus) {
+  cpu_set_t set;
+  if (threads < 2 || sched_getaffinity(0, sizeof(set), &set) != 0) return false;
+  if ((int64_t)threads * sharing > CPU_COUNT(&set)) return false;
+  int first = slot * threads, n = 0, k = 0;
+  for (int c = 0; c < CPU_SETSIZE && n < threads; ++c)
+    if (CPU_ISSET(c, &set) && k++ >= first) cpus[n++] = c;
+  return n == threads;
+}
+
+static tpurt_status_t device_create(int index, uint64_t hbm_bytes, int num_threads, const int* cpus,
                                     tpurt_device_t** out) {
   const char* drv_name = getenv("TORCH_TPU_DRIVER");
   const tpurt_hal_driver_t* drv = tpurt_hal_driver_find(drv_name);
@@ -61,7 +78,7 @@ static tpurt_status_t device_create(int index, uint64_t hbm_bytes, int num_threa
   d->index = index;
   d->driver = drv;
   pthread_mutex_init(&d->queues_lock, NULL);
-  tpurt_hal_device_params_t params = {.index = index, .hbm_bytes = hbm_bytes, .num_threads = num_threads};
+  tpurt_hal_device_params_t params = {.index = index, .hbm_bytes = hbm_bytes, .num_threads = num_threads, .cpus = cpus};
   tpurt_status_t s = drv->device_create(&params, &d->hal);
   if (!s) s = drv->device_query(d->hal, &d->props);
   if (s) goto fail;
@@ -106,6 +123,15 @@ static void init_once(void) {
   int threads = cores / sharing > 0 ? cores / sharing : 1;
   s = tpurt_env_int("TORCH_TPU_NUM_THREADS", 1, 1024, &threads);
   if (s) goto done;
+  int pin = 1;
+  s = tpurt_env_int("TORCH_TPU_PIN_THREADS", 0, 1, &pin);
+  if (s) {
+    tpurt_status_free(s);
+    s = TPURT_STATUS(INVALID_ARGUMENT, "TORCH_TPU_PIN_THREADS=%s: expected 0 (the host's scheduler places the "
+                     "chip's threads) or 1 (each compute thread keeps to a CPU of its own)",
+                     getenv("TORCH_TPU_PIN_THREADS"));
+    goto done;
+  }
 
   /* Capacity is a limit, not a commitment (pages are committed on touch), but
    * keep it within 3/4 of RAM across the chips so a full chip cannot take the
@@ -126,11 +152,15 @@ static void init_once(void) {
     }
   }
   hbm &= ~(uint64_t)511;
+  int* cpus = pin ? malloc(sizeof(int) * (size_t)threads) : NULL;
   for (int i = 0; i < num_chips; ++i) {
-    s = device_create(i, hbm, threads, &g_devices[i]);
-    if (s) goto done;
+    bool pinned = cpus && chip_cpus(host.chip * num_chips + i, threads, sharing, cpus);
+    s = device_create(i, hbm, threads, pinned ? cpus : NULL, &g_devices[i]);
+    if (s) break;
     g_num_devices = i + 1;
   }
+  free(cpus);
+  if (s) goto done;
   tpurt_exec_loader_install(g_devices[0]);
 done:
   g_init_status = s;

@@ -41,6 +41,10 @@ typedef struct tpurt_hal_device_params_t {
   int index;           /* chip index within this process */
   uint64_t hbm_bytes;  /* device memory capacity to provide */
   int num_threads;     /* compute threads (the vTPU's cores) */
+  /* The host CPU each compute thread keeps to (num_threads entries: cpus[0] for the queue workers,
+   * which lead each kernel, cpus[t] for the pool's thread t), or NULL: the host's scheduler places
+   * them. Copied. */
+  const int* cpus;
 } tpurt_hal_device_params_t;
 
 typedef struct tpurt_hal_device_props_t {

@@ -27,11 +27,16 @@ struct tpurt_hal_device_t {
   pthread_mutex_t lock;
   tpurt_range_alloc_t ranges;
   int num_threads;
+  int* cpus;      /* the host CPUs of the compute threads (num_threads), or NULL */
   tpurt_pool_t* pool;
   tpurt_poison_t poison; /* what failed or dropped commands should have written */
 };
 
 int tpurt_vtpu_device_index(tpurt_hal_device_t* d) { return d->index; }
+const int* tpurt_vtpu_device_cpus(tpurt_hal_device_t* d, int* n) {
+  *n = d->cpus ? d->num_threads : 0;
+  return d->cpus;
+}
 
 void tpurt_vtpu_kernel_ctx(tpurt_hal_device_t* d, tpurt_scratch_t* scratch, bool debug, tpurt_kernel_ctx_t* out) {
   out->pool = d->pool;
@@ -103,13 +108,18 @@ static tpurt_status_t vtpu_device_create(const tpurt_hal_device_params_t* params
   tpurt_poison_init(&d->poison);
   tpurt_status_t s = tpurt_range_alloc_init(&d->ranges, bytes);
   d->num_threads = params->num_threads > 0 ? params->num_threads : 1;
-  if (!s) s = tpurt_pool_create(params->index, d->num_threads, &d->pool);
+  if (!s && params->cpus) {
+    d->cpus = malloc(sizeof(int) * (size_t)d->num_threads);
+    if (d->cpus) memcpy(d->cpus, params->cpus, sizeof(int) * (size_t)d->num_threads);
+  }
+  if (!s) s = tpurt_pool_create(params->index, d->num_threads, d->cpus, &d->pool);
   if (s) {
     tpurt_range_alloc_deinit(&d->ranges);
     tpurt_poison_deinit(&d->poison);
     pthread_mutex_destroy(&d->lock);
     munmap(d->base, bytes);
     if (d->fd >= 0) close(d->fd);
+    free(d->cpus);
     free(d);
     return s;
   }
@@ -125,6 +135,7 @@ static void vtpu_device_destroy(tpurt_hal_device_t* d) {
   tpurt_range_alloc_deinit(&d->ranges);
   tpurt_poison_deinit(&d->poison);
   pthread_mutex_destroy(&d->lock);
+  free(d->cpus);
   free(d);
 }
 

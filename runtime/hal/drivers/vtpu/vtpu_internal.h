@@ -8,6 +8,9 @@
 
 /* The chip's index (thread names). */
 int tpurt_vtpu_device_index(tpurt_hal_device_t* device);
+/* The host CPUs the chip's compute threads keep to (*n of them: [0] the default queue's worker,
+ * [t] the pool's thread t), or NULL (*n = 0) when the scheduler places them. */
+const int* tpurt_vtpu_device_cpus(tpurt_hal_device_t* device, int* n);
 /* A dispatch context over the chip's compute pool and `scratch`. */
 void tpurt_vtpu_kernel_ctx(tpurt_hal_device_t* device, tpurt_scratch_t* scratch, bool debug,
                            tpurt_kernel_ctx_t* out_ctx);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/futex.h"
+#include "base/log.h"
 #include "base/thread.h"
 #include "hal/drivers/vtpu/vtpu_pool.h"
 
@@ -116,7 +117,7 @@ static void* pool_thread_main(void* varg) {
   return NULL;
 }
 
-tpurt_status_t tpurt_pool_create(int chip, int num_threads, tpurt_pool_t** out_pool) {
+tpurt_status_t tpurt_pool_create(int chip, int num_threads, const int* cpus, tpurt_pool_t** out_pool) {
   *out_pool = NULL;
   if (num_threads < 1) num_threads = 1;
   tpurt_pool_t* p = aligned_alloc(64, (sizeof(*p) + 63) & ~(size_t)63);
@@ -141,6 +142,8 @@ tpurt_status_t tpurt_pool_create(int chip, int num_threads, tpurt_pool_t** out_p
       snprintf(name, sizeof(name), "tpu%d-pool%d", chip, t);
       rc = tpurt_thread_start(&p->threads[t], pool_thread_main, a, name);
       if (rc) free(a);
+      else if (cpus && tpurt_thread_pin(p->threads[t], &cpus[t], 1) != 0)
+        TPURT_LOG(WARNING, "vtpu: cannot keep %s on host CPU %d; the scheduler places it", name, cpus[t]);
     }
     if (rc) {
       /* Run with the threads we got rather than fail the chip. */

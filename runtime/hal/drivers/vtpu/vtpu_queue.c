@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/futex.h"
+#include "base/log.h"
 #include "base/thread.h"
 #include "hal/call_record.h"
 #include "hal/drivers/vtpu/vtpu_internal.h"
@@ -539,6 +540,13 @@ tpurt_status_t tpurt_vtpu_queue_create(tpurt_hal_device_t* device, const tpurt_h
     free(q);
     return TPURT_STATUS(RESOURCE_EXHAUSTED, "cannot start a queue thread");
   }
+  /* The default queue's worker leads most kernels: on the chip's first CPU, apart from the pool's
+   * threads. Other queues' workers (streams) keep to the chip's CPUs, so two busy queues never
+   * share one CPU while another is idle. */
+  int ncpu;
+  const int* cpus = tpurt_vtpu_device_cpus(device, &ncpu);
+  if (cpus && tpurt_thread_pin(q->thread, cpus, params->id == 0 ? 1 : ncpu) != 0)
+    TPURT_LOG(WARNING, "vtpu: cannot keep %s on its chip's host CPUs; the scheduler places it", name);
   *out_queue = q;
   return TPURT_OK;
 }
