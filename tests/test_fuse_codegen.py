@@ -74,6 +74,8 @@ def _check_built(fn, *args, expect_codegen=True):
     assert first["codegen_runs"] == 0 and first["codegen_builds"] == 0  # a new chain never waits
     _same(_run(fn, DEFER, *args), want)
     c._fusion_wait_builds()
+    if expect_codegen:  # every chain's kernel compiled (a failed build leaves its chain on the generic path)
+        assert _stats()["codegen_build_failures"] == 0, _stats()
     c._fusion_stats_reset()
     _same(_run(fn, DEFER, *args), want)
     st = _stats()
@@ -124,6 +126,7 @@ def test_expression_chains_match_strict(name):
             h = h + torch.log2(y.abs()) + torch.log10(x.abs()) + torch.tan(y) + torch.sinh(x * 0.5) + torch.cosh(y)
             h = h + torch.asin(y * 0.3) + torch.acos(x.clamp(-1, 1)) + torch.atan2(x, y) + torch.sinc(y)
             h = h + torch.asinh(x) + torch.acosh(y.abs() + 1) + torch.atanh(y * 0.3) + torch.erfinv(y * 0.3)
+            h = h + torch.lgamma(x * 3)
             return h + torch.sin(h) * torch.cos(x)
     elif name == "backward":
         def fn(x, y):
@@ -222,10 +225,11 @@ def test_codegen_off_runs_generic_path():
 
 
 def test_unbuildable_expression_stays_generic_and_correct():
-    # erfinv's expression calls a helper private to the elementwise library: the build fails, the
-    # chain keeps running through the generic path with Strict's results, and the failure is kept.
-    x = (torch.rand(5000) * 1.8 - 0.9).to("tpu")
-    fn = lambda x: (x * 0.5).erfinv() + x  # noqa: E731
+    # digamma's expression calls a helper private to the elementwise library (ew_math.c's ew_digamma):
+    # the build fails, the chain keeps running through the generic path with Strict's results, and
+    # the failure is kept.
+    x = (torch.rand(5000) * 1.8 + 0.1).to("tpu")
+    fn = lambda x: (x * 0.5).digamma() + x  # noqa: E731
     st = _check_built(fn, x, expect_codegen=False)
     assert st["codegen_runs"] == 0
     c = _c()

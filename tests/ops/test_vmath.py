@@ -79,6 +79,8 @@ MATH = {
     "acosh": (torch.acosh, lambda v: torch.cat([v.abs() + 1, v * 1e5, v * 1e30])),
     "atanh": (torch.atanh, lambda v: v / 11),
     "erfinv": (torch.erfinv, lambda v: torch.cat([v / 12.01, v.sign() * (1 - (v.abs() / 12.01) ** 8)])),
+    # both signs (the reflection, the poles at the negative integers), about 1 and 2 (the Taylor series), tiny and huge
+    "lgamma": (torch.lgamma, lambda v: torch.cat([v, v * 0.3 + 1, v * 0.3 + 2, v * 1e-30, v * 1e30, v.round()])),
 }
 
 

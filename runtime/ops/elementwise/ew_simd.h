@@ -107,6 +107,15 @@ static inline ewv_t ewd_join(ewd_t lo, ewd_t hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))),
                                              _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
 }
+/* tpurt_vm_logd's reduction: m with v = 2^k m, m in [sqrt(1/2), sqrt 2), and k, for positive normal v */
+static inline ewd_t ewd_log_reduce(ewd_t v, ewd_t* k) {
+  const __m512i u = _mm512_add_epi64(_mm512_castpd_si512(v), _mm512_set1_epi64(0x3ff0000000000000ll - 0x3fe6a09e667f3bcdll));
+  const __m512i e = _mm512_or_si512(_mm512_srli_epi64(u, 52), _mm512_set1_epi64(0x4330000000000000ll));
+  *k = _mm512_sub_pd(_mm512_castsi512_pd(e), _mm512_set1_pd(0x1p52 + 1023.0));
+  return _mm512_castsi512_pd(_mm512_add_epi64(_mm512_and_si512(u, _mm512_set1_epi64(0x000fffffffffffffll)),
+                                              _mm512_set1_epi64(0x3fe6a09e667f3bcdll)));
+}
+static inline bool ewd_any(ewdm_t m) { return m != 0; }
 #elif defined(__AVX2__) && defined(__FMA__)
 #define EWV_W 8
 typedef __m256 ewv_t;
@@ -186,6 +195,14 @@ static inline void ewd_split(ewv_t v, ewd_t* lo, ewd_t* hi) {
 static inline ewv_t ewd_join(ewd_t lo, ewd_t hi) {
   return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
 }
+static inline ewd_t ewd_log_reduce(ewd_t v, ewd_t* k) {
+  const __m256i u = _mm256_add_epi64(_mm256_castpd_si256(v), _mm256_set1_epi64x(0x3ff0000000000000ll - 0x3fe6a09e667f3bcdll));
+  const __m256i e = _mm256_or_si256(_mm256_srli_epi64(u, 52), _mm256_set1_epi64x(0x4330000000000000ll));
+  *k = _mm256_sub_pd(_mm256_castsi256_pd(e), _mm256_set1_pd(0x1p52 + 1023.0));
+  return _mm256_castsi256_pd(_mm256_add_epi64(_mm256_and_si256(u, _mm256_set1_epi64x(0x000fffffffffffffll)),
+                                              _mm256_set1_epi64x(0x3fe6a09e667f3bcdll)));
+}
+static inline bool ewd_any(ewdm_t m) { return _mm256_movemask_pd(m) != 0; }
 #else
 #define EWV_W 0
 #endif
@@ -568,6 +585,89 @@ static inline ewv_t ewv_sinh(ewv_t x) {
   ewd_t lo, hi;
   ewd_split(x, &lo, &hi);
   return ewv_sel(ewv_isnan(x), x, ewv_copysign(ewd_join(ewd_sinh_pos(lo), ewd_sinh_pos(hi)), x));
+}
+
+/* tpurt_vm_logd */
+static inline ewd_t ewd_logd(ewd_t v) {
+  ewd_t k;
+  const ewd_t m = ewd_log_reduce(v, &k);
+  const ewd_t f = ewd_sub(m, ewd_set1(1.0)), hfsq = ewd_mul(ewd_mul(ewd_set1(0.5), f), f);
+  const ewd_t s = ewd_div(f, ewd_add(ewd_set1(2.0), f)), z = ewd_mul(s, s);
+  ewd_t r = ewd_set1(1.479819860511658591e-01);
+  r = ewd_fma(r, z, ewd_set1(1.531383769920937332e-01));
+  r = ewd_fma(r, z, ewd_set1(1.818357216161805012e-01));
+  r = ewd_fma(r, z, ewd_set1(2.222219843214978396e-01));
+  r = ewd_fma(r, z, ewd_set1(2.857142874366239149e-01));
+  r = ewd_fma(r, z, ewd_set1(3.999999999940941908e-01));
+  r = ewd_fma(r, z, ewd_set1(6.666666666666735130e-01));
+  r = ewd_mul(r, z);
+  const ewd_t lo = ewd_add(ewd_mul(s, ewd_add(hfsq, r)), ewd_mul(k, ewd_set1(1.90821492927058770002e-10)));
+  return ewd_add(ewd_mul(k, ewd_set1(6.93147180369123816490e-01)), ewd_sub(f, ewd_sub(hfsq, lo)));
+}
+/* tpurt_vm_lgamma1 / 2 */
+static inline ewd_t ewd_lgamma1(ewd_t t) {
+  static const double c[] = {0.071432946295361336, -0.076932516411352191, 0.083353840546109004,
+                             -0.090954017145829042, 0.10009945751278181,  -0.11133426586956469,
+                             0.12550966952474304,  -0.14404989676884612,  0.16955717699740819,
+                             -0.20738555102867399, 0.27058080842778455,  -0.40068563438653143,
+                             0.82246703342411322,  -0.57721566490153286};
+  ewd_t p = ewd_set1(-0.066668705882420468);
+  for (int i = 0; i < 14; ++i) p = ewd_fma(p, t, ewd_set1(c[i]));
+  return ewd_mul(p, t);
+}
+static inline ewd_t ewd_lgamma2(ewd_t t) {
+  static const double c[] = {-4.4926236738133142e-5, 9.9457512781808534e-5,  -0.00022315475845357938,
+                             0.00050966952474304242, -0.001192753911703261,  0.0028905103307415233,
+                             -0.0073855510286739853, 0.020580808427784548,   -0.067352301053198095,
+                             0.32246703342411322,    0.42278433509846714};
+  ewd_t p = ewd_set1(2.0507212775670692e-5);
+  for (int i = 0; i < 11; ++i) p = ewd_fma(p, t, ewd_set1(c[i]));
+  return ewd_mul(p, t);
+}
+/* tpurt_vm_lgammaf on double lanes; the reflection's sine and the Taylor series only where a lane
+ * needs them (a lane's value does not depend on which others do) */
+static inline ewd_t ewd_lgamma(ewd_t x) {
+  const ewd_t one = ewd_set1(1.0), pi = ewd_set1(3.141592653589793), zero = ewd_set1(0.0);
+  const ewdm_t neg = ewd_lt(x, zero);
+  ewd_t z = ewd_sel(neg, ewd_sub(one, x), x), p = one;
+  for (int i = 0; i < 8; ++i) {
+    const ewdm_t up = ewd_lt(z, ewd_set1(8.0));
+    p = ewd_sel(up, ewd_mul(p, z), p);
+    z = ewd_sel(up, ewd_add(z, one), z);
+  }
+  const ewd_t w = ewd_div(one, z), w2 = ewd_mul(w, w);
+  ewd_t c = ewd_set1(-0.0019175269175269175269);
+  c = ewd_fma(c, w2, ewd_set1(0.00084175084175084175084));
+  c = ewd_fma(c, w2, ewd_set1(-0.0005952380952380952381));
+  c = ewd_fma(c, w2, ewd_set1(0.00079365079365079365079));
+  c = ewd_fma(c, w2, ewd_set1(-0.0027777777777777777778));
+  c = ewd_fma(c, w2, ewd_set1(0.083333333333333333333));
+  const ewd_t st = ewd_fma(ewd_sub(z, ewd_set1(0.5)), ewd_logd(z),
+                           ewd_add(ewd_sub(ewd_set1(0.91893853320467274178), z), ewd_mul(w, c)));
+  ewd_t arg = p, a = one;
+  if (ewd_any(neg)) {
+    a = ewd_sel(neg, ewd_abs(ewd_sub(x, ewd_round(x))), one);
+    const ewd_t sn = ewd_sel(ewd_lt(ewd_set1(0.25), a), ewd_cos_poly(ewd_mul(pi, ewd_sub(ewd_set1(0.5), a))),
+                             ewd_sin_poly(ewd_mul(pi, a)));
+    arg = ewd_sel(neg, ewd_div(ewd_mul(pi, p), sn), p);
+  }
+  const ewd_t la = ewd_logd(arg);
+  ewd_t v = ewd_sel(neg, ewd_sub(la, st), ewd_sub(st, la));
+  const ewd_t t1 = ewd_sub(x, one), t2 = ewd_sub(x, ewd_set1(2.0)), tenth = ewd_set1(0.1);
+  const ewdm_t n1 = ewd_lt(tenth, ewd_abs(t1)), n2 = ewd_lt(tenth, ewd_abs(t2)); /* NaN: in neither */
+  if (ewd_any(ewd_lt(ewd_abs(t1), tenth)) || ewd_any(ewd_lt(ewd_abs(t2), tenth))) { /* never exactly 0.1 */
+    v = ewd_sel(n1, v, ewd_lgamma1(t1));
+    v = ewd_sel(n2, v, ewd_lgamma2(t2));
+  }
+  const ewd_t inf = ewd_set1(INFINITY), tiny = ewd_set1(0x1p-160);
+  v = ewd_sel(ewd_lt(ewd_abs(x), inf), v, inf);
+  v = ewd_sel(ewd_lt(ewd_abs(x), tiny), inf, v);
+  return ewd_sel(ewd_lt(a, tiny), inf, v); /* a is 1 in lanes that are not negative */
+}
+static inline ewv_t ewv_lgamma(ewv_t x) {
+  ewd_t lo, hi;
+  ewd_split(x, &lo, &hi);
+  return ewv_sel(ewv_isnan(x), x, ewd_join(ewd_lgamma(lo), ewd_lgamma(hi)));
 }
 
 /* tpurt_vm_asin_poly, tpurt_vm_asinf and tpurt_vm_acosf */

@@ -438,6 +438,99 @@ static inline float tpurt_vm_sinhf(float x) {
   return x != x ? x : copysignf(r, x);
 }
 
+/* log(v) in double for positive, finite, normal v: v = 2^k (1 + f) with 1 + f in [sqrt(1/2),
+ * sqrt 2) (musl's reduction), log(1 + f) = f - (f^2/2 - s (f^2/2 + R(s^2))), s = f / (2 + f), with
+ * fdlibm's R (Lg1..Lg7): under 1 ulp */
+static inline double tpurt_vm_logd(double v) {
+  uint64_t u;
+  memcpy(&u, &v, 8);
+  u += 0x3ff0000000000000ull - 0x3fe6a09e667f3bcdull;
+  const double k = (double)(u >> 52) - 1023.0;
+  const uint64_t mb = (u & 0x000fffffffffffffull) + 0x3fe6a09e667f3bcdull;
+  double m;
+  memcpy(&m, &mb, 8);
+  const double f = m - 1.0, hfsq = 0.5 * f * f, s = f / (2.0 + f), z = s * s;
+  double r = 1.479819860511658591e-01;
+  r = fma(r, z, 1.531383769920937332e-01);
+  r = fma(r, z, 1.818357216161805012e-01);
+  r = fma(r, z, 2.222219843214978396e-01);
+  r = fma(r, z, 2.857142874366239149e-01);
+  r = fma(r, z, 3.999999999940941908e-01);
+  r = fma(r, z, 6.666666666666735130e-01);
+  r = r * z;
+  return k * 6.93147180369123816490e-01 + (f - (hfsq - (s * (hfsq + r) + k * 1.90821492927058770002e-10)));
+}
+
+/* lgamma(1 + t) and lgamma(2 + t) for |t| <= 0.1 by their Taylor series (-gamma t + sum (-1)^k zeta(k)
+ * t^k / k, and (1 - gamma) t + sum (-1)^k (zeta(k) - 1) t^k / k), to t^14 and t^11: 1e-14 relative,
+ * and no cancellation at the zeros 1 and 2 */
+static inline double tpurt_vm_lgamma1(double t) {
+  double p = -0.066668705882420468;
+  p = fma(p, t, 0.071432946295361336);
+  p = fma(p, t, -0.076932516411352191);
+  p = fma(p, t, 0.083353840546109004);
+  p = fma(p, t, -0.090954017145829042);
+  p = fma(p, t, 0.10009945751278181);
+  p = fma(p, t, -0.11133426586956469);
+  p = fma(p, t, 0.12550966952474304);
+  p = fma(p, t, -0.14404989676884612);
+  p = fma(p, t, 0.16955717699740819);
+  p = fma(p, t, -0.20738555102867399);
+  p = fma(p, t, 0.27058080842778455);
+  p = fma(p, t, -0.40068563438653143);
+  p = fma(p, t, 0.82246703342411322);
+  p = fma(p, t, -0.57721566490153286);
+  return p * t;
+}
+static inline double tpurt_vm_lgamma2(double t) {
+  double p = 2.0507212775670692e-5;
+  p = fma(p, t, -4.4926236738133142e-5);
+  p = fma(p, t, 9.9457512781808534e-5);
+  p = fma(p, t, -0.00022315475845357938);
+  p = fma(p, t, 0.00050966952474304242);
+  p = fma(p, t, -0.001192753911703261);
+  p = fma(p, t, 0.0028905103307415233);
+  p = fma(p, t, -0.0073855510286739853);
+  p = fma(p, t, 0.020580808427784548);
+  p = fma(p, t, -0.067352301053198095);
+  p = fma(p, t, 0.32246703342411322);
+  p = fma(p, t, 0.42278433509846714);
+  return p * t;
+}
+/* lgamma in double, one rounding to float. x > 0: z = x + j >= 8 with p = x (x + 1) ... (x + j - 1)
+ * (j <= 8 steps), Stirling's series to z^-11 (1e-14 from 8), minus log p. x < 0 by reflection,
+ * log(pi / |sin(pi x)|) - lgamma(1 - x): one logarithm of pi p / |sin(pi x)| (sin(pi r), r = x -
+ * round(x), as sin or cos of the pi/4 range). Within 0.1 of 1 and 2, where that difference would
+ * cancel, tpurt_vm_lgamma1 / 2. +inf at 0, the negative integers (every float below -2^23) and
+ * +-inf, as glibc's lgammaf. */
+static inline float tpurt_vm_lgammaf(float x) {
+  const double xd = x;
+  const bool neg = xd < 0.0;
+  double z = neg ? 1.0 - xd : xd, p = 1.0;
+  for (int i = 0; i < 8; ++i) {
+    const bool up = z < 8.0;
+    p = up ? p * z : p;
+    z = up ? z + 1.0 : z;
+  }
+  const double w = 1.0 / z, w2 = w * w;
+  double c = -0.0019175269175269175269;
+  c = fma(c, w2, 0.00084175084175084175084);
+  c = fma(c, w2, -0.0005952380952380952381);
+  c = fma(c, w2, 0.00079365079365079365079);
+  c = fma(c, w2, -0.0027777777777777777778);
+  c = fma(c, w2, 0.083333333333333333333);
+  const double st = fma(z - 0.5, tpurt_vm_logd(z), (0.91893853320467274178 - z) + w * c);
+  const double r = xd - nearbyint(xd), a = fabs(r);
+  const double sn = a <= 0.25 ? tpurt_vm_sin_poly(3.141592653589793 * a) : tpurt_vm_cos_poly(3.141592653589793 * (0.5 - a));
+  const double la = tpurt_vm_logd(neg ? 3.141592653589793 * p / sn : p);
+  double v = neg ? la - st : st - la;
+  v = fabs(xd - 1.0) <= 0.1 ? tpurt_vm_lgamma1(xd - 1.0) : v;
+  v = fabs(xd - 2.0) <= 0.1 ? tpurt_vm_lgamma2(xd - 2.0) : v;
+  const bool pole = !(fabs(xd) < INFINITY) || fabs(xd) < 0x1p-160 || (neg && a < 0x1p-160);
+  v = pole ? INFINITY : v;
+  return x != x ? x : (float)v;
+}
+
 /* asin's core (Cephes' asinf): for a = |x| <= 1/2, a + a z P(z) with z = a^2; above, with
  * z = (1 - a) / 2 and s = sqrt(z), pi/2 - 2 (s + s z P(z)) (pi/2 in two parts) */
 static inline float tpurt_vm_asin_poly(float s, float z) {
@@ -517,6 +610,86 @@ static inline float tpurt_vm_atanhf(float x) {
   return copysignf(a < 0x1p-12f ? a : r, x);
 }
 
+/* erfinv in double (float64): Giles' double-precision polynomials refined by
+ * two Newton steps (PyTorch's calc_erfinv does the same refinement); float32
+ * takes the single-precision form below. Here rather than in ew_math.c so that
+ * generated kernels, which paste erfinv's expression, compile it. */
+static inline double tpurt_vm_erfinvd(double y) {
+  if (y != y || y < -1 || y > 1) return NAN;
+  if (y == 1) return INFINITY;
+  if (y == -1) return -INFINITY;
+  double w = -log((1.0 - y) * (1.0 + y)), x;
+  if (w < 6.25) {
+    w -= 3.125;
+    x = -3.6444120640178196996e-21;
+    x = -1.685059138182016589e-19 + x * w;
+    x = 1.2858480715256400167e-18 + x * w;
+    x = 1.115787767802518096e-17 + x * w;
+    x = -1.333171662854620906e-16 + x * w;
+    x = 2.0972767875968561637e-17 + x * w;
+    x = 6.6376381343583238325e-15 + x * w;
+    x = -4.0545662729752068639e-14 + x * w;
+    x = -8.1519341976054721522e-14 + x * w;
+    x = 2.6335093153082322977e-12 + x * w;
+    x = -1.2975133253453532498e-11 + x * w;
+    x = -5.4154120542946279317e-11 + x * w;
+    x = 1.051212273321532285e-09 + x * w;
+    x = -4.1126339803469836976e-09 + x * w;
+    x = -2.9070369957882005086e-08 + x * w;
+    x = 4.2347877827932403518e-07 + x * w;
+    x = -1.3654692000834678645e-06 + x * w;
+    x = -1.3882523362786468719e-05 + x * w;
+    x = 0.0001867342080340571352 + x * w;
+    x = -0.00074070253416626697512 + x * w;
+    x = -0.0060336708714301490533 + x * w;
+    x = 0.24015818242558961693 + x * w;
+    x = 1.6536545626831027356 + x * w;
+  } else if (w < 16.0) {
+    w = sqrt(w) - 3.25;
+    x = 2.2137376921775787049e-09;
+    x = 9.0756561938885390979e-08 + x * w;
+    x = -2.7517406297064545428e-07 + x * w;
+    x = 1.8239629214389227755e-08 + x * w;
+    x = 1.5027403968909827627e-06 + x * w;
+    x = -4.013867526981545969e-06 + x * w;
+    x = 2.9234449089955446044e-06 + x * w;
+    x = 1.2475304481671778723e-05 + x * w;
+    x = -4.7318229009055733981e-05 + x * w;
+    x = 6.8284851459573175448e-05 + x * w;
+    x = 2.4031110387097893999e-05 + x * w;
+    x = -0.0003550375203628474796 + x * w;
+    x = 0.00095328937973738049703 + x * w;
+    x = -0.0016882755560235047313 + x * w;
+    x = 0.0024914420961078508066 + x * w;
+    x = -0.0037512085075692412107 + x * w;
+    x = 0.005370914553590063617 + x * w;
+    x = 1.0052589676941592334 + x * w;
+    x = 3.0838856104922207635 + x * w;
+  } else {
+    w = sqrt(w) - 5.0;
+    x = -2.7109920616438573243e-11;
+    x = -2.5556418169965252055e-10 + x * w;
+    x = 1.5076572693500548083e-09 + x * w;
+    x = -3.7894654401267369937e-09 + x * w;
+    x = 7.6157012080783393804e-09 + x * w;
+    x = -1.4960026627149240478e-08 + x * w;
+    x = 2.9147953450901080826e-08 + x * w;
+    x = -6.7711997758452339498e-08 + x * w;
+    x = 2.2900482228026654717e-07 + x * w;
+    x = -9.9298272942317002539e-07 + x * w;
+    x = 4.5260625972231537039e-06 + x * w;
+    x = -1.9681778105531670567e-05 + x * w;
+    x = 7.5995277030017761139e-05 + x * w;
+    x = -0.00021503011930044477347 + x * w;
+    x = -0.00013871931833623122026 + x * w;
+    x = 1.0103004648645343977 + x * w;
+    x = 4.8499064014085844221 + x * w;
+  }
+  x *= y;
+  /* Newton on erf(x) - y */
+  for (int i = 0; i < 2; ++i) x -= (erf(x) - y) / (M_2_SQRTPI * exp(-x * x));
+  return x;
+}
 /* erfinv (Giles, "Approximating the erfinv function", single precision):
  * w = -log(1 - x^2), then a degree-8 polynomial in w - 2.5 below w = 5 and in
  * sqrt(w) - 3 above, times x. 1 - x^2 is formed as log1p(-x^2) up to |x| = 1/2
