@@ -380,7 +380,8 @@ static void test_vector_loops(void) {
       {"exp2", 1, NULL}, {"atan", 1, NULL}, {"sin", 1, NULL}, {"cos", 1, NULL}, {"erfc", 1, NULL},
       {"log2", 1, NULL}, {"log10", 1, NULL}, {"tan", 1, NULL}, {"sinh", 1, NULL}, {"cosh", 1, NULL},
       {"asin", 1, NULL}, {"acos", 1, NULL}, {"atan2", 2, NULL}, {"sinc", 1, NULL},
-      {"asinh", 1, NULL}, {"acosh", 1, NULL}, {"atanh", 1, NULL}, {"erfinv", 1, NULL}, {"lgamma", 1, NULL}};
+      {"asinh", 1, NULL}, {"acosh", 1, NULL}, {"atanh", 1, NULL}, {"erfinv", 1, NULL}, {"lgamma", 1, NULL},
+      {"digamma", 1, NULL}};
   enum { N = 1200 };
   static float x[N + 32], g[N + 32], xs[2 * N], gs[2 * N], yv[N + 32], ys[N + 32];
   const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.72f, 89.5f, -87.5f, -103.98f, -110.0f,

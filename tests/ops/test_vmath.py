@@ -81,6 +81,8 @@ MATH = {
     "erfinv": (torch.erfinv, lambda v: torch.cat([v / 12.01, v.sign() * (1 - (v.abs() / 12.01) ** 8)])),
     # both signs (the reflection, the poles at the negative integers), about 1 and 2 (the Taylor series), tiny and huge
     "lgamma": (torch.lgamma, lambda v: torch.cat([v, v * 0.3 + 1, v * 0.3 + 2, v * 1e-30, v * 1e30, v.round()])),
+    # both signs, the poles (0, -0: -inf and +inf; negative integers: NaN), near its zero 1.4616, huge
+    "digamma": (torch.digamma, lambda v: torch.cat([v, v * 0.3 + 1.46, v * 1e30, v.round()])),
 }
 
 

@@ -423,7 +423,7 @@ static double ew_digamma(double x) {
   }
   return result + log(x) - 0.5 / x - y;
 }
-EW_UF(digamma, (T)ew_digamma((double)a))
+EW_UFV(digamma, sizeof(T) == 4 ? (T)tpurt_vm_digammaf((float)a) : (T)ew_digamma((double)a), ewv_digamma(va))
 
 EW_OP_FI(floor, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), floor(a), a)
 EW_OP_FI(ceil, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM | EW_UWIDE, NULL, EW_IN(0), ceil(a), a)

@@ -604,6 +604,38 @@ static inline ewd_t ewd_logd(ewd_t v) {
   const ewd_t lo = ewd_add(ewd_mul(s, ewd_add(hfsq, r)), ewd_mul(k, ewd_set1(1.90821492927058770002e-10)));
   return ewd_add(ewd_mul(k, ewd_set1(6.93147180369123816490e-01)), ewd_sub(f, ewd_sub(hfsq, lo)));
 }
+/* tpurt_vm_sin_taylor, tpurt_vm_cos_taylor, tpurt_vm_sincospi */
+static inline ewd_t ewd_sin_taylor(ewd_t r) {
+  const ewd_t z = ewd_mul(r, r);
+  ewd_t p = ewd_set1(1.0 / 355687428096000);
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 1307674368000));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 6227020800));
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 39916800));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 362880));
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 5040));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 120));
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 6));
+  return ewd_fma(ewd_mul(r, z), p, r);
+}
+static inline ewd_t ewd_cos_taylor(ewd_t r) {
+  const ewd_t z = ewd_mul(r, r);
+  ewd_t p = ewd_set1(1.0 / 20922789888000);
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 87178291200));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 479001600));
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 3628800));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 40320));
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 720));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 24));
+  p = ewd_fma(p, z, ewd_set1(-0.5));
+  return ewd_fma(p, z, ewd_set1(1.0));
+}
+static inline void ewd_sincospi(ewd_t a, ewd_t* sn, ewd_t* cs) {
+  const ewdm_t high = ewd_lt(ewd_set1(0.25), a);
+  const ewd_t r = ewd_mul(ewd_set1(3.141592653589793), ewd_sel(high, ewd_sub(ewd_set1(0.5), a), a));
+  const ewd_t s = ewd_sin_taylor(r), c = ewd_cos_taylor(r);
+  *sn = ewd_sel(high, c, s);
+  *cs = ewd_sel(high, s, c);
+}
 /* tpurt_vm_lgamma1 / 2 */
 static inline ewd_t ewd_lgamma1(ewd_t t) {
   static const double c[] = {0.071432946295361336, -0.076932516411352191, 0.083353840546109004,
@@ -647,8 +679,8 @@ static inline ewd_t ewd_lgamma(ewd_t x) {
   ewd_t arg = p, a = one;
   if (ewd_any(neg)) {
     a = ewd_sel(neg, ewd_abs(ewd_sub(x, ewd_round(x))), one);
-    const ewd_t sn = ewd_sel(ewd_lt(ewd_set1(0.25), a), ewd_cos_poly(ewd_mul(pi, ewd_sub(ewd_set1(0.5), a))),
-                             ewd_sin_poly(ewd_mul(pi, a)));
+    ewd_t sn, cs;
+    ewd_sincospi(a, &sn, &cs);
     arg = ewd_sel(neg, ewd_div(ewd_mul(pi, p), sn), p);
   }
   const ewd_t la = ewd_logd(arg);
@@ -668,6 +700,44 @@ static inline ewv_t ewv_lgamma(ewv_t x) {
   ewd_t lo, hi;
   ewd_split(x, &lo, &hi);
   return ewv_sel(ewv_isnan(x), x, ewd_join(ewd_lgamma(lo), ewd_lgamma(hi)));
+}
+/* tpurt_vm_digammaf on double lanes; the reflection only where a lane needs it */
+static inline ewd_t ewd_digamma(ewd_t x) {
+  const ewd_t one = ewd_set1(1.0), zero = ewd_set1(0.0), inf = ewd_set1(INFINITY);
+  const ewdm_t neg = ewd_lt(x, zero);
+  ewd_t z = ewd_sel(neg, ewd_sub(one, x), x), num = zero, den = one;
+  for (int i = 0; i < 10; ++i) {
+    const ewdm_t up = ewd_lt(z, ewd_set1(10.0));
+    num = ewd_sel(up, ewd_add(ewd_mul(num, z), den), num);
+    den = ewd_sel(up, ewd_mul(den, z), den);
+    z = ewd_sel(up, ewd_add(z, one), z);
+  }
+  const ewd_t w = ewd_div(one, z), zz = ewd_mul(w, w);
+  ewd_t p = ewd_set1(8.33333333333333333333E-2);
+  p = ewd_fma(p, zz, ewd_set1(-2.10927960927960927961E-2));
+  p = ewd_fma(p, zz, ewd_set1(7.57575757575757575758E-3));
+  p = ewd_fma(p, zz, ewd_set1(-4.16666666666666666667E-3));
+  p = ewd_fma(p, zz, ewd_set1(3.96825396825396825397E-3));
+  p = ewd_fma(p, zz, ewd_set1(-8.33333333333333333333E-3));
+  p = ewd_fma(p, zz, ewd_set1(8.33333333333333333333E-2));
+  ewd_t v = ewd_sub(ewd_sub(ewd_sub(ewd_logd(z), ewd_mul(ewd_set1(0.5), w)), ewd_mul(zz, p)), ewd_div(num, den));
+  if (ewd_any(neg)) {
+    const ewd_t t = ewd_sub(x, ewd_round(x)), a = ewd_abs(t);
+    ewd_t sn, cs;
+    ewd_sincospi(a, &sn, &cs);
+    const ewd_t ct = ewd_div(ewd_mul(ewd_set1(3.141592653589793), cs), sn);
+    const ewd_t sct = ewd_xor(ct, ewd_xor(t, a)); /* copysign(ct, t): ct >= 0 */
+    v = ewd_sel(neg, ewd_sub(v, sct), v);
+    v = ewd_sel(ewd_lt(zero, a), v, ewd_sel(neg, ewd_set1(NAN), v)); /* negative integers, -inf */
+  }
+  v = ewd_sel(ewd_lt(x, inf), v, ewd_sel(ewd_lt(zero, x), inf, v));
+  const ewdm_t iszero = ewd_lt(ewd_abs(x), ewd_set1(0x1p-160));
+  return ewd_sel(iszero, ewd_xor(ewd_set1(-INFINITY), ewd_xor(x, ewd_abs(x))), v);
+}
+static inline ewv_t ewv_digamma(ewv_t x) {
+  ewd_t lo, hi;
+  ewd_split(x, &lo, &hi);
+  return ewv_sel(ewv_isnan(x), x, ewd_join(ewd_digamma(lo), ewd_digamma(hi)));
 }
 
 /* tpurt_vm_asin_poly, tpurt_vm_asinf and tpurt_vm_acosf */

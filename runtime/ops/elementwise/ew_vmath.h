@@ -461,6 +461,42 @@ static inline double tpurt_vm_logd(double v) {
   return k * 6.93147180369123816490e-01 + (f - (hfsq - (s * (hfsq + r) + k * 1.90821492927058770002e-10)));
 }
 
+/* sin(r) and cos(r) by Taylor to r^17 and r^16 for |r| <= pi/4 (5e-17 and 1e-17, where the
+ * trigonometric functions' polynomials above stop at 7e-14 and 4e-13: the reflections of lgamma and
+ * digamma subtract nearly equal values near their negative zeros), and sin(pi a), cos(pi a) for a
+ * in [0, 1/2] from them */
+static inline double tpurt_vm_sin_taylor(double r) {
+  const double z = r * r;
+  double p = 1.0 / 355687428096000;
+  p = fma(p, z, -1.0 / 1307674368000);
+  p = fma(p, z, 1.0 / 6227020800);
+  p = fma(p, z, -1.0 / 39916800);
+  p = fma(p, z, 1.0 / 362880);
+  p = fma(p, z, -1.0 / 5040);
+  p = fma(p, z, 1.0 / 120);
+  p = fma(p, z, -1.0 / 6);
+  return fma(r * z, p, r);
+}
+static inline double tpurt_vm_cos_taylor(double r) {
+  const double z = r * r;
+  double p = 1.0 / 20922789888000;
+  p = fma(p, z, -1.0 / 87178291200);
+  p = fma(p, z, 1.0 / 479001600);
+  p = fma(p, z, -1.0 / 3628800);
+  p = fma(p, z, 1.0 / 40320);
+  p = fma(p, z, -1.0 / 720);
+  p = fma(p, z, 1.0 / 24);
+  p = fma(p, z, -0.5);
+  return fma(p, z, 1.0);
+}
+static inline void tpurt_vm_sincospi(double a, double* sn, double* cs) {
+  const bool low = a <= 0.25;
+  const double r = 3.141592653589793 * (low ? a : 0.5 - a);
+  const double s = tpurt_vm_sin_taylor(r), c = tpurt_vm_cos_taylor(r);
+  *sn = low ? s : c;
+  *cs = low ? c : s;
+}
+
 /* lgamma(1 + t) and lgamma(2 + t) for |t| <= 0.1 by their Taylor series (-gamma t + sum (-1)^k zeta(k)
  * t^k / k, and (1 - gamma) t + sum (-1)^k (zeta(k) - 1) t^k / k), to t^14 and t^11: 1e-14 relative,
  * and no cancellation at the zeros 1 and 2 */
@@ -499,8 +535,8 @@ static inline double tpurt_vm_lgamma2(double t) {
 }
 /* lgamma in double, one rounding to float. x > 0: z = x + j >= 8 with p = x (x + 1) ... (x + j - 1)
  * (j <= 8 steps), Stirling's series to z^-11 (1e-14 from 8), minus log p. x < 0 by reflection,
- * log(pi / |sin(pi x)|) - lgamma(1 - x): one logarithm of pi p / |sin(pi x)| (sin(pi r), r = x -
- * round(x), as sin or cos of the pi/4 range). Within 0.1 of 1 and 2, where that difference would
+ * log(pi / |sin(pi x)|) - lgamma(1 - x): one logarithm of pi p / |sin(pi x)| (tpurt_vm_sincospi of
+ * |x - round(x)|). Within 0.1 of 1 and 2, where that difference would
  * cancel, tpurt_vm_lgamma1 / 2. +inf at 0, the negative integers (every float below -2^23) and
  * +-inf, as glibc's lgammaf. */
 static inline float tpurt_vm_lgammaf(float x) {
@@ -520,14 +556,50 @@ static inline float tpurt_vm_lgammaf(float x) {
   c = fma(c, w2, -0.0027777777777777777778);
   c = fma(c, w2, 0.083333333333333333333);
   const double st = fma(z - 0.5, tpurt_vm_logd(z), (0.91893853320467274178 - z) + w * c);
-  const double r = xd - nearbyint(xd), a = fabs(r);
-  const double sn = a <= 0.25 ? tpurt_vm_sin_poly(3.141592653589793 * a) : tpurt_vm_cos_poly(3.141592653589793 * (0.5 - a));
+  const double a = fabs(xd - nearbyint(xd));
+  double sn, cs;
+  tpurt_vm_sincospi(a, &sn, &cs);
   const double la = tpurt_vm_logd(neg ? 3.141592653589793 * p / sn : p);
   double v = neg ? la - st : st - la;
   v = fabs(xd - 1.0) <= 0.1 ? tpurt_vm_lgamma1(xd - 1.0) : v;
   v = fabs(xd - 2.0) <= 0.1 ? tpurt_vm_lgamma2(xd - 2.0) : v;
   const bool pole = !(fabs(xd) < INFINITY) || fabs(xd) < 0x1p-160 || (neg && a < 0x1p-160);
   v = pole ? INFINITY : v;
+  return x != x ? x : (float)v;
+}
+
+/* digamma in double, one rounding to float (PyTorch's calc_digamma's steps): x > 0 shifted to
+ * z >= 10 with the shift's sum of 1 / (x + k) kept as one fraction (a division at the end, not
+ * one per step), then log z - 1 / (2z) - the asymptotic series in 1 / z^2; x < 0 by reflection,
+ * digamma(1 - x) - pi cot(pi x) (tpurt_vm_sincospi). 0 gives -inf (-0: +inf),
+ * the negative integers (every float below -2^23) and -inf NaN, +inf +inf, as PyTorch's. */
+static inline float tpurt_vm_digammaf(float x) {
+  const double xd = x;
+  const bool neg = xd < 0.0;
+  double z = neg ? 1.0 - xd : xd, num = 0.0, den = 1.0;
+  for (int i = 0; i < 10; ++i) { /* num / den + 1 / z = (num z + den) / (den z) */
+    const bool up = z < 10.0;
+    num = up ? num * z + den : num;
+    den = up ? den * z : den;
+    z = up ? z + 1.0 : z;
+  }
+  const double w = 1.0 / z, zz = w * w;
+  double p = 8.33333333333333333333E-2;
+  p = fma(p, zz, -2.10927960927960927961E-2);
+  p = fma(p, zz, 7.57575757575757575758E-3);
+  p = fma(p, zz, -4.16666666666666666667E-3);
+  p = fma(p, zz, 3.96825396825396825397E-3);
+  p = fma(p, zz, -8.33333333333333333333E-3);
+  p = fma(p, zz, 8.33333333333333333333E-2);
+  double v = ((tpurt_vm_logd(z) - 0.5 * w) - zz * p) - num / den;
+  const double t = xd - nearbyint(xd), a = fabs(t);
+  double sn, cs;
+  tpurt_vm_sincospi(a, &sn, &cs);
+  const double ct = 3.141592653589793 * cs / sn;
+  v = neg ? v - copysign(ct, t) : v;
+  v = xd == INFINITY ? INFINITY : v;
+  v = neg && !(a > 0.0) ? NAN : v; /* the negative integers, -inf */
+  v = xd == 0.0 ? copysign(INFINITY, -xd) : v;
   return x != x ? x : (float)v;
 }
 
