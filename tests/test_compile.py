@@ -743,6 +743,40 @@ def test_recompiles_are_logged_with_the_failed_guard_and_reads_never_compile():
     assert "tensor 'x' size mismatch at index 0. expected 4, actual 5" in out.stderr
 
 
+OPTIMIZER_STEP = """
+import sys, torch, torch_tpu
+from torch import nn
+torch.manual_seed(0)
+ps = {d: [nn.Parameter(torch.randn(8, 4).to(d)) for _ in range(2)] for d in ("tpu", "cpu")}
+for a, b in zip(ps["tpu"], ps["cpu"]):
+    b.data.copy_(a.detach().cpu())
+opts = {d: torch.optim.AdamW(ps[d], lr=1e-2, capturable=d == "tpu") for d in ps}
+step = torch.compile(opts["tpu"].step, backend="tpu")
+for i in range(3):
+    for d in ps:
+        for p in ps[d]:
+            p.grad = torch.full_like(p, 0.1 * (i + 1))
+    step()
+    opts["cpu"].step()
+print("SAME", all(torch.allclose(a.detach().cpu(), b.detach(), atol=1e-6) for a, b in zip(ps["tpu"], ps["cpu"])))
+print("INDUCTOR", [m for m in ("torch._inductor.cudagraph_trees", "torch._inductor.lowering") if m in sys.modules])
+"""
+
+
+def test_compiled_optimizer_step_does_not_load_inductor():
+    """Dynamo asks `_is_static_for_cudagraphs` of every gradient when it traces an optimizer, and torch
+    2.13's function imported Inductor's cudagraph trees (with compile_fx and lowering: about 0.3 s of a
+    cold first step) before finding the tensor is not CUDA; ours answers for non-CUDA tensors without
+    the import. A fresh process compiles a tpu AdamW step, matches CPU's, and never loads Inductor."""
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", OPTIMIZER_STEP], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "SAME True" in out.stdout and "INDUCTOR []" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
 def test_compiled_adamw_updates_each_parameter_in_one_fused_pass(no_aot_cache):
     """A compiled AdamW step is op-major (each `_foreach_` op over every parameter in turn); the
     program's fusion plan gathers each large parameter's update (weight decay, both moments,

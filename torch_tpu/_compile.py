@@ -1302,6 +1302,26 @@ def _register_with_dynamo():
     _install_device_interface()
     _install_rng_state_ops()
     _install_capturable_optimizers()
+    _install_static_address_check()
+
+
+def _install_static_address_check():
+    """Dynamo's optimizer tracing asks `_is_static_for_cudagraphs(p.grad)` of every gradient, and
+    torch 2.13's function imports torch._inductor.cudagraph_trees before looking at the device: with
+    it Inductor's compile_fx, lowering and kernel modules, about 0.3 s of a cold process's first
+    compiled optimizer step that no backend but Inductor needs. Its answer for a tensor that is not
+    CUDA is True whatever it imports; this answers that without the import and leaves CUDA tensors to
+    upstream's function."""
+    from torch._dynamo.variables import optimizer
+    upstream = getattr(optimizer, "_is_static_for_cudagraphs", None)
+    if upstream is None or getattr(upstream, "_torch_tpu", False):
+        return
+
+    def _is_static_for_cudagraphs(x):
+        return True if not x.is_cuda else upstream(x)
+
+    _is_static_for_cudagraphs._torch_tpu = True
+    optimizer._is_static_for_cudagraphs = _is_static_for_cudagraphs
 
 
 def _install_capturable_optimizers():
