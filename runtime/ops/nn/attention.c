@@ -1418,6 +1418,12 @@ done:
   return st;
 }
 
+/* Tasks per chunk when a kernel's `tasks` units each take about `flops`: enough that a chunk is
+ * ATTN_SPLIT_FLOPS of work, so a small product (a decode step's query over a few dozen keys) runs
+ * on one thread instead of waking the chip's other threads for microseconds of work each. */
+#define ATTN_SPLIT_FLOPS ((int64_t)1 << 18)
+static int64_t attn_grain(int64_t flops) { return flops >= ATTN_SPLIT_FLOPS ? 1 : ATTN_SPLIT_FLOPS / (flops > 0 ? flops : 1); }
+
 /* forward: (query, key, value, dropout_p, is_causal, attn_mask, scale) -> (output, logsumexp) */
 static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c, bool ref) {
   attn_t a;
@@ -1443,13 +1449,14 @@ static tpurt_status_t sdpa_fwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   a.ws = tpurt_kernel_scratch(ctx, a.ws_floats * sizeof(float) * (size_t)nt);
   if (!a.ws) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
   int64_t tasks = a.B * a.Hq * ((a.L + BQ - 1) / BQ);
+  const int64_t grain = attn_grain(2 * (a.L < BQ ? a.L : BQ) * a.S * (a.E + a.Ev)); /* a query block's products */
 #ifdef ATTN_HAVE_AMX
   if (amx) {
-    tpurt_parallel_for(ctx, tasks, 1, fwd_tasks_amx, &a);
+    tpurt_parallel_for(ctx, tasks, grain, fwd_tasks_amx, &a);
     return TPURT_OK;
   }
 #endif
-  tpurt_parallel_for(ctx, tasks, 1, fwd_tasks, &a);
+  tpurt_parallel_for(ctx, tasks, grain, fwd_tasks, &a);
   return TPURT_OK;
 }
 
@@ -1471,13 +1478,15 @@ static tpurt_status_t sdpa_bwd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   int nt = tpurt_kernel_num_threads(ctx);
   a.ws = tpurt_kernel_scratch(ctx, a.ws_floats * sizeof(float) * (size_t)nt);
   if (!a.ws) return TPURT_STATUS(RESOURCE_EXHAUSTED, "%s: no scratch", c->name);
+  /* a (batch, kv head)'s five block products over its query heads */
+  const int64_t grain = attn_grain(5 * (a.Hq / a.Hkv) * a.L * a.S * (a.E + a.Ev));
 #ifdef ATTN_HAVE_AMX
   if (amx) {
-    tpurt_parallel_for(ctx, a.B * a.Hkv, 1, bwd_tasks_amx, &a);
+    tpurt_parallel_for(ctx, a.B * a.Hkv, grain, bwd_tasks_amx, &a);
     return TPURT_OK;
   }
 #endif
-  tpurt_parallel_for(ctx, a.B * a.Hkv, 1, bwd_tasks, &a);
+  tpurt_parallel_for(ctx, a.B * a.Hkv, grain, bwd_tasks, &a);
   return TPURT_OK;
 }
 
