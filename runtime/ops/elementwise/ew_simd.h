@@ -661,12 +661,13 @@ static inline ewd_t ewd_lgamma2(ewd_t t) {
 static inline ewd_t ewd_lgamma(ewd_t x) {
   const ewd_t one = ewd_set1(1.0), pi = ewd_set1(3.141592653589793), zero = ewd_set1(0.0);
   const ewdm_t neg = ewd_lt(x, zero);
-  ewd_t z = ewd_sel(neg, ewd_sub(one, x), x), p = one;
-  for (int i = 0; i < 8; ++i) {
-    const ewdm_t up = ewd_lt(z, ewd_set1(8.0));
-    p = ewd_sel(up, ewd_mul(p, z), p);
-    z = ewd_sel(up, ewd_add(z, one), z);
-  }
+  const ewd_t y = ewd_sel(neg, ewd_sub(one, x), x);
+  const ewd_t p01 = ewd_mul(y, ewd_add(y, one)), p23 = ewd_mul(ewd_add(y, ewd_set1(2.0)), ewd_add(y, ewd_set1(3.0)));
+  const ewd_t p45 = ewd_mul(ewd_add(y, ewd_set1(4.0)), ewd_add(y, ewd_set1(5.0)));
+  const ewd_t p67 = ewd_mul(ewd_add(y, ewd_set1(6.0)), ewd_add(y, ewd_set1(7.0)));
+  const ewdm_t up = ewd_lt(y, ewd_set1(8.0));
+  const ewd_t p = ewd_sel(up, ewd_mul(ewd_mul(p01, p23), ewd_mul(p45, p67)), one);
+  const ewd_t z = ewd_sel(up, ewd_add(y, ewd_set1(8.0)), y);
   const ewd_t w = ewd_div(one, z), w2 = ewd_mul(w, w);
   ewd_t c = ewd_set1(-0.0019175269175269175269);
   c = ewd_fma(c, w2, ewd_set1(0.00084175084175084175084));
@@ -705,13 +706,21 @@ static inline ewv_t ewv_lgamma(ewv_t x) {
 static inline ewd_t ewd_digamma(ewd_t x) {
   const ewd_t one = ewd_set1(1.0), zero = ewd_set1(0.0), inf = ewd_set1(INFINITY);
   const ewdm_t neg = ewd_lt(x, zero);
-  ewd_t z = ewd_sel(neg, ewd_sub(one, x), x), num = zero, den = one;
-  for (int i = 0; i < 10; ++i) {
-    const ewdm_t up = ewd_lt(z, ewd_set1(10.0));
-    num = ewd_sel(up, ewd_add(ewd_mul(num, z), den), num);
-    den = ewd_sel(up, ewd_mul(den, z), den);
-    z = ewd_sel(up, ewd_add(z, one), z);
+  const ewd_t y = ewd_sel(neg, ewd_sub(one, x), x);
+  ewd_t a[10];
+  for (int k = 0; k < 10; ++k) a[k] = ewd_add(y, ewd_set1((double)k));
+  a[0] = y;
+  ewd_t n[5], d[5];
+  for (int k = 0; k < 5; ++k) {
+    n[k] = ewd_add(a[2 * k], a[2 * k + 1]);
+    d[k] = ewd_mul(a[2 * k], a[2 * k + 1]);
   }
+  const ewd_t n03 = ewd_add(ewd_mul(n[0], d[1]), ewd_mul(n[1], d[0])), d03 = ewd_mul(d[0], d[1]);
+  const ewd_t n47 = ewd_add(ewd_mul(n[2], d[3]), ewd_mul(n[3], d[2])), d47 = ewd_mul(d[2], d[3]);
+  const ewd_t n07 = ewd_add(ewd_mul(n03, d47), ewd_mul(n47, d03)), d07 = ewd_mul(d03, d47);
+  const ewdm_t up = ewd_lt(y, ewd_set1(10.0));
+  const ewd_t num = ewd_sel(up, ewd_add(ewd_mul(n07, d[4]), ewd_mul(n[4], d07)), zero);
+  const ewd_t den = ewd_sel(up, ewd_mul(d07, d[4]), one), z = ewd_sel(up, ewd_add(y, ewd_set1(10.0)), y);
   const ewd_t w = ewd_div(one, z), zz = ewd_mul(w, w);
   ewd_t p = ewd_set1(8.33333333333333333333E-2);
   p = ewd_fma(p, zz, ewd_set1(-2.10927960927960927961E-2));
