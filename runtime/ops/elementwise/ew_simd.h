@@ -535,7 +535,9 @@ static inline ewv_t ewv_erfc(ewv_t x) {
 /* tpurt_vm_cos_poly */
 static inline ewd_t ewd_cos_poly(ewd_t r) {
   const ewd_t z = ewd_mul(r, r);
-  ewd_t p = ewd_set1(1.0 / 479001600);
+  ewd_t p = ewd_set1(1.0 / 20922789888000);
+  p = ewd_fma(p, z, ewd_set1(-1.0 / 87178291200));
+  p = ewd_fma(p, z, ewd_set1(1.0 / 479001600));
   p = ewd_fma(p, z, ewd_set1(-1.0 / 3628800));
   p = ewd_fma(p, z, ewd_set1(1.0 / 40320));
   p = ewd_fma(p, z, ewd_set1(-1.0 / 720));
@@ -604,7 +606,7 @@ static inline ewd_t ewd_logd(ewd_t v) {
   const ewd_t lo = ewd_add(ewd_mul(s, ewd_add(hfsq, r)), ewd_mul(k, ewd_set1(1.90821492927058770002e-10)));
   return ewd_add(ewd_mul(k, ewd_set1(6.93147180369123816490e-01)), ewd_sub(f, ewd_sub(hfsq, lo)));
 }
-/* tpurt_vm_sin_taylor, tpurt_vm_cos_taylor, tpurt_vm_sincospi */
+/* tpurt_vm_sin_taylor, tpurt_vm_sincospi */
 static inline ewd_t ewd_sin_taylor(ewd_t r) {
   const ewd_t z = ewd_mul(r, r);
   ewd_t p = ewd_set1(1.0 / 355687428096000);
@@ -617,22 +619,10 @@ static inline ewd_t ewd_sin_taylor(ewd_t r) {
   p = ewd_fma(p, z, ewd_set1(-1.0 / 6));
   return ewd_fma(ewd_mul(r, z), p, r);
 }
-static inline ewd_t ewd_cos_taylor(ewd_t r) {
-  const ewd_t z = ewd_mul(r, r);
-  ewd_t p = ewd_set1(1.0 / 20922789888000);
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 87178291200));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 479001600));
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 3628800));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 40320));
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 720));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 24));
-  p = ewd_fma(p, z, ewd_set1(-0.5));
-  return ewd_fma(p, z, ewd_set1(1.0));
-}
 static inline void ewd_sincospi(ewd_t a, ewd_t* sn, ewd_t* cs) {
   const ewdm_t high = ewd_lt(ewd_set1(0.25), a);
   const ewd_t r = ewd_mul(ewd_set1(3.141592653589793), ewd_sel(high, ewd_sub(ewd_set1(0.5), a), a));
-  const ewd_t s = ewd_sin_taylor(r), c = ewd_cos_taylor(r);
+  const ewd_t s = ewd_sin_taylor(r), c = ewd_cos_poly(r);
   *sn = ewd_sel(high, c, s);
   *cs = ewd_sel(high, s, c);
 }
