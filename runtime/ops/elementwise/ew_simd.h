@@ -82,6 +82,9 @@ typedef __m512d ewd_t;
 #define ewd_mul _mm512_mul_pd
 #define ewd_div _mm512_div_pd
 #define ewd_fma _mm512_fmadd_pd
+#define ewd_sqrt _mm512_sqrt_pd
+#define ewd_load _mm512_loadu_pd
+#define ewd_store _mm512_storeu_pd
 static inline ewd_t ewd_abs(ewd_t x) { return _mm512_abs_pd(x); }
 static inline ewd_t ewd_round(ewd_t x) { return _mm512_roundscale_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 /* min(x, c) with NaN giving c (the scalar code's x < c ? x : c) */
@@ -174,6 +177,9 @@ typedef __m256d ewd_t;
 #define ewd_mul _mm256_mul_pd
 #define ewd_div _mm256_div_pd
 #define ewd_fma _mm256_fmadd_pd
+#define ewd_sqrt _mm256_sqrt_pd
+#define ewd_load _mm256_loadu_pd
+#define ewd_store _mm256_storeu_pd
 static inline ewd_t ewd_abs(ewd_t x) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), x); }
 static inline ewd_t ewd_round(ewd_t x) { return _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static inline ewd_t ewd_min_nan_c(ewd_t x, ewd_t c) { return _mm256_min_pd(x, c); }
@@ -476,13 +482,15 @@ static inline ewd_t ewd_exp_eo(ewd_t y, ewd_t* n_out, ewd_t* r_out, ewd_t* o_out
   ewd_t r = ewd_fma(nn, ewd_set1(0x1.62e42fefa39efp-1), y);
   r = ewd_fma(nn, ewd_set1(0x1.abc9e3b39803fp-56), r);
   const ewd_t z = ewd_mul(r, r);
-  ewd_t e = ewd_set1(1.0 / 3628800);
+  ewd_t e = ewd_set1(1.0 / 479001600);
+  e = ewd_fma(e, z, ewd_set1(1.0 / 3628800));
   e = ewd_fma(e, z, ewd_set1(1.0 / 40320));
   e = ewd_fma(e, z, ewd_set1(1.0 / 720));
   e = ewd_fma(e, z, ewd_set1(1.0 / 24));
   e = ewd_fma(e, z, ewd_set1(0.5));
   e = ewd_fma(e, z, ewd_set1(1.0));
-  ewd_t o = ewd_set1(1.0 / 39916800);
+  ewd_t o = ewd_set1(1.0 / 6227020800);
+  o = ewd_fma(o, z, ewd_set1(1.0 / 39916800));
   o = ewd_fma(o, z, ewd_set1(1.0 / 362880));
   o = ewd_fma(o, z, ewd_set1(1.0 / 5040));
   o = ewd_fma(o, z, ewd_set1(1.0 / 120));

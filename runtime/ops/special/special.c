@@ -20,14 +20,15 @@ typedef struct sp_def_t {
   sp_fn2_t f2; /* binary (args 0 and 1), or NULL */
   sp_fn2_t f2_single; /* f2 for float32 outputs where CPU computes in float, or NULL */
   sp_fn1_t f1_single; /* likewise for f1 */
+  void (*f1_vec)(const double* x, double* y, int64_t n); /* f1 over contiguous values, or NULL */
 } sp_def_t;
 
 static const sp_def_t kDefs[] = {
-    {"i0", tpurt_sp_i0, NULL},
-    {"special_i0e", tpurt_sp_i0e, NULL},
+    {"i0", tpurt_sp_i0, NULL, NULL, NULL, tpurt_sp_i0_vec},
+    {"special_i0e", tpurt_sp_i0e, NULL, NULL, NULL, tpurt_sp_i0e_vec},
     {"special_i1", tpurt_sp_i1, NULL},
     {"special_i1e", tpurt_sp_i1e, NULL},
-    {"special_modified_bessel_i0", tpurt_sp_i0, NULL},
+    {"special_modified_bessel_i0", tpurt_sp_i0, NULL, NULL, NULL, tpurt_sp_i0_vec},
     {"special_modified_bessel_i1", tpurt_sp_i1, NULL},
     {"special_modified_bessel_k0", tpurt_sp_k0, NULL},
     {"special_modified_bessel_k1", tpurt_sp_k1, NULL},
@@ -87,6 +88,10 @@ static void sp_loop(char** data, const int64_t* strides, int64_t n, void* user) 
     return;
   }
   if (u->def->f1) {
+    if (u->def->f1_vec && u->f1 == u->def->f1 && strides[0] == 8 && strides[1] == 8) {
+      u->def->f1_vec((const double*)data[1], (double*)data[0], n);
+      return;
+    }
     for (int64_t i = 0; i < n; ++i)
       *(double*)(data[0] + i * strides[0]) = u->f1(*(const double*)(data[1] + i * strides[1]));
     return;

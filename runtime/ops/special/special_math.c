@@ -50,16 +50,7 @@ static double bessel_ie_abs(int nu, double ax) {
   return bessel_ik_asym(nu, ax, -1.0) / sqrt(2.0 * kPi * ax);
 }
 
-double tpurt_sp_i0(double x) {
-  double ax = fabs(x);
-  if (isnan(x) || isinf(x)) return NAN; /* PyTorch CPU answers NaN at +-inf */
-  if (ax <= 20.0) return bessel_i_series(0, ax);
-  return exp(ax) * bessel_ie_abs(0, ax); /* overflows to inf past ~713 as it should */
-}
-double tpurt_sp_i0e(double x) {
-  if (isnan(x)) return x;
-  return bessel_ie_abs(0, fabs(x));
-}
+/* i0 and i0e: special_i0.c */
 double tpurt_sp_i1(double x) {
   double ax = fabs(x);
   if (isnan(x) || isinf(x)) return NAN; /* as PyTorch CPU */

@@ -4,8 +4,13 @@
 #ifndef TPURT_OPS_SPECIAL_MATH_H_
 #define TPURT_OPS_SPECIAL_MATH_H_
 
+#include <stdint.h>
+
 double tpurt_sp_i0(double x);
 double tpurt_sp_i0e(double x);
+/* i0 / i0e over n contiguous doubles (vectors where built; the scalar functions' bits) */
+void tpurt_sp_i0_vec(const double* x, double* y, int64_t n);
+void tpurt_sp_i0e_vec(const double* x, double* y, int64_t n);
 double tpurt_sp_i1(double x);
 double tpurt_sp_i1e(double x);
 double tpurt_sp_k0(double x);
