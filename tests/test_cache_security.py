@@ -39,9 +39,9 @@ _CHILD = textwrap.dedent("""
         fn = lambda x: ((x * 2.0 + 1.0).exp() * x).tanh()
     elif kind == "sigmoid":
         fn = lambda x: ((x * 0.5 - 1.0).sigmoid() * x).abs()
-    else:  # a chain whose build always fails (erfinv calls a helper private to the library)
-        x = torch.linspace(-0.9, 0.9, 5000)
-        fn = lambda x: (x * 0.5).erfinv() + x
+    else:  # a chain whose build always fails (digamma calls a helper private to the library)
+        x = torch.linspace(0.1, 1.9, 5000)
+        fn = lambda x: (x * 0.5).digamma() + x
     for pid_plant in os.environ.get("PLANT_TEMPS", "").split(os.pathsep) if os.environ.get("PLANT_TEMPS") else []:
         # the temporaries an earlier writer named after its process id and a counter
         for seq in range(64):
