@@ -540,18 +540,15 @@ static inline ewv_t ewv_erfc(ewv_t x) {
   return ewv_sel(ewv_isnan(x), x, ewv_sel(ewv_lt(x, EWV_C(0.0f)), w, v));
 }
 
+/* tpurt_vm_horner on lanes: the same table, the same steps */
+static inline ewd_t ewd_horner(const double* c, int n, ewd_t z) {
+  ewd_t p = ewd_set1(c[0]);
+  for (int i = 1; i < n; ++i) p = ewd_fma(p, z, ewd_set1(c[i]));
+  return p;
+}
 /* tpurt_vm_cos_poly */
 static inline ewd_t ewd_cos_poly(ewd_t r) {
-  const ewd_t z = ewd_mul(r, r);
-  ewd_t p = ewd_set1(1.0 / 20922789888000);
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 87178291200));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 479001600));
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 3628800));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 40320));
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 720));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 24));
-  p = ewd_fma(p, z, ewd_set1(-0.5));
-  return ewd_fma(p, z, ewd_set1(1.0));
+  return ewd_horner(tpurt_vm_cos_c, TPURT_VM_LEN(tpurt_vm_cos_c), ewd_mul(r, r));
 }
 static inline ewd_t ewd_tan(ewd_t x) {
   const ewd_t n = ewd_round(ewd_mul(x, ewd_set1(0x1.45f306dc9c883p-1)));
@@ -603,29 +600,14 @@ static inline ewd_t ewd_logd(ewd_t v) {
   const ewd_t m = ewd_log_reduce(v, &k);
   const ewd_t f = ewd_sub(m, ewd_set1(1.0)), hfsq = ewd_mul(ewd_mul(ewd_set1(0.5), f), f);
   const ewd_t s = ewd_div(f, ewd_add(ewd_set1(2.0), f)), z = ewd_mul(s, s);
-  ewd_t r = ewd_set1(1.479819860511658591e-01);
-  r = ewd_fma(r, z, ewd_set1(1.531383769920937332e-01));
-  r = ewd_fma(r, z, ewd_set1(1.818357216161805012e-01));
-  r = ewd_fma(r, z, ewd_set1(2.222219843214978396e-01));
-  r = ewd_fma(r, z, ewd_set1(2.857142874366239149e-01));
-  r = ewd_fma(r, z, ewd_set1(3.999999999940941908e-01));
-  r = ewd_fma(r, z, ewd_set1(6.666666666666735130e-01));
-  r = ewd_mul(r, z);
+  const ewd_t r = ewd_mul(ewd_horner(tpurt_vm_log_c, TPURT_VM_LEN(tpurt_vm_log_c), z), z);
   const ewd_t lo = ewd_add(ewd_mul(s, ewd_add(hfsq, r)), ewd_mul(k, ewd_set1(1.90821492927058770002e-10)));
   return ewd_add(ewd_mul(k, ewd_set1(6.93147180369123816490e-01)), ewd_sub(f, ewd_sub(hfsq, lo)));
 }
 /* tpurt_vm_sin_taylor, tpurt_vm_sincospi */
 static inline ewd_t ewd_sin_taylor(ewd_t r) {
   const ewd_t z = ewd_mul(r, r);
-  ewd_t p = ewd_set1(1.0 / 355687428096000);
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 1307674368000));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 6227020800));
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 39916800));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 362880));
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 5040));
-  p = ewd_fma(p, z, ewd_set1(1.0 / 120));
-  p = ewd_fma(p, z, ewd_set1(-1.0 / 6));
-  return ewd_fma(ewd_mul(r, z), p, r);
+  return ewd_fma(ewd_mul(r, z), ewd_horner(tpurt_vm_sin_taylor_c, TPURT_VM_LEN(tpurt_vm_sin_taylor_c), z), r);
 }
 static inline void ewd_sincospi(ewd_t a, ewd_t* sn, ewd_t* cs) {
   const ewdm_t high = ewd_lt(ewd_set1(0.25), a);
@@ -636,23 +618,10 @@ static inline void ewd_sincospi(ewd_t a, ewd_t* sn, ewd_t* cs) {
 }
 /* tpurt_vm_lgamma1 / 2 */
 static inline ewd_t ewd_lgamma1(ewd_t t) {
-  static const double c[] = {0.071432946295361336, -0.076932516411352191, 0.083353840546109004,
-                             -0.090954017145829042, 0.10009945751278181,  -0.11133426586956469,
-                             0.12550966952474304,  -0.14404989676884612,  0.16955717699740819,
-                             -0.20738555102867399, 0.27058080842778455,  -0.40068563438653143,
-                             0.82246703342411322,  -0.57721566490153286};
-  ewd_t p = ewd_set1(-0.066668705882420468);
-  for (int i = 0; i < 14; ++i) p = ewd_fma(p, t, ewd_set1(c[i]));
-  return ewd_mul(p, t);
+  return ewd_mul(ewd_horner(tpurt_vm_lgamma1_c, TPURT_VM_LEN(tpurt_vm_lgamma1_c), t), t);
 }
 static inline ewd_t ewd_lgamma2(ewd_t t) {
-  static const double c[] = {-4.4926236738133142e-5, 9.9457512781808534e-5,  -0.00022315475845357938,
-                             0.00050966952474304242, -0.001192753911703261,  0.0028905103307415233,
-                             -0.0073855510286739853, 0.020580808427784548,   -0.067352301053198095,
-                             0.32246703342411322,    0.42278433509846714};
-  ewd_t p = ewd_set1(2.0507212775670692e-5);
-  for (int i = 0; i < 11; ++i) p = ewd_fma(p, t, ewd_set1(c[i]));
-  return ewd_mul(p, t);
+  return ewd_mul(ewd_horner(tpurt_vm_lgamma2_c, TPURT_VM_LEN(tpurt_vm_lgamma2_c), t), t);
 }
 /* tpurt_vm_lgammaf on double lanes; the reflection's sine and the Taylor series only where a lane
  * needs them (a lane's value does not depend on which others do) */
@@ -667,12 +636,7 @@ static inline ewd_t ewd_lgamma(ewd_t x) {
   const ewd_t p = ewd_sel(up, ewd_mul(ewd_mul(p01, p23), ewd_mul(p45, p67)), one);
   const ewd_t z = ewd_sel(up, ewd_add(y, ewd_set1(8.0)), y);
   const ewd_t w = ewd_div(one, z), w2 = ewd_mul(w, w);
-  ewd_t c = ewd_set1(-0.0019175269175269175269);
-  c = ewd_fma(c, w2, ewd_set1(0.00084175084175084175084));
-  c = ewd_fma(c, w2, ewd_set1(-0.0005952380952380952381));
-  c = ewd_fma(c, w2, ewd_set1(0.00079365079365079365079));
-  c = ewd_fma(c, w2, ewd_set1(-0.0027777777777777777778));
-  c = ewd_fma(c, w2, ewd_set1(0.083333333333333333333));
+  const ewd_t c = ewd_horner(tpurt_vm_stirling_c, TPURT_VM_LEN(tpurt_vm_stirling_c), w2);
   const ewd_t st = ewd_fma(ewd_sub(z, ewd_set1(0.5)), ewd_logd(z),
                            ewd_add(ewd_sub(ewd_set1(0.91893853320467274178), z), ewd_mul(w, c)));
   ewd_t arg = p, a = one;
@@ -720,13 +684,7 @@ static inline ewd_t ewd_digamma(ewd_t x) {
   const ewd_t num = ewd_sel(up, ewd_add(ewd_mul(n07, d[4]), ewd_mul(n[4], d07)), zero);
   const ewd_t den = ewd_sel(up, ewd_mul(d07, d[4]), one), z = ewd_sel(up, ewd_add(y, ewd_set1(10.0)), y);
   const ewd_t w = ewd_div(one, z), zz = ewd_mul(w, w);
-  ewd_t p = ewd_set1(8.33333333333333333333E-2);
-  p = ewd_fma(p, zz, ewd_set1(-2.10927960927960927961E-2));
-  p = ewd_fma(p, zz, ewd_set1(7.57575757575757575758E-3));
-  p = ewd_fma(p, zz, ewd_set1(-4.16666666666666666667E-3));
-  p = ewd_fma(p, zz, ewd_set1(3.96825396825396825397E-3));
-  p = ewd_fma(p, zz, ewd_set1(-8.33333333333333333333E-3));
-  p = ewd_fma(p, zz, ewd_set1(8.33333333333333333333E-2));
+  const ewd_t p = ewd_horner(tpurt_vm_digamma_c, TPURT_VM_LEN(tpurt_vm_digamma_c), zz);
   ewd_t v = ewd_sub(ewd_sub(ewd_sub(ewd_logd(z), ewd_mul(ewd_set1(0.5), w)), ewd_mul(zz, p)), ewd_div(num, den));
   if (ewd_any(neg)) {
     const ewd_t t = ewd_sub(x, ewd_round(x)), a = ewd_abs(t);

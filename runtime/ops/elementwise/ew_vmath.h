@@ -381,19 +381,23 @@ static inline float tpurt_vm_erfcf(float x) {
   return x != x ? x : r;
 }
 
+/* c[0] z^(n-1) + c[1] z^(n-2) + ... + c[n-1] by Horner's rule, one fma a step. The double-lane
+ * functions below keep their coefficients in such tables, which ew_simd.h's ewd_horner evaluates
+ * with the same steps on lanes: one copy of each polynomial for both forms. */
+static inline double tpurt_vm_horner(const double* c, int n, double z) {
+  double p = c[0];
+  for (int i = 1; i < n; ++i) p = fma(p, z, c[i]);
+  return p;
+}
+#define TPURT_VM_LEN(c) ((int)(sizeof(c) / sizeof((c)[0])))
+
 /* cos(r) for |r| <= pi/4 (and a little beyond): Taylor to r^16, 1e-17 (to r^12, 4e-13, was enough for
  * tan; lgamma's and digamma's reflections need the rest, tpurt_vm_sincospi) */
+static const double tpurt_vm_cos_c[] = {1.0 / 20922789888000, -1.0 / 87178291200, 1.0 / 479001600,
+                                        -1.0 / 3628800,       1.0 / 40320,        -1.0 / 720,
+                                        1.0 / 24,             -0.5,               1.0};
 static inline double tpurt_vm_cos_poly(double r) {
-  const double z = r * r;
-  double p = 1.0 / 20922789888000;
-  p = fma(p, z, -1.0 / 87178291200);
-  p = fma(p, z, 1.0 / 479001600);
-  p = fma(p, z, -1.0 / 3628800);
-  p = fma(p, z, 1.0 / 40320);
-  p = fma(p, z, -1.0 / 720);
-  p = fma(p, z, 1.0 / 24);
-  p = fma(p, z, -0.5);
-  return fma(p, z, 1.0);
+  return tpurt_vm_horner(tpurt_vm_cos_c, TPURT_VM_LEN(tpurt_vm_cos_c), r * r);
 }
 /* tan(x) = sin(r) / cos(r), or -cos(r) / sin(r) for odd n, r = x - n pi/2,
  * n = round(2x / pi); glibc past 2^28 as sin and cos */
@@ -447,6 +451,10 @@ static inline float tpurt_vm_sinhf(float x) {
 /* log(v) in double for positive, finite, normal v: v = 2^k (1 + f) with 1 + f in [sqrt(1/2),
  * sqrt 2) (musl's reduction), log(1 + f) = f - (f^2/2 - s (f^2/2 + R(s^2))), s = f / (2 + f), with
  * fdlibm's R (Lg1..Lg7): under 1 ulp */
+static const double tpurt_vm_log_c[] = {1.479819860511658591e-01, 1.531383769920937332e-01,
+                                        1.818357216161805012e-01, 2.222219843214978396e-01,
+                                        2.857142874366239149e-01, 3.999999999940941908e-01,
+                                        6.666666666666735130e-01};
 static inline double tpurt_vm_logd(double v) {
   uint64_t u;
   memcpy(&u, &v, 8);
@@ -456,14 +464,7 @@ static inline double tpurt_vm_logd(double v) {
   double m;
   memcpy(&m, &mb, 8);
   const double f = m - 1.0, hfsq = 0.5 * f * f, s = f / (2.0 + f), z = s * s;
-  double r = 1.479819860511658591e-01;
-  r = fma(r, z, 1.531383769920937332e-01);
-  r = fma(r, z, 1.818357216161805012e-01);
-  r = fma(r, z, 2.222219843214978396e-01);
-  r = fma(r, z, 2.857142874366239149e-01);
-  r = fma(r, z, 3.999999999940941908e-01);
-  r = fma(r, z, 6.666666666666735130e-01);
-  r = r * z;
+  const double r = tpurt_vm_horner(tpurt_vm_log_c, TPURT_VM_LEN(tpurt_vm_log_c), z) * z;
   return k * 6.93147180369123816490e-01 + (f - (hfsq - (s * (hfsq + r) + k * 1.90821492927058770002e-10)));
 }
 
@@ -471,17 +472,12 @@ static inline double tpurt_vm_logd(double v) {
  * functions' minimax fit, stops at 7e-14: the reflections of lgamma and digamma subtract nearly equal
  * values near their negative zeros), and sin(pi a), cos(pi a) for a in [0, 1/2] from it and
  * tpurt_vm_cos_poly */
+static const double tpurt_vm_sin_taylor_c[] = {1.0 / 355687428096000, -1.0 / 1307674368000, 1.0 / 6227020800,
+                                               -1.0 / 39916800,        1.0 / 362880,          -1.0 / 5040,
+                                               1.0 / 120,              -1.0 / 6};
 static inline double tpurt_vm_sin_taylor(double r) {
   const double z = r * r;
-  double p = 1.0 / 355687428096000;
-  p = fma(p, z, -1.0 / 1307674368000);
-  p = fma(p, z, 1.0 / 6227020800);
-  p = fma(p, z, -1.0 / 39916800);
-  p = fma(p, z, 1.0 / 362880);
-  p = fma(p, z, -1.0 / 5040);
-  p = fma(p, z, 1.0 / 120);
-  p = fma(p, z, -1.0 / 6);
-  return fma(r * z, p, r);
+  return fma(r * z, tpurt_vm_horner(tpurt_vm_sin_taylor_c, TPURT_VM_LEN(tpurt_vm_sin_taylor_c), z), r);
 }
 static inline void tpurt_vm_sincospi(double a, double* sn, double* cs) {
   const bool low = a <= 0.25;
@@ -494,39 +490,25 @@ static inline void tpurt_vm_sincospi(double a, double* sn, double* cs) {
 /* lgamma(1 + t) and lgamma(2 + t) for |t| <= 0.1 by their Taylor series (-gamma t + sum (-1)^k zeta(k)
  * t^k / k, and (1 - gamma) t + sum (-1)^k (zeta(k) - 1) t^k / k), to t^14 and t^11: 1e-14 relative,
  * and no cancellation at the zeros 1 and 2 */
+static const double tpurt_vm_lgamma1_c[] = {
+    -0.066668705882420468, 0.071432946295361336, -0.076932516411352191, 0.083353840546109004,
+    -0.090954017145829042, 0.10009945751278181,  -0.11133426586956469,  0.12550966952474304,
+    -0.14404989676884612,  0.16955717699740819,  -0.20738555102867399,  0.27058080842778455,
+    -0.40068563438653143,  0.82246703342411322,  -0.57721566490153286};
+static const double tpurt_vm_lgamma2_c[] = {
+    2.0507212775670692e-5,  -4.4926236738133142e-5, 9.9457512781808534e-5, -0.00022315475845357938,
+    0.00050966952474304242, -0.001192753911703261,  0.0028905103307415233, -0.0073855510286739853,
+    0.020580808427784548,   -0.067352301053198095,  0.32246703342411322,   0.42278433509846714};
 static inline double tpurt_vm_lgamma1(double t) {
-  double p = -0.066668705882420468;
-  p = fma(p, t, 0.071432946295361336);
-  p = fma(p, t, -0.076932516411352191);
-  p = fma(p, t, 0.083353840546109004);
-  p = fma(p, t, -0.090954017145829042);
-  p = fma(p, t, 0.10009945751278181);
-  p = fma(p, t, -0.11133426586956469);
-  p = fma(p, t, 0.12550966952474304);
-  p = fma(p, t, -0.14404989676884612);
-  p = fma(p, t, 0.16955717699740819);
-  p = fma(p, t, -0.20738555102867399);
-  p = fma(p, t, 0.27058080842778455);
-  p = fma(p, t, -0.40068563438653143);
-  p = fma(p, t, 0.82246703342411322);
-  p = fma(p, t, -0.57721566490153286);
-  return p * t;
+  return tpurt_vm_horner(tpurt_vm_lgamma1_c, TPURT_VM_LEN(tpurt_vm_lgamma1_c), t) * t;
 }
 static inline double tpurt_vm_lgamma2(double t) {
-  double p = 2.0507212775670692e-5;
-  p = fma(p, t, -4.4926236738133142e-5);
-  p = fma(p, t, 9.9457512781808534e-5);
-  p = fma(p, t, -0.00022315475845357938);
-  p = fma(p, t, 0.00050966952474304242);
-  p = fma(p, t, -0.001192753911703261);
-  p = fma(p, t, 0.0028905103307415233);
-  p = fma(p, t, -0.0073855510286739853);
-  p = fma(p, t, 0.020580808427784548);
-  p = fma(p, t, -0.067352301053198095);
-  p = fma(p, t, 0.32246703342411322);
-  p = fma(p, t, 0.42278433509846714);
-  return p * t;
+  return tpurt_vm_horner(tpurt_vm_lgamma2_c, TPURT_VM_LEN(tpurt_vm_lgamma2_c), t) * t;
 }
+/* Stirling's series after its first terms: 1/12 - w^2/360 + ... - 691 w^10/360360 (w = 1/z), in w^2 */
+static const double tpurt_vm_stirling_c[] = {-0.0019175269175269175269, 0.00084175084175084175084,
+                                             -0.0005952380952380952381, 0.00079365079365079365079,
+                                             -0.0027777777777777777778, 0.083333333333333333333};
 /* lgamma in double, one rounding to float. x > 0: below 8, z = x + 8 and p = x (x + 1) ... (x + 7)
  * (a tree of products: a chain of eight dependent steps was half the vector form's time), Stirling's series to z^-11 (1e-14 from 8), minus log p. x < 0 by reflection,
  * log(pi / |sin(pi x)|) - lgamma(1 - x): one logarithm of pi p / |sin(pi x)| (tpurt_vm_sincospi of
@@ -542,13 +524,8 @@ static inline float tpurt_vm_lgammaf(float x) {
   const double p67 = (y + 6.0) * (y + 7.0);
   const bool up = y < 8.0;
   const double p = up ? (p01 * p23) * (p45 * p67) : 1.0, z = up ? y + 8.0 : y;
-  const double w = 1.0 / z, w2 = w * w;
-  double c = -0.0019175269175269175269;
-  c = fma(c, w2, 0.00084175084175084175084);
-  c = fma(c, w2, -0.0005952380952380952381);
-  c = fma(c, w2, 0.00079365079365079365079);
-  c = fma(c, w2, -0.0027777777777777777778);
-  c = fma(c, w2, 0.083333333333333333333);
+  const double w = 1.0 / z;
+  const double c = tpurt_vm_horner(tpurt_vm_stirling_c, TPURT_VM_LEN(tpurt_vm_stirling_c), w * w);
   const double st = fma(z - 0.5, tpurt_vm_logd(z), (0.91893853320467274178 - z) + w * c);
   const double a = fabs(xd - nearbyint(xd));
   double sn, cs;
@@ -567,6 +544,11 @@ static inline float tpurt_vm_lgammaf(float x) {
  * one per step), then log z - 1 / (2z) - the asymptotic series in 1 / z^2; x < 0 by reflection,
  * digamma(1 - x) - pi cot(pi x) (tpurt_vm_sincospi). 0 gives -inf (-0: +inf),
  * the negative integers (every float below -2^23) and -inf NaN, +inf +inf, as PyTorch's. */
+/* PyTorch's calc_digamma's asymptotic coefficients, highest power of 1/z^2 first */
+static const double tpurt_vm_digamma_c[] = {8.33333333333333333333E-2,  -2.10927960927960927961E-2,
+                                            7.57575757575757575758E-3,  -4.16666666666666666667E-3,
+                                            3.96825396825396825397E-3,  -8.33333333333333333333E-3,
+                                            8.33333333333333333333E-2};
 static inline float tpurt_vm_digammaf(float x) {
   const double xd = x;
   const bool neg = xd < 0.0;
@@ -582,13 +564,7 @@ static inline float tpurt_vm_digammaf(float x) {
   const bool up = y < 10.0;
   const double num = up ? n07 * d89 + n89 * d07 : 0.0, den = up ? d07 * d89 : 1.0, z = up ? y + 10.0 : y;
   const double w = 1.0 / z, zz = w * w;
-  double p = 8.33333333333333333333E-2;
-  p = fma(p, zz, -2.10927960927960927961E-2);
-  p = fma(p, zz, 7.57575757575757575758E-3);
-  p = fma(p, zz, -4.16666666666666666667E-3);
-  p = fma(p, zz, 3.96825396825396825397E-3);
-  p = fma(p, zz, -8.33333333333333333333E-3);
-  p = fma(p, zz, 8.33333333333333333333E-2);
+  const double p = tpurt_vm_horner(tpurt_vm_digamma_c, TPURT_VM_LEN(tpurt_vm_digamma_c), zz);
   double v = ((tpurt_vm_logd(z) - 0.5 * w) - zz * p) - num / den;
   const double t = xd - nearbyint(xd), a = fabs(t);
   double sn, cs;
