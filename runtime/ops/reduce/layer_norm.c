@@ -85,7 +85,7 @@ typedef struct ln_job_t {
   const tpurt_tensor_t *mean, *rstd; /* forward: outputs; backward: inputs */
   const double *w, *b;        /* flattened weight/bias (NULL if absent) */
   bool want_gi;
-  bool want_wb;               /* backward: dw (and db) wanted; else no partials are summed */
+  bool want_w, want_b;        /* backward: dw / db asked for (the partials are summed only then) */
   double* partial;            /* backward: per thread [2N] (dw, db) */
   bool* touched;
   double* buf;                /* per thread 3N */
@@ -413,7 +413,8 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     tpurt_arg_bool_mask(c, mask_i, 3, mask);
     j.want_gi = mask[0] && out_ok(c, 0, j.M * j.N);
     if (j.want_gi) mat_init(&j.out, &c->outputs[0], k);
-    j.want_wb = (mask[1] && out_ok(c, 1, j.N)) || (!rms && mask[2] && out_ok(c, 2, j.N));
+    j.want_w = mask[1] && out_ok(c, 1, j.N);
+    j.want_b = !rms && mask[2] && out_ok(c, 2, j.N);
   }
   if (j.N == 0) {
     /* empty rows: PyTorch's statistics are mean 0 and rstd NaN (0/0 variance) */
@@ -449,13 +450,13 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     if (w) j.fw = ln_vec_f32(w, j.N, 1, wbuf, flat);
     if (b) j.fb = ln_vec_f32(b, j.N, 0, bbuf, flat);
     j.fbuf = s + 2 * j.N;
-    if (bwd && j.want_wb) {
+    if (j.want_w || j.want_b) {
       j.fpartial = j.fbuf + 3 * (size_t)j.N * (size_t)nt;
       j.touched = (bool*)(flat + 2 * (size_t)j.N);
       memset(j.touched, 0, (size_t)nt);
     }
     tpurt_parallel_for(ctx, j.M, 1 + 16384 / (j.N + 1), ln_rows_f32, &j);
-    if (bwd && j.want_wb) {
+    if (j.want_w || j.want_b) {
       float* acc = NULL;
       for (int t = 0; t < nt; ++t) {
         if (!j.touched[t]) continue;
@@ -463,10 +464,8 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
         if (!acc) { acc = p; continue; }
         for (int64_t i = 0; i < 2 * j.N; ++i) acc[i] += p[i];
       }
-      bool mask[3] = {true, true, true};
-      tpurt_arg_bool_mask(c, rms ? 5 : 7, 3, mask);
-      for (int o = 1; acc && o <= (rms ? 1 : 2); ++o) {
-        if (!mask[o] || !out_ok(c, o, j.N)) continue;
+      for (int o = 1; acc && o <= 2; ++o) {
+        if (!(o == 1 ? j.want_w : j.want_b)) continue;
         for (int64_t i = 0; i < j.N; ++i) flat[i] = acc[(o - 1) * j.N + i];
         store_flat(&c->outputs[o], j.N, flat);
       }
@@ -482,19 +481,21 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
   if (w) { load_flat(w, j.N, 1, wbuf); j.w = wbuf; }
   if (b) { load_flat(b, j.N, 0, bbuf); j.b = bbuf; }
   j.buf = s + 2 * j.N;
-  if (bwd && j.want_wb) {
+  if (j.want_w || j.want_b) {
     j.partial = j.buf + 3 * (size_t)j.N * (size_t)nt;
     j.touched = (bool*)(j.partial + 2 * (size_t)j.N * (size_t)nt);
     memset(j.touched, 0, (size_t)nt);
   }
   if (ref) {
-    if (bwd && j.want_wb) memset(j.partial, 0, sizeof(double) * 2 * (size_t)j.N);
-    ln_reference(&j, j.want_wb ? j.partial : NULL);
-    if (bwd && j.want_wb) j.touched[0] = true;
+    if (j.partial) {
+      memset(j.partial, 0, sizeof(double) * 2 * (size_t)j.N);
+      j.touched[0] = true;
+    }
+    ln_reference(&j, j.partial);
   } else {
     tpurt_parallel_for(ctx, j.M, 1 + 16384 / (j.N + 1), ln_rows, &j);
   }
-  if (bwd && j.want_wb) {
+  if (j.partial) {
     /* add per-thread partials in thread order into the first touched one */
     double* acc = NULL;
     for (int t = 0; t < nt; ++t) {
@@ -503,11 +504,8 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
       if (!acc) { acc = p; continue; }
       for (int64_t i = 0; i < 2 * j.N; ++i) acc[i] += p[i];
     }
-    bool mask[3] = {true, true, true};
-    int mask_i = rms ? 5 : 7;
-    tpurt_arg_bool_mask(c, mask_i, 3, mask);
-    if (acc && mask[1] && out_ok(c, 1, j.N)) store_flat(&c->outputs[1], j.N, acc);
-    if (acc && !rms && mask[2] && out_ok(c, 2, j.N)) store_flat(&c->outputs[2], j.N, acc + j.N);
+    if (acc && j.want_w) store_flat(&c->outputs[1], j.N, acc);
+    if (acc && j.want_b) store_flat(&c->outputs[2], j.N, acc + j.N);
   }
   return TPURT_OK;
 }
