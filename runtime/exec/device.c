@@ -18,6 +18,8 @@
 
 #define DEFAULT_HBM_BYTES ((uint64_t)16 << 30)
 #define MAX_CHIPS TPURT_MAX_CHIPS
+/* TORCH_TPU_NUM_THREADS's bound */
+enum { MAX_THREADS = 1024 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static tpurt_status_t g_init_status; /* kept; callers get copies */
@@ -121,7 +123,7 @@ static void init_once(void) {
   int sharing = num_chips * host.chips_on_host;
   int cores = host_cores();
   int threads = cores / sharing > 0 ? cores / sharing : 1;
-  s = tpurt_env_int("TORCH_TPU_NUM_THREADS", 1, 1024, &threads);
+  s = tpurt_env_int("TORCH_TPU_NUM_THREADS", 1, MAX_THREADS, &threads);
   if (s) goto done;
   int pin = 1;
   s = tpurt_env_int("TORCH_TPU_PIN_THREADS", 0, 1, &pin);
@@ -152,15 +154,13 @@ static void init_once(void) {
     }
   }
   hbm &= ~(uint64_t)511;
-  int* cpus = pin ? malloc(sizeof(int) * (size_t)threads) : NULL;
+  int cpus[MAX_THREADS];
   for (int i = 0; i < num_chips; ++i) {
-    bool pinned = cpus && chip_cpus(host.chip * num_chips + i, threads, sharing, cpus);
+    bool pinned = pin && chip_cpus(host.chip * num_chips + i, threads, sharing, cpus);
     s = device_create(i, hbm, threads, pinned ? cpus : NULL, &g_devices[i]);
-    if (s) break;
+    if (s) goto done;
     g_num_devices = i + 1;
   }
-  free(cpus);
-  if (s) goto done;
   tpurt_exec_loader_install(g_devices[0]);
 done:
   g_init_status = s;

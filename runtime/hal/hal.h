@@ -41,9 +41,9 @@ typedef struct tpurt_hal_device_params_t {
   int index;           /* chip index within this process */
   uint64_t hbm_bytes;  /* device memory capacity to provide */
   int num_threads;     /* compute threads (the vTPU's cores) */
-  /* The host CPU each compute thread keeps to (num_threads entries: cpus[0] for the queue workers,
-   * which lead each kernel, cpus[t] for the pool's thread t), or NULL: the host's scheduler places
-   * them. Copied. */
+  /* The host CPU each compute thread keeps to (num_threads entries: cpus[0] for the default queue's
+   * worker, which leads most kernels, cpus[t] for the pool's thread t; other queues' workers keep to
+   * all of them), or NULL: the host's scheduler places them. Copied. */
   const int* cpus;
 } tpurt_hal_device_params_t;
 
