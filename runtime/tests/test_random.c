@@ -50,6 +50,19 @@ static void moments(const float* x, int64_t n, double* mean, double* sd) {
   *sd = sqrt(s2 / n - *mean * *mean);
 }
 
+/* The N values `op` drew into a are what its reference (element by element) draws, and a draw of
+ * N - 13 into tb is their prefix: values depend on the index only (vector loops, tails, odd starts). */
+static void check_reference_and_prefix(const char* op, tpurt_arg_t* args, int nargs, const float* a,
+                                       tpurt_tensor_t* tb, float* b) {
+  CHECK_OK(run(op, "", args, nargs, tb, 1, true));
+  CHECK(memcmp(a, b, N * 4) == 0);
+  tb->sizes[0] = N - 13;
+  memset(b, 0, N * 4);
+  CHECK_OK(run(op, "", args, nargs, tb, 1, false));
+  CHECK(memcmp(a, b, (N - 13) * 4) == 0);
+  tb->sizes[0] = N;
+}
+
 static void test_distributions(void) {
   float* a = malloc(N * 4);
   float* b = malloc(N * 4);
@@ -63,15 +76,7 @@ static void test_distributions(void) {
   float lo = 1e9f, hi = -1e9f;
   for (int i = 0; i < N; ++i) { lo = fminf(lo, a[i]); hi = fmaxf(hi, a[i]); }
   CHECK(lo >= 2 && hi < 5);
-  /* the reference gives the same values */
-  CHECK_OK(run("uniform", "", ua, 4, &tb, 1, true));
-  CHECK(memcmp(a, b, N * 4) == 0);
-  /* a prefix of a longer draw is the shorter draw: values depend on the index only */
-  tb.sizes[0] = N - 13;
-  memset(b, 0, N * 4);
-  CHECK_OK(run("uniform", "", ua, 4, &tb, 1, false));
-  CHECK(memcmp(a, b, (N - 13) * 4) == 0);
-  tb.sizes[0] = N;
+  check_reference_and_prefix("uniform", ua, 4, a, &tb, b);
   /* another seed differs; another offset differs */
   ua[3] = rarg(43, 0);
   CHECK_OK(run("uniform", "", ua, 4, &tb, 1, false));
@@ -81,14 +86,7 @@ static void test_distributions(void) {
   CHECK_OK(run("normal", "", na, 4, &ta, 1, false));
   moments(a, N, &m, &s);
   CHECK(fabs(m - 1) < 0.01 && fabs(s - 2) < 0.01);
-  /* the reference (element by element) gives the same values, and a prefix of an odd length */
-  CHECK_OK(run("normal", "", na, 4, &tb, 1, true));
-  CHECK(memcmp(a, b, N * 4) == 0);
-  tb.sizes[0] = N - 13;
-  memset(b, 0, N * 4);
-  CHECK_OK(run("normal", "", na, 4, &tb, 1, false));
-  CHECK(memcmp(a, b, (N - 13) * 4) == 0);
-  tb.sizes[0] = N;
+  check_reference_and_prefix("normal", na, 4, a, &tb, b);
   /* bfloat16 and float16 outputs: the float32 values rounded, as the reference rounds them */
   {
     enum { H = 4099 };
@@ -135,9 +133,7 @@ static void test_distributions(void) {
     for (int i = 0; i < N; ++i) lo_e = fminf(lo_e, a[i]);
     CHECK(lo_e >= 0);
   }
-  tpurt_arg_t eb[3] = {targ(&tb), darg(2), rarg(5, 0)};
-  CHECK_OK(run("exponential", "", eb, 3, &tb, 1, true)); /* the reference: the same values */
-  CHECK(memcmp(a, b, N * 4) == 0);
+  check_reference_and_prefix("exponential", ea, 3, a, &tb, b);
   /* native_dropout: mask mean 1-p, kept values scaled */
   for (int i = 0; i < N; ++i) b[i] = 1.0f;
   uint8_t* mask = malloc(N);
