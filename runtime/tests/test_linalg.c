@@ -135,6 +135,14 @@ static void test_gemm(void) {
             false, false, 1, 1, false);
   gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 260, 520, 2500, false, false, false, 0,
             false, false, 1, 0, false);
+  /* the driver's boxes: rows too few for the threads (columns split, each box packing the same A),
+   * and 16-bit C written from several row chunks of A per thread */
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 10, 700, 100, false, true, false, 1,
+            false, false, 1, 0, false);
+  gemm_case(TPURT_DTYPE_FLOAT16, TPURT_DTYPE_FLOAT32, 1, 5, 900, 70, true, false, false, 0,
+            false, false, 1, 1, false);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 700, 96, 64, false, false, false, 2,
+            false, false, 0.5, 0, false);
   /* beta = 0 ignores NaN in C */
   {
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};

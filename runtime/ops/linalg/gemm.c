@@ -24,9 +24,9 @@
 #define GEMM_AVX2 1
 #endif
 
-/* Blocking: KC x NR panels of B stay in L1, an MC x KC block of A in L2, a
- * KC x NC block of B in L3. MCH bounds how many rows of A are packed at once. */
-enum { KC = 256, NC = 1024, MC = 144, MCH = 2304, NCSUB = 256 };
+/* Blocking: KC x NR panels of B stay in L1, an MC x KC block of A (each
+ * thread its own) in L2, a KC x NC block of B in L3. */
+enum { KC = 256, NC = 1024, MC = 144 };
 /* A thread's block of rows, a whole number of the microkernel's MR rows (so only the matrix's own
  * last rows make a partial tile). */
 #define MC_FOR(MR) (MC / (MR) * (MR))
@@ -748,111 +748,6 @@ static void amx_tiles_end(void) {
 void tpurt_gemm_amx_tiles_begin(void) { amx_tiles_begin(); }
 void tpurt_gemm_amx_tiles_end(void) { amx_tiles_end(); }
 
-/* ---- the blocked driver, one instance per accumulation type ---- */
-typedef struct core_args_t core_args_t;
-static amx_prefetch_t amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, int64_t i0, int64_t i1,
-                                 int64_t j, int64_t j1);
-/* The AMX kernel as the tile loops call it, given what to prefetch (from the loop's own variables). */
-#define UKR_AMX(...) ukr_amx_dispatch(amx_next_b(s, t, t1, i, i0, i1, j, j1), __VA_ARGS__)
-struct core_args_t {
-  int64_t m, n, k;
-  const void* a;
-  int64_t a_rs, a_cs; /* in elements of the A/B dtype */
-  const void* b;
-  int64_t b_rs, b_cs;
-  void* c; /* accumulation type */
-  int64_t c_rs, c_cs;
-  double alpha, beta;
-  size_t in_size; /* bytes per A/B element */
-  pack_fn_t pack;
-  pack_fn_t pack_a; /* NULL: `pack` packs A too */
-  void* pa; /* packed A: round_up(min(m, MCH), MR) x the depth block */
-  void* pb; /* packed B: round_up(min(n, the column block), NR) x the depth block */
-  /* per-block state, set by the driver */
-  int64_t jc, nc, pc, kc, ic, mch, ntile_n;
-  double beta_eff;
-  /* NULL: the instance's own tile loop. Set for 16-bit C written directly
-   * (k fits one depth block, so each tile is finished in one pass). */
-  tpurt_range_fn_t tiles;
-  tpurt_dtype_t c16; /* C's dtype on that path */
-};
-
-/* Before the AMX kernel's call for rows i of panel j in tile t (of this thread's t..t1): the
- * panel the loop reads after this one (the next in the tile, else the next tile's first), split
- * among the calls that read panel j, so each call prefetches its share. */
-static amx_prefetch_t amx_next_b(const core_args_t* s, int64_t t, int64_t t1, int64_t i, int64_t i0, int64_t i1,
-                                 int64_t j, int64_t j1) {
-  int64_t nj = -1;
-  if (j + NR_AMX < j1) nj = j + NR_AMX;
-  else if (t + 1 < t1) nj = ((t + 1) % s->ntile_n) * NCSUB;
-  if (nj < 0) return (amx_prefetch_t){0};
-  int64_t calls = (i1 - i0 + MR_AMX - 1) / MR_AMX, share = NR_AMX * KCP_AMX(s->kc) * 2 / calls;
-  return (amx_prefetch_t){(const char*)((const uint16_t*)s->pb + nj * KCP_AMX(s->kc)) + (i - i0) / MR_AMX * share,
-                          (share + 63) / 64};
-}
-
-#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB, NCB, BEGIN, END)                                                       \
-  static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
-    core_args_t* s = (core_args_t*)u;                                                           \
-    const char* src = (const char*)s->b +                                                       \
-                      (size_t)((s->pc * s->b_rs + (s->jc + b0 * NR) * s->b_cs) * (int64_t)s->in_size); \
-    s->pack(src, s->b_cs, s->b_rs, imin(s->nc - b0 * NR, (b1 - b0) * NR), s->kc, NR,           \
-            (T*)s->pb + b0 * NR * KCP(s->kc));                                                       \
-  }                                                                                             \
-  static void SUF##_pack_a(void* u, int64_t b0, int64_t b1, int tid) {                          \
-    core_args_t* s = (core_args_t*)u;                                                           \
-    const char* src = (const char*)s->a +                                                       \
-                      (size_t)(((s->ic + b0 * MR) * s->a_rs + s->pc * s->a_cs) * (int64_t)s->in_size); \
-    (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, imin(s->mch - b0 * MR, (b1 - b0) * MR), \
-                                      s->kc, MR,                                                \
-            (T*)s->pa + b0 * MR * KCP(s->kc));                                                       \
-  }                                                                                             \
-  static void SUF##_tiles(void* u, int64_t t0, int64_t t1, int tid) {                           \
-    core_args_t* s = (core_args_t*)u;                                                           \
-    TC alpha = (TC)s->alpha, beta = (TC)s->beta_eff;                                               \
-    BEGIN;                                                                                      \
-    for (int64_t t = t0; t < t1; ++t) {                                                         \
-      int64_t i0 = (t / s->ntile_n) * MC_FOR(MR), j0 = (t % s->ntile_n) * NCSUB;                \
-      int64_t i1 = imin(i0 + MC_FOR(MR), s->mch), j1 = imin(j0 + NCSUB, s->nc);                  \
-      for (int64_t j = j0; j < j1; j += NR) {                                                   \
-        const T* bp = (const T*)s->pb + j * KCP(s->kc);                                              \
-        for (int64_t i = i0; i < i1; i += MR) {                                                 \
-          TC* cp = (TC*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;                     \
-          UKR(s->kc, (const T*)s->pa + i * KCP(s->kc), bp, cp, s->c_rs, s->c_cs, alpha, beta,        \
-              (int)imin(MR, i1 - i), (int)imin(NR, j1 - j));                                    \
-        }                                                                                       \
-      }                                                                                         \
-    }                                                                                           \
-    END;                                                                                        \
-  }                                                                                             \
-  static void SUF##_core(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                             \
-    for (s->jc = 0; s->jc < s->n; s->jc += NCB) {                                               \
-      s->nc = imin(NCB, s->n - s->jc);                                                          \
-      for (s->pc = 0; s->pc < s->k; s->pc += KCB) {                                             \
-        s->kc = imin(KCB, s->k - s->pc);                                                        \
-        s->beta_eff = s->pc == 0 ? s->beta : 1.0;                                               \
-        run_range(ctx, (s->nc + NR - 1) / NR, 4, SUF##_pack_b, s);                              \
-        for (s->ic = 0; s->ic < s->m; s->ic += MCH) {                                           \
-          s->mch = imin(MCH, s->m - s->ic);                                                     \
-          run_range(ctx, (s->mch + MR - 1) / MR, 8, SUF##_pack_a, s);                           \
-          s->ntile_n = (s->nc + NCSUB - 1) / NCSUB;                                             \
-          run_range(ctx, ((s->mch + MC_FOR(MR) - 1) / MC_FOR(MR)) * s->ntile_n, 1,              \
-                    s->tiles ? s->tiles : SUF##_tiles, s);                                      \
-        }                                                                                       \
-      }                                                                                         \
-    }                                                                                           \
-  }
-
-#define KCP_ID(kc) (kc)
-#define KCP_PAIRS(kc) (((kc) + 1) & ~(int64_t)1)
-#define NO_HOOK (void)0
-DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
-DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
-DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NC, NO_HOOK, NO_HOOK)
-DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC_BDP, NC_BDP, NO_HOOK, NO_HOOK)
-DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, UKR_AMX, KCP_AMX, KC_AMX, NC_AMX, amx_tiles_begin(),
-            amx_tiles_end())
-
 /* One finished mr x nr fp32 tile (rows `ld` apart, nr <= 64) into 16-bit C:
  * c = round(alpha * acc + beta * c). */
 static void store_tile_c16(tpurt_dtype_t dt, const float* acc, int ld, uint16_t* c, int64_t rs, int64_t cs,
@@ -899,32 +794,156 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
   store_tile_c16(dt, acc, ld, c, rs, cs, alpha, beta, mr, nr);
 }
 
-/* The tile loop of a core for 16-bit C: each microkernel tile is computed
- * into registers-then-stack (alpha 1, beta 0) and rounded once on store. */
-#define DEFINE_C16_TILES(SUF, T, MR, NR, UKR, KCP, BEGIN, END)                                              \
-  static void SUF##_c16_tiles(void* u, int64_t t0, int64_t t1, int tid) {                       \
+/* ---- the blocked driver, one instance per accumulation type ----
+ * Per block of B (NCB columns x KCB depth): the threads pack B's panels
+ * together, then each thread takes one box of C (a run of MR-row panels x a run
+ * of NR-column panels; rows are split first, columns only where the rows are
+ * too few for the threads) and walks it a row chunk at a time: it packs the
+ * chunk's A (MC rows x the depth block) into a buffer of its own, which stays
+ * in its L2 while every B panel of its box streams past. One parallel region
+ * for B and one for the rest, and each thread's A packed where it is used. */
+typedef struct core_args_t core_args_t;
+static amx_prefetch_t amx_next_b(const core_args_t* s, int64_t i, int64_t i0, int64_t i1, int64_t j, int64_t c0,
+                                 int64_t c1, bool more);
+/* The AMX kernel as the tile loops call it, given what to prefetch (from the loop's own variables). */
+#define UKR_AMX(...) ukr_amx_dispatch(amx_next_b(s, i, i0, i1, j, c0, c1, i1 < r1), __VA_ARGS__)
+struct core_args_t {
+  int64_t m, n, k;
+  const void* a;
+  int64_t a_rs, a_cs; /* in elements of the A/B dtype */
+  const void* b;
+  int64_t b_rs, b_cs;
+  void* c; /* accumulation type, or 16-bit where c16 is set */
+  int64_t c_rs, c_cs;
+  double alpha, beta;
+  size_t in_size; /* bytes per A/B element */
+  pack_fn_t pack;
+  pack_fn_t pack_a; /* NULL: `pack` packs A too */
+  void* pa;       /* packed A: one buffer of pa_each bytes per thread id */
+  size_t pa_each; /* MC_FOR(MR) rows (at most m, rounded up to MR) x the depth block */
+  void* pb;       /* packed B: round_up(min(n, the column block), NR) x the depth block */
+  int nt;         /* threads to split the boxes over (1 without a context) */
+  /* per-block state, set by the driver */
+  int64_t jc, nc, pc, kc;
+  int tr, tc; /* the boxes: tr row groups x tc column groups */
+  double beta_eff;
+  /* Set for 16-bit C written directly (k fits one depth block, so each tile
+   * is finished in one pass): its dtype. */
+  tpurt_dtype_t c16;
+  bool to16;
+};
+
+/* Before the AMX kernel's call for rows i of panel j (the thread's row chunk i0..i1, its columns
+ * c0..c1): the panel the loop reads after this one (the next in the box, else the box's first,
+ * for the next row chunk), split among the calls that read panel j, so each call prefetches its
+ * share. */
+static amx_prefetch_t amx_next_b(const core_args_t* s, int64_t i, int64_t i0, int64_t i1, int64_t j, int64_t c0,
+                                 int64_t c1, bool more) {
+  int64_t nj = -1;
+  if (j + NR_AMX < c1) nj = j + NR_AMX;
+  else if (more) nj = c0;
+  if (nj < 0) return (amx_prefetch_t){0};
+  int64_t calls = (i1 - i0 + MR_AMX - 1) / MR_AMX, share = NR_AMX * KCP_AMX(s->kc) * 2 / calls;
+  return (amx_prefetch_t){(const char*)((const uint16_t*)s->pb + nj * KCP_AMX(s->kc)) + (i - i0) / MR_AMX * share,
+                          (share + 63) / 64};
+}
+
+/* The split of p row panels x q column panels over nt threads: tr x tc boxes
+ * (tr * tc == nt, or one box when there is one tile), the largest box as small
+ * as it can be, rows split rather than columns at a tie (a column split packs
+ * the same rows of A in each box). */
+static void core_grid(int nt, int64_t p, int64_t q, int* tr, int* tc) {
+  *tr = *tc = 1;
+  if (p * q <= 1) return;
+  int64_t best = INT64_MAX;
+  for (int r = 1; r <= nt; ++r) {
+    if (nt % r) continue;
+    int c = nt / r;
+    int64_t cost = ((p + r - 1) / r) * ((q + c - 1) / c);
+    if (cost <= best) best = cost, *tr = r, *tc = nt / r;
+  }
+}
+
+/* Box t's rows [r0, r1) and block columns [c0, c1). */
+static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r0, int64_t* r1, int64_t* c0,
+                     int64_t* c1) {
+  int64_t p = (s->m + mr - 1) / mr, q = (s->nc + nr - 1) / nr, rg = t / s->tc, cg = t % s->tc;
+  *r0 = p * rg / s->tr * mr, *r1 = imin(s->m, p * (rg + 1) / s->tr * mr);
+  *c0 = q * cg / s->tc * nr, *c1 = imin(s->nc, q * (cg + 1) / s->tc * nr);
+}
+
+/* 16-bit C: each tile computed into `tmp` (alpha 1, beta 0), then rounded once on store. */
+#define TILE_C16(UKR, kc, ap, bp, tmp, NR, MR)                                                  \
+  do {                                                                                          \
+    UKR(kc, ap, bp, tmp, NR, 1, 1.0f, 0.0f, MR, NR);                                            \
+    uint16_t* cp = (uint16_t*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs;                       \
+    store_tile_c16_fast(s->c16, tmp, NR, cp, s->c_rs, s->c_cs, (float)alpha, (float)beta, mr, nr); \
+  } while (0)
+#define TILE_NO_C16(UKR, kc, ap, bp, tmp, NR, MR) (void)tmp
+
+#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB, NCB, TILE16, BEGIN, END)                  \
+  static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
-    float alpha = (float)s->alpha, beta = (float)s->beta_eff;                                   \
-    float tmp[MR * NR] __attribute__((aligned(64)));                                            \
+    const char* src = (const char*)s->b +                                                       \
+                      (size_t)((s->pc * s->b_rs + (s->jc + b0 * NR) * s->b_cs) * (int64_t)s->in_size); \
+    s->pack(src, s->b_cs, s->b_rs, imin(s->nc - b0 * NR, (b1 - b0) * NR), s->kc, NR,           \
+            (T*)s->pb + b0 * NR * KCP(s->kc));                                                  \
+  }                                                                                             \
+  static void SUF##_boxes(void* u, int64_t t0, int64_t t1, int tid) {                           \
+    core_args_t* s = (core_args_t*)u;                                                           \
+    TC alpha = (TC)s->alpha, beta = (TC)s->beta_eff;                                            \
+    T* pa = (T*)((char*)s->pa + s->pa_each * (size_t)tid);                                      \
+    TC tmp[MR * NR] __attribute__((aligned(64)));                                               \
     BEGIN;                                                                                      \
     for (int64_t t = t0; t < t1; ++t) {                                                         \
-      int64_t i0 = (t / s->ntile_n) * MC_FOR(MR), j0 = (t % s->ntile_n) * NCSUB;                \
-      int64_t i1 = imin(i0 + MC_FOR(MR), s->mch), j1 = imin(j0 + NCSUB, s->nc);                  \
-      for (int64_t j = j0; j < j1; j += NR) {                                                   \
-        const T* bp = (const T*)s->pb + j * KCP(s->kc);                                         \
-        for (int64_t i = i0; i < i1; i += MR) {                                                 \
-          int mr = (int)imin(MR, i1 - i), nr = (int)imin(NR, j1 - j);                           \
-          UKR(s->kc, (const T*)s->pa + i * KCP(s->kc), bp, tmp, NR, 1, 1.0f, 0.0f, MR, NR);     \
-          uint16_t* cp = (uint16_t*)s->c + (s->ic + i) * s->c_rs + (s->jc + j) * s->c_cs;       \
-          store_tile_c16_fast(s->c16, tmp, NR, cp, s->c_rs, s->c_cs, alpha, beta, mr, nr);      \
+      int64_t r0, r1, c0, c1;                                                                   \
+      core_box(s, t, MR, NR, &r0, &r1, &c0, &c1);                                               \
+      for (int64_t i0 = r0; i0 < r1; i0 += MC_FOR(MR)) {                                        \
+        int64_t i1 = imin(i0 + MC_FOR(MR), r1);                                                 \
+        const char* src = (const char*)s->a +                                                   \
+                          (size_t)((i0 * s->a_rs + s->pc * s->a_cs) * (int64_t)s->in_size);     \
+        (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, i1 - i0, s->kc, MR, pa);       \
+        for (int64_t j = c0; j < c1; j += NR) {                                                 \
+          const T* bp = (const T*)s->pb + j * KCP(s->kc);                                       \
+          int nr = (int)imin(NR, c1 - j);                                                       \
+          for (int64_t i = i0; i < i1; i += MR) {                                               \
+            const T* ap = pa + (i - i0) * KCP(s->kc);                                           \
+            int mr = (int)imin(MR, i1 - i);                                                     \
+            if (s->to16) {                                                                      \
+              TILE16(UKR, s->kc, ap, bp, tmp, NR, MR);                                          \
+            } else {                                                                            \
+              TC* cp = (TC*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs;                         \
+              UKR(s->kc, ap, bp, cp, s->c_rs, s->c_cs, alpha, beta, mr, nr);                    \
+            }                                                                                   \
+          }                                                                                     \
         }                                                                                       \
       }                                                                                         \
     }                                                                                           \
     END;                                                                                        \
+  }                                                                                             \
+  static void SUF##_core(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                             \
+    for (s->jc = 0; s->jc < s->n; s->jc += NCB) {                                               \
+      s->nc = imin(NCB, s->n - s->jc);                                                          \
+      core_grid(s->nt, (s->m + MR - 1) / MR, (s->nc + NR - 1) / NR, &s->tr, &s->tc);            \
+      for (s->pc = 0; s->pc < s->k; s->pc += KCB) {                                             \
+        s->kc = imin(KCB, s->k - s->pc);                                                        \
+        s->beta_eff = s->pc == 0 ? s->beta : 1.0;                                               \
+        run_range(ctx, (s->nc + NR - 1) / NR, 4, SUF##_pack_b, s);                              \
+        run_range(ctx, (int64_t)s->tr * s->tc, 1, SUF##_boxes, s);                              \
+      }                                                                                         \
+    }                                                                                           \
   }
-DEFINE_C16_TILES(f32, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, NO_HOOK, NO_HOOK)
-DEFINE_C16_TILES(bdp, uint16_t, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, NO_HOOK, NO_HOOK)
-DEFINE_C16_TILES(amx, uint16_t, MR_AMX, NR_AMX, UKR_AMX, KCP_AMX, amx_tiles_begin(), amx_tiles_end())
+
+#define KCP_ID(kc) (kc)
+#define KCP_PAIRS(kc) (((kc) + 1) & ~(int64_t)1)
+#define NO_HOOK (void)0
+DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NC, TILE_C16, NO_HOOK, NO_HOOK)
+DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NC, TILE_NO_C16, NO_HOOK, NO_HOOK)
+DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NC, TILE_NO_C16, NO_HOOK, NO_HOOK)
+DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC_BDP, NC_BDP, TILE_C16, NO_HOOK,
+            NO_HOOK)
+DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, UKR_AMX, KCP_AMX, KC_AMX, NC_AMX, TILE_C16, amx_tiles_begin(),
+            amx_tiles_end())
 
 /* ---- dtype plumbing ---- */
 /* ACC_BDP: bf16 operands as pairs into fp32 sums (the vdpbf16ps path);
@@ -1046,8 +1065,8 @@ static int64_t ws_cols(const tpurt_gemm_t* g, int nr) {
   return imin(w, round_up(g->n, nr));
 }
 
-/* Workspace of one serial-or-parallel GEMM of one matrix. */
-static size_t single_ws_bytes(const tpurt_gemm_t* g) {
+/* Workspace of one GEMM of one matrix, serial (nt 1) or across nt threads. */
+static size_t single_ws_bytes(const tpurt_gemm_t* g, int nt) {
   if (g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
   if (use_blas(g)) {
     bool t;
@@ -1062,7 +1081,8 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g) {
   if (k == ACC_NONE) return 0;
   int mr = acc_mr(k), nr = acc_nr(k);
   size_t es = acc_size(k);
-  size_t bytes = packed_bytes(k, imin(g->m, MCH), mr, g->k) + packed_bytes(k, imin(g->n, acc_nc(k)), nr, g->k);
+  size_t bytes = packed_bytes(k, imin(g->m, MC_FOR(mr)), mr, g->k) * (size_t)nt +
+                 packed_bytes(k, imin(g->n, acc_nc(k)), nr, g->k);
   if (!c_direct(g, k) && !c16_direct(g, k))
     bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
   return bytes;
@@ -1085,13 +1105,13 @@ size_t tpurt_gemm_workspace_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gem
     if (use_blas(&s)) {
       /* batch-parallel fp32 uses our own kernel (OpenBLAS threads itself) */
       acc_kind_t k = ACC_F32;
-      size_t bytes = align64(round_up(imin(g->m, MCH), acc_mr(k)) * imin(g->k, KC) * 4) +
-                     align64(round_up(imin(g->n, NC), acc_nr(k)) * imin(g->k, KC) * 4);
+      size_t bytes = packed_bytes(k, imin(g->m, MC_FOR(acc_mr(k))), acc_mr(k), g->k) +
+                     packed_bytes(k, imin(g->n, NC), acc_nr(k), g->k);
       return bytes * (size_t)tpurt_kernel_num_threads(ctx);
     }
-    return single_ws_bytes(&s) * (size_t)tpurt_kernel_num_threads(ctx);
+    return single_ws_bytes(&s, 1) * (size_t)tpurt_kernel_num_threads(ctx);
   }
-  return single_ws_bytes(g) + small_pack_bytes(ctx, g);
+  return single_ws_bytes(g, tpurt_kernel_num_threads(ctx)) + small_pack_bytes(ctx, g);
 }
 
 /* ---- element-wise helpers on C (O(m*n), off the hot path) ---- */
@@ -1384,7 +1404,7 @@ static void small_m_cols(bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 }
 #endif
 
-/* Workspace after single_ws_bytes(g) for the copies of B of the 17..SMALL_M_NN-row kernel, one
+/* Workspace after single_ws_bytes(g, 1) for the copies of B of the 17..SMALL_M_NN-row kernel, one
  * per thread (op(A) or, for a column-major C, op(B)^T may be the few-rows operand). Without it
  * (a serial caller with no workspace) those products go to OpenBLAS. */
 static size_t small_pack_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
@@ -1624,9 +1644,11 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
                    .pack = kind == ACC_BDP   ? pack_bf16_pairs
                            : kind == ACC_AMX ? pack_amx_b
                                              : pack_for(g->ab_dtype),
-                   .pack_a = kind == ACC_AMX ? pack_amx_a : NULL};
+                   .pack_a = kind == ACC_AMX ? pack_amx_a : NULL,
+                   .nt = tpurt_kernel_num_threads(ctx)};
   s.pa = ws;
-  ws += packed_bytes(kind, imin(g->m, MCH), mr, g->k);
+  s.pa_each = packed_bytes(kind, imin(g->m, MC_FOR(mr)), mr, g->k);
+  ws += s.pa_each * (size_t)s.nt;
   s.pb = ws;
   ws += packed_bytes(kind, imin(g->n, acc_nc(kind)), nr, g->k);
   void (*core)(tpurt_kernel_ctx_t*, core_args_t*) = kind == ACC_F32   ? f32_core
@@ -1635,9 +1657,7 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
                                                     : kind == ACC_AMX ? amx_core
                                                                       : i64_core;
   if (c_direct(g, kind) || c16_direct(g, kind)) {
-    if (!c_direct(g, kind))
-      s.tiles = kind == ACC_BDP ? bdp_c16_tiles : kind == ACC_AMX ? amx_c16_tiles : f32_c16_tiles,
-      s.c16 = g->c_dtype;
+    if (!c_direct(g, kind)) s.to16 = true, s.c16 = g->c_dtype;
     c_in_to_c(ctx, g);
     s.c = g->c, s.c_rs = g->c_rs, s.c_cs = g->c_cs;
     core(ctx, &s);
@@ -1672,7 +1692,7 @@ static void gemm_single(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws
     return;
   }
   if (!own && use_blas(g))
-    gemm_blas(ctx, g, ws, ws && small_pack_bytes(ctx, g) ? (float*)(ws + single_ws_bytes(g)) : NULL);
+    gemm_blas(ctx, g, ws, ws && small_pack_bytes(ctx, g) ? (float*)(ws + single_ws_bytes(g, 1)) : NULL);
   else gemm_own(ctx, g, ws);
 }
 
