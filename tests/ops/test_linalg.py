@@ -182,21 +182,23 @@ def test_linear_autograd(device, dtype):
         torch.testing.assert_close(pd.grad.cpu(), pc.grad, **tol(dtype, 24))
 
 
-@pytest.mark.parametrize("blas", [1, 0], ids=["mkl_where_loaded", "openblas"])
+@pytest.mark.parametrize("blas", [2, 1, 0], ids=["own", "mkl_where_loaded", "openblas"])
 def test_fp32_products_through_either_blas(device, blas):
-    """fp32 products run through the process's MKL where PyTorch loaded one (its x86 wheels do), else
-    OpenBLAS: both, through every form the slabs take (transposes, strided C, alpha/beta, bmm, slabs
+    """fp32 products run through our own kernel (products past 64 rows and columns, the default where
+    the CPU is not Intel's), the process's MKL where PyTorch loaded one (its x86 wheels do), or
+    OpenBLAS: each, through every form the slabs take (transposes, strided C, alpha/beta, bmm, slabs
     split across the chip's threads), against CPU."""
     import os
     import subprocess
     import sys
 
     import torch_tpu
-    expect = "mkl" if blas == 1 and torch.backends.mkl.is_available() else "openblas"
+    expect = ("own" if blas == 2 else
+              "mkl" if blas == 1 and torch.backends.mkl.is_available() else "openblas")
     torch_tpu._C._set_fp32_blas(blas)
     try:
         assert torch_tpu._C._fp32_blas() == expect
-        for m, k, n in [(256, 128, 384), (300, 77, 45), (2, 513, 1030), (64, 2048, 64)]:
+        for m, k, n in [(256, 128, 384), (300, 77, 45), (2, 513, 1030), (64, 2048, 64), (130, 300, 97)]:
             for ta in (False, True):
                 for tb in (False, True):
                     a = make((k, m) if ta else (m, k), torch.float32, seed=m + k)
@@ -219,6 +221,7 @@ def test_fp32_products_through_either_blas(device, blas):
         torch_tpu._C._set_fp32_blas(-1)
     # the environment's choice, read in a new process
     code = "import torch, torch_tpu; print(torch_tpu._C._fp32_blas())"
-    env = dict(os.environ, TORCH_TPU_GEMM_BLAS="openblas")
-    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip().splitlines()[-1] == "openblas"
+    for want in ("openblas", "own"):
+        env = dict(os.environ, TORCH_TPU_GEMM_BLAS=want)
+        assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip().splitlines()[-1] == want

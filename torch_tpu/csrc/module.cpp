@@ -152,7 +152,7 @@ PYBIND11_MODULE(_C, m) {
     if (!def) return py::none();
     return py::bool_((def->flags & TPURT_OP_RANDOM) != 0);
   });
-  // Which library runs fp32 matrix products ("mkl" or "openblas"); _set_fp32_blas(1/0/-1) for tests.
+  // Which library runs fp32 matrix products ("own", "mkl" or "openblas"); _set_fp32_blas(2/1/0/-1) for tests.
   m.def("_fp32_blas", [] { return std::string(tpurt_fp32_blas()); });
   m.def("_set_fp32_blas", [](int which) { tpurt_fp32_blas_set(which); });
   m.def("_kernel_names", [] {

@@ -206,10 +206,13 @@ TPURT_API tpurt_status_t tpurt_event_elapsed_ms(tpurt_event_t* start, tpurt_even
                                                 float* out_ms);
 
 /* ---- fp32 matrix products (ops/linalg/gemm.c) ---- */
-/* The library running them: "mkl" (an MKL the process already has loaded: PyTorch's x86 wheels carry
- * one) or "openblas". TORCH_TPU_GEMM_BLAS=openblas chooses OpenBLAS. */
+/* The library running them: "own" (our kernel, for products with more than 64 rows and columns;
+ * the default on AVX-512 builds on CPUs that are not Intel's, where MKL and OpenBLAS run AVX2 code),
+ * "mkl" (an MKL the process already has loaded: PyTorch's x86 wheels carry one) or "openblas".
+ * TORCH_TPU_GEMM_BLAS=auto|own|mkl|openblas chooses. */
 TPURT_API const char* tpurt_fp32_blas(void);
-/* Tests and benchmarks: 1 = MKL where loaded, 0 = OpenBLAS, -1 = as the environment says. */
+/* Tests and benchmarks: 2 = our kernel (as above), 1 = MKL where loaded, 0 = OpenBLAS, -1 = as the
+ * environment says. */
 TPURT_API void tpurt_fp32_blas_set(int which);
 
 /* ---- DeferAndFuse (exec/defer: recording and running; compiler/fuse_plan.c: the rules) ---- */

@@ -1052,9 +1052,13 @@ static bool c16_direct(const tpurt_gemm_t* g, acc_kind_t k) {
          (g->c_dtype == TPURT_DTYPE_BFLOAT16 || g->c_dtype == TPURT_DTYPE_FLOAT16);
 }
 
+static bool fp32_own_large(void);
+/* Products with more rows and more columns than this run on our kernel where fp32_own_large()
+ * says so; fewer keep the BLAS branch, whose matrix-vector and few-row paths suit them. */
+enum { OWN_MIN_DIM = 64 };
 static bool use_blas(const tpurt_gemm_t* g) {
   return g->ab_dtype == TPURT_DTYPE_FLOAT32 && g->c_dtype == TPURT_DTYPE_FLOAT32 &&
-         !atomic_load(&g_fp32_own);
+         !atomic_load(&g_fp32_own) && !(g->m > OWN_MIN_DIM && g->n > OWN_MIN_DIM && fp32_own_large());
 }
 
 /* Columns of C accumulated per pass in the workspace (non-direct C). */
@@ -1459,7 +1463,9 @@ typedef int (*mkl_threads_local_fn)(int);
 static f77_sgemm_fn g_mkl_sgemm;
 static mkl_threads_local_fn g_mkl_threads_local;
 static pthread_once_t g_mkl_once = PTHREAD_ONCE_INIT;
-static _Atomic int g_use_mkl = -1; /* -1: not decided yet */
+/* The library for fp32 products: -1 not decided yet, else FP32_*. */
+enum { FP32_OPENBLAS = 0, FP32_MKL = 1, FP32_OWN = 2 };
+static _Atomic int g_fp32_lib = -1;
 
 static void mkl_find(void) {
   static const char* const libs[] = {"libtorch_cpu.so", "libmkl_rt.so.2", "libmkl_rt.so"};
@@ -1477,24 +1483,59 @@ static void mkl_find(void) {
   }
 }
 
-static bool use_mkl(void) {
-  int v = atomic_load_explicit(&g_use_mkl, memory_order_relaxed);
+/* Whether this CPU runs our AVX-512 kernel faster than the BLAS libraries run theirs: an AVX-512
+ * build on a CPU that is not Intel's. MKL picks its kernels by vendor and OpenBLAS (0.3.21) knows
+ * no AMD core past Zen 3, so on AMD both run AVX2 code. 2 cores of an AMD EPYC Zen 5, loops of
+ * products, GFLOP/s, MKL (PyTorch's) against ours: 1024^3 222 / 450, 256 x 128 x 384 (the small
+ * GPT's shapes) 209 / 388, 1024 x 768 x 3072 222 / 440, 96 x 768 x 768 194 / 381. On Intel's
+ * AVX-512 cores MKL runs AVX-512 code and keeps them. */
+static bool own_beats_blas(void) {
+#if defined(__AVX512F__) && defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return !__builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+
+static int fp32_lib(void) {
+  int v = atomic_load_explicit(&g_fp32_lib, memory_order_relaxed);
   if (v >= 0) return v;
   const char* e = tpurt_env_str("TORCH_TPU_GEMM_BLAS");
-  bool want = !(e && strcmp(e, "openblas") == 0);
-  if (e && want && strcmp(e, "mkl") != 0 && strcmp(e, "auto") != 0)
-    TPURT_LOG(WARNING, "TORCH_TPU_GEMM_BLAS=%s: expected auto, mkl or openblas; using auto", e);
-  if (want) pthread_once(&g_mkl_once, mkl_find);
-  v = want && g_mkl_sgemm != NULL;
-  atomic_store_explicit(&g_use_mkl, v, memory_order_relaxed);
+  bool auto_ = !e || strcmp(e, "auto") == 0;
+  if (!auto_ && strcmp(e, "mkl") != 0 && strcmp(e, "openblas") != 0 && strcmp(e, "own") != 0) {
+    TPURT_LOG(WARNING, "TORCH_TPU_GEMM_BLAS=%s: expected auto, mkl, openblas or own; using auto", e);
+    auto_ = true;
+  }
+  if (auto_ ? own_beats_blas() : strcmp(e, "own") == 0) v = FP32_OWN;
+  else if (!auto_ && strcmp(e, "openblas") == 0) v = FP32_OPENBLAS;
+  else {
+    pthread_once(&g_mkl_once, mkl_find);
+    v = g_mkl_sgemm != NULL ? FP32_MKL : FP32_OPENBLAS;
+  }
+  atomic_store_explicit(&g_fp32_lib, v, memory_order_relaxed);
   return v;
+}
+static bool fp32_own_large(void) { return fp32_lib() == FP32_OWN; }
+/* The BLAS calls: MKL where the process has it, unless OpenBLAS was asked for. With our kernel
+ * chosen, the products it leaves to the BLAS branch (few rows or columns) go to MKL where loaded. */
+static bool use_mkl(void) {
+  int v = fp32_lib();
+  if (v == FP32_OWN) pthread_once(&g_mkl_once, mkl_find);
+  return v == FP32_MKL || (v == FP32_OWN && g_mkl_sgemm != NULL);
 }
 
 TPURT_API void tpurt_fp32_blas_set(int which) {
-  if (which == 1) pthread_once(&g_mkl_once, mkl_find);
-  atomic_store(&g_use_mkl, which < 0 ? -1 : (which == 1 && g_mkl_sgemm != NULL));
+  if (which == FP32_MKL || which == FP32_OWN) pthread_once(&g_mkl_once, mkl_find);
+  atomic_store(&g_fp32_lib, which < 0                                     ? -1
+                            : which == FP32_OWN                           ? FP32_OWN
+                            : which == FP32_MKL && g_mkl_sgemm != NULL    ? FP32_MKL
+                                                                          : FP32_OPENBLAS);
 }
-TPURT_API const char* tpurt_fp32_blas(void) { return use_mkl() ? "mkl" : "openblas"; }
+TPURT_API const char* tpurt_fp32_blas(void) {
+  int v = fp32_lib();
+  return v == FP32_OWN ? "own" : v == FP32_MKL ? "mkl" : "openblas";
+}
 
 /* Row-major C (m x n) = alpha op(A) op(B) + beta C on this thread, through MKL or OpenBLAS. */
 static void sgemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
