@@ -117,6 +117,80 @@ DEFINE_PACK(pack_f32_scalar, float, float, CONV_ID)
 DEFINE_PACK(pack_bf16_scalar, tpurt_bf16_t, float, CONV_BF16)
 DEFINE_PACK(pack_f16_scalar, tpurt_f16_t, float, CONV_F16)
 
+static bool gemm_generic(void);
+#if defined(__AVX2__)
+/* Columns of eight rows of eight floats: v[j] = (v[0][j], ..., v[7][j]). */
+static inline void transpose8x8(__m256 v[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  v[0] = _mm256_permute2f128_ps(u0, u4, 0x20), v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  v[1] = _mm256_permute2f128_ps(u1, u5, 0x20), v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  v[2] = _mm256_permute2f128_ps(u2, u6, 0x20), v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  v[3] = _mm256_permute2f128_ps(u3, u7, 0x20), v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* A depth-contiguous source (A row-major, or B transposed as in x @ W^T: a linear layer's forward,
+ * both operands) into fp32 panels: 8 rows x 8 depth values at a time, widened where 16-bit,
+ * transposed in registers, stored (masked where a panel is not a multiple of 8 rows). Element by
+ * element, the fp32 copies were 40% of the small GPT's GEMM time (perf, compiled step). */
+static inline __m256 pack_load8(tpurt_dtype_t dt, const void* p) {
+  if (dt == TPURT_DTYPE_BFLOAT16) return tpurt_hv_bf16x8_load((const uint16_t*)p);
+#if defined(__F16C__)
+  if (dt == TPURT_DTYPE_FLOAT16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
+#endif
+  return _mm256_loadu_ps((const float*)p);
+}
+static inline float pack_load1(tpurt_dtype_t dt, const void* p) {
+  if (dt == TPURT_DTYPE_BFLOAT16) return tpurt_bf16_to_f32(*(const uint16_t*)p);
+  if (dt == TPURT_DTYPE_FLOAT16) return tpurt_f16_to_f32(*(const uint16_t*)p);
+  return *(const float*)p;
+}
+static void pack_rows_t8(tpurt_dtype_t dt, const void* src_, int64_t rs, int64_t rows, int64_t depth, int panel,
+                         float* dst) {
+  const char* src = (const char*)src_;
+  size_t es = tpurt_dtype_size(dt);
+  for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * depth) {
+    int pr = (int)imin(panel, rows - i0);
+    int64_t p = 0;
+    for (; p + 8 <= depth; p += 8)
+      for (int r0 = 0; r0 < panel; r0 += 8) {
+        int nl = pr - r0, ns = panel - r0 < 8 ? panel - r0 : 8; /* rows to load, lanes to store */
+        __m256 v[8];
+        for (int i = 0; i < 8; ++i)
+          v[i] = i < nl ? pack_load8(dt, src + (size_t)((i0 + r0 + i) * rs + p) * es) : _mm256_setzero_ps();
+        transpose8x8(v);
+        float* d = dst + p * panel + r0;
+        if (ns == 8) {
+          for (int j = 0; j < 8; ++j) _mm256_storeu_ps(d + j * panel, v[j]);
+        } else {
+          const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(ns), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+          for (int j = 0; j < 8; ++j) _mm256_maskstore_ps(d + j * panel, m, v[j]);
+        }
+      }
+    for (; p < depth; ++p)
+      for (int r = 0; r < panel; ++r)
+        dst[p * panel + r] = r < pr ? pack_load1(dt, src + (size_t)((i0 + r) * rs + p) * es) : 0.0f;
+  }
+}
+#endif
+
+static void pack_f32(const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t depth, int panel,
+                     void* dst) {
+#if defined(__AVX2__)
+  if (cs == 1 && depth >= 8 && !gemm_generic()) {
+    pack_rows_t8(TPURT_DTYPE_FLOAT32, src, rs, rows, depth, panel, (float*)dst);
+    return;
+  }
+#endif
+  pack_f32_scalar(src, rs, cs, rows, depth, panel, dst);
+}
+
 /* 16-bit operands are widened to float32 here, once per packed element, so
  * the fp32 microkernel runs on them. The two layouts that matter get vector
  * conversions: rows contiguous (B row-major, A transposed), where each depth
@@ -138,6 +212,12 @@ static void pack_half(tpurt_dtype_t dt, const void* src_, int64_t rs, int64_t cs
     }
     return;
   }
+#if defined(__AVX2__) && defined(__F16C__)
+  if (cs == 1 && depth >= 8) {
+    pack_rows_t8(dt, src_, rs, rows, depth, panel, dst);
+    return;
+  }
+#endif
   if (cs == 1 && depth >= 8) {
     float row[KC];
     for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * depth) {
@@ -157,7 +237,6 @@ static void pack_half(tpurt_dtype_t dt, const void* src_, int64_t rs, int64_t cs
   }
   scalar(src_, rs, cs, rows, depth, panel, dst_);
 }
-static bool gemm_generic(void);
 static void pack_bf16(const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t depth,
                       int panel, void* dst) {
   if (gemm_generic()) {
@@ -173,60 +252,6 @@ static void pack_f16(const void* src, int64_t rs, int64_t cs, int64_t rows, int6
     return;
   }
   pack_half(TPURT_DTYPE_FLOAT16, src, rs, cs, rows, depth, panel, dst, pack_f16_scalar);
-}
-
-#if defined(__AVX2__)
-/* Columns of eight rows of eight floats: v[j] = (v[0][j], ..., v[7][j]). */
-static inline void transpose8x8(__m256 v[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  v[0] = _mm256_permute2f128_ps(u0, u4, 0x20), v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  v[1] = _mm256_permute2f128_ps(u1, u5, 0x20), v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  v[2] = _mm256_permute2f128_ps(u2, u6, 0x20), v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  v[3] = _mm256_permute2f128_ps(u3, u7, 0x20), v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-#endif
-
-/* fp32 panels. A depth-contiguous source (A row-major, or B transposed as in x @ W^T: a linear
- * layer's forward, both operands) is read 8 rows x 8 depth values at a time and transposed in
- * registers; element by element it was 40% of the small GPT's GEMM time (perf, compiled step). */
-static void pack_f32(const void* src_, int64_t rs, int64_t cs, int64_t rows, int64_t depth, int panel,
-                     void* dst_) {
-#if defined(__AVX2__)
-  if (cs == 1 && depth >= 8 && !gemm_generic()) {
-    const float* src = (const float*)src_;
-    float* dst = (float*)dst_;
-    for (int64_t i0 = 0; i0 < rows; i0 += panel, dst += (size_t)panel * depth) {
-      int pr = (int)imin(panel, rows - i0);
-      int64_t p = 0;
-      for (; p + 8 <= depth; p += 8)
-        for (int r0 = 0; r0 < panel; r0 += 8) {
-          int nl = pr - r0, ns = panel - r0 < 8 ? panel - r0 : 8; /* rows to load, lanes to store */
-          __m256 v[8];
-          for (int i = 0; i < 8; ++i)
-            v[i] = i < nl ? _mm256_loadu_ps(src + (i0 + r0 + i) * rs + p) : _mm256_setzero_ps();
-          transpose8x8(v);
-          float* d = dst + p * panel + r0;
-          if (ns == 8) {
-            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(d + j * panel, v[j]);
-          } else {
-            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(ns), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            for (int j = 0; j < 8; ++j) _mm256_maskstore_ps(d + j * panel, m, v[j]);
-          }
-        }
-      for (; p < depth; ++p)
-        for (int r = 0; r < panel; ++r) dst[p * panel + r] = r < pr ? src[(i0 + r) * rs + p] : 0.0f;
-    }
-    return;
-  }
-#endif
-  pack_f32_scalar(src_, rs, cs, rows, depth, panel, dst_);
 }
 DEFINE_PACK(pack_f64, double, double, CONV_ID)
 DEFINE_PACK(pack_u8, uint8_t, int64_t, CONV_I64)
