@@ -184,7 +184,7 @@ def test_linear_autograd(device, dtype):
 
 @pytest.mark.parametrize("blas", [2, 1, 0], ids=["own", "mkl_where_loaded", "openblas"])
 def test_fp32_products_through_either_blas(device, blas):
-    """fp32 products run through our own kernel (products past 64 rows and columns, the default where
+    """fp32 products run through our own kernel (all but the few-row ones, the default where
     the CPU is not Intel's), the process's MKL where PyTorch loaded one (its x86 wheels do), or
     OpenBLAS: each, through every form the slabs take (transposes, strided C, alpha/beta, bmm, slabs
     split across the chip's threads), against CPU."""

@@ -206,7 +206,7 @@ TPURT_API tpurt_status_t tpurt_event_elapsed_ms(tpurt_event_t* start, tpurt_even
                                                 float* out_ms);
 
 /* ---- fp32 matrix products (ops/linalg/gemm.c) ---- */
-/* The library running them: "own" (our kernel, for products with more than 64 rows and columns;
+/* The library running them: "own" (our kernel, for all but the few-row products (gemm.c: own_takes);
  * the default on AVX-512 builds on CPUs that are not Intel's, where MKL and OpenBLAS run AVX2 code),
  * "mkl" (an MKL the process already has loaded: PyTorch's x86 wheels carry one) or "openblas".
  * TORCH_TPU_GEMM_BLAS=auto|own|mkl|openblas chooses. */

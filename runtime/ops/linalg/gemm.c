@@ -1132,12 +1132,26 @@ static bool c16_direct(const tpurt_gemm_t* g, acc_kind_t k) {
 }
 
 static bool fp32_own_large(void);
-/* Products with more rows and more columns than this run on our kernel where fp32_own_large()
- * says so; fewer keep the BLAS branch, whose matrix-vector and few-row paths suit them. */
-enum { OWN_MIN_DIM = 64 };
+/* Where fp32_own_large() says so, fp32 products run on our kernel except those the BLAS branch's
+ * own paths suit better: 16 rows or columns or fewer (a matrix-vector product, the 8-16-row
+ * kernels), and 17-64 rows whose other operand is not transposed (the few-row kernel reading B
+ * where it lies; with a column-major C the roles of A and B swap, as gemm_blas swaps them). 2 cores
+ * of a Zen 5, GFLOP/s, the BLAS branch against ours: 64 x 768 x 768 with B 431 / 381, with B^T
+ * 198 / 341; 32 x 768 x 3072 with B^T 179 / 245; 768 x 1024 x 64 203 / 368; 256 x 512 x 16 162 / 130. */
+enum { OWN_FEW = 16, OWN_FEW_NN = 64 };
+static bool own_takes(const tpurt_gemm_t* g) {
+  if (g->m <= OWN_FEW || g->n <= OWN_FEW || !fp32_own_large()) return false;
+  bool ta = false, tb = false, tc = false; /* an operand BLAS cannot take is copied row-major */
+  int64_t ld;
+  if (!blas_operand(g->m, g->k, g->a_rs, g->a_cs, &ta, &ld)) ta = false;
+  if (!blas_operand(g->k, g->n, g->b_rs, g->b_cs, &tb, &ld)) tb = false;
+  if (!blas_operand(g->m, g->n, g->c_rs, g->c_cs, &tc, &ld)) tc = false;
+  bool few_nn = tc ? g->n <= OWN_FEW_NN && ta : g->m <= OWN_FEW_NN && !tb;
+  return !few_nn;
+}
 static bool use_blas(const tpurt_gemm_t* g) {
   return g->ab_dtype == TPURT_DTYPE_FLOAT32 && g->c_dtype == TPURT_DTYPE_FLOAT32 &&
-         !atomic_load(&g_fp32_own) && !(g->m > OWN_MIN_DIM && g->n > OWN_MIN_DIM && fp32_own_large());
+         !atomic_load(&g_fp32_own) && !own_takes(g);
 }
 
 /* Columns of C accumulated per pass in the workspace (non-direct C). */
