@@ -195,8 +195,9 @@ static void pack_f32(const void* src, int64_t rs, int64_t cs, int64_t rows, int6
  * the fp32 microkernel runs on them. The two layouts that matter get vector
  * conversions: rows contiguous (B row-major, A transposed), where each depth
  * step is `panel` contiguous elements; and depth contiguous (A row-major,
- * B transposed as in x @ W^T), where each row is converted as one run and
- * scattered into the panel. */
+ * B transposed as in x @ W^T), widened and transposed 8 x 8 in registers
+ * (pack_rows_t8; without F16C each row is converted as one run and scattered
+ * into the panel). */
 static void pack_half(tpurt_dtype_t dt, const void* src_, int64_t rs, int64_t cs, int64_t rows,
                       int64_t depth, int panel, void* dst_, pack_fn_t scalar) {
   const uint16_t* src = (const uint16_t*)src_;
