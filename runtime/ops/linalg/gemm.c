@@ -144,7 +144,7 @@ static inline __m256 pack_load8(tpurt_dtype_t dt, const void* p) {
 #if defined(__F16C__)
   if (dt == TPURT_DTYPE_FLOAT16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
 #endif
-  return _mm256_loadu_ps((const float*)p);
+  return _mm256_loadu_ps((const float*)p); /* float32 (f16 comes here only with F16C: pack_half) */
 }
 static inline float pack_load1(tpurt_dtype_t dt, const void* p) {
   if (dt == TPURT_DTYPE_BFLOAT16) return tpurt_bf16_to_f32(*(const uint16_t*)p);
@@ -907,10 +907,9 @@ struct core_args_t {
   int64_t jc, nc, pc, kc;
   int tr, tc; /* the boxes: tr row groups x tc column groups */
   double beta_eff;
-  /* Set for 16-bit C written directly (k fits one depth block, so each tile
-   * is finished in one pass): its dtype. */
+  /* C's dtype where 16-bit C is written directly (k fits one depth block, so
+   * each tile is finished in one pass); left zero otherwise. */
   tpurt_dtype_t c16;
-  bool to16;
 };
 
 /* Before the AMX kernel's call for rows i of panel j (the thread's row chunk i0..i1, its columns
@@ -940,7 +939,7 @@ static void core_grid(int nt, int64_t p, int64_t q, int* tr, int* tc) {
     if (nt % r) continue;
     int c = nt / r;
     int64_t cost = ((p + r - 1) / r) * ((q + c - 1) / c);
-    if (cost <= best) best = cost, *tr = r, *tc = nt / r;
+    if (cost <= best) best = cost, *tr = r, *tc = c;
   }
 }
 
@@ -974,6 +973,7 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
     TC alpha = (TC)s->alpha, beta = (TC)s->beta_eff;                                            \
     T* pa = (T*)((char*)s->pa + s->pa_each * (size_t)tid);                                      \
     TC tmp[MR * NR] __attribute__((aligned(64)));                                               \
+    const bool to16 = s->c16 == TPURT_DTYPE_BFLOAT16 || s->c16 == TPURT_DTYPE_FLOAT16;          \
     BEGIN;                                                                                      \
     for (int64_t t = t0; t < t1; ++t) {                                                         \
       int64_t r0, r1, c0, c1;                                                                   \
@@ -989,7 +989,7 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
           for (int64_t i = i0; i < i1; i += MR) {                                               \
             const T* ap = pa + (i - i0) * KCP(s->kc);                                           \
             int mr = (int)imin(MR, i1 - i);                                                     \
-            if (s->to16) {                                                                      \
+            if (to16) {                                                                         \
               TILE16(UKR, s->kc, ap, bp, tmp, NR, MR);                                          \
             } else {                                                                            \
               TC* cp = (TC*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs;                         \
@@ -1792,7 +1792,7 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
                                                     : kind == ACC_AMX ? amx_core
                                                                       : i64_core;
   if (c_direct(g, kind) || c16_direct(g, kind)) {
-    if (!c_direct(g, kind)) s.to16 = true, s.c16 = g->c_dtype;
+    if (!c_direct(g, kind)) s.c16 = g->c_dtype;
     c_in_to_c(ctx, g);
     s.c = g->c, s.c_rs = g->c_rs, s.c_cs = g->c_cs;
     core(ctx, &s);
