@@ -2,6 +2,7 @@
 compiled graphs run as device programs, one launch per call, and match eager
 tpu and PyTorch CPU."""
 import copy
+import gc
 
 import pytest
 import torch
@@ -869,3 +870,86 @@ def test_activation_checkpointing_under_compile(dropout):
         assert s["eager_runs"] == 0 and s["launches"] >= 4, s
     else:
         assert s["eager_runs"] > 0, s
+
+
+def _frozen_during_compile():
+    """Runs a small model's first compiled call; returns the gc freeze counts Dynamo's start
+    callback (registered after ours, so run after it) and our capture saw."""
+    from torch._dynamo.callback import callback_handler
+    seen = []
+
+    def look(_args):
+        seen.append(("dynamo", gc.get_freeze_count()))
+    callback_handler.register_start_callback(look)
+    capture = _compile._GraphRunner._capture_hidden
+
+    def capture_looking(self, *a):
+        seen.append(("capture", gc.get_freeze_count()))
+        return capture(self, *a)
+    try:
+        _compile._GraphRunner._capture_hidden = capture_looking
+        torch.manual_seed(0)
+        m_cpu = mlp()
+        cm = torch.compile(copy.deepcopy(m_cpu).to("tpu"), backend="tpu")
+        x = torch.randn(8, 24)
+        torch.testing.assert_close(cm(x.to("tpu")).cpu(), m_cpu(x), rtol=1e-5, atol=1e-6)
+    finally:
+        _compile._GraphRunner._capture_hidden = capture
+        if look in callback_handler.start_callbacks:
+            callback_handler.remove_start_callback(look)
+    return seen
+
+
+def test_compile_hides_the_old_heap_from_gc_and_shows_it_again():
+    import gc as gc_mod
+    assert gc_mod.isenabled() and gc_mod.get_freeze_count() == 0
+    keep = [object() for _ in range(10)]  # old objects, alive before the compile
+    # a compile before this test (or torch_tpu's registration) installed our callbacks; the fixture's
+    # torch._dynamo.reset() cleared them, and the backend puts them back at its first graph
+    seen = _frozen_during_compile()
+    kinds = {k for k, _ in seen}
+    assert "capture" in kinds
+    assert all(n > len(keep) for k, n in seen if k == "capture"), seen
+    assert gc_mod.get_freeze_count() == 0 and gc_mod.isenabled()  # shown again after the window
+    from torch._dynamo.callback import callback_handler
+    assert _compile._old_heap_hidden.enter in callback_handler.start_callbacks
+    # the next compile's Dynamo window is hidden too (the callbacks are installed now)
+    torch._dynamo.reset()
+    _compile._old_heap_hidden.install()
+    seen = _frozen_during_compile()
+    dynamo = [n for k, n in seen if k == "dynamo"]
+    assert dynamo and all(n > len(keep) for n in dynamo), seen
+    assert gc_mod.get_freeze_count() == 0
+
+
+def test_compile_leaves_a_frozen_heap_and_a_disabled_gc_as_it_found_them():
+    import gc as gc_mod
+    gc_mod.freeze()  # the process froze its heap itself (a server after start-up): not ours to undo
+    try:
+        frozen = gc_mod.get_freeze_count()
+        _frozen_during_compile()
+        # still frozen (objects freed by their reference counts leave the permanent generation)
+        assert gc_mod.get_freeze_count() > frozen // 2
+    finally:
+        gc_mod.unfreeze()
+    torch._dynamo.reset()
+    gc_mod.disable()
+    try:
+        seen = _frozen_during_compile()
+        assert all(n == 0 for _, n in seen), seen
+        assert not gc_mod.isenabled()
+    finally:
+        gc_mod.enable()
+    # a cycle among the hidden objects is still collected after the window
+    import weakref
+
+    class Node:
+        pass
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    ref = weakref.ref(a)
+    del a, b
+    torch._dynamo.reset()
+    _frozen_during_compile()
+    gc_mod.collect()
+    assert ref() is None
