@@ -496,6 +496,11 @@ int main(void) {
   test_gemm();
   test_gemm_vector();
   test_gemm_small_m();
+  /* fp32 A always packed (the direct-A kernel takes unit-stride A of products up to 512 columns by
+   * default, so the cases above ran it) */
+  tpurt_gemm_set_a_direct(false);
+  test_gemm();
+  tpurt_gemm_set_a_direct(true);
   /* again through the portable microkernel and scalar packing */
   tpurt_gemm_set_generic(true);
   test_gemm();

@@ -301,44 +301,65 @@ static void ukr_i64(int64_t kc, const int64_t* restrict a, const int64_t* restri
 }
 
 #ifdef GEMM_AVX2
-/* 6 x 16 fp32 (12 accumulators) and 6 x 8 fp64, broadcast-A / load-B form. */
+/* 6 x 16 fp32 (12 accumulators) and 6 x 8 fp64, broadcast-A / load-B form. The depth loop reads
+ * A row r of step p at A_AT(r): the packed panel (a[p * 6 + r]) or, in the direct form, A where it
+ * lies (UKR_A_DIRECT). */
+#define UKR_AVX2_LOOP(VT, W, LOAD, BCAST, FMA, ZERO, A_AT, A_STEP)                               \
+  VT c00 = ZERO(), c01 = ZERO(), c10 = ZERO(), c11 = ZERO(), c20 = ZERO(), c21 = ZERO();       \
+  VT c30 = ZERO(), c31 = ZERO(), c40 = ZERO(), c41 = ZERO(), c50 = ZERO(), c51 = ZERO();       \
+  for (int64_t p = 0; p < kc; ++p, A_STEP, b += 2 * W) {                                       \
+    VT b0 = LOAD(b), b1 = LOAD(b + W), ar;                                                     \
+    ar = BCAST(A_AT(0)); c00 = FMA(ar, b0, c00); c01 = FMA(ar, b1, c01);                        \
+    ar = BCAST(A_AT(1)); c10 = FMA(ar, b0, c10); c11 = FMA(ar, b1, c11);                        \
+    ar = BCAST(A_AT(2)); c20 = FMA(ar, b0, c20); c21 = FMA(ar, b1, c21);                        \
+    ar = BCAST(A_AT(3)); c30 = FMA(ar, b0, c30); c31 = FMA(ar, b1, c31);                        \
+    ar = BCAST(A_AT(4)); c40 = FMA(ar, b0, c40); c41 = FMA(ar, b1, c41);                        \
+    ar = BCAST(A_AT(5)); c50 = FMA(ar, b0, c50); c51 = FMA(ar, b1, c51);                        \
+  }
+#define UKR_AVX2_STORE(T, VT, W, LOADU, STOREU, SET1, FMA, MUL)                                   \
+  VT acc[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};     \
+  VT va = SET1(alpha);                                                                         \
+  if (mr == 6 && nr == 2 * W && cs == 1) {                                                     \
+    if (beta == 0) {                                                                           \
+      for (int r = 0; r < 6; ++r) {                                                            \
+        STOREU(c + r * rs, MUL(va, acc[r][0]));                                                \
+        STOREU(c + r * rs + W, MUL(va, acc[r][1]));                                            \
+      }                                                                                        \
+    } else {                                                                                   \
+      VT vb = SET1(beta);                                                                      \
+      for (int r = 0; r < 6; ++r) {                                                            \
+        STOREU(c + r * rs, FMA(va, acc[r][0], MUL(vb, LOADU(c + r * rs))));                    \
+        STOREU(c + r * rs + W, FMA(va, acc[r][1], MUL(vb, LOADU(c + r * rs + W))));            \
+      }                                                                                        \
+    }                                                                                          \
+    return;                                                                                    \
+  }                                                                                            \
+  T tmp[6][2 * W];                                                                             \
+  for (int r = 0; r < 6; ++r) {                                                                \
+    STOREU(&tmp[r][0], acc[r][0]);                                                             \
+    STOREU(&tmp[r][W], acc[r][1]);                                                             \
+  }                                                                                            \
+  UKR_STORE_TAIL(T, 6, 2 * W, tmp)
+#define UKR_A_PACKED(r) (a + (r))
 #define DEFINE_UKR_AVX2(NAME, T, VT, W, LOAD, LOADU, STOREU, SET1, BCAST, FMA, MUL, ZERO)       \
   static void NAME(int64_t kc, const T* restrict a, const T* restrict b, T* c, int64_t rs,     \
                    int64_t cs, T alpha, T beta, int mr, int nr) {                              \
-    VT c00 = ZERO(), c01 = ZERO(), c10 = ZERO(), c11 = ZERO(), c20 = ZERO(), c21 = ZERO();     \
-    VT c30 = ZERO(), c31 = ZERO(), c40 = ZERO(), c41 = ZERO(), c50 = ZERO(), c51 = ZERO();     \
-    for (int64_t p = 0; p < kc; ++p, a += 6, b += 2 * W) {                                     \
-      VT b0 = LOAD(b), b1 = LOAD(b + W), ar;                                                   \
-      ar = BCAST(a + 0); c00 = FMA(ar, b0, c00); c01 = FMA(ar, b1, c01);                        \
-      ar = BCAST(a + 1); c10 = FMA(ar, b0, c10); c11 = FMA(ar, b1, c11);                        \
-      ar = BCAST(a + 2); c20 = FMA(ar, b0, c20); c21 = FMA(ar, b1, c21);                        \
-      ar = BCAST(a + 3); c30 = FMA(ar, b0, c30); c31 = FMA(ar, b1, c31);                        \
-      ar = BCAST(a + 4); c40 = FMA(ar, b0, c40); c41 = FMA(ar, b1, c41);                        \
-      ar = BCAST(a + 5); c50 = FMA(ar, b0, c50); c51 = FMA(ar, b1, c51);                        \
-    }                                                                                          \
-    VT acc[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};   \
-    VT va = SET1(alpha);                                                                       \
-    if (mr == 6 && nr == 2 * W && cs == 1) {                                                   \
-      if (beta == 0) {                                                                         \
-        for (int r = 0; r < 6; ++r) {                                                          \
-          STOREU(c + r * rs, MUL(va, acc[r][0]));                                              \
-          STOREU(c + r * rs + W, MUL(va, acc[r][1]));                                          \
-        }                                                                                      \
-      } else {                                                                                 \
-        VT vb = SET1(beta);                                                                    \
-        for (int r = 0; r < 6; ++r) {                                                          \
-          STOREU(c + r * rs, FMA(va, acc[r][0], MUL(vb, LOADU(c + r * rs))));                  \
-          STOREU(c + r * rs + W, FMA(va, acc[r][1], MUL(vb, LOADU(c + r * rs + W))));          \
-        }                                                                                      \
-      }                                                                                        \
-      return;                                                                                  \
-    }                                                                                          \
-    T tmp[6][2 * W];                                                                           \
-    for (int r = 0; r < 6; ++r) {                                                              \
-      STOREU(&tmp[r][0], acc[r][0]);                                                           \
-      STOREU(&tmp[r][W], acc[r][1]);                                                           \
-    }                                                                                          \
-    UKR_STORE_TAIL(T, 6, 2 * W, tmp)                                                           \
+    UKR_AVX2_LOOP(VT, W, LOAD, BCAST, FMA, ZERO, UKR_A_PACKED, a += 6)                          \
+    UKR_AVX2_STORE(T, VT, W, LOADU, STOREU, SET1, FMA, MUL)                                    \
+  }
+/* The direct form reads A unpacked: row r of depth step p at a + r * a_rs + p * a_cs. Rows past mr
+ * (the matrix's last tile) read row mr - 1 again, so nothing outside A is touched; their sums are
+ * not stored. */
+#define UKR_A_DIRECT(r) (a + o##r)
+#define DEFINE_UKR_AVX2_DIRECT(NAME, T, VT, W, LOAD, LOADU, STOREU, SET1, BCAST, FMA, MUL, ZERO) \
+  static void NAME(int64_t kc, const T* restrict a, int64_t a_rs, int64_t a_cs,                \
+                   const T* restrict b, T* c, int64_t rs, int64_t cs, T alpha, T beta, int mr,  \
+                   int nr) {                                                                   \
+    const int64_t o0 = 0, o1 = imin(1, mr - 1) * a_rs, o2 = imin(2, mr - 1) * a_rs,            \
+                  o3 = imin(3, mr - 1) * a_rs, o4 = imin(4, mr - 1) * a_rs,                     \
+                  o5 = imin(5, mr - 1) * a_rs;                                                  \
+    UKR_AVX2_LOOP(VT, W, LOAD, BCAST, FMA, ZERO, UKR_A_DIRECT, a += a_cs)                       \
+    UKR_AVX2_STORE(T, VT, W, LOADU, STOREU, SET1, FMA, MUL)                                    \
   }
 #if defined(__AVX512F__)
 /* A build for AVX-512 (the runtime is built with -march=native) takes the same form on 16-lane
@@ -346,13 +367,19 @@ static void ukr_i64(int64_t kc, const int64_t* restrict a, const int64_t* restri
 static inline __m512 bcast16_ps(const float* p) { return _mm512_set1_ps(*p); }
 DEFINE_UKR_AVX2(ukr_f32, float, __m512, 16, _mm512_loadu_ps, _mm512_loadu_ps, _mm512_storeu_ps,
                 _mm512_set1_ps, bcast16_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_setzero_ps)
+DEFINE_UKR_AVX2_DIRECT(ukr_f32_direct, float, __m512, 16, _mm512_loadu_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+                       _mm512_set1_ps, bcast16_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_setzero_ps)
 enum { MR_F32 = 6, NR_F32 = 32 };
 #else
 DEFINE_UKR_AVX2(ukr_f32, float, __m256, 8, _mm256_load_ps, _mm256_loadu_ps, _mm256_storeu_ps,
                 _mm256_set1_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_mul_ps,
                 _mm256_setzero_ps)
+DEFINE_UKR_AVX2_DIRECT(ukr_f32_direct, float, __m256, 8, _mm256_load_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+                       _mm256_set1_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_mul_ps,
+                       _mm256_setzero_ps)
 enum { MR_F32 = 6, NR_F32 = 16 };
 #endif
+#define GEMM_A_DIRECT 1
 DEFINE_UKR_AVX2(ukr_f64, double, __m256d, 4, _mm256_load_pd, _mm256_loadu_pd, _mm256_storeu_pd,
                 _mm256_set1_pd, _mm256_broadcast_sd, _mm256_fmadd_pd, _mm256_mul_pd,
                 _mm256_setzero_pd)
@@ -903,6 +930,7 @@ struct core_args_t {
   size_t pa_each; /* MC_FOR(MR) rows (at most m, rounded up to MR) x the depth block */
   void* pb;       /* packed B: round_up(min(n, the column block), NR) x the depth block */
   int nt;         /* threads to split the boxes over (1 without a context) */
+  bool a_direct;  /* fp32 A read where it lies by the direct microkernel, not packed (a_direct_pays) */
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc;
   int tr, tc; /* the boxes: tr row groups x tc column groups */
@@ -960,7 +988,7 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
   } while (0)
 #define TILE_NO_C16(UKR, kc, ap, bp, tmp, NR, MR) (void)tmp
 
-#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, KCP, KCB, NCB, TILE16, BEGIN, END)                  \
+#define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, UKR_DIRECT, KCP, KCB, NCB, TILE16, BEGIN, END)      \
   static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->b +                                                       \
@@ -982,14 +1010,19 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
         int64_t i1 = imin(i0 + MC_FOR(MR), r1);                                                 \
         const char* src = (const char*)s->a +                                                   \
                           (size_t)((i0 * s->a_rs + s->pc * s->a_cs) * (int64_t)s->in_size);     \
-        (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, i1 - i0, s->kc, MR, pa);       \
+        if (!s->a_direct)                                                                       \
+          (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, i1 - i0, s->kc, MR, pa);     \
         for (int64_t j = c0; j < c1; j += NR) {                                                 \
           const T* bp = (const T*)s->pb + j * KCP(s->kc);                                       \
           int nr = (int)imin(NR, c1 - j);                                                       \
           for (int64_t i = i0; i < i1; i += MR) {                                               \
             const T* ap = pa + (i - i0) * KCP(s->kc);                                           \
             int mr = (int)imin(MR, i1 - i);                                                     \
-            if (to16) {                                                                         \
+            if (s->a_direct) {                                                                  \
+              TC* cp = (TC*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs;                         \
+              UKR_DIRECT(s->kc, (const T*)src + (i - i0) * s->a_rs, s->a_rs, s->a_cs, bp, cp,   \
+                         s->c_rs, s->c_cs, alpha, beta, mr, nr);                                \
+            } else if (to16) {                                                                  \
               TILE16(UKR, s->kc, ap, bp, tmp, NR, MR);                                          \
             } else {                                                                            \
               TC* cp = (TC*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs;                         \
@@ -1017,13 +1050,22 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
 #define KCP_ID(kc) (kc)
 #define KCP_PAIRS(kc) (((kc) + 1) & ~(int64_t)1)
 #define NO_HOOK (void)0
-DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, KCP_ID, KC, NC, TILE_C16, NO_HOOK, NO_HOOK)
-DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, KCP_ID, KC, NC, TILE_NO_C16, NO_HOOK, NO_HOOK)
-DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, KCP_ID, KC, NC, TILE_NO_C16, NO_HOOK, NO_HOOK)
-DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, KCP_PAIRS, KC_BDP, NC_BDP, TILE_C16, NO_HOOK,
+/* Only fp32 has a direct-A kernel; the other cores never set a_direct. */
+#define NO_DIRECT(kc, a, a_rs, a_cs, b, c, ...) ((void)(c), abort())
+#ifdef GEMM_A_DIRECT
+#define UKR_F32_DIRECT ukr_f32_direct
+#else
+#define UKR_F32_DIRECT NO_DIRECT
+#endif
+DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, UKR_F32_DIRECT, KCP_ID, KC, NC, TILE_C16, NO_HOOK,
             NO_HOOK)
-DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, UKR_AMX, KCP_AMX, KC_AMX, NC_AMX, TILE_C16, amx_tiles_begin(),
-            amx_tiles_end())
+DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, NO_DIRECT, KCP_ID, KC, NC, TILE_NO_C16, NO_HOOK, NO_HOOK)
+DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, NO_DIRECT, KCP_ID, KC, NC, TILE_NO_C16, NO_HOOK,
+            NO_HOOK)
+DEFINE_CORE(bdp, uint16_t, float, MR_BDP, NR_BDP, ukr_bdp_dispatch, NO_DIRECT, KCP_PAIRS, KC_BDP, NC_BDP, TILE_C16,
+            NO_HOOK, NO_HOOK)
+DEFINE_CORE(amx, uint16_t, float, MR_AMX, NR_AMX, UKR_AMX, NO_DIRECT, KCP_AMX, KC_AMX, NC_AMX, TILE_C16,
+            amx_tiles_begin(), amx_tiles_end())
 
 /* ---- dtype plumbing ---- */
 /* ACC_BDP: bf16 operands as pairs into fp32 sums (the vdpbf16ps path);
@@ -1770,6 +1812,28 @@ static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws, 
   }
 }
 
+/* Whether fp32 A is read where it lies instead of packed. A thread packs its A rows once per block
+ * of B and the microkernel reads each packed element once per NR columns of its box, so where the
+ * product has few columns the packing is a large part of the work (the small GPT's products, 128-512
+ * columns: packing was a fifth of the GEMM's samples). Row-major A (depth contiguous) is six streams
+ * the microkernel walks along, fast up to 1024 columns and level beyond; column-major A moves to a
+ * new row of memory at every depth step, which pays only while those rows are close together (at
+ * 4 KiB apart, one page a step, it ran at 340-360 GFLOP/s against 445-470 packed; Zen 5, 2 threads). */
+enum { A_DIRECT_MAX_N_ROWS = 1024, A_DIRECT_MAX_N_COLS = 512, A_DIRECT_MAX_STEP = 512 };
+static _Atomic int g_a_direct = -1; /* -1: not read from the environment yet */
+void tpurt_gemm_set_a_direct(bool on) { atomic_store(&g_a_direct, on ? 1 : 0); }
+static bool a_direct_pays(const tpurt_gemm_t* g, acc_kind_t kind) {
+#ifdef GEMM_A_DIRECT
+  if (kind != ACC_F32 || g->ab_dtype != TPURT_DTYPE_FLOAT32 || gemm_generic()) return false;
+  if (!tpurt_env_switch(&g_a_direct, "TORCH_TPU_GEMM_A_DIRECT", true)) return false;
+  if (g->a_cs == 1) return g->n <= A_DIRECT_MAX_N_ROWS;
+  return g->a_rs == 1 && g->n <= A_DIRECT_MAX_N_COLS && g->a_cs <= A_DIRECT_MAX_STEP;
+#else
+  (void)g, (void)kind;
+  return false;
+#endif
+}
+
 static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   acc_kind_t kind = acc_kind(g->ab_dtype, g->c_dtype);
   int mr = acc_mr(kind), nr = acc_nr(kind);
@@ -1781,6 +1845,7 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
                                              : pack_for(g->ab_dtype),
                    .pack_a = kind == ACC_AMX ? pack_amx_a : NULL,
                    .nt = tpurt_kernel_num_threads(ctx)};
+  s.a_direct = a_direct_pays(g, kind);
   s.pa = ws;
   s.pa_each = packed_bytes(kind, imin(g->m, MC_FOR(mr)), mr, g->k);
   ws += s.pa_each * (size_t)s.nt;

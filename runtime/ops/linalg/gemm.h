@@ -54,6 +54,10 @@ void tpurt_gemm_set_small_m(bool on);
 /* Tests: run the portable microkernel and scalar packing instead of the
  * vector ones (also TORCH_TPU_GEMM_GENERIC=1 in the environment). */
 void tpurt_gemm_set_generic(bool generic);
+/* Tests and benchmarks: fp32 A with a unit stride read where it lies by the direct microkernel in
+ * products with few columns (on, the default on AVX2/AVX-512 builds; gemm.c a_direct_pays) or always
+ * packed (off; also TORCH_TPU_GEMM_A_DIRECT=0). */
+void tpurt_gemm_set_a_direct(bool on);
 /* The bf16 x bf16 path: 0 widened to fp32 (the AVX2/FMA microkernel), 1 bf16
  * pairs through AVX-512 BF16 vdpbf16ps, 2 the same pairs through a portable
  * microkernel (tests of the packing on machines without the instruction), 3
