@@ -54,6 +54,38 @@ def test_sdpa_matches_float64(tpu, eager_mode, dtype, case):
         torch.testing.assert_close(t.grad.cpu().double(), r.grad, atol=tol * 4, rtol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("L,S,case", [(32, 32, "causal"), (37, 20, "plain"), (50, 45, "float_mask"),
+                                      (9, 3, "bool_mask"), (33, 33, "gqa_causal"), (64, 63, "causal")])
+def test_sdpa_fewer_keys_than_a_block_matches_float64(tpu, dtype, L, S, case):
+    """Fewer keys than the backward's 64-key block: it runs one block of the keys padded to 8."""
+    torch.manual_seed(1)
+    B, H, E = 2, 4, 24
+    Hk = 2 if case.startswith("gqa") else H
+    q = torch.randn(B, H, L, E, dtype=dtype)
+    k = torch.randn(B, Hk, S, E, dtype=dtype)
+    v = torch.randn(B, Hk, S, E, dtype=dtype)
+    kw = {"is_causal": True} if "causal" in case else {}
+    if case.startswith("gqa"):
+        kw["enable_gqa"] = True
+    if case == "float_mask":
+        kw["attn_mask"] = torch.randn(1, H, L, S, dtype=dtype)
+    if case == "bool_mask":
+        kw["attn_mask"] = torch.rand(B, 1, L, S) > 0.3
+        kw["attn_mask"][..., 0] = True  # every row sees a key
+    ref, rargs = _ref(q, k, v, **kw)
+    g = torch.randn(ref.shape, dtype=dtype)
+    ref.backward(g.double())
+    targs = [x.to(tpu).requires_grad_() for x in (q, k, v)]
+    tkw = {a: (b.to(tpu) if torch.is_tensor(b) else b) for a, b in kw.items()}
+    out = F.scaled_dot_product_attention(*targs, **tkw)
+    out.backward(g.to(tpu))
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.cpu().double(), ref, atol=tol, rtol=tol)
+    for t, r in zip(targs, rargs):
+        torch.testing.assert_close(t.grad.cpu().double(), r.grad, atol=tol * 4, rtol=tol)
+
+
 def test_sdpa_routes_to_fused_kernel(tpu):
     q = torch.randn(1, 2, 16, 8, device=tpu, requires_grad=True)
     assert torch._fused_sdp_choice(q, q, q) == 1  # SDPBackend.flash_attention

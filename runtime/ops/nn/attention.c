@@ -1059,6 +1059,9 @@ static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
   float* p = vb + BK * Ev8;       /* BQ x BK */
   float* dp = p + BQ * BK;        /* BQ x BK */
   float* ob = dp + BQ * BK;       /* BQ x Ev8 */
+  /* Key blocks of BK, or of the keys padded to 8 where there are fewer: a 32-key head computed
+   * 64-wide blocks, half of them padding, in all four products and the exponentials. */
+  const int64_t bk = S < BK ? pad8(S) : BK;
   for (int64_t t = t0; t < t1; ++t) {
     int64_t b = t / a->Hkv, hk = t % a->Hkv;
     memset(dka, 0, (size_t)(Sp * E8) * sizeof(float));
@@ -1076,41 +1079,41 @@ static void bwd_tasks(void* u, int64_t t0, int64_t t1, int tid) {
           dd[i0 + i] = s;
         }
       }
-      for (int64_t j0 = 0; j0 < S; j0 += BK) {
-        int64_t nj = imin64(BK, S - j0);
-        load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, BK, 1.0f);
-        transpose(kb, BK, E8, E8, kt, BK);
-        for (int64_t x = 0; x < E8 * BK; ++x) kt[x] *= a->scale; /* P's scale, once per block of keys */
-        load_rows(&a->v, b, hk, j0, nj, a->Ev, vb, Ev8, BK, 1.0f);
-        transpose(vb, BK, Ev8, Ev8, vt, BK);
+      for (int64_t j0 = 0; j0 < S; j0 += bk) {
+        int64_t nj = imin64(bk, S - j0);
+        load_rows(&a->k, b, hk, j0, nj, a->E, kb, E8, bk, 1.0f);
+        transpose(kb, bk, E8, E8, kt, bk);
+        for (int64_t x = 0; x < E8 * bk; ++x) kt[x] *= a->scale; /* P's scale, once per block of keys */
+        load_rows(&a->v, b, hk, j0, nj, a->Ev, vb, Ev8, bk, 1.0f);
+        transpose(vb, bk, Ev8, Ev8, vt, bk);
         /* causal: query rows before j0 see none of this block */
         int64_t istart = a->causal ? j0 / BQ * BQ : 0;
         for (int64_t i0 = istart; i0 < L; i0 += BQ) {
           int64_t ni = imin64(BQ, L - i0);
           const float* q = qf + i0 * E8;
           /* P = exp(scale * Q K^T + mask - lse) */
-          mm(ni, BK, E8, q, E8, kt, BK, p, BK, false);
+          mm(ni, bk, E8, q, E8, kt, bk, p, bk, false);
           /* a whole block at or below the diagonal, with no mask and no padding, needs no masking */
-          if (a->has_mask || nj < BK || (a->causal && j0 + BK - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, p, BK);
+          if (a->has_mask || nj < bk || (a->causal && j0 + bk - 1 > i0)) block_mask(a, b, h, i0, ni, j0, nj, p, bk);
           for (int64_t i = 0; i < ni; ++i) {
             float lse = *lse_ptr(a, b, h, i0 + i);
             if (lse == -INFINITY) {
-              memset(p + i * BK, 0, BK * sizeof(float));
+              memset(p + i * bk, 0, bk * sizeof(float));
               continue;
             }
-            exp_sub_sum(p + i * BK, BK, lse);
+            exp_sub_sum(p + i * bk, bk, lse);
           }
           /* dV += P^T dO */
-          mm_at(BK, Ev8, ni, p, BK, dof + i0 * Ev8, Ev8, dva + j0 * Ev8, Ev8, true);
+          mm_at(bk, Ev8, ni, p, bk, dof + i0 * Ev8, Ev8, dva + j0 * Ev8, Ev8, true);
           /* dP = dO V^T; dS = P * (dP - D) * scale (stored in dp) */
-          mm(ni, BK, Ev8, dof + i0 * Ev8, Ev8, vt, BK, dp, BK, false);
+          mm(ni, bk, Ev8, dof + i0 * Ev8, Ev8, vt, bk, dp, bk, false);
           for (int64_t i = 0; i < ni; ++i) {
             float di = dd[i0 + i];
-            for (int64_t j = 0; j < BK; ++j) dp[i * BK + j] = p[i * BK + j] * (dp[i * BK + j] - di) * a->scale;
+            for (int64_t j = 0; j < bk; ++j) dp[i * bk + j] = p[i * bk + j] * (dp[i * bk + j] - di) * a->scale;
           }
           /* dQ += dS K ; dK += dS^T Q */
-          mm(ni, E8, BK, dp, BK, kb, E8, dqa + i0 * E8, E8, true);
-          mm_at(BK, E8, ni, dp, BK, q, E8, dka + j0 * E8, E8, true);
+          mm(ni, E8, bk, dp, bk, kb, E8, dqa + i0 * E8, E8, true);
+          mm_at(bk, E8, ni, dp, bk, q, E8, dka + j0 * E8, E8, true);
         }
       }
       for (int64_t i = 0; i < L; ++i) store_row(a->dq, b, h, i, a->E, dqa + i * E8);
