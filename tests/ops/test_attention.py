@@ -23,44 +23,10 @@ def _ref(q, k, v, **kw):
     return F.scaled_dot_product_attention(*args, **kw), args
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("case", ["causal", "plain", "gqa_causal", "float_mask", "bool_mask"])
-def test_sdpa_matches_float64(tpu, eager_mode, dtype, case):
-    torch.manual_seed(0)
-    B, H, L, S, E = 2, 4, 70, 70 if "causal" in case else 90, 32
-    Hk = 2 if case.startswith("gqa") else H
-    q = torch.randn(B, H, L, E, dtype=dtype)
-    k = torch.randn(B, Hk, S, E, dtype=dtype)
-    v = torch.randn(B, Hk, S, E, dtype=dtype)
-    kw = {}
-    if "causal" in case:
-        kw["is_causal"] = True
-    if case.startswith("gqa"):
-        kw["enable_gqa"] = True
-    if case == "float_mask":
-        kw["attn_mask"] = torch.randn(1, H, L, S, dtype=dtype)
-    if case == "bool_mask":
-        kw["attn_mask"] = torch.rand(B, 1, L, S) > 0.3
-    ref, rargs = _ref(q, k, v, **kw)
-    g = torch.randn(ref.shape, dtype=dtype)
-    ref.backward(g.double())
-    targs = [x.to(tpu).requires_grad_() for x in (q, k, v)]
-    tkw = {a: (b.to(tpu) if torch.is_tensor(b) else b) for a, b in kw.items()}
-    out = F.scaled_dot_product_attention(*targs, **tkw)
-    out.backward(g.to(tpu))
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(out.cpu().double(), ref, atol=tol, rtol=tol)
-    for t, r in zip(targs, rargs):
-        torch.testing.assert_close(t.grad.cpu().double(), r.grad, atol=tol * 4, rtol=tol)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("L,S,case", [(32, 32, "causal"), (37, 20, "plain"), (50, 45, "float_mask"),
-                                      (9, 3, "bool_mask"), (33, 33, "gqa_causal"), (64, 63, "causal")])
-def test_sdpa_fewer_keys_than_a_block_matches_float64(tpu, dtype, L, S, case):
-    """Fewer keys than the backward's 64-key block: it runs one block of the keys padded to 8."""
-    torch.manual_seed(1)
-    B, H, E = 2, 4, 24
+def _inputs(dtype, case, B, H, L, S, E):
+    """q, k, v and SDPA's keyword arguments for a case: causal, plain, gqa_causal (two kv heads),
+    float_mask (additive, broadcast over batch) or bool_mask (broadcast over heads; every query sees
+    the first key)."""
     Hk = 2 if case.startswith("gqa") else H
     q = torch.randn(B, H, L, E, dtype=dtype)
     k = torch.randn(B, Hk, S, E, dtype=dtype)
@@ -72,7 +38,12 @@ def test_sdpa_fewer_keys_than_a_block_matches_float64(tpu, dtype, L, S, case):
         kw["attn_mask"] = torch.randn(1, H, L, S, dtype=dtype)
     if case == "bool_mask":
         kw["attn_mask"] = torch.rand(B, 1, L, S) > 0.3
-        kw["attn_mask"][..., 0] = True  # every row sees a key
+        kw["attn_mask"][..., 0] = True
+    return q, k, v, kw
+
+
+def _check_against_float64(tpu, dtype, q, k, v, kw):
+    """SDPA's output and input gradients on tpu against the float64 reference."""
     ref, rargs = _ref(q, k, v, **kw)
     g = torch.randn(ref.shape, dtype=dtype)
     ref.backward(g.double())
@@ -84,6 +55,23 @@ def test_sdpa_fewer_keys_than_a_block_matches_float64(tpu, dtype, L, S, case):
     torch.testing.assert_close(out.cpu().double(), ref, atol=tol, rtol=tol)
     for t, r in zip(targs, rargs):
         torch.testing.assert_close(t.grad.cpu().double(), r.grad, atol=tol * 4, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["causal", "plain", "gqa_causal", "float_mask", "bool_mask"])
+def test_sdpa_matches_float64(tpu, eager_mode, dtype, case):
+    torch.manual_seed(0)
+    L, S = 70, 70 if "causal" in case else 90
+    _check_against_float64(tpu, dtype, *_inputs(dtype, case, 2, 4, L, S, 32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("L,S,case", [(32, 32, "causal"), (37, 20, "plain"), (50, 45, "float_mask"),
+                                      (9, 3, "bool_mask"), (33, 33, "gqa_causal"), (64, 63, "causal")])
+def test_sdpa_fewer_keys_than_a_block_matches_float64(tpu, dtype, L, S, case):
+    """Fewer keys than the backward's 64-key block: it runs one block of the keys padded to 8."""
+    torch.manual_seed(1)
+    _check_against_float64(tpu, dtype, *_inputs(dtype, case, 2, 4, L, S, 24))
 
 
 def test_sdpa_routes_to_fused_kernel(tpu):
