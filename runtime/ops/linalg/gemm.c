@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/env.h"
+#include "base/futex.h"
 #include "base/log.h"
 #include "ops/half_vec.h"
 
@@ -909,6 +910,8 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
  * chunk's A (MC rows x the depth block) into a buffer of its own, which stays
  * in its L2 while every B panel of its box streams past. One parallel region
  * for B and one for the rest, and each thread's A packed where it is used. */
+/* The most NR-column panels in one column block of B, over every kind (int64: 1024 / 4). */
+enum { PANELS_MAX = 256 };
 typedef struct core_args_t core_args_t;
 static amx_prefetch_t amx_next_b(const core_args_t* s, int64_t i, int64_t i0, int64_t i1, int64_t j, int64_t c0,
                                  int64_t c1, bool more);
@@ -931,6 +934,8 @@ struct core_args_t {
   void* pb;       /* packed B: round_up(min(n, the column block), NR) x the depth block */
   int nt;         /* threads to split the boxes over (1 without a context) */
   bool a_direct;  /* fp32 A read where it lies by the direct microkernel, not packed (a_direct_pays) */
+  /* per panel of B in the current block: 0 not packed, 1 being packed, 2 packed (core_panel_ready) */
+  _Atomic uint8_t panel_state[PANELS_MAX];
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc;
   int tr, tc; /* the boxes: tr row groups x tc column groups */
@@ -989,12 +994,30 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
 #define TILE_NO_C16(UKR, kc, ap, bp, tmp, NR, MR) (void)tmp
 
 #define DEFINE_CORE(SUF, T, TC, MR, NR, UKR, UKR_DIRECT, KCP, KCB, NCB, TILE16, BEGIN, END)      \
+  _Static_assert(((NCB) + (NR) - 1) / (NR) <= PANELS_MAX, #SUF ": more panels than panel_state holds"); \
   static void SUF##_pack_b(void* u, int64_t b0, int64_t b1, int tid) {                          \
     core_args_t* s = (core_args_t*)u;                                                           \
     const char* src = (const char*)s->b +                                                       \
                       (size_t)((s->pc * s->b_rs + (s->jc + b0 * NR) * s->b_cs) * (int64_t)s->in_size); \
     s->pack(src, s->b_cs, s->b_rs, imin(s->nc - b0 * NR, (b1 - b0) * NR), s->kc, NR,           \
             (T*)s->pb + b0 * NR * KCP(s->kc));                                                  \
+  }                                                                                             \
+  /* Panel pj of the block packed before it is read: packed by whoever claims it first (each box packs \
+   * its share of its columns' panels before computing, so another box rarely finds one unclaimed; a \
+   * box whose thread has not started yet is no one's wait), else waited for while its packer runs. */ \
+  static void SUF##_panel_ready(core_args_t* s, int64_t pj, int tid) {                          \
+    _Atomic uint8_t* st = &s->panel_state[pj];                                                  \
+    uint8_t v = atomic_load_explicit(st, memory_order_acquire);                                 \
+    if (v == 2) return;                                                                         \
+    if (v == 0 && atomic_compare_exchange_strong_explicit(st, &v, 1, memory_order_acquire,      \
+                                                          memory_order_acquire)) {              \
+      SUF##_pack_b(s, pj, pj + 1, tid);                                                         \
+      atomic_store_explicit(st, 2, memory_order_release);                                       \
+      return;                                                                                   \
+    }                                                                                           \
+    for (int spins = 0; atomic_load_explicit(st, memory_order_acquire) != 2; ++spins)           \
+      if (spins < 64) tpurt_cpu_relax();                                                        \
+      else tpurt_spin_step();                                                                   \
   }                                                                                             \
   static void SUF##_boxes(void* u, int64_t t0, int64_t t1, int tid) {                           \
     core_args_t* s = (core_args_t*)u;                                                           \
@@ -1006,6 +1029,10 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
     for (int64_t t = t0; t < t1; ++t) {                                                         \
       int64_t r0, r1, c0, c1;                                                                   \
       core_box(s, t, MR, NR, &r0, &r1, &c0, &c1);                                               \
+      /* this box's share of its columns' panels, split among the boxes of its column group */    \
+      int64_t q0 = c0 / NR, q1 = (c1 + NR - 1) / NR, rg = t / s->tc;                            \
+      for (int64_t pj = q0 + (q1 - q0) * rg / s->tr; pj < q0 + (q1 - q0) * (rg + 1) / s->tr; ++pj) \
+        SUF##_panel_ready(s, pj, tid);                                                          \
       for (int64_t i0 = r0; i0 < r1; i0 += MC_FOR(MR)) {                                        \
         int64_t i1 = imin(i0 + MC_FOR(MR), r1);                                                 \
         const char* src = (const char*)s->a +                                                   \
@@ -1013,6 +1040,7 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
         if (!s->a_direct)                                                                       \
           (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, i1 - i0, s->kc, MR, pa);     \
         for (int64_t j = c0; j < c1; j += NR) {                                                 \
+          SUF##_panel_ready(s, j / NR, tid);                                                    \
           const T* bp = (const T*)s->pb + j * KCP(s->kc);                                       \
           int nr = (int)imin(NR, c1 - j);                                                       \
           for (int64_t i = i0; i < i1; i += MR) {                                               \
@@ -1041,7 +1069,9 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
       for (s->pc = 0; s->pc < s->k; s->pc += KCB) {                                             \
         s->kc = imin(KCB, s->k - s->pc);                                                        \
         s->beta_eff = s->pc == 0 ? s->beta : 1.0;                                               \
-        run_range(ctx, (s->nc + NR - 1) / NR, 4, SUF##_pack_b, s);                              \
+        /* one parallel region per block: B's panels are packed inside it (SUF##_panel_ready) */  \
+        for (int64_t pj = 0; pj < (s->nc + NR - 1) / NR; ++pj)                                  \
+          atomic_store_explicit(&s->panel_state[pj], 0, memory_order_relaxed);                  \
         run_range(ctx, (int64_t)s->tr * s->tc, 1, SUF##_boxes, s);                              \
       }                                                                                         \
     }                                                                                           \
