@@ -903,13 +903,15 @@ static inline void store_tile_c16_fast(tpurt_dtype_t dt, const float* acc, int l
 }
 
 /* ---- the blocked driver, one instance per accumulation type ----
- * Per block of B (NCB columns x KCB depth): the threads pack B's panels
- * together, then each thread takes one box of C (a run of MR-row panels x a run
- * of NR-column panels; rows are split first, columns only where the rows are
- * too few for the threads) and walks it a row chunk at a time: it packs the
- * chunk's A (MC rows x the depth block) into a buffer of its own, which stays
- * in its L2 while every B panel of its box streams past. One parallel region
- * for B and one for the rest, and each thread's A packed where it is used. */
+ * Per block of B (NCB columns x KCB depth), one parallel region: each thread
+ * takes one box of C (a run of MR-row panels x a run of NR-column panels; rows
+ * are split first, columns only where the rows are too few for the threads),
+ * packs its share of its columns' B panels (the rest are packed by the boxes
+ * sharing those columns, or by whoever needs one first: panel_ready), and
+ * walks its box a row chunk at a time: it packs the chunk's A (MC rows x the
+ * depth block) into a buffer of its own, which stays in its L2 while every B
+ * panel of its box streams past (or, for fp32 with few columns, reads A where
+ * it lies: a_direct_pays). */
 /* The most NR-column panels in one column block of B, over every kind (int64: 1024 / 4). */
 enum { PANELS_MAX = 256 };
 typedef struct core_args_t core_args_t;
