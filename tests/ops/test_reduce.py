@@ -109,6 +109,22 @@ def test_large_sum_accuracy(device):
     same(x.to(device).sum(1), x.sum(1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_contiguous_row_sums_every_length(device, dtype):
+    """Sums along a contiguous dim, at lengths around the kernel's 64- and 16-lane loops and its
+    1024-element blocks, with a nonzero mean (so a dropped or repeated element shows), against float64
+    sums of the same (rounded) values; bf16 results are rounded once, as CPU's."""
+    for n in (1, 15, 16, 17, 63, 64, 65, 80, 127, 1023, 1024, 1025, 1090, 3000, 8192):
+        x = (torch.rand(3, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64) + 0.5).to(dtype)
+        ref = x.double().sum(1)
+        got = x.to(device).sum(1)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu().double(), ref.to(dtype).double(), rtol=1e-5 if dtype == torch.float32 else 8e-3,
+                                   atol=0, msg=f"n={n}")
+        got_t = x.t().contiguous().to(device).t().sum(1)  # the same rows read through a transposed view
+        torch.testing.assert_close(got_t.cpu(), got.cpu(), rtol=1e-5 if dtype == torch.float32 else 8e-3, atol=0)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_outer_dim_sums(device, dtype):
     """Sums over the outer dims (the bias gradients of training steps): contiguous, the transposed
