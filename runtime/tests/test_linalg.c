@@ -496,8 +496,8 @@ int main(void) {
   test_gemm();
   test_gemm_vector();
   test_gemm_small_m();
-  /* fp32 A always packed (the direct-A kernel takes unit-stride A of products up to 512 columns by
-   * default, so the cases above ran it) */
+  /* fp32 A always packed (by default the direct-A kernel takes unit-stride A of products with few
+   * columns, gemm.c a_direct_pays, so the cases above ran it) */
   tpurt_gemm_set_a_direct(false);
   test_gemm();
   tpurt_gemm_set_a_direct(true);

@@ -936,8 +936,6 @@ struct core_args_t {
   void* pb;       /* packed B: round_up(min(n, the column block), NR) x the depth block */
   int nt;         /* threads to split the boxes over (1 without a context) */
   bool a_direct;  /* fp32 A read where it lies by the direct microkernel, not packed (a_direct_pays) */
-  /* per panel of B in the current block: 0 not packed, 1 being packed, 2 packed (core_panel_ready) */
-  _Atomic uint8_t panel_state[PANELS_MAX];
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc;
   int tr, tc; /* the boxes: tr row groups x tc column groups */
@@ -945,6 +943,10 @@ struct core_args_t {
   /* C's dtype where 16-bit C is written directly (k fits one depth block, so
    * each tile is finished in one pass); left zero otherwise. */
   tpurt_dtype_t c16;
+  /* Per panel of B in the current block: 0 not packed, 1 being packed, 2 packed (SUF##_panel_ready).
+   * Written while the threads read the fields above in their inner loops, so on cache lines of its
+   * own. */
+  _Alignas(64) _Atomic uint8_t panel_state[PANELS_MAX];
 };
 
 /* Before the AMX kernel's call for rows i of panel j (the thread's row chunk i0..i1, its columns
@@ -1047,17 +1049,15 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
           int nr = (int)imin(NR, c1 - j);                                                       \
           for (int64_t i = i0; i < i1; i += MR) {                                               \
             const T* ap = pa + (i - i0) * KCP(s->kc);                                           \
+            TC* cp = (TC*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs; /* unless to16 */         \
             int mr = (int)imin(MR, i1 - i);                                                     \
-            if (s->a_direct) {                                                                  \
-              TC* cp = (TC*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs;                         \
+            if (s->a_direct)                                                                    \
               UKR_DIRECT(s->kc, (const T*)src + (i - i0) * s->a_rs, s->a_rs, s->a_cs, bp, cp,   \
                          s->c_rs, s->c_cs, alpha, beta, mr, nr);                                \
-            } else if (to16) {                                                                  \
+            else if (to16)                                                                      \
               TILE16(UKR, s->kc, ap, bp, tmp, NR, MR);                                          \
-            } else {                                                                            \
-              TC* cp = (TC*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs;                         \
+            else                                                                                \
               UKR(s->kc, ap, bp, cp, s->c_rs, s->c_cs, alpha, beta, mr, nr);                    \
-            }                                                                                   \
           }                                                                                     \
         }                                                                                       \
       }                                                                                         \
