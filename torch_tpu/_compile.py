@@ -115,8 +115,8 @@ class _OldHeapHidden:
     """While a graph compiles (Dynamo's trace, AOTAutograd, our passes, the first capture), the objects
     that were alive when it began are hidden from Python's cyclic collector (gc.freeze), and shown to it
     again when it ends (gc.unfreeze). A compile makes hundreds of thousands of objects, which trigger
-    the collector's full passes; each of those walked every object of the process (torch alone is
-    about 370000), 0.12-0.2 s a pass, four passes in the small-GPT step's first call. Hidden, a pass
+    the collector's full passes; each of those walked every object of the process (about 370000 with
+    torch loaded), 0.1-0.2 s a pass, four or five in the small-GPT step's first call. Hidden, a pass
     walks only what the compile made. Nothing is lost: a cycle among the hidden objects is collected
     after the window, as it would have been by a later full pass. Windows nest (Dynamo's callbacks and
     our capture); where gc is off, or the process froze objects itself (gc.get_freeze_count() > 0,
