@@ -10,6 +10,17 @@
 #endif
 
 void tpurt_stream_copy(void* dst, const void* src, size_t n) {
+  tpurt_stream_copy_unfenced(dst, src, n);
+  tpurt_stream_fence();
+}
+
+void tpurt_stream_fence(void) {
+#if defined(__AVX__)
+  _mm_sfence();
+#endif
+}
+
+void tpurt_stream_copy_unfenced(void* dst, const void* src, size_t n) {
 #if defined(__AVX__)
   uint8_t* d = dst;
   const uint8_t* s = src;
@@ -27,7 +38,6 @@ void tpurt_stream_copy(void* dst, const void* src, size_t n) {
 #endif
   }
   memcpy(d, s, n % 64);
-  _mm_sfence();
 #else
   memcpy(dst, src, n);
 #endif

@@ -12,5 +12,14 @@
  * Fenced: the stores are visible to other threads and processes once it
  * returns, as a memcpy's are to whoever synchronizes with the caller. */
 void tpurt_stream_copy(void* dst, const void* src, size_t n);
+/* The same without the fence, for a kernel that streams many rows: it calls
+ * tpurt_stream_fence() once after the last (before its job ends). */
+void tpurt_stream_copy_unfenced(void* dst, const void* src, size_t n);
+void tpurt_stream_fence(void);
+
+/* Outputs from this many bytes on (a few times the caches) are worth writing
+ * with streaming stores: their lines are not read first, a third of a large
+ * row kernel's memory traffic (softmax, layer norm). */
+#define TPURT_STREAM_BYTES ((size_t)8 << 20)
 
 #endif /* TPURT_BASE_STREAM_COPY_H_ */

@@ -131,6 +131,39 @@ def test_rms_norm(device, dtype):
     torch.testing.assert_close(md(x.to(device)).detach().cpu(), m(x).detach(), **tol(dtype))
 
 
+@pytest.mark.parametrize("n", [1024, 1000, 37])
+@pytest.mark.parametrize("norm", ["layer", "layer_no_affine", "rms"])
+def test_norms_large_outputs(device, n, norm):
+    """float32 layer / RMS norm whose y or grad_input is 8 MiB or more (the next rows fetched ahead,
+    the result streamed; rows aligned or not, and rows of a wider tensor): y and every gradient match
+    CPU, and y and grad_input match the same rows computed in small calls (no streaming) bit for bit."""
+    if device == "cpu":
+        pytest.skip("the tpu kernel's large-output path")
+    rows = -(-(8 << 20) // (4 * n)) + 3
+    w, b = make((n,), torch.float32, 1) * 0.5 + 1, make((n,), torch.float32, 2)
+    fn = {"layer": lambda t, w, b: F.layer_norm(t, (n,), w, b),
+          "layer_no_affine": lambda t, w, b: F.layer_norm(t, (n,)),
+          "rms": lambda t, w, b: F.rms_norm(t, (n,), w, 1e-6)}[norm]
+    for wide in (0, 5):
+        x = (make((rows, n + wide), torch.float32, scale=2) + 0.5)[:, :n]
+        g = make((rows, n), torch.float32, 3)
+        xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
+        xd, wd, bd = (t.to(device).requires_grad_() for t in (x, w, b))
+        yc, yd = fn(xc, wc, bc), fn(xd, wd, bd)
+        yc.backward(g)
+        yd.backward(g.to(device))
+        torch.testing.assert_close(yd.detach().cpu(), yc.detach(), **tol(torch.float32))
+        for c, d in ((xc, xd), (wc, wd), (bc, bd)):
+            if c.grad is not None:
+                torch.testing.assert_close(d.grad.cpu(), c.grad, **tol(torch.float32, 4 * n ** 0.5))
+        for i in (0, 5, rows - 5):
+            xs = x[i:i + 5].to(device).requires_grad_()
+            ys = fn(xs, w.to(device), b.to(device))
+            ys.backward(g[i:i + 5].to(device))
+            assert torch.equal(ys.detach().cpu(), yd.detach()[i:i + 5].cpu())
+            assert torch.equal(xs.grad.cpu(), xd.grad[i:i + 5].cpu())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_row_kernels_many_rows(device, dtype):
     """Enough rows that the chip's threads split them (per-thread weight/bias gradient partials), and

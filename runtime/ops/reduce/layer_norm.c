@@ -8,7 +8,12 @@
 #include <float.h>
 #include <string.h>
 
+#include "base/stream_copy.h"
 #include "ops/reduce/reduce_ops.h"
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 /* A tensor seen as rows x cols, split before dim k. */
 typedef struct mat_t {
@@ -95,6 +100,7 @@ typedef struct ln_job_t {
   const float *fw, *fb;
   float* fpartial;            /* backward: per thread [2N] (dw, db) */
   float* fbuf;                /* per thread 3N */
+  bool stream;                /* a float32 result larger than the caches: streamed (ln_rows_f32) */
 } ln_job_t;
 
 /* Float sums in 32 independent lanes (four AVX2 vectors): one vector's running
@@ -204,6 +210,15 @@ static const float* ln_vec_f32(const tpurt_tensor_t* t, int64_t n, double fill, 
   return buf;
 }
 
+/* Fetches floats [from, to) of p into L1, a line at a time. */
+static inline void ln_prefetch(const float* p, int64_t from, int64_t to) {
+#if defined(__SSE2__)
+  for (int64_t i = from; i < to; i += 16) _mm_prefetch((const char*)(p + i), _MM_HINT_T0);
+#else
+  (void)p, (void)from, (void)to;
+#endif
+}
+
 static void ln_rows_f32(void* user, int64_t rb, int64_t re, int tid) {
   const ln_job_t* j = user;
   int64_t N = j->N;
@@ -222,10 +237,20 @@ static void ln_rows_f32(void* user, int64_t rb, int64_t re, int tid) {
   for (int64_t r = rb; r < re; ++r) {
     const float* x = ln_row_f32(&j->x, r, N, xb);
     if (j->mode == LN_FWD || j->mode == RMS_FWD) {
+      /* A large forward: the next row, where it is read in place, is fetched during this one's
+       * statistics (a 4 KiB row is a page, where the hardware's prefetchers stop), and the output
+       * is computed into yb and streamed out. */
+      const float* nx = j->stream && x != xb && r + 1 < re
+                             ? (const float*)tpurt_tensor_at(j->x.t, mat_row_off(&j->x, r + 1))
+                             : NULL;
       float mean = rms ? 0.0f : LN_SUM32(N, x[i_]) * inv_n;
+      if (nx) ln_prefetch(nx, 0, N / 2);
       float var = LN_SUM32(N, (x[i_] - mean) * (x[i_] - mean)) * inv_n;
+      if (nx) ln_prefetch(nx, N / 2, N);
       float rstd = 1.0f / sqrtf(var + j->fstat_eps);
-      float* y = ln_row_out(&j->out, r, N, yb);
+      float* dst = ln_row_out(&j->out, r, N, yb);
+      bool stream = j->stream && dst != yb;
+      float* y = stream ? yb : dst;
       if (w && b)
         for (int64_t i = 0; i < N; ++i) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
       else if (w)
@@ -234,12 +259,15 @@ static void ln_rows_f32(void* user, int64_t rb, int64_t re, int tid) {
         for (int64_t i = 0; i < N; ++i) y[i] = (x[i] - mean) * rstd + b[i];
       else
         for (int64_t i = 0; i < N; ++i) y[i] = (x[i] - mean) * rstd;
-      ln_row_put(&j->out, r, N, y, yb);
+      if (stream) tpurt_stream_copy_unfenced(dst, yb, sizeof(float) * (size_t)N);
+      else ln_row_put(&j->out, r, N, y, yb);
       if (j->mean) tpurt_dtype_store_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)), mean);
       if (j->rstd) tpurt_dtype_store_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)), rstd);
       continue;
     }
     const float* g = ln_row_f32(&j->dy, r, N, gb);
+    /* a large backward: the next rows of x and dy fetched meanwhile, the result streamed (as above) */
+    bool ahead = j->stream && x != xb && g != gb && r + 1 < re;
     float mean = rms ? 0.0f : (float)tpurt_dtype_load_f64(j->mean->dtype, tpurt_tensor_at(j->mean, tpurt_tensor_offset_of(j->mean, r, -1)));
     float rstd = (float)tpurt_dtype_load_f64(j->rstd->dtype, tpurt_tensor_at(j->rstd, tpurt_tensor_offset_of(j->rstd, r, -1)));
     /* dw / db and both sums in one pass (x and g may be the tensors' own rows) */
@@ -248,11 +276,14 @@ static void ln_rows_f32(void* user, int64_t rb, int64_t re, int tid) {
     else if (w) ln_bwd_pass(x, g, w, mean, rstd, N, dw, db, &s1, &s2, true, false);
     else if (dw) ln_bwd_pass(x, g, w, mean, rstd, N, dw, db, &s1, &s2, false, true);
     else ln_bwd_pass(x, g, w, mean, rstd, N, dw, db, &s1, &s2, false, false);
+    if (ahead) ln_prefetch((const float*)tpurt_tensor_at(j->x.t, mat_row_off(&j->x, r + 1)), 0, N);
     if (!j->want_gi) continue;
     if (rms) s1 = 0.0f;
     float m1 = s1 * inv_n, m2 = s2 * inv_n;
     /* grad_input over gb when g was converted there (it is not read again) */
-    float* y = ln_row_out(&j->out, r, N, gb);
+    float* dst = ln_row_out(&j->out, r, N, gb);
+    bool stream = j->stream && dst != gb;
+    float* y = stream ? yb : dst;
     /* xhat and g * w again, as the first pass computed them; y may be g's converted row */
     if (w) {
 #pragma GCC ivdep
@@ -261,8 +292,11 @@ static void ln_rows_f32(void* user, int64_t rb, int64_t re, int tid) {
 #pragma GCC ivdep
       for (int64_t i = 0; i < N; ++i) y[i] = rstd * (g[i] - m1 - ((x[i] - mean) * rstd) * m2);
     }
-    ln_row_put(&j->out, r, N, y, gb);
+    if (ahead) ln_prefetch((const float*)tpurt_tensor_at(j->dy.t, mat_row_off(&j->dy, r + 1)), 0, N);
+    if (stream) tpurt_stream_copy_unfenced(dst, yb, sizeof(float) * (size_t)N);
+    else ln_row_put(&j->out, r, N, y, gb);
   }
+  if (j->stream) tpurt_stream_fence(); /* the streamed rows are visible before the job ends */
 }
 
 static void ln_rows(void* user, int64_t rb, int64_t re, int tid) {
@@ -447,6 +481,9 @@ static tpurt_status_t ln_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
     float* bbuf = s + j.N;
     double* flat = (double*)(s + floats); /* weight/bias and the gradients pass through here */
     j.fstat_eps = (float)j.eps;
+    /* the forward's y, the backward's grad_input */
+    j.stream = (!bwd || j.want_gi) && j.out.t->dtype == TPURT_DTYPE_FLOAT32 &&
+               (size_t)j.M * (size_t)j.N * sizeof(float) >= TPURT_STREAM_BYTES;
     if (w) j.fw = ln_vec_f32(w, j.N, 1, wbuf, flat);
     if (b) j.fb = ln_vec_f32(b, j.N, 0, bbuf, flat);
     j.fbuf = s + 2 * j.N;

@@ -5,6 +5,7 @@
  * with libm. A row holding a NaN gives NaN everywhere, as PyTorch's does. */
 #include <string.h>
 
+#include "base/stream_copy.h"
 #include "ops/elementwise/ew_expf.h"
 #include "ops/half_vec.h"
 #include "ops/reduce/reduce_ops.h"
@@ -12,8 +13,6 @@
 /* Lane-split reductions: 16 independent lanes so the compiler vectorizes
  * without reassociating a single accumulator. */
 #define LANES 16
-/* Outputs from this size on are written with streaming stores (sm_scale_stream). */
-#define SM_STREAM_BYTES ((size_t)8 << 20)
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
@@ -431,7 +430,7 @@ static tpurt_status_t sm_impl(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c,
   j.rows = numel / j.n;
   if (ref) { sm_reference(&j); return TPURT_OK; }
   j.stream = !backward && j.out->dtype == TPURT_DTYPE_FLOAT32 &&
-             (size_t)numel * sizeof(float) >= SM_STREAM_BYTES;
+             (size_t)numel * sizeof(float) >= TPURT_STREAM_BYTES;
   int nt = tpurt_kernel_num_threads(ctx);
   size_t bytes = sizeof(double) * 3 * (size_t)j.n * (size_t)nt;
   void* buf = tpurt_kernel_scratch(ctx, bytes);
