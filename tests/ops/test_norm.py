@@ -131,31 +131,44 @@ def test_rms_norm(device, dtype):
     torch.testing.assert_close(md(x.to(device)).detach().cpu(), m(x).detach(), **tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n", [1024, 1000, 37])
 @pytest.mark.parametrize("norm", ["layer", "layer_no_affine", "rms"])
-def test_norms_large_outputs(device, n, norm):
-    """float32 layer / RMS norm whose y or grad_input is 8 MiB or more (the next rows fetched ahead,
-    the result streamed; rows aligned or not, and rows of a wider tensor): y and every gradient match
-    CPU, and y and grad_input match the same rows computed in small calls (no streaming) bit for bit."""
+def test_norms_large_outputs(device, n, norm, dtype):
+    """Layer / RMS norm whose y or grad_input is 8 MiB or more (float32: the next rows fetched
+    ahead, the result streamed; rows aligned or not, and rows of a wider tensor): y and every
+    gradient match CPU (bf16 weight gradients: float64), and y and grad_input match the same rows
+    computed in small calls (no streaming) bit for bit."""
     if device == "cpu":
         pytest.skip("the tpu kernel's large-output path")
-    rows = -(-(8 << 20) // (4 * n)) + 3
-    w, b = make((n,), torch.float32, 1) * 0.5 + 1, make((n,), torch.float32, 2)
+    rows = -(-(8 << 20) // (dtype.itemsize * n)) + 3
+    w, b = make((n,), dtype, 1) * 0.5 + 1, make((n,), dtype, 2)
     fn = {"layer": lambda t, w, b: F.layer_norm(t, (n,), w, b),
           "layer_no_affine": lambda t, w, b: F.layer_norm(t, (n,)),
           "rms": lambda t, w, b: F.rms_norm(t, (n,), w, 1e-6)}[norm]
     for wide in (0, 5):
-        x = (make((rows, n + wide), torch.float32, scale=2) + 0.5)[:, :n]
-        g = make((rows, n), torch.float32, 3)
+        x = (make((rows, n + wide), dtype, scale=2) + 0.5)[:, :n]
+        g = make((rows, n), dtype, 3)
         xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
         xd, wd, bd = (t.to(device).requires_grad_() for t in (x, w, b))
         yc, yd = fn(xc, wc, bc), fn(xd, wd, bd)
         yc.backward(g)
         yd.backward(g.to(device))
-        torch.testing.assert_close(yd.detach().cpu(), yc.detach(), **tol(torch.float32))
-        for c, d in ((xc, xd), (wc, wd), (bc, bd)):
-            if c.grad is not None:
-                torch.testing.assert_close(d.grad.cpu(), c.grad, **tol(torch.float32, 4 * n ** 0.5))
+        torch.testing.assert_close(yd.detach().cpu(), yc.detach(), **tol(dtype))
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad, **tol(dtype, 4 * n ** 0.5))
+        # the weight gradients, sums over thousands of rows: float32 against CPU; bf16 against
+        # float64 within bf16's resolution of the largest (CPU's own bf16 sums are 8% off here)
+        wr, br = (t.double().requires_grad_() for t in (w, b))
+        if norm != "layer_no_affine":
+            fn(x.double(), wr, br).backward(g.double())
+        for c, r, d in ((wc, wr, wd), (bc, br, bd)):
+            if r.grad is None:
+                continue
+            if dtype == torch.float32:
+                torch.testing.assert_close(d.grad.cpu(), c.grad, **tol(dtype, 4 * n ** 0.5))
+            else:
+                err = (d.grad.cpu().double() - r.grad).abs().max().item()
+                assert err <= 4 * torch.finfo(dtype).eps * r.grad.abs().max().item(), (err, r.grad.abs().max().item())
         for i in (0, 5, rows - 5):
             xs = x[i:i + 5].to(device).requires_grad_()
             ys = fn(xs, w.to(device), b.to(device))
