@@ -357,23 +357,26 @@ static void test_known(void) {
   CHECK_STATUS(call1("bitwise_and", ma, 2, &tmo), UNIMPLEMENTED);
 }
 
-/* An activation (its backward when nin == 2: grad g, input x) into out, with its approximate string. */
-static tpurt_status_t act_call(const char* name, int nin, const char* approx, tpurt_tensor_t* g, tpurt_tensor_t* x,
-                               tpurt_tensor_t* out) {
+/* An activation (its backward when nin == 2: grad g, input x) into out, with its approximate string;
+ * or a binary op (g, x) with its alpha where alpha != 0. */
+static tpurt_status_t act_call(const char* name, int nin, const char* approx, double alpha, tpurt_tensor_t* g,
+                               tpurt_tensor_t* x, tpurt_tensor_t* out) {
   tpurt_arg_t args[3];
   int na = 0;
   if (nin == 2) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = g};
   args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_TENSOR, .v.tensor = x};
   if (approx) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_STRING, .v.s = approx};
+  if (alpha != 0) args[na++] = (tpurt_arg_t){.kind = TPURT_ARG_DOUBLE, .v.d = alpha};
   return call1(name, args, na, out);
 }
 
 /* The activations' hand-vectorized float32 loops (ew_math.c, ew_simd.h) against the generated loop
  * of the same expression, which a strided input takes: the same bits at every start offset, output
  * alignment and length (vector heads and tails), with streamed stores on and off, for ordinary and
- * extreme inputs (overflow, denormal results, infinities, NaN; sin and cos past 2^28, where lanes go to glibc). */
+ * extreme inputs (overflow, denormal results, infinities, NaN; sin and cos past 2^28, where lanes go to glibc).
+ * The arithmetic ops (add, sub with an alpha, mul, div) take part for their bf16 loops. */
 static void test_vector_loops(void) {
-  static const struct { const char* name; int nin; const char* approx; } ops[] = {
+  static const struct { const char* name; int nin; const char* approx; double alpha; } ops[] = {
       {"exp", 1, NULL},  {"tanh", 1, NULL},          {"sigmoid", 1, NULL},       {"erf", 1, NULL},
       {"silu", 1, NULL}, {"gelu", 1, "none"},        {"gelu", 1, "tanh"},        {"silu_backward", 2, NULL},
       {"gelu_backward", 2, "none"}, {"gelu_backward", 2, "tanh"}, {"log", 1, NULL}, {"log1p", 1, NULL}, {"expm1", 1, NULL},
@@ -381,7 +384,8 @@ static void test_vector_loops(void) {
       {"log2", 1, NULL}, {"log10", 1, NULL}, {"tan", 1, NULL}, {"sinh", 1, NULL}, {"cosh", 1, NULL},
       {"asin", 1, NULL}, {"acos", 1, NULL}, {"atan2", 2, NULL}, {"sinc", 1, NULL},
       {"asinh", 1, NULL}, {"acosh", 1, NULL}, {"atanh", 1, NULL}, {"erfinv", 1, NULL}, {"lgamma", 1, NULL},
-      {"digamma", 1, NULL}};
+      {"digamma", 1, NULL}, {"add", 2, NULL}, {"add", 2, NULL, -0.37}, {"sub", 2, NULL, 2.5}, {"mul", 2, NULL},
+      {"div", 2, NULL}};
   enum { N = 1200 };
   static float x[N + 32], g[N + 32], xs[2 * N], gs[2 * N], yv[N + 32], ys[N + 32];
   const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.72f, 89.5f, -87.5f, -103.98f, -110.0f,
@@ -408,9 +412,9 @@ static void test_vector_loops(void) {
                          tv = vec(TPURT_DTYPE_FLOAT32, yv + oo, len), ts = vec(TPURT_DTYPE_FLOAT32, ys, len);
           tgs.strides[0] = txs.strides[0] = 2;
           tpurt_ew_stream_active = st; /* this thread runs the call: below the grain */
-          CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, &tg, &tx, &tv));
+          CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, ops[o].alpha, &tg, &tx, &tv));
           tpurt_ew_stream_active = false;
-          CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, &tgs, &txs, &ts));
+          CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, ops[o].alpha, &tgs, &txs, &ts));
           for (int i = 0; i < len; ++i) {
             float u = yv[oo + i], w = ys[i];
             if (memcmp(&u, &w, 4) != 0 && !(isnan(u) && isnan(w)) && bad++ < 3)
@@ -441,8 +445,8 @@ static void test_vector_loops(void) {
                        tgs = vec(TPURT_DTYPE_BFLOAT16, hgs, len), txs = vec(TPURT_DTYPE_BFLOAT16, hxs, len),
                        tv = vec(TPURT_DTYPE_BFLOAT16, hv + a, len), ts = vec(TPURT_DTYPE_BFLOAT16, hs, len);
         tgs.strides[0] = txs.strides[0] = 2;
-        CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, &tg, &tx, &tv));
-        CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, &tgs, &txs, &ts));
+        CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, ops[o].alpha, &tg, &tx, &tv));
+        CHECK_OK(act_call(ops[o].name, ops[o].nin, ops[o].approx, ops[o].alpha, &tgs, &txs, &ts));
         for (int i = 0; i < len; ++i) {
           float u = tpurt_bf16_to_f32(hv[a + i]), w = tpurt_bf16_to_f32(hs[i]);
           if (hv[a + i] != hs[i] && !(isnan(u) && isnan(w)) && bad++ < 3)
