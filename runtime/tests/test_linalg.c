@@ -203,8 +203,8 @@ static void test_gemm_vector(void) {
   }
 }
 
-/* fp32 with few rows of a row-major A (8..64) and B row-major: the unpacked kernels (8-16 rows,
- * small B) and B copied in depth blocks of 256 x 240 columns (17-64 rows, or 8-16 rows against a
+/* fp32 with few rows of a row-major A (2..64) and B row-major: the unpacked kernels (2-16 rows,
+ * small B) and B copied in depth blocks of 256 x 240 columns (17-64 rows, or 2-16 rows against a
  * B of 2^20 elements or more), each thread its own copy buffer; every layout (a column-major C
  * makes op(B)^T the few-rows operand), padded strides, partial 48-column panels and depth blocks,
  * alpha/beta (beta 0 on the first depth block only). Then serially: with the workspace
@@ -212,7 +212,8 @@ static void test_gemm_vector(void) {
 static void test_gemm_small_m(void) {
   const int64_t shapes[][3] = {{17, 240, 256}, {23, 241, 257}, {40, 500, 600}, {64, 1030, 300},
                                {33, 260, 1},   {8, 250, 4200}, {12, 1030, 1100}, {16, 300, 3500},
-                               {65, 300, 300}, {30, 100, 700}};
+                               {65, 300, 300}, {30, 100, 700}, {2, 300, 700},   {5, 1031, 260},
+                               {7, 45, 1100},  {3, 9, 33},     {3, 1100, 1000}};
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
     for (int lay = 0; lay < 8; ++lay) {
       bool ta = lay & 1, tb = lay & 2, tc = lay & 4;

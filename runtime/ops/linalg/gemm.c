@@ -1418,10 +1418,13 @@ static void dense_back(void* u, int64_t r0, int64_t r1, int tid) {
 #define GEMM_SMALL_M 1
 /* The rows where these beat OpenBLAS on one core of the AVX-512 Xeon measured (.dev-style harness
  * over tpurt_gemm, 2026-12-05): 1.0-1.9x at 8 and 16 rows (one run of 16 rows against a transposed
- * B 0.97x); at 1-4 rows OpenBLAS's own small-size
- * path was level or faster, at 32-64 rows its packing pays off against these (not against the
- * copied blocks below). */
-enum { SMALL_M_MIN = 8, SMALL_M = 16 };
+ * B 0.97x); at 32-64 rows its packing pays off against these (not against the copied blocks below).
+ * At 1-4 rows OpenBLAS's own small-size path was level or faster there; on the AMD Zen 5 of
+ * 2026-12-06 (2 cores, F.linear and x @ W, loops of 100 calls) these were 1.2-2.1x faster at 2-6
+ * rows with B in cache (2 x 768 x 768 linear 58-61 -> 29 us, x @ W 48-54 -> 21-22 us) and 1.7-1.9x
+ * with a weight streamed from memory (4 x 4096 x 4096 linear 2.8 -> 1.7 ms), so they start at 2
+ * (one row is blas_gemv's). */
+enum { SMALL_M_MIN = 2, SMALL_M = 16 };
 /* ... and with B row-major (op(B) = B), up to SMALL_M_NN rows through B copied in blocks (the
  * 64 x 2048 x 2048 product of an MLP's input gradient: OpenBLAS 1.2-1.3x slower than this, and
  * 1.3-1.6x PyTorch CPU's time). */
@@ -1473,15 +1476,20 @@ DEFINE_SMALL_NN(small_nn_4, 4, 4)
 DEFINE_SMALL_NN(small_nn_2, 2, 8)
 DEFINE_SMALL_NN(small_nn_1, 1, 8)
 
-/* R rows of A against C columns of B^T (rows of bt, ldb apart), both along k. */
+/* R rows of A against C columns of B^T (rows of bt, ldb apart), both along k. pf (or NULL): C rows
+ * ldb apart, fetched into L2 a line per row per depth step: the next columns' rows, so that a weight
+ * streamed from memory (a decode step's layers, larger than the caches) is not read a 3-16 KiB row at
+ * a time, each starting cold where the hardware's prefetcher stops. */
 #define DEFINE_SMALL_NT(R, C)                                                                               \
   static void small_nt_##R##x##C(int64_t k, const float* a, int64_t lda, const float* bt, int64_t ldb,       \
-                                 float* c, int64_t ldc, float alpha, float beta) {                          \
+                                 float* c, int64_t ldc, float alpha, float beta, const float* pf) {         \
     __m512 acc[R][C];                                                                                     \
     for (int r = 0; r < R; ++r)                                                                           \
       for (int q = 0; q < C; ++q) acc[r][q] = _mm512_setzero_ps();                                        \
     for (int64_t p = 0; p < k; p += 16) {                                                                 \
       __mmask16 m = tail_mask16(k - p);                                                                   \
+      if (pf)                                                                                             \
+        for (int q = 0; q < C; ++q) _mm_prefetch((const char*)(pf + q * ldb + p), _MM_HINT_T1);          \
       __m512 av[R], bv[C];                                                                                \
       for (int r = 0; r < R; ++r) av[r] = _mm512_maskz_loadu_ps(m, a + r * lda + p);                      \
       for (int q = 0; q < C; ++q) bv[q] = _mm512_maskz_loadu_ps(m, bt + q * ldb + p);                     \
@@ -1562,15 +1570,17 @@ static void small_m_cols(bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
     float* cj = c + j;
     int64_t i = 0;
     if (j + 4 <= n) {
-      for (; i + 4 <= m; i += 4) small_nt_4x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
-      if (i + 2 <= m) small_nt_2x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta), i += 2;
-      if (i < m) small_nt_1x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
+      /* the first row block fetches the next four columns' rows (pf) while the others reread these */
+      const float* pf = j + 8 <= n ? bt + 4 * ldb : NULL;
+      for (; i + 4 <= m; i += 4, pf = NULL) small_nt_4x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, pf);
+      if (i + 2 <= m) small_nt_2x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, pf), i += 2, pf = NULL;
+      if (i < m) small_nt_1x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, pf);
       continue;
     }
     for (int64_t q = j; q < n; ++q, bt += ldb, ++cj) {
-      for (i = 0; i + 4 <= m; i += 4) small_nt_4x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
-      if (i + 2 <= m) small_nt_2x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta), i += 2;
-      if (i < m) small_nt_1x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta);
+      for (i = 0; i + 4 <= m; i += 4) small_nt_4x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, NULL);
+      if (i + 2 <= m) small_nt_2x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, NULL), i += 2;
+      if (i < m) small_nt_1x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, NULL);
     }
   }
 }
