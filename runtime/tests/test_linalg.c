@@ -245,6 +245,22 @@ static void test_gemm_small_m(void) {
   }
 }
 
+/* bf16 products with few rows against a transposed B (a linear layer over a decode step's tokens):
+ * where the CPU has vdpbf16ps, the dot kernels (1-16 rows, the depth's tail masked, columns in fours
+ * and the rest one at a time, the next rows fetched ahead); bf16 and float32 C, row- and
+ * column-major, alpha / beta with C itself, a separate and a broadcast C_in, batched. */
+static void test_gemm_bf16_few_rows(void) {
+  const int64_t shapes[][3] = {{1, 509, 333}, {1, 7, 32}, {2, 9, 31}, {3, 37, 65}, {4, 64, 1},
+                               {5, 130, 100}, {7, 11, 97}, {16, 260, 777}, {13, 8, 64}, {16, 1030, 96}};
+  const tpurt_dtype_t cds[] = {TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
+    for (int c = 0; c < 2; ++c)
+      for (int v = 0; v < 5; ++v)
+        gemm_case(TPURT_DTYPE_BFLOAT16, cds[c], v == 3 ? 3 : 1, shapes[s][0], shapes[s][1], shapes[s][2], false,
+                  true, v == 4, (int)(s + v) % 3, v == 1 || v == 2, v == 2, v % 2 ? 0.5 : 1.0,
+                  v == 0 ? 0.0 : v == 1 ? 1.0 : -0.5, false);
+}
+
 /* Integer GEMM whose products and sums pass int64's range: the result wraps
  * modulo 2^64 (PyTorch CPU's answer), computed without signed overflow, which
  * is undefined behaviour (UBSan flags it under make test-c-asan). */
@@ -497,6 +513,7 @@ int main(void) {
   test_gemm();
   test_gemm_vector();
   test_gemm_small_m();
+  test_gemm_bf16_few_rows();
   /* fp32 A always packed (by default the direct-A kernel takes unit-stride A of products with few
    * columns, gemm.c a_direct_pays, so the cases above ran it) */
   tpurt_gemm_set_a_direct(false);

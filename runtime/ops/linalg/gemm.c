@@ -566,6 +566,176 @@ __attribute__((target("avx512f,avx512bf16"))) static void ukr_bdp_avx512(
 #endif
 
 static int bdp_mode(void);
+
+/* X(r) for rows 0..R-1 of the few-rows dot kernels (bf16 here, fp32 further on) */
+#define SMALL_ROWS4(X) X(0) X(1) X(2) X(3)
+#define SMALL_ROWS2(X) X(0) X(1)
+
+/* ---- bf16 products with few rows against a transposed B: dot products, no packing ----
+ * A linear layer over a decode step's few tokens (m <= BF16_FEW_M) reads its weight once per call;
+ * the pair kernel above packs all of it first, which cost as much again (1 x 4096 x 4096 1.75 ms
+ * against PyTorch CPU's 1.05, the weight streamed from memory). Here op(B) = W^T lies as rows of W
+ * contiguous along k, where vdpbf16ps's pairs are adjacent: R rows of A x C rows of W in R x C
+ * 16-lane accumulators, 32 depth values a step (the tail masked to zeros), each reduced at the end;
+ * the first row block fetches the next C rows of W into L2 (as small_nt_* does for fp32). */
+enum { BF16_FEW_M = 16 };
+#ifdef GEMM_HAVE_BDP_X86
+typedef struct bf16_few_t {
+  const tpurt_gemm_t* g;
+} bf16_few_t;
+
+/* One depth step of 32 (mask m: the tail's zeros). */
+#define BF16_NT_STEP(R, C, m)                                                                             \
+  do {                                                                                                    \
+    for (int q = 0; q < C; ++q) _mm_prefetch((const char*)(pf + q * ldw + p), _MM_HINT_T1);               \
+    __m512bh av[R], wv[C];                                                                                \
+    for (int r = 0; r < R; ++r) av[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, a + r * lda + p);          \
+    for (int q = 0; q < C; ++q) wv[q] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + q * ldw + p);          \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) acc[r][q] = _mm512_dpbf16_ps(acc[r][q], av[r], wv[q]);                  \
+  } while (0)
+/* pf NULL: the prefetches go to w's own rows (already read), so the loop has no branch: with one,
+ * gcc kept a copy of every accumulator on the stack, stored at each step. */
+#define DEFINE_BF16_NT(R, C)                                                                              \
+  __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void bf16_nt_##R##x##C(                     \
+      int64_t k, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, float* out,              \
+      const uint16_t* pf) {                                                                               \
+    __m512 acc[R][C];                                                                                     \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) acc[r][q] = _mm512_setzero_ps();                                        \
+    if (!pf) pf = w;                                                                                      \
+    for (int64_t p = 0; p < k; p += 32)                                                                   \
+      BF16_NT_STEP(R, C, k - p >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (k - p)) - 1));       \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) out[r * C + q] = _mm512_reduce_add_ps(acc[r][q]);                      \
+  }
+/* 4 and 2 rows x 4 columns in named accumulators (as small_nt_4x4: arrays were also kept on the stack) */
+#define BNT4_DECL(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0;
+#define BNT4_DP(r)                                                                                          \
+  {                                                                                                         \
+    const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(m, a + r * lda + p);                            \
+    c##r##0 = _mm512_dpbf16_ps(c##r##0, av, b0);                                                            \
+    c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                                                            \
+    c##r##2 = _mm512_dpbf16_ps(c##r##2, av, b2);                                                            \
+    c##r##3 = _mm512_dpbf16_ps(c##r##3, av, b3);                                                            \
+  }
+#define BNT4_OUT(r)                                                                                         \
+  out[r * 4] = _mm512_reduce_add_ps(c##r##0), out[r * 4 + 1] = _mm512_reduce_add_ps(c##r##1),              \
+  out[r * 4 + 2] = _mm512_reduce_add_ps(c##r##2), out[r * 4 + 3] = _mm512_reduce_add_ps(c##r##3);
+#define BNT4_STEP(R, M)                                                                                   \
+  do {                                                                                                    \
+    const __mmask32 m = (M);                                                                              \
+    for (int q = 0; q < 4; ++q) _mm_prefetch((const char*)(pf + q * ldw + p), _MM_HINT_T1);              \
+    const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi16(m, w + p),                                     \
+                   b1 = (__m512bh)_mm512_maskz_loadu_epi16(m, w + ldw + p),                               \
+                   b2 = (__m512bh)_mm512_maskz_loadu_epi16(m, w + 2 * ldw + p),                           \
+                   b3 = (__m512bh)_mm512_maskz_loadu_epi16(m, w + 3 * ldw + p);                           \
+    SMALL_ROWS##R(BNT4_DP)                                                                                \
+  } while (0)
+#define DEFINE_BF16_NT4(R)                                                                                  \
+  __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void bf16_nt_##R##x4(                      \
+      int64_t k, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, float* out,              \
+      const uint16_t* pf) {                                                                               \
+    SMALL_ROWS##R(BNT4_DECL)                                                                              \
+    if (!pf) pf = w;                                                                                      \
+    int64_t p = 0;                                                                                        \
+    for (; p + 32 <= k; p += 32) BNT4_STEP(R, (__mmask32)0xFFFFFFFFu);                                   \
+    if (p < k) BNT4_STEP(R, (__mmask32)((1u << (k - p)) - 1));                                           \
+    SMALL_ROWS##R(BNT4_OUT)                                                                               \
+  }
+DEFINE_BF16_NT4(4)
+DEFINE_BF16_NT4(2)
+DEFINE_BF16_NT(1, 4)
+DEFINE_BF16_NT(4, 1)
+DEFINE_BF16_NT(2, 1)
+DEFINE_BF16_NT(1, 1)
+
+/* C[i][j] = alpha * sums[i][j] + beta * C_in[i][j] for rows i0.., columns j0.. (rows x cols), in C's
+ * dtype (bf16 or f32). */
+static void bf16_few_store(const tpurt_gemm_t* g, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                           const float* sums) {
+  const size_t cs = tpurt_dtype_size(g->c_dtype);
+  if (g->beta == 0) { /* C is not read; alpha scales the float sums, as the pair kernel's store does */
+    const float alpha = (float)g->alpha;
+    for (int64_t r = 0; r < rows; ++r) {
+      char* c = (char*)g->c + (size_t)((i0 + r) * g->c_rs + j0 * g->c_cs) * cs;
+      for (int64_t q = 0; q < cols; ++q) {
+        float v = alpha * sums[r * cols + q];
+        if (g->c_dtype == TPURT_DTYPE_FLOAT32) ((float*)c)[q * g->c_cs] = v;
+        else ((uint16_t*)c)[q * g->c_cs] = tpurt_f32_to_bf16(v);
+      }
+    }
+    return;
+  }
+  const char* cin = g->c_in ? (const char*)g->c_in : (const char*)g->c;
+  int64_t in_rs = g->c_in ? g->c_in_rs : g->c_rs, in_cs = g->c_in ? g->c_in_cs : g->c_cs;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = 0; q < cols; ++q) {
+      int64_t i = i0 + r, j = j0 + q;
+      double v = g->alpha * (double)sums[r * cols + q];
+      if (g->beta != 0) v += g->beta * tpurt_dtype_load_f64(g->c_dtype, cin + (size_t)(i * in_rs + j * in_cs) * cs);
+      tpurt_dtype_store_f64(g->c_dtype, (char*)g->c + (size_t)(i * g->c_rs + j * g->c_cs) * cs, v);
+    }
+}
+
+/* Columns [4 * q0, 4 * q1) of C, every row. */
+static void bf16_few_cols(void* u, int64_t q0, int64_t q1, int tid) {
+  const tpurt_gemm_t* g = ((const bf16_few_t*)u)->g;
+  const uint16_t* a = (const uint16_t*)g->a;
+  const uint16_t* w = (const uint16_t*)g->b; /* op(B)[p][j] = w[j * b_cs + p] */
+  const int64_t m = g->m, n = g->n, k = g->k, lda = g->a_rs, ldw = g->b_cs;
+  float sums[16];
+  for (int64_t j = 4 * q0; j < n && j < 4 * q1; j += 4) {
+    const uint16_t* wj = w + j * ldw;
+    if (j + 4 <= n) {
+      const uint16_t* pf = j + 8 <= n ? wj + 4 * ldw : NULL;
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4, pf = NULL) {
+        bf16_nt_4x4(k, a + i * lda, lda, wj, ldw, sums, pf);
+        bf16_few_store(g, i, 4, j, 4, sums);
+      }
+      if (i + 2 <= m) {
+        bf16_nt_2x4(k, a + i * lda, lda, wj, ldw, sums, pf);
+        bf16_few_store(g, i, 2, j, 4, sums);
+        i += 2, pf = NULL;
+      }
+      if (i < m) {
+        bf16_nt_1x4(k, a + i * lda, lda, wj, ldw, sums, pf);
+        bf16_few_store(g, i, 1, j, 4, sums);
+      }
+      continue;
+    }
+    for (int64_t jj = j; jj < n; ++jj) {
+      const uint16_t* wq = w + jj * ldw;
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4) bf16_nt_4x1(k, a + i * lda, lda, wq, ldw, sums, NULL), bf16_few_store(g, i, 4, jj, 1, sums);
+      if (i + 2 <= m) bf16_nt_2x1(k, a + i * lda, lda, wq, ldw, sums, NULL), bf16_few_store(g, i, 2, jj, 1, sums), i += 2;
+      if (i < m) bf16_nt_1x1(k, a + i * lda, lda, wq, ldw, sums, NULL), bf16_few_store(g, i, 1, jj, 1, sums);
+    }
+  }
+}
+#endif
+
+/* Runs g through the dot kernels above where they apply: bf16 A and B on the vdpbf16ps machine, at
+ * most BF16_FEW_M rows of a row-major A, op(B) = W^T with W's rows contiguous, one product (batch
+ * 1), C bf16 or float32. False: g is not one of these (the caller packs). */
+static bool bf16_few_rows(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
+#ifdef GEMM_HAVE_BDP_X86
+  if (g->ab_dtype != TPURT_DTYPE_BFLOAT16 || bdp_mode() != 1 || g->m < 1 || g->m > BF16_FEW_M || g->k < 1 ||
+      g->a_cs != 1 || g->b_rs != 1 || (g->c_dtype != TPURT_DTYPE_BFLOAT16 && g->c_dtype != TPURT_DTYPE_FLOAT32))
+    return false;
+  bf16_few_t u = {g};
+  int64_t groups = (g->n + 3) / 4;
+  /* about 2^18 multiply-adds a task: a 16 x 4096 layer's 4096 columns in 32 */
+  int64_t per = (int64_t)1 << 18, grain = per / (mul_sat(g->m, g->k) * 4 + 1) + 1;
+  run_range(ctx, groups, grain, bf16_few_cols, &u);
+  return true;
+#else
+  (void)ctx, (void)g;
+  return false;
+#endif
+}
+
 static void ukr_bdp_dispatch(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c,
                              int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
 #ifdef GEMM_HAVE_BDP_X86
@@ -1502,8 +1672,44 @@ DEFINE_SMALL_NN(small_nn_1, 1, 8)
         c[r * ldc + q] = beta == 0 ? v : v + beta * c[r * ldc + q];                                       \
       }                                                                                                   \
   }
-DEFINE_SMALL_NT(4, 4)
-DEFINE_SMALL_NT(2, 4)
+/* The 4- and 2-row forms with four columns keep their accumulators in named variables: as arrays
+ * (the macro above), gcc -O3 also kept a copy of all 16 (or 8) on the stack, stored at every depth
+ * step, which cost the 16 x 768 x 3072 product a third of its time. */
+#define NT4_DECL(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0;
+#define NT4_FMA(r)                                                                                          \
+  {                                                                                                         \
+    const __m512 av = _mm512_maskz_loadu_ps(m, a + r * lda + p);                                            \
+    c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                             \
+    c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                             \
+    c##r##2 = _mm512_fmadd_ps(av, b2, c##r##2);                                                             \
+    c##r##3 = _mm512_fmadd_ps(av, b3, c##r##3);                                                             \
+  }
+#define NT4_OUT(r)                                                                                          \
+  {                                                                                                         \
+    const float s_[4] = {_mm512_reduce_add_ps(c##r##0), _mm512_reduce_add_ps(c##r##1),                      \
+                         _mm512_reduce_add_ps(c##r##2), _mm512_reduce_add_ps(c##r##3)};                     \
+    for (int q = 0; q < 4; ++q) {                                                                           \
+      float v = alpha * s_[q];                                                                              \
+      c[r * ldc + q] = beta == 0 ? v : v + beta * c[r * ldc + q];                                           \
+    }                                                                                                       \
+  }
+#define DEFINE_SMALL_NT4(R)                                                                                 \
+  static void small_nt_##R##x4(int64_t k, const float* a, int64_t lda, const float* bt, int64_t ldb,        \
+                               float* c, int64_t ldc, float alpha, float beta, const float* pf) {           \
+    SMALL_ROWS##R(NT4_DECL)                                                                                 \
+    if (!pf) pf = bt; /* no branch in the loop: the rows being read, fetched again */                       \
+    for (int64_t p = 0; p < k; p += 16) {                                                                   \
+      const __mmask16 m = tail_mask16(k - p);                                                               \
+      for (int q = 0; q < 4; ++q) _mm_prefetch((const char*)(pf + q * ldb + p), _MM_HINT_T1);              \
+      const __m512 b0 = _mm512_maskz_loadu_ps(m, bt + p), b1 = _mm512_maskz_loadu_ps(m, bt + ldb + p),      \
+                   b2 = _mm512_maskz_loadu_ps(m, bt + 2 * ldb + p),                                         \
+                   b3 = _mm512_maskz_loadu_ps(m, bt + 3 * ldb + p);                                         \
+      SMALL_ROWS##R(NT4_FMA)                                                                                \
+    }                                                                                                       \
+    SMALL_ROWS##R(NT4_OUT)                                                                                  \
+  }
+DEFINE_SMALL_NT4(4)
+DEFINE_SMALL_NT4(2)
 DEFINE_SMALL_NT(1, 4)
 DEFINE_SMALL_NT(4, 1)
 DEFINE_SMALL_NT(2, 1)
@@ -1878,6 +2084,7 @@ static bool a_direct_pays(const tpurt_gemm_t* g, acc_kind_t kind) {
 
 static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   acc_kind_t kind = acc_kind(g->ab_dtype, g->c_dtype);
+  if (kind == ACC_BDP && !gemm_generic() && bf16_few_rows(ctx, g)) return;
   int mr = acc_mr(kind), nr = acc_nr(kind);
   core_args_t s = {.m = g->m, .n = g->n, .k = g->k, .a = g->a, .a_rs = g->a_rs,
                    .a_cs = g->a_cs, .b = g->b, .b_rs = g->b_rs, .b_cs = g->b_cs,
