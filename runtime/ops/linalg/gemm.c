@@ -1599,7 +1599,7 @@ enum { SMALL_M_MIN = 2, SMALL_M = 16 };
  * 64 x 2048 x 2048 product of an MLP's input gradient: OpenBLAS 1.2-1.3x slower than this, and
  * 1.3-1.6x PyTorch CPU's time). */
 enum { SMALL_M_NN = 64, SMALL_KB = 256, SMALL_NB = 240, SMALL_PACK_FLOATS = SMALL_KB * SMALL_NB };
-/* B of at least this many elements (4 MiB, twice L2) goes through the copied blocks at 8-16 rows too:
+/* B of at least this many elements (4 MiB, twice L2) goes through the copied blocks at 2-16 rows too:
  * 16 x 2048 x 2048 2.3 ms against OpenBLAS's 3.1 and the uncopied kernels' 9.2; at 768 x 768 the
  * uncopied ones stay faster. With fewer than SMALL_NB columns the copies do not pay (OpenBLAS). */
 #define SMALL_BIG_B ((int64_t)1 << 20)
