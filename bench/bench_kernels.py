@@ -158,13 +158,30 @@ def bench_bmm_attn(device):
     return (lambda: torch.bmm(a, b)), lambda s: 2 * 32 * 256 * 64 * 256 / s / 1e9
 
 
-def _linear_few_rows(rows, width_in, width_out):
-    """F.linear of a few tokens (a decode step's batch) through a layer's weight, fp32."""
+def _linear_few_rows(rows, width_in, width_out, dtype=torch.float32):
+    """F.linear of a few tokens (a decode step's batch) through a layer's weight."""
     def setup(device):
         g = torch.Generator().manual_seed(0)
-        x = torch.randn(rows, width_in, generator=g).to(device)
-        w = torch.randn(width_out, width_in, generator=g).to(device)
+        x = torch.randn(rows, width_in, generator=g).to(device=device, dtype=dtype)
+        w = torch.randn(width_out, width_in, generator=g).to(device=device, dtype=dtype)
         return (lambda: F.linear(x, w)), lambda s: 2 * rows * width_in * width_out / s / 1e9
+    return setup
+
+
+def _linear_streamed(rows, width_in, width_out, dtype):
+    """F.linear of a few tokens through as many weights as fill 96 MiB, one after another, so each
+    is read from memory (a serving decode step, whose layers do not fit the caches): GB/s of weight."""
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(rows, width_in, generator=g).to(device=device, dtype=dtype)
+        each = width_in * width_out * dtype.itemsize
+        ws = [torch.randn(width_out, width_in, generator=g).to(device=device, dtype=dtype)
+              for _ in range(max(2, (96 << 20) // each))]
+
+        def fn():
+            for w in ws:
+                F.linear(x, w)
+        return fn, lambda s: len(ws) * each / s / 1e9
     return setup
 
 
@@ -239,6 +256,16 @@ BENCHES = {
                           "F.linear fp32, 8 tokens x (768 -> 768): a decode batch through a layer"),
     "linear_fp32_16x768x3072": (_linear_few_rows(16, 768, 3072), "GFLOP/s", True,
                                 "F.linear fp32, 16 tokens x (768 -> 3072)"),
+    "linear_bf16_1x768x3072": (_linear_few_rows(1, 768, 3072, torch.bfloat16), "GFLOP/s", True,
+                               "F.linear bf16, 1 token x (768 -> 3072), the weight in cache"),
+    "linear_bf16_16x768x3072": (_linear_few_rows(16, 768, 3072, torch.bfloat16), "GFLOP/s", True,
+                                "F.linear bf16, 16 tokens x (768 -> 3072), the weight in cache"),
+    "linear_bf16_1x4096_streamed": (_linear_streamed(1, 4096, 4096, torch.bfloat16), "GB/s", True,
+                                    "F.linear bf16, 1 token x (4096 -> 4096), 96 MiB of weights in turn"),
+    "linear_bf16_16x4096_streamed": (_linear_streamed(16, 4096, 4096, torch.bfloat16), "GB/s", True,
+                                     "F.linear bf16, 16 tokens x (4096 -> 4096), 96 MiB of weights in turn"),
+    "linear_fp32_8x4096_streamed": (_linear_streamed(8, 4096, 4096, torch.float32), "GB/s", True,
+                                    "F.linear fp32, 8 tokens x (4096 -> 4096), 96 MiB of weights in turn"),
     "mm_fp32_64x2048x2048": (_mm_fp32(64, 2048, 2048, "dY@W"), "GFLOP/s", True,
                              "fp32 g @ W, 64 x 2048 @ 2048 x 2048, W row-major: an MLP's input gradient"),
     "linear_fp32_1024x768x3072": (_mm_fp32(1024, 768, 3072, "x@W^T"), "GFLOP/s", True,
