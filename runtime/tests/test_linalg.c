@@ -247,11 +247,12 @@ static void test_gemm_small_m(void) {
 
 /* bf16 products with few rows against a transposed B (a linear layer over a decode step's tokens):
  * where the CPU has vdpbf16ps, the dot kernels (1-16 rows, the depth's tail masked, columns in fours
- * and the rest one at a time, the next rows fetched ahead); bf16 and float32 C, row- and
+ * and the rest one at a time, the next rows fetched ahead, depth blocks past 2048 with 5 or more rows); bf16 and float32 C, row- and
  * column-major, alpha / beta with C itself, a separate and a broadcast C_in, batched. */
 static void test_gemm_bf16_few_rows(void) {
   const int64_t shapes[][3] = {{1, 509, 333}, {1, 7, 32}, {2, 9, 31}, {3, 37, 65}, {4, 64, 1},
-                               {5, 130, 100}, {7, 11, 97}, {16, 260, 777}, {13, 8, 64}, {16, 1030, 96}};
+                               {5, 130, 100}, {7, 11, 97}, {16, 260, 777}, {13, 8, 64}, {16, 1030, 96},
+                               {16, 70, 4200}, {6, 33, 2049}, {9, 9, 4097}};
   const tpurt_dtype_t cds[] = {TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32};
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
     for (int c = 0; c < 2; ++c)

@@ -578,7 +578,7 @@ static int bdp_mode(void);
  * contiguous along k, where vdpbf16ps's pairs are adjacent: R rows of A x C rows of W in R x C
  * 16-lane accumulators, 32 depth values a step (the tail masked to zeros), each reduced at the end;
  * the first row block fetches the next C rows of W into L2 (as small_nt_* does for fp32). */
-enum { BF16_FEW_M = 16 };
+enum { BF16_FEW_M = 16, BF16_FEW_KB = 2048 };
 #ifdef GEMM_HAVE_BDP_X86
 typedef struct bf16_few_t {
   const tpurt_gemm_t* g;
@@ -689,20 +689,31 @@ static void bf16_few_cols(void* u, int64_t q0, int64_t q1, int tid) {
     const uint16_t* wj = w + j * ldw;
     if (j + 4 <= n) {
       const uint16_t* pf = j + 8 <= n ? wj + 4 * ldw : NULL;
-      int64_t i = 0;
-      for (; i + 4 <= m; i += 4, pf = NULL) {
-        bf16_nt_4x4(k, a + i * lda, lda, wj, ldw, sums, pf);
-        bf16_few_store(g, i, 4, j, 4, sums);
+      /* More than four rows of a deep product: depth blocks, so that the group's four weight rows
+       * stay in L1 while each row block's A rows stream past (4096 deep, 16 rows: the two outgrew
+       * L1 and the weight rows came from L2 once per row block); the blocks' sums added in float.
+       * One block (the sums as before) otherwise. */
+      const int64_t kb = m > 4 && k > BF16_FEW_KB ? BF16_FEW_KB : k;
+      float tot[BF16_FEW_M * 4];
+      for (int64_t p0 = 0; p0 < k; p0 += kb) {
+        const int64_t kk = imin(kb, k - p0);
+        const uint16_t *ap = a + p0, *wp = wj + p0, *pfp = pf ? pf + p0 : NULL;
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4, pfp = NULL) {
+          bf16_nt_4x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);
+          for (int e = 0; e < 16; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];
+        }
+        if (i + 2 <= m) {
+          bf16_nt_2x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);
+          for (int e = 0; e < 8; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];
+          i += 2, pfp = NULL;
+        }
+        if (i < m) {
+          bf16_nt_1x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);
+          for (int e = 0; e < 4; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];
+        }
       }
-      if (i + 2 <= m) {
-        bf16_nt_2x4(k, a + i * lda, lda, wj, ldw, sums, pf);
-        bf16_few_store(g, i, 2, j, 4, sums);
-        i += 2, pf = NULL;
-      }
-      if (i < m) {
-        bf16_nt_1x4(k, a + i * lda, lda, wj, ldw, sums, pf);
-        bf16_few_store(g, i, 1, j, 4, sums);
-      }
+      bf16_few_store(g, 0, m, j, 4, tot);
       continue;
     }
     for (int64_t jj = j; jj < n; ++jj) {
@@ -1594,7 +1605,7 @@ static void dense_back(void* u, int64_t r0, int64_t r1, int tid) {
  * rows with B in cache (2 x 768 x 768 linear 58-61 -> 29 us, x @ W 48-54 -> 21-22 us) and 1.7-1.9x
  * with a weight streamed from memory (4 x 4096 x 4096 linear 2.8 -> 1.7 ms), so they start at 2
  * (one row is blas_gemv's). */
-enum { SMALL_M_MIN = 2, SMALL_M = 16 };
+enum { SMALL_M_MIN = 2, SMALL_M = 16, SMALL_NT_KB = 1024 };
 /* ... and with B row-major (op(B) = B), up to SMALL_M_NN rows through B copied in blocks (the
  * 64 x 2048 x 2048 product of an MLP's input gradient: OpenBLAS 1.2-1.3x slower than this, and
  * 1.3-1.6x PyTorch CPU's time). */
@@ -1776,11 +1787,20 @@ static void small_m_cols(bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
     float* cj = c + j;
     int64_t i = 0;
     if (j + 4 <= n) {
-      /* the first row block fetches the next four columns' rows (pf) while the others reread these */
+      /* the first row block fetches the next four columns' rows (pf) while the others reread these;
+       * past SMALL_NT_KB deep with more than four rows, depth blocks keep the four rows in L1 (as
+       * bf16_few_cols does), C taking each block's partial sums (beta on the first only) */
       const float* pf = j + 8 <= n ? bt + 4 * ldb : NULL;
-      for (; i + 4 <= m; i += 4, pf = NULL) small_nt_4x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, pf);
-      if (i + 2 <= m) small_nt_2x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, pf), i += 2, pf = NULL;
-      if (i < m) small_nt_1x4(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, pf);
+      const int64_t kb = m > 4 && k > SMALL_NT_KB ? SMALL_NT_KB : k;
+      for (int64_t p0 = 0; p0 < k; p0 += kb) {
+        const int64_t kk = imin(kb, k - p0);
+        const float *ap = a + p0, *bp = bt + p0, *pfp = pf ? pf + p0 : NULL;
+        const float bb = p0 ? 1.0f : beta;
+        for (i = 0; i + 4 <= m; i += 4, pfp = NULL)
+          small_nt_4x4(kk, ap + i * lda, lda, bp, ldb, cj + i * ldc, ldc, alpha, bb, pfp);
+        if (i + 2 <= m) small_nt_2x4(kk, ap + i * lda, lda, bp, ldb, cj + i * ldc, ldc, alpha, bb, pfp), i += 2, pfp = NULL;
+        if (i < m) small_nt_1x4(kk, ap + i * lda, lda, bp, ldb, cj + i * ldc, ldc, alpha, bb, pfp);
+      }
       continue;
     }
     for (int64_t q = j; q < n; ++q, bt += ldb, ++cj) {
