@@ -79,45 +79,29 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
  * through float32 around name##_f32 gives, without the trip through the cast buffers; the tail
  * goes through name##_f32 on a few floats. */
 #if EWV_W && EWV_BF16
-/* Under AVX-512, two vectors a step, rounded together (tpurt_hv_bf16x32_pack: one vcvtne2ps2bf16 and
- * one denormal check for 32 lanes, the bits of two 16-lane packs): gelu's bf16 loop 0.38 -> 0.34 ns an
- * element on one core. */
+/* Two vectors a step, rounded and stored together: under AVX-512 one vcvtne2ps2bf16 and one denormal
+ * check for 32 lanes (tpurt_hv_bf16x32_pack, the bits of two 16-lane packs: gelu's bf16 loop 0.38 ->
+ * 0.34 ns an element on one core), under AVX2 one 256-bit store of 16 (tpurt_hv_bf16x16_store_avx2). */
 #if EWV_W == 16
-#define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
-  for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
-    ewv_t r0_, r1_;                                                                              \
-    {                                                                                            \
-      const ewv_t va = ewv_load_bf16(x_ + i_), vb = ewv_load_bf16(y_ + i_);                      \
-      (void)vb;                                                                                  \
-      r0_ = (VEXPR);                                                                             \
-    }                                                                                            \
-    {                                                                                            \
-      const ewv_t va = ewv_load_bf16(x_ + i_ + EWV_W), vb = ewv_load_bf16(y_ + i_ + EWV_W);      \
-      (void)vb;                                                                                  \
-      r1_ = (VEXPR);                                                                             \
-    }                                                                                            \
-    _mm512_storeu_si512((void*)(o_ + i_), tpurt_hv_bf16x32_pack(r0_, r1_));                      \
-  }
-#elif EWV_W == 8
-/* Under AVX2 likewise, two vectors rounded and stored as one (tpurt_hv_bf16x16_store_avx2). */
-#define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
-  for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
-    ewv_t r0_, r1_;                                                                              \
-    {                                                                                            \
-      const ewv_t va = ewv_load_bf16(x_ + i_), vb = ewv_load_bf16(y_ + i_);                      \
-      (void)vb;                                                                                  \
-      r0_ = (VEXPR);                                                                             \
-    }                                                                                            \
-    {                                                                                            \
-      const ewv_t va = ewv_load_bf16(x_ + i_ + EWV_W), vb = ewv_load_bf16(y_ + i_ + EWV_W);      \
-      (void)vb;                                                                                  \
-      r1_ = (VEXPR);                                                                             \
-    }                                                                                            \
-    tpurt_hv_bf16x16_store_avx2(o_ + i_, r0_, r1_);                                              \
-  }
+#define EWV_STORE_BF16_X2(d, r0, r1) _mm512_storeu_si512((void*)(d), tpurt_hv_bf16x32_pack(r0, r1))
 #else
-#define EW_VLOOP_BF16_X2(VEXPR)
+#define EWV_STORE_BF16_X2(d, r0, r1) tpurt_hv_bf16x16_store_avx2(d, r0, r1)
 #endif
+#define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
+  for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
+    ewv_t r0_, r1_;                                                                              \
+    {                                                                                            \
+      const ewv_t va = ewv_load_bf16(x_ + i_), vb = ewv_load_bf16(y_ + i_);                      \
+      (void)vb;                                                                                  \
+      r0_ = (VEXPR);                                                                             \
+    }                                                                                            \
+    {                                                                                            \
+      const ewv_t va = ewv_load_bf16(x_ + i_ + EWV_W), vb = ewv_load_bf16(y_ + i_ + EWV_W);      \
+      (void)vb;                                                                                  \
+      r1_ = (VEXPR);                                                                             \
+    }                                                                                            \
+    EWV_STORE_BF16_X2(o_ + i_, r0_, r1_);                                                        \
+  }
 /* PRE: declarations VEXPR reads, made once before the loops */
 #define EW_VLOOP_BF16_PRE(name, N, PRE, VEXPR)                                                    \
   static void name##_bf16v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                \

@@ -580,9 +580,6 @@ static int bdp_mode(void);
  * the first row block fetches the next C rows of W into L2 (as small_nt_* does for fp32). */
 enum { BF16_FEW_M = 16, BF16_FEW_KB = 2048 };
 #ifdef GEMM_HAVE_BDP_X86
-typedef struct bf16_few_t {
-  const tpurt_gemm_t* g;
-} bf16_few_t;
 
 /* One depth step of 32 (mask m: the tail's zeros). */
 #define BF16_NT_STEP(R, C, m)                                                                             \
@@ -594,8 +591,7 @@ typedef struct bf16_few_t {
     for (int r = 0; r < R; ++r)                                                                           \
       for (int q = 0; q < C; ++q) acc[r][q] = _mm512_dpbf16_ps(acc[r][q], av[r], wv[q]);                  \
   } while (0)
-/* pf NULL: the prefetches go to w's own rows (already read), so the loop has no branch: with one,
- * gcc kept a copy of every accumulator on the stack, stored at each step. */
+/* pf NULL: the prefetches go to w's own rows (already read), so the loop has no branch. */
 #define DEFINE_BF16_NT(R, C)                                                                              \
   __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void bf16_nt_##R##x##C(                     \
       int64_t k, const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, float* out,              \
@@ -672,15 +668,15 @@ static void bf16_few_store(const tpurt_gemm_t* g, int64_t i0, int64_t rows, int6
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t q = 0; q < cols; ++q) {
       int64_t i = i0 + r, j = j0 + q;
-      double v = g->alpha * (double)sums[r * cols + q];
-      if (g->beta != 0) v += g->beta * tpurt_dtype_load_f64(g->c_dtype, cin + (size_t)(i * in_rs + j * in_cs) * cs);
+      double v = g->alpha * (double)sums[r * cols + q] +
+                 g->beta * tpurt_dtype_load_f64(g->c_dtype, cin + (size_t)(i * in_rs + j * in_cs) * cs);
       tpurt_dtype_store_f64(g->c_dtype, (char*)g->c + (size_t)(i * g->c_rs + j * g->c_cs) * cs, v);
     }
 }
 
 /* Columns [4 * q0, 4 * q1) of C, every row. */
 static void bf16_few_cols(void* u, int64_t q0, int64_t q1, int tid) {
-  const tpurt_gemm_t* g = ((const bf16_few_t*)u)->g;
+  const tpurt_gemm_t* g = u;
   const uint16_t* a = (const uint16_t*)g->a;
   const uint16_t* w = (const uint16_t*)g->b; /* op(B)[p][j] = w[j * b_cs + p] */
   const int64_t m = g->m, n = g->n, k = g->k, lda = g->a_rs, ldw = g->b_cs;
@@ -735,11 +731,10 @@ static bool bf16_few_rows(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g) {
   if (g->ab_dtype != TPURT_DTYPE_BFLOAT16 || bdp_mode() != 1 || g->m < 1 || g->m > BF16_FEW_M || g->k < 1 ||
       g->a_cs != 1 || g->b_rs != 1 || (g->c_dtype != TPURT_DTYPE_BFLOAT16 && g->c_dtype != TPURT_DTYPE_FLOAT32))
     return false;
-  bf16_few_t u = {g};
   int64_t groups = (g->n + 3) / 4;
   /* about 2^18 multiply-adds a task: a 16 x 4096 layer's 4096 columns in 32 */
   int64_t per = (int64_t)1 << 18, grain = per / (mul_sat(g->m, g->k) * 4 + 1) + 1;
-  run_range(ctx, groups, grain, bf16_few_cols, &u);
+  run_range(ctx, groups, grain, bf16_few_cols, (void*)g);
   return true;
 #else
   (void)ctx, (void)g;
