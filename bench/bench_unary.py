@@ -47,6 +47,7 @@ OPS = {
     "erf": (torch.erf, lambda r: r * 2),
     "gelu": (torch.nn.functional.gelu, lambda r: r * 3),
     "gelu_tanh": (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), lambda r: r * 3),
+    "gelu_backward": (lambda x: torch.ops.aten.gelu_backward(x, x), lambda r: r * 3),  # grad = x
     "silu": (torch.nn.functional.silu, lambda r: r * 3),
     "erfc": (torch.erfc, lambda r: r * 3),
     "atan2": (lambda x: torch.atan2(x[0], x[1]), None),

@@ -509,7 +509,7 @@ static tpurt_status_t setup_gelu(const tpurt_op_call_t* c, ew_params_t* p) {
 /* gelu's two formulas are two variants, picked per call by `approximate`
  * (one formula per loop: a select between them computed both per element) */
 EW_OP_F_ASV(gelu_erf, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
-            a * (T)0.5 * (1 + EW_VM(erf, a * (T)M_SQRT1_2)), ewv_gelu_erf(va))
+            sizeof(T) == 4 ? a * (T)tpurt_vm_gelu_cdff((float)a) : a * (T)0.5 * (1 + erf((double)a * M_SQRT1_2)), ewv_gelu_erf(va))
 EW_OP_F_ASV(gelu_tanh, "gelu", 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu, EW_IN(0),
             (T)0.5 * a * (1 + EW_VM(tanh, GELU_BETA * (a + GELU_KAPPA * a * a * a))), ewv_gelu_tanh(va))
 static bool gelu_is_tanh(const tpurt_op_call_t* c, int arg) {
@@ -600,12 +600,13 @@ static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
     T rd_ = left_ * (1 - th_ * th_) * GELU_BETA * (1 + 3 * GELU_KAPPA * xsq_);             \
     a * (ld_ + rd_);                                                                       \
   })
+/* float: tpurt_vm_gelu_gradf (ew_vmath.h); double: cdf + b * pdf */
 #define GELU_BW_ERF                                                                        \
-  ({                                                                                       \
-    T cdf_ = (T)0.5 * (1 + EW_VM(erf, b * (T)M_SQRT1_2));                                      \
+  (sizeof(T) == 4 ? a * (T)tpurt_vm_gelu_gradf((float)b) : ({                             \
+    T cdf_ = (T)0.5 * (1 + erf((double)b * M_SQRT1_2));                                   \
     T pdf_ = EW_EXP((T)-0.5 * b * b) * (T)(M_2_SQRTPI * M_SQRT1_2 * 0.5);                  \
     a * (cdf_ + b * pdf_);                                                                 \
-  })
+  }))
 EW_OP_F_ASV(gelu_backward_erf, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu_bw,
             EW_IN(0, 1), GELU_BW_ERF, ewv_gelu_bw_erf(va, vb))
 EW_OP_F_ASV(gelu_backward_tanh, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_gelu_bw,

@@ -823,9 +823,36 @@ static inline ewv_t ewv_sigmoid(ewv_t a) {
 }
 /* a / (1 + exp(-a)) */
 static inline ewv_t ewv_silu(ewv_t a) { return ewv_div(a, ewv_add(EWV_C(1.0f), ewv_exp(ewv_neg(a)))); }
-/* a * 0.5 * (1 + erf(a * sqrt(1/2))) */
+/* tpurt_vm_gelu_poly: row d of the table at each lane's interval idx */
+#if EWV_W == 16
+typedef __m512i ewv_gidx_t;
+static inline ewv_gidx_t ewv_gelu_idx(ewv_t r) { return _mm512_cvtps_epi32(r); }
+static inline ewv_t ewv_gelu_coef(const float* row, ewv_gidx_t i) { return _mm512_permutexvar_ps(i, _mm512_load_ps(row)); }
+#else
+typedef struct { __m256i i; __m256 hi; } ewv_gidx_t; /* hi: bit 3 of the interval in the sign bit */
+static inline ewv_gidx_t ewv_gelu_idx(ewv_t r) {
+  const __m256i i = _mm256_cvtps_epi32(r);
+  return (ewv_gidx_t){i, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28))};
+}
+static inline ewv_t ewv_gelu_coef(const float* row, ewv_gidx_t i) {
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(row), i.i),
+                          _mm256_permutevar8x32_ps(_mm256_load_ps(row + 8), i.i), i.hi);
+}
+#endif
+static inline ewv_t ewv_gelu_poly(const float (*c)[16], ewv_t x) {
+  const ewv_t r = ewv_rint(ewv_add(x, EWV_C(7.5f)));
+  const ewv_t t = ewv_add(x, ewv_sub(EWV_C(7.5f), r));
+  const ewv_gidx_t i = ewv_gelu_idx(r); /* NaN and |x| >= 8: any interval, the lane is replaced */
+  const ewv_t t2 = ewv_mul(t, t);
+  ewv_t e = ewv_gelu_coef(c[8], i), o = ewv_gelu_coef(c[7], i);
+  for (int d = 6; d >= 0; d -= 2) e = ewv_fma(e, t2, ewv_gelu_coef(c[d], i));
+  for (int d = 5; d >= 1; d -= 2) o = ewv_fma(o, t2, ewv_gelu_coef(c[d], i));
+  return ewv_fma(o, t, e);
+}
+/* a * tpurt_vm_gelu_cdff(a) */
 static inline ewv_t ewv_gelu_erf(ewv_t a) {
-  return ewv_mul(ewv_mul(a, EWV_C(0.5f)), ewv_add(EWV_C(1.0f), ewv_erf(ewv_mul(a, EWV_C((float)M_SQRT1_2)))));
+  const ewv_t out = ewv_sel(ewv_gt(a, EWV_C(0.0f)), EWV_C(1.0f), EWV_C(0.0f));
+  return ewv_mul(a, ewv_sel(ewv_lt(ewv_abs(a), EWV_C(7.99f)), ewv_gelu_poly(tpurt_vm_gelu_cdf_c, a), out));
 }
 /* 0.5 * a * (1 + tanh(beta * (a + kappa * a * a * a))) */
 static inline ewv_t ewv_gelu_tanh(ewv_t a) {
@@ -838,12 +865,10 @@ static inline ewv_t ewv_silu_bw(ewv_t a, ewv_t b) {
   const ewv_t s = ewv_sigmoid(b);
   return ewv_mul(ewv_mul(a, s), ewv_add(EWV_C(1.0f), ewv_mul(b, ewv_sub(EWV_C(1.0f), s))));
 }
-/* gelu_backward, erf form: a * (cdf + b * pdf) */
+/* gelu_backward, erf form: a * tpurt_vm_gelu_gradf(b) */
 static inline ewv_t ewv_gelu_bw_erf(ewv_t a, ewv_t b) {
-  const ewv_t cdf = ewv_mul(EWV_C(0.5f), ewv_add(EWV_C(1.0f), ewv_erf(ewv_mul(b, EWV_C((float)M_SQRT1_2)))));
-  const ewv_t pdf = ewv_mul(ewv_exp(ewv_mul(ewv_mul(EWV_C(-0.5f), b), b)),
-                            EWV_C((float)(M_2_SQRTPI * M_SQRT1_2 * 0.5)));
-  return ewv_mul(a, ewv_add(cdf, ewv_mul(b, pdf)));
+  const ewv_t out = ewv_add(ewv_sel(ewv_gt(b, EWV_C(0.0f)), EWV_C(1.0f), EWV_C(0.0f)), ewv_mul(b, EWV_C(0.0f)));
+  return ewv_mul(a, ewv_sel(ewv_lt(ewv_abs(b), EWV_C(7.99f)), ewv_gelu_poly(tpurt_vm_gelu_grad_c, b), out));
 }
 /* gelu_backward, tanh form: a * (0.5 (1 + th) + 0.5 b (1 - th^2) beta (1 + 3 kappa b^2)) */
 static inline ewv_t ewv_gelu_bw_tanh(ewv_t a, ewv_t b) {
