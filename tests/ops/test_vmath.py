@@ -136,6 +136,30 @@ def test_atan2(dtype):
     check(torch.atan2, dtype, torch.cat([v, w, ys]), torch.cat([w, v, xs]))
 
 
+LOG_BINARY = {"xlogy": torch.xlogy, "xlog1py": torch.special.xlog1py, "logaddexp": torch.logaddexp,
+              "logaddexp2": torch.logaddexp2}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(LOG_BINARY))
+def test_log_binary(name, dtype):
+    """xlogy, xlog1py, logaddexp and logaddexp2 (float32 on ew_simd.h's vectors) over wide ranges,
+    zeros, and every pair of specials (equal infinities, NaN on either side)."""
+    v = values(dtype)
+    w = torch.randn(v.shape, generator=torch.Generator().manual_seed(2)).to(dtype) * 5
+    sp = torch.tensor(SPECIALS, dtype=dtype)
+    ys, xs = sp.repeat_interleave(len(sp)), sp.repeat(len(sp))
+    z = torch.zeros(64, dtype=dtype)
+    a, b = torch.cat([v, w, ys, z, w[:64]]), torch.cat([w.abs(), v, xs, w[:64], z])
+    check(LOG_BINARY[name], dtype, a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_entr(dtype):
+    v = values(dtype)
+    check(torch.special.entr, dtype, torch.cat([v, v.abs(), v.abs() * 1e-30]))
+
+
 BACKWARD = {
     "gelu_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x),
     "gelu_backward_tanh": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),

@@ -334,14 +334,15 @@ EW_OP_F(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1)
 EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b))
 EW_OP_F(nextafter, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_M(FLOAT32) | EW_M(FLOAT64), NULL, EW_IN(0, 1),
         nextafter(a, b))
-EW_OP_F(xlogy, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (b != b) ? b : (a == 0 ? (T)0 : a * EW_VM(log, b)))
-EW_OP_F(xlog1py, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (b != b) ? b : (a == 0 ? (T)0 : a * EW_VM(log1p, b)))
-EW_OP_F(logaddexp, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_VM(log1p, EW_EXP(-fabs(a - b)))))
-EW_OP_F(logaddexp2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
-        (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_VM(log1p, EW_VM(exp2, -fabs(a - b))) * (T)1.4426950408889634))
+EW_OP_FV(xlogy, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+         (b != b) ? b : (a == 0 ? (T)0 : a * EW_VM(log, b)), ewv_xlogy(va, vb))
+EW_OP_FV(xlog1py, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+         (b != b) ? b : (a == 0 ? (T)0 : a * EW_VM(log1p, b)), ewv_xlog1py(va, vb))
+EW_OP_FV(logaddexp, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+         (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_VM(log1p, EW_EXP(-fabs(a - b)))), ewv_logaddexp(va, vb))
+EW_OP_FV(logaddexp2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+         (isinf(a) && a == b) ? a : ((a < b ? b : a) + EW_VM(log1p, EW_VM(exp2, -fabs(a - b))) * (T)1.4426950408889634),
+         ewv_logaddexp2(va, vb))
 EW_OP_FI(heaviside, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), a == 0 ? b : (T)(a > 0),
          a == 0 ? b : (T)(a > 0))
 #define EW_MAXN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x))))
@@ -421,7 +422,7 @@ EW_UFV(erf, EW_VM(erf, a), ewv_erf(va))
 EW_UFV(erfc, EW_VM(erfc, a), ewv_erfc(va))
 EW_UFV(lgamma, EW_VM(lgamma, a), ewv_lgamma(va))
 EW_UFV(sinc, a == 0 ? (T)1 : EW_VM(sin, (T)M_PI * a) / ((T)M_PI * a), ewv_sinc(va))
-EW_UF(special_entr, (a != a) ? a : (a > 0 ? -a * EW_VM(log, a) : (a == 0 ? (T)0 : -(T)INFINITY)))
+EW_UFV(special_entr, (a != a) ? a : (a > 0 ? -a * EW_VM(log, a) : (a == 0 ? (T)0 : -(T)INFINITY)), ewv_entr(va))
 EW_UF(angle, (a != a) ? a : (a < 0 ? (T)M_PI : (T)0))
 
 EW_UFV(erfinv, sizeof(T) == 4 ? (T)tpurt_vm_erfinvf((float)a) : (T)tpurt_vm_erfinvd((double)a), ewv_erfinv(va))

@@ -813,6 +813,36 @@ static inline ewv_t ewv_sinc(ewv_t a) {
   return ewv_sel(ewv_eq(a, EWV_C(0.0f)), EWV_C(1.0f), ewv_div(ewv_sin(t), t));
 }
 
+/* The log-based binary ops and entr of ew_math.c, each its float expression there: xlogy
+ * (b != b) ? b : (a == 0 ? 0 : a * log(b)); xlog1py likewise with log1p; logaddexp
+ * (isinf(a) && a == b) ? a : (max(a, b) + log1p(exp(-|a - b|))) with max as (a < b ? b : a);
+ * logaddexp2 the same with exp2 and the sum scaled by 1/ln 2; entr
+ * (a != a) ? a : (a > 0 ? -a * log(a) : (a == 0 ? 0 : -inf)). */
+static inline ewv_t ewv_xlogy(ewv_t a, ewv_t b) {
+  return ewv_sel(ewv_isnan(b), b, ewv_sel(ewv_eq(a, EWV_C(0.0f)), EWV_C(0.0f), ewv_mul(a, ewv_log(b))));
+}
+static inline ewv_t ewv_xlog1py(ewv_t a, ewv_t b) {
+  return ewv_sel(ewv_isnan(b), b, ewv_sel(ewv_eq(a, EWV_C(0.0f)), EWV_C(0.0f), ewv_mul(a, ewv_log1p(b))));
+}
+static inline ewm_t ewv_same_inf(ewv_t a, ewv_t b) {
+  return ewm_and(ewv_eq(a, b), ewv_eq(ewv_abs(a), EWV_C(INFINITY)));
+}
+static inline ewv_t ewv_logaddexp(ewv_t a, ewv_t b) {
+  const ewv_t m = ewv_sel(ewv_lt(a, b), b, a);
+  const ewv_t r = ewv_add(m, ewv_log1p(ewv_exp(ewv_neg(ewv_abs(ewv_sub(a, b))))));
+  return ewv_sel(ewv_same_inf(a, b), a, r);
+}
+static inline ewv_t ewv_logaddexp2(ewv_t a, ewv_t b) {
+  const ewv_t m = ewv_sel(ewv_lt(a, b), b, a);
+  const ewv_t l = ewv_mul(ewv_log1p(ewv_exp2(ewv_neg(ewv_abs(ewv_sub(a, b))))), EWV_C((float)1.4426950408889634));
+  return ewv_sel(ewv_same_inf(a, b), a, ewv_add(m, l));
+}
+static inline ewv_t ewv_entr(ewv_t a) {
+  const ewv_t neg = ewv_sel(ewv_eq(a, EWV_C(0.0f)), EWV_C(0.0f), EWV_C(-INFINITY));
+  const ewv_t r = ewv_sel(ewv_gt(a, EWV_C(0.0f)), ewv_mul(ewv_neg(a), ewv_log(a)), neg);
+  return ewv_sel(ewv_isnan(a), a, r);
+}
+
 /* The activations of ew_math.c, each its float expression there (T = float,
  * the constants rounded to float as (T) rounds them there). */
 #define EWV_GELU_BETA ((float)(M_SQRT2 * M_2_SQRTPI * 0.5))
