@@ -233,6 +233,15 @@ static float s_logaddexp2(float a, float b) {
                               : ((a < b ? b : a) + tpurt_vm_log1pf(tpurt_vm_exp2f(-fabsf(a - b))) * (float)1.4426950408889634);
 }
 static float s_entr(float a, float b) { return (a != a) ? a : (a > 0 ? -a * tpurt_vm_logf(a) : (a == 0 ? 0.0f : -INFINITY)); }
+static float s_mish(float a, float b) { return a * tpurt_vm_tanhf(tpurt_vm_log1pf(tpurt_ew_expf(a))); }
+static float s_softplus(float a, float b) { return a * 1.0f > 20.0f ? a : tpurt_vm_log1pf(tpurt_ew_expf(a * 1.0f)) / 1.0f; }
+static float s_softplus_b2(float a, float b) { return a * 2.0f > 3.0f ? a : tpurt_vm_log1pf(tpurt_ew_expf(a * 2.0f)) / 2.0f; }
+static float s_softplus_bw(float a, float b) {
+  float z = tpurt_ew_expf(b * 2.0f);
+  return (b * 2.0f) > 3.0f ? a : a * z / (z + 1);
+}
+static float s_log_sigmoid(float a, float b) { return (a < 0 ? a : 0.0f) - tpurt_vm_log1pf(tpurt_ew_expf(-fabsf(a))); }
+static float s_log_sigmoid_z(float a, float b) { return tpurt_ew_expf(-fabsf(a)); }
 static float s_xlogy_r(float a, float b) { return s_xlogy(b, a); }
 static float s_xlog1py_r(float a, float b) { return s_xlog1py(b, a); }
 static float s_logaddexp_r(float a, float b) { return s_logaddexp(b, a); }
@@ -284,6 +293,19 @@ static ewv_t v_sigmoid(ewv_t a, ewv_t b) { return ewv_sigmoid(a); }
 static ewv_t v_silu(ewv_t a, ewv_t b) { return ewv_silu(a); }
 static ewv_t v_gelu_erf(ewv_t a, ewv_t b) { return ewv_gelu_erf(a); }
 static ewv_t v_entr(ewv_t a, ewv_t b) { return ewv_entr(a); }
+static ewv_t v_mish(ewv_t a, ewv_t b) { return ewv_mish(a); }
+static ewv_t v_softplus(ewv_t a, ewv_t b) { return ewv_softplus(a, 1.0f, 20.0f); }
+static ewv_t v_softplus_b2(ewv_t a, ewv_t b) { return ewv_softplus(a, 2.0f, 3.0f); }
+static ewv_t v_softplus_bw(ewv_t a, ewv_t b) { return ewv_softplus_bw(a, b, 2.0f, 3.0f); }
+static ewv_t v_log_sigmoid(ewv_t a, ewv_t b) {
+  ewv_t z;
+  return ewv_log_sigmoid(a, &z);
+}
+static ewv_t v_log_sigmoid_z(ewv_t a, ewv_t b) {
+  ewv_t z;
+  (void)ewv_log_sigmoid(a, &z);
+  return z;
+}
 static ewv_t v_xlogy_r(ewv_t a, ewv_t b) { return ewv_xlogy(b, a); }
 static ewv_t v_xlog1py_r(ewv_t a, ewv_t b) { return ewv_xlog1py(b, a); }
 static ewv_t v_logaddexp_r(ewv_t a, ewv_t b) { return ewv_logaddexp(b, a); }
@@ -342,7 +364,13 @@ static void test_simd_bits(void) {
              {"logaddexp (a swept)", s_logaddexp_r, v_logaddexp_r, true},
              {"logaddexp2 (b swept)", s_logaddexp2, ewv_logaddexp2, true},
              {"logaddexp2 (a swept)", s_logaddexp2_r, v_logaddexp2_r, true},
-             {"entr", s_entr, v_entr, false}};
+             {"entr", s_entr, v_entr, false},
+             {"mish", s_mish, v_mish, false},
+             {"softplus", s_softplus, v_softplus, false},
+             {"softplus (beta 2, threshold 3)", s_softplus_b2, v_softplus_b2, false},
+             {"softplus_backward (beta 2, threshold 3)", s_softplus_bw, v_softplus_bw, true},
+             {"log_sigmoid", s_log_sigmoid, v_log_sigmoid, false},
+             {"log_sigmoid (buffer)", s_log_sigmoid_z, v_log_sigmoid_z, false}};
   for (size_t f = 0; f < sizeof fns / sizeof fns[0]; ++f) {
     int bad = 0, checked = 0;
     float x[EWV_W], g[EWV_W], y[EWV_W];

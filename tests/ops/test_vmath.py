@@ -1,5 +1,5 @@
 """The vectorized float transcendental paths (tanh, erf, gelu, gelu_backward,
-softplus, mish, sigmoid/silu, pow with special scalar exponents, and the math
+softplus (and its backward), mish, log_sigmoid, sigmoid/silu, xlogy, xlog1py, logaddexp(2), entr, pow with special scalar exponents, and the math
 functions of ew_vmath.h: exp2, log, log2, log10, log1p, expm1, sin, cos, tan,
 sinh, cosh, asin, acos, atan, atan2, asinh, acosh, atanh, erfc, erfinv, sinc) against
 PyTorch CPU with OpInfo's default tolerances, over wide ranges and the special
@@ -35,6 +35,8 @@ UNARY = {
     "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid, "silu": F.silu, "mish": F.mish,
     "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "softplus": F.softplus, "softplus_b2": lambda x: F.softplus(x, beta=2.0, threshold=30.0),
+    "softplus_b2_t3": lambda x: F.softplus(x, beta=2.0, threshold=3.0), "logsigmoid": F.logsigmoid,
+    "log_sigmoid_buffer": lambda x: torch.ops.aten.log_sigmoid_forward(x)[1],
 }
 
 
@@ -164,6 +166,7 @@ BACKWARD = {
     "gelu_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x),
     "gelu_backward_tanh": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
     "softplus_backward": lambda g, x: torch.ops.aten.softplus_backward(g, x, 1.0, 20.0),
+    "softplus_backward_b2_t3": lambda g, x: torch.ops.aten.softplus_backward(g, x, 2.0, 3.0),
     "silu_backward": lambda g, x: torch.ops.aten.silu_backward(g, x),
     "elu_backward": lambda g, x: torch.ops.aten.elu_backward(g, 1.0, 1.0, 1.0, False, x),
 }

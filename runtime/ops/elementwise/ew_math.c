@@ -146,6 +146,18 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   static const ew_op_t name##_desc = {LABEL, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
                                       name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
 
+/* EW_OP_FV for ops with scalar parameters: VEXPR reads them as EW_VP(k), (float)p.d[k] as the float
+ * loops read them, through the loops' user pointer. Generated code has no such pointer, so the op's
+ * expression for fused chains carries no vector form (EW_EXPR). */
+#define EW_OP_FVP(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, VEXPR)                    \
+  EW_GEN_F(GEN, name, FEXPR)                                                                     \
+  EW_VLOOP(name, N, VEXPR)                                                                       \
+  EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
+  EW_EXPR(name, GEN, FEXPR)                                                                      \
+  static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
+                                      name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
+#define EW_VP(k) ((float)((const ew_params_t*)u_)->d[k])
+
 /* EW_OP_FI with a contiguous bfloat16 loop (EW_VLOOP_BF16): the arithmetic a training step runs in
  * bf16 (residual adds, gradient accumulation, scaling), which otherwise widens each operand into a cast
  * buffer, computes there and rounds from a third (on an AVX2 machine, bf16 add_ of 4M elements 394 us
@@ -521,7 +533,8 @@ static const ew_op_t* gelu_pick(const tpurt_op_call_t* c) {
   return gelu_is_tanh(c, 1) ? &gelu_tanh_desc : &gelu_erf_desc; /* setup_gelu rejects other strings */
 }
 EW_OP_FV(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a / (1 + EW_EXP(-a)), ewv_silu(va))
-EW_OP_F(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_VM(tanh, EW_VM(log1p, EW_EXP(a))))
+EW_OP_FV(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_VM(tanh, EW_VM(log1p, EW_EXP(a))),
+         ewv_mish(va))
 #define HSIG(x) ({ T v_ = (x) + 3; v_ = v_ < 0 ? (T)0 : v_; v_ = 6 < v_ ? (T)6 : v_; v_ / 6; })
 EW_OP_F(hardsigmoid, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), HSIG(a))
 EW_OP_F(hardswish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * HSIG(a))
@@ -552,8 +565,9 @@ static tpurt_status_t setup_softplus(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 1, c, 2, 20.0);
   return TPURT_OK;
 }
-EW_OP_F(softplus, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_softplus, EW_IN(0),
-        a * (T)p.d[0] > (T)p.d[1] ? a : EW_VM(log1p, EW_EXP(a * (T)p.d[0])) / (T)p.d[0])
+EW_OP_FVP(softplus, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_softplus, EW_IN(0),
+          a * (T)p.d[0] > (T)p.d[1] ? a : EW_VM(log1p, EW_EXP(a * (T)p.d[0])) / (T)p.d[0],
+          ewv_softplus(va, EW_VP(0), EW_VP(1)))
 static tpurt_status_t setup_threshold(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 0.0);
   ew_param_arg(p, 1, c, 2, 0.0);
@@ -638,8 +652,9 @@ static tpurt_status_t setup_elu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
 EW_OP_F(elu_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_elu_bw, EW_IN(0, 5),
         p.i[3] ? (b > 0 ? a * (T)p.d[1] : a * (T)p.d[2] * (b + ELU_NEG))
                : (b > 0 ? a * (T)p.d[1] : a * (T)p.d[2] * ELU_NEG * EW_EXP(b * (T)p.d[2])))
-EW_BW(softplus_backward, EW_FLOATS, setup_arg23,
-      ({ T z_ = EW_EXP(b * (T)p.d[0]); (b * (T)p.d[0]) > (T)p.d[1] ? a : a * z_ / (z_ + 1); }))
+EW_OP_FVP(softplus_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_arg23, EW_IN(0, 1),
+          ({ T z_ = EW_EXP(b * (T)p.d[0]); (b * (T)p.d[0]) > (T)p.d[1] ? a : a * z_ / (z_ + 1); }),
+          ewv_softplus_bw(va, vb, EW_VP(0), EW_VP(1)))
 static tpurt_status_t setup_eps2(const tpurt_op_call_t* c, ew_params_t* p) {
   p->d[0] = tpurt_arg_double(c, 2, -1.0);
   return TPURT_OK;
@@ -816,7 +831,21 @@ EW_OP_FI(identity, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), 
 EW_KERNELS(identity, identity_desc)
 
 /* log_sigmoid_forward(self) -> (output, buffer): output = min(x, 0) - log1p(exp(-|x|)),
- * buffer = exp(-|x|) (what PyTorch's CPU kernel saves for the backward). */
+ * buffer = exp(-|x|) (what PyTorch's CPU kernel saves for the backward). Contiguous float32 runs
+ * go on ew_simd.h's vectors, the same operations (log_sigmoid_vec: how many it did). */
+static int64_t log_sigmoid_vec(float* o, float* bz, const float* xs, int64_t n) {
+  int64_t i = 0;
+#if EWV_W
+  for (; i + EWV_W <= n; i += EWV_W) {
+    ewv_t z;
+    ewv_store(o + i, ewv_log_sigmoid(ewv_load(xs + i), &z));
+    ewv_store(bz + i, z);
+  }
+#else
+  (void)o, (void)bz, (void)xs, (void)n;
+#endif
+  return i;
+}
 #define LOGSIG_LOOP(NAME, T_)                                                             \
   static void NAME(char** d, const int64_t* s, int64_t n, void* u) {                    \
     typedef T_ T;                                                                         \
@@ -824,7 +853,8 @@ EW_KERNELS(identity, identity_desc)
     if (s[0] == es && s[1] == es && s[2] == es) {                                         \
       T *o = (T*)d[0], *bz = (T*)d[1];                                                    \
       const T* xs = (const T*)d[2];                                                       \
-      _Pragma("GCC ivdep") for (int64_t i = 0; i < n; ++i) {                              \
+      const int64_t i0 = es == 4 ? log_sigmoid_vec((float*)o, (float*)bz, (const float*)xs, n) : 0; \
+      _Pragma("GCC ivdep") for (int64_t i = i0; i < n; ++i) {                             \
         T x = xs[i], z = EW_EXP(-fabs(x));                                                \
         o[i] = (x < 0 ? x : (T)0) - EW_VM(log1p, z);                                          \
         bz[i] = z;                                                                        \

@@ -837,6 +837,23 @@ static inline ewv_t ewv_logaddexp2(ewv_t a, ewv_t b) {
   const ewv_t l = ewv_mul(ewv_log1p(ewv_exp2(ewv_neg(ewv_abs(ewv_sub(a, b))))), EWV_C((float)1.4426950408889634));
   return ewv_sel(ewv_same_inf(a, b), a, ewv_add(m, l));
 }
+/* mish: a * tanh(log1p(exp(a))) */
+static inline ewv_t ewv_mish(ewv_t a) { return ewv_mul(a, ewv_tanh(ewv_log1p(ewv_exp(a)))); }
+/* softplus: a * beta > threshold ? a : log1p(exp(a * beta)) / beta */
+static inline ewv_t ewv_softplus(ewv_t a, float beta, float threshold) {
+  const ewv_t ab = ewv_mul(a, EWV_C(beta));
+  return ewv_sel(ewv_gt(ab, EWV_C(threshold)), a, ewv_div(ewv_log1p(ewv_exp(ab)), EWV_C(beta)));
+}
+/* softplus_backward(a = grad, b = input): z = exp(b * beta); b * beta > threshold ? a : a * z / (z + 1) */
+static inline ewv_t ewv_softplus_bw(ewv_t a, ewv_t b, float beta, float threshold) {
+  const ewv_t bb = ewv_mul(b, EWV_C(beta)), z = ewv_exp(bb);
+  return ewv_sel(ewv_gt(bb, EWV_C(threshold)), a, ewv_div(ewv_mul(a, z), ewv_add(z, EWV_C(1.0f))));
+}
+/* log_sigmoid_forward: (x < 0 ? x : 0) - log1p(z), z = exp(-|x|) (the buffer it returns too) */
+static inline ewv_t ewv_log_sigmoid(ewv_t x, ewv_t* z) {
+  *z = ewv_exp(ewv_neg(ewv_abs(x)));
+  return ewv_sub(ewv_sel(ewv_lt(x, EWV_C(0.0f)), x, EWV_C(0.0f)), ewv_log1p(*z));
+}
 static inline ewv_t ewv_entr(ewv_t a) {
   const ewv_t neg = ewv_sel(ewv_eq(a, EWV_C(0.0f)), EWV_C(0.0f), EWV_C(-INFINITY));
   const ewv_t r = ewv_sel(ewv_gt(a, EWV_C(0.0f)), ewv_mul(ewv_neg(a), ewv_log(a)), neg);
