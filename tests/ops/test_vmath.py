@@ -206,3 +206,27 @@ def test_pow_noncontiguous_and_out():
     out = torch.empty(33, 64, device="tpu")
     torch.pow(x.t().to("tpu"), -2, out=out)
     torch.testing.assert_close(out.cpu(), torch.pow(x.t(), -2), **TOL[torch.float32])
+
+
+BF16_DIRECT = {
+    "neg": torch.neg, "abs": torch.abs, "reciprocal": torch.reciprocal, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+    "relu": torch.relu, "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "hardtanh": lambda x: F.hardtanh(x, -0.5, 2.0),
+    "maximum": lambda x: torch.maximum(x, x.flip(0)), "minimum": lambda x: torch.minimum(x, x.flip(0)),
+    "sigmoid_backward": lambda x: torch.ops.aten.sigmoid_backward(x, x.flip(0)),
+    "tanh_backward": lambda x: torch.ops.aten.tanh_backward(x, x.flip(0)),
+    "threshold_backward": lambda x: torch.ops.aten.threshold_backward(x, x.flip(0), 0.25),
+}
+
+
+@pytest.mark.parametrize("name", list(BF16_DIRECT))
+def test_bf16_direct_loops(name):
+    """Contiguous bfloat16 operands run these ops in one loop (widen, compute, round: ew_math.c's
+    EW_OP_FIV / EW_OP_FV), which must give float32's result rounded once, specials included, and
+    what PyTorch CPU gives; strided operands take the cast path, the same values."""
+    fn = BF16_DIRECT[name]
+    x = values(torch.bfloat16)
+    xt = x.to("tpu")
+    got = fn(xt).cpu()
+    torch.testing.assert_close(got, fn(xt.float()).bfloat16().cpu(), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got, fn(x), equal_nan=True, **TOL[torch.bfloat16])
+    torch.testing.assert_close(fn(xt[::2]).cpu(), fn(xt.float()[::2]).bfloat16().cpu(), rtol=0, atol=0, equal_nan=True)

@@ -156,7 +156,6 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   EW_EXPR(name, GEN, FEXPR)                                                                      \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
                                       name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
-#define EW_VP(k) ((float)((const ew_params_t*)u_)->d[k])
 
 /* EW_OP_FI with a contiguous bfloat16 loop (EW_VLOOP_BF16): the arithmetic a training step runs in
  * bf16 (residual adds, gradient accumulation, scaling), which otherwise widens each operand into a cast
@@ -176,6 +175,8 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
  * reloaded it at every step, not knowing the stores leave it alone) */
 #define EW_VALPHA_PRE const ewv_t valpha_ = ewv_set1((float)((const ew_params_t*)u_)->d[0]); (void)valpha_;
 #define EW_VALPHA valpha_
+/* the op's scalar parameter k as the float loops read it, (T)p.d[k], in a vector loop (user pointer u_) */
+#define EW_VP(k) ((float)((const ew_params_t*)u_)->d[k])
 
 /* ---- setups: scalar args into p ---- */
 static tpurt_status_t setup_alpha2(const tpurt_op_call_t* c, ew_params_t* p) {
@@ -359,8 +360,10 @@ EW_OP_FI(heaviside, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 
          a == 0 ? b : (T)(a > 0))
 #define EW_MAXN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x))))
 #define EW_MINN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((y) < (x) ? (y) : (x))))
-EW_OP_FI(maximum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b), a < b ? b : a)
-EW_OP_FI(minimum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b), b < a ? b : a)
+EW_OP_FIV(maximum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b), a < b ? b : a,
+          ewv_maxn(va, vb))
+EW_OP_FIV(minimum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b), b < a ? b : a,
+          ewv_minn(va, vb))
 EW_OP_FI(fmax, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), fmax(a, b), a < b ? b : a)
 EW_OP_FI(fmin, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), fmin(a, b), b < a ? b : a)
 #define IGCD                                                        \
@@ -400,16 +403,16 @@ EW_OP_I(rshift, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
            (c_ < 0 || c_ >= p.bits) ? (p.compute == TPURT_DTYPE_UINT8 ? (T)0 : (T)(a >> (p.bits - 1))) : (T)(a >> c_); }))
 
 /* ---- unary ---- */
-EW_OP_FI(neg, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), -a, (T)((uint64_t)0 - (uint64_t)a))
-EW_OP_FI(abs, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), fabs(a), (T)EW_ABSU(a))
+EW_OP_FIV(neg, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), -a, (T)((uint64_t)0 - (uint64_t)a), ewv_neg(va))
+EW_OP_FIV(abs, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), fabs(a), (T)EW_ABSU(a), ewv_abs(va))
 EW_OP_FI(sign, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), (T)((0 < a) - (a < 0)),
          (T)((a > 0) - EW_NEG(a)))
-EW_OP_F(reciprocal, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), 1 / a)
+EW_OP_FV(reciprocal, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), 1 / a, ewv_div(EWV_C(1.0f), va))
 #define EW_UF(name, EXPR) EW_OP_F(name, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), EXPR)
 #define EW_UFV(name, EXPR, VEXPR) \
   EW_OP_FV(name, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), EXPR, VEXPR)
-EW_UF(sqrt, sqrt(a))
-EW_UF(rsqrt, 1 / sqrt(a))
+EW_UFV(sqrt, sqrt(a), ewv_sqrt(va))
+EW_UFV(rsqrt, 1 / sqrt(a), ewv_div(EWV_C(1.0f), ewv_sqrt(va)))
 EW_UFV(exp, EW_EXP(a), ewv_exp(va))
 EW_UFV(exp2, EW_VM(exp2, a), ewv_exp2(va))
 EW_UFV(expm1, EW_VM(expm1, a), ewv_expm1(va))
@@ -506,7 +509,8 @@ EW_OP_F(logit, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, setup_eps1, EW_IN(
         ({ T x_ = a; if (p.d[0] >= 0) { T lo_ = (T)p.d[0], hi_ = 1 - lo_; x_ = x_ < lo_ ? lo_ : (x_ > hi_ ? hi_ : x_); } EW_VM(log, x_ / (1 - x_)); }))
 
 /* ---- activations ---- */
-EW_OP_FI(relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), a < 0 ? (T)0 : a, EW_NEG(a) ? (T)0 : a)
+EW_OP_FIV(relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), a < 0 ? (T)0 : a, EW_NEG(a) ? (T)0 : a,
+          ewv_sel(ewv_lt(va, EWV_C(0.0f)), EWV_C(0.0f), va))
 static tpurt_status_t setup_gelu(const tpurt_op_call_t* c, ew_params_t* p) {
   p->i[0] = 0;
   const char* approximate = tpurt_arg_string(c, 1, NULL);
@@ -550,16 +554,17 @@ static tpurt_status_t setup_slope1(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 0.01);
   return TPURT_OK;
 }
-EW_OP_F(leaky_relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_slope1, EW_IN(0),
-        a > 0 ? a : a * (T)p.d[0])
+EW_OP_FVP(leaky_relu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_slope1, EW_IN(0),
+          a > 0 ? a : a * (T)p.d[0], ewv_sel(ewv_gt(va, EWV_C(0.0f)), va, ewv_mul(va, EWV_C(EW_VP(0)))))
 static tpurt_status_t setup_hardtanh(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, -1.0);
   ew_param_arg(p, 1, c, 2, 1.0);
   return TPURT_OK;
 }
-EW_OP_FI(hardtanh, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_hardtanh, EW_IN(0),
-         ({ T v_ = a < (T)p.d[0] ? (T)p.d[0] : a; (T)p.d[1] < v_ ? (T)p.d[1] : v_; }),
-         ({ T v_ = a < (T)p.i[0] ? (T)p.i[0] : a; (T)p.i[1] < v_ ? (T)p.i[1] : v_; }))
+EW_OP_FIV(hardtanh, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_hardtanh, EW_IN(0),
+          ({ T v_ = a < (T)p.d[0] ? (T)p.d[0] : a; (T)p.d[1] < v_ ? (T)p.d[1] : v_; }),
+          ({ T v_ = a < (T)p.i[0] ? (T)p.i[0] : a; (T)p.i[1] < v_ ? (T)p.i[1] : v_; }),
+          ewv_clamp(va, EW_VP(0), EW_VP(1)))
 static tpurt_status_t setup_softplus(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 1.0);
   ew_param_arg(p, 1, c, 2, 20.0);
@@ -596,10 +601,12 @@ static tpurt_status_t setup_arg23(const tpurt_op_call_t* c, ew_params_t* p) {
 }
 #define EW_BW(name, ALLOW, SETUP, EXPR) \
   EW_OP_F(name, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, ALLOW, SETUP, EW_IN(0, 1), EXPR)
-EW_OP_FI(threshold_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_arg2, EW_IN(0, 1),
-         b <= (T)p.d[0] ? (T)0 : a, b <= (T)p.i[0] ? (T)0 : a)
-EW_BW(sigmoid_backward, EW_FLOATS, NULL, a * (1 - b) * b)
-EW_BW(tanh_backward, EW_FLOATS, NULL, a * (1 - b * b))
+EW_OP_FIV(threshold_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_arg2, EW_IN(0, 1),
+          b <= (T)p.d[0] ? (T)0 : a, b <= (T)p.i[0] ? (T)0 : a, ewv_sel(ewv_ge(EWV_C(EW_VP(0)), vb), EWV_C(0.0f), va))
+EW_OP_FV(sigmoid_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), a * (1 - b) * b,
+         ewv_mul(ewv_mul(va, ewv_sub(EWV_C(1.0f), vb)), vb))
+EW_OP_FV(tanh_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), a * (1 - b * b),
+         ewv_mul(va, ewv_sub(EWV_C(1.0f), ewv_mul(vb, vb))))
 EW_OP_FV(silu_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
          ({ T s_ = 1 / (1 + EW_EXP(-b)); a * s_ * (1 + b * (1 - s_)); }), ewv_silu_bw(va, vb))
 static tpurt_status_t setup_gelu_bw(const tpurt_op_call_t* c, ew_params_t* p) {

@@ -837,6 +837,18 @@ static inline ewv_t ewv_logaddexp2(ewv_t a, ewv_t b) {
   const ewv_t l = ewv_mul(ewv_log1p(ewv_exp2(ewv_neg(ewv_abs(ewv_sub(a, b))))), EWV_C((float)1.4426950408889634));
   return ewv_sel(ewv_same_inf(a, b), a, ewv_add(m, l));
 }
+/* ew_math.c's EW_MAXN / EW_MINN: NaN from a first, then from b, else the larger (smaller) */
+static inline ewv_t ewv_maxn(ewv_t a, ewv_t b) {
+  return ewv_sel(ewv_isnan(a), a, ewv_sel(ewv_isnan(b), b, ewv_sel(ewv_lt(a, b), b, a)));
+}
+static inline ewv_t ewv_minn(ewv_t a, ewv_t b) {
+  return ewv_sel(ewv_isnan(a), a, ewv_sel(ewv_isnan(b), b, ewv_sel(ewv_lt(b, a), b, a)));
+}
+/* hardtanh: v = a < lo ? lo : a; hi < v ? hi : v */
+static inline ewv_t ewv_clamp(ewv_t a, float lo, float hi) {
+  const ewv_t v = ewv_sel(ewv_lt(a, EWV_C(lo)), EWV_C(lo), a);
+  return ewv_sel(ewv_lt(EWV_C(hi), v), EWV_C(hi), v);
+}
 /* mish: a * tanh(log1p(exp(a))) */
 static inline ewv_t ewv_mish(ewv_t a) { return ewv_mul(a, ewv_tanh(ewv_log1p(ewv_exp(a)))); }
 /* softplus: a * beta > threshold ? a : log1p(exp(a * beta)) / beta */
