@@ -26,10 +26,10 @@ typedef struct sp_def_t {
 static const sp_def_t kDefs[] = {
     {"i0", tpurt_sp_i0, NULL, NULL, NULL, tpurt_sp_i0_vec},
     {"special_i0e", tpurt_sp_i0e, NULL, NULL, NULL, tpurt_sp_i0e_vec},
-    {"special_i1", tpurt_sp_i1, NULL},
-    {"special_i1e", tpurt_sp_i1e, NULL},
+    {"special_i1", tpurt_sp_i1, NULL, NULL, NULL, tpurt_sp_i1_vec},
+    {"special_i1e", tpurt_sp_i1e, NULL, NULL, NULL, tpurt_sp_i1e_vec},
     {"special_modified_bessel_i0", tpurt_sp_i0, NULL, NULL, NULL, tpurt_sp_i0_vec},
-    {"special_modified_bessel_i1", tpurt_sp_i1, NULL},
+    {"special_modified_bessel_i1", tpurt_sp_i1, NULL, NULL, NULL, tpurt_sp_i1_vec},
     {"special_modified_bessel_k0", tpurt_sp_k0, NULL},
     {"special_modified_bessel_k1", tpurt_sp_k1, NULL},
     {"special_scaled_modified_bessel_k0", tpurt_sp_k0e, NULL},

@@ -15,53 +15,7 @@ static const double kPi = 3.14159265358979323846;
 static const double kEuler = 0.57721566490153286061;
 static const double kSqrt2 = 1.41421356237309504880;
 
-/* ---- modified Bessel I_nu, nu in {0, 1} ---- */
-
-/* sum_k (x/2)^(2k+nu) / (k! (k+nu)!) for x >= 0: positive terms, no cancellation */
-static double bessel_i_series(int nu, double x) {
-  double h = 0.5 * x, q = h * h, term = nu ? h : 1.0, sum = term;
-  for (int k = 1; k < 2000; ++k) {
-    term *= q / ((double)k * (double)(k + nu));
-    sum += term;
-    if (term <= sum * 1e-17) break;
-  }
-  return sum;
-}
-
-/* sum_k s^k a_k(nu) / x^k with a_k = prod_{j<=k} (4nu^2 - (2j-1)^2) / (k! 8^k), s = -1 for I,
- * +1 for K; summed while the terms shrink (the series is asymptotic). */
-static double bessel_ik_asym(int nu, double x, double s) {
-  double mu = 4.0 * nu * nu, term = 1.0, sum = 1.0, prev = INFINITY;
-  for (int k = 1; k < 400; ++k) {
-    double odd = 2.0 * k - 1.0;
-    term *= s * (mu - odd * odd) / (8.0 * k * x);
-    if (fabs(term) >= prev) break;
-    sum += term;
-    prev = fabs(term);
-    if (prev <= 1e-17 * fabs(sum)) break;
-  }
-  return sum;
-}
-
-/* e^-|x| I_nu(|x|) */
-static double bessel_ie_abs(int nu, double ax) {
-  if (ax <= 20.0) return bessel_i_series(nu, ax) * exp(-ax);
-  if (isinf(ax)) return 0.0;
-  return bessel_ik_asym(nu, ax, -1.0) / sqrt(2.0 * kPi * ax);
-}
-
-/* i0 and i0e: special_i0.c */
-double tpurt_sp_i1(double x) {
-  double ax = fabs(x);
-  if (isnan(x) || isinf(x)) return NAN; /* as PyTorch CPU */
-  double v = ax <= 20.0 ? bessel_i_series(1, ax) : exp(ax) * bessel_ie_abs(1, ax);
-  return x < 0 ? -v : v;
-}
-double tpurt_sp_i1e(double x) {
-  if (isnan(x)) return x;
-  double v = bessel_ie_abs(1, fabs(x));
-  return x < 0 ? -v : v;
-}
+/* ---- modified Bessel I0 and I1: special_i0.c ---- */
 
 /* ---- modified Bessel K_nu: e^x K_nu(x) = int_0^inf e^{-x (cosh t - 1)} cosh(nu t) dt.
  * The integrand is entire and decays double-exponentially, so the trapezoid

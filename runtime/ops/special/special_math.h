@@ -13,6 +13,9 @@ void tpurt_sp_i0_vec(const double* x, double* y, int64_t n);
 void tpurt_sp_i0e_vec(const double* x, double* y, int64_t n);
 double tpurt_sp_i1(double x);
 double tpurt_sp_i1e(double x);
+/* i1 / i1e likewise (special_i0.c) */
+void tpurt_sp_i1_vec(const double* x, double* y, int64_t n);
+void tpurt_sp_i1e_vec(const double* x, double* y, int64_t n);
 double tpurt_sp_k0(double x);
 double tpurt_sp_k1(double x);
 double tpurt_sp_k0e(double x);
