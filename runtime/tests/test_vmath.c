@@ -242,6 +242,29 @@ static float s_softplus_bw(float a, float b) {
 }
 static float s_log_sigmoid(float a, float b) { return (a < 0 ? a : 0.0f) - tpurt_vm_log1pf(tpurt_ew_expf(-fabsf(a))); }
 static float s_log_sigmoid_z(float a, float b) { return tpurt_ew_expf(-fabsf(a)); }
+/* ew_math.c's fmod, FREM and FDIV_FLOOR at T = float */
+static float s_fmod(float a, float b) { return fmodf(a, b); }
+static float s_remainder(float a, float b) {
+  float m = fmodf(a, b);
+  if (m != 0 && ((b < 0) != (m < 0))) m += b;
+  return m;
+}
+static float s_div_floor(float a, float b) {
+  float r;
+  if (b == 0) return a / b;
+  float m = fmodf(a, b), dv = (a - m) / b;
+  if (m != 0 && ((b < 0) != (m < 0))) dv -= 1;
+  if (dv != 0) {
+    r = floorf(dv);
+    if (dv - r > 0.5f) r += 1;
+  } else {
+    r = copysignf(0.0f, a / b);
+  }
+  return r;
+}
+static float s_fmod_r(float a, float b) { return s_fmod(b, a); }
+static float s_remainder_r(float a, float b) { return s_remainder(b, a); }
+static float s_div_floor_r(float a, float b) { return s_div_floor(b, a); }
 static float s_xlogy_r(float a, float b) { return s_xlogy(b, a); }
 static float s_xlog1py_r(float a, float b) { return s_xlog1py(b, a); }
 static float s_logaddexp_r(float a, float b) { return s_logaddexp(b, a); }
@@ -293,6 +316,9 @@ static ewv_t v_sigmoid(ewv_t a, ewv_t b) { return ewv_sigmoid(a); }
 static ewv_t v_silu(ewv_t a, ewv_t b) { return ewv_silu(a); }
 static ewv_t v_gelu_erf(ewv_t a, ewv_t b) { return ewv_gelu_erf(a); }
 static ewv_t v_entr(ewv_t a, ewv_t b) { return ewv_entr(a); }
+static ewv_t v_fmod_r(ewv_t a, ewv_t b) { return ewv_fmod(b, a); }
+static ewv_t v_remainder_r(ewv_t a, ewv_t b) { return ewv_remainder(b, a); }
+static ewv_t v_div_floor_r(ewv_t a, ewv_t b) { return ewv_div_floor(b, a); }
 static ewv_t v_mish(ewv_t a, ewv_t b) { return ewv_mish(a); }
 static ewv_t v_softplus(ewv_t a, ewv_t b) { return ewv_softplus(a, 1.0f, 20.0f); }
 static ewv_t v_softplus_b2(ewv_t a, ewv_t b) { return ewv_softplus(a, 2.0f, 3.0f); }
@@ -365,6 +391,12 @@ static void test_simd_bits(void) {
              {"logaddexp2 (b swept)", s_logaddexp2, ewv_logaddexp2, true},
              {"logaddexp2 (a swept)", s_logaddexp2_r, v_logaddexp2_r, true},
              {"entr", s_entr, v_entr, false},
+             {"fmod (b swept)", s_fmod, ewv_fmod, true},
+             {"fmod (a swept)", s_fmod_r, v_fmod_r, true},
+             {"remainder (b swept)", s_remainder, ewv_remainder, true},
+             {"remainder (a swept)", s_remainder_r, v_remainder_r, true},
+             {"floor_divide (b swept)", s_div_floor, ewv_div_floor, true},
+             {"floor_divide (a swept)", s_div_floor_r, v_div_floor_r, true},
              {"mish", s_mish, v_mish, false},
              {"softplus", s_softplus, v_softplus, false},
              {"softplus (beta 2, threshold 3)", s_softplus_b2, v_softplus_b2, false},
@@ -404,6 +436,32 @@ static void test_simd_bits(void) {
     printf("vector %s (%d lanes): %d inputs checked against the scalar bits\n", fns[f].name, EWV_W, checked);
     CHECK(bad == 0);
   }
+}
+#endif
+
+#if EWV_W
+/* ewv_fmod (exact through double lanes) against fmodf where both operands vary: quotients from
+ * below 1 to past 2^52 (fmodf's lanes), integral multiples (remainder 0, a's sign), denormals */
+static void test_fmod_pairs(void) {
+  int bad = 0, checked = 0;
+  float a[EWV_W], b[EWV_W], y[EWV_W];
+  for (int r = 0; r < 300000; ++r) {
+    for (int i = 0; i < EWV_W; ++i) {
+      const int e1 = (int)(test_rand_unit() * 120) - 60, e2 = e1 - (int)(test_rand_unit() * 70) + 5;
+      b[i] = ldexpf((float)(test_rand_unit() * 2 - 1), e2);
+      a[i] = r % 5 == 0 ? b[i] * (float)(int)(test_rand_unit() * 2000 - 1000)
+                        : ldexpf((float)(test_rand_unit() * 2 - 1), r % 7 == 0 ? e1 - 90 : e1);
+    }
+    ewv_store(y, ewv_fmod(ewv_load(a), ewv_load(b)));
+    for (int i = 0; i < EWV_W; ++i) {
+      const float want = fmodf(a[i], b[i]);
+      if (!same_bits(y[i], want) && !(isnan(y[i]) && isnan(want)))
+        if (bad++ < 3) printf("  fmod(%a, %a): %a, fmodf %a\n", (double)a[i], (double)b[i], (double)y[i], (double)want);
+    }
+    checked += EWV_W;
+  }
+  printf("vector fmod (%d lanes, both operands random): %d pairs checked against fmodf\n", EWV_W, checked);
+  CHECK(bad == 0);
 }
 #endif
 
@@ -485,6 +543,7 @@ int main(void) {
 #if EWV_W
   test_simd_bits();
   test_lgamma_lanes();
+  test_fmod_pairs();
 #endif
   float w;
   double e = sweep(tpurt_vm_tanhf, ref_tanh, 12.0f, false, &w);

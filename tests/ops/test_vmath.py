@@ -230,3 +230,27 @@ def test_bf16_direct_loops(name):
     torch.testing.assert_close(got, fn(xt.float()).bfloat16().cpu(), rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(got, fn(x), equal_nan=True, **TOL[torch.bfloat16])
     torch.testing.assert_close(fn(xt[::2]).cpu(), fn(xt.float()[::2]).bfloat16().cpu(), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["fmod", "remainder", "floor_divide"])
+def test_fmod_family(name, dtype):
+    """fmod, remainder (%) and floor_divide (//): float32 exact through double lanes (ew_simd.h's
+    ewv_fmod), the rest as before; over operands of every magnitude, integral multiples, zeros and
+    every pair of specials, against float64's results rounded (PyTorch CPU's float32 fmod answers
+    NaN for denormal divisors, and its float16 floor_divide rounds every step to float16)."""
+    fn = getattr(torch, name)
+    g = torch.Generator().manual_seed(5)
+    v = values(dtype)
+    w = (torch.randn(v.shape, generator=g) * torch.exp2(torch.randint(-30, 30, v.shape, generator=g).float())).to(dtype)
+    k = torch.randint(-1000, 1000, v.shape, generator=g).to(dtype)
+    sp = torch.tensor(SPECIALS, dtype=dtype)
+    ys, xs = sp.repeat_interleave(len(sp)), sp.repeat(len(sp))
+    a = torch.cat([v, w, (w * k).to(dtype), ys, w[:100]])
+    b = torch.cat([w, v, w, xs, torch.zeros(100, dtype=dtype)])
+    got = fn(a.to("tpu"), b.to("tpu")).cpu()
+    torch.testing.assert_close(got, fn(a.double(), b.double()).to(dtype), equal_nan=True, **TOL[dtype])
+    if dtype == torch.bfloat16:  # the direct bf16 loop: float32's result rounded once
+        at, bt = a.to("tpu"), b.to("tpu")
+        torch.testing.assert_close(fn(at, bt).cpu(), fn(at.float(), bt.float()).bfloat16().cpu(),
+                                   rtol=0, atol=0, equal_nan=True)

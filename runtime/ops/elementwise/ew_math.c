@@ -45,7 +45,9 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   for (int k = 0; k < nargs; ++k) dd[k] = d[k] + i0 * (int64_t)sizeof(float);
   fn(dd, s, i1 - i0, u);
 }
-#define EW_VLOOP(name, N, VEXPR)                                                                  \
+#define EW_VLOOP(name, N, VEXPR) EW_VLOOP_X(name, N, VEXPR, )
+/* ... with more loop table entries (the integer loops of an EW_OP_FI op) */
+#define EW_VLOOP_X(name, N, VEXPR, ...)                                                           \
   static void name##_f32v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                 \
     if (s_[0] != 4 || s_[1] != 4 || (N > 1 && s_[N] != 4) || n_ < 4 * EWV_W) {                  \
       name##_f32(d_, s_, n_, u_);                                                                \
@@ -68,11 +70,12 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
     ewv_rest(name##_f32, d_, s_, N + 1, e_, n_, u_);                                             \
   }                                                                                              \
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {                            \
-      [TPURT_DTYPE_FLOAT32] = name##_f32v, [TPURT_DTYPE_FLOAT64] = name##_f64};                 \
+      [TPURT_DTYPE_FLOAT32] = name##_f32v, [TPURT_DTYPE_FLOAT64] = name##_f64, __VA_ARGS__};    \
   EW_VLOOP_BF16(name, N, VEXPR)
 #else
-#define EW_VLOOP(name, N, VEXPR) \
-  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};
+#define EW_VLOOP(name, N, VEXPR) EW_VLOOP_X(name, N, VEXPR, )
+#define EW_VLOOP_X(name, N, VEXPR, ...) \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name), __VA_ARGS__};
 #endif
 /* name##_bf16v: the op on contiguous bfloat16 operands (tpurt_ew_config_t.loop_bf16): each vector
  * widened, computed as name##_f32v computes it and rounded, which is what casting every operand
@@ -146,6 +149,15 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   static const ew_op_t name##_desc = {LABEL, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
                                       name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
 
+/* EW_OP_FI with EW_OP_FV's float32 and bfloat16 vector loops */
+#define EW_OP_FIVV(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, IEXPR, VEXPR)                 \
+  EW_GEN_F(GEN, name, FEXPR)                                                                        \
+  EW_GEN_I(GEN, name, IEXPR)                                                                        \
+  EW_VLOOP_X(name, N, VEXPR, EW_TAB_I(name))                                                        \
+  EW_DEF_REF(name, N, FEXPR, IEXPR)                                                                 \
+  EW_EXPR_V(name, GEN, FEXPR, VEXPR)                                                                \
+  static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,                  \
+                                      name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
 /* EW_OP_FV for ops with scalar parameters: VEXPR reads them as EW_VP(k), (float)p.d[k] as the float
  * loops read them, through the loops' user pointer. Generated code has no such pointer, so the op's
  * expression for fused chains carries no vector form (EW_EXPR). */
@@ -238,7 +250,8 @@ EW_OP_FI(div_trunc, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 
     }                                                               \
     r_;                                                             \
   })
-EW_OP_FI(div_floor, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), FDIV_FLOOR, IDIV_FLOOR)
+EW_OP_FIVV(div_floor, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), FDIV_FLOOR, IDIV_FLOOR,
+           ewv_div_floor(va, vb))
 #define FREM                                                        \
   ({                                                                \
     T m_ = fmod(a, b);                                              \
@@ -256,7 +269,8 @@ EW_OP_FI(div_floor, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 
     }                                                               \
     r_;                                                             \
   })
-EW_OP_FI(remainder, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), FREM, IREM)
+EW_OP_FIVV(remainder, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), FREM, IREM,
+           ewv_remainder(va, vb))
 #define IFMOD                                                       \
   ({                                                                \
     T r_;                                                           \
@@ -265,7 +279,8 @@ EW_OP_FI(remainder, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 
     else r_ = (T)(a % b);                                           \
     r_;                                                             \
   })
-EW_OP_FI(fmod, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), fmod(a, b), IFMOD)
+EW_OP_FIVV(fmod, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0, 1), fmod(a, b), IFMOD,
+           ewv_fmod(va, vb))
 #define IPOW                                                        \
   ({                                                                \
     T r_;                                                           \

@@ -50,6 +50,9 @@ static inline ewm_t ewv_gt(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _
 static inline ewm_t ewv_ge(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 static inline ewm_t ewv_eq(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 static inline ewm_t ewv_isnan(ewv_t a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+static inline ewm_t ewv_ne(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); } /* NaN: true */
+static inline ewm_t ewm_xor(ewm_t a, ewm_t b) { return a ^ b; }
+static inline ewv_t ewv_floor(ewv_t x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
 /* 2^n for integral n in [-126, 127] */
 static inline ewv_t ewv_pow2(ewv_t n) { return _mm512_scalef_ps(_mm512_set1_ps(1.0f), n); }
 #define ewv_exp_reduce tpurt_ew_exp16_reduce
@@ -87,6 +90,8 @@ typedef __m512d ewd_t;
 #define ewd_store _mm512_storeu_pd
 static inline ewd_t ewd_abs(ewd_t x) { return _mm512_abs_pd(x); }
 static inline ewd_t ewd_round(ewd_t x) { return _mm512_roundscale_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline ewd_t ewd_trunc(ewd_t x) { return _mm512_roundscale_pd(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+#define ewd_fnma _mm512_fnmadd_pd /* c - a b, one rounding */
 /* min(x, c) with NaN giving c (the scalar code's x < c ? x : c) */
 static inline ewd_t ewd_min_nan_c(ewd_t x, ewd_t c) { return _mm512_min_pd(x, c); }
 typedef __mmask8 ewdm_t;
@@ -147,6 +152,9 @@ static inline ewm_t ewv_gt(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_G
 static inline ewm_t ewv_ge(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
 static inline ewm_t ewv_eq(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 static inline ewm_t ewv_isnan(ewv_t a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+static inline ewm_t ewv_ne(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
+static inline ewm_t ewm_xor(ewm_t a, ewm_t b) { return _mm256_xor_ps(a, b); }
+static inline ewv_t ewv_floor(ewv_t x) { return _mm256_floor_ps(x); }
 static inline ewv_t ewv_pow2(ewv_t n) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
@@ -182,6 +190,8 @@ typedef __m256d ewd_t;
 #define ewd_store _mm256_storeu_pd
 static inline ewd_t ewd_abs(ewd_t x) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), x); }
 static inline ewd_t ewd_round(ewd_t x) { return _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline ewd_t ewd_trunc(ewd_t x) { return _mm256_round_pd(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+#define ewd_fnma _mm256_fnmadd_pd
 static inline ewd_t ewd_min_nan_c(ewd_t x, ewd_t c) { return _mm256_min_pd(x, c); }
 typedef __m256d ewdm_t;
 static inline ewdm_t ewd_lt(ewd_t a, ewd_t b) { return _mm256_cmp_pd(a, b, _CMP_LT_OQ); }
@@ -425,6 +435,56 @@ static inline ewv_t ewv_patch(ewv_t r, ewv_t x, ewm_t m, float (*f)(float)) {
     rs[i] = f(xs[i]);
   }
   return ewv_load(rs);
+}
+
+/* fmod(a, b) of floats exactly, so glibc's fmodf bits. In double, q = trunc(|a| / |b|) is within one
+ * of the true quotient while |a| < 2^52 |b|, and |a| - q |b| is then exact (a multiple of b's ulp,
+ * under 2 |b|): one correction, then a's sign (fmod(-4, 2) = -0). Other lanes (a larger quotient,
+ * b zero or infinite, a infinite, NaN) take fmodf. */
+static float ewv_fmodf_(float a, float b) { return fmodf(a, b); }
+static inline ewd_t ewd_fmod_abs(ewd_t a, ewd_t b) {
+  ewd_t r = ewd_fnma(ewd_trunc(ewd_div(a, b)), b, a);
+  r = ewd_sel(ewd_lt(r, ewd_set1(0.0)), ewd_add(r, b), r);
+  return ewd_sel(ewd_lt(r, b), r, ewd_sub(r, b));
+}
+static inline ewv_t ewv_fmod(ewv_t a, ewv_t b) {
+  const ewv_t aa = ewv_abs(a), ab = ewv_abs(b);
+  ewd_t alo, ahi, blo, bhi;
+  ewd_split(aa, &alo, &ahi);
+  ewd_split(ab, &blo, &bhi);
+  const ewv_t r = ewv_copysign(ewd_join(ewd_fmod_abs(alo, blo), ewd_fmod_abs(ahi, bhi)), a);
+  const ewm_t ok = ewm_and(ewm_and(ewv_gt(ab, EWV_C(0.0f)), ewv_lt(ab, EWV_C(INFINITY))),
+                           ewv_lt(aa, ewv_mul(ab, EWV_C(0x1p52f))));
+  unsigned bad = ~ewm_bits(ok) & ((1u << EWV_W) - 1);
+  if (__builtin_expect(bad == 0, 1)) return r;
+  float as[EWV_W], bs[EWV_W], rs[EWV_W];
+  ewv_store(as, a);
+  ewv_store(bs, b);
+  ewv_store(rs, r);
+  for (; bad; bad &= bad - 1) {
+    const int i = __builtin_ctz(bad);
+    rs[i] = ewv_fmodf_(as[i], bs[i]);
+  }
+  return ewv_load(rs);
+}
+/* ew_math.c's FREM (Python's %): m = fmod(a, b); m != 0 and of the other sign than b: m + b */
+static inline ewv_t ewv_remainder(ewv_t a, ewv_t b) {
+  const ewv_t m = ewv_fmod(a, b);
+  const ewm_t fix = ewm_and(ewv_ne(m, EWV_C(0.0f)), ewm_xor(ewv_lt(b, EWV_C(0.0f)), ewv_lt(m, EWV_C(0.0f))));
+  return ewv_sel(fix, ewv_add(m, b), m);
+}
+/* ew_math.c's FDIV_FLOOR (//): b == 0: a / b; else dv = (a - fmod(a, b)) / b, less one where the
+ * remainder's sign is not b's, rounded to the nearest integer below (floor, +1 past .5); 0 takes a / b's
+ * sign */
+static inline ewv_t ewv_div_floor(ewv_t a, ewv_t b) {
+  const ewv_t q = ewv_div(a, b), m = ewv_fmod(a, b);
+  ewv_t dv = ewv_div(ewv_sub(a, m), b);
+  const ewm_t fix = ewm_and(ewv_ne(m, EWV_C(0.0f)), ewm_xor(ewv_lt(b, EWV_C(0.0f)), ewv_lt(m, EWV_C(0.0f))));
+  dv = ewv_sel(fix, ewv_sub(dv, EWV_C(1.0f)), dv);
+  ewv_t r = ewv_floor(dv);
+  r = ewv_sel(ewv_gt(ewv_sub(dv, r), EWV_C(0.5f)), ewv_add(r, EWV_C(1.0f)), r);
+  r = ewv_sel(ewv_eq(dv, EWV_C(0.0f)), ewv_copysign(EWV_C(0.0f), q), r);
+  return ewv_sel(ewv_eq(b, EWV_C(0.0f)), q, r);
 }
 
 /* tpurt_vm_sin_poly, tpurt_vm_pi_reduce, tpurt_vm_flip_odd, tpurt_vm_sinf / cosf's double parts,
