@@ -262,6 +262,8 @@ static float s_div_floor(float a, float b) {
   }
   return r;
 }
+static float s_pow(float a, float b) { return tpurt_vm_powf(a, b); }
+static float s_pow_r(float a, float b) { return tpurt_vm_powf(b, a); }
 static float s_fmod_r(float a, float b) { return s_fmod(b, a); }
 static float s_remainder_r(float a, float b) { return s_remainder(b, a); }
 static float s_div_floor_r(float a, float b) { return s_div_floor(b, a); }
@@ -316,6 +318,7 @@ static ewv_t v_sigmoid(ewv_t a, ewv_t b) { return ewv_sigmoid(a); }
 static ewv_t v_silu(ewv_t a, ewv_t b) { return ewv_silu(a); }
 static ewv_t v_gelu_erf(ewv_t a, ewv_t b) { return ewv_gelu_erf(a); }
 static ewv_t v_entr(ewv_t a, ewv_t b) { return ewv_entr(a); }
+static ewv_t v_pow_r(ewv_t a, ewv_t b) { return ewv_pow(b, a); }
 static ewv_t v_fmod_r(ewv_t a, ewv_t b) { return ewv_fmod(b, a); }
 static ewv_t v_remainder_r(ewv_t a, ewv_t b) { return ewv_remainder(b, a); }
 static ewv_t v_div_floor_r(ewv_t a, ewv_t b) { return ewv_div_floor(b, a); }
@@ -391,6 +394,8 @@ static void test_simd_bits(void) {
              {"logaddexp2 (b swept)", s_logaddexp2, ewv_logaddexp2, true},
              {"logaddexp2 (a swept)", s_logaddexp2_r, v_logaddexp2_r, true},
              {"entr", s_entr, v_entr, false},
+             {"pow (exponent swept)", s_pow, ewv_pow, true},
+             {"pow (base swept)", s_pow_r, v_pow_r, true},
              {"fmod (b swept)", s_fmod, ewv_fmod, true},
              {"fmod (a swept)", s_fmod_r, v_fmod_r, true},
              {"remainder (b swept)", s_remainder, ewv_remainder, true},
@@ -634,6 +639,21 @@ int main(void) {
   printf("erfcf: max %.3f ulp at %.9g\n", e, (double)w);
   CHECK(e <= 1.0);
   test_gelu_tables();
+  { /* tpurt_vm_powf against double pow: rounded correctly but where exp's error straddles a boundary */
+    double worst = 0;
+    float wx = 0, wy = 0;
+    for (int i = 0; i < 2000000; ++i) {
+      const float x = (float)(i % 3 ? test_rand_unit() * 4 : exp2(test_rand_unit() * 200 - 100));
+      const float y = (float)((test_rand_unit() * 2 - 1) * (i % 2 ? 4 : 40));
+      const double e = ulp_err(tpurt_vm_powf(x, y), pow((double)x, (double)y));
+      if (e > worst) { worst = e; wx = x; wy = y; }
+    }
+    printf("powf: max %.4f ulp at (%.9g, %.9g)\n", worst, (double)wx, (double)wy);
+    CHECK(worst <= 0.5001);
+    CHECK(tpurt_vm_powf(2.0f, 3.0f) == 8.0f && tpurt_vm_powf(4.0f, 0.5f) == 2.0f && tpurt_vm_powf(10.0f, -1.0f) == 0.1f);
+    CHECK(tpurt_vm_powf(10.0f, 39.0f) == INFINITY && tpurt_vm_powf(10.0f, -46.0f) == 0.0f && tpurt_vm_powf(1.0f, NAN) == 1.0f);
+    CHECK(tpurt_vm_powf(-2.0f, 3.0f) == -8.0f && isnan(tpurt_vm_powf(-2.0f, 0.5f)) && tpurt_vm_powf(0.0f, -1.0f) == INFINITY);
+  }
 
   /* exact specials: saturation, signed zero, NaN */
   CHECK(tpurt_vm_tanhf(INFINITY) == 1.0f && tpurt_vm_tanhf(-INFINITY) == -1.0f);

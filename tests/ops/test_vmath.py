@@ -254,3 +254,26 @@ def test_fmod_family(name, dtype):
         at, bt = a.to("tpu"), b.to("tpu")
         torch.testing.assert_close(fn(at, bt).cpu(), fn(at.float(), bt.float()).bfloat16().cpu(),
                                    rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_pow_general(dtype):
+    """pow with a tensor exponent and with scalar exponents other than the specialized ones (float32:
+    exp(y log x) in double lanes, glibc's powf for x <= 0 and the specials): against float64's pow
+    rounded (16-bit floats: against PyTorch CPU), over bases of every magnitude, negative bases with integral exponents, every pair of
+    specials, and overflow / underflow."""
+    g = torch.Generator().manual_seed(7)
+    n = 20000
+    x = torch.cat([torch.rand(n, generator=g) * 4, torch.exp2(torch.rand(n, generator=g) * 200 - 100),
+                   -torch.rand(n, generator=g) * 3, torch.tensor(SPECIALS)])
+    y = torch.cat([(torch.rand(n, generator=g) * 2 - 1) * 8, (torch.rand(n, generator=g) * 2 - 1) * 3,
+                   torch.randint(-5, 6, (n,), generator=g).float(), torch.tensor(SPECIALS).flip(0)])
+    sp = torch.tensor(SPECIALS)
+    x, y = torch.cat([x, sp.repeat_interleave(len(sp))]).to(dtype), torch.cat([y, sp.repeat(len(sp))]).to(dtype)
+    wide = dtype in (torch.float32, torch.float64)  # 16-bit: PyTorch CPU's roundings are the reference
+    want = torch.pow(x.double(), y.double()).to(dtype) if wide else torch.pow(x, y)
+    torch.testing.assert_close(torch.pow(x.to("tpu"), y.to("tpu")).cpu(), want, equal_nan=True, **TOL[dtype])
+    for e in (2.5, -1.7, 0.3, 7.0):  # float32 takes the exponent rounded to float32, as on CPU
+        ed = torch.tensor(e, dtype=dtype).item()
+        want = torch.pow(x.double(), ed).to(dtype) if wide else torch.pow(x, e)
+        torch.testing.assert_close(torch.pow(x.to("tpu"), e).cpu(), want, equal_nan=True, **TOL[dtype])

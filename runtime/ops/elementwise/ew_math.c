@@ -310,7 +310,24 @@ static tpurt_status_t setup_pow(const tpurt_op_call_t* c, ew_params_t* p) {
             (tpurt_arg_is(c, 1, TPURT_ARG_INT) || tpurt_arg_is(c, 1, TPURT_ARG_DOUBLE));
   return TPURT_OK;
 }
-EW_L2(pow_gen_f32, float, pow(a, b))
+/* float32 (and the 16-bit floats through it): tpurt_vm_powf, exp(y log x) in double */
+#define EW_POWF(x, y) (sizeof(T) == 4 ? (T)tpurt_vm_powf((float)(x), (float)(y)) : pow(x, y))
+EW_L2(pow_gen_f32, float, EW_POWF(a, b))
+/* float32 pow's contiguous runs (x contiguous, the exponent contiguous or one broadcast value) on
+ * vectors (ewv_pow: tpurt_vm_powf's bits); returns how many it did */
+static int64_t pow_f32_vec(char** d, const int64_t* s, int64_t n) {
+  int64_t i = 0;
+#if EWV_W
+  if (s[0] == 4 && s[1] == 4 && (s[2] == 4 || s[2] == 0)) {
+    float* o = (float*)d[0];
+    const float *x = (const float*)d[1], *y = (const float*)d[2];
+    for (; i + EWV_W <= n; i += EWV_W) ewv_store(o + i, ewv_pow(ewv_load(x + i), s[2] ? ewv_load(y + i) : ewv_set1(*y)));
+  }
+#else
+  (void)d, (void)s, (void)n;
+#endif
+  return i;
+}
 EW_L2(pow_gen_f64, double, pow(a, b))
 #define EW_POW_APPLY(EXPR)                                                                       \
   do {                                                                                           \
@@ -341,7 +358,10 @@ EW_L2(pow_gen_f64, double, pow(a, b))
       if (e_ == -1) EW_POW_APPLY(1 / a);                                                         \
       if (e_ == -2) EW_POW_APPLY(1 / (a * a));                                                   \
     }                                                                                            \
-    GEN(d_, s_, n_, u_);                                                                         \
+    const int64_t v_ = sizeof(T) == 4 ? pow_f32_vec(d_, s_, n_) : 0;                             \
+    if (v_ == n_) return;                                                                        \
+    char* r_[3] = {d_[0] + v_ * s_[0], d_[1] + v_ * s_[1], d_[2] + v_ * s_[2]};                  \
+    GEN(r_, s_, n_ - v_, u_);                                                                    \
   }
 EW_POW_LOOP(pow_f32, float, pow_gen_f32)
 EW_POW_LOOP(pow_f64, double, pow_gen_f64)
@@ -352,8 +372,8 @@ EW_DEF_REF(pow, 2, pow(a, b), IPOW)
  * Scalar exponent, which every loop sees as a broadcast (stride 0), so the branch is the loops'. */
 #define EW_POW_EXPR                                                                                \
   (p.i[0] ? (b == 2 ? a * a : b == 3 ? a * a * a : b == (T)0.5 ? sqrt(a) : b == (T)-0.5 ? 1 / sqrt(a) \
-             : b == -1 ? 1 / a : b == -2 ? 1 / (a * a) : pow(a, b))                                  \
-          : pow(a, b))
+             : b == -1 ? 1 / a : b == -2 ? 1 / (a * a) : EW_POWF(a, b))                              \
+          : EW_POWF(a, b))
 EW_EXPR(pow, EW_L2, EW_POW_EXPR)
 static const ew_op_t pow_desc = {"pow", 2, 1, {0, 1}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_pow, pow_loops,
                                  pow_ref, 0, &pow_expr};

@@ -437,6 +437,21 @@ static inline ewv_t ewv_patch(ewv_t r, ewv_t x, ewm_t m, float (*f)(float)) {
   return ewv_load(rs);
 }
 
+/* r with the lanes not in ok replaced by f(a, b) (the scalar cases of a binary vector form) */
+static inline ewv_t ewv_patch2(ewv_t r, ewv_t a, ewv_t b, ewm_t ok, float (*f)(float, float)) {
+  unsigned bad = ~ewm_bits(ok) & ((1u << EWV_W) - 1);
+  if (__builtin_expect(bad == 0, 1)) return r;
+  float as[EWV_W], bs[EWV_W], rs[EWV_W];
+  ewv_store(as, a);
+  ewv_store(bs, b);
+  ewv_store(rs, r);
+  for (; bad; bad &= bad - 1) {
+    const int i = __builtin_ctz(bad);
+    rs[i] = f(as[i], bs[i]);
+  }
+  return ewv_load(rs);
+}
+
 /* fmod(a, b) of floats exactly, so glibc's fmodf bits. In double, q = trunc(|a| / |b|) is within one
  * of the true quotient while |a| < 2^52 |b|, and |a| - q |b| is then exact (a multiple of b's ulp,
  * under 2 |b|): one correction, then a's sign (fmod(-4, 2) = -0). Other lanes (a larger quotient,
@@ -455,17 +470,7 @@ static inline ewv_t ewv_fmod(ewv_t a, ewv_t b) {
   const ewv_t r = ewv_copysign(ewd_join(ewd_fmod_abs(alo, blo), ewd_fmod_abs(ahi, bhi)), a);
   const ewm_t ok = ewm_and(ewm_and(ewv_gt(ab, EWV_C(0.0f)), ewv_lt(ab, EWV_C(INFINITY))),
                            ewv_lt(aa, ewv_mul(ab, EWV_C(0x1p52f))));
-  unsigned bad = ~ewm_bits(ok) & ((1u << EWV_W) - 1);
-  if (__builtin_expect(bad == 0, 1)) return r;
-  float as[EWV_W], bs[EWV_W], rs[EWV_W];
-  ewv_store(as, a);
-  ewv_store(bs, b);
-  ewv_store(rs, r);
-  for (; bad; bad &= bad - 1) {
-    const int i = __builtin_ctz(bad);
-    rs[i] = ewv_fmodf_(as[i], bs[i]);
-  }
-  return ewv_load(rs);
+  return ewv_patch2(r, a, b, ok, ewv_fmodf_);
 }
 /* ew_math.c's FREM (Python's %): m = fmod(a, b); m != 0 and of the other sign than b: m + b */
 static inline ewv_t ewv_remainder(ewv_t a, ewv_t b) {
@@ -663,6 +668,22 @@ static inline ewd_t ewd_logd(ewd_t v) {
   const ewd_t r = ewd_mul(ewd_horner(tpurt_vm_log_c, TPURT_VM_LEN(tpurt_vm_log_c), z), z);
   const ewd_t lo = ewd_add(ewd_mul(s, ewd_add(hfsq, r)), ewd_mul(k, ewd_set1(1.90821492927058770002e-10)));
   return ewd_add(ewd_mul(k, ewd_set1(6.93147180369123816490e-01)), ewd_sub(f, ewd_sub(hfsq, lo)));
+}
+/* tpurt_vm_powf */
+static float ewv_powf_(float x, float y) { return powf(x, y); }
+static inline ewd_t ewd_pow_pos(ewd_t x, ewd_t y) {
+  ewd_t t = ewd_mul(y, ewd_logd(x));
+  t = ewd_sel(ewd_lt(t, ewd_set1(-110.0)), ewd_set1(-110.0), ewd_sel(ewd_lt(ewd_set1(100.0), t), ewd_set1(100.0), t));
+  return ewd_exp(t);
+}
+static inline ewv_t ewv_pow(ewv_t a, ewv_t b) {
+  const ewm_t ok = ewm_and(ewm_and(ewv_gt(a, EWV_C(0.0f)), ewv_lt(a, EWV_C(INFINITY))),
+                           ewv_lt(ewv_abs(b), EWV_C(INFINITY)));
+  const ewv_t as = ewv_sel(ok, a, EWV_C(1.0f)), bs = ewv_sel(ok, b, EWV_C(0.0f)); /* other lanes: powf */
+  ewd_t alo, ahi, blo, bhi;
+  ewd_split(as, &alo, &ahi);
+  ewd_split(bs, &blo, &bhi);
+  return ewv_patch2(ewd_join(ewd_pow_pos(alo, blo), ewd_pow_pos(ahi, bhi)), a, b, ok, ewv_powf_);
 }
 /* tpurt_vm_sin_taylor, tpurt_vm_sincospi */
 static inline ewd_t ewd_sin_taylor(ewd_t r) {

@@ -529,6 +529,18 @@ static inline double tpurt_vm_logd(double v) {
   return k * 6.93147180369123816490e-01 + (f - (hfsq - (s * (hfsq + r) + k * 1.90821492927058770002e-10)));
 }
 
+/* powf where x > 0 is finite and y finite: exp(y log x) in double (tpurt_vm_logd, tpurt_vm_expd, the
+ * product clamped to [-110, 100], past float's range both ways), rounded once to float: off the
+ * correctly rounded float only where exp's 1e-14 relative error straddles a rounding boundary;
+ * glibc's powf everywhere else (x <= 0, infinities, NaN: its special cases). The vector form
+ * (ew_simd.h, ewv_pow) computes the same bits. */
+static inline float tpurt_vm_powf(float x, float y) {
+  if (!(x > 0.0f && x < INFINITY && fabsf(y) < INFINITY)) return powf(x, y);
+  double t = (double)y * tpurt_vm_logd((double)x);
+  t = t < -110.0 ? -110.0 : (t > 100.0 ? 100.0 : t);
+  return (float)tpurt_vm_expd(t);
+}
+
 /* sin(r) by Taylor to r^17 for |r| <= pi/4 (5e-17, where tpurt_vm_sin_poly, the trigonometric
  * functions' minimax fit, stops at 7e-14: the reflections of lgamma and digamma subtract nearly equal
  * values near their negative zeros), and sin(pi a), cos(pi a) for a in [0, 1/2] from it and
