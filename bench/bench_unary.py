@@ -1,4 +1,5 @@
-"""Elementwise math ops (issue 16) on tpu (Strict) beside PyTorch CPU, in the same run.
+"""Elementwise math ops (issue 16), unary and binary (atan2, xlogy, fmod, pow, ...), on tpu (Strict)
+beside PyTorch CPU, in the same run.
 
 Each row is one op on one dtype and size: the best of `--runs` rounds, each round the mean of
 `--loop` calls (tpu calls end with torch.tpu.synchronize()); tpu and CPU rounds alternate so a
@@ -52,15 +53,48 @@ OPS = {
     "erfc": (torch.erfc, lambda r: r * 3),
     "atan2": (lambda x: torch.atan2(x[0], x[1]), None),
     "sinc": (torch.sinc, lambda r: r * 4),
+    "entr": (torch.special.entr, lambda r: r.abs() * 3),
+    "mish": (torch.nn.functional.mish, lambda r: r * 3),
+    "softplus": (torch.nn.functional.softplus, lambda r: r * 3),
+    "logsigmoid": (torch.nn.functional.logsigmoid, lambda r: r * 3),
+    "relu": (torch.relu, lambda r: r),
+    "neg": (torch.neg, lambda r: r),
+    "pow2.5": (lambda x: torch.pow(x, 2.5), lambda r: r.abs() * 3),
+    "i1": (torch.special.i1, lambda r: r * 5),
+    "i1e": (torch.special.i1e, lambda r: r * 5),
+    # binary: inputs from BINARY below
+    "xlogy": (lambda x: torch.xlogy(x[0], x[1]), None),
+    "logaddexp": (lambda x: torch.logaddexp(x[0], x[1]), None),
+    "maximum": (lambda x: torch.maximum(x[0], x[1]), None),
+    "fmod": (lambda x: torch.fmod(x[0], x[1]), None),
+    "remainder": (lambda x: torch.remainder(x[0], x[1]), None),
+    "floor_divide": (lambda x: torch.floor_divide(x[0], x[1]), None),
+    "pow": (lambda x: torch.pow(x[0], x[1]), None),
+    "softplus_backward": (lambda x: torch.ops.aten.softplus_backward(x[0], x[1], 1.0, 20.0), None),
+    "sigmoid_backward": (lambda x: torch.ops.aten.sigmoid_backward(x[0], x[1]), None),
+}
+# binary ops' second operand from the first's normal draw r2: (a maker, b maker)
+BINARY = {
+    "atan2": (lambda r: r, lambda r: r),
+    "xlogy": (lambda r: r, lambda r: r.abs() * 3),
+    "logaddexp": (lambda r: r * 3, lambda r: r * 3),
+    "maximum": (lambda r: r, lambda r: r),
+    "fmod": (lambda r: r * 100, lambda r: r.abs() * 3 + 0.1),
+    "remainder": (lambda r: r * 100, lambda r: r * 3),
+    "floor_divide": (lambda r: r * 100, lambda r: r * 3),
+    "pow": (lambda r: r.abs() * 3, lambda r: r * 2),
+    "softplus_backward": (lambda r: r, lambda r: r * 3),
+    "sigmoid_backward": (lambda r: r, lambda r: r.sigmoid()),
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def _input(name, n, dtype, device):
     g = torch.Generator().manual_seed(0)
-    if name == "atan2":
-        a = torch.randn(n, generator=g).to(dtype)
-        b = torch.randn(n, generator=g).to(dtype)
+    if name in BINARY:
+        fa, fb = BINARY[name]
+        a = fa(torch.randn(n, generator=g)).to(dtype)
+        b = fb(torch.randn(n, generator=g)).to(dtype)
         return (a.to(device), b.to(device))
     return OPS[name][1](torch.randn(n, generator=g)).to(dtype).to(device)
 
