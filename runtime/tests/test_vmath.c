@@ -262,6 +262,19 @@ static float s_div_floor(float a, float b) {
   }
   return r;
 }
+static float s_hypot(float a, float b) { return hypotf(a, b); }
+static float s_hypot_r(float a, float b) { return hypotf(b, a); }
+static float s_copysign(float a, float b) { return copysignf(a, b); }
+static float s_hsig(float a) {
+  float v = a + 3;
+  v = v < 0 ? 0.0f : v;
+  v = 6 < v ? 6.0f : v;
+  return v / 6;
+}
+static float s_hardsigmoid(float a, float b) { return s_hsig(a); }
+static float s_hardswish(float a, float b) { return a * s_hsig(a); }
+static float s_hardsigmoid_bw(float a, float b) { return (b > -3 && b < 3) ? a / 6 : 0.0f; }
+static float s_hardswish_bw(float a, float b) { return b <= -3 ? 0.0f : (b >= 3 ? a : a * (b / 3 + 0.5f)); }
 static float s_pow(float a, float b) { return tpurt_vm_powf(a, b); }
 static float s_pow_r(float a, float b) { return tpurt_vm_powf(b, a); }
 static float s_fmod_r(float a, float b) { return s_fmod(b, a); }
@@ -318,6 +331,9 @@ static ewv_t v_sigmoid(ewv_t a, ewv_t b) { return ewv_sigmoid(a); }
 static ewv_t v_silu(ewv_t a, ewv_t b) { return ewv_silu(a); }
 static ewv_t v_gelu_erf(ewv_t a, ewv_t b) { return ewv_gelu_erf(a); }
 static ewv_t v_entr(ewv_t a, ewv_t b) { return ewv_entr(a); }
+static ewv_t v_hypot_r(ewv_t a, ewv_t b) { return ewv_hypot(b, a); }
+static ewv_t v_hardsigmoid(ewv_t a, ewv_t b) { return ewv_hardsigmoid(a); }
+static ewv_t v_hardswish(ewv_t a, ewv_t b) { return ewv_mul(a, ewv_hardsigmoid(a)); }
 static ewv_t v_pow_r(ewv_t a, ewv_t b) { return ewv_pow(b, a); }
 static ewv_t v_fmod_r(ewv_t a, ewv_t b) { return ewv_fmod(b, a); }
 static ewv_t v_remainder_r(ewv_t a, ewv_t b) { return ewv_remainder(b, a); }
@@ -394,6 +410,13 @@ static void test_simd_bits(void) {
              {"logaddexp2 (b swept)", s_logaddexp2, ewv_logaddexp2, true},
              {"logaddexp2 (a swept)", s_logaddexp2_r, v_logaddexp2_r, true},
              {"entr", s_entr, v_entr, false},
+             {"hypot (b swept)", s_hypot, ewv_hypot, true},
+             {"hypot (a swept)", s_hypot_r, v_hypot_r, true},
+             {"copysign", s_copysign, ewv_copysign, true},
+             {"hardsigmoid", s_hardsigmoid, v_hardsigmoid, false},
+             {"hardswish", s_hardswish, v_hardswish, false},
+             {"hardsigmoid_backward", s_hardsigmoid_bw, ewv_hardsigmoid_bw, true},
+             {"hardswish_backward", s_hardswish_bw, ewv_hardswish_bw, true},
              {"pow (exponent swept)", s_pow, ewv_pow, true},
              {"pow (base swept)", s_pow_r, v_pow_r, true},
              {"fmod (b swept)", s_fmod, ewv_fmod, true},

@@ -215,20 +215,26 @@ BF16_DIRECT = {
     "sigmoid_backward": lambda x: torch.ops.aten.sigmoid_backward(x, x.flip(0)),
     "tanh_backward": lambda x: torch.ops.aten.tanh_backward(x, x.flip(0)),
     "threshold_backward": lambda x: torch.ops.aten.threshold_backward(x, x.flip(0), 0.25),
+    "hypot": lambda x: torch.hypot(x, x.flip(0)), "copysign": lambda x: torch.copysign(x, x.flip(0)),
+    "hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish,
+    "hardsigmoid_backward": lambda x: torch.ops.aten.hardsigmoid_backward(x, x.flip(0)),
+    "hardswish_backward": lambda x: torch.ops.aten.hardswish_backward(x, x.flip(0)),
+    "leaky_relu_backward": lambda x: torch.ops.aten.leaky_relu_backward(x, x.flip(0), 0.2, False),
 }
 
 
 @pytest.mark.parametrize("name", list(BF16_DIRECT))
 def test_bf16_direct_loops(name):
     """Contiguous bfloat16 operands run these ops in one loop (widen, compute, round: ew_math.c's
-    EW_OP_FIV / EW_OP_FV), which must give float32's result rounded once, specials included, and
+    EW_OP_FIV / EW_OP_FV / EW_OP_FVP), which must give float32's result rounded once, specials included, and
     what PyTorch CPU gives; strided operands take the cast path, the same values."""
     fn = BF16_DIRECT[name]
     x = values(torch.bfloat16)
     xt = x.to("tpu")
     got = fn(xt).cpu()
     torch.testing.assert_close(got, fn(xt.float()).bfloat16().cpu(), rtol=0, atol=0, equal_nan=True)
-    torch.testing.assert_close(got, fn(x), equal_nan=True, **TOL[torch.bfloat16])
+    # PyTorch CPU computing in float32, rounded
+    torch.testing.assert_close(got, fn(x.float()).bfloat16(), equal_nan=True, **TOL[torch.bfloat16])
     torch.testing.assert_close(fn(xt[::2]).cpu(), fn(xt.float()[::2]).bfloat16().cpu(), rtol=0, atol=0, equal_nan=True)
 
 

@@ -378,8 +378,8 @@ EW_EXPR(pow, EW_L2, EW_POW_EXPR)
 static const ew_op_t pow_desc = {"pow", 2, 1, {0, 1}, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_pow, pow_loops,
                                  pow_ref, 0, &pow_expr};
 EW_OP_FV(atan2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), EW_ATAN2(a, b), ewv_atan2(va, vb))
-EW_OP_F(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), hypot(a, b))
-EW_OP_F(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b))
+EW_OP_FV(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), hypot(a, b), ewv_hypot(va, vb))
+EW_OP_FV(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b), ewv_copysign(va, vb))
 EW_OP_F(nextafter, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_M(FLOAT32) | EW_M(FLOAT64), NULL, EW_IN(0, 1),
         nextafter(a, b))
 EW_OP_FV(xlogy, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
@@ -575,8 +575,9 @@ EW_OP_FV(silu, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a
 EW_OP_FV(mish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * EW_VM(tanh, EW_VM(log1p, EW_EXP(a))),
          ewv_mish(va))
 #define HSIG(x) ({ T v_ = (x) + 3; v_ = v_ < 0 ? (T)0 : v_; v_ = 6 < v_ ? (T)6 : v_; v_ / 6; })
-EW_OP_F(hardsigmoid, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), HSIG(a))
-EW_OP_F(hardswish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * HSIG(a))
+EW_OP_FV(hardsigmoid, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), HSIG(a), ewv_hardsigmoid(va))
+EW_OP_FV(hardswish, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), a * HSIG(a),
+         ewv_mul(va, ewv_hardsigmoid(va)))
 static tpurt_status_t setup_elu(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 1.0); /* alpha */
   ew_param_arg(p, 1, c, 2, 1.0); /* scale */
@@ -671,9 +672,11 @@ EW_OP_F_ASV(gelu_backward_tanh, "gelu_backward", 2, EW_L2, EW_P_COMMON, EW_O_COM
 static const ew_op_t* gelu_backward_pick(const tpurt_op_call_t* c) {
   return gelu_is_tanh(c, 2) ? &gelu_backward_tanh_desc : &gelu_backward_erf_desc;
 }
-EW_BW(hardsigmoid_backward, EW_FLOATS, NULL, (b > -3 && b < 3) ? a / 6 : (T)0)
+EW_OP_FV(hardsigmoid_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+         (b > -3 && b < 3) ? a / 6 : (T)0, ewv_hardsigmoid_bw(va, vb))
 /* PyTorch's vectorized kernel (most elements) passes grad through at x >= 3 */
-EW_BW(hardswish_backward, EW_FLOATS, NULL, b < -3 ? (T)0 : (b < 3 ? a * (b / 3 + (T)0.5) : a))
+EW_OP_FV(hardswish_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
+         b <= -3 ? (T)0 : (b >= 3 ? a : a * (b / 3 + (T)0.5)), ewv_hardswish_bw(va, vb))
 /* NaN handling follows PyTorch CPU's vectorized kernels: their masks are written as "inside the
  * open interval", so a NaN input gives a zero gradient here and in the shrink backwards, and
  * elu_backward's blend picks the negative branch (NaN). CPU's scalar tail (the elements after the
@@ -681,7 +684,8 @@ EW_BW(hardswish_backward, EW_FLOATS, NULL, b < -3 ? (T)0 : (b < 3 ? a * (b / 3 +
  * other way; we do not reproduce that: every element gets the one rule, in every eager mode. */
 EW_OP_FI(hardtanh_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_arg23, EW_IN(0, 1),
          (b > (T)p.d[0] && b < (T)p.d[1]) ? a : (T)0, (b > (T)p.i[0] && b < (T)p.i[1]) ? a : (T)0)
-EW_BW(leaky_relu_backward, EW_FLOATS, setup_arg2, b > 0 ? a : a * (T)p.d[0])
+EW_OP_FVP(leaky_relu_backward, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_arg2, EW_IN(0, 1),
+          b > 0 ? a : a * (T)p.d[0], ewv_sel(ewv_gt(vb, EWV_C(0.0f)), va, ewv_mul(va, EWV_C(EW_VP(0)))))
 static tpurt_status_t setup_elu_bw(const tpurt_op_call_t* c, ew_params_t* p) {
   ew_param_arg(p, 0, c, 1, 1.0);
   ew_param_arg(p, 1, c, 2, 1.0);

@@ -452,6 +452,17 @@ static inline ewv_t ewv_patch2(ewv_t r, ewv_t a, ewv_t b, ewm_t ok, float (*f)(f
   return ewv_load(rs);
 }
 
+/* hypotf: glibc's sqrt((double) a * a + (double) b * b) rounded to float for finite a, b (the
+ * squares are exact in double, so an fma gives the same sum); hypotf itself at infinities and NaN */
+static float ewv_hypotf_(float a, float b) { return hypotf(a, b); }
+static inline ewd_t ewd_hypot(ewd_t a, ewd_t b) { return ewd_sqrt(ewd_fma(a, a, ewd_mul(b, b))); }
+static inline ewv_t ewv_hypot(ewv_t a, ewv_t b) {
+  ewd_t alo, ahi, blo, bhi;
+  ewd_split(a, &alo, &ahi);
+  ewd_split(b, &blo, &bhi);
+  const ewm_t ok = ewm_and(ewv_lt(ewv_abs(a), EWV_C(INFINITY)), ewv_lt(ewv_abs(b), EWV_C(INFINITY)));
+  return ewv_patch2(ewd_join(ewd_hypot(alo, blo), ewd_hypot(ahi, bhi)), a, b, ok, ewv_hypotf_);
+}
 /* fmod(a, b) of floats exactly, so glibc's fmodf bits. In double, q = trunc(|a| / |b|) is within one
  * of the true quotient while |a| < 2^52 |b|, and |a| - q |b| is then exact (a multiple of b's ulp,
  * under 2 |b|): one correction, then a's sign (fmod(-4, 2) = -0). Other lanes (a larger quotient,
@@ -929,6 +940,23 @@ static inline ewv_t ewv_minn(ewv_t a, ewv_t b) {
 static inline ewv_t ewv_clamp(ewv_t a, float lo, float hi) {
   const ewv_t v = ewv_sel(ewv_lt(a, EWV_C(lo)), EWV_C(lo), a);
   return ewv_sel(ewv_lt(EWV_C(hi), v), EWV_C(hi), v);
+}
+/* ew_math.c's HSIG: v = a + 3 clamped to [0, 6] (v < 0, then 6 < v), over 6 */
+static inline ewv_t ewv_hardsigmoid(ewv_t a) {
+  ewv_t v = ewv_add(a, EWV_C(3.0f));
+  v = ewv_sel(ewv_lt(v, EWV_C(0.0f)), EWV_C(0.0f), v);
+  v = ewv_sel(ewv_lt(EWV_C(6.0f), v), EWV_C(6.0f), v);
+  return ewv_div(v, EWV_C(6.0f));
+}
+/* hardsigmoid_backward: (b > -3 && b < 3) ? a / 6 : 0 */
+static inline ewv_t ewv_hardsigmoid_bw(ewv_t a, ewv_t b) {
+  return ewv_sel(ewm_and(ewv_gt(b, EWV_C(-3.0f)), ewv_lt(b, EWV_C(3.0f))), ewv_div(a, EWV_C(6.0f)), EWV_C(0.0f));
+}
+/* hardswish_backward: b <= -3 ? 0 : (b >= 3 ? a : a * (b / 3 + 0.5)), as PyTorch CPU's vector loop
+ * selects (0 at -3, a at 3, NaN at a NaN b) */
+static inline ewv_t ewv_hardswish_bw(ewv_t a, ewv_t b) {
+  const ewv_t mid = ewv_mul(a, ewv_add(ewv_div(b, EWV_C(3.0f)), EWV_C(0.5f)));
+  return ewv_sel(ewv_ge(EWV_C(-3.0f), b), EWV_C(0.0f), ewv_sel(ewv_ge(b, EWV_C(3.0f)), a, mid));
 }
 /* mish: a * tanh(log1p(exp(a))) */
 static inline ewv_t ewv_mish(ewv_t a) { return ewv_mul(a, ewv_tanh(ewv_log1p(ewv_exp(a)))); }
