@@ -283,3 +283,30 @@ def test_pow_general(dtype):
         ed = torch.tensor(e, dtype=dtype).item()
         want = torch.pow(x.double(), ed).to(dtype) if wide else torch.pow(x, e)
         torch.testing.assert_close(torch.pow(x.to("tpu"), e).cpu(), want, equal_nan=True, **TOL[dtype])
+
+
+BF16_SCALAR = {
+    "add": lambda x: x + 0.3, "rsub": lambda x: 0.3 - x, "mul": lambda x: x * 3.1, "div": lambda x: x / 3.1,
+    "rdiv": lambda x: 2.5 / x, "maximum": lambda x: torch.maximum(x, torch.tensor(0.25, dtype=x.dtype, device=x.device)),
+    "minimum_left": lambda x: torch.minimum(torch.tensor(0.25, dtype=x.dtype, device=x.device), x),
+    "fmod": lambda x: torch.fmod(x, 1.5), "remainder": lambda x: x % -2.0, "atan2": lambda x: torch.atan2(x, torch.tensor(0.5, dtype=x.dtype, device=x.device)),
+    "hypot": lambda x: torch.hypot(x, torch.tensor(3.0, dtype=x.dtype, device=x.device)),
+    "xlogy": lambda x: torch.xlogy(2.0, x.abs()), "copysign": lambda x: torch.copysign(x, -1.0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("name", list(BF16_SCALAR))
+def test_vector_loops_with_a_scalar(name, dtype):
+    """Ops with a scalar operand (either side) run the vector loops with the scalar read once (bf16:
+    the one-pass loop, the scalar as float32 since elementwise.c converts broadcast scalars first):
+    the same values as the generic path a strided operand takes, any length (the loops' tails), and
+    PyTorch CPU's within the dtype's tolerance."""
+    fn = BF16_SCALAR[name]
+    x = values(dtype)
+    x = x[x.abs() < 1e30][:40001]  # an odd length: the vector loops' tail
+    xt = x.to("tpu")
+    got = fn(xt).cpu()
+    strided = fn(torch.stack([xt, xt], 1)[:, 0]).cpu()
+    torch.testing.assert_close(got, strided, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got, fn(x), equal_nan=True, **TOL[dtype])  # (bf16 x + 0.3: 0.3 as bf16)

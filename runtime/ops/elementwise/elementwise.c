@@ -212,6 +212,7 @@ typedef struct ew_iter_t {
   char* data[TPURT_EW_MAX_OPERANDS];
   tpurt_dtype_t dtypes[TPURT_EW_MAX_OPERANDS];          /* as stored */
   bool cast[TPURT_EW_MAX_OPERANDS];
+  bool bcast[TPURT_EW_MAX_OPERANDS]; /* an input broadcast everywhere (a scalar), in its loop dtype */
   bool any_cast;
   bool bf16_direct;                                     /* cfg->loop_bf16 runs contiguous runs */
   bool stream;                                          /* output 0 written with streaming stores */
@@ -296,6 +297,7 @@ static tpurt_status_t ew_iter_init(ew_iter_t* it, const tpurt_ew_config_t* cfg, 
         t->dtype >= TPURT_DTYPE_COUNT)
       return TPURT_STATUS(INVALID_ARGUMENT, "%s: bad dtype for operand %d", cfg->op, k);
     it->cast[k] = t->dtype != cfg->loop_dtypes[k];
+    it->bcast[k] = false;
   }
   if (numel == 0) return TPURT_OK;
   /* Inputs broadcast everywhere (scalars): cast once, here. */
@@ -310,12 +312,14 @@ static tpurt_status_t ew_iter_init(ew_iter_t* it, const tpurt_ew_config_t* cfg, 
     }
     if (all0)
       for (int d = 0; d < nd; ++d) strides[k][d] = 0;
+    it->bcast[k] = all0 && !it->cast[k];
   }
   for (int k = 0; k < it->nops; ++k) it->any_cast = it->any_cast || it->cast[k];
+  /* the one-pass bf16 loop reads bf16 operands and float32 scalars (x * 0.5, clamp_min(x, 0)) */
   it->bf16_direct = cfg->loop_bf16 != NULL;
   for (int k = 0; k < it->nops; ++k)
-    it->bf16_direct = it->bf16_direct && it->dtypes[k] == TPURT_DTYPE_BFLOAT16 &&
-                      cfg->loop_dtypes[k] == TPURT_DTYPE_FLOAT32;
+    it->bf16_direct = it->bf16_direct && cfg->loop_dtypes[k] == TPURT_DTYPE_FLOAT32 &&
+                      (it->dtypes[k] == TPURT_DTYPE_BFLOAT16 || (it->bcast[k] && it->dtypes[k] == TPURT_DTYPE_FLOAT32));
   /* Drop size-1 dims; order the rest innermost first. */
   int perm[TPURT_MAX_DIMS], n = 0;
   for (int d = nd - 1; d >= 0; --d)
@@ -424,7 +428,7 @@ static void ew_segment(const ew_iter_t* it, char** ptrs, int64_t len, int tid) {
   }
   if (it->bf16_direct) {
     bool contiguous = true;
-    for (int k = 0; k < it->nops; ++k) contiguous = contiguous && inner[k] == 2;
+    for (int k = 0; k < it->nops; ++k) contiguous = contiguous && (inner[k] == 2 || (it->bcast[k] && inner[k] == 0));
     if (contiguous) {
       cfg->loop_bf16(ptrs, inner, len, cfg->user);
       return;

@@ -42,26 +42,28 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
                      void* u) {
   if (i1 <= i0) return;
   char* dd[3];
-  for (int k = 0; k < nargs; ++k) dd[k] = d[k] + i0 * (int64_t)sizeof(float);
+  for (int k = 0; k < nargs; ++k) dd[k] = d[k] + i0 * s[k]; /* 4, or 0 for a scalar input */
   fn(dd, s, i1 - i0, u);
 }
 #define EW_VLOOP(name, N, VEXPR) EW_VLOOP_X(name, N, VEXPR, )
 /* ... with more loop table entries (the integer loops of an EW_OP_FI op) */
 #define EW_VLOOP_X(name, N, VEXPR, ...)                                                           \
   static void name##_f32v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                 \
-    if (s_[0] != 4 || s_[1] != 4 || (N > 1 && s_[N] != 4) || n_ < 4 * EWV_W) {                  \
+    if (s_[0] != 4 || (s_[1] != 4 && s_[1] != 0) || (s_[N] != 4 && s_[N] != 0) || n_ < 4 * EWV_W) { \
       name##_f32(d_, s_, n_, u_);                                                                \
       return;                                                                                    \
     }                                                                                            \
     float* o_ = (float*)d_[0];                                                                   \
     const float* x_ = (const float*)d_[1];                                                       \
     const float* y_ = (const float*)d_[N];                                                       \
+    const bool xb_ = s_[1] == 0, yb_ = s_[N] == 0; /* a scalar input: read once */               \
+    const ewv_t xv_ = ewv_set1(*x_), yv_ = ewv_set1(*y_);                                        \
     const bool st_ = EW_STREAM_ON(n_);                                                           \
     const int64_t h_ = st_ ? ew_stream_head(o_, sizeof(float), n_) : 0;                          \
     const int64_t e_ = h_ + (n_ - h_) / EWV_W * EWV_W;                                          \
     ewv_rest(name##_f32, d_, s_, N + 1, 0, h_, u_);                                              \
     for (int64_t i_ = h_; i_ < e_; i_ += EWV_W) {                                                \
-      const ewv_t va = ewv_load(x_ + i_), vb = ewv_load(y_ + i_);                                \
+      const ewv_t va = xb_ ? xv_ : ewv_load(x_ + i_), vb = yb_ ? yv_ : ewv_load(y_ + i_);        \
       (void)vb;                                                                                  \
       const ewv_t r_ = (VEXPR);                                                                  \
       if (st_) ewv_stream(o_ + i_, r_);                                                          \
@@ -90,16 +92,19 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
 #else
 #define EWV_STORE_BF16_X2(d, r0, r1) tpurt_hv_bf16x16_store_avx2(d, r0, r1)
 #endif
+/* An input of stride 0 is a float32 scalar (elementwise.c converts broadcast scalars once), read
+ * once: EW_BF16_IN picks it or the bf16 vector at i. */
+#define EW_BF16_IN(p, bc, vbc, i) ((bc) ? (vbc) : ewv_load_bf16((p) + (i)))
 #define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
   for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
     ewv_t r0_, r1_;                                                                              \
     {                                                                                            \
-      const ewv_t va = ewv_load_bf16(x_ + i_), vb = ewv_load_bf16(y_ + i_);                      \
+      const ewv_t va = EW_BF16_IN(x_, xb_, xv_, i_), vb = EW_BF16_IN(y_, yb_, yv_, i_);          \
       (void)vb;                                                                                  \
       r0_ = (VEXPR);                                                                             \
     }                                                                                            \
     {                                                                                            \
-      const ewv_t va = ewv_load_bf16(x_ + i_ + EWV_W), vb = ewv_load_bf16(y_ + i_ + EWV_W);      \
+      const ewv_t va = EW_BF16_IN(x_, xb_, xv_, i_ + EWV_W), vb = EW_BF16_IN(y_, yb_, yv_, i_ + EWV_W); \
       (void)vb;                                                                                  \
       r1_ = (VEXPR);                                                                             \
     }                                                                                            \
@@ -111,19 +116,26 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
     uint16_t* o_ = (uint16_t*)d_[0];                                                             \
     const uint16_t* x_ = (const uint16_t*)d_[1];                                                 \
     const uint16_t* y_ = (const uint16_t*)d_[N];                                                 \
+    const bool xb_ = s_[1] == 0, yb_ = s_[N] == 0;                                               \
+    const ewv_t xv_ = ewv_set1(xb_ ? *(const float*)d_[1] : 0.0f);                               \
+    const ewv_t yv_ = ewv_set1(yb_ ? *(const float*)d_[N] : 0.0f);                               \
     int64_t i_ = 0;                                                                              \
     PRE                                                                                          \
     EW_VLOOP_BF16_X2(VEXPR)                                                                      \
     for (; i_ + EWV_W <= n_; i_ += EWV_W) {                                                      \
-      const ewv_t va = ewv_load_bf16(x_ + i_), vb = ewv_load_bf16(y_ + i_);                      \
+      const ewv_t va = EW_BF16_IN(x_, xb_, xv_, i_), vb = EW_BF16_IN(y_, yb_, yv_, i_);          \
       (void)vb;                                                                                  \
       ewv_store_bf16(o_ + i_, (VEXPR));                                                          \
     }                                                                                            \
     if (i_ == n_) return;                                                                        \
     float t_[3][EWV_W];                                                                          \
-    const int64_t m_ = n_ - i_, fs_[3] = {4, 4, 4};                                              \
+    const int64_t m_ = n_ - i_;                                                                  \
+    int64_t fs_[3] = {4, 4, 4};                                                                  \
     char* td_[3] = {(char*)t_[0], (char*)t_[1], (char*)t_[2]};                                   \
-    for (int k_ = 1; k_ <= N; ++k_) tpurt_hv_bf16_to_f32((const uint16_t*)d_[k_] + i_, t_[k_], m_); \
+    for (int k_ = 1; k_ <= N; ++k_) {                                                            \
+      if (s_[k_] == 0) fs_[k_] = 0, td_[k_] = d_[k_]; /* the float32 scalar */                   \
+      else tpurt_hv_bf16_to_f32((const uint16_t*)d_[k_] + i_, t_[k_], m_);                       \
+    }                                                                                            \
     name##_f32(td_, fs_, m_, u_);                                                                \
     tpurt_hv_f32_to_bf16(t_[0], o_ + i_, m_);                                                    \
   }
