@@ -153,6 +153,29 @@ static long double i0e_series(long double x) {
   return sum * expl(-x);
 }
 
+typedef void (*vec_fn_t)(const double*, double*, int64_t);
+typedef double (*scalar_fn_t)(double);
+/* the vector loops (I_nu and e^-|x| I_nu) give the scalar functions' bits at every length (the vector
+ * tails), over random values of both signs and the specials */
+static void check_vec_bits(const char* name, vec_fn_t vec[2], scalar_fn_t one[2], const double* sp, int nsp) {
+  enum { N = 203 };
+  double x[N], y[N];
+  int bad = 0;
+  for (int r = 0; r < 200; ++r) {
+    for (int i = 0; i < N; ++i) x[i] = i % 17 == 5 ? sp[(r + i) % nsp] : (test_rand_unit() - 0.5) * (r % 3 ? 30.0 : 1500.0);
+    for (int scaled = 0; scaled < 2; ++scaled) {
+      const int n = N - r % 9;
+      vec[scaled](x, y, n);
+      for (int i = 0; i < n; ++i) {
+        const double want = one[scaled](x[i]);
+        if (memcmp(&want, &y[i], 8) != 0 && !(isnan(want) && isnan(y[i])))
+          if (bad++ < 3) printf("  %s%s(%a): %a, scalar %a\n", name, scaled ? "e" : "", x[i], y[i], want);
+      }
+    }
+  }
+  CHECK(bad == 0);
+}
+
 /* e^-x I1(x) likewise */
 static long double i1e_series(long double x) {
   long double q = x * x / 4, term = x / 2, sum = term;
@@ -187,24 +210,10 @@ static void test_i1(void) {
   CHECK(tpurt_sp_i1(713.9) < INFINITY && tpurt_sp_i1(714.0) == INFINITY && tpurt_sp_i1(-714.0) == -INFINITY);
   CHECK(isnan(tpurt_sp_i1(INFINITY)) && isnan(tpurt_sp_i1(-INFINITY)) && isnan(tpurt_sp_i1e(NAN)));
   CHECK(tpurt_sp_i1e(INFINITY) == 0.0 && tpurt_sp_i1e(-INFINITY) == 0.0 && tpurt_sp_i1(0.0) == 0.0);
-  enum { N = 203 };
-  double x[N], y[N];
-  int bad = 0;
   const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 8.0, -8.0, 7.999999999999999, 8.000000000000002,
                        713.9, 714.0, -714.0, 1e300, -1e-300};
-  for (int r = 0; r < 200; ++r) {
-    for (int i = 0; i < N; ++i) x[i] = i % 17 == 5 ? sp[(r + i) % 14] : (test_rand_unit() - 0.5) * (r % 3 ? 30.0 : 1500.0);
-    for (int scaled = 0; scaled < 2; ++scaled) {
-      const int n = N - r % 9;
-      (scaled ? tpurt_sp_i1e_vec : tpurt_sp_i1_vec)(x, y, n);
-      for (int i = 0; i < n; ++i) {
-        const double want = scaled ? tpurt_sp_i1e(x[i]) : tpurt_sp_i1(x[i]);
-        if (memcmp(&want, &y[i], 8) != 0 && !(isnan(want) && isnan(y[i])))
-          if (bad++ < 3) printf("  i1%s(%a): %a, scalar %a\n", scaled ? "e" : "", x[i], y[i], want);
-      }
-    }
-  }
-  CHECK(bad == 0);
+  check_vec_bits("i1", (vec_fn_t[2]){tpurt_sp_i1_vec, tpurt_sp_i1e_vec}, (scalar_fn_t[2]){tpurt_sp_i1, tpurt_sp_i1e}, sp,
+                 (int)(sizeof sp / sizeof sp[0]));
 }
 
 /* i0 / i0e (special_i0.c): Chebyshev expansions against the long-double series over [0, 700]
@@ -224,24 +233,10 @@ static void test_i0(void) {
   CHECK(worst_e < 2e-15 && worst < 2e-15);
   CHECK(tpurt_sp_i0(713.9) < INFINITY && tpurt_sp_i0(714.0) == INFINITY && isnan(tpurt_sp_i0(INFINITY)));
   CHECK(tpurt_sp_i0e(-INFINITY) == 0.0 && isnan(tpurt_sp_i0e(NAN)) && tpurt_sp_i0(0.0) == 1.0);
-  enum { N = 203 };
-  double x[N], y[N];
-  int bad = 0;
   const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 8.0, -8.0, 7.999999999999999, 8.000000000000002,
                        713.9, 714.0, 1e300, 1e-300, 720.0};
-  for (int r = 0; r < 200; ++r) {
-    for (int i = 0; i < N; ++i) x[i] = i % 17 == 5 ? sp[(r + i) % 14] : (test_rand_unit() - 0.5) * (r % 3 ? 30.0 : 1500.0);
-    for (int scaled = 0; scaled < 2; ++scaled) {
-      const int n = N - r % 9; /* vector tails */
-      (scaled ? tpurt_sp_i0e_vec : tpurt_sp_i0_vec)(x, y, n);
-      for (int i = 0; i < n; ++i) {
-        const double want = scaled ? tpurt_sp_i0e(x[i]) : tpurt_sp_i0(x[i]);
-        if (memcmp(&want, &y[i], 8) != 0 && !(isnan(want) && isnan(y[i])))
-          if (bad++ < 3) printf("  i0%s(%a): %a, scalar %a\n", scaled ? "e" : "", x[i], y[i], want);
-      }
-    }
-  }
-  CHECK(bad == 0);
+  check_vec_bits("i0", (vec_fn_t[2]){tpurt_sp_i0_vec, tpurt_sp_i0e_vec}, (scalar_fn_t[2]){tpurt_sp_i0, tpurt_sp_i0e}, sp,
+                 (int)(sizeof sp / sizeof sp[0]));
 }
 
 int main(void) {

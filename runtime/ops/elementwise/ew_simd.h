@@ -483,11 +483,14 @@ static inline ewv_t ewv_fmod(ewv_t a, ewv_t b) {
                            ewv_lt(aa, ewv_mul(ab, EWV_C(0x1p52f))));
   return ewv_patch2(r, a, b, ok, ewv_fmodf_);
 }
-/* ew_math.c's FREM (Python's %): m = fmod(a, b); m != 0 and of the other sign than b: m + b */
+/* m != 0 (NaN too) with a sign other than b's: where Python's % and // correct fmod's result */
+static inline ewm_t ewv_mod_fix(ewv_t m, ewv_t b) {
+  return ewm_and(ewv_ne(m, EWV_C(0.0f)), ewm_xor(ewv_lt(b, EWV_C(0.0f)), ewv_lt(m, EWV_C(0.0f))));
+}
+/* ew_math.c's FREM (Python's %): m = fmod(a, b), plus b where ewv_mod_fix */
 static inline ewv_t ewv_remainder(ewv_t a, ewv_t b) {
   const ewv_t m = ewv_fmod(a, b);
-  const ewm_t fix = ewm_and(ewv_ne(m, EWV_C(0.0f)), ewm_xor(ewv_lt(b, EWV_C(0.0f)), ewv_lt(m, EWV_C(0.0f))));
-  return ewv_sel(fix, ewv_add(m, b), m);
+  return ewv_sel(ewv_mod_fix(m, b), ewv_add(m, b), m);
 }
 /* ew_math.c's FDIV_FLOOR (//): b == 0: a / b; else dv = (a - fmod(a, b)) / b, less one where the
  * remainder's sign is not b's, rounded to the nearest integer below (floor, +1 past .5); 0 takes a / b's
@@ -495,8 +498,7 @@ static inline ewv_t ewv_remainder(ewv_t a, ewv_t b) {
 static inline ewv_t ewv_div_floor(ewv_t a, ewv_t b) {
   const ewv_t q = ewv_div(a, b), m = ewv_fmod(a, b);
   ewv_t dv = ewv_div(ewv_sub(a, m), b);
-  const ewm_t fix = ewm_and(ewv_ne(m, EWV_C(0.0f)), ewm_xor(ewv_lt(b, EWV_C(0.0f)), ewv_lt(m, EWV_C(0.0f))));
-  dv = ewv_sel(fix, ewv_sub(dv, EWV_C(1.0f)), dv);
+  dv = ewv_sel(ewv_mod_fix(m, b), ewv_sub(dv, EWV_C(1.0f)), dv);
   ewv_t r = ewv_floor(dv);
   r = ewv_sel(ewv_gt(ewv_sub(dv, r), EWV_C(0.5f)), ewv_add(r, EWV_C(1.0f)), r);
   r = ewv_sel(ewv_eq(dv, EWV_C(0.0f)), ewv_copysign(EWV_C(0.0f), q), r);
