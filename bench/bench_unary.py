@@ -1,5 +1,5 @@
-"""Elementwise math ops (issue 16), unary and binary (atan2, xlogy, fmod, pow, ...), on tpu (Strict)
-beside PyTorch CPU, in the same run.
+"""Elementwise math ops (issue 16): unary, binary (atan2, xlogy, fmod, pow, ...) and three-operand (clamp with
+two bounds, addcmul, addcdiv, lerp), on tpu (Strict) beside PyTorch CPU, in the same run.
 
 Each row is one op on one dtype and size: the best of `--runs` rounds, each round the mean of
 `--loop` calls (tpu calls end with torch.tpu.synchronize()); tpu and CPU rounds alternate so a
@@ -72,8 +72,16 @@ OPS = {
     "pow": (lambda x: torch.pow(x[0], x[1]), None),
     "softplus_backward": (lambda x: torch.ops.aten.softplus_backward(x[0], x[1], 1.0, 20.0), None),
     "sigmoid_backward": (lambda x: torch.ops.aten.sigmoid_backward(x[0], x[1]), None),
+    "clamp": (lambda x: torch.clamp(x, -1.0, 1.0), lambda r: r * 2),
+    "clamp_min": (lambda x: torch.clamp_min(x, 0.0), lambda r: r),
+    # three operands: inputs from BINARY below too
+    "clamp_t": (lambda x: torch.clamp(x[0], x[1], x[2]), None),
+    "addcmul": (lambda x: torch.addcmul(x[0], x[1], x[2], value=0.5), None),
+    "addcdiv": (lambda x: torch.addcdiv(x[0], x[1], x[2], value=0.5), None),
+    "lerp": (lambda x: torch.lerp(x[0], x[1], 0.3), None),
+    "lerp_t": (lambda x: torch.lerp(x[0], x[1], x[2]), None),
 }
-# binary ops' second operand from the first's normal draw r2: (a maker, b maker)
+# ops of two or three tensors: one maker per operand, each from a normal draw of its own
 BINARY = {
     "atan2": (lambda r: r, lambda r: r),
     "xlogy": (lambda r: r, lambda r: r.abs() * 3),
@@ -85,6 +93,11 @@ BINARY = {
     "pow": (lambda r: r.abs() * 3, lambda r: r * 2),
     "softplus_backward": (lambda r: r, lambda r: r * 3),
     "sigmoid_backward": (lambda r: r, lambda r: r.sigmoid()),
+    "clamp_t": (lambda r: r * 2, lambda r: -r.abs(), lambda r: r.abs()),
+    "addcmul": (lambda r: r, lambda r: r, lambda r: r),
+    "addcdiv": (lambda r: r, lambda r: r, lambda r: r.abs() + 0.5),
+    "lerp": (lambda r: r, lambda r: r),
+    "lerp_t": (lambda r: r, lambda r: r, lambda r: r.sigmoid()),
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -92,10 +105,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 def _input(name, n, dtype, device):
     g = torch.Generator().manual_seed(0)
     if name in BINARY:
-        fa, fb = BINARY[name]
-        a = fa(torch.randn(n, generator=g)).to(dtype)
-        b = fb(torch.randn(n, generator=g)).to(dtype)
-        return (a.to(device), b.to(device))
+        return tuple(f(torch.randn(n, generator=g)).to(dtype).to(device) for f in BINARY[name])
     return OPS[name][1](torch.randn(n, generator=g)).to(dtype).to(device)
 
 

@@ -220,6 +220,14 @@ BF16_DIRECT = {
     "hardsigmoid_backward": lambda x: torch.ops.aten.hardsigmoid_backward(x, x.flip(0)),
     "hardswish_backward": lambda x: torch.ops.aten.hardswish_backward(x, x.flip(0)),
     "leaky_relu_backward": lambda x: torch.ops.aten.leaky_relu_backward(x, x.flip(0), 0.2, False),
+    # three operands (and clamp's bounds as scalars, read once)
+    "clamp": lambda x: torch.clamp(x, -0.3, 2.0), "clamp_min": lambda x: torch.clamp_min(x, 0.3),
+    "clamp_max": lambda x: torch.clamp_max(x, -0.3),
+    "clamp_tensors": lambda x: torch.clamp(x, x.flip(0), x.roll(7)),
+    "addcmul": lambda x: torch.addcmul(x, x.flip(0), x.roll(7), value=0.3),
+    "addcdiv": lambda x: torch.addcdiv(x, x.flip(0), x.roll(7), value=-1.7),
+    "lerp": lambda x: torch.lerp(x, x.flip(0), 0.3), "lerp_high": lambda x: torch.lerp(x, x.flip(0), 0.8),
+    "lerp_tensor": lambda x: torch.lerp(x, x.flip(0), x.roll(7)),
 }
 
 

@@ -1,6 +1,6 @@
 /* The generic elementwise op driver (promotion, dtype checks, scalars) and
  * the ops that do not fit one expression: copy_, fill_, zero_, where,
- * masked_fill_, clamp (Scalar and Tensor bounds, either optional). */
+ * masked_fill_. */
 #include <stdatomic.h>
 #include <string.h>
 #include <tgmath.h>
@@ -84,10 +84,12 @@ tpurt_status_t tpurt_ew_op_run_inputs(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
     /* A Python number with a 16-bit float compute dtype is that dtype first (CPU casts every
      * operand to the common dtype, then computes in float): bf16(1) - 1.00390625 is 0. Except
      * CPU's mul and div kernels, which read a second-operand scalar's original value in float
-     * (BinaryOpsKernel.cpp: original_scalar_value). */
+     * (BinaryOpsKernel.cpp: original_scalar_value), and lerp's, which reads its weight so
+     * (LerpKernel.cpp: weight.to<opmath_t>()). */
     if (in && (in->kind == TPURT_ARG_DOUBLE || in->kind == TPURT_ARG_INT) && ld != compute &&
         (compute == TPURT_DTYPE_FLOAT16 || compute == TPURT_DTYPE_BFLOAT16) &&
-        !(k == 1 && (strcmp(op->name, "mul") == 0 || strncmp(op->name, "div", 3) == 0))) {
+        !(k == 1 && (strcmp(op->name, "mul") == 0 || strncmp(op->name, "div", 3) == 0)) &&
+        !(k == 2 && strcmp(op->name, "lerp") == 0)) {
       _Alignas(8) char tmp[8];
       tpurt_dtype_store_f64(compute, tmp, in->kind == TPURT_ARG_DOUBLE ? in->v.d : (double)in->v.i);
       rounded[k] = *in;
@@ -347,46 +349,3 @@ tpurt_status_t tpurt_ew_r_masked_fill(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
   return masked_fill_args(ctx, call, true);
 }
 
-/* ------------------------------------------------------------------------ */
-/* clamp(self, min?, max?), clamp_min(self, min), clamp_max(self, max).      */
-/* PyTorch: min(max(x, lo), hi) where max/min propagate NaN from either side. */
-
-#define EW_MAXN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x))))
-#define EW_MINN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((y) < (x) ? (y) : (x))))
-#define CLAMP_LOHI_F(a, b, c) EW_MINN(EW_MAXN(a, b), c)
-#define CLAMP_LOHI_I(a, b, c) ((c) < ((a) < (b) ? (b) : (a)) ? (c) : ((a) < (b) ? (b) : (a)))
-EW_OP_FI(clamp_lohi, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1, 2),
-         CLAMP_LOHI_F(a, b, c), CLAMP_LOHI_I(a, b, c))
-EW_OP_FI(clamp_lo, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b),
-         ((a) < (b) ? (b) : (a)))
-EW_OP_FI(clamp_hi, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b),
-         ((b) < (a) ? (b) : (a)))
-
-static tpurt_status_t clamp_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, int which,
-                                 bool reference) {
-  /* which: 0 clamp(self, min?, max?), 1 clamp_min(self, min), 2 clamp_max(self, max) */
-  if (call->num_args < 2) return TPURT_STATUS(INVALID_ARGUMENT, "clamp: expected (self, bound...)");
-  const tpurt_arg_t* lo = NULL;
-  const tpurt_arg_t* hi = NULL;
-  if (which == 1) lo = tpurt_arg_at(call, 1);
-  else if (which == 2) hi = tpurt_arg_at(call, 1);
-  else {
-    if (tpurt_arg_present(call, 1)) lo = tpurt_arg_at(call, 1);
-    if (tpurt_arg_present(call, 2)) hi = tpurt_arg_at(call, 2);
-  }
-  if (!lo && !hi) return TPURT_STATUS(INVALID_ARGUMENT, "clamp: at least one of 'min' or 'max' must not be None");
-  ew_params_t p;
-  memset(&p, 0, sizeof(p));
-  if (lo && hi) {
-    const tpurt_arg_t* ins[3] = {tpurt_arg_at(call, 0), lo, hi};
-    return tpurt_ew_op_run_inputs(ctx, call, &clamp_lohi_desc, ins, &p, reference);
-  }
-  const tpurt_arg_t* ins[2] = {tpurt_arg_at(call, 0), lo ? lo : hi};
-  return tpurt_ew_op_run_inputs(ctx, call, lo ? &clamp_lo_desc : &clamp_hi_desc, ins, &p, reference);
-}
-tpurt_status_t tpurt_ew_k_clamp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 0, false); }
-tpurt_status_t tpurt_ew_r_clamp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 0, true); }
-tpurt_status_t tpurt_ew_k_clamp_min(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 1, false); }
-tpurt_status_t tpurt_ew_r_clamp_min(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 1, true); }
-tpurt_status_t tpurt_ew_k_clamp_max(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 2, false); }
-tpurt_status_t tpurt_ew_r_clamp_max(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 2, true); }

@@ -36,12 +36,16 @@ static inline uint64_t ew_mulu(uint64_t x, uint64_t y) { return x * y; }
  * in va, vb: the inputs' vectors), which gives the expression's bits: every
  * other case, and the ends of a run, go through the generated loop. Streamed
  * outputs (ew_ops.h) are stored from the first 64-byte boundary on. */
+/* The loop operand (d_[k], s_[k]; d_[0] the output) a vector loop reads as b and as c: the last input
+ * again where an op has fewer (unread there) */
+#define EW_YI(N) ((N) >= 2 ? 2 : 1)
+#define EW_ZI(N) ((N) >= 3 ? 3 : EW_YI(N))
 #if EWV_W
 /* [i0, i1) of a contiguous float32 loop through the generated loop fn */
 static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int nargs, int64_t i0, int64_t i1,
                      void* u) {
   if (i1 <= i0) return;
-  char* dd[3];
+  char* dd[4];
   for (int k = 0; k < nargs; ++k) dd[k] = d[k] + i0 * s[k]; /* 4, or 0 for a scalar input */
   fn(dd, s, i1 - i0, u);
 }
@@ -49,22 +53,28 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
 /* ... with more loop table entries (the integer loops of an EW_OP_FI op) */
 #define EW_VLOOP_X(name, N, VEXPR, ...)                                                           \
   static void name##_f32v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                 \
-    if (s_[0] != 4 || (s_[1] != 4 && s_[1] != 0) || (s_[N] != 4 && s_[N] != 0) || n_ < 4 * EWV_W) { \
+    bool vec_ = s_[0] == 4 && n_ >= 4 * EWV_W;                                                   \
+    for (int k_ = 1; k_ <= N; ++k_) vec_ = vec_ && (s_[k_] == 4 || s_[k_] == 0);                 \
+    if (!vec_) {                                                                                 \
       name##_f32(d_, s_, n_, u_);                                                                \
       return;                                                                                    \
     }                                                                                            \
     float* o_ = (float*)d_[0];                                                                   \
     const float* x_ = (const float*)d_[1];                                                       \
-    const float* y_ = (const float*)d_[N];                                                       \
-    const bool xb_ = s_[1] == 0, yb_ = s_[N] == 0; /* a scalar input: read once */               \
-    const ewv_t xv_ = ewv_set1(*x_), yv_ = ewv_set1(*y_);                                        \
+    const float* y_ = (const float*)d_[EW_YI(N)];                                                \
+    const float* z_ = (const float*)d_[EW_ZI(N)];                                                \
+    /* a scalar input: read once */                                                              \
+    const bool xb_ = s_[1] == 0, yb_ = s_[EW_YI(N)] == 0, zb_ = s_[EW_ZI(N)] == 0;               \
+    const ewv_t xv_ = ewv_set1(*x_), yv_ = ewv_set1(*y_), zv_ = ewv_set1(*z_);                   \
     const bool st_ = EW_STREAM_ON(n_);                                                           \
     const int64_t h_ = st_ ? ew_stream_head(o_, sizeof(float), n_) : 0;                          \
     const int64_t e_ = h_ + (n_ - h_) / EWV_W * EWV_W;                                          \
     ewv_rest(name##_f32, d_, s_, N + 1, 0, h_, u_);                                              \
     for (int64_t i_ = h_; i_ < e_; i_ += EWV_W) {                                                \
-      const ewv_t va = xb_ ? xv_ : ewv_load(x_ + i_), vb = yb_ ? yv_ : ewv_load(y_ + i_);        \
+      const ewv_t va = xb_ ? xv_ : ewv_load(x_ + i_), vb = yb_ ? yv_ : ewv_load(y_ + i_),        \
+                  vc = zb_ ? zv_ : ewv_load(z_ + i_);                                            \
       (void)vb;                                                                                  \
+      (void)vc;                                                                                  \
       const ewv_t r_ = (VEXPR);                                                                  \
       if (st_) ewv_stream(o_ + i_, r_);                                                          \
       else ewv_store(o_ + i_, r_);                                                               \
@@ -95,17 +105,22 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
 /* An input of stride 0 is a float32 scalar (elementwise.c converts broadcast scalars once), read
  * once: EW_BF16_IN picks it or the bf16 vector at i. */
 #define EW_BF16_IN(p, bc, vbc, i) ((bc) ? (vbc) : ewv_load_bf16((p) + (i)))
+/* va, vb, vc: the inputs' vectors at i (vb and vc repeat the last input where the op has fewer;
+ * what VEXPR does not read is not loaded) */
+#define EW_BF16_INS(i)                                                                            \
+  const ewv_t va = EW_BF16_IN(x_, xb_, xv_, i), vb = EW_BF16_IN(y_, yb_, yv_, i),               \
+              vc = EW_BF16_IN(z_, zb_, zv_, i);                                                  \
+  (void)vb;                                                                                      \
+  (void)vc;
 #define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
   for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
     ewv_t r0_, r1_;                                                                              \
     {                                                                                            \
-      const ewv_t va = EW_BF16_IN(x_, xb_, xv_, i_), vb = EW_BF16_IN(y_, yb_, yv_, i_);          \
-      (void)vb;                                                                                  \
+      EW_BF16_INS(i_)                                                                            \
       r0_ = (VEXPR);                                                                             \
     }                                                                                            \
     {                                                                                            \
-      const ewv_t va = EW_BF16_IN(x_, xb_, xv_, i_ + EWV_W), vb = EW_BF16_IN(y_, yb_, yv_, i_ + EWV_W); \
-      (void)vb;                                                                                  \
+      EW_BF16_INS(i_ + EWV_W)                                                                    \
       r1_ = (VEXPR);                                                                             \
     }                                                                                            \
     EWV_STORE_BF16_X2(o_ + i_, r0_, r1_);                                                        \
@@ -115,23 +130,24 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   static void name##_bf16v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                \
     uint16_t* o_ = (uint16_t*)d_[0];                                                             \
     const uint16_t* x_ = (const uint16_t*)d_[1];                                                 \
-    const uint16_t* y_ = (const uint16_t*)d_[N];                                                 \
-    const bool xb_ = s_[1] == 0, yb_ = s_[N] == 0;                                               \
+    const uint16_t* y_ = (const uint16_t*)d_[EW_YI(N)];                                          \
+    const uint16_t* z_ = (const uint16_t*)d_[EW_ZI(N)];                                          \
+    const bool xb_ = s_[1] == 0, yb_ = s_[EW_YI(N)] == 0, zb_ = s_[EW_ZI(N)] == 0;               \
     const ewv_t xv_ = ewv_set1(xb_ ? *(const float*)d_[1] : 0.0f);                               \
-    const ewv_t yv_ = ewv_set1(yb_ ? *(const float*)d_[N] : 0.0f);                               \
+    const ewv_t yv_ = ewv_set1(yb_ ? *(const float*)d_[EW_YI(N)] : 0.0f);                        \
+    const ewv_t zv_ = ewv_set1(zb_ ? *(const float*)d_[EW_ZI(N)] : 0.0f);                        \
     int64_t i_ = 0;                                                                              \
     PRE                                                                                          \
     EW_VLOOP_BF16_X2(VEXPR)                                                                      \
     for (; i_ + EWV_W <= n_; i_ += EWV_W) {                                                      \
-      const ewv_t va = EW_BF16_IN(x_, xb_, xv_, i_), vb = EW_BF16_IN(y_, yb_, yv_, i_);          \
-      (void)vb;                                                                                  \
+      EW_BF16_INS(i_)                                                                            \
       ewv_store_bf16(o_ + i_, (VEXPR));                                                          \
     }                                                                                            \
     if (i_ == n_) return;                                                                        \
-    float t_[3][EWV_W];                                                                          \
+    float t_[4][EWV_W];                                                                          \
     const int64_t m_ = n_ - i_;                                                                  \
-    int64_t fs_[3] = {4, 4, 4};                                                                  \
-    char* td_[3] = {(char*)t_[0], (char*)t_[1], (char*)t_[2]};                                   \
+    int64_t fs_[4] = {4, 4, 4, 4};                                                               \
+    char* td_[4] = {(char*)t_[0], (char*)t_[1], (char*)t_[2], (char*)t_[3]};                     \
     for (int k_ = 1; k_ <= N; ++k_) {                                                            \
       if (s_[k_] == 0) fs_[k_] = 0, td_[k_] = d_[k_]; /* the float32 scalar */                   \
       else tpurt_hv_bf16_to_f32((const uint16_t*)d_[k_] + i_, t_[k_], m_);                       \
@@ -194,6 +210,15 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   EW_DEF_REF(name, N, FEXPR, IEXPR)                                                                 \
   EW_EXPR(name, GEN, FEXPR)                                                                         \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,                  \
+                                      name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
+/* EW_OP_FIV for ops of floating types only */
+#define EW_OP_FB(name, N, GEN, PROMOTE, OUT, ALLOW, SETUP, IN, FEXPR, VEXPR)                     \
+  EW_GEN_F(GEN, name, FEXPR)                                                                     \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name)};            \
+  EW_VLOOP_BF16_PRE(name, N, EW_VALPHA_PRE, VEXPR)                                               \
+  EW_DEF_REF(name, N, FEXPR, 0)                                                                  \
+  EW_EXPR(name, GEN, FEXPR)                                                                      \
+  static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
                                       name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
 /* the op's alpha (setup_alpha2's p.d[0]) as the float loops read it, (T)p.d[0], read once (gcc
  * reloaded it at every step, not knowing the stores leave it alone) */
@@ -726,12 +751,52 @@ EW_OP_F(log_sigmoid_backward, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NU
         a * ((b < 0 ? (T)1 : (T)0) - (b < 0 ? (T)1 : (T)-1) * (c / (1 + c))))
 
 /* ---- ternary ---- */
-EW_OP_F(lerp, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1, 2),
-        fabs(c) < (T)0.5 ? a + c * (b - a) : b - (b - a) * (1 - c))
-EW_OP_FI(addcmul, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_value3, EW_IN(0, 1, 2),
-         a + (T)p.d[0] * b * c, WADD(a, WMUL(WMUL(p.i[0], b), c)))
-EW_OP_F(addcdiv, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_value3, EW_IN(0, 1, 2),
-        a + (T)p.d[0] * b / c)
+EW_OP_FB(lerp, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1, 2),
+         fabs(c) < (T)0.5 ? a + c * (b - a) : b - (b - a) * (1 - c), ewv_lerp(va, vb, vc))
+EW_OP_FIV(addcmul, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, setup_value3, EW_IN(0, 1, 2),
+          a + (T)p.d[0] * b * c, WADD(a, WMUL(WMUL(p.i[0], b), c)),
+          ewv_add(va, ewv_mul(ewv_mul(EW_VALPHA, vb), vc)))
+EW_OP_FB(addcdiv, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_value3, EW_IN(0, 1, 2),
+         a + (T)p.d[0] * b / c, ewv_add(va, ewv_div(ewv_mul(EW_VALPHA, vb), vc)))
+
+/* clamp(self, min?, max?), clamp_min(self, min), clamp_max(self, max). PyTorch: min(max(x, lo), hi)
+ * where max/min propagate NaN from either side. */
+#define CLAMP_LOHI_I(a, b, c) ((c) < ((a) < (b) ? (b) : (a)) ? (c) : ((a) < (b) ? (b) : (a)))
+EW_OP_FIV(clamp_lohi, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1, 2),
+          EW_MINN(EW_MAXN(a, b), c), CLAMP_LOHI_I(a, b, c), ewv_minn(ewv_maxn(va, vb), vc))
+EW_OP_FIV(clamp_lo, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b),
+          ((a) < (b) ? (b) : (a)), ewv_maxn(va, vb))
+EW_OP_FIV(clamp_hi, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b),
+          ((b) < (a) ? (b) : (a)), ewv_minn(va, vb))
+
+static tpurt_status_t clamp_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, int which,
+                                 bool reference) {
+  /* which: 0 clamp(self, min?, max?), 1 clamp_min(self, min), 2 clamp_max(self, max) */
+  if (call->num_args < 2) return TPURT_STATUS(INVALID_ARGUMENT, "clamp: expected (self, bound...)");
+  const tpurt_arg_t* lo = NULL;
+  const tpurt_arg_t* hi = NULL;
+  if (which == 1) lo = tpurt_arg_at(call, 1);
+  else if (which == 2) hi = tpurt_arg_at(call, 1);
+  else {
+    if (tpurt_arg_present(call, 1)) lo = tpurt_arg_at(call, 1);
+    if (tpurt_arg_present(call, 2)) hi = tpurt_arg_at(call, 2);
+  }
+  if (!lo && !hi) return TPURT_STATUS(INVALID_ARGUMENT, "clamp: at least one of 'min' or 'max' must not be None");
+  ew_params_t p;
+  memset(&p, 0, sizeof(p));
+  if (lo && hi) {
+    const tpurt_arg_t* ins[3] = {tpurt_arg_at(call, 0), lo, hi};
+    return tpurt_ew_op_run_inputs(ctx, call, &clamp_lohi_desc, ins, &p, reference);
+  }
+  const tpurt_arg_t* ins[2] = {tpurt_arg_at(call, 0), lo ? lo : hi};
+  return tpurt_ew_op_run_inputs(ctx, call, lo ? &clamp_lo_desc : &clamp_hi_desc, ins, &p, reference);
+}
+tpurt_status_t tpurt_ew_k_clamp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 0, false); }
+tpurt_status_t tpurt_ew_r_clamp(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 0, true); }
+tpurt_status_t tpurt_ew_k_clamp_min(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 1, false); }
+tpurt_status_t tpurt_ew_r_clamp_min(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 1, true); }
+tpurt_status_t tpurt_ew_k_clamp_max(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 2, false); }
+tpurt_status_t tpurt_ew_r_clamp_max(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) { return clamp_args(ctx, call, 2, true); }
 
 /* ---- kernels with more than one descriptor ---- */
 EW_KERNELS(add, add_desc)

@@ -938,6 +938,12 @@ static inline ewv_t ewv_maxn(ewv_t a, ewv_t b) {
 static inline ewv_t ewv_minn(ewv_t a, ewv_t b) {
   return ewv_sel(ewv_isnan(a), a, ewv_sel(ewv_isnan(b), b, ewv_sel(ewv_lt(b, a), b, a)));
 }
+/* lerp: |w| < 0.5 ? a + w (b - a) : b - (b - a)(1 - w) */
+static inline ewv_t ewv_lerp(ewv_t a, ewv_t b, ewv_t w) {
+  const ewv_t d = ewv_sub(b, a);
+  const ewv_t lo = ewv_add(a, ewv_mul(w, d)), hi = ewv_sub(b, ewv_mul(d, ewv_sub(EWV_C(1.0f), w)));
+  return ewv_sel(ewv_lt(ewv_abs(w), EWV_C(0.5f)), lo, hi);
+}
 /* hardtanh: v = a < lo ? lo : a; hi < v ? hi : v */
 static inline ewv_t ewv_clamp(ewv_t a, float lo, float hi) {
   const ewv_t v = ewv_sel(ewv_lt(a, EWV_C(lo)), EWV_C(lo), a);
