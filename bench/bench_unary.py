@@ -72,6 +72,7 @@ OPS = {
     "pow": (lambda x: torch.pow(x[0], x[1]), None),
     "softplus_backward": (lambda x: torch.ops.aten.softplus_backward(x[0], x[1], 1.0, 20.0), None),
     "sigmoid_backward": (lambda x: torch.ops.aten.sigmoid_backward(x[0], x[1]), None),
+    "nextafter": (lambda x: torch.nextafter(x[0], x[1]), None),
     "clamp": (lambda x: torch.clamp(x, -1.0, 1.0), lambda r: r * 2),
     "clamp_min": (lambda x: torch.clamp_min(x, 0.0), lambda r: r),
     # three operands: inputs from BINARY below too
@@ -93,6 +94,7 @@ BINARY = {
     "pow": (lambda r: r.abs() * 3, lambda r: r * 2),
     "softplus_backward": (lambda r: r, lambda r: r * 3),
     "sigmoid_backward": (lambda r: r, lambda r: r.sigmoid()),
+    "nextafter": (lambda r: r, lambda r: r * 3),
     "clamp_t": (lambda r: r * 2, lambda r: -r.abs(), lambda r: r.abs()),
     "addcmul": (lambda r: r, lambda r: r, lambda r: r),
     "addcdiv": (lambda r: r, lambda r: r, lambda r: r.abs() + 0.5),

@@ -245,21 +245,28 @@ static void test_gemm_small_m(void) {
   }
 }
 
-/* bf16 products with few rows against a transposed B (a linear layer over a decode step's tokens):
- * where the CPU has vdpbf16ps, the dot kernels (1-16 rows, the depth's tail masked, columns in fours
- * and the rest one at a time, the next rows fetched ahead, depth blocks past 2048 with 5 or more rows); bf16 and float32 C, row- and
- * column-major, alpha / beta with C itself, a separate and a broadcast C_in, batched. */
+/* 16-bit products with few rows against a transposed B (a linear layer over a decode step's tokens):
+ * bf16 where the CPU has vdpbf16ps, the dot kernels; bf16 without it (mode 0, also forced where the CPU
+ * has it) and f16, the widening kernels (A widened once, W as it is read). 1-16 rows, the depth's tail
+ * masked, columns in fours and the rest one at a time, the next rows fetched ahead, depth blocks past
+ * 2048 (1024 widening); 16-bit and float32 C, row- and column-major, alpha / beta with C itself, a
+ * separate and a broadcast C_in, batched. */
 static void test_gemm_bf16_few_rows(void) {
   const int64_t shapes[][3] = {{1, 509, 333}, {1, 7, 32}, {2, 9, 31}, {3, 37, 65}, {4, 64, 1},
                                {5, 130, 100}, {7, 11, 97}, {16, 260, 777}, {13, 8, 64}, {16, 1030, 96},
-                               {16, 70, 4200}, {6, 33, 2049}, {9, 9, 4097}};
-  const tpurt_dtype_t cds[] = {TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_FLOAT32};
-  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
-    for (int c = 0; c < 2; ++c)
-      for (int v = 0; v < 5; ++v)
-        gemm_case(TPURT_DTYPE_BFLOAT16, cds[c], v == 3 ? 3 : 1, shapes[s][0], shapes[s][1], shapes[s][2], false,
-                  true, v == 4, (int)(s + v) % 3, v == 1 || v == 2, v == 2, v % 2 ? 0.5 : 1.0,
-                  v == 0 ? 0.0 : v == 1 ? 1.0 : -0.5, false);
+                               {16, 70, 4200}, {6, 33, 2049}, {9, 9, 4097}, {2, 5, 1025}};
+  for (int pass = 0; pass < 3; ++pass) { /* bf16 as the machine chooses, bf16 widened, f16 */
+    const tpurt_dtype_t ab = pass == 2 ? TPURT_DTYPE_FLOAT16 : TPURT_DTYPE_BFLOAT16;
+    if (pass == 1) tpurt_gemm_set_bf16dp(0);
+    const tpurt_dtype_t cds[] = {ab, TPURT_DTYPE_FLOAT32};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
+      for (int c = 0; c < 2; ++c)
+        for (int v = 0; v < 5; ++v)
+          gemm_case(ab, cds[c], v == 3 ? 3 : 1, shapes[s][0], shapes[s][1], shapes[s][2], false, true, v == 4,
+                    (int)(s + v) % 3, v == 1 || v == 2, v == 2, v % 2 ? 0.5 : 1.0, v == 0 ? 0.0 : v == 1 ? 1.0 : -0.5,
+                    false);
+    tpurt_gemm_set_bf16dp(-1);
+  }
 }
 
 /* Integer GEMM whose products and sums pass int64's range: the result wraps

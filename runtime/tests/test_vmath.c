@@ -265,6 +265,8 @@ static float s_div_floor(float a, float b) {
 static float s_hypot(float a, float b) { return hypotf(a, b); }
 static float s_hypot_r(float a, float b) { return hypotf(b, a); }
 static float s_copysign(float a, float b) { return copysignf(a, b); }
+static float s_nextafter(float a, float b) { return nextafterf(a, b); }
+static float s_nextafter_r(float a, float b) { return nextafterf(b, a); }
 static float s_hsig(float a) {
   float v = a + 3;
   v = v < 0 ? 0.0f : v;
@@ -332,6 +334,7 @@ static ewv_t v_silu(ewv_t a, ewv_t b) { return ewv_silu(a); }
 static ewv_t v_gelu_erf(ewv_t a, ewv_t b) { return ewv_gelu_erf(a); }
 static ewv_t v_entr(ewv_t a, ewv_t b) { return ewv_entr(a); }
 static ewv_t v_hypot_r(ewv_t a, ewv_t b) { return ewv_hypot(b, a); }
+static ewv_t v_nextafter_r(ewv_t a, ewv_t b) { return ewv_nextafter(b, a); }
 static ewv_t v_hardsigmoid(ewv_t a, ewv_t b) { return ewv_hardsigmoid(a); }
 static ewv_t v_hardswish(ewv_t a, ewv_t b) { return ewv_mul(a, ewv_hardsigmoid(a)); }
 static ewv_t v_pow_r(ewv_t a, ewv_t b) { return ewv_pow(b, a); }
@@ -413,6 +416,8 @@ static void test_simd_bits(void) {
              {"hypot (b swept)", s_hypot, ewv_hypot, true},
              {"hypot (a swept)", s_hypot_r, v_hypot_r, true},
              {"copysign", s_copysign, ewv_copysign, true},
+             {"nextafter (direction swept)", s_nextafter, ewv_nextafter, true},
+             {"nextafter (x swept)", s_nextafter_r, v_nextafter_r, true},
              {"hardsigmoid", s_hardsigmoid, v_hardsigmoid, false},
              {"hardswish", s_hardswish, v_hardswish, false},
              {"hardsigmoid_backward", s_hardsigmoid_bw, ewv_hardsigmoid_bw, true},

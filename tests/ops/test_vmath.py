@@ -318,3 +318,30 @@ def test_vector_loops_with_a_scalar(name, dtype):
     strided = fn(torch.stack([xt, xt], 1)[:, 0]).cpu()
     torch.testing.assert_close(got, strided, rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(got, fn(x), equal_nan=True, **TOL[dtype])  # (bf16 x + 0.3: 0.3 as bf16)
+
+
+def test_nextafter_float32_bits():
+    """float32 nextafter on vectors (ew_simd.h's ewv_nextafter): numpy's nextafter bit for bit over starts of
+    every magnitude (denormals, the largest finite) towards every direction and every pair of specials, with
+    the direction as a tensor, as a stride-0 scalar and strided."""
+    import numpy as np
+    g = torch.Generator().manual_seed(11)
+    n = 50001
+    x = torch.randn(n, generator=g) * torch.exp2(torch.randint(-150, 128, (n,), generator=g).float())
+    y = torch.where(torch.rand(n, generator=g) < 0.3, x, torch.randn(n, generator=g) * 1e3)
+    sp = torch.tensor(SPECIALS + [3.4028235e38, -3.4028235e38, 1.1754944e-38])
+    a, b = torch.cat([x, sp.repeat_interleave(len(sp))]), torch.cat([y, sp.repeat(len(sp))])
+
+    def want(p, q):
+        with np.errstate(over="ignore"):
+            return torch.from_numpy(np.nextafter(p.numpy(), q.numpy()))
+
+    def same(got, ref):
+        assert torch.equal(got.isnan(), ref.isnan())
+        assert torch.equal(got[~ref.isnan()].view(torch.int32), ref[~ref.isnan()].view(torch.int32))
+
+    at, bt = a.to("tpu"), b.to("tpu")
+    same(torch.nextafter(at, bt).cpu(), want(a, b))
+    same(torch.nextafter(at[::3], bt[::3]).cpu(), want(a[::3], b[::3]))
+    for d in (float("inf"), -float("inf"), 0.0, float("nan")):
+        same(torch.nextafter(at, torch.tensor(d, device="tpu")).cpu(), want(a, torch.full_like(a, d)))

@@ -49,9 +49,8 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   for (int k = 0; k < nargs; ++k) dd[k] = d[k] + i0 * s[k]; /* 4, or 0 for a scalar input */
   fn(dd, s, i1 - i0, u);
 }
-#define EW_VLOOP(name, N, VEXPR) EW_VLOOP_X(name, N, VEXPR, )
-/* ... with more loop table entries (the integer loops of an EW_OP_FI op) */
-#define EW_VLOOP_X(name, N, VEXPR, ...)                                                           \
+/* name##_f32v and the loop table (more entries after VEXPR: an EW_OP_FI op's integer loops) */
+#define EW_VLOOP_F32_X(name, N, VEXPR, ...)                                                       \
   static void name##_f32v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                 \
     bool vec_ = s_[0] == 4 && n_ >= 4 * EWV_W;                                                   \
     for (int k_ = 1; k_ <= N; ++k_) vec_ = vec_ && (s_[k_] == 4 || s_[k_] == 0);                 \
@@ -82,13 +81,18 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
     ewv_rest(name##_f32, d_, s_, N + 1, e_, n_, u_);                                             \
   }                                                                                              \
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {                            \
-      [TPURT_DTYPE_FLOAT32] = name##_f32v, [TPURT_DTYPE_FLOAT64] = name##_f64, __VA_ARGS__};    \
+      [TPURT_DTYPE_FLOAT32] = name##_f32v, [TPURT_DTYPE_FLOAT64] = name##_f64, __VA_ARGS__};
+#define EW_VLOOP_X(name, N, VEXPR, ...) \
+  EW_VLOOP_F32_X(name, N, VEXPR, __VA_ARGS__) \
   EW_VLOOP_BF16(name, N, VEXPR)
 #else
-#define EW_VLOOP(name, N, VEXPR) EW_VLOOP_X(name, N, VEXPR, )
-#define EW_VLOOP_X(name, N, VEXPR, ...) \
+#define EW_VLOOP_F32_X(name, N, VEXPR, ...) \
   static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name), __VA_ARGS__};
+#define EW_VLOOP_X(name, N, VEXPR, ...) EW_VLOOP_F32_X(name, N, VEXPR, __VA_ARGS__)
 #endif
+#define EW_VLOOP(name, N, VEXPR) EW_VLOOP_X(name, N, VEXPR, )
+/* the float32 vector loop alone */
+#define EW_VLOOP_F32(name, N, VEXPR) EW_VLOOP_F32_X(name, N, VEXPR, )
 /* name##_bf16v: the op on contiguous bfloat16 operands (tpurt_ew_config_t.loop_bf16): each vector
  * widened, computed as name##_f32v computes it and rounded, which is what casting every operand
  * through float32 around name##_f32 gives, without the trip through the cast buffers; the tail
@@ -417,8 +421,14 @@ static const ew_op_t pow_desc = {"pow", 2, 1, {0, 1}, EW_P_COMMON, EW_O_COMPUTE,
 EW_OP_FV(atan2, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), EW_ATAN2(a, b), ewv_atan2(va, vb))
 EW_OP_FV(hypot, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), hypot(a, b), ewv_hypot(va, vb))
 EW_OP_FV(copysign, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1), copysign(a, b), ewv_copysign(va, vb))
-EW_OP_F(nextafter, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_M(FLOAT32) | EW_M(FLOAT64), NULL, EW_IN(0, 1),
-        nextafter(a, b))
+/* float32 and float64 only (16-bit types step on their own bits: ew_nextafter16.c), so no bf16 loop */
+EW_GEN_F(EW_L2, nextafter, nextafter(a, b))
+EW_VLOOP_F32(nextafter, 2, ewv_nextafter(va, vb))
+EW_DEF_REF(nextafter, 2, nextafter(a, b), 0)
+EW_EXPR_V(nextafter, EW_L2, nextafter(a, b), ewv_nextafter(va, vb))
+static const ew_op_t nextafter_desc = {"nextafter", 2, 1, EW_IN(0, 1), EW_P_COMMON, EW_O_COMPUTE,
+                                       EW_M(FLOAT32) | EW_M(FLOAT64), NULL, nextafter_loops, nextafter_ref, 0,
+                                       &nextafter_expr, NULL};
 EW_OP_FV(xlogy, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),
          (b != b) ? b : (a == 0 ? (T)0 : a * EW_VM(log, b)), ewv_xlogy(va, vb))
 EW_OP_FV(xlog1py, 2, EW_L2, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0, 1),

@@ -52,6 +52,11 @@ static inline ewm_t ewv_eq(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _
 static inline ewm_t ewv_isnan(ewv_t a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
 static inline ewm_t ewv_ne(ewv_t a, ewv_t b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); } /* NaN: true */
 static inline ewm_t ewm_xor(ewm_t a, ewm_t b) { return a ^ b; }
+/* the float whose bits are x's minus 1 (down) or plus 1 */
+static inline ewv_t ewv_step(ewv_t x, ewm_t down) {
+  const __m512i d = _mm512_mask_blend_epi32(down, _mm512_set1_epi32(1), _mm512_set1_epi32(-1));
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(x), d));
+}
 static inline ewv_t ewv_floor(ewv_t x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
 /* 2^n for integral n in [-126, 127] */
 static inline ewv_t ewv_pow2(ewv_t n) { return _mm512_scalef_ps(_mm512_set1_ps(1.0f), n); }
@@ -154,6 +159,12 @@ static inline ewm_t ewv_eq(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_E
 static inline ewm_t ewv_isnan(ewv_t a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
 static inline ewm_t ewv_ne(ewv_t a, ewv_t b) { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
 static inline ewm_t ewm_xor(ewm_t a, ewm_t b) { return _mm256_xor_ps(a, b); }
+/* the float whose bits are x's minus 1 (down: all ones) or plus 1: x + 1 - 2 (down & 1) */
+static inline ewv_t ewv_step(ewv_t x, ewm_t down) {
+  const __m256i m = _mm256_castps_si256(down);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_add_epi32(_mm256_castps_si256(x), _mm256_set1_epi32(1)),
+                                              _mm256_add_epi32(m, m)));
+}
 static inline ewv_t ewv_floor(ewv_t x) { return _mm256_floor_ps(x); }
 static inline ewv_t ewv_pow2(ewv_t n) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
@@ -937,6 +948,14 @@ static inline ewv_t ewv_maxn(ewv_t a, ewv_t b) {
 }
 static inline ewv_t ewv_minn(ewv_t a, ewv_t b) {
   return ewv_sel(ewv_isnan(a), a, ewv_sel(ewv_isnan(b), b, ewv_sel(ewv_lt(b, a), b, a)));
+}
+/* nextafterf(x, y): x's bits one step towards y; y where x == y; the smallest denormal with y's sign
+ * from a zero; x + y where either is NaN */
+static inline ewv_t ewv_nextafter(ewv_t x, ewv_t y) {
+  ewv_t r = ewv_step(x, ewm_xor(ewv_lt(x, y), ewv_gt(x, EWV_C(0.0f))));
+  r = ewv_sel(ewv_eq(x, EWV_C(0.0f)), ewv_copysign(EWV_C(0x1p-149f), y), r);
+  r = ewv_sel(ewv_eq(x, y), y, r);
+  return ewv_sel(ewm_or(ewv_isnan(x), ewv_isnan(y)), ewv_add(x, y), r);
 }
 /* lerp: |w| < 0.5 ? a + w (b - a) : b - (b - a)(1 - w) */
 static inline ewv_t ewv_lerp(ewv_t a, ewv_t b, ewv_t w) {

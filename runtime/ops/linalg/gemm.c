@@ -571,6 +571,113 @@ static int bdp_mode(void);
 #define SMALL_ROWS4(X) X(0) X(1) X(2) X(3)
 #define SMALL_ROWS2(X) X(0) X(1)
 
+/* C[i][j] = alpha * sums[i][j] + beta * C_in[i][j] for rows i0.., columns j0.. (rows x cols), in C's
+ * dtype (float32, bf16 or f16). */
+static void few_store(const tpurt_gemm_t* g, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                      const float* sums) {
+  const size_t cs = tpurt_dtype_size(g->c_dtype);
+  if (g->beta == 0) { /* C is not read; alpha scales the float sums, as the pair kernel's store does */
+    const float alpha = (float)g->alpha;
+    for (int64_t r = 0; r < rows; ++r) {
+      char* c = (char*)g->c + (size_t)((i0 + r) * g->c_rs + j0 * g->c_cs) * cs;
+      for (int64_t q = 0; q < cols; ++q) {
+        float v = alpha * sums[r * cols + q];
+        if (g->c_dtype == TPURT_DTYPE_FLOAT32) ((float*)c)[q * g->c_cs] = v;
+        else if (g->c_dtype == TPURT_DTYPE_BFLOAT16) ((uint16_t*)c)[q * g->c_cs] = tpurt_f32_to_bf16(v);
+        else tpurt_dtype_store_f64(g->c_dtype, c + (size_t)(q * g->c_cs) * cs, v);
+      }
+    }
+    return;
+  }
+  const char* cin = g->c_in ? (const char*)g->c_in : (const char*)g->c;
+  int64_t in_rs = g->c_in ? g->c_in_rs : g->c_rs, in_cs = g->c_in ? g->c_in_cs : g->c_cs;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = 0; q < cols; ++q) {
+      int64_t i = i0 + r, j = j0 + q;
+      double v = g->alpha * (double)sums[r * cols + q] +
+                 g->beta * tpurt_dtype_load_f64(g->c_dtype, cin + (size_t)(i * in_rs + j * in_cs) * cs);
+      tpurt_dtype_store_f64(g->c_dtype, (char*)g->c + (size_t)(i * g->c_rs + j * g->c_cs) * cs, v);
+    }
+}
+
+/* Row r's four sums (named accumulators c<r>0..c<r>3, 16 float lanes each) into out[4 r..] */
+#define FEW4_OUT(r)                                                                                         \
+  out[r * 4] = _mm512_reduce_add_ps(c##r##0), out[r * 4 + 1] = _mm512_reduce_add_ps(c##r##1),              \
+  out[r * 4 + 2] = _mm512_reduce_add_ps(c##r##2), out[r * 4 + 3] = _mm512_reduce_add_ps(c##r##3);
+
+/* 16-bit products with few rows where vdpbf16ps is not used (an AVX-512 machine without BF16, f16
+ * on any): A's rows widened to float once per call, W widened as each vector is read (HALF_FEW:
+ * the kernels after the fp32 few-row ones). The packed path widened all of W into panels first:
+ * 1 x 4096 x 4096 bf16 at 5.3 ms against PyTorch CPU's 2.2 on a 2-core Ice Lake Xeon. */
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || (!defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#define HALF_FEW 1
+#endif
+#ifndef HALF_FEW_BLOCK_M
+#define HALF_FEW_BLOCK_M 1
+#endif
+enum { HALF_FEW_M = 16, HALF_FEW_KB = 1024 };
+static bool half_few_applies(const tpurt_gemm_t* g) {
+#ifdef HALF_FEW
+  return (g->ab_dtype == TPURT_DTYPE_BFLOAT16 || g->ab_dtype == TPURT_DTYPE_FLOAT16) && g->m >= 1 &&
+         g->m <= HALF_FEW_M && g->k >= 1 && g->a_cs == 1 && g->b_rs == 1 &&
+         (g->c_dtype == g->ab_dtype || g->c_dtype == TPURT_DTYPE_FLOAT32);
+#else
+  (void)g;
+  return false;
+#endif
+}
+
+/* NAME(g, a, lda, q0, q1): columns [4 q0, 4 q1) of C, every row, as dot products of A's rows (type AT,
+ * lda apart) with op(B)'s columns, which are rows of W = B (16-bit, contiguous along k), through the
+ * kernels K##_RxC(k, a, lda, w, ldw, out, pf): R rows x C columns of sums into out. Four columns at a
+ * time; the first row block of each group fetches the next group's W rows (pf). */
+#define DEFINE_FEW_COLS(NAME, K, AT, KB, BLOCK_M)                                                         \
+  static void NAME(const tpurt_gemm_t* g, const AT* a, int64_t lda, int64_t q0, int64_t q1) {             \
+    const uint16_t* w = (const uint16_t*)g->b; /* op(B)[p][j] = w[j * b_cs + p] */                        \
+    const int64_t m = g->m, n = g->n, k = g->k, ldw = g->b_cs;                                            \
+    float sums[16];                                                                                       \
+    for (int64_t j = 4 * q0; j < n && j < 4 * q1; j += 4) {                                               \
+      const uint16_t* wj = w + j * ldw;                                                                   \
+      if (j + 4 <= n) {                                                                                   \
+        const uint16_t* pf = j + 8 <= n ? wj + 4 * ldw : NULL;                                            \
+        /* More than BLOCK_M rows of a deep product: depth blocks, so that the group's four weight     \
+         * rows stay in L1 while each row block's A rows stream past (4096 deep, 16 rows: the two       \
+         * outgrew L1 and the weight rows came from L2 once per row block); the blocks' sums added in   \
+         * float. One block otherwise. */                                                                 \
+        const int64_t kb = m > (BLOCK_M) && k > (KB) ? (KB) : k;                                          \
+        float tot[16 * 4];                                                                                \
+        for (int64_t p0 = 0; p0 < k; p0 += kb) {                                                          \
+          const int64_t kk = imin(kb, k - p0);                                                            \
+          const AT* ap = a + p0;                                                                          \
+          const uint16_t *wp = wj + p0, *pfp = pf ? pf + p0 : NULL;                                       \
+          int64_t i = 0;                                                                                  \
+          for (; i + 4 <= m; i += 4, pfp = NULL) {                                                        \
+            K##_4x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);                                           \
+            for (int e = 0; e < 16; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];        \
+          }                                                                                               \
+          if (i + 2 <= m) {                                                                               \
+            K##_2x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);                                           \
+            for (int e = 0; e < 8; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];         \
+            i += 2, pfp = NULL;                                                                           \
+          }                                                                                               \
+          if (i < m) {                                                                                    \
+            K##_1x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);                                           \
+            for (int e = 0; e < 4; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];         \
+          }                                                                                               \
+        }                                                                                                 \
+        few_store(g, 0, m, j, 4, tot);                                                                    \
+        continue;                                                                                         \
+      }                                                                                                   \
+      for (int64_t jj = j; jj < n; ++jj) {                                                                \
+        const uint16_t* wq = w + jj * ldw;                                                                \
+        int64_t i = 0;                                                                                    \
+        for (; i + 4 <= m; i += 4) K##_4x1(k, a + i * lda, lda, wq, ldw, sums, NULL), few_store(g, i, 4, jj, 1, sums); \
+        if (i + 2 <= m) K##_2x1(k, a + i * lda, lda, wq, ldw, sums, NULL), few_store(g, i, 2, jj, 1, sums), i += 2;    \
+        if (i < m) K##_1x1(k, a + i * lda, lda, wq, ldw, sums, NULL), few_store(g, i, 1, jj, 1, sums);                 \
+      }                                                                                                   \
+    }                                                                                                     \
+  }
+
 /* ---- bf16 products with few rows against a transposed B: dot products, no packing ----
  * A linear layer over a decode step's few tokens (m <= BF16_FEW_M) reads its weight once per call;
  * the pair kernel above packs all of it first, which cost as much again (1 x 4096 x 4096 1.75 ms
@@ -615,9 +722,6 @@ enum { BF16_FEW_M = 16, BF16_FEW_KB = 2048 };
     c##r##2 = _mm512_dpbf16_ps(c##r##2, av, b2);                                                            \
     c##r##3 = _mm512_dpbf16_ps(c##r##3, av, b3);                                                            \
   }
-#define BNT4_OUT(r)                                                                                         \
-  out[r * 4] = _mm512_reduce_add_ps(c##r##0), out[r * 4 + 1] = _mm512_reduce_add_ps(c##r##1),              \
-  out[r * 4 + 2] = _mm512_reduce_add_ps(c##r##2), out[r * 4 + 3] = _mm512_reduce_add_ps(c##r##3);
 #define BNT4_STEP(R, M)                                                                                   \
   do {                                                                                                    \
     const __mmask32 m = (M);                                                                              \
@@ -637,7 +741,7 @@ enum { BF16_FEW_M = 16, BF16_FEW_KB = 2048 };
     int64_t p = 0;                                                                                        \
     for (; p + 32 <= k; p += 32) BNT4_STEP(R, (__mmask32)0xFFFFFFFFu);                                   \
     if (p < k) BNT4_STEP(R, (__mmask32)((1u << (k - p)) - 1));                                           \
-    SMALL_ROWS##R(BNT4_OUT)                                                                               \
+    SMALL_ROWS##R(FEW4_OUT)                                                                               \
   }
 DEFINE_BF16_NT4(4)
 DEFINE_BF16_NT4(2)
@@ -645,81 +749,12 @@ DEFINE_BF16_NT(1, 4)
 DEFINE_BF16_NT(4, 1)
 DEFINE_BF16_NT(2, 1)
 DEFINE_BF16_NT(1, 1)
+DEFINE_FEW_COLS(bdp_few_cols, bf16_nt, uint16_t, BF16_FEW_KB, 4)
 
-/* C[i][j] = alpha * sums[i][j] + beta * C_in[i][j] for rows i0.., columns j0.. (rows x cols), in C's
- * dtype (bf16 or f32). */
-static void bf16_few_store(const tpurt_gemm_t* g, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                           const float* sums) {
-  const size_t cs = tpurt_dtype_size(g->c_dtype);
-  if (g->beta == 0) { /* C is not read; alpha scales the float sums, as the pair kernel's store does */
-    const float alpha = (float)g->alpha;
-    for (int64_t r = 0; r < rows; ++r) {
-      char* c = (char*)g->c + (size_t)((i0 + r) * g->c_rs + j0 * g->c_cs) * cs;
-      for (int64_t q = 0; q < cols; ++q) {
-        float v = alpha * sums[r * cols + q];
-        if (g->c_dtype == TPURT_DTYPE_FLOAT32) ((float*)c)[q * g->c_cs] = v;
-        else ((uint16_t*)c)[q * g->c_cs] = tpurt_f32_to_bf16(v);
-      }
-    }
-    return;
-  }
-  const char* cin = g->c_in ? (const char*)g->c_in : (const char*)g->c;
-  int64_t in_rs = g->c_in ? g->c_in_rs : g->c_rs, in_cs = g->c_in ? g->c_in_cs : g->c_cs;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t q = 0; q < cols; ++q) {
-      int64_t i = i0 + r, j = j0 + q;
-      double v = g->alpha * (double)sums[r * cols + q] +
-                 g->beta * tpurt_dtype_load_f64(g->c_dtype, cin + (size_t)(i * in_rs + j * in_cs) * cs);
-      tpurt_dtype_store_f64(g->c_dtype, (char*)g->c + (size_t)(i * g->c_rs + j * g->c_cs) * cs, v);
-    }
-}
-
-/* Columns [4 * q0, 4 * q1) of C, every row. */
+/* Columns [4 q0, 4 q1) of C, every row, through the bf16 dot kernels (few_cols_run below) */
 static void bf16_few_cols(void* u, int64_t q0, int64_t q1, int tid) {
   const tpurt_gemm_t* g = u;
-  const uint16_t* a = (const uint16_t*)g->a;
-  const uint16_t* w = (const uint16_t*)g->b; /* op(B)[p][j] = w[j * b_cs + p] */
-  const int64_t m = g->m, n = g->n, k = g->k, lda = g->a_rs, ldw = g->b_cs;
-  float sums[16];
-  for (int64_t j = 4 * q0; j < n && j < 4 * q1; j += 4) {
-    const uint16_t* wj = w + j * ldw;
-    if (j + 4 <= n) {
-      const uint16_t* pf = j + 8 <= n ? wj + 4 * ldw : NULL;
-      /* More than four rows of a deep product: depth blocks, so that the group's four weight rows
-       * stay in L1 while each row block's A rows stream past (4096 deep, 16 rows: the two outgrew
-       * L1 and the weight rows came from L2 once per row block); the blocks' sums added in float.
-       * One block (the sums as before) otherwise. */
-      const int64_t kb = m > 4 && k > BF16_FEW_KB ? BF16_FEW_KB : k;
-      float tot[BF16_FEW_M * 4];
-      for (int64_t p0 = 0; p0 < k; p0 += kb) {
-        const int64_t kk = imin(kb, k - p0);
-        const uint16_t *ap = a + p0, *wp = wj + p0, *pfp = pf ? pf + p0 : NULL;
-        int64_t i = 0;
-        for (; i + 4 <= m; i += 4, pfp = NULL) {
-          bf16_nt_4x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);
-          for (int e = 0; e < 16; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];
-        }
-        if (i + 2 <= m) {
-          bf16_nt_2x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);
-          for (int e = 0; e < 8; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];
-          i += 2, pfp = NULL;
-        }
-        if (i < m) {
-          bf16_nt_1x4(kk, ap + i * lda, lda, wp, ldw, sums, pfp);
-          for (int e = 0; e < 4; ++e) tot[i * 4 + e] = p0 ? tot[i * 4 + e] + sums[e] : sums[e];
-        }
-      }
-      bf16_few_store(g, 0, m, j, 4, tot);
-      continue;
-    }
-    for (int64_t jj = j; jj < n; ++jj) {
-      const uint16_t* wq = w + jj * ldw;
-      int64_t i = 0;
-      for (; i + 4 <= m; i += 4) bf16_nt_4x1(k, a + i * lda, lda, wq, ldw, sums, NULL), bf16_few_store(g, i, 4, jj, 1, sums);
-      if (i + 2 <= m) bf16_nt_2x1(k, a + i * lda, lda, wq, ldw, sums, NULL), bf16_few_store(g, i, 2, jj, 1, sums), i += 2;
-      if (i < m) bf16_nt_1x1(k, a + i * lda, lda, wq, ldw, sums, NULL), bf16_few_store(g, i, 1, jj, 1, sums);
-    }
-  }
+  bdp_few_cols(g, (const uint16_t*)g->a, g->a_rs, q0, q1);
 }
 #endif
 
@@ -1433,6 +1468,10 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g, int nt) {
                  packed_bytes(k, imin(g->n, acc_nc(k)), nr, g->k);
   if (!c_direct(g, k) && !c16_direct(g, k))
     bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
+  if (k == ACC_F32 && half_few_applies(g)) { /* A widened (half_few_rows) */
+    size_t a32 = align64(mul_sat(mul_sat(g->m, g->k), 4));
+    if (bytes < a32) bytes = a32;
+  }
   return bytes;
 }
 
@@ -1721,6 +1760,58 @@ DEFINE_SMALL_NT(4, 1)
 DEFINE_SMALL_NT(2, 1)
 DEFINE_SMALL_NT(1, 1)
 
+#ifdef HALF_FEW
+/* 16 bf16 or f16 values at p (the lanes past m: 0) as floats */
+static inline __m512 wide_bf16(const uint16_t* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+static inline __m512 wide_f16(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+/* R float rows of A x C 16-bit rows of W (widened by WIDE), 16 depth values a step, as small_nt_* */
+#define DEFINE_WNT(PFX, WIDE, R, C)                                                                         \
+  static void PFX##_##R##x##C(int64_t k, const float* a, int64_t lda, const uint16_t* w, int64_t ldw,      \
+                              float* out, const uint16_t* pf) {                                            \
+    __m512 acc[R][C];                                                                                     \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) acc[r][q] = _mm512_setzero_ps();                                        \
+    if (!pf) pf = w;                                                                                      \
+    for (int64_t p = 0; p < k; p += 16) {                                                                 \
+      const __mmask16 m = tail_mask16(k - p);                                                             \
+      for (int q = 0; q < C; ++q) _mm_prefetch((const char*)(pf + q * ldw + p), _MM_HINT_T1);             \
+      __m512 av[R], wv[C];                                                                                \
+      for (int r = 0; r < R; ++r) av[r] = _mm512_maskz_loadu_ps(m, a + r * lda + p);                      \
+      for (int q = 0; q < C; ++q) wv[q] = WIDE(w + q * ldw + p, m);                                       \
+      for (int r = 0; r < R; ++r)                                                                         \
+        for (int q = 0; q < C; ++q) acc[r][q] = _mm512_fmadd_ps(av[r], wv[q], acc[r][q]);                 \
+    }                                                                                                     \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) out[r * C + q] = _mm512_reduce_add_ps(acc[r][q]);                      \
+  }
+/* 4 and 2 rows x 4 columns in named accumulators (NT4_DECL / NT4_FMA) */
+#define DEFINE_WNT4(PFX, WIDE, R)                                                                           \
+  static void PFX##_##R##x4(int64_t k, const float* a, int64_t lda, const uint16_t* w, int64_t ldw,        \
+                            float* out, const uint16_t* pf) {                                              \
+    SMALL_ROWS##R(NT4_DECL)                                                                               \
+    if (!pf) pf = w;                                                                                      \
+    for (int64_t p = 0; p < k; p += 16) {                                                                 \
+      const __mmask16 m = tail_mask16(k - p);                                                             \
+      for (int q = 0; q < 4; ++q) _mm_prefetch((const char*)(pf + q * ldw + p), _MM_HINT_T1);             \
+      const __m512 b0 = WIDE(w + p, m), b1 = WIDE(w + ldw + p, m), b2 = WIDE(w + 2 * ldw + p, m),         \
+                   b3 = WIDE(w + 3 * ldw + p, m);                                                         \
+      SMALL_ROWS##R(NT4_FMA)                                                                              \
+    }                                                                                                     \
+    SMALL_ROWS##R(FEW4_OUT)                                                                               \
+  }
+#define DEFINE_WNT_ALL(PFX, WIDE)                                                                           \
+  DEFINE_WNT4(PFX, WIDE, 4)                                                                               \
+  DEFINE_WNT4(PFX, WIDE, 2)                                                                               \
+  DEFINE_WNT(PFX, WIDE, 1, 4)                                                                             \
+  DEFINE_WNT(PFX, WIDE, 4, 1)                                                                             \
+  DEFINE_WNT(PFX, WIDE, 2, 1)                                                                             \
+  DEFINE_WNT(PFX, WIDE, 1, 1)
+DEFINE_WNT_ALL(wnt_bf16, wide_bf16)
+DEFINE_WNT_ALL(wnt_f16, wide_f16)
+#endif
+
 /* C (m x n) = alpha A B + beta C; !tb: B is k x n row-major (ldb), tb: B^T is n x k (ldb). With !tb
  * and `pack` (SMALL_PACK_FLOATS), B is copied in blocks; more than SMALL_M rows only so. */
 static void small_m_cols(bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -1804,6 +1895,74 @@ static void small_m_cols(bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
       if (i < m) small_nt_1x1(k, a + i * lda, lda, bt, ldb, cj + i * ldc, ldc, alpha, beta, NULL);
     }
   }
+}
+#endif
+
+/* The widening kernels under AVX2 (no AVX-512): 8 floats a vector and 16 registers, so four rows run
+ * as two pairs (K_4x4 = two K_2x4 on the same W rows, the second from L1); the depth's last k % 8
+ * values in scalar code. */
+#if defined(HALF_FEW) && !defined(__AVX512F__)
+static inline __m256 wide8_bf16(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+static inline __m256 wide8_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+static inline float one_bf16(uint16_t v) { return tpurt_bf16_to_f32(v); }
+static inline float one_f16(uint16_t v) { return tpurt_f16_to_f32(v); }
+static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+#define DEFINE_WNT8(PFX, WIDE, ONE, R, C)                                                                   \
+  static void PFX##_##R##x##C(int64_t k, const float* a, int64_t lda, const uint16_t* w, int64_t ldw,      \
+                              float* out, const uint16_t* pf) {                                            \
+    __m256 acc[R][C];                                                                                     \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) acc[r][q] = _mm256_setzero_ps();                                        \
+    if (!pf) pf = w;                                                                                      \
+    int64_t p = 0;                                                                                        \
+    for (; p + 8 <= k; p += 8) {                                                                          \
+      if ((p & 31) == 0) /* a line of 32 values a row */                                                  \
+        for (int q = 0; q < C; ++q) _mm_prefetch((const char*)(pf + q * ldw + p), _MM_HINT_T1);           \
+      __m256 av[R], wv[C];                                                                                \
+      for (int r = 0; r < R; ++r) av[r] = _mm256_loadu_ps(a + r * lda + p);                               \
+      for (int q = 0; q < C; ++q) wv[q] = WIDE(w + q * ldw + p);                                          \
+      for (int r = 0; r < R; ++r)                                                                         \
+        for (int q = 0; q < C; ++q) acc[r][q] = _mm256_fmadd_ps(av[r], wv[q], acc[r][q]);                 \
+    }                                                                                                     \
+    for (int r = 0; r < R; ++r)                                                                           \
+      for (int q = 0; q < C; ++q) {                                                                       \
+        float v = hsum8(acc[r][q]);                                                                       \
+        for (int64_t t = p; t < k; ++t) v += a[r * lda + t] * ONE(w[q * ldw + t]);                       \
+        out[r * C + q] = v;                                                                               \
+      }                                                                                                   \
+  }
+#define DEFINE_WNT8_ALL(PFX, WIDE, ONE)                                                                     \
+  DEFINE_WNT8(PFX, WIDE, ONE, 2, 4)                                                                       \
+  DEFINE_WNT8(PFX, WIDE, ONE, 1, 4)                                                                       \
+  DEFINE_WNT8(PFX, WIDE, ONE, 4, 1)                                                                       \
+  DEFINE_WNT8(PFX, WIDE, ONE, 2, 1)                                                                       \
+  DEFINE_WNT8(PFX, WIDE, ONE, 1, 1)                                                                       \
+  static void PFX##_4x4(int64_t k, const float* a, int64_t lda, const uint16_t* w, int64_t ldw, float* out, \
+                        const uint16_t* pf) {                                                              \
+    PFX##_2x4(k, a, lda, w, ldw, out, pf);                                                                \
+    PFX##_2x4(k, a + 2 * lda, lda, w, ldw, out + 8, NULL);                                                \
+  }
+DEFINE_WNT8_ALL(wnt_bf16, wide8_bf16, one_bf16)
+DEFINE_WNT8_ALL(wnt_f16, wide8_f16, one_f16)
+#endif
+
+#ifdef HALF_FEW
+DEFINE_FEW_COLS(bf16w_few_cols, wnt_bf16, float, HALF_FEW_KB, HALF_FEW_BLOCK_M)
+DEFINE_FEW_COLS(f16w_few_cols, wnt_f16, float, HALF_FEW_KB, HALF_FEW_BLOCK_M)
+typedef struct half_few_t {
+  const tpurt_gemm_t* g;
+  const float* a; /* A's rows widened, k apart */
+} half_few_t;
+static void half_few_cols(void* u, int64_t q0, int64_t q1, int tid) {
+  const half_few_t* t = u;
+  if (t->g->ab_dtype == TPURT_DTYPE_BFLOAT16) bf16w_few_cols(t->g, t->a, t->g->k, q0, q1);
+  else f16w_few_cols(t->g, t->a, t->g->k, q0, q1);
 }
 #endif
 
@@ -2097,9 +2256,29 @@ static bool a_direct_pays(const tpurt_gemm_t* g, acc_kind_t kind) {
 #endif
 }
 
+/* Runs g through the widening few-row kernels where they apply (half_few_applies); ws: at least m k
+ * floats (single_ws_bytes), for A widened. False: the caller packs. */
+static bool half_few_rows(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
+#ifdef HALF_FEW
+  if (!ws || !half_few_applies(g)) return false;
+  float* a32 = (float*)ws;
+  for (int64_t i = 0; i < g->m; ++i)
+    tpurt_hv_to_f32(g->ab_dtype, (const uint16_t*)g->a + i * g->a_rs, a32 + i * g->k, g->k);
+  half_few_t t = {g, a32};
+  /* about 2^18 multiply-adds a task, as bf16_few_rows */
+  int64_t per = (int64_t)1 << 18, grain = per / (mul_sat(g->m, g->k) * 4 + 1) + 1;
+  run_range(ctx, (g->n + 3) / 4, grain, half_few_cols, &t);
+  return true;
+#else
+  (void)ctx, (void)g, (void)ws;
+  return false;
+#endif
+}
+
 static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   acc_kind_t kind = acc_kind(g->ab_dtype, g->c_dtype);
   if (kind == ACC_BDP && !gemm_generic() && bf16_few_rows(ctx, g)) return;
+  if (kind == ACC_F32 && !gemm_generic() && half_few_rows(ctx, g, ws)) return;
   int mr = acc_mr(kind), nr = acc_nr(kind);
   core_args_t s = {.m = g->m, .n = g->n, .k = g->k, .a = g->a, .a_rs = g->a_rs,
                    .a_cs = g->a_cs, .b = g->b, .b_rs = g->b_rs, .b_cs = g->b_cs,
