@@ -247,7 +247,8 @@ static void test_gemm_small_m(void) {
 
 /* 16-bit products with few rows against a transposed B (a linear layer over a decode step's tokens):
  * bf16 where the CPU has vdpbf16ps, the dot kernels; bf16 without it (mode 0, also forced where the CPU
- * has it) and f16, the widening kernels (A widened once, W as it is read). 1-16 rows, the depth's tail
+ * has it) and f16, the widening kernels (A widened once, W as it is read; against W^T and, under
+ * AVX-512, W row-major, 4 depth rows x 64 columns a step). 1-16 rows, the depth's tail
  * masked, columns in fours and the rest one at a time, the next rows fetched ahead, depth blocks past
  * 2048 (1024 widening); 16-bit and float32 C, row- and column-major, alpha / beta with C itself, a
  * separate and a broadcast C_in, batched. */
@@ -262,9 +263,10 @@ static void test_gemm_bf16_few_rows(void) {
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
       for (int c = 0; c < 2; ++c)
         for (int v = 0; v < 5; ++v)
-          gemm_case(ab, cds[c], v == 3 ? 3 : 1, shapes[s][0], shapes[s][1], shapes[s][2], false, true, v == 4,
-                    (int)(s + v) % 3, v == 1 || v == 2, v == 2, v % 2 ? 0.5 : 1.0, v == 0 ? 0.0 : v == 1 ? 1.0 : -0.5,
-                    false);
+          for (int tb = 0; tb < 2; ++tb) /* W^T, and W row-major (x @ W: the widening path's second form) */
+            gemm_case(ab, cds[c], v == 3 ? 3 : 1, shapes[s][0], shapes[s][1], shapes[s][2], false, tb, v == 4,
+                      (int)(s + v) % 3, v == 1 || v == 2, v == 2, v % 2 ? 0.5 : 1.0,
+                      v == 0 ? 0.0 : v == 1 ? 1.0 : -0.5, false);
     tpurt_gemm_set_bf16dp(-1);
   }
 }

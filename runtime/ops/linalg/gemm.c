@@ -612,19 +612,36 @@ static void few_store(const tpurt_gemm_t* g, int64_t i0, int64_t rows, int64_t j
 #if (defined(__AVX512F__) && defined(__AVX512BW__)) || (!defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
 #define HALF_FEW 1
 #endif
+#ifdef HALF_FEW
+#define HALF_FEW_NN 1 /* op(B) = W row-major too (wnn_*) */
+#endif
 #ifndef HALF_FEW_BLOCK_M
 #define HALF_FEW_BLOCK_M 1
 #endif
 enum { HALF_FEW_M = 16, HALF_FEW_KB = 1024 };
-static bool half_few_applies(const tpurt_gemm_t* g) {
+/* 0: not for these kernels; 1: op(B) = W^T with W's rows along k (a linear layer's weight); 2: op(B) =
+ * W row-major along n (`x @ W`, GPT-2's Conv1D), whose few-row kernel (HALF_FEW_NN) walks W's rows
+ * whole and keeps C's rows in float. */
+static int half_few_form(const tpurt_gemm_t* g) {
 #ifdef HALF_FEW
-  return (g->ab_dtype == TPURT_DTYPE_BFLOAT16 || g->ab_dtype == TPURT_DTYPE_FLOAT16) && g->m >= 1 &&
-         g->m <= HALF_FEW_M && g->k >= 1 && g->a_cs == 1 && g->b_rs == 1 &&
-         (g->c_dtype == g->ab_dtype || g->c_dtype == TPURT_DTYPE_FLOAT32);
+  if ((g->ab_dtype != TPURT_DTYPE_BFLOAT16 && g->ab_dtype != TPURT_DTYPE_FLOAT16) || g->m < 1 ||
+      g->m > HALF_FEW_M || g->k < 1 || g->a_cs != 1 ||
+      (g->c_dtype != g->ab_dtype && g->c_dtype != TPURT_DTYPE_FLOAT32))
+    return 0;
+  if (g->b_rs == 1) return 1;
+#ifdef HALF_FEW_NN
+  if (g->b_cs == 1) return 2;
+#endif
 #else
   (void)g;
-  return false;
 #endif
+  return 0;
+}
+/* The bytes half_few_rows needs: A widened, and form 2's C in float */
+static size_t half_few_bytes(const tpurt_gemm_t* g) {
+  int f = half_few_form(g);
+  if (!f) return 0;
+  return align64(mul_sat(mul_sat(g->m, g->k), 4)) + (f == 2 ? align64(mul_sat(mul_sat(g->m, g->n), 4)) : 0);
 }
 
 /* NAME(g, a, lda, q0, q1): columns [4 q0, 4 q1) of C, every row, as dot products of A's rows (type AT,
@@ -1468,10 +1485,7 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g, int nt) {
                  packed_bytes(k, imin(g->n, acc_nc(k)), nr, g->k);
   if (!c_direct(g, k) && !c16_direct(g, k))
     bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
-  if (k == ACC_F32 && half_few_applies(g)) { /* A widened (half_few_rows) */
-    size_t a32 = align64(mul_sat(mul_sat(g->m, g->k), 4));
-    if (bytes < a32) bytes = a32;
-  }
+  if (k == ACC_F32 && bytes < half_few_bytes(g)) bytes = half_few_bytes(g); /* (half_few_rows) */
   return bytes;
 }
 
@@ -1810,6 +1824,42 @@ static inline __m512 wide_f16(const uint16_t* p, __mmask16 m) { return _mm512_cv
   DEFINE_WNT(PFX, WIDE, 1, 1)
 DEFINE_WNT_ALL(wnt_bf16, wide_bf16)
 DEFINE_WNT_ALL(wnt_f16, wide_f16)
+
+/* op(B) = W, k x n row-major: C's columns [j0, j1) (acc: m rows of j1 - j0 floats) += A's rows (a, k
+ * apart) times W's rows, 4 depth rows x 64 columns a step: 16 widened W vectors, each used by every
+ * row of A, and per row 4 chains of 4 fmas into C's floats, loaded and stored once a step. W is read
+ * row after row (4 streams along n), as it lies in memory: a walk down 64-column strips touched a
+ * page a row. */
+#define DEFINE_WNN(NAME, WIDE)                                                                              \
+  static void NAME(int64_t m, int64_t k, const float* a, const uint16_t* w, int64_t ldw, int64_t j0,       \
+                   int64_t j1, float* acc) {                                                               \
+    const int64_t cols = j1 - j0;                                                                         \
+    for (int64_t p0 = 0; p0 < k; p0 += 4) {                                                               \
+      const int64_t pk = imin(4, k - p0);                                                                 \
+      for (int64_t j = j0; j < j1; j += 64) {                                                             \
+        __mmask16 mk[4];                                                                                  \
+        __m512 wv[4][4];                                                                                  \
+        for (int c = 0; c < 4; ++c) {                                                                     \
+          mk[c] = tail_mask16(j1 - j - 16 * c);                                                           \
+          for (int t = 0; t < 4; ++t)                                                                     \
+            wv[t][c] = t < pk ? WIDE(w + (p0 + t) * ldw + j + 16 * c, mk[c]) : _mm512_setzero_ps();       \
+        }                                                                                                 \
+        for (int64_t r = 0; r < m; ++r) {                                                                 \
+          float* cr = acc + r * cols + (j - j0);                                                          \
+          const float* ar = a + r * k + p0;                                                               \
+          __m512 av[4];                                                                                   \
+          for (int t = 0; t < 4; ++t) av[t] = _mm512_set1_ps(t < pk ? ar[t] : 0.0f);                      \
+          for (int c = 0; c < 4; ++c) {                                                                   \
+            __m512 v = p0 ? _mm512_maskz_loadu_ps(mk[c], cr + 16 * c) : _mm512_setzero_ps();              \
+            for (int t = 0; t < 4; ++t) v = _mm512_fmadd_ps(av[t], wv[t][c], v);                          \
+            _mm512_mask_storeu_ps(cr + 16 * c, mk[c], v);                                                 \
+          }                                                                                               \
+        }                                                                                                 \
+      }                                                                                                   \
+    }                                                                                                     \
+  }
+DEFINE_WNN(wnn_bf16, wide_bf16)
+DEFINE_WNN(wnn_f16, wide_f16)
 #endif
 
 /* C (m x n) = alpha A B + beta C; !tb: B is k x n row-major (ldb), tb: B^T is n x k (ldb). With !tb
@@ -1950,6 +2000,41 @@ static inline float hsum8(__m256 v) {
   }
 DEFINE_WNT8_ALL(wnt_bf16, wide8_bf16, one_bf16)
 DEFINE_WNT8_ALL(wnt_f16, wide8_f16, one_f16)
+/* op(B) = W row-major, as the AVX-512 wnn_*: 4 depth rows x 16 columns a step (13 of the 16 ymm
+ * registers), the last j1 - j0 mod 16 columns in scalar code */
+#define DEFINE_WNN8(NAME, WIDE, ONE)                                                                        \
+  static void NAME(int64_t m, int64_t k, const float* a, const uint16_t* w, int64_t ldw, int64_t j0,       \
+                   int64_t j1, float* acc) {                                                               \
+    const int64_t cols = j1 - j0, jv = j0 + cols / 16 * 16;                                               \
+    for (int64_t p0 = 0; p0 < k; p0 += 4) {                                                               \
+      const int64_t pk = imin(4, k - p0);                                                                 \
+      for (int64_t j = j0; j < jv; j += 16) {                                                             \
+        __m256 wv[4][2];                                                                                  \
+        for (int t = 0; t < 4; ++t)                                                                       \
+          for (int c = 0; c < 2; ++c)                                                                     \
+            wv[t][c] = t < pk ? WIDE(w + (p0 + t) * ldw + j + 8 * c) : _mm256_setzero_ps();               \
+        for (int64_t r = 0; r < m; ++r) {                                                                 \
+          float* cr = acc + r * cols + (j - j0);                                                          \
+          const float* ar = a + r * k + p0;                                                               \
+          __m256 av[4];                                                                                   \
+          for (int t = 0; t < 4; ++t) av[t] = _mm256_set1_ps(t < pk ? ar[t] : 0.0f);                      \
+          for (int c = 0; c < 2; ++c) {                                                                   \
+            __m256 v = p0 ? _mm256_loadu_ps(cr + 8 * c) : _mm256_setzero_ps();                            \
+            for (int t = 0; t < 4; ++t) v = _mm256_fmadd_ps(av[t], wv[t][c], v);                          \
+            _mm256_storeu_ps(cr + 8 * c, v);                                                              \
+          }                                                                                               \
+        }                                                                                                 \
+      }                                                                                                   \
+      for (int64_t j = jv; j < j1; ++j)                                                                   \
+        for (int64_t r = 0; r < m; ++r) {                                                                 \
+          float v = p0 ? acc[r * cols + (j - j0)] : 0.0f;                                                 \
+          for (int t = 0; t < pk; ++t) v += a[r * k + p0 + t] * ONE(w[(p0 + t) * ldw + j]);               \
+          acc[r * cols + (j - j0)] = v;                                                                   \
+        }                                                                                                 \
+    }                                                                                                     \
+  }
+DEFINE_WNN8(wnn_bf16, wide8_bf16, one_bf16)
+DEFINE_WNN8(wnn_f16, wide8_f16, one_f16)
 #endif
 
 #ifdef HALF_FEW
@@ -1958,12 +2043,25 @@ DEFINE_FEW_COLS(f16w_few_cols, wnt_f16, float, HALF_FEW_KB, HALF_FEW_BLOCK_M)
 typedef struct half_few_t {
   const tpurt_gemm_t* g;
   const float* a; /* A's rows widened, k apart */
+  float* acc;     /* form 2: C in float, each task's columns [j0, j1) as m rows of j1 - j0 at acc + m j0 */
 } half_few_t;
 static void half_few_cols(void* u, int64_t q0, int64_t q1, int tid) {
   const half_few_t* t = u;
   if (t->g->ab_dtype == TPURT_DTYPE_BFLOAT16) bf16w_few_cols(t->g, t->a, t->g->k, q0, q1);
   else f16w_few_cols(t->g, t->a, t->g->k, q0, q1);
 }
+#ifdef HALF_FEW_NN
+/* Columns [64 q0, 64 q1) of C through the row-major kernel, then into C */
+static void half_few_nn_cols(void* u, int64_t q0, int64_t q1, int tid) {
+  const half_few_t* t = u;
+  const tpurt_gemm_t* g = t->g;
+  const int64_t j0 = 64 * q0, j1 = imin(64 * q1, g->n);
+  float* acc = t->acc + g->m * j0;
+  if (g->ab_dtype == TPURT_DTYPE_BFLOAT16) wnn_bf16(g->m, g->k, t->a, (const uint16_t*)g->b, g->b_rs, j0, j1, acc);
+  else wnn_f16(g->m, g->k, t->a, (const uint16_t*)g->b, g->b_rs, j0, j1, acc);
+  few_store(g, 0, g->m, j0, j1 - j0, acc);
+}
+#endif
 #endif
 
 /* Workspace after single_ws_bytes(g, 1) for the copies of B of the 17..SMALL_M_NN-row kernel, one
@@ -2256,18 +2354,25 @@ static bool a_direct_pays(const tpurt_gemm_t* g, acc_kind_t kind) {
 #endif
 }
 
-/* Runs g through the widening few-row kernels where they apply (half_few_applies); ws: at least m k
+/* Runs g through the widening few-row kernels where they apply (half_few_form); ws: half_few_bytes
  * floats (single_ws_bytes), for A widened. False: the caller packs. */
 static bool half_few_rows(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
 #ifdef HALF_FEW
-  if (!ws || !half_few_applies(g)) return false;
+  const int form = half_few_form(g);
+  if (!ws || !form) return false;
   float* a32 = (float*)ws;
   for (int64_t i = 0; i < g->m; ++i)
     tpurt_hv_to_f32(g->ab_dtype, (const uint16_t*)g->a + i * g->a_rs, a32 + i * g->k, g->k);
-  half_few_t t = {g, a32};
+  half_few_t t = {g, a32, (float*)(ws + align64(mul_sat(mul_sat(g->m, g->k), 4)))};
   /* about 2^18 multiply-adds a task, as bf16_few_rows */
-  int64_t per = (int64_t)1 << 18, grain = per / (mul_sat(g->m, g->k) * 4 + 1) + 1;
-  run_range(ctx, (g->n + 3) / 4, grain, half_few_cols, &t);
+  const int64_t per = (int64_t)1 << 18, mk = mul_sat(g->m, g->k);
+#ifdef HALF_FEW_NN
+  if (form == 2) {
+    run_range(ctx, (g->n + 63) / 64, per / (mk * 64 + 1) + 1, half_few_nn_cols, &t);
+    return true;
+  }
+#endif
+  run_range(ctx, (g->n + 3) / 4, per / (mk * 4 + 1) + 1, half_few_cols, &t);
   return true;
 #else
   (void)ctx, (void)g, (void)ws;
