@@ -628,15 +628,17 @@ static tpurt_status_t finish_send(tpurt_dist_comm_t* c, const tpurt_dist_op_t* o
 /* A receive from any source waits for a message with its tag posted by any
  * rank (the peers are scanned from `next`, rotating, so no sender starves);
  * a message with another tag is left for the receive it belongs to. While
- * none has come, the first rank with nothing posted is the one named if the
- * wait fails. */
+ * none has come, the first rank with nothing posted that is still in the
+ * group is the one named if the wait fails: a rank that destroyed its group
+ * fails the receive only when every rank that could still send has too (a
+ * rank done with its sends may leave while another's message is on its way). */
 typedef struct any_wait_t {
   int tag, next, found;
 } any_wait_t;
 
 static int missing_any(tpurt_dist_comm_t* c, uint64_t arg) {
   any_wait_t* w = (any_wait_t*)(uintptr_t)arg;
-  int blame = -1;
+  int blame = -1, gone = -1;
   for (int k = 0; k < c->size; ++k) {
     int p = (w->next + k) % c->size;
     if (p == c->rank) continue;
@@ -646,9 +648,14 @@ static int missing_any(tpurt_dist_comm_t* c, uint64_t arg) {
       w->found = p;
       return -1;
     }
-    if (blame < 0 && posted <= c->p2p_recvd[p]) blame = p;
+    if (posted > c->p2p_recvd[p]) continue;
+    if (!atomic_load(&pr->left)) {
+      if (blame < 0) blame = p;
+    } else if (gone < 0) {
+      gone = p;
+    }
   }
-  return blame >= 0 ? blame : (c->rank + 1) % c->size;
+  return blame >= 0 ? blame : gone >= 0 ? gone : (c->rank + 1) % c->size;
 }
 
 static tpurt_status_t take_message(tpurt_dist_comm_t* c, const tpurt_dist_op_t* op, int peer);
