@@ -300,6 +300,11 @@ BF16_SCALAR = {
     "fmod": lambda x: torch.fmod(x, 1.5), "remainder": lambda x: x % -2.0, "atan2": lambda x: torch.atan2(x, torch.tensor(0.5, dtype=x.dtype, device=x.device)),
     "hypot": lambda x: torch.hypot(x, torch.tensor(3.0, dtype=x.dtype, device=x.device)),
     "xlogy": lambda x: torch.xlogy(2.0, x.abs()), "copysign": lambda x: torch.copysign(x, -1.0),
+    "maximum_nan": lambda x: torch.maximum(x, torch.tensor(float("nan"), dtype=x.dtype, device=x.device)),
+    "clamp": lambda x: torch.clamp(x, -0.3, 2.0), "clamp_min": lambda x: torch.clamp_min(x, 0.3),
+    "clamp_lo_tensor_hi": lambda x: torch.clamp(x, x.flip(0), torch.tensor(1.5, dtype=x.dtype, device=x.device)),
+    "lerp": lambda x: torch.lerp(x, x.flip(0), 0.3),
+    "addcmul_scalar_mid": lambda x: torch.addcmul(x, torch.tensor(0.7, dtype=x.dtype, device=x.device), x.flip(0)),
 }
 
 

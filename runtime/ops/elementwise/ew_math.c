@@ -442,9 +442,9 @@ EW_OP_FI(heaviside, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 
          a == 0 ? b : (T)(a > 0))
 #define EW_MAXN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((x) < (y) ? (y) : (x))))
 #define EW_MINN(x, y) (((x) != (x)) ? (x) : (((y) != (y)) ? (y) : ((y) < (x) ? (y) : (x))))
-EW_OP_FIV(maximum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b), a < b ? b : a,
+EW_OP_FIVV(maximum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b), a < b ? b : a,
           ewv_maxn(va, vb))
-EW_OP_FIV(minimum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b), b < a ? b : a,
+EW_OP_FIVV(minimum, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b), b < a ? b : a,
           ewv_minn(va, vb))
 EW_OP_FI(fmax, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), fmax(a, b), a < b ? b : a)
 EW_OP_FI(fmin, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), fmin(a, b), b < a ? b : a)
@@ -772,11 +772,11 @@ EW_OP_FB(addcdiv, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_FLOATS, setup_value3, 
 /* clamp(self, min?, max?), clamp_min(self, min), clamp_max(self, max). PyTorch: min(max(x, lo), hi)
  * where max/min propagate NaN from either side. */
 #define CLAMP_LOHI_I(a, b, c) ((c) < ((a) < (b) ? (b) : (a)) ? (c) : ((a) < (b) ? (b) : (a)))
-EW_OP_FIV(clamp_lohi, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1, 2),
+EW_OP_FIVV(clamp_lohi, 3, EW_L3, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1, 2),
           EW_MINN(EW_MAXN(a, b), c), CLAMP_LOHI_I(a, b, c), ewv_minn(ewv_maxn(va, vb), vc))
-EW_OP_FIV(clamp_lo, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b),
+EW_OP_FIVV(clamp_lo, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MAXN(a, b),
           ((a) < (b) ? (b) : (a)), ewv_maxn(va, vb))
-EW_OP_FIV(clamp_hi, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b),
+EW_OP_FIVV(clamp_hi, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0, 1), EW_MINN(a, b),
           ((b) < (a) ? (b) : (a)), ewv_minn(va, vb))
 
 static tpurt_status_t clamp_args(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call, int which,
