@@ -615,10 +615,8 @@ static void few_store(const tpurt_gemm_t* g, int64_t i0, int64_t rows, int64_t j
 #ifdef HALF_FEW
 #define HALF_FEW_NN 1 /* op(B) = W row-major too (wnn_*) */
 #endif
-#ifndef HALF_FEW_BLOCK_M
-#define HALF_FEW_BLOCK_M 1
-#endif
-enum { HALF_FEW_M = 16, HALF_FEW_KB = 1024 };
+/* depth blocks from 2 rows (blocking from 1 row measured level within noise, from 2 slightly ahead) */
+enum { HALF_FEW_M = 16, HALF_FEW_KB = 1024, HALF_FEW_BLOCK_M = 1 };
 /* 0: not for these kernels; 1: op(B) = W^T with W's rows along k (a linear layer's weight); 2: op(B) =
  * W row-major along n (`x @ W`, GPT-2's Conv1D), whose few-row kernel (HALF_FEW_NN) walks W's rows
  * whole and keeps C's rows in float. */
