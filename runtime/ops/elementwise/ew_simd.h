@@ -100,6 +100,7 @@ static inline ewd_t ewd_trunc(ewd_t x) { return _mm512_roundscale_pd(x, _MM_FROU
 /* min(x, c) with NaN giving c (the scalar code's x < c ? x : c) */
 static inline ewd_t ewd_min_nan_c(ewd_t x, ewd_t c) { return _mm512_min_pd(x, c); }
 typedef __mmask8 ewdm_t;
+static inline unsigned ewdm_bits(ewdm_t m) { return (unsigned)m; }
 static inline ewdm_t ewd_lt(ewd_t a, ewd_t b) { return _mm512_cmp_pd_mask(a, b, _CMP_LT_OQ); }
 static inline ewd_t ewd_sel(ewdm_t m, ewd_t t, ewd_t f) { return _mm512_mask_blend_pd(m, f, t); }
 /* lanes whose integral m (|m| < 2^51) is odd */
@@ -205,6 +206,7 @@ static inline ewd_t ewd_trunc(ewd_t x) { return _mm256_round_pd(x, _MM_FROUND_TO
 #define ewd_fnma _mm256_fnmadd_pd
 static inline ewd_t ewd_min_nan_c(ewd_t x, ewd_t c) { return _mm256_min_pd(x, c); }
 typedef __m256d ewdm_t;
+static inline unsigned ewdm_bits(ewdm_t m) { return (unsigned)_mm256_movemask_pd(m); }
 static inline ewdm_t ewd_lt(ewd_t a, ewd_t b) { return _mm256_cmp_pd(a, b, _CMP_LT_OQ); }
 static inline ewd_t ewd_sel(ewdm_t m, ewd_t t, ewd_t f) { return _mm256_blendv_pd(f, t, m); }
 static inline ewdm_t ewd_odd(ewd_t m) {
@@ -340,8 +342,11 @@ static inline ewv_t ewv_log_reduce(ewv_t u, ewv_t* fe, ewv_t* yp) {
   *yp = ewv_log_x3p(x);
   return x;
 }
-/* tpurt_vm_log_special */
+/* tpurt_vm_log_special; where every lane is positive and finite (the common vector), nothing to
+ * select */
 static inline ewv_t ewv_log_special(ewv_t u, ewv_t r) {
+  if (__builtin_expect(ewm_bits(ewm_and(ewv_gt(u, EWV_C(0.0f)), ewv_lt(u, EWV_C(INFINITY)))) == (1u << EWV_W) - 1, 1))
+    return r;
   r = ewv_sel(ewv_eq(u, EWV_C(INFINITY)), EWV_C(INFINITY), r);
   r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
   r = ewv_sel(ewv_lt(u, EWV_C(0.0f)), EWV_C(NAN), r);
@@ -380,6 +385,8 @@ static inline ewv_t ewv_log10(ewv_t u) {
   return ewv_log_special(u, r);
 }
 
+/* tpurt_vm_log1p_mid */
+static inline ewv_t ewv_log1p_mid(ewv_t x) { return ewv_add(x, ewv_fma(EWV_C(-0.5f), ewv_mul(x, x), ewv_log_x3p(x))); }
 /* tpurt_vm_log1pf */
 static inline ewv_t ewv_log1p(ewv_t x) {
   const ewv_t u = ewv_add(EWV_C(1.0f), x);
@@ -389,9 +396,11 @@ static inline ewv_t ewv_log1p(ewv_t x) {
   y = ewv_fma(fe, EWV_C(-2.12194440e-4f), y);
   y = ewv_add(ewv_fma(EWV_C(-0.5f), ewv_mul(m, m), y), c);
   ewv_t r = ewv_fma(fe, EWV_C(0.693359375f), ewv_add(m, y));
-  const ewv_t mid = ewv_add(x, ewv_fma(EWV_C(-0.5f), ewv_mul(x, x), ewv_log_x3p(x)));
+  const ewv_t mid = ewv_log1p_mid(x);
   const ewm_t in = ewm_and(ewv_ge(x, EWV_C(-0.29289321881345248f)), ewv_lt(x, EWV_C(0.41421356237309505f)));
   r = ewv_sel(in, mid, r);
+  if (__builtin_expect(ewm_bits(ewm_and(ewv_gt(u, EWV_C(0.0f)), ewv_lt(u, EWV_C(INFINITY)))) == (1u << EWV_W) - 1, 1))
+    return r; /* no special lane (a NaN x makes u NaN) */
   r = ewv_sel(ewv_eq(u, EWV_C(INFINITY)), EWV_C(INFINITY), r);
   r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
   r = ewv_sel(ewv_lt(u, EWV_C(0.0f)), EWV_C(NAN), r);
@@ -882,13 +891,16 @@ static inline ewv_t ewv_atanh(ewv_t x) {
   return ewv_copysign(ewv_sel(ewv_lt(a, EWV_C(0x1p-12f)), a, r), x);
 }
 
-/* tpurt_vm_erfinvf */
+/* tpurt_vm_erfinvf. What a vector's lanes cannot select is not computed: the logf branch where no
+ * lane is above 1/2, the tail polynomial (and its square root) where no w reaches 5 (uniform
+ * arguments: 0.3% of lanes); NaN lanes take either, both NaN. */
 static inline ewv_t ewv_erfinv(ewv_t x) {
   const ewv_t a = ewv_abs(x), one = EWV_C(1.0f);
-  const ewv_t wl = ewv_log1p(ewv_neg(ewv_mul(x, x)));
-  const ewv_t wh = ewv_log(ewv_mul(ewv_sub(one, a), ewv_add(one, a)));
-  const ewv_t w = ewv_neg(ewv_sel(ewv_gt(a, EWV_C(0.5f)), wh, wl));
-  const ewv_t t = ewv_sub(w, EWV_C(2.5f)), u = ewv_sub(ewv_sqrt(w), EWV_C(3.0f));
+  const ewm_t hi = ewv_gt(a, EWV_C(0.5f));
+  ewv_t w = ewv_log1p_mid(ewv_neg(ewv_mul(x, x)));
+  if (ewm_bits(hi)) w = ewv_sel(hi, ewv_log(ewv_mul(ewv_sub(one, a), ewv_add(one, a))), w);
+  w = ewv_neg(w);
+  const ewv_t t = ewv_sub(w, EWV_C(2.5f));
   ewv_t p = EWV_C(2.81022636e-08f);
   p = ewv_fma(p, t, EWV_C(3.43273939e-07f));
   p = ewv_fma(p, t, EWV_C(-3.5233877e-06f));
@@ -898,16 +910,21 @@ static inline ewv_t ewv_erfinv(ewv_t x) {
   p = ewv_fma(p, t, EWV_C(-0.00417768164f));
   p = ewv_fma(p, t, EWV_C(0.246640727f));
   p = ewv_fma(p, t, EWV_C(1.50140941f));
-  ewv_t q = EWV_C(-0.000200214257f);
-  q = ewv_fma(q, u, EWV_C(0.000100950558f));
-  q = ewv_fma(q, u, EWV_C(0.00134934322f));
-  q = ewv_fma(q, u, EWV_C(-0.00367342844f));
-  q = ewv_fma(q, u, EWV_C(0.00573950773f));
-  q = ewv_fma(q, u, EWV_C(-0.0076224613f));
-  q = ewv_fma(q, u, EWV_C(0.00943887047f));
-  q = ewv_fma(q, u, EWV_C(1.00167406f));
-  q = ewv_fma(q, u, EWV_C(2.83297682f));
-  ewv_t r = ewv_mul(ewv_sel(ewv_lt(w, EWV_C(5.0f)), p, q), x);
+  const ewm_t tail = ewv_ge(w, EWV_C(5.0f));
+  if (ewm_bits(tail)) {
+    const ewv_t u = ewv_sub(ewv_sqrt(w), EWV_C(3.0f));
+    ewv_t q = EWV_C(-0.000200214257f);
+    q = ewv_fma(q, u, EWV_C(0.000100950558f));
+    q = ewv_fma(q, u, EWV_C(0.00134934322f));
+    q = ewv_fma(q, u, EWV_C(-0.00367342844f));
+    q = ewv_fma(q, u, EWV_C(0.00573950773f));
+    q = ewv_fma(q, u, EWV_C(-0.0076224613f));
+    q = ewv_fma(q, u, EWV_C(0.00943887047f));
+    q = ewv_fma(q, u, EWV_C(1.00167406f));
+    q = ewv_fma(q, u, EWV_C(2.83297682f));
+    p = ewv_sel(tail, q, p);
+  }
+  ewv_t r = ewv_mul(p, x);
   r = ewv_sel(ewv_eq(a, one), ewv_copysign(EWV_C(INFINITY), x), r);
   return ewv_sel(ewv_gt(a, one), EWV_C(NAN), r);
 }

@@ -253,6 +253,9 @@ static inline float tpurt_vm_log10f(float u) {
  * u = 1 + x with u's rounding error, c = (x - (u - 1)) / u (x - (u - 1) is
  * exact), added among logf's small terms. 0.8 ulp over the sweep, where
  * log(u) x / (u - 1) (Goldberg) took 2.3. -1 gives -inf, below it NaN. */
+/* log1p where 1 + x is in logf's reduced range [sqrt(1/2), sqrt(2)) (x in [-0.2929, 0.4142)):
+ * logf's polynomial on x itself */
+static inline float tpurt_vm_log1p_mid(float x) { return x + fmaf(-0.5f, x * x, tpurt_vm_log_x3p(x)); }
 static inline float tpurt_vm_log1pf(float x) {
   const float u = 1.0f + x;
   const float c = (x - (u - 1.0f)) / u;
@@ -261,7 +264,7 @@ static inline float tpurt_vm_log1pf(float x) {
   y = fmaf(fe, -2.12194440e-4f, y);
   y = fmaf(-0.5f, m * m, y) + c;
   float r = fmaf(fe, 0.693359375f, m + y);
-  const float mid = x + fmaf(-0.5f, x * x, tpurt_vm_log_x3p(x));
+  const float mid = tpurt_vm_log1p_mid(x);
   r = x >= -0.29289321881345248f && x < 0.41421356237309505f ? mid : r;
   r = u == INFINITY ? INFINITY : r;
   r = u == 0.0f ? -INFINITY : r;
@@ -813,10 +816,11 @@ static inline double tpurt_vm_erfinvd(double y) {
  * w = -log(1 - x^2), then a degree-8 polynomial in w - 2.5 below w = 5 and in
  * sqrt(w) - 3 above, times x. 1 - x^2 is formed as log1p(-x^2) up to |x| = 1/2
  * and as log((1 - x)(1 + x)) above (1 - x exact there), so neither loses the
- * small end. 1 and -1 give +-inf, beyond them NaN. */
+ * small end (-x^2 is then in [-1/4, 0], where log1p is its middle polynomial alone,
+ * tpurt_vm_log1p_mid). 1 and -1 give +-inf, beyond them NaN. */
 static inline float tpurt_vm_erfinvf(float x) {
   const float a = fabsf(x);
-  const float w = -(a <= 0.5f ? tpurt_vm_log1pf(-(x * x)) : tpurt_vm_logf((1.0f - a) * (1.0f + a)));
+  const float w = -(a <= 0.5f ? tpurt_vm_log1p_mid(-(x * x)) : tpurt_vm_logf((1.0f - a) * (1.0f + a)));
   const float t = w - 2.5f, u = sqrtf(w) - 3.0f;
   float p = 2.81022636e-08f;
   p = fmaf(p, t, 3.43273939e-07f);

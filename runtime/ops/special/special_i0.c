@@ -94,21 +94,38 @@ double tpurt_sp_i1e(double x) {
 }
 
 #if EWV_W
-/* e^-a I_nu(a) on double lanes (ie_abs) */
+/* e^-a I_nu(a) on double lanes (ie_abs). Where all lanes are in one range (most vectors of small
+ * activations; about 40% of normal values times 5), only that range's reduction, coefficients and
+ * final step are computed; mixed vectors select each per lane, as the scalar's ternaries do. */
+#define IE_CLENSHAW(COEF)                                                 \
+  for (int k = I0_TERMS - 1; k >= 0; --k) {                               \
+    b2 = b1;                                                              \
+    b1 = b0;                                                              \
+    b0 = ewd_fma(t2, b1, ewd_sub(COEF, b2));                              \
+  }
 static inline ewd_t ie_abs_v(ewd_t a, const double* ka, const double* kb, bool odd) {
   const ewdm_t big = ewd_lt(ewd_set1(8.0), a);
+  const unsigned bits = ewdm_bits(big);
+  ewd_t b0 = ewd_set1(0.0), b1 = b0, b2 = b0;
+  if (bits == 0) {
+    const ewd_t t = ewd_fma(a, ewd_set1(0.25), ewd_set1(-1.0)), t2 = ewd_add(t, t);
+    IE_CLENSHAW(ewd_set1(ka[k]))
+    const ewd_t f = ewd_mul(ewd_set1(0.5), ewd_sub(b0, b2));
+    return odd ? ewd_mul(f, a) : f;
+  }
+  if (bits == (1u << EWD_W) - 1) {
+    const ewd_t t = ewd_sub(ewd_div(ewd_set1(16.0), a), ewd_set1(1.0)), t2 = ewd_add(t, t);
+    IE_CLENSHAW(ewd_set1(kb[k]))
+    return ewd_div(ewd_mul(ewd_set1(0.5), ewd_sub(b0, b2)), ewd_sqrt(a));
+  }
   const ewd_t t = ewd_sel(big, ewd_sub(ewd_div(ewd_set1(16.0), a), ewd_set1(1.0)),
                           ewd_fma(a, ewd_set1(0.25), ewd_set1(-1.0)));
   const ewd_t t2 = ewd_add(t, t);
-  ewd_t b0 = ewd_set1(0.0), b1 = b0, b2 = b0;
-  for (int k = I0_TERMS - 1; k >= 0; --k) {
-    b2 = b1;
-    b1 = b0;
-    b0 = ewd_fma(t2, b1, ewd_sub(ewd_sel(big, ewd_set1(kb[k]), ewd_set1(ka[k])), b2));
-  }
+  IE_CLENSHAW(ewd_sel(big, ewd_set1(kb[k]), ewd_set1(ka[k])))
   const ewd_t f = ewd_mul(ewd_set1(0.5), ewd_sub(b0, b2));
   return ewd_sel(big, ewd_div(f, ewd_sqrt(a)), odd ? ewd_mul(f, a) : f);
 }
+#undef IE_CLENSHAW
 #endif
 
 /* y[i] = I_nu(x[i]) (scaled: e^-|x| I_nu) for contiguous doubles, nu = 0 or 1 (odd: I1's sign);
