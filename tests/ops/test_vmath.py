@@ -209,7 +209,10 @@ def test_pow_noncontiguous_and_out():
 
 
 BF16_DIRECT = {
-    "neg": torch.neg, "abs": torch.abs, "reciprocal": torch.reciprocal, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+    "neg": torch.neg, "abs": torch.abs,
+    # neg and abs work on the bits; a broadcast operand is a float32 scalar computed once
+    "neg_broadcast": lambda x: torch.neg(x[3:4].expand(x.shape[0])), "abs_broadcast": lambda x: torch.abs(x[5:6].expand(x.shape[0])),
+    "reciprocal": torch.reciprocal, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
     "relu": torch.relu, "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "hardtanh": lambda x: F.hardtanh(x, -0.5, 2.0),
     "maximum": lambda x: torch.maximum(x, x.flip(0)), "minimum": lambda x: torch.minimum(x, x.flip(0)),
     "sigmoid_backward": lambda x: torch.ops.aten.sigmoid_backward(x, x.flip(0)),

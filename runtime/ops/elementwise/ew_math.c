@@ -224,6 +224,34 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
   EW_EXPR(name, GEN, FEXPR)                                                                      \
   static const ew_op_t name##_desc = {#name, N, 1, IN, PROMOTE, OUT, ALLOW, SETUP,               \
                                       name##_loops, name##_ref, 0, &name##_expr, EW_BF16_LOOP(name)};
+/* EW_OP_FI whose bfloat16 result is a bit operation on its operand's bits ((x ^ XOR) & AND: neg flips
+ * the sign, abs clears it), exact in bfloat16 for every number, so the contiguous bf16 loop works on
+ * the 16-bit patterns, 32 a vector, where widening, computing and rounding each vector took 0.41-0.46x
+ * PyTorch CPU's time at 2^17 on an AVX-512 machine without BF16 (its bf16 neg is an xor too). A NaN
+ * keeps its payload, where the float path quiets it. A float32 scalar operand (broadcast) is
+ * computed once in float and rounded. */
+#define EW_OP_FI_BITS16(name, GEN, PROMOTE, OUT, ALLOW, FEXPR, IEXPR, XOR, AND)                          \
+  EW_GEN_F(GEN, name, FEXPR)                                                                            \
+  EW_GEN_I(GEN, name, IEXPR)                                                                            \
+  static const tpurt_ew_loop_fn_t name##_loops[TPURT_DTYPE_COUNT] = {EW_TAB_F(name), EW_TAB_I(name)};  \
+  static void name##_bf16v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                       \
+    uint16_t* o_ = (uint16_t*)d_[0];                                                                    \
+    if (s_[1] == 0) {                                                                                   \
+      float v_;                                                                                         \
+      char* td_[2] = {(char*)&v_, d_[1]};                                                               \
+      const int64_t ts_[2] = {4, 0};                                                                    \
+      name##_f32(td_, ts_, 1, u_);                                                                      \
+      const uint16_t b_ = tpurt_f32_to_bf16(v_);                                                        \
+      for (int64_t i_ = 0; i_ < n_; ++i_) o_[i_] = b_;                                                  \
+      return;                                                                                           \
+    }                                                                                                   \
+    const uint16_t* x_ = (const uint16_t*)d_[1];                                                        \
+    for (int64_t i_ = 0; i_ < n_; ++i_) o_[i_] = (uint16_t)((x_[i_] ^ (XOR)) & (AND));                  \
+  }                                                                                                     \
+  EW_DEF_REF(name, 1, FEXPR, IEXPR)                                                                     \
+  EW_EXPR(name, GEN, FEXPR)                                                                             \
+  static const ew_op_t name##_desc = {#name, 1, 1, EW_IN(0), PROMOTE, OUT, ALLOW, NULL,                \
+                                      name##_loops, name##_ref, 0, &name##_expr, name##_bf16v};
 /* the op's alpha (setup_alpha2's p.d[0]) as the float loops read it, (T)p.d[0], read once (gcc
  * reloaded it at every step, not knowing the stores leave it alone) */
 #define EW_VALPHA_PRE const ewv_t valpha_ = ewv_set1((float)((const ew_params_t*)u_)->d[0]); (void)valpha_;
@@ -485,8 +513,8 @@ EW_OP_I(rshift, 2, EW_L2, EW_P_COMMON, EW_O_COMPUTE, EW_INTS, NULL, EW_IN(0, 1),
            (c_ < 0 || c_ >= p.bits) ? (p.compute == TPURT_DTYPE_UINT8 ? (T)0 : (T)(a >> (p.bits - 1))) : (T)(a >> c_); }))
 
 /* ---- unary ---- */
-EW_OP_FIV(neg, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), -a, (T)((uint64_t)0 - (uint64_t)a), ewv_neg(va))
-EW_OP_FIV(abs, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, NULL, EW_IN(0), fabs(a), (T)EW_ABSU(a), ewv_abs(va))
+EW_OP_FI_BITS16(neg, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, -a, (T)((uint64_t)0 - (uint64_t)a), 0x8000u, 0xffffu)
+EW_OP_FI_BITS16(abs, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_NUM, fabs(a), (T)EW_ABSU(a), 0u, 0x7fffu)
 EW_OP_FI(sign, 1, EW_L1, EW_P_COMMON, EW_O_COMPUTE, EW_ALL, NULL, EW_IN(0), (T)((0 < a) - (a < 0)),
          (T)((a > 0) - EW_NEG(a)))
 EW_OP_FV(reciprocal, 1, EW_L1, EW_P_FLOAT, EW_O_COMPUTE, EW_FLOATS, NULL, EW_IN(0), 1 / a, ewv_div(EWV_C(1.0f), va))
