@@ -50,6 +50,25 @@ static inline void tpurt_hv_bf16x16_store_avx2(uint16_t* d, __m256 v0, __m256 v1
   __m256i p = _mm256_packus_epi32(tpurt_hv_bf16x8_round(v0), tpurt_hv_bf16x8_round(v1));
   _mm256_storeu_si256((__m256i*)d, _mm256_permute4x64_epi64(p, 0xD8));
 }
+/* 16 bfloat16 as the float32 of their even and odd elements, and back (the 16-lane forms below,
+ * tpurt_hv_bf16x32_even / _odd / _pack_eo, on 8 lanes): for elementwise loops, no reordering */
+static inline __m256 tpurt_hv_bf16x16_even_avx2(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
+static inline __m256 tpurt_hv_bf16x16_odd_avx2(__m256i w) {
+  return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
+}
+/* tpurt_hv_bf16x8_round's result in the high half of each lane (the low half: anything) */
+static inline __m256i tpurt_hv_bf16x8_round_hi(__m256 v) {
+  const __m256i b = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  if (__builtin_expect(!_mm256_testz_ps(nan, nan), 0))
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x400000)), _mm256_castps_si256(nan));
+  return r;
+}
+static inline __m256i tpurt_hv_bf16x16_pack_eo_avx2(__m256 even, __m256 odd) {
+  return _mm256_blend_epi16(_mm256_srli_epi32(tpurt_hv_bf16x8_round_hi(even), 16), tpurt_hv_bf16x8_round_hi(odd), 0xAA);
+}
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)

@@ -98,14 +98,10 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
  * through float32 around name##_f32 gives, without the trip through the cast buffers; the tail
  * goes through name##_f32 on a few floats. */
 #if EWV_W && EWV_BF16
-/* Two vectors a step, rounded and stored together: under AVX-512 one vcvtne2ps2bf16 and one denormal
- * check for 32 lanes (tpurt_hv_bf16x32_pack, the bits of two 16-lane packs: gelu's bf16 loop 0.38 ->
- * 0.34 ns an element on one core), under AVX2 one 256-bit store of 16 (tpurt_hv_bf16x16_store_avx2). */
-#if EWV_W == 16
+/* Two vectors a step, rounded and stored together: with AVX-512 BF16 one vcvtne2ps2bf16 and one
+ * denormal check for 32 lanes (tpurt_hv_bf16x32_pack, the bits of two 16-lane packs: gelu's bf16 loop
+ * 0.38 -> 0.34 ns an element on one core); elsewhere the even/odd form below. */
 #define EWV_STORE_BF16_X2(d, r0, r1) _mm512_storeu_si512((void*)(d), tpurt_hv_bf16x32_pack(r0, r1))
-#else
-#define EWV_STORE_BF16_X2(d, r0, r1) tpurt_hv_bf16x16_store_avx2(d, r0, r1)
-#endif
 /* An input of stride 0 is a float32 scalar (elementwise.c converts broadcast scalars once), read
  * once: EW_BF16_IN picks it or the bf16 vector at i. */
 #define EW_BF16_IN(p, bc, vbc, i) ((bc) ? (vbc) : ewv_load_bf16((p) + (i)))
@@ -116,15 +112,29 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
               vc = EW_BF16_IN(z_, zb_, zv_, i);                                                  \
   (void)vb;                                                                                      \
   (void)vc;
-#if EWV_W == 16 && !defined(__AVX512BF16__)
-/* Without vcvtne2ps2bf16 (which packs two vectors in order), 32 elements are computed as their even
- * and odd halves (tpurt_hv_bf16x32_even / _odd / _pack_eo: no reordering on either side). */
+#if (EWV_W == 16 && !defined(__AVX512BF16__)) || EWV_W == 8
+/* Without vcvtne2ps2bf16 (which packs two vectors in order), 2 * EWV_W elements are computed as their
+ * even and odd halves (tpurt_hv_bf16x32_even / _odd / _pack_eo and their 8-lane forms: no reordering
+ * on either side). */
+#if EWV_W == 16
+#define EW_BF16_WIDE __m512i
+#define EW_BF16_WLOAD(p) _mm512_loadu_si512((const void*)(p))
+#define EW_BF16_EVEN tpurt_hv_bf16x32_even
+#define EW_BF16_ODD tpurt_hv_bf16x32_odd
+#define EW_BF16_STORE_EO(d, e, o) _mm512_storeu_si512((void*)(d), tpurt_hv_bf16x32_pack_eo(e, o))
+#else
+#define EW_BF16_WIDE __m256i
+#define EW_BF16_WLOAD(p) _mm256_loadu_si256((const __m256i*)(p))
+#define EW_BF16_EVEN tpurt_hv_bf16x16_even_avx2
+#define EW_BF16_ODD tpurt_hv_bf16x16_odd_avx2
+#define EW_BF16_STORE_EO(d, e, o) _mm256_storeu_si256((__m256i*)(d), tpurt_hv_bf16x16_pack_eo_avx2(e, o))
+#endif
 #define EW_BF16_EO(p, bc, vbc, i, e, o)                                                           \
   ewv_t e = (vbc), o = (vbc);                                                                    \
   if (!(bc)) {                                                                                   \
-    const __m512i w_ = _mm512_loadu_si512((const void*)((p) + (i)));                             \
-    e = tpurt_hv_bf16x32_even(w_);                                                               \
-    o = tpurt_hv_bf16x32_odd(w_);                                                                \
+    const EW_BF16_WIDE w_ = EW_BF16_WLOAD((p) + (i));                                            \
+    e = EW_BF16_EVEN(w_);                                                                        \
+    o = EW_BF16_ODD(w_);                                                                         \
   }
 #define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
   for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
@@ -144,7 +154,7 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
       (void)vc;                                                                                  \
       r1_ = (VEXPR);                                                                             \
     }                                                                                            \
-    _mm512_storeu_si512((void*)(o_ + i_), tpurt_hv_bf16x32_pack_eo(r0_, r1_));                   \
+    EW_BF16_STORE_EO(o_ + i_, r0_, r1_);                                                         \
   }
 #else
 #define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
