@@ -30,18 +30,19 @@ static inline __m128i tpurt_hv_bf16x8_pack(__m256 v) {
 static inline void tpurt_hv_bf16x8_store(uint16_t* d, __m256 v) {
   _mm_storeu_si128((__m128i*)d, tpurt_hv_bf16x8_pack(v));
 }
-/* 8 floats rounded to bf16 in the low half of each 32-bit lane, the NaN lanes quieted only when
- * there are any (a test, not two operations per vector). */
-static inline __m256i tpurt_hv_bf16x8_round(__m256 v) {
-  __m256i b = _mm256_castps_si256(v);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+/* 8 floats rounded to bf16 in the high half of each 32-bit lane (the low half: anything), the NaN
+ * lanes quieted only when there are any (a test, not two operations per vector). */
+static inline __m256i tpurt_hv_bf16x8_round_hi(__m256 v) {
+  const __m256i b = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
   if (__builtin_expect(!_mm256_testz_ps(nan, nan), 0))
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40)),
-                           _mm256_castps_si256(nan));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x400000)), _mm256_castps_si256(nan));
   return r;
 }
+/* the same in the low half of each lane */
+static inline __m256i tpurt_hv_bf16x8_round(__m256 v) { return _mm256_srli_epi32(tpurt_hv_bf16x8_round_hi(v), 16); }
 /* 16 floats -> 16 bf16 (the bits of tpurt_hv_bf16x8_pack), one 256-bit store instead of two packs
  * and 128-bit stores (with the NaN test above: bf16 add_ of 2^22 elements in an AVX2 build 382-386
  * -> 313-322 us). tpurt_hv_bf16x8_pack keeps its blend: built on the NaN test it measured slower
@@ -56,18 +57,8 @@ static inline __m256 tpurt_hv_bf16x16_even_avx2(__m256i w) { return _mm256_casts
 static inline __m256 tpurt_hv_bf16x16_odd_avx2(__m256i w) {
   return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
 }
-/* tpurt_hv_bf16x8_round's result in the high half of each lane (the low half: anything) */
-static inline __m256i tpurt_hv_bf16x8_round_hi(__m256 v) {
-  const __m256i b = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-  if (__builtin_expect(!_mm256_testz_ps(nan, nan), 0))
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(b, _mm256_set1_epi32(0x400000)), _mm256_castps_si256(nan));
-  return r;
-}
 static inline __m256i tpurt_hv_bf16x16_pack_eo_avx2(__m256 even, __m256 odd) {
-  return _mm256_blend_epi16(_mm256_srli_epi32(tpurt_hv_bf16x8_round_hi(even), 16), tpurt_hv_bf16x8_round_hi(odd), 0xAA);
+  return _mm256_blend_epi16(tpurt_hv_bf16x8_round(even), tpurt_hv_bf16x8_round_hi(odd), 0xAA);
 }
 #endif
 
@@ -86,15 +77,15 @@ static inline __mmask16 tpurt_hv_denormal16(__m512 v) {
          _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_OQ);
 #endif
 }
-/* v rounded to bfloat16 in integer code, each result in the low half of its 32-bit lane: to nearest
- * even, NaNs quieted */
-static inline __m512i tpurt_hv_bf16x16_round(__m512 v) {
-  __m512i b = _mm512_castps_si512(v);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40));
+/* v rounded to bfloat16 in integer code (to nearest even, NaNs quieted), each result in the high half
+ * of its 32-bit lane (the low half: anything); tpurt_hv_bf16x16_round: in the low half */
+static inline __m512i tpurt_hv_bf16x16_round_hi(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), b, _mm512_set1_epi32(0x400000));
 }
+static inline __m512i tpurt_hv_bf16x16_round(__m512 v) { return _mm512_srli_epi32(tpurt_hv_bf16x16_round_hi(v), 16); }
 static inline __m256i tpurt_hv_bf16x16_pack(__m512 v) {
 #if defined(__AVX512BF16__)
   /* vcvtneps2bf16 rounds to nearest even and quiets NaNs as below, but reads denormal inputs as
@@ -106,8 +97,6 @@ static inline __m256i tpurt_hv_bf16x16_pack(__m512 v) {
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-/* tpurt_hv_bf16x16_pack of lo and hi (lanes 0-15, then 16-31), in one vcvtne2ps2bf16 where the
- * CPU has it. */
 /* 32 bfloat16 as float32 in two vectors without reordering: the even elements (lanes 0, 2, ...) and
  * the odd ones, one shift or mask each (two vpmovzxwd and two shifts keep the order); and the
  * reverse, the even and odd results rounded and interleaved again (tpurt_hv_bf16x16_round's bits).
@@ -117,18 +106,13 @@ static inline __m512 tpurt_hv_bf16x32_even(__m512i w) { return _mm512_castsi512_
 static inline __m512 tpurt_hv_bf16x32_odd(__m512i w) {
   return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
 }
-/* tpurt_hv_bf16x16_round's result in the high half of each lane (the low half: anything) */
-static inline __m512i tpurt_hv_bf16x16_round_hi(__m512 v) {
-  const __m512i b = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), b, _mm512_set1_epi32(0x400000));
-}
 static inline __m512i tpurt_hv_bf16x32_pack_eo(__m512 even, __m512 odd) {
-  /* low halves from even's rounded high halves, high halves from odd's: a | (b & c) */
-  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(tpurt_hv_bf16x16_round_hi(even), 16),
-                                   tpurt_hv_bf16x16_round_hi(odd), _mm512_set1_epi32((int)0xffff0000u), 0xf8);
+  /* low halves from even's rounding, high halves from odd's: a | (b & c) */
+  return _mm512_ternarylogic_epi32(tpurt_hv_bf16x16_round(even), tpurt_hv_bf16x16_round_hi(odd),
+                                   _mm512_set1_epi32((int)0xffff0000u), 0xf8);
 }
+/* tpurt_hv_bf16x16_pack of lo and hi (lanes 0-15, then 16-31), in one vcvtne2ps2bf16 where the
+ * CPU has it. */
 static inline __m512i tpurt_hv_bf16x32_pack(__m512 lo, __m512 hi) {
 #if defined(__AVX512BF16__)
   if (!(tpurt_hv_denormal16(lo) | tpurt_hv_denormal16(hi))) return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);

@@ -98,10 +98,6 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
  * through float32 around name##_f32 gives, without the trip through the cast buffers; the tail
  * goes through name##_f32 on a few floats. */
 #if EWV_W && EWV_BF16
-/* Two vectors a step, rounded and stored together: with AVX-512 BF16 one vcvtne2ps2bf16 and one
- * denormal check for 32 lanes (tpurt_hv_bf16x32_pack, the bits of two 16-lane packs: gelu's bf16 loop
- * 0.38 -> 0.34 ns an element on one core); elsewhere the even/odd form below. */
-#define EWV_STORE_BF16_X2(d, r0, r1) _mm512_storeu_si512((void*)(d), tpurt_hv_bf16x32_pack(r0, r1))
 /* An input of stride 0 is a float32 scalar (elementwise.c converts broadcast scalars once), read
  * once: EW_BF16_IN picks it or the bf16 vector at i. */
 #define EW_BF16_IN(p, bc, vbc, i) ((bc) ? (vbc) : ewv_load_bf16((p) + (i)))
@@ -136,27 +132,29 @@ static void ewv_rest(tpurt_ew_loop_fn_t fn, char** d, const int64_t* s, int narg
     e = EW_BF16_EVEN(w_);                                                                        \
     o = EW_BF16_ODD(w_);                                                                         \
   }
+/* R = VEXPR with va, vb, vc bound to A, B, C */
+#define EW_BF16_EVAL(R, A, B, C, VEXPR)                                                           \
+  {                                                                                              \
+    const ewv_t va = (A), vb = (B), vc = (C);                                                    \
+    (void)vb;                                                                                    \
+    (void)vc;                                                                                    \
+    R = (VEXPR);                                                                                 \
+  }
 #define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
   for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
     EW_BF16_EO(x_, xb_, xv_, i_, xe_, xo_)                                                       \
     EW_BF16_EO(y_, yb_, yv_, i_, ye_, yo_)                                                       \
     EW_BF16_EO(z_, zb_, zv_, i_, ze_, zo_)                                                       \
     ewv_t r0_, r1_;                                                                              \
-    {                                                                                            \
-      const ewv_t va = xe_, vb = ye_, vc = ze_;                                                  \
-      (void)vb;                                                                                  \
-      (void)vc;                                                                                  \
-      r0_ = (VEXPR);                                                                             \
-    }                                                                                            \
-    {                                                                                            \
-      const ewv_t va = xo_, vb = yo_, vc = zo_;                                                  \
-      (void)vb;                                                                                  \
-      (void)vc;                                                                                  \
-      r1_ = (VEXPR);                                                                             \
-    }                                                                                            \
+    EW_BF16_EVAL(r0_, xe_, ye_, ze_, VEXPR)                                                      \
+    EW_BF16_EVAL(r1_, xo_, yo_, zo_, VEXPR)                                                      \
     EW_BF16_STORE_EO(o_ + i_, r0_, r1_);                                                         \
   }
 #else
+/* With AVX-512 BF16: two vectors a step, rounded and stored together, one vcvtne2ps2bf16 and one
+ * denormal check for 32 lanes (tpurt_hv_bf16x32_pack, the bits of two 16-lane packs: gelu's bf16 loop
+ * 0.38 -> 0.34 ns an element on one core). */
+#define EWV_STORE_BF16_X2(d, r0, r1) _mm512_storeu_si512((void*)(d), tpurt_hv_bf16x32_pack(r0, r1))
 #define EW_VLOOP_BF16_X2(VEXPR)                                                                   \
   for (; i_ + 2 * EWV_W <= n_; i_ += 2 * EWV_W) {                                                \
     ewv_t r0_, r1_;                                                                              \

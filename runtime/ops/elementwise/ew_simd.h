@@ -342,10 +342,14 @@ static inline ewv_t ewv_log_reduce(ewv_t u, ewv_t* fe, ewv_t* yp) {
   *yp = ewv_log_x3p(x);
   return x;
 }
+/* every lane of u positive and finite (not 0, negative, inf or NaN) */
+static inline bool ewv_all_pos_finite(ewv_t u) {
+  return ewm_bits(ewm_and(ewv_gt(u, EWV_C(0.0f)), ewv_lt(u, EWV_C(INFINITY)))) == (1u << EWV_W) - 1;
+}
 /* tpurt_vm_log_special; where every lane is positive and finite (the common vector), nothing to
  * select */
 static inline ewv_t ewv_log_special(ewv_t u, ewv_t r) {
-  if (__builtin_expect(ewm_bits(ewm_and(ewv_gt(u, EWV_C(0.0f)), ewv_lt(u, EWV_C(INFINITY)))) == (1u << EWV_W) - 1, 1))
+  if (__builtin_expect(ewv_all_pos_finite(u), 1))
     return r;
   r = ewv_sel(ewv_eq(u, EWV_C(INFINITY)), EWV_C(INFINITY), r);
   r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
@@ -399,7 +403,7 @@ static inline ewv_t ewv_log1p(ewv_t x) {
   const ewv_t mid = ewv_log1p_mid(x);
   const ewm_t in = ewm_and(ewv_ge(x, EWV_C(-0.29289321881345248f)), ewv_lt(x, EWV_C(0.41421356237309505f)));
   r = ewv_sel(in, mid, r);
-  if (__builtin_expect(ewm_bits(ewm_and(ewv_gt(u, EWV_C(0.0f)), ewv_lt(u, EWV_C(INFINITY)))) == (1u << EWV_W) - 1, 1))
+  if (__builtin_expect(ewv_all_pos_finite(u), 1))
     return r; /* no special lane (a NaN x makes u NaN) */
   r = ewv_sel(ewv_eq(u, EWV_C(INFINITY)), EWV_C(INFINITY), r);
   r = ewv_sel(ewv_eq(u, EWV_C(0.0f)), EWV_C(-INFINITY), r);
