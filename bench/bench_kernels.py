@@ -11,6 +11,10 @@ share of it. The peak is instruction throughput x clock x cores:
   - AVX-512 BF16 (vdpbf16ps on 512-bit vectors: 16 lanes x 2 products x 2 flops = 64 flop per
     instruction): two per cycle on Intel server cores and AMD Zen 5 (cpu family 26), one on
     Zen 4 (256-bit datapaths);
+  - AVX-512 without BF16 (Intel Skylake-SP to Ice Lake): bf16 is widened to fp32 while packing
+    and computed by 512-bit fp32 FMAs, 2 FMA pipes x 16 lanes x 2 flops = 64 flop/cycle (Xeon
+    Gold and Platinum parts and Ice Lake servers have two 512-bit FMA units; a part with one
+    has half this peak, and the GEMM rows would then read above 50%);
   - otherwise AVX2 FMA: bf16 is widened to fp32 while packing and computed by fp32 FMAs,
     2 FMA pipes x 8 lanes x 2 flops = 32 flop/cycle;
   clock: measured, with every CPU busy at once: each runs a chain of dependent integer adds
@@ -134,6 +138,9 @@ def bf16_peak_gflops():
         # flop/cycle at the 4.5 GHz that core measured), one on Zen 4
         per = 64 * (1 if vendor == "AuthenticAMD" and family < 26 else 2)
         how = f"vdpbf16ps zmm: 64 flop x {per // 64}/cycle"
+    elif "avx512f" in flags:
+        per = 64
+        how = "AVX-512: 2 FMA x 16 fp32 lanes x 2 flop (bf16 widened while packing)"
     elif "fma" in flags and "avx2" in flags:
         per = 32
         how = "AVX2: 2 FMA x 8 fp32 lanes x 2 flop (bf16 widened while packing)"
