@@ -240,10 +240,47 @@ static void test_i0(void) {
                  (int)(sizeof sp / sizeof sp[0]));
 }
 
+/* Bessel J0, J1, Y0, Y1 (special_jy.c): against glibc's j0/j1/y0/y1 over (0, 40] (both signs for J),
+ * the error measured against the size of the power series' largest terms where it is summed
+ * (|x| <= 12: about I0(x), the cancellation every summed series has; under 4 ulps of it) and
+ * absolutely beyond (Hankel's expansion, whose smallest term at 12 is 4e-11); the vector loops
+ * give the scalar functions' bits, across 12 and for the specials */
+static void test_jy(void) {
+  double worst_series = 0, worst_asym = 0;
+  for (int i = 1; i <= 40000; ++i) {
+    const double x = i * 0.001 + (i % 7) * 1e-7;
+    const double got[4] = {tpurt_sp_j0(i % 2 ? -x : x), tpurt_sp_j1(x), tpurt_sp_y0(x), tpurt_sp_y1(x)};
+    const double want[4] = {j0(x), j1(x), y0(x), y1(x)};
+    for (int f = 0; f < 4; ++f) {
+      const double err = fabs(got[f] - want[f]);
+      if (x <= 12) {
+        /* the terms' size: I0(x); Y's also carry ln(x/2) J and, for Y1, 2/(pi x) */
+        const double size = tpurt_sp_i0(x) * (f >= 2 ? 1 + fabs(log(0.5 * x)) : 1) + (f == 3 ? 1 / x : 0);
+        if (err / size > worst_series) worst_series = err / size;
+      } else if (err > worst_asym) {
+        worst_asym = err;
+      }
+    }
+  }
+  printf("bessel j0/j1/y0/y1: series max error %.3g of the terms' size, asymptotic max abs error %.3g\n",
+         worst_series, worst_asym);
+  CHECK(worst_series < 4 * 1.1e-16 && worst_asym < 1e-10);
+  CHECK(tpurt_sp_j0(0.0) == 1.0 && tpurt_sp_j1(-0.0) == 0.0 && tpurt_sp_y0(0.0) == -INFINITY);
+  CHECK(isnan(tpurt_sp_y1(-1.0)) && isnan(tpurt_sp_j0(INFINITY)) && isnan(tpurt_sp_y0(NAN)));
+  CHECK(tpurt_sp_j1(-3.0) == -tpurt_sp_j1(3.0) && close_rel(tpurt_sp_y0(1e-300), y0(1e-300), 1e-14));
+  const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 12.0, -12.0, 11.999999999999998, 12.000000000000002,
+                       0x1p-1000, 0x1.0000000000001p-1000, 1e-300, -1e-300, 5e-324, 1e300};
+  check_vec_bits("j", (vec_fn_t[2]){tpurt_sp_j0_vec, tpurt_sp_j1_vec}, (scalar_fn_t[2]){tpurt_sp_j0, tpurt_sp_j1}, sp,
+                 (int)(sizeof sp / sizeof sp[0]));
+  check_vec_bits("y", (vec_fn_t[2]){tpurt_sp_y0_vec, tpurt_sp_y1_vec}, (scalar_fn_t[2]){tpurt_sp_y0, tpurt_sp_y1}, sp,
+                 (int)(sizeof sp / sizeof sp[0]));
+}
+
 int main(void) {
   test_values();
   test_kernels();
   test_i0();
   test_i1();
+  test_jy();
   return test_finish("test_special");
 }

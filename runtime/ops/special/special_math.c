@@ -98,14 +98,13 @@ static double bessel_j_pos(int nu, double x) {
   return sqrt(2.0 / (kPi * x)) * (p * c - q * s);
 }
 
-double tpurt_sp_j0(double x) {
-  if (isnan(x) || isinf(x)) return NAN; /* as PyTorch CPU */
-  return bessel_j_pos(0, fabs(x));
-}
-double tpurt_sp_j1(double x) {
-  if (isnan(x) || isinf(x)) return NAN; /* as PyTorch CPU */
-  double v = bessel_j_pos(1, fabs(x));
-  return x < 0 ? -v : v;
+/* Hankel's expansion of J_nu(a), a > 12 (special_jy.c sums the power series below that) */
+double tpurt_sp_j_asymptotic(int nu, double a) {
+  if (isinf(a)) return 0.0;
+  double p, q, c, s;
+  bessel_pq(nu, a, &p, &q);
+  bessel_chi(nu, a, &c, &s);
+  return sqrt(2.0 / (kPi * a)) * (p * c - q * s);
 }
 
 static double bessel_y(int nu, double x) {
@@ -144,8 +143,9 @@ static double bessel_y(int nu, double x) {
   }
   return -2.0 / (kPi * x) + 2.0 / kPi * lg * bessel_j_pos(1, x) - sum / kPi;
 }
-double tpurt_sp_y0(double x) { return bessel_y(0, x); }
-double tpurt_sp_y1(double x) { return bessel_y(1, x); }
+/* Y_nu where special_jy.c's polynomial does not go: x NaN, infinite, negative, 0, at most 2^-1000
+ * (its power series here, with libm's log), or above 12 (Hankel's expansion) */
+double tpurt_sp_y_outside(int nu, double x) { return bessel_y(nu, x); }
 
 /* ---- Airy Ai ---- */
 double tpurt_sp_airy_ai(double x) {

@@ -24,6 +24,13 @@ double tpurt_sp_j0(double x);
 double tpurt_sp_j1(double x);
 double tpurt_sp_y0(double x);
 double tpurt_sp_y1(double x);
+/* special_jy.c: contiguous forms (the scalar's bits), and the parts it takes from special_math.c */
+void tpurt_sp_j0_vec(const double* x, double* y, int64_t n);
+void tpurt_sp_j1_vec(const double* x, double* y, int64_t n);
+void tpurt_sp_y0_vec(const double* x, double* y, int64_t n);
+void tpurt_sp_y1_vec(const double* x, double* y, int64_t n);
+double tpurt_sp_j_asymptotic(int nu, double a);
+double tpurt_sp_y_outside(int nu, double x);
 double tpurt_sp_airy_ai(double x);
 /* Ai(-z) = (cos(zeta - pi/4) even + sin(zeta - pi/4) odd) / (sqrt(pi) z^(1/4)), zeta = 2/3 z^(3/2): the
  * asymptotic sums (x < -8) */
