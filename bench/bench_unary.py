@@ -65,6 +65,8 @@ OPS = {
     "bessel_j0": (torch.special.bessel_j0, lambda r: r * 5), "bessel_j1": (torch.special.bessel_j1, lambda r: r * 5),
     "bessel_y0": (torch.special.bessel_y0, lambda r: r.abs() * 5 + 1e-3),
     "bessel_y1": (torch.special.bessel_y1, lambda r: r.abs() * 5 + 1e-3),
+    "bessel_k0": (torch.special.modified_bessel_k0, lambda r: r.abs() * 5 + 1e-3),
+    "bessel_k1e": (torch.special.scaled_modified_bessel_k1, lambda r: r.abs() * 5 + 1e-3),
     # binary: inputs from BINARY below
     "xlogy": (lambda x: torch.xlogy(x[0], x[1]), None),
     "logaddexp": (lambda x: torch.logaddexp(x[0], x[1]), None),

@@ -276,11 +276,56 @@ static void test_jy(void) {
                  (int)(sizeof sp / sizeof sp[0]));
 }
 
+/* e^x K_nu(x) in long double: the same integral by the trapezoid rule at half special_k.c's step,
+ * with coshl and expl at every node */
+static long double ke_ref(int nu, long double x) {
+  long double h = x > 1 ? 0.2L / sqrtl(x) : 0.125L, sum = 0.5L;
+  if (h > 0.125L) h = 0.125L;
+  for (int i = 1; i < 10000000; ++i) {
+    const long double t = i * h, e = x * (coshl(t) - 1);
+    if (e - nu * t > 50) break;
+    sum += expl(-e) * (nu ? coshl(t) : 1);
+  }
+  return h * sum;
+}
+
+/* K0, K1 and their scaled forms (special_k.c): against the long-double integral over (0, 700] and
+ * at tiny x, unscaled K where it underflows, the specials, and the vector loops' bits */
+static void test_k(void) {
+  double worst = 0;
+  for (int i = 1; i <= 7000; ++i) {
+    const double x = i < 1000 ? i * 0.001 : (i - 999) * 0.1;
+    for (int nu = 0; nu < 2; ++nu) {
+      const long double want = ke_ref(nu, x);
+      const double got = nu ? tpurt_sp_k1e(x) : tpurt_sp_k0e(x), r = fabs((double)((got - want) / want));
+      if (r > worst) worst = r;
+      const double gu = nu ? tpurt_sp_k1(x) : tpurt_sp_k0(x);
+      CHECK(x > 700 || fabs((double)((gu - want * expl(-x)) / (want * expl(-x)))) < 1e-14);
+    }
+  }
+  for (int i = 1; i < 60; ++i) { /* tiny x: the small-argument expansions, to O(x^4 ln x) relative */
+    const long double x = ldexpl(1.0L, -i * 16), l = logl(x / 2) + 0.57721566490153286061L;
+    const long double k0 = -l * (1 + x * x / 4) + x * x / 4, k1 = 1 / x + x / 2 * (l - 0.5L);
+    CHECK(close_rel(tpurt_sp_k0((double)x), (double)k0, 2e-15) && close_rel(tpurt_sp_k1((double)x), (double)k1, 2e-15));
+  }
+  printf("k0e/k1e: max rel %.3g over (0, 700]\n", worst);
+  CHECK(worst < 2e-15);
+  CHECK(tpurt_sp_k0(800.0) == 0.0 && tpurt_sp_k1(740.0) > 0 && tpurt_sp_k1(740.0) < 1e-320);
+  CHECK(isinf(tpurt_sp_k1(0.0)) && isnan(tpurt_sp_k0e(-1.0)) && tpurt_sp_k0e(INFINITY) == 0.0 && isnan(tpurt_sp_k1(NAN)));
+  const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, 1.0000000000000002, 2.56, 700.0, 700.0000000000001,
+                       745.0, 1e-300, -1e-300, 5e-324, 1e300};
+  check_vec_bits("k0", (vec_fn_t[2]){tpurt_sp_k0_vec, tpurt_sp_k0e_vec}, (scalar_fn_t[2]){tpurt_sp_k0, tpurt_sp_k0e}, sp,
+                 (int)(sizeof sp / sizeof sp[0]));
+  check_vec_bits("k1", (vec_fn_t[2]){tpurt_sp_k1_vec, tpurt_sp_k1e_vec}, (scalar_fn_t[2]){tpurt_sp_k1, tpurt_sp_k1e}, sp,
+                 (int)(sizeof sp / sizeof sp[0]));
+}
+
 int main(void) {
   test_values();
   test_kernels();
   test_i0();
   test_i1();
   test_jy();
+  test_k();
   return test_finish("test_special");
 }

@@ -17,35 +17,7 @@ static const double kSqrt2 = 1.41421356237309504880;
 
 /* ---- modified Bessel I0 and I1: special_i0.c ---- */
 
-/* ---- modified Bessel K_nu: e^x K_nu(x) = int_0^inf e^{-x (cosh t - 1)} cosh(nu t) dt.
- * The integrand is entire and decays double-exponentially, so the trapezoid
- * rule converges geometrically; the step shrinks like 1/sqrt(x) to resolve the
- * peak at t = 0 for large x. ---- */
-static double bessel_ke(int nu, double x) {
-  double h = x > 1.0 ? 0.4 / sqrt(x) : 0.25;
-  if (h > 0.25) h = 0.25;
-  double sum = 0.5; /* t = 0: weight 1/2, integrand 1 */
-  for (int i = 1; i < 1000000; ++i) {
-    double t = i * h;
-    double e = x * (cosh(t) - 1.0);
-    if (e - nu * t > 45.0) break;
-    sum += exp(-e) * (nu ? cosh(t) : 1.0);
-  }
-  return h * sum; /* trapezoid over [0, inf): h * (f0/2 + f1 + ...) */
-}
-
-static double bessel_k_common(int nu, double x, int scaled) {
-  if (isnan(x)) return x;
-  if (x < 0) return NAN;
-  if (x == 0) return INFINITY;
-  if (isinf(x)) return 0.0;
-  double ke = bessel_ke(nu, x);
-  return scaled ? ke : ke * exp(-x);
-}
-double tpurt_sp_k0(double x) { return bessel_k_common(0, x, 0); }
-double tpurt_sp_k1(double x) { return bessel_k_common(1, x, 0); }
-double tpurt_sp_k0e(double x) { return bessel_k_common(0, x, 1); }
-double tpurt_sp_k1e(double x) { return bessel_k_common(1, x, 1); }
+/* ---- modified Bessel K0 and K1: special_k.c ---- */
 
 /* ---- Bessel J_nu, Y_nu, nu in {0, 1} ---- */
 

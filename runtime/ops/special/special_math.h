@@ -30,6 +30,11 @@ void tpurt_sp_j1_vec(const double* x, double* y, int64_t n);
 void tpurt_sp_y0_vec(const double* x, double* y, int64_t n);
 void tpurt_sp_y1_vec(const double* x, double* y, int64_t n);
 double tpurt_sp_j_asymptotic(int nu, double a);
+/* special_k.c: K0, K1, e^x K0, e^x K1 over contiguous doubles */
+void tpurt_sp_k0_vec(const double* x, double* y, int64_t n);
+void tpurt_sp_k1_vec(const double* x, double* y, int64_t n);
+void tpurt_sp_k0e_vec(const double* x, double* y, int64_t n);
+void tpurt_sp_k1e_vec(const double* x, double* y, int64_t n);
 double tpurt_sp_y_outside(int nu, double x);
 double tpurt_sp_airy_ai(double x);
 /* Ai(-z) = (cos(zeta - pi/4) even + sin(zeta - pi/4) odd) / (sqrt(pi) z^(1/4)), zeta = 2/3 z^(3/2): the
