@@ -320,6 +320,33 @@ static void test_k(void) {
                  (int)(sizeof sp / sizeof sp[0]));
 }
 
+/* Airy Ai on [-8, 5] (its Maclaurin series, special_math.c) against the same series in long double,
+ * the error measured against the size of its terms (c1 sum |f_k| + c2 sum |g_k|: their cancellation
+ * near x = -8 any summed series has); and the known values of test_values at both asymptotic ranges */
+static void test_airy(void) {
+  double worst = 0, wx = 0;
+  for (int i = 0; i <= 13000; ++i) {
+    const long double x = -8.0L + i * 0.001L, x3 = x * x * x;
+    long double tf = 1, tg = x, f = 1, g = x, af = 1, ag = fabsl(x);
+    for (int k = 1; k < 200; ++k) {
+      tf *= x3 / ((3.0L * k - 1) * (3.0L * k));
+      tg *= x3 / ((3.0L * k) * (3.0L * k + 1));
+      f += tf;
+      g += tg;
+      af += fabsl(tf);
+      ag += fabsl(tg);
+    }
+    const long double c1 = 0.355028053887817239260L, c2 = 0.258819403792806798405L;
+    const double err = fabs((double)(tpurt_sp_airy_ai((double)x) - (c1 * f - c2 * g)));
+    const double size = (double)(c1 * af + c2 * ag); /* the terms' size */
+    if (err / size > worst) worst = err / size, wx = (double)x;
+  }
+  printf("airy_ai: max error %.3g of the series' size on [-8, 5] (at %g)\n", worst, wx);
+  CHECK(worst < 8 * 1.1e-16); /* c1 f - c2 g: two products rounded, then their difference */
+  CHECK(close_rel(tpurt_sp_airy_ai(-20.0), -0.17640612707798469, 1e-12));
+  CHECK(close_rel(tpurt_sp_airy_ai(8.0), 4.6922076160992316e-08, 1e-12));
+}
+
 int main(void) {
   test_values();
   test_kernels();
@@ -327,5 +354,6 @@ int main(void) {
   test_i1();
   test_jy();
   test_k();
+  test_airy();
   return test_finish("test_special");
 }
