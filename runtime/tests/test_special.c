@@ -36,6 +36,11 @@ static void test_values(void) {
   CHECK(close_rel(tpurt_sp_erfcx(-1.0), 5.00898008076228346, 1e-13));
   CHECK(close_rel(tpurt_sp_ndtri(0.975), 1.959963984540054, 1e-13));
   CHECK(close_rel(tpurt_sp_ndtri(1e-20), -9.2623400897981532, 1e-12));
+  /* near 1/2 (the residual without cancelling p) and in both tails, to 1e-15 (mpmath) */
+  CHECK(close_rel(tpurt_sp_ndtri(0.4999999), -2.5066282747031065135e-7, 1e-15));
+  CHECK(close_rel(tpurt_sp_ndtri(0.5000001), 2.5066282733116483012e-7, 1e-15));
+  CHECK(close_rel(tpurt_sp_ndtri(1e-300), -37.047096299361199237, 1e-15));
+  CHECK(close_rel(tpurt_sp_ndtri(0.99999999), 5.6120012433055049826, 1e-15));
   CHECK(close_rel(tpurt_sp_zeta(2.0, 1.0), 1.6449340668482264, 1e-14));
   CHECK(close_rel(tpurt_sp_digamma(1.0), -0.5772156649015329, 1e-14));
   CHECK(close_rel(tpurt_sp_polygamma(1.0, 0.5), 4.934802200544679, 1e-13));
