@@ -208,6 +208,34 @@ static void test_chol_qr_eigh_svd(tpurt_dtype_t dt) {
       }
   }
   CHECK(worst < tol * N);
+  /* a non-finite entry: LAPACK is not called (eigh.c, svd.c, qr.c); the loops answer NaN for that
+   * matrix, and the batch's other matrices are still factored */
+  for (int b = 0; b < B; ++b) fill(&A, b, N, N, true);
+  double w1[N];
+  CHECK_OK(call_op("_linalg_eigh", eargs, 3, eo, 2));
+  for (int k = 0; k < N; ++k) w1[k] = at1(&W, 1, k);
+  if (dt == TPURT_DTYPE_FLOAT64) ((double*)ma)[0] = NAN;
+  else ((float*)ma)[0] = NAN;
+  CHECK_OK(call_op("_linalg_eigh", eargs, 3, eo, 2));
+  bool nan0 = false;
+  for (int k = 0; k < N; ++k) {
+    nan0 |= isnan(at1(&W, 0, k));
+    CHECK(at1(&W, 1, k) == w1[k]);
+  }
+  CHECK(nan0);
+  CHECK_OK(call_op("linalg_qr", qargs, 2, qo, 2));
+  CHECK(isnan(at(&R, 0, 0, 0)) && !isnan(at(&R, 1, 0, 0)));
+  const int64_t s3sq[3] = {B, N, N}, svq[2] = {B, N};
+  tpurt_tensor_t Usq = mat(dt, m1, 3, s3sq, true), Ssq = mat(dt, mv, 2, svq, false), Vsq = mat(dt, m2, 3, s3sq, true);
+  tpurt_tensor_t sqo[3] = {Usq, Ssq, Vsq};
+  tpurt_arg_t sqargs[3] = {targ(&A), barg(false), barg(true)};
+  CHECK_OK(call_op("_linalg_svd", sqargs, 3, sqo, 3));
+  bool snan = false;
+  for (int k = 0; k < N; ++k) {
+    snan |= isnan(at1(&Ssq, 0, k));
+    CHECK(!isnan(at1(&Ssq, 1, k)));
+  }
+  CHECK(snan);
   /* integer input: a status, not garbage */
   int64_t ia[N * N] = {0};
   const int64_t s2d[2] = {N, N};

@@ -9,11 +9,7 @@
 /* dsyevd on the symmetric n x n a (row-major = column-major): w ascending, v row-major with the
  * eigenvectors as columns (LAPACK leaves them as a's columns, column-major: v = a^T). False where
  * it cannot run (non-finite entries, no workspace, no convergence); a is then unchanged. */
-static bool lapack_eigh(double* a, int64_t n, double* w, double* v, bool want_v) {
-  if (n > 46000) return false; /* n^2 must fit LAPACK's 32-bit integers */
-  for (int64_t i = 0; i < n * n; ++i)
-    if (!isfinite(a[i])) return false;
-  lapack_single_thread();
+static bool lapack_eigh_run(double* a, int64_t n, double* w, double* v, bool want_v) {
   const int ni = (int)n, lq = -1;
   int info = 0, iq = 0;
   double wq = 0;
@@ -34,6 +30,16 @@ static bool lapack_eigh(double* a, int64_t n, double* w, double* v, bool want_v)
   if (info != 0) memcpy(a, copy, sizeof(double) * (size_t)(n * n));
   free(copy);
   return info == 0;
+}
+
+static bool lapack_eigh(double* a, int64_t n, double* w, double* v, bool want_v) {
+  if (n > 46000) return false; /* n^2 must fit LAPACK's 32-bit integers */
+  for (int64_t i = 0; i < n * n; ++i)
+    if (!isfinite(a[i])) return false;
+  const int threads = lapack_begin();
+  const bool ok = lapack_eigh_run(a, n, w, v, want_v);
+  lapack_end(threads);
+  return ok;
 }
 
 /* Eigen-decomposition of the symmetric n x n a (destroyed): w ascending, v's

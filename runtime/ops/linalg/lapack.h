@@ -1,11 +1,13 @@
 /* The LAPACK routines the dense linear algebra kernels call where a matrix is large enough for the
- * library's blocked algorithms to matter (eigh.c, svd.c): OpenBLAS's LAPACK (Debian's libopenblas
- * carries it; the runtime links it for fp32 GEMM already), Fortran calling convention (arguments by
+ * library's blocked algorithms to matter (eigh.c, svd.c, qr.c): OpenBLAS's LAPACK (Debian's libopenblas
+ * carries it; the runtime links it for fp32 GEMM already; MKL's where the process has it, below),
+ * Fortran calling convention (arguments by
  * address, 32-bit integers, a hidden length after the arguments for each character argument).
  * Internal. */
 #ifndef TPURT_OPS_LINALG_LAPACK_H_
 #define TPURT_OPS_LINALG_LAPACK_H_
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 
@@ -14,14 +16,32 @@ void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const 
 void dgesdd_(const char* jobz, const int* m, const int* n, double* a, const int* lda, double* s, double* u,
              const int* ldu, double* vt, const int* ldvt, double* work, const int* lwork, int* iwork, int* info,
              size_t jobz_len);
+void dgeqrf_(const int* m, const int* n, double* a, const int* lda, double* tau, double* work, const int* lwork,
+             int* info);
+void dorgqr_(const int* m, const int* n, const int* k, double* a, const int* lda, const double* tau, double* work,
+             const int* lwork, int* info);
 void openblas_set_num_threads(int);
 
-/* OpenBLAS on the calling thread only (as gemm.c's calls): its own threads would spin beside the
- * chip's. Called before each LAPACK use; the setting is made once per process. */
-static void lapack_set_one_thread(void) { openblas_set_num_threads(1); }
-static inline void lapack_single_thread(void) {
+/* One thread for the library's own parallelism, around each call: the chip's threads run these
+ * kernels, and the library's threads would spin beside them. Where the process has loaded MKL (PyTorch's
+ * x86 wheels: libtorch_cpu exports MKL's LAPACK, and its symbols are found before OpenBLAS's), the
+ * calls above reach MKL's routines, whose thread team then contended with the pool (a 512 x 512
+ * geqrf took 189 ms against PyTorch CPU's 7.5); MKL_Set_Num_Threads_Local(1) keeps them on the
+ * calling thread and is undone after. OpenBLAS's thread count is set to one once per process. */
+typedef int (*lapack_mkl_local_fn)(int);
+static lapack_mkl_local_fn g_lapack_mkl_local;
+static void lapack_once(void) {
+  openblas_set_num_threads(1);
+  g_lapack_mkl_local = (lapack_mkl_local_fn)dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local");
+}
+/* Before a LAPACK call: returns what lapack_end restores. */
+static inline int lapack_begin(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, lapack_set_one_thread);
+  pthread_once(&once, lapack_once);
+  return g_lapack_mkl_local ? g_lapack_mkl_local(1) : 0;
+}
+static inline void lapack_end(int prev) {
+  if (g_lapack_mkl_local) g_lapack_mkl_local(prev);
 }
 
 #endif /* TPURT_OPS_LINALG_LAPACK_H_ */

@@ -108,13 +108,8 @@ static void jacobi_svd(double* a, int64_t m, int64_t n, double* s, double* v, bo
  * LAPACK's V'^T (k x m column-major, k = min(m, n), or m x m when full) is U row-major, and its U'
  * (n x k, or n x n) is Vh row-major, with no transposes. u: m x (full ? m : k), vh: (full ? n : k) x n,
  * s: k. False where it cannot run (non-finite entries, no workspace, no convergence). */
-static bool lapack_svd(const double* a_in, int64_t m, int64_t n, bool full, bool uv, double* s, double* u, double* vh) {
+static bool lapack_svd_run(const double* a_in, int64_t m, int64_t n, bool full, bool uv, double* s, double* u, double* vh) {
   const int64_t k = m < n ? m : n;
-  if (k == 0) return false; /* an empty matrix: the Jacobi path's bases (dgesdd returns at once) */
-  if (m * n > INT32_MAX / 2 || (full && (m * m > INT32_MAX / 2 || n * n > INT32_MAX / 2))) return false;
-  for (int64_t i = 0; i < m * n; ++i)
-    if (!isfinite(a_in[i])) return false;
-  lapack_single_thread();
   const char* jobz = !uv ? "N" : full ? "A" : "S";
   const int M = (int)n, N = (int)m, lda = (int)(n > 1 ? n : 1), ldu = (int)(n > 1 ? n : 1);
   const int ldvt = (int)(!uv ? 1 : full ? (m > 1 ? m : 1) : (k > 1 ? k : 1)), lq = -1;
@@ -132,6 +127,18 @@ static bool lapack_svd(const double* a_in, int64_t m, int64_t n, bool full, bool
   dgesdd_(jobz, &M, &N, a, &lda, s, uv ? vh : &dummy, &ldu, uv ? u : &dummy, &ldvt, work, &lwork, iwork, &info, 1);
   free(work);
   return info == 0;
+}
+
+static bool lapack_svd(const double* a_in, int64_t m, int64_t n, bool full, bool uv, double* s, double* u, double* vh) {
+  const int64_t k = m < n ? m : n;
+  if (k == 0) return false; /* an empty matrix: the Jacobi path's bases (dgesdd returns at once) */
+  if (m * n > INT32_MAX / 2 || (full && (m * m > INT32_MAX / 2 || n * n > INT32_MAX / 2))) return false;
+  for (int64_t i = 0; i < m * n; ++i)
+    if (!isfinite(a_in[i])) return false;
+  const int threads = lapack_begin();
+  const bool ok = lapack_svd_run(a_in, m, n, full, uv, s, u, vh);
+  lapack_end(threads);
+  return ok;
 }
 
 tpurt_status_t tpurt_linalg_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
