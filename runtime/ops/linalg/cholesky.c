@@ -1,11 +1,12 @@
-/* Cholesky for small matrices: linalg_cholesky_ex / cholesky (factor),
+/* Cholesky: linalg_cholesky_ex / cholesky (factor, through LAPACK for n >= 16),
  * cholesky_inverse and _cholesky_solve_helper. float32/float64, through the
  * double scratch of matrix.h; each op's reference is the kernel itself. */
+#include "ops/linalg/lapack.h"
 #include "ops/linalg/matrix.h"
 
 /* In-place lower Cholesky of the n x n row-major a (reads the lower triangle,
  * zeroes the upper). Returns 0 or the 1-based order of the first non-positive minor. */
-static int cholesky(double* a, int64_t n) {
+static int cholesky_loops(double* a, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     double d = a[j * n + j];
     for (int64_t k = 0; k < j; ++k) d -= a[j * n + k] * a[j * n + k];
@@ -21,6 +22,25 @@ static int cholesky(double* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = i + 1; j < n; ++j) a[i * n + j] = 0.0;
   return 0;
+}
+
+/* The same through LAPACK's blocked dpotrf where n >= 16 and every entry is finite (the loops took 27 ms
+ * for 512 x 512 against PyTorch CPU's 2): the row-major lower triangle is the column-major upper one,
+ * so dpotrf("U") factors the buffer as it lies (A = U^T U, L = U^T). The upper triangle is zeroed
+ * as the loops leave it, also where a minor is not positive (LAPACK's partial factor below it). */
+static int cholesky(double* a, int64_t n) {
+  bool finite = n >= 16 && n * n < INT32_MAX / 2;
+  for (int64_t i = 0; finite && i < n; ++i)
+    for (int64_t j = 0; j <= i; ++j) finite &= isfinite(a[i * n + j]) != 0;
+  if (!finite) return cholesky_loops(a, n);
+  const int N = (int)n;
+  int info = 0;
+  const int threads = lapack_begin();
+  dpotrf_("U", &N, a, &N, &info, 1);
+  lapack_end(threads);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i + 1; j < n; ++j) a[i * n + j] = 0.0;
+  return info < 0 ? 0 : info;
 }
 
 /* linalg_cholesky_ex(A, upper, check_errors) -> (L, info); cholesky(A, upper) -> L */

@@ -5,12 +5,62 @@
  * Conventions follow LAPACK (getrf's 1-based int32 pivots, info = first zero
  * pivot) so results match PyTorch CPU where they are unique. The kernels are
  * plain scalar loops, so each op's reference is the kernel itself. */
+#include "ops/linalg/lapack.h"
 #include "ops/linalg/matrix.h"
 
 #define LU_T double
 #define LU_ABS fabs
 #define LU_SUF d
 #include "ops/linalg/lu_impl.h"
+
+/* LU through LAPACK where the matrix is large enough for its blocked dgetrf / dgetrs (level-3 BLAS) to
+ * matter and every entry is finite: the same partial pivoting (first largest |a|), 1-based pivots and
+ * info, on a column-major copy. The loops above (lu_impl.h, shared with the complex kernels) took 49 ms
+ * for a 512 x 512 inverse against PyTorch CPU's 4.4. */
+enum { LU_LAPACK_MIN = 16 };
+static bool lu_lapack_ok(const double* a, int64_t count, int64_t side) {
+  if (side < LU_LAPACK_MIN || count > INT32_MAX / 2) return false;
+  for (int64_t i = 0; i < count; ++i)
+    if (!isfinite(a[i])) return false;
+  return true;
+}
+static int lu_factor_fast(double* a, int64_t m, int64_t n, int32_t* piv) {
+  const int64_t k = m < n ? m : n;
+  double* ac = lu_lapack_ok(a, m * n, k) ? malloc(sizeof(double) * (size_t)(m * n)) : NULL;
+  if (!ac) return lu_factor_d(a, m, n, piv, 0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) ac[j * m + i] = a[i * n + j];
+  const int M = (int)m, N = (int)n;
+  int info = 0;
+  const int threads = lapack_begin();
+  dgetrf_(&M, &N, ac, &M, piv, &info);
+  lapack_end(threads);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) a[i * n + j] = ac[j * m + i];
+  free(ac);
+  return info < 0 ? 0 : info;
+}
+/* op(A) X = B in place in b (n x k row-major) from lu_factor_fast's (or lu_factor_d's) LU and pivots */
+static void lu_solve_fast(const double* lu, const int32_t* piv, int64_t n, double* b, int64_t k, bool trans) {
+  double* c = n >= LU_LAPACK_MIN && k > 0 && n * (n + k) < INT32_MAX / 2 ? malloc(sizeof(double) * (size_t)(n * n + n * k)) : NULL;
+  if (!c) {
+    lu_solve_d(lu, piv, n, b, k, trans);
+    return;
+  }
+  double* bc = c + n * n;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) c[j * n + i] = lu[i * n + j];
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) bc[j * n + i] = b[i * k + j];
+  const int N = (int)n, K = (int)k;
+  int info = 0;
+  const int threads = lapack_begin();
+  dgetrs_(trans ? "T" : "N", &N, &K, c, &N, piv, bc, &N, &info, 1);
+  lapack_end(threads);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) b[i * k + j] = bc[j * n + i];
+  free(c);
+}
 
 static void store_pivots(const tpurt_tensor_t* t, int64_t off, const int32_t* piv, int64_t k) {
   int64_t s = t->strides[t->ndim - 1];
@@ -47,7 +97,7 @@ tpurt_status_t tpurt_linalg_lu_factor_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, false);
-    int info = lu_factor_d(a, m, n, piv, 0);
+    int info = lu_factor_fast(a, m, n, piv);
     mat_store(LU, mat_boff(LU, 2, idx, nb), m, n, false, a, false);
     store_pivots(P, mat_boff(P, 1, idx, nb), piv, k);
     mat_set_int(I, mat_boff(I, 0, idx, nb), info);
@@ -110,7 +160,7 @@ tpurt_status_t tpurt_linalg_lu(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, false);
-    lu_factor_d(a, m, n, piv, 0);
+    lu_factor_fast(a, m, n, piv);
     store_unpacked(&call->outputs[0], &call->outputs[1], &call->outputs[2], idx, nb, a, piv, m, n, tmp, perm);
   }
   return TPURT_OK;
@@ -171,7 +221,7 @@ tpurt_status_t tpurt_linalg_lu_solve(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
     TPURT_RETURN_IF_ERROR(check_pivots(call, piv, n, n));
     /* left: op(A) X = B. right: X op(A) = B <=> op(A)^T X^T = B^T */
     mat_load(B, mat_boff(B, 2, idx, nb), r, c, false, x, !left);
-    lu_solve_d(a, piv, n, x, k, left ? adjoint : !adjoint);
+    lu_solve_fast(a, piv, n, x, k, left ? adjoint : !adjoint);
     mat_store(X, mat_boff(X, 2, idx, nb), r, c, false, x, !left);
   }
   return TPURT_OK;
@@ -202,7 +252,7 @@ tpurt_status_t tpurt_linalg_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
     mat_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, !left);
-    int info = lu_factor_d(a, n, n, piv, 0);
+    int info = lu_factor_fast(a, n, n, piv);
     /* LU/pivots/info have A's batch shape (possibly smaller than the result's): write
      * them from the batch items they own */
     const int64_t* li = idx + (nb - lu_nb);
@@ -216,7 +266,7 @@ tpurt_status_t tpurt_linalg_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
                             "singular.");
     }
     mat_load(B, mat_boff(B, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
-    lu_solve_d(a, piv, n, x, k, false);
+    lu_solve_fast(a, piv, n, x, k, false);
     mat_store(X, mat_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left);
   }
   /* an empty result batch (B's batch dims hold a 0) still has A's LU, pivots and info */
@@ -224,7 +274,7 @@ tpurt_status_t tpurt_linalg_solve_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   for (int64_t b = 0; batch == 0 && b < lu_batch; ++b) {
     mat_unravel(b, LU->sizes, lu_nb, idx);
     mat_load(A, mat_boff(A, 2, idx, lu_nb), n, n, false, a, !left);
-    int info = lu_factor_d(a, n, n, piv, 0);
+    int info = lu_factor_fast(a, n, n, piv);
     mat_store(LU, mat_boff(LU, 2, idx, lu_nb), n, n, false, a, false);
     store_pivots(P, mat_boff(P, 1, idx, lu_nb), piv, n);
     mat_set_int(I, mat_boff(I, 0, idx, lu_nb), info);
@@ -249,7 +299,7 @@ tpurt_status_t tpurt_linalg_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, false);
-    int info = lu_factor_d(a, n, n, piv, 0);
+    int info = lu_factor_fast(a, n, n, piv);
     mat_set_int(I, mat_boff(I, 0, idx, nb), info);
     if (info && check)
       return TPURT_STATUS(INVALID_ARGUMENT,
@@ -257,7 +307,7 @@ tpurt_status_t tpurt_linalg_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
                           "completed because the input matrix is singular.", info);
     memset(x, 0, (size_t)(n * n) * sizeof(double));
     for (int64_t i = 0; i < n; ++i) x[i * n + i] = 1.0;
-    lu_solve_d(a, piv, n, x, n, false);
+    lu_solve_fast(a, piv, n, x, n, false);
     mat_store(X, mat_boff(X, 2, idx, nb), n, n, false, x, false);
   }
   return TPURT_OK;
@@ -282,7 +332,7 @@ static tpurt_status_t det_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_load(A, mat_boff(A, 2, idx, nb), n, n, false, a, tr);
-    lu_factor_d(a, n, n, piv, 0);
+    lu_factor_fast(a, n, n, piv);
     double sign = 1.0, logabs = 0.0, det = 1.0;
     for (int64_t i = 0; i < n; ++i) {
       double d = a[i * n + i];
