@@ -370,17 +370,8 @@ static void ukr_i64(int64_t kc, const int64_t* restrict a, const int64_t* restri
  * 2048^3 fp32 93-99 -> 110-116 GFLOP/s, bf16 89-97 -> 112-115, 512^3 bf16 100-107 -> 124-126.
  * A tile of 6 rows or fewer (a matrix's last) runs the first half only. */
 enum { MR_F32 = 12, NR_F32 = 32 };
-#define UKR512_BODY(ROWS)                                                                        \
-  __m512 acc[ROWS][2];                                                                           \
-  for (int r = 0; r < ROWS; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();                    \
-  for (int64_t p = 0; p < kc; ++p, a += MR_F32, b += NR_F32) {                                   \
-    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                          \
-    _Pragma("GCC unroll 12") for (int r = 0; r < ROWS; ++r) {                                    \
-      const __m512 ar = _mm512_set1_ps(a[r]);                                                    \
-      acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);                                            \
-      acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);                                            \
-    }                                                                                            \
-  }                                                                                              \
+/* C's ROWS x 32 tile from the accumulators acc[ROWS][2] (both kernels below) */
+#define UKR512_STORE(ROWS)                                                                       \
   const __m512 va = _mm512_set1_ps(alpha);                                                       \
   if (mr == ROWS && nr == NR_F32 && cs == 1) {                                                   \
     if (beta == 0) {                                                                             \
@@ -404,6 +395,18 @@ enum { MR_F32 = 12, NR_F32 = 32 };
     _mm512_storeu_ps(&tmp[r][16], acc[r][1]);                                                    \
   }                                                                                              \
   UKR_STORE_TAIL(float, ROWS, NR_F32, tmp)
+#define UKR512_BODY(ROWS)                                                                        \
+  __m512 acc[ROWS][2];                                                                           \
+  for (int r = 0; r < ROWS; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();                    \
+  for (int64_t p = 0; p < kc; ++p, a += MR_F32, b += NR_F32) {                                   \
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                          \
+    _Pragma("GCC unroll 12") for (int r = 0; r < ROWS; ++r) {                                    \
+      const __m512 ar = _mm512_set1_ps(a[r]);                                                    \
+      acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);                                            \
+      acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);                                            \
+    }                                                                                            \
+  }                                                                                              \
+  UKR512_STORE(ROWS)
 static void ukr_f32_6of12(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t rs,
                           int64_t cs, float alpha, float beta, int mr, int nr) {
   UKR512_BODY(6)
@@ -437,30 +440,7 @@ static void ukr_f32_direct12(int64_t kc, const float* restrict a, int64_t a_rs, 
       acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
     }
   }
-  const int ROWS = 12;
-  const __m512 va = _mm512_set1_ps(alpha);
-  if (nr == NR_F32 && cs == 1) {
-    if (beta == 0) {
-      for (int r = 0; r < ROWS; ++r) {
-        _mm512_storeu_ps(c + r * rs, _mm512_mul_ps(va, acc[r][0]));
-        _mm512_storeu_ps(c + r * rs + 16, _mm512_mul_ps(va, acc[r][1]));
-      }
-    } else {
-      const __m512 vb = _mm512_set1_ps(beta);
-      for (int r = 0; r < ROWS; ++r) {
-        float* cr = c + r * rs;
-        _mm512_storeu_ps(cr, _mm512_fmadd_ps(va, acc[r][0], _mm512_mul_ps(vb, _mm512_loadu_ps(cr))));
-        _mm512_storeu_ps(cr + 16, _mm512_fmadd_ps(va, acc[r][1], _mm512_mul_ps(vb, _mm512_loadu_ps(cr + 16))));
-      }
-    }
-    return;
-  }
-  float tmp[12][NR_F32];
-  for (int r = 0; r < 12; ++r) {
-    _mm512_storeu_ps(&tmp[r][0], acc[r][0]);
-    _mm512_storeu_ps(&tmp[r][16], acc[r][1]);
-  }
-  UKR_STORE_TAIL(float, 12, NR_F32, tmp)
+  UKR512_STORE(12)
 }
 static void ukr_f32_direct(int64_t kc, const float* restrict a, int64_t a_rs, int64_t a_cs, const float* restrict b,
                            float* c, int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
