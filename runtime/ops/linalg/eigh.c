@@ -16,6 +16,7 @@ static bool lapack_eigh_run(double* a, int64_t n, double* w, double* v, bool wan
   const char* jobz = want_v ? "V" : "N";
   dsyevd_(jobz, "L", &ni, a, &ni, w, &wq, &lq, &iq, &lq, &info, 1, 1);
   if (info != 0) return false;
+  if (!(wq < INT32_MAX / 2)) return false; /* the workspace's size must fit LAPACK's 32-bit integers */
   const int lwork = (int)wq, liwork = iq;
   /* a's copy (kept for the fallback), then the workspaces */
   double* copy = malloc(sizeof(double) * (size_t)(n * n + (lwork > 1 ? lwork : 1)) + sizeof(int) * (size_t)(liwork > 1 ? liwork : 1));

@@ -20,6 +20,7 @@ static bool lapack_qr_run(double* ac, int64_t m, int64_t n, double* tau, double*
     dorgqr_(&M, &QC, &K, q, &M, tau, &w2, &lq, &info);
     if (info != 0) return false;
   }
+  if (!(w1 < INT32_MAX / 2 && w2 < INT32_MAX / 2)) return false; /* the workspace must fit 32-bit integers */
   const int lwork = (int)(w1 > w2 ? w1 : w2) > 1 ? (int)(w1 > w2 ? w1 : w2) : 1;
   double* work = malloc(sizeof(double) * (size_t)lwork);
   if (!work) return false;

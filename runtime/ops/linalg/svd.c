@@ -117,6 +117,7 @@ static bool lapack_svd_run(const double* a_in, int64_t m, int64_t n, bool full, 
   double wq = 0;
   dgesdd_(jobz, &M, &N, NULL, &lda, NULL, NULL, &ldu, NULL, &ldvt, &wq, &lq, NULL, &info, 1);
   if (info != 0) return false;
+  if (!(wq < INT32_MAX / 2)) return false; /* the workspace's size must fit LAPACK's 32-bit integers */
   const int lwork = (int)wq > 1 ? (int)wq : 1;
   double* work = malloc(sizeof(double) * (size_t)(m * n + lwork) + sizeof(int) * (size_t)(8 * (k > 1 ? k : 1)));
   if (!work) return false;
