@@ -1,5 +1,5 @@
 /* The LAPACK routines the dense linear algebra kernels call where a matrix is large enough for the
- * library's blocked algorithms to matter (eigh.c, svd.c, qr.c, lu.c, cholesky.c): OpenBLAS's LAPACK (Debian's libopenblas
+ * library's blocked algorithms to matter (eigh.c, svd.c, qr.c, lu.c, cholesky.c, zfactor.c): OpenBLAS's LAPACK (Debian's libopenblas
  * carries it; the runtime links it for fp32 GEMM already; MKL's where the process has it, below),
  * Fortran calling convention (arguments by
  * address, 32-bit integers, a hidden length after the arguments for each character argument).
@@ -24,6 +24,13 @@ void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, i
 void dgetrs_(const char* trans, const int* n, const int* nrhs, const double* a, const int* lda, const int* ipiv,
              double* b, const int* ldb, int* info, size_t trans_len);
 void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
+/* double _Complex has COMPLEX*16's layout */
+void zheevd_(const char* jobz, const char* uplo, const int* n, double _Complex* a, const int* lda, double* w,
+             double _Complex* work, const int* lwork, double* rwork, const int* lrwork, int* iwork, const int* liwork,
+             int* info, size_t jobz_len, size_t uplo_len);
+void zgesdd_(const char* jobz, const int* m, const int* n, double _Complex* a, const int* lda, double* s,
+             double _Complex* u, const int* ldu, double _Complex* vt, const int* ldvt, double _Complex* work,
+             const int* lwork, double* rwork, int* iwork, int* info, size_t jobz_len);
 void openblas_set_num_threads(int);
 
 /* One thread for the library's own parallelism, around each call: the chip's threads run these

@@ -18,6 +18,7 @@
 #include <complex.h>
 #include <float.h>
 
+#include "ops/linalg/lapack.h"
 #include "ops/linalg/matrix.h"
 
 
@@ -669,6 +670,40 @@ static void z_jacobi_eigh(zd_t* a, int64_t n, double* w, zd_t* v) {
 }
 
 /* _linalg_eigh(A, UPLO, compute_v) -> (w real, V) */
+/* zheevd on the Hermitian n x n row-major a, which LAPACK reads column-major as conj(A) (same
+ * eigenvalues, conjugate eigenvectors): w ascending, and in a (column-major) the eigenvectors of
+ * conj(A), so V[i][j] = conj(a[j * n + i]). False where it cannot run (non-finite entries, sizes or
+ * workspace past 32-bit integers, no memory, no convergence); a is then unchanged. */
+static bool z_lapack_eigh_run(zd_t* a, int64_t n, double* w, bool want_v) {
+  const int N = (int)n, lq = -1;
+  const char* jobz = want_v ? "V" : "N";
+  int info = 0, iq = 0;
+  double rq = 0;
+  zd_t wq = 0;
+  zheevd_(jobz, "L", &N, a, &N, w, &wq, &lq, &rq, &lq, &iq, &lq, &info, 1, 1);
+  if (info != 0 || !(creal(wq) < INT32_MAX / 2) || !(rq < INT32_MAX / 2)) return false;
+  const int lwork = creal(wq) > 1 ? (int)creal(wq) : 1, lrwork = rq > 1 ? (int)rq : 1, liwork = iq > 1 ? iq : 1;
+  zd_t* copy = malloc(sizeof(zd_t) * (size_t)(n * n + lwork) + sizeof(double) * (size_t)lrwork + sizeof(int) * (size_t)liwork);
+  if (!copy) return false;
+  zd_t* work = copy + n * n;
+  double* rwork = (double*)(work + lwork);
+  int* iwork = (int*)(rwork + lrwork);
+  memcpy(copy, a, sizeof(zd_t) * (size_t)(n * n));
+  zheevd_(jobz, "L", &N, a, &N, w, work, &lwork, rwork, &lrwork, iwork, &liwork, &info, 1, 1);
+  if (info != 0) memcpy(a, copy, sizeof(zd_t) * (size_t)(n * n));
+  free(copy);
+  return info == 0;
+}
+static bool z_lapack_eigh(zd_t* a, int64_t n, double* w, bool want_v) {
+  if (n == 0 || n > 30000) return false;
+  for (int64_t i = 0; i < n * n; ++i)
+    if (!isfinite(creal(a[i])) || !isfinite(cimag(a[i]))) return false;
+  const int threads = lapack_begin();
+  const bool ok = z_lapack_eigh_run(a, n, w, want_v);
+  lapack_end(threads);
+  return ok;
+}
+
 tpurt_status_t tpurt_linalg_z_eigh(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   const tpurt_tensor_t* A = NULL;
   TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_min_nd(call, 0, 2, &A));
@@ -690,11 +725,16 @@ tpurt_status_t tpurt_linalg_z_eigh(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
       a[i * n + i] = creal(a[i * n + i]); /* as zheevd: the diagonal's imaginary parts are not read */
       for (int64_t j = i + 1; j < n; ++j) a[i * n + j] = conj(a[j * n + i]);
     }
-    z_jacobi_eigh(a, n, w, v);
+    const bool lapack = z_lapack_eigh(a, n, w, want_v);
+    if (!lapack) z_jacobi_eigh(a, n, w, v);
     const tpurt_tensor_t* W = &call->outputs[0];
     for (int64_t i = 0; i < n; ++i) mat_zst(W, mat_boff(W, 1, idx, nb) + i * W->strides[W->ndim - 1], w[i]);
-    if (want_v && tpurt_tensor_numel(&call->outputs[1]))
-      mat_zstore(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), n, n, false, v, false, false);
+    if (want_v && tpurt_tensor_numel(&call->outputs[1])) {
+      if (lapack) /* conj(A)'s eigenvectors, column-major: V = conj(a^T) */
+        mat_zstore(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), n, n, false, a, true, true);
+      else
+        mat_zstore(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), n, n, false, v, false, false);
+    }
   }
   return TPURT_OK;
 }
@@ -800,6 +840,44 @@ static void z_jacobi_svd(zd_t* a, int64_t m, int64_t n, double* s, zd_t* v, bool
 }
 
 /* _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S real, Vh) */
+/* zgesdd on the row-major m x n a, read column-major as A^T = U' S V'^H, so A = conj(V') S U'^T: LAPACK's
+ * V'^H (k x m column-major, or m x m when full) is U row-major, and its U' (n x k, or n x n) is Vh
+ * row-major, as svd.c's real path. u: m x (full ? m : k), vh: (full ? n : k) x n. False where it
+ * cannot run (an empty or non-finite matrix, sizes or workspace past 32-bit integers, no memory, no
+ * convergence). */
+static bool z_lapack_svd_run(const zd_t* a_in, int64_t m, int64_t n, bool full, bool uv, double* s, zd_t* u, zd_t* vh) {
+  const int64_t k = m < n ? m : n, mx = m > n ? m : n;
+  const char* jobz = !uv ? "N" : full ? "A" : "S";
+  const int M = (int)n, N = (int)m, lda = (int)n, ldu = (int)n, ldvt = (int)(!uv ? 1 : full ? m : k), lq = -1;
+  int info = 0;
+  zd_t wq = 0;
+  zgesdd_(jobz, &M, &N, NULL, &lda, NULL, NULL, &ldu, NULL, &ldvt, &wq, &lq, NULL, NULL, &info, 1);
+  const int64_t lrwork = !uv ? 7 * k : k * ((5 * k + 7) > (2 * mx + 2 * k + 1) ? (5 * k + 7) : (2 * mx + 2 * k + 1));
+  if (info != 0 || !(creal(wq) < INT32_MAX / 2) || lrwork > INT32_MAX / 2) return false;
+  const int lwork = creal(wq) > 1 ? (int)creal(wq) : 1;
+  zd_t* work = malloc(sizeof(zd_t) * (size_t)(m * n + lwork) + sizeof(double) * (size_t)(lrwork > 1 ? lrwork : 1) +
+                      sizeof(int) * (size_t)(8 * k));
+  if (!work) return false;
+  zd_t* a = work + lwork; /* zgesdd destroys its input */
+  double* rwork = (double*)(a + m * n);
+  int* iwork = (int*)(rwork + (lrwork > 1 ? lrwork : 1));
+  memcpy(a, a_in, sizeof(zd_t) * (size_t)(m * n));
+  zd_t dummy = 0;
+  zgesdd_(jobz, &M, &N, a, &lda, s, uv ? vh : &dummy, &ldu, uv ? u : &dummy, &ldvt, work, &lwork, rwork, iwork, &info, 1);
+  free(work);
+  return info == 0;
+}
+static bool z_lapack_svd(const zd_t* a, int64_t m, int64_t n, bool full, bool uv, double* s, zd_t* u, zd_t* vh) {
+  const int64_t k = m < n ? m : n;
+  if (k == 0 || m * n > INT32_MAX / 4 || (full && (m * m > INT32_MAX / 4 || n * n > INT32_MAX / 4))) return false;
+  for (int64_t i = 0; i < m * n; ++i)
+    if (!isfinite(creal(a[i])) || !isfinite(cimag(a[i]))) return false;
+  const int threads = lapack_begin();
+  const bool ok = z_lapack_svd_run(a, m, n, full, uv, s, u, vh);
+  lapack_end(threads);
+  return ok;
+}
+
 tpurt_status_t tpurt_linalg_z_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   const tpurt_tensor_t* A = NULL;
   TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_min_nd(call, 0, 2, &A));
@@ -817,8 +895,23 @@ tpurt_status_t tpurt_linalg_z_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   bool* ok = (bool*)(uf + UF);
   const tpurt_tensor_t *U = &call->outputs[0], *S = &call->outputs[1], *Vh = &call->outputs[2];
   int64_t idx[TPURT_MAX_DIMS];
+  const int64_t k = C, uc = full ? m : k, vr = full ? n : k;
+  zd_t* lz = NULL; /* LAPACK's path: A row-major, then U (m x uc) and Vh (vr x n) */
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
+    if (!lz) lz = malloc(sizeof(zd_t) * (size_t)(m * n + (uv ? m * uc + vr * n : 0)));
+    if (lz) {
+      zd_t *la = lz, *lu = lz + m * n, *lvh = lu + (uv ? m * uc : 0);
+      mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, la, false, false);
+      if (z_lapack_svd(la, m, n, full, uv, s, lu, lvh)) {
+        for (int64_t i = 0; i < k; ++i) mat_zst(S, mat_boff(S, 1, idx, nb) + i * S->strides[S->ndim - 1], s[i]);
+        if (uv && tpurt_tensor_numel(U)) {
+          mat_zstore(U, mat_boff(U, 2, idx, nb), m, uc, false, lu, false, false);
+          mat_zstore(Vh, mat_boff(Vh, 2, idx, nb), vr, n, false, lvh, false, false);
+        }
+        continue;
+      }
+    }
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, tr, tr);
     z_jacobi_svd(a, R, C, s, v, ok);
     for (int64_t i = 0; i < C; ++i) mat_zst(S, mat_boff(S, 1, idx, nb) + i * S->strides[S->ndim - 1], s[i]);
@@ -841,5 +934,6 @@ tpurt_status_t tpurt_linalg_z_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
       mat_zstore(Vh, mat_boff(Vh, 2, idx, nb), lc, n, false, lft, true, true);
     }
   }
+  free(lz);
   return TPURT_OK;
 }
