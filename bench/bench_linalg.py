@@ -1,0 +1,47 @@
+"""Dense linear algebra (run by bench/run.py after its core set; `--only linalg_eigh_256,...`): the
+factorizations that call LAPACK (runtime/ops/linalg/lapack.h) on 256 x 256 float64 and complex128
+matrices, timed per call on the device and on PyTorch CPU in the same run. PyTorch CPU runs MKL's
+LAPACK on its threads; ours calls the same routines on one thread through double scratch copies.
+"""
+import torch
+
+N = 256
+
+
+def _case(make, op):
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        x = make(g).to(device)
+        return (lambda: op(x)), lambda s: s * 1e3
+    return setup
+
+
+def _real(g):
+    return torch.randn(N, N, generator=g, dtype=torch.float64)
+
+
+def _spd(g):
+    a = _real(g)
+    return a @ a.T + N * torch.eye(N, dtype=torch.float64)
+
+
+def _cplx(g):
+    return torch.complex(_real(g), _real(g))
+
+
+def _herm(g):
+    a = _cplx(g)
+    return a @ a.mH + N * torch.eye(N, dtype=torch.complex128)
+
+
+BENCHES = {
+    "linalg_eigh_256": (_case(_spd, torch.linalg.eigh), "ms", False, "linalg.eigh, 256 x 256 float64 SPD"),
+    "linalg_svd_256": (_case(_real, torch.linalg.svd), "ms", False, "linalg.svd (reduced), 256 x 256 float64"),
+    "linalg_qr_256": (_case(_real, torch.linalg.qr), "ms", False, "linalg.qr, 256 x 256 float64"),
+    "linalg_inv_256": (_case(_real, torch.linalg.inv), "ms", False, "linalg.inv, 256 x 256 float64"),
+    "linalg_solve_256": (_case(_real, lambda a: torch.linalg.solve(a, a[:, :8])), "ms", False,
+                         "linalg.solve, 256 x 256 float64, 8 right-hand sides"),
+    "linalg_cholesky_256": (_case(_spd, torch.linalg.cholesky), "ms", False, "linalg.cholesky, 256 x 256 float64"),
+    "linalg_eigh_c256": (_case(_herm, torch.linalg.eigh), "ms", False, "linalg.eigh, 256 x 256 complex128 Hermitian"),
+    "linalg_svd_c256": (_case(_cplx, torch.linalg.svd), "ms", False, "linalg.svd (reduced), 256 x 256 complex128"),
+}
