@@ -1,9 +1,8 @@
-/* The LAPACK routines the dense linear algebra kernels call where a matrix is large enough for the
- * library's blocked algorithms to matter (eigh.c, svd.c, qr.c, lu.c, cholesky.c, zfactor.c): OpenBLAS's LAPACK (Debian's libopenblas
- * carries it; the runtime links it for fp32 GEMM already; MKL's where the process has it, below),
- * Fortran calling convention (arguments by
- * address, 32-bit integers, a hidden length after the arguments for each character argument).
- * Internal. */
+/* The LAPACK routines the dense linear algebra kernels call (eigh.c, svd.c, qr.c at every size; lu.c
+ * and cholesky.c from 16 x 16; zfactor.c's eigh and svd): OpenBLAS's LAPACK (Debian's libopenblas
+ * carries it, and the runtime links it for fp32 GEMM already), or MKL's where the process has it
+ * (below). Fortran calling convention: arguments by address, 32-bit integers, a hidden length after
+ * the arguments for each character argument. Internal. */
 #ifndef TPURT_OPS_LINALG_LAPACK_H_
 #define TPURT_OPS_LINALG_LAPACK_H_
 
