@@ -245,7 +245,63 @@ static void test_chol_qr_eigh_svd(tpurt_dtype_t dt) {
   free(ma), free(m1), free(m2), free(mv);
 }
 
+/* Matrices past lapack.h's sizes, where the kernels call LAPACK (the tests above are 5 x 5 and take the
+ * loops for svd, qr, LU and Cholesky): a 40 x 24 QR and SVD and a 24 x 24 inverse and Cholesky in
+ * float64, each checked by what defines it. */
+static void test_lapack_sizes(void) {
+  enum { R = 40, C = 24 };
+  static double ma[R * C], mq[R * C], mr[C * C], mu[R * C], ms[C], mv[C * C], sq[C * C], mx[C * C];
+  const int64_t sa[2] = {R, C}, sr[2] = {C, C}, ss[1] = {C};
+  tpurt_tensor_t A = mat(TPURT_DTYPE_FLOAT64, ma, 2, sa, false);
+  for (int i = 0; i < R * C; ++i) ma[i] = 2.0 * test_rand_unit() - 1.0;
+  tpurt_tensor_t Q = mat(TPURT_DTYPE_FLOAT64, mq, 2, sa, true), Rt = mat(TPURT_DTYPE_FLOAT64, mr, 2, sr, false);
+  tpurt_arg_t qargs[2] = {targ(&A), {.kind = TPURT_ARG_STRING, .v.s = "reduced"}};
+  tpurt_tensor_t qo[2] = {Q, Rt};
+  CHECK_OK(call_op("linalg_qr", qargs, 2, qo, 2));
+  tpurt_tensor_t U = mat(TPURT_DTYPE_FLOAT64, mu, 2, sa, true), S = mat(TPURT_DTYPE_FLOAT64, ms, 1, ss, false);
+  tpurt_tensor_t Vh = mat(TPURT_DTYPE_FLOAT64, mv, 2, sr, true);
+  tpurt_arg_t sargs[3] = {targ(&A), barg(false), barg(true)};
+  tpurt_tensor_t so[3] = {U, S, Vh};
+  CHECK_OK(call_op("_linalg_svd", sargs, 3, so, 3));
+  double worst = 0;
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) {
+      double qr = 0, usv = 0;
+      for (int k = 0; k < C; ++k) qr += at(&Q, 0, i, k) * at(&Rt, 0, k, j), usv += at(&U, 0, i, k) * ms[k] * at(&Vh, 0, k, j);
+      worst = fmax(worst, fmax(fabs(qr - ma[i * C + j]), fabs(usv - ma[i * C + j])));
+    }
+  for (int k = 1; k < C; ++k) CHECK(ms[k - 1] >= ms[k]);
+  /* A^T A (SPD): L L^T = it */
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j < C; ++j) {
+      double t = 0;
+      for (int k = 0; k < R; ++k) t += ma[k * C + i] * ma[k * C + j];
+      sq[i * C + j] = t;
+    }
+  tpurt_tensor_t SQ = mat(TPURT_DTYPE_FLOAT64, sq, 2, sr, false), L = mat(TPURT_DTYPE_FLOAT64, mr, 2, sr, true);
+  int32_t info = 0;
+  const int64_t s0[1] = {1};
+  tpurt_tensor_t I = mat(TPURT_DTYPE_INT32, &info, 0, s0, false);
+  tpurt_arg_t cargs[3] = {targ(&SQ), barg(false), barg(false)};
+  tpurt_tensor_t co[2] = {L, I};
+  CHECK_OK(call_op("linalg_cholesky_ex", cargs, 3, co, 2));
+  /* the inverse of A's first 24 rows (not symmetric, so a transposed solve would show) */
+  tpurt_tensor_t A24 = mat(TPURT_DTYPE_FLOAT64, ma, 2, sr, false), X = mat(TPURT_DTYPE_FLOAT64, mx, 2, sr, true);
+  tpurt_arg_t iargs[2] = {targ(&A24), barg(false)};
+  tpurt_tensor_t io[2] = {X, I};
+  CHECK_OK(call_op("linalg_inv_ex", iargs, 2, io, 2));
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j < C; ++j) {
+      double ll = 0, ax = 0;
+      for (int k = 0; k < C; ++k) ll += at(&L, 0, i, k) * at(&L, 0, j, k), ax += ma[i * C + k] * at(&X, 0, k, j);
+      worst = fmax(worst, fmax(fabs(ll - sq[i * C + j]) / R, fabs(ax - (i == j))));
+    }
+  printf("lapack sizes: worst residual %.3g\n", worst);
+  CHECK(info == 0 && worst < 1e-11);
+}
+
 int main(void) {
+  test_lapack_sizes();
   test_lu_inv_det(TPURT_DTYPE_FLOAT64, false);
   test_lu_inv_det(TPURT_DTYPE_FLOAT64, true);
   test_lu_inv_det(TPURT_DTYPE_FLOAT32, false);

@@ -29,10 +29,9 @@ static int cholesky_loops(double* a, int64_t n) {
  * so dpotrf("U") factors the buffer as it lies (A = U^T U, L = U^T). The upper triangle is zeroed
  * as the loops leave it, also where a minor is not positive (LAPACK's partial factor below it). */
 static int cholesky(double* a, int64_t n) {
-  bool finite = n >= 16 && n * n < INT32_MAX / 2;
-  for (int64_t i = 0; finite && i < n; ++i)
-    for (int64_t j = 0; j <= i; ++j) finite &= isfinite(a[i * n + j]) != 0;
-  if (!finite) return cholesky_loops(a, n);
+  /* the whole matrix is checked; dpotrf reads the lower triangle, so a non-finite entry above it only
+   * sends the matrix to the loops, which ignore it too */
+  if (n < LAPACK_MIN_LU || n * n > INT32_MAX / 2 || !lapack_finite(a, n * n)) return cholesky_loops(a, n);
   const int N = (int)n;
   int info = 0;
   const int threads = lapack_begin();

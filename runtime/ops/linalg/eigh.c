@@ -34,9 +34,7 @@ static bool lapack_eigh_run(double* a, int64_t n, double* w, double* v, bool wan
 }
 
 static bool lapack_eigh(double* a, int64_t n, double* w, double* v, bool want_v) {
-  if (n > 46000) return false; /* n^2 must fit LAPACK's 32-bit integers */
-  for (int64_t i = 0; i < n * n; ++i)
-    if (!isfinite(a[i])) return false;
+  if (n < LAPACK_MIN_EIGH || n > 46000 || !lapack_finite(a, n * n)) return false; /* n^2 fits 32-bit integers */
   const int threads = lapack_begin();
   const bool ok = lapack_eigh_run(a, n, w, v, want_v);
   lapack_end(threads);

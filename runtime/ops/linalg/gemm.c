@@ -366,8 +366,9 @@ static void ukr_i64(int64_t kc, const int64_t* restrict a, const int64_t* restri
 /* A build for AVX-512 (the runtime is built with -march=native) has 32 registers: 12 x 32, 24
  * accumulators, 12 broadcasts and 2 loads of B per 24 FMAs (the 6 x 32 form above spent 8 loads per
  * 12 and walked B's panel, which stays in L1 across a chunk's row tiles, twice as often per product).
- * One thread of an Ice Lake Xeon, our GEMM alone (bench/gemm_one.c, old and new in one process):
- * 2048^3 fp32 93-99 -> 110-116 GFLOP/s, bf16 89-97 -> 112-115, 512^3 bf16 100-107 -> 124-126.
+ * One thread of an Ice Lake Xeon, our GEMM alone, the 6 x 32 and 12 x 32 objects linked into one
+ * harness and alternated (best of 15 each; README has the rest): 2048^3 fp32 75-96 -> 89-115 GFLOP/s,
+ * bf16 89-97 -> 103-115, 512^3 bf16 100-107 -> 124-126. bench/gemm_one.c times this GEMM alone.
  * A tile of 6 rows or fewer (a matrix's last) runs the first half only. */
 enum { MR_F32 = 12, NR_F32 = 32 };
 /* C's ROWS x 32 tile from the accumulators acc[ROWS][2] (both kernels below) */
@@ -419,14 +420,15 @@ static void ukr_f32(int64_t kc, const float* restrict a, const float* restrict b
   }
   UKR512_BODY(12)
 }
-/* The direct form (A read where it lies) stays 6 rows: its twelve row addresses would not fit the
- * general registers, and a 12-row tile is two 6-row calls. */
+/* The direct form (A read where it lies): a whole 12-row tile through four row pointers, each reaching
+ * two more rows as pointer + index (twelve separate addresses would not fit the general registers);
+ * a last tile of fewer rows as 6-row calls (DEFINE_UKR_AVX2_DIRECT, whose rows past the matrix's
+ * last read its last row again). */
 static inline __m512 bcast16_ps(const float* p) { return _mm512_set1_ps(*p); }
 DEFINE_UKR_AVX2_DIRECT(ukr_f32_direct6, float, __m512, 16, _mm512_loadu_ps, _mm512_loadu_ps, _mm512_storeu_ps,
                        _mm512_set1_ps, bcast16_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_setzero_ps)
 static void ukr_f32_direct12(int64_t kc, const float* restrict a, int64_t a_rs, int64_t a_cs, const float* restrict b,
                              float* c, int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
-  /* full tiles only (mr == 12); four row pointers, each reaching two more rows as pointer + index (one addressing mode) */
   const float *a0 = a, *a3 = a + 3 * a_rs, *a6 = a + 6 * a_rs, *a9 = a + 9 * a_rs;
   const int64_t s1 = a_rs, s2 = 2 * a_rs;
   __m512 acc[12][2];

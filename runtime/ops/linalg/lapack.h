@@ -7,6 +7,9 @@
 #define TPURT_OPS_LINALG_LAPACK_H_
 
 #include <dlfcn.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stddef.h>
 
@@ -31,6 +34,22 @@ void zgesdd_(const char* jobz, const int* m, const int* n, double _Complex* a, c
              double _Complex* u, const int* ldu, double _Complex* vt, const int* ldvt, double _Complex* work,
              const int* lwork, double* rwork, int* iwork, int* info, size_t jobz_len);
 void openblas_set_num_threads(int);
+
+/* Below these sizes (the smaller side) the kernels' own loops are faster than a LAPACK call with its
+ * workspace query and allocation, per matrix of a batch (4000 matrices, float64 and complex128,
+ * microseconds a matrix, loops / LAPACK, 2026-12-07): eigh n = 3 1.75 / 2.8, n = 4 6.0 / 4.1; svd
+ * n = 6 5.4 / 14.8, n = 12 29 / 24; qr n = 6 1.5 / 2.5, n = 12 4.3 / 3.8; complex svd n = 6 16.7 /
+ * 18.1, n = 12 89 / 31; complex eigh as eigh. LU and Cholesky from 16 (their loops are row-major
+ * and vectorize, level with LAPACK at 8). */
+enum { LAPACK_MIN_EIGH = 4, LAPACK_MIN_SVD = 10, LAPACK_MIN_QR = 10, LAPACK_MIN_ZSVD = 8, LAPACK_MIN_LU = 16 };
+
+/* Whether count doubles are all finite: LAPACK is given no NaN or infinity (the loops keep their
+ * NaN results there). A complex matrix is twice its element count of doubles. */
+static inline bool lapack_finite(const double* a, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    if (!isfinite(a[i])) return false;
+  return true;
+}
 
 /* One thread for the library's own parallelism, around each call: the chip's threads run these
  * kernels, and the library's threads would spin beside them. Where the process has loaded MKL (PyTorch's

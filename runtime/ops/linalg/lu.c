@@ -17,12 +17,8 @@
  * matter and every entry is finite: the same partial pivoting (first largest |a|), 1-based pivots and
  * info, on a column-major copy. The loops above (lu_impl.h, shared with the complex kernels) took 49 ms
  * for a 512 x 512 inverse against PyTorch CPU's 4.4. */
-enum { LU_LAPACK_MIN = 16 };
 static bool lu_lapack_ok(const double* a, int64_t count, int64_t side) {
-  if (side < LU_LAPACK_MIN || count > INT32_MAX / 2) return false;
-  for (int64_t i = 0; i < count; ++i)
-    if (!isfinite(a[i])) return false;
-  return true;
+  return side >= LAPACK_MIN_LU && count <= INT32_MAX / 2 && lapack_finite(a, count);
 }
 static int lu_factor_fast(double* a, int64_t m, int64_t n, int32_t* piv) {
   const int64_t k = m < n ? m : n;
@@ -42,7 +38,7 @@ static int lu_factor_fast(double* a, int64_t m, int64_t n, int32_t* piv) {
 }
 /* op(A) X = B in place in b (n x k row-major) from lu_factor_fast's (or lu_factor_d's) LU and pivots */
 static void lu_solve_fast(const double* lu, const int32_t* piv, int64_t n, double* b, int64_t k, bool trans) {
-  double* c = n >= LU_LAPACK_MIN && k > 0 && n * (n + k) < INT32_MAX / 2 ? malloc(sizeof(double) * (size_t)(n * n + n * k)) : NULL;
+  double* c = n >= LAPACK_MIN_LU && k > 0 && n * (n + k) < INT32_MAX / 2 ? malloc(sizeof(double) * (size_t)(n * n + n * k)) : NULL;
   if (!c) {
     lu_solve_d(lu, piv, n, b, k, trans);
     return;

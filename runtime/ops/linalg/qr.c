@@ -37,9 +37,8 @@ static bool lapack_qr_run(double* ac, int64_t m, int64_t n, double* tau, double*
 
 static bool lapack_qr(double* ac, int64_t m, int64_t n, double* tau, double* q, int64_t qc) {
   const int64_t k = m < n ? m : n;
-  if (k == 0 || m * n > INT32_MAX / 2 || (q && m * qc > INT32_MAX / 2)) return false;
-  for (int64_t i = 0; i < m * n; ++i)
-    if (!isfinite(ac[i])) return false;
+  if (k < LAPACK_MIN_QR || m * n > INT32_MAX / 2 || (q && m * qc > INT32_MAX / 2)) return false;
+  if (!lapack_finite(ac, m * n)) return false;
   const int threads = lapack_begin();
   const bool ok = lapack_qr_run(ac, m, n, tau, q, qc);
   lapack_end(threads);

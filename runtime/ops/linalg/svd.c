@@ -103,12 +103,12 @@ static void jacobi_svd(double* a, int64_t m, int64_t n, double* s, double* v, bo
   complete_basis(a, m, n, 0, ok);
 }
 
-/* _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh) */
 /* dgesdd on the row-major m x n a, taken as the column-major n x m A^T = U' S V'^T, so A = V' S U'^T:
  * LAPACK's V'^T (k x m column-major, k = min(m, n), or m x m when full) is U row-major, and its U'
  * (n x k, or n x n) is Vh row-major, with no transposes. u: m x (full ? m : k), vh: (full ? n : k) x n,
- * s: k. False where it cannot run (non-finite entries, no workspace, no convergence). */
-static bool lapack_svd_run(const double* a_in, int64_t m, int64_t n, bool full, bool uv, double* s, double* u, double* vh) {
+ * s: k. a is destroyed (the caller's copy; the fallback loads A again). False where it cannot run (too small
+ * for it to pay, non-finite entries, no workspace, no convergence). */
+static bool lapack_svd_run(double* a, int64_t m, int64_t n, bool full, bool uv, double* s, double* u, double* vh) {
   const int64_t k = m < n ? m : n;
   const char* jobz = !uv ? "N" : full ? "A" : "S";
   const int M = (int)n, N = (int)m, lda = (int)(n > 1 ? n : 1), ldu = (int)(n > 1 ? n : 1);
@@ -119,29 +119,27 @@ static bool lapack_svd_run(const double* a_in, int64_t m, int64_t n, bool full, 
   if (info != 0) return false;
   if (!(wq < INT32_MAX / 2)) return false; /* the workspace's size must fit LAPACK's 32-bit integers */
   const int lwork = (int)wq > 1 ? (int)wq : 1;
-  double* work = malloc(sizeof(double) * (size_t)(m * n + lwork) + sizeof(int) * (size_t)(8 * (k > 1 ? k : 1)));
+  double* work = malloc(sizeof(double) * (size_t)lwork + sizeof(int) * (size_t)(8 * (k > 1 ? k : 1)));
   if (!work) return false;
-  double* a = work + lwork; /* dgesdd destroys its input */
-  int* iwork = (int*)(a + m * n);
-  memcpy(a, a_in, sizeof(double) * (size_t)(m * n));
+  int* iwork = (int*)(work + lwork);
   double dummy = 0;
   dgesdd_(jobz, &M, &N, a, &lda, s, uv ? vh : &dummy, &ldu, uv ? u : &dummy, &ldvt, work, &lwork, iwork, &info, 1);
   free(work);
   return info == 0;
 }
 
-static bool lapack_svd(const double* a_in, int64_t m, int64_t n, bool full, bool uv, double* s, double* u, double* vh) {
+static bool lapack_svd(double* a_in, int64_t m, int64_t n, bool full, bool uv, double* s, double* u, double* vh) {
   const int64_t k = m < n ? m : n;
-  if (k == 0) return false; /* an empty matrix: the Jacobi path's bases (dgesdd returns at once) */
+  if (k < LAPACK_MIN_SVD) return false; /* an empty matrix too: the Jacobi path's bases */
   if (m * n > INT32_MAX / 2 || (full && (m * m > INT32_MAX / 2 || n * n > INT32_MAX / 2))) return false;
-  for (int64_t i = 0; i < m * n; ++i)
-    if (!isfinite(a_in[i])) return false;
+  if (!lapack_finite(a_in, m * n)) return false;
   const int threads = lapack_begin();
   const bool ok = lapack_svd_run(a_in, m, n, full, uv, s, u, vh);
   lapack_end(threads);
   return ok;
 }
 
+/* _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh) */
 tpurt_status_t tpurt_linalg_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   const tpurt_tensor_t* A = NULL;
   TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_min_nd(call, 0, 2, &A));

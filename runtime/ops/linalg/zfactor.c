@@ -669,7 +669,6 @@ static void z_jacobi_eigh(zd_t* a, int64_t n, double* w, zd_t* v) {
   }
 }
 
-/* _linalg_eigh(A, UPLO, compute_v) -> (w real, V) */
 /* zheevd on the Hermitian n x n row-major a, which LAPACK reads column-major as conj(A) (same
  * eigenvalues, conjugate eigenvectors): w ascending, and in a (column-major) the eigenvectors of
  * conj(A), so V[i][j] = conj(a[j * n + i]). False where it cannot run (non-finite entries, sizes or
@@ -695,15 +694,14 @@ static bool z_lapack_eigh_run(zd_t* a, int64_t n, double* w, bool want_v) {
   return info == 0;
 }
 static bool z_lapack_eigh(zd_t* a, int64_t n, double* w, bool want_v) {
-  if (n == 0 || n > 30000) return false;
-  for (int64_t i = 0; i < n * n; ++i)
-    if (!isfinite(creal(a[i])) || !isfinite(cimag(a[i]))) return false;
+  if (n < LAPACK_MIN_EIGH || n > 30000 || !lapack_finite((const double*)a, 2 * n * n)) return false;
   const int threads = lapack_begin();
   const bool ok = z_lapack_eigh_run(a, n, w, want_v);
   lapack_end(threads);
   return ok;
 }
 
+/* _linalg_eigh(A, UPLO, compute_v) -> (w real, V) */
 tpurt_status_t tpurt_linalg_z_eigh(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   const tpurt_tensor_t* A = NULL;
   TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_min_nd(call, 0, 2, &A));
@@ -839,13 +837,12 @@ static void z_jacobi_svd(zd_t* a, int64_t m, int64_t n, double* s, zd_t* v, bool
   z_complete_basis(a, m, n, 0, ok);
 }
 
-/* _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S real, Vh) */
 /* zgesdd on the row-major m x n a, read column-major as A^T = U' S V'^H, so A = conj(V') S U'^T: LAPACK's
  * V'^H (k x m column-major, or m x m when full) is U row-major, and its U' (n x k, or n x n) is Vh
- * row-major, as svd.c's real path. u: m x (full ? m : k), vh: (full ? n : k) x n. False where it
- * cannot run (an empty or non-finite matrix, sizes or workspace past 32-bit integers, no memory, no
+ * row-major, as svd.c's real path. u: m x (full ? m : k), vh: (full ? n : k) x n; a is destroyed (the
+ * caller's copy). False where it cannot run (a matrix too small for it to pay, a non-finite one, sizes or workspace past 32-bit integers, no memory, no
  * convergence). */
-static bool z_lapack_svd_run(const zd_t* a_in, int64_t m, int64_t n, bool full, bool uv, double* s, zd_t* u, zd_t* vh) {
+static bool z_lapack_svd_run(zd_t* a, int64_t m, int64_t n, bool full, bool uv, double* s, zd_t* u, zd_t* vh) {
   const int64_t k = m < n ? m : n, mx = m > n ? m : n;
   const char* jobz = !uv ? "N" : full ? "A" : "S";
   const int M = (int)n, N = (int)m, lda = (int)n, ldu = (int)n, ldvt = (int)(!uv ? 1 : full ? m : k), lq = -1;
@@ -855,29 +852,28 @@ static bool z_lapack_svd_run(const zd_t* a_in, int64_t m, int64_t n, bool full, 
   const int64_t lrwork = !uv ? 7 * k : k * ((5 * k + 7) > (2 * mx + 2 * k + 1) ? (5 * k + 7) : (2 * mx + 2 * k + 1));
   if (info != 0 || !(creal(wq) < INT32_MAX / 2) || lrwork > INT32_MAX / 2) return false;
   const int lwork = creal(wq) > 1 ? (int)creal(wq) : 1;
-  zd_t* work = malloc(sizeof(zd_t) * (size_t)(m * n + lwork) + sizeof(double) * (size_t)(lrwork > 1 ? lrwork : 1) +
+  zd_t* work = malloc(sizeof(zd_t) * (size_t)lwork + sizeof(double) * (size_t)(lrwork > 1 ? lrwork : 1) +
                       sizeof(int) * (size_t)(8 * k));
   if (!work) return false;
-  zd_t* a = work + lwork; /* zgesdd destroys its input */
-  double* rwork = (double*)(a + m * n);
+  double* rwork = (double*)(work + lwork);
   int* iwork = (int*)(rwork + (lrwork > 1 ? lrwork : 1));
-  memcpy(a, a_in, sizeof(zd_t) * (size_t)(m * n));
   zd_t dummy = 0;
   zgesdd_(jobz, &M, &N, a, &lda, s, uv ? vh : &dummy, &ldu, uv ? u : &dummy, &ldvt, work, &lwork, rwork, iwork, &info, 1);
   free(work);
   return info == 0;
 }
-static bool z_lapack_svd(const zd_t* a, int64_t m, int64_t n, bool full, bool uv, double* s, zd_t* u, zd_t* vh) {
+static bool z_lapack_svd(zd_t* a, int64_t m, int64_t n, bool full, bool uv, double* s, zd_t* u, zd_t* vh) {
   const int64_t k = m < n ? m : n;
-  if (k == 0 || m * n > INT32_MAX / 4 || (full && (m * m > INT32_MAX / 4 || n * n > INT32_MAX / 4))) return false;
-  for (int64_t i = 0; i < m * n; ++i)
-    if (!isfinite(creal(a[i])) || !isfinite(cimag(a[i]))) return false;
+  if (k < LAPACK_MIN_ZSVD || m * n > INT32_MAX / 4 || (full && (m * m > INT32_MAX / 4 || n * n > INT32_MAX / 4)))
+    return false;
+  if (!lapack_finite((const double*)a, 2 * m * n)) return false;
   const int threads = lapack_begin();
   const bool ok = z_lapack_svd_run(a, m, n, full, uv, s, u, vh);
   lapack_end(threads);
   return ok;
 }
 
+/* _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S real, Vh) */
 tpurt_status_t tpurt_linalg_z_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* call) {
   const tpurt_tensor_t* A = NULL;
   TPURT_RETURN_IF_ERROR(tpurt_arg_tensor_min_nd(call, 0, 2, &A));
