@@ -23,16 +23,12 @@
 #define K_EXP_MAX 700.0 /* tpurt_vm_expd's range: e^-x for the unscaled forms */
 
 /* cosh h - 1 for 0 < h <= 1/4: h^2/2 (1 + z/12 + z^2/360 + ...), z = h^2, to h^12 (the next term is
- * 1.4e-18 of the value at h = 1/4) */
+ * 1.4e-18 of the value at h = 1/4); one table for the scalar (tpurt_vm_horner) and the lanes
+ * (ewd_horner), which take the same steps */
+static const double kD1[] = {1.0 / 239500800, 1.0 / 1814400, 1.0 / 20160, 1.0 / 360, 1.0 / 12, 1.0};
 static inline double k_d1(double h) {
   const double z = h * h;
-  double p = 1.0 / 239500800;
-  p = fma(p, z, 1.0 / 1814400);
-  p = fma(p, z, 1.0 / 20160);
-  p = fma(p, z, 1.0 / 360);
-  p = fma(p, z, 1.0 / 12);
-  p = fma(p, z, 1.0);
-  return 0.5 * z * p;
+  return 0.5 * z * tpurt_vm_horner(kD1, TPURT_VM_LEN(kD1), z);
 }
 
 /* e^x K_nu(x) for finite x > 0 */
@@ -83,13 +79,7 @@ static void k_run(const double* x, double* y, int64_t n, int nu, bool scaled) {
       const ewd_t g = ewd_div(ewd_set1(0.4), ewd_sqrt(xs));
       const ewd_t h = ewd_sel(ewd_lt(one, xs), ewd_sel(ewd_lt(g, quarter), g, quarter), quarter);
       const ewd_t z = ewd_mul(h, h);
-      ewd_t p = ewd_set1(1.0 / 239500800);
-      p = ewd_fma(p, z, ewd_set1(1.0 / 1814400));
-      p = ewd_fma(p, z, ewd_set1(1.0 / 20160));
-      p = ewd_fma(p, z, ewd_set1(1.0 / 360));
-      p = ewd_fma(p, z, ewd_set1(1.0 / 12));
-      p = ewd_fma(p, z, one);
-      const ewd_t d1 = ewd_mul(ewd_mul(ewd_set1(0.5), z), p), two_d1 = ewd_add(d1, d1);
+      const ewd_t d1 = ewd_mul(ewd_mul(ewd_set1(0.5), z), ewd_horner(kD1, TPURT_VM_LEN(kD1), z)), two_d1 = ewd_add(d1, d1);
       ewd_t d = d1, s = d1, sum = ewd_set1(0.5);
       unsigned live = inside;
       for (int k = 1; live && k < 1000000; ++k) {
