@@ -65,6 +65,21 @@ def test_complex_eig_matches_cpu(dt, kind):
 
 
 @pytest.mark.parametrize("dt", [torch.float32, torch.float64] + CPLX)
+@pytest.mark.parametrize("shape", [(3, 3), (2, 12, 12), (60, 60)])
+def test_eig_is_cpus_geev(dt, shape):
+    """Real and complex eig run LAPACK's geev in the input's precision, as CPU does: the same
+    eigenvalues in the same order, the same eigenvectors (unit norm, the largest component real;
+    a real matrix's conjugate pairs). Below 75 x 75 geev's order does not depend on CPU's threads."""
+    a = torch.randn(*shape, dtype=dt, generator=torch.Generator().manual_seed(7))
+    w, v = torch.linalg.eig(a)
+    wt, vt = torch.linalg.eig(a.to(TPU))
+    tol = _tol(dt) * max(1.0, w.abs().max().item())
+    torch.testing.assert_close(wt.cpu(), w, atol=tol, rtol=0)
+    torch.testing.assert_close(vt.cpu(), v, atol=_tol(dt) * 10, rtol=0)
+    torch.testing.assert_close(torch.linalg.eigvals(a.to(TPU)).cpu(), torch.linalg.eigvals(a), atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64] + CPLX)
 @pytest.mark.parametrize("val", [float("inf"), float("nan")])
 def test_eig_inf_nan_raises_at_the_call(dt, val):
     a = torch.randn(2, 5, 5).to(dt).to(TPU)

@@ -95,10 +95,11 @@ def test_cholesky_family(device, dtype, upper):
 @pytest.mark.parametrize("upper", [False, True])
 @pytest.mark.parametrize("left", [False, True])
 @pytest.mark.parametrize("unit", [False, True])
-def test_triangular(device, dtype, upper, left, unit):
-    t = rnd(2, 4, 4, dtype=dtype) + 4 * torch.eye(4, dtype=dtype)
+@pytest.mark.parametrize("n", [4, 40])  # 40: BLAS's trsm (lapack.h's LAPACK_MIN_TRSM), 4: the loops
+def test_triangular(device, dtype, upper, left, unit, n):
+    t = rnd(2, n, n, dtype=dtype) + 4 * n ** 0.5 * torch.eye(n, dtype=dtype)
     t = t.triu() if upper else t.tril()
-    b = rnd(2, 4, 3, dtype=dtype, seed=3) if left else rnd(2, 3, 4, dtype=dtype, seed=3)
+    b = rnd(2, n, 3, dtype=dtype, seed=3) if left else rnd(2, 3, n, dtype=dtype, seed=3)
     same(lambda x, y: LA.solve_triangular(x, y, upper=upper, left=left, unitriangular=unit), [t, b], device, dtype)
     if left:
         same(lambda y, x: torch.triangular_solve(y, x, upper=upper, transpose=unit, unitriangular=unit),

@@ -33,6 +33,24 @@ void zheevd_(const char* jobz, const char* uplo, const int* n, double _Complex* 
 void zgesdd_(const char* jobz, const int* m, const int* n, double _Complex* a, const int* lda, double* s,
              double _Complex* u, const int* ldu, double _Complex* vt, const int* ldvt, double _Complex* work,
              const int* lwork, double* rwork, int* iwork, int* info, size_t jobz_len);
+/* eigenvalues and right eigenvectors of a general matrix, in the input's precision (as PyTorch CPU
+ * calls them) */
+void sgeev_(const char* jobvl, const char* jobvr, const int* n, float* a, const int* lda, float* wr, float* wi,
+            float* vl, const int* ldvl, float* vr, const int* ldvr, float* work, const int* lwork, int* info,
+            size_t jobvl_len, size_t jobvr_len);
+void dgeev_(const char* jobvl, const char* jobvr, const int* n, double* a, const int* lda, double* wr, double* wi,
+            double* vl, const int* ldvl, double* vr, const int* ldvr, double* work, const int* lwork, int* info,
+            size_t jobvl_len, size_t jobvr_len);
+void cgeev_(const char* jobvl, const char* jobvr, const int* n, float _Complex* a, const int* lda, float _Complex* w,
+            float _Complex* vl, const int* ldvl, float _Complex* vr, const int* ldvr, float _Complex* work,
+            const int* lwork, float* rwork, int* info, size_t jobvl_len, size_t jobvr_len);
+void zgeev_(const char* jobvl, const char* jobvr, const int* n, double _Complex* a, const int* lda, double _Complex* w,
+            double _Complex* vl, const int* ldvl, double _Complex* vr, const int* ldvr, double _Complex* work,
+            const int* lwork, double* rwork, int* info, size_t jobvl_len, size_t jobvr_len);
+/* BLAS's triangular solve with many right-hand sides */
+void dtrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
+            const double* alpha, const double* a, const int* lda, double* b, const int* ldb, size_t side_len,
+            size_t uplo_len, size_t transa_len, size_t diag_len);
 void openblas_set_num_threads(int);
 
 /* Below these sizes (the smaller side) the kernels' own loops are faster than a LAPACK call with its
@@ -40,8 +58,12 @@ void openblas_set_num_threads(int);
  * microseconds a matrix, loops / LAPACK, 2026-12-07): eigh n = 3 1.75 / 2.8, n = 4 6.0 / 4.1; svd
  * n = 6 5.4 / 14.8, n = 12 29 / 24; qr n = 6 1.5 / 2.5, n = 12 4.3 / 3.8; complex svd n = 6 16.7 /
  * 18.1, n = 12 89 / 31; complex eigh as eigh. LU and Cholesky from 16 (their loops are row-major
- * and vectorize, level with LAPACK at 8). */
-enum { LAPACK_MIN_EIGH = 4, LAPACK_MIN_SVD = 10, LAPACK_MIN_QR = 10, LAPACK_MIN_ZSVD = 8, LAPACK_MIN_LU = 16 };
+ * and vectorize, level with LAPACK at 8). eig calls geev from 2 x 2, where it is
+ * about a microsecond slower than the loops (2000 matrices, float64 n = 2, with eigenvectors / eigenvalues
+ * only, loops 1.1 / 0.2 against 1.9 / 0.6; n = 4 4.1 / 1.9 against 2.8 / 2.0; n = 8 22.8 / 7.2 against
+ * 8.5 / 5.8), so that eigenvectors of ties in modulus come out as PyTorch CPU's (a 3 x 3 permutation
+ * matrix's, every component of modulus 3^-1/2: which is made real is decided by rounding). */
+enum { LAPACK_MIN_EIG = 2, LAPACK_MIN_TRSM = 16, LAPACK_MIN_EIGH = 4, LAPACK_MIN_SVD = 10, LAPACK_MIN_QR = 10, LAPACK_MIN_ZSVD = 8, LAPACK_MIN_LU = 16 };
 
 /* Whether count doubles are all finite: LAPACK is given no NaN or infinity (the loops keep their
  * NaN results there). A complex matrix is twice its element count of doubles. */
