@@ -482,6 +482,95 @@ static void test_complex_eig(void) {
   CHECK_STATUS(run_named("linalg_eig", args, 1, outs, 2), INVALID_ARGUMENT);
 }
 
+/* ---- complex matmul products (bmm and addbmm, resolved to complex::bmm, complex::addbmm) against a loop in complex double:
+ * operands read in place (row-major, column-major, padded rows) and converted (strided columns, the
+ * other precision), outputs in place and not (transposed), complex64 and complex128 ---- */
+
+/* a 3-d tensor over buf (complex64 or complex128) with the given element strides */
+static tpurt_tensor_t zt3(tpurt_dtype_t dt, void* buf, const int64_t* sizes, const int64_t* strides) {
+  tpurt_tensor_t t = {0};
+  t.dtype = dt;
+  t.ndim = 3;
+  for (int d = 0; d < 3; ++d) t.sizes[d] = sizes[d], t.strides[d] = strides[d];
+  t.data = buf;
+  return t;
+}
+static zt_t zt_get(const tpurt_tensor_t* t, int64_t b, int64_t i, int64_t j) {
+  const int64_t o = b * t->strides[0] + i * t->strides[1] + j * t->strides[2];
+  if (t->dtype == TPURT_DTYPE_COMPLEX64) return ((float _Complex*)t->data)[o];
+  return ((zt_t*)t->data)[o];
+}
+static void zt_fill(tpurt_tensor_t* t, int64_t elems) {
+  for (int64_t e = 0; e < elems; ++e) {
+    if (t->dtype == TPURT_DTYPE_COMPLEX64) ((float _Complex*)t->data)[e] = (float _Complex)zrand();
+    else ((zt_t*)t->data)[e] = zrand();
+  }
+}
+
+static void test_complex_products(void) {
+  enum { B = 3 };
+  const int64_t shapes[][3] = {{7, 5, 6}, {40, 33, 37}, {1, 9, 1}};
+  int bad = 0;
+  for (int dti = 0; dti < 2; ++dti)
+    for (int si = 0; si < 3; ++si)
+      for (int layout = 0; layout < 4; ++layout) {
+        const tpurt_dtype_t dt = dti ? TPURT_DTYPE_COMPLEX128 : TPURT_DTYPE_COMPLEX64;
+        /* a of the other precision in layout 3: converted */
+        const tpurt_dtype_t adt = layout == 3 ? (dti ? TPURT_DTYPE_COMPLEX64 : TPURT_DTYPE_COMPLEX128) : dt;
+        const int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+        const int64_t pad = layout == 2 ? 3 : 0, bcs = layout == 1 ? 2 : 1; /* b's padded rows, strided columns */
+        const int64_t asz[3] = {B, m, k}, bsz[3] = {B, k, n}, osz[3] = {B, m, n};
+        /* a: row-major, or column-major in layouts 1 and 3 */
+        const int64_t ast[3] = {m * k, layout % 2 ? 1 : k, layout % 2 ? m : 1};
+        const int64_t bst[3] = {k * (n * bcs + pad), n * bcs + pad, bcs};
+        /* out: row-major, transposed in layout 2 */
+        const int64_t ost[3] = {m * n, layout == 2 ? 1 : n, layout == 2 ? m : 1};
+        void* abuf = calloc((size_t)(B * m * k), 16);
+        void* bbuf = calloc((size_t)(B * k * (n * bcs + pad)), 16);
+        void* obuf = calloc((size_t)(B * m * n), 16);
+        void* sbuf = calloc((size_t)(m * n), 16);
+        void* o2buf = calloc((size_t)(m * n), 16);
+        tpurt_tensor_t ta = zt3(adt, abuf, asz, ast), tb = zt3(dt, bbuf, bsz, bst), to = zt3(dt, obuf, osz, ost);
+        zt_fill(&ta, B * m * k);
+        zt_fill(&tb, B * k * (n * bcs + pad));
+        tpurt_arg_t args[2] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &ta}, {.kind = TPURT_ARG_TENSOR, .v.tensor = &tb}};
+        CHECK_STATUS(run_named("bmm", args, 2, &to, 1), OK);
+        /* addbmm: 0.5 self + 2 sum_b a_b b_b into an m x n output */
+        const int64_t s2[3] = {1, m, n}, st2[3] = {m * n, n, 1};
+        tpurt_tensor_t tself = zt3(dt, sbuf, s2, st2), to2 = zt3(dt, o2buf, s2, st2);
+        zt_fill(&tself, m * n);
+        tself.ndim = to2.ndim = 2;
+        for (int d = 0; d < 2; ++d) tself.sizes[d] = to2.sizes[d] = s2[d + 1], tself.strides[d] = to2.strides[d] = st2[d + 1];
+        tpurt_arg_t aargs[5] = {{.kind = TPURT_ARG_TENSOR, .v.tensor = &tself}, args[0], args[1],
+                                {.kind = TPURT_ARG_DOUBLE, .v.d = 0.5}, {.kind = TPURT_ARG_DOUBLE, .v.d = 2.0}};
+        CHECK_STATUS(run_named("addbmm", aargs, 5, &to2, 1), OK);
+        const double tol = (dti ? 1e-12 : 2e-5) * (double)k;
+        double worst = 0, worst2 = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            zt_t sum = 0;
+            for (int64_t b = 0; b < B; ++b) {
+              zt_t acc = 0;
+              for (int64_t q = 0; q < k; ++q) acc += zt_get(&ta, b, i, q) * zt_get(&tb, b, q, j);
+              worst = fmax(worst, cabs(acc - zt_get(&to, b, i, j)));
+              sum += acc;
+            }
+            const int64_t o = i * n + j; /* self and the addbmm output are row-major m x n */
+            const zt_t self = dti ? ((zt_t*)sbuf)[o] : (zt_t)((float _Complex*)sbuf)[o];
+            const zt_t got = dti ? ((zt_t*)o2buf)[o] : (zt_t)((float _Complex*)o2buf)[o];
+            const zt_t want = 0.5 * self + 2.0 * sum;
+            worst2 = fmax(worst2, cabs(want - got) / 4);
+          }
+        if (!(worst <= tol && worst2 <= tol)) {
+          ++bad;
+          fprintf(stderr, "complex products %s m=%lld k=%lld n=%lld layout %d: bmm err %g, addbmm err %g\n",
+                  tpurt_dtype_name(dt), (long long)m, (long long)k, (long long)n, layout, worst, worst2);
+        }
+        free(abuf), free(bbuf), free(obuf), free(sbuf), free(o2buf);
+      }
+  CHECK(bad == 0);
+}
+
 static void test_complex_ldl(void) {
   enum { N = 8, R = 3 };
   zt_t a[N * N], ld[N * N], b[N * R], x[N * R];
@@ -560,6 +649,7 @@ int main(void) {
   test_gemm_int_wrap();
   test_linalg_ops();
   test_complex_eig();
+  test_complex_products();
   test_complex_ldl();
   bench_gemm();
   return test_finish("test_linalg");

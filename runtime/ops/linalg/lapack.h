@@ -51,6 +51,12 @@ void zgeev_(const char* jobvl, const char* jobvr, const int* n, double _Complex*
 void dtrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
             const double* alpha, const double* a, const int* lda, double* b, const int* ldb, size_t side_len,
             size_t uplo_len, size_t transa_len, size_t diag_len);
+void cgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float _Complex* alpha,
+            const float _Complex* a, const int* lda, const float _Complex* b, const int* ldb,
+            const float _Complex* beta, float _Complex* c, const int* ldc, size_t transa_len, size_t transb_len);
+void zgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double _Complex* alpha,
+            const double _Complex* a, const int* lda, const double _Complex* b, const int* ldb,
+            const double _Complex* beta, double _Complex* c, const int* ldc, size_t transa_len, size_t transb_len);
 void openblas_set_num_threads(int);
 
 /* Below these sizes (the smaller side) the kernels' own loops are faster than a LAPACK call with its
