@@ -156,3 +156,20 @@ def test_gradients(device):
         fn(xc).backward()
         fn(xd).backward()
         torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("n", [5, 40])  # 40: LAPACK's zgetrf/zgetrs (lapack.h's LAPACK_MIN_LU), 5: the loops
+def test_complex_lu_family(device, dtype, n):
+    g = torch.Generator().manual_seed(n)
+    a = torch.randn(2, n, n, dtype=dtype, generator=g)
+    b = torch.randn(2, n, 3, dtype=dtype, generator=g)
+    t = dict(rtol=2e-4, atol=2e-4) if dtype == torch.complex64 else dict(rtol=1e-10, atol=1e-10)
+    for fn in (LA.inv, LA.det, lambda x: LA.slogdet(x)[1], lambda x: LA.lu_factor(x)[0], lambda x: LA.lu(x)[1],
+               lambda x: LA.solve(x, b.to(x.device)), lambda x: LA.solve(x, b.mT.to(x.device), left=False)):
+        torch.testing.assert_close(fn(a.to(device)).cpu(), fn(a), **t)
+    lu, piv = LA.lu_factor(a)
+    assert torch.equal(LA.lu_factor(a.to(device))[1].cpu(), piv)  # the same pivots as CPU's getrf
+    for adjoint in (False, True):
+        torch.testing.assert_close(LA.lu_solve(lu.to(device), piv.to(device), b.to(device), adjoint=adjoint).cpu(),
+                                   LA.lu_solve(lu, piv, b, adjoint=adjoint), **t)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda, double* w, double* work,
              const int* lwork, int* iwork, const int* liwork, int* info, size_t jobz_len, size_t uplo_len);
@@ -57,6 +58,9 @@ void cgemm_(const char* transa, const char* transb, const int* m, const int* n, 
 void zgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double _Complex* alpha,
             const double _Complex* a, const int* lda, const double _Complex* b, const int* ldb,
             const double _Complex* beta, double _Complex* c, const int* ldc, size_t transa_len, size_t transb_len);
+void zgetrf_(const int* m, const int* n, double _Complex* a, const int* lda, int* ipiv, int* info);
+void zgetrs_(const char* trans, const int* n, const int* nrhs, const double _Complex* a, const int* lda,
+             const int* ipiv, double _Complex* b, const int* ldb, int* info, size_t trans_len);
 void openblas_set_num_threads(int);
 
 /* Below these sizes (the smaller side) the kernels' own loops are faster than a LAPACK call with its
@@ -99,6 +103,47 @@ static inline int lapack_begin(void) {
 }
 static inline void lapack_end(int prev) {
   if (g_lapack_mkl_local) g_lapack_mkl_local(prev);
+}
+
+/* Complex LU of the row-major m x n a (in place, 1-based pivots) by zgetrf on a column-major
+ * copy, and op(A) X = B (b n x k row-major, in place; trans: A^T) by zgetrs from it. False where
+ * they do not run (small, non-finite, past 32-bit sizes, no memory): the caller's loops then do. */
+static inline bool lapack_zlu_factor(double _Complex* a, int64_t m, int64_t n, int32_t* piv, int* info) {
+  if ((m < n ? m : n) < LAPACK_MIN_LU || m * n > INT32_MAX / 2 || !lapack_finite((const double*)a, 2 * m * n))
+    return false;
+  double _Complex* ac = malloc(sizeof(double _Complex) * (size_t)(m * n));
+  if (!ac) return false;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) ac[j * m + i] = a[i * n + j];
+  const int M = (int)m, N = (int)n;
+  const int threads = lapack_begin();
+  zgetrf_(&M, &N, ac, &M, piv, info);
+  lapack_end(threads);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) a[i * n + j] = ac[j * m + i];
+  free(ac);
+  if (*info < 0) *info = 0;
+  return true;
+}
+static inline bool lapack_zlu_solve(const double _Complex* lu, const int32_t* piv, int64_t n, double _Complex* b,
+                                    int64_t k, bool trans) {
+  if (n < LAPACK_MIN_LU || k < 1 || n * (n + k) > INT32_MAX / 2) return false;
+  double _Complex* c = malloc(sizeof(double _Complex) * (size_t)(n * n + n * k));
+  if (!c) return false;
+  double _Complex* bc = c + n * n;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) c[j * n + i] = lu[i * n + j];
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) bc[j * n + i] = b[i * k + j];
+  const int N = (int)n, K = (int)k;
+  int info = 0;
+  const int threads = lapack_begin();
+  zgetrs_(trans ? "T" : "N", &N, &K, c, &N, piv, bc, &N, &info, 1);
+  lapack_end(threads);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) b[i * k + j] = bc[j * n + i];
+  free(c);
+  return true;
 }
 
 #endif /* TPURT_OPS_LINALG_LAPACK_H_ */

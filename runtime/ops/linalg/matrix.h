@@ -166,5 +166,9 @@ static inline int64_t mat_get_int(const tpurt_tensor_t* t, int64_t off) {
 /* Triangular solve in place: op(T) X = B, T n x n row-major (lower or upper,
  * unit diagonal optional), B n x k. trans solves T^T X = B. (triangular.c) */
 void tpurt_linalg_tri_solve(const double* t, int64_t n, bool lower, bool trans, bool unit, double* b, int64_t k);
+/* complex LU with partial pivoting of the row-major m x n a in place (1-based pivots; returns info),
+ * and op(A) X = B in place in b (n x k; trans: A^T) from it: zfactor.c, shared with complex.c */
+int tpurt_linalg_zlu_factor(zd_t* a, int64_t m, int64_t n, int32_t* piv);
+void tpurt_linalg_zlu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k, bool trans);
 
 #endif /* TPURT_OPS_LINALG_MATRIX_H_ */

@@ -31,6 +31,16 @@ static inline double z_cabs1(zd_t z) {
 #define LU_SUF z
 #include "ops/linalg/lu_impl.h"
 
+/* LU and its solves by LAPACK (lapack.h) from LAPACK_MIN_LU, by the loops above below it or
+ * where LAPACK does not run; the same pivots and info either way. */
+static int z_lu_factor(zd_t* a, int64_t m, int64_t n, int32_t* piv) {
+  int info = 0;
+  return lapack_zlu_factor(a, m, n, piv, &info) ? info : lu_factor_z(a, m, n, piv, 0);
+}
+static void z_lu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k, bool trans) {
+  if (!lapack_zlu_solve(lu, piv, n, b, k, trans)) lu_solve_z(lu, piv, n, b, k, trans);
+}
+
 static void z_conj_all(zd_t* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = conj(a[i]);
 }
@@ -64,7 +74,7 @@ static tpurt_status_t z_check_pivots(const tpurt_op_call_t* call, const int32_t*
 static void z_lu_solve_op(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* x, int64_t k, char op) {
   bool cj = op == 'H' || op == 'C';
   if (cj) z_conj_all(x, n * k); /* A^H x = b <=> A^T conj(x) = conj(b); conj(A) x = b <=> A conj(x) = conj(b) */
-  lu_solve_z(lu, piv, n, x, k, op == 'T' || op == 'H');
+  z_lu_solve(lu, piv, n, x, k, op == 'T' || op == 'H');
   if (cj) z_conj_all(x, n * k);
 }
 
@@ -84,7 +94,7 @@ tpurt_status_t tpurt_linalg_z_lu_factor_ex(tpurt_kernel_ctx_t* ctx, const tpurt_
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
-    int info = lu_factor_z(a, m, n, piv, 0);
+    int info = z_lu_factor(a, m, n, piv);
     mat_zstore(LU, mat_boff(LU, 2, idx, nb), m, n, false, a, false, false);
     z_store_pivots(P, mat_boff(P, 1, idx, nb), piv, k);
     mat_set_int(Info, mat_boff(Info, 0, idx, nb), info);
@@ -143,7 +153,7 @@ static tpurt_status_t z_lu_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
     if (!unpack) {
-      lu_factor_z(a, m, n, piv, 0);
+      z_lu_factor(a, m, n, piv);
     } else if (pivots) {
       z_load_pivots(Pv, mat_boff(Pv, 1, idx, nb), piv, k);
       TPURT_RETURN_IF_ERROR(z_check_pivots(call, piv, k, m));
@@ -204,7 +214,7 @@ tpurt_status_t tpurt_linalg_z_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, false, false);
-    int info = lu_factor_z(a, n, n, piv, 0);
+    int info = z_lu_factor(a, n, n, piv);
     mat_set_int(Info, mat_boff(Info, 0, idx, nb), info);
     if (info && check)
       return TPURT_STATUS(INVALID_ARGUMENT,
@@ -212,7 +222,7 @@ tpurt_status_t tpurt_linalg_z_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
                           "completed because the input matrix is singular.", info);
     for (int64_t i = 0; i < n * n; ++i) x[i] = 0;
     for (int64_t i = 0; i < n; ++i) x[i * n + i] = 1.0;
-    lu_solve_z(a, piv, n, x, n, false);
+    z_lu_solve(a, piv, n, x, n, false);
     mat_zstore(X, mat_boff(X, 2, idx, nb), n, n, false, x, false, false);
   }
   return TPURT_OK;
@@ -235,7 +245,7 @@ static tpurt_status_t z_det_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, tr, false);
-    lu_factor_z(a, n, n, piv, 0);
+    z_lu_factor(a, n, n, piv);
     zd_t det = 1.0, sign = 1.0;
     double logabs = 0.0;
     bool singular = false;
