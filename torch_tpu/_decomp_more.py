@@ -338,7 +338,7 @@ def _c10_name(dtype):
 
 
 def _linalg_lstsq(self, b, rcond=None, *, driver=None):
-    """linalg.lstsq through the pseudo-inverse (an SVD): the least-squares solution, minimum-norm
+    """linalg.lstsq through one SVD (the pseudo-inverse's rule): the least-squares solution, minimum-norm
     when m < n; outputs shaped as CPU's LAPACK drivers give them: rank for all but gels, singular
     values for gelss/gelsd, residuals (squared column norms of A X - B) when m > n, the driver is
     not gelsy and (gelss/gelsd) A has full rank."""
@@ -372,25 +372,33 @@ def _linalg_lstsq(self, b, rcond=None, *, driver=None):
     a = self.expand(*batch, m, n)
     b = b.expand(*batch, m, b.shape[-1])
     dev, dt = self.device, self.dtype
+    sv_dt = dt.to_real() if dt.is_complex else dt
     if rcond is None or rcond < 0:
         rcond = torch.finfo(dt).eps * max(m, n)
-    sv = torch.linalg.svdvals(a) if min(m, n) else torch.zeros(*batch, 0, dtype=dt, device=dev)
-    x = torch.linalg.pinv(a, rtol=rcond) @ b if min(m, n) else torch.zeros(*batch, n, b.shape[-1], dtype=dt, device=dev)
+    if min(m, n):
+        # one SVD for the solution and the rank: x = V diag(1 / s where s > rcond * s_max) U^H b (pinv's rule)
+        u, sv, vh = torch.linalg.svd(a, full_matrices=False)
+        keep = sv > rcond * sv[..., :1]
+        sinv = torch.where(keep, 1 / torch.where(keep, sv, torch.ones_like(sv)), torch.zeros_like(sv))
+        x = vh.mH @ (sinv.unsqueeze(-1).to(u.dtype) * (u.mH @ b))
+    else:
+        sv = torch.zeros(*batch, 0, dtype=sv_dt, device=dev)
+        x = torch.zeros(*batch, n, b.shape[-1], dtype=dt, device=dev)
     if driver == "gels":
         rank = torch.zeros(0, dtype=torch.long, device=dev)
     elif min(m, n) == 0:
         rank = torch.zeros(batch, dtype=torch.long, device=dev)
     else:
-        rank = (sv > rcond * sv[..., :1]).sum(-1)
+        rank = keep.sum(-1)
     full = bool((rank == n).all()) if driver in ("gelss", "gelsd") else True
     if m > n and driver != "gelsy" and full:
-        residuals = (a @ x - b).pow(2).sum(-2)
+        residuals = (a @ x - b).abs().pow(2).sum(-2)  # real, as LAPACK's: squared moduli
         if vector:
             residuals = residuals.squeeze(-1)
     else:
         residuals = torch.zeros(0, dtype=dt, device=dev)
     if driver not in ("gelss", "gelsd"):
-        sv = torch.zeros(0, dtype=dt, device=dev)
+        sv = torch.zeros(0, dtype=sv_dt, device=dev)
     if vector:
         x = x.squeeze(-1)
     return x, residuals, rank, sv

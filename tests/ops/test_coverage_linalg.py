@@ -173,3 +173,40 @@ def test_complex_lu_family(device, dtype, n):
     for adjoint in (False, True):
         torch.testing.assert_close(LA.lu_solve(lu.to(device), piv.to(device), b.to(device), adjoint=adjoint).cpu(),
                                    LA.lu_solve(lu, piv, b, adjoint=adjoint), **t)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("shape", [(40, 40), (60, 25), (25, 60), (5, 4)])  # LAPACK's zgeqrf/zungqr from 10 (lapack.h)
+def test_complex_qr(device, dtype, shape):
+    a = torch.randn(2, *shape, dtype=dtype, generator=torch.Generator().manual_seed(3))
+    t = dict(rtol=2e-4, atol=2e-4) if dtype == torch.complex64 else dict(rtol=1e-10, atol=1e-10)
+    for mode in ("reduced", "complete", "r"):
+        for e, g in zip(LA.qr(a, mode=mode), LA.qr(a.to(device), mode=mode)):
+            torch.testing.assert_close(g.cpu(), e, **t)
+    for e, g in zip(torch.geqrf(a), torch.geqrf(a.to(device))):
+        torch.testing.assert_close(g.cpu(), e, **t)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("n", [4, 40])  # 40: BLAS's ztrsm (LAPACK_MIN_TRSM)
+def test_complex_triangular(device, dtype, n):
+    g = torch.Generator().manual_seed(n)
+    t = dict(rtol=2e-4, atol=2e-4) if dtype == torch.complex64 else dict(rtol=1e-10, atol=1e-10)
+    for upper in (False, True):
+        a = torch.randn(2, n, n, dtype=dtype, generator=g) + 4 * n ** 0.5 * torch.eye(n, dtype=dtype)
+        a = a.triu() if upper else a.tril()
+        for left in (False, True):
+            b = torch.randn(2, n, 3, dtype=dtype, generator=g) if left else torch.randn(2, 3, n, dtype=dtype, generator=g)
+            for unit in (False, True):
+                torch.testing.assert_close(
+                    LA.solve_triangular(a.to(device), b.to(device), upper=upper, left=left, unitriangular=unit).cpu(),
+                    LA.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), **t)
+    s = torch.randn(n, n, dtype=dtype, generator=g)
+    c = LA.cholesky(s @ s.mH + n * torch.eye(n, dtype=dtype))
+    b = torch.randn(n, 2, dtype=dtype, generator=g)
+    for upper in (False, True):  # cholesky_inverse / cholesky_solve solve with L and L^H ("C")
+        f = c.mH if upper else c
+        torch.testing.assert_close(torch.cholesky_inverse(f.to(device), upper=upper).cpu(),
+                                   torch.cholesky_inverse(f, upper=upper), **t)
+        torch.testing.assert_close(torch.cholesky_solve(b.to(device), f.to(device), upper=upper).cpu(),
+                                   torch.cholesky_solve(b, f, upper=upper), **t)

@@ -327,6 +327,17 @@ def test_lstsq(device, driver, shape):
     run_both(lambda x, y: torch.linalg.lstsq(x, y, driver=driver).solution, [a, b], device, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_lstsq_complex(device, driver, dtype):
+    """Complex residuals are real squared moduli (|A x - b|^2), as LAPACK's; every output's dtype as CPU's."""
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(2, 6, 3, dtype=dtype, generator=g), torch.randn(2, 6, 2, dtype=dtype, generator=g)
+    for x, y in zip(torch.linalg.lstsq(a.to(device), b.to(device), driver=driver), torch.linalg.lstsq(a, b, driver=driver)):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        torch.testing.assert_close(x.cpu(), y, rtol=1e-4, atol=1e-4)
+
+
 def test_lstsq_bad_input(device):
     a = torch.randn(4, 3, device=device)
     with pytest.raises(RuntimeError):

@@ -58,6 +58,13 @@ void cgemm_(const char* transa, const char* transb, const int* m, const int* n, 
 void zgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double _Complex* alpha,
             const double _Complex* a, const int* lda, const double _Complex* b, const int* ldb,
             const double _Complex* beta, double _Complex* c, const int* ldc, size_t transa_len, size_t transb_len);
+void zgeqrf_(const int* m, const int* n, double _Complex* a, const int* lda, double _Complex* tau,
+             double _Complex* work, const int* lwork, int* info);
+void zungqr_(const int* m, const int* n, const int* k, double _Complex* a, const int* lda, const double _Complex* tau,
+             double _Complex* work, const int* lwork, int* info);
+void ztrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
+            const double _Complex* alpha, const double _Complex* a, const int* lda, double _Complex* b, const int* ldb,
+            size_t side_len, size_t uplo_len, size_t transa_len, size_t diag_len);
 void zgetrf_(const int* m, const int* n, double _Complex* a, const int* lda, int* ipiv, int* info);
 void zgetrs_(const char* trans, const int* n, const int* nrhs, const double _Complex* a, const int* lda,
              const int* ipiv, double _Complex* b, const int* ldb, int* info, size_t trans_len);

@@ -281,6 +281,22 @@ tpurt_status_t tpurt_linalg_z_slogdet(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 
 /* op(T) X = B in place in b (n x k), T n x n row-major lower or upper; trans: T^T, cj: conj(T) */
 static void z_tri_solve(const zd_t* t, int64_t n, bool lower, bool trans, bool cj, bool unit, zd_t* b, int64_t k) {
+  /* From LAPACK_MIN_TRSM, BLAS's ztrsm as triangular.c calls dtrsm: t read column-major is T^T and
+   * b is B^T, so op(T) X = B is X^T op(T)^T = B^T from the right, op(T)^T being T^T ("N"), T ("T")
+   * or conj(T) ("C", for T^H); conj(T) X = B is T conj(X) = conj(B). */
+  if (k > 0 && n >= LAPACK_MIN_TRSM && n <= 46000 && k <= INT32_MAX / n && lapack_finite((const double*)t, 2 * n * n) &&
+      lapack_finite((const double*)b, 2 * n * k)) {
+    const bool flip = cj && !trans;
+    if (flip) z_conj_all(b, n * k);
+    const int ni = (int)n, ki = (int)k;
+    const zd_t one = 1;
+    const int threads = lapack_begin();
+    ztrsm_("R", lower ? "U" : "L", trans ? (cj ? "C" : "T") : "N", unit ? "U" : "N", &ki, &ni, &one, t, &ni, b, &ki, 1,
+           1, 1, 1);
+    lapack_end(threads);
+    if (flip) z_conj_all(b, n * k);
+    return;
+  }
   bool eff_lower = trans ? !lower : lower;
 #define ZTEL(i, j) (cj ? conj(trans ? t[(j) * n + (i)] : t[(i) * n + (j)]) : (trans ? t[(j) * n + (i)] : t[(i) * n + (j)]))
   for (int64_t s = 0; s < n; ++s) {
@@ -499,6 +515,41 @@ static void z_apply_q_left(const zd_t* v, int64_t m, int64_t nv, const zd_t* tau
   }
 }
 
+/* zgeqrf on the column-major m x n ac (lda m): R and the reflectors in place, tau[min(m, n)];
+ * with q, also the first qc columns of Q, column-major m x qc (zungqr; min(m, n) <= qc <= m), as
+ * qr.c does for real matrices (the loops above walk columns of a row-major matrix: 256 x 256 took
+ * 105 ms against PyTorch CPU's 8.7). False where it does not run (small, non-finite, no
+ * workspace); ac is then unchanged. */
+static bool z_lapack_qr_run(zd_t* ac, int64_t m, int64_t n, zd_t* tau, zd_t* q, int64_t qc) {
+  const int64_t k = m < n ? m : n;
+  const int M = (int)m, N = (int)n, K = (int)k, QC = (int)qc, lq = -1;
+  int info = 0;
+  zd_t w1 = 0, w2 = 0;
+  zgeqrf_(&M, &N, ac, &M, tau, &w1, &lq, &info);
+  if (info == 0 && q) zungqr_(&M, &QC, &K, q, &M, tau, &w2, &lq, &info);
+  if (info != 0 || !(creal(w1) < INT32_MAX / 2 && creal(w2) < INT32_MAX / 2)) return false;
+  const int lwork = (int)fmax(1.0, fmax(creal(w1), creal(w2)));
+  zd_t* work = malloc(sizeof(zd_t) * (size_t)lwork);
+  if (!work) return false;
+  zgeqrf_(&M, &N, ac, &M, tau, work, &lwork, &info);
+  if (info == 0 && q) {
+    /* the reflectors into Q's first columns (the columns past n, for a complete Q, any values) */
+    memcpy(q, ac, sizeof(zd_t) * (size_t)(m * (qc < n ? qc : n)));
+    zungqr_(&M, &QC, &K, q, &M, tau, work, &lwork, &info);
+  }
+  free(work);
+  return info == 0;
+}
+static bool z_lapack_qr(zd_t* ac, int64_t m, int64_t n, zd_t* tau, zd_t* q, int64_t qc) {
+  const int64_t k = m < n ? m : n;
+  if (k < LAPACK_MIN_QR || m * n > INT32_MAX / 2 || (q && m * qc > INT32_MAX / 2)) return false;
+  if (!lapack_finite((const double*)ac, 2 * m * n)) return false;
+  const int threads = lapack_begin();
+  const bool ok = z_lapack_qr_run(ac, m, n, tau, q, qc);
+  lapack_end(threads);
+  return ok;
+}
+
 static void z_load_vec(const tpurt_tensor_t* T, int64_t off, zd_t* dst, int64_t k) {
   for (int64_t i = 0; i < k; ++i) dst[i] = mat_zld(T, off + i * T->strides[T->ndim - 1]);
 }
@@ -515,9 +566,13 @@ tpurt_status_t tpurt_linalg_z_geqrf(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
-    z_geqrf(a, m, n, tau);
-    mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, a, false, false);
+    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, true, false); /* column-major */
+    const bool by_lapack = z_lapack_qr(a, m, n, tau, NULL, 0);
+    if (!by_lapack) {
+      mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
+      z_geqrf(a, m, n, tau);
+    }
+    mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, a, by_lapack, false);
     const tpurt_tensor_t* T = &call->outputs[1];
     for (int64_t i = 0; i < k; ++i) mat_zst(T, mat_boff(T, 1, idx, nb) + i * T->strides[T->ndim - 1], tau[i]);
   }
@@ -543,6 +598,14 @@ tpurt_status_t tpurt_linalg_z_qr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
+    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, true, false); /* column-major */
+    if (z_lapack_qr(a, m, n, tau, want_q ? q : NULL, qc)) {
+      for (int64_t i = 0; i < rr; ++i)
+        for (int64_t j = 0; j < n; ++j) r[i * n + j] = (j >= i && i < m) ? a[j * m + i] : 0.0;
+      mat_zstore(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), rr, n, false, r, false, false);
+      if (want_q) mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, qc, false, q, true, false);
+      continue;
+    }
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
     z_geqrf(a, m, n, tau);
     for (int64_t i = 0; i < rr; ++i)
