@@ -3,7 +3,8 @@
  * what defines it (P L U = A, A A^-1 = I,
  * L L^T = A, Q R = A with Q orthonormal, A V = V diag(w), U S Vh = A), on
  * float64 and float32, row- and column-major layouts and a batch; plus bad
- * pivots and unsupported dtypes returning a status. */
+ * pivots and unsupported dtypes returning a status; and past lapack.h's sizes, the real and
+ * complex kernels that call LAPACK. */
 #include <math.h>
 #include <string.h>
 
@@ -300,8 +301,97 @@ static void test_lapack_sizes(void) {
   CHECK(info == 0 && worst < 1e-11);
 }
 
+/* The complex kernels past lapack.h's sizes (zgetrf/zgetrs, zgeqrf/zungqr, ztrsm) and real eig (dgeev),
+ * 24 x 24 complex128 and float64, each checked by what defines it: A A^-1 = I, Q R = A with
+ * Q^H Q = I, T X = B (upper, and lower with a right-hand side from the right), A v = w v. */
+#include <complex.h>
+#undef I
+static double _Complex zat(const tpurt_tensor_t* t, int64_t i, int64_t j) {
+  return ((const double _Complex*)t->data)[i * t->strides[t->ndim - 2] + j * t->strides[t->ndim - 1]];
+}
+static void test_complex_lapack_sizes(void) {
+  enum { R = 30, C = 24, K = 3 };
+  static double _Complex ma[R * C], mx[C * C], mq[R * C], mr[C * C], mt[C * C], mb[C * K], ms[C * K], vv[C * C], w[C];
+  static double re[C * C];
+  for (int i = 0; i < R * C; ++i) ma[i] = CMPLX(2.0 * test_rand_unit() - 1.0, 2.0 * test_rand_unit() - 1.0);
+  const int64_t sa[2] = {R, C}, sq[2] = {C, C}, sb[2] = {C, K}, s1[1] = {C}, s0[1] = {1};
+  int32_t info = 0;
+  double worst = 0;
+  /* inverse of the first 24 rows */
+  tpurt_tensor_t A = mat(TPURT_DTYPE_COMPLEX128, ma, 2, sq, false), X = mat(TPURT_DTYPE_COMPLEX128, mx, 2, sq, true);
+  tpurt_tensor_t Info = mat(TPURT_DTYPE_INT32, &info, 0, s0, false);
+  tpurt_arg_t iargs[2] = {targ(&A), barg(false)};
+  tpurt_tensor_t io[2] = {X, Info};
+  CHECK_OK(call_op("complex::linalg_inv_ex", iargs, 2, io, 2));
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j < C; ++j) {
+      double _Complex ax = 0;
+      for (int k = 0; k < C; ++k) ax += ma[i * C + k] * zat(&X, k, j);
+      worst = fmax(worst, cabs(ax - (i == j)));
+    }
+  /* reduced QR of all 30 rows */
+  tpurt_tensor_t A30 = mat(TPURT_DTYPE_COMPLEX128, ma, 2, sa, false), Q = mat(TPURT_DTYPE_COMPLEX128, mq, 2, sa, false);
+  tpurt_tensor_t Rt = mat(TPURT_DTYPE_COMPLEX128, mr, 2, sq, false);
+  tpurt_arg_t qargs[2] = {targ(&A30), {.kind = TPURT_ARG_STRING, .v.s = "reduced"}};
+  tpurt_tensor_t qo[2] = {Q, Rt};
+  CHECK_OK(call_op("complex::linalg_qr", qargs, 2, qo, 2));
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) {
+      double _Complex qr = 0;
+      for (int k = 0; k < C; ++k) qr += mq[i * C + k] * mr[k * C + j];
+      worst = fmax(worst, cabs(qr - ma[i * C + j]));
+    }
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j < C; ++j) {
+      double _Complex qq = 0;
+      for (int k = 0; k < R; ++k) qq += conj(mq[k * C + i]) * mq[k * C + j];
+      worst = fmax(worst, cabs(qq - (i == j)));
+    }
+  /* T X = B with T = R + 8 I (upper); X T' = B^T with T' = its transpose (lower), from the right */
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j < C; ++j) mt[i * C + j] = j >= i ? mr[i * C + j] + (i == j ? 8.0 : 0.0) : 0;
+  for (int i = 0; i < C * K; ++i) mb[i] = CMPLX(test_rand_unit(), test_rand_unit());
+  tpurt_tensor_t T = mat(TPURT_DTYPE_COMPLEX128, mt, 2, sq, false), Bt = mat(TPURT_DTYPE_COMPLEX128, mb, 2, sb, false);
+  tpurt_tensor_t S = mat(TPURT_DTYPE_COMPLEX128, ms, 2, sb, false);
+  tpurt_arg_t targs[5] = {targ(&T), targ(&Bt), barg(true), barg(true), barg(false)};
+  CHECK_OK(call_op("complex::linalg_solve_triangular", targs, 5, &S, 1));
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j < K; ++j) {
+      double _Complex tx = 0;
+      for (int k = 0; k < C; ++k) tx += mt[i * C + k] * ms[k * K + j];
+      worst = fmax(worst, cabs(tx - mb[i * K + j]));
+    }
+  const int64_t sbt[2] = {K, C};
+  tpurt_tensor_t TL = mat(TPURT_DTYPE_COMPLEX128, mt, 2, sq, true); /* the transpose: lower */
+  tpurt_tensor_t BT = mat(TPURT_DTYPE_COMPLEX128, mb, 2, sbt, true), ST = mat(TPURT_DTYPE_COMPLEX128, ms, 2, sbt, true);
+  tpurt_arg_t rargs[5] = {targ(&TL), targ(&BT), barg(false), barg(false), barg(false)};
+  CHECK_OK(call_op("complex::linalg_solve_triangular", rargs, 5, &ST, 1));
+  for (int i = 0; i < K; ++i)
+    for (int j = 0; j < C; ++j) {
+      double _Complex xt = 0;
+      for (int k = 0; k < C; ++k) xt += zat(&ST, i, k) * zat(&TL, k, j);
+      worst = fmax(worst, cabs(xt - zat(&BT, i, j)));
+    }
+  /* real eig: A v = w v */
+  for (int i = 0; i < C * C; ++i) re[i] = 2.0 * test_rand_unit() - 1.0;
+  tpurt_tensor_t RA = mat(TPURT_DTYPE_FLOAT64, re, 2, sq, false), W = mat(TPURT_DTYPE_COMPLEX128, w, 1, s1, false);
+  tpurt_tensor_t V = mat(TPURT_DTYPE_COMPLEX128, vv, 2, sq, false);
+  tpurt_arg_t eargs[1] = {targ(&RA)};
+  tpurt_tensor_t eo[2] = {W, V};
+  CHECK_OK(call_op("linalg_eig", eargs, 1, eo, 2));
+  for (int k = 0; k < C; ++k)
+    for (int i = 0; i < C; ++i) {
+      double _Complex av = 0;
+      for (int j = 0; j < C; ++j) av += re[i * C + j] * vv[j * C + k];
+      worst = fmax(worst, cabs(av - w[k] * vv[i * C + k]));
+    }
+  printf("complex lapack sizes: worst residual %.3g\n", worst);
+  CHECK(info == 0 && worst < 1e-11);
+}
+
 int main(void) {
   test_lapack_sizes();
+  test_complex_lapack_sizes();
   test_lu_inv_det(TPURT_DTYPE_FLOAT64, false);
   test_lu_inv_det(TPURT_DTYPE_FLOAT64, true);
   test_lu_inv_det(TPURT_DTYPE_FLOAT32, false);
