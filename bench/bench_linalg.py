@@ -57,6 +57,8 @@ BENCHES = {
     "linalg_lstsq_512x256": (_case(lambda g: torch.randn(512, 256, generator=g, dtype=torch.float64),
                                    lambda a: torch.linalg.lstsq(a, a[:, :8]).solution), "ms", False,
                              "linalg.lstsq, 512 x 256 float64, 8 right-hand sides (default driver)"),
+    "linalg_ldl_256": (_case(lambda g: _real(g) + _real(g).T, lambda a: torch.linalg.ldl_factor(a)[0]), "ms", False,
+                       "linalg.ldl_factor, 256 x 256 float64 symmetric indefinite (sytrf)"),
     "linalg_eigh_c256": (_case(_herm, torch.linalg.eigh), "ms", False, "linalg.eigh, 256 x 256 complex128 Hermitian"),
     "linalg_svd_c256": (_case(_cplx, torch.linalg.svd), "ms", False, "linalg.svd (reduced), 256 x 256 complex128"),
     "linalg_qr_c256": (_case(_cplx, torch.linalg.qr), "ms", False, "linalg.qr, 256 x 256 complex128"),

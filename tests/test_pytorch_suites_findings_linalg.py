@@ -111,8 +111,7 @@ def test_eigvals_out_checks_and_values(dt):
     assert np.allclose(np.sort_complex(out.cpu().numpy()), np.sort_complex(want.numpy()), atol=1e-4)
 
 
-def _ldl_input(dt, hermitian, kind, g):
-    n = 7
+def _ldl_input(dt, hermitian, kind, g, n):
     if kind == "pd":
         m = torch.randn(3, n, n, dtype=dt, generator=g)
         return m @ m.mH + n * torch.eye(n, dtype=dt)
@@ -123,16 +122,17 @@ def _ldl_input(dt, hermitian, kind, g):
 @pytest.mark.parametrize("dt", [torch.float64] + CPLX)
 @pytest.mark.parametrize("hermitian", [False, True])
 @pytest.mark.parametrize("kind", ["pd", "indefinite"])
-def test_ldl_factor_and_solve_match_cpu(dt, hermitian, kind):
+@pytest.mark.parametrize("n", [7, 40])  # 40: LAPACK's sytrf/hetrf and sytrs/hetrs (lapack.h's LAPACK_MIN_LDL)
+def test_ldl_factor_and_solve_match_cpu(dt, hermitian, kind, n):
     g = torch.Generator().manual_seed(3)
-    a = _ldl_input(dt, hermitian, kind, g)
+    a = _ldl_input(dt, hermitian, kind, g, n)
     ld, piv, info = torch.linalg.ldl_factor_ex(a.to(TPU), hermitian=hermitian)
     ldc, pivc, infoc = torch.linalg.ldl_factor_ex(a, hermitian=hermitian)
     assert torch.equal(piv.cpu(), pivc) and torch.equal(info.cpu(), infoc)
     if kind == "indefinite":
         assert (pivc < 0).any()  # the 2x2 block path ran
     torch.testing.assert_close(ld.cpu(), ldc, atol=_tol(dt) * 10, rtol=_tol(dt) * 10)
-    b = torch.randn(3, 7, 2, dtype=dt, generator=g)
+    b = torch.randn(3, n, 2, dtype=dt, generator=g)
     x = torch.linalg.ldl_solve(ld, piv, b.to(TPU), hermitian=hermitian).cpu()
     torch.testing.assert_close(x, torch.linalg.ldl_solve(ldc, pivc, b, hermitian=hermitian),
                                atol=_tol(dt) * 100, rtol=_tol(dt) * 100)

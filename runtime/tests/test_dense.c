@@ -302,8 +302,9 @@ static void test_lapack_sizes(void) {
 }
 
 /* The complex kernels past lapack.h's sizes (zgetrf/zgetrs, zgeqrf/zungqr, ztrsm) and real eig (dgeev),
- * 24 x 24 complex128 and float64, each checked by what defines it: A A^-1 = I, Q R = A with
- * Q^H Q = I, T X = B (upper, and lower with a right-hand side from the right), A v = w v. */
+ * and LDL (sytrf/sytrs), 24 x 24 complex128 and float64, each checked by what defines it: A A^-1 = I,
+ * Q R = A with Q^H Q = I, T X = B (upper, and lower with a right-hand side from the right),
+ * A v = w v, A X = B through L D L^T. */
 #include <complex.h>
 #undef I
 static double _Complex zat(const tpurt_tensor_t* t, int64_t i, int64_t j) {
@@ -385,6 +386,28 @@ static void test_complex_lapack_sizes(void) {
       for (int j = 0; j < C; ++j) av += re[i * C + j] * vv[j * C + k];
       worst = fmax(worst, cabs(av - w[k] * vv[i * C + k]));
     }
+  /* LDL of a symmetric indefinite 24 x 24 (sytrf) and its solve (sytrs): A X = B */
+  static double sy[C * C], sld[C * C], sbv[C * K], sx[C * K];
+  static int64_t spiv[C];
+  int64_t sinfo = -1;
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j <= i; ++j) sy[i * C + j] = sy[j * C + i] = 2.0 * test_rand_unit() - 1.0;
+  for (int i = 0; i < C * K; ++i) sbv[i] = 2.0 * test_rand_unit() - 1.0;
+  tpurt_tensor_t SY = mat(TPURT_DTYPE_FLOAT64, sy, 2, sq, false), SLD = mat(TPURT_DTYPE_FLOAT64, sld, 2, sq, false);
+  tpurt_tensor_t SP = mat(TPURT_DTYPE_INT64, spiv, 1, s1, false), SI = mat(TPURT_DTYPE_INT64, &sinfo, 0, s0, false);
+  tpurt_arg_t largs[3] = {targ(&SY), barg(false), barg(false)};
+  tpurt_tensor_t lo[3] = {SLD, SP, SI};
+  CHECK_OK(call_op("linalg_ldl_factor_ex", largs, 3, lo, 3));
+  tpurt_tensor_t SB = mat(TPURT_DTYPE_FLOAT64, sbv, 2, sb, false), SX = mat(TPURT_DTYPE_FLOAT64, sx, 2, sb, false);
+  tpurt_arg_t sargs[4] = {targ(&SLD), targ(&SP), targ(&SB), barg(false)};
+  CHECK_OK(call_op("linalg_ldl_solve", sargs, 4, &SX, 1));
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j < K; ++j) {
+      double ax = 0;
+      for (int k = 0; k < C; ++k) ax += sy[i * C + k] * sx[k * K + j];
+      worst = fmax(worst, fabs(ax - sbv[i * K + j]));
+    }
+  CHECK(sinfo == 0);
   printf("complex lapack sizes: worst residual %.3g\n", worst);
   CHECK(info == 0 && worst < 1e-11);
 }

@@ -65,6 +65,18 @@ void zungqr_(const int* m, const int* n, const int* k, double _Complex* a, const
 void ztrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
             const double _Complex* alpha, const double _Complex* a, const int* lda, double _Complex* b, const int* ldb,
             size_t side_len, size_t uplo_len, size_t transa_len, size_t diag_len);
+void dsytrf_(const char* uplo, const int* n, double* a, const int* lda, int* ipiv, double* work, const int* lwork,
+             int* info, size_t uplo_len);
+void zsytrf_(const char* uplo, const int* n, double _Complex* a, const int* lda, int* ipiv, double _Complex* work,
+             const int* lwork, int* info, size_t uplo_len);
+void zhetrf_(const char* uplo, const int* n, double _Complex* a, const int* lda, int* ipiv, double _Complex* work,
+             const int* lwork, int* info, size_t uplo_len);
+void dsytrs_(const char* uplo, const int* n, const int* nrhs, const double* a, const int* lda, const int* ipiv,
+             double* b, const int* ldb, int* info, size_t uplo_len);
+void zsytrs_(const char* uplo, const int* n, const int* nrhs, const double _Complex* a, const int* lda,
+             const int* ipiv, double _Complex* b, const int* ldb, int* info, size_t uplo_len);
+void zhetrs_(const char* uplo, const int* n, const int* nrhs, const double _Complex* a, const int* lda,
+             const int* ipiv, double _Complex* b, const int* ldb, int* info, size_t uplo_len);
 void zgetrf_(const int* m, const int* n, double _Complex* a, const int* lda, int* ipiv, int* info);
 void zgetrs_(const char* trans, const int* n, const int* nrhs, const double _Complex* a, const int* lda,
              const int* ipiv, double _Complex* b, const int* ldb, int* info, size_t trans_len);
@@ -80,7 +92,7 @@ void openblas_set_num_threads(int);
  * only, loops 1.1 / 0.2 against 1.9 / 0.6; n = 4 4.1 / 1.9 against 2.8 / 2.0; n = 8 22.8 / 7.2 against
  * 8.5 / 5.8), so that eigenvectors of ties in modulus come out as PyTorch CPU's (a 3 x 3 permutation
  * matrix's, every component of modulus 3^-1/2: which is made real is decided by rounding). */
-enum { LAPACK_MIN_EIG = 2, LAPACK_MIN_TRSM = 16, LAPACK_MIN_EIGH = 4, LAPACK_MIN_SVD = 10, LAPACK_MIN_QR = 10, LAPACK_MIN_ZSVD = 8, LAPACK_MIN_LU = 16 };
+enum { LAPACK_MIN_EIG = 2, LAPACK_MIN_TRSM = 16, LAPACK_MIN_LDL = 16, LAPACK_MIN_EIGH = 4, LAPACK_MIN_SVD = 10, LAPACK_MIN_QR = 10, LAPACK_MIN_ZSVD = 8, LAPACK_MIN_LU = 16 };
 
 /* Whether count doubles are all finite: LAPACK is given no NaN or infinity (the loops keep their
  * NaN results there). A complex matrix is twice its element count of doubles. */

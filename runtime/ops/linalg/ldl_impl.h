@@ -178,7 +178,8 @@ static int64_t LDL_FN(ldl_factor_at)(const tpurt_tensor_t* A, int64_t oa, const 
   const int64_t lr = LD->strides[LD->ndim - 2], lc = LD->strides[LD->ndim - 1];
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) A_(i, j) = j <= i ? LDL_LD(A, oa + i * ar + j * ac) : 0;
-  int64_t info = LDL_FN(ldl_factor)(a, n, piv, herm);
+  int64_t info = 0;
+  if (!LDL_FN(lapack_ldl_factor)(a, n, piv, herm, &info)) info = LDL_FN(ldl_factor)(a, n, piv, herm);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) LDL_ST(LD, ol + i * lr + j * lc, j <= i ? A_(i, j) : 0);
   return info;
@@ -196,7 +197,7 @@ static void LDL_FN(ldl_solve_at)(const tpurt_tensor_t* LD, int64_t ol, const tpu
     for (int64_t j = 0; j < n; ++j) A_(i, j) = LDL_LD(LD, ol + i * lr + j * lc);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < r; ++j) b[i * r + j] = LDL_LD(B, ob + i * br + j * bc);
-  LDL_FN(ldl_solve)(a, n, piv, b, r, herm);
+  if (!LDL_FN(lapack_ldl_solve)(a, n, piv, b, r, herm)) LDL_FN(ldl_solve)(a, n, piv, b, r, herm);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < r; ++j) LDL_ST(X, ox + i * xr + j * xc, b[i * r + j]);
 }
