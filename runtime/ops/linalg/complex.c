@@ -50,22 +50,12 @@
 #undef EIG_SAFMIN
 #undef EIG_M
 
-/* ---- complex LU (linalg_eig's inverse iteration, complex::_linalg_solve_ex) ---- */
+/* ---- complex LU for linalg_eig's inverse iteration (complex::_linalg_solve_ex uses zfactor.c's) ---- */
 
 #define LU_T zd_t
 #define LU_ABS cabs
 #define LU_SUF z
 #include "ops/linalg/lu_impl.h"
-
-/* LU and its solves by LAPACK (lapack.h) from LAPACK_MIN_LU, by the loops above below it or
- * where LAPACK does not run; the same pivots and info either way. */
-static int z_lu_factor(zd_t* a, int64_t m, int64_t n, int32_t* piv) {
-  int info = 0;
-  return lapack_zlu_factor(a, m, n, piv, &info) ? info : lu_factor_z(a, m, n, piv, 0);
-}
-static void z_lu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k, bool trans) {
-  if (!lapack_zlu_solve(lu, piv, n, b, k, trans)) lu_solve_z(lu, piv, n, b, k, trans);
-}
 
 /* The eigenvector of the original a for eigenvalue lambda by inverse
  * iteration: LU of (a - lambda I) with partial pivoting (a zero pivot becomes
@@ -645,7 +635,7 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
       rem = X->sizes[d] ? rem / X->sizes[d] : 0;
     }
     mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, !left, false);
-    int info = z_lu_factor(a, n, n, piv);
+    int info = tpurt_linalg_zlu_factor(a, n, n, piv);
     /* LU/pivots/info have A's batch shape: written from the batch items they own */
     const int64_t* li = idx + (nb - lu_nb);
     mat_zstore(LU, mat_boff(LU, 2, li, lu_nb), n, n, false, a, false, false);
@@ -655,7 +645,7 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
       return TPURT_STATUS(INVALID_ARGUMENT,
                           "torch.linalg.solve: The solver failed because the input matrix is singular.");
     mat_zload(B, mat_boff(B, vec ? 1 : 2, idx, nb), r, c, vec, x, !left, false);
-    z_lu_solve(a, piv, n, x, k, false);
+    tpurt_linalg_zlu_solve(a, piv, n, x, k, false);
     mat_zstore(X, mat_boff(X, vec ? 1 : 2, idx, nb), r, c, vec, x, !left, false);
   }
   /* an empty result batch (B's batch dims hold a 0) still has A's LU, pivots and info */
@@ -668,7 +658,7 @@ static tpurt_status_t solve_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
       rem = LU->sizes[d] ? rem / LU->sizes[d] : 0;
     }
     mat_zload(A, mat_boff(A, 2, idx, lu_nb), n, n, false, a, !left, false);
-    int info = z_lu_factor(a, n, n, piv);
+    int info = tpurt_linalg_zlu_factor(a, n, n, piv);
     mat_zstore(LU, mat_boff(LU, 2, idx, lu_nb), n, n, false, a, false, false);
     for (int64_t i = 0; i < n; ++i) mat_set_int(P, mat_boff(P, 1, idx, lu_nb) + i * P->strides[P->ndim - 1], piv[i]);
     mat_set_int(Info, mat_boff(Info, 0, idx, lu_nb), info);

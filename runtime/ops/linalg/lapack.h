@@ -6,6 +6,7 @@
 #ifndef TPURT_OPS_LINALG_LAPACK_H_
 #define TPURT_OPS_LINALG_LAPACK_H_
 
+#include <complex.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
@@ -13,6 +14,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda, double* w, double* work,
              const int* lwork, int* iwork, const int* liwork, int* info, size_t jobz_len, size_t uplo_len);
@@ -124,45 +126,88 @@ static inline void lapack_end(int prev) {
   if (g_lapack_mkl_local) g_lapack_mkl_local(prev);
 }
 
-/* Complex LU of the row-major m x n a (in place, 1-based pivots) by zgetrf on a column-major
- * copy, and op(A) X = B (b n x k row-major, in place; trans: A^T) by zgetrs from it. False where
- * they do not run (small, non-finite, past 32-bit sizes, no memory): the caller's loops then do. */
-static inline bool lapack_zlu_factor(double _Complex* a, int64_t m, int64_t n, int32_t* piv, int* info) {
-  if ((m < n ? m : n) < LAPACK_MIN_LU || m * n > INT32_MAX / 2 || !lapack_finite((const double*)a, 2 * m * n))
-    return false;
-  double _Complex* ac = malloc(sizeof(double _Complex) * (size_t)(m * n));
-  if (!ac) return false;
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) ac[j * m + i] = a[i * n + j];
-  const int M = (int)m, N = (int)n;
-  const int threads = lapack_begin();
-  zgetrf_(&M, &N, ac, &M, piv, info);
-  lapack_end(threads);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) a[i * n + j] = ac[j * m + i];
-  free(ac);
-  if (*info < 0) *info = 0;
-  return true;
-}
-static inline bool lapack_zlu_solve(const double _Complex* lu, const int32_t* piv, int64_t n, double _Complex* b,
-                                    int64_t k, bool trans) {
-  if (n < LAPACK_MIN_LU || k < 1 || n * (n + k) > INT32_MAX / 2) return false;
-  double _Complex* c = malloc(sizeof(double _Complex) * (size_t)(n * n + n * k));
-  if (!c) return false;
-  double _Complex* bc = c + n * n;
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) c[j * n + i] = lu[i * n + j];
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < k; ++j) bc[j * n + i] = b[i * k + j];
-  const int N = (int)n, K = (int)k;
-  int info = 0;
-  const int threads = lapack_begin();
-  zgetrs_(trans ? "T" : "N", &N, &K, c, &N, piv, bc, &N, &info, 1);
-  lapack_end(threads);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < k; ++j) b[i * k + j] = bc[j * n + i];
-  free(c);
-  return true;
-}
+/* LU of the row-major m x n a (in place, 1-based pivots, *info) by getrf on a column-major copy,
+ * and op(A) X = B (b n x k row-major, in place; trans: A^T) by getrs from it: lapack_lu_factor_d /
+ * lapack_lu_solve_d (lu.c) and the _z pair (zfactor.c). False where they do not run (small,
+ * non-finite, past 32-bit sizes, no memory): the caller's loops then do, with the same pivots. */
+#define LAPACK_LU(SUF, T, NREAL, GETRF, GETRS)                                                                    \
+  static inline bool lapack_lu_factor_##SUF(T* a, int64_t m, int64_t n, int32_t* piv, int* info) {               \
+    if ((m < n ? m : n) < LAPACK_MIN_LU || m * n > INT32_MAX / 2 || !lapack_finite((const double*)a, NREAL * m * n)) \
+      return false;                                                                                               \
+    T* ac = malloc(sizeof(T) * (size_t)(m * n));                                                                  \
+    if (!ac) return false;                                                                                        \
+    for (int64_t i = 0; i < m; ++i)                                                                               \
+      for (int64_t j = 0; j < n; ++j) ac[j * m + i] = a[i * n + j];                                               \
+    const int M = (int)m, N = (int)n;                                                                             \
+    const int threads = lapack_begin();                                                                           \
+    GETRF(&M, &N, ac, &M, piv, info);                                                                             \
+    lapack_end(threads);                                                                                          \
+    for (int64_t i = 0; i < m; ++i)                                                                               \
+      for (int64_t j = 0; j < n; ++j) a[i * n + j] = ac[j * m + i];                                               \
+    free(ac);                                                                                                     \
+    if (*info < 0) *info = 0;                                                                                     \
+    return true;                                                                                                  \
+  }                                                                                                               \
+  static inline bool lapack_lu_solve_##SUF(const T* lu, const int32_t* piv, int64_t n, T* b, int64_t k, bool trans) { \
+    if (n < LAPACK_MIN_LU || k < 1 || n * (n + k) > INT32_MAX / 2) return false;                                   \
+    T* c = malloc(sizeof(T) * (size_t)(n * n + n * k));                                                           \
+    if (!c) return false;                                                                                         \
+    T* bc = c + n * n;                                                                                            \
+    for (int64_t i = 0; i < n; ++i)                                                                               \
+      for (int64_t j = 0; j < n; ++j) c[j * n + i] = lu[i * n + j];                                               \
+    for (int64_t i = 0; i < n; ++i)                                                                               \
+      for (int64_t j = 0; j < k; ++j) bc[j * n + i] = b[i * k + j];                                               \
+    const int N = (int)n, K = (int)k;                                                                             \
+    int info = 0;                                                                                                 \
+    const int threads = lapack_begin();                                                                           \
+    GETRS(trans ? "T" : "N", &N, &K, c, &N, piv, bc, &N, &info, 1);                                               \
+    lapack_end(threads);                                                                                          \
+    for (int64_t i = 0; i < n; ++i)                                                                               \
+      for (int64_t j = 0; j < k; ++j) b[i * k + j] = bc[j * n + i];                                               \
+    free(c);                                                                                                      \
+    return true;                                                                                                  \
+  }
+LAPACK_LU(d, double, 1, dgetrf_, dgetrs_)
+LAPACK_LU(z, double _Complex, 2, zgetrf_, zgetrs_)
+#undef LAPACK_LU
+
+/* geqrf on the column-major m x n ac (lda m): R and the reflectors in place, tau[min(m, n)]; with q,
+ * also the first qc columns of Q, column-major m x qc (orgqr / ungqr; min(m, n) <= qc <= m):
+ * lapack_qr_d (qr.c) and lapack_qr_z (zfactor.c). False where it does not run (small, non-finite,
+ * past 32-bit sizes, no workspace); ac is then unchanged. */
+#define LAPACK_QR(SUF, T, NREAL, GEQRF, ORGQR)                                                                    \
+  static inline bool lapack_qr_run_##SUF(T* ac, int64_t m, int64_t n, T* tau, T* q, int64_t qc) {                \
+    const int64_t k = m < n ? m : n;                                                                              \
+    const int M = (int)m, N = (int)n, K = (int)k, QC = (int)qc, lq = -1;                                          \
+    int info = 0;                                                                                                 \
+    T w1 = 0, w2 = 0;                                                                                             \
+    GEQRF(&M, &N, ac, &M, tau, &w1, &lq, &info);                                                                  \
+    if (info == 0 && q) ORGQR(&M, &QC, &K, q, &M, tau, &w2, &lq, &info);                                          \
+    /* the workspace must fit 32-bit integers */                                                                  \
+    if (info != 0 || !(creal(w1) < INT32_MAX / 2 && creal(w2) < INT32_MAX / 2)) return false;                      \
+    const int lwork = (int)fmax(1.0, fmax(creal(w1), creal(w2)));                                                 \
+    T* work = malloc(sizeof(T) * (size_t)lwork);                                                                  \
+    if (!work) return false;                                                                                      \
+    GEQRF(&M, &N, ac, &M, tau, work, &lwork, &info);                                                              \
+    if (info == 0 && q) {                                                                                         \
+      /* the reflectors into Q's first columns (the columns past n, for a complete Q, any values) */             \
+      memcpy(q, ac, sizeof(T) * (size_t)(m * (qc < n ? qc : n)));                                                 \
+      ORGQR(&M, &QC, &K, q, &M, tau, work, &lwork, &info);                                                        \
+    }                                                                                                             \
+    free(work);                                                                                                   \
+    return info == 0;                                                                                             \
+  }                                                                                                               \
+  static inline bool lapack_qr_##SUF(T* ac, int64_t m, int64_t n, T* tau, T* q, int64_t qc) {                    \
+    const int64_t k = m < n ? m : n;                                                                              \
+    if (k < LAPACK_MIN_QR || m * n > INT32_MAX / 2 || (q && m * qc > INT32_MAX / 2)) return false;                \
+    if (!lapack_finite((const double*)ac, NREAL * m * n)) return false;                                          \
+    const int threads = lapack_begin();                                                                           \
+    const bool ok = lapack_qr_run_##SUF(ac, m, n, tau, q, qc);                                                    \
+    lapack_end(threads);                                                                                          \
+    return ok;                                                                                                    \
+  }
+LAPACK_QR(d, double, 1, dgeqrf_, dorgqr_)
+LAPACK_QR(z, double _Complex, 2, zgeqrf_, zungqr_)
+#undef LAPACK_QR
 
 #endif /* TPURT_OPS_LINALG_LAPACK_H_ */

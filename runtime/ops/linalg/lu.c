@@ -17,45 +17,13 @@
  * matter and every entry is finite: the same partial pivoting (first largest |a|), 1-based pivots and
  * info, on a column-major copy. The loops above (lu_impl.h, shared with the complex kernels) took 49 ms
  * for a 512 x 512 inverse against PyTorch CPU's 4.4. */
-static bool lu_lapack_ok(const double* a, int64_t count, int64_t side) {
-  return side >= LAPACK_MIN_LU && count <= INT32_MAX / 2 && lapack_finite(a, count);
-}
 static int lu_factor_fast(double* a, int64_t m, int64_t n, int32_t* piv) {
-  const int64_t k = m < n ? m : n;
-  double* ac = lu_lapack_ok(a, m * n, k) ? malloc(sizeof(double) * (size_t)(m * n)) : NULL;
-  if (!ac) return lu_factor_d(a, m, n, piv, 0);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) ac[j * m + i] = a[i * n + j];
-  const int M = (int)m, N = (int)n;
   int info = 0;
-  const int threads = lapack_begin();
-  dgetrf_(&M, &N, ac, &M, piv, &info);
-  lapack_end(threads);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) a[i * n + j] = ac[j * m + i];
-  free(ac);
-  return info < 0 ? 0 : info;
+  return lapack_lu_factor_d(a, m, n, piv, &info) ? info : lu_factor_d(a, m, n, piv, 0);
 }
 /* op(A) X = B in place in b (n x k row-major) from lu_factor_fast's (or lu_factor_d's) LU and pivots */
 static void lu_solve_fast(const double* lu, const int32_t* piv, int64_t n, double* b, int64_t k, bool trans) {
-  double* c = n >= LAPACK_MIN_LU && k > 0 && n * (n + k) < INT32_MAX / 2 ? malloc(sizeof(double) * (size_t)(n * n + n * k)) : NULL;
-  if (!c) {
-    lu_solve_d(lu, piv, n, b, k, trans);
-    return;
-  }
-  double* bc = c + n * n;
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) c[j * n + i] = lu[i * n + j];
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < k; ++j) bc[j * n + i] = b[i * k + j];
-  const int N = (int)n, K = (int)k;
-  int info = 0;
-  const int threads = lapack_begin();
-  dgetrs_(trans ? "T" : "N", &N, &K, c, &N, piv, bc, &N, &info, 1);
-  lapack_end(threads);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < k; ++j) b[i * k + j] = bc[j * n + i];
-  free(c);
+  if (!lapack_lu_solve_d(lu, piv, n, b, k, trans)) lu_solve_d(lu, piv, n, b, k, trans);
 }
 
 static void store_pivots(const tpurt_tensor_t* t, int64_t off, const int32_t* piv, int64_t k) {

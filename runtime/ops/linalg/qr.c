@@ -6,45 +6,6 @@
 #include "ops/linalg/lapack.h"
 #include "ops/linalg/matrix.h"
 
-/* dgeqrf on the column-major m x n ac (lda m): R and the reflectors in place, tau[min(m, n)];
- * with q, also the first qc columns of Q, column-major m x qc (dorgqr; qc >= min(m, n), qc <= m).
- * False where it cannot run (non-finite entries, no workspace); ac is then unchanged. */
-static bool lapack_qr_run(double* ac, int64_t m, int64_t n, double* tau, double* q, int64_t qc) {
-  const int64_t k = m < n ? m : n;
-  const int M = (int)m, N = (int)n, K = (int)k, QC = (int)qc, lq = -1;
-  int info = 0;
-  double w1 = 0, w2 = 0;
-  dgeqrf_(&M, &N, ac, &M, tau, &w1, &lq, &info);
-  if (info != 0) return false;
-  if (q) {
-    dorgqr_(&M, &QC, &K, q, &M, tau, &w2, &lq, &info);
-    if (info != 0) return false;
-  }
-  if (!(w1 < INT32_MAX / 2 && w2 < INT32_MAX / 2)) return false; /* the workspace must fit 32-bit integers */
-  const int lwork = (int)(w1 > w2 ? w1 : w2) > 1 ? (int)(w1 > w2 ? w1 : w2) : 1;
-  double* work = malloc(sizeof(double) * (size_t)lwork);
-  if (!work) return false;
-  dgeqrf_(&M, &N, ac, &M, tau, work, &lwork, &info);
-  if (info == 0 && q) {
-    /* the reflectors into Q's first columns (the columns past n, for a complete Q, any values) */
-    const int64_t cols = qc < n ? qc : n;
-    memcpy(q, ac, sizeof(double) * (size_t)(m * cols));
-    dorgqr_(&M, &QC, &K, q, &M, tau, work, &lwork, &info);
-  }
-  free(work);
-  return info == 0;
-}
-
-static bool lapack_qr(double* ac, int64_t m, int64_t n, double* tau, double* q, int64_t qc) {
-  const int64_t k = m < n ? m : n;
-  if (k < LAPACK_MIN_QR || m * n > INT32_MAX / 2 || (q && m * qc > INT32_MAX / 2)) return false;
-  if (!lapack_finite(ac, m * n)) return false;
-  const int threads = lapack_begin();
-  const bool ok = lapack_qr_run(ac, m, n, tau, q, qc);
-  lapack_end(threads);
-  return ok;
-}
-
 /* In-place QR of m x n row-major a: R on and above the diagonal, the vectors v
  * (v[0] = 1 implied) below it, tau[k] for k < min(m, n). */
 static void geqrf(double* a, int64_t m, int64_t n, double* tau) {
@@ -103,7 +64,7 @@ tpurt_status_t tpurt_linalg_geqrf(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, true); /* column-major */
-    if (lapack_qr(a, m, n, tau, NULL, 0)) {
+    if (lapack_qr_d(a, m, n, tau, NULL, 0)) {
       mat_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, a, true);
     } else {
       mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, false);
@@ -137,7 +98,7 @@ tpurt_status_t tpurt_linalg_qr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, true); /* column-major */
-    if (lapack_qr(a, m, n, tau, want_q ? q : NULL, qc)) {
+    if (lapack_qr_d(a, m, n, tau, want_q ? q : NULL, qc)) {
       for (int64_t i = 0; i < rr; ++i)
         for (int64_t j = 0; j < n; ++j) r[i * n + j] = (j >= i && i < m) ? a[j * m + i] : 0.0;
       mat_store(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), rr, n, false, r, false);

@@ -32,13 +32,14 @@ static inline double z_cabs1(zd_t z) {
 #include "ops/linalg/lu_impl.h"
 
 /* LU and its solves by LAPACK (lapack.h) from LAPACK_MIN_LU, by the loops above below it or
- * where LAPACK does not run; the same pivots and info either way. */
-static int z_lu_factor(zd_t* a, int64_t m, int64_t n, int32_t* piv) {
+ * where LAPACK does not run; the same pivots and info either way (matrix.h: complex.c's solve
+ * shares them). */
+int tpurt_linalg_zlu_factor(zd_t* a, int64_t m, int64_t n, int32_t* piv) {
   int info = 0;
-  return lapack_zlu_factor(a, m, n, piv, &info) ? info : lu_factor_z(a, m, n, piv, 0);
+  return lapack_lu_factor_z(a, m, n, piv, &info) ? info : lu_factor_z(a, m, n, piv, 0);
 }
-static void z_lu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k, bool trans) {
-  if (!lapack_zlu_solve(lu, piv, n, b, k, trans)) lu_solve_z(lu, piv, n, b, k, trans);
+void tpurt_linalg_zlu_solve(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* b, int64_t k, bool trans) {
+  if (!lapack_lu_solve_z(lu, piv, n, b, k, trans)) lu_solve_z(lu, piv, n, b, k, trans);
 }
 
 static void z_conj_all(zd_t* a, int64_t n) {
@@ -74,7 +75,7 @@ static tpurt_status_t z_check_pivots(const tpurt_op_call_t* call, const int32_t*
 static void z_lu_solve_op(const zd_t* lu, const int32_t* piv, int64_t n, zd_t* x, int64_t k, char op) {
   bool cj = op == 'H' || op == 'C';
   if (cj) z_conj_all(x, n * k); /* A^H x = b <=> A^T conj(x) = conj(b); conj(A) x = b <=> A conj(x) = conj(b) */
-  z_lu_solve(lu, piv, n, x, k, op == 'T' || op == 'H');
+  tpurt_linalg_zlu_solve(lu, piv, n, x, k, op == 'T' || op == 'H');
   if (cj) z_conj_all(x, n * k);
 }
 
@@ -94,7 +95,7 @@ tpurt_status_t tpurt_linalg_z_lu_factor_ex(tpurt_kernel_ctx_t* ctx, const tpurt_
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
-    int info = z_lu_factor(a, m, n, piv);
+    int info = tpurt_linalg_zlu_factor(a, m, n, piv);
     mat_zstore(LU, mat_boff(LU, 2, idx, nb), m, n, false, a, false, false);
     z_store_pivots(P, mat_boff(P, 1, idx, nb), piv, k);
     mat_set_int(Info, mat_boff(Info, 0, idx, nb), info);
@@ -153,7 +154,7 @@ static tpurt_status_t z_lu_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
     if (!unpack) {
-      z_lu_factor(a, m, n, piv);
+      tpurt_linalg_zlu_factor(a, m, n, piv);
     } else if (pivots) {
       z_load_pivots(Pv, mat_boff(Pv, 1, idx, nb), piv, k);
       TPURT_RETURN_IF_ERROR(z_check_pivots(call, piv, k, m));
@@ -214,7 +215,7 @@ tpurt_status_t tpurt_linalg_z_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, false, false);
-    int info = z_lu_factor(a, n, n, piv);
+    int info = tpurt_linalg_zlu_factor(a, n, n, piv);
     mat_set_int(Info, mat_boff(Info, 0, idx, nb), info);
     if (info && check)
       return TPURT_STATUS(INVALID_ARGUMENT,
@@ -222,7 +223,7 @@ tpurt_status_t tpurt_linalg_z_inv_ex(tpurt_kernel_ctx_t* ctx, const tpurt_op_cal
                           "completed because the input matrix is singular.", info);
     for (int64_t i = 0; i < n * n; ++i) x[i] = 0;
     for (int64_t i = 0; i < n; ++i) x[i * n + i] = 1.0;
-    z_lu_solve(a, piv, n, x, n, false);
+    tpurt_linalg_zlu_solve(a, piv, n, x, n, false);
     mat_zstore(X, mat_boff(X, 2, idx, nb), n, n, false, x, false, false);
   }
   return TPURT_OK;
@@ -245,7 +246,7 @@ static tpurt_status_t z_det_common(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), n, n, false, a, tr, false);
-    z_lu_factor(a, n, n, piv);
+    tpurt_linalg_zlu_factor(a, n, n, piv);
     zd_t det = 1.0, sign = 1.0;
     double logabs = 0.0;
     bool singular = false;
@@ -515,41 +516,6 @@ static void z_apply_q_left(const zd_t* v, int64_t m, int64_t nv, const zd_t* tau
   }
 }
 
-/* zgeqrf on the column-major m x n ac (lda m): R and the reflectors in place, tau[min(m, n)];
- * with q, also the first qc columns of Q, column-major m x qc (zungqr; min(m, n) <= qc <= m), as
- * qr.c does for real matrices (the loops above walk columns of a row-major matrix: 256 x 256 took
- * 105 ms against PyTorch CPU's 8.7). False where it does not run (small, non-finite, no
- * workspace); ac is then unchanged. */
-static bool z_lapack_qr_run(zd_t* ac, int64_t m, int64_t n, zd_t* tau, zd_t* q, int64_t qc) {
-  const int64_t k = m < n ? m : n;
-  const int M = (int)m, N = (int)n, K = (int)k, QC = (int)qc, lq = -1;
-  int info = 0;
-  zd_t w1 = 0, w2 = 0;
-  zgeqrf_(&M, &N, ac, &M, tau, &w1, &lq, &info);
-  if (info == 0 && q) zungqr_(&M, &QC, &K, q, &M, tau, &w2, &lq, &info);
-  if (info != 0 || !(creal(w1) < INT32_MAX / 2 && creal(w2) < INT32_MAX / 2)) return false;
-  const int lwork = (int)fmax(1.0, fmax(creal(w1), creal(w2)));
-  zd_t* work = malloc(sizeof(zd_t) * (size_t)lwork);
-  if (!work) return false;
-  zgeqrf_(&M, &N, ac, &M, tau, work, &lwork, &info);
-  if (info == 0 && q) {
-    /* the reflectors into Q's first columns (the columns past n, for a complete Q, any values) */
-    memcpy(q, ac, sizeof(zd_t) * (size_t)(m * (qc < n ? qc : n)));
-    zungqr_(&M, &QC, &K, q, &M, tau, work, &lwork, &info);
-  }
-  free(work);
-  return info == 0;
-}
-static bool z_lapack_qr(zd_t* ac, int64_t m, int64_t n, zd_t* tau, zd_t* q, int64_t qc) {
-  const int64_t k = m < n ? m : n;
-  if (k < LAPACK_MIN_QR || m * n > INT32_MAX / 2 || (q && m * qc > INT32_MAX / 2)) return false;
-  if (!lapack_finite((const double*)ac, 2 * m * n)) return false;
-  const int threads = lapack_begin();
-  const bool ok = z_lapack_qr_run(ac, m, n, tau, q, qc);
-  lapack_end(threads);
-  return ok;
-}
-
 static void z_load_vec(const tpurt_tensor_t* T, int64_t off, zd_t* dst, int64_t k) {
   for (int64_t i = 0; i < k; ++i) dst[i] = mat_zld(T, off + i * T->strides[T->ndim - 1]);
 }
@@ -567,7 +533,7 @@ tpurt_status_t tpurt_linalg_z_geqrf(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, true, false); /* column-major */
-    const bool by_lapack = z_lapack_qr(a, m, n, tau, NULL, 0);
+    const bool by_lapack = lapack_qr_z(a, m, n, tau, NULL, 0);
     if (!by_lapack) {
       mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
       z_geqrf(a, m, n, tau);
@@ -599,7 +565,7 @@ tpurt_status_t tpurt_linalg_z_qr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, true, false); /* column-major */
-    if (z_lapack_qr(a, m, n, tau, want_q ? q : NULL, qc)) {
+    if (lapack_qr_z(a, m, n, tau, want_q ? q : NULL, qc)) {
       for (int64_t i = 0; i < rr; ++i)
         for (int64_t j = 0; j < n; ++j) r[i * n + j] = (j >= i && i < m) ? a[j * m + i] : 0.0;
       mat_zstore(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), rr, n, false, r, false, false);
