@@ -310,6 +310,18 @@ static void test_lapack_sizes(void) {
 static double _Complex zat(const tpurt_tensor_t* t, int64_t i, int64_t j) {
   return ((const double _Complex*)t->data)[i * t->strides[t->ndim - 2] + j * t->strides[t->ndim - 1]];
 }
+/* max |(A B)(i, j) - C(i, j)| over the r x c product of the complex128 matrices A (r x k) and B
+ * (k x c), read through their strides; C NULL: the identity */
+static double zresid(const tpurt_tensor_t* A, const tpurt_tensor_t* B, const tpurt_tensor_t* C, int r, int k, int c) {
+  double worst = 0;
+  for (int i = 0; i < r; ++i)
+    for (int j = 0; j < c; ++j) {
+      double _Complex s = 0;
+      for (int q = 0; q < k; ++q) s += zat(A, i, q) * zat(B, q, j);
+      worst = fmax(worst, cabs(s - (C ? zat(C, i, j) : (double _Complex)(i == j))));
+    }
+  return worst;
+}
 static void test_complex_lapack_sizes(void) {
   enum { R = 30, C = 24, K = 3 };
   static double _Complex ma[R * C], mx[C * C], mq[R * C], mr[C * C], mt[C * C], mb[C * K], ms[C * K], vv[C * C], w[C];
@@ -324,24 +336,14 @@ static void test_complex_lapack_sizes(void) {
   tpurt_arg_t iargs[2] = {targ(&A), barg(false)};
   tpurt_tensor_t io[2] = {X, Info};
   CHECK_OK(call_op("complex::linalg_inv_ex", iargs, 2, io, 2));
-  for (int i = 0; i < C; ++i)
-    for (int j = 0; j < C; ++j) {
-      double _Complex ax = 0;
-      for (int k = 0; k < C; ++k) ax += ma[i * C + k] * zat(&X, k, j);
-      worst = fmax(worst, cabs(ax - (i == j)));
-    }
+  worst = fmax(worst, zresid(&A, &X, NULL, C, C, C));
   /* reduced QR of all 30 rows */
   tpurt_tensor_t A30 = mat(TPURT_DTYPE_COMPLEX128, ma, 2, sa, false), Q = mat(TPURT_DTYPE_COMPLEX128, mq, 2, sa, false);
   tpurt_tensor_t Rt = mat(TPURT_DTYPE_COMPLEX128, mr, 2, sq, false);
   tpurt_arg_t qargs[2] = {targ(&A30), {.kind = TPURT_ARG_STRING, .v.s = "reduced"}};
   tpurt_tensor_t qo[2] = {Q, Rt};
   CHECK_OK(call_op("complex::linalg_qr", qargs, 2, qo, 2));
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < C; ++j) {
-      double _Complex qr = 0;
-      for (int k = 0; k < C; ++k) qr += mq[i * C + k] * mr[k * C + j];
-      worst = fmax(worst, cabs(qr - ma[i * C + j]));
-    }
+  worst = fmax(worst, zresid(&Q, &Rt, &A30, R, C, C));
   for (int i = 0; i < C; ++i)
     for (int j = 0; j < C; ++j) {
       double _Complex qq = 0;
@@ -356,23 +358,13 @@ static void test_complex_lapack_sizes(void) {
   tpurt_tensor_t S = mat(TPURT_DTYPE_COMPLEX128, ms, 2, sb, false);
   tpurt_arg_t targs[5] = {targ(&T), targ(&Bt), barg(true), barg(true), barg(false)};
   CHECK_OK(call_op("complex::linalg_solve_triangular", targs, 5, &S, 1));
-  for (int i = 0; i < C; ++i)
-    for (int j = 0; j < K; ++j) {
-      double _Complex tx = 0;
-      for (int k = 0; k < C; ++k) tx += mt[i * C + k] * ms[k * K + j];
-      worst = fmax(worst, cabs(tx - mb[i * K + j]));
-    }
+  worst = fmax(worst, zresid(&T, &S, &Bt, C, C, K));
   const int64_t sbt[2] = {K, C};
   tpurt_tensor_t TL = mat(TPURT_DTYPE_COMPLEX128, mt, 2, sq, true); /* the transpose: lower */
   tpurt_tensor_t BT = mat(TPURT_DTYPE_COMPLEX128, mb, 2, sbt, true), ST = mat(TPURT_DTYPE_COMPLEX128, ms, 2, sbt, true);
   tpurt_arg_t rargs[5] = {targ(&TL), targ(&BT), barg(false), barg(false), barg(false)};
   CHECK_OK(call_op("complex::linalg_solve_triangular", rargs, 5, &ST, 1));
-  for (int i = 0; i < K; ++i)
-    for (int j = 0; j < C; ++j) {
-      double _Complex xt = 0;
-      for (int k = 0; k < C; ++k) xt += zat(&ST, i, k) * zat(&TL, k, j);
-      worst = fmax(worst, cabs(xt - zat(&BT, i, j)));
-    }
+  worst = fmax(worst, zresid(&ST, &TL, &BT, K, C, C));
   /* real eig: A v = w v */
   for (int i = 0; i < C * C; ++i) re[i] = 2.0 * test_rand_unit() - 1.0;
   tpurt_tensor_t RA = mat(TPURT_DTYPE_FLOAT64, re, 2, sq, false), W = mat(TPURT_DTYPE_COMPLEX128, w, 1, s1, false);

@@ -180,8 +180,8 @@ static void test_elementwise(void) {
   CHECK(ok);
 }
 
-/* eigenpairs: A v = lambda v, and the known spectrum {2, 3+4i, 3-4i} in geev's order (PyTorch CPU's
- * eigvals of this matrix: 3+4i, 3-4i, 2) */
+/* eigenpairs: A v = lambda v, and the known spectrum in geev's order, {3+4i, 3-4i, 2} (PyTorch CPU's
+ * eigvals of this matrix) */
 static void test_eig(void) {
   int64_t shp[2] = {3, 3}, n3 = 3;
   double a[9] = {2, 0, 0, 0, 3, 4, 0, -4, 3};

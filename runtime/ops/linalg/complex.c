@@ -5,9 +5,9 @@
  *
  * linalg_eig calls LAPACK's geev in the input's precision on a column-major
  * copy, as PyTorch CPU does, so eigenvalues come in its order and eigenvectors
- * with its normalization (unit 2-norm, the largest component real). Before
- * that (until 2026-12-07) it ran the loops below, which remain for matrices
- * geev does not converge on: the path LAPACK's geev takes for small matrices
+ * with its normalization (unit 2-norm, the largest component real). The loops
+ * below remain for matrices geev does not converge on: the path LAPACK's geev
+ * takes for small matrices
  * (diagonal balancing (gebal's scaling), Householder reduction to Hessenberg
  * form (gehrd), Francis double-shift QR with Ahues-Tisseur deflation and
  * exceptional shifts at iterations 10 and 20 (lahqr); a converged 2x2 block
@@ -203,35 +203,56 @@ static bool eig_qr_z(int64_t n, zd_t* h, zd_t* w) {
 }
 
 
-/* The eigenvalues of a (row-major, complex double) into w by the loops above: zlahqr's path for a
- * complex matrix, geev's small-matrix path for a real one (in float for float32, as sgeev). hz, h,
- * wr, wi and v are scratch. False if the iteration does not converge. */
-static bool eig_values(tpurt_dtype_t dt, int64_t n, const zd_t* a, zd_t* hz, double* h, double* wr, double* wi,
-                       double* v, zd_t* w) {
+/* The eigenvalues of a (row-major, complex double; anorm its largest |entry|) into w and, where x is
+ * given, the eigenvectors into x's columns x + k n, by the loops above: zlahqr's path for a complex
+ * matrix, geev's small-matrix path for a real one (in float for float32, as sgeev), then inverse
+ * iteration per vector (a real matrix's conjugate pair gets conjugate vectors). For matrices geev
+ * does not converge on; their scratch is allocated here. 0 when done, 1 if the iteration does not
+ * converge, -1 without memory. */
+static int eig_by_loops(tpurt_dtype_t dt, int64_t n, const zd_t* a, double anorm, zd_t* w, zd_t* x) {
+  const bool cplx = tpurt_dtype_is_complex(dt);
+  /* lu, hz (complex input: Hessenberg, then triangular) | h (real input: balanced, Hessenberg,
+   * quasi-triangular), wr, wi, v | piv */
+  zd_t* lu = malloc(sizeof(zd_t) * (size_t)(2 * n * n) + sizeof(double) * (size_t)(n * n + 3 * n) +
+                    sizeof(int32_t) * (size_t)n);
+  if (!lu) return -1;
+  zd_t* hz = lu + n * n;
+  double* h = (double*)(hz + n * n);
+  double *wr = h + n * n, *wi = wr + n, *v = wi + n;
+  int32_t* piv = (int32_t*)(v + n);
   bool converged;
-  if (tpurt_dtype_is_complex(dt)) {
+  if (cplx) {
     memcpy(hz, a, sizeof(zd_t) * (size_t)(n * n));
     eig_hessenberg_z(n, hz);
-    return eig_qr_z(n, hz, w);
-  }
-  if (dt == TPURT_DTYPE_FLOAT32) {
-    float *hf = (float*)h, *wrf = (float*)v, *wif = wrf + n, *vf = (float*)wi;
-    for (int64_t e = 0; e < n * n; ++e) hf[e] = (float)creal(a[e]);
-    eig_balance_f32(n, hf);
-    eig_hessenberg_f32(n, hf, vf);
-    converged = eig_qr_f32(n, hf, wrf, wif);
-    for (int64_t k = 0; k < n; ++k) {
-      wr[k] = wrf[k];
-      wi[k] = wif[k];
-    }
+    converged = eig_qr_z(n, hz, w);
   } else {
-    for (int64_t e = 0; e < n * n; ++e) h[e] = creal(a[e]);
-    eig_balance_f64(n, h);
-    eig_hessenberg_f64(n, h, v);
-    converged = eig_qr_f64(n, h, wr, wi);
+    if (dt == TPURT_DTYPE_FLOAT32) {
+      float *hf = (float*)h, *wrf = (float*)v, *wif = wrf + n, *vf = (float*)wi;
+      for (int64_t e = 0; e < n * n; ++e) hf[e] = (float)creal(a[e]);
+      eig_balance_f32(n, hf);
+      eig_hessenberg_f32(n, hf, vf);
+      converged = eig_qr_f32(n, hf, wrf, wif);
+      for (int64_t k = 0; k < n; ++k) {
+        wr[k] = wrf[k];
+        wi[k] = wif[k];
+      }
+    } else {
+      for (int64_t e = 0; e < n * n; ++e) h[e] = creal(a[e]);
+      eig_balance_f64(n, h);
+      eig_hessenberg_f64(n, h, v);
+      converged = eig_qr_f64(n, h, wr, wi);
+    }
+    for (int64_t k = 0; k < n; ++k) w[k] = CMPLX(wr[k], wi[k]);
   }
-  for (int64_t k = 0; k < n; ++k) w[k] = CMPLX(wr[k], wi[k]);
-  return converged;
+  for (int64_t k = 0; converged && x && k < n; ++k) {
+    zd_t* col = x + k * n;
+    if (!cplx && k > 0 && cimag(w[k]) < 0 && w[k - 1] == conj(w[k])) /* a conjugate pair's partner */
+      for (int64_t r = 0; r < n; ++r) col[r] = conj(x[(k - 1) * n + r]);
+    else
+      eig_vector(n, a, anorm, w[k], lu, piv, col);
+  }
+  free(lu);
+  return converged ? 0 : 1;
 }
 
 /* ---- LAPACK's geev, as PyTorch CPU calls it ---- */
@@ -337,6 +358,7 @@ typedef struct eig_job_t {
   char* work;                 /* per batch element */
   size_t work_bytes;
   int64_t failed;             /* a batch index + 1 that did not converge, else 0 */
+  int64_t nomem;              /* a batch index + 1 the loops found no memory for, else 0 */
   bool nonfinite;
 } eig_job_t;
 
@@ -358,19 +380,10 @@ static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
   eig_job_t* j = user;
   const int64_t n = j->n;
   const int nb = j->self->ndim - 2;
-  const bool cplx = tpurt_dtype_is_complex(j->self->dtype);
   for (int64_t b = begin; b < end; ++b) {
-    char* wk = j->work + (size_t)b * j->work_bytes;
-    zd_t* a = (zd_t*)wk;           /* the input, kept, as complex */
-    zd_t* lu = a + n * n;
-    zd_t* x = lu + n * n;
-    zd_t* hz = x + n * n;          /* complex input: Hessenberg, then triangular */
-    zd_t* w = hz + n * n;
-    double* h = (double*)(w + n);  /* real input: balanced, Hessenberg, quasi-triangular */
-    double* wr = h + n * n;
-    double* wi = wr + n;
-    double* v = wi + n;
-    int32_t* piv = (int32_t*)(v + n);
+    zd_t* a = (zd_t*)(j->work + (size_t)b * j->work_bytes); /* the input, kept, as complex */
+    zd_t* x = a + n * n;                                         /* the eigenvectors, as columns */
+    zd_t* w = x + n * n;
     double anorm = 0;
     bool bad = false;
     for (int64_t r = 0; r < n; ++r)
@@ -384,24 +397,15 @@ static void eig_batch(void* user, int64_t begin, int64_t end, int tid) {
       __atomic_store_n(&j->nonfinite, true, __ATOMIC_RELAXED);
       continue;
     }
-    const bool want_x = j->vecs && j->vecs->data;
-    const bool by_lapack = lapack_eig(j->self->dtype, n, a, w, want_x ? x : NULL);
-    if (!by_lapack && !eig_values(j->self->dtype, n, a, hz, h, wr, wi, v, w)) {
-      __atomic_store_n(&j->failed, b + 1, __ATOMIC_RELAXED);
+    zd_t* xs = j->vecs && j->vecs->data ? x : NULL;
+    const int loops = lapack_eig(j->self->dtype, n, a, w, xs) ? 0 : eig_by_loops(j->self->dtype, n, a, anorm, w, xs);
+    if (loops) {
+      __atomic_store_n(loops < 0 ? &j->nomem : &j->failed, b + 1, __ATOMIC_RELAXED);
       continue;
     }
     for (int64_t k = 0; k < n; ++k) mat_zst(j->vals, eig_offset(j->vals, b, nb, k, 0, 1), w[k]);
-    if (!want_x) continue;
-    for (int64_t k = 0; k < n; ++k) {
-      zd_t* col = x + k * n;
-      if (by_lapack) { /* geev's vectors */
-      } else if (!cplx && k > 0 && cimag(w[k]) < 0 && w[k - 1] == conj(w[k])) { /* a conjugate pair's partner */
-        for (int64_t r = 0; r < n; ++r) col[r] = conj(x[(k - 1) * n + r]);
-      } else {
-        eig_vector(n, a, anorm, w[k], lu, piv, col);
-      }
-      for (int64_t r = 0; r < n; ++r) mat_zst(j->vecs, eig_offset(j->vecs, b, nb, r, k, 2), col[r]);
-    }
+    for (int64_t k = 0; xs && k < n; ++k)
+      for (int64_t r = 0; r < n; ++r) mat_zst(j->vecs, eig_offset(j->vecs, b, nb, r, k, 2), x[k * n + r]);
   }
 }
 
@@ -423,14 +427,14 @@ static tpurt_status_t eig_run(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* ca
   for (int k = 0; k < self->ndim - 2; ++k) batch *= self->sizes[k];
   if (batch == 0 || j.n == 0) return TPURT_OK;
   const int64_t n = j.n;
-  j.work_bytes = sizeof(zd_t) * (size_t)(4 * n * n + n) + sizeof(double) * (size_t)(n * n + 3 * n) +
-                 sizeof(int32_t) * (size_t)n;
+  j.work_bytes = sizeof(zd_t) * (size_t)(2 * n * n + n); /* a, x, w per batch element */
   j.work_bytes = (j.work_bytes + 63) & ~(size_t)63;
   j.work = tpurt_kernel_scratch(ctx, j.work_bytes * (size_t)batch);
   if (!j.work) return TPURT_STATUS(RESOURCE_EXHAUSTED, "linalg_eig: no scratch memory");
   /* batch elements are independent; each writes only its own outputs */
   tpurt_parallel_for(ctx, batch, 1, eig_batch, &j);
   if (j.nonfinite) return TPURT_STATUS(INVALID_ARGUMENT, "linalg.eig: input tensor should not contain infs or NaNs.");
+  if (j.nomem) return TPURT_STATUS(RESOURCE_EXHAUSTED, "linalg_eig: no memory for batch element %lld", (long long)(j.nomem - 1));
   if (j.failed)
     return TPURT_STATUS(INVALID_ARGUMENT,
                         "linalg.eig: The algorithm failed to converge because the input matrix is ill-conditioned "

@@ -171,6 +171,28 @@ LAPACK_LU(d, double, 1, dgetrf_, dgetrs_)
 LAPACK_LU(z, double _Complex, 2, zgetrf_, zgetrs_)
 #undef LAPACK_LU
 
+/* op(T) X = B in place by trsm, T n x n and b n x k row-major: b read column-major is B^T (k x n)
+ * and t is T^T, so it is solved as X^T op(T)^T = B^T from the right, with op(T)^T from t as "N"
+ * (op(T) = T), "T" (T^T) or "C" (T^H, complex); lower says T's triangle. lapack_trsm_d
+ * (triangular.c) and lapack_trsm_z (zfactor.c). False where it does not run (small, non-finite,
+ * past 32-bit sizes): the caller's loops then do. */
+#define LAPACK_TRSM(SUF, T, NREAL, TRSM)                                                                         \
+  static inline bool lapack_trsm_##SUF(const T* t, int64_t n, bool lower, const char* op, bool unit, T* b,      \
+                                       int64_t k) {                                                             \
+    if (k < 1 || n < LAPACK_MIN_TRSM || n > 46000 || k > INT32_MAX / n ||                                       \
+        !lapack_finite((const double*)t, NREAL * n * n) || !lapack_finite((const double*)b, NREAL * n * k))     \
+      return false;                                                                                             \
+    const int ni = (int)n, ki = (int)k;                                                                         \
+    const T one = 1;                                                                                            \
+    const int threads = lapack_begin();                                                                         \
+    TRSM("R", lower ? "U" : "L", op, unit ? "U" : "N", &ki, &ni, &one, t, &ni, b, &ki, 1, 1, 1, 1);             \
+    lapack_end(threads);                                                                                        \
+    return true;                                                                                                \
+  }
+LAPACK_TRSM(d, double, 1, dtrsm_)
+LAPACK_TRSM(z, double _Complex, 2, ztrsm_)
+#undef LAPACK_TRSM
+
 /* geqrf on the column-major m x n ac (lda m): R and the reflectors in place, tau[min(m, n)]; with q,
  * also the first qc columns of Q, column-major m x qc (orgqr / ungqr; min(m, n) <= qc <= m):
  * lapack_qr_d (qr.c) and lapack_qr_z (zfactor.c). False where it does not run (small, non-finite,

@@ -5,22 +5,8 @@
 #include "ops/linalg/lapack.h"
 #include "ops/linalg/matrix.h"
 
-/* BLAS's dtrsm on the row-major t (n x n) and b (n x k): b, read column-major, is B^T (k x n) and
- * t is T^T, so op(T) X = B is solved as X^T op(T)^T = B^T from the right. False where it does not
- * run (small or non-finite: the loops below keep their results there). */
-static bool blas_tri_solve(const double* t, int64_t n, bool lower, bool trans, bool unit, double* b, int64_t k) {
-  if (n < LAPACK_MIN_TRSM || n > 46000 || k > INT32_MAX / n || !lapack_finite(t, n * n) || !lapack_finite(b, n * k))
-    return false;
-  const int ni = (int)n, ki = (int)k;
-  const double one = 1.0;
-  const int threads = lapack_begin();
-  dtrsm_("R", lower ? "U" : "L", trans ? "T" : "N", unit ? "U" : "N", &ki, &ni, &one, t, &ni, b, &ki, 1, 1, 1, 1);
-  lapack_end(threads);
-  return true;
-}
-
 void tpurt_linalg_tri_solve(const double* t, int64_t n, bool lower, bool trans, bool unit, double* b, int64_t k) {
-  if (k > 0 && blas_tri_solve(t, n, lower, trans, unit, b, k)) return;
+  if (lapack_trsm_d(t, n, lower, trans ? "T" : "N", unit, b, k)) return; /* from LAPACK_MIN_TRSM */
   bool eff_lower = trans ? !lower : lower; /* T^T of a lower matrix is upper */
 #define TEL(i, j) (trans ? t[(j) * n + (i)] : t[(i) * n + (j)])
   if (eff_lower) {

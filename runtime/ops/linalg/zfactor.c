@@ -282,22 +282,12 @@ tpurt_status_t tpurt_linalg_z_slogdet(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 
 /* op(T) X = B in place in b (n x k), T n x n row-major lower or upper; trans: T^T, cj: conj(T) */
 static void z_tri_solve(const zd_t* t, int64_t n, bool lower, bool trans, bool cj, bool unit, zd_t* b, int64_t k) {
-  /* From LAPACK_MIN_TRSM, BLAS's ztrsm as triangular.c calls dtrsm: t read column-major is T^T and
-   * b is B^T, so op(T) X = B is X^T op(T)^T = B^T from the right, op(T)^T being T^T ("N"), T ("T")
-   * or conj(T) ("C", for T^H); conj(T) X = B is T conj(X) = conj(B). */
-  if (k > 0 && n >= LAPACK_MIN_TRSM && n <= 46000 && k <= INT32_MAX / n && lapack_finite((const double*)t, 2 * n * n) &&
-      lapack_finite((const double*)b, 2 * n * k)) {
-    const bool flip = cj && !trans;
-    if (flip) z_conj_all(b, n * k);
-    const int ni = (int)n, ki = (int)k;
-    const zd_t one = 1;
-    const int threads = lapack_begin();
-    ztrsm_("R", lower ? "U" : "L", trans ? (cj ? "C" : "T") : "N", unit ? "U" : "N", &ki, &ni, &one, t, &ni, b, &ki, 1,
-           1, 1, 1);
-    lapack_end(threads);
-    if (flip) z_conj_all(b, n * k);
-    return;
-  }
+  /* from LAPACK_MIN_TRSM BLAS's ztrsm; conj(T) X = B is T conj(X) = conj(B) */
+  const bool flip = cj && !trans;
+  if (flip) z_conj_all(b, n * k);
+  const bool done = lapack_trsm_z(t, n, lower, trans ? (cj ? "C" : "T") : "N", unit, b, k);
+  if (flip) z_conj_all(b, n * k);
+  if (done) return;
   bool eff_lower = trans ? !lower : lower;
 #define ZTEL(i, j) (cj ? conj(trans ? t[(j) * n + (i)] : t[(i) * n + (j)]) : (trans ? t[(j) * n + (i)] : t[(i) * n + (j)]))
   for (int64_t s = 0; s < n; ++s) {
