@@ -111,6 +111,13 @@ static void test_gemm(void) {
             false, false, 1, 1, false);
   gemm_case(TPURT_DTYPE_FLOAT64, TPURT_DTYPE_FLOAT64, 1, 300, 1030, 300, false, true, false, 0,
             true, true, 1, 1, false);
+  /* blocks of B past L1 several times (the fp32 core's row tiles outer, B streamed: a_in_l1_pays):
+   * fp32 with A packed (column-major, too far apart to read in place) and a column-major C over two
+   * column blocks and two depth blocks; 16-bit C written from those tiles in one depth block */
+  gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 1, 301, 1300, 700, true, false, true, 1, false,
+            false, 1, -0.5, true);
+  gemm_case(TPURT_DTYPE_FLOAT16, TPURT_DTYPE_FLOAT16, 2, 200, 900, 300, false, true, false, 0, false,
+            false, 1.5, 0, false);
   /* bf16 -> fp32 C in whole 32 x 32 tiles with alpha 1 (the AMX kernel accumulates those in C
    * itself: zeroed for beta 0, loaded as the starting sums for beta 1 and every depth block after
    * the first), with a depth that is not a multiple of the 32-deep tile */
