@@ -144,6 +144,20 @@ def test_eigh_svd(device, dtype):
     same(LA.matrix_rank, [rnd(4, 6, dtype=dtype)], device, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.complex128])
+def test_svd_of_empty_matrices(device, dtype):
+    """An (0, n) or (m, 0) matrix has no singular values; full_matrices still returns the n x n (or
+    m x m) identity as Vh (U), as PyTorch CPU does. Vh of (0, n) was left zero."""
+    for shape in [(0, 3), (3, 0), (2, 0, 4), (2, 4, 0), (0, 0), (0, 1)]:
+        a = torch.zeros(*shape, dtype=dtype)
+        for full in (True, False):
+            want = LA.svd(a, full_matrices=full)
+            got = LA.svd(a.to(device), full_matrices=full)
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and g.dtype == w.dtype, (shape, full)
+                assert torch.equal(g.cpu(), w), (shape, full)
+
+
 def test_gradients(device):
     a = rnd(3, 4, 4, dtype=torch.float64)
     b = rnd(3, 4, 2, dtype=torch.float64, seed=1)

@@ -179,7 +179,7 @@ tpurt_status_t tpurt_linalg_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* 
     mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, tr);
     jacobi_svd(a, R, C, s, v, ok);
     for (int64_t i = 0; i < C; ++i) mat_st(S, mat_boff(S, 1, idx, nb) + i * S->strides[S->ndim - 1], s[i]);
-    if (!uv || !tpurt_tensor_numel(U)) continue;
+    if (!uv || (!tpurt_tensor_numel(U) && !tpurt_tensor_numel(Vh))) continue;
     /* left vectors of the worked matrix: a (R x C), completed to R x R when full */
     double* left = a;
     int64_t lc = C;

@@ -940,7 +940,7 @@ tpurt_status_t tpurt_linalg_z_svd(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
     mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, tr, tr);
     z_jacobi_svd(a, R, C, s, v, ok);
     for (int64_t i = 0; i < C; ++i) mat_zst(S, mat_boff(S, 1, idx, nb) + i * S->strides[S->ndim - 1], s[i]);
-    if (!uv || !tpurt_tensor_numel(U)) continue;
+    if (!uv || (!tpurt_tensor_numel(U) && !tpurt_tensor_numel(Vh))) continue;
     zd_t* lft = a;
     int64_t lc = C;
     if (full && R > C) {
