@@ -17,6 +17,17 @@ def _case(make, op):
     return setup
 
 
+def _reflectors(op):
+    """op(reflectors, tau, x) on geqrf's output of a 256 x 256 float64 matrix (computed on CPU)."""
+    def setup(device):
+        g = torch.Generator().manual_seed(0)
+        q, tau = torch.geqrf(_real(g))
+        x = _real(g)[:, :64]
+        q, tau, x = q.to(device), tau.to(device), x.to(device)
+        return (lambda: op(q, tau, x)), lambda s: s * 1e3
+    return setup
+
+
 def _real(g):
     return torch.randn(N, N, generator=g, dtype=torch.float64)
 
@@ -59,6 +70,12 @@ BENCHES = {
                              "linalg.lstsq, 512 x 256 float64, 8 right-hand sides (default driver)"),
     "linalg_ldl_256": (_case(lambda g: _real(g) + _real(g).T, lambda a: torch.linalg.ldl_factor(a)[0]), "ms", False,
                        "linalg.ldl_factor, 256 x 256 float64 symmetric indefinite (sytrf)"),
+    "linalg_householder_product_256": (_reflectors(lambda q, t, x: torch.linalg.householder_product(q, t)), "ms",
+                                       False, "linalg.householder_product, 256 x 256 float64 (orgqr)"),
+    "ormqr_256": (_reflectors(lambda q, t, x: torch.ormqr(q, t, x, transpose=True)), "ms", False,
+                  "ormqr, Q^T C, 256 x 256 float64 reflectors, C 256 x 64 (ormqr)"),
+    "linalg_cholesky_c256": (_case(_herm, torch.linalg.cholesky), "ms", False,
+                             "linalg.cholesky, 256 x 256 complex128 Hermitian (zpotrf)"),
     "linalg_eigh_c256": (_case(_herm, torch.linalg.eigh), "ms", False, "linalg.eigh, 256 x 256 complex128 Hermitian"),
     "linalg_svd_c256": (_case(_cplx, torch.linalg.svd), "ms", False, "linalg.svd (reduced), 256 x 256 complex128"),
     "linalg_qr_c256": (_case(_cplx, torch.linalg.qr), "ms", False, "linalg.qr, 256 x 256 complex128"),

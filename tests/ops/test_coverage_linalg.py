@@ -201,6 +201,39 @@ def test_complex_qr(device, dtype, shape):
         torch.testing.assert_close(g.cpu(), e, **t)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.complex128])
+@pytest.mark.parametrize("shape", [(40, 30), (30, 40), (64, 12), (6, 4)])  # orgqr / ormqr from 10 (lapack.h)
+def test_householder_product_and_ormqr(device, dtype, shape):
+    g = torch.Generator().manual_seed(shape[0])
+    t = dict(rtol=2e-4, atol=2e-4) if dtype in (torch.float32, torch.complex64) else dict(rtol=1e-10, atol=1e-10)
+    q, tau = torch.geqrf(torch.randn(2, *shape, dtype=dtype, generator=g))
+    m, n = shape
+    v = q[..., :, : min(m, n)]
+    torch.testing.assert_close(LA.householder_product(v.to(device), tau.to(device)).cpu(),
+                               LA.householder_product(v, tau), **t)
+    for left in (True, False):
+        c = torch.randn(2, *((m, 7) if left else (7, m)), dtype=dtype, generator=g)
+        for trans in (False, True):  # Q^T, or Q^H for complex
+            torch.testing.assert_close(
+                torch.ormqr(q.to(device), tau.to(device), c.to(device), left=left, transpose=trans).cpu(),
+                torch.ormqr(q, tau, c, left=left, transpose=trans), **t)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("n", [5, 40, 100])  # zpotrf from 16 (lapack.h's LAPACK_MIN_LU), 5: the loops
+def test_complex_cholesky(device, dtype, n):
+    g = torch.Generator().manual_seed(n)
+    t = dict(rtol=2e-4, atol=2e-4) if dtype == torch.complex64 else dict(rtol=1e-10, atol=1e-10)
+    a = torch.randn(3, n, n, dtype=dtype, generator=g)
+    h = a @ a.mH + n * torch.eye(n, dtype=dtype)
+    for upper in (False, True):
+        torch.testing.assert_close(LA.cholesky(h.to(device), upper=upper).cpu(), LA.cholesky(h, upper=upper), **t)
+    h[1, n // 2, n // 2] = -1  # the second matrix's minor of order n // 2 + 1 is not positive-definite
+    want, got = LA.cholesky_ex(h), LA.cholesky_ex(h.to(device))
+    assert torch.equal(got.info.cpu(), want.info) and want.info.tolist() == [0, n // 2 + 1, 0]
+    torch.testing.assert_close(got.L.cpu()[0::2], want.L[0::2], **t)
+
+
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
 @pytest.mark.parametrize("n", [4, 40])  # 40: BLAS's ztrsm (LAPACK_MIN_TRSM)
 def test_complex_triangular(device, dtype, n):

@@ -29,6 +29,14 @@ void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, i
 void dgetrs_(const char* trans, const int* n, const int* nrhs, const double* a, const int* lda, const int* ipiv,
              double* b, const int* ldb, int* info, size_t trans_len);
 void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
+void zpotrf_(const char* uplo, const int* n, double _Complex* a, const int* lda, int* info, size_t uplo_len);
+/* Q C or C Q from geqrf's reflectors (householder_product is orgqr/ungqr, declared above) */
+void dormqr_(const char* side, const char* trans, const int* m, const int* n, const int* k, const double* a,
+             const int* lda, const double* tau, double* c, const int* ldc, double* work, const int* lwork, int* info,
+             size_t side_len, size_t trans_len);
+void zunmqr_(const char* side, const char* trans, const int* m, const int* n, const int* k, const double _Complex* a,
+             const int* lda, const double _Complex* tau, double _Complex* c, const int* ldc, double _Complex* work,
+             const int* lwork, int* info, size_t side_len, size_t trans_len);
 /* double _Complex has COMPLEX*16's layout */
 void zheevd_(const char* jobz, const char* uplo, const int* n, double _Complex* a, const int* lda, double* w,
              double _Complex* work, const int* lwork, double* rwork, const int* lrwork, int* iwork, const int* liwork,
@@ -193,6 +201,30 @@ LAPACK_TRSM(d, double, 1, dtrsm_)
 LAPACK_TRSM(z, double _Complex, 2, ztrsm_)
 #undef LAPACK_TRSM
 
+/* Lower Cholesky of the row-major n x n a in place (it reads the lower triangle): that triangle is
+ * the column-major upper one of A^T (= conj(A), A Hermitian), so potrf("U") factors the buffer as it
+ * lies, A^T = U^H U, and U read row-major is L with A = L L^H. The upper triangle is zeroed, also
+ * where a minor is not positive (potrf's partial factor below it). *info: 0 or the 1-based order of
+ * the first minor that is not positive-definite. lapack_cholesky_d (cholesky.c) and _z (zfactor.c).
+ * False where it does not run (small, non-finite, past 32-bit sizes): the caller's loops then do. */
+#define LAPACK_POTRF(SUF, T, NREAL, POTRF)                                                                        \
+  static inline bool lapack_cholesky_##SUF(T* a, int64_t n, int* info) {                                        \
+    /* the whole matrix is checked; potrf reads one triangle, so a non-finite entry in the other only */        \
+    /* sends the matrix to the loops, which ignore it too */                                                     \
+    if (n < LAPACK_MIN_LU || n * n > INT32_MAX / 2 || !lapack_finite((const double*)a, NREAL * n * n)) return false; \
+    const int N = (int)n;                                                                                         \
+    const int threads = lapack_begin();                                                                           \
+    POTRF("U", &N, a, &N, info, 1);                                                                               \
+    lapack_end(threads);                                                                                          \
+    for (int64_t i = 0; i < n; ++i)                                                                               \
+      for (int64_t j = i + 1; j < n; ++j) a[i * n + j] = 0;                                                       \
+    if (*info < 0) *info = 0;                                                                                     \
+    return true;                                                                                                  \
+  }
+LAPACK_POTRF(d, double, 1, dpotrf_)
+LAPACK_POTRF(z, double _Complex, 2, zpotrf_)
+#undef LAPACK_POTRF
+
 /* geqrf on the column-major m x n ac (lda m): R and the reflectors in place, tau[min(m, n)]; with q,
  * also the first qc columns of Q, column-major m x qc (orgqr / ungqr; min(m, n) <= qc <= m):
  * lapack_qr_d (qr.c) and lapack_qr_z (zfactor.c). False where it does not run (small, non-finite,
@@ -231,5 +263,52 @@ LAPACK_TRSM(z, double _Complex, 2, ztrsm_)
 LAPACK_QR(d, double, 1, dgeqrf_, dorgqr_)
 LAPACK_QR(z, double _Complex, 2, zgeqrf_, zungqr_)
 #undef LAPACK_QR
+
+/* householder_product and ormqr from given reflectors, as PyTorch CPU computes them (orgqr / ungqr,
+ * ormqr / unmqr), on column-major copies. lapack_orgqr_SUF: q, the m x n reflector matrix
+ * column-major (lda m), becomes the first n columns of H_0 ... H_{k-1} in place (m >= n >= k).
+ * lapack_ormqr_SUF: x (r x c column-major, ld r) becomes op(Q) x (left) or x op(Q), Q from the k
+ * reflectors in v's first columns (column-major, ld vm = r or c); op(Q) is Q^T (Q^H) where trans.
+ * False where they do not run (small, non-finite, past 32-bit sizes, no workspace); the arrays are
+ * then unchanged and the caller's loops run. qr.c and zfactor.c. */
+#define LAPACK_HOUSEHOLDER(SUF, T, NREAL, ORGQR, ORMQR, TRANS)                                                    \
+  static inline bool lapack_orgqr_##SUF(T* q, int64_t m, int64_t n, int64_t k, const T* tau) {                  \
+    if (n < LAPACK_MIN_QR || m * n > INT32_MAX / 2 || !lapack_finite((const double*)q, NREAL * m * n) ||          \
+        !lapack_finite((const double*)tau, NREAL * k))                                                            \
+      return false;                                                                                               \
+    const int M = (int)m, N = (int)n, K = (int)k, lq = -1;                                                        \
+    int info = 0;                                                                                                 \
+    T w = 0;                                                                                                      \
+    const int threads = lapack_begin();                                                                           \
+    ORGQR(&M, &N, &K, q, &M, tau, &w, &lq, &info);                                                                \
+    const int lwork = info == 0 && creal(w) < INT32_MAX / 2 ? (int)fmax(1.0, creal(w)) : 0;                       \
+    T* work = lwork ? malloc(sizeof(T) * (size_t)lwork) : NULL;                                                   \
+    if (work) ORGQR(&M, &N, &K, q, &M, tau, work, &lwork, &info);                                                 \
+    lapack_end(threads);                                                                                          \
+    free(work);                                                                                                   \
+    return work && info == 0;                                                                                     \
+  }                                                                                                               \
+  static inline bool lapack_ormqr_##SUF(const T* v, int64_t vm, int64_t vn, int64_t k, const T* tau, T* x,      \
+                                        int64_t r, int64_t c, bool left, bool trans) {                           \
+    if (vm < LAPACK_MIN_QR || k < 1 || k > vn || r * c > INT32_MAX / 2 || vm * vn > INT32_MAX / 2 ||                        \
+        !lapack_finite((const double*)v, NREAL * vm * vn) || !lapack_finite((const double*)tau, NREAL * k) ||      \
+        !lapack_finite((const double*)x, NREAL * r * c))                                                          \
+      return false;                                                                                               \
+    const int R = (int)r, C = (int)c, K = (int)k, VM = (int)vm, lq = -1;                                          \
+    const char *side = left ? "L" : "R", *op = trans ? TRANS : "N";                                               \
+    int info = 0;                                                                                                 \
+    T w = 0;                                                                                                      \
+    const int threads = lapack_begin();                                                                           \
+    ORMQR(side, op, &R, &C, &K, v, &VM, tau, x, &R, &w, &lq, &info, 1, 1);                                        \
+    const int lwork = info == 0 && creal(w) < INT32_MAX / 2 ? (int)fmax(1.0, creal(w)) : 0;                       \
+    T* work = lwork ? malloc(sizeof(T) * (size_t)lwork) : NULL;                                                   \
+    if (work) ORMQR(side, op, &R, &C, &K, v, &VM, tau, x, &R, work, &lwork, &info, 1, 1);                         \
+    lapack_end(threads);                                                                                          \
+    free(work);                                                                                                   \
+    return work && info == 0;                                                                                     \
+  }
+LAPACK_HOUSEHOLDER(d, double, 1, dorgqr_, dormqr_, "T")
+LAPACK_HOUSEHOLDER(z, double _Complex, 2, zungqr_, zunmqr_, "C")
+#undef LAPACK_HOUSEHOLDER
 
 #endif /* TPURT_OPS_LINALG_LAPACK_H_ */

@@ -1,8 +1,8 @@
 /* Householder QR, LAPACK's conventions (geqrf's vectors and dlarfg's sign): geqrf, linalg_qr,
- * linalg_householder_product, ormqr. float32/float64, through the double scratch of matrix.h. geqrf
- * and linalg_qr call LAPACK's blocked dgeqrf / dorgqr (the loops below walked columns of a row-major
- * matrix: 0.95 s for 512 x 512 against PyTorch CPU's 13 ms); the loops remain for a matrix with a
- * non-finite entry (their NaN propagation), for the other two ops, and as the C tests' reference. */
+ * linalg_householder_product, ormqr. float32/float64, through the double scratch of matrix.h. All four
+ * call LAPACK (dgeqrf / dorgqr / dormqr; the loops below walked columns of a row-major matrix: 0.95 s
+ * for a 512 x 512 qr against PyTorch CPU's 13 ms); the loops remain for small matrices, one with a
+ * non-finite entry (their NaN propagation), and as the C tests' reference. */
 #include "ops/linalg/lapack.h"
 #include "ops/linalg/matrix.h"
 
@@ -138,8 +138,13 @@ tpurt_status_t tpurt_linalg_householder_product(tpurt_kernel_ctx_t* ctx, const t
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, V->sizes, nb, idx);
-    mat_load(V, mat_boff(V, 2, idx, nb), m, n, false, a, false);
     for (int64_t i = 0; i < k; ++i) tau[i] = mat_ld(T, mat_boff(T, 1, idx, nb) + i * T->strides[T->ndim - 1]);
+    mat_load(V, mat_boff(V, 2, idx, nb), m, n, false, q, true); /* column-major */
+    if (lapack_orgqr_d(q, m, n, k, tau)) {
+      mat_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, q, true);
+      continue;
+    }
+    mat_load(V, mat_boff(V, 2, idx, nb), m, n, false, a, false);
     memset(q, 0, (size_t)(m * n) * sizeof(double));
     for (int64_t i = 0; i < n; ++i) q[i * n + i] = 1.0;
     apply_q_left(a, m, n, tau, k, q, n, false);
@@ -171,8 +176,14 @@ tpurt_status_t tpurt_linalg_ormqr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
-    mat_load(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, false);
     for (int64_t i = 0; i < k; ++i) tau[i] = mat_ld(T, mat_boff(T, 1, idx, nb) + i * T->strides[T->ndim - 1]);
+    mat_load(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, true); /* column-major */
+    mat_load(C, mat_boff(C, 2, idx, nb), r, c, false, x, true);
+    if (lapack_ormqr_d(a, mv, nv, k, tau, x, r, c, left, trans)) {
+      mat_store(X, mat_boff(X, 2, idx, nb), r, c, false, x, true);
+      continue;
+    }
+    mat_load(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, false);
     /* right: C op(Q) = (op(Q)^T C^T)^T */
     mat_load(C, mat_boff(C, 2, idx, nb), r, c, false, x, !left);
     apply_q_left(a, mv, nv, tau, k, x, left ? c : r, left ? trans : !trans);

@@ -360,6 +360,8 @@ tpurt_status_t tpurt_linalg_z_triangular_solve(tpurt_kernel_ctx_t* ctx, const tp
 /* In-place lower Cholesky of the Hermitian n x n a (reads the lower triangle, zeroes the
  * upper). Returns 0 or the 1-based order of the first minor that is not positive-definite. */
 static int z_cholesky(zd_t* a, int64_t n) {
+  int info = 0;
+  if (lapack_cholesky_z(a, n, &info)) return info; /* zpotrf from 16 x 16 (lapack.h) */
   for (int64_t j = 0; j < n; ++j) {
     double d = creal(a[j * n + j]);
     for (int64_t k = 0; k < j; ++k) d -= creal(a[j * n + k] * conj(a[j * n + k]));
@@ -594,8 +596,13 @@ tpurt_status_t tpurt_linalg_z_householder_product(tpurt_kernel_ctx_t* ctx, const
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, V->sizes, nb, idx);
-    mat_zload(V, mat_boff(V, 2, idx, nb), m, n, false, a, false, false);
     z_load_vec(T, mat_boff(T, 1, idx, nb), tau, k);
+    mat_zload(V, mat_boff(V, 2, idx, nb), m, n, false, q, true, false); /* column-major */
+    if (lapack_orgqr_z(q, m, n, k, tau)) {
+      mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, q, true, false);
+      continue;
+    }
+    mat_zload(V, mat_boff(V, 2, idx, nb), m, n, false, a, false, false);
     for (int64_t i = 0; i < m * n; ++i) q[i] = 0;
     for (int64_t i = 0; i < n; ++i) q[i * n + i] = 1.0;
     z_apply_q_left(a, m, n, tau, k, q, n, false);
@@ -626,8 +633,14 @@ tpurt_status_t tpurt_linalg_z_ormqr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
-    mat_zload(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, false, false);
     z_load_vec(T, mat_boff(T, 1, idx, nb), tau, k);
+    mat_zload(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, true, false); /* column-major */
+    mat_zload(C, mat_boff(C, 2, idx, nb), r, c, false, x, true, false);
+    if (lapack_ormqr_z(a, mv, nv, k, tau, x, r, c, left, trans)) {
+      mat_zstore(X, mat_boff(X, 2, idx, nb), r, c, false, x, true, false);
+      continue;
+    }
+    mat_zload(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, false, false);
     /* right: C op(Q) = (op(Q)^H C^H)^H */
     mat_zload(C, mat_boff(C, 2, idx, nb), r, c, false, x, !left, !left);
     z_apply_q_left(a, mv, nv, tau, k, x, left ? c : r, left ? trans : !trans);
