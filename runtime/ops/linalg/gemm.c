@@ -1275,6 +1275,7 @@ struct core_args_t {
   int nt;         /* threads to split the boxes over (1 without a context) */
   bool a_direct;  /* fp32 A read where it lies by the direct microkernel, not packed (a_direct_pays) */
   bool a_in_l1;   /* fp32: row tiles outer, B streaming past A's micro-panel (a_in_l1_pays) */
+  int64_t ncb;    /* the column block, at most the core's NCB (f32_col_block) */
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc;
   int tr, tc; /* the boxes: tr row groups x tc column groups */
@@ -1409,8 +1410,9 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
     END;                                                                                        \
   }                                                                                             \
   static void SUF##_core(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                             \
-    for (s->jc = 0; s->jc < s->n; s->jc += NCB) {                                               \
-      s->nc = imin(NCB, s->n - s->jc);                                                          \
+    const int64_t ncb = s->ncb > 0 && s->ncb < (NCB) ? s->ncb : (NCB);                          \
+    for (s->jc = 0; s->jc < s->n; s->jc += ncb) {                                               \
+      s->nc = imin(ncb, s->n - s->jc);                                                          \
       core_grid(s->nt, (s->m + MR - 1) / MR, (s->nc + NR - 1) / NR, &s->tr, &s->tc);            \
       for (s->pc = 0; s->pc < s->k; s->pc += KCB) {                                             \
         s->kc = imin(KCB, s->k - s->pc);                                                        \
@@ -2511,6 +2513,19 @@ static bool a_in_l1_pays(const tpurt_gemm_t* g, acc_kind_t kind, bool a_direct) 
   return A_IN_L1_F32 && kind == ACC_F32 && !a_direct &&
          mul_sat(imin(g->n, NC_F32), imin(g->k, KC_F32)) * 4 >= A_IN_L1_MIN_B;
 }
+/* The streamed block of B must stay in one core's L2 with room to spare: NC_F32 columns (960 KiB)
+ * where L2 is 1.25 MiB (Ice Lake) or more, fewer where it is smaller (three quarters of it, in whole
+ * panels; 512 on a 1 MiB L2). NC_F32 where the size is not reported. */
+static int64_t f32_col_block(void) {
+  static _Atomic int64_t cached; /* 0: not computed yet */
+  int64_t nc = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (nc) return nc;
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  nc = l2 > 0 ? (int64_t)l2 * 3 / 4 / (KC_F32 * 4) / NR_F32 * NR_F32 : NC_F32;
+  nc = nc < 4 * NR_F32 ? 4 * NR_F32 : nc > NC_F32 ? NC_F32 : nc;
+  atomic_store_explicit(&cached, nc, memory_order_relaxed);
+  return nc;
+}
 
 static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   acc_kind_t kind = acc_kind(g->ab_dtype, g->c_dtype);
@@ -2527,6 +2542,7 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
                    .nt = tpurt_kernel_num_threads(ctx)};
   s.a_direct = a_direct_pays(g, kind);
   s.a_in_l1 = a_in_l1_pays(g, kind, s.a_direct);
+  s.ncb = s.a_in_l1 ? f32_col_block() : acc_nc(kind);
   s.pa = ws;
   s.pa_each = packed_bytes(kind, imin(g->m, MC_FOR(mr)), mr, g->k);
   ws += s.pa_each * (size_t)s.nt;
