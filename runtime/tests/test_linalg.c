@@ -111,7 +111,7 @@ static void test_gemm(void) {
             false, false, 1, 1, false);
   gemm_case(TPURT_DTYPE_FLOAT64, TPURT_DTYPE_FLOAT64, 1, 300, 1030, 300, false, true, false, 0,
             true, true, 1, 1, false);
-  /* blocks of B past L1 several times (the fp32 core's row tiles outer, B streamed: a_in_l1_pays):
+  /* blocks of B past L1 several times (the fp32 core: row tiles outer, B streamed from L2):
    * fp32 with A packed (column-major, too far apart to read in place) and a column-major C over two
    * column blocks and two depth blocks; 16-bit C written from those tiles in one depth block */
   gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 1, 301, 1300, 700, true, false, true, 1, false,

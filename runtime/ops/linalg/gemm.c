@@ -34,7 +34,9 @@ enum { KC = 256, NC = 1024, MC = 144 };
  * B's 32-column panels, the wider operand, were the ones held in L1 (32 KiB of an Ice Lake's 48)
  * with A streaming beside them and evicting them. One thread of an Ice Lake Xeon, the two drivers
  * linked into one process and alternated (median of 11 pairs): 2048^3 +9-14% (fp32 and bf16),
- * 1024 x 4096 x 1024 bf16 +7%, 4096 x 1024 x 1024 fp32 +3%, 512^3 and 256 x 256 x 64 level. */
+ * 1024 x 4096 x 1024 bf16 +7%, 4096 x 1024 x 1024 fp32 +3%, 512^3 and 256 x 256 x 64 level; small
+ * products (64^3 to 256 x 512 x 128, whose B fits L1 either way) level within 1% of the old order
+ * (101-301 pairs), so every product with packed A takes it. */
 #if defined(__AVX512F__)
 enum { KC_F32 = 384, NC_F32 = 640, A_IN_L1_F32 = 1 };
 #else
@@ -408,18 +410,16 @@ enum { MR_F32 = 12, NR_F32 = 32 };
     _mm512_storeu_ps(&tmp[r][16], acc[r][1]);                                                    \
   }                                                                                              \
   UKR_STORE_TAIL(float, ROWS, NR_F32, tmp)
-/* PF: B's panel streams from L2 (the driver holds A's micro-panel in L1: core_args_t's a_in_l1),
- * so each depth step asks for the panel's two lines UKR_B_AHEAD steps on (a prefetch past the
- * panel's end is harmless); where B stays in L1 the two extra instructions a step only cost. */
+/* B's panel streams from L2 (the driver holds A's micro-panel in L1: A_IN_L1_F32), so each depth
+ * step asks for the panel's two lines UKR_B_AHEAD steps on (a prefetch past the panel's end is
+ * harmless). */
 enum { UKR_B_AHEAD = 4 };
-#define UKR512_BODY(ROWS, PF)                                                                    \
+#define UKR512_BODY(ROWS)                                                                        \
   __m512 acc[ROWS][2];                                                                           \
   for (int r = 0; r < ROWS; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();                    \
   for (int64_t p = 0; p < kc; ++p, a += MR_F32, b += NR_F32) {                                   \
-    if (PF) {                                                                                    \
-      _mm_prefetch((const char*)(b + UKR_B_AHEAD * NR_F32), _MM_HINT_T0);                        \
-      _mm_prefetch((const char*)(b + UKR_B_AHEAD * NR_F32 + 16), _MM_HINT_T0);                   \
-    }                                                                                            \
+    _mm_prefetch((const char*)(b + UKR_B_AHEAD * NR_F32), _MM_HINT_T0);                          \
+    _mm_prefetch((const char*)(b + UKR_B_AHEAD * NR_F32 + 16), _MM_HINT_T0);                     \
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);                          \
     _Pragma("GCC unroll 12") for (int r = 0; r < ROWS; ++r) {                                    \
       const __m512 ar = _mm512_set1_ps(a[r]);                                                    \
@@ -428,21 +428,18 @@ enum { UKR_B_AHEAD = 4 };
     }                                                                                            \
   }                                                                                              \
   UKR512_STORE(ROWS)
-#define DEFINE_UKR512(NAME, PF)                                                                  \
-  static void NAME##_6of12(int64_t kc, const float* restrict a, const float* restrict b, float* c,  \
-                           int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {     \
-    UKR512_BODY(6, PF)                                                                           \
-  }                                                                                              \
-  static void NAME(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t rs, \
-                   int64_t cs, float alpha, float beta, int mr, int nr) {                        \
-    if (mr <= 6) {                                                                               \
-      NAME##_6of12(kc, a, b, c, rs, cs, alpha, beta, mr, nr);                                    \
-      return;                                                                                    \
-    }                                                                                            \
-    UKR512_BODY(12, PF)                                                                          \
+static void ukr_f32_6of12(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t rs,
+                          int64_t cs, float alpha, float beta, int mr, int nr) {
+  UKR512_BODY(6)
+}
+static void ukr_f32(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t rs,
+                    int64_t cs, float alpha, float beta, int mr, int nr) {
+  if (mr <= 6) {
+    ukr_f32_6of12(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
+    return;
   }
-DEFINE_UKR512(ukr_f32, 0)
-DEFINE_UKR512(ukr_f32_pf, 1)
+  UKR512_BODY(12)
+}
 /* The direct form (A read where it lies): a whole 12-row tile through four row pointers, each reaching
  * two more rows as pointer + index (twelve separate addresses would not fit the general registers);
  * a last tile of fewer rows as 6-row calls (DEFINE_UKR_AVX2_DIRECT, whose rows past the matrix's
@@ -484,7 +481,6 @@ DEFINE_UKR_AVX2_DIRECT(ukr_f32_direct, float, __m256, 8, _mm256_load_ps, _mm256_
                        _mm256_set1_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_mul_ps,
                        _mm256_setzero_ps)
 enum { MR_F32 = 6, NR_F32 = 16 };
-#define ukr_f32_pf ukr_f32 /* A_IN_L1_F32 is 0: never chosen */
 #endif
 #define GEMM_A_DIRECT 1
 DEFINE_UKR_AVX2(ukr_f64, double, __m256d, 4, _mm256_load_pd, _mm256_loadu_pd, _mm256_storeu_pd,
@@ -495,7 +491,6 @@ enum { MR_F64 = 6, NR_F64 = 8 };
 DEFINE_UKR_GENERIC(ukr_f32, float, 6, 16)
 DEFINE_UKR_GENERIC(ukr_f64, double, 6, 8)
 enum { MR_F32 = 6, NR_F32 = 16, MR_F64 = 6, NR_F64 = 8 };
-#define ukr_f32_pf ukr_f32
 #endif
 /* The portable fp32 microkernel, selectable at run time so tests cover it on
  * machines whose build uses the vector one (TORCH_TPU_GEMM_GENERIC=1, or
@@ -509,11 +504,6 @@ void tpurt_gemm_set_generic(bool generic) { atomic_store(&g_generic, generic ? 1
 static void ukr_f32_dispatch(int64_t kc, const float* restrict a, const float* restrict b, float* c,
                              int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
   ukr_f32_fn_t f = gemm_generic() ? ukr_f32_generic : ukr_f32;
-  f(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
-}
-static void ukr_f32_dispatch_pf(int64_t kc, const float* restrict a, const float* restrict b, float* c,
-                                int64_t rs, int64_t cs, float alpha, float beta, int mr, int nr) {
-  ukr_f32_fn_t f = gemm_generic() ? ukr_f32_generic : ukr_f32_pf;
   f(kc, a, b, c, rs, cs, alpha, beta, mr, nr);
 }
 
@@ -1274,7 +1264,7 @@ struct core_args_t {
   void* pb;       /* packed B: round_up(min(n, the column block), NR) x the depth block */
   int nt;         /* threads to split the boxes over (1 without a context) */
   bool a_direct;  /* fp32 A read where it lies by the direct microkernel, not packed (a_direct_pays) */
-  bool a_in_l1;   /* fp32: row tiles outer, B streaming past A's micro-panel (a_in_l1_pays) */
+  bool a_in_l1;   /* fp32 with A packed: row tiles outer, B streaming past A's micro-panel */
   int64_t ncb;    /* the column block, at most the core's NCB (f32_col_block) */
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc;
@@ -1435,8 +1425,7 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
 #else
 #define UKR_F32_DIRECT NO_DIRECT
 #endif
-#define UKR_F32(...) (s->a_in_l1 ? ukr_f32_dispatch_pf : ukr_f32_dispatch)(__VA_ARGS__)
-DEFINE_CORE(f32, float, float, MR_F32, NR_F32, UKR_F32, UKR_F32_DIRECT, KCP_ID, KC_F32, NC_F32, s->a_in_l1,
+DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, UKR_F32_DIRECT, KCP_ID, KC_F32, NC_F32, s->a_in_l1,
             TILE_C16, NO_HOOK, NO_HOOK)
 DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, NO_DIRECT, KCP_ID, KC, NC, 0, TILE_NO_C16, NO_HOOK,
             NO_HOOK)
@@ -2502,17 +2491,6 @@ static bool half_few_rows(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* 
 #endif
 }
 
-/* Whether the fp32 core holds A's micro-panel in L1 and streams B (A_IN_L1_F32's comment): where
- * the block of B is larger than L1 several times over. Below, B's panels stay in L1 anyway and the
- * prefetches only cost (100^3 and 256 x 256 x 64 ran 2-6% slower with them); packed A only (the
- * direct form keeps the order it was measured in). */
-#ifndef A_IN_L1_MIN_B
-#define A_IN_L1_MIN_B (256 << 10)
-#endif
-static bool a_in_l1_pays(const tpurt_gemm_t* g, acc_kind_t kind, bool a_direct) {
-  return A_IN_L1_F32 && kind == ACC_F32 && !a_direct &&
-         mul_sat(imin(g->n, NC_F32), imin(g->k, KC_F32)) * 4 >= A_IN_L1_MIN_B;
-}
 /* The streamed block of B must stay in one core's L2 with room to spare: NC_F32 columns (960 KiB)
  * where L2 is 1.25 MiB (Ice Lake) or more, fewer where it is smaller (three quarters of it, in whole
  * panels; 512 on a 1 MiB L2). NC_F32 where the size is not reported. */
@@ -2541,7 +2519,8 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
                    .pack_a = kind == ACC_AMX ? pack_amx_a : NULL,
                    .nt = tpurt_kernel_num_threads(ctx)};
   s.a_direct = a_direct_pays(g, kind);
-  s.a_in_l1 = a_in_l1_pays(g, kind, s.a_direct);
+  /* packed A only: the direct form (fp32 A read in place) keeps the order it was measured in */
+  s.a_in_l1 = A_IN_L1_F32 && kind == ACC_F32 && !s.a_direct;
   s.ncb = s.a_in_l1 ? f32_col_block() : acc_nc(kind);
   s.pa = ws;
   s.pa_each = packed_bytes(kind, imin(g->m, MC_FOR(mr)), mr, g->k);
