@@ -134,6 +134,20 @@ static inline void lapack_end(int prev) {
   if (g_lapack_mkl_local) g_lapack_mkl_local(prev);
 }
 
+/* The workspace a query (lwork = -1) asked for, as the second call's lwork: at least 1, 0 where the
+ * query failed or the size does not fit a 32-bit integer (the caller then does not run). */
+static inline int lapack_lwork(int info, double queried) {
+  return info == 0 && queried < INT32_MAX / 2 ? (int)fmax(1.0, queried) : 0;
+}
+
+/* Whether the LAPACK path of the triangular solves (n x n, k right-hand sides) and of the QR family
+ * (geqrf / qr on min(m, n), householder_product / ormqr on the reflectors' length) is taken by size:
+ * callers test it before preparing what only that path reads (column-major copies, conjugates). */
+static inline bool lapack_trsm_sized(int64_t n, int64_t k) {
+  return k >= 1 && n >= LAPACK_MIN_TRSM && n <= 46000 && k <= INT32_MAX / n;
+}
+static inline bool lapack_qr_sized(int64_t side) { return side >= LAPACK_MIN_QR; }
+
 /* LU of the row-major m x n a (in place, 1-based pivots, *info) by getrf on a column-major copy,
  * and op(A) X = B (b n x k row-major, in place; trans: A^T) by getrs from it: lapack_lu_factor_d /
  * lapack_lu_solve_d (lu.c) and the _z pair (zfactor.c). False where they do not run (small,
@@ -187,8 +201,8 @@ LAPACK_LU(z, double _Complex, 2, zgetrf_, zgetrs_)
 #define LAPACK_TRSM(SUF, T, NREAL, TRSM)                                                                         \
   static inline bool lapack_trsm_##SUF(const T* t, int64_t n, bool lower, const char* op, bool unit, T* b,      \
                                        int64_t k) {                                                             \
-    if (k < 1 || n < LAPACK_MIN_TRSM || n > 46000 || k > INT32_MAX / n ||                                       \
-        !lapack_finite((const double*)t, NREAL * n * n) || !lapack_finite((const double*)b, NREAL * n * k))     \
+    if (!lapack_trsm_sized(n, k) || !lapack_finite((const double*)t, NREAL * n * n) ||                          \
+        !lapack_finite((const double*)b, NREAL * n * k))                                                        \
       return false;                                                                                             \
     const int ni = (int)n, ki = (int)k;                                                                         \
     const T one = 1;                                                                                            \
@@ -238,9 +252,8 @@ LAPACK_POTRF(z, double _Complex, 2, zpotrf_)
     GEQRF(&M, &N, ac, &M, tau, &w1, &lq, &info);                                                                  \
     if (info == 0 && q) ORGQR(&M, &QC, &K, q, &M, tau, &w2, &lq, &info);                                          \
     /* the workspace must fit 32-bit integers */                                                                  \
-    if (info != 0 || !(creal(w1) < INT32_MAX / 2 && creal(w2) < INT32_MAX / 2)) return false;                      \
-    const int lwork = (int)fmax(1.0, fmax(creal(w1), creal(w2)));                                                 \
-    T* work = malloc(sizeof(T) * (size_t)lwork);                                                                  \
+    const int lwork = lapack_lwork(info, fmax(creal(w1), creal(w2)));                                             \
+    T* work = lwork ? malloc(sizeof(T) * (size_t)lwork) : NULL;                                                   \
     if (!work) return false;                                                                                      \
     GEQRF(&M, &N, ac, &M, tau, work, &lwork, &info);                                                              \
     if (info == 0 && q) {                                                                                         \
@@ -253,7 +266,7 @@ LAPACK_POTRF(z, double _Complex, 2, zpotrf_)
   }                                                                                                               \
   static inline bool lapack_qr_##SUF(T* ac, int64_t m, int64_t n, T* tau, T* q, int64_t qc) {                    \
     const int64_t k = m < n ? m : n;                                                                              \
-    if (k < LAPACK_MIN_QR || m * n > INT32_MAX / 2 || (q && m * qc > INT32_MAX / 2)) return false;                \
+    if (!lapack_qr_sized(k) || m * n > INT32_MAX / 2 || (q && m * qc > INT32_MAX / 2)) return false;              \
     if (!lapack_finite((const double*)ac, NREAL * m * n)) return false;                                          \
     const int threads = lapack_begin();                                                                           \
     const bool ok = lapack_qr_run_##SUF(ac, m, n, tau, q, qc);                                                    \
@@ -273,7 +286,7 @@ LAPACK_QR(z, double _Complex, 2, zgeqrf_, zungqr_)
  * then unchanged and the caller's loops run. qr.c and zfactor.c. */
 #define LAPACK_HOUSEHOLDER(SUF, T, NREAL, ORGQR, ORMQR, TRANS)                                                    \
   static inline bool lapack_orgqr_##SUF(T* q, int64_t m, int64_t n, int64_t k, const T* tau) {                  \
-    if (n < LAPACK_MIN_QR || m * n > INT32_MAX / 2 || !lapack_finite((const double*)q, NREAL * m * n) ||          \
+    if (!lapack_qr_sized(n) || m * n > INT32_MAX / 2 || !lapack_finite((const double*)q, NREAL * m * n) ||        \
         !lapack_finite((const double*)tau, NREAL * k))                                                            \
       return false;                                                                                               \
     const int M = (int)m, N = (int)n, K = (int)k, lq = -1;                                                        \
@@ -281,7 +294,7 @@ LAPACK_QR(z, double _Complex, 2, zgeqrf_, zungqr_)
     T w = 0;                                                                                                      \
     const int threads = lapack_begin();                                                                           \
     ORGQR(&M, &N, &K, q, &M, tau, &w, &lq, &info);                                                                \
-    const int lwork = info == 0 && creal(w) < INT32_MAX / 2 ? (int)fmax(1.0, creal(w)) : 0;                       \
+    const int lwork = lapack_lwork(info, creal(w));                                                               \
     T* work = lwork ? malloc(sizeof(T) * (size_t)lwork) : NULL;                                                   \
     if (work) ORGQR(&M, &N, &K, q, &M, tau, work, &lwork, &info);                                                 \
     lapack_end(threads);                                                                                          \
@@ -290,7 +303,7 @@ LAPACK_QR(z, double _Complex, 2, zgeqrf_, zungqr_)
   }                                                                                                               \
   static inline bool lapack_ormqr_##SUF(const T* v, int64_t vm, int64_t vn, int64_t k, const T* tau, T* x,      \
                                         int64_t r, int64_t c, bool left, bool trans) {                           \
-    if (vm < LAPACK_MIN_QR || k < 1 || k > vn || r * c > INT32_MAX / 2 || vm * vn > INT32_MAX / 2 ||                        \
+    if (!lapack_qr_sized(vm) || k < 1 || k > vn || r * c > INT32_MAX / 2 || vm * vn > INT32_MAX / 2 ||              \
         !lapack_finite((const double*)v, NREAL * vm * vn) || !lapack_finite((const double*)tau, NREAL * k) ||      \
         !lapack_finite((const double*)x, NREAL * r * c))                                                          \
       return false;                                                                                               \
@@ -300,7 +313,7 @@ LAPACK_QR(z, double _Complex, 2, zgeqrf_, zungqr_)
     T w = 0;                                                                                                      \
     const int threads = lapack_begin();                                                                           \
     ORMQR(side, op, &R, &C, &K, v, &VM, tau, x, &R, &w, &lq, &info, 1, 1);                                        \
-    const int lwork = info == 0 && creal(w) < INT32_MAX / 2 ? (int)fmax(1.0, creal(w)) : 0;                       \
+    const int lwork = lapack_lwork(info, creal(w));                                                               \
     T* work = lwork ? malloc(sizeof(T) * (size_t)lwork) : NULL;                                                   \
     if (work) ORMQR(side, op, &R, &C, &K, v, &VM, tau, x, &R, work, &lwork, &info, 1, 1);                         \
     lapack_end(threads);                                                                                          \

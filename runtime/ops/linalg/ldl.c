@@ -45,7 +45,7 @@ static int64_t boff(const tpurt_tensor_t* t, int mat, int64_t b, const int64_t* 
       for (int64_t j = 0; j < n; ++j) ac[j * n + i] = j <= i ? a[i * n + j] : 0;                               \
     const int threads = lapack_begin();                                                                        \
     (herm ? HETRF : SYTRF)("L", &ni, ac, &ni, ip, &wq, &lq, &info, 1);                                         \
-    const int lwork = info == 0 && creal(wq) >= 1 && creal(wq) < INT32_MAX / 2 ? (int)creal(wq) : 0;           \
+    const int lwork = lapack_lwork(info, creal(wq));                                                           \
     T* work = lwork ? malloc(sizeof(T) * (size_t)lwork) : NULL;                                                \
     if (work) (herm ? HETRF : SYTRF)("L", &ni, ac, &ni, ip, work, &lwork, &info, 1);                           \
     lapack_end(threads);                                                                                       \

@@ -63,8 +63,9 @@ tpurt_status_t tpurt_linalg_geqrf(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, true); /* column-major */
-    if (lapack_qr_d(a, m, n, tau, NULL, 0)) {
+    const bool sized = lapack_qr_sized(k); /* LAPACK's path reads a column-major copy */
+    if (sized) mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, true);
+    if (sized && lapack_qr_d(a, m, n, tau, NULL, 0)) {
       mat_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, a, true);
     } else {
       mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, false);
@@ -97,8 +98,9 @@ tpurt_status_t tpurt_linalg_qr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t* c
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, true); /* column-major */
-    if (lapack_qr_d(a, m, n, tau, want_q ? q : NULL, qc)) {
+    const bool sized = lapack_qr_sized(k); /* LAPACK's path reads a column-major copy */
+    if (sized) mat_load(A, mat_boff(A, 2, idx, nb), m, n, false, a, true);
+    if (sized && lapack_qr_d(a, m, n, tau, want_q ? q : NULL, qc)) {
       for (int64_t i = 0; i < rr; ++i)
         for (int64_t j = 0; j < n; ++j) r[i * n + j] = (j >= i && i < m) ? a[j * m + i] : 0.0;
       mat_store(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), rr, n, false, r, false);
@@ -139,8 +141,9 @@ tpurt_status_t tpurt_linalg_householder_product(tpurt_kernel_ctx_t* ctx, const t
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, V->sizes, nb, idx);
     for (int64_t i = 0; i < k; ++i) tau[i] = mat_ld(T, mat_boff(T, 1, idx, nb) + i * T->strides[T->ndim - 1]);
-    mat_load(V, mat_boff(V, 2, idx, nb), m, n, false, q, true); /* column-major */
-    if (lapack_orgqr_d(q, m, n, k, tau)) {
+    const bool sized = lapack_qr_sized(n); /* LAPACK's path reads a column-major copy */
+    if (sized) mat_load(V, mat_boff(V, 2, idx, nb), m, n, false, q, true);
+    if (sized && lapack_orgqr_d(q, m, n, k, tau)) {
       mat_store(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, q, true);
       continue;
     }
@@ -177,9 +180,12 @@ tpurt_status_t tpurt_linalg_ormqr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
     for (int64_t i = 0; i < k; ++i) tau[i] = mat_ld(T, mat_boff(T, 1, idx, nb) + i * T->strides[T->ndim - 1]);
-    mat_load(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, true); /* column-major */
-    mat_load(C, mat_boff(C, 2, idx, nb), r, c, false, x, true);
-    if (lapack_ormqr_d(a, mv, nv, k, tau, x, r, c, left, trans)) {
+    const bool sized = lapack_qr_sized(mv); /* LAPACK's path reads column-major copies */
+    if (sized) {
+      mat_load(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, true);
+      mat_load(C, mat_boff(C, 2, idx, nb), r, c, false, x, true);
+    }
+    if (sized && lapack_ormqr_d(a, mv, nv, k, tau, x, r, c, left, trans)) {
       mat_store(X, mat_boff(X, 2, idx, nb), r, c, false, x, true);
       continue;
     }

@@ -282,12 +282,15 @@ tpurt_status_t tpurt_linalg_z_slogdet(tpurt_kernel_ctx_t* ctx, const tpurt_op_ca
 
 /* op(T) X = B in place in b (n x k), T n x n row-major lower or upper; trans: T^T, cj: conj(T) */
 static void z_tri_solve(const zd_t* t, int64_t n, bool lower, bool trans, bool cj, bool unit, zd_t* b, int64_t k) {
-  /* from LAPACK_MIN_TRSM BLAS's ztrsm; conj(T) X = B is T conj(X) = conj(B) */
-  const bool flip = cj && !trans;
-  if (flip) z_conj_all(b, n * k);
-  const bool done = lapack_trsm_z(t, n, lower, trans ? (cj ? "C" : "T") : "N", unit, b, k);
-  if (flip) z_conj_all(b, n * k);
-  if (done) return;
+  /* from LAPACK_MIN_TRSM BLAS's ztrsm; conj(T) X = B is T conj(X) = conj(B) (the loops below
+   * conjugate T's entries instead) */
+  if (lapack_trsm_sized(n, k)) {
+    const bool flip = cj && !trans;
+    if (flip) z_conj_all(b, n * k);
+    const bool done = lapack_trsm_z(t, n, lower, trans ? (cj ? "C" : "T") : "N", unit, b, k);
+    if (flip) z_conj_all(b, n * k);
+    if (done) return;
+  }
   bool eff_lower = trans ? !lower : lower;
 #define ZTEL(i, j) (cj ? conj(trans ? t[(j) * n + (i)] : t[(i) * n + (j)]) : (trans ? t[(j) * n + (i)] : t[(i) * n + (j)]))
   for (int64_t s = 0; s < n; ++s) {
@@ -524,8 +527,9 @@ tpurt_status_t tpurt_linalg_z_geqrf(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, true, false); /* column-major */
-    const bool by_lapack = lapack_qr_z(a, m, n, tau, NULL, 0);
+    const bool sized = lapack_qr_sized(k); /* LAPACK's path reads a column-major copy */
+    if (sized) mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, true, false);
+    const bool by_lapack = sized && lapack_qr_z(a, m, n, tau, NULL, 0);
     if (!by_lapack) {
       mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, false, false);
       z_geqrf(a, m, n, tau);
@@ -556,8 +560,9 @@ tpurt_status_t tpurt_linalg_z_qr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call_t*
   int64_t idx[TPURT_MAX_DIMS];
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, A->sizes, nb, idx);
-    mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, true, false); /* column-major */
-    if (lapack_qr_z(a, m, n, tau, want_q ? q : NULL, qc)) {
+    const bool sized = lapack_qr_sized(k); /* LAPACK's path reads a column-major copy */
+    if (sized) mat_zload(A, mat_boff(A, 2, idx, nb), m, n, false, a, true, false);
+    if (sized && lapack_qr_z(a, m, n, tau, want_q ? q : NULL, qc)) {
       for (int64_t i = 0; i < rr; ++i)
         for (int64_t j = 0; j < n; ++j) r[i * n + j] = (j >= i && i < m) ? a[j * m + i] : 0.0;
       mat_zstore(&call->outputs[1], mat_boff(&call->outputs[1], 2, idx, nb), rr, n, false, r, false, false);
@@ -597,8 +602,9 @@ tpurt_status_t tpurt_linalg_z_householder_product(tpurt_kernel_ctx_t* ctx, const
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, V->sizes, nb, idx);
     z_load_vec(T, mat_boff(T, 1, idx, nb), tau, k);
-    mat_zload(V, mat_boff(V, 2, idx, nb), m, n, false, q, true, false); /* column-major */
-    if (lapack_orgqr_z(q, m, n, k, tau)) {
+    const bool sized = lapack_qr_sized(n); /* LAPACK's path reads a column-major copy */
+    if (sized) mat_zload(V, mat_boff(V, 2, idx, nb), m, n, false, q, true, false);
+    if (sized && lapack_orgqr_z(q, m, n, k, tau)) {
       mat_zstore(&call->outputs[0], mat_boff(&call->outputs[0], 2, idx, nb), m, n, false, q, true, false);
       continue;
     }
@@ -634,9 +640,12 @@ tpurt_status_t tpurt_linalg_z_ormqr(tpurt_kernel_ctx_t* ctx, const tpurt_op_call
   for (int64_t b = 0; b < batch; ++b) {
     mat_unravel(b, X->sizes, nb, idx);
     z_load_vec(T, mat_boff(T, 1, idx, nb), tau, k);
-    mat_zload(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, true, false); /* column-major */
-    mat_zload(C, mat_boff(C, 2, idx, nb), r, c, false, x, true, false);
-    if (lapack_ormqr_z(a, mv, nv, k, tau, x, r, c, left, trans)) {
+    const bool sized = lapack_qr_sized(mv); /* LAPACK's path reads column-major copies */
+    if (sized) {
+      mat_zload(V, mat_boff(V, 2, idx, nb), mv, nv, false, a, true, false);
+      mat_zload(C, mat_boff(C, 2, idx, nb), r, c, false, x, true, false);
+    }
+    if (sized && lapack_ormqr_z(a, mv, nv, k, tau, x, r, c, left, trans)) {
       mat_zstore(X, mat_boff(X, 2, idx, nb), r, c, false, x, true, false);
       continue;
     }
