@@ -4,7 +4,9 @@ the outer dims (bias gradients, issue 12). Each is
 measured beside PyTorch CPU in the same run (run.py interleaves the two).
 
 `python bench/bench_kernels.py` also prints the machine's bf16 peak and the GEMM rows as a
-share of it. The peak is instruction throughput x clock x cores:
+share of it, then each GEMM row alternated with the clock measurement in pairs (peak_shares: on a
+shared VM the clock under 512-bit load moves from minute to minute, so only a row and a clock
+measured together compare). The peak is instruction throughput x clock x cores:
   - AMX (TDPBF16PS: a 16x32 by 32x16 bf16 tile product into 16x16 fp32, 16384 flop per
     instruction, one every 16 cycles per core on Sapphire Rapids = 1024 flop/cycle), the path
     the runtime takes where cpuid reports amx_bf16;
@@ -12,16 +14,21 @@ share of it. The peak is instruction throughput x clock x cores:
     instruction): two per cycle on Intel server cores and AMD Zen 5 (cpu family 26), one on
     Zen 4 (256-bit datapaths);
   - AVX-512 without BF16 (Intel Skylake-SP to Ice Lake): bf16 is widened to fp32 while packing
-    and computed by 512-bit fp32 FMAs, 2 FMA pipes x 16 lanes x 2 flops = 64 flop/cycle (Xeon
-    Gold and Platinum parts and Ice Lake servers have two 512-bit FMA units; a part with one
-    has half this peak, and the GEMM rows would then read above 50%);
+    and computed by 512-bit fp32 FMAs, 2 FMA pipes x 16 lanes x 2 flops = 64 flop/cycle;
   - otherwise AVX2 FMA: bf16 is widened to fp32 while packing and computed by fp32 FMAs,
     2 FMA pipes x 8 lanes x 2 flops = 32 flop/cycle;
-  clock: measured, with every CPU busy at once: each runs a chain of dependent integer adds
-  (one a cycle on every x86 core) for 0.2 s, in a small C program built with cc here; the
-  slowest CPU's rate is taken, best of 3 rounds. /proc/cpuinfo's "cpu MHz" is printed beside it; in a VM
-  it is often the nominal clock (2596 MHz on a Zen 5 VM whose cores ran at about 4.5 GHz),
-  and it is used only where no C compiler is found;
+  clock: measured while the path's own vector instruction runs, with every CPU busy at once
+  (one with --one-thread): each runs a chain of dependent integer adds (one a cycle on every x86
+  core) with two of those instructions beside each add, on independent registers, for 0.2 s, in a
+  small C program built with cc here; the slowest CPU's rate is taken, best of 3 rounds. Intel
+  cores lower their clock for 512-bit work: the Ice Lake Xeon of 2026-12-07 counted 3.2-3.4 GHz
+  with adds alone and 1.5-2.7 GHz under 512-bit FMAs on both cores (its FMA-only loop: 235-340
+  GFLOP/s on 2 cores, not the 422-436 the integer clock implies); a part that issues fewer of
+  the instructions a cycle than counted above (one 512-bit FMA unit) makes the adds wait, so
+  the measured clock falls in proportion and the peak stays the instruction's real rate. The
+  integer clock and /proc/cpuinfo's "cpu MHz" are printed beside it; in a VM cpuinfo is often the
+  nominal clock (2596 MHz on a Zen 5 VM whose cores ran at about 4.5 GHz), and it is used only
+  where no C compiler is found. AMX's own clock is not measured (vdpbf16ps stands in for it);
   cores: the CPUs this process may run on (the chip's compute threads use all of them).
 
 `--cpu-time [rows]` prints the outer-sum rows (or the named ones) as best-of-25 process CPU time
@@ -68,29 +75,51 @@ _CLOCK_C = r"""
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+/* argv[1]: "int" (dependent adds alone) or the vector instruction the GEMM path issues, two of them
+   beside each add on independent accumulators: "fma512" (vfmadd231ps zmm), "fma256" (ymm),
+   "dpbf16" (vdpbf16ps zmm). A core runs one add a cycle, so the adds count cycles at the clock
+   the core holds while its vector unit is busy with that instruction (Intel cores lower it for
+   512-bit work); where the core cannot issue two of them a cycle, the adds wait for them and the
+   "clock" reads lower in proportion, so flop/cycle x this clock stays the instruction's real rate.
+   argv[2]: threads (0: one per CPU this process may use); argv[3]: rounds (default 3). */
+static int mode;
+#define ADD "add $1, %0\n\t"
+#define V(op, r, d) op " %%" r "15, %%" r "14, %%" r d "\n\t"
+#define V12(op, r) V(op, r, "0") V(op, r, "1") V(op, r, "2") V(op, r, "3") V(op, r, "4") V(op, r, "5") \
+                   V(op, r, "6") V(op, r, "7") V(op, r, "8") V(op, r, "9") V(op, r, "10") V(op, r, "11")
+#define BLOCK(op, r) __asm__ volatile(ADD ADD ADD ADD ADD ADD V12(op, r) : "+r"(x) :: "xmm0", "xmm1", "xmm2", \
+                                      "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11");
 static void* run(void* arg) {
   long x = 0, n = 0;
   double t0 = now(), t;
-  do { /* 100 dependent adds: 100 cycles */
+  __asm__ volatile("vpxor %%xmm14, %%xmm14, %%xmm14\n\tvpxor %%xmm15, %%xmm15, %%xmm15" ::: "xmm14", "xmm15");
+  do { /* 6000 dependent adds: 6000 cycles */
     for (int i = 0; i < 1000; ++i) {
-#define A4 __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
-      A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4
+      if (mode == 1) BLOCK("vfmadd231ps", "zmm")
+      else if (mode == 2) BLOCK("vfmadd231ps", "ymm")
+      else if (mode == 3) BLOCK("vdpbf16ps", "zmm")
+      else __asm__ volatile(ADD ADD ADD ADD ADD ADD : "+r"(x));
     }
-    n += 100000;
+    n += 6000;
   } while ((t = now()) - t0 < 0.2);
   *(double*)arg = n / (t - t0) / 1e6;
   return (void*)x;
 }
-int main(void) {
+int main(int argc, char** argv) {
+  const char* m = argc > 1 ? argv[1] : "int";
+  mode = !strcmp(m, "fma512") ? 1 : !strcmp(m, "fma256") ? 2 : !strcmp(m, "dpbf16") ? 3 : 0;
+  int want = argc > 2 ? atoi(argv[2]) : 0, rounds = argc > 3 ? atoi(argv[3]) : 3;
   cpu_set_t set;
   sched_getaffinity(0, sizeof(set), &set);
   pthread_t th[256];
   double mhz[256], best = 0;
-  for (int round = 0; round < 3; ++round) { /* the best of 3: a round where the host ran something else reads low */
+  for (int round = 0; round < rounds; ++round) { /* the best: a round where the host ran something else reads low */
     int n = 0;
-    for (int c = 0; c < CPU_SETSIZE && n < 256; ++c)
+    for (int c = 0; c < CPU_SETSIZE && n < 256 && (want <= 0 || n < want); ++c)
       if (CPU_ISSET(c, &set)) pthread_create(&th[n], NULL, run, &mhz[n]), ++n;
     double lo = 1e30;
     for (int i = 0; i < n; ++i) { pthread_join(th[i], NULL); if (mhz[i] < lo) lo = mhz[i]; }
@@ -102,51 +131,108 @@ int main(void) {
 """
 
 
-def measured_mhz():
-    """The clock with every CPU busy (see the module docstring), or None without a C compiler."""
+_CLOCK_EXE = []  # the clock program, built once per process
+
+
+def measured_mhz(load="int", threads=0, rounds=3):
+    """The clock (see the module docstring) with `threads` CPUs busy (0: all this process may use),
+    each running `load` ("int", "fma512", "fma256", "dpbf16"), the best of `rounds` rounds of 0.2 s,
+    or None without a C compiler."""
+    import atexit
     import shutil
     import subprocess
     import tempfile
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if not cc:
-        return None
-    with tempfile.TemporaryDirectory() as d:
+    if not _CLOCK_EXE:
+        cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+        if not cc:
+            return None
+        d = tempfile.mkdtemp()
+        atexit.register(shutil.rmtree, d, True)
         src, exe = os.path.join(d, "clock.c"), os.path.join(d, "clock")
         pathlib.Path(src).write_text(_CLOCK_C)
         try:
             subprocess.run([cc, "-O1", "-pthread", src, "-o", exe], check=True, capture_output=True)
-            return float(subprocess.run([exe], check=True, capture_output=True, text=True).stdout)
-        except (subprocess.CalledProcessError, OSError, ValueError):
+        except (subprocess.CalledProcessError, OSError):
             return None
+        _CLOCK_EXE.append(exe)
+    try:
+        return float(subprocess.run([_CLOCK_EXE[0], load, str(threads), str(rounds)], check=True,
+                                    capture_output=True, text=True).stdout)
+    except (subprocess.CalledProcessError, OSError, ValueError):
+        return None
 
 
-def bf16_peak_gflops():
-    """(GFLOP/s, how) for the bf16 GEMM peak of this machine, or (None, why)."""
-    flags, info_mhz, vendor, family = _cpuinfo()
-    mhz = measured_mhz()
-    clock = f"{mhz:.0f} MHz measured (cpuinfo {info_mhz or 0:.0f})" if mhz else f"{info_mhz or 0:.0f} MHz (cpuinfo)"
-    mhz = mhz or info_mhz
-    if not mhz:
-        return None, "no clock: no C compiler and no cpu MHz in /proc/cpuinfo"
-    cores = len(os.sched_getaffinity(0))
+def _peak_kind():
+    """(flop per cycle per core, the clock program's load, how) for this machine's bf16 GEMM path,
+    or (None, None, why)."""
+    flags, _, vendor, family = _cpuinfo()
     if "amx_bf16" in flags and "amx_tile" in flags:
-        per = 1024
-        how = "AMX tdpbf16ps: 16384 flop / 16 cycles"
-    elif "avx512_bf16" in flags:
+        return 1024, "dpbf16", "AMX tdpbf16ps: 16384 flop / 16 cycles; clock under vdpbf16ps (AMX's own not measured)"
+    if "avx512_bf16" in flags:
         # two per cycle on Intel and on AMD Zen 5 (family 26: four 512-bit FP pipes, two of them
         # FMA; the 12 x 32 kernel alone in L1 ran at 570 GFLOP/s on one core, about 127
         # flop/cycle at the 4.5 GHz that core measured), one on Zen 4
         per = 64 * (1 if vendor == "AuthenticAMD" and family < 26 else 2)
-        how = f"vdpbf16ps zmm: 64 flop x {per // 64}/cycle"
-    elif "avx512f" in flags:
-        per = 64
-        how = "AVX-512: 2 FMA x 16 fp32 lanes x 2 flop (bf16 widened while packing)"
-    elif "fma" in flags and "avx2" in flags:
-        per = 32
-        how = "AVX2: 2 FMA x 8 fp32 lanes x 2 flop (bf16 widened while packing)"
+        return per, "dpbf16", f"vdpbf16ps zmm: 64 flop x {per // 64}/cycle"
+    if "avx512f" in flags:
+        return 64, "fma512", "AVX-512: 2 FMA x 16 fp32 lanes x 2 flop (bf16 widened while packing)"
+    if "fma" in flags and "avx2" in flags:
+        return 32, "fma256", "AVX2: 2 FMA x 8 fp32 lanes x 2 flop (bf16 widened while packing)"
+    return None, None, "neither AVX-512 BF16 nor AVX2 FMA"
+
+
+def bf16_peak_gflops(threads=0):
+    """(GFLOP/s, how) for the bf16 GEMM peak of this machine with `threads` cores computing (0: every
+    CPU this process may use), or (None, why)."""
+    _, info_mhz, _, _ = _cpuinfo()
+    cores = threads or len(os.sched_getaffinity(0))
+    per, load, how = _peak_kind()
+    if not per:
+        return None, how
+    mhz = measured_mhz(load, threads)
+    if mhz:
+        idle = measured_mhz("int", threads)
+        clock = f"{mhz:.0f} MHz measured under {load} on {cores} cores (integer clock {idle or 0:.0f}, cpuinfo {info_mhz or 0:.0f})"
     else:
-        return None, "neither AVX-512 BF16 nor AVX2 FMA"
+        mhz, clock = info_mhz, f"{info_mhz or 0:.0f} MHz (cpuinfo; no C compiler to measure under load)"
+    if not mhz:
+        return None, "no clock: no C compiler and no cpu MHz in /proc/cpuinfo"
     return per * mhz * 1e-3 * cores, f"{how} = {per} flop/cycle x {clock} x {cores} cores"
+
+
+def peak_shares(names, pairs=7, threads=0):
+    """Each named GEMM row (ours) as a share of the peak measured right after it, in `pairs` pairs:
+    where other work on the host moves the clock under 512-bit load (a shared VM: 1.5-2.8 GHz from
+    minute to minute), a row and a peak measured minutes apart do not compare. Each pair times the
+    row (median of 3 calls after one untimed) and then measures the clock (the best of three 0.2 s
+    rounds).
+    Prints the median share, its range, and the medians of both figures."""
+    import statistics
+    import time
+    per, load, how = _peak_kind()
+    cores = threads or len(os.sched_getaffinity(0))
+    if not per or measured_mhz(load, threads, 1) is None:
+        print(f"peak share: not measured ({how if not per else 'no C compiler'})")
+        return
+    print(f"share of the peak, row and clock alternated ({pairs} pairs; {how}, clock under {load} on {cores} cores):")
+    for name in names:
+        fn, gflops = BENCHES[name][0]("tpu")
+        rows = []
+        for _ in range(pairs):
+            fn()
+            torch.tpu.synchronize()
+            ts = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                fn()
+                torch.tpu.synchronize()
+                ts.append(time.perf_counter() - t0)
+            g = gflops(statistics.median(ts))
+            peak = per * measured_mhz(load, threads, 3) * 1e-3 * cores
+            rows.append((g / peak, g, peak))
+        sh = sorted(r[0] for r in rows)
+        print(f"  {name:<18} {100 * statistics.median(sh):5.1f}% of peak (pairs {100 * sh[0]:.1f}-{100 * sh[-1]:.1f}%;"
+              f" {statistics.median(r[1] for r in rows):.1f} GFLOP/s, peak {statistics.median(r[2] for r in rows):.1f})")
 
 
 def _mm(n, dtype):
@@ -350,15 +436,15 @@ if __name__ == "__main__":
     argv = sys.argv[1:] or ["--runs", "5"]
     out = str(pathlib.Path(run.__file__).parent / "results_kernels.json")
     rc = run.main(argv + ["--only", names, "--out", out] if "--only" not in argv else argv + ["--out", out])
-    peak, how = bf16_peak_gflops()
+    peak, how = bf16_peak_gflops(1 if ONE_THREAD else 0)
     print(f"bf16 peak: {peak:.1f} GFLOP/s ({how})" if peak else f"bf16 peak unknown: {how}")
-    if peak and ONE_THREAD:
-        peak /= len(os.sched_getaffinity(0))
-        print(f"one thread: the peak of one core, {peak:.1f} GFLOP/s")
+    gemm = []
     if peak:
         for r in json.loads(pathlib.Path(out).read_text())["results"]:
             if r["unit"] == "GFLOP/s" and "ours" in r and "bf16" in r["name"]:
+                gemm.append(r["name"])
                 print(f"  {r['name']:<18} {r['ours']:8.1f} GFLOP/s = {100 * r['ours'] / peak:5.1f}% of peak"
                       f" (PyTorch CPU {100 * r['cpu'] / peak:5.1f}%)")
+    peak_shares([n for n in gemm if n.startswith(("matmul", "bmm"))], threads=1 if ONE_THREAD else 0)
     print("load average:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
     sys.exit(rc)

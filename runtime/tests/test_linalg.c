@@ -118,6 +118,14 @@ static void test_gemm(void) {
             false, 1, -0.5, true);
   gemm_case(TPURT_DTYPE_FLOAT16, TPURT_DTYPE_FLOAT16, 2, 200, 900, 300, false, true, false, 0, false,
             false, 1.5, 0, false);
+  /* A packed once per depth block and read again in every column block (the fp32 core's a_once
+   * order): rows split unevenly into the threads' boxes (13 tiles, a partial last), three column
+   * blocks, two depth blocks; fp32 C in place and bf16 C through the fp32 workspace, A row-major and
+   * column-major */
+  gemm_case(TPURT_DTYPE_FLOAT32, TPURT_DTYPE_FLOAT32, 1, 150, 1500, 500, false, false, false, 0, false,
+            false, 1, 0.5, true);
+  gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 100, 1400, 800, true, false, false, 2, false,
+            false, 1, 1, false);
   /* bf16 -> fp32 C in whole 32 x 32 tiles with alpha 1 (the AMX kernel accumulates those in C
    * itself: zeroed for beta 0, loaded as the starting sums for beta 1 and every depth block after
    * the first), with a depth that is not a multiple of the 32-deep tile */

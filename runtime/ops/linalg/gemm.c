@@ -1259,13 +1259,16 @@ struct core_args_t {
   size_t in_size; /* bytes per A/B element */
   pack_fn_t pack;
   pack_fn_t pack_a; /* NULL: `pack` packs A too */
-  void* pa;       /* packed A: one buffer of pa_each bytes per thread id */
-  size_t pa_each; /* MC_FOR(MR) rows (at most m, rounded up to MR) x the depth block */
+  void* pa;       /* packed A: one buffer of pa_each bytes per thread id (per box with a_once) */
+  size_t pa_each; /* MC_FOR(MR) rows (at most m, rounded up to MR), or a box's rows with a_once, x the
+                     depth block */
   void* pb;       /* packed B: round_up(min(n, the column block), NR) x the depth block */
   int nt;         /* threads to split the boxes over (1 without a context) */
   bool a_direct;  /* fp32 A read where it lies by the direct microkernel, not packed (a_direct_pays) */
   bool a_in_l1;   /* fp32 with A packed: row tiles outer, B streaming past A's micro-panel */
   int64_t ncb;    /* the column block, at most the core's NCB (f32_col_block) */
+  bool a_once;    /* depth blocks outer: each box packs its rows of A once per depth block, in the first
+                     column block's region, and reads them in the others' (a_once_bytes) */
   /* per-block state, set by the driver */
   int64_t jc, nc, pc, kc;
   int tr, tc; /* the boxes: tr row groups x tc column groups */
@@ -1358,23 +1361,29 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
   static void SUF##_boxes(void* u, int64_t t0, int64_t t1, int tid) {                           \
     core_args_t* s = (core_args_t*)u;                                                           \
     TC alpha = (TC)s->alpha, beta = (TC)s->beta_eff;                                            \
-    T* pa = (T*)((char*)s->pa + s->pa_each * (size_t)tid);                                      \
     TC tmp[MR * NR] __attribute__((aligned(64)));                                               \
     const bool to16 = s->c16 == TPURT_DTYPE_BFLOAT16 || s->c16 == TPURT_DTYPE_FLOAT16;          \
     BEGIN;                                                                                      \
     for (int64_t t = t0; t < t1; ++t) {                                                         \
       int64_t r0, r1, c0, c1;                                                                   \
       core_box(s, t, MR, NR, &r0, &r1, &c0, &c1);                                               \
+      /* packed A from row abase: each chunk's own (a thread's buffer), or the box's rows (a_once) */ \
+      T* pa = (T*)((char*)s->pa + s->pa_each * (size_t)(s->a_once ? t : tid));                  \
+      const int64_t abase = s->a_once ? r0 : -1;                                                \
       /* this box's share of its columns' panels, split among the boxes of its column group */    \
       int64_t q0 = c0 / NR, q1 = (c1 + NR - 1) / NR, rg = t / s->tc;                            \
       for (int64_t pj = q0 + (q1 - q0) * rg / s->tr; pj < q0 + (q1 - q0) * (rg + 1) / s->tr; ++pj) \
         SUF##_panel_ready(s, pj, tid);                                                          \
-      for (int64_t i0 = r0; i0 < r1; i0 += MC_FOR(MR)) {                                        \
-        int64_t i1 = imin(i0 + MC_FOR(MR), r1);                                                 \
+      /* A_IN_L1 packs one row tile's micro-panel just before its walk: a chunk of MC rows (216 KiB \
+       * at 384 deep) shared L2 with the 960 KiB block of B (one thread, 2048^3: +2-4%) */       \
+      const int64_t mc = A_IN_L1 ? (MR) : MC_FOR(MR);                                           \
+      for (int64_t i0 = r0; i0 < r1; i0 += mc) {                                                \
+        int64_t i1 = imin(i0 + mc, r1);                                                         \
         const char* src = (const char*)s->a +                                                   \
                           (size_t)((i0 * s->a_rs + s->pc * s->a_cs) * (int64_t)s->in_size);     \
-        if (!s->a_direct)                                                                       \
-          (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, i1 - i0, s->kc, MR, pa);     \
+        T* pchunk = pa + (abase < 0 ? 0 : i0 - abase) * KCP(s->kc);                            \
+        if (!s->a_direct && !(s->a_once && s->jc > 0))                                          \
+          (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, i1 - i0, s->kc, MR, pchunk); \
         /* (outer, inner) walk (row tiles, panels) with A_IN_L1, else (panels, row tiles) */     \
         const int64_t o0 = A_IN_L1 ? i0 : c0, o1 = A_IN_L1 ? i1 : c1, os = A_IN_L1 ? MR : NR;   \
         const int64_t n0 = A_IN_L1 ? c0 : i0, n1 = A_IN_L1 ? c1 : i1, ns = A_IN_L1 ? NR : MR;   \
@@ -1383,7 +1392,7 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
             const int64_t i = A_IN_L1 ? o : in, j = A_IN_L1 ? in : o;                           \
             if (i == i0) SUF##_panel_ready(s, j / NR, tid); /* its first use in the chunk */    \
             const T* bp = (const T*)s->pb + j * KCP(s->kc);                                     \
-            const T* ap = pa + (i - i0) * KCP(s->kc);                                           \
+            const T* ap = pchunk + (i - i0) * KCP(s->kc);                                       \
             TC* cp = (TC*)s->c + i * s->c_rs + (s->jc + j) * s->c_cs; /* unless to16 */         \
             int mr = (int)imin(MR, i1 - i), nr = (int)imin(NR, c1 - j);                         \
             if (s->a_direct)                                                                    \
@@ -1399,18 +1408,37 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
     }                                                                                           \
     END;                                                                                        \
   }                                                                                             \
+  static void SUF##_region(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                          \
+    /* one parallel region per block: B's panels are packed inside it (SUF##_panel_ready) */      \
+    for (int64_t pj = 0; pj < (s->nc + NR - 1) / NR; ++pj)                                      \
+      atomic_store_explicit(&s->panel_state[pj], 0, memory_order_relaxed);                      \
+    run_range(ctx, (int64_t)s->tr * s->tc, 1, SUF##_boxes, s);                                  \
+  }                                                                                             \
   static void SUF##_core(tpurt_kernel_ctx_t* ctx, core_args_t* s) {                             \
     const int64_t ncb = s->ncb > 0 && s->ncb < (NCB) ? s->ncb : (NCB);                          \
-    for (s->jc = 0; s->jc < s->n; s->jc += ncb) {                                               \
-      s->nc = imin(ncb, s->n - s->jc);                                                          \
-      core_grid(s->nt, (s->m + MR - 1) / MR, (s->nc + NR - 1) / NR, &s->tr, &s->tc);            \
+    const int64_t p = (s->m + MR - 1) / MR;                                                     \
+    const int tr = p < s->nt ? (int)p : s->nt; /* a_once: rows split only, the same every block */ \
+    s->a_once = s->a_once && s->n > ncb &&                                                      \
+                (size_t)((p + tr - 1) / tr * MR * KCP(imin(KCB, s->k))) * sizeof(T) <= s->pa_each; \
+    if (s->a_once) {                                                                            \
+      s->tr = tr, s->tc = 1;                                                                    \
       for (s->pc = 0; s->pc < s->k; s->pc += KCB) {                                             \
         s->kc = imin(KCB, s->k - s->pc);                                                        \
         s->beta_eff = s->pc == 0 ? s->beta : 1.0;                                               \
-        /* one parallel region per block: B's panels are packed inside it (SUF##_panel_ready) */  \
-        for (int64_t pj = 0; pj < (s->nc + NR - 1) / NR; ++pj)                                  \
-          atomic_store_explicit(&s->panel_state[pj], 0, memory_order_relaxed);                  \
-        run_range(ctx, (int64_t)s->tr * s->tc, 1, SUF##_boxes, s);                              \
+        for (s->jc = 0; s->jc < s->n; s->jc += ncb) {                                           \
+          s->nc = imin(ncb, s->n - s->jc);                                                      \
+          SUF##_region(ctx, s);                                                                 \
+        }                                                                                       \
+      }                                                                                         \
+      return;                                                                                   \
+    }                                                                                           \
+    for (s->jc = 0; s->jc < s->n; s->jc += ncb) {                                               \
+      s->nc = imin(ncb, s->n - s->jc);                                                          \
+      core_grid(s->nt, p, (s->nc + NR - 1) / NR, &s->tr, &s->tc);                               \
+      for (s->pc = 0; s->pc < s->k; s->pc += KCB) {                                             \
+        s->kc = imin(KCB, s->k - s->pc);                                                        \
+        s->beta_eff = s->pc == 0 ? s->beta : 1.0;                                               \
+        SUF##_region(ctx, s);                                                                   \
       }                                                                                         \
     }                                                                                           \
   }
@@ -1546,6 +1574,7 @@ static bool c16_direct(const tpurt_gemm_t* g, acc_kind_t k) {
 }
 
 static bool fp32_own_large(void);
+static size_t pa_slot_bytes(const tpurt_gemm_t* g, acc_kind_t kind, int nt);
 /* Where fp32_own_large() says so, fp32 products run on our kernel except those the BLAS branch's
  * own paths suit better: 16 rows or columns or fewer (a matrix-vector product, the 8-16-row
  * kernels), and 17-64 rows whose other operand is not transposed (the few-row kernel reading B
@@ -1590,10 +1619,9 @@ static size_t single_ws_bytes(const tpurt_gemm_t* g, int nt) {
   }
   acc_kind_t k = acc_kind(g->ab_dtype, g->c_dtype);
   if (k == ACC_NONE) return 0;
-  int mr = acc_mr(k), nr = acc_nr(k);
+  int nr = acc_nr(k);
   size_t es = acc_size(k);
-  size_t bytes = packed_bytes(k, imin(g->m, MC_FOR(mr)), mr, g->k) * (size_t)nt +
-                 packed_bytes(k, imin(g->n, acc_nc(k)), nr, g->k);
+  size_t bytes = pa_slot_bytes(g, k, nt) * (size_t)nt + packed_bytes(k, imin(g->n, acc_nc(k)), nr, g->k);
   if (!c_direct(g, k) && !c16_direct(g, k))
     bytes += align64(mul_sat(mul_sat(g->m, ws_cols(g, nr)), (int64_t)es));
   if (k == ACC_F32 && bytes < half_few_bytes(g)) bytes = half_few_bytes(g); /* (half_few_rows) */
@@ -1617,8 +1645,7 @@ size_t tpurt_gemm_workspace_bytes(const tpurt_kernel_ctx_t* ctx, const tpurt_gem
     if (use_blas(&s)) {
       /* batch-parallel fp32 uses our own kernel (OpenBLAS threads itself) */
       acc_kind_t k = ACC_F32;
-      size_t bytes = packed_bytes(k, imin(g->m, MC_FOR(acc_mr(k))), acc_mr(k), g->k) +
-                     packed_bytes(k, imin(g->n, acc_nc(k)), acc_nr(k), g->k);
+      size_t bytes = pa_slot_bytes(g, k, 1) + packed_bytes(k, imin(g->n, acc_nc(k)), acc_nr(k), g->k);
       return bytes * (size_t)tpurt_kernel_num_threads(ctx);
     }
     return single_ws_bytes(&s, 1) * (size_t)tpurt_kernel_num_threads(ctx);
@@ -2505,11 +2532,34 @@ static int64_t f32_col_block(void) {
   return nc;
 }
 
+/* With packed A and more than one column block, the fp32 core packs each box's rows of A once per
+ * depth block and keeps them for every column block (its a_once order), where a box's rows take at
+ * most A_ONCE_MAX bytes: they were packed again for each column block, 4 times in a 2048-wide product,
+ * where packing was 9% of the time (perf, one thread, fp32 2048^3). The box's rows no longer fit L2
+ * then (a thread's 1024 rows x 384 deep: 1.5 MiB), so each row tile's micro-panel comes from L3 for its
+ * first tile. Returns the bytes of a box's rows, or 0 where the order does not apply. */
+#ifndef A_ONCE
+#define A_ONCE 1
+#endif
+enum { A_ONCE_MAX = 4 << 20 };
+static size_t a_once_bytes(const tpurt_gemm_t* g, acc_kind_t kind, int nt) {
+  if (!A_ONCE || !A_IN_L1_F32 || kind != ACC_F32 || a_direct_pays(g, kind) || g->n <= f32_col_block()) return 0;
+  const int64_t p = (g->m + MR_F32 - 1) / MR_F32, tr = p < nt ? p : nt;
+  const size_t bytes = packed_bytes(kind, (p + tr - 1) / tr * MR_F32, MR_F32, g->k);
+  return bytes <= A_ONCE_MAX ? bytes : 0;
+}
+/* One thread's (or, with a_once, one box's) packed A. */
+static size_t pa_slot_bytes(const tpurt_gemm_t* g, acc_kind_t kind, int nt) {
+  const size_t chunk = packed_bytes(kind, imin(g->m, MC_FOR(acc_mr(kind))), acc_mr(kind), g->k),
+               once = a_once_bytes(g, kind, nt < 1 ? 1 : nt);
+  return once > chunk ? once : chunk;
+}
+
 static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   acc_kind_t kind = acc_kind(g->ab_dtype, g->c_dtype);
   if (kind == ACC_BDP && !gemm_generic() && bf16_few_rows(ctx, g)) return;
   if (kind == ACC_F32 && !gemm_generic() && half_few_rows(ctx, g, ws)) return;
-  int mr = acc_mr(kind), nr = acc_nr(kind);
+  int nr = acc_nr(kind);
   core_args_t s = {.m = g->m, .n = g->n, .k = g->k, .a = g->a, .a_rs = g->a_rs,
                    .a_cs = g->a_cs, .b = g->b, .b_rs = g->b_rs, .b_cs = g->b_cs,
                    .alpha = g->alpha, .beta = g->beta, .in_size = tpurt_dtype_size(g->ab_dtype),
@@ -2523,7 +2573,8 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
   s.a_in_l1 = A_IN_L1_F32 && kind == ACC_F32 && !s.a_direct;
   s.ncb = s.a_in_l1 ? f32_col_block() : acc_nc(kind);
   s.pa = ws;
-  s.pa_each = packed_bytes(kind, imin(g->m, MC_FOR(mr)), mr, g->k);
+  s.pa_each = pa_slot_bytes(g, kind, s.nt);
+  const bool a_once = a_once_bytes(g, kind, s.nt) > 0;
   ws += s.pa_each * (size_t)s.nt;
   s.pb = ws;
   ws += packed_bytes(kind, imin(g->n, acc_nc(kind)), nr, g->k);
@@ -2536,6 +2587,7 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
     if (!c_direct(g, kind)) s.c16 = g->c_dtype;
     c_in_to_c(ctx, g);
     s.c = g->c, s.c_rs = g->c_rs, s.c_cs = g->c_cs;
+    s.a_once = a_once;
     core(ctx, &s);
     return;
   }
@@ -2554,6 +2606,7 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
     s.n = cols;
     s.b = (const char*)g->b + (size_t)(j0 * g->b_cs) * s.in_size;
     s.c = ws, s.c_rs = cols, s.c_cs = 1, s.beta = 1.0;
+    s.a_once = a_once; /* the core clears it where this pass's columns are one block */
     core(ctx, &s);
     cfill_t st = {.g = g, .dst_dtype = g->c_dtype, .dst = g->c, .d_rs = g->c_rs, .d_cs = g->c_cs,
                   .src_dtype = ad, .src = ws, .s_rs = cols, .s_cs = 1, .j0 = j0, .cols = cols};
