@@ -2489,8 +2489,17 @@ static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws, 
  * columns: packing was a fifth of the GEMM's samples). Row-major A (depth contiguous) is six streams
  * the microkernel walks along, fast up to 1024 columns and level beyond; column-major A moves to a
  * new row of memory at every depth step, which pays only while those rows are close together (at
- * 4 KiB apart, one page a step, it ran at 340-360 GFLOP/s against 445-470 packed; Zen 5, 2 threads). */
-enum { A_DIRECT_MAX_N_ROWS = 1024, A_DIRECT_MAX_N_COLS = 512, A_DIRECT_MAX_STEP = 512 };
+ * 4 KiB apart, one page a step, it ran at 340-360 GFLOP/s against 445-470 packed; Zen 5, 2 threads).
+ * Those limits (1024 and 512 columns) were measured against the packed path of panels outer; packed
+ * A in the A-in-L1 order (a row tile packed just before its walk, a_once) is faster from fewer
+ * columns. One thread of an Ice Lake Xeon, direct against packed, the two builds in one process
+ * (median of 15-201 pairs): row-major A 4096 x 32 x 256 1.49, 1024 x 64 x 1024 1.25, 512 x 256 x 512
+ * 1.08, 256^3 1.09, 2048 x 128 x 512 1.03, 2048 x 256 x 2048 0.99, 768 x 320 x 768 0.95, 1024 x 384 x
+ * 1024 0.95, 512^3 0.93, 1024 x 768 x 3072 0.93, 256 x 768 x 768 0.91; column-major A 256 x 16 x 256
+ * 1.84, 128 x 32 x 4096 1.70, 512 x 64 x 1024 1.20, 512 x 128 x 1024 0.85, 256 x 512 x 256 0.83,
+ * 512 x 512 x 1024 0.73; the small GPT's weight gradients (column-major A, 128 and 256 columns) 0.87-0.93,
+ * its 128-column row-major products 1.07-1.10. (Not measured again on the Zen 5.) */
+enum { A_DIRECT_MAX_N_ROWS = 256, A_DIRECT_MAX_N_COLS = 64, A_DIRECT_MAX_STEP = 512 };
 static _Atomic int g_a_direct = -1; /* -1: not read from the environment yet */
 void tpurt_gemm_set_a_direct(bool on) { atomic_store(&g_a_direct, on ? 1 : 0); }
 static bool a_direct_pays(const tpurt_gemm_t* g, acc_kind_t kind) {
