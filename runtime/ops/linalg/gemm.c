@@ -45,9 +45,6 @@ enum { KC_F32 = KC, NC_F32 = NC, A_IN_L1_F32 = 0 };
 /* A thread's block of rows, a whole number of the microkernel's MR rows (so only the matrix's own
  * last rows make a partial tile). */
 #define MC_FOR(MR) (MC / (MR) * (MR))
-#ifndef C_PF
-#define C_PF 1
-#endif
 /* The AMX kernel's depth block is longer: its C tiles are loaded and stored once per block, and at
  * KC that traffic, not the tile multiplies, set its speed. */
 #ifndef KC_AMX
@@ -1401,7 +1398,7 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
             /* A_IN_L1 walks a row tile's C left to right: the next tile's rows of C, which the  \
              * epilogue reads (beta != 0), to L2 while this one computes (one thread, 2048^3:    \
              * +1-3%; the tile's epilogue was 10% of its samples, C coming from L3) */           \
-            if (C_PF && A_IN_L1 && !to16 && j + NR < c1 && s->c_cs == 1 && beta != 0) {          \
+            if (A_IN_L1 && !to16 && j + NR < c1 && s->c_cs == 1 && beta != 0) {                  \
               const char* cn = (const char*)(cp + NR);                                          \
               for (int r = 0; r < mr; ++r) {                                                    \
                 _mm_prefetch(cn + r * s->c_rs * (int64_t)sizeof(TC), _MM_HINT_T1);              \
@@ -2559,7 +2556,8 @@ static int64_t f32_col_block(void) {
  * most A_ONCE_MAX bytes: they were packed again for each column block, 4 times in a 2048-wide product,
  * where packing was 9% of the time (perf, one thread, fp32 2048^3). The box's rows no longer fit L2
  * then (a thread's 1024 rows x 384 deep: 1.5 MiB), so each row tile's micro-panel comes from L3 for its
- * first tile. Returns the bytes of a box's rows, or 0 where the order does not apply. */
+ * first tile. Returns the bytes of a box's rows, or 0 where the order does not apply. (-DA_ONCE=0 builds
+ * without it, for comparisons.) */
 #ifndef A_ONCE
 #define A_ONCE 1
 #endif
