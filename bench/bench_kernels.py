@@ -23,9 +23,10 @@ measured together compare). The peak is instruction throughput x clock x cores:
   small C program built with cc here; the slowest CPU's rate is taken, best of 3 rounds. Intel
   cores lower their clock for 512-bit work: the Ice Lake Xeon of 2026-12-07 counted 3.2-3.4 GHz
   with adds alone and 1.5-2.7 GHz under 512-bit FMAs on both cores (its FMA-only loop: 235-340
-  GFLOP/s on 2 cores, not the 422-436 the integer clock implies); a part that issues fewer of
-  the instructions a cycle than counted above (one 512-bit FMA unit) makes the adds wait, so
-  the measured clock falls in proportion and the peak stays the instruction's real rate. The
+  GFLOP/s on 2 cores, not the 422-436 the integer clock implies). On a part that issued fewer of
+  the instructions a cycle than counted above (one 512-bit FMA unit) the adds would wait for
+  them, so the measured clock would fall in proportion and the peak stay the instruction's real
+  rate (by construction; no such part was at hand to measure). The
   integer clock and /proc/cpuinfo's "cpu MHz" are printed beside it; in a VM cpuinfo is often the
   nominal clock (2596 MHz on a Zen 5 VM whose cores ran at about 4.5 GHz), and it is used only
   where no C compiler is found. AMX's own clock is not measured (vdpbf16ps stands in for it);
@@ -204,13 +205,14 @@ def peak_shares(names, pairs=7, threads=0):
     """Each named GEMM row (ours) as a share of the peak measured right after it, in `pairs` pairs:
     where other work on the host moves the clock under 512-bit load (a shared VM: 1.5-2.8 GHz from
     minute to minute), a row and a peak measured minutes apart do not compare. Each pair times the
-    row (median of 3 calls after one untimed) and then measures the clock (the best of three 0.2 s
-    rounds).
-    Prints the median share, its range, and the medians of both figures."""
+    row (run.timed: median of 3 calls after one untimed) and then measures the clock (the best of
+    three 0.2 s rounds). Prints the median share, its range, and the medians of both figures."""
     import statistics
-    import time
+    import run
     per, load, how = _peak_kind()
     cores = threads or len(os.sched_getaffinity(0))
+    if not names:
+        return
     if not per or measured_mhz(load, threads, 1) is None:
         print(f"peak share: not measured ({how if not per else 'no C compiler'})")
         return
@@ -219,17 +221,13 @@ def peak_shares(names, pairs=7, threads=0):
         fn, gflops = BENCHES[name][0]("tpu")
         rows = []
         for _ in range(pairs):
-            fn()
-            torch.tpu.synchronize()
-            ts = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                fn()
-                torch.tpu.synchronize()
-                ts.append(time.perf_counter() - t0)
-            g = gflops(statistics.median(ts))
-            peak = per * measured_mhz(load, threads, 3) * 1e-3 * cores
-            rows.append((g / peak, g, peak))
+            g = gflops(run.timed(fn, "tpu", 3)[0])
+            mhz = measured_mhz(load, threads, 3)
+            if mhz:
+                rows.append((g / (per * mhz * 1e-3 * cores), g, per * mhz * 1e-3 * cores))
+        if not rows:
+            print(f"  {name:<18} clock not measured")
+            continue
         sh = sorted(r[0] for r in rows)
         print(f"  {name:<18} {100 * statistics.median(sh):5.1f}% of peak (pairs {100 * sh[0]:.1f}-{100 * sh[-1]:.1f}%;"
               f" {statistics.median(r[1] for r in rows):.1f} GFLOP/s, peak {statistics.median(r[2] for r in rows):.1f})")

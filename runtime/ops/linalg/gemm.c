@@ -1367,9 +1367,8 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
     for (int64_t t = t0; t < t1; ++t) {                                                         \
       int64_t r0, r1, c0, c1;                                                                   \
       core_box(s, t, MR, NR, &r0, &r1, &c0, &c1);                                               \
-      /* packed A from row abase: each chunk's own (a thread's buffer), or the box's rows (a_once) */ \
+      /* packed A: each chunk's own (a thread's buffer), or the box's rows from r0 (a_once) */   \
       T* pa = (T*)((char*)s->pa + s->pa_each * (size_t)(s->a_once ? t : tid));                  \
-      const int64_t abase = s->a_once ? r0 : -1;                                                \
       /* this box's share of its columns' panels, split among the boxes of its column group */    \
       int64_t q0 = c0 / NR, q1 = (c1 + NR - 1) / NR, rg = t / s->tc;                            \
       for (int64_t pj = q0 + (q1 - q0) * rg / s->tr; pj < q0 + (q1 - q0) * (rg + 1) / s->tr; ++pj) \
@@ -1381,7 +1380,7 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
         int64_t i1 = imin(i0 + mc, r1);                                                         \
         const char* src = (const char*)s->a +                                                   \
                           (size_t)((i0 * s->a_rs + s->pc * s->a_cs) * (int64_t)s->in_size);     \
-        T* pchunk = pa + (abase < 0 ? 0 : i0 - abase) * KCP(s->kc);                            \
+        T* pchunk = pa + (s->a_once ? i0 - r0 : 0) * KCP(s->kc);                                \
         if (!s->a_direct && !(s->a_once && s->jc > 0))                                          \
           (s->pack_a ? s->pack_a : s->pack)(src, s->a_rs, s->a_cs, i1 - i0, s->kc, MR, pchunk); \
         /* (outer, inner) walk (row tiles, panels) with A_IN_L1, else (panels, row tiles) */     \
@@ -2490,12 +2489,13 @@ static void gemm_blas(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws, 
  * Those limits (1024 and 512 columns) were measured against the packed path of panels outer; packed
  * A in the A-in-L1 order (a row tile packed just before its walk, a_once) is faster from fewer
  * columns. One thread of an Ice Lake Xeon, direct against packed, the two builds in one process
- * (median of 15-201 pairs): row-major A 4096 x 32 x 256 1.49, 1024 x 64 x 1024 1.25, 512 x 256 x 512
+ * (median of 15-201 pairs; M x N x K): row-major A 4096 x 32 x 256 1.49, 1024 x 64 x 1024 1.25, 512 x 256 x 512
  * 1.08, 256^3 1.09, 2048 x 128 x 512 1.03, 2048 x 256 x 2048 0.99, 768 x 320 x 768 0.95, 1024 x 384 x
  * 1024 0.95, 512^3 0.93, 1024 x 768 x 3072 0.93, 256 x 768 x 768 0.91; column-major A 256 x 16 x 256
  * 1.84, 128 x 32 x 4096 1.70, 512 x 64 x 1024 1.20, 512 x 128 x 1024 0.85, 256 x 512 x 256 0.83,
- * 512 x 512 x 1024 0.73; the small GPT's weight gradients (column-major A, 128 and 256 columns) 0.87-0.93,
- * its 128-column row-major products 1.07-1.10. (Not measured again on the Zen 5.) */
+ * 512 x 512 x 1024 0.73; the small GPT's shapes: weight gradients (column-major A) 384 x 128 x 256
+ * 0.93, 384 x 384 x 256 0.88, 128 x 384 x 256 0.87, row-major 256 x 128 x 384 1.10, and 256 x 512 x 128
+ * 1.07 (a shallow product past the limit, now packed). (Not measured again on the Zen 5.) */
 enum { A_DIRECT_MAX_N_ROWS = 256, A_DIRECT_MAX_N_COLS = 64, A_DIRECT_MAX_STEP = 512 };
 static _Atomic int g_a_direct = -1; /* -1: not read from the environment yet */
 void tpurt_gemm_set_a_direct(bool on) { atomic_store(&g_a_direct, on ? 1 : 0); }
