@@ -126,6 +126,11 @@ static void test_gemm(void) {
             false, 1, 0.5, true);
   gemm_case(TPURT_DTYPE_BFLOAT16, TPURT_DTYPE_BFLOAT16, 1, 100, 1400, 800, true, false, false, 2, false,
             false, 1, 1, false);
+  /* 16-bit C accumulated in the fp32 workspace and rounded tile by tile as the last depth block
+   * finishes it (flush_tile16): a column-major f16 C with beta 0 (the workspace not zeroed first;
+   * test_gemm_ws_passes has C wider than one workspace pass) */
+  gemm_case(TPURT_DTYPE_FLOAT16, TPURT_DTYPE_FLOAT16, 2, 75, 130, 500, false, false, true, 1, false,
+            false, 1, 0, false);
   /* bf16 -> fp32 C in whole 32 x 32 tiles with alpha 1 (the AMX kernel accumulates those in C
    * itself: zeroed for beta 0, loaded as the starting sums for beta 1 and every depth block after
    * the first), with a depth that is not a multiple of the 32-deep tile */
@@ -623,8 +628,35 @@ static void test_complex_ldl(void) {
   }
 }
 
+/* bf16 C wider than one pass of the fp32 workspace (4200 rows: 992 columns a pass, gemm.c ws_cols), k
+ * past one depth block: each pass's tiles are rounded into C at that pass's columns. Checked against
+ * the same product with fp32 C (the reference GEMM would take a minute here), which accumulates the
+ * same sums in C itself: the bf16 result is that one rounded. */
+static void test_gemm_ws_passes(void) {
+  const int64_t m = 4200, n = 1000, k = 390;
+  void* A = test_rand_buf(TPURT_DTYPE_BFLOAT16, m * k);
+  void* B = test_rand_buf(TPURT_DTYPE_BFLOAT16, n * k);
+  float* C32 = malloc((size_t)(m * n) * sizeof(float));
+  uint16_t* C16 = malloc((size_t)(m * n) * sizeof(uint16_t));
+  float* W = malloc((size_t)(m * n) * sizeof(float));
+  tpurt_gemm_t g = {.m = m, .n = n, .k = k, .ab_dtype = TPURT_DTYPE_BFLOAT16, .c_dtype = TPURT_DTYPE_FLOAT32,
+                    .a = A, .a_rs = k, .a_cs = 1, .b = B, .b_rs = 1, .b_cs = k, .c = C32, .c_rs = n,
+                    .c_cs = 1, .alpha = 0.5, .beta = 0, .batch = 1};
+  CHECK_OK(gemm_via_ctx(&g));
+  g.c_dtype = TPURT_DTYPE_BFLOAT16, g.c = C16;
+  CHECK_OK(gemm_via_ctx(&g));
+  for (int64_t i = 0; i < m * n; ++i) W[i] = tpurt_bf16_to_f32(C16[i]);
+  /* within bf16's rounding of the fp32 sums (a misplaced tile is off by the sums themselves) */
+  double err = test_max_err(TPURT_DTYPE_FLOAT32, W, C32, m * n, 1.0);
+  printf("gemm bf16 C over two workspace passes (%lldx%lldx%lld): max err %.3g\n", (long long)m, (long long)n,
+         (long long)k, err);
+  CHECK(err <= tol_for(TPURT_DTYPE_BFLOAT16));
+  free(A), free(B), free(C32), free(C16), free(W);
+}
+
 int main(void) {
   test_gemm();
+  test_gemm_ws_passes();
   test_gemm_vector();
   test_gemm_small_m();
   test_gemm_bf16_few_rows();
