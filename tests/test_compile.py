@@ -39,6 +39,31 @@ def test_backend_is_registered_by_name():
     assert "tpu" in torch._dynamo.list_backends(exclude_tags=())
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+def test_compile_modes_are_accepted_and_match_cpu(mode):
+    torch.manual_seed(0)
+    m = mlp()
+    x = torch.randn(6, 24)
+    want = m(x)
+    got = torch.compile(m.to("tpu"), backend="tpu", mode=mode)(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    assert stats()["graphs"] == 1
+
+
+def test_unknown_options_and_modes_are_refused_by_name_and_the_process_goes_on():
+    torch.manual_seed(0)
+    m = mlp().to("tpu")
+    x = torch.randn(6, 24).to("tpu")
+    with pytest.raises(Exception, match=r"takes no options, got \['max_fusion_size'\]"):
+        torch.compile(m, backend="tpu", options={"max_fusion_size": 4})(x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="unknown mode 'fastest'"):
+        torch.compile(m, backend="tpu", mode="fastest")(x)
+    torch._dynamo.reset()
+    got = torch.compile(m, backend="tpu")(x)
+    torch.testing.assert_close(got.cpu(), m.cpu()(x.cpu()), rtol=1e-5, atol=1e-5)
+
+
 def test_forward_backward_match_cpu_and_each_call_is_one_launch():
     torch.manual_seed(0)
     m_cpu = mlp()

@@ -1139,9 +1139,28 @@ _IN_PLACE = os.environ.get("TORCH_TPU_COMPILE_IN_PLACE", "1") != "0"
 _aot_backend = None
 
 
-def tpu_backend(gm, example_inputs, **options):
-    """The `tpu` torch.compile backend: AOTAutograd graphs, run as device programs."""
+# torch.compile's modes: each compiles the same program here (it is one launch already, what
+# "reduce-overhead" asks CUDA graphs for; there is no kernel autotuning to turn on).
+_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _check_compile_args(mode, options, unexpected):
+    if unexpected:
+        raise TypeError(f"torch.compile(backend='tpu'): unexpected argument(s) {sorted(unexpected)}")
+    if mode is not None and mode not in _MODES:
+        raise RuntimeError(f"torch.compile(backend='tpu'): unknown mode {mode!r}; the modes are "
+                           f"{', '.join(repr(m) for m in _MODES)}")
+    if options:
+        raise RuntimeError(f"torch.compile(backend='tpu') takes no options, got {sorted(options)!r} (options= "
+                           "sets Inductor's configuration; this backend is configured by TORCH_TPU_* "
+                           "environment variables)")
+
+
+def tpu_backend(gm, example_inputs, mode=None, options=None, **unexpected):
+    """The `tpu` torch.compile backend: AOTAutograd graphs, run as device programs. torch.compile's
+    `mode` is accepted (every mode compiles the same program); `options` are refused, naming them."""
     global _aot_backend
+    _check_compile_args(mode, options, unexpected)
     _install_device_interface()
     _install_rng_state_ops()
     _old_heap_hidden.install()
