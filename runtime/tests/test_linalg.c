@@ -654,9 +654,59 @@ static void test_gemm_ws_passes(void) {
   free(A), free(B), free(C32), free(C16), free(W);
 }
 
+/* bf16 C of one depth block with NaN, infinities and NaN payloads among the inputs: whole tiles are
+ * rounded in registers without a NaN test (gemm.c ukr_f32_bf16c), partial ones through the float
+ * tile; both must give the bits of the same sums in fp32 C rounded by tpurt_f32_to_bf16. */
+static void test_gemm_bf16_c16_specials(void) {
+  const int64_t m = 30, n = 80, k = 64; /* two whole 12-row tiles and a partial one; 32 + 32 + 16 columns */
+  uint16_t* A = test_rand_buf(TPURT_DTYPE_BFLOAT16, m * k);
+  uint16_t* B = test_rand_buf(TPURT_DTYPE_BFLOAT16, k * n);
+  const uint16_t sp[] = {0x7fff, 0xffff, 0x7f81, 0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x0000, 0x8000, 0x7f7f};
+  for (int i = 0; i < 40; ++i) {
+    A[(i * 37) % (m * k)] = sp[i % 10];
+    B[(i * 53 + 11) % (k * n)] = sp[(i + 3) % 10];
+  }
+  float* C32 = malloc((size_t)(m * n) * sizeof(float));
+  uint16_t* C16 = malloc((size_t)(m * n) * sizeof(uint16_t));
+  tpurt_gemm_t g = {.m = m, .n = n, .k = k, .ab_dtype = TPURT_DTYPE_BFLOAT16, .c_dtype = TPURT_DTYPE_FLOAT32,
+                    .a = A, .a_rs = k, .a_cs = 1, .b = B, .b_rs = n, .b_cs = 1, .c = C32, .c_rs = n, .c_cs = 1,
+                    .alpha = 1, .beta = 0, .batch = 1};
+  CHECK_OK(gemm_via_ctx(&g));
+  g.c_dtype = TPURT_DTYPE_BFLOAT16, g.c = C16;
+  CHECK_OK(gemm_via_ctx(&g));
+  int bad = 0, nans = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    nans += C32[i] != C32[i];
+    if (C16[i] != tpurt_f32_to_bf16(C32[i]) && bad++ < 3)
+      printf("  bf16 C[%lld] = %#06x, fp32 C rounded %#06x\n", (long long)i, C16[i], tpurt_f32_to_bf16(C32[i]));
+  }
+  printf("gemm bf16 C with NaN and infinite inputs: %d of %lld NaN, %d differ from fp32 C rounded\n", nans,
+         (long long)(m * n), bad);
+  CHECK(nans > 0 && bad == 0);
+  /* ties: rows of 4s and 5s times ones sum to integers in [256, 320], whose odd ones lie halfway
+   * between two bf16 values (ties to even) */
+  for (int64_t i = 0; i < m * k; ++i) A[i] = tpurt_f32_to_bf16((float)(4 + (i * 7 % 11 < 4)));
+  for (int64_t i = 0; i < k * n; ++i) B[i] = tpurt_f32_to_bf16(1.0f);
+  g.c_dtype = TPURT_DTYPE_FLOAT32, g.c = C32;
+  CHECK_OK(gemm_via_ctx(&g));
+  g.c_dtype = TPURT_DTYPE_BFLOAT16, g.c = C16;
+  CHECK_OK(gemm_via_ctx(&g));
+  int ties = 0;
+  bad = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    ties += C32[i] >= 256 && (int)C32[i] % 2 == 1;
+    bad += C16[i] != tpurt_f32_to_bf16(C32[i]);
+  }
+  printf("gemm bf16 C at ties: %d of %lld sums halfway, %d differ from fp32 C rounded\n", ties, (long long)(m * n),
+         bad);
+  CHECK(ties > 0 && bad == 0);
+  free(A), free(B), free(C32), free(C16);
+}
+
 int main(void) {
   test_gemm();
   test_gemm_ws_passes();
+  test_gemm_bf16_c16_specials();
   test_gemm_vector();
   test_gemm_small_m();
   test_gemm_bf16_few_rows();

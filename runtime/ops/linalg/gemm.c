@@ -414,7 +414,7 @@ enum { MR_F32 = 12, NR_F32 = 32 };
  * step asks for the panel's two lines UKR_B_AHEAD steps on (a prefetch past the panel's end is
  * harmless). */
 enum { UKR_B_AHEAD = 4 };
-#define UKR512_BODY(ROWS)                                                                        \
+#define UKR512_LOOP(ROWS)                                                                        \
   __m512 acc[ROWS][2];                                                                           \
   for (int r = 0; r < ROWS; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();                    \
   for (int64_t p = 0; p < kc; ++p, a += MR_F32, b += NR_F32) {                                   \
@@ -426,8 +426,8 @@ enum { UKR_B_AHEAD = 4 };
       acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);                                            \
       acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);                                            \
     }                                                                                            \
-  }                                                                                              \
-  UKR512_STORE(ROWS)
+  }
+#define UKR512_BODY(ROWS) UKR512_LOOP(ROWS) UKR512_STORE(ROWS)
 static void ukr_f32_6of12(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t rs,
                           int64_t cs, float alpha, float beta, int mr, int nr) {
   UKR512_BODY(6)
@@ -440,6 +440,29 @@ static void ukr_f32(int64_t kc, const float* restrict a, const float* restrict b
   }
   UKR512_BODY(12)
 }
+#if defined(__AVX512BW__)
+#define GEMM_UKR_BF16C 1
+/* A whole 12 x 32 tile of bf16 C (alpha 1, beta 0, unit column stride) rounded from the sums in
+ * registers: the 16-bit C of products with one depth block (attention's scores, k 64), whose tiles
+ * otherwise went through a float buffer and tpurt_hv_bf16x32_pack (the store was 11% of a 32 x
+ * 256 x 64 x 256 bmm's time, one thread). Only for widened bf16 A and B, where every NaN a sum can
+ * hold has zero low 16 bits (a widened input's, an FMA's quieted copy of one, or the default NaN),
+ * so rounding to nearest even (bits + 0x7fff + the kept lowest bit, then the high half) cannot carry
+ * into the exponent and gives tpurt_f32_to_bf16's bits without its NaN test. */
+static inline __m512i ukr_bf16_round_hi(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  return _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+}
+static void ukr_f32_bf16c(int64_t kc, const float* restrict a, const float* restrict b, uint16_t* c, int64_t rs) {
+  UKR512_LOOP(12)
+  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int r = 0; r < 12; ++r) {
+    const __m512i p = _mm512_packus_epi32(ukr_bf16_round_hi(acc[r][0]), ukr_bf16_round_hi(acc[r][1]));
+    _mm512_storeu_si512(c + r * rs, _mm512_permutexvar_epi64(order, p));
+  }
+}
+#endif
 /* The direct form (A read where it lies): a whole 12-row tile through four row pointers, each reaching
  * two more rows as pointer + index (twelve separate addresses would not fit the general registers);
  * a last tile of fewer rows as 6-row calls (DEFINE_UKR_AVX2_DIRECT, whose rows past the matrix's
@@ -1276,6 +1299,7 @@ struct core_args_t {
   /* C's dtype where 16-bit C is written directly (k fits one depth block, so
    * each tile is finished in one pass); left zero otherwise. */
   tpurt_dtype_t c16;
+  bool c16_bf16_in; /* with c16 bf16: A and B are bf16 widened to the fp32 core (ukr_f32_bf16c) */
   /* 16-bit C accumulated in the float workspace (c): each tile rounded into c_out (its columns from
    * c_out_j0) as the last depth block finishes it, while it is in L1, instead of in a pass of its
    * own over the workspace (flush_tile16); NULL otherwise. */
@@ -1350,6 +1374,19 @@ static void flush_tile16(const core_args_t* s, int64_t i, int64_t jw, int mr, in
     store_tile_c16_fast(s->c16, tmp, NR, cp, s->c_rs, s->c_cs, (float)alpha, (float)beta, mr, nr); \
   } while (0)
 #define TILE_NO_C16(UKR, kc, ap, bp, tmp, NR, MR) (void)tmp
+/* The fp32 core's: whole bf16 tiles rounded in registers where it can (ukr_f32_bf16c) */
+#ifdef GEMM_UKR_BF16C
+#define TILE_C16_F32(UKR, kc, ap, bp, tmp, NR, MR)                                              \
+  do {                                                                                          \
+    if (s->c16_bf16_in && mr == (MR) && nr == (NR) && s->c_cs == 1 && alpha == 1 && beta == 0 &&  \
+        !gemm_generic())                                                                        \
+      ukr_f32_bf16c(kc, ap, bp, (uint16_t*)s->c + i * s->c_rs + (s->jc + j), s->c_rs);           \
+    else                                                                                        \
+      TILE_C16(UKR, kc, ap, bp, tmp, NR, MR);                                                   \
+  } while (0)
+#else
+#define TILE_C16_F32 TILE_C16
+#endif
 
 /* A_IN_L1 (an expression of s): a row tile's A is held in L1 while the box's B panels pass (row tiles
  * outer); else a B panel is held while the chunk's row tiles pass (panels outer). */
@@ -1485,7 +1522,7 @@ static void flush_tile16(const core_args_t* s, int64_t i, int64_t jw, int mr, in
 #define UKR_F32_DIRECT NO_DIRECT
 #endif
 DEFINE_CORE(f32, float, float, MR_F32, NR_F32, ukr_f32_dispatch, UKR_F32_DIRECT, KCP_ID, KC_F32, NC_F32, s->a_in_l1,
-            TILE_C16, NO_HOOK, NO_HOOK)
+            TILE_C16_F32, NO_HOOK, NO_HOOK)
 DEFINE_CORE(f64, double, double, MR_F64, NR_F64, ukr_f64, NO_DIRECT, KCP_ID, KC, NC, 0, TILE_NO_C16, NO_HOOK,
             NO_HOOK)
 DEFINE_CORE(i64, int64_t, int64_t, MR_I64, NR_I64, ukr_i64, NO_DIRECT, KCP_ID, KC, NC, 0, TILE_NO_C16, NO_HOOK,
@@ -2627,6 +2664,7 @@ static void gemm_own(tpurt_kernel_ctx_t* ctx, const tpurt_gemm_t* g, char* ws) {
                                                                       : i64_core;
   if (c_direct(g, kind) || c16_direct(g, kind)) {
     if (!c_direct(g, kind)) s.c16 = g->c_dtype;
+    s.c16_bf16_in = kind == ACC_F32 && g->ab_dtype == TPURT_DTYPE_BFLOAT16 && s.c16 == TPURT_DTYPE_BFLOAT16;
     c_in_to_c(ctx, g);
     s.c = g->c, s.c_rs = g->c_rs, s.c_cs = g->c_cs;
     s.a_once = a_once;
