@@ -107,6 +107,30 @@ def test_triangular(device, dtype, upper, left, unit, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["rows", "columns", "sliced"])
+@pytest.mark.parametrize("left", [False, True])
+def test_triangular_and_inverse_operand_layouts(device, dtype, layout, left):
+    """Operands row-major, column-major (.mT of a contiguous tensor: how PyTorch's linalg results lie)
+    and sliced with a gap between rows, at sizes that are not multiples of the copy's 8 x 8 tiles
+    (matrix.h mat_load / mat_store: whole-row copies where the layouts agree, tiles elsewhere)."""
+    n, k = 45, 19
+
+    def lay(x):
+        if layout == "columns":
+            return x.mT.contiguous().mT
+        if layout == "sliced":
+            return torch.cat([x, x[..., :, :3]], dim=-1)[..., :, : x.shape[-1]]
+        return x
+    t = lay((rnd(2, n, n, dtype=dtype) + 4 * n ** 0.5 * torch.eye(n, dtype=dtype)).triu())
+    b = lay(rnd(2, n, k, dtype=dtype, seed=3) if left else rnd(2, k, n, dtype=dtype, seed=3))
+    same(lambda x, y: LA.solve_triangular(x, y, upper=True, left=left), [t, b], device, dtype)
+    same(LA.inv, [t], device, dtype)
+    for out in (torch.empty(2, n, n, dtype=dtype).mT, torch.empty(2, n, n + 5, dtype=dtype)[..., :n]):
+        got = LA.inv(t.to(device), out=out.to(device))  # column-major and sliced out= tensors
+        torch.testing.assert_close(got.cpu(), LA.inv(t), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 4)])
 def test_qr_family(device, dtype, shape):
     a = rnd(*shape, dtype=dtype)
