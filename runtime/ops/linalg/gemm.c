@@ -447,20 +447,12 @@ static void ukr_f32(int64_t kc, const float* restrict a, const float* restrict b
  * otherwise went through a float buffer and tpurt_hv_bf16x32_pack (the store was 11% of a 32 x
  * 256 x 64 x 256 bmm's time, one thread). Only for widened bf16 A and B, where every NaN a sum can
  * hold has zero low 16 bits (a widened input's, an FMA's quieted copy of one, or the default NaN),
- * so rounding to nearest even (bits + 0x7fff + the kept lowest bit, then the high half) cannot carry
- * into the exponent and gives tpurt_f32_to_bf16's bits without its NaN test. */
-static inline __m512i ukr_bf16_round_hi(__m512 v) {
-  const __m512i b = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  return _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-}
+ * so tpurt_hv_bf16x16_round_hi_nonan gives tpurt_f32_to_bf16's bits without the NaN test. */
+static inline __m512i ukr_bf16_round(__m512 v) { return _mm512_srli_epi32(tpurt_hv_bf16x16_round_hi_nonan(v), 16); }
 static void ukr_f32_bf16c(int64_t kc, const float* restrict a, const float* restrict b, uint16_t* c, int64_t rs) {
   UKR512_LOOP(12)
-  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
-  for (int r = 0; r < 12; ++r) {
-    const __m512i p = _mm512_packus_epi32(ukr_bf16_round_hi(acc[r][0]), ukr_bf16_round_hi(acc[r][1]));
-    _mm512_storeu_si512(c + r * rs, _mm512_permutexvar_epi64(order, p));
-  }
+  for (int r = 0; r < 12; ++r)
+    _mm512_storeu_si512(c + r * rs, tpurt_hv_u32x32_pack16(ukr_bf16_round(acc[r][0]), ukr_bf16_round(acc[r][1])));
 }
 #endif
 /* The direct form (A read where it lies): a whole 12-row tile through four row pointers, each reaching
@@ -1351,18 +1343,14 @@ static void core_box(const core_args_t* s, int64_t t, int mr, int nr, int64_t* r
   *c0 = q * cg / s->tc * nr, *c1 = imin(s->nc, q * (cg + 1) / s->tc * nr);
 }
 
-/* Rows i..i+mr, workspace columns jw..jw+nr of the float workspace C into c_out (core_args_t.c_out). */
+/* Rows i..i+mr, columns jw..jw+nr of the float workspace C (row-major) into c_out (core_args_t.c_out). */
 static void flush_tile16(const core_args_t* s, int64_t i, int64_t jw, int mr, int nr) {
-  const float* w = (const float*)s->c + i * s->c_rs + jw * s->c_cs;
+  const float* w = (const float*)s->c + i * s->c_rs + jw;
   uint16_t* d = (uint16_t*)s->c_out + i * s->c_out_rs + (s->c_out_j0 + jw) * s->c_out_cs;
   for (int r = 0; r < mr; ++r, w += s->c_rs, d += s->c_out_rs) {
-    if (s->c_out_cs == 1 && s->c_cs == 1) {
-      tpurt_hv_from_f32(s->c_out_dtype, w, d, nr);
-      continue;
-    }
-    for (int j = 0; j < nr; ++j)
-      d[j * s->c_out_cs] = s->c_out_dtype == TPURT_DTYPE_BFLOAT16 ? tpurt_f32_to_bf16(w[j * s->c_cs])
-                                                                  : tpurt_f32_to_f16(w[j * s->c_cs]);
+    if (s->c_out_cs == 1) tpurt_hv_from_f32(s->c_out_dtype, w, d, nr);
+    else
+      for (int j = 0; j < nr; ++j) tpurt_dtype_convert(s->c_out_dtype, d + j * s->c_out_cs, TPURT_DTYPE_FLOAT32, w + j, 1);
   }
 }
 
