@@ -107,12 +107,13 @@ def test_triangular(device, dtype, upper, left, unit, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", ["rows", "columns", "sliced"])
+@pytest.mark.parametrize("layout", ["rows", "columns", "sliced", "sliced columns"])
 @pytest.mark.parametrize("left", [False, True])
 def test_triangular_and_inverse_operand_layouts(device, dtype, layout, left):
-    """Operands row-major, column-major (.mT of a contiguous tensor: how PyTorch's linalg results lie)
-    and sliced with a gap between rows, at sizes that are not multiples of the copy's 8 x 8 tiles
-    (matrix.h mat_load / mat_store: whole-row copies where the layouts agree, tiles elsewhere)."""
+    """Operands row-major, column-major (.mT of a contiguous tensor: how PyTorch's linalg results lie),
+    and either with a gap between its rows or columns, made on the device (a copy to it would make
+    them dense), at sizes off the copy's 8 x 8 tiles (matrix.h mat_load / mat_store: whole rows where
+    the layouts agree, tiles elsewhere); results also into column-major and sliced out= tensors."""
     n, k = 45, 19
 
     def lay(x):
@@ -120,14 +121,22 @@ def test_triangular_and_inverse_operand_layouts(device, dtype, layout, left):
             return x.mT.contiguous().mT
         if layout == "sliced":
             return torch.cat([x, x[..., :, :3]], dim=-1)[..., :, : x.shape[-1]]
+        if layout == "sliced columns":  # column-major with a gap between columns
+            return torch.cat([x.mT, x.mT[..., :, :3]], dim=-1)[..., :, : x.shape[-2]].mT
         return x
-    t = lay((rnd(2, n, n, dtype=dtype) + 4 * n ** 0.5 * torch.eye(n, dtype=dtype)).triu())
-    b = lay(rnd(2, n, k, dtype=dtype, seed=3) if left else rnd(2, k, n, dtype=dtype, seed=3))
-    same(lambda x, y: LA.solve_triangular(x, y, upper=True, left=left), [t, b], device, dtype)
-    same(LA.inv, [t], device, dtype)
-    for out in (torch.empty(2, n, n, dtype=dtype).mT, torch.empty(2, n, n + 5, dtype=dtype)[..., :n]):
-        got = LA.inv(t.to(device), out=out.to(device))  # column-major and sliced out= tensors
-        torch.testing.assert_close(got.cpu(), LA.inv(t), **tol(dtype))
+    t = (rnd(2, n, n, dtype=dtype) + 4 * n ** 0.5 * torch.eye(n, dtype=dtype)).triu()
+    b = rnd(2, n, k, dtype=dtype, seed=3) if left else rnd(2, k, n, dtype=dtype, seed=3)
+    td, bd = lay(t.to(device)), lay(b.to(device))
+    assert td.stride() == lay(t).stride() and bd.stride() == lay(b).stride()
+    got = LA.solve_triangular(td, bd, upper=True, left=left)
+    torch.testing.assert_close(got.cpu(), LA.solve_triangular(t, b, upper=True, left=left), **tol(dtype))
+    torch.testing.assert_close(LA.inv(td).cpu(), LA.inv(t), **tol(dtype))
+    for out in (torch.empty(2, n, n, dtype=dtype, device=device).mT,
+                torch.empty(2, n, n + 5, dtype=dtype, device=device)[..., :n]):
+        stride = out.stride()
+        LA.inv(td, out=out)
+        assert out.stride() == stride
+        torch.testing.assert_close(out.cpu(), LA.inv(t), **tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

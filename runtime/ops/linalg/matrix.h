@@ -79,52 +79,50 @@ static inline void mat_zst(const tpurt_tensor_t* t, int64_t off, zd_t v) {
  * column-major, a transposed store): a tile's lines stay in L1 while it is copied. Eight, since the
  * strided side's lines of a power-of-two leading dimension share few L1 sets (256 x 256 float64, the
  * column-major X of linalg_solve_triangular: 178 us a row at a time, 115 in 16 x 16 tiles, 69-78 in
- * 8 x 8; its row-major A loaded in 37-48 us an element at a time). */
+ * 8 x 8). */
 enum { MAT_TILE = 8 };
+/* The scratch's rows (the tensor's rows, or its columns where trans) lie contiguous in a float64 t. */
+static inline bool mat_rows_alike(const tpurt_tensor_t* t, int64_t rs, int64_t cs, int64_t r, int64_t c, bool trans) {
+  return t->dtype == TPURT_DTYPE_FLOAT64 && (trans ? (rs == 1 || r == 1) : (cs == 1 || c == 1));
+}
+/* BODY for every (i, j) of an r x c matrix, tile by tile */
+#define MAT_TILED(r, c, i, j, BODY)                                                                   \
+  for (int64_t i##0 = 0; i##0 < (r); i##0 += MAT_TILE)                                              \
+    for (int64_t j##0 = 0; j##0 < (c); j##0 += MAT_TILE)                                            \
+      for (int64_t i = i##0; i < (r) && i < i##0 + MAT_TILE; ++i)                                   \
+        for (int64_t j = j##0; j < (c) && j < j##0 + MAT_TILE; ++j) BODY
 /* r x c matrix at t+off (last two dims, or a vector as c = 1) into dst row-major;
  * trans loads the transpose (dst is c x r) */
 static inline void mat_load(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec,
                             double* dst, bool trans) {
   int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2];
   int64_t cs = vec ? 0 : t->strides[t->ndim - 1];
-  if (t->dtype == TPURT_DTYPE_FLOAT64 && (trans ? (rs == 1 || r == 1) : (cs == 1 || c == 1))) {
+  if (mat_rows_alike(t, rs, cs, r, c, trans)) {
+    /* dst's row q: the tensor's row q, or its column q where trans */
     const double* p = (const double*)t->data + off;
-    if (trans) /* dst (c x r) row j is the tensor's column j */
-      for (int64_t j = 0; j < c; ++j) memcpy(dst + j * r, p + j * cs, (size_t)r * sizeof(double));
-    else
-      for (int64_t i = 0; i < r; ++i) memcpy(dst + i * c, p + i * rs, (size_t)c * sizeof(double));
+    const int64_t rows = trans ? c : r, len = trans ? r : c, step = trans ? cs : rs;
+    for (int64_t q = 0; q < rows; ++q) memcpy(dst + q * len, p + q * step, (size_t)len * sizeof(double));
     return;
   }
-  for (int64_t i0 = 0; i0 < r; i0 += MAT_TILE)
-    for (int64_t j0 = 0; j0 < c; j0 += MAT_TILE) {
-      const int64_t i1 = i0 + MAT_TILE < r ? i0 + MAT_TILE : r, j1 = j0 + MAT_TILE < c ? j0 + MAT_TILE : c;
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = j0; j < j1; ++j) {
-          double v = mat_ld(t, off + i * rs + j * cs);
-          if (trans) dst[j * r + i] = v;
-          else dst[i * c + j] = v;
-        }
-    }
+  MAT_TILED(r, c, i, j, {
+    double v = mat_ld(t, off + i * rs + j * cs);
+    if (trans) dst[j * r + i] = v;
+    else dst[i * c + j] = v;
+  })
 }
 static inline void mat_store(const tpurt_tensor_t* t, int64_t off, int64_t r, int64_t c, bool vec,
                              const double* src, bool trans) {
   int64_t rs = vec ? t->strides[t->ndim - 1] : t->strides[t->ndim - 2];
   int64_t cs = vec ? 0 : t->strides[t->ndim - 1];
-  if (t->dtype == TPURT_DTYPE_FLOAT64 && (trans ? (rs == 1 || r == 1) : (cs == 1 || c == 1))) {
+  if (mat_rows_alike(t, rs, cs, r, c, trans)) {
     double* p = (double*)t->data + off;
-    if (trans)
-      for (int64_t j = 0; j < c; ++j) memmove(p + j * cs, src + j * r, (size_t)r * sizeof(double));
-    else
-      for (int64_t i = 0; i < r; ++i) memmove(p + i * rs, src + i * c, (size_t)c * sizeof(double));
+    const int64_t rows = trans ? c : r, len = trans ? r : c, step = trans ? cs : rs;
+    for (int64_t q = 0; q < rows; ++q) memcpy(p + q * step, src + q * len, (size_t)len * sizeof(double));
     return;
   }
-  for (int64_t i0 = 0; i0 < r; i0 += MAT_TILE)
-    for (int64_t j0 = 0; j0 < c; j0 += MAT_TILE) {
-      const int64_t i1 = i0 + MAT_TILE < r ? i0 + MAT_TILE : r, j1 = j0 + MAT_TILE < c ? j0 + MAT_TILE : c;
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = j0; j < j1; ++j) mat_st(t, off + i * rs + j * cs, trans ? src[j * r + i] : src[i * c + j]);
-    }
+  MAT_TILED(r, c, i, j, mat_st(t, off + i * rs + j * cs, trans ? src[j * r + i] : src[i * c + j]);)
 }
+#undef MAT_TILED
 
 /* r x c matrix (or vector, c = 1) at t+off into dst row-major; trans stores the
  * transpose (dst c x r), cj conjugates */
